@@ -1,0 +1,33 @@
+"""Where to find the broker and which namespace to use: keyword > flag > environment > default."""
+
+from __future__ import annotations
+
+import os
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+DEFAULT_NAMESPACE = "runstream"
+DEFAULT_PARTITIONS = 12
+
+
+def resolve_bootstrap(explicit: str | None = None) -> str:
+    return explicit or os.environ.get("RUNSTREAM_BOOTSTRAP") or DEFAULT_BOOTSTRAP
+
+
+def resolve_namespace(explicit: str | None = None) -> str:
+    return explicit or os.environ.get("RUNSTREAM_NAMESPACE") or DEFAULT_NAMESPACE
+
+
+def journal_topic(namespace: str) -> str:
+    return f"{namespace}.journal"
+
+
+def owners_topic(namespace: str) -> str:
+    return f"{namespace}.owners"
+
+
+def dead_letter_topic(namespace: str) -> str:
+    return f"{namespace}.dead-letter"
+
+
+def worker_group(namespace: str) -> str:
+    return f"{namespace}.workers"

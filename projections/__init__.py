@@ -1,0 +1,1 @@
+"""The pure run-state reducer, the RocksDB store, rebuild and time travel."""
