@@ -15,9 +15,12 @@ def cli() -> None:
 
 def _register() -> None:
     # Imported here so that each command module stays independent of the others.
-    from engine.cli import broker
+    from engine.cli import broker, runs, topics
 
     cli.add_command(broker.broker)
+    cli.add_command(topics.topics)
+    for command in (runs.run, runs.runs, runs.worker, runs.projection):
+        cli.add_command(command)
 
 
 _register()

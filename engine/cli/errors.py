@@ -5,6 +5,9 @@ from __future__ import annotations
 import sys
 
 import click
+from aiokafka.errors import KafkaConnectionError
+
+from engine.errors import RunstreamError
 
 
 class UserError(Exception):
@@ -20,9 +23,13 @@ def run_cli(group: click.Group) -> None:
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
-    except UserError as exc:
+    except (UserError, RunstreamError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    except KafkaConnectionError as exc:
+        click.echo(f"error: cannot reach the Kafka broker ({exc}); start one with "
+                   f"`runstream broker start` or set RUNSTREAM_BOOTSTRAP", err=True)
+        sys.exit(3)
     except KeyboardInterrupt:
         sys.exit(130)
     except SystemExit:

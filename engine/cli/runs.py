@@ -1,0 +1,146 @@
+"""`runstream run ...`, `runstream runs list`, `runstream worker`, `runstream projection ...`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import click
+
+from engine import operations
+from engine.cli.errors import UserError
+from projections.state import RunStatus
+
+bootstrap_option = click.option(
+    "--bootstrap", default=None, help="Kafka bootstrap servers [env RUNSTREAM_BOOTSTRAP]."
+)
+namespace_option = click.option(
+    "--namespace", default=None, help="runstream namespace [env RUNSTREAM_NAMESPACE]."
+)
+
+
+def _print_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, sort_keys=True))
+
+
+@click.group()
+def run() -> None:
+    """Create and inspect one run."""
+
+
+@run.command("create")
+@click.argument("flow")
+@click.option("--payload", default="null", help="The run's payload as JSON.")
+@click.option("--id", "run_id", default=None, help="Run id (default: a new UUID).")
+@click.option("--wait", is_flag=True, help="Wait for the result and print it.")
+@click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait with --wait.")
+@bootstrap_option
+@namespace_option
+def create(flow: str, payload: str, run_id: str | None, wait: bool, timeout: float,
+           bootstrap: str | None, namespace: str | None) -> None:
+    """Create a run of FLOW."""
+    try:
+        parsed = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"--payload is not valid JSON ({exc.msg} at column {exc.colno})") from None
+    out = asyncio.run(operations.create_run(
+        bootstrap=bootstrap, namespace=namespace, flow=flow, payload=parsed, run_id=run_id,
+        wait=wait, timeout=timeout))
+    _print_json(out)
+
+
+@run.command("status")
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@bootstrap_option
+@namespace_option
+def status(run_id: str, as_json: bool, bootstrap: str | None, namespace: str | None) -> None:
+    """Show a run's status."""
+    view = asyncio.run(operations.run_status(bootstrap=bootstrap, namespace=namespace,
+                                             run_id=run_id))
+    if as_json:
+        _print_json(view)
+        return
+    click.echo(f"{view['run_id']}  {view['flow']}  {view['status']}")
+    for key in ("result", "error", "note"):
+        if key in view:
+            click.echo(f"  {key}: {json.dumps(view[key]) if key != 'note' else view[key]}")
+
+
+@run.command("result")
+@click.argument("run_id")
+@click.option("--timeout", default=60.0, show_default=True)
+@bootstrap_option
+@namespace_option
+def result(run_id: str, timeout: float, bootstrap: str | None, namespace: str | None) -> None:
+    """Wait for a run's result and print it as JSON."""
+    _print_json(asyncio.run(operations.run_result(
+        bootstrap=bootstrap, namespace=namespace, run_id=run_id, timeout=timeout)))
+
+
+@click.group()
+def runs() -> None:
+    """List runs."""
+
+
+@runs.command("list")
+@click.option("--status", type=click.Choice([s.value for s in RunStatus]), default=None)
+@click.option("--json", "as_json", is_flag=True)
+@bootstrap_option
+@namespace_option
+def list_runs(status: str | None, as_json: bool, bootstrap: str | None,
+              namespace: str | None) -> None:
+    """List runs, optionally only those with STATUS."""
+    views = asyncio.run(operations.list_runs(bootstrap=bootstrap, namespace=namespace,
+                                             status=status))
+    if as_json:
+        _print_json(views)
+        return
+    for view in views:
+        click.echo(f"{view['run_id']}  {view['flow']}  {view['status']}")
+    click.echo(f"{len(views)} run(s)")
+
+
+@click.command()
+@click.option("--app", required=True, help="package.module:flows_list")
+@click.option("--data-dir", required=True, type=click.Path(path_type=Path))
+@click.option("--concurrency", default=64, show_default=True)
+@click.option("--name", default=None, help="Worker name shown in evidence (default host:pid).")
+@click.option("--log-level", default="INFO", show_default=True)
+@bootstrap_option
+@namespace_option
+def worker(app: str, data_dir: Path, concurrency: int, name: str | None, log_level: str,
+           bootstrap: str | None, namespace: str | None) -> None:
+    """Run a worker of the namespace's consumer group."""
+    logging.basicConfig(level=log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(operations.serve_worker(
+        bootstrap=bootstrap, namespace=namespace, app=app, data_dir=data_dir,
+        concurrency=concurrency, name=name))
+
+
+@click.group()
+def projection() -> None:
+    """Work with a worker's RocksDB projection."""
+
+
+@projection.command("rebuild")
+@click.option("--data-dir", required=True, type=click.Path(path_type=Path, exists=True))
+@click.option("--verify-only", is_flag=True, help="Compare, but keep the live projection.")
+@bootstrap_option
+@namespace_option
+def rebuild(data_dir: Path, verify_only: bool, bootstrap: str | None,
+            namespace: str | None) -> None:
+    """Rebuild the projection from offset 0 and compare it with the live one."""
+    report = asyncio.run(operations.rebuild(bootstrap=bootstrap, namespace=namespace,
+                                            data_dir=data_dir, replace=not verify_only))
+    click.echo(f"replayed {report.records} records of partitions {sorted(report.partitions)}")
+    if report.differences:
+        click.echo(f"differs from the live projection in {len(report.differences)}+ keys:")
+        for diff in report.differences[:5]:
+            click.echo(f"  {diff.key!r}")
+    else:
+        click.echo(f"identical to the live projection ({report.compared_keys} keys)")

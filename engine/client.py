@@ -1,0 +1,223 @@
+"""The client: create runs, wait for their results, read their state. No server needed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from pydantic import BaseModel
+
+from engine.config import journal_topic, resolve_bootstrap, resolve_namespace
+from engine.errors import (
+    CreateRejected,
+    IdentityConflict,
+    ResultTimeout,
+    RunCancelled,
+    RunFailed,
+    RunNotFound,
+)
+from engine.flow import Flow, dump_json
+from engine.journal import Envelope, JournalRecord, encode
+from engine.journal import events as ev
+from engine.reader import partition_for, read_partitions
+from engine.tail import JournalTail
+from projections.memory import MemoryProjection
+from projections.state import RunState, RunStatus
+
+
+class Client:
+    """Talks to one namespace's journal. Use as `async with Client(...) as client:`."""
+
+    def __init__(
+        self,
+        *,
+        bootstrap_servers: str | None = None,
+        namespace: str | None = None,
+        flows: Iterable[Flow[Any, Any]] = (),
+    ) -> None:
+        self.bootstrap = resolve_bootstrap(bootstrap_servers)
+        self.namespace = resolve_namespace(namespace)
+        self.topic = journal_topic(self.namespace)
+        self.flows = {flow.name: flow for flow in flows}
+        self._producer: AIOKafkaProducer | None = None
+        self._tail = JournalTail(self.bootstrap, self.topic)
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        async with self._lock:
+            if self._producer is None:
+                producer = AIOKafkaProducer(
+                    bootstrap_servers=self.bootstrap, acks="all", enable_idempotence=True,
+                    client_id="runstream-client",
+                )
+                await producer.start()
+                self._producer = producer
+        await self._tail.start()
+
+    async def close(self) -> None:
+        await self._tail.close()
+        if self._producer is not None:
+            await self._producer.stop()
+            self._producer = None
+
+    async def __aenter__(self) -> Client:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def create_run(
+        self, flow: Flow[Any, Any] | str, payload: Any = None, *, run_id: str | None = None
+    ) -> RunHandle:
+        """Append a create-run request; returns once Kafka has acknowledged it."""
+        await self.start()
+        assert self._producer is not None
+        flow_name, payload_json = self._payload_json(flow, payload)
+        run_id = run_id or uuid.uuid4().hex
+        request_id = uuid.uuid4().hex
+        record = ev.RunCreateRequested(
+            envelope=Envelope(type=ev.RunCreateRequested.TYPE, run_id=run_id, lineage_id=run_id,
+                              request_id=request_id, timestamp_ms=int(time.time() * 1000)),
+            flow=flow_name,
+            payload_json=payload_json,
+        )
+        value, headers = encode(record)
+        meta = await self._producer.send_and_wait(
+            self.topic, value=value, key=run_id.encode(), headers=headers
+        )
+        return RunHandle(self, run_id=run_id, flow=flow_name, partition=meta.partition,
+                         request_offset=meta.offset, request_id=request_id)
+
+    def get_handle(self, run_id: str, *, flow: Flow[Any, Any] | str | None = None) -> RunHandle:
+        """Attach to an existing run without creating it."""
+        name = flow.name if isinstance(flow, Flow) else flow
+        return RunHandle(self, run_id=run_id, flow=name, partition=None, request_offset=0,
+                         request_id=None)
+
+    async def status(self, run_id: str) -> RunStatus:
+        return (await self.describe(run_id)).status
+
+    async def describe(self, run_id: str) -> RunState:
+        """The run's full projected state, folded from its partition of the journal."""
+        projection = await self._fold(only_runs=frozenset({run_id}), partition_of=run_id)
+        run = projection.runs.get(run_id)
+        if run is None:
+            raise RunNotFound(run_id)
+        return run
+
+    async def list_runs(self, *, status: RunStatus | None = None) -> list[RunState]:
+        projection = await self._fold(only_runs=None, partition_of=None)
+        runs = sorted(projection.runs.values(), key=lambda r: (r.created_at_ms, r.run_id))
+        return [r for r in runs if status is None or r.status is status]
+
+    async def fold(self, *, run_ids: Iterable[str] | None = None, history: bool = False,
+                   until: dict[int, int] | None = None,
+                   until_timestamp_ms: int | None = None) -> MemoryProjection:
+        """Replay the journal into memory (optionally up to a point): time travel's core."""
+        only = frozenset(run_ids) if run_ids is not None else None
+        return await self._fold(only_runs=only, partition_of=None, history=history,
+                                until=until, until_timestamp_ms=until_timestamp_ms)
+
+    async def partition_of(self, run_id: str) -> int:
+        await self._tail.start()
+        return partition_for(run_id, self._tail.partitions)
+
+    async def _fold(self, *, only_runs: frozenset[str] | None, partition_of: str | None,
+                    history: bool = False, until: dict[int, int] | None = None,
+                    until_timestamp_ms: int | None = None) -> MemoryProjection:
+        partitions = None if partition_of is None else [await self.partition_of(partition_of)]
+        projection = MemoryProjection(only_runs=only_runs, keep_history=history)
+        async for raw in read_partitions(self.bootstrap, self.topic, partitions, until=until,
+                                         until_timestamp_ms=until_timestamp_ms):
+            projection.apply_raw(raw.partition, raw.offset, raw.value, raw.headers)
+        return projection
+
+    def _payload_json(self, flow: Flow[Any, Any] | str, payload: Any) -> tuple[str, str]:
+        if isinstance(flow, str):
+            known = self.flows.get(flow)
+            if known is None:
+                if isinstance(payload, BaseModel):
+                    payload = payload.model_dump(mode="json")
+                return flow, dump_json(payload)
+            flow = known
+        return flow.name, flow.dump_payload(payload)
+
+    def flow_named(self, name: str | None) -> Flow[Any, Any] | None:
+        return self.flows.get(name) if name else None
+
+
+@dataclass
+class RunHandle:
+    """A created or attached run: wait for its admission and its result."""
+
+    client: Client
+    run_id: str
+    flow: str | None
+    partition: int | None
+    request_offset: int
+    request_id: str | None
+    _from_offset: int | None = None
+
+    async def admitted(self, timeout: float | None = None) -> None:
+        """Wait until the owner admitted the run; raises IdentityConflict or CreateRejected."""
+        await asyncio.wait_for(self._admission(), timeout)
+
+    async def _admission(self) -> int:
+        if self._from_offset is not None:
+            return self._from_offset
+        tail = self.client._tail
+        partition = await self._partition()
+        if self.request_id is None:
+            created = await tail.created(partition, 0, self.run_id)
+            self._from_offset = created.request_offset if isinstance(created, ev.RunCreated) else 0
+            return self._from_offset
+        answer = await tail.admission(partition, self.request_offset, self.request_id)
+        if isinstance(answer, ev.RunCreateRejected):
+            raise _rejection(self.run_id, answer)
+        assert isinstance(answer, ev.RunCreated)
+        self._from_offset = answer.request_offset
+        return self._from_offset
+
+    async def result(self, timeout: float | None = None) -> Any:
+        """The run's result; raises RunFailed, RunCancelled, or the admission error."""
+        try:
+            record = await asyncio.wait_for(self._settlement(), timeout)
+        except TimeoutError:
+            seen = self.client._tail.last_type.get(self.run_id, "nothing yet")
+            raise ResultTimeout(self.run_id, timeout or 0, seen) from None
+        return self._outcome(record)
+
+    async def _settlement(self) -> JournalRecord:
+        from_offset = await self._admission()
+        return await self.client._tail.settlement(await self._partition(), from_offset,
+                                                  self.run_id)
+
+    def _outcome(self, record: JournalRecord) -> Any:
+        if isinstance(record, ev.RunCompleted):
+            flow = self.client.flow_named(self.flow)
+            return flow.load_result(record.result_json) if flow else json.loads(record.result_json)
+        if isinstance(record, ev.RunFailed):
+            raise RunFailed(self.run_id, record.error_type, record.error_message)
+        assert isinstance(record, ev.RunCancelled)
+        raise RunCancelled(self.run_id, record.reason)
+
+    async def status(self) -> RunStatus:
+        return await self.client.status(self.run_id)
+
+    async def _partition(self) -> int:
+        if self.partition is None:
+            self.partition = await self.client.partition_of(self.run_id)
+        return self.partition
+
+
+def _rejection(run_id: str, answer: ev.RunCreateRejected) -> Exception:
+    if answer.reason == "identity-conflict":
+        return IdentityConflict(run_id, answer.field, answer.existing_value, answer.requested_value)
+    return CreateRejected(run_id, answer.reason, answer.requested_value)

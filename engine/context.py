@@ -1,0 +1,182 @@
+"""FlowContext: what a flow handler uses to do durable work.
+
+A handler re-executes from the top on every activation. Each durable call takes the next
+position; when the journal already holds that position, its recorded outcome is returned
+(or raised) without running anything again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import typing
+import uuid as uuid_mod
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any, Protocol, TypeVar
+
+from pydantic import TypeAdapter
+
+from engine.errors import NonDeterminism, StepFailed
+from engine.flow import NO_RETRY, RetryPolicy, dump_json
+from engine.journal import events as ev
+from projections.state import JournalEntry
+
+T = TypeVar("T")
+
+
+class RunReleased(BaseException):
+    """The worker is giving this run up (rebalance, shutdown, fencing).
+
+    A BaseException so that a handler's `except Exception` cannot swallow it.
+    """
+
+
+class Quarantined(BaseException):
+    """An irreversible step started and its outcome is unknown: an operator must decide."""
+
+    def __init__(self, entry: JournalEntry) -> None:
+        super().__init__(f"irreversible step {entry.name!r} at position {entry.position} "
+                         f"started (attempt {entry.attempts + 1}) with no recorded outcome")
+        self.entry = entry
+
+
+class JournalPort(Protocol):
+    """The executor side of a context: journals decisions for this run."""
+
+    async def emit(self, cls: type[ev.JournalRecord], **body: Any) -> None:
+        """Write one decision about this run and return once it is committed."""
+
+    def ensure_active(self) -> None:
+        """Raise RunReleased if the worker no longer executes this run."""
+
+
+class FlowContext:
+    """Passed to every flow handler. Durable calls are journaled and replayed."""
+
+    def __init__(
+        self, *, run_id: str, flow: str, journal: tuple[JournalEntry, ...], port: JournalPort
+    ) -> None:
+        self.run_id = run_id
+        self.flow = flow
+        self._entries = {entry.position: entry for entry in journal}
+        self._port = port
+        self._position = 0
+        self.nondeterminism: NonDeterminism | None = None
+
+    async def step(
+        self,
+        name: str,
+        fn: Callable[..., Awaitable[T] | T],
+        *args: Any,
+        retry: RetryPolicy | None = None,
+        irreversible: bool = False,
+        **kwargs: Any,
+    ) -> T:
+        """Run `fn(*args, **kwargs)` once, durably; on replay return its journaled result."""
+        position = self._next_position(name, "step")
+        adapter = _result_adapter(fn)
+        entry = self._entries.get(position)
+        if entry is not None and entry.status == "completed":
+            return adapter.validate_json(entry.result_json or "null")
+        if entry is not None and entry.status == "failed":
+            raise StepFailed(name, entry.error_type or "Error", entry.error_message or "",
+                             entry.attempts)
+        if entry is not None and entry.status == "started" and entry.irreversible:
+            raise Quarantined(entry)
+        attempt = entry.attempts + 1 if entry is not None else 1
+        policy = retry or NO_RETRY
+        while True:
+            self._port.ensure_active()
+            if irreversible:
+                await self._port.emit(ev.StepStarted, position=position, name=name,
+                                      attempt=attempt, irreversible=True)
+            try:
+                value = fn(*args, **kwargs)
+                if inspect.isawaitable(value):
+                    value = await value
+            except Exception as exc:
+                attempt = await self._attempt_failed(position, name, attempt, policy, exc)
+                continue
+            result_json = dump_json(value, adapter)
+            await self._port.emit(ev.StepCompleted, position=position, name=name, kind="step",
+                                  result_json=result_json, attempt=attempt)
+            # Return what a replay would return, so first run and replay cannot differ.
+            return adapter.validate_json(result_json)
+
+    async def _attempt_failed(
+        self, position: int, name: str, attempt: int, policy: RetryPolicy, exc: Exception
+    ) -> int:
+        will_retry = attempt < policy.max_attempts
+        delay = policy.delay_after(attempt) if will_retry else 0.0
+        await self._port.emit(
+            ev.StepFailed, position=position, name=name, attempt=attempt,
+            error_type=type(exc).__name__, error_message=str(exc),
+            will_retry=will_retry, retry_delay_ms=int(delay * 1000),
+        )
+        if not will_retry:
+            raise StepFailed(name, type(exc).__name__, str(exc), attempt) from exc
+        await asyncio.sleep(delay)
+        return attempt + 1
+
+    async def now(self) -> datetime:
+        """The current time, journaled: a replay sees the same instant."""
+        millis = await self._journaled_value("now", lambda: json.dumps(_wall_clock_ms()))
+        return datetime.fromtimestamp(int(millis) / 1000, tz=UTC)
+
+    async def uuid(self) -> uuid_mod.UUID:
+        """A random UUID, journaled: a replay sees the same value."""
+        text = await self._journaled_value("uuid", lambda: json.dumps(str(uuid_mod.uuid4())))
+        return uuid_mod.UUID(json.loads(text))
+
+    async def _journaled_value(self, kind: str, make: Callable[[], str]) -> str:
+        position = self._next_position(kind, kind)
+        entry = self._entries.get(position)
+        if entry is not None and entry.status == "completed" and entry.result_json is not None:
+            return entry.result_json
+        self._port.ensure_active()
+        value = make()
+        await self._port.emit(ev.StepCompleted, position=position, name=kind, kind=kind,
+                              result_json=value, attempt=1)
+        return value
+
+    def _next_position(self, name: str, kind: str) -> int:
+        position = self._position
+        self._position += 1
+        entry = self._entries.get(position)
+        if entry is not None and (entry.name != name or entry.kind != kind):
+            error = NonDeterminism(
+                f"run {self.run_id}: the handler asked for {kind} {name!r} at position "
+                f"{position}, but the journal holds {entry.kind} {entry.name!r} there; "
+                f"the flow's code changed under a running run (version the flow instead)"
+            )
+            self.nondeterminism = error
+            raise error
+        return position
+
+
+def _wall_clock_ms() -> int:
+    return int(datetime.now(tz=UTC).timestamp() * 1000)
+
+
+_ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
+_ANY_ADAPTER: TypeAdapter[Any] = TypeAdapter(Any)
+
+
+def _result_adapter(fn: Callable[..., Any]) -> TypeAdapter[Any]:
+    """The step result's type from fn's return annotation, so replays return that type."""
+    try:
+        hint = typing.get_type_hints(fn).get("return", Any)
+    except Exception:
+        return _ANY_ADAPTER
+    if hint is None or hint is type(None):
+        hint = Any
+    adapter = _ADAPTERS.get(hint)
+    if adapter is None:
+        try:
+            adapter = TypeAdapter(hint)
+        except Exception:
+            adapter = _ANY_ADAPTER
+        _ADAPTERS[hint] = adapter
+    return adapter

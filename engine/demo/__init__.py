@@ -1,0 +1,1 @@
+"""The demo's example flows and driver."""

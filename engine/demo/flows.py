@@ -1,0 +1,73 @@
+"""Example flows: a three-step checkout. Used by the demo and the tests.
+
+Each step function appends one line to $RUNSTREAM_EFFECTS_FILE when it is set, so tests
+can count how often a step's function really ran, across worker processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+
+from pydantic import BaseModel, Field
+
+from engine import Flow, FlowContext, RetryPolicy
+
+
+class CheckoutIn(BaseModel):
+    order_id: str
+    amount: int = Field(gt=0)
+    work_ms: int = 0  # simulated latency of each step
+
+
+class CheckoutOut(BaseModel):
+    order_id: str
+    reservation: str
+    charge_id: str
+    receipt: str
+
+
+checkout: Flow[CheckoutIn, CheckoutOut] = Flow("checkout", payload=CheckoutIn, result=CheckoutOut)
+
+
+def _effect(step: str, key: str) -> None:
+    path = os.environ.get("RUNSTREAM_EFFECTS_FILE")
+    if path:
+        # O_APPEND writes of one short line are atomic across processes.
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{os.getpid()} {key} {step}\n".encode())
+        finally:
+            os.close(fd)
+
+
+async def reserve(order_id: str, amount: int, work_ms: int) -> str:
+    await asyncio.sleep(work_ms / 1000)
+    _effect("reserve", order_id)
+    return f"res-{order_id}-{amount}"
+
+
+async def charge(order_id: str, amount: int, work_ms: int) -> str:
+    await asyncio.sleep(work_ms / 1000)
+    _effect("charge", order_id)
+    return f"ch-{order_id}-{random.randrange(10**6):06d}"
+
+
+async def send_receipt(order_id: str, charge_id: str, work_ms: int) -> str:
+    await asyncio.sleep(work_ms / 1000)
+    _effect("receipt", order_id)
+    return f"receipt for {charge_id}"
+
+
+@checkout.handler
+async def run_checkout(ctx: FlowContext, p: CheckoutIn) -> CheckoutOut:
+    reservation = await ctx.step("reserve", reserve, p.order_id, p.amount, p.work_ms)
+    charge_id = await ctx.step("charge", charge, p.order_id, p.amount, p.work_ms,
+                               retry=RetryPolicy(max_attempts=3, backoff=0.1))
+    receipt = await ctx.step("receipt", send_receipt, p.order_id, charge_id, p.work_ms)
+    return CheckoutOut(order_id=p.order_id, reservation=reservation, charge_id=charge_id,
+                       receipt=receipt)
+
+
+flows = [checkout]

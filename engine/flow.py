@@ -1,0 +1,101 @@
+"""A flow: a named async function of (FlowContext, payload) with typed payload and result."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from engine.errors import PayloadInvalid
+
+if TYPE_CHECKING:
+    from engine.context import FlowContext
+
+P = TypeVar("P")
+R = TypeVar("R")
+Handler = Callable[["FlowContext", Any], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    """How often a failing step is attempted, and how long to wait between attempts."""
+
+    max_attempts: int = 3
+    backoff: float = 0.5
+    multiplier: float = 2.0
+    max_backoff: float = 60.0
+
+    def delay_after(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number `attempt` (1-based)."""
+        return min(self.backoff * self.multiplier ** (attempt - 1), self.max_backoff)
+
+
+NO_RETRY = RetryPolicy(max_attempts=1)
+
+
+class Flow(Generic[P, R]):
+    """A flow definition; register its handler with `@flow.handler`."""
+
+    def __init__(self, name: str, *, payload: type[P] | Any = Any, result: type[R] | Any = Any):
+        if not name or "/" in name:
+            raise ValueError(f"flow name {name!r} must be non-empty and contain no '/'")
+        self.name = name
+        self._payload: TypeAdapter[P] = TypeAdapter(payload)
+        self._result: TypeAdapter[R] = TypeAdapter(result)
+        self._handler: Handler | None = None
+
+    def handler(self, fn: Callable[[FlowContext, P], Awaitable[R]]) -> Callable[..., Any]:
+        self._handler = fn
+        return fn
+
+    @property
+    def fn(self) -> Handler:
+        if self._handler is None:
+            raise RuntimeError(f"flow {self.name!r} has no handler: decorate one with @flow.handler")
+        return self._handler
+
+    def parse_payload(self, payload: Any) -> P:
+        """Validate a payload given as an object or as JSON text; PayloadInvalid if it fails."""
+        try:
+            if isinstance(payload, str | bytes):
+                return self._payload.validate_json(payload)
+            return self._payload.validate_python(payload)
+        except ValidationError as exc:
+            raise PayloadInvalid(self.name, _one_line(exc)) from None
+
+    def dump_payload(self, payload: Any) -> str:
+        return dump_json(self.parse_payload(payload), self._payload)
+
+    def dump_result(self, value: Any) -> str:
+        return dump_json(value, self._result)
+
+    def load_result(self, result_json: str) -> R:
+        return self._result.validate_json(result_json)
+
+    def __repr__(self) -> str:
+        return f"Flow({self.name!r})"
+
+
+def dump_json(value: Any, adapter: TypeAdapter[Any] | None = None) -> str:
+    """Canonical JSON (sorted keys) so equal payloads compare equal as text."""
+    plain = (adapter or _ANY).dump_python(value, mode="json")
+    return json.dumps(plain, sort_keys=True, separators=(",", ":"))
+
+
+def _one_line(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors()[:3]:
+        where = ".".join(str(p) for p in error["loc"]) or "payload"
+        parts.append(f"{where}: {error['msg']}")
+    more = exc.error_count() - len(parts)
+    return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
+
+
+_ANY: TypeAdapter[Any] = TypeAdapter(Any)
+
+
+def is_model(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, BaseModel)

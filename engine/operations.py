@@ -1,0 +1,150 @@
+"""Application functions behind the CLI: one per command, no click in here."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+from engine.client import Client
+from engine.config import journal_topic
+from engine.decide import FLOW_NOT_REGISTERED
+from engine.errors import RunstreamError
+from engine.flow import Flow
+from engine.worker import Worker
+from projections.rebuild import RebuildReport, rebuild_and_verify
+from projections.state import RunState, RunStatus
+
+
+class AppNotFound(RunstreamError):
+    pass
+
+
+def run_view(run: RunState) -> dict[str, Any]:
+    """What `run status --json` and `runs list --json` print for one run."""
+    view: dict[str, Any] = {
+        "run_id": run.run_id,
+        "flow": run.flow,
+        "status": run.status.value,
+        "partition": run.partition,
+        "admitted": run.admitted,
+        "activations": run.activations,
+        "steps": len(run.journal),
+        "created_at_ms": run.created_at_ms,
+        "updated_at_ms": run.updated_at_ms,
+    }
+    if run.result_json is not None:
+        view["result"] = json.loads(run.result_json)
+    if run.error_type is not None:
+        view["error"] = {"type": run.error_type, "message": run.error_message}
+    note = status_note(run)
+    if note:
+        view["note"] = note
+    return view
+
+
+def status_note(run: RunState) -> str | None:
+    """Why a run that is not moving is not moving, in words."""
+    if run.status is not RunStatus.pending:
+        if run.status is RunStatus.suspended:
+            return f"suspended: {run.suspended_reason}"
+        return None
+    missing = [e for e in run.evidence if e.kind == FLOW_NOT_REGISTERED]
+    if missing:
+        return missing[-1].message
+    if not run.admitted:
+        return (f"not admitted yet: no worker has claimed partition {run.partition}; "
+                f"start a worker (`runstream worker`)")
+    if run.released_cause:
+        return f"released by its last owner ({run.released_cause}); waiting for the next owner"
+    return None
+
+
+async def create_run(
+    *, bootstrap: str | None, namespace: str | None, flow: str, payload: Any,
+    run_id: str | None, wait: bool, timeout: float,
+) -> dict[str, Any]:
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
+        handle = await client.create_run(flow, payload, run_id=run_id)
+        out: dict[str, Any] = {"run_id": handle.run_id, "partition": handle.partition,
+                               "offset": handle.request_offset}
+        if wait:
+            out["result"] = await handle.result(timeout=timeout)
+            out["status"] = "completed"
+        return out
+
+
+async def run_status(*, bootstrap: str | None, namespace: str | None, run_id: str) -> dict[str, Any]:
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
+        return run_view(await client.describe(run_id))
+
+
+async def run_result(
+    *, bootstrap: str | None, namespace: str | None, run_id: str, timeout: float
+) -> Any:
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
+        return await client.get_handle(run_id).result(timeout=timeout)
+
+
+async def list_runs(
+    *, bootstrap: str | None, namespace: str | None, status: str | None
+) -> list[dict[str, Any]]:
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
+        chosen = RunStatus(status) if status else None
+        return [run_view(r) for r in await client.list_runs(status=chosen)]
+
+
+def load_flows(app: str) -> list[Flow[Any, Any]]:
+    """`package.module:attr` -> the flows it names (a list of Flow, or a callable returning one)."""
+    module_name, _, attr = app.partition(":")
+    if not module_name or not attr:
+        raise AppNotFound(f"--app {app!r} must look like package.module:flows_list")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise AppNotFound(f"cannot import {module_name!r} for --app: {exc}") from None
+    value = getattr(module, attr, None)
+    if value is None:
+        raise AppNotFound(f"module {module_name!r} has no attribute {attr!r}")
+    flows = value() if callable(value) and not isinstance(value, Flow) else value
+    flows = [flows] if isinstance(flows, Flow) else list(flows)
+    if not flows or not all(isinstance(f, Flow) for f in flows):
+        raise AppNotFound(f"{app} must be a Flow or a list of Flow objects")
+    return flows
+
+
+async def serve_worker(
+    *, bootstrap: str | None, namespace: str | None, app: str, data_dir: Path,
+    concurrency: int, name: str | None,
+) -> None:
+    """Run a worker until SIGINT/SIGTERM, then shut it down gracefully."""
+    worker = Worker(flows=load_flows(app), data_dir=data_dir, bootstrap_servers=bootstrap,
+                    namespace=namespace, concurrency=concurrency, name=name)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await worker.start()
+    running = asyncio.create_task(worker.run())
+    stopped = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({running, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        await worker.stop()
+        stopped.cancel()
+    if running.done() and not running.cancelled() and running.exception():
+        raise running.exception()  # type: ignore[misc]
+
+
+async def rebuild(
+    *, bootstrap: str | None, namespace: str | None, data_dir: Path, replace: bool
+) -> RebuildReport:
+    from engine.config import resolve_bootstrap, resolve_namespace
+
+    return await rebuild_and_verify(
+        data_dir, bootstrap=resolve_bootstrap(bootstrap),
+        topic=journal_topic(resolve_namespace(namespace)), replace=replace,
+    )

@@ -1,0 +1,151 @@
+"""Group commit: decisions from every run of a worker go out in shared Kafka transactions.
+
+One transaction per batch amortises the transaction round trips over many records. The
+committer stamps each decision with the worker's source sequence at send time, so the
+sequence is strictly increasing in log order within every partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from aiokafka import AIOKafkaProducer, TopicPartition
+
+from engine.errors import WorkerFatal
+from engine.journal import JournalRecord, encode
+
+log = logging.getLogger("runstream.committer")
+
+OffsetsFn = Callable[[], dict[TopicPartition, int]]
+
+
+@dataclass(slots=True)
+class _Pending:
+    partition: int
+    record: JournalRecord
+    future: asyncio.Future[int] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+
+class Committer:
+    """Queues decisions and commits them in transactions, in submission order."""
+
+    def __init__(
+        self,
+        producer: AIOKafkaProducer,
+        *,
+        topic: str,
+        group_id: str,
+        offsets: OffsetsFn,
+        max_batch: int = 500,
+    ) -> None:
+        self._producer = producer
+        self._topic = topic
+        self._group_id = group_id
+        self._offsets = offsets
+        self._max_batch = max_batch
+        self._queue: list[_Pending] = []
+        self._wakeup = asyncio.Event()
+        self._seq = 0
+        self._task: asyncio.Task[None] | None = None
+        self.failure: BaseException | None = None
+        self.transactions = 0
+        self.records = 0
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="runstream-committer")
+
+    def enqueue(self, partition: int, record: JournalRecord) -> asyncio.Future[int]:
+        """Queue one decision; the future resolves to its offset once committed."""
+        if self.failure is not None:
+            raise WorkerFatal(f"the worker's producer failed earlier: {self.failure!r}")
+        pending = _Pending(partition, record)
+        self._queue.append(pending)
+        self._wakeup.set()
+        return pending.future
+
+    async def submit(self, partition: int, record: JournalRecord) -> int:
+        return await self.enqueue(partition, record)
+
+    async def flush(self) -> None:
+        """Wait until everything queued so far is committed (or failed)."""
+        if self._queue:
+            await asyncio.gather(*(p.future for p in list(self._queue)), return_exceptions=True)
+
+    async def close(self) -> None:
+        await self.flush()
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            while self._queue:
+                batch = self._queue[: self._max_batch]
+                del self._queue[: self._max_batch]
+                await self._commit(batch)
+
+    async def _commit(self, batch: list[_Pending]) -> None:
+        try:
+            offsets = await self._transaction(batch)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.error("transaction failed, the worker must stop: %r", exc)
+            self.failure = exc
+            for pending in (*batch, *self._queue):
+                if not pending.future.done():
+                    pending.future.set_exception(WorkerFatal(f"transaction failed: {exc!r}"))
+            self._queue.clear()
+            return
+        for pending, offset in zip(batch, offsets, strict=True):
+            if not pending.future.done():
+                pending.future.set_result(offset)
+
+    async def _transaction(self, batch: list[_Pending]) -> list[int]:
+        producer = self._producer
+        await producer.begin_transaction()
+        try:
+            sent = []
+            for pending in batch:
+                record = self._stamp(pending.record)
+                value, headers = encode(record)
+                sent.append(
+                    await producer.send(
+                        self._topic,
+                        value=value,
+                        key=record.envelope.lineage_id.encode(),
+                        partition=pending.partition,
+                        headers=headers,
+                    )
+                )
+            metadata = await asyncio.gather(*sent)
+            consumed = self._offsets()
+            if consumed:
+                await producer.send_offsets_to_transaction(consumed, self._group_id)
+            await producer.commit_transaction()
+        except BaseException:
+            await _abort_quietly(producer)
+            raise
+        self.transactions += 1
+        self.records += len(batch)
+        return [meta.offset for meta in metadata]
+
+    def _stamp(self, record: JournalRecord) -> JournalRecord:
+        self._seq += 1
+        envelope = dataclasses.replace(record.envelope, source_seq=self._seq)
+        return dataclasses.replace(record, envelope=envelope)
+
+
+async def _abort_quietly(producer: AIOKafkaProducer) -> None:
+    try:
+        await producer.abort_transaction()
+    except Exception as exc:  # the producer may be fenced or broken already
+        log.warning("abort_transaction failed: %r", exc)

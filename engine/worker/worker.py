@@ -1,0 +1,358 @@
+"""A worker: one member of the namespace's consumer group.
+
+It projects every record of its partitions into RocksDB, claims each assigned partition
+with an epoch record, decides requests once its claim is applied, and executes runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+
+from engine.config import journal_topic, resolve_bootstrap, resolve_namespace, worker_group
+from engine.decide import (
+    FLOW_NOT_REGISTERED,
+    Create,
+    Duplicate,
+    Reject,
+    decide_create,
+    flow_missing_message,
+    needs_activation,
+    plan_activation,
+    unanswered_creates,
+)
+from engine.errors import PayloadInvalid, WorkerFatal
+from engine.flow import Flow
+from engine.journal import JournalRecord
+from engine.journal import events as ev
+from engine.worker.committer import Committer
+from engine.worker.executor import RunExecution, decision
+from engine.worker.ownership import Ownership, OwnershipState
+from projections.projector import Outcome, Projector
+from projections.state import InboxItem, RunState, RunStatus, Verdict
+from projections.store import ProjectionStore
+
+log = logging.getLogger("runstream.worker")
+
+
+class Worker:
+    """Executes runs of `flows` for the partitions the consumer group assigns it."""
+
+    def __init__(
+        self,
+        *,
+        flows: Iterable[Flow[Any, Any]],
+        data_dir: str | Path,
+        bootstrap_servers: str | None = None,
+        namespace: str | None = None,
+        concurrency: int = 64,
+        name: str | None = None,
+        session_timeout_ms: int = 10_000,
+        drain_timeout: float = 10.0,
+    ) -> None:
+        self.flows = {flow.name: flow for flow in flows}
+        self.bootstrap = resolve_bootstrap(bootstrap_servers)
+        self.namespace = resolve_namespace(namespace)
+        self.topic = journal_topic(self.namespace)
+        self.group_id = worker_group(self.namespace)
+        self.data_dir = Path(data_dir)
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.source_id = uuid.uuid4().hex
+        self.slots = asyncio.Semaphore(concurrency)
+        self.session_timeout_ms = session_timeout_ms
+        self.drain_timeout = drain_timeout
+        self.owned: dict[int, Ownership] = {}
+        self.executions: dict[str, RunExecution] = {}
+        self._decided: set[str] = set()
+        self._warned: set[str] = set()
+        self._owner_names: dict[str, str] = {}
+        self._stopping = False
+        self._loop_task: asyncio.Task[None] | None = None
+        self.store: ProjectionStore | None = None
+        self.projector: Projector | None = None
+        self._consumer: AIOKafkaConsumer | None = None
+        self._producer: AIOKafkaProducer | None = None
+        self._committer: Committer | None = None
+
+    # lifecycle
+
+    async def start(self) -> None:
+        self.store = ProjectionStore(self.data_dir / "projection")
+        self.projector = Projector(self.store)
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap,
+            transactional_id=f"{self.group_id}.{self.source_id}",
+            acks="all",
+            transaction_timeout_ms=15_000,
+            client_id=f"runstream-worker-{self.name}",
+        )
+        await self._producer.start()
+        self._committer = Committer(
+            self._producer, topic=self.topic, group_id=self.group_id, offsets=self._offsets
+        )
+        self._committer.start()
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            group_id=self.group_id,
+            client_id=f"runstream-worker-{self.name}",
+            isolation_level="read_committed",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            session_timeout_ms=self.session_timeout_ms,
+            heartbeat_interval_ms=max(self.session_timeout_ms // 6, 500),
+            rebalance_timeout_ms=int(self.drain_timeout * 1000) + 20_000,
+            max_poll_interval_ms=300_000,
+        )
+        await self._consumer.start()
+        self._consumer.subscribe([self.topic], listener=_Rebalance(self))
+        self._loop_task = asyncio.create_task(self._consume(), name="runstream-consume")
+        log.info("worker %s (source %s) started on %s", self.name, self.source_id, self.topic)
+
+    async def run(self) -> None:
+        """Start, then work until stop() is called or the worker fails."""
+        if self._loop_task is None:
+            await self.start()
+        assert self._loop_task is not None
+        await self._loop_task
+
+    async def stop(self) -> None:
+        """Graceful shutdown: finish in-flight steps, release runs, leave the group."""
+        if self._stopping:
+            return
+        self._stopping = True
+        await self._release(list(self.owned), cause="shutdown")
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            await asyncio.gather(self._loop_task, return_exceptions=True)
+        if self._consumer is not None:
+            await self._consumer.stop()
+        if self._committer is not None:
+            await self._committer.close()
+        if self._producer is not None:
+            await self._producer.stop()
+        if self.store is not None:
+            self.store.close()
+        log.info("worker %s stopped", self.name)
+
+    async def __aenter__(self) -> Worker:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def committer(self) -> Committer:
+        assert self._committer is not None, "worker not started"
+        return self._committer
+
+    # the consume loop
+
+    async def _consume(self) -> None:
+        assert self._consumer is not None
+        while not self._stopping:
+            batches = await self._consumer.getmany(timeout_ms=200, max_records=5000)
+            for tp, messages in batches.items():
+                for message in messages:
+                    self._on_record(tp.partition, message.offset, message.value, message.headers)
+            if self.committer.failure is not None:
+                raise WorkerFatal(f"transaction failed: {self.committer.failure!r}")
+
+    def _on_record(
+        self, partition: int, offset: int, value: bytes | None, headers: Sequence[Any]
+    ) -> None:
+        assert self.projector is not None
+        outcome = self.projector.apply_raw(partition, offset, value, headers)
+        if outcome.verdict is Verdict.dead_letter:
+            log.warning("partition %d offset %d does not decode, kept as dead letter: %s",
+                        partition, offset, outcome.error)
+            return
+        record = outcome.record
+        if isinstance(record, ev.PartitionEpochClaimed):
+            if outcome.verdict is Verdict.applied:
+                self._on_claim(partition, record, outcome)
+            return
+        own = self.owned.get(partition)
+        if own is None or not own.executing or outcome.verdict is not Verdict.applied:
+            return
+        if isinstance(record, ev.RunCreateRequested) and outcome.run is not None:
+            request_id = record.envelope.request_id
+            for item in unanswered_creates(outcome.run):
+                if item.request_id == request_id:
+                    self._decide_create(own, outcome.run, item)
+
+    def _on_claim(self, partition: int, record: ev.PartitionEpochClaimed, outcome: Outcome) -> None:
+        source = record.envelope.source_id or ""
+        self._owner_names[source] = record.owner
+        own = self.owned.get(partition)
+        if own is None:
+            return
+        if record.envelope.request_id == own.claim_id:
+            own.state = OwnershipState.ready
+            own.epoch = outcome.partition.epoch
+            log.info("partition %d: claimed at epoch %d", partition, own.epoch)
+            self._activate_partition(own)
+        elif own.state is OwnershipState.ready:
+            self._lose(own, f"{record.owner} claimed it at epoch {outcome.partition.epoch}")
+
+    # deciding and activating
+
+    def _activate_partition(self, own: Ownership) -> None:
+        assert self.store is not None
+        for status in (RunStatus.pending, RunStatus.running):
+            for run in list(self.store.runs_in_partition(own.partition, status)):
+                for item in unanswered_creates(run):
+                    self._decide_create(own, run, item)
+                if needs_activation(run):
+                    self._start(own, run)
+
+    def _decide_create(self, own: Ownership, run: RunState, item: InboxItem) -> None:
+        if item.request_id in self._decided:
+            return
+        self._decided.add(item.request_id)
+        answer = decide_create(run, item, self._check_payload)
+        common: dict[str, Any] = {"request_id": item.request_id}
+        if isinstance(answer, Reject):
+            self._enqueue(own, run, ev.RunCreateRejected, reason=answer.reason,
+                          field=answer.field, existing_value=answer.existing,
+                          requested_value=answer.requested, **common)
+            return
+        duplicate = isinstance(answer, Duplicate)
+        offset = answer.request_offset if isinstance(answer, Duplicate) else item.offset
+        self._enqueue(own, run, ev.RunCreated, flow=run.flow, payload_json=run.payload_json,
+                      request_offset=offset, duplicate=duplicate,
+                      parent_run_id=run.parent_run_id, round=run.round, **common)
+        if isinstance(answer, Create):
+            self._start(own, run)
+
+    def _check_payload(self, flow_name: str, payload_json: str) -> str | None:
+        flow = self.flows.get(flow_name)
+        if flow is None:
+            return None  # validated by an owner that registers the flow, at activation
+        try:
+            flow.parse_payload(payload_json)
+        except PayloadInvalid as exc:
+            return str(exc)
+        return None
+
+    def _start(self, own: Ownership, run: RunState) -> None:
+        if run.run_id in self.executions:
+            return
+        flow = self.flows.get(run.flow)
+        if flow is None:
+            self._flow_missing(own, run)
+            return
+        execution = RunExecution(self, own, run)
+        self.executions[run.run_id] = execution
+        own.run_ids.add(run.run_id)
+        plan = plan_activation(run, self._owner_name)
+        execution.task = asyncio.create_task(self._execute(execution, flow, plan))
+
+    async def _execute(self, execution: RunExecution, flow: Flow[Any, Any], plan: Any) -> None:
+        run_id = execution.run.run_id
+        try:
+            await execution.execute(flow, plan)
+        except asyncio.CancelledError:
+            pass
+        except WorkerFatal as exc:
+            log.error("run %s stopped: %s", run_id, exc)
+        except Exception:
+            log.exception("run %s: unexpected executor error", run_id)
+        finally:
+            self.executions.pop(run_id, None)
+            execution.ownership.run_ids.discard(run_id)
+
+    def _flow_missing(self, own: Ownership, run: RunState) -> None:
+        message = flow_missing_message(run.flow, self.name)
+        if run.run_id not in self._warned:
+            self._warned.add(run.run_id)
+            log.warning("run %s stays pending: %s", run.run_id, message)
+            if not run.has_evidence(FLOW_NOT_REGISTERED):
+                self._enqueue(own, run, ev.EvidenceRecorded, kind=FLOW_NOT_REGISTERED,
+                              message=message, attributes={"flow": run.flow})
+
+    def _enqueue(
+        self, own: Ownership, run: RunState, cls: type[JournalRecord], **body: Any
+    ) -> None:
+        request_id = body.pop("request_id", None)
+        record = decision(cls, run_id=run.run_id, lineage_id=run.lineage_id, epoch=own.epoch,
+                          source_id=self.source_id, request_id=request_id, body=body)
+        self.committer.enqueue(own.partition, record)
+
+    def _owner_name(self, source_id: str) -> str:
+        return self._owner_names.get(source_id, f"source {source_id[:8]}")
+
+    def _offsets(self) -> dict[TopicPartition, int]:
+        assert self.projector is not None
+        return {
+            TopicPartition(self.topic, p): self.projector.partition(p).next_offset
+            for p, own in self.owned.items()
+            if own.executing
+        }
+
+    # ownership changes
+
+    async def _claim(self, partitions: list[int]) -> None:
+        assert self._consumer is not None and self.projector is not None
+        for partition in partitions:
+            state = self.projector.partition(partition)
+            self._consumer.seek(TopicPartition(self.topic, partition), state.next_offset)
+            own = Ownership(partition=partition, claim_id=uuid.uuid4().hex)
+            self.owned[partition] = own
+            record = decision(
+                ev.PartitionEpochClaimed, run_id="", lineage_id=f"partition/{partition}",
+                epoch=state.epoch, source_id=self.source_id, request_id=own.claim_id,
+                body={"partition": partition, "epoch": state.epoch + 1, "owner": self.name,
+                      "query_endpoint": None},
+            )
+            self.committer.enqueue(partition, record)
+        await self.committer.flush()
+
+    async def _release(self, partitions: list[int], *, cause: str) -> None:
+        owns = [self.owned.pop(p) for p in partitions if p in self.owned]
+        if not owns:
+            return
+        for own in owns:
+            if own.state is not OwnershipState.lost:
+                own.state = OwnershipState.draining
+        executions = [e for e in self.executions.values() if e.ownership in owns]
+        tasks = [e.task for e in executions if e.task is not None]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=self.drain_timeout)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        for execution in executions:
+            own = execution.ownership
+            if execution.activated and not execution.settled and own.state is not OwnershipState.lost:
+                self._enqueue(own, execution.run, ev.RunReleased, cause=cause,
+                              detail=f"{self.name} stopped executing partition {own.partition}")
+        await self.committer.flush()
+        log.info("released partitions %s (%s)", [o.partition for o in owns], cause)
+
+    def _lose(self, own: Ownership, why: str) -> None:
+        log.warning("partition %d lost: %s; stopping its runs", own.partition, why)
+        own.state = OwnershipState.lost
+        for execution in list(self.executions.values()):
+            if execution.ownership is own and execution.task is not None:
+                execution.task.cancel()
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        await self.worker._release([tp.partition for tp in revoked], cause="rebalance")
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        if not self.worker._stopping:
+            await self.worker._claim([tp.partition for tp in assigned])

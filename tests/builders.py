@@ -1,0 +1,55 @@
+"""Builders of journal records for tests that need no broker."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from engine.journal import Envelope, JournalRecord
+from engine.journal import events as ev
+
+_clock = itertools.count(1_700_000_000_000, 1000)
+
+
+class Writer:
+    """A decision writer incarnation: its source id, its sequence, the epoch it believes in."""
+
+    def __init__(self, source_id: str, epoch: int = 1) -> None:
+        self.source_id = source_id
+        self.epoch = epoch
+        self.seq = 0
+
+    def claim(self, partition: int, *, owner: str | None = None) -> ev.PartitionEpochClaimed:
+        return self.decide(ev.PartitionEpochClaimed, run_id="", partition=partition,
+                           epoch=self.epoch, owner=owner or self.source_id)
+
+    def decide(self, cls: type[Any], *, run_id: str, request_id: str | None = None,
+               **body: Any) -> Any:
+        self.seq += 1
+        envelope = Envelope(type=cls.TYPE, run_id=run_id, lineage_id=run_id or "partition",
+                            request_id=request_id, epoch=self.epoch, source_id=self.source_id,
+                            source_seq=self.seq, timestamp_ms=next(_clock))
+        return cls(envelope=envelope, **body)
+
+
+def request(cls: type[Any], *, run_id: str, request_id: str, **body: Any) -> Any:
+    envelope = Envelope(type=cls.TYPE, run_id=run_id, lineage_id=run_id, request_id=request_id,
+                        timestamp_ms=next(_clock))
+    return cls(envelope=envelope, **body)
+
+
+def create(run_id: str, request_id: str, *, flow: str = "checkout",
+           payload_json: str = '{"amount":5}') -> ev.RunCreateRequested:
+    result: ev.RunCreateRequested = request(ev.RunCreateRequested, run_id=run_id,
+                                            request_id=request_id, flow=flow,
+                                            payload_json=payload_json)
+    return result
+
+
+def created(writer: Writer, run_id: str, request_id: str, *, request_offset: int,
+            flow: str = "checkout", payload_json: str = '{"amount":5}',
+            duplicate: bool = False) -> JournalRecord:
+    record: JournalRecord = writer.decide(
+        ev.RunCreated, run_id=run_id, request_id=request_id, flow=flow,
+        payload_json=payload_json, request_offset=request_offset, duplicate=duplicate)
+    return record
