@@ -14,7 +14,7 @@ import typing
 import uuid as uuid_mod
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast, overload
 
 from pydantic import TypeAdapter
 
@@ -65,21 +65,33 @@ class FlowContext:
         self._position = 0
         self.nondeterminism: NonDeterminism | None = None
 
+    @overload
+    async def step(
+        self, name: str, fn: Callable[..., Awaitable[T]], *args: Any,
+        retry: RetryPolicy | None = None, irreversible: bool = False, **kwargs: Any,
+    ) -> T: ...
+
+    @overload
+    async def step(
+        self, name: str, fn: Callable[..., T], *args: Any,
+        retry: RetryPolicy | None = None, irreversible: bool = False, **kwargs: Any,
+    ) -> T: ...
+
     async def step(
         self,
         name: str,
-        fn: Callable[..., Awaitable[T] | T],
+        fn: Callable[..., Any],
         *args: Any,
         retry: RetryPolicy | None = None,
         irreversible: bool = False,
         **kwargs: Any,
-    ) -> T:
+    ) -> Any:
         """Run `fn(*args, **kwargs)` once, durably; on replay return its journaled result."""
         position = self._next_position(name, "step")
         adapter = _result_adapter(fn)
         entry = self._entries.get(position)
         if entry is not None and entry.status == "completed":
-            return adapter.validate_json(entry.result_json or "null")
+            return cast(Any, adapter.validate_json(entry.result_json or "null"))
         if entry is not None and entry.status == "failed":
             raise StepFailed(name, entry.error_type or "Error", entry.error_message or "",
                              entry.attempts)
@@ -103,7 +115,7 @@ class FlowContext:
             await self._port.emit(ev.StepCompleted, position=position, name=name, kind="step",
                                   result_json=result_json, attempt=attempt)
             # Return what a replay would return, so first run and replay cannot differ.
-            return adapter.validate_json(result_json)
+            return cast(Any, adapter.validate_json(result_json))
 
     async def _attempt_failed(
         self, position: int, name: str, attempt: int, policy: RetryPolicy, exc: Exception

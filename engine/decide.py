@@ -53,10 +53,15 @@ def decide_create(
             return Reject("identity-conflict", "flow", run.flow, flow)
         if run.payload_json != payload:
             return Reject("identity-conflict", "payload", run.payload_json, payload)
-        return Duplicate(run.request_offset)
+        if run.admitted:
+            return Duplicate(run.request_offset)
+        # Same identity as a first request not yet admitted: it gets the first one's answer,
+        # which depends only on the payload check.
     error = check_payload(flow, payload)
     if error is not None:
         return Reject("payload-invalid", "payload", "", error)
+    if run is not None and run.request_id != request.request_id:
+        return Duplicate(run.request_offset)
     return Create()
 
 

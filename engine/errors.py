@@ -75,7 +75,9 @@ class StepFailed(RunstreamError):
     """A step used up its attempts; raised inside the flow at the step's call."""
 
     def __init__(self, step: str, error_type: str, message: str, attempts: int) -> None:
-        super().__init__(f"step {step!r} failed after {attempts} attempt(s): {error_type}: {message}")
+        super().__init__(
+            f"step {step!r} failed after {attempts} attempt(s): {error_type}: {message}"
+        )
         self.step = step
         self.error_type = error_type
         self.message = message

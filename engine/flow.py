@@ -30,7 +30,12 @@ class RetryPolicy:
 
     def delay_after(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number `attempt` (1-based)."""
-        return min(self.backoff * self.multiplier ** (attempt - 1), self.max_backoff)
+        delay = self.backoff
+        for _ in range(attempt - 1):  # grows step by step so huge attempt counts cannot overflow
+            delay *= self.multiplier
+            if delay >= self.max_backoff:
+                return self.max_backoff
+        return min(delay, self.max_backoff)
 
 
 NO_RETRY = RetryPolicy(max_attempts=1)
@@ -54,7 +59,9 @@ class Flow(Generic[P, R]):
     @property
     def fn(self) -> Handler:
         if self._handler is None:
-            raise RuntimeError(f"flow {self.name!r} has no handler: decorate one with @flow.handler")
+            raise RuntimeError(
+                f"flow {self.name!r} has no handler: decorate one with @flow.handler"
+            )
         return self._handler
 
     def parse_payload(self, payload: Any) -> P:

@@ -5,7 +5,6 @@ Used by the client (status, results), `runs list`, rebuild and time travel.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -26,7 +25,8 @@ class TopicMissing(RunstreamError):
 
 def partition_for(key: str, partitions: int) -> int:
     """The partition Kafka's default partitioner gives `key` (murmur2, as the Java client)."""
-    return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+    hashed: int = murmur2(key.encode())
+    return (hashed & 0x7FFFFFFF) % partitions
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +104,7 @@ async def _drain(
                   if await consumer.position(TopicPartition(topic, p)) < end}
     while open_parts:
         if time.monotonic() > deadline:
-            raise asyncio.TimeoutError(f"reading {topic} did not reach its end in {timeout}s")
+            raise TimeoutError(f"reading {topic} did not reach its end in {timeout}s")
         batches = await consumer.getmany(
             *(TopicPartition(topic, p) for p in open_parts), timeout_ms=200
         )

@@ -49,7 +49,9 @@ async def rebuild_into(
     return count, reached
 
 
-def compare(live: ProjectionStore, rebuilt: ProjectionStore, limit: int = 20) -> tuple[int, list[Difference]]:
+def compare(
+    live: ProjectionStore, rebuilt: ProjectionStore, limit: int = 20
+) -> tuple[int, list[Difference]]:
     """Every key and value of both stores, compared in byte order."""
     left = dict(live.items())
     right = dict(rebuilt.items())

@@ -95,7 +95,8 @@ def _suspended(run: RunState, record: Any, epoch: int) -> Changes:
 
 def _resumed(run: RunState, record: Any, epoch: int) -> Changes:
     assert isinstance(record, ev.RunResumed)
-    return {"status": RunStatus.pending, "suspended_reason": None}
+    # suspended_reason stays until the next activation, whose evidence names it.
+    return {"status": RunStatus.pending}
 
 
 def _completed(run: RunState, record: Any, epoch: int) -> Changes:

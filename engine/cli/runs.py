@@ -109,17 +109,23 @@ def list_runs(status: str | None, as_json: bool, bootstrap: str | None,
 @click.option("--data-dir", required=True, type=click.Path(path_type=Path))
 @click.option("--concurrency", default=64, show_default=True)
 @click.option("--name", default=None, help="Worker name shown in evidence (default host:pid).")
+@click.option("--session-timeout-ms", default=10_000, show_default=True,
+              help="Consumer-group session timeout: how soon a dead worker's runs move.")
+@click.option("--drain-timeout", default=10.0, show_default=True,
+              help="Seconds in-flight steps get to finish when partitions are revoked.")
 @click.option("--log-level", default="INFO", show_default=True)
 @bootstrap_option
 @namespace_option
-def worker(app: str, data_dir: Path, concurrency: int, name: str | None, log_level: str,
+def worker(app: str, data_dir: Path, concurrency: int, name: str | None,
+           session_timeout_ms: int, drain_timeout: float, log_level: str,
            bootstrap: str | None, namespace: str | None) -> None:
     """Run a worker of the namespace's consumer group."""
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     asyncio.run(operations.serve_worker(
         bootstrap=bootstrap, namespace=namespace, app=app, data_dir=data_dir,
-        concurrency=concurrency, name=name))
+        concurrency=concurrency, name=name, session_timeout_ms=session_timeout_ms,
+        drain_timeout=drain_timeout))
 
 
 @click.group()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaProducer, TopicPartition
@@ -21,6 +21,8 @@ from engine.journal import JournalRecord, encode
 log = logging.getLogger("runstream.committer")
 
 OffsetsFn = Callable[[], dict[TopicPartition, int]]
+ProducerFactory = Callable[[], Awaitable[AIOKafkaProducer]]
+MAX_TRANSACTION_ATTEMPTS = 3
 
 
 @dataclass(slots=True)
@@ -37,14 +39,15 @@ class Committer:
 
     def __init__(
         self,
-        producer: AIOKafkaProducer,
+        producer_factory: ProducerFactory,
         *,
         topic: str,
         group_id: str,
         offsets: OffsetsFn,
         max_batch: int = 500,
     ) -> None:
-        self._producer = producer
+        self._new_producer = producer_factory
+        self._producer: AIOKafkaProducer | None = None
         self._topic = topic
         self._group_id = group_id
         self._offsets = offsets
@@ -57,7 +60,8 @@ class Committer:
         self.transactions = 0
         self.records = 0
 
-    def start(self) -> None:
+    async def start(self) -> None:
+        self._producer = await self._new_producer()
         self._task = asyncio.create_task(self._run(), name="runstream-committer")
 
     def enqueue(self, partition: int, record: JournalRecord) -> asyncio.Future[int]:
@@ -82,6 +86,8 @@ class Committer:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        if self._producer is not None:
+            await self._producer.stop()
 
     async def _run(self) -> None:
         while True:
@@ -94,11 +100,11 @@ class Committer:
 
     async def _commit(self, batch: list[_Pending]) -> None:
         try:
-            offsets = await self._transaction(batch)
+            offsets = await self._transaction_with_retries(batch)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.error("transaction failed, the worker must stop: %r", exc)
+            log.error("transactions keep failing, the worker must stop: %r", exc)
             self.failure = exc
             for pending in (*batch, *self._queue):
                 if not pending.future.done():
@@ -109,8 +115,34 @@ class Committer:
             if not pending.future.done():
                 pending.future.set_result(offset)
 
+    async def _transaction_with_retries(self, batch: list[_Pending]) -> list[int]:
+        """A transaction the broker aborted (e.g. it timed out while this process was paused)
+        left nothing visible, so the batch can go again on a fresh producer. aiokafka has no
+        KIP-360 epoch bump: a producer whose transaction failed cannot be reused."""
+        for attempt in range(1, MAX_TRANSACTION_ATTEMPTS + 1):
+            try:
+                return await self._transaction(batch)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if attempt == MAX_TRANSACTION_ATTEMPTS:
+                    raise
+                log.warning("transaction failed (%r); retrying on a new producer", exc)
+                await self._replace_producer()
+        raise AssertionError("unreachable")
+
+    async def _replace_producer(self) -> None:
+        old, self._producer = self._producer, None
+        if old is not None:
+            try:
+                await old.stop()
+            except Exception as exc:
+                log.warning("stopping the failed producer: %r", exc)
+        self._producer = await self._new_producer()
+
     async def _transaction(self, batch: list[_Pending]) -> list[int]:
         producer = self._producer
+        assert producer is not None
         await producer.begin_transaction()
         try:
             sent = []

@@ -79,7 +79,7 @@ class Worker:
         self.store: ProjectionStore | None = None
         self.projector: Projector | None = None
         self._consumer: AIOKafkaConsumer | None = None
-        self._producer: AIOKafkaProducer | None = None
+        self._producers = 0
         self._committer: Committer | None = None
 
     # lifecycle
@@ -87,18 +87,10 @@ class Worker:
     async def start(self) -> None:
         self.store = ProjectionStore(self.data_dir / "projection")
         self.projector = Projector(self.store)
-        self._producer = AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap,
-            transactional_id=f"{self.group_id}.{self.source_id}",
-            acks="all",
-            transaction_timeout_ms=15_000,
-            client_id=f"runstream-worker-{self.name}",
-        )
-        await self._producer.start()
         self._committer = Committer(
-            self._producer, topic=self.topic, group_id=self.group_id, offsets=self._offsets
+            self._make_producer, topic=self.topic, group_id=self.group_id, offsets=self._offsets
         )
-        self._committer.start()
+        await self._committer.start()
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap,
             group_id=self.group_id,
@@ -115,6 +107,20 @@ class Worker:
         self._consumer.subscribe([self.topic], listener=_Rebalance(self))
         self._loop_task = asyncio.create_task(self._consume(), name="runstream-consume")
         log.info("worker %s (source %s) started on %s", self.name, self.source_id, self.topic)
+
+    async def _make_producer(self) -> AIOKafkaProducer:
+        # One transactional id per producer instance: fencing is the epochs' job, and a
+        # fresh id never waits for a predecessor's transaction to be resolved.
+        self._producers += 1
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap,
+            transactional_id=f"{self.group_id}.{self.source_id}.{self._producers}",
+            acks="all",
+            transaction_timeout_ms=15_000,
+            client_id=f"runstream-worker-{self.name}",
+        )
+        await producer.start()
+        return producer
 
     async def run(self) -> None:
         """Start, then work until stop() is called or the worker fails."""
@@ -136,8 +142,6 @@ class Worker:
             await self._consumer.stop()
         if self._committer is not None:
             await self._committer.close()
-        if self._producer is not None:
-            await self._producer.stop()
         if self.store is not None:
             self.store.close()
         log.info("worker %s stopped", self.name)
@@ -332,7 +336,8 @@ class Worker:
             await asyncio.gather(*pending, return_exceptions=True)
         for execution in executions:
             own = execution.ownership
-            if execution.activated and not execution.settled and own.state is not OwnershipState.lost:
+            unsettled = execution.activated and not execution.settled
+            if unsettled and own.state is not OwnershipState.lost:
                 self._enqueue(own, execution.run, ev.RunReleased, cause=cause,
                               detail=f"{self.name} stopped executing partition {own.partition}")
         await self.committer.flush()

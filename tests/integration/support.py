@@ -1,0 +1,141 @@
+"""Worker processes and journal analysis for the engine's integration tests."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine import Client
+from engine.journal import events as ev
+from projections.memory import MemoryProjection
+
+
+@dataclass
+class WorkerProcess:
+    """`runstream worker` in its own OS process, so tests can kill -9 or SIGSTOP it."""
+
+    bootstrap: str
+    namespace: str
+    data_dir: Path
+    name: str
+    effects_file: Path
+    app: str = "engine.demo.flows:flows"
+    session_timeout_ms: int = 6_000
+    concurrency: int = 64
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    def start(self) -> WorkerProcess:
+        env = {**os.environ, "RUNSTREAM_EFFECTS_FILE": str(self.effects_file)}
+        log = open(self.data_dir.parent / f"{self.name}.log", "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "engine.cli", "worker", "--app", self.app,
+             "--data-dir", str(self.data_dir), "--bootstrap", self.bootstrap,
+             "--namespace", self.namespace, "--name", self.name,
+             "--session-timeout-ms", str(self.session_timeout_ms),
+             "--concurrency", str(self.concurrency), "--drain-timeout", "5"],
+            stdout=log, stderr=subprocess.STDOUT, env=env,
+        )
+        log.close()
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, sig)
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM (graceful shutdown), then SIGKILL if it does not exit in time."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGCONT)
+        self.proc.terminate()
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def log_text(self) -> str:
+        path = self.data_dir.parent / f"{self.name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+
+def effects(path: Path) -> collections.Counter[tuple[str, str]]:
+    """(order_id, step) -> how many times the step's function really ran."""
+    counts: collections.Counter[tuple[str, str]] = collections.Counter()
+    if path.exists():
+        for line in path.read_text().splitlines():
+            _, order_id, step = line.split()
+            counts[(order_id, step)] += 1
+    return counts
+
+
+def effects_by_pid(path: Path) -> dict[tuple[str, str], list[int]]:
+    found: dict[tuple[str, str], list[int]] = collections.defaultdict(list)
+    if path.exists():
+        for line in path.read_text().splitlines():
+            pid, order_id, step = line.split()
+            found[(order_id, step)].append(int(pid))
+    return found
+
+
+async def fold(bootstrap: str, namespace: str, *, history: bool = True) -> MemoryProjection:
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
+        return await client.fold(history=history)
+
+
+async def wait_for_owners(bootstrap: str, namespace: str, owners: set[str], partitions: int,
+                          timeout: float = 60.0) -> MemoryProjection:
+    """Until every partition's latest claim is by one of `owners` and each owner has one."""
+    deadline = time.monotonic() + timeout
+    while True:
+        projection = await fold(bootstrap, namespace, history=False)
+        names = [projection.partition(p).owner_name or "" for p in range(partitions)]
+        if set(names) == owners:
+            return projection
+        if time.monotonic() > deadline:
+            raise AssertionError(f"partition owners {names}, wanted {sorted(owners)}")
+        await asyncio.sleep(0.5)
+
+
+async def claims(bootstrap: str, namespace: str) -> list[tuple[int, int, ev.PartitionEpochClaimed]]:
+    """Every claim in the journal: (partition, offset, record)."""
+    from engine.config import journal_topic
+    from engine.journal import decode
+    from engine.reader import read_partitions
+
+    found = []
+    async for raw in read_partitions(bootstrap, journal_topic(namespace)):
+        record = decode(raw.value, raw.headers)
+        if isinstance(record, ev.PartitionEpochClaimed):
+            found.append((raw.partition, raw.offset, record))
+    return found
+
+
+async def end_offsets(bootstrap: str, namespace: str) -> dict[int, int]:
+    from aiokafka import TopicPartition
+
+    from engine.config import journal_topic
+    from engine.reader import partition_count, reader_consumer
+
+    topic = journal_topic(namespace)
+    consumer = reader_consumer(bootstrap)
+    await consumer.start()
+    try:
+        count = await partition_count(consumer, topic, bootstrap)
+        tps = [TopicPartition(topic, p) for p in range(count)]
+        ends = await consumer.end_offsets(tps)
+        return {tp.partition: ends[tp] for tp in tps}
+    finally:
+        await consumer.stop()

@@ -1,0 +1,208 @@
+"""Engine semantics against a real broker with in-process workers: duplicates, identity,
+bad payloads, unregistered flows, retries, failures, non-determinism, journaled values."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from pydantic import BaseModel
+
+from engine import (
+    Client,
+    CreateRejected,
+    Flow,
+    FlowContext,
+    IdentityConflict,
+    PayloadInvalid,
+    RetryPolicy,
+    RunFailed,
+    RunStatus,
+    Worker,
+)
+from engine.demo.flows import checkout
+from engine.operations import run_view
+from engine.reader import read_partitions
+from tests.integration.support import fold
+
+
+@asynccontextmanager
+async def worker(bootstrap: str, namespace: str, path: Path, flows: list[Flow[Any, Any]],
+                 **kwargs: Any) -> AsyncIterator[Worker]:
+    w = Worker(flows=flows, data_dir=path, bootstrap_servers=bootstrap, namespace=namespace,
+               session_timeout_ms=6000, **kwargs)
+    await w.start()
+    try:
+        yield w
+    finally:
+        await w.stop()
+
+
+def client(bootstrap: str, namespace: str, flows: list[Flow[Any, Any]] | None = None) -> Client:
+    return Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows or [])
+
+
+async def test_reproduced_decisions_and_repeated_create_change_nothing(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    async with worker(bootstrap, namespace, tmp_path / "w", [checkout]) as w, \
+            client(bootstrap, namespace, [checkout]) as c:
+        handles = [await c.create_run(checkout, {"order_id": f"d{i}", "amount": 1},
+                                      run_id=f"d{i}") for i in range(5)]
+        first = [await h.result(timeout=60) for h in handles]
+        before = await fold(bootstrap, namespace, history=False)
+        raw = [r async for r in read_partitions(bootstrap, journal)]
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+        await producer.start()
+        try:
+            for r in raw:  # every record again, byte for byte: decisions and requests
+                await producer.send_and_wait(journal, value=r.value, partition=r.partition,
+                                             headers=list(r.headers))
+        finally:
+            await producer.stop()
+        again = await c.create_run(checkout, {"order_id": "d0", "amount": 1}, run_id="d0")
+        await again.admitted(timeout=30)
+        assert await again.result(timeout=30) == first[0]
+        after = await fold(bootstrap, namespace, history=False)
+        assert w.store is not None
+        live = {run_id: w.store.run(run_id) for run_id in before.runs}
+    assert after.partitions[0].epoch == before.partitions[0].epoch
+    for run_id, run in before.runs.items():
+        assert _settled(after.runs[run_id]) == _settled(run)
+        assert _settled(live[run_id]) == _settled(run)
+    assert sum(p.duplicates for p in after.partitions.values()) >= len(raw)
+
+
+def _settled(run: Any) -> tuple[Any, ...]:
+    return (run.status, run.result_json, run.journal, run.activations, run.request_offset)
+
+
+async def test_identity_conflict_names_field_and_both_values(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    async with worker(bootstrap, namespace, tmp_path / "w", [checkout]), \
+            client(bootstrap, namespace, [checkout]) as c:
+        await (await c.create_run(checkout, {"order_id": "x", "amount": 1}, run_id="same")
+               ).result(timeout=60)
+        clash = await c.create_run(checkout, {"order_id": "x", "amount": 2}, run_id="same")
+        with pytest.raises(IdentityConflict) as caught:
+            await clash.admitted(timeout=30)
+        assert caught.value.field == "payload"
+        assert '"amount":1' in caught.value.existing and '"amount":2' in caught.value.requested
+        other_flow = await c.create_run("refund", {"order_id": "x", "amount": 1}, run_id="same")
+        with pytest.raises(IdentityConflict, match="flow=checkout"):
+            await other_flow.result(timeout=30)
+        assert await c.status("same") is RunStatus.completed
+
+
+async def test_bad_payload_refused_by_client_and_by_owner(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    async with worker(bootstrap, namespace, tmp_path / "w", [checkout]), \
+            client(bootstrap, namespace, [checkout]) as with_flow, \
+            client(bootstrap, namespace) as by_name:
+        with pytest.raises(PayloadInvalid, match="amount"):
+            await with_flow.create_run(checkout, {"order_id": "p", "amount": -3}, run_id="p1")
+        handle = await by_name.create_run("checkout", {"order_id": "p"}, run_id="p2")
+        with pytest.raises(CreateRejected, match=r"payload-invalid.*amount"):
+            await handle.admitted(timeout=30)
+
+
+async def test_unregistered_flow_stays_pending_with_a_reason(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    async with worker(bootstrap, namespace, tmp_path / "w", [checkout]), \
+            client(bootstrap, namespace) as c:
+        handle = await c.create_run("ghost", {"a": 1}, run_id="g1")
+        await handle.admitted(timeout=30)
+        for _ in range(60):
+            run = await c.describe("g1")
+            if run.evidence:
+                break
+            await asyncio.sleep(0.25)
+        view = run_view(run)
+    assert view["status"] == "pending"
+    assert "no worker has claimed flow 'ghost'" in view["note"]
+
+
+class Numbers(BaseModel):
+    values: list[int]
+
+
+flaky_calls = itertools.count()
+flaky: Flow[Numbers, int] = Flow("flaky", payload=Numbers, result=int)
+
+
+def sometimes(total: int) -> int:
+    if next(flaky_calls) % 3 != 2:
+        raise ConnectionError("upstream hiccup")
+    return total
+
+
+@flaky.handler
+async def run_flaky(ctx: FlowContext, p: Numbers) -> int:
+    total = await ctx.step("sum", sometimes, sum(p.values),
+                           retry=RetryPolicy(max_attempts=3, backoff=0.01))
+    if total < 0:
+        raise ValueError("negative totals are not allowed")
+    return total
+
+
+async def test_step_retries_are_journaled_and_a_raising_flow_fails_the_run(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    async with worker(bootstrap, namespace, tmp_path / "w", [flaky]), \
+            client(bootstrap, namespace, [flaky]) as c:
+        ok = await c.create_run(flaky, {"values": [1, 2]}, run_id="f1")
+        assert await ok.result(timeout=60) == 3
+        bad = await c.create_run(flaky, {"values": [-5]}, run_id="f2")
+        with pytest.raises(RunFailed) as caught:
+            await bad.result(timeout=60)
+        run = await c.describe("f1")
+    assert caught.value.error_type == "ValueError"
+    assert "negative totals" in caught.value.message
+    assert [(e.name, e.status, e.attempts) for e in run.journal] == [("sum", "completed", 3)]
+
+
+gate = asyncio.Event()
+drift: dict[str, str] = {"name": "first"}
+drifting: Flow[Any, str] = Flow("drifting")
+
+
+@drifting.handler
+async def run_drifting(ctx: FlowContext, p: Any) -> str:
+    when = await ctx.now()
+    token = await ctx.uuid()
+    await ctx.step(drift["name"], lambda: "done")
+    await gate.wait()
+    return f"{when.isoformat()} {token}"
+
+
+async def test_replay_keeps_journaled_values_and_detects_nondeterminism(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    gate.clear()
+    async with client(bootstrap, namespace, [drifting]) as c:
+        async with worker(bootstrap, namespace, tmp_path / "w1", [drifting], drain_timeout=0.5):
+            handle = await c.create_run(drifting, None, run_id="nd")
+            for _ in range(120):
+                run = await c.describe("nd")
+                if len(run.journal) == 3:
+                    break
+                await asyncio.sleep(0.25)
+        journaled = [e.result_json for e in run.journal[:2]]
+        drift["name"] = "second"  # the flow's code changed under a running run
+        async with worker(bootstrap, namespace, tmp_path / "w2", [drifting]):
+            with pytest.raises(RunFailed) as caught:
+                await handle.result(timeout=60)
+        final = await c.describe("nd")
+    assert caught.value.error_type == "NonDeterminism"
+    assert "'second' at position 2" in caught.value.message
+    assert [e.result_json for e in final.journal[:2]] == journaled
+    assert final.released_cause is None and final.activations == 2

@@ -1,0 +1,535 @@
+"""FlowContext: durable steps, journaled values, replay, retries, quarantine. No broker.
+
+The port below is an honest in-memory JournalPort: every decision the context makes becomes
+a real record (with envelope, source and sequence) folded through the real reducer, so a
+second context built from the folded journal replays exactly what the first one journaled.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from engine.context import FlowContext, Quarantined, RunReleased
+from engine.errors import NonDeterminism, StepFailed
+from engine.flow import RetryPolicy
+from engine.journal import JournalRecord
+from engine.journal import events as ev
+from projections.memory import MemoryProjection
+from projections.state import JournalEntry, RunStatus, Verdict
+from tests.builders import Writer, create, created
+
+RUN = "r1"
+
+
+class MemoryPort:
+    """A JournalPort that folds each decision for run r1 through the real reducer."""
+
+    def __init__(self) -> None:
+        self.writer = Writer("w1")
+        self.projection = MemoryProjection(keep_history=True)
+        self.emitted: list[JournalRecord] = []
+        self.active = True
+        self._offset = 0
+        self._fold(self.writer.claim(0))
+        self._fold(create(RUN, "q1"))
+        self._fold(created(self.writer, RUN, "q1", request_offset=1))
+        self._fold(self.writer.decide(ev.RunActivated, run_id=RUN, mode="new", activation=1))
+        assert self.projection.runs[RUN].status is RunStatus.running
+
+    def _fold(self, record: JournalRecord) -> None:
+        verdict = self.projection.apply_record(0, self._offset, record)
+        assert verdict is Verdict.applied, (record, verdict)
+        self._offset += 1
+
+    async def emit(self, cls: type[JournalRecord], **body: Any) -> None:
+        record = self.writer.decide(cls, run_id=RUN, **body)
+        self._fold(record)
+        self.emitted.append(record)
+
+    def ensure_active(self) -> None:
+        if not self.active:
+            raise RunReleased("partition 0 is no longer executed here")
+
+    @property
+    def journal(self) -> tuple[JournalEntry, ...]:
+        return self.projection.runs[RUN].journal
+
+    def context(self) -> FlowContext:
+        """A new activation: a context over the journal as folded so far."""
+        return FlowContext(run_id=RUN, flow="checkout", journal=self.journal, port=self)
+
+    def types(self) -> list[str]:
+        return [type(record).__name__ for record in self.emitted]
+
+
+class Receipt(BaseModel):
+    order_id: str
+    amount: int
+    tags: list[str] = []
+
+
+class Calls:
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def count(self, name: str) -> int:
+        return self.names.count(name)
+
+
+async def checkout(ctx: FlowContext, calls: Calls) -> dict[str, Any]:
+    """A handler mixing result types, sync and async functions, args and kwargs."""
+
+    async def reserve(order_id: str, *, amount: int) -> Receipt:
+        calls.names.append("reserve")
+        return Receipt(order_id=order_id, amount=amount, tags=["a", "b"])
+
+    def totals(receipt: Receipt) -> dict[str, int]:
+        calls.names.append("totals")
+        return {"amount": receipt.amount, "fee": 2}
+
+    async def lines() -> list[int]:
+        calls.names.append("lines")
+        return [3, 1, 2]
+
+    def note() -> str:
+        calls.names.append("note")
+        return "ok"
+
+    def nothing() -> None:
+        calls.names.append("nothing")
+
+    receipt = await ctx.step("reserve", reserve, "o-7", amount=5)
+    total = await ctx.step("totals", totals, receipt)
+    items = await ctx.step("lines", lines)
+    text = await ctx.step("note", note)
+    empty = await ctx.step("nothing", nothing)
+    return {"receipt": receipt, "totals": total, "lines": items, "note": text, "none": empty}
+
+
+STEP_NAMES = ["reserve", "totals", "lines", "note", "nothing"]
+
+
+async def test_first_execution_runs_each_step_once_and_journals_results() -> None:
+    port, calls = MemoryPort(), Calls()
+    out = await checkout(port.context(), calls)
+    assert calls.names == STEP_NAMES
+    assert out["receipt"] == Receipt(order_id="o-7", amount=5, tags=["a", "b"])
+    assert out["totals"] == {"amount": 5, "fee": 2}
+    assert out["lines"] == [3, 1, 2] and out["note"] == "ok" and out["none"] is None
+    assert port.types() == ["StepCompleted"] * 5
+    assert [(e.position, e.name, e.kind, e.status, e.attempts) for e in port.journal] == [
+        (i, name, "step", "completed", 1) for i, name in enumerate(STEP_NAMES)]
+    results = [e.result_json for e in port.journal]
+    assert results == ['{"amount":5,"order_id":"o-7","tags":["a","b"]}',
+                       '{"amount":5,"fee":2}', "[3,1,2]", '"ok"', "null"]
+
+
+async def test_replay_returns_identical_typed_values_without_calling_steps() -> None:
+    port, first_calls = MemoryPort(), Calls()
+    first = await checkout(port.context(), first_calls)
+    emitted = len(port.emitted)
+
+    replay_calls = Calls()
+    again = await checkout(port.context(), replay_calls)
+    assert replay_calls.names == []
+    assert len(port.emitted) == emitted  # a replay journals nothing
+    assert again == first
+    assert type(again["receipt"]) is Receipt  # typed by the step's return annotation
+    assert type(again["totals"]) is dict and type(again["lines"]) is list
+
+
+@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings")
+async def test_first_run_returns_what_a_replay_returns() -> None:
+    port = MemoryPort()
+
+    def pair():  # type: ignore[no-untyped-def]  (no annotation: any JSON value)
+        return ("x", 1)
+
+    def model_as_dict() -> Receipt:
+        return {"order_id": "o-1", "amount": "3"}  # type: ignore[return-value]
+
+    ctx = port.context()
+    first = [await ctx.step("pair", pair), await ctx.step("model", model_as_dict)]
+    replayed = port.context()
+    again = [await replayed.step("pair", pair), await replayed.step("model", model_as_dict)]
+    assert first == again == [["x", 1], Receipt(order_id="o-1", amount=3)]
+    assert type(first[1]) is Receipt
+
+
+async def test_replay_resumes_after_the_last_journaled_position() -> None:
+    port, calls = MemoryPort(), Calls()
+
+    def record(name: str, value: int) -> int:
+        calls.names.append(name)
+        return value
+
+    async def handler(ctx: FlowContext, stop_after: int | None) -> list[int]:
+        out = []
+        for i in range(3):
+            if stop_after is not None and i == stop_after:
+                port.active = False
+            out.append(await ctx.step(f"s{i}", record, f"s{i}", i))
+        return out
+
+    with pytest.raises(RunReleased):
+        await handler(port.context(), stop_after=2)
+    assert calls.names == ["s0", "s1"] and len(port.journal) == 2
+
+    port.active = True
+    assert await handler(port.context(), stop_after=None) == [0, 1, 2]
+    assert calls.names == ["s0", "s1", "s2"]
+    assert [e.name for e in port.journal] == ["s0", "s1", "s2"]
+
+
+async def test_now_is_journaled_and_identical_on_replay(monkeypatch: pytest.MonkeyPatch) -> None:
+    port = MemoryPort()
+    monkeypatch.setattr("engine.context._wall_clock_ms", lambda: 1_700_000_123_456)
+    first = await port.context().now()
+    assert first == datetime(2023, 11, 14, 22, 15, 23, 456000, tzinfo=UTC)
+    entry = port.journal[0]
+    assert (entry.name, entry.kind, entry.status, entry.result_json) == (
+        "now", "now", "completed", "1700000123456")
+
+    monkeypatch.setattr("engine.context._wall_clock_ms", lambda: 1_800_000_000_000)
+    emitted = len(port.emitted)
+    assert await port.context().now() == first
+    assert len(port.emitted) == emitted
+
+
+async def test_now_uses_the_wall_clock_in_utc() -> None:
+    port = MemoryPort()
+    before = datetime.now(tz=UTC)
+    value = await port.context().now()
+    after = datetime.now(tz=UTC)
+    assert value.tzinfo is UTC
+    assert before - timedelta(milliseconds=1) <= value <= after  # millisecond precision
+
+
+async def test_uuid_is_journaled_and_identical_on_replay() -> None:
+    port = MemoryPort()
+    ctx = port.context()
+    first = [await ctx.uuid(), await ctx.uuid()]
+    assert all(isinstance(value, uuid.UUID) for value in first) and first[0] != first[1]
+    assert [(e.kind, e.result_json) for e in port.journal] == [
+        ("uuid", f'"{value}"') for value in first]
+
+    emitted = len(port.emitted)
+    replay = port.context()
+    assert [await replay.uuid(), await replay.uuid()] == first
+    assert len(port.emitted) == emitted
+    assert await MemoryPort().context().uuid() not in first  # a fresh run draws anew
+
+
+async def test_mixed_durable_calls_replay_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    port = MemoryPort()
+    monkeypatch.setattr("engine.context._wall_clock_ms", lambda: 1_700_000_000_000)
+
+    async def handler(ctx: FlowContext) -> tuple[Any, ...]:
+        a = await ctx.step("a", lambda: 1)
+        when = await ctx.now()
+        ident = await ctx.uuid()
+        b = await ctx.step("b", lambda: str(ident))
+        return a, when, ident, b
+
+    first = await handler(port.context())
+    assert [(e.position, e.kind) for e in port.journal] == [
+        (0, "step"), (1, "now"), (2, "uuid"), (3, "step")]
+    monkeypatch.setattr("engine.context._wall_clock_ms", lambda: 1_900_000_000_000)
+    assert await handler(port.context()) == first
+
+
+async def test_other_step_name_at_a_journaled_position_is_nondeterminism() -> None:
+    port = MemoryPort()
+    await port.context().step("reserve", lambda: 1)
+    calls: list[str] = []
+    ctx = port.context()
+    try:
+        await ctx.step("charge", lambda: calls.append("charge"))
+    except Exception as exc:  # a handler that swallows everything
+        caught: Exception | None = exc
+    else:
+        caught = None
+    assert isinstance(caught, NonDeterminism)
+    assert ctx.nondeterminism is caught
+    message = str(caught)
+    assert "'charge'" in message and "'reserve'" in message and "position 0" in message
+    assert calls == [] and len(port.emitted) == 1
+
+
+def journal_now(ctx: FlowContext) -> Awaitable[Any]:
+    return ctx.now()
+
+
+def journal_uuid(ctx: FlowContext) -> Awaitable[Any]:
+    return ctx.uuid()
+
+
+def step_named_now(ctx: FlowContext) -> Awaitable[Any]:
+    return ctx.step("now", lambda: 0)
+
+
+def step_named_uuid(ctx: FlowContext) -> Awaitable[Any]:
+    return ctx.step("uuid", lambda: 0)
+
+
+@pytest.mark.parametrize("first, replay", [
+    (journal_now, step_named_now),  # same name, kind now vs step
+    (step_named_uuid, journal_uuid),  # same name, kind step vs uuid
+    (journal_uuid, journal_now),
+])
+async def test_other_kind_at_a_journaled_position_is_nondeterminism(
+    first: Callable[[FlowContext], Awaitable[Any]],
+    replay: Callable[[FlowContext], Awaitable[Any]],
+) -> None:
+    port = MemoryPort()
+    await first(port.context())
+    emitted = len(port.emitted)
+    ctx = port.context()
+    with pytest.raises(NonDeterminism) as raised:
+        await replay(ctx)
+    assert ctx.nondeterminism is raised.value
+    assert len(port.emitted) == emitted
+
+
+async def test_no_nondeterminism_when_the_replay_matches() -> None:
+    port = MemoryPort()
+    await port.context().step("a", lambda: 1)
+    ctx = port.context()
+    assert await ctx.step("a", lambda: 2) == 1
+    assert ctx.nondeterminism is None
+
+
+def flaky(failures: int, calls: list[int]) -> Any:
+    async def charge(amount: int) -> str:
+        calls.append(amount)
+        if len(calls) <= failures:
+            raise ConnectionError(f"gateway down #{len(calls)}")
+        return f"ch-{amount}"
+
+    return charge
+
+
+async def test_retry_journals_failures_then_completion() -> None:
+    port, calls = MemoryPort(), []
+    value = await port.context().step("charge", flaky(2, calls), 5,
+                                      retry=RetryPolicy(max_attempts=3, backoff=0))
+    assert value == "ch-5" and calls == [5, 5, 5]
+    assert port.types() == ["StepFailed", "StepFailed", "StepCompleted"]
+    failed = port.emitted[:2]
+    assert [(r.attempt, r.will_retry, r.error_type, r.error_message) for r in failed] == [
+        (1, True, "ConnectionError", "gateway down #1"),
+        (2, True, "ConnectionError", "gateway down #2")]
+    assert all(r.position == 0 and r.name == "charge" for r in failed)
+    completed = port.emitted[2]
+    assert isinstance(completed, ev.StepCompleted)
+    assert (completed.attempt, completed.result_json) == (3, '"ch-5"')
+    entry = port.journal[0]
+    assert (entry.status, entry.attempts, entry.result_json) == ("completed", 3, '"ch-5"')
+
+    assert await port.context().step("charge", flaky(0, calls), 5) == "ch-5"
+    assert len(calls) == 3
+
+
+async def test_retry_waits_the_policy_delay_and_journals_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    slept: list[float] = []
+
+    async def fake_sleep(delay: float) -> None:
+        slept.append(delay)
+
+    monkeypatch.setattr("engine.context.asyncio.sleep", fake_sleep)
+    port, calls = MemoryPort(), []
+    policy = RetryPolicy(max_attempts=4, backoff=0.5, multiplier=2.0, max_backoff=1.5)
+    await port.context().step("charge", flaky(3, calls), 1, retry=policy)
+    assert slept == [0.5, 1.0, 1.5]
+    assert [r.retry_delay_ms for r in port.emitted if isinstance(r, ev.StepFailed)] == [
+        500, 1000, 1500]
+
+
+async def test_without_a_policy_a_step_is_attempted_once() -> None:
+    port, calls = MemoryPort(), []
+    with pytest.raises(StepFailed) as raised:
+        await port.context().step("charge", flaky(1, calls), 1)
+    assert calls == [1] and raised.value.attempts == 1
+    record = port.emitted[0]
+    assert isinstance(record, ev.StepFailed)
+    assert (record.will_retry, record.retry_delay_ms) == (False, 0)
+
+
+async def test_exhausted_retries_raise_step_failed_and_replay_reraises() -> None:
+    port, calls = MemoryPort(), []
+    with pytest.raises(StepFailed) as raised:
+        await port.context().step("charge", flaky(5, calls), 9,
+                                  retry=RetryPolicy(max_attempts=3, backoff=0))
+    error = raised.value
+    assert (error.step, error.error_type, error.message, error.attempts) == (
+        "charge", "ConnectionError", "gateway down #3", 3)
+    assert isinstance(error.__cause__, ConnectionError)
+    assert "after 3 attempt(s)" in str(error)
+    assert [(r.attempt, r.will_retry) for r in port.emitted] == [
+        (1, True), (2, True), (3, False)]
+    entry = port.journal[0]
+    assert (entry.status, entry.attempts, entry.error_type, entry.error_message) == (
+        "failed", 3, "ConnectionError", "gateway down #3")
+
+    emitted = len(port.emitted)
+    with pytest.raises(StepFailed) as replayed:
+        await port.context().step("charge", flaky(0, calls), 9,
+                                  retry=RetryPolicy(max_attempts=3, backoff=0))
+    assert str(replayed.value) == str(error)
+    assert replayed.value.attempts == 3
+    assert len(calls) == 3 and len(port.emitted) == emitted
+
+
+async def test_replay_of_a_retrying_step_resumes_at_the_next_attempt() -> None:
+    port, calls = MemoryPort(), []
+    policy = RetryPolicy(max_attempts=3, backoff=0)
+
+    async def charge_and_lose_run() -> str:
+        calls.append(1)
+        port.active = False  # the worker is released while the attempt fails
+        raise ConnectionError("gateway down")
+
+    with pytest.raises(RunReleased):
+        await port.context().step("charge", charge_and_lose_run, retry=policy)
+    assert calls == [1]  # released before attempt 2 began
+    entry = port.journal[0]
+    assert (entry.status, entry.attempts) == ("retrying", 1)
+
+    port.active = True
+    emitted = len(port.emitted)
+    assert await port.context().step("charge", flaky(0, calls), 7, retry=policy) == "ch-7"
+    resumed = port.emitted[emitted:]
+    assert [type(r).__name__ for r in resumed] == ["StepCompleted"]
+    assert resumed[0].attempt == 2
+    assert port.journal[0].attempts == 2
+
+
+async def test_resumed_retries_count_the_attempts_already_made() -> None:
+    port, calls = MemoryPort(), []
+    policy = RetryPolicy(max_attempts=3, backoff=0)
+    await port.emit(ev.StepFailed, position=0, name="charge", attempt=2, error_type="E",
+                    error_message="x", will_retry=True)
+    with pytest.raises(StepFailed) as raised:
+        await port.context().step("charge", flaky(9, calls), 1, retry=policy)
+    assert len(calls) == 1 and raised.value.attempts == 3
+
+
+async def test_irreversible_step_journals_started_before_running() -> None:
+    port = MemoryPort()
+    seen: list[list[str]] = []
+
+    def send_money() -> int:
+        seen.append(port.types())
+        entry = port.journal[0]
+        assert (entry.status, entry.irreversible, entry.attempts) == ("started", True, 0)
+        return 42
+
+    assert await port.context().step("pay", send_money, irreversible=True) == 42
+    assert seen == [["StepStarted"]]
+    started = port.emitted[0]
+    assert isinstance(started, ev.StepStarted)
+    assert (started.position, started.name, started.attempt, started.irreversible) == (
+        0, "pay", 1, True)
+    assert port.types() == ["StepStarted", "StepCompleted"]
+    entry = port.journal[0]
+    assert (entry.status, entry.irreversible, entry.result_json) == ("completed", True, "42")
+
+    # A completed irreversible step replays like any other.
+    assert await port.context().step("pay", lambda: 0, irreversible=True) == 42
+
+
+async def test_reversible_step_journals_no_started_record() -> None:
+    port = MemoryPort()
+    await port.context().step("read", lambda: 1)
+    assert port.types() == ["StepCompleted"]
+
+
+async def test_irreversible_step_started_without_outcome_is_quarantined_on_replay() -> None:
+    port = MemoryPort()
+
+    def crash() -> None:
+        raise RunReleased("the worker died while paying")
+
+    with pytest.raises(RunReleased):
+        await port.context().step("pay", crash, irreversible=True)
+    assert port.types() == ["StepStarted"]
+
+    calls: list[str] = []
+    emitted = len(port.emitted)
+    ctx = port.context()
+    try:
+        await ctx.step("pay", lambda: calls.append("pay"), irreversible=True)
+    except Exception:  # Quarantined must not be swallowed by a handler's except Exception
+        pytest.fail("Quarantined was caught as an Exception")
+    except Quarantined as quarantine:
+        entry = quarantine.entry
+        assert (entry.name, entry.position, entry.status) == ("pay", 0, "started")
+        assert "'pay'" in str(quarantine) and "position 0" in str(quarantine)
+        assert "attempt 1" in str(quarantine)
+    else:
+        pytest.fail("no Quarantined")
+    assert calls == [] and len(port.emitted) == emitted
+
+
+async def test_quarantine_names_the_attempt_that_was_in_flight() -> None:
+    port, calls = MemoryPort(), []
+
+    async def pay() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise ConnectionError("refused")
+        raise RunReleased("crashed during attempt 2")
+
+    with pytest.raises(RunReleased):
+        await port.context().step("pay", pay, irreversible=True,
+                                  retry=RetryPolicy(max_attempts=3, backoff=0))
+    assert port.types() == ["StepStarted", "StepFailed", "StepStarted"]
+    with pytest.raises(Quarantined, match="attempt 2"):
+        await port.context().step("pay", pay, irreversible=True)
+    assert len(calls) == 2
+
+
+@pytest.mark.parametrize("irreversible", [False, True])
+async def test_released_run_stops_before_the_step_function(irreversible: bool) -> None:
+    port = MemoryPort()
+    port.active = False
+    calls: list[str] = []
+    with pytest.raises(RunReleased):
+        await port.context().step("pay", lambda: calls.append("pay"), irreversible=irreversible)
+    assert calls == [] and port.emitted == [] and port.journal == ()
+
+
+async def test_released_run_journals_no_value() -> None:
+    port = MemoryPort()
+    port.active = False
+    with pytest.raises(RunReleased):
+        await port.context().now()
+    with pytest.raises(RunReleased):
+        await port.context().uuid()
+    assert port.emitted == []
+
+
+async def test_replayed_positions_need_no_active_run() -> None:
+    port = MemoryPort()
+    ctx = port.context()
+    await ctx.step("a", lambda: 1)
+    await ctx.uuid()
+    port.active = False
+    replay = port.context()
+    assert await replay.step("a", lambda: 2) == 1
+    await replay.uuid()
+    with pytest.raises(RunReleased):
+        await replay.step("b", lambda: 3)
+
+
+def test_release_and_quarantine_escape_except_exception() -> None:
+    assert issubclass(RunReleased, BaseException) and not issubclass(RunReleased, Exception)
+    assert issubclass(Quarantined, BaseException) and not issubclass(Quarantined, Exception)
