@@ -106,33 +106,33 @@ class Client:
 
     async def describe(self, run_id: str) -> RunState:
         """The run's full projected state, folded from its partition of the journal."""
-        projection = await self._fold(only_runs=frozenset({run_id}), partition_of=run_id)
+        partition = await self.partition_of(run_id)
+        projection = await self._fold(only_runs=frozenset({run_id}), partitions=[partition])
         run = projection.runs.get(run_id)
         if run is None:
             raise RunNotFound(run_id)
         return run
 
     async def list_runs(self, *, status: RunStatus | None = None) -> list[RunState]:
-        projection = await self._fold(only_runs=None, partition_of=None)
+        projection = await self._fold(only_runs=None, partitions=None)
         runs = sorted(projection.runs.values(), key=lambda r: (r.created_at_ms, r.run_id))
         return [r for r in runs if status is None or r.status is status]
 
     async def fold(self, *, run_ids: Iterable[str] | None = None, history: bool = False,
-                   until: dict[int, int] | None = None,
+                   partitions: list[int] | None = None, until: dict[int, int] | None = None,
                    until_timestamp_ms: int | None = None) -> MemoryProjection:
         """Replay the journal into memory (optionally up to a point): time travel's core."""
         only = frozenset(run_ids) if run_ids is not None else None
-        return await self._fold(only_runs=only, partition_of=None, history=history,
+        return await self._fold(only_runs=only, partitions=partitions, history=history,
                                 until=until, until_timestamp_ms=until_timestamp_ms)
 
     async def partition_of(self, run_id: str) -> int:
         await self._tail.start()
         return partition_for(run_id, self._tail.partitions)
 
-    async def _fold(self, *, only_runs: frozenset[str] | None, partition_of: str | None,
+    async def _fold(self, *, only_runs: frozenset[str] | None, partitions: list[int] | None,
                     history: bool = False, until: dict[int, int] | None = None,
                     until_timestamp_ms: int | None = None) -> MemoryProjection:
-        partitions = None if partition_of is None else [await self.partition_of(partition_of)]
         projection = MemoryProjection(only_runs=only_runs, keep_history=history)
         async for raw in read_partitions(self.bootstrap, self.topic, partitions, until=until,
                                          until_timestamp_ms=until_timestamp_ms):

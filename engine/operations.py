@@ -6,6 +6,7 @@ import asyncio
 import importlib
 import json
 import signal
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +15,18 @@ from engine.config import journal_topic
 from engine.decide import FLOW_NOT_REGISTERED
 from engine.errors import RunstreamError
 from engine.flow import Flow
+from engine.history import HistoryRow, state_at
+from engine.history import run_history as _run_history
 from engine.worker import Worker
 from projections.rebuild import RebuildReport, rebuild_and_verify
 from projections.state import RunState, RunStatus
 
 
 class AppNotFound(RunstreamError):
+    pass
+
+
+class InvalidInput(RunstreamError):
     pass
 
 
@@ -152,3 +159,54 @@ async def rebuild(
         data_dir, bootstrap=resolve_bootstrap(bootstrap),
         topic=journal_topic(resolve_namespace(namespace)), replace=replace,
     )
+
+
+async def run_history(
+    *, bootstrap: str | None, namespace: str | None, run_id: str
+) -> list[HistoryRow]:
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
+        return await _run_history(client, run_id)
+
+
+async def run_state_at(
+    *, bootstrap: str | None, namespace: str | None, run_id: str, offset: int | None,
+    at_time: str | None,
+) -> dict[str, Any]:
+    timestamp_ms = None
+    if at_time is not None:
+        try:
+            parsed = datetime.fromisoformat(at_time.replace("Z", "+00:00"))
+        except ValueError:
+            raise InvalidInput(f"--time {at_time!r} is not an ISO-8601 time") from None
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=UTC)
+        timestamp_ms = int(parsed.timestamp() * 1000)
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
+        run = await state_at(client, run_id, offset=offset, timestamp_ms=timestamp_ms)
+        view = run_view(run)
+        view["journal"] = [entry.model_dump() for entry in run.journal]
+        return view
+
+
+def demo(*, bootstrap: str | None, runs: int, workers: int, keep_broker: bool) -> None:
+    """Broker up (started here if none answers), then the demo, then the broker down again
+    if this call started it."""
+    from engine.broker import BrokerCluster, is_answering
+    from engine.broker import state_root
+    from engine.config import resolve_bootstrap
+    from engine.demo.driver import run_demo
+
+    address = resolve_bootstrap(bootstrap)
+    cluster = None
+    if not is_answering(address):
+        if bootstrap is not None:
+            raise InvalidInput(f"no Kafka broker answers at {address}")
+        cluster = BrokerCluster()
+        print("starting the local Kafka broker (first time: downloads its jars)...")
+        address = cluster.start()
+    try:
+        asyncio.run(run_demo(bootstrap=address, runs=runs, workers=workers,
+                             state_dir=state_root() / "demo"))
+    finally:
+        if cluster is not None and not keep_broker:
+            cluster.stop()

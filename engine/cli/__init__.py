@@ -19,7 +19,7 @@ def _register() -> None:
 
     cli.add_command(broker.broker)
     cli.add_command(topics.topics)
-    for command in (runs.run, runs.runs, runs.worker, runs.projection):
+    for command in (runs.run, runs.runs, runs.worker, runs.projection, runs.demo):
         cli.add_command(command)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import click
@@ -15,6 +16,9 @@ class UserError(Exception):
 
 
 def run_cli(group: click.Group) -> None:
+    # aiokafka logs retriable errors (e.g. a new topic's leader not elected yet) as errors;
+    # runstream reports what matters itself.
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     try:
         group.main(standalone_mode=False)
     except click.exceptions.Abort:

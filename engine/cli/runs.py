@@ -12,6 +12,7 @@ import click
 
 from engine import operations
 from engine.cli.errors import UserError
+from engine.history import format_history
 from projections.state import RunStatus
 
 bootstrap_option = click.option(
@@ -150,3 +151,46 @@ def rebuild(data_dir: Path, verify_only: bool, bootstrap: str | None,
             click.echo(f"  {diff.key!r}")
     else:
         click.echo(f"identical to the live projection ({report.compared_keys} keys)")
+
+
+@run.command("history")
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True)
+@bootstrap_option
+@namespace_option
+def history(run_id: str, as_json: bool, bootstrap: str | None, namespace: str | None) -> None:
+    """Every record of a run in log order, fenced and duplicate ones marked."""
+    rows = asyncio.run(operations.run_history(bootstrap=bootstrap, namespace=namespace,
+                                              run_id=run_id))
+    if as_json:
+        _print_json([row.as_dict() for row in rows])
+        return
+    for line in format_history(rows):
+        click.echo(line)
+
+
+@run.command("at")
+@click.argument("run_id")
+@click.option("--offset", type=int, default=None, help="State right after this offset.")
+@click.option("--time", "at_time", default=None, help="State at this ISO-8601 time.")
+@bootstrap_option
+@namespace_option
+def at(run_id: str, offset: int | None, at_time: str | None, bootstrap: str | None,
+       namespace: str | None) -> None:
+    """Time travel: a run's state at a past offset or time."""
+    if (offset is None) == (at_time is None):
+        raise UserError("give exactly one of --offset N or --time 2026-01-01T12:00:00Z")
+    _print_json(asyncio.run(operations.run_state_at(
+        bootstrap=bootstrap, namespace=namespace, run_id=run_id, offset=offset,
+        at_time=at_time)))
+
+
+@click.command("demo")
+@click.option("--runs", "run_count", default=300, show_default=True)
+@click.option("--workers", default=2, show_default=True)
+@click.option("--keep-broker", is_flag=True, help="Leave a broker this command started running.")
+@bootstrap_option
+def demo(run_count: int, workers: int, keep_broker: bool, bootstrap: str | None) -> None:
+    """Broker up, two workers, a few hundred runs, one run's history and time travel."""
+    operations.demo(bootstrap=bootstrap, runs=run_count, workers=workers,
+                    keep_broker=keep_broker)
