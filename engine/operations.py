@@ -191,8 +191,7 @@ async def run_state_at(
 def demo(*, bootstrap: str | None, runs: int, workers: int, keep_broker: bool) -> None:
     """Broker up (started here if none answers), then the demo, then the broker down again
     if this call started it."""
-    from engine.broker import BrokerCluster, is_answering
-    from engine.broker import state_root
+    from engine.broker import BrokerCluster, is_answering, state_root
     from engine.config import resolve_bootstrap
     from engine.demo.driver import run_demo
 

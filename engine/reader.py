@@ -45,6 +45,7 @@ def reader_consumer(bootstrap: str, **overrides: object) -> AIOKafkaConsumer:
         "isolation_level": "read_committed",
         "auto_offset_reset": "earliest",
         "client_id": "runstream-reader",
+        "fetch_max_wait_ms": 50,
     }
     settings.update(overrides)
     return AIOKafkaConsumer(**settings)
