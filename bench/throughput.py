@@ -57,7 +57,9 @@ async def raw_kafka(bootstrap: str, topic: str, n: int) -> float:
     return n / (time.perf_counter() - started)
 
 
-def start_workers(bootstrap: str, namespace: str, count: int, root: Path) -> list[subprocess.Popen[bytes]]:
+def start_workers(
+    bootstrap: str, namespace: str, count: int, root: Path
+) -> list[subprocess.Popen[bytes]]:
     procs = []
     for i in range(count):
         log = open(root / f"w{i}.log", "wb")
@@ -70,8 +72,11 @@ def start_workers(bootstrap: str, namespace: str, count: int, root: Path) -> lis
 
 
 async def wait_owned(client: Client, names: set[str]) -> None:
-    while {p.owner_name for p in (await client.fold()).partitions.values()} != names:
+    for _ in range(400):
+        if {p.owner_name for p in (await client.fold()).partitions.values()} == names:
+            return
         await asyncio.sleep(0.25)
+    raise SystemExit("the workers did not claim the partitions")
 
 
 async def throughput(client: Client, n: int) -> float:
