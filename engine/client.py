@@ -56,9 +56,17 @@ class Client:
                     bootstrap_servers=self.bootstrap, acks="all", enable_idempotence=True,
                     client_id="runstream-client",
                 )
-                await producer.start()
+                try:
+                    await producer.start()
+                except BaseException:
+                    await producer.stop()  # release its sockets: no "unclosed" warnings
+                    raise
                 self._producer = producer
-        await self._tail.start()
+        try:
+            await self._tail.start()
+        except BaseException:
+            await self.close()
+            raise
 
     async def close(self) -> None:
         await self._tail.close()

@@ -75,8 +75,8 @@ async def read_partitions(
     (exclusive; default: the end of each partition when the call began), in offset order
     within each partition."""
     consumer = reader_consumer(bootstrap)
-    await consumer.start()
     try:
+        await consumer.start()
         count = await partition_count(consumer, topic, bootstrap)
         chosen = list(range(count)) if partitions is None else partitions
         tps = [TopicPartition(topic, p) for p in chosen]

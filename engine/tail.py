@@ -68,8 +68,12 @@ class JournalTail:
             if self._consumer is not None:
                 return
             consumer = reader_consumer(self.bootstrap, client_id="runstream-client-tail")
-            await consumer.start()
-            self.partitions = await partition_count(consumer, self.topic, self.bootstrap)
+            try:
+                await consumer.start()
+                self.partitions = await partition_count(consumer, self.topic, self.bootstrap)
+            except BaseException:
+                await consumer.stop()
+                raise
             tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
             consumer.assign(tps)
             consumer.pause(*tps)

@@ -1,0 +1,104 @@
+"""The CLI against a real broker: results as JSON, errors as one line without a traceback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine import Worker
+from engine.demo.flows import checkout
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+async def cli(*args: str, bootstrap: str, namespace: str) -> Result:
+    # A subprocess driven from the event loop: the in-process worker keeps running meanwhile.
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "engine.cli", *args, "--bootstrap", bootstrap,
+        "--namespace", namespace,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
+    assert proc.returncode is not None
+    return Result(proc.returncode, out.decode(), err.decode())
+
+
+def one_line_error(result: Result) -> str:
+    assert result.code != 0, result
+    assert "Traceback" not in result.err and "Traceback" not in result.out, result.err
+    lines = [line for line in result.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.err
+    return lines[0]
+
+
+async def test_cli_creates_waits_reports_and_refuses_clearly(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    async def run(*args: str) -> Result:
+        return await cli(*args, bootstrap=bootstrap, namespace=namespace)
+
+    worker = Worker(flows=[checkout], data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
+                    namespace=namespace)
+    await worker.start()
+    try:
+        created = await run("run", "create", "checkout", "--payload",
+                            '{"order_id": "c1", "amount": 4}', "--id", "c1", "--wait")
+        assert created.code == 0, created.err
+        assert json.loads(created.out)["result"]["reservation"] == "res-c1-4"
+
+        conflict = one_line_error(await run(
+            "run", "create", "checkout", "--payload", '{"order_id": "c1", "amount": 5}',
+            "--id", "c1", "--wait"))
+        assert "already belongs" in conflict and '"amount":4' in conflict
+        assert '"amount":5' in conflict
+
+        invalid = one_line_error(await run(
+            "run", "create", "checkout", "--payload", '{"order_id": "c2"}', "--wait"))
+        assert "payload-invalid" in invalid and "amount" in invalid
+
+        not_json = one_line_error(await run("run", "create", "checkout", "--payload", "{oops"))
+        assert "--payload is not valid JSON" in not_json
+
+        ghost = await run("run", "create", "ghost-flow", "--payload", "{}", "--id", "g1")
+        assert ghost.code == 0, ghost.err
+        status = await _wait_for_note(run, "g1")
+        assert {"run_id", "flow", "status"} <= status.keys()
+        assert status["status"] == "pending" and "ghost-flow" in status["note"]
+
+        done = json.loads((await run("run", "status", "c1", "--json")).out)
+        assert done["status"] == "completed" and done["result"]["order_id"] == "c1"
+        listed = json.loads((await run("runs", "list", "--json")).out)
+        assert {v["run_id"] for v in listed} == {"c1", "g1"}
+        history = await run("run", "history", "c1")
+        assert "run.completed" in history.out and "step.completed" in history.out
+        missing = one_line_error(await run("run", "status", "nope"))
+        assert "no run 'nope'" in missing
+    finally:
+        await worker.stop()
+
+    rebuilt = await cli("projection", "rebuild", "--data-dir", str(tmp_path / "w"),
+                        "--verify-only", bootstrap=bootstrap, namespace=namespace)
+    assert rebuilt.code == 0 and "identical to the live projection" in rebuilt.out, rebuilt
+
+
+async def _wait_for_note(run: object, run_id: str) -> dict[str, object]:
+    for _ in range(60):
+        result = await run("run", "status", run_id, "--json")  # type: ignore[operator]
+        view = json.loads(result.out)
+        if "no worker has claimed" in view.get("note", ""):
+            return dict(view)
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"no note for {run_id}: {view}")
+
+
+async def test_cli_unreachable_broker_is_one_line(namespace: str) -> None:
+    result = await cli("run", "status", "x", bootstrap="127.0.0.1:1", namespace=namespace)
+    line = one_line_error(result)
+    assert "Kafka broker" in line or "127.0.0.1:1" in line
