@@ -1,0 +1,50 @@
+"""The journal: typed records, their Avro schemas and the Kafka wire codec.
+
+`events` is generated from `schemas/` (`python -m engine.journal.codegen`); `registry` holds the
+fixed Confluent schema ids; `codec` turns records into Kafka values and headers and back.
+"""
+
+from engine.journal.codec import (
+    FRAME_SIZE,
+    MAGIC_BYTE,
+    TYPE_HEADER,
+    Codec,
+    CodecError,
+    DecodeError,
+    DecodeReason,
+    EncodeError,
+    decode,
+    default_codec,
+    encode,
+    record_from_dict,
+    record_to_dict,
+)
+from engine.journal.events import *  # noqa: F403  (every record class; the list is generated)
+from engine.journal.events import __all__ as _events_all
+from engine.journal.registry import (
+    SchemaRegistry,
+    SchemaRegistryError,
+    SchemaVersion,
+    find_schema_dir,
+)
+
+__all__ = [
+    "FRAME_SIZE",
+    "MAGIC_BYTE",
+    "TYPE_HEADER",
+    "Codec",
+    "CodecError",
+    "DecodeError",
+    "DecodeReason",
+    "EncodeError",
+    "SchemaRegistry",
+    "SchemaRegistryError",
+    "SchemaVersion",
+    "decode",
+    "default_codec",
+    "encode",
+    "find_schema_dir",
+    "record_from_dict",
+    "record_to_dict",
+]
+__all__ += _events_all

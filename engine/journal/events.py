@@ -1,0 +1,530 @@
+# GENERATED FILE: DO NOT EDIT.
+# Made by `python -m engine.journal.codegen` from schemas/registry.json and the .avsc files it
+# names. Change the schemas, then regenerate; tests/unit/test_events_generated.py fails (and
+# `python -m engine.journal.codegen --check` exits 1) while this file is stale.
+"""Typed journal records: one frozen class per Avro record type in schemas/registry.json."""
+
+from dataclasses import dataclass
+from dataclasses import field as _field
+from typing import ClassVar, TypeAlias
+
+__all__ = [
+    "DECISION_TYPES",
+    "RECORD_CLASSES",
+    "REQUEST_TYPES",
+    "ChildPolicyApplied",
+    "ChildSpawned",
+    "Envelope",
+    "EvidenceRecorded",
+    "JournalRecord",
+    "LineageExhausted",
+    "PartitionEpochClaimed",
+    "RoundInvalid",
+    "RunActivated",
+    "RunCancelRequested",
+    "RunCancelled",
+    "RunCompleted",
+    "RunCreateRejected",
+    "RunCreateRequested",
+    "RunCreated",
+    "RunFailed",
+    "RunHandedOff",
+    "RunReleased",
+    "RunResumeRequested",
+    "RunResumed",
+    "RunSignalSent",
+    "RunSuspended",
+    "RunWakeRequested",
+    "StepCompleted",
+    "StepFailed",
+    "StepStarted",
+    "TimerFired",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Envelope:
+    """Carried by every journal record: who the record is about and who wrote it."""
+
+    # Record type, e.g. run.created; also in the rs-type header.
+    type: str
+    run_id: str
+    # Root run id of a chain of handoff rounds; the record key.
+    lineage_id: str
+    # Requests: their own id. Decisions: the request they answer, if any.
+    request_id: str | None = None
+    # Decisions: the partition epoch they were made under. Requests: null.
+    epoch: int | None = None
+    # Decisions: the writer incarnation id.
+    source_id: str | None = None
+    # Decisions: strictly increasing per source within a partition.
+    source_seq: int | None = None
+    # Writer's wall clock when the record was made (ms since epoch).
+    timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunCreateRequested:
+    """Someone asked for a run to exist."""
+
+    TYPE: ClassVar[str] = "run.create-requested"
+    KIND: ClassVar[str] = "request"
+    SCHEMA_ID: ClassVar[int] = 101
+
+    envelope: Envelope
+    flow: str
+    payload_json: str
+    parent_run_id: str | None = None
+    parent_lineage_id: str | None = None
+    # Handoff round of the lineage this run belongs to.
+    round: int = 0
+    # cancel or detach: what happens to this child when its parent ends.
+    parent_exit_policy: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunCancelRequested:
+    """Someone asked for a run to be cancelled."""
+
+    TYPE: ClassVar[str] = "run.cancel-requested"
+    KIND: ClassVar[str] = "request"
+    SCHEMA_ID: ClassVar[int] = 102
+
+    envelope: Envelope
+    reason: str = ""
+    requested_by: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunSignalSent:
+    """An external event was delivered to a run."""
+
+    TYPE: ClassVar[str] = "run.signal-sent"
+    KIND: ClassVar[str] = "request"
+    SCHEMA_ID: ClassVar[int] = 103
+
+    envelope: Envelope
+    name: str
+    payload_json: str = "null"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunResumeRequested:
+    """An operator asked for a quarantined or suspended run to resume."""
+
+    TYPE: ClassVar[str] = "run.resume-requested"
+    KIND: ClassVar[str] = "request"
+    SCHEMA_ID: ClassVar[int] = 104
+
+    envelope: Envelope
+    operator: str
+    # retry: run the unresolved step again; complete: take result_json as its result.
+    action: str = "retry"
+    result_json: str | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunWakeRequested:
+    """A child run settled; its parent should wake."""
+
+    TYPE: ClassVar[str] = "run.wake-requested"
+    KIND: ClassVar[str] = "request"
+    SCHEMA_ID: ClassVar[int] = 105
+
+    envelope: Envelope
+    child_run_id: str
+    child_status: str
+    result_json: str | None = None
+    error_type: str | None = None
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionEpochClaimed:
+    """A worker took ownership of a partition; the log position assigns the epoch."""
+
+    TYPE: ClassVar[str] = "partition.epoch-claimed"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 106
+
+    envelope: Envelope
+    partition: int
+    # Proposed epoch; the reducer assigns previous epoch + 1.
+    epoch: int
+    # Human-readable owner: host, pid, member id.
+    owner: str
+    query_endpoint: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunCreated:
+    """The owner admitted a run."""
+
+    TYPE: ClassVar[str] = "run.created"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 107
+
+    envelope: Envelope
+    flow: str
+    payload_json: str
+    # Offset of the create request that made the run.
+    request_offset: int
+    # True when the request repeated an existing run with the same identity.
+    duplicate: bool = False
+    parent_run_id: str | None = None
+    round: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunCreateRejected:
+    """The owner refused a create request."""
+
+    TYPE: ClassVar[str] = "run.create-rejected"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 108
+
+    envelope: Envelope
+    reason: str
+    field: str
+    existing_value: str
+    requested_value: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunActivated:
+    """An owner started executing a run."""
+
+    TYPE: ClassVar[str] = "run.activated"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 109
+
+    envelope: Envelope
+    # new, claimed (released before), stolen (previous owner vanished), resumed.
+    mode: str
+    activation: int
+    evidence: str = ""
+    previous_owner: str | None = None
+    previous_epoch: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepStarted:
+    """An irreversible step is about to run."""
+
+    TYPE: ClassVar[str] = "step.started"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 110
+
+    envelope: Envelope
+    position: int
+    name: str
+    attempt: int = 1
+    irreversible: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepCompleted:
+    """A step's result was journaled."""
+
+    TYPE: ClassVar[str] = "step.completed"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 111
+
+    envelope: Envelope
+    position: int
+    name: str
+    # step, now or uuid.
+    kind: str = "step"
+    result_json: str
+    attempt: int = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepFailed:
+    """A step attempt raised."""
+
+    TYPE: ClassVar[str] = "step.failed"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 112
+
+    envelope: Envelope
+    position: int
+    name: str
+    attempt: int
+    error_type: str
+    error_message: str
+    will_retry: bool = False
+    retry_delay_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunSuspended:
+    """A run stopped executing until something happens."""
+
+    TYPE: ClassVar[str] = "run.suspended"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 113
+
+    envelope: Envelope
+    # timer, event, child or quarantine.
+    reason: str
+    wake_at_ms: int | None = None
+    event_name: str | None = None
+    child_run_id: str | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TimerFired:
+    """A durable timer became due."""
+
+    TYPE: ClassVar[str] = "timer.fired"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 114
+
+    envelope: Envelope
+    position: int
+    due_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunResumed:
+    """A suspended run may execute again."""
+
+    TYPE: ClassVar[str] = "run.resumed"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 115
+
+    envelope: Envelope
+    reason: str
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunCompleted:
+    """The flow returned."""
+
+    TYPE: ClassVar[str] = "run.completed"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 116
+
+    envelope: Envelope
+    result_json: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunFailed:
+    """The flow raised or could not run."""
+
+    TYPE: ClassVar[str] = "run.failed"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 117
+
+    envelope: Envelope
+    error_type: str
+    error_message: str
+    traceback: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunCancelled:
+    """The run was cancelled."""
+
+    TYPE: ClassVar[str] = "run.cancelled"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 118
+
+    envelope: Envelope
+    reason: str = ""
+    requested_by: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunHandedOff:
+    """The run continued as a new round of its lineage."""
+
+    TYPE: ClassVar[str] = "run.handed-off"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 119
+
+    envelope: Envelope
+    next_run_id: str
+    round: int
+    payload_json: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LineageExhausted:
+    """A lineage used up its round budget."""
+
+    TYPE: ClassVar[str] = "lineage.exhausted"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 120
+
+    envelope: Envelope
+    rounds: int
+    budget: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RoundInvalid:
+    """A handoff round was refused."""
+
+    TYPE: ClassVar[str] = "round.invalid"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 121
+
+    envelope: Envelope
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunReleased:
+    """An owner stopped executing a run without settling it."""
+
+    TYPE: ClassVar[str] = "run.released"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 122
+
+    envelope: Envelope
+    # shutdown, rebalance or fenced.
+    cause: str
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChildSpawned:
+    """A run started a child run."""
+
+    TYPE: ClassVar[str] = "child.spawned"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 123
+
+    envelope: Envelope
+    child_run_id: str
+    child_lineage_id: str
+    flow: str
+    position: int
+    parent_exit_policy: str = "cancel"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChildPolicyApplied:
+    """A parent ended and its child's exit policy was applied."""
+
+    TYPE: ClassVar[str] = "child.policy-applied"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 124
+
+    envelope: Envelope
+    child_run_id: str
+    policy: str
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvidenceRecorded:
+    """Why something happened, for an operator."""
+
+    TYPE: ClassVar[str] = "evidence.recorded"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 125
+
+    envelope: Envelope
+    kind: str
+    message: str
+    attributes: dict[str, str] = _field(default_factory=dict)
+
+
+# Any journal record; narrow with isinstance() or match on the class.
+JournalRecord: TypeAlias = (
+    RunCreateRequested
+    | RunCancelRequested
+    | RunSignalSent
+    | RunResumeRequested
+    | RunWakeRequested
+    | PartitionEpochClaimed
+    | RunCreated
+    | RunCreateRejected
+    | RunActivated
+    | StepStarted
+    | StepCompleted
+    | StepFailed
+    | RunSuspended
+    | TimerFired
+    | RunResumed
+    | RunCompleted
+    | RunFailed
+    | RunCancelled
+    | RunHandedOff
+    | LineageExhausted
+    | RoundInvalid
+    | RunReleased
+    | ChildSpawned
+    | ChildPolicyApplied
+    | EvidenceRecorded
+)
+
+# Record type string (the rs-type header and envelope.type) → class.
+RECORD_CLASSES: dict[str, type[JournalRecord]] = {
+    "run.create-requested": RunCreateRequested,
+    "run.cancel-requested": RunCancelRequested,
+    "run.signal-sent": RunSignalSent,
+    "run.resume-requested": RunResumeRequested,
+    "run.wake-requested": RunWakeRequested,
+    "partition.epoch-claimed": PartitionEpochClaimed,
+    "run.created": RunCreated,
+    "run.create-rejected": RunCreateRejected,
+    "run.activated": RunActivated,
+    "step.started": StepStarted,
+    "step.completed": StepCompleted,
+    "step.failed": StepFailed,
+    "run.suspended": RunSuspended,
+    "timer.fired": TimerFired,
+    "run.resumed": RunResumed,
+    "run.completed": RunCompleted,
+    "run.failed": RunFailed,
+    "run.cancelled": RunCancelled,
+    "run.handed-off": RunHandedOff,
+    "lineage.exhausted": LineageExhausted,
+    "round.invalid": RoundInvalid,
+    "run.released": RunReleased,
+    "child.spawned": ChildSpawned,
+    "child.policy-applied": ChildPolicyApplied,
+    "evidence.recorded": EvidenceRecorded,
+}
+
+REQUEST_TYPES: frozenset[str] = frozenset(
+    {
+        "run.create-requested",
+        "run.cancel-requested",
+        "run.signal-sent",
+        "run.resume-requested",
+        "run.wake-requested",
+    }
+)
+DECISION_TYPES: frozenset[str] = frozenset(
+    {
+        "partition.epoch-claimed",
+        "run.created",
+        "run.create-rejected",
+        "run.activated",
+        "step.started",
+        "step.completed",
+        "step.failed",
+        "run.suspended",
+        "timer.fired",
+        "run.resumed",
+        "run.completed",
+        "run.failed",
+        "run.cancelled",
+        "run.handed-off",
+        "lineage.exhausted",
+        "round.invalid",
+        "run.released",
+        "child.spawned",
+        "child.policy-applied",
+        "evidence.recorded",
+    }
+)
