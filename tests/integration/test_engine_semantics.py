@@ -206,3 +206,29 @@ async def test_replay_keeps_journaled_values_and_detects_nondeterminism(
     assert "'second' at position 2" in caught.value.message
     assert [e.result_json for e in final.journal[:2]] == journaled
     assert final.released_cause is None and final.activations == 2
+
+
+async def test_undecodable_records_are_dead_lettered_and_nothing_else_is_lost(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    try:
+        for partition in range(4):
+            await producer.send_and_wait(journal, value=b"\x00\x00\x00\x03\xe7garbage",
+                                         partition=partition)
+            await producer.send_and_wait(journal, value=b"not avro at all", partition=partition,
+                                         headers=[("rs-type", b"run.created")])
+    finally:
+        await producer.stop()
+    async with worker(bootstrap, namespace, tmp_path / "w", [checkout]) as w, \
+            client(bootstrap, namespace, [checkout]) as c:
+        handles = [await c.create_run(checkout, {"order_id": f"b{i}", "amount": 1},
+                                      run_id=f"b{i}") for i in range(8)]
+        results = [await h.result(timeout=60) for h in handles]
+        assert w.store is not None
+        dead = w.store.dead_letters()
+    assert [r.order_id for r in results] == [f"b{i}" for i in range(8)]
+    assert len(dead) == 8 and {d[1] for d in dead} == {0, 1}
+    projection = await fold(bootstrap, namespace, history=False)
+    assert sum(p.dead_letters for p in projection.partitions.values()) == 8
