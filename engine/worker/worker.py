@@ -117,6 +117,7 @@ class Worker:
         await self._consumer.start()
         self._consumer.subscribe([self.topic], listener=_Rebalance(self))
         self._loop_task = asyncio.create_task(self._consume(), name="runstream-consume")
+        self._loop_task.add_done_callback(self._on_loop_done)
         log.info("worker %s (source %s) started on %s", self.name, self.source_id, self.topic)
 
     async def _make_producer(self) -> AIOKafkaProducer:
@@ -136,6 +137,10 @@ class Worker:
         )
         await producer.start()
         return producer
+
+    def _on_loop_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("worker %s stopped working: %r", self.name, task.exception())
 
     async def run(self) -> None:
         """Start, then work until stop() is called or the worker fails."""
@@ -195,6 +200,9 @@ class Worker:
                         partition, offset, outcome.error)
             return
         record = outcome.record
+        if record is not None and record.envelope.source_id == self.source_id:
+            # Our own answer is now in the projection, which dedupes from here on.
+            self._decided.discard(record.envelope.request_id or "")
         if isinstance(record, ev.PartitionEpochClaimed):
             if outcome.verdict is Verdict.applied:
                 self._on_claim(partition, record, outcome)

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The demo on a fresh machine: set up (.venv, Kafka jars), start the local broker if none
+# answers, create a journal, start two workers, run a few hundred checkouts, show one run's
+# history and its state at an earlier offset. Extra args go to `runstream demo`.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+bash scripts/bootstrap.sh
+exec .venv/bin/runstream demo "$@"
