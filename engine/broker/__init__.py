@@ -1,0 +1,38 @@
+"""A local Apache Kafka broker (KRaft) for development and CI: `runstream broker start`."""
+
+from engine.broker.launcher import BrokerCluster, NodeStatus
+from engine.broker.layout import DEFAULT_HOST, NodeSpec, default_data_dir, new_cluster_id
+from engine.broker.probe import ClusterMetadata, ProbeError, is_answering, probe
+from engine.broker.toolchain import (
+    KAFKA_VERSION,
+    BrokerError,
+    cache_root,
+    find_java,
+    find_maven,
+    libs_complete,
+    libs_dir,
+    provision,
+    state_root,
+)
+
+__all__ = [
+    "DEFAULT_HOST",
+    "KAFKA_VERSION",
+    "BrokerCluster",
+    "BrokerError",
+    "ClusterMetadata",
+    "NodeSpec",
+    "NodeStatus",
+    "ProbeError",
+    "cache_root",
+    "default_data_dir",
+    "find_java",
+    "find_maven",
+    "is_answering",
+    "libs_complete",
+    "libs_dir",
+    "new_cluster_id",
+    "probe",
+    "provision",
+    "state_root",
+]

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Idempotent developer/CI setup: .venv (Python >= 3.11), runstream installed editable with its
+# test extras, and the Kafka jars for the local broker fetched into the cache (once).
+# Re-running is cheap: pip runs again only when pyproject.toml changed.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+now_ms() {
+    if [ -n "${EPOCHREALTIME:-}" ]; then
+        local t=${EPOCHREALTIME/[.,]/}
+        echo $((t / 1000))
+    else
+        echo $(($(date +%s) * 1000))
+    fi
+}
+
+# step NAME COMMAND...: run COMMAND, print "step NAME: <seconds>s", return its status.
+step() {
+    local name=$1 start rc=0 elapsed
+    shift
+    start=$(now_ms)
+    "$@" || rc=$?
+    elapsed=$(($(now_ms) - start))
+    printf 'step %s: %d.%01ds\n' "$name" $((elapsed / 1000)) $((elapsed % 1000 / 100))
+    return "$rc"
+}
+
+find_python() {
+    local candidate
+    for candidate in "${PYTHON:-}" python3.13 python3.12 python3.11 python3; do
+        [ -n "$candidate" ] || continue
+        command -v "$candidate" >/dev/null 2>&1 || continue
+        if "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+            echo "$candidate"
+            return 0
+        fi
+    done
+    return 1
+}
+
+if [ ! -x .venv/bin/python ]; then
+    if ! python=$(find_python); then
+        echo "error: Python 3.11 or newer not found (set PYTHON=/path/to/python3.11+)" >&2
+        exit 1
+    fi
+    echo "creating .venv with $python ($("$python" --version 2>&1))" >&2
+    step venv "$python" -m venv .venv
+fi
+
+# pip is skipped when the installed project matches this pyproject.toml.
+stamp=.venv/.runstream-installed
+wanted=$(.venv/bin/python -c 'import hashlib; print(hashlib.sha256(open("pyproject.toml", "rb").read()).hexdigest())')
+if [ "$(cat "$stamp" 2>/dev/null || true)" != "$wanted" ]; then
+    echo "installing runstream (editable) with test extras into .venv" >&2
+    step pip-install .venv/bin/python -m pip install --quiet --disable-pip-version-check \
+        -e '.[test]'
+    echo "$wanted" > "$stamp"
+fi
+
+# Fetch the Kafka jars for `runstream broker start` (no-op when the cache is complete).
+provision_kafka() { .venv/bin/runstream broker provision >/dev/null; }
+step kafka-jars provision_kafka

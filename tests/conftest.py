@@ -1,0 +1,131 @@
+"""Fixtures shared by every test: a real Kafka broker, a fresh namespace, its journal topic.
+
+The broker, in order of preference:
+1. `RUNSTREAM_BOOTSTRAP`, if set (it must answer);
+2. Redpanda in a container (testcontainers), if a Docker engine answers;
+3. the local launcher (`runstream broker start`): a broker already answering at
+   127.0.0.1:9092 is reused, otherwise one is started for the session and stopped after it.
+
+Under CI=true a missing broker fails the tests that need one; elsewhere they are skipped
+with the reason. Tests under tests/integration, and any test using `bootstrap`, are marked
+`integration`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+
+from engine.admin import delete_topics, ensure_topics
+from engine.broker import BrokerCluster, BrokerError, is_answering
+from engine.config import DEFAULT_BOOTSTRAP
+
+# Same image as docker-compose.yml.
+REDPANDA_IMAGE = "docker.redpanda.com/redpandadata/redpanda:v24.2.7"
+TEST_JOURNAL_PARTITIONS = 4
+_INTEGRATION_DIR = Path(__file__).parent / "integration"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        in_dir = _INTEGRATION_DIR in item.path.parents
+        if in_dir or "bootstrap" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.integration)
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
+
+
+def _no_broker(reason: str) -> NoReturn:
+    # In CI a test that silently skips proves nothing: a missing broker is a failure there.
+    if in_ci():
+        pytest.fail(f"no Kafka broker (CI=true): {reason}", pytrace=False)
+    pytest.skip(f"no Kafka broker: {reason}")
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker
+        from docker.errors import DockerException
+    except ImportError:
+        return False
+    try:
+        client = docker.from_env(timeout=3)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except (DockerException, OSError):
+        return False
+
+
+def _redpanda() -> Iterator[str]:
+    from testcontainers.community.kafka import RedpandaContainer
+
+    container = RedpandaContainer(image=REDPANDA_IMAGE)
+    try:
+        container.start(timeout=120)
+    except Exception as exc:  # the container runtime's errors are many and untyped
+        with contextlib.suppress(Exception):
+            container.stop()
+        _no_broker(f"Redpanda container did not start: {exc}")
+    try:
+        yield str(container.get_bootstrap_server())
+    finally:
+        container.stop()
+
+
+def _local_broker() -> Iterator[str]:
+    if is_answering(DEFAULT_BOOTSTRAP):
+        yield DEFAULT_BOOTSTRAP
+        return
+    cluster = BrokerCluster()
+    try:
+        cluster.start()
+    except BrokerError as exc:
+        _no_broker(f"the local broker did not start: {exc}")
+    try:
+        yield cluster.bootstrap
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def bootstrap() -> Iterator[str]:
+    """The address of a real Kafka-compatible broker for the whole session."""
+    explicit = os.environ.get("RUNSTREAM_BOOTSTRAP")
+    if explicit:
+        if not is_answering(explicit, timeout=5.0):
+            _no_broker(f"RUNSTREAM_BOOTSTRAP={explicit} does not answer")
+        yield explicit
+    elif _docker_answers():
+        yield from _redpanda()
+    else:
+        yield from _local_broker()
+
+
+@pytest.fixture
+def namespace() -> str:
+    """A namespace no other test uses, so tests share the broker without sharing topics."""
+    return f"t-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+async def journal(bootstrap: str, namespace: str) -> AsyncIterator[str]:
+    """Create the namespace's topics (journal with 4 partitions); yield the journal's name.
+
+    The topics are deleted afterwards so a long-lived development broker does not collect
+    thousands of them; set RUNSTREAM_KEEP_TOPICS=1 to keep them for inspection.
+    """
+    report = await ensure_topics(bootstrap, namespace, partitions=TEST_JOURNAL_PARTITIONS)
+    assert report.ok, report.mismatches()
+    yield report.journal.name
+    if os.environ.get("RUNSTREAM_KEEP_TOPICS") != "1":
+        await delete_topics(bootstrap, namespace)

@@ -1,0 +1,163 @@
+"""The launcher's three-node cluster keeps accepting acks=all writes with one node down."""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+
+from engine.admin import ensure_topics
+from engine.broker import BrokerCluster, BrokerError, find_java
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_base_port(nodes: int) -> int:
+    """A base port with nodes client ports and nodes controller ports (base+100…) all free."""
+    for _ in range(100):
+        base = random.randrange(21000, 39000)
+        ports = [base + i for i in range(nodes)] + [base + 100 + i for i in range(nodes)]
+        if all(_port_free(p) for p in ports):
+            return base
+    raise RuntimeError("no free block of ports found")
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[BrokerCluster]:
+    cluster = BrokerCluster(nodes=3, base_port=_free_base_port(3), data_dir=tmp_path / "kafka")
+    try:
+        find_java()
+        cluster.provision()
+    except BrokerError as exc:
+        if os.environ.get("CI", "").lower() == "true":
+            raise
+        pytest.skip(f"cannot run a local Kafka here: {exc.message}")
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()  # also after a failed start or a failed test: no JVM outlives the test
+
+
+async def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
+                                enable_idempotence=True, request_timeout_ms=30000)
+    await producer.start()
+    try:
+        for value in values:
+            await producer.send_and_wait(topic, key=value, value=value)
+    finally:
+        await producer.stop()
+
+
+async def _produce_in_transaction(bootstrap: str, topic: str, transactional_id: str,
+                                  values: list[bytes]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=transactional_id,
+                                request_timeout_ms=30000)
+    await producer.start()
+    try:
+        async with producer.transaction():
+            for value in values:
+                await producer.send_and_wait(topic, key=value, value=value)
+    finally:
+        await producer.stop()
+
+
+async def _read_all(bootstrap: str, topic: str, count: int, deadline_s: float = 60.0) -> set[bytes]:
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None,
+                                auto_offset_reset="earliest", enable_auto_commit=False,
+                                isolation_level="read_committed")
+    await consumer.start()
+    values: set[bytes] = set()
+    try:
+        deadline = time.monotonic() + deadline_s
+        while len(values) < count and time.monotonic() < deadline:
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                values.update(r.value for r in records if r.value is not None)
+    finally:
+        await consumer.stop()
+    return values
+
+
+async def _partitions(bootstrap: str, topic: str) -> list[dict[str, object]]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        (described,) = await admin.describe_topics([topic])
+    finally:
+        await admin.close()
+    partitions: list[dict[str, object]] = described["partitions"]
+    return partitions
+
+
+async def test_three_nodes_survive_one_node_down(cluster: BrokerCluster, namespace: str) -> None:
+    report = await ensure_topics(cluster.bootstrap, namespace, partitions=3,
+                                 replication_factor=3)
+    assert report.ok, report.mismatches()
+    topic = report.journal.name
+    assert report.journal.replication_factor == 3
+    assert report.journal.configs["min.insync.replicas"] == "2"
+
+    before = [f"before-{i}".encode() for i in range(30)]
+    await _produce(cluster.bootstrap, topic, before)
+
+    # Stop the leader of partition 0, so at least one partition must fail over.
+    leader = next(p["leader"] for p in await _partitions(cluster.bootstrap, topic)
+                  if p["partition"] == 0)
+    assert isinstance(leader, int)
+    assert cluster.stop(node=leader) == [leader]
+    status = {s.node_id: s for s in cluster.status()}
+    assert not status[leader].running
+    assert all(s.answering for node_id, s in status.items() if node_id != leader)
+
+    after = [f"after-{i}".encode() for i in range(30)]
+    await _produce(cluster.bootstrap, topic, after)
+    in_tx = [f"tx-{i}".encode() for i in range(5)]
+    await _produce_in_transaction(cluster.bootstrap, topic, f"{namespace}-tx", in_tx)
+
+    expected = set(before + after + in_tx)
+    assert await _read_all(cluster.bootstrap, topic, len(expected)) == expected
+    for partition in await _partitions(cluster.bootstrap, topic):
+        assert partition["leader"] != leader
+        assert isinstance(partition["isr"], list) and leader not in partition["isr"]
+
+
+def test_start_refuses_a_port_taken_by_another_process(tmp_path: Path) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        cluster = BrokerCluster(base_port=port, controller_base_port=_free_base_port(1) + 100,
+                                data_dir=tmp_path / "kafka")
+        with pytest.raises(BrokerError, match=f"port 127.0.0.1:{port} for node 1 is taken"):
+            cluster.start()
+    assert not any(s.running for s in cluster.status())
+
+
+def test_a_node_that_dies_at_startup_is_reported_with_its_log(tmp_path: Path) -> None:
+    # 1 MiB of heap: the JVM refuses to start, which is the fastest real startup failure.
+    cluster = BrokerCluster(base_port=_free_base_port(1), data_dir=tmp_path / "kafka",
+                            heap_mb=1)
+    with pytest.raises(BrokerError) as caught:
+        cluster.start(timeout=60)
+    assert caught.value.message.startswith("node 1 exited during startup; last lines of ")
+    assert "heap" in caught.value.detail.lower()
+    assert "heap" in str(caught.value).lower()  # the tail is part of what a test failure shows
+    assert not any(s.running for s in cluster.status())
