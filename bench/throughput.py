@@ -67,7 +67,7 @@ def start_workers(
             [sys.executable, "-m", "engine.cli", "worker", "--app", "engine.demo.flows:flows",
              "--data-dir", str(root / f"w{i}"), "--bootstrap", bootstrap,
              "--namespace", namespace, "--name", f"w{i}", "--concurrency", "256",
-             "--log-level", "WARNING"], stdout=log, stderr=subprocess.STDOUT))
+             "--log-level", "INFO"], stdout=log, stderr=subprocess.STDOUT))
     return procs
 
 

@@ -201,7 +201,7 @@ def demo(*, bootstrap: str | None, runs: int, workers: int, keep_broker: bool) -
         if bootstrap is not None:
             raise InvalidInput(f"no Kafka broker answers at {address}")
         cluster = BrokerCluster()
-        print("starting the local Kafka broker (first time: downloads its jars)...")
+        print("starting the local Kafka broker (its jars are fetched once, on first use)...")
         address = cluster.start()
     try:
         asyncio.run(run_demo(bootstrap=address, runs=runs, workers=workers,

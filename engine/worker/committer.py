@@ -63,6 +63,7 @@ class Committer:
         self.failure: BaseException | None = None
         self.transactions = 0
         self.records = 0
+        self.busy_seconds = 0.0
 
     async def start(self) -> None:
         self._producer = await self._new_producer()
@@ -84,6 +85,13 @@ class Committer:
         """Wait until everything queued so far is committed (or failed)."""
         if self._queue:
             await asyncio.gather(*(p.future for p in list(self._queue)), return_exceptions=True)
+
+    def summary(self) -> str:
+        if not self.transactions:
+            return "no transactions"
+        return (f"{self.records} records in {self.transactions} transactions "
+                f"({self.records / self.transactions:.1f} per transaction, "
+                f"{1000 * self.busy_seconds / self.transactions:.1f} ms each)")
 
     async def close(self) -> None:
         await self.flush()
@@ -147,6 +155,7 @@ class Committer:
     async def _transaction(self, batch: list[_Pending]) -> list[int]:
         producer = self._producer
         assert producer is not None
+        started = time.monotonic()
         await producer.begin_transaction()
         try:
             sent = []
@@ -172,6 +181,7 @@ class Committer:
             raise
         self.transactions += 1
         self.records += len(batch)
+        self.busy_seconds += time.monotonic() - started
         return [meta.offset for meta in metadata]
 
     def _offsets_due(self) -> dict[TopicPartition, int]:

@@ -162,6 +162,7 @@ class Worker:
             await self._consumer.stop()
         if self._committer is not None:
             await self._committer.close()
+            log.info("worker %s committed %s", self.name, self._committer.summary())
         if self.store is not None:
             self.store.close()
         log.info("worker %s stopped", self.name)
