@@ -18,7 +18,7 @@ from typing import Any, Protocol, TypeVar, cast, overload
 
 from pydantic import TypeAdapter
 
-from engine.errors import NonDeterminism, StepFailed
+from engine.errors import NonDeterminism, StepFailed, journal_text
 from engine.flow import NO_RETRY, RetryPolicy, dump_json
 from engine.journal import events as ev
 from projections.state import JournalEntry
@@ -47,6 +47,10 @@ class JournalPort(Protocol):
 
     async def emit(self, cls: type[ev.JournalRecord], **body: Any) -> None:
         """Write one decision about this run and return once it is committed."""
+
+    async def emit_confirmed(self, cls: type[ev.JournalRecord], **body: Any) -> None:
+        """Like emit, and return only once this worker's projection has applied the record
+        (not fenced): the gate before an irreversible effect."""
 
     def ensure_active(self) -> None:
         """Raise RunReleased if the worker no longer executes this run."""
@@ -102,8 +106,10 @@ class FlowContext:
         while True:
             self._port.ensure_active()
             if irreversible:
-                await self._port.emit(ev.StepStarted, position=position, name=name,
-                                      attempt=attempt, irreversible=True)
+                # Committed is not enough: a paused, superseded owner's commit succeeds too,
+                # and is fenced. Only an applied StepStarted proves we still own the run.
+                await self._port.emit_confirmed(ev.StepStarted, position=position, name=name,
+                                                attempt=attempt, irreversible=True)
             try:
                 value = fn(*args, **kwargs)
                 if inspect.isawaitable(value):
@@ -124,7 +130,7 @@ class FlowContext:
         delay = policy.delay_after(attempt) if will_retry else 0.0
         await self._port.emit(
             ev.StepFailed, position=position, name=name, attempt=attempt,
-            error_type=type(exc).__name__, error_message=str(exc),
+            error_type=type(exc).__name__, error_message=journal_text(str(exc)),
             will_retry=will_retry, retry_delay_ms=int(delay * 1000),
         )
         if not will_retry:

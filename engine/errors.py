@@ -86,3 +86,13 @@ class StepFailed(RunstreamError):
 
 class WorkerFatal(RunstreamError):
     """The worker cannot go on safely (its producer failed); restart it."""
+
+
+def journal_text(text: str, limit: int = 4000) -> str:
+    """Text safe to journal: valid UTF-8 (lone surrogates escaped) and bounded in size.
+
+    Error messages and tracebacks come from anywhere (file names decoded with
+    surrogateescape, huge reprs); one that cannot be encoded must not stop a run settling.
+    """
+    safe = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return safe if len(safe) <= limit else safe[: limit - 20] + f"... ({len(safe)} chars)"

@@ -65,11 +65,16 @@ class Flow(Generic[P, R]):
         return self._handler
 
     def parse_payload(self, payload: Any) -> P:
-        """Validate a payload given as an object or as JSON text; PayloadInvalid if it fails."""
+        """Validate a payload given as a Python value (a str is a string, not JSON text)."""
         try:
-            if isinstance(payload, str | bytes):
-                return self._payload.validate_json(payload)
             return self._payload.validate_python(payload)
+        except ValidationError as exc:
+            raise PayloadInvalid(self.name, _one_line(exc)) from None
+
+    def load_payload(self, payload_json: str | bytes) -> P:
+        """Validate a payload given as JSON text, as the journal holds it."""
+        try:
+            return self._payload.validate_json(payload_json)
         except ValidationError as exc:
             raise PayloadInvalid(self.name, _one_line(exc)) from None
 

@@ -100,15 +100,17 @@ async def _drain(
     until_timestamp_ms: int | None,
     timeout: float,
 ) -> AsyncIterator[RawRecord]:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + timeout  # without progress: a big journal may take long
     open_parts = {p for p, end in limits.items()
                   if await consumer.position(TopicPartition(topic, p)) < end}
     while open_parts:
         if time.monotonic() > deadline:
-            raise TimeoutError(f"reading {topic} did not reach its end in {timeout}s")
+            raise TimeoutError(f"reading {topic} made no progress for {timeout}s")
         batches = await consumer.getmany(
             *(TopicPartition(topic, p) for p in open_parts), timeout_ms=200
         )
+        if batches:
+            deadline = time.monotonic() + timeout
         for tp, messages in batches.items():
             for m in messages:
                 if m.offset >= limits[tp.partition]:

@@ -34,8 +34,13 @@ class _PartitionTail:
 
 @dataclass
 class _Seen:
+    partition: int
     offset: int
     record: JournalRecord
+    # Read after a claim, so checked against its claimant. Unverified decisions are trusted
+    # only by waiters whose reading starts where this tail started, never earlier: from an
+    # earlier offset, a claim in between may have fenced them.
+    verified: bool
 
 
 @dataclass
@@ -103,7 +108,9 @@ class JournalTail:
     async def _wait(self, key: str, partition: int, from_offset: int) -> JournalRecord:
         await self.start()
         seen = self._seen.get(key)
-        if seen is not None and seen.offset >= from_offset:
+        if seen is not None and seen.offset >= from_offset and (
+            seen.verified or from_offset >= self._tails[seen.partition].start
+        ):
             return seen.record
         waiter = _Waiter(key, from_offset, partition)
         self._waiters.setdefault(key, []).append(waiter)
@@ -123,8 +130,12 @@ class JournalTail:
         tail = self._tails.get(partition)
         if tail is not None and tail.start <= offset:
             return
-        # Start (or restart earlier): records from `offset` on will be read again.
+        # Start (or restart earlier): records from `offset` on will be read again, with the
+        # claims before the old start this time, so unverified answers are judged again.
         self._tails[partition] = _PartitionTail(start=offset)
+        stale = [k for k, s in self._seen.items() if s.partition == partition and not s.verified]
+        for key in stale:
+            del self._seen[key]
         self._consumer.seek(tp, offset)
         self._consumer.resume(tp)
 
@@ -150,15 +161,17 @@ class JournalTail:
         if record.KIND != "decision" or (tail.owner is not None and env.source_id != tail.owner):
             return  # requests settle nothing; fenced decisions do not count
         self._remember_type(env.run_id, record.TYPE)
+        seen = _Seen(partition, offset, record, verified=tail.owner is not None)
         if record.TYPE in ADMISSION_TYPES and env.request_id:
-            self._found(f"req:{env.request_id}", offset, record)
+            self._found(f"req:{env.request_id}", seen)
         if isinstance(record, ev.RunCreated):
-            self._found(f"created:{env.run_id}", offset, record)
+            self._found(f"created:{env.run_id}", seen)
         if record.TYPE in TERMINAL_TYPES:
-            self._found(f"end:{env.run_id}", offset, record)
+            self._found(f"end:{env.run_id}", seen)
 
-    def _found(self, key: str, offset: int, record: JournalRecord) -> None:
-        self._seen[key] = _Seen(offset, record)
+    def _found(self, key: str, seen: _Seen) -> None:
+        offset, record = seen.offset, seen.record
+        self._seen[key] = seen
         self._seen.move_to_end(key)
         while len(self._seen) > CACHE_LIMIT:
             self._seen.popitem(last=False)

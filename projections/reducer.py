@@ -173,10 +173,10 @@ def _decide_run(
     if isinstance(record, ev.RunCreated):
         return _created(run, record, offset)
     assert run is not None
+    if isinstance(record, ev.RunCreateRejected):  # answers a request in any status
+        return _rejected(run, record)
     if run.status in TERMINAL_STATUSES and not isinstance(record, ev.EvidenceRecorded):
         return run
-    if isinstance(record, ev.RunCreateRejected):
-        return _rejected(run, record)
     if isinstance(record, ev.EvidenceRecorded):
         kept = (*run.evidence, Evidence(kind=record.kind, message=record.message, offset=offset))
         return run.model_copy(update={"evidence": kept[-MAX_EVIDENCE:]})

@@ -4,7 +4,8 @@ Key layout (all ASCII, zero-padded numbers so byte order is numeric order):
   p/<partition:05d>                          -> PartitionState JSON (includes next_offset)
   r/<run_id>                                 -> RunState JSON
   s/<status>/<partition:05d>/<run_id>        -> b""   status index
-  h/<run_id>/<partition:05d>/<offset:020d>   -> b"<verdict> <type>"   per-run history
+  i/<partition:05d>/<run_id>                 -> b""   runs with unanswered requests
+  h/<run_id>\0<partition:05d>/<offset:020d>  -> b"<verdict> <type>"   per-run history
   d/<partition:05d>/<offset:020d>            -> raw bytes of a record that did not decode
 One applied record is one WriteBatch, so a crash never half-applies a record.
 """
@@ -34,8 +35,17 @@ def _status_key(status: str, partition: int, run_id: str) -> bytes:
     return b"s/%s/%05d/%s" % (status.encode(), partition, run_id.encode())
 
 
+def _inbox_key(partition: int, run_id: str) -> bytes:
+    return b"i/%05d/%s" % (partition, run_id.encode())
+
+
+def _history_prefix(run_id: str) -> bytes:
+    # NUL ends the run id, so run "a" never scans the history of run "a/b".
+    return b"h/%s\x00" % run_id.encode()
+
+
 def _history_key(run_id: str, partition: int, offset: int) -> bytes:
-    return b"h/%s/%05d/%020d" % (run_id.encode(), partition, offset)
+    return _history_prefix(run_id) + b"%05d/%020d" % (partition, offset)
 
 
 def _dead_letter_key(partition: int, offset: int) -> bytes:
@@ -102,13 +112,25 @@ class ProjectionStore:
             if run is not None:
                 yield run
 
+    def runs_with_requests(self, partition: int) -> Iterator[RunState]:
+        """Runs of `partition` holding requests no decision has answered yet."""
+        for key, _ in self._scan(b"i/%05d/" % partition):
+            run = self.run(key.split(b"/", 2)[2].decode())
+            if run is not None:
+                yield run
+
     def history(self, run_id: str) -> list[HistoryEntry]:
         entries = []
-        for key, value in self._scan(b"h/" + run_id.encode() + b"/"):
-            *_, partition, offset = key.rsplit(b"/", 2)
+        prefix = _history_prefix(run_id)
+        for key, value in self._scan(prefix):
+            partition, offset = key[len(prefix):].split(b"/")
             verdict, _, type_ = value.decode().partition(" ")
             entries.append(HistoryEntry(int(partition), int(offset), Verdict(verdict), type_))
         return entries
+
+    def history_verdict(self, run_id: str, partition: int, offset: int) -> Verdict | None:
+        raw = self._db.get(_history_key(run_id, partition, offset))
+        return None if raw is None else Verdict(raw.decode().partition(" ")[0])
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         """Every key and value in byte order: what the rebuild test compares."""
@@ -164,12 +186,16 @@ class ProjectionStore:
 def _put_run(batch: WriteBatch, before: RunState | None, after: RunState | None) -> None:
     if before is not None and (after is None or after.status != before.status):
         batch.delete(_status_key(before.status.value, before.partition, before.run_id))
+    if before is not None and before.inbox and (after is None or not after.inbox):
+        batch.delete(_inbox_key(before.partition, before.run_id))
     if after is None:
         if before is not None:
             batch.delete(_run_key(before.run_id))
         return
     batch.put(_run_key(after.run_id), after.model_dump_json().encode())
     batch.put(_status_key(after.status.value, after.partition, after.run_id), b"")
+    if after.inbox:
+        batch.put(_inbox_key(after.partition, after.run_id), b"")
 
 
 def dump_json(store: ProjectionStore) -> str:

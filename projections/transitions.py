@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from engine.journal import events as ev
-from projections.state import JournalEntry, RunState, RunStatus
+from projections.state import InboxItem, JournalEntry, RunState, RunStatus
 
 Changes = dict[str, Any]
 
@@ -101,7 +101,8 @@ def _resumed(run: RunState, record: Any, epoch: int) -> Changes:
 
 def _completed(run: RunState, record: Any, epoch: int) -> Changes:
     assert isinstance(record, ev.RunCompleted)
-    return {"status": RunStatus.completed, "result_json": record.result_json, "inbox": ()}
+    return {"status": RunStatus.completed, "result_json": record.result_json,
+            "inbox": _unanswered_creates(run)}
 
 
 def _failed(run: RunState, record: Any, epoch: int) -> Changes:
@@ -110,7 +111,7 @@ def _failed(run: RunState, record: Any, epoch: int) -> Changes:
         "status": RunStatus.failed,
         "error_type": record.error_type,
         "error_message": record.error_message,
-        "inbox": (),
+        "inbox": _unanswered_creates(run),
     }
 
 
@@ -120,8 +121,14 @@ def _cancelled(run: RunState, record: Any, epoch: int) -> Changes:
         "status": RunStatus.cancelled,
         "error_type": "RunCancelled",
         "error_message": record.reason or "cancelled",
-        "inbox": (),
+        "inbox": _unanswered_creates(run),
     }
+
+
+def _unanswered_creates(run: RunState) -> tuple[InboxItem, ...]:
+    """A settled run answers no more requests, except a repeated create, which still gets
+    its answer (the existing run), or its client would wait forever."""
+    return tuple(item for item in run.inbox if item.type == ev.RunCreateRequested.TYPE)
 
 
 _HANDLERS: dict[type, Callable[[RunState, Any, int], Changes | None]] = {

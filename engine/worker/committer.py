@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from aiokafka import AIOKafkaProducer, TopicPartition
 
 from engine.errors import WorkerFatal
-from engine.journal import JournalRecord, encode
+from engine.journal import EncodeError, JournalRecord, encode
 
 log = logging.getLogger("runstream.committer")
 
@@ -26,10 +26,20 @@ ProducerFactory = Callable[[], Awaitable[AIOKafkaProducer]]
 MAX_TRANSACTION_ATTEMPTS = 3
 
 
+# Kafka's default max.message.bytes is 1 MiB; stay clear of it, headers and batch overhead.
+MAX_RECORD_BYTES = 900_000
+
+
+class RecordTooLarge(EncodeError):
+    """A decision whose encoded value would not fit in one Kafka record."""
+
+
 @dataclass(slots=True)
 class _Pending:
     partition: int
-    record: JournalRecord
+    key: bytes
+    value: bytes
+    headers: list[tuple[str, bytes]]
     future: asyncio.Future[int] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -70,10 +80,28 @@ class Committer:
         self._task = asyncio.create_task(self._run(), name="runstream-committer")
 
     def enqueue(self, partition: int, record: JournalRecord) -> asyncio.Future[int]:
-        """Queue one decision; the future resolves to its offset once committed."""
+        """Queue one decision; the future resolves to its offset once committed.
+
+        The record gets its source sequence and its bytes here, once: a batch retried after
+        an ambiguous commit carries the same sequences, so the reducer sees duplicates, and a
+        record that cannot be encoded fails its caller alone, not the whole batch.
+        """
         if self.failure is not None:
             raise WorkerFatal(f"the worker's producer failed earlier: {self.failure!r}")
-        pending = _Pending(partition, record)
+        stamped = self._stamp(record)
+        try:
+            value, headers = encode(stamped)
+        except EncodeError:
+            self._seq -= 1  # never sent: keep the sequence dense
+            raise
+        if len(value) > MAX_RECORD_BYTES:
+            self._seq -= 1
+            raise RecordTooLarge(
+                f"{record.TYPE} for run {record.envelope.run_id} is {len(value)} bytes, "
+                f"over the {MAX_RECORD_BYTES}-byte limit of one journal record",
+                record_type=record.TYPE,
+            )
+        pending = _Pending(partition, stamped.envelope.lineage_id.encode(), value, headers)
         self._queue.append(pending)
         self._wakeup.set()
         return pending.future
@@ -160,15 +188,13 @@ class Committer:
         try:
             sent = []
             for pending in batch:
-                record = self._stamp(pending.record)
-                value, headers = encode(record)
                 sent.append(
                     await producer.send(
                         self._topic,
-                        value=value,
-                        key=record.envelope.lineage_id.encode(),
+                        value=pending.value,
+                        key=pending.key,
                         partition=pending.partition,
-                        headers=headers,
+                        headers=pending.headers,
                     )
                 )
             metadata = await asyncio.gather(*sent)

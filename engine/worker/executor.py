@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from engine.context import FlowContext, Quarantined, RunReleased
 from engine.decide import Activation
-from engine.errors import PayloadInvalid
+from engine.errors import PayloadInvalid, journal_text
 from engine.flow import Flow
-from engine.journal import Envelope, JournalRecord
+from engine.journal import EncodeError, Envelope, JournalRecord
 from engine.journal import events as ev
-from projections.state import RunState
+from projections.state import RunState, Verdict
 
 if TYPE_CHECKING:
     from engine.worker.ownership import Ownership
@@ -75,6 +75,22 @@ class RunExecution:
         )
         await self.worker.committer.submit(self.ownership.partition, record)
 
+    async def emit_confirmed(self, cls: type[JournalRecord], **body: Any) -> None:
+        record = decision(
+            cls,
+            run_id=self.run.run_id,
+            lineage_id=self.run.lineage_id,
+            epoch=self.ownership.epoch,
+            source_id=self.worker.source_id,
+            body=body,
+        )
+        partition = self.ownership.partition
+        offset = await self.worker.committer.submit(partition, record)
+        verdict = await self.worker.confirm(self.run.run_id, partition, offset)
+        if verdict is not Verdict.applied:
+            raise RunReleased(f"{cls.TYPE} at offset {offset} was {verdict.value}: "
+                              f"this worker no longer owns partition {partition}")
+
     def ensure_active(self) -> None:
         if not self.ownership.executing:
             raise RunReleased(f"partition {self.ownership.partition} is no longer executed here")
@@ -82,6 +98,7 @@ class RunExecution:
     async def execute(self, flow: Flow[Any, Any], plan: Activation) -> None:
         async with self.worker.slots:
             self.ensure_active()
+            self.activated = True  # before the await: a cancelled emit may still commit
             await self.emit(
                 ev.RunActivated,
                 mode=plan.mode,
@@ -90,14 +107,13 @@ class RunExecution:
                 previous_owner=plan.previous_owner,
                 previous_epoch=plan.previous_epoch,
             )
-            self.activated = True
             await self._run_handler(flow)
 
     async def _run_handler(self, flow: Flow[Any, Any]) -> None:
         run = self.run
         ctx = FlowContext(run_id=run.run_id, flow=run.flow, journal=run.journal, port=self)
         try:
-            payload = flow.parse_payload(run.payload_json)
+            payload = flow.load_payload(run.payload_json)
             value = await flow.fn(ctx, payload)
             result_json = flow.dump_result(value)
         except RunReleased:
@@ -114,26 +130,29 @@ class RunExecution:
         if ctx.nondeterminism is not None:
             await self._fail(ctx.nondeterminism)
             return
-        await self.emit(ev.RunCompleted, result_json=result_json)
         self.settled = True
+        try:
+            await self.emit(ev.RunCompleted, result_json=result_json)
+        except EncodeError as exc:  # e.g. a result over the record size limit
+            await self._fail(exc, "ResultTooLarge")
 
     async def _fail(self, exc: BaseException, error_type: str | None = None) -> None:
         trace = "".join(traceback.format_exception(exc, limit=20))
+        self.settled = True  # before the await: a cancelled emit may still commit
         await self.emit(
             ev.RunFailed,
             error_type=error_type or type(exc).__name__,
-            error_message=str(exc),
-            traceback=trace[-8000:],
+            error_message=journal_text(str(exc)),
+            traceback=journal_text(trace[-8000:], limit=8000),
         )
-        self.settled = True
 
     async def _quarantine(self, quarantine: Quarantined) -> None:
         message = (
             f"{quarantine}; it may or may not have taken effect. Check the effect, then "
             f"resume the run with the step's outcome"
         )
+        self.settled = True
         await self.emit(ev.EvidenceRecorded, kind="quarantine", message=message,
                         attributes={"step": quarantine.entry.name,
                                     "position": str(quarantine.entry.position)})
         await self.emit(ev.RunSuspended, reason="quarantine", detail=message)
-        self.settled = True

@@ -19,6 +19,7 @@ import aiokafka.producer.sender as aiokafka_sender
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 
 from engine.config import journal_topic, resolve_bootstrap, resolve_namespace, worker_group
+from engine.context import RunReleased
 from engine.decide import (
     FLOW_NOT_REGISTERED,
     Create,
@@ -80,10 +81,14 @@ class Worker:
         self.owned: dict[int, Ownership] = {}
         self.executions: dict[str, RunExecution] = {}
         self._decided: set[str] = set()
+        self._confirmations: dict[tuple[int, int], asyncio.Future[Verdict]] = {}
         self._warned: set[str] = set()
         self._owner_names: dict[str, str] = {}
         self._stopping = False
         self._loop_task: asyncio.Task[None] | None = None
+        self._failure_stop: asyncio.Task[None] | None = None
+        self._fatal: WorkerFatal | None = None
+        self._release_lock = asyncio.Lock()
         self.store: ProjectionStore | None = None
         self.projector: Projector | None = None
         self._consumer: AIOKafkaConsumer | None = None
@@ -139,8 +144,13 @@ class Worker:
         return producer
 
     def _on_loop_done(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            log.error("worker %s stopped working: %r", self.name, task.exception())
+        if task.cancelled() or task.exception() is None or self._stopping:
+            return
+        # Without its consume loop the worker can neither notice a lost partition nor
+        # decide anything: leave the group now rather than hold partitions for minutes.
+        log.error("worker %s cannot go on and stops: %r", self.name, task.exception())
+        self._stopping = True
+        self._failure_stop = asyncio.get_running_loop().create_task(self._close())
 
     async def run(self) -> None:
         """Start, then work until stop() is called or the worker fails."""
@@ -155,6 +165,15 @@ class Worker:
             return
         self._stopping = True
         await self._release(list(self.owned), cause="shutdown")
+        await self._close()
+        log.info("worker %s stopped", self.name)
+
+    async def _close(self) -> None:
+        for execution in list(self.executions.values()):
+            if execution.task is not None:
+                execution.task.cancel()
+        await asyncio.gather(*(e.task for e in list(self.executions.values()) if e.task),
+                             return_exceptions=True)
         if self._loop_task is not None:
             self._loop_task.cancel()
             await asyncio.gather(self._loop_task, return_exceptions=True)
@@ -165,7 +184,7 @@ class Worker:
             log.info("worker %s committed %s", self.name, self._committer.summary())
         if self.store is not None:
             self.store.close()
-        log.info("worker %s stopped", self.name)
+            self.store = None
 
     async def __aenter__(self) -> Worker:
         await self.start()
@@ -190,12 +209,17 @@ class Worker:
                     self._on_record(tp.partition, message.offset, message.value, message.headers)
             if self.committer.failure is not None:
                 raise WorkerFatal(f"transaction failed: {self.committer.failure!r}")
+            if self._fatal is not None:
+                raise self._fatal
 
     def _on_record(
         self, partition: int, offset: int, value: bytes | None, headers: Sequence[Any]
     ) -> None:
         assert self.projector is not None
         outcome = self.projector.apply_raw(partition, offset, value, headers)
+        waiter = self._confirmations.pop((partition, offset), None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(outcome.verdict)
         if outcome.verdict is Verdict.dead_letter:
             log.warning("partition %d offset %d does not decode, kept as dead letter: %s",
                         partition, offset, outcome.error)
@@ -235,10 +259,11 @@ class Worker:
 
     def _activate_partition(self, own: Ownership) -> None:
         assert self.store is not None
+        for run in list(self.store.runs_with_requests(own.partition)):
+            for item in unanswered_creates(run):  # in any status: a repeat of a settled run
+                self._decide_create(own, run, item)
         for status in (RunStatus.pending, RunStatus.running):
             for run in list(self.store.runs_in_partition(own.partition, status)):
-                for item in unanswered_creates(run):
-                    self._decide_create(own, run, item)
                 if needs_activation(run):
                     self._start(own, run)
 
@@ -266,7 +291,7 @@ class Worker:
         if flow is None:
             return None  # validated by an owner that registers the flow, at activation
         try:
-            flow.parse_payload(payload_json)
+            flow.load_payload(payload_json)
         except PayloadInvalid as exc:
             return str(exc)
         return None
@@ -288,7 +313,7 @@ class Worker:
         run_id = execution.run.run_id
         try:
             await execution.execute(flow, plan)
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, RunReleased):
             pass
         except WorkerFatal as exc:
             log.error("run %s stopped: %s", run_id, exc)
@@ -315,6 +340,22 @@ class Worker:
                           source_id=self.source_id, request_id=request_id, body=body)
         self.committer.enqueue(own.partition, record)
 
+    async def confirm(self, run_id: str, partition: int, offset: int) -> Verdict:
+        """The verdict this worker's projection gave our record at `offset`, once applied."""
+        assert self.projector is not None and self.store is not None
+        if self.projector.partition(partition).next_offset > offset:
+            return self.store.history_verdict(run_id, partition, offset) or Verdict.ignored
+        waiter: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
+        self._confirmations[(partition, offset)] = waiter
+        return await waiter
+
+    def _abandon_confirmations(self, partitions: set[int]) -> None:
+        """Nothing more will be applied here for these partitions: whoever waits is fenced."""
+        for key in [k for k in self._confirmations if k[0] in partitions]:
+            waiter = self._confirmations.pop(key)
+            if not waiter.done():
+                waiter.set_result(Verdict.fenced)
+
     def _owner_name(self, source_id: str) -> str:
         return self._owner_names.get(source_id, f"source {source_id[:8]}")
 
@@ -330,6 +371,12 @@ class Worker:
 
     async def _claim(self, partitions: list[int]) -> None:
         assert self._consumer is not None and self.projector is not None
+        try:
+            await self._check_not_ahead(partitions)
+        except WorkerFatal as exc:
+            # aiokafka swallows a listener's exception: hand it to the consume loop instead.
+            self._fatal = exc
+            return
         for partition in partitions:
             state = self.projector.partition(partition)
             self._consumer.seek(TopicPartition(self.topic, partition), state.next_offset)
@@ -344,13 +391,35 @@ class Worker:
             self.committer.enqueue(partition, record)
         await self.committer.flush()
 
+    async def _check_not_ahead(self, partitions: list[int]) -> None:
+        """A projection past the end of its partition was built from another log (the topic
+        was recreated under the same name): applying this one on top would be garbage."""
+        assert self._consumer is not None and self.projector is not None
+        tps = [TopicPartition(self.topic, p) for p in partitions]
+        ends = await self._consumer.end_offsets(tps)
+        for tp in tps:
+            applied = self.projector.partition(tp.partition).next_offset
+            if applied > ends[tp]:
+                raise WorkerFatal(
+                    f"the projection in {self.data_dir} has applied partition {tp.partition} "
+                    f"up to offset {applied}, but {self.topic} ends at {ends[tp]}: the topic "
+                    f"was recreated; move the data dir away (or `runstream projection "
+                    f"rebuild`) and start again")
+
     async def _release(self, partitions: list[int], *, cause: str) -> None:
+        # One release at a time: a rebalance during a shutdown's drain must not return
+        # (and let another worker claim) before that drain has written its releases.
+        async with self._release_lock:
+            await self._release_now(partitions, cause=cause)
+
+    async def _release_now(self, partitions: list[int], *, cause: str) -> None:
         owns = [self.owned.pop(p) for p in partitions if p in self.owned]
         if not owns:
             return
         for own in owns:
             if own.state is not OwnershipState.lost:
                 own.state = OwnershipState.draining
+        self._abandon_confirmations({own.partition for own in owns})
         executions = [e for e in self.executions.values() if e.ownership in owns]
         tasks = [e.task for e in executions if e.task is not None]
         if tasks:
@@ -361,7 +430,8 @@ class Worker:
         for execution in executions:
             own = execution.ownership
             unsettled = execution.activated and not execution.settled
-            if unsettled and own.state is not OwnershipState.lost:
+            writable = own.state is not OwnershipState.lost and self.committer.failure is None
+            if unsettled and writable:
                 self._enqueue(own, execution.run, ev.RunReleased, cause=cause,
                               detail=f"{self.name} stopped executing partition {own.partition}")
         await self.committer.flush()
@@ -370,6 +440,7 @@ class Worker:
     def _lose(self, own: Ownership, why: str) -> None:
         log.warning("partition %d lost: %s; stopping its runs", own.partition, why)
         own.state = OwnershipState.lost
+        self._abandon_confirmations({own.partition})
         for execution in list(self.executions.values()):
             if execution.ownership is own and execution.task is not None:
                 execution.task.cancel()

@@ -232,3 +232,68 @@ async def test_undecodable_records_are_dead_lettered_and_nothing_else_is_lost(
     assert len(dead) == 8 and {d[1] for d in dead} == {0, 1}
     projection = await fold(bootstrap, namespace, history=False)
     assert sum(p.dead_letters for p in projection.partitions.values()) == 8
+
+
+charge_calls: list[str] = []
+charge_gate = asyncio.Event()
+paying: Flow[Any, str] = Flow("paying")
+
+
+async def charge_card(order: str) -> str:
+    charge_calls.append(order)
+    await charge_gate.wait()  # the effect is under way when the worker goes away
+    return f"charged {order}"
+
+
+@paying.handler
+async def run_paying(ctx: FlowContext, p: Any) -> str:
+    return await ctx.step("charge", charge_card, str(p), irreversible=True)
+
+
+async def test_irreversible_step_with_unknown_outcome_is_quarantined_not_repeated(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    charge_calls.clear()
+    charge_gate.clear()
+    async with client(bootstrap, namespace, [paying]) as c:
+        async with worker(bootstrap, namespace, tmp_path / "w1", [paying], drain_timeout=0.5):
+            await c.create_run(paying, "o-9", run_id="pay")
+            for _ in range(120):
+                if charge_calls:
+                    break
+                await asyncio.sleep(0.1)
+        assert charge_calls == ["o-9"]  # started, then the worker left mid-effect
+        async with worker(bootstrap, namespace, tmp_path / "w2", [paying]):
+            for _ in range(120):
+                run = await c.describe("pay")
+                if run.status is RunStatus.suspended:
+                    break
+                await asyncio.sleep(0.25)
+    assert charge_calls == ["o-9"]
+    assert run.status is RunStatus.suspended and run.suspended_reason == "quarantine"
+    assert [e.kind for e in run.evidence] == ["quarantine"]
+    assert "may or may not have taken effect" in run.evidence[0].message
+    assert run.journal[0].status == "started" and run.journal[0].irreversible
+
+
+async def test_worker_refuses_a_projection_from_a_recreated_topic(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    from engine.admin import delete_topics, ensure_topics
+    from engine.errors import WorkerFatal
+
+    async with worker(bootstrap, namespace, tmp_path / "w", [checkout]), \
+            client(bootstrap, namespace, [checkout]) as c:
+        for i in range(4):
+            await (await c.create_run(checkout, {"order_id": f"r{i}", "amount": 1},
+                                      run_id=f"r{i}")).result(timeout=60)
+    await delete_topics(bootstrap, namespace)
+    await asyncio.sleep(1)
+    await ensure_topics(bootstrap, namespace, partitions=4)
+    again = Worker(flows=[checkout], data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
+                   namespace=namespace, session_timeout_ms=6000)
+    try:
+        with pytest.raises(WorkerFatal, match="topic was recreated"):
+            await asyncio.wait_for(again.run(), timeout=60)
+    finally:
+        await again.stop()

@@ -52,6 +52,9 @@ class MemoryPort:
         self._fold(record)
         self.emitted.append(record)
 
+    async def emit_confirmed(self, cls: type[JournalRecord], **body: Any) -> None:
+        await self.emit(cls, **body)  # _fold asserts the reducer applied it
+
     def ensure_active(self) -> None:
         if not self.active:
             raise RunReleased("partition 0 is no longer executed here")

@@ -43,7 +43,7 @@ def check_payload(flow: str, payload_json: str) -> str | None:
     if flow != checkout.name:
         return None
     try:
-        checkout.parse_payload(payload_json)
+        checkout.load_payload(payload_json)
     except PayloadInvalid as exc:
         return str(exc)
     return None

@@ -133,3 +133,26 @@ def test_apply_is_pure() -> None:
     first = apply(state, None, record, 0)
     second = apply(state, None, record, 0)
     assert first == second and state == PartitionState(partition=0)
+
+
+def test_repeated_create_of_a_settled_run_waits_for_its_answer() -> None:
+    writer = Writer("a")
+    records = [*happy_log(writer)[:4], create("r1", "q2"),  # repeat arrives while running
+               writer.decide(ev.RunCompleted, run_id="r1", result_json="1")]
+    projection = fold(records)
+    run = projection.runs["r1"]
+    assert run.status is RunStatus.completed
+    assert [i.request_id for i in run.inbox] == ["q2"]  # settling did not swallow it
+    projection.apply_record(0, len(records),
+                            created(writer, "r1", "q2", request_offset=1, duplicate=True))
+    assert projection.runs["r1"].inbox == ()
+
+
+def test_rejection_answers_a_request_of_a_settled_run() -> None:
+    writer = Writer("a")
+    records = [*happy_log(writer), create("r1", "q2", payload_json='{"amount":6}'),
+               writer.decide(ev.RunCreateRejected, run_id="r1", request_id="q2",
+                             reason="identity-conflict", field="payload",
+                             existing_value='{"amount":5}', requested_value='{"amount":6}')]
+    run = fold(records).runs["r1"]
+    assert run.status is RunStatus.completed and run.inbox == ()
