@@ -14,6 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
 
 from engine.journal import DecodeError, JournalRecord, decode
 from engine.journal import events as ev
@@ -142,7 +143,12 @@ class JournalTail:
     async def _follow(self) -> None:
         assert self._consumer is not None
         while True:
-            batches = await self._consumer.getmany(timeout_ms=500, max_records=5000)
+            try:
+                batches = await self._consumer.getmany(timeout_ms=500, max_records=5000)
+            except KafkaError as exc:  # a broker restart or leader move: keep following
+                log.warning("reading %s failed, retrying: %r", self.topic, exc)
+                await asyncio.sleep(1.0)
+                continue
             for tp, messages in batches.items():
                 for message in messages:
                     self._on_record(tp.partition, message.offset, message.value,

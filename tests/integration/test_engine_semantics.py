@@ -197,6 +197,9 @@ async def test_replay_keeps_journaled_values_and_detects_nondeterminism(
                     break
                 await asyncio.sleep(0.25)
         journaled = [e.result_json for e in run.journal[:2]]
+        released = await c.describe("nd")
+        assert (released.status, released.released_cause) == (RunStatus.pending, "shutdown")
+        assert "released by its last owner (shutdown)" in (run_view(released).get("note") or "")
         drift["name"] = "second"  # the flow's code changed under a running run
         async with worker(bootstrap, namespace, tmp_path / "w2", [drifting]):
             with pytest.raises(RunFailed) as caught:
