@@ -45,7 +45,7 @@ class Quarantined(BaseException):
 class JournalPort(Protocol):
     """The executor side of a context: journals decisions for this run."""
 
-    async def emit(self, cls: type[ev.JournalRecord], **body: Any) -> None:
+    async def emit(self, cls: type[ev.JournalRecord], **body: Any) -> object:
         """Write one decision about this run and return once it is committed."""
 
     async def emit_confirmed(self, cls: type[ev.JournalRecord], **body: Any) -> None:

@@ -11,25 +11,8 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-now_ms() {
-    if [ -n "${EPOCHREALTIME:-}" ]; then
-        local t=${EPOCHREALTIME/[.,]/}
-        echo $((t / 1000))
-    else
-        echo $(($(date +%s) * 1000))
-    fi
-}
-
-# step NAME COMMAND...: run COMMAND, print "step NAME: <seconds>s", return its status.
-step() {
-    local name=$1 start rc=0 elapsed
-    shift
-    start=$(now_ms)
-    "$@" || rc=$?
-    elapsed=$(($(now_ms) - start))
-    printf 'step %s: %d.%01ds\n' "$name" $((elapsed / 1000)) $((elapsed % 1000 / 100))
-    return "$rc"
-}
+# shellcheck source=scripts/steps.sh
+. scripts/steps.sh
 
 # .ci/run has just done (and timed) this; elsewhere it makes a fresh checkout usable.
 if [ "${RUNSTREAM_SKIP_BOOTSTRAP:-0}" != 1 ]; then

@@ -61,10 +61,10 @@ class RunExecution:
     run: RunState
     settled: bool = False
     activated: bool = False
-    in_step_emit: int = 0
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
-    async def emit(self, cls: type[JournalRecord], **body: Any) -> None:
+    async def emit(self, cls: type[JournalRecord], **body: Any) -> int:
+        """Journal one decision about this run; returns its offset once committed."""
         record = decision(
             cls,
             run_id=self.run.run_id,
@@ -73,19 +73,11 @@ class RunExecution:
             source_id=self.worker.source_id,
             body=body,
         )
-        await self.worker.committer.submit(self.ownership.partition, record)
+        return await self.worker.committer.submit(self.ownership.partition, record)
 
     async def emit_confirmed(self, cls: type[JournalRecord], **body: Any) -> None:
-        record = decision(
-            cls,
-            run_id=self.run.run_id,
-            lineage_id=self.run.lineage_id,
-            epoch=self.ownership.epoch,
-            source_id=self.worker.source_id,
-            body=body,
-        )
+        offset = await self.emit(cls, **body)
         partition = self.ownership.partition
-        offset = await self.worker.committer.submit(partition, record)
         verdict = await self.worker.confirm(self.run.run_id, partition, offset)
         if verdict is not Verdict.applied:
             raise RunReleased(f"{cls.TYPE} at offset {offset} was {verdict.value}: "
