@@ -57,15 +57,18 @@ class Committer:
         offsets: OffsetsFn,
         max_batch: int = 500,
         offsets_interval: float = 1.0,
+        producers: int = 2,
     ) -> None:
         self._new_producer = producer_factory
-        self._producer: AIOKafkaProducer | None = None
+        self._producers: list[AIOKafkaProducer] = []
+        self._turn = 0
         self._topic = topic
         self._group_id = group_id
         self._offsets = offsets
         self._max_batch = max_batch
         self._offsets_interval = offsets_interval
         self._offsets_sent_at = float("-inf")
+        self._producer_count = producers
         self._queue: list[_Pending] = []
         self._wakeup = asyncio.Event()
         self._seq = 0
@@ -76,7 +79,7 @@ class Committer:
         self.busy_seconds = 0.0
 
     async def start(self) -> None:
-        self._producer = await self._new_producer()
+        self._producers = [await self._new_producer() for _ in range(self._producer_count)]
         self._task = asyncio.create_task(self._run(), name="runstream-committer")
 
     def enqueue(self, partition: int, record: JournalRecord) -> asyncio.Future[int]:
@@ -126,8 +129,8 @@ class Committer:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        if self._producer is not None:
-            await self._producer.stop()
+        for producer in self._producers:
+            await producer.stop()
 
     async def _run(self) -> None:
         while True:
@@ -172,17 +175,20 @@ class Committer:
         raise AssertionError("unreachable")
 
     async def _replace_producer(self) -> None:
-        old, self._producer = self._producer, None
-        if old is not None:
-            try:
-                await old.stop()
-            except Exception as exc:
-                log.warning("stopping the failed producer: %r", exc)
-        self._producer = await self._new_producer()
+        old = self._producers[self._turn]
+        try:
+            await old.stop()
+        except Exception as exc:
+            log.warning("stopping the failed producer: %r", exc)
+        self._producers[self._turn] = await self._new_producer()
 
     async def _transaction(self, batch: list[_Pending]) -> list[int]:
-        producer = self._producer
-        assert producer is not None
+        # Transactions stay strictly one after another (log order = commit order), but take
+        # turns between producers: the broker finishes writing one producer's commit markers
+        # while the next producer's transaction runs, instead of answering
+        # CONCURRENT_TRANSACTIONS to a producer that starts again at once.
+        self._turn = (self._turn + 1) % len(self._producers)
+        producer = self._producers[self._turn]
         started = time.monotonic()
         await producer.begin_transaction()
         try:
