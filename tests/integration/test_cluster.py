@@ -161,3 +161,27 @@ def test_a_node_that_dies_at_startup_is_reported_with_its_log(tmp_path: Path) ->
     assert "heap" in caught.value.detail.lower()
     assert "heap" in str(caught.value).lower()  # the tail is part of what a test failure shows
     assert not any(s.running for s in cluster.status())
+
+
+async def test_single_node_keeps_its_data_across_stop_and_start(
+    tmp_path: Path, namespace: str
+) -> None:
+    node = BrokerCluster(nodes=1, base_port=_free_base_port(1), data_dir=tmp_path / "kafka")
+    try:
+        find_java()
+        node.provision()
+    except BrokerError as exc:
+        if os.environ.get("CI", "").lower() == "true":
+            raise
+        pytest.skip(f"cannot run a local Kafka here: {exc.message}")
+    try:
+        bootstrap = node.start()
+        report = await ensure_topics(bootstrap, namespace, partitions=2, replication_factor=1)
+        topic = report.journal.name
+        await _produce_in_transaction(bootstrap, topic, f"{namespace}-tx", [b"kept-1", b"kept-2"])
+        node.stop()
+        assert not node.is_ready()
+        assert node.start() == bootstrap
+        assert await _read_all(bootstrap, topic, 2) == {b"kept-1", b"kept-2"}
+    finally:
+        node.stop()
