@@ -380,6 +380,8 @@ class Worker:
         for partition in partitions:
             state = self.projector.partition(partition)
             self._consumer.seek(TopicPartition(self.topic, partition), state.next_offset)
+            log.info("partition %d: projection restored at offset %d (epoch %d); claiming",
+                     partition, state.next_offset, state.epoch)
             own = Ownership(partition=partition, claim_id=uuid.uuid4().hex)
             self.owned[partition] = own
             record = decision(

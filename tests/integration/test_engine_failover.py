@@ -161,3 +161,44 @@ def _zombie_records(
         and not isinstance(record, ev.PartitionEpochClaimed)  # a's later, legitimate claims
         and (record.envelope.epoch or 0) <= takeover[partition][1]
     }
+
+
+async def test_worker_killed_and_restarted_on_its_data_dir_resumes_from_its_checkpoint(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    effects_file = tmp_path / "effects.log"
+    first = WorkerProcess(bootstrap, namespace, tmp_path / "w", "w", effects_file).start()
+    ids = [f"c-{i:03d}" for i in range(150)]
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                      flows=[checkout]) as client:
+        handles = await create_many(client, ids, work_ms=100)
+        await _wait_for_steps(bootstrap, namespace, at_least=100)
+        first.signal(signal.SIGKILL)
+        first.stop()
+        second = WorkerProcess(bootstrap, namespace, tmp_path / "w", "w", effects_file)
+        second.name = "w"  # same name, same data dir: a restart of the same worker
+        second.start()
+        try:
+            results = await asyncio.gather(*(h.result(timeout=180) for h in handles))
+        finally:
+            assert second.stop() == 0, second.log_text()[-3000:]
+    assert sorted(r.order_id for r in results) == ids
+    restored = [line for line in second.log_text().splitlines() if "restored at offset" in line]
+    offsets = [int(line.split("restored at offset ")[1].split()[0]) for line in restored]
+    assert offsets and max(offsets) > 0, "the restart re-read its partitions from offset 0"
+
+    projection = await fold(bootstrap, namespace)
+    found = sorted(await claims(bootstrap, namespace), key=lambda c: (c[0], c[1]))
+    first_source = found[0][2].envelope.source_id  # the only worker at first
+    runs_by_pid = effects_by_pid(effects_file)
+    for run_id, items in projection.history.items():
+        committed_before_kill = {
+            item.record.name for item in items
+            if isinstance(item.record, ev.StepCompleted) and item.verdict is Verdict.applied
+            and item.record.envelope.source_id == first_source
+        }
+        for step in committed_before_kill:
+            assert second.pid not in runs_by_pid[(run_id, step)], (run_id, step)
+    from tests.integration.test_engine_load import _assert_rebuild_identical
+
+    await _assert_rebuild_identical(bootstrap, namespace, tmp_path / "w")
