@@ -39,9 +39,9 @@ def _free_base_port(nodes: int) -> int:
     raise RuntimeError("no free block of ports found")
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[BrokerCluster]:
-    cluster = BrokerCluster(nodes=3, base_port=_free_base_port(3), data_dir=tmp_path / "kafka")
+def _provisioned(nodes: int, tmp_path: Path) -> BrokerCluster:
+    cluster = BrokerCluster(nodes=nodes, base_port=_free_base_port(nodes),
+                            data_dir=tmp_path / "kafka")
     try:
         find_java()
         cluster.provision()
@@ -49,6 +49,12 @@ def cluster(tmp_path: Path) -> Iterator[BrokerCluster]:
         if os.environ.get("CI", "").lower() == "true":
             raise
         pytest.skip(f"cannot run a local Kafka here: {exc.message}")
+    return cluster
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[BrokerCluster]:
+    cluster = _provisioned(3, tmp_path)
     try:
         cluster.start()
         yield cluster
@@ -166,14 +172,7 @@ def test_a_node_that_dies_at_startup_is_reported_with_its_log(tmp_path: Path) ->
 async def test_single_node_keeps_its_data_across_stop_and_start(
     tmp_path: Path, namespace: str
 ) -> None:
-    node = BrokerCluster(nodes=1, base_port=_free_base_port(1), data_dir=tmp_path / "kafka")
-    try:
-        find_java()
-        node.provision()
-    except BrokerError as exc:
-        if os.environ.get("CI", "").lower() == "true":
-            raise
-        pytest.skip(f"cannot run a local Kafka here: {exc.message}")
+    node = _provisioned(1, tmp_path)
     try:
         bootstrap = node.start()
         report = await ensure_topics(bootstrap, namespace, partitions=2, replication_factor=1)
