@@ -17,6 +17,7 @@ from engine.config import journal_topic, resolve_bootstrap, resolve_namespace
 from engine.errors import (
     CreateRejected,
     IdentityConflict,
+    PayloadInvalid,
     ResultTimeout,
     RunCancelled,
     RunFailed,
@@ -29,6 +30,10 @@ from engine.reader import partition_for, read_partitions
 from engine.tail import JournalTail
 from projections.memory import MemoryProjection
 from projections.state import RunState, RunStatus
+
+# A run's payload travels in its create request and again in the owner's run.created;
+# both must fit one Kafka record (1 MiB by default) with room for the envelope.
+MAX_PAYLOAD_CHARS = 800_000
 
 
 class Client:
@@ -88,6 +93,10 @@ class Client:
         await self.start()
         assert self._producer is not None
         flow_name, payload_json = self._payload_json(flow, payload)
+        if len(payload_json) > MAX_PAYLOAD_CHARS:
+            raise PayloadInvalid(flow_name, f"{len(payload_json)} characters of JSON, over the "
+                                 f"{MAX_PAYLOAD_CHARS} a journal record can carry; pass a "
+                                 f"reference (a URL, an object-store key) instead")
         run_id = run_id or uuid.uuid4().hex
         request_id = uuid.uuid4().hex
         record = ev.RunCreateRequested(

@@ -31,9 +31,9 @@ from engine.decide import (
     plan_activation,
     unanswered_creates,
 )
-from engine.errors import PayloadInvalid, WorkerFatal
+from engine.errors import PayloadInvalid, WorkerFatal, journal_text
 from engine.flow import Flow
-from engine.journal import JournalRecord
+from engine.journal import EncodeError, JournalRecord
 from engine.journal import events as ev
 from engine.worker.committer import Committer
 from engine.worker.executor import RunExecution, decision
@@ -280,9 +280,15 @@ class Worker:
             return
         duplicate = isinstance(answer, Duplicate)
         offset = answer.request_offset if isinstance(answer, Duplicate) else item.offset
-        self._enqueue(own, run, ev.RunCreated, flow=run.flow, payload_json=run.payload_json,
-                      request_offset=offset, duplicate=duplicate,
-                      parent_run_id=run.parent_run_id, round=run.round, **common)
+        try:
+            self._enqueue(own, run, ev.RunCreated, flow=run.flow, payload_json=run.payload_json,
+                          request_offset=offset, duplicate=duplicate,
+                          parent_run_id=run.parent_run_id, round=run.round, **common)
+        except EncodeError as exc:  # a request near the size limit: refuse it, stay alive
+            self._enqueue(own, run, ev.RunCreateRejected, reason="too-large", field="payload",
+                          existing_value="", requested_value=journal_text(str(exc), 500),
+                          **common)
+            return
         if isinstance(answer, Create):
             self._start(own, run)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,6 +24,7 @@ from engine import (
     PayloadInvalid,
     RetryPolicy,
     RunFailed,
+    RunHandle,
     RunStatus,
     Worker,
 )
@@ -300,3 +302,37 @@ async def test_worker_refuses_a_projection_from_a_recreated_topic(
             await asyncio.wait_for(again.run(), timeout=60)
     finally:
         await again.stop()
+
+
+async def test_oversized_payloads_are_refused_and_the_worker_lives_on(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    import time
+
+    from engine.journal import Envelope, encode
+    from engine.journal import events as ev
+
+    huge = {"order_id": "x" * 899_900, "amount": 1}
+    async with worker(bootstrap, namespace, tmp_path / "w", [checkout]), \
+            client(bootstrap, namespace, [checkout]) as c:
+        with pytest.raises(PayloadInvalid, match="over the"):
+            await c.create_run("checkout", huge, run_id="big")
+        # Someone else's producer skips that check: the owner refuses, and goes on.
+        request = ev.RunCreateRequested(
+            envelope=Envelope(type=ev.RunCreateRequested.TYPE, run_id="big", lineage_id="big",
+                              request_id="req-big", timestamp_ms=int(time.time() * 1000)),
+            flow="checkout", payload_json=json.dumps(huge))
+        value, headers = encode(request)
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+        await producer.start()
+        try:
+            meta = await producer.send_and_wait(journal, value=value, key=b"big",
+                                                headers=headers)
+        finally:
+            await producer.stop()
+        handle = RunHandle(c, run_id="big", flow="checkout", partition=meta.partition,
+                           request_offset=meta.offset, request_id="req-big")
+        with pytest.raises(CreateRejected, match="too-large"):
+            await handle.admitted(timeout=30)
+        small = await c.create_run(checkout, {"order_id": "after", "amount": 1}, run_id="after")
+        assert (await small.result(timeout=30)).order_id == "after"
