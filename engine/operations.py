@@ -209,3 +209,5 @@ def demo(*, bootstrap: str | None, runs: int, workers: int, keep_broker: bool) -
     finally:
         if cluster is not None and not keep_broker:
             cluster.stop()
+            print("stopped the broker this demo started; its data stays: "
+                  "`runstream broker start` brings it back to explore the demo's runs")
