@@ -19,27 +19,16 @@ import aiokafka.producer.sender as aiokafka_sender
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 
 from engine.config import journal_topic, resolve_bootstrap, resolve_namespace, worker_group
-from engine.context import RunReleased
-from engine.decide import (
-    FLOW_NOT_REGISTERED,
-    Create,
-    Duplicate,
-    Reject,
-    decide_create,
-    flow_missing_message,
-    needs_activation,
-    plan_activation,
-    unanswered_creates,
-)
-from engine.errors import PayloadInvalid, WorkerFatal, journal_text
+from engine.errors import WorkerFatal
 from engine.flow import Flow
-from engine.journal import EncodeError, JournalRecord
+from engine.journal import JournalRecord
 from engine.journal import events as ev
+from engine.worker.activation import Activator
 from engine.worker.committer import Committer
 from engine.worker.executor import RunExecution, decision
 from engine.worker.ownership import Ownership, OwnershipState
 from projections.projector import Outcome, Projector
-from projections.state import InboxItem, RunState, RunStatus, Verdict
+from projections.state import RunState, Verdict
 from projections.store import ProjectionStore
 
 log = logging.getLogger("runstream.worker")
@@ -80,10 +69,8 @@ class Worker:
         self.drain_timeout = drain_timeout
         self.owned: dict[int, Ownership] = {}
         self.executions: dict[str, RunExecution] = {}
-        self._decided: set[str] = set()
         self._confirmations: dict[tuple[int, int], asyncio.Future[Verdict]] = {}
-        self._warned: set[str] = set()
-        self._owner_names: dict[str, str] = {}
+        self.activator = Activator(self)
         self._stopping = False
         self._loop_task: asyncio.Task[None] | None = None
         self._failure_stop: asyncio.Task[None] | None = None
@@ -227,7 +214,7 @@ class Worker:
         record = outcome.record
         if record is not None and record.envelope.source_id == self.source_id:
             # Our own answer is now in the projection, which dedupes from here on.
-            self._decided.discard(record.envelope.request_id or "")
+            self.activator.answered(record.envelope.request_id or "")
         if isinstance(record, ev.PartitionEpochClaimed):
             if outcome.verdict is Verdict.applied:
                 self._on_claim(partition, record, outcome)
@@ -236,14 +223,10 @@ class Worker:
         if own is None or not own.executing or outcome.verdict is not Verdict.applied:
             return
         if isinstance(record, ev.RunCreateRequested) and outcome.run is not None:
-            request_id = record.envelope.request_id
-            for item in unanswered_creates(outcome.run):
-                if item.request_id == request_id:
-                    self._decide_create(own, outcome.run, item)
+            self.activator.on_create_request(own, outcome.run, record.envelope.request_id)
 
     def _on_claim(self, partition: int, record: ev.PartitionEpochClaimed, outcome: Outcome) -> None:
-        source = record.envelope.source_id or ""
-        self._owner_names[source] = record.owner
+        self.activator.owner_seen(record.envelope.source_id or "", record.owner)
         own = self.owned.get(partition)
         if own is None:
             return
@@ -251,96 +234,15 @@ class Worker:
             own.state = OwnershipState.ready
             own.epoch = outcome.partition.epoch
             log.info("partition %d: claimed at epoch %d", partition, own.epoch)
-            self._activate_partition(own)
+            assert self.store is not None
+            self.activator.activate_partition(own, self.store)
         elif own.state is OwnershipState.ready:
             self._lose(own, f"{record.owner} claimed it at epoch {outcome.partition.epoch}")
 
-    # deciding and activating
-
-    def _activate_partition(self, own: Ownership) -> None:
-        assert self.store is not None
-        for run in list(self.store.runs_with_requests(own.partition)):
-            for item in unanswered_creates(run):  # in any status: a repeat of a settled run
-                self._decide_create(own, run, item)
-        for status in (RunStatus.pending, RunStatus.running):
-            for run in list(self.store.runs_in_partition(own.partition, status)):
-                if needs_activation(run):
-                    self._start(own, run)
-
-    def _decide_create(self, own: Ownership, run: RunState, item: InboxItem) -> None:
-        if item.request_id in self._decided:
-            return
-        self._decided.add(item.request_id)
-        answer = decide_create(run, item, self._check_payload)
-        common: dict[str, Any] = {"request_id": item.request_id}
-        if isinstance(answer, Reject):
-            self._enqueue(own, run, ev.RunCreateRejected, reason=answer.reason,
-                          field=answer.field, existing_value=answer.existing,
-                          requested_value=answer.requested, **common)
-            return
-        duplicate = isinstance(answer, Duplicate)
-        offset = answer.request_offset if isinstance(answer, Duplicate) else item.offset
-        try:
-            self._enqueue(own, run, ev.RunCreated, flow=run.flow, payload_json=run.payload_json,
-                          request_offset=offset, duplicate=duplicate,
-                          parent_run_id=run.parent_run_id, round=run.round, **common)
-        except EncodeError as exc:  # a request near the size limit: refuse it, stay alive
-            self._enqueue(own, run, ev.RunCreateRejected, reason="too-large", field="payload",
-                          existing_value="", requested_value=journal_text(str(exc), 500),
-                          **common)
-            return
-        if isinstance(answer, Create):
-            self._start(own, run)
-
-    def _check_payload(self, flow_name: str, payload_json: str) -> str | None:
-        flow = self.flows.get(flow_name)
-        if flow is None:
-            return None  # validated by an owner that registers the flow, at activation
-        try:
-            flow.load_payload(payload_json)
-        except PayloadInvalid as exc:
-            return str(exc)
-        return None
-
-    def _start(self, own: Ownership, run: RunState) -> None:
-        if run.run_id in self.executions:
-            return
-        flow = self.flows.get(run.flow)
-        if flow is None:
-            self._flow_missing(own, run)
-            return
-        execution = RunExecution(self, own, run)
-        self.executions[run.run_id] = execution
-        own.run_ids.add(run.run_id)
-        plan = plan_activation(run, self._owner_name)
-        execution.task = asyncio.create_task(self._execute(execution, flow, plan))
-
-    async def _execute(self, execution: RunExecution, flow: Flow[Any, Any], plan: Any) -> None:
-        run_id = execution.run.run_id
-        try:
-            await execution.execute(flow, plan)
-        except (asyncio.CancelledError, RunReleased):
-            pass
-        except WorkerFatal as exc:
-            log.error("run %s stopped: %s", run_id, exc)
-        except Exception:
-            log.exception("run %s: unexpected executor error", run_id)
-        finally:
-            self.executions.pop(run_id, None)
-            execution.ownership.run_ids.discard(run_id)
-
-    def _flow_missing(self, own: Ownership, run: RunState) -> None:
-        message = flow_missing_message(run.flow, self.name)
-        if run.run_id not in self._warned:
-            self._warned.add(run.run_id)
-            log.warning("run %s stays pending: %s", run.run_id, message)
-            if not run.has_evidence(FLOW_NOT_REGISTERED):
-                self._enqueue(own, run, ev.EvidenceRecorded, kind=FLOW_NOT_REGISTERED,
-                              message=message, attributes={"flow": run.flow})
-
-    def _enqueue(
+    def enqueue(
         self, own: Ownership, run: RunState, cls: type[JournalRecord], **body: Any
     ) -> None:
+        """Queue a decision about `run` under `own`'s epoch (committed in a later batch)."""
         request_id = body.pop("request_id", None)
         record = decision(cls, run_id=run.run_id, lineage_id=run.lineage_id, epoch=own.epoch,
                           source_id=self.source_id, request_id=request_id, body=body)
@@ -361,9 +263,6 @@ class Worker:
             waiter = self._confirmations.pop(key)
             if not waiter.done():
                 waiter.set_result(Verdict.fenced)
-
-    def _owner_name(self, source_id: str) -> str:
-        return self._owner_names.get(source_id, f"source {source_id[:8]}")
 
     def _offsets(self) -> dict[TopicPartition, int]:
         assert self.projector is not None
@@ -440,7 +339,7 @@ class Worker:
             unsettled = execution.activated and not execution.settled
             writable = own.state is not OwnershipState.lost and self.committer.failure is None
             if unsettled and writable:
-                self._enqueue(own, execution.run, ev.RunReleased, cause=cause,
+                self.enqueue(own, execution.run, ev.RunReleased, cause=cause,
                               detail=f"{self.name} stopped executing partition {own.partition}")
         await self.committer.flush()
         log.info("released partitions %s (%s)", [o.partition for o in owns], cause)

@@ -1,0 +1,147 @@
+"""An owner's answers to requests, and the start of run executions.
+
+The decisions themselves are pure (engine.decide); this module turns them into journal
+records through the worker and starts executions for the runs that need one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from engine.context import RunReleased
+from engine.decide import (
+    FLOW_NOT_REGISTERED,
+    Activation,
+    Create,
+    Duplicate,
+    Reject,
+    decide_create,
+    flow_missing_message,
+    needs_activation,
+    plan_activation,
+    unanswered_creates,
+)
+from engine.errors import PayloadInvalid, WorkerFatal, journal_text
+from engine.flow import Flow
+from engine.journal import EncodeError
+from engine.journal import events as ev
+from engine.worker.executor import RunExecution
+from engine.worker.ownership import Ownership
+from projections.state import InboxItem, RunState, RunStatus
+from projections.store import ProjectionStore
+
+if TYPE_CHECKING:
+    from engine.worker.worker import Worker
+
+log = logging.getLogger("runstream.worker")
+
+
+class Activator:
+    """Answers create requests once per request and starts each run at most once."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self._decided: set[str] = set()  # answered by us, answer not yet read back
+        self._warned: set[str] = set()
+        self._owner_names: dict[str, str] = {}
+
+    def owner_seen(self, source_id: str, name: str) -> None:
+        self._owner_names[source_id] = name
+
+    def owner_name(self, source_id: str) -> str:
+        return self._owner_names.get(source_id, f"source {source_id[:8]}")
+
+    def answered(self, request_id: str) -> None:
+        """Our answer is now in the projection, which dedupes from here on."""
+        self._decided.discard(request_id)
+
+    def activate_partition(self, own: Ownership, store: ProjectionStore) -> None:
+        """Right after our claim: answer what is unanswered, start what should run."""
+        for run in list(store.runs_with_requests(own.partition)):
+            for item in unanswered_creates(run):  # in any status: a repeat of a settled run
+                self.decide_create(own, run, item)
+        for status in (RunStatus.pending, RunStatus.running):
+            for run in list(store.runs_in_partition(own.partition, status)):
+                if needs_activation(run):
+                    self.start(own, run)
+
+    def on_create_request(self, own: Ownership, run: RunState, request_id: str | None) -> None:
+        for item in unanswered_creates(run):
+            if item.request_id == request_id:
+                self.decide_create(own, run, item)
+
+    def decide_create(self, own: Ownership, run: RunState, item: InboxItem) -> None:
+        if item.request_id in self._decided:
+            return
+        self._decided.add(item.request_id)
+        answer = decide_create(run, item, self._check_payload)
+        if isinstance(answer, Reject):
+            self.worker.enqueue(own, run, ev.RunCreateRejected, request_id=item.request_id,
+                                reason=answer.reason, field=answer.field,
+                                existing_value=answer.existing, requested_value=answer.requested)
+            return
+        offset = answer.request_offset if isinstance(answer, Duplicate) else item.offset
+        try:
+            self.worker.enqueue(own, run, ev.RunCreated, request_id=item.request_id,
+                                flow=run.flow, payload_json=run.payload_json,
+                                request_offset=offset, duplicate=isinstance(answer, Duplicate),
+                                parent_run_id=run.parent_run_id, round=run.round)
+        except EncodeError as exc:  # a request near the size limit: refuse it, stay alive
+            self.worker.enqueue(own, run, ev.RunCreateRejected, request_id=item.request_id,
+                                reason="too-large", field="payload", existing_value="",
+                                requested_value=journal_text(str(exc), 500))
+            return
+        if isinstance(answer, Create):
+            self.start(own, run)
+
+    def _check_payload(self, flow_name: str, payload_json: str) -> str | None:
+        flow = self.worker.flows.get(flow_name)
+        if flow is None:
+            return None  # validated by an owner that registers the flow, at activation
+        try:
+            flow.load_payload(payload_json)
+        except PayloadInvalid as exc:
+            return str(exc)
+        return None
+
+    def start(self, own: Ownership, run: RunState) -> None:
+        executions = self.worker.executions
+        if run.run_id in executions:
+            return
+        flow = self.worker.flows.get(run.flow)
+        if flow is None:
+            self._flow_missing(own, run)
+            return
+        execution = RunExecution(self.worker, own, run)
+        executions[run.run_id] = execution
+        own.run_ids.add(run.run_id)
+        plan = plan_activation(run, self.owner_name)
+        execution.task = asyncio.create_task(self._execute(execution, flow, plan))
+
+    async def _execute(
+        self, execution: RunExecution, flow: Flow[Any, Any], plan: Activation
+    ) -> None:
+        run_id = execution.run.run_id
+        try:
+            await execution.execute(flow, plan)
+        except (asyncio.CancelledError, RunReleased):
+            pass
+        except WorkerFatal as exc:
+            log.error("run %s stopped: %s", run_id, exc)
+        except Exception:
+            log.exception("run %s: unexpected executor error", run_id)
+        finally:
+            self.worker.executions.pop(run_id, None)
+            execution.ownership.run_ids.discard(run_id)
+
+    def _flow_missing(self, own: Ownership, run: RunState) -> None:
+        if run.run_id in self._warned:
+            return
+        self._warned.add(run.run_id)
+        message = flow_missing_message(run.flow, self.worker.name)
+        log.warning("run %s stays pending: %s", run.run_id, message)
+        if not run.has_evidence(FLOW_NOT_REGISTERED):
+            self.worker.enqueue(own, run, ev.EvidenceRecorded, kind=FLOW_NOT_REGISTERED,
+                                message=message, attributes={"flow": run.flow})
