@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from engine.errors import PayloadInvalid
 
@@ -108,6 +108,3 @@ def _one_line(exc: ValidationError) -> str:
 
 _ANY: TypeAdapter[Any] = TypeAdapter(Any)
 
-
-def is_model(tp: Any) -> bool:
-    return isinstance(tp, type) and issubclass(tp, BaseModel)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.client import Client
-from engine.config import journal_topic
+from engine.config import journal_topic, resolve_bootstrap, resolve_namespace
 from engine.decide import FLOW_NOT_REGISTERED
 from engine.errors import RunstreamError
 from engine.flow import Flow
@@ -153,8 +153,6 @@ async def serve_worker(
 async def rebuild(
     *, bootstrap: str | None, namespace: str | None, data_dir: Path, replace: bool
 ) -> RebuildReport:
-    from engine.config import resolve_bootstrap, resolve_namespace
-
     return await rebuild_and_verify(
         data_dir, bootstrap=resolve_bootstrap(bootstrap),
         topic=journal_topic(resolve_namespace(namespace)), replace=replace,
@@ -192,7 +190,6 @@ def demo(*, bootstrap: str | None, runs: int, workers: int, keep_broker: bool) -
     """Broker up (started here if none answers), then the demo, then the broker down again
     if this call started it."""
     from engine.broker import BrokerCluster, is_answering, state_root
-    from engine.config import resolve_bootstrap
     from engine.demo.driver import run_demo
 
     address = resolve_bootstrap(bootstrap)

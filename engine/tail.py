@@ -8,7 +8,6 @@ reading: after a claim, only the claimant's decisions count.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -191,8 +190,3 @@ class JournalTail:
         while len(self.last_type) > CACHE_LIMIT:
             self.last_type.popitem(last=False)
 
-
-async def cancel_quietly(task: asyncio.Task[object]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await task

@@ -21,9 +21,9 @@ from projections.state import (
     InboxItem,
     PartitionState,
     RunState,
-    RunStatus,
     Verdict,
 )
+from projections.transitions import transition
 
 MAX_EVIDENCE = 32
 
@@ -168,8 +168,6 @@ def _decide_run(
     run: RunState | None, record: ev.JournalRecord, offset: int, epoch: int
 ) -> RunState | None:
     """Apply an accepted decision to its run. Returns `run` itself when nothing changes."""
-    from projections.transitions import transition
-
     if isinstance(record, ev.RunCreated):
         return _created(run, record, offset)
     assert run is not None
@@ -227,6 +225,3 @@ def _rejected(run: RunState, record: ev.RunCreateRejected) -> RunState | None:
         return None
     return run.model_copy(update={"inbox": inbox})
 
-
-def status_of(run: RunState | None) -> RunStatus | None:
-    return None if run is None else run.status

@@ -12,7 +12,6 @@ One applied record is one WriteBatch, so a crash never half-applies a record.
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -95,16 +94,6 @@ class ProjectionStore:
     def run(self, run_id: str) -> RunState | None:
         raw = self._db.get(_run_key(run_id))
         return None if raw is None else RunState.model_validate_json(raw)
-
-    def runs(self, status: RunStatus | None = None) -> Iterator[RunState]:
-        if status is None:
-            for _, value in self._scan(b"r/"):
-                yield RunState.model_validate_json(value)
-            return
-        for key, _ in self._scan(b"s/%s/" % status.value.encode()):
-            run = self.run(key.split(b"/", 3)[3].decode())
-            if run is not None:
-                yield run
 
     def runs_in_partition(self, partition: int, status: RunStatus) -> Iterator[RunState]:
         for key, _ in self._scan(b"s/%s/%05d/" % (status.value.encode(), partition)):
@@ -197,10 +186,3 @@ def _put_run(batch: WriteBatch, before: RunState | None, after: RunState | None)
     if after.inbox:
         batch.put(_inbox_key(after.partition, after.run_id), b"")
 
-
-def dump_json(store: ProjectionStore) -> str:
-    """A readable dump of the whole store, for debugging and diffs."""
-    return json.dumps(
-        {k.decode(errors="replace"): v.decode(errors="replace") for k, v in store.items()},
-        indent=1,
-    )

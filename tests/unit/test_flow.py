@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 
 from engine.context import FlowContext
 from engine.errors import PayloadInvalid
-from engine.flow import NO_RETRY, Flow, RetryPolicy, dump_json, is_model
+from engine.flow import NO_RETRY, Flow, RetryPolicy, dump_json
 
 
 class Item(BaseModel):
@@ -167,11 +167,6 @@ def test_flow_name_must_be_non_empty_without_slash(name: str) -> None:
 @pytest.mark.parametrize("name", ["checkout", "checkout.v2", "a-b_c"])
 def test_valid_flow_names(name: str) -> None:
     assert Flow(name).name == name
-
-
-def test_is_model() -> None:
-    assert is_model(Order) and not is_model(Order(order_id="o", amount=1))
-    assert not is_model(dict) and not is_model(list[int])
 
 
 # retry policies

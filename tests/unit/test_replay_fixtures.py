@@ -51,7 +51,7 @@ def test_committed_journal_folds_to_committed_state(journal: Path) -> None:
 
 def test_zombie_fixture_keeps_fenced_writes_out_and_rocksdb_agrees(tmp_path: Path) -> None:
     records = load(JOURNALS / "zombie-takeover.jsonl")
-    memory = MemoryProjection()
+    memory = MemoryProjection(keep_history=True)
     store = ProjectionStore(tmp_path / "p")
     projector = Projector(store)
     try:
@@ -61,6 +61,9 @@ def test_zombie_fixture_keeps_fenced_writes_out_and_rocksdb_agrees(tmp_path: Pat
         assert {run_id: store.run(run_id) for run_id in memory.runs} == memory.runs
         assert [store.partition(p) for p in sorted(memory.partitions)] == [
             memory.partitions[p] for p in sorted(memory.partitions)]
+        for run_id, items in memory.history.items():  # the per-run history index
+            assert [(h.offset, h.verdict) for h in store.history(run_id)] == [
+                (i.offset, i.verdict) for i in items]
     finally:
         store.close()
     assert sum(p.fenced for p in memory.partitions.values()) == 128
