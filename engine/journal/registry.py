@@ -16,14 +16,22 @@ envelope inline without clashing with the current one.
 from __future__ import annotations
 
 import copy
-import io
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import avro.errors
+import avro.schema
 import fastavro
+from avro.compatibility import (
+    ReaderWriterCompatibilityChecker,
+    SchemaCompatibilityResult,
+    SchemaCompatibilityType,
+    lookup_writer_field,
+)
+from avro.schema import RecordSchema
 
 ENVELOPE_NAME = "runstream.journal.Envelope"
 ENVELOPE_FIELD = "envelope"
@@ -333,57 +341,68 @@ def _check_record_shape(schema: Schema, where: str) -> None:
 
 
 def _check_resolves(writer: SchemaVersion, reader: SchemaVersion) -> None:
-    """Fail now if records written with `writer` could not be read as `reader`.
+    """Fail now if some record written with `writer` could not be read as `reader`.
 
-    fastavro has no public compatibility check, so write a synthetic datum with the writer
-    schema and read it back with the reader schema; a missing reader field without a default or
-    an incompatible type change raises here, at load time, instead of on the topic.
+    Avro's reader/writer compatibility check applies the schema resolution rules to the schemas
+    themselves: every writer field and every branch of every writer union must have somewhere to
+    go in the reader, and every reader field the writer lacks needs a default. So an
+    incompatible evolution fails here, at load time, instead of on the first record that needs it.
     """
+    reader_schema = _parse_for_check(reader)
+    writer_schema = _parse_for_check(writer)
+    if _compatibility(reader_schema, writer_schema).compatibility is _COMPATIBLE:
+        return
+    raise SchemaRegistryError(
+        f"{writer.source} (schema id {writer.schema_id}, type {writer.record_type}) cannot be "
+        f"read as the current schema (id {reader.schema_id}): "
+        + "; ".join(_incompatibilities(reader_schema, writer_schema, []))
+    )
+
+
+_COMPATIBLE = SchemaCompatibilityType.compatible
+
+
+def _compatibility(
+    reader: avro.schema.Schema, writer: avro.schema.Schema
+) -> SchemaCompatibilityResult:
+    checker = ReaderWriterCompatibilityChecker()  # type: ignore[no-untyped-call]  # bare __init__
+    return checker.get_compatibility(reader, writer)
+
+
+def _parse_for_check(version: SchemaVersion) -> avro.schema.Schema:
     try:
-        datum = _sample_datum(writer.schema(), {})
-        buffer = io.BytesIO()
-        fastavro.schemaless_writer(buffer, writer.parsed, datum)
-        buffer.seek(0)
-        fastavro.schemaless_reader(buffer, writer.parsed, reader.parsed)
-    except Exception as exc:  # resolution errors come in several fastavro types
+        return avro.schema.parse(version.schema_json)
+    except avro.errors.AvroException as exc:
         raise SchemaRegistryError(
-            f"{writer.source} (schema id {writer.schema_id}, type {writer.record_type}) cannot "
-            f"be read as the current schema (id {reader.schema_id}): {exc}"
+            f"{version.source} (schema id {version.schema_id}, type {version.record_type}): "
+            f"invalid Avro schema: {exc}"
         ) from exc
 
 
-_SAMPLE_PRIMITIVES: dict[str, Any] = {
-    "null": None,
-    "boolean": True,
-    "int": 1,
-    "long": 1,
-    "float": 1.0,
-    "double": 1.0,
-    "string": "x",
-    "bytes": b"x",
-}
+def _incompatibilities(
+    reader: avro.schema.Schema, writer: avro.schema.Schema, path: list[str]
+) -> list[str]:
+    """Why `writer` does not resolve to `reader`, one reason per field, named by dotted path.
 
-
-def _sample_datum(schema: Any, named: dict[str, Any]) -> Any:
-    """A datum exercising every field of `schema` (unions take their last, non-null branch)."""
-    if isinstance(schema, str):
-        if schema in _SAMPLE_PRIMITIVES:
-            return _SAMPLE_PRIMITIVES[schema]
-        return _sample_datum(named[schema], named)
-    if isinstance(schema, list):
-        return _sample_datum(schema[-1], named)
-    kind = schema["type"]
-    if kind == "record":
-        named[schema["name"]] = schema
-        if "namespace" in schema:
-            named[f"{schema['namespace']}.{schema['name']}"] = schema
-        return {f["name"]: _sample_datum(f["type"], named) for f in schema["fields"]}
-    if kind == "map":
-        return {"k": _sample_datum(schema["values"], named)}
-    if kind == "array":
-        return [_sample_datum(schema["items"], named)]
-    if kind == "enum":
-        return schema["symbols"][0]
-    if kind == "fixed":
-        return b"\x00" * schema["size"]
-    return _sample_datum(kind, named)  # {"type": "string"} and logical-type wrappers
+    The checker's own locations are field indices that restart at every union, so follow record
+    fields by name (through nested records such as the envelope) and ask it about each one.
+    """
+    reasons: list[str] = []
+    if isinstance(reader, RecordSchema) and isinstance(writer, RecordSchema):
+        for reader_field in reader.fields:
+            field_path = [*path, reader_field.name]
+            writer_field = lookup_writer_field(writer, reader_field)
+            if writer_field is None:
+                if not reader_field.has_default:
+                    name = ".".join(field_path)
+                    reasons.append(f"field {name}: the writer lacks it and it has no default")
+            elif (
+                _compatibility(reader_field.type, writer_field.type).compatibility
+                is not _COMPATIBLE
+            ):
+                reasons.extend(_incompatibilities(reader_field.type, writer_field.type, field_path))
+    if reasons:
+        return reasons
+    # Not a record, or a record whose fields all resolve (then its name is the problem).
+    messages = "; ".join(sorted(_compatibility(reader, writer).messages)) or "incompatible"
+    return [f"field {'.'.join(path)}: {messages}" if path else messages]
