@@ -36,21 +36,34 @@ class RunReleased(BaseException):
 class Quarantined(BaseException):
     """An irreversible step started and its outcome is unknown: an operator must decide."""
 
-    def __init__(self, entry: JournalEntry) -> None:
-        super().__init__(f"irreversible step {entry.name!r} at position {entry.position} "
-                         f"started (attempt {entry.attempts + 1}) with no recorded outcome")
+    def __init__(self, entry: JournalEntry, cause: BaseException | None = None) -> None:
+        if cause is None:
+            why = f"started (attempt {entry.attempts + 1}) with no recorded outcome"
+        else:
+            why = (f"raised {type(cause).__name__}: {cause} (attempt {entry.attempts + 1}), "
+                   f"which does not prove the effect did not happen")
+        super().__init__(f"irreversible step {entry.name!r} at position {entry.position} {why}")
         self.entry = entry
+        self.cause = cause
 
 
 class JournalPort(Protocol):
-    """The executor side of a context: journals decisions for this run."""
+    """The executor side of a context: journals decisions for this run.
 
-    async def emit(self, cls: type[ev.JournalRecord], **body: Any) -> object:
-        """Write one decision about this run and return once it is committed."""
+    Decisions go out without waiting; `barrier` waits until the step outcomes sent so far
+    are acknowledged by the broker, so that no step's effect depends on a predecessor's
+    result that could still be lost, and nothing else waits (one round trip per step).
+    """
 
-    async def emit_confirmed(self, cls: type[ev.JournalRecord], **body: Any) -> None:
-        """Like emit, and return only once this worker's projection has applied the record
-        (not fenced): the gate before an irreversible effect."""
+    def send(self, cls: type[ev.JournalRecord], **body: Any) -> None:
+        """Queue one decision about this run (a step outcome or journaled value)."""
+
+    async def barrier(self) -> None:
+        """Return once every step outcome sent so far is acknowledged."""
+
+    async def send_confirmed(self, cls: type[ev.JournalRecord], **body: Any) -> None:
+        """Send, and return only once this worker's projection has applied the record (not
+        fenced): the gate before an irreversible effect."""
 
     def ensure_active(self) -> None:
         """Raise RunReleased if the worker no longer executes this run."""
@@ -104,22 +117,27 @@ class FlowContext:
         attempt = entry.attempts + 1 if entry is not None else 1
         policy = retry or NO_RETRY
         while True:
+            await self._port.barrier()
             self._port.ensure_active()
             if irreversible:
-                # Committed is not enough: a paused, superseded owner's commit succeeds too,
-                # and is fenced. Only an applied StepStarted proves we still own the run.
-                await self._port.emit_confirmed(ev.StepStarted, position=position, name=name,
+                # Acknowledged is not enough: a paused, superseded owner's write is acked too,
+                # and fenced. Only an applied StepStarted proves we still own the run.
+                await self._port.send_confirmed(ev.StepStarted, position=position, name=name,
                                                 attempt=attempt, irreversible=True)
             try:
                 value = fn(*args, **kwargs)
                 if inspect.isawaitable(value):
                     value = await value
             except Exception as exc:
+                if irreversible and not policy.proves_no_effect(exc):
+                    started = JournalEntry(position=position, name=name, attempts=attempt - 1,
+                                           irreversible=True)
+                    raise Quarantined(started, exc) from exc
                 attempt = await self._attempt_failed(position, name, attempt, policy, exc)
                 continue
             result_json = dump_json(value, adapter)
-            await self._port.emit(ev.StepCompleted, position=position, name=name, kind="step",
-                                  result_json=result_json, attempt=attempt)
+            self._port.send(ev.StepCompleted, position=position, name=name, kind="step",
+                            result_json=result_json, attempt=attempt)
             # Return what a replay would return, so first run and replay cannot differ.
             return cast(Any, adapter.validate_json(result_json))
 
@@ -128,12 +146,13 @@ class FlowContext:
     ) -> int:
         will_retry = attempt < policy.max_attempts
         delay = policy.delay_after(attempt) if will_retry else 0.0
-        await self._port.emit(
+        self._port.send(
             ev.StepFailed, position=position, name=name, attempt=attempt,
             error_type=type(exc).__name__, error_message=journal_text(str(exc)),
             will_retry=will_retry, retry_delay_ms=int(delay * 1000),
         )
         if not will_retry:
+            await self._port.barrier()  # the handler may act on the failure: make it durable
             raise StepFailed(name, type(exc).__name__, str(exc), attempt) from exc
         await asyncio.sleep(delay)
         return attempt + 1
@@ -155,8 +174,8 @@ class FlowContext:
             return entry.result_json
         self._port.ensure_active()
         value = make()
-        await self._port.emit(ev.StepCompleted, position=position, name=kind, kind=kind,
-                              result_json=value, attempt=1)
+        self._port.send(ev.StepCompleted, position=position, name=kind, kind=kind,
+                        result_json=value, attempt=1)
         return value
 
     def _next_position(self, name: str, kind: str) -> int:

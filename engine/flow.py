@@ -27,6 +27,13 @@ class RetryPolicy:
     backoff: float = 0.5
     multiplier: float = 2.0
     max_backoff: float = 60.0
+    # Exceptions that prove an irreversible step's effect did not happen (the request never
+    # left: ConnectionRefusedError, a validation error raised before the call). Any other
+    # exception from an irreversible step quarantines the run instead of retrying it.
+    retry_irreversible_on: tuple[type[BaseException], ...] = ()
+
+    def proves_no_effect(self, exc: BaseException) -> bool:
+        return isinstance(exc, self.retry_irreversible_on)
 
     def delay_after(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number `attempt` (1-based)."""

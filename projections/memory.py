@@ -1,16 +1,19 @@
-"""An in-memory fold of journal records: for point reads, listings and time travel.
+"""An in-memory projection: the same Projector and reducer as RocksDB, nothing persisted.
 
-Same reducer as the RocksDB projection; nothing persisted.
+Used by tests, replay fixtures, and as an overlay on top of a read-only RocksDB view (a read
+model's secondary reader folds the records its primary has not applied yet into one).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from engine.journal import DecodeError, JournalRecord, decode
-from projections.reducer import apply, apply_dead_letter
-from projections.state import PartitionState, RunState, Verdict
+from engine.journal import JournalRecord
+from projections.projector import Outcome, Projector, Store
+from projections.state import JournalEntry, PartitionState, RunState, Verdict
+from projections.store import PRUNE_EVERY, REQUEST_RETENTION, RecordWrite
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,46 +25,117 @@ class HistoryItem:
     error: str | None = None
 
 
-@dataclass
-class MemoryProjection:
-    """Folds records of any partitions; keeps runs (optionally only some) and history."""
+class MemoryStore:
+    """Dicts in place of RocksDB keys; reads fall through to `base` for what it never wrote.
 
-    only_runs: frozenset[str] | None = None
-    keep_history: bool = False
-    partitions: dict[int, PartitionState] = field(default_factory=dict)
-    runs: dict[str, RunState] = field(default_factory=dict)
-    history: dict[str, list[HistoryItem]] = field(default_factory=dict)
-    dead_letters: list[HistoryItem] = field(default_factory=list)
+    Bounds: what the folded records hold (runs, entries, partitions), and the request index
+    pruned like the RocksDB one (REQUEST_RETENTION offsets per partition).
+    """
+
+    def __init__(self, base: Store | None = None) -> None:
+        self.base = base
+        self.partitions: dict[int, PartitionState] = {}
+        self.runs: dict[str, RunState | None] = {}  # None: deleted here, hide the base's
+        self.entries: dict[str, dict[int, JournalEntry]] = {}
+        self._requests: set[str] = set()
+        self._request_log: dict[int, deque[tuple[int, str]]] = {}
 
     def partition(self, partition: int) -> PartitionState:
-        return self.partitions.get(partition) or PartitionState(partition=partition)
+        state = self.partitions.get(partition)
+        if state is not None:
+            return state
+        return self.base.partition(partition) if self.base else PartitionState(partition=partition)
+
+    def run(self, run_id: str) -> RunState | None:
+        if run_id in self.runs:
+            return self.runs[run_id]
+        return self.base.run(run_id) if self.base else None
+
+    def entry(self, run_id: str, position: int) -> JournalEntry | None:
+        found = self.entries.get(run_id, {}).get(position)
+        if found is None and self.base is not None and self.runs.get(run_id, True) is not None:
+            return self.base.entry(run_id, position)
+        return found
+
+    def request_seen(self, request_id: str) -> bool:
+        if request_id in self._requests:
+            return True
+        return self.base.request_seen(request_id) if self.base else False
+
+    def write(self, change: RecordWrite) -> None:
+        self.partitions[change.partition.partition] = change.partition
+        if change.run_id is not None and change.after is not change.before:
+            self.runs[change.run_id] = change.after
+            if change.after is None:
+                self.entries.pop(change.run_id, None)
+        if change.entry is not None and change.run_id is not None:
+            self.entries.setdefault(change.run_id, {})[change.entry.position] = change.entry
+        log = self._request_log.setdefault(change.partition.partition, deque())
+        if change.request_id is not None:
+            self._requests.add(change.request_id)
+            log.append((change.offset, change.request_id))
+        if change.offset % PRUNE_EVERY == 0:
+            while log and log[0][0] < change.offset - REQUEST_RETENTION:
+                self._requests.discard(log.popleft()[1])
+
+
+@dataclass
+class MemoryProjection:
+    """Folds records of any partitions; keeps runs, journals and (optionally) history."""
+
+    keep_history: bool = False
+    store: MemoryStore = field(default_factory=MemoryStore)
+    history: dict[str, list[HistoryItem]] = field(default_factory=dict)
+    partition_history: dict[int, list[HistoryItem]] = field(default_factory=dict)
+    dead_letters: list[HistoryItem] = field(default_factory=list)
+    projector: Projector = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.projector = Projector(self.store)
+
+    @property
+    def partitions(self) -> dict[int, PartitionState]:
+        return self.store.partitions
+
+    @property
+    def runs(self) -> dict[str, RunState]:
+        return {run_id: run for run_id, run in self.store.runs.items() if run is not None}
+
+    def partition(self, partition: int) -> PartitionState:
+        return self.store.partition(partition)
+
+    def journal(self, run_id: str) -> tuple[JournalEntry, ...]:
+        entries = self.store.entries.get(run_id, {})
+        return tuple(entries[position] for position in sorted(entries))
 
     def apply_raw(
         self, partition: int, offset: int, value: bytes | None,
-        headers: Iterable[tuple[str, bytes]] = (),
+        headers: Iterable[tuple[str, bytes]] = (), timestamp_ms: int | None = None,
     ) -> Verdict:
-        try:
-            record = decode(value, list(headers))
-        except DecodeError as error:
-            self.partitions[partition] = apply_dead_letter(self.partition(partition), offset)
-            self.dead_letters.append(
-                HistoryItem(partition, offset, Verdict.dead_letter, None, str(error))
-            )
-            return Verdict.dead_letter
-        return self.apply_record(partition, offset, record)
-
-    def apply_record(self, partition: int, offset: int, record: JournalRecord) -> Verdict:
-        run_id = record.envelope.run_id or None
-        tracked = run_id is not None and (self.only_runs is None or run_id in self.only_runs)
-        before = self.runs.get(run_id) if tracked and run_id else None
-        applied = apply(self.partition(partition), before, record, offset)
-        self.partitions[partition] = applied.partition
-        if tracked and run_id:
-            if applied.run is None:
-                self.runs.pop(run_id, None)
-            else:
-                self.runs[run_id] = applied.run
+        outcome = self.projector.apply_raw(partition, offset, value, list(headers), timestamp_ms)
+        if outcome.redelivered:
+            return outcome.verdict
+        if outcome.verdict is Verdict.dead_letter:
+            item = HistoryItem(partition, offset, outcome.verdict, None, str(outcome.error))
+            self.dead_letters.append(item)
             if self.keep_history:
-                item = HistoryItem(partition, offset, applied.verdict, record)
+                self.partition_history.setdefault(partition, []).append(item)
+            return outcome.verdict
+        return self._remember(outcome)
+
+    def apply_record(self, partition: int, offset: int, record: JournalRecord,
+                     timestamp_ms: int | None = None) -> Verdict:
+        return self._remember(self.projector.apply_record(partition, offset, record,
+                                                          timestamp_ms))
+
+    def _remember(self, outcome: Outcome) -> Verdict:
+        record = outcome.record
+        if self.keep_history and record is not None and not outcome.redelivered:
+            item = HistoryItem(outcome.partition.partition, outcome.offset, outcome.verdict,
+                               record)
+            run_id = record.envelope.run_id
+            if run_id:
                 self.history.setdefault(run_id, []).append(item)
-        return applied.verdict
+            else:
+                self.partition_history.setdefault(item.partition, []).append(item)
+        return outcome.verdict

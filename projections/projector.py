@@ -1,18 +1,33 @@
-"""Decode a consumed record, fold it through the reducer, persist it: one record, one batch.
+"""Decode a consumed record, fold it through the reducer, persist it: one record, one write.
 
-Shared by the worker, `projection rebuild` and time travel, so all three produce the same
-bytes for the same log.
+Shared by the worker, `projection rebuild`, the read model and the in-memory fold, so all
+of them produce the same state for the same log. The storage behind it is a `Store`: the
+RocksDB ProjectionStore or the in-memory MemoryStore.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from engine.journal import DecodeError, JournalRecord, decode
-from projections.reducer import apply, apply_dead_letter
-from projections.state import PartitionState, RunState, Verdict
-from projections.store import ProjectionStore
+from projections.reducer import apply, apply_dead_letter, request_id_of
+from projections.state import JournalEntry, PartitionState, RunState, Verdict
+from projections.store import RecordWrite
+from projections.transitions import entry_position
+
+# Run states the projector keeps decoded between records (a run's records come in bursts).
+RUN_CACHE = 4096
+
+
+class Store(Protocol):
+    def partition(self, partition: int) -> PartitionState: ...
+    def run(self, run_id: str) -> RunState | None: ...
+    def entry(self, run_id: str, position: int) -> JournalEntry | None: ...
+    def request_seen(self, request_id: str) -> bool: ...
+    def write(self, change: RecordWrite) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,19 +39,37 @@ class Outcome:
     run: RunState | None
     verdict: Verdict
     error: DecodeError | None = None
+    entry: JournalEntry | None = None
+    redelivered: bool = False  # applied before: nothing was done
 
 
 class Projector:
-    def __init__(self, store: ProjectionStore) -> None:
+    """Applies records to one store, in offset order per partition; the only writer."""
+
+    def __init__(self, store: Store) -> None:
         self.store = store
-        self._partitions: dict[int, PartitionState] = {}
+        self._partitions: dict[int, PartitionState] = {}  # one per partition of the topic
+        self._runs: OrderedDict[str, RunState | None] = OrderedDict()  # RUN_CACHE at most
 
     def partition(self, partition: int) -> PartitionState:
         state = self._partitions.get(partition)
         if state is None:
-            state = self.store.partition(partition)
-            self._partitions[partition] = state
+            state = self._partitions[partition] = self.store.partition(partition)
         return state
+
+    def run(self, run_id: str) -> RunState | None:
+        if run_id in self._runs:
+            self._runs.move_to_end(run_id)
+            return self._runs[run_id]
+        run = self.store.run(run_id)
+        self._remember(run_id, run)
+        return run
+
+    def _remember(self, run_id: str, run: RunState | None) -> None:
+        self._runs[run_id] = run
+        self._runs.move_to_end(run_id)
+        if len(self._runs) > RUN_CACHE:
+            self._runs.popitem(last=False)
 
     def apply_raw(
         self,
@@ -44,37 +77,62 @@ class Projector:
         offset: int,
         value: bytes | None,
         headers: Sequence[tuple[str, bytes]] | None = None,
+        timestamp_ms: int | None = None,
     ) -> Outcome:
         try:
             record = decode(value, headers)
         except DecodeError as error:
-            return self._dead_letter(partition, offset, value or b"", error)
-        return self.apply_record(partition, offset, record)
+            return self._dead_letter(partition, offset, value or b"", error, timestamp_ms or 0)
+        return self.apply_record(partition, offset, record, timestamp_ms, raw=value)
 
-    def apply_record(self, partition: int, offset: int, record: JournalRecord) -> Outcome:
+    def apply_record(
+        self,
+        partition: int,
+        offset: int,
+        record: JournalRecord,
+        timestamp_ms: int | None = None,
+        *,
+        raw: bytes | None = None,
+    ) -> Outcome:
+        """Apply `record` at `offset`; `timestamp_ms` is its log time (the envelope's time
+        when the log's is unknown, as in exported fixtures)."""
         state = self.partition(partition)
         if offset < state.next_offset:
             # Already applied (a re-delivery after a seek): nothing to do, nothing to write.
-            return Outcome(state, offset, record, None, None, Verdict.duplicate)
+            return Outcome(state, offset, record, None, None, Verdict.duplicate, redelivered=True)
+        when = record.envelope.timestamp_ms if timestamp_ms is None else timestamp_ms
         run_id = record.envelope.run_id or None  # partition records belong to no run
-        before = self.store.run(run_id) if run_id else None
-        applied = apply(state, before, record, offset)
-        self.store.write_applied(
-            applied.partition,
-            before,
-            applied.run,
-            run_id=run_id,
-            offset=offset,
-            verdict=applied.verdict,
-            record_type=record.TYPE,
-        )
+        before = self.run(run_id) if run_id else None
+        position = entry_position(record)
+        entry = self.store.entry(run_id, position) if run_id and position is not None else None
+        request_id = request_id_of(record, offset) if record.KIND == "request" else None
+        seen = request_id is not None and self.store.request_seen(request_id)
+        applied = apply(state, before, record, offset, timestamp_ms=when, entry=entry,
+                        request_seen=seen)
+        self.store.write(RecordWrite(
+            partition=applied.partition, offset=offset, timestamp_ms=when,
+            verdict=applied.verdict, record_type=record.TYPE, run_id=run_id, before=before,
+            after=applied.run, entry=applied.entry, raw=raw,
+            request_id=request_id if applied.verdict is Verdict.applied else None,
+        ))
         self._partitions[partition] = applied.partition
-        return Outcome(applied.partition, offset, record, before, applied.run, applied.verdict)
+        if run_id:
+            self._remember(run_id, applied.run)
+        return Outcome(applied.partition, offset, record, before, applied.run, applied.verdict,
+                       entry=applied.entry)
 
     def _dead_letter(
-        self, partition: int, offset: int, raw: bytes, error: DecodeError
+        self, partition: int, offset: int, raw: bytes, error: DecodeError, timestamp_ms: int
     ) -> Outcome:
-        state = apply_dead_letter(self.partition(partition), offset)
-        self.store.write_dead_letter(state, offset, raw)
+        state = self.partition(partition)
+        if offset < state.next_offset:
+            return Outcome(state, offset, None, None, None, Verdict.duplicate, error,
+                           redelivered=True)
+        state = apply_dead_letter(state, offset)
+        self.store.write(RecordWrite(
+            partition=state, offset=offset, timestamp_ms=timestamp_ms,
+            verdict=Verdict.dead_letter, record_type=f"dead-letter:{error.reason}", raw=raw,
+            dead_letter=True,
+        ))
         self._partitions[partition] = state
         return Outcome(state, offset, None, None, None, Verdict.dead_letter, error)

@@ -41,7 +41,8 @@ async def rebuild_into(
         projector = Projector(store)
         count = 0
         async for raw in read_partitions(bootstrap, topic, partitions, until=until):
-            projector.apply_raw(raw.partition, raw.offset, raw.value, raw.headers)
+            projector.apply_raw(raw.partition, raw.offset, raw.value, raw.headers,
+                                raw.timestamp_ms)
             count += 1
         reached = {p.partition: p.next_offset for p in store.partitions()}
     finally:

@@ -1,10 +1,17 @@
-"""The pure reducer: apply(partition, run, record, offset) -> Applied.
+"""The pure reducer: apply(partition, run, record, offset, ...) -> Applied.
 
-No I/O, no clock, no Kafka: the live worker, `projection rebuild`, time travel and the
-client's result reader all fold the same records through these functions, so they agree.
+No I/O, no clock, no Kafka: the live worker, `projection rebuild`, the read model, time
+travel and the client's result reader all fold the same records through these functions,
+so they agree. What a record needs beyond the run's state (the journal entry at a step's
+position, whether a request id was seen already, the record's log timestamp) comes in as
+arguments, looked up by the caller, so a record's cost does not grow with the run.
 
-Rules (see ARCHITECTURE.md):
-- A claim bumps the partition epoch by one and names the owner; log order assigns epochs.
+Rules (see ARCHITECTURE.md, Ownership and fencing):
+- A claim carrying a consumer-group generation is applied only if that generation is at
+  least the current owner's, or if the owner has written nothing for longer than its lease
+  (by record timestamps); otherwise it is rejected: kept in history, counted, no change.
+  A claim without a generation (journals written before generations) is applied, as it was
+  when it was written. An applied claim bumps the epoch by one and names the owner.
 - Any other decision is applied only if made under the current epoch by the current owner;
   otherwise it is fenced (kept in history, counted, never applied).
 - Decisions are idempotent by (source_id, source_seq); requests by request_id.
@@ -16,16 +23,18 @@ from dataclasses import dataclass
 
 from engine.journal import events as ev
 from projections.state import (
+    MAX_EVIDENCE,
+    MAX_INBOX,
     TERMINAL_STATUSES,
     Evidence,
     InboxItem,
+    JournalEntry,
     PartitionState,
     RunState,
     Verdict,
+    replace,
 )
 from projections.transitions import transition
-
-MAX_EVIDENCE = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,26 +42,38 @@ class Applied:
     partition: PartitionState
     run: RunState | None
     verdict: Verdict
+    entry: JournalEntry | None = None  # the journal entry this record wrote, if any
 
 
 def apply(
-    partition: PartitionState, run: RunState | None, record: ev.JournalRecord, offset: int
+    partition: PartitionState,
+    run: RunState | None,
+    record: ev.JournalRecord,
+    offset: int,
+    *,
+    timestamp_ms: int,
+    entry: JournalEntry | None = None,
+    request_seen: bool = False,
 ) -> Applied:
-    """Fold one record at `offset` into the partition's and the run's state."""
-    moved = partition.model_copy(update={"next_offset": offset + 1})
+    """Fold one record at `offset` (log time `timestamp_ms`) into the partition and the run.
+
+    `entry` is the run's journal entry at the record's position (step records), and
+    `request_seen` whether the request's id was applied before (requests).
+    """
+    moved = replace(partition, next_offset=offset + 1)
     if record.KIND == "request":
-        return _apply_request(moved, run, record, offset)
-    return _apply_decision(moved, run, record, offset)
+        return _apply_request(moved, run, record, offset, request_seen)
+    return _apply_decision(moved, run, record, offset, timestamp_ms, entry)
 
 
 def apply_dead_letter(partition: PartitionState, offset: int) -> PartitionState:
     """Bytes that did not decode: counted, skipped, nothing else lost."""
-    return partition.model_copy(
-        update={"next_offset": offset + 1, "dead_letters": partition.dead_letters + 1}
-    )
+    return replace(partition, next_offset=offset + 1, dead_letters=partition.dead_letters + 1)
 
 
-def fence_verdict(partition: PartitionState, record: ev.JournalRecord) -> Verdict | None:
+def fence_verdict(
+    partition: PartitionState, record: ev.JournalRecord, timestamp_ms: int
+) -> Verdict | None:
     """Why a decision must not be applied, or None when it may be."""
     env = record.envelope
     source, seq = env.source_id, env.source_seq
@@ -61,81 +82,115 @@ def fence_verdict(partition: PartitionState, record: ev.JournalRecord) -> Verdic
     if seq <= partition.last_seq.get(source, -1):
         return Verdict.duplicate
     if isinstance(record, ev.PartitionEpochClaimed):
-        return None
+        return claim_verdict(partition, record, timestamp_ms)
     if env.epoch != partition.epoch or source != partition.owner_source:
         return Verdict.fenced
     return None
 
 
+def claim_verdict(
+    partition: PartitionState, claim: ev.PartitionEpochClaimed, timestamp_ms: int
+) -> Verdict | None:
+    """None if the claim takes the partition, Verdict.rejected if it changes nothing."""
+    if claim.generation is None or partition.generation is None:
+        return None  # written before generations, or the first claim that carries one
+    if claim.generation >= partition.generation:
+        return None
+    silent_for = timestamp_ms - partition.owner_last_write_ms
+    if partition.lease_ms > 0 and silent_for > partition.lease_ms:
+        return None  # the group was recreated (generations restart) and the owner is gone
+    return Verdict.rejected
+
+
 def _apply_decision(
-    partition: PartitionState, run: RunState | None, record: ev.JournalRecord, offset: int
+    partition: PartitionState,
+    run: RunState | None,
+    record: ev.JournalRecord,
+    offset: int,
+    timestamp_ms: int,
+    entry: JournalEntry | None,
 ) -> Applied:
-    verdict = fence_verdict(partition, record)
+    verdict = fence_verdict(partition, record, timestamp_ms)
     if verdict is Verdict.fenced:
-        return Applied(partition.model_copy(update={"fenced": partition.fenced + 1}), run, verdict)
+        return Applied(replace(partition, fenced=partition.fenced + 1), run, verdict)
     if verdict is Verdict.duplicate:
-        counted = partition.model_copy(update={"duplicates": partition.duplicates + 1})
+        return Applied(replace(partition, duplicates=partition.duplicates + 1), run, verdict)
+    if verdict is Verdict.rejected:
+        counted = replace(partition, rejected_claims=partition.rejected_claims + 1)
         return Applied(counted, run, verdict)
     env = record.envelope
     assert env.source_id is not None and env.source_seq is not None
-    accepted = partition.model_copy(
-        update={
-            "applied": partition.applied + 1,
-            "last_seq": {**partition.last_seq, env.source_id: env.source_seq},
-        }
+    accepted = replace(
+        partition,
+        applied=partition.applied + 1,
+        last_seq={**partition.last_seq, env.source_id: env.source_seq},
+        owner_last_write_ms=max(partition.owner_last_write_ms, timestamp_ms),
     )
     if isinstance(record, ev.PartitionEpochClaimed):
-        return Applied(_claim(accepted, record), run, Verdict.applied)
+        return Applied(_claim(accepted, record, timestamp_ms), run, Verdict.applied)
+    if isinstance(record, ev.PartitionHeartbeat):
+        return Applied(accepted, run, Verdict.applied)
     if run is None and not isinstance(record, ev.RunCreated):
         return Applied(accepted, run, Verdict.ignored)
-    new_run = _decide_run(run, record, offset, partition.epoch)
-    verdict = Verdict.applied if new_run is not run else Verdict.ignored
-    return Applied(accepted, new_run, verdict)
+    new_run, new_entry = _decide_run(run, record, offset, partition, entry)
+    verdict = Verdict.applied if new_run is not run or new_entry is not None else Verdict.ignored
+    return Applied(accepted, new_run, verdict, new_entry)
 
 
-def _claim(partition: PartitionState, record: ev.PartitionEpochClaimed) -> PartitionState:
-    return partition.model_copy(
-        update={
-            "epoch": partition.epoch + 1,
-            "owner_source": record.envelope.source_id,
-            "owner_name": record.owner,
-            "query_endpoint": record.query_endpoint,
-        }
+def _claim(
+    partition: PartitionState, record: ev.PartitionEpochClaimed, timestamp_ms: int
+) -> PartitionState:
+    source = record.envelope.source_id
+    assert source is not None
+    last_seq = partition.last_seq
+    if record.generation is not None:
+        # Bounded dedupe: every other source's writes are fenced by epoch from here on,
+        # and an older-generation claim of theirs is rejected by generation, so their
+        # sequences are no longer needed.
+        last_seq = {source: last_seq[source]}
+    return replace(
+        partition,
+        epoch=partition.epoch + 1,
+        owner_source=source,
+        owner_name=record.owner,
+        query_endpoint=record.query_endpoint,
+        generation=record.generation,
+        lease_ms=record.lease_ms or 0,
+        owner_last_write_ms=timestamp_ms,
+        last_seq=last_seq,
     )
 
 
 def _apply_request(
-    partition: PartitionState, run: RunState | None, record: ev.JournalRecord, offset: int
+    partition: PartitionState,
+    run: RunState | None,
+    record: ev.JournalRecord,
+    offset: int,
+    request_seen: bool,
 ) -> Applied:
-    env = record.envelope
-    request_id = env.request_id or f"offset-{offset}"
-    if run is not None and request_id in run.requests_seen:
-        counted = partition.model_copy(update={"duplicates": partition.duplicates + 1})
-        return Applied(counted, run, Verdict.duplicate)
-    item = _inbox_item(record, request_id, offset)
+    if request_seen:
+        return Applied(replace(partition, duplicates=partition.duplicates + 1), run,
+                       Verdict.duplicate)
     if run is None:
         if not isinstance(record, ev.RunCreateRequested):
             return Applied(partition, None, Verdict.ignored)
-        run = _new_run(partition.partition, record, request_id, offset)
-    updated = run.model_copy(
-        update={
-            "requests_seen": (*run.requests_seen, request_id),
-            "inbox": (*run.inbox, item),
-            "updated_at_ms": env.timestamp_ms,
-        }
-    )
+        run = _new_run(partition.partition, record, request_id_of(record, offset), offset)
+    if len(run.inbox) >= MAX_INBOX:
+        return Applied(partition, run, Verdict.ignored)
+    item = _inbox_item(record, request_id_of(record, offset), offset)
+    updated = replace(run, inbox=(*run.inbox, item), updated_at_ms=record.envelope.timestamp_ms)
     return Applied(partition, updated, Verdict.applied)
+
+
+def request_id_of(record: ev.JournalRecord, offset: int) -> str:
+    """A request's id for deduplication (a request written without one is its offset)."""
+    return record.envelope.request_id or f"offset-{offset}"
 
 
 def _inbox_item(record: ev.JournalRecord, request_id: str, offset: int) -> InboxItem:
     if isinstance(record, ev.RunCreateRequested):
-        return InboxItem(
-            request_id=request_id,
-            type=record.TYPE,
-            offset=offset,
-            flow=record.flow,
-            payload_json=record.payload_json,
-        )
+        return InboxItem(request_id=request_id, type=record.TYPE, offset=offset,
+                         flow=record.flow, payload_json=record.payload_json)
     return InboxItem(request_id=request_id, type=record.TYPE, offset=offset)
 
 
@@ -165,35 +220,42 @@ def _answered(run: RunState, request_id: str | None) -> tuple[InboxItem, ...]:
 
 
 def _decide_run(
-    run: RunState | None, record: ev.JournalRecord, offset: int, epoch: int
-) -> RunState | None:
-    """Apply an accepted decision to its run. Returns `run` itself when nothing changes."""
+    run: RunState | None,
+    record: ev.JournalRecord,
+    offset: int,
+    partition: PartitionState,
+    entry: JournalEntry | None,
+) -> tuple[RunState | None, JournalEntry | None]:
+    """Apply an accepted decision to its run: (run, entry written). Returns `run` itself
+    and no entry when nothing changes."""
     if isinstance(record, ev.RunCreated):
-        return _created(run, record, offset)
+        return _created(run, record, offset, partition.partition), None
     assert run is not None
     if isinstance(record, ev.RunCreateRejected):  # answers a request in any status
-        return _rejected(run, record)
-    if run.status in TERMINAL_STATUSES and not isinstance(record, ev.EvidenceRecorded):
-        return run
+        return _rejected(run, record), None
     if isinstance(record, ev.EvidenceRecorded):
         kept = (*run.evidence, Evidence(kind=record.kind, message=record.message, offset=offset))
-        return run.model_copy(update={"evidence": kept[-MAX_EVIDENCE:]})
-    changes = transition(run, record, epoch)
-    if changes is None:
-        return run
-    changes.setdefault("updated_at_ms", record.envelope.timestamp_ms)
-    changes.setdefault("inbox", _answered(run, record.envelope.request_id))
-    return run.model_copy(update=changes)
+        return replace(run, evidence=kept[-MAX_EVIDENCE:]), None
+    if run.status in TERMINAL_STATUSES:
+        return run, None
+    change = transition(run, record, partition.epoch, entry)
+    if change is None:
+        return run, None
+    fields = change.run
+    fields.setdefault("updated_at_ms", record.envelope.timestamp_ms)
+    fields.setdefault("inbox", _answered(run, record.envelope.request_id))
+    return replace(run, **fields), change.entry
 
 
-def _created(run: RunState | None, record: ev.RunCreated, offset: int) -> RunState:
+def _created(run: RunState | None, record: ev.RunCreated, offset: int, partition: int) -> RunState:
     env = record.envelope
     if run is None:
-        # The request is always earlier in the same partition; tolerate a trimmed log.
+        # A run.created with no request before it (a trimmed log, or another writer's
+        # tooling): the run lives in this partition all the same.
         run = RunState(
             run_id=env.run_id,
             lineage_id=env.lineage_id,
-            partition=-1,
+            partition=partition,
             flow=record.flow,
             payload_json=record.payload_json,
             request_id=env.request_id or f"offset-{offset}",
@@ -203,18 +265,17 @@ def _created(run: RunState | None, record: ev.RunCreated, offset: int) -> RunSta
         )
     inbox = _answered(run, env.request_id)
     if record.duplicate or run.admitted:
-        return run.model_copy(update={"inbox": inbox})
-    return run.model_copy(
-        update={
-            "admitted": True,
-            "inbox": inbox,
-            "flow": record.flow,
-            "payload_json": record.payload_json,
-            "request_offset": record.request_offset,
-            "parent_run_id": record.parent_run_id,
-            "round": record.round,
-            "updated_at_ms": env.timestamp_ms,
-        }
+        return replace(run, inbox=inbox)
+    return replace(
+        run,
+        admitted=True,
+        inbox=inbox,
+        flow=record.flow,
+        payload_json=record.payload_json,
+        request_offset=record.request_offset,
+        parent_run_id=record.parent_run_id,
+        round=record.round,
+        updated_at_ms=env.timestamp_ms,
     )
 
 
@@ -223,5 +284,4 @@ def _rejected(run: RunState, record: ev.RunCreateRejected) -> RunState | None:
     inbox = _answered(run, record.envelope.request_id)
     if not run.admitted and not any(i.type == ev.RunCreateRequested.TYPE for i in inbox):
         return None
-    return run.model_copy(update={"inbox": inbox})
-
+    return replace(run, inbox=inbox)

@@ -1,14 +1,21 @@
-"""The projected state of a partition and of a run: plain, frozen, serialisable values.
+"""The projected state of a partition, a run and a run's journal entries: frozen values.
 
-Serialisation is deterministic (pydantic field order, no clocks) so that a projection
-rebuilt from offset 0 equals the live one byte for byte.
+They are msgspec Structs encoded as MessagePack arrays (`encode_*`/`decode_*` below): about a
+tenth of the cost of the pydantic JSON this replaced, and a record's cost does not grow with
+the run, because journal entries are stored under their own keys, not inside the run.
+Serialisation is deterministic (field order, no clocks), so a projection rebuilt from
+offset 0 equals the live one byte for byte.
+
+Evolution: the encoding is positional, so a new field goes at the end of its Struct, with
+a default; old bytes then decode with that default.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+import msgspec
 
 
 class RunStatus(StrEnum):
@@ -28,20 +35,27 @@ TERMINAL_STATUSES = frozenset({RunStatus.completed, RunStatus.failed, RunStatus.
 
 
 class Verdict(StrEnum):
-    """What the reducer did with one record; kept in the run's history index."""
+    """What the reducer did with one record; kept in the history indexes."""
 
     applied = "applied"
     fenced = "fenced"  # a decision made under a stale epoch or by a non-owner
     duplicate = "duplicate"  # a decision or request already applied
     ignored = "ignored"  # valid, but nothing to change (e.g. a decision after the run ended)
+    rejected = "rejected"  # a claim of an older consumer-group generation: changes nothing
     dead_letter = "dead-letter"  # bytes that do not decode
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class _Frozen(msgspec.Struct, frozen=True, array_like=True, forbid_unknown_fields=False):
+    pass
 
 
-class PartitionState(_Frozen):
+# How many sources' sequences a partition keeps at most. Non-owners are dropped at every
+# generation-fenced claim (their writes are fenced by epoch anyway); only journals written
+# before generations existed keep adding one per worker incarnation, and those are old.
+MAX_SOURCES = 64
+
+
+class PartitionState(_Frozen, frozen=True, array_like=True):
     partition: int
     epoch: int = 0
     owner_source: str | None = None
@@ -54,9 +68,16 @@ class PartitionState(_Frozen):
     dead_letters: int = 0
     # Highest applied source_seq per writer incarnation, for idempotent settlement.
     last_seq: dict[str, int] = {}
+    # The current owner's consumer-group generation; None: claimed under the old rule.
+    generation: int | None = None
+    # The current owner's lease window, and the record time of its last applied write:
+    # an older-generation claim is honoured once the owner has been silent that long.
+    lease_ms: int = 0
+    owner_last_write_ms: int = 0
+    rejected_claims: int = 0
 
 
-class InboxItem(_Frozen):
+class InboxItem(_Frozen, frozen=True, array_like=True):
     """A request applied to a run and not yet answered by a decision."""
 
     request_id: str
@@ -66,13 +87,13 @@ class InboxItem(_Frozen):
     payload_json: str | None = None
 
 
-class JournalEntry(_Frozen):
+class JournalEntry(_Frozen, frozen=True, array_like=True):
     """One durable step (or journaled value) at a position of the run's handler."""
 
     position: int
     name: str
     kind: str = "step"
-    status: str  # started (outcome unknown) | retrying | completed | failed
+    status: str = "started"  # started (outcome unknown) | retrying | completed | failed
     attempts: int = 0
     irreversible: bool = False
     result_json: str | None = None
@@ -80,46 +101,74 @@ class JournalEntry(_Frozen):
     error_message: str | None = None
 
 
-class Evidence(_Frozen):
+class Evidence(_Frozen, frozen=True, array_like=True):
     kind: str
     message: str
     offset: int
 
 
-class RunState(_Frozen):
+# A run keeps its last MAX_EVIDENCE evidence records (older ones stay in its history).
+MAX_EVIDENCE = 32
+# Unanswered requests a run holds at most; the owner answers each as it applies it, so this
+# fills only while no owner executes the partition. Requests past it are ignored (verdict
+# `ignored`, visible in history) rather than grow one run's state without bound.
+MAX_INBOX = 1024
+
+
+class RunState(_Frozen, frozen=True, array_like=True):
     run_id: str
     lineage_id: str
     partition: int
     flow: str
     payload_json: str
-    status: RunStatus = RunStatus.pending
-    admitted: bool = False
     request_id: str
     request_offset: int
     created_at_ms: int
     updated_at_ms: int
+    status: RunStatus = RunStatus.pending
+    admitted: bool = False
     parent_run_id: str | None = None
     round: int = 0
     result_json: str | None = None
     error_type: str | None = None
     error_message: str | None = None
-    journal: tuple[JournalEntry, ...] = ()
+    steps: int = 0  # journal entries (positions 0..steps-1), stored under their own keys
     activations: int = 0
     owner_source: str | None = None
     owner_epoch: int | None = None
     released_cause: str | None = None
     suspended_reason: str | None = None
-    requests_seen: tuple[str, ...] = ()
     inbox: tuple[InboxItem, ...] = ()
     evidence: tuple[Evidence, ...] = ()
 
-    def entry_at(self, position: int) -> JournalEntry | None:
-        if position < len(self.journal) and self.journal[position].position == position:
-            return self.journal[position]
-        for entry in self.journal:
-            if entry.position == position:
-                return entry
-        return None
-
     def has_evidence(self, kind: str) -> bool:
         return any(item.kind == kind for item in self.evidence)
+
+
+S = TypeVar("S", bound=_Frozen)
+
+
+def replace(value: S, **changes: Any) -> S:
+    """A copy of `value` with `changes`; frozen Structs are never mutated."""
+    return msgspec.structs.replace(value, **changes)
+
+
+def to_builtins(value: _Frozen) -> dict[str, Any]:
+    """A JSON-ready dict (field names, enums as their values)."""
+    return {name: msgspec.to_builtins(getattr(value, name)) for name in value.__struct_fields__}
+
+
+_ENCODER = msgspec.msgpack.Encoder()
+_DECODERS: dict[type[Any], msgspec.msgpack.Decoder[Any]] = {}
+
+
+def encode_state(value: _Frozen) -> bytes:
+    return _ENCODER.encode(value)
+
+
+def decode_state(cls: type[S], raw: bytes) -> S:
+    decoder = _DECODERS.get(cls)
+    if decoder is None:
+        decoder = _DECODERS[cls] = msgspec.msgpack.Decoder(cls)
+    result: S = decoder.decode(raw)
+    return result

@@ -1,13 +1,24 @@
 """The RocksDB projection (rocksdict, raw bytes, byte-ordered keys): the thin storage driver.
 
-Key layout (all ASCII, zero-padded numbers so byte order is numeric order):
-  p/<partition:05d>                          -> PartitionState JSON (includes next_offset)
-  r/<run_id>                                 -> RunState JSON
+Key layout (ASCII prefixes, zero-padded numbers so byte order is numeric order):
+  p/<partition:05d>                          -> PartitionState (includes next_offset)
+  r/<run_id>                                 -> RunState
+  j/<run_id>\0<position:010d>                -> JournalEntry   the run's journal, one key each
   s/<status>/<partition:05d>/<run_id>        -> b""   status index
   i/<partition:05d>/<run_id>                 -> b""   runs with unanswered requests
-  h/<run_id>\0<partition:05d>/<offset:020d>  -> b"<verdict> <type>"   per-run history
+  h/<run_id>\0<partition:05d>/<offset:020d>  -> history item  per-run history
+  g/<partition:05d>/<offset:020d>            -> history item  the partition's own records
+                                                              (claims, heartbeats, dead letters)
+  q/<request_id>                             -> offset       requests applied (dedupe)
+  o/<partition:05d>/<offset:020d>            -> request_id   the same, by offset (retention)
   d/<partition:05d>/<offset:020d>            -> raw bytes of a record that did not decode
+States are msgpack (projections.state); a history item is msgpack
+[verdict, type, log timestamp ms, record bytes or nil] (bytes only in a read model).
 One applied record is one WriteBatch, so a crash never half-applies a record.
+
+Bounds: the request index keeps the last REQUEST_RETENTION offsets of each partition
+(pruned every PRUNE_EVERY offsets, by offset, so a rebuild prunes exactly as the live
+store did). Everything else is the projection itself, bounded by the journal.
 """
 
 from __future__ import annotations
@@ -16,10 +27,27 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
-from rocksdict import Options, Rdict, ReadOptions, WriteBatch
+import msgspec
+from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch
 
-from projections.state import PartitionState, RunState, RunStatus, Verdict
+from projections.state import (
+    JournalEntry,
+    PartitionState,
+    RunState,
+    RunStatus,
+    Verdict,
+    decode_state,
+    encode_state,
+)
+
+# A request id re-sent within this many offsets of its partition is recognised as a
+# duplicate; producers re-send within seconds, so a million records is ample.
+REQUEST_RETENTION = 1_000_000
+PRUNE_EVERY = 4096
+
+Access = Literal["primary", "secondary"]
 
 
 def _partition_key(partition: int) -> bytes:
@@ -30,8 +58,21 @@ def _run_key(run_id: str) -> bytes:
     return b"r/" + run_id.encode()
 
 
-def _status_key(status: str, partition: int, run_id: str) -> bytes:
-    return b"s/%s/%05d/%s" % (status.encode(), partition, run_id.encode())
+def _entries_prefix(run_id: str) -> bytes:
+    # NUL ends the run id, so run "a" never scans the entries of run "a/b".
+    return b"j/%s\x00" % run_id.encode()
+
+
+def _entry_key(run_id: str, position: int) -> bytes:
+    return _entries_prefix(run_id) + b"%010d" % position
+
+
+def _status_prefix(status: RunStatus) -> bytes:
+    return b"s/%s/" % status.value.encode()
+
+
+def _status_key(status: RunStatus, partition: int, run_id: str) -> bytes:
+    return _status_prefix(status) + b"%05d/%s" % (partition, run_id.encode())
 
 
 def _inbox_key(partition: int, run_id: str) -> bytes:
@@ -39,12 +80,23 @@ def _inbox_key(partition: int, run_id: str) -> bytes:
 
 
 def _history_prefix(run_id: str) -> bytes:
-    # NUL ends the run id, so run "a" never scans the history of run "a/b".
     return b"h/%s\x00" % run_id.encode()
 
 
 def _history_key(run_id: str, partition: int, offset: int) -> bytes:
     return _history_prefix(run_id) + b"%05d/%020d" % (partition, offset)
+
+
+def _partition_history_key(partition: int, offset: int) -> bytes:
+    return b"g/%05d/%020d" % (partition, offset)
+
+
+def _request_key(request_id: str) -> bytes:
+    return b"q/" + request_id.encode()
+
+
+def _request_offset_key(partition: int, offset: int) -> bytes:
+    return b"o/%05d/%020d" % (partition, offset)
 
 
 def _dead_letter_key(partition: int, offset: int) -> bytes:
@@ -61,20 +113,70 @@ class HistoryEntry:
     offset: int
     verdict: Verdict
     type: str
+    timestamp_ms: int
+    raw: bytes | None = None  # the record's Kafka value (read models keep it)
+
+
+_HISTORY = msgspec.msgpack.Encoder()
+_HISTORY_DECODER = msgspec.msgpack.Decoder(tuple[str, str, int, bytes | None])
+
+
+def encode_history(verdict: Verdict, record_type: str, timestamp_ms: int,
+                   raw: bytes | None) -> bytes:
+    return _HISTORY.encode((verdict.value, record_type, timestamp_ms, raw))
+
+
+def _history_entry(partition: int, offset: int, value: bytes) -> HistoryEntry:
+    verdict, type_, timestamp_ms, raw = _HISTORY_DECODER.decode(value)
+    return HistoryEntry(partition, offset, Verdict(verdict), type_, timestamp_ms, raw)
+
+
+@dataclass(slots=True)
+class RecordWrite:
+    """What one applied record changes; ProjectionStore.write turns it into one batch."""
+
+    partition: PartitionState
+    offset: int
+    timestamp_ms: int
+    verdict: Verdict
+    record_type: str
+    run_id: str | None = None
+    before: RunState | None = None
+    after: RunState | None = None
+    entry: JournalEntry | None = None
+    request_id: str | None = None  # an applied request: enters the request index
+    raw: bytes | None = None  # kept in history when the store keeps records
+    dead_letter: bool = False
 
 
 class ProjectionStore:
-    """One worker's projection of the partitions it owns or has owned."""
+    """A projection of some partitions: a worker's, or a whole namespace's read model.
 
-    def __init__(self, path: str | Path) -> None:
+    `access="secondary"` opens a read-only follower of another process's primary (RocksDB
+    secondary instance); `catch_up_with_primary()` refreshes it.
+    """
+
+    def __init__(self, path: str | Path, *, access: Access = "primary",
+                 secondary_path: str | Path | None = None, keep_records: bool = False) -> None:
         self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.keep_records = keep_records
         options = Options(raw_mode=True)
-        options.create_if_missing(True)
-        self._db = Rdict(str(self.path), options)
+        if access == "primary":
+            self.path.mkdir(parents=True, exist_ok=True)
+            options.create_if_missing(True)
+            self._db = Rdict(str(self.path), options)
+        else:
+            assert secondary_path is not None, "a secondary needs its own directory"
+            options.set_max_open_files(-1)
+            self._db = Rdict(str(self.path), options,
+                             access_type=AccessType.secondary(str(secondary_path)))
+        self.access = access
 
     def close(self) -> None:
         self._db.close()
+
+    def catch_up_with_primary(self) -> None:
+        self._db.try_catch_up_with_primary()
 
     @classmethod
     def destroy(cls, path: str | Path) -> None:
@@ -86,20 +188,40 @@ class ProjectionStore:
         raw = self._db.get(_partition_key(partition))
         if raw is None:
             return PartitionState(partition=partition)
-        return PartitionState.model_validate_json(raw)
+        return decode_state(PartitionState, raw)
 
     def partitions(self) -> list[PartitionState]:
-        return [PartitionState.model_validate_json(v) for _, v in self._scan(b"p/")]
+        return [decode_state(PartitionState, v) for _, v in self._scan(b"p/")]
 
     def run(self, run_id: str) -> RunState | None:
         raw = self._db.get(_run_key(run_id))
-        return None if raw is None else RunState.model_validate_json(raw)
+        return None if raw is None else decode_state(RunState, raw)
+
+    def entry(self, run_id: str, position: int) -> JournalEntry | None:
+        raw = self._db.get(_entry_key(run_id, position))
+        return None if raw is None else decode_state(JournalEntry, raw)
+
+    def entries(self, run_id: str) -> tuple[JournalEntry, ...]:
+        """The run's journal in position order."""
+        return tuple(decode_state(JournalEntry, v) for _, v in self._scan(_entries_prefix(run_id)))
+
+    def request_seen(self, request_id: str) -> bool:
+        return self._db.get(_request_key(request_id)) is not None
 
     def runs_in_partition(self, partition: int, status: RunStatus) -> Iterator[RunState]:
-        for key, _ in self._scan(b"s/%s/%05d/" % (status.value.encode(), partition)):
+        for key, _ in self._scan(_status_prefix(status) + b"%05d/" % partition):
             run = self.run(key.split(b"/", 3)[3].decode())
             if run is not None:
                 yield run
+
+    def run_ids_by_status(self, status: RunStatus, *, after: str | None = None
+                          ) -> Iterator[str]:
+        """Run ids with `status`, all partitions, in index order (partition, run id);
+        `after` is the index key tail ("<partition:05d>/<run_id>") to resume after."""
+        prefix = _status_prefix(status)
+        start = prefix + after.encode() + b"\x00" if after else prefix
+        for key, _ in self._scan(prefix, start=start):
+            yield key.split(b"/", 3)[3].decode()
 
     def runs_with_requests(self, partition: int) -> Iterator[RunState]:
         """Runs of `partition` holding requests no decision has answered yet."""
@@ -113,56 +235,23 @@ class ProjectionStore:
         prefix = _history_prefix(run_id)
         for key, value in self._scan(prefix):
             partition, offset = key[len(prefix):].split(b"/")
-            verdict, _, type_ = value.decode().partition(" ")
-            entries.append(HistoryEntry(int(partition), int(offset), Verdict(verdict), type_))
+            entries.append(_history_entry(int(partition), int(offset), value))
         return entries
 
     def history_verdict(self, run_id: str, partition: int, offset: int) -> Verdict | None:
         raw = self._db.get(_history_key(run_id, partition, offset))
-        return None if raw is None else Verdict(raw.decode().partition(" ")[0])
+        return None if raw is None else _history_entry(partition, offset, raw).verdict
+
+    def partition_history(self, partition: int) -> list[HistoryEntry]:
+        """The partition's own records (claims, heartbeats) and its dead letters."""
+        entries = []
+        for key, value in self._scan(b"g/%05d/" % partition):
+            entries.append(_history_entry(partition, int(key.split(b"/")[2]), value))
+        return entries
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         """Every key and value in byte order: what the rebuild test compares."""
         yield from self._scan(b"")
-
-    def _scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-        read = ReadOptions()
-        if prefix:
-            read.set_iterate_upper_bound(_upper_bound(prefix))
-        it = self._db.iter(read)
-        it.seek(prefix)
-        while it.valid():
-            yield bytes(it.key()), bytes(it.value())
-            it.next()
-
-    # writes
-
-    def write_applied(
-        self,
-        partition: PartitionState,
-        before: RunState | None,
-        after: RunState | None,
-        *,
-        run_id: str | None,
-        offset: int,
-        verdict: Verdict,
-        record_type: str,
-    ) -> None:
-        """Persist one applied record atomically: state, indexes, history and offset."""
-        batch = WriteBatch(raw_mode=True)
-        batch.put(_partition_key(partition.partition), partition.model_dump_json().encode())
-        if after is not before:
-            _put_run(batch, before, after)
-        if run_id is not None:
-            history = f"{verdict.value} {record_type}".encode()
-            batch.put(_history_key(run_id, partition.partition, offset), history)
-        self._db.write(batch)
-
-    def write_dead_letter(self, partition: PartitionState, offset: int, raw: bytes) -> None:
-        batch = WriteBatch(raw_mode=True)
-        batch.put(_partition_key(partition.partition), partition.model_dump_json().encode())
-        batch.put(_dead_letter_key(partition.partition, offset), raw)
-        self._db.write(batch)
 
     def dead_letters(self) -> list[tuple[int, int, bytes]]:
         found = []
@@ -171,18 +260,68 @@ class ProjectionStore:
             found.append((int(partition), int(offset), value))
         return found
 
+    def _scan(self, prefix: bytes, *, start: bytes | None = None
+              ) -> Iterator[tuple[bytes, bytes]]:
+        read = ReadOptions()
+        if prefix:
+            read.set_iterate_upper_bound(_upper_bound(prefix))
+        it = self._db.iter(read)
+        it.seek(start or prefix)
+        while it.valid():
+            yield bytes(it.key()), bytes(it.value())
+            it.next()
+
+    # writes
+
+    def write(self, change: RecordWrite) -> None:
+        """Persist one applied record atomically: state, indexes, history and offset."""
+        batch = WriteBatch(raw_mode=True)
+        state = change.partition
+        batch.put(_partition_key(state.partition), encode_state(state))
+        history = encode_history(change.verdict, change.record_type, change.timestamp_ms,
+                                 change.raw if self.keep_records else None)
+        if change.dead_letter:
+            batch.put(_dead_letter_key(state.partition, change.offset), change.raw or b"")
+        if change.run_id is None:
+            batch.put(_partition_history_key(state.partition, change.offset), history)
+        else:
+            batch.put(_history_key(change.run_id, state.partition, change.offset), history)
+        if change.after is not change.before:
+            _put_run(batch, change.before, change.after)
+        if change.entry is not None and change.run_id is not None:
+            batch.put(_entry_key(change.run_id, change.entry.position), encode_state(change.entry))
+        if change.request_id is not None:
+            batch.put(_request_key(change.request_id), b"%d" % change.offset)
+            batch.put(_request_offset_key(state.partition, change.offset),
+                      change.request_id.encode())
+        if change.offset % PRUNE_EVERY == 0:
+            self._prune_requests(batch, state.partition, change.offset - REQUEST_RETENTION)
+        self._db.write(batch)
+
+    def _prune_requests(self, batch: WriteBatch, partition: int, below: int) -> None:
+        if below <= 0:
+            return
+        first = _request_offset_key(partition, 0)
+        for key, request_id in self._scan(b"o/%05d/" % partition, start=first):
+            if key >= _request_offset_key(partition, below):
+                break
+            batch.delete(key)
+            batch.delete(_request_key(request_id.decode()))
+
 
 def _put_run(batch: WriteBatch, before: RunState | None, after: RunState | None) -> None:
     if before is not None and (after is None or after.status != before.status):
-        batch.delete(_status_key(before.status.value, before.partition, before.run_id))
+        batch.delete(_status_key(before.status, before.partition, before.run_id))
     if before is not None and before.inbox and (after is None or not after.inbox):
         batch.delete(_inbox_key(before.partition, before.run_id))
     if after is None:
         if before is not None:
             batch.delete(_run_key(before.run_id))
+            for position in range(before.steps):
+                batch.delete(_entry_key(before.run_id, position))
         return
-    batch.put(_run_key(after.run_id), after.model_dump_json().encode())
-    batch.put(_status_key(after.status.value, after.partition, after.run_id), b"")
-    if after.inbox:
+    batch.put(_run_key(after.run_id), encode_state(after))
+    if before is None or after.status != before.status:
+        batch.put(_status_key(after.status, after.partition, after.run_id), b"")
+    if after.inbox and (before is None or not before.inbox):
         batch.put(_inbox_key(after.partition, after.run_id), b"")
-

@@ -1,8 +1,13 @@
-"""How each accepted run decision changes a run: pure functions returning field updates."""
+"""How each accepted run decision changes a run: pure functions returning field updates.
+
+Step records also write the journal entry at their position; the caller passes the entry
+that stands there now (`previous`), so no handler needs the run's whole journal.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine.journal import events as ev
@@ -11,12 +16,26 @@ from projections.state import InboxItem, JournalEntry, RunState, RunStatus
 Changes = dict[str, Any]
 
 
-def transition(run: RunState, record: ev.JournalRecord, epoch: int) -> Changes | None:
-    """Field updates for `run`, or None when the record changes nothing."""
+@dataclass(slots=True)
+class Change:
+    run: Changes
+    entry: JournalEntry | None = field(default=None)
+
+
+def transition(
+    run: RunState, record: ev.JournalRecord, epoch: int, previous: JournalEntry | None
+) -> Change | None:
+    """Field updates for `run` (and the entry a step record writes), or None when the
+    record changes nothing."""
     handler = _HANDLERS.get(type(record))
-    if handler is None:
+    if handler is not None:
+        changes = handler(run, record, epoch)
+        return None if changes is None else Change(changes)
+    step_handler = _STEP_HANDLERS.get(type(record))
+    if step_handler is None:
         return None
-    return handler(run, record, epoch)
+    entry = step_handler(record, previous)
+    return Change({"steps": max(run.steps, entry.position + 1)}, entry)
 
 
 def _activated(run: RunState, record: Any, epoch: int) -> Changes:
@@ -38,30 +57,20 @@ def _released(run: RunState, record: Any, epoch: int) -> Changes | None:
     return {"status": RunStatus.pending, "released_cause": record.cause}
 
 
-def _put_entry(run: RunState, entry: JournalEntry) -> Changes:
-    kept = [e for e in run.journal if e.position != entry.position]
-    kept.append(entry)
-    kept.sort(key=lambda e: e.position)
-    return {"journal": tuple(kept)}
-
-
-def _step_started(run: RunState, record: Any, epoch: int) -> Changes:
+def _step_started(record: Any, previous: JournalEntry | None) -> JournalEntry:
     assert isinstance(record, ev.StepStarted)
-    previous = run.entry_at(record.position)
-    entry = JournalEntry(
+    return JournalEntry(
         position=record.position,
         name=record.name,
         status="started",
         attempts=max(record.attempt - 1, previous.attempts if previous else 0),
         irreversible=record.irreversible,
     )
-    return _put_entry(run, entry)
 
 
-def _step_completed(run: RunState, record: Any, epoch: int) -> Changes:
+def _step_completed(record: Any, previous: JournalEntry | None) -> JournalEntry:
     assert isinstance(record, ev.StepCompleted)
-    previous = run.entry_at(record.position)
-    entry = JournalEntry(
+    return JournalEntry(
         position=record.position,
         name=record.name,
         kind=record.kind,
@@ -70,13 +79,11 @@ def _step_completed(run: RunState, record: Any, epoch: int) -> Changes:
         irreversible=previous.irreversible if previous else False,
         result_json=record.result_json,
     )
-    return _put_entry(run, entry)
 
 
-def _step_failed(run: RunState, record: Any, epoch: int) -> Changes:
+def _step_failed(record: Any, previous: JournalEntry | None) -> JournalEntry:
     assert isinstance(record, ev.StepFailed)
-    previous = run.entry_at(record.position)
-    entry = JournalEntry(
+    return JournalEntry(
         position=record.position,
         name=record.name,
         status="retrying" if record.will_retry else "failed",
@@ -85,7 +92,6 @@ def _step_failed(run: RunState, record: Any, epoch: int) -> Changes:
         error_type=record.error_type,
         error_message=record.error_message,
     )
-    return _put_entry(run, entry)
 
 
 def _suspended(run: RunState, record: Any, epoch: int) -> Changes:
@@ -134,12 +140,22 @@ def _unanswered_creates(run: RunState) -> tuple[InboxItem, ...]:
 _HANDLERS: dict[type, Callable[[RunState, Any, int], Changes | None]] = {
     ev.RunActivated: _activated,
     ev.RunReleased: _released,
-    ev.StepStarted: _step_started,
-    ev.StepCompleted: _step_completed,
-    ev.StepFailed: _step_failed,
     ev.RunSuspended: _suspended,
     ev.RunResumed: _resumed,
     ev.RunCompleted: _completed,
     ev.RunFailed: _failed,
     ev.RunCancelled: _cancelled,
 }
+
+_STEP_HANDLERS: dict[type, Callable[[Any, JournalEntry | None], JournalEntry]] = {
+    ev.StepStarted: _step_started,
+    ev.StepCompleted: _step_completed,
+    ev.StepFailed: _step_failed,
+}
+
+
+def entry_position(record: ev.JournalRecord) -> int | None:
+    """The journal position a step record writes, or None for any other record."""
+    if isinstance(record, ev.StepStarted | ev.StepCompleted | ev.StepFailed):
+        return record.position
+    return None

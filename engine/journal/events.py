@@ -19,6 +19,7 @@ __all__ = [
     "JournalRecord",
     "LineageExhausted",
     "PartitionEpochClaimed",
+    "PartitionHeartbeat",
     "RoundInvalid",
     "RunActivated",
     "RunCancelRequested",
@@ -138,23 +139,6 @@ class RunWakeRequested:
     result_json: str | None = None
     error_type: str | None = None
     error_message: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PartitionEpochClaimed:
-    """A worker took ownership of a partition; the log position assigns the epoch."""
-
-    TYPE: ClassVar[str] = "partition.epoch-claimed"
-    KIND: ClassVar[str] = "decision"
-    SCHEMA_ID: ClassVar[int] = 106
-
-    envelope: Envelope
-    partition: int
-    # Proposed epoch; the reducer assigns previous epoch + 1.
-    epoch: int
-    # Human-readable owner: host, pid, member id.
-    owner: str
-    query_endpoint: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -437,6 +421,45 @@ class EvidenceRecorded:
     attributes: dict[str, str] = _field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionEpochClaimed:
+    """A worker took ownership of a partition for one consumer-group assignment. The reducer applies
+    it (epoch = previous + 1) only if its generation is at least the current owner's, or the
+    owner has been silent for longer than its lease; otherwise it is rejected and changes
+    nothing.
+    """
+
+    TYPE: ClassVar[str] = "partition.epoch-claimed"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 126
+
+    envelope: Envelope
+    partition: int
+    # Proposed epoch; the reducer assigns previous epoch + 1.
+    epoch: int
+    # Human-readable owner: host, pid, member id.
+    owner: str
+    query_endpoint: str | None = None
+    # Consumer-group generation of the assignment; null in claims written before generations
+    # (applied unconditionally, the old rule).
+    generation: int | None = None
+    # The claimant's lease window: an older-generation claim is honoured once the owner has written
+    # nothing for this long (record timestamps). Owners heartbeat idle partitions well within it.
+    lease_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionHeartbeat:
+    """The owner of an idle partition is alive: renews its lease (see partition.epoch-claimed)."""
+
+    TYPE: ClassVar[str] = "partition.heartbeat"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 127
+
+    envelope: Envelope
+    partition: int
+
+
 # Any journal record; narrow with isinstance() or match on the class.
 JournalRecord: TypeAlias = (
     RunCreateRequested
@@ -444,7 +467,6 @@ JournalRecord: TypeAlias = (
     | RunSignalSent
     | RunResumeRequested
     | RunWakeRequested
-    | PartitionEpochClaimed
     | RunCreated
     | RunCreateRejected
     | RunActivated
@@ -464,6 +486,8 @@ JournalRecord: TypeAlias = (
     | ChildSpawned
     | ChildPolicyApplied
     | EvidenceRecorded
+    | PartitionEpochClaimed
+    | PartitionHeartbeat
 )
 
 # Record type string (the rs-type header and envelope.type) → class.
@@ -473,7 +497,6 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "run.signal-sent": RunSignalSent,
     "run.resume-requested": RunResumeRequested,
     "run.wake-requested": RunWakeRequested,
-    "partition.epoch-claimed": PartitionEpochClaimed,
     "run.created": RunCreated,
     "run.create-rejected": RunCreateRejected,
     "run.activated": RunActivated,
@@ -493,6 +516,8 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "child.spawned": ChildSpawned,
     "child.policy-applied": ChildPolicyApplied,
     "evidence.recorded": EvidenceRecorded,
+    "partition.epoch-claimed": PartitionEpochClaimed,
+    "partition.heartbeat": PartitionHeartbeat,
 }
 
 REQUEST_TYPES: frozenset[str] = frozenset(
@@ -506,7 +531,6 @@ REQUEST_TYPES: frozenset[str] = frozenset(
 )
 DECISION_TYPES: frozenset[str] = frozenset(
     {
-        "partition.epoch-claimed",
         "run.created",
         "run.create-rejected",
         "run.activated",
@@ -526,5 +550,7 @@ DECISION_TYPES: frozenset[str] = frozenset(
         "child.spawned",
         "child.policy-applied",
         "evidence.recorded",
+        "partition.epoch-claimed",
+        "partition.heartbeat",
     }
 )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from engine.context import RunReleased
@@ -37,25 +38,25 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("runstream.worker")
 
+MAX_OWNER_NAMES = 1024
+
 
 class Activator:
     """Answers create requests once per request and starts each run at most once."""
 
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
-        self._decided: set[str] = set()  # answered by us, answer not yet read back
-        self._warned: set[str] = set()
-        self._owner_names: dict[str, str] = {}
+        # Names of the owners whose claims we applied, for evidence: the latest 1024.
+        self._owner_names: OrderedDict[str, str] = OrderedDict()
 
     def owner_seen(self, source_id: str, name: str) -> None:
         self._owner_names[source_id] = name
+        self._owner_names.move_to_end(source_id)
+        if len(self._owner_names) > MAX_OWNER_NAMES:
+            self._owner_names.popitem(last=False)
 
     def owner_name(self, source_id: str) -> str:
         return self._owner_names.get(source_id, f"source {source_id[:8]}")
-
-    def answered(self, request_id: str) -> None:
-        """Our answer is now in the projection, which dedupes from here on."""
-        self._decided.discard(request_id)
 
     def activate_partition(self, own: Ownership, store: ProjectionStore) -> None:
         """Right after our claim: answer what is unanswered, start what should run."""
@@ -73,9 +74,9 @@ class Activator:
                 self.decide_create(own, run, item)
 
     def decide_create(self, own: Ownership, run: RunState, item: InboxItem) -> None:
-        if item.request_id in self._decided:
+        if item.request_id in own.decided:
             return
-        self._decided.add(item.request_id)
+        own.decided.add(item.request_id)
         answer = decide_create(run, item, self._check_payload)
         if isinstance(answer, Reject):
             self.worker.enqueue(own, run, ev.RunCreateRejected, request_id=item.request_id,
@@ -137,9 +138,9 @@ class Activator:
             execution.ownership.run_ids.discard(run_id)
 
     def _flow_missing(self, own: Ownership, run: RunState) -> None:
-        if run.run_id in self._warned:
+        if run.run_id in own.warned:
             return
-        self._warned.add(run.run_id)
+        own.warned.add(run.run_id)
         message = flow_missing_message(run.flow, self.worker.name)
         log.warning("run %s stays pending: %s", run.run_id, message)
         if not run.has_evidence(FLOW_NOT_REGISTERED):

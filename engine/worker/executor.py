@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.context import FlowContext, Quarantined, RunReleased
 from engine.decide import Activation
-from engine.errors import PayloadInvalid, journal_text
+from engine.errors import PayloadInvalid, WorkerFatal, journal_text
 from engine.flow import Flow
 from engine.journal import EncodeError, Envelope, JournalRecord
 from engine.journal import events as ev
@@ -62,26 +62,39 @@ class RunExecution:
     settled: bool = False
     activated: bool = False
     task: asyncio.Task[None] | None = field(default=None, repr=False)
+    # The latest step outcome sent: acknowledged before the next step starts.
+    _last_outcome: asyncio.Future[None] | None = field(default=None, repr=False)
 
-    async def emit(self, cls: type[JournalRecord], **body: Any) -> int:
-        """Journal one decision about this run; returns its offset once committed."""
-        record = decision(
-            cls,
-            run_id=self.run.run_id,
-            lineage_id=self.run.lineage_id,
-            epoch=self.ownership.epoch,
-            source_id=self.worker.source_id,
-            body=body,
-        )
-        return await self.worker.committer.submit(self.ownership.partition, record)
+    def _enqueue(self, cls: type[JournalRecord], body: dict[str, Any]) -> asyncio.Future[None]:
+        try:
+            return self.worker.enqueue(self.ownership, self.run, cls, **body)
+        except WorkerFatal as exc:  # the source ended: the worker renews it and claims again
+            raise RunReleased(str(exc)) from None
 
-    async def emit_confirmed(self, cls: type[JournalRecord], **body: Any) -> None:
-        offset = await self.emit(cls, **body)
+    def send(self, cls: type[JournalRecord], **body: Any) -> None:
+        self._last_outcome = self._enqueue(cls, body)
+
+    async def barrier(self) -> None:
+        outcome, self._last_outcome = self._last_outcome, None
+        if outcome is None:
+            return
+        try:
+            await outcome
+        except WorkerFatal as exc:
+            raise RunReleased(str(exc)) from None
+
+    async def send_confirmed(self, cls: type[JournalRecord], **body: Any) -> None:
+        acked = self._enqueue(cls, body)
         partition = self.ownership.partition
-        verdict = await self.worker.confirm(self.run.run_id, partition, offset)
+        verdict_of = self.worker.expect(partition, self.worker.committer.last_seq)
+        try:
+            await acked
+        except WorkerFatal as exc:
+            raise RunReleased(str(exc)) from None
+        verdict = await verdict_of
         if verdict is not Verdict.applied:
-            raise RunReleased(f"{cls.TYPE} at offset {offset} was {verdict.value}: "
-                              f"this worker no longer owns partition {partition}")
+            raise RunReleased(f"{cls.TYPE} was {verdict.value}: this worker no longer owns "
+                              f"partition {partition}")
 
     def ensure_active(self) -> None:
         if not self.ownership.executing:
@@ -90,20 +103,21 @@ class RunExecution:
     async def execute(self, flow: Flow[Any, Any], plan: Activation) -> None:
         async with self.worker.slots:
             self.ensure_active()
-            self.activated = True  # before the await: a cancelled emit may still commit
-            await self.emit(
-                ev.RunActivated,
-                mode=plan.mode,
-                activation=self.run.activations + 1,
-                evidence=plan.evidence,
-                previous_owner=plan.previous_owner,
-                previous_epoch=plan.previous_epoch,
-            )
+            self.activated = True  # before anything is sent: it may land even if we stop
+            # Not awaited: the first step runs while the activation is in flight; the step's
+            # own acknowledgement (same producer, same partition, later) covers both.
+            self._enqueue(ev.RunActivated, {
+                "mode": plan.mode, "activation": self.run.activations + 1,
+                "evidence": plan.evidence, "previous_owner": plan.previous_owner,
+                "previous_epoch": plan.previous_epoch,
+            })
             await self._run_handler(flow)
 
     async def _run_handler(self, flow: Flow[Any, Any]) -> None:
         run = self.run
-        ctx = FlowContext(run_id=run.run_id, flow=run.flow, journal=run.journal, port=self)
+        assert self.worker.store is not None
+        journal = self.worker.store.entries(run.run_id)
+        ctx = FlowContext(run_id=run.run_id, flow=run.flow, journal=journal, port=self)
         try:
             payload = flow.load_payload(run.payload_json)
             value = await flow.fn(ctx, payload)
@@ -122,21 +136,25 @@ class RunExecution:
         if ctx.nondeterminism is not None:
             await self._fail(ctx.nondeterminism)
             return
-        self.settled = True
         try:
-            await self.emit(ev.RunCompleted, result_json=result_json)
+            # The last step's outcome and the completion ride in the same produce request.
+            self.settled = True
+            await self._settle(ev.RunCompleted, {"result_json": result_json})
         except EncodeError as exc:  # e.g. a result over the record size limit
             await self._fail(exc, "ResultTooLarge")
 
+    async def _settle(self, cls: type[JournalRecord], body: dict[str, Any]) -> None:
+        self.send(cls, **body)
+        await self.barrier()
+
     async def _fail(self, exc: BaseException, error_type: str | None = None) -> None:
         trace = "".join(traceback.format_exception(exc, limit=20))
-        self.settled = True  # before the await: a cancelled emit may still commit
-        await self.emit(
-            ev.RunFailed,
-            error_type=error_type or type(exc).__name__,
-            error_message=journal_text(str(exc)),
-            traceback=journal_text(trace[-8000:], limit=8000),
-        )
+        self.settled = True  # before anything is sent: it may land even if we stop
+        await self._settle(ev.RunFailed, {
+            "error_type": error_type or type(exc).__name__,
+            "error_message": journal_text(str(exc)),
+            "traceback": journal_text(trace[-8000:], limit=8000),
+        })
 
     async def _quarantine(self, quarantine: Quarantined) -> None:
         message = (
@@ -144,7 +162,10 @@ class RunExecution:
             f"resume the run with the step's outcome"
         )
         self.settled = True
-        await self.emit(ev.EvidenceRecorded, kind="quarantine", message=message,
-                        attributes={"step": quarantine.entry.name,
-                                    "position": str(quarantine.entry.position)})
-        await self.emit(ev.RunSuspended, reason="quarantine", detail=message)
+        attributes = {"step": quarantine.entry.name, "position": str(quarantine.entry.position)}
+        if quarantine.cause is not None:
+            attributes["error_type"] = type(quarantine.cause).__name__
+        self.send(ev.EvidenceRecorded, kind="quarantine", message=journal_text(message),
+                  attributes=attributes)
+        await self._settle(ev.RunSuspended, {"reason": "quarantine",
+                                             "detail": journal_text(message)})

@@ -11,15 +11,27 @@ class OwnershipState(StrEnum):
     ready = "ready"  # our claim is applied: we decide and execute here
     draining = "draining"  # being revoked: in-flight steps finish, nothing new starts
     lost = "lost"  # another claim superseded ours: everything we write is fenced
+    rejected = "rejected"  # our claim was older than the owner's: we never owned it
 
 
 @dataclass(eq=False)
 class Ownership:
+    """Dropped when the partition is revoked, with everything it holds.
+
+    `run_ids`: the partition's runs executing here (bounded by the worker's concurrency plus
+    the runs waiting for a slot). `decided`: create requests we answered whose answer the
+    projection has not applied yet (bounded by the requests in flight). `warned`: runs of an
+    unregistered flow we logged once (bounded by the partition's pending runs).
+    """
+
     partition: int
     claim_id: str
+    generation: int | None = None
     state: OwnershipState = OwnershipState.claiming
     epoch: int = -1
     run_ids: set[str] = field(default_factory=set)
+    decided: set[str] = field(default_factory=set)
+    warned: set[str] = field(default_factory=set)
 
     @property
     def executing(self) -> bool:

@@ -1,7 +1,9 @@
 """A worker: one member of the namespace's consumer group.
 
 It projects every record of its partitions into RocksDB, claims each assigned partition
-with an epoch record, decides requests once its claim is applied, and executes runs.
+with an epoch record carrying the assignment's group generation, decides requests once its
+claim is applied, and executes runs. A rejected claim (an older generation than the owner's)
+leaves the partition alone until the group assigns it again.
 """
 
 from __future__ import annotations
@@ -10,12 +12,12 @@ import asyncio
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import aiokafka.producer.sender as aiokafka_sender
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 
 from engine.config import journal_topic, resolve_bootstrap, resolve_namespace, worker_group
@@ -26,6 +28,7 @@ from engine.journal import events as ev
 from engine.worker.activation import Activator
 from engine.worker.committer import Committer
 from engine.worker.executor import RunExecution, decision
+from engine.worker.kafka import group_generation, make_consumer, make_producer
 from engine.worker.ownership import Ownership, OwnershipState
 from projections.projector import Outcome, Projector
 from projections.state import RunState, Verdict
@@ -33,12 +36,11 @@ from projections.store import ProjectionStore
 
 log = logging.getLogger("runstream.worker")
 
-# A transaction that starts right after the previous one committed meets
-# CONCURRENT_TRANSACTIONS until the broker has written the commit markers (KAFKA-5477).
-# aiokafka then waits a fixed 20 ms before retrying, which measured here as ~25 ms added to
-# every durable step; 2 ms retries bring a transaction's send to ~8 ms. Library constant,
-# process-wide: the worker is the only transactional producer in its process.
-aiokafka_sender.BACKOFF_OVERRIDE = 0.002
+# The lease an owner claims with: an older-generation claim (a recreated consumer group)
+# takes the partition only after the owner has written nothing for this long. It matters
+# only after a group is recreated, so it is long; owners heartbeat a partition they have not
+# written to for a quarter of it (20 minutes: at most 288 heartbeats a day per partition).
+DEFAULT_LEASE_MS = 20 * 60 * 1000
 
 
 class Worker:
@@ -55,6 +57,7 @@ class Worker:
         name: str | None = None,
         session_timeout_ms: int = 10_000,
         drain_timeout: float = 10.0,
+        lease_ms: int = DEFAULT_LEASE_MS,
     ) -> None:
         self.flows = {flow.name: flow for flow in flows}
         self.bootstrap = resolve_bootstrap(bootstrap_servers)
@@ -63,23 +66,25 @@ class Worker:
         self.group_id = worker_group(self.namespace)
         self.data_dir = Path(data_dir)
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
-        self.source_id = uuid.uuid4().hex
+        self.source_id = ""
         self.slots = asyncio.Semaphore(concurrency)
         self.session_timeout_ms = session_timeout_ms
         self.drain_timeout = drain_timeout
-        self.owned: dict[int, Ownership] = {}
-        self.executions: dict[str, RunExecution] = {}
+        self.lease_ms = lease_ms
+        self.owned: dict[int, Ownership] = {}  # one per assigned partition
+        self.executions: dict[str, RunExecution] = {}  # bounded by the owned runs
+        # (partition, source_seq) of our records whose application someone awaits: bounded
+        # by the irreversible steps in flight.
         self._confirmations: dict[tuple[int, int], asyncio.Future[Verdict]] = {}
         self.activator = Activator(self)
         self._stopping = False
-        self._loop_task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         self._failure_stop: asyncio.Task[None] | None = None
         self._fatal: WorkerFatal | None = None
         self._release_lock = asyncio.Lock()
         self.store: ProjectionStore | None = None
         self.projector: Projector | None = None
         self._consumer: AIOKafkaConsumer | None = None
-        self._producers = 0
         self._committer: Committer | None = None
 
     # lifecycle
@@ -87,48 +92,27 @@ class Worker:
     async def start(self) -> None:
         self.store = ProjectionStore(self.data_dir / "projection")
         self.projector = Projector(self.store)
-        self._committer = Committer(
-            self._make_producer, topic=self.topic, group_id=self.group_id, offsets=self._offsets
-        )
-        await self._committer.start()
-        self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap,
-            group_id=self.group_id,
-            client_id=f"runstream-worker-{self.name}",
-            isolation_level="read_committed",
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            session_timeout_ms=self.session_timeout_ms,
-            heartbeat_interval_ms=max(self.session_timeout_ms // 6, 500),
-            rebalance_timeout_ms=int(self.drain_timeout * 1000) + 20_000,
-            max_poll_interval_ms=300_000,
-            # read_committed fetches wait for transaction markers; a short long-poll keeps
-            # a request's admission from waiting out the default 500 ms.
-            fetch_max_wait_ms=50,
-        )
+        await self._new_source()
+        self._consumer = make_consumer(
+            self.bootstrap, group_id=self.group_id, name=self.name,
+            session_timeout_ms=self.session_timeout_ms, drain_timeout=self.drain_timeout)
         await self._consumer.start()
         self._consumer.subscribe([self.topic], listener=_Rebalance(self))
-        self._loop_task = asyncio.create_task(self._consume(), name="runstream-consume")
-        self._loop_task.add_done_callback(self._on_loop_done)
+        consume = asyncio.create_task(self._consume(), name="runstream-consume")
+        consume.add_done_callback(self._on_loop_done)
+        heartbeat = asyncio.create_task(self._heartbeats(), name="runstream-heartbeat")
+        self._tasks = [consume, heartbeat]
         log.info("worker %s (source %s) started on %s", self.name, self.source_id, self.topic)
 
+    async def _new_source(self) -> None:
+        """A new writer incarnation: a fresh source id with its own idempotent producer."""
+        self.source_id = uuid.uuid4().hex
+        self._committer = Committer(self._make_producer, topic=self.topic,
+                                    source_id=self.source_id)
+        await self._committer.start()
+
     async def _make_producer(self) -> AIOKafkaProducer:
-        # One transactional id per producer instance: fencing is the epochs' job, and a
-        # fresh id never waits for a predecessor's transaction to be resolved.
-        self._producers += 1
-        producer = AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap,
-            transactional_id=f"{self.group_id}.{self.source_id}.{self._producers}",
-            acks="all",
-            transaction_timeout_ms=15_000,
-            # A transaction that follows another on the same partitions often meets
-            # CONCURRENT_TRANSACTIONS while the broker writes the previous markers; the
-            # default 100 ms backoff would then dominate every step's latency.
-            retry_backoff_ms=5,
-            client_id=f"runstream-worker-{self.name}",
-        )
-        await producer.start()
-        return producer
+        return await make_producer(self.bootstrap, name=self.name)
 
     def _on_loop_done(self, task: asyncio.Task[None]) -> None:
         if task.cancelled() or task.exception() is None or self._stopping:
@@ -141,10 +125,9 @@ class Worker:
 
     async def run(self) -> None:
         """Start, then work until stop() is called or the worker fails."""
-        if self._loop_task is None:
+        if not self._tasks:
             await self.start()
-        assert self._loop_task is not None
-        await self._loop_task
+        await self._tasks[0]
 
     async def stop(self) -> None:
         """Graceful shutdown: finish in-flight steps, release runs, leave the group."""
@@ -156,19 +139,15 @@ class Worker:
         log.info("worker %s stopped", self.name)
 
     async def _close(self) -> None:
-        for execution in list(self.executions.values()):
-            if execution.task is not None:
-                execution.task.cancel()
-        await asyncio.gather(*(e.task for e in list(self.executions.values()) if e.task),
-                             return_exceptions=True)
-        if self._loop_task is not None:
-            self._loop_task.cancel()
-            await asyncio.gather(self._loop_task, return_exceptions=True)
+        await self._cancel_executions(list(self.executions.values()))
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._consumer is not None:
             await self._consumer.stop()
         if self._committer is not None:
             await self._committer.close()
-            log.info("worker %s committed %s", self.name, self._committer.summary())
+            log.info("worker %s: %s", self.name, self._committer.summary())
         if self.store is not None:
             self.store.close()
             self.store = None
@@ -192,85 +171,94 @@ class Worker:
         while not self._stopping:
             batches = await self._consumer.getmany(timeout_ms=200, max_records=5000)
             for tp, messages in batches.items():
-                for message in messages:
-                    self._on_record(tp.partition, message.offset, message.value, message.headers)
+                for m in messages:
+                    self._on_record(tp.partition, m.offset, m.value, m.headers, m.timestamp)
             if self.committer.failure is not None:
-                raise WorkerFatal(f"transaction failed: {self.committer.failure!r}")
+                await self._renew_source()
             if self._fatal is not None:
                 raise self._fatal
 
-    def _on_record(
-        self, partition: int, offset: int, value: bytes | None, headers: Sequence[Any]
-    ) -> None:
+    def _on_record(self, partition: int, offset: int, value: bytes | None,
+                   headers: Sequence[Any], timestamp_ms: int) -> None:
         assert self.projector is not None
-        outcome = self.projector.apply_raw(partition, offset, value, headers)
-        waiter = self._confirmations.pop((partition, offset), None)
-        if waiter is not None and not waiter.done():
-            waiter.set_result(outcome.verdict)
+        outcome = self.projector.apply_raw(partition, offset, value, headers, timestamp_ms)
+        if outcome.redelivered:
+            return
         if outcome.verdict is Verdict.dead_letter:
             log.warning("partition %d offset %d does not decode, kept as dead letter: %s",
                         partition, offset, outcome.error)
             return
         record = outcome.record
-        if record is not None and record.envelope.source_id == self.source_id:
-            # Our own answer is now in the projection, which dedupes from here on.
-            self.activator.answered(record.envelope.request_id or "")
-        if isinstance(record, ev.PartitionEpochClaimed):
-            if outcome.verdict is Verdict.applied:
-                self._on_claim(partition, record, outcome)
-            return
+        assert record is not None
         own = self.owned.get(partition)
+        if record.envelope.source_id == self.source_id:
+            self._confirmed(partition, record, outcome.verdict, own)
+        if isinstance(record, ev.PartitionEpochClaimed):
+            self._on_claim(partition, record, outcome)
+            return
         if own is None or not own.executing or outcome.verdict is not Verdict.applied:
             return
         if isinstance(record, ev.RunCreateRequested) and outcome.run is not None:
             self.activator.on_create_request(own, outcome.run, record.envelope.request_id)
 
+    def _confirmed(self, partition: int, record: JournalRecord, verdict: Verdict,
+                   own: Ownership | None) -> None:
+        """One of our own records is in the projection: wake whoever awaits its verdict."""
+        seq = record.envelope.source_seq or 0
+        waiter = self._confirmations.pop((partition, seq), None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(verdict)
+        if own is not None and record.envelope.request_id:
+            own.decided.discard(record.envelope.request_id)  # the projection dedupes now
+
     def _on_claim(self, partition: int, record: ev.PartitionEpochClaimed, outcome: Outcome) -> None:
-        self.activator.owner_seen(record.envelope.source_id or "", record.owner)
+        if outcome.verdict is Verdict.applied:
+            self.activator.owner_seen(record.envelope.source_id or "", record.owner)
         own = self.owned.get(partition)
         if own is None:
             return
         if record.envelope.request_id == own.claim_id:
-            own.state = OwnershipState.ready
-            own.epoch = outcome.partition.epoch
-            log.info("partition %d: claimed at epoch %d", partition, own.epoch)
-            assert self.store is not None
-            self.activator.activate_partition(own, self.store)
-        elif own.state is OwnershipState.ready:
+            if outcome.verdict is Verdict.applied:
+                own.state = OwnershipState.ready
+                own.epoch = outcome.partition.epoch
+                log.info("partition %d: claimed at epoch %d (generation %s)", partition,
+                         own.epoch, record.generation)
+                assert self.store is not None
+                self.activator.activate_partition(own, self.store)
+            elif outcome.verdict is Verdict.rejected:
+                self._reject(own, outcome)
+        elif own.state is OwnershipState.ready and outcome.verdict is Verdict.applied:
             self._lose(own, f"{record.owner} claimed it at epoch {outcome.partition.epoch}")
+
+    def _reject(self, own: Ownership, outcome: Outcome) -> None:
+        state = outcome.partition
+        log.warning(
+            "partition %d: our claim of generation %s was rejected: %s owns it at generation "
+            "%s and wrote within its lease; not executing it until the group assigns it again",
+            own.partition, own.generation, state.owner_name, state.generation)
+        own.state = OwnershipState.rejected
 
     def enqueue(
         self, own: Ownership, run: RunState, cls: type[JournalRecord], **body: Any
-    ) -> None:
-        """Queue a decision about `run` under `own`'s epoch (committed in a later batch)."""
+    ) -> asyncio.Future[None]:
+        """Queue a decision about `run` under `own`'s epoch; resolves once acknowledged."""
         request_id = body.pop("request_id", None)
         record = decision(cls, run_id=run.run_id, lineage_id=run.lineage_id, epoch=own.epoch,
                           source_id=self.source_id, request_id=request_id, body=body)
-        self.committer.enqueue(own.partition, record)
+        return self.committer.enqueue(own.partition, record)
 
-    async def confirm(self, run_id: str, partition: int, offset: int) -> Verdict:
-        """The verdict this worker's projection gave our record at `offset`, once applied."""
-        assert self.projector is not None and self.store is not None
-        if self.projector.partition(partition).next_offset > offset:
-            return self.store.history_verdict(run_id, partition, offset) or Verdict.ignored
+    def expect(self, partition: int, seq: int) -> asyncio.Future[Verdict]:
+        """A future for the verdict this worker's projection gives our record `seq`."""
         waiter: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
-        self._confirmations[(partition, offset)] = waiter
-        return await waiter
+        self._confirmations[(partition, seq)] = waiter
+        return waiter
 
-    def _abandon_confirmations(self, partitions: set[int]) -> None:
+    def _abandon_confirmations(self, partitions: set[int] | None = None) -> None:
         """Nothing more will be applied here for these partitions: whoever waits is fenced."""
-        for key in [k for k in self._confirmations if k[0] in partitions]:
+        for key in [k for k in self._confirmations if partitions is None or k[0] in partitions]:
             waiter = self._confirmations.pop(key)
             if not waiter.done():
                 waiter.set_result(Verdict.fenced)
-
-    def _offsets(self) -> dict[TopicPartition, int]:
-        assert self.projector is not None
-        return {
-            TopicPartition(self.topic, p): self.projector.partition(p).next_offset
-            for p, own in self.owned.items()
-            if own.executing
-        }
 
     # ownership changes
 
@@ -278,25 +266,31 @@ class Worker:
         assert self._consumer is not None and self.projector is not None
         try:
             await self._check_not_ahead(partitions)
-        except WorkerFatal as exc:
+            generation = group_generation(self._consumer)
+        except (WorkerFatal, RuntimeError) as exc:
             # aiokafka swallows a listener's exception: hand it to the consume loop instead.
-            self._fatal = exc
+            self._fatal = WorkerFatal(str(exc))
             return
         for partition in partitions:
             state = self.projector.partition(partition)
             self._consumer.seek(TopicPartition(self.topic, partition), state.next_offset)
-            log.info("partition %d: projection restored at offset %d (epoch %d); claiming",
-                     partition, state.next_offset, state.epoch)
-            own = Ownership(partition=partition, claim_id=uuid.uuid4().hex)
+            log.info("partition %d: projection restored at offset %d (epoch %d); claiming "
+                     "at generation %d", partition, state.next_offset, state.epoch, generation)
+            own = Ownership(partition=partition, claim_id=uuid.uuid4().hex,
+                            generation=generation)
             self.owned[partition] = own
-            record = decision(
-                ev.PartitionEpochClaimed, run_id="", lineage_id=f"partition/{partition}",
-                epoch=state.epoch, source_id=self.source_id, request_id=own.claim_id,
-                body={"partition": partition, "epoch": state.epoch + 1, "owner": self.name,
-                      "query_endpoint": None},
-            )
-            self.committer.enqueue(partition, record)
+            self._write_claim(own, state.epoch)
         await self.committer.flush()
+
+    def _write_claim(self, own: Ownership, epoch: int) -> None:
+        record = decision(
+            ev.PartitionEpochClaimed, run_id="", lineage_id=f"partition/{own.partition}",
+            epoch=epoch, source_id=self.source_id, request_id=own.claim_id,
+            body={"partition": own.partition, "epoch": epoch + 1, "owner": self.name,
+                  "query_endpoint": None, "generation": own.generation,
+                  "lease_ms": self.lease_ms},
+        )
+        self.committer.enqueue(own.partition, record)
 
     async def _check_not_ahead(self, partitions: list[int]) -> None:
         """A projection past the end of its partition was built from another log (the topic
@@ -313,6 +307,25 @@ class Worker:
                     f"was recreated; move the data dir away (or `runstream projection "
                     f"rebuild`) and start again")
 
+    async def _renew_source(self) -> None:
+        """Our producer failed: stop every run, take a new source id, claim again (under the
+        same generation, which the reducer accepts from the assigned member)."""
+        log.warning("worker %s: source %s ended; renewing and claiming %s again", self.name,
+                    self.source_id[:8], sorted(self.owned))
+        failed = self.committer
+        for own in self.owned.values():
+            own.state = OwnershipState.lost
+        self._abandon_confirmations()
+        await self._cancel_executions(list(self.executions.values()))
+        await failed.close()
+        await self._new_source()
+        assert self.projector is not None
+        for own in list(self.owned.values()):
+            renewed = Ownership(partition=own.partition, claim_id=uuid.uuid4().hex,
+                                generation=own.generation)
+            self.owned[own.partition] = renewed
+            self._write_claim(renewed, self.projector.partition(own.partition).epoch)
+
     async def _release(self, partitions: list[int], *, cause: str) -> None:
         # One release at a time: a rebalance during a shutdown's drain must not return
         # (and let another worker claim) before that drain has written its releases.
@@ -324,7 +337,7 @@ class Worker:
         if not owns:
             return
         for own in owns:
-            if own.state is not OwnershipState.lost:
+            if own.state is OwnershipState.ready:
                 own.state = OwnershipState.draining
         self._abandon_confirmations({own.partition for own in owns})
         executions = [e for e in self.executions.values() if e.ownership in owns]
@@ -337,10 +350,10 @@ class Worker:
         for execution in executions:
             own = execution.ownership
             unsettled = execution.activated and not execution.settled
-            writable = own.state is not OwnershipState.lost and self.committer.failure is None
+            writable = own.state is OwnershipState.draining and self.committer.failure is None
             if unsettled and writable:
                 self.enqueue(own, execution.run, ev.RunReleased, cause=cause,
-                              detail=f"{self.name} stopped executing partition {own.partition}")
+                             detail=f"{self.name} stopped executing partition {own.partition}")
         await self.committer.flush()
         log.info("released partitions %s (%s)", [o.partition for o in owns], cause)
 
@@ -351,6 +364,30 @@ class Worker:
         for execution in list(self.executions.values()):
             if execution.ownership is own and execution.task is not None:
                 execution.task.cancel()
+
+    async def _cancel_executions(self, executions: list[RunExecution]) -> None:
+        tasks = [e.task for e in executions if e.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # heartbeats
+
+    async def _heartbeats(self) -> None:
+        """Renew the lease of every partition we own but have not written to lately."""
+        interval_ms = max(self.lease_ms // 4, 1)
+        while True:
+            await asyncio.sleep(min(interval_ms / 4000, 60.0))
+            assert self.projector is not None
+            now_ms = int(time.time() * 1000)
+            for own in list(self.owned.values()):
+                state = self.projector.partition(own.partition)
+                if own.executing and now_ms - state.owner_last_write_ms >= interval_ms:
+                    record = decision(
+                        ev.PartitionHeartbeat, run_id="",
+                        lineage_id=f"partition/{own.partition}", epoch=own.epoch,
+                        source_id=self.source_id, body={"partition": own.partition})
+                    self.committer.enqueue(own.partition, record)
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
