@@ -1,22 +1,53 @@
-"""runstream: a durable execution engine whose only source of truth is a Kafka topic."""
+"""runstream: a durable execution engine whose only source of truth is a Kafka topic.
 
-from engine.client import Client, RunHandle
-from engine.context import FlowContext
-from engine.errors import (
-    CreateRejected,
-    IdentityConflict,
-    NonDeterminism,
-    PayloadInvalid,
-    ResultTimeout,
-    RunCancelled,
-    RunFailed,
-    RunNotFound,
-    RunstreamError,
-    StepFailed,
-)
-from engine.flow import Flow, RetryPolicy
-from engine.worker import Worker
-from projections.state import RunStatus
+The public names below are imported on first use (PEP 562), not when the package is: so
+`import engine.journal` (which `projections` needs) does not pull in the client, the
+worker and aiokafka, and any module can be imported first without an import cycle.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from engine.client import Client, RunHandle
+    from engine.context import FlowContext
+    from engine.errors import (
+        CreateRejected,
+        IdentityConflict,
+        NonDeterminism,
+        PayloadInvalid,
+        ResultTimeout,
+        RunCancelled,
+        RunFailed,
+        RunNotFound,
+        RunstreamError,
+        StepFailed,
+    )
+    from engine.flow import Flow, RetryPolicy
+    from engine.worker import Worker
+    from projections.state import RunStatus
+
+_EXPORTS = {
+    "Client": "engine.client",
+    "RunHandle": "engine.client",
+    "FlowContext": "engine.context",
+    "CreateRejected": "engine.errors",
+    "IdentityConflict": "engine.errors",
+    "NonDeterminism": "engine.errors",
+    "PayloadInvalid": "engine.errors",
+    "ResultTimeout": "engine.errors",
+    "RunCancelled": "engine.errors",
+    "RunFailed": "engine.errors",
+    "RunNotFound": "engine.errors",
+    "RunstreamError": "engine.errors",
+    "StepFailed": "engine.errors",
+    "Flow": "engine.flow",
+    "RetryPolicy": "engine.flow",
+    "Worker": "engine.worker",
+    "RunStatus": "projections.state",
+}
 
 __all__ = [
     "Client",
@@ -37,3 +68,16 @@ __all__ = [
     "StepFailed",
     "Worker",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'engine' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

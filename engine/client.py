@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -26,10 +27,11 @@ from engine.errors import (
 from engine.flow import Flow, dump_json
 from engine.journal import Envelope, JournalRecord, encode
 from engine.journal import events as ev
-from engine.reader import partition_for, read_partitions
+from engine.reader import partition_for
+from engine.readmodel import ReadModel, default_read_model_dir
 from engine.tail import JournalTail
-from projections.memory import MemoryProjection
-from projections.state import RunState, RunStatus
+from projections.state import JournalEntry, RunState, RunStatus
+from projections.store import HistoryEntry
 
 # A run's payload travels in its create request and again in the owner's run.created;
 # both must fit one Kafka record (1 MiB by default) with room for the envelope.
@@ -45,13 +47,17 @@ class Client:
         bootstrap_servers: str | None = None,
         namespace: str | None = None,
         flows: Iterable[Flow[Any, Any]] = (),
+        read_model_dir: str | Path | None = None,
     ) -> None:
         self.bootstrap = resolve_bootstrap(bootstrap_servers)
         self.namespace = resolve_namespace(namespace)
         self.topic = journal_topic(self.namespace)
         self.flows = {flow.name: flow for flow in flows}
+        self.read_model_dir = (Path(read_model_dir) if read_model_dir is not None
+                               else default_read_model_dir(self.bootstrap, self.namespace))
         self._producer: AIOKafkaProducer | None = None
-        self._tail = JournalTail(self.bootstrap, self.topic)
+        self._read_model: ReadModel | None = None
+        self._tail = JournalTail(self.bootstrap, self.topic, self.read_model)
         self._lock = asyncio.Lock()
 
     async def start(self) -> None:
@@ -78,6 +84,19 @@ class Client:
         if self._producer is not None:
             await self._producer.stop()
             self._producer = None
+        if self._read_model is not None:
+            await self._read_model.close()
+            self._read_model = None
+
+    async def read_model(self) -> ReadModel:
+        """The namespace's read model (opened on first use, shared by every query)."""
+        async with self._lock:
+            if self._read_model is None:
+                model = ReadModel(bootstrap=self.bootstrap, topic=self.topic,
+                                  path=self.read_model_dir)
+                await model.open()
+                self._read_model = model
+            return self._read_model
 
     async def __aenter__(self) -> Client:
         await self.start()
@@ -122,39 +141,34 @@ class Client:
         return (await self.describe(run_id)).status
 
     async def describe(self, run_id: str) -> RunState:
-        """The run's full projected state, folded from its partition of the journal."""
-        partition = await self.partition_of(run_id)
-        projection = await self._fold(only_runs=frozenset({run_id}), partitions=[partition])
-        run = projection.runs.get(run_id)
+        """The run's projected state, from the read model caught up to now."""
+        view = await (await self.read_model()).catch_up([await self.partition_of(run_id)])
+        run = view.run(run_id)
         if run is None:
             raise RunNotFound(run_id)
         return run
 
-    async def list_runs(self, *, status: RunStatus | None = None) -> list[RunState]:
-        projection = await self._fold(only_runs=None, partitions=None)
-        runs = sorted(projection.runs.values(), key=lambda r: (r.created_at_ms, r.run_id))
-        return [r for r in runs if status is None or r.status is status]
+    async def journal(self, run_id: str) -> tuple[JournalEntry, ...]:
+        """The run's journal entries (its durable steps and values), in position order."""
+        view = await (await self.read_model()).catch_up([await self.partition_of(run_id)])
+        if view.run(run_id) is None:
+            raise RunNotFound(run_id)
+        return view.entries(run_id)
 
-    async def fold(self, *, run_ids: Iterable[str] | None = None, history: bool = False,
-                   partitions: list[int] | None = None, until: dict[int, int] | None = None,
-                   until_timestamp_ms: int | None = None) -> MemoryProjection:
-        """Replay the journal into memory (optionally up to a point): time travel's core."""
-        only = frozenset(run_ids) if run_ids is not None else None
-        return await self._fold(only_runs=only, partitions=partitions, history=history,
-                                until=until, until_timestamp_ms=until_timestamp_ms)
+    async def list_runs(self, *, status: RunStatus | None = None, limit: int | None = None,
+                        after: str | None = None) -> list[RunState]:
+        """Runs of the namespace (with `status`), a page of `limit` after cursor `after`."""
+        view = await (await self.read_model()).catch_up()
+        return view.runs(status=status, limit=limit, after=after)
+
+    async def partition_history(self, partition: int) -> list[HistoryEntry]:
+        """The partition's own records: claims with their verdicts, heartbeats, dead letters."""
+        view = await (await self.read_model()).catch_up([partition])
+        return view.partition_history(partition)
 
     async def partition_of(self, run_id: str) -> int:
         await self._tail.start()
         return partition_for(run_id, self._tail.partitions)
-
-    async def _fold(self, *, only_runs: frozenset[str] | None, partitions: list[int] | None,
-                    history: bool = False, until: dict[int, int] | None = None,
-                    until_timestamp_ms: int | None = None) -> MemoryProjection:
-        projection = MemoryProjection(only_runs=only_runs, keep_history=history)
-        async for raw in read_partitions(self.bootstrap, self.topic, partitions, until=until,
-                                         until_timestamp_ms=until_timestamp_ms):
-            projection.apply_raw(raw.partition, raw.offset, raw.value, raw.headers)
-        return projection
 
     def _payload_json(self, flow: Flow[Any, Any] | str, payload: Any) -> tuple[str, str]:
         if isinstance(flow, str):
@@ -192,10 +206,11 @@ class RunHandle:
         tail = self.client._tail
         partition = await self._partition()
         if self.request_id is None:
-            created = await tail.created(partition, 0, self.run_id)
+            created = await tail.created(partition, 0, self.run_id)  # read model, then tail
             self._from_offset = created.request_offset if isinstance(created, ev.RunCreated) else 0
             return self._from_offset
-        answer = await tail.admission(partition, self.request_offset, self.request_id)
+        answer = await tail.admission(partition, self.request_offset, self.request_id,
+                                      self.run_id)
         if isinstance(answer, ev.RunCreateRejected):
             raise _rejection(self.run_id, answer)
         assert isinstance(answer, ev.RunCreated)

@@ -1,8 +1,12 @@
 """Waiting for decisions without a server: one shared reader follows the journal forward.
 
 A client's handles wait here for the decision that admits their run and the one that
-settles it. The reader applies the fencing rule a client can check from where it starts
-reading: after a claim, only the claimant's decisions count.
+settles it. Every partition the tail follows starts from the read model's state (its
+partition state and its answers up to where it has applied), and from there the tail folds
+the partition's own state through the reducer, so it judges claims (generation, lease) and
+fences decisions exactly as every other reader does. An answer the tail passed before anyone
+waited for it comes from a bounded cache, or, once evicted, from the read model again:
+a waiter never waits for an answer that is already in the log.
 """
 
 from __future__ import annotations
@@ -10,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
@@ -18,51 +24,62 @@ from aiokafka.errors import KafkaError
 from engine.journal import DecodeError, JournalRecord, decode
 from engine.journal import events as ev
 from engine.reader import partition_count, reader_consumer
+from projections.reducer import apply, apply_dead_letter
+from projections.state import PartitionState, Verdict
+
+if TYPE_CHECKING:
+    from engine.readmodel import ReadModel, View
 
 log = logging.getLogger("runstream.tail")
 
 TERMINAL_TYPES = frozenset({ev.RunCompleted.TYPE, ev.RunFailed.TYPE, ev.RunCancelled.TYPE})
 ADMISSION_TYPES = frozenset({ev.RunCreated.TYPE, ev.RunCreateRejected.TYPE})
-CACHE_LIMIT = 200_000
+# Answers the tail keeps after passing them (admission and settlement of recent runs); an
+# evicted one is looked up in the read model instead.
+ANSWER_CACHE = 100_000
+LAST_TYPES = 10_000  # the latest record type per run, for ResultTimeout's message
+
+ReadModelFactory = Callable[[], Awaitable["ReadModel"]]
 
 
 @dataclass
 class _PartitionTail:
-    start: int
-    owner: str | None = None  # source of the latest claim read; None before the first
+    start: int  # the read model had applied everything before this offset
+    state: PartitionState  # the partition's own state, folded by the reducer
+    evicted_up_to: int = -1  # highest offset of an answer dropped from the cache
 
 
-@dataclass
-class _Seen:
+@dataclass(frozen=True, slots=True)
+class _Answer:
     partition: int
     offset: int
     record: JournalRecord
-    # Read after a claim, so checked against its claimant. Unverified decisions are trusted
-    # only by waiters whose reading starts where this tail started, never earlier: from an
-    # earlier offset, a claim in between may have fenced them.
-    verified: bool
 
 
 @dataclass
 class _Waiter:
     key: str
     from_offset: int
-    partition: int
     future: asyncio.Future[JournalRecord] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
 
 
 class JournalTail:
-    """Follows the partitions that someone waits on; answers admission and settlement."""
+    """Follows the partitions someone waits on; answers admission and settlement.
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    Bounds: `_tails` one entry per partition; `_answers` ANSWER_CACHE; `_waiters` the
+    callers waiting right now; `last_type` LAST_TYPES.
+    """
+
+    def __init__(self, bootstrap: str, topic: str, read_model: ReadModelFactory) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
+        self._read_model = read_model
         self._consumer: AIOKafkaConsumer | None = None
         self._task: asyncio.Task[None] | None = None
         self._tails: dict[int, _PartitionTail] = {}
-        self._seen: OrderedDict[str, _Seen] = OrderedDict()
+        self._answers: OrderedDict[str, _Answer] = OrderedDict()
         self._waiters: dict[str, list[_Waiter]] = {}
         self.last_type: OrderedDict[str, str] = OrderedDict()
         self._lock = asyncio.Lock()
@@ -94,28 +111,34 @@ class JournalTail:
         self._consumer = None
         self._task = None
 
-    async def admission(self, partition: int, from_offset: int, request_id: str) -> JournalRecord:
+    async def admission(self, partition: int, from_offset: int, request_id: str,
+                        run_id: str) -> JournalRecord:
         """The decision (created or rejected) that answers create request `request_id`."""
-        return await self._wait(f"req:{request_id}", partition, from_offset)
+        return await self._wait(f"req:{request_id}", partition, from_offset, run_id)
 
     async def created(self, partition: int, from_offset: int, run_id: str) -> JournalRecord:
-        return await self._wait(f"created:{run_id}", partition, from_offset)
+        return await self._wait(f"created:{run_id}", partition, from_offset, run_id)
 
     async def settlement(self, partition: int, from_offset: int, run_id: str) -> JournalRecord:
         """The decision that ended run `run_id`: completed, failed or cancelled."""
-        return await self._wait(f"end:{run_id}", partition, from_offset)
+        return await self._wait(f"end:{run_id}", partition, from_offset, run_id)
 
-    async def _wait(self, key: str, partition: int, from_offset: int) -> JournalRecord:
+    async def _wait(self, key: str, partition: int, from_offset: int, run_id: str
+                    ) -> JournalRecord:
         await self.start()
-        seen = self._seen.get(key)
-        if seen is not None and seen.offset >= from_offset and (
-            seen.verified or from_offset >= self._tails[seen.partition].start
-        ):
-            return seen.record
-        waiter = _Waiter(key, from_offset, partition)
+        known = self._answers.get(key)
+        if known is not None and known.offset >= from_offset:
+            return known.record
+        waiter = _Waiter(key, from_offset)
         self._waiters.setdefault(key, []).append(waiter)
-        self._follow_from(partition, from_offset)
         try:
+            tail = self._tails.get(partition)
+            if tail is None or from_offset <= max(tail.start - 1, tail.evicted_up_to):
+                # The answer may lie where only the read model has it.
+                view = await self._follow_from_read_model(partition)
+                found = _answer_in(view, key, run_id, from_offset)
+                if found is not None:
+                    return found
             return await waiter.future
         finally:
             waiters = self._waiters.get(key, [])
@@ -124,20 +147,17 @@ class JournalTail:
             if not waiters:
                 self._waiters.pop(key, None)
 
-    def _follow_from(self, partition: int, offset: int) -> None:
-        assert self._consumer is not None
-        tp = TopicPartition(self.topic, partition)
-        tail = self._tails.get(partition)
-        if tail is not None and tail.start <= offset:
-            return
-        # Start (or restart earlier): records from `offset` on will be read again, with the
-        # claims before the old start this time, so unverified answers are judged again.
-        self._tails[partition] = _PartitionTail(start=offset)
-        stale = [k for k, s in self._seen.items() if s.partition == partition and not s.verified]
-        for key in stale:
-            del self._seen[key]
-        self._consumer.seek(tp, offset)
-        self._consumer.resume(tp)
+    async def _follow_from_read_model(self, partition: int) -> View:
+        model = await self._read_model()
+        view = await model.catch_up([partition])
+        if partition not in self._tails:
+            assert self._consumer is not None
+            state = view.partition(partition)
+            self._tails[partition] = _PartitionTail(start=state.next_offset, state=state)
+            tp = TopicPartition(self.topic, partition)
+            self._consumer.seek(tp, state.next_offset)
+            self._consumer.resume(tp)
+        return view
 
     async def _follow(self) -> None:
         assert self._consumer is not None
@@ -149,44 +169,68 @@ class JournalTail:
                 await asyncio.sleep(1.0)
                 continue
             for tp, messages in batches.items():
-                for message in messages:
-                    self._on_record(tp.partition, message.offset, message.value,
-                                    message.headers)
+                tail = self._tails.get(tp.partition)
+                for m in messages:
+                    if tail is not None and m.offset >= tail.state.next_offset:
+                        self._on_record(tail, m.offset, m.value, m.headers, m.timestamp)
 
-    def _on_record(self, partition: int, offset: int, value: bytes | None, headers: object) -> None:
+    def _on_record(self, tail: _PartitionTail, offset: int, value: bytes | None,
+                   headers: object, timestamp_ms: int) -> None:
         try:
             record = decode(value, headers)  # type: ignore[arg-type]
         except DecodeError:
+            tail.state = apply_dead_letter(tail.state, offset)
             return
-        tail = self._tails[partition]
+        # The partition-level effect only (no run state): claims judged by generation and
+        # lease, decisions fenced by epoch and owner, duplicates by sequence.
+        applied = apply(tail.state, None, record, offset, timestamp_ms=timestamp_ms)
+        tail.state = applied.partition
+        if record.KIND != "decision" or applied.verdict in _NOT_ACCEPTED:
+            return
         env = record.envelope
-        if isinstance(record, ev.PartitionEpochClaimed):
-            tail.owner = env.source_id
-            return
-        if record.KIND != "decision" or (tail.owner is not None and env.source_id != tail.owner):
-            return  # requests settle nothing; fenced decisions do not count
-        self._remember_type(env.run_id, record.TYPE)
-        seen = _Seen(partition, offset, record, verified=tail.owner is not None)
+        if env.run_id:
+            self._remember_type(env.run_id, record.TYPE)
+        answer = _Answer(tail.state.partition, offset, record)
         if record.TYPE in ADMISSION_TYPES and env.request_id:
-            self._found(f"req:{env.request_id}", seen)
+            self._found(f"req:{env.request_id}", answer)
         if isinstance(record, ev.RunCreated):
-            self._found(f"created:{env.run_id}", seen)
+            self._found(f"created:{env.run_id}", answer)
         if record.TYPE in TERMINAL_TYPES:
-            self._found(f"end:{env.run_id}", seen)
+            self._found(f"end:{env.run_id}", answer)
 
-    def _found(self, key: str, seen: _Seen) -> None:
-        offset, record = seen.offset, seen.record
-        self._seen[key] = seen
-        self._seen.move_to_end(key)
-        while len(self._seen) > CACHE_LIMIT:
-            self._seen.popitem(last=False)
+    def _found(self, key: str, answer: _Answer) -> None:
+        if key not in self._answers:  # the first accepted answer stands, as in the reducer
+            self._answers[key] = answer
+            while len(self._answers) > ANSWER_CACHE:
+                _, dropped = self._answers.popitem(last=False)
+                tail = self._tails[dropped.partition]
+                tail.evicted_up_to = max(tail.evicted_up_to, dropped.offset)
         for waiter in self._waiters.get(key, []):
-            if offset >= waiter.from_offset and not waiter.future.done():
-                waiter.future.set_result(record)
+            if answer.offset >= waiter.from_offset and not waiter.future.done():
+                waiter.future.set_result(answer.record)
 
     def _remember_type(self, run_id: str, record_type: str) -> None:
         self.last_type[run_id] = record_type
         self.last_type.move_to_end(run_id)
-        while len(self.last_type) > CACHE_LIMIT:
+        while len(self.last_type) > LAST_TYPES:
             self.last_type.popitem(last=False)
 
+
+_NOT_ACCEPTED = frozenset({Verdict.fenced, Verdict.duplicate, Verdict.rejected})
+
+
+def _answer_in(view: View, key: str, run_id: str, from_offset: int) -> JournalRecord | None:
+    """The answer to `key` among the run's applied records in the read model, if any."""
+    kind, _, ident = key.partition(":")
+    for item in view.history(run_id):
+        if item.verdict is not Verdict.applied or item.offset < from_offset or item.raw is None:
+            continue
+        wanted = ((kind == "req" and item.type in ADMISSION_TYPES)
+                  or (kind == "created" and item.type == ev.RunCreated.TYPE)
+                  or (kind == "end" and item.type in TERMINAL_TYPES))
+        if not wanted:
+            continue
+        record = decode(item.raw)
+        if kind != "req" or record.envelope.request_id == ident:
+            return record
+    return None

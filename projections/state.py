@@ -154,8 +154,20 @@ def replace(value: S, **changes: Any) -> S:
 
 
 def to_builtins(value: _Frozen) -> dict[str, Any]:
-    """A JSON-ready dict (field names, enums as their values)."""
-    return {name: msgspec.to_builtins(getattr(value, name)) for name in value.__struct_fields__}
+    """A JSON-ready dict: field names (the encoding itself is positional), lists, enum values."""
+    return {name: _builtin(getattr(value, name)) for name in value.__struct_fields__}
+
+
+def _builtin(value: Any) -> Any:
+    if isinstance(value, _Frozen):
+        return to_builtins(value)
+    if isinstance(value, tuple | list):
+        return [_builtin(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _builtin(item) for key, item in value.items()}
+    if isinstance(value, StrEnum):
+        return value.value
+    return value
 
 
 _ENCODER = msgspec.msgpack.Encoder()

@@ -111,6 +111,19 @@ def bootstrap() -> Iterator[str]:
         yield from _local_broker()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def read_model_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Clients and the CLI keep their read models here, not in the user's cache."""
+    path = tmp_path_factory.mktemp("readmodels")
+    old = os.environ.get("RUNSTREAM_CACHE_DIR")
+    os.environ["RUNSTREAM_CACHE_DIR"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("RUNSTREAM_CACHE_DIR", None)
+    else:
+        os.environ["RUNSTREAM_CACHE_DIR"] = old
+
+
 @pytest.fixture
 def namespace() -> str:
     """A namespace no other test uses, so tests share the broker without sharing topics."""

@@ -12,7 +12,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine import Client
 from engine.journal import events as ev
 from projections.memory import MemoryProjection
 
@@ -91,8 +90,14 @@ def effects_by_pid(path: Path) -> dict[tuple[str, str], list[int]]:
 
 
 async def fold(bootstrap: str, namespace: str, *, history: bool = True) -> MemoryProjection:
-    async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
-        return await client.fold(history=history)
+    """The whole journal folded from offset 0 in memory: the tests' reference state."""
+    from engine.config import journal_topic
+    from engine.reader import read_partitions
+
+    projection = MemoryProjection(keep_history=history)
+    async for raw in read_partitions(bootstrap, journal_topic(namespace)):
+        projection.apply_raw(raw.partition, raw.offset, raw.value, raw.headers, raw.timestamp_ms)
+    return projection
 
 
 async def wait_for_owners(bootstrap: str, namespace: str, owners: set[str], partitions: int,

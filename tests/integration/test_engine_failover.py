@@ -41,7 +41,7 @@ async def _start_pair(bootstrap: str, namespace: str, tmp_path: Path) -> list[Wo
 async def _wait_for_steps(bootstrap: str, namespace: str, at_least: int) -> None:
     for _ in range(240):
         projection = await fold(bootstrap, namespace, history=False)
-        done = sum(len(run.journal) for run in projection.runs.values())
+        done = sum(run.steps for run in projection.runs.values())
         if done >= at_least:
             return
         await asyncio.sleep(0.25)

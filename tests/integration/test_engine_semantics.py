@@ -73,16 +73,17 @@ async def test_reproduced_decisions_and_repeated_create_change_nothing(
         assert await again.result(timeout=30) == first[0]
         after = await fold(bootstrap, namespace, history=False)
         assert w.store is not None
-        live = {run_id: w.store.run(run_id) for run_id in before.runs}
+        live = {run_id: (w.store.run(run_id), w.store.entries(run_id)) for run_id in before.runs}
     assert after.partitions[0].epoch == before.partitions[0].epoch
     for run_id, run in before.runs.items():
-        assert _settled(after.runs[run_id]) == _settled(run)
-        assert _settled(live[run_id]) == _settled(run)
+        journal = before.journal(run_id)
+        assert _settled(after.runs[run_id], after.journal(run_id)) == _settled(run, journal)
+        assert _settled(*live[run_id]) == _settled(run, journal)  # type: ignore[arg-type]
     assert sum(p.duplicates for p in after.partitions.values()) >= len(raw)
 
 
-def _settled(run: Any) -> tuple[Any, ...]:
-    return (run.status, run.result_json, run.journal, run.activations, run.request_offset)
+def _settled(run: Any, journal: Any) -> tuple[Any, ...]:
+    return (run.status, run.result_json, journal, run.activations, run.request_offset)
 
 
 async def test_identity_conflict_names_field_and_both_values(
@@ -166,10 +167,10 @@ async def test_step_retries_are_journaled_and_a_raising_flow_fails_the_run(
         bad = await c.create_run(flaky, {"values": [-5]}, run_id="f2")
         with pytest.raises(RunFailed) as caught:
             await bad.result(timeout=60)
-        run = await c.describe("f1")
+        entries = await c.journal("f1")
     assert caught.value.error_type == "ValueError"
     assert "negative totals" in caught.value.message
-    assert [(e.name, e.status, e.attempts) for e in run.journal] == [("sum", "completed", 3)]
+    assert [(e.name, e.status, e.attempts) for e in entries] == [("sum", "completed", 3)]
 
 
 gate = asyncio.Event()
@@ -194,11 +195,11 @@ async def test_replay_keeps_journaled_values_and_detects_nondeterminism(
         async with worker(bootstrap, namespace, tmp_path / "w1", [drifting], drain_timeout=0.5):
             handle = await c.create_run(drifting, None, run_id="nd")
             for _ in range(120):
-                run = await c.describe("nd")
-                if len(run.journal) == 3:
+                entries = await c.journal("nd")
+                if len(entries) == 3:
                     break
                 await asyncio.sleep(0.25)
-        journaled = [e.result_json for e in run.journal[:2]]
+        journaled = [e.result_json for e in entries[:2]]
         released = await c.describe("nd")
         assert (released.status, released.released_cause) == (RunStatus.pending, "shutdown")
         assert "released by its last owner (shutdown)" in (run_view(released).get("note") or "")
@@ -207,9 +208,10 @@ async def test_replay_keeps_journaled_values_and_detects_nondeterminism(
             with pytest.raises(RunFailed) as caught:
                 await handle.result(timeout=60)
         final = await c.describe("nd")
+        final_entries = await c.journal("nd")
     assert caught.value.error_type == "NonDeterminism"
     assert "'second' at position 2" in caught.value.message
-    assert [e.result_json for e in final.journal[:2]] == journaled
+    assert [e.result_json for e in final_entries[:2]] == journaled
     assert final.released_cause is None and final.activations == 2
 
 
@@ -274,11 +276,12 @@ async def test_irreversible_step_with_unknown_outcome_is_quarantined_not_repeate
                 if run.status is RunStatus.suspended:
                     break
                 await asyncio.sleep(0.25)
+            entries = await c.journal("pay")
     assert charge_calls == ["o-9"]
     assert run.status is RunStatus.suspended and run.suspended_reason == "quarantine"
     assert [e.kind for e in run.evidence] == ["quarantine"]
     assert "may or may not have taken effect" in run.evidence[0].message
-    assert run.journal[0].status == "started" and run.journal[0].irreversible
+    assert entries[0].status == "started" and entries[0].irreversible
 
 
 async def test_worker_refuses_a_projection_from_a_recreated_topic(

@@ -35,6 +35,8 @@ class MemoryPort:
         self.projection = MemoryProjection(keep_history=True)
         self.emitted: list[JournalRecord] = []
         self.active = True
+        self.unacked = 0  # records sent since the last barrier
+        self.barriers: list[int] = []  # how many records each barrier covered
         self._offset = 0
         self._fold(self.writer.claim(0))
         self._fold(create(RUN, "q1"))
@@ -47,13 +49,19 @@ class MemoryPort:
         assert verdict is Verdict.applied, (record, verdict)
         self._offset += 1
 
-    async def emit(self, cls: type[JournalRecord], **body: Any) -> None:
+    def send(self, cls: type[JournalRecord], **body: Any) -> None:
         record = self.writer.decide(cls, run_id=RUN, **body)
         self._fold(record)
         self.emitted.append(record)
+        self.unacked += 1
 
-    async def emit_confirmed(self, cls: type[JournalRecord], **body: Any) -> None:
-        await self.emit(cls, **body)  # _fold asserts the reducer applied it
+    async def barrier(self) -> None:
+        self.barriers.append(self.unacked)
+        self.unacked = 0
+
+    async def send_confirmed(self, cls: type[JournalRecord], **body: Any) -> None:
+        self.send(cls, **body)  # _fold asserts the reducer applied it
+        await self.barrier()
 
     def ensure_active(self) -> None:
         if not self.active:
@@ -61,7 +69,7 @@ class MemoryPort:
 
     @property
     def journal(self) -> tuple[JournalEntry, ...]:
-        return self.projection.runs[RUN].journal
+        return self.projection.journal(RUN)
 
     def context(self) -> FlowContext:
         """A new activation: a context over the journal as folded so far."""
@@ -418,8 +426,8 @@ async def test_replay_of_a_retrying_step_resumes_at_the_next_attempt() -> None:
 async def test_resumed_retries_count_the_attempts_already_made() -> None:
     port, calls = MemoryPort(), []
     policy = RetryPolicy(max_attempts=3, backoff=0)
-    await port.emit(ev.StepFailed, position=0, name="charge", attempt=2, error_type="E",
-                    error_message="x", will_retry=True)
+    port.send(ev.StepFailed, position=0, name="charge", attempt=2, error_type="E",
+              error_message="x", will_retry=True)
     with pytest.raises(StepFailed) as raised:
         await port.context().step("charge", flaky(9, calls), 1, retry=policy)
     assert len(calls) == 1 and raised.value.attempts == 3
@@ -493,7 +501,8 @@ async def test_quarantine_names_the_attempt_that_was_in_flight() -> None:
 
     with pytest.raises(RunReleased):
         await port.context().step("pay", pay, irreversible=True,
-                                  retry=RetryPolicy(max_attempts=3, backoff=0))
+                                  retry=RetryPolicy(max_attempts=3, backoff=0,
+                                                    retry_irreversible_on=(ConnectionError,)))
     assert port.types() == ["StepStarted", "StepFailed", "StepStarted"]
     with pytest.raises(Quarantined, match="attempt 2"):
         await port.context().step("pay", pay, irreversible=True)
@@ -536,3 +545,50 @@ async def test_replayed_positions_need_no_active_run() -> None:
 def test_release_and_quarantine_escape_except_exception() -> None:
     assert issubclass(RunReleased, BaseException) and not issubclass(RunReleased, Exception)
     assert issubclass(Quarantined, BaseException) and not issubclass(Quarantined, Exception)
+
+
+async def test_irreversible_step_that_raises_is_quarantined_not_retried() -> None:
+    """A charge that times out after it went through must not run again (defect 2)."""
+    port, calls = MemoryPort(), []
+
+    async def charge() -> None:
+        calls.append(1)
+        raise TimeoutError("the gateway did not answer")
+
+    with pytest.raises(Quarantined) as raised:
+        await port.context().step("charge", charge, irreversible=True,
+                                  retry=RetryPolicy(max_attempts=5, backoff=0))
+    assert calls == [1]
+    assert port.types() == ["StepStarted"]  # no StepFailed: the outcome is unknown
+    assert isinstance(raised.value.cause, TimeoutError)
+    assert "TimeoutError" in str(raised.value) and "'charge'" in str(raised.value)
+    # The next activation finds the step started without outcome: quarantined again.
+    with pytest.raises(Quarantined):
+        await port.context().step("charge", charge, irreversible=True)
+    assert calls == [1]
+
+
+async def test_irreversible_step_retries_only_exceptions_declared_as_no_effect() -> None:
+    port, calls = MemoryPort(), []
+
+    async def charge() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise ConnectionRefusedError("nothing listens")
+        return "ch-1"
+
+    policy = RetryPolicy(max_attempts=3, backoff=0,
+                         retry_irreversible_on=(ConnectionRefusedError,))
+    assert await port.context().step("charge", charge, irreversible=True, retry=policy) == "ch-1"
+    assert port.types() == ["StepStarted", "StepFailed"] * 2 + ["StepStarted", "StepCompleted"]
+
+
+async def test_a_step_waits_for_the_previous_outcome_and_nothing_else() -> None:
+    """One acknowledgement per step: step n+1 starts only after step n's outcome is acked,
+    and the last step's outcome is not awaited by the context (it rides with completion)."""
+    port = MemoryPort()
+    ctx = port.context()
+    for name in ("a", "b", "c"):
+        await ctx.step(name, lambda: 1)
+    assert port.barriers == [0, 1, 1]  # before a: nothing; before b: a; before c: b
+    assert port.unacked == 1  # c's completion goes out with the run's completion

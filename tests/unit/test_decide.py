@@ -25,7 +25,7 @@ from engine.flow import Flow
 from engine.journal import JournalRecord
 from engine.journal import events as ev
 from projections.memory import MemoryProjection
-from projections.state import InboxItem, RunState, RunStatus
+from projections.state import InboxItem, RunState, RunStatus, replace
 from tests.builders import Writer, create, created, request
 
 NAMES = {"src-a": "worker-a", "src-b": "worker-b"}
@@ -222,7 +222,7 @@ def test_resumed_run_is_resumed() -> None:
 
 
 def test_resumed_evidence_names_a_known_suspension_reason() -> None:
-    run = resumed_run("quarantine").model_copy(update={"suspended_reason": "quarantine"})
+    run = replace(resumed_run("quarantine"), suspended_reason="quarantine")
     assert plan_activation(run, NAMES.__getitem__).evidence == "resumed after quarantine"
 
 
@@ -242,7 +242,7 @@ def test_needs_activation_only_for_admitted_pending_or_running_runs() -> None:
     assert needs_activation(admitted)
     for status in RunStatus:
         expected = status in (RunStatus.pending, RunStatus.running)
-        assert needs_activation(admitted.model_copy(update={"status": status})) is expected
+        assert needs_activation(replace(admitted, status=status)) is expected
 
 
 def test_unanswered_creates_are_the_create_requests_in_the_inbox() -> None:

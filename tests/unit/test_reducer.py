@@ -42,7 +42,7 @@ def test_happy_path_reaches_completed_with_journal() -> None:
     assert run.status is RunStatus.completed
     assert run.admitted and run.inbox == ()
     assert run.result_json == '{"ok":true}'
-    assert [(e.name, e.status, e.result_json) for e in run.journal] == [
+    assert [(e.name, e.status, e.result_json) for e in projection.journal("r1")] == [
         ("reserve", "completed", "5")]
     assert [h.verdict for h in projection.history["r1"]] == [Verdict.applied] * 5
 
@@ -56,7 +56,7 @@ def test_stale_epoch_decisions_are_fenced_and_counted() -> None:
     records.append(a.decide(ev.RunCompleted, run_id="r1", result_json="1"))
     projection = fold(records)
     run = projection.runs["r1"]
-    assert run.status is RunStatus.running and run.journal == ()
+    assert run.status is RunStatus.running and projection.journal("r1") == ()
     assert projection.partition(0).fenced == 2
     assert [h.verdict for h in projection.history["r1"]][-2:] == [Verdict.fenced] * 2
 
@@ -81,9 +81,10 @@ def test_repeated_create_request_with_new_id_is_answered_as_duplicate() -> None:
     writer = Writer("a")
     records = [*happy_log(writer)[:3], create("r1", "q2"),
                created(writer, "r1", "q2", request_offset=1, duplicate=True)]
-    run = fold(records).runs["r1"]
-    assert run.request_id == "q1" and run.request_offset == 1
-    assert run.requests_seen == ("q1", "q2") and run.inbox == ()
+    projection = fold(records)
+    run = projection.runs["r1"]
+    assert run.request_id == "q1" and run.request_offset == 1 and run.inbox == ()
+    assert projection.store.request_seen("q1") and projection.store.request_seen("q2")
 
 
 def test_rejected_first_request_leaves_no_run() -> None:
@@ -113,8 +114,8 @@ def test_step_retry_then_exhaustion_is_journaled() -> None:
                writer.decide(ev.StepFailed, run_id="r1", position=0, name="charge", attempt=2,
                              error_type="IOError", error_message="y", will_retry=False)]
     projection = fold(records[:5])
-    assert projection.runs["r1"].journal[0].status == "retrying"
-    entry = fold(records).runs["r1"].journal[0]
+    assert projection.journal("r1")[0].status == "retrying"
+    entry = fold(records).journal("r1")[0]
     assert (entry.status, entry.attempts, entry.error_message) == ("failed", 2, "y")
 
 
@@ -130,8 +131,8 @@ def test_decisions_after_terminal_are_ignored() -> None:
 def test_apply_is_pure() -> None:
     state = PartitionState(partition=0)
     record = Writer("a").claim(0)
-    first = apply(state, None, record, 0)
-    second = apply(state, None, record, 0)
+    first = apply(state, None, record, 0, timestamp_ms=1)
+    second = apply(state, None, record, 0, timestamp_ms=1)
     assert first == second and state == PartitionState(partition=0)
 
 
