@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from engine.journal import JournalRecord
 from projections.projector import Outcome, Projector, Store
 from projections.state import JournalEntry, PartitionState, RunState, Verdict
-from projections.store import PRUNE_EVERY, REQUEST_RETENTION, RecordWrite
+from projections import store as rocks
+from projections.store import RecordWrite
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +75,8 @@ class MemoryStore:
         if change.request_id is not None:
             self._requests.add(change.request_id)
             log.append((change.offset, change.request_id))
-        if change.offset % PRUNE_EVERY == 0:
-            while log and log[0][0] < change.offset - REQUEST_RETENTION:
+        if change.offset % rocks.PRUNE_EVERY == 0:
+            while log and log[0][0] < change.offset - rocks.REQUEST_RETENTION:
                 self._requests.discard(log.popleft()[1])
 
 

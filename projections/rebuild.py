@@ -10,6 +10,8 @@ from engine.reader import read_partitions
 from projections.projector import Projector
 from projections.store import ProjectionStore
 
+REBUILD_GROUP = 500
+
 
 @dataclass(frozen=True, slots=True)
 class Difference:
@@ -39,11 +41,15 @@ async def rebuild_into(
     store = ProjectionStore(path)
     try:
         projector = Projector(store)
+        store.begin_group()
         count = 0
         async for raw in read_partitions(bootstrap, topic, partitions, until=until):
+            if count % REBUILD_GROUP == 0:
+                store.flush()  # one RocksDB write per REBUILD_GROUP records
             projector.apply_raw(raw.partition, raw.offset, raw.value, raw.headers,
                                 raw.timestamp_ms)
             count += 1
+        store.flush()
         reached = {p.partition: p.next_offset for p in store.partitions()}
     finally:
         store.close()

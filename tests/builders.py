@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Any
 
@@ -19,9 +20,15 @@ class Writer:
         self.epoch = epoch
         self.seq = 0
 
-    def claim(self, partition: int, *, owner: str | None = None) -> ev.PartitionEpochClaimed:
-        return self.decide(ev.PartitionEpochClaimed, run_id="", partition=partition,
-                           epoch=self.epoch, owner=owner or self.source_id)
+    def claim(self, partition: int, *, owner: str | None = None, generation: int | None = None,
+              lease_ms: int | None = None, at_ms: int | None = None) -> ev.PartitionEpochClaimed:
+        record: ev.PartitionEpochClaimed = self.decide(
+            ev.PartitionEpochClaimed, run_id="", partition=partition, epoch=self.epoch,
+            owner=owner or self.source_id, generation=generation, lease_ms=lease_ms)
+        if at_ms is not None:
+            record = dataclasses.replace(
+                record, envelope=dataclasses.replace(record.envelope, timestamp_ms=at_ms))
+        return record
 
     def decide(self, cls: type[Any], *, run_id: str, request_id: str | None = None,
                **body: Any) -> Any:

@@ -169,10 +169,13 @@ class Worker:
     async def _consume(self) -> None:
         assert self._consumer is not None
         while not self._stopping:
-            batches = await self._consumer.getmany(timeout_ms=200, max_records=5000)
-            for tp, messages in batches.items():
-                for m in messages:
-                    self._on_record(tp.partition, m.offset, m.value, m.headers, m.timestamp)
+            batches = await self._consumer.getmany(timeout_ms=200, max_records=2000)
+            assert self.store is not None
+            with self.store.group():  # one RocksDB write per poll, each record atomic in it
+                for tp, messages in batches.items():
+                    for m in messages:
+                        self._on_record(tp.partition, m.offset, m.value, m.headers,
+                                        m.timestamp)
             if self.committer.failure is not None:
                 await self._renew_source()
             if self._fatal is not None:

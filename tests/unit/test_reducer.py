@@ -157,3 +157,100 @@ def test_rejection_answers_a_request_of_a_settled_run() -> None:
                              existing_value='{"amount":5}', requested_value='{"amount":6}')]
     run = fold(records).runs["r1"]
     assert run.status is RunStatus.completed and run.inbox == ()
+
+
+def _claims(*records: JournalRecord) -> MemoryProjection:
+    projection = MemoryProjection(keep_history=True)
+    for offset, record in enumerate(records):
+        projection.apply_record(0, offset, record)  # log time = the envelope's time
+    return projection
+
+
+def test_a_claim_of_an_older_generation_is_rejected_and_changes_nothing() -> None:
+    owner, stalled = Writer("b", epoch=1), Writer("a", epoch=0)
+    projection = _claims(owner.claim(0, generation=6, lease_ms=60_000, at_ms=1_000),
+                         stalled.claim(0, generation=5, lease_ms=60_000, at_ms=2_000))
+    state = projection.partition(0)
+    assert (state.epoch, state.owner_source, state.generation) == (1, "b", 6)
+    assert state.rejected_claims == 1 and state.fenced == 0
+    assert [i.verdict for i in projection.partition_history[0]] == [Verdict.applied,
+                                                                    Verdict.rejected]
+    # The stale claimant's decisions stay fenced; the owner's keep applying.
+    assert projection.apply_record(0, 2, stalled.decide(
+        ev.RunCompleted, run_id="r1", result_json="1")) is Verdict.fenced
+
+
+def test_the_same_or_a_newer_generation_takes_the_partition() -> None:
+    a, b = Writer("a"), Writer("b", epoch=2)
+    projection = _claims(a.claim(0, generation=3, lease_ms=60_000, at_ms=1_000),
+                         b.claim(0, generation=4, lease_ms=60_000, at_ms=2_000))
+    assert (projection.partition(0).epoch, projection.partition(0).owner_source) == (2, "b")
+    renewed = Writer("b2", epoch=2)  # the same member under a new source (producer failed)
+    projection.apply_record(0, 2, renewed.claim(0, generation=4, lease_ms=60_000, at_ms=3_000))
+    assert (projection.partition(0).epoch, projection.partition(0).owner_source) == (3, "b2")
+
+
+def test_an_older_generation_is_honoured_once_the_owner_outlived_its_lease() -> None:
+    owner, fresh = Writer("old"), Writer("new", epoch=2)
+    early = _claims(owner.claim(0, generation=40, lease_ms=10_000, at_ms=1_000),
+                    fresh.claim(0, generation=1, lease_ms=10_000, at_ms=9_000))
+    assert early.partition(0).owner_source == "old"  # within the lease: rejected
+    late = _claims(owner.claim(0, generation=40, lease_ms=10_000, at_ms=1_000),
+                   fresh.claim(0, generation=1, lease_ms=10_000, at_ms=11_001))
+    assert (late.partition(0).owner_source, late.partition(0).generation) == ("new", 1)
+
+
+def test_heartbeats_keep_the_lease() -> None:
+    owner, fresh = Writer("old"), Writer("new", epoch=2)
+    claim = owner.claim(0, generation=40, lease_ms=10_000, at_ms=1_000)
+    beat = _at(owner.decide(ev.PartitionHeartbeat, run_id="", partition=0), 8_000)
+    projection = _claims(claim, beat,
+                         fresh.claim(0, generation=1, lease_ms=10_000, at_ms=15_000))
+    assert projection.partition(0).owner_source == "old"
+    assert projection.partition(0).owner_last_write_ms == 8_000
+
+
+def test_claims_without_generation_keep_the_old_rule() -> None:
+    a, b = Writer("a", epoch=7), Writer("b", epoch=1)
+    projection = _claims(a.claim(0, generation=9, lease_ms=1_000), b.claim(0))
+    assert projection.partition(0).owner_source == "b"  # applied, as it was when written
+
+
+def test_an_applied_generation_claim_drops_the_other_sources_sequences() -> None:
+    a, b, c = Writer("a"), Writer("b", epoch=2), Writer("c", epoch=3)
+    projection = _claims(a.claim(0), a.decide(ev.PartitionHeartbeat, run_id="", partition=0),
+                         b.claim(0), c.claim(0, generation=1, lease_ms=1_000))
+    assert projection.partition(0).last_seq == {"c": 1}
+
+
+def _at(record: JournalRecord, at_ms: int) -> JournalRecord:
+    import dataclasses
+
+    return dataclasses.replace(record, envelope=dataclasses.replace(record.envelope,
+                                                                    timestamp_ms=at_ms))
+
+
+def test_run_created_without_a_request_lives_in_its_partition() -> None:
+    """Defect 5: it used to get partition -1, so no index key matched and it never ran."""
+    writer = Writer("a")
+    projection = MemoryProjection()
+    projection.apply_record(3, 0, writer.claim(3))
+    projection.apply_record(3, 1, created(writer, "r9", "q9", request_offset=0))
+    run = projection.runs["r9"]
+    assert run.partition == 3 and run.admitted and run.status is RunStatus.pending
+
+
+def test_repeated_creates_do_not_grow_the_run_state() -> None:
+    """Defect 7: get-or-create repeated a thousand times keeps the run's state the same size."""
+    from projections.state import encode_state
+
+    writer = Writer("a")
+    projection = fold(happy_log(writer))
+    sizes = []
+    for i in range(1000):
+        offset = 6 + 2 * i
+        projection.apply_record(0, offset, create("r1", f"again-{i}"))
+        projection.apply_record(0, offset + 1, created(writer, "r1", f"again-{i}",
+                                                      request_offset=1, duplicate=True))
+        sizes.append(len(encode_state(projection.runs["r1"])))
+    assert len(set(sizes)) == 1

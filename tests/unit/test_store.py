@@ -1,0 +1,73 @@
+"""The RocksDB store against the in-memory one: same fold, same answers, bounded indexes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.journal import JournalRecord
+from engine.journal import events as ev
+from projections import store as rocks
+from projections.memory import MemoryProjection
+from projections.projector import Projector
+from projections.state import RunStatus, Verdict
+from projections.store import ProjectionStore
+from tests.builders import Writer, create, created
+
+
+def _log(writer: Writer, runs: int) -> list[JournalRecord]:
+    records: list[JournalRecord] = [writer.claim(0)]
+    for i in range(runs):
+        run_id = f"r{i}"
+        records.append(create(run_id, f"q{i}"))
+        records.append(created(writer, run_id, f"q{i}", request_offset=len(records) - 1))
+        records.append(writer.decide(ev.RunActivated, run_id=run_id, mode="new", activation=1))
+        for position in range(3):
+            records.append(writer.decide(ev.StepCompleted, run_id=run_id, position=position,
+                                         name=f"s{position}", result_json=str(position)))
+        records.append(writer.decide(ev.RunCompleted, run_id=run_id, result_json="1"))
+    return records
+
+
+def test_rocksdb_and_memory_fold_the_same_runs_entries_and_indexes(tmp_path: Path) -> None:
+    records = _log(Writer("a"), 20)
+    memory = MemoryProjection()
+    store = ProjectionStore(tmp_path / "p")
+    projector = Projector(store)
+    try:
+        for offset, record in enumerate(records):
+            memory.apply_record(0, offset, record)
+            projector.apply_record(0, offset, record)
+        assert {run_id: store.run(run_id) for run_id in memory.runs} == memory.runs
+        assert all(store.entries(r) == memory.journal(r) for r in memory.runs)
+        assert store.entry("r3", 1) == memory.journal("r3")[1]
+        assert sorted(store.run_ids_by_status(RunStatus.completed)) == sorted(memory.runs)
+        assert store.partition(0) == memory.partition(0)
+    finally:
+        store.close()
+
+
+def test_request_ids_are_forgotten_after_the_retention_in_both_stores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(rocks, "REQUEST_RETENTION", 16)
+    monkeypatch.setattr(rocks, "PRUNE_EVERY", 8)
+    writer = Writer("a")
+    records: list[JournalRecord] = [writer.claim(0)]
+    records += [create(f"r{i}", f"q{i}") for i in range(40)]
+    memory = MemoryProjection()
+    store = ProjectionStore(tmp_path / "p")
+    projector = Projector(store)
+    try:
+        for offset, record in enumerate(records):
+            memory.apply_record(0, offset, record)
+            projector.apply_record(0, offset, record)
+        kept = [i for i in range(40) if store.request_seen(f"q{i}")]
+        assert kept == [i for i in range(40) if memory.store.request_seen(f"q{i}")]
+        assert kept[0] > 0 and kept[-1] == 39  # old ids pruned, recent ones kept
+        assert len(kept) <= 16 + 8
+        # A request re-sent within the retention is a duplicate; the run does not change.
+        assert projector.apply_record(0, 41, create("r39", "q39")).verdict is Verdict.duplicate
+    finally:
+        store.close()
