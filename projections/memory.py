@@ -11,9 +11,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from engine.journal import JournalRecord
+from projections import store as rocks
 from projections.projector import Outcome, Projector, Store
 from projections.state import JournalEntry, PartitionState, RunState, Verdict
-from projections import store as rocks
 from projections.store import RecordWrite
 
 
