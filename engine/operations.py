@@ -13,13 +13,16 @@ from typing import Any
 from engine.client import Client
 from engine.config import journal_topic, resolve_bootstrap, resolve_namespace
 from engine.decide import FLOW_NOT_REGISTERED
-from engine.errors import RunstreamError
+from engine.errors import RunNotFound, RunstreamError
 from engine.flow import Flow
-from engine.history import HistoryRow, state_at
+from engine.history import HistoryRow, PartitionRow, state_at
+from engine.history import partition_history as _partition_history
 from engine.history import run_history as _run_history
+from engine.reader import partition_for
+from engine.readmodel import ReadModel, View
 from engine.worker import Worker
 from projections.rebuild import RebuildReport, rebuild_and_verify
-from projections.state import RunState, RunStatus
+from projections.state import RunState, RunStatus, to_builtins
 
 
 class AppNotFound(RunstreamError):
@@ -39,7 +42,7 @@ def run_view(run: RunState) -> dict[str, Any]:
         "partition": run.partition,
         "admitted": run.admitted,
         "activations": run.activations,
-        "steps": len(run.journal),
+        "steps": run.steps,
         "created_at_ms": run.created_at_ms,
         "updated_at_ms": run.updated_at_ms,
     }
@@ -84,11 +87,38 @@ async def create_run(
         return out
 
 
+def _read_model(bootstrap: str | None, namespace: str | None,
+                read_model_dir: Path | None) -> ReadModel:
+    """The namespace's read model (default directory: engine.readmodel.default_read_model_dir)."""
+    return ReadModel(bootstrap=resolve_bootstrap(bootstrap),
+                     topic=journal_topic(resolve_namespace(namespace)), path=read_model_dir)
+
+
+def _known(view: View, run_id: str) -> bool:
+    return view.run(run_id) is not None or bool(view.history(run_id))
+
+
+async def _view_of(model: ReadModel, run_id: str) -> View:
+    """Catch up the run's partition; a run not routed by its own id (a later round of a
+    lineage) is looked for after catching up every partition. RunNotFound if the journal
+    holds no record of it."""
+    view = await model.catch_up([partition_for(run_id, model.partitions)])
+    if not _known(view, run_id):
+        view = await model.catch_up()
+        if not _known(view, run_id):
+            raise RunNotFound(run_id)
+    return view
+
+
 async def run_status(
-    *, bootstrap: str | None, namespace: str | None, run_id: str
+    *, bootstrap: str | None, namespace: str | None, run_id: str,
+    read_model_dir: Path | None = None,
 ) -> dict[str, Any]:
-    async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
-        return run_view(await client.describe(run_id))
+    async with _read_model(bootstrap, namespace, read_model_dir) as model:
+        run = (await _view_of(model, run_id)).run(run_id)
+        if run is None:
+            raise RunNotFound(run_id)
+        return run_view(run)
 
 
 async def run_result(
@@ -99,11 +129,14 @@ async def run_result(
 
 
 async def list_runs(
-    *, bootstrap: str | None, namespace: str | None, status: str | None
+    *, bootstrap: str | None, namespace: str | None, status: str | None,
+    limit: int | None = None, after: str | None = None, read_model_dir: Path | None = None,
 ) -> list[dict[str, Any]]:
-    async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
-        chosen = RunStatus(status) if status else None
-        return [run_view(r) for r in await client.list_runs(status=chosen)]
+    """Runs ordered by (partition, run id); `after` is the last run id of the previous page."""
+    chosen = RunStatus(status) if status else None
+    async with _read_model(bootstrap, namespace, read_model_dir) as model:
+        view = await model.catch_up()
+        return [run_view(r) for r in view.runs(status=chosen, limit=limit, after=after)]
 
 
 def load_flows(app: str) -> list[Flow[Any, Any]]:
@@ -160,30 +193,51 @@ async def rebuild(
 
 
 async def run_history(
-    *, bootstrap: str | None, namespace: str | None, run_id: str
+    *, bootstrap: str | None, namespace: str | None, run_id: str,
+    read_model_dir: Path | None = None,
 ) -> list[HistoryRow]:
-    async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
-        return await _run_history(client, run_id)
+    async with _read_model(bootstrap, namespace, read_model_dir) as model:
+        view = await _view_of(model, run_id)
+        return _run_history(view, run_id)
+
+
+def parse_time(at_time: str) -> int:
+    """An ISO-8601 time (UTC when it names no zone) as milliseconds since the epoch."""
+    try:
+        parsed = datetime.fromisoformat(at_time.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidInput(f"--time {at_time!r} is not an ISO-8601 time") from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return int(parsed.timestamp() * 1000)
 
 
 async def run_state_at(
     *, bootstrap: str | None, namespace: str | None, run_id: str, offset: int | None,
-    at_time: str | None,
+    at_time: str | None, read_model_dir: Path | None = None,
 ) -> dict[str, Any]:
-    timestamp_ms = None
-    if at_time is not None:
-        try:
-            parsed = datetime.fromisoformat(at_time.replace("Z", "+00:00"))
-        except ValueError:
-            raise InvalidInput(f"--time {at_time!r} is not an ISO-8601 time") from None
-        if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=UTC)
-        timestamp_ms = int(parsed.timestamp() * 1000)
-    async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
-        run = await state_at(client, run_id, offset=offset, timestamp_ms=timestamp_ms)
-        view = run_view(run)
-        view["journal"] = [entry.model_dump() for entry in run.journal]
-        return view
+    """The run's state right after `offset` of its partition (or at `at_time`), with its
+    journal entries then."""
+    timestamp_ms = parse_time(at_time) if at_time is not None else None
+    async with _read_model(bootstrap, namespace, read_model_dir) as model:
+        view = await _view_of(model, run_id)
+        past = state_at(view, run_id, offset=offset, timestamp_ms=timestamp_ms)
+    out = run_view(past.run)
+    out["journal"] = [to_builtins(entry) for entry in past.entries]
+    return out
+
+
+async def partition_history(
+    *, bootstrap: str | None, namespace: str | None, partition: int,
+    read_model_dir: Path | None = None,
+) -> list[PartitionRow]:
+    """The partition's own records: claims with their verdicts, heartbeats, dead letters."""
+    async with _read_model(bootstrap, namespace, read_model_dir) as model:
+        if not 0 <= partition < model.partitions:
+            raise InvalidInput(f"partition {partition} does not exist: the journal has "
+                               f"partitions 0..{model.partitions - 1}")
+        view = await model.catch_up([partition])
+        return _partition_history(view, partition)
 
 
 def demo(*, bootstrap: str | None, runs: int, workers: int, keep_broker: bool) -> None:

@@ -361,6 +361,15 @@ class ProjectionStore:
             batch.delete(key)
             batch.delete(_request_key(request_id.decode()))
 
+    # appended for the read model (engine/readmodel.py)
+
+    def persist(self) -> None:
+        """Write the pending batch and flush RocksDB's memtables to SST files. The WAL is
+        off, so this is when a secondary instance (catch_up_with_primary) sees the writes;
+        it changes no key."""
+        self.flush()
+        self._db.flush(wait=True)
+
 
 class _Pending:
     """A WriteBatch that also records its writes for reads before it is written."""

@@ -15,10 +15,11 @@ def cli() -> None:
 
 def _register() -> None:
     # Imported here so that each command module stays independent of the others.
-    from engine.cli import broker, runs, topics
+    from engine.cli import broker, partitions, runs, topics
 
     cli.add_command(broker.broker)
     cli.add_command(topics.topics)
+    cli.add_command(partitions.partition)
     for command in (runs.run, runs.runs, runs.worker, runs.projection, runs.demo):
         cli.add_command(command)
 

@@ -12,19 +12,15 @@ import click
 
 from engine import operations
 from engine.cli.errors import UserError
+from engine.cli.options import (
+    bootstrap_option,
+    cache_dir_option,
+    namespace_option,
+    query_dir,
+)
+from engine.cli.options import print_json as _print_json
 from engine.history import format_history
 from projections.state import RunStatus
-
-bootstrap_option = click.option(
-    "--bootstrap", default=None, help="Kafka bootstrap servers [env RUNSTREAM_BOOTSTRAP]."
-)
-namespace_option = click.option(
-    "--namespace", default=None, help="runstream namespace [env RUNSTREAM_NAMESPACE]."
-)
-
-
-def _print_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, sort_keys=True))
 
 
 @click.group()
@@ -58,14 +54,21 @@ def create(flow: str, payload: str, run_id: str | None, wait: bool, timeout: flo
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @bootstrap_option
 @namespace_option
-def status(run_id: str, as_json: bool, bootstrap: str | None, namespace: str | None) -> None:
+@cache_dir_option
+def status(run_id: str, as_json: bool, bootstrap: str | None, namespace: str | None,
+           cache_dir: Path | None) -> None:
     """Show a run's status."""
-    view = asyncio.run(operations.run_status(bootstrap=bootstrap, namespace=namespace,
-                                             run_id=run_id))
+    view = asyncio.run(operations.run_status(
+        bootstrap=bootstrap, namespace=namespace, run_id=run_id,
+        read_model_dir=query_dir(cache_dir, bootstrap, namespace)))
     if as_json:
         _print_json(view)
         return
     click.echo(f"{view['run_id']}  {view['flow']}  {view['status']}")
+    _echo_outcome(view)
+
+
+def _echo_outcome(view: dict[str, Any]) -> None:
     for key in ("result", "error", "note"):
         if key in view:
             click.echo(f"  {key}: {json.dumps(view[key]) if key != 'note' else view[key]}")
@@ -89,14 +92,19 @@ def runs() -> None:
 
 @runs.command("list")
 @click.option("--status", type=click.Choice([s.value for s in RunStatus]), default=None)
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="At most N runs.")
+@click.option("--after", default=None,
+              help="Start after this run id (the last one of the previous page).")
 @click.option("--json", "as_json", is_flag=True)
 @bootstrap_option
 @namespace_option
-def list_runs(status: str | None, as_json: bool, bootstrap: str | None,
-              namespace: str | None) -> None:
-    """List runs, optionally only those with STATUS."""
-    views = asyncio.run(operations.list_runs(bootstrap=bootstrap, namespace=namespace,
-                                             status=status))
+@cache_dir_option
+def list_runs(status: str | None, limit: int | None, after: str | None, as_json: bool,
+              bootstrap: str | None, namespace: str | None, cache_dir: Path | None) -> None:
+    """List runs (by partition, then run id), optionally only those with STATUS."""
+    views = asyncio.run(operations.list_runs(
+        bootstrap=bootstrap, namespace=namespace, status=status, limit=limit, after=after,
+        read_model_dir=query_dir(cache_dir, bootstrap, namespace)))
     if as_json:
         _print_json(views)
         return
@@ -158,10 +166,13 @@ def rebuild(data_dir: Path, verify_only: bool, bootstrap: str | None,
 @click.option("--json", "as_json", is_flag=True)
 @bootstrap_option
 @namespace_option
-def history(run_id: str, as_json: bool, bootstrap: str | None, namespace: str | None) -> None:
+@cache_dir_option
+def history(run_id: str, as_json: bool, bootstrap: str | None, namespace: str | None,
+            cache_dir: Path | None) -> None:
     """Every record of a run in log order, fenced and duplicate ones marked."""
-    rows = asyncio.run(operations.run_history(bootstrap=bootstrap, namespace=namespace,
-                                              run_id=run_id))
+    rows = asyncio.run(operations.run_history(
+        bootstrap=bootstrap, namespace=namespace, run_id=run_id,
+        read_model_dir=query_dir(cache_dir, bootstrap, namespace)))
     if as_json:
         _print_json([row.as_dict() for row in rows])
         return
@@ -172,17 +183,29 @@ def history(run_id: str, as_json: bool, bootstrap: str | None, namespace: str | 
 @run.command("at")
 @click.argument("run_id")
 @click.option("--offset", type=int, default=None, help="State right after this offset.")
-@click.option("--time", "at_time", default=None, help="State at this ISO-8601 time.")
+@click.option("--time", "at_time", default=None, help="State at this ISO-8601 time (log time).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON, journal entries included.")
 @bootstrap_option
 @namespace_option
-def at(run_id: str, offset: int | None, at_time: str | None, bootstrap: str | None,
-       namespace: str | None) -> None:
+@cache_dir_option
+def at(run_id: str, offset: int | None, at_time: str | None, as_json: bool,
+       bootstrap: str | None, namespace: str | None, cache_dir: Path | None) -> None:
     """Time travel: a run's state at a past offset or time."""
     if (offset is None) == (at_time is None):
         raise UserError("give exactly one of --offset N or --time 2026-01-01T12:00:00Z")
-    _print_json(asyncio.run(operations.run_state_at(
+    view = asyncio.run(operations.run_state_at(
         bootstrap=bootstrap, namespace=namespace, run_id=run_id, offset=offset,
-        at_time=at_time)))
+        at_time=at_time, read_model_dir=query_dir(cache_dir, bootstrap, namespace)))
+    if as_json:
+        _print_json(view)
+        return
+    point = f"offset {offset}" if offset is not None else at_time
+    click.echo(f"{view['run_id']}  {view['flow']}  {view['status']}  (at {point})")
+    _echo_outcome(view)
+    for entry in view["journal"]:
+        outcome = entry["result_json"] if entry["status"] == "completed" else entry["error_type"]
+        click.echo(f"  step {entry['position']} {entry['name']}: {entry['status']}"
+                   f"{f' {outcome}' if outcome else ''}")
 
 
 @click.command("demo")

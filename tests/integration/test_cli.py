@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,12 +21,14 @@ class Result:
     err: str
 
 
-async def cli(*args: str, bootstrap: str, namespace: str) -> Result:
+async def cli(*args: str, bootstrap: str, namespace: str, cache: Path | None = None) -> Result:
     # A subprocess driven from the event loop: the in-process worker keeps running meanwhile.
+    # Queries keep their read model under `cache` (RUNSTREAM_CACHE_DIR), not in ~/.cache.
+    env = {**os.environ, "RUNSTREAM_CACHE_DIR": str(cache)} if cache else None
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "engine.cli", *args, "--bootstrap", bootstrap,
         "--namespace", namespace,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
     out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
     assert proc.returncode is not None
     return Result(proc.returncode, out.decode(), err.decode())
@@ -42,7 +46,8 @@ async def test_cli_creates_waits_reports_and_refuses_clearly(
     bootstrap: str, namespace: str, journal: str, tmp_path: Path
 ) -> None:
     async def run(*args: str) -> Result:
-        return await cli(*args, bootstrap=bootstrap, namespace=namespace)
+        return await cli(*args, bootstrap=bootstrap, namespace=namespace,
+                         cache=tmp_path / "cache")
 
     worker = Worker(flows=[checkout], data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
                     namespace=namespace)
@@ -70,7 +75,7 @@ async def test_cli_creates_waits_reports_and_refuses_clearly(
         assert ghost.code == 0, ghost.err
         status = await _wait_for_note(run, "g1")
         assert {"run_id", "flow", "status"} <= status.keys()
-        assert status["status"] == "pending" and "ghost-flow" in status["note"]
+        assert status["status"] == "pending" and "ghost-flow" in str(status["note"])
 
         done = json.loads((await run("run", "status", "c1", "--json")).out)
         assert done["status"] == "completed" and done["result"]["order_id"] == "c1"
@@ -78,6 +83,17 @@ async def test_cli_creates_waits_reports_and_refuses_clearly(
         assert {v["run_id"] for v in listed} == {"c1", "g1"}
         history = await run("run", "history", "c1")
         assert "run.completed" in history.out and "step.completed" in history.out
+        rows = json.loads((await run("run", "history", "c1", "--json")).out)
+        first_step = next(r for r in rows if r["type"] == "step.completed")
+        past = json.loads((await run("run", "at", "c1", "--offset", str(first_step["offset"]),
+                                     "--json")).out)
+        assert past["status"] == "running" and past["steps"] == 1
+        assert [e["status"] for e in past["journal"]] == ["completed"]
+        claims = json.loads((await run("partition", "history", str(done["partition"]),
+                                       "--json")).out)
+        assert any(r["type"] == "partition.epoch-claimed" and r["verdict"] == "applied"
+                   for r in claims)
+        assert (tmp_path / "cache" / "readmodel").is_dir()  # queries kept their read model
         missing = one_line_error(await run("run", "status", "nope"))
         assert "no run 'nope'" in missing
     finally:
@@ -88,9 +104,10 @@ async def test_cli_creates_waits_reports_and_refuses_clearly(
     assert rebuilt.code == 0 and "identical to the live projection" in rebuilt.out, rebuilt
 
 
-async def _wait_for_note(run: object, run_id: str) -> dict[str, object]:
+async def _wait_for_note(run: Callable[..., Awaitable[Result]], run_id: str
+                         ) -> dict[str, object]:
     for _ in range(60):
-        result = await run("run", "status", run_id, "--json")  # type: ignore[operator]
+        result = await run("run", "status", run_id, "--json")
         view = json.loads(result.out)
         if "no worker has claimed" in view.get("note", ""):
             return dict(view)

@@ -1,0 +1,43 @@
+"""`runstream partition history N`: a partition's own records, answered by the read model."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import click
+
+from engine import operations
+from engine.cli.options import (
+    bootstrap_option,
+    cache_dir_option,
+    namespace_option,
+    print_json,
+    query_dir,
+)
+from engine.history import format_partition_history
+
+
+@click.group()
+def partition() -> None:
+    """Inspect one partition of the journal."""
+
+
+@partition.command("history")
+@click.argument("number", type=click.IntRange(min=0))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@bootstrap_option
+@namespace_option
+@cache_dir_option
+def history(number: int, as_json: bool, bootstrap: str | None, namespace: str | None,
+            cache_dir: Path | None) -> None:
+    """Claims (applied or rejected), heartbeats and dead letters of partition NUMBER."""
+    rows = asyncio.run(operations.partition_history(
+        bootstrap=bootstrap, namespace=namespace, partition=number,
+        read_model_dir=query_dir(cache_dir, bootstrap, namespace)))
+    if as_json:
+        print_json([row.as_dict() for row in rows])
+        return
+    for line in format_partition_history(rows):
+        click.echo(line)
+    click.echo(f"{len(rows)} record(s)")

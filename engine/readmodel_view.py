@@ -1,0 +1,132 @@
+"""Reading a read model: the View over a RocksDB store and, for secondaries, an overlay.
+
+A secondary reader cannot write the RocksDB store it follows; it folds the records its
+primary has not applied yet into an OverlayStore (a MemoryStore on top of the store that
+also keeps those records' history), and the View reads the overlay first, the store second.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Iterable, Iterator
+
+from engine.reader import partition_for
+from projections.memory import MemoryStore
+from projections.state import JournalEntry, PartitionState, RunState, RunStatus
+from projections.store import HistoryEntry, ProjectionStore, RecordWrite
+
+
+class OverlayStore(MemoryStore):
+    """A MemoryStore over `base` that keeps the history items of what it folds.
+
+    Bounds: everything here comes from the records folded into it, which are the records
+    between the base's stored offsets and the end offsets read when its catch-up began; a
+    new catch-up starts a new overlay.
+    """
+
+    def __init__(self, base: ProjectionStore) -> None:
+        super().__init__(base=base)
+        self.history: dict[str, list[HistoryEntry]] = {}  # run id -> its folded records
+        self.partition_history: dict[int, list[HistoryEntry]] = {}  # partition -> its own
+
+    def write(self, change: RecordWrite) -> None:
+        super().write(change)
+        item = HistoryEntry(change.partition.partition, change.offset, change.verdict,
+                            change.record_type, change.timestamp_ms, change.raw)
+        if change.run_id is None:
+            self.partition_history.setdefault(item.partition, []).append(item)
+        else:
+            self.history.setdefault(change.run_id, []).append(item)
+
+
+def _sort_key(run: RunState) -> tuple[int, str]:
+    return run.partition, run.run_id
+
+
+class View:
+    """A consistent read interface over a read model's state after one catch-up.
+
+    It reads the store as it is, so it stays exact until its ReadModel catches up again or
+    closes; take a new View from each catch-up. It holds no state of its own beyond the
+    overlay it was given.
+    """
+
+    def __init__(self, base: ProjectionStore, overlay: OverlayStore | None,
+                 partitions: int) -> None:
+        self._base = base
+        self._overlay = overlay
+        self._partitions = partitions
+
+    def partition(self, p: int) -> PartitionState:
+        if self._overlay is not None:
+            return self._overlay.partition(p)
+        return self._base.partition(p)
+
+    def run(self, run_id: str) -> RunState | None:
+        if self._overlay is not None:
+            return self._overlay.run(run_id)
+        return self._base.run(run_id)
+
+    def entries(self, run_id: str) -> tuple[JournalEntry, ...]:
+        """The run's journal entries in position order."""
+        overlay = self._overlay
+        if overlay is None or run_id not in overlay.runs:
+            return self._base.entries(run_id)
+        if overlay.runs[run_id] is None:
+            return ()
+        merged = {entry.position: entry for entry in self._base.entries(run_id)}
+        merged.update(overlay.entries.get(run_id, {}))
+        return tuple(merged[position] for position in sorted(merged))
+
+    def history(self, run_id: str) -> list[HistoryEntry]:
+        """Every record of the run in log order, with its verdict and its bytes."""
+        items = self._base.history(run_id)
+        if self._overlay is not None:
+            items += self._overlay.history.get(run_id, [])
+        return items
+
+    def partition_history(self, p: int) -> list[HistoryEntry]:
+        """The partition's own records (claims, heartbeats) and dead letters, in log order."""
+        items = self._base.partition_history(p)
+        if self._overlay is not None:
+            items += self._overlay.partition_history.get(p, [])
+        return items
+
+    def runs(self, *, status: RunStatus | None = None, limit: int | None = None,
+             after: str | None = None) -> list[RunState]:
+        """Runs (with `status`, or all), ordered by (partition, run id). `after` is the run id
+        of the last run of the previous page: the next page starts after it."""
+        cursor = self._cursor(after) if after is not None else None
+        statuses = [status] if status is not None else list(RunStatus)
+        streams = [self._base_runs(s, cursor) for s in statuses]
+        streams.append(iter(self._overlay_runs(statuses, cursor)))
+        merged = heapq.merge(*streams, key=_sort_key)
+        return list(itertools.islice(merged, limit))
+
+    def _cursor(self, after: str) -> tuple[int, str]:
+        run = self.run(after)
+        partition = run.partition if run is not None else partition_for(after, self._partitions)
+        return partition, after
+
+    def _base_runs(self, status: RunStatus, cursor: tuple[int, str] | None
+                   ) -> Iterator[RunState]:
+        """The base's runs with `status` the overlay has not changed, in index order."""
+        tail = f"{cursor[0]:05d}/{cursor[1]}" if cursor is not None else None
+        changed = self._overlay.runs if self._overlay is not None else {}
+        for run_id in self._base.run_ids_by_status(status, after=tail):
+            if run_id in changed:
+                continue
+            run = self._base.run(run_id)
+            if run is not None:
+                yield run
+
+    def _overlay_runs(self, statuses: Iterable[RunStatus], cursor: tuple[int, str] | None
+                      ) -> list[RunState]:
+        if self._overlay is None:
+            return []
+        wanted = set(statuses)
+        found = [run for run in self._overlay.runs.values()
+                 if run is not None and run.status in wanted
+                 and (cursor is None or _sort_key(run) > cursor)]
+        return sorted(found, key=_sort_key)
