@@ -84,6 +84,13 @@ class JournalTail:
         self.last_type: OrderedDict[str, str] = OrderedDict()
         self._lock = asyncio.Lock()
         self.partitions = 0
+        # Read-model catch-ups are shared: a waiter needs one that started after it
+        # registered, and one catch-up serves every waiter registered before it started.
+        self._ticket = 0
+        self._wanted: set[int] = set()  # partitions waiters want in the next catch-up
+        self._catching: asyncio.Task[View] | None = None
+        self._catching_ticket = 0
+        self._catching_partitions: frozenset[int] = frozenset()
 
     async def start(self) -> None:
         async with self._lock:
@@ -131,11 +138,13 @@ class JournalTail:
             return known.record
         waiter = _Waiter(key, from_offset)
         self._waiters.setdefault(key, []).append(waiter)
+        ticket = self._next_ticket()
         try:
             tail = self._tails.get(partition)
             if tail is None or from_offset <= max(tail.start - 1, tail.evicted_up_to):
                 # The answer may lie where only the read model has it.
-                view = await self._follow_from_read_model(partition)
+                view = await self._view_after(ticket, partition)
+                self._follow_from(view, partition)
                 found = _answer_in(view, key, run_id, from_offset)
                 if found is not None:
                     return found
@@ -147,17 +156,41 @@ class JournalTail:
             if not waiters:
                 self._waiters.pop(key, None)
 
-    async def _follow_from_read_model(self, partition: int) -> View:
+    def _next_ticket(self) -> int:
+        self._ticket += 1
+        return self._ticket
+
+    async def _view_after(self, ticket: int, partition: int) -> View:
+        """A read-model view from a catch-up that started after `ticket` and covers
+        `partition`: shared by every waiter it covers, so many waiters cost one."""
+        self._wanted.add(partition)
+        while True:
+            task = self._catching
+            if (task is not None and self._catching_ticket > ticket
+                    and partition in self._catching_partitions):
+                return await asyncio.shield(task)
+            if task is not None and not task.done():
+                await asyncio.wait({task})
+                continue
+            self._catching_ticket = self._next_ticket()
+            self._catching_partitions = frozenset(self._wanted)
+            self._wanted = set()
+            self._catching = asyncio.create_task(self._catch_up(self._catching_partitions))
+
+    async def _catch_up(self, partitions: frozenset[int]) -> View:
         model = await self._read_model()
-        view = await model.catch_up([partition])
-        if partition not in self._tails:
-            assert self._consumer is not None
-            state = view.partition(partition)
-            self._tails[partition] = _PartitionTail(start=state.next_offset, state=state)
-            tp = TopicPartition(self.topic, partition)
-            self._consumer.seek(tp, state.next_offset)
-            self._consumer.resume(tp)
-        return view
+        return await model.catch_up(sorted(partitions))
+
+    def _follow_from(self, view: View, partition: int) -> None:
+        """Start following `partition` where the read model stands, if not yet."""
+        if partition in self._tails:
+            return
+        assert self._consumer is not None
+        state = view.partition(partition)
+        self._tails[partition] = _PartitionTail(start=state.next_offset, state=state)
+        tp = TopicPartition(self.topic, partition)
+        self._consumer.seek(tp, state.next_offset)
+        self._consumer.resume(tp)
 
     async def _follow(self) -> None:
         assert self._consumer is not None

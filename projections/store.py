@@ -173,7 +173,8 @@ class ProjectionStore:
             options.create_if_missing(True)
             self._db = Rdict(str(self.path), options)
             write_options = WriteOptions()
-            write_options.disable_wal = True
+            # A property (rocksdict's stub calls it a method).
+            write_options.disable_wal = True  # type: ignore[method-assign,assignment]
             self._db.set_write_options(write_options)
         else:
             assert secondary_path is not None, "a secondary needs its own directory"

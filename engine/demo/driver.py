@@ -60,9 +60,10 @@ def _start_worker(bootstrap: str, namespace: str, root: Path, name: str) -> subp
 async def _wait_for_owners(client: Client, names: set[str],
                            procs: list[subprocess.Popen[bytes]]) -> None:
     """Until every worker holds partitions: runs created earlier would only wait anyway."""
+    model = await client.read_model()
     for _ in range(240):
-        projection = await client.fold()
-        if {p.owner_name for p in projection.partitions.values()} == names:
+        view = await model.catch_up()
+        if {view.partition(p).owner_name for p in range(model.partitions)} == names:
             return
         if any(proc.poll() is not None for proc in procs):
             raise click.ClickException("a worker exited early: see its log")
@@ -87,15 +88,16 @@ async def _create_and_wait(client: Client, runs: int, echo: Echo) -> float:
 
 
 async def _show_time_travel(client: Client, run_id: str, echo: Echo) -> None:
-    rows = await run_history(client, run_id)
+    view = await (await client.read_model()).catch_up()
+    rows = run_history(view, run_id)
     echo(f"\nhistory of {run_id} (offset, time, writer@epoch, record, detail):")
     for line in format_history(rows):
         echo("  " + line)
     steps = [row for row in rows if row.type == "step.completed"]
     if len(steps) < 2:
         return
-    past = await state_at(client, run_id, offset=steps[1].offset)
+    past = state_at(view, run_id, offset=steps[1].offset)
     echo(f"\ntime travel: {run_id} right after offset {steps[1].offset} was "
-         f"{past.status.value} with {len(past.journal)} of 3 steps journaled:")
-    for entry in past.journal:
+         f"{past.run.status.value} with {len(past.entries)} of 3 steps journaled:")
+    for entry in past.entries:
         echo(f"  step {entry.position} {entry.name}: {entry.result_json}")
