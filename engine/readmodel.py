@@ -233,7 +233,7 @@ class ReadModel:
     async def _apply(self, store: ProjectionStore, projector: Projector,
                      starts: dict[int, int], ends: dict[int, int]) -> None:
         """The primary's fold: one RocksDB write per APPLY_GROUP records (each record atomic
-        in it), then a memtable flush, after which secondaries see the records."""
+        in it); secondaries see the records through RocksDB's write-ahead log."""
         applied = 0
         with store.group():
             async for raw in self._source.read(starts, ends):
@@ -243,8 +243,6 @@ class ReadModel:
                                     raw.timestamp_ms)
                 applied += 1
                 self.records_consumed += 1
-        if applied:
-            store.persist()
 
     def _check_not_ahead(self, store: ProjectionStore, ends: dict[int, int]) -> None:
         """A projection past the end of its partition (or of a partition the topic no longer

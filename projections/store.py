@@ -18,9 +18,9 @@ States are msgpack (projections.state); a history item is msgpack
 Atomicity: every applied record goes into one WriteBatch with its partition's next offset,
 so a crash never half-applies a record. Inside `store.group()` the records of one consumer
 poll share that batch (reads see its pending writes), which takes the fixed cost of a
-RocksDB write off each record. The write-ahead log is off, as in Kafka Streams' stores:
-the journal is the log, and since offsets commit atomically with the state, a crash loses
-at most a suffix of applied records, which are applied again from the journal.
+RocksDB write, write-ahead log included, off each record. The WAL stays on: a worker
+killed with -9 restarts from what it had applied (not from offset 0), and RocksDB
+secondaries (read-model readers) see a primary's writes without a memtable flush.
 
 Bounds: the request index keeps the last REQUEST_RETENTION offsets of each partition
 (pruned every PRUNE_EVERY offsets, by offset, so a rebuild prunes exactly as the live
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Literal
 
 import msgspec
-from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch
 
 from projections.state import (
     JournalEntry,
@@ -172,10 +172,6 @@ class ProjectionStore:
             self.path.mkdir(parents=True, exist_ok=True)
             options.create_if_missing(True)
             self._db = Rdict(str(self.path), options)
-            write_options = WriteOptions()
-            # A property (rocksdict's stub calls it a method).
-            write_options.disable_wal = True  # type: ignore[method-assign,assignment]
-            self._db.set_write_options(write_options)
         else:
             assert secondary_path is not None, "a secondary needs its own directory"
             options.set_max_open_files(-1)
@@ -361,15 +357,6 @@ class ProjectionStore:
                 break
             batch.delete(key)
             batch.delete(_request_key(request_id.decode()))
-
-    # appended for the read model (engine/readmodel.py)
-
-    def persist(self) -> None:
-        """Write the pending batch and flush RocksDB's memtables to SST files. The WAL is
-        off, so this is when a secondary instance (catch_up_with_primary) sees the writes;
-        it changes no key."""
-        self.flush()
-        self._db.flush(wait=True)
 
 
 class _Pending:
