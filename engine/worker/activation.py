@@ -111,6 +111,14 @@ class Activator:
         executions = self.worker.executions
         if run.run_id in executions:
             return
+        refusal = self.worker.refused.pop(run.run_id, None)
+        if refusal is not None:
+            log.error("run %s fails: the broker refused its record (%s)", run.run_id, refusal)
+            self.worker.enqueue(own, run, ev.RunFailed, error_type="RecordRefused",
+                                error_message=journal_text(
+                                    f"the broker refused a decision of this run: {refusal}"),
+                                traceback="")
+            return
         flow = self.worker.flows.get(run.flow)
         if flow is None:
             self._flow_missing(own, run)

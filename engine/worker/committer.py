@@ -22,6 +22,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import (
+    CorruptRecordException,
+    InvalidTimestampError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+    RecordTooLargeError,
+)
 
 from engine.errors import WorkerFatal
 from engine.journal import EncodeError, JournalRecord, encode
@@ -34,6 +41,12 @@ ProducerFactory = Callable[[], Awaitable[AIOKafkaProducer]]
 MAX_RECORD_BYTES = 900_000
 
 
+# Errors about the record itself: sending it again would fail again, so the run whose
+# record it was is failed (after the source renewal) instead of re-executed in a loop.
+RECORD_REFUSED = (MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError,
+                  CorruptRecordException, InvalidTimestampError)
+
+
 class RecordTooLarge(EncodeError):
     """A decision whose encoded value would not fit in one Kafka record."""
 
@@ -41,6 +54,7 @@ class RecordTooLarge(EncodeError):
 @dataclass(slots=True)
 class _Pending:
     partition: int
+    run_id: str
     key: bytes
     value: bytes
     headers: list[tuple[str, bytes]]
@@ -67,6 +81,7 @@ class Committer:
         self._seq = 0
         self._task: asyncio.Task[None] | None = None
         self.failure: BaseException | None = None
+        self.refused_run: str | None = None  # the run whose record the broker refused
         self.records = 0
 
     async def start(self) -> None:
@@ -94,7 +109,8 @@ class Committer:
                 f"over the {MAX_RECORD_BYTES}-byte limit of one journal record",
                 record_type=record.TYPE,
             )
-        pending = _Pending(partition, stamped.envelope.lineage_id.encode(), value, headers)
+        pending = _Pending(partition, stamped.envelope.run_id,
+                           stamped.envelope.lineage_id.encode(), value, headers)
         self._queue.append(pending)
         self._wakeup.set()
         return pending.future
@@ -160,6 +176,8 @@ class Committer:
             log.error("source %s: a decision could not be produced (%r); this source ends",
                       self.source_id[:8], exc)
             self.failure = exc
+            if isinstance(exc, RECORD_REFUSED) and pending.run_id:
+                self.refused_run = pending.run_id
         error = WorkerFatal(f"producing a decision failed: {exc!r}")
         for item in (pending, *self._queue):
             if not item.future.done():

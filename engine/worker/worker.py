@@ -41,6 +41,7 @@ log = logging.getLogger("runstream.worker")
 # only after a group is recreated, so it is long; owners heartbeat a partition they have not
 # written to for a quarter of it (20 minutes: at most 288 heartbeats a day per partition).
 DEFAULT_LEASE_MS = 20 * 60 * 1000
+MAX_REFUSED = 1024
 
 
 class Worker:
@@ -76,6 +77,9 @@ class Worker:
         # (partition, source_seq) of our records whose application someone awaits: bounded
         # by the irreversible steps in flight.
         self._confirmations: dict[tuple[int, int], asyncio.Future[Verdict]] = {}
+        # Runs whose record the broker refused (too large, corrupt): failed when next
+        # activated instead of re-executed into the same refusal. At most MAX_REFUSED.
+        self.refused: dict[str, str] = {}
         self.activator = Activator(self)
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
@@ -316,6 +320,8 @@ class Worker:
         log.warning("worker %s: source %s ended; renewing and claiming %s again", self.name,
                     self.source_id[:8], sorted(self.owned))
         failed = self.committer
+        if failed.refused_run is not None and len(self.refused) < MAX_REFUSED:
+            self.refused[failed.refused_run] = f"{type(failed.failure).__name__}: {failed.failure}"
         for own in self.owned.values():
             own.state = OwnershipState.lost
         self._abandon_confirmations()
