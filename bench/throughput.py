@@ -1,146 +1,105 @@
-"""Runs/s and create-to-result latency of a 3-step flow, against raw aiokafka in the same run.
+"""Runs/s of the 3-step checkout flow against raw idempotent produce-and-consume.
 
-    python bench/throughput.py [--runs 2000] [--workers 2] [--bootstrap 127.0.0.1:9092]
-
-Measured in one process run, on one broker:
-  1. raw aiokafka: produce N small records (idempotent, acks=all, concurrent sends) and read
-     them back: the floor any Kafka-journaled engine stands on;
-  2. runstream throughput: N runs of the 3-step checkout flow (no simulated work) created at
-     once, W worker processes; runs/s = N / (first create .. last result);
-  3. runstream latency: runs created one at a time at a steady rate well below capacity;
-     create-to-result latency p50/p99 (the create call's start until result() returns).
-Each run writes 7 journal records (request, created, activated, 3 steps, completed), so
-runs/s x 7 against raw records/s is the engine's overhead ratio.
+Limit: `raw_records` 150-byte records produced idempotently (acks=all, concurrent sends over
+the 12 partitions) until all are acknowledged, then read back by one consumer; best of two.
+A run writes 7 journal records, so the limit in runs/s is raw records/s / 7 and the ratio
+is runs/s / (raw records/s / 7). Runs/s = runs / (first create .. last result).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import statistics
-import subprocess
-import sys
-import tempfile
-import time
-import uuid
-from pathlib import Path
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-
+from bench.env import Context, fresh_namespace, fresh_topic, pick
+from bench.journal import RECORDS_PER_RUN
+from bench.load import closed_loop, warm_up
+from bench.raw import RawThroughput, produce_then_consume
+from bench.report import Row, Section
+from bench.system import measure_cpu
+from bench.workers import WorkerPool
 from engine import Client
-from engine.admin import delete_topics, ensure_topics
 from engine.demo.flows import checkout
 
-RECORDS_PER_RUN = 7
+PARTITIONS = 12
 
 
-async def raw_kafka(bootstrap: str, topic: str, n: int) -> float:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
-    await producer.start()
-    payload = b"x" * 200
-    started = time.perf_counter()
-    try:
-        futures = [await producer.send(topic, payload, key=str(i).encode()) for i in range(n)]
-        await asyncio.gather(*futures)
-    finally:
-        await producer.stop()
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                                isolation_level="read_committed", enable_auto_commit=False)
-    await consumer.start()
-    seen = 0
-    try:
-        while seen < n:
-            batches = await consumer.getmany(timeout_ms=500)
-            seen += sum(len(m) for m in batches.values())
-    finally:
-        await consumer.stop()
-    return n / (time.perf_counter() - started)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("throughput")
+    group.add_argument("--w1-runs", type=int, help="W1 runs [2000; quick 50]")
+    group.add_argument("--w1-in-flight", type=int, help="W1 runs in flight at most [100]")
+    group.add_argument("--big-runs", type=int, help="big workload runs [20000; quick 100]; "
+                       "0 skips it")
+    group.add_argument("--big-in-flight", type=int, help="big workload in flight [500]")
+    group.add_argument("--worker-counts", help="worker processes per workload [1,2]")
+    group.add_argument("--raw-records", type=int, help="records of the raw limit [50000]")
 
 
-def start_workers(
-    bootstrap: str, namespace: str, count: int, root: Path
-) -> list[subprocess.Popen[bytes]]:
-    procs = []
-    for i in range(count):
-        log = open(root / f"w{i}.log", "wb")
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "engine.cli", "worker", "--app", "engine.demo.flows:flows",
-             "--data-dir", str(root / f"w{i}"), "--bootstrap", bootstrap,
-             "--namespace", namespace, "--name", f"w{i}", "--concurrency", "256",
-             "--log-level", "INFO"], stdout=log, stderr=subprocess.STDOUT))
-    return procs
+def workloads(args: argparse.Namespace) -> list[tuple[str, int, int]]:
+    found = [("W1", pick(args, "w1_runs", 2000, 50), pick(args, "w1_in_flight", 100, 20))]
+    big = pick(args, "big_runs", 20_000, 100)
+    if big > 0:
+        found.append(("W-big", big, pick(args, "big_in_flight", 500, 50)))
+    return found
 
 
-async def wait_owned(client: Client, names: set[str]) -> None:
-    for _ in range(400):
-        if {p.owner_name for p in (await client.fold()).partitions.values()} == names:
-            return
-        await asyncio.sleep(0.25)
-    raise SystemExit("the workers did not claim the partitions")
+def worker_counts(args: argparse.Namespace) -> list[int]:
+    text = pick(args, "worker_counts", "1,2", "1,2")
+    return [int(part) for part in text.split(",") if part.strip()]
 
 
-async def throughput(client: Client, n: int) -> float:
-    started = time.perf_counter()
-    handles = []
-    for chunk in range(0, n, 200):
-        handles += await asyncio.gather(*(
-            client.create_run(checkout, {"order_id": f"t{i}", "amount": 1}, run_id=f"t{i}")
-            for i in range(chunk, min(chunk + 200, n))))
-    await asyncio.gather(*(h.result(timeout=600) for h in handles))
-    return n / (time.perf_counter() - started)
+async def raw_limit(ctx: Context, section: Section, records: int) -> RawThroughput:
+    """Best of two rounds, each on a fresh topic."""
+    best: RawThroughput | None = None
+    for attempt in range(2):
+        async with fresh_topic(ctx, "raw", PARTITIONS) as topic:
+            with measure_cpu(f"raw limit round {attempt + 1}", ctx.pids(), section.cpu,
+                             records // RECORDS_PER_RUN, per="7 records"):
+                measured = await produce_then_consume(ctx.bootstrap, topic, records)
+        if best is None or measured.records_per_s > best.records_per_s:
+            best = measured
+    assert best is not None
+    section.add(Row(
+        "raw produce+consume", best.records_per_s, "records/s",
+        note=f"{records:,} x 150 B over {PARTITIONS} partitions, acks=all idempotent, best of "
+             f"2; produce {records / best.produce_s:,.0f}/s, consume "
+             f"{records / best.consume_s:,.0f}/s"))
+    return best
 
 
-async def latency(client: Client, n: int, rate: float) -> list[float]:
-    async def one(i: int) -> float:
-        t0 = time.perf_counter()
-        handle = await client.create_run(checkout, {"order_id": f"l{i}", "amount": 1},
-                                         run_id=f"l{i}")
-        await handle.result(timeout=120)
-        return time.perf_counter() - t0
-
-    tasks = []
-    for i in range(n):
-        tasks.append(asyncio.create_task(one(i)))
-        await asyncio.sleep(1 / rate)
-    return sorted(await asyncio.gather(*tasks))
-
-
-async def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--bootstrap", default="127.0.0.1:9092")
-    parser.add_argument("--runs", type=int, default=2000)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--latency-runs", type=int, default=300)
-    parser.add_argument("--rate", type=float, default=50.0, help="runs/s for the latency test")
-    args = parser.parse_args()
-    namespace = f"bench-{uuid.uuid4().hex[:6]}"
-    await ensure_topics(args.bootstrap, namespace, partitions=12)
-    await ensure_topics(args.bootstrap, f"{namespace}-raw", partitions=12)
-    raw = await raw_kafka(args.bootstrap, f"{namespace}-raw.journal",
-                          args.runs * RECORDS_PER_RUN)
-    root = Path(tempfile.mkdtemp(prefix="runstream-bench-"))
-    procs = start_workers(args.bootstrap, namespace, args.workers, root)
-    try:
-        async with Client(bootstrap_servers=args.bootstrap, namespace=namespace,
+async def measure(
+    ctx: Context, section: Section, name: str, runs: int, in_flight: int, workers: int,
+    limit: float,
+) -> float:
+    """One workload on fresh workers in a fresh namespace; returns runs/s."""
+    label = f"{name} {runs} runs, <={in_flight} in flight, {workers} worker(s)"
+    async with fresh_namespace(ctx, "tput", PARTITIONS) as namespace, \
+            WorkerPool(ctx.bootstrap, namespace, workers) as pool:
+        await pool.wait_owned(PARTITIONS)
+        async with Client(bootstrap_servers=ctx.bootstrap, namespace=namespace,
                           flows=[checkout]) as client:
-            await wait_owned(client, {f"w{i}" for i in range(args.workers)})
-            runs_per_s = await throughput(client, args.runs)
-            lat = await latency(client, args.latency_runs, args.rate)
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait()
-        await delete_topics(args.bootstrap, namespace)
-        await delete_topics(args.bootstrap, f"{namespace}-raw")
-    p50, p99 = statistics.quantiles(lat, n=100)[49], statistics.quantiles(lat, n=100)[98]
-    print(f"raw aiokafka: {raw:,.0f} records/s produced and consumed")
-    print(f"runstream: {runs_per_s:,.0f} runs/s = {runs_per_s * RECORDS_PER_RUN:,.0f} journal "
-          f"records/s with {args.workers} workers; ratio to raw: "
-          f"{runs_per_s * RECORDS_PER_RUN / raw:.3f}")
-    print(f"create-to-result latency at {args.rate:g} runs/s: p50 {p50 * 1000:.1f} ms, "
-          f"p99 {p99 * 1000:.1f} ms, max {lat[-1] * 1000:.1f} ms ({len(lat)} runs)")
+            await warm_up(client)
+            with measure_cpu(label, {**ctx.pids(), **pool.pids()}, section.cpu, runs):
+                result = await closed_loop(client, runs, in_flight, "t")
+        pool.check_alive()
+    note = f"{result.seconds:.1f} s"
+    if result.errors:
+        note += f"; {len(result.errors)} runs failed, e.g. {result.errors[0]}"
+    section.add(Row(label, result.runs_per_s, "runs/s", limit=limit,
+                    limit_name="raw records/s / 7", note=note))
+    return result.runs_per_s
 
 
-if __name__ == "__main__":
-    asyncio.run(main())
+async def run(ctx: Context, args: argparse.Namespace) -> Section:
+    section = Section("throughput")
+    raw = await raw_limit(ctx, section, pick(args, "raw_records", 50_000, 2_000))
+    limit = raw.records_per_s / RECORDS_PER_RUN
+    for name, runs, in_flight in workloads(args):
+        for workers in worker_counts(args):
+            runs_per_s = await measure(ctx, section, name, runs, in_flight, workers, limit)
+            if name == "W1":
+                ctx.runs_per_s[workers] = runs_per_s
+    section.info = {"partitions": PARTITIONS, "records_per_run": RECORDS_PER_RUN,
+                    "raw": {"records": raw.records, "produce_s": raw.produce_s,
+                            "consume_s": raw.consume_s},
+                    "worker_concurrency": 256, "warm_up_runs": 20}
+    return section

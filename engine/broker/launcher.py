@@ -18,10 +18,12 @@ from types import TracebackType
 
 from engine.broker.layout import (
     DEFAULT_HOST,
+    FLUSH_MESSAGES,
     Layout,
     NodeSpec,
     compute_ports,
     default_data_dir,
+    flush_settings,
     load_layout,
     new_cluster_id,
     read_property,
@@ -74,12 +76,14 @@ class BrokerCluster:
         host: str = DEFAULT_HOST,
         heap_mb: int | None = None,
         progress: Progress | None = None,
+        flush_every_write: bool = False,
     ) -> None:
         if not 1 <= nodes <= MAX_NODES:
             raise BrokerError(f"nodes must be between 1 and {MAX_NODES}, not {nodes}")
         self.data_dir = Path(data_dir).expanduser() if data_dir else default_data_dir(nodes)
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else None
         self.heap_mb = heap_mb or (512 if nodes == 1 else 384)
+        self.flush_every_write = flush_every_write
         self._say = progress or (lambda _msg: None)
         stored = load_layout(self.data_dir)
         if stored and stored.nodes != nodes:
@@ -124,6 +128,7 @@ class BrokerCluster:
         libs = self.provision()
         java = find_java()
         to_launch = [spec for spec in targets if self._pid(spec) is None]
+        self._warn_flush_unchanged([spec for spec in targets if spec not in to_launch])
         try:
             save_layout(self.data_dir, self._layout())
             for spec in to_launch:
@@ -225,9 +230,19 @@ class BrokerCluster:
             # A topic auto-created by a stray producer would get 7-day retention: the journal
             # must be created with `runstream topics create` (infinite retention) instead.
             "auto.create.topics.enable": "false",
+            **flush_settings(self.flush_every_write),
         }
         header = "# Written by runstream on every `broker start`; edits are overwritten.\n"
         return header + "".join(f"{key}={value}\n" for key, value in settings.items())
+
+    def _warn_flush_unchanged(self, running: list[NodeSpec]) -> None:
+        """A running node keeps the flush policy it was started with."""
+        wanted = flush_settings(self.flush_every_write).get(FLUSH_MESSAGES)
+        for spec in running:
+            current = read_property(spec.config_path, FLUSH_MESSAGES)
+            if current != (None if wanted is None else str(wanted)):
+                self._say(f"node {spec.node_id} is already running with "
+                          f"{FLUSH_MESSAGES}={current or 'default'}; stop it to change that")
 
     def _write_config(self, spec: NodeSpec) -> None:
         spec.log_dirs.mkdir(parents=True, exist_ok=True)

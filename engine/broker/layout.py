@@ -24,6 +24,7 @@ CLUSTER_CLIENT_BASE_PORT = 19092
 # Multi-node controllers listen at client port + 100 (19192…), leaving room for 100 nodes.
 CLUSTER_CONTROLLER_OFFSET = 100
 LAYOUT_FILE = "cluster.json"
+FLUSH_MESSAGES = "log.flush.interval.messages"
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,12 @@ def save_layout(data_dir: Path, layout: Layout) -> None:
     tmp = data_dir / f".{LAYOUT_FILE}.tmp"
     tmp.write_text(json.dumps(asdict(layout), indent=2) + "\n", "utf-8")
     tmp.replace(data_dir / LAYOUT_FILE)
+
+
+def flush_settings(every_write: bool) -> dict[str, int]:
+    """server.properties entries for the flush policy: fsync after every write, or (empty)
+    Kafka's default, which leaves flushing to the OS and relies on replication."""
+    return {FLUSH_MESSAGES: 1} if every_write else {}
 
 
 def read_property(path: Path, key: str) -> str | None:

@@ -41,9 +41,11 @@ def _user_errors() -> Iterator[None]:
         raise UserError(exc.message) from exc
 
 
-def _cluster(nodes: int, data_dir: Path | None, port: int | None = None) -> BrokerCluster:
+def _cluster(nodes: int, data_dir: Path | None, port: int | None = None,
+             flush_every_write: bool = False) -> BrokerCluster:
     with _user_errors():
-        return BrokerCluster(nodes=nodes, base_port=port, data_dir=data_dir, progress=_progress)
+        return BrokerCluster(nodes=nodes, base_port=port, data_dir=data_dir, progress=_progress,
+                             flush_every_write=flush_every_write)
 
 
 @click.group()
@@ -59,9 +61,13 @@ def broker() -> None:
               "several nodes; then whatever the data dir last used].")
 @click.option("--timeout", type=float, default=None,
               help="Seconds to wait for readiness [default: 60, or 120 for several nodes].")
-def start(nodes: int, data_dir: Path | None, port: int | None, timeout: float | None) -> None:
+@click.option("--flush-every-write", is_flag=True,
+              help="fsync every write (log.flush.interval.messages=1) instead of Kafka's "
+              "default (flushing left to the OS); for nodes this command starts.")
+def start(nodes: int, data_dir: Path | None, port: int | None, timeout: float | None,
+          flush_every_write: bool) -> None:
     """Start the broker (fetching Kafka once) and print its bootstrap address."""
-    cluster = _cluster(nodes, data_dir, port)
+    cluster = _cluster(nodes, data_dir, port, flush_every_write)
     with _user_errors():
         bootstrap = cluster.start(timeout=timeout)
     click.echo(f"broker ready; data in {cluster.data_dir}", err=True)

@@ -1,12 +1,9 @@
 """Journal codec throughput against raw fastavro on the same datum.
 
-    python bench/codec_bench.py [--seconds 2.0]
-
-For RunCreated and StepCompleted it prints records per CPU-second for the codec's encode and
-decode and for fastavro's schemaless_writer / schemaless_reader on the identical Avro datum
-(same parsed schema; no framing, checks or dataclasses), and the codec/raw ratio: the price of
-framing, field checks, headers and typed records. Each figure is the best of ten alternating
-rounds.
+For RunCreated and StepCompleted: records per CPU-second for the codec's encode and decode
+and for fastavro's schemaless_writer / schemaless_reader on the identical Avro datum (same
+parsed schema; no framing, checks or dataclasses). The ratio is the price of framing, field
+checks, headers and typed records. Each figure is the best of ten alternating rounds.
 """
 
 from __future__ import annotations
@@ -18,6 +15,8 @@ from collections.abc import Callable
 
 from fastavro import schemaless_reader, schemaless_writer
 
+from bench.env import Context, pick
+from bench.report import Row, Section
 from engine.journal import (
     FRAME_SIZE,
     Codec,
@@ -29,22 +28,23 @@ from engine.journal import (
     record_to_dict,
 )
 
+Operation = Callable[[], object]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("codec")
+    group.add_argument("--codec-seconds", type=float,
+                       help="CPU seconds per comparison [2.0; quick 0.2]")
+
 
 def sample_records() -> list[JournalRecord]:
     """Records shaped like the engine's: a decision envelope, short ids, small JSON bodies."""
 
     def envelope(record_type: str, request_id: str | None = None) -> Envelope:
         lineage = "01J9ZQ4W8X3M5N7P9R1T3V5X7Z"
-        return Envelope(
-            type=record_type,
-            run_id=lineage,
-            lineage_id=lineage,
-            request_id=request_id,
-            epoch=7,
-            source_id="worker-3f9a2c",
-            source_seq=120_431,
-            timestamp_ms=1_735_689_600_123,
-        )
+        return Envelope(type=record_type, run_id=lineage, lineage_id=lineage,
+                        request_id=request_id, epoch=7, source_id="worker-3f9a2c",
+                        source_seq=120_431, timestamp_ms=1_735_689_600_123)
 
     return [
         RunCreated(
@@ -60,9 +60,6 @@ def sample_records() -> list[JournalRecord]:
             result_json='{"charge_id": "ch_3PZ", "status": "succeeded"}',
         ),
     ]
-
-
-Operation = Callable[[], object]
 
 
 def rates(ours: Operation, raw: Operation, seconds: float) -> tuple[float, float]:
@@ -87,7 +84,7 @@ def rates(ours: Operation, raw: Operation, seconds: float) -> tuple[float, float
     return best[0], best[1]
 
 
-def bench(codec: Codec, record: JournalRecord, seconds: float) -> list[tuple[str, float, float]]:
+def compare(codec: Codec, record: JournalRecord, seconds: float) -> list[tuple[str, float, float]]:
     schema = codec.registry.current(record.TYPE).parsed
     datum = record_to_dict(record)
     value, headers = codec.encode(record)
@@ -101,26 +98,26 @@ def bench(codec: Codec, record: JournalRecord, seconds: float) -> list[tuple[str
     def raw_read() -> object:
         return schemaless_reader(io.BytesIO(avro), schema, None)
 
-    assert raw_write() == avro, "the codec must write exactly fastavro's bytes"
-    assert codec.decode(value, headers) == record
+    if raw_write() != avro:
+        raise RuntimeError("the codec must write exactly fastavro's bytes")
+    if codec.decode(value, headers) != record:
+        raise RuntimeError("the codec must decode what it encoded")
     return [
         ("encode", *rates(lambda: codec.encode(record), raw_write, seconds)),
         ("decode", *rates(lambda: codec.decode(value, headers), raw_read, seconds)),
     ]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=2.0, help="CPU time per comparison")
-    args = parser.parse_args()
+async def run(ctx: Context, args: argparse.Namespace) -> Section:
+    section = Section("codec")
+    seconds = pick(args, "codec_seconds", 2.0, 0.2)
     codec = Codec(SchemaRegistry.load())
-    print(f"{'record':<16}{'op':<8}{'codec rec/s':>14}{'fastavro rec/s':>16}{'ratio':>8}  bytes")
     for record in sample_records():
         size = len(codec.encode(record)[0])
-        for op, ours, raw in bench(codec, record, args.seconds):
-            name = type(record).__name__
-            print(f"{name:<16}{op:<8}{ours:>14,.0f}{raw:>16,.0f}{ours / raw:>8.2f}  {size}")
-
-
-if __name__ == "__main__":
-    main()
+        name = type(record).__name__
+        for op, ours, raw in compare(codec, record, seconds):
+            section.add(Row(f"{name} {op}", ours, "records/CPU-s", limit=raw,
+                            limit_name="fastavro on the same datum",
+                            note=f"{size} bytes framed; CPU {1e6 / ours:.1f} us/record"))
+    section.info = {"cpu_seconds_per_comparison": seconds}
+    return section

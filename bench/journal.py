@@ -1,0 +1,165 @@
+"""A large journal without running the engine: real encoded records, as an owner writes them.
+
+Per partition: one `partition.epoch-claimed` from the generator's source id, then for each
+run `run.create-requested` (a request), `run.created`, `run.activated`, three
+`step.completed` and `run.completed` (or `run.failed` for a share of runs), every decision
+under epoch 1 with the source's sequence strictly increasing per partition. Keys are run ids
+and partitions follow Kafka's default partitioner, so the engine's readers find them where
+they would find real runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+
+from engine.journal import Envelope, JournalRecord, encode
+from engine.journal import events as ev
+from engine.reader import partition_for
+
+RECORDS_PER_RUN = 7
+STEPS = ("reserve", "charge", "receipt")
+EPOCH = 1
+_BATCH_BYTES = 256 * 1024
+_MAX_BATCHES_IN_FLIGHT = 32
+
+
+@dataclass
+class GeneratedJournal:
+    topic: str
+    partitions: int
+    records: int = 0
+    run_ids: list[str] = field(default_factory=list)
+    failed: set[str] = field(default_factory=set)
+    seconds: float = 0.0
+
+
+@dataclass
+class _Partition:
+    """Where the generator stands in one partition: next offset and source sequence."""
+
+    number: int
+    next_offset: int = 0
+    seq: int = 0
+
+
+class _Writer:
+    def __init__(self, partitions: int) -> None:
+        self.source_id = f"bench-gen-{uuid.uuid4().hex[:8]}"
+        self.parts = [_Partition(p) for p in range(partitions)]
+        self.clock = int(time.time() * 1000)
+
+    def _envelope(self, cls: type[Any], part: _Partition, run_id: str, lineage_id: str,
+                  request_id: str | None, decision: bool, epoch: int = EPOCH) -> Envelope:
+        self.clock += 1
+        if not decision:
+            return Envelope(type=cls.TYPE, run_id=run_id, lineage_id=lineage_id,
+                            request_id=request_id, timestamp_ms=self.clock)
+        part.seq += 1
+        return Envelope(type=cls.TYPE, run_id=run_id, lineage_id=lineage_id,
+                        request_id=request_id, epoch=epoch, source_id=self.source_id,
+                        source_seq=part.seq, timestamp_ms=self.clock)
+
+    def claim(self, part: _Partition) -> JournalRecord:
+        body: dict[str, Any] = {"partition": part.number, "epoch": EPOCH, "owner": "bench-gen"}
+        if "generation" in {f.name for f in dataclasses.fields(ev.PartitionEpochClaimed)}:
+            body["generation"] = 1
+        envelope = self._envelope(ev.PartitionEpochClaimed, part, "", f"partition/{part.number}",
+                                  uuid.uuid4().hex, True, epoch=EPOCH - 1)
+        return ev.PartitionEpochClaimed(envelope=envelope, **body)
+
+    def run(self, part: _Partition, run_id: str, failed: bool) -> list[JournalRecord]:
+        request_id = uuid.uuid4().hex
+        payload = json.dumps({"order_id": run_id, "amount": 1, "work_ms": 0})
+
+        def decide(cls: type[Any], request: str | None = None, **body: Any) -> JournalRecord:
+            record: JournalRecord = cls(
+                envelope=self._envelope(cls, part, run_id, run_id, request, True), **body)
+            return record
+
+        request = ev.RunCreateRequested(
+            envelope=self._envelope(ev.RunCreateRequested, part, run_id, run_id, request_id,
+                                    False),
+            flow="checkout", payload_json=payload)
+        records: list[JournalRecord] = [
+            request,
+            decide(ev.RunCreated, request_id, flow="checkout", payload_json=payload,
+                   request_offset=part.next_offset),
+            decide(ev.RunActivated, mode="new", activation=1),
+        ]
+        for position, name in enumerate(STEPS):
+            records.append(decide(ev.StepCompleted, position=position, name=name,
+                                  result_json=json.dumps(f"{name}-{run_id}")))
+        if failed:
+            records.append(decide(ev.RunFailed, error_type="CardDeclined",
+                                  error_message=f"card declined for {run_id}"))
+        else:
+            records.append(decide(ev.RunCompleted, result_json=json.dumps({"order_id": run_id})))
+        return records
+
+
+def _records(journal: GeneratedJournal, runs: int, failed_every: int,
+             writer: _Writer) -> Iterator[tuple[int, str, JournalRecord]]:
+    for part in writer.parts:
+        yield part.number, "", writer.claim(part)
+        part.next_offset += 1
+    for i in range(runs):
+        run_id = f"run-{i:07d}"
+        failed = i % failed_every == failed_every - 1
+        part = writer.parts[partition_for(run_id, journal.partitions)]
+        journal.run_ids.append(run_id)
+        if failed:
+            journal.failed.add(run_id)
+        for record in writer.run(part, run_id, failed):
+            yield part.number, run_id, record
+            part.next_offset += 1
+
+
+async def generate(bootstrap: str, topic: str, partitions: int, records: int,
+                   failed_share: float = 0.05) -> GeneratedJournal:
+    """Produce about `records` records (whole runs) into a fresh, empty `topic`."""
+    journal = GeneratedJournal(topic, partitions)
+    runs = max(1, (records - partitions) // RECORDS_PER_RUN)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
+                                enable_idempotence=True, max_batch_size=_BATCH_BYTES,
+                                client_id="runstream-bench-gen")
+    await producer.start()
+    started = time.perf_counter()
+    try:
+        await _produce(producer, journal, runs, round(1 / failed_share))
+    finally:
+        await producer.stop()
+    journal.seconds = time.perf_counter() - started
+    return journal
+
+
+async def _produce(producer: AIOKafkaProducer, journal: GeneratedJournal, runs: int,
+                   failed_every: int) -> None:
+    """Whole record batches per partition: far cheaper than one send() per record."""
+    builders: dict[int, Any] = {}
+    sent: list[asyncio.Future[Any]] = []
+    writer = _Writer(journal.partitions)
+    for partition, key, record in _records(journal, runs, failed_every, writer):
+        value, headers = encode(record)
+        builder = builders.get(partition) or producer.create_batch()
+        builders[partition] = builder
+        if builder.append(key=key.encode() or None, value=value, timestamp=None,
+                          headers=headers) is None:
+            sent.append(await producer.send_batch(builder, journal.topic, partition=partition))
+            builder = builders[partition] = producer.create_batch()
+            builder.append(key=key.encode() or None, value=value, timestamp=None, headers=headers)
+        journal.records += 1
+        if len(sent) >= _MAX_BATCHES_IN_FLIGHT:
+            await asyncio.gather(*sent)
+            sent = []
+    for partition, builder in builders.items():
+        sent.append(await producer.send_batch(builder, journal.topic, partition=partition))
+    await asyncio.gather(*sent)

@@ -1,0 +1,46 @@
+"""`python -m bench all --quick` works end to end against the test broker and cleans up."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+
+REPO = Path(__file__).resolve().parents[2]
+SECTIONS = {"codec", "throughput", "latency", "rebuild", "query", "failover"}
+
+
+async def _topics_with_prefix(bootstrap: str, prefix: str) -> list[str]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        return [t for t in await admin.list_topics() if t.startswith(prefix)]
+    finally:
+        await admin.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_bench_all_quick(bootstrap: str, tmp_path: Path) -> None:
+    prefix = f"tbench-{uuid.uuid4().hex[:6]}"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "all", "--quick", "--bootstrap", bootstrap,
+         "--results-dir", str(tmp_path), "--namespace-prefix", prefix],
+        cwd=REPO, capture_output=True, text=True, timeout=540,
+    )
+    assert done.returncode == 0, f"{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
+    written = list(tmp_path.glob("*.json"))
+    assert len(written) == 1, written
+    results = json.loads(written[0].read_text())
+    assert set(results["sections"]) == SECTIONS
+    for name, section in results["sections"].items():
+        assert "error" not in section["info"], (name, section["info"])
+        assert section["rows"], name
+    assert "flush" in results["broker"]
+    assert asyncio.run(_topics_with_prefix(bootstrap, prefix)) == []
