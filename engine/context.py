@@ -197,12 +197,32 @@ def _wall_clock_ms() -> int:
     return int(datetime.now(tz=UTC).timestamp() * 1000)
 
 
+# One adapter per result type (bounded by the types step functions return).
 _ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
 _ANY_ADAPTER: TypeAdapter[Any] = TypeAdapter(Any)
 
 
 def _result_adapter(fn: Callable[..., Any]) -> TypeAdapter[Any]:
     """The step result's type from fn's return annotation, so replays return that type."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return _adapter_for(fn)
+    # Keyed by the function's code and globals: resolving string annotations costs more
+    # than a step's own bookkeeping. A lambda made per call shares its code object.
+    key = (code, id(getattr(fn, "__globals__", None)))
+    adapter = _BY_CODE.get(key)
+    if adapter is None:
+        if len(_BY_CODE) >= MAX_CACHED_FUNCTIONS:
+            _BY_CODE.clear()
+        adapter = _BY_CODE[key] = _adapter_for(fn)
+    return adapter
+
+
+MAX_CACHED_FUNCTIONS = 4096
+_BY_CODE: dict[tuple[object, int], TypeAdapter[Any]] = {}  # MAX_CACHED_FUNCTIONS at most
+
+
+def _adapter_for(fn: Callable[..., Any]) -> TypeAdapter[Any]:
     try:
         hint = typing.get_type_hints(fn).get("return", Any)
     except Exception:

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from engine.context import RunReleased
 from engine.decide import (
     FLOW_NOT_REGISTERED,
-    Activation,
     Create,
     Duplicate,
     Reject,
@@ -123,18 +122,19 @@ class Activator:
         if flow is None:
             self._flow_missing(own, run)
             return
-        execution = RunExecution(self.worker, own, run)
+        execution = RunExecution(self.worker, own, run, plan_activation(run, self.owner_name))
+        if not self.worker.slots.locked():
+            # A slot is free: activate in this turn of the loop, so that the activation
+            # shares a produce request with the run's creation.
+            execution.activate()
         executions[run.run_id] = execution
         own.run_ids.add(run.run_id)
-        plan = plan_activation(run, self.owner_name)
-        execution.task = asyncio.create_task(self._execute(execution, flow, plan))
+        execution.task = asyncio.create_task(self._execute(execution, flow))
 
-    async def _execute(
-        self, execution: RunExecution, flow: Flow[Any, Any], plan: Activation
-    ) -> None:
+    async def _execute(self, execution: RunExecution, flow: Flow[Any, Any]) -> None:
         run_id = execution.run.run_id
         try:
-            await execution.execute(flow, plan)
+            await execution.execute(flow)
         except (asyncio.CancelledError, RunReleased):
             pass
         except WorkerFatal as exc:

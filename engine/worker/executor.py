@@ -59,6 +59,7 @@ class RunExecution:
     worker: Worker
     ownership: Ownership
     run: RunState
+    plan: Activation
     settled: bool = False
     activated: bool = False
     task: asyncio.Task[None] | None = field(default=None, repr=False)
@@ -100,17 +101,25 @@ class RunExecution:
         if not self.ownership.executing:
             raise RunReleased(f"partition {self.ownership.partition} is no longer executed here")
 
-    async def execute(self, flow: Flow[Any, Any], plan: Activation) -> None:
+    def activate(self) -> None:
+        """Queue the run's activation. Not awaited: the first step runs while it is in
+        flight; the step's own acknowledgement (same producer, same partition, later)
+        covers it."""
+        if self.activated:
+            return
+        plan = self.plan
+        self.ensure_active()
+        self.activated = True  # before anything is sent: it may land even if we stop
+        self._enqueue(ev.RunActivated, {
+            "mode": plan.mode, "activation": self.run.activations + 1,
+            "evidence": plan.evidence, "previous_owner": plan.previous_owner,
+            "previous_epoch": plan.previous_epoch,
+        })
+
+    async def execute(self, flow: Flow[Any, Any]) -> None:
         async with self.worker.slots:
+            self.activate()
             self.ensure_active()
-            self.activated = True  # before anything is sent: it may land even if we stop
-            # Not awaited: the first step runs while the activation is in flight; the step's
-            # own acknowledgement (same producer, same partition, later) covers both.
-            self._enqueue(ev.RunActivated, {
-                "mode": plan.mode, "activation": self.run.activations + 1,
-                "evidence": plan.evidence, "previous_owner": plan.previous_owner,
-                "previous_epoch": plan.previous_epoch,
-            })
             await self._run_handler(flow)
 
     async def _run_handler(self, flow: Flow[Any, Any]) -> None:
