@@ -104,7 +104,9 @@ class Projector:
         run_id = record.envelope.run_id or None  # partition records belong to no run
         before = self.run(run_id) if run_id else None
         position = entry_position(record)
-        entry = self.store.entry(run_id, position) if run_id and position is not None else None
+        entry = None
+        if before is not None and position is not None and position < before.steps:
+            entry = self.store.entry(before.run_id, position)  # else none can stand there
         request_id = request_id_of(record, offset) if record.KIND == "request" else None
         seen = request_id is not None and self.store.request_seen(request_id)
         applied = apply(state, before, record, offset, timestamp_ms=when, entry=entry,

@@ -60,10 +60,10 @@ def apply(
     `entry` is the run's journal entry at the record's position (step records), and
     `request_seen` whether the request's id was applied before (requests).
     """
-    moved = replace(partition, next_offset=offset + 1)
     if record.KIND == "request":
+        moved = replace(partition, next_offset=offset + 1)
         return _apply_request(moved, run, record, offset, request_seen)
-    return _apply_decision(moved, run, record, offset, timestamp_ms, entry)
+    return _apply_decision(partition, run, record, offset, timestamp_ms, entry)
 
 
 def apply_dead_letter(partition: PartitionState, offset: int) -> PartitionState:
@@ -111,17 +111,22 @@ def _apply_decision(
     entry: JournalEntry | None,
 ) -> Applied:
     verdict = fence_verdict(partition, record, timestamp_ms)
+    next_offset = offset + 1
     if verdict is Verdict.fenced:
-        return Applied(replace(partition, fenced=partition.fenced + 1), run, verdict)
+        return Applied(replace(partition, next_offset=next_offset, fenced=partition.fenced + 1),
+                       run, verdict)
     if verdict is Verdict.duplicate:
-        return Applied(replace(partition, duplicates=partition.duplicates + 1), run, verdict)
+        return Applied(replace(partition, next_offset=next_offset,
+                               duplicates=partition.duplicates + 1), run, verdict)
     if verdict is Verdict.rejected:
-        counted = replace(partition, rejected_claims=partition.rejected_claims + 1)
+        counted = replace(partition, next_offset=next_offset,
+                          rejected_claims=partition.rejected_claims + 1)
         return Applied(counted, run, verdict)
     env = record.envelope
     assert env.source_id is not None and env.source_seq is not None
     accepted = replace(
         partition,
+        next_offset=next_offset,
         applied=partition.applied + 1,
         last_seq={**partition.last_seq, env.source_id: env.source_seq},
         owner_last_write_ms=max(partition.owner_last_write_ms, timestamp_ms),

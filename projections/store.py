@@ -179,9 +179,10 @@ class ProjectionStore:
                              access_type=AccessType.secondary(str(secondary_path)))
         self.access = access
         self._batch: WriteBatch | None = None
-        # The pending batch's writes by key (None: deleted), so reads see them: bounded by
-        # the records of one group (one consumer poll).
+        # The pending batch's writes of keys read back (None: deleted), so reads see them,
+        # and its partition states, put once at flush: bounded by one group's records.
         self._pending: dict[bytes, bytes | None] = {}
+        self._pending_partitions: dict[int, PartitionState] = {}
         self._grouping = False
 
     def close(self) -> None:
@@ -207,7 +208,10 @@ class ProjectionStore:
         """Write the pending batch now (before a scan that must see it)."""
         if self._batch is not None:
             batch, self._batch = self._batch, None
+            for number, state in self._pending_partitions.items():
+                batch.put(_partition_key(number), encode_state(state))
             self._pending.clear()
+            self._pending_partitions.clear()
             self._db.write(batch)
 
     def _get(self, key: bytes) -> bytes | None:
@@ -226,6 +230,9 @@ class ProjectionStore:
     # reads
 
     def partition(self, partition: int) -> PartitionState:
+        pending = self._pending_partitions.get(partition)
+        if pending is not None:
+            return pending
         raw = self._get(_partition_key(partition))
         if raw is None:
             return PartitionState(partition=partition)
@@ -326,23 +333,24 @@ class ProjectionStore:
             self._batch = WriteBatch(raw_mode=True)
         batch = _Pending(self._batch, self._pending)
         state = change.partition
-        batch.put(_partition_key(state.partition), encode_state(state))
+        # The partition's state (with its next offset) is put once per batch, at flush.
+        self._pending_partitions[state.partition] = state
         history = encode_history(change.verdict, change.record_type, change.timestamp_ms,
                                  change.raw if self.keep_records else None)
         if change.dead_letter:
-            batch.put(_dead_letter_key(state.partition, change.offset), change.raw or b"")
+            batch.blind(_dead_letter_key(state.partition, change.offset), change.raw or b"")
         if change.run_id is None:
-            batch.put(_partition_history_key(state.partition, change.offset), history)
+            batch.blind(_partition_history_key(state.partition, change.offset), history)
         else:
-            batch.put(_history_key(change.run_id, state.partition, change.offset), history)
+            batch.blind(_history_key(change.run_id, state.partition, change.offset), history)
         if change.after is not change.before:
             _put_run(batch, change.before, change.after)
         if change.entry is not None and change.run_id is not None:
             batch.put(_entry_key(change.run_id, change.entry.position), encode_state(change.entry))
         if change.request_id is not None:
             batch.put(_request_key(change.request_id), b"%d" % change.offset)
-            batch.put(_request_offset_key(state.partition, change.offset),
-                      change.request_id.encode())
+            batch.blind(_request_offset_key(state.partition, change.offset),
+                        change.request_id.encode())
         if change.offset % PRUNE_EVERY == 0:
             self._prune_requests(batch, state.partition, change.offset - REQUEST_RETENTION)
         if not self._grouping:
@@ -372,6 +380,10 @@ class _Pending:
         self._batch.put(key, value)
         self._seen[key] = value
 
+    def blind(self, key: bytes, value: bytes) -> None:
+        """A key only scanned, never read back by key (indexes, history): not recorded."""
+        self._batch.put(key, value)
+
     def delete(self, key: bytes) -> None:
         self._batch.delete(key)
         self._seen[key] = None
@@ -390,6 +402,6 @@ def _put_run(batch: _Pending, before: RunState | None, after: RunState | None) -
         return
     batch.put(_run_key(after.run_id), encode_state(after))
     if before is None or after.status != before.status:
-        batch.put(_status_key(after.status, after.partition, after.run_id), b"")
+        batch.blind(_status_key(after.status, after.partition, after.run_id), b"")
     if after.inbox and (before is None or not before.inbox):
-        batch.put(_inbox_key(after.partition, after.run_id), b"")
+        batch.blind(_inbox_key(after.partition, after.run_id), b"")
