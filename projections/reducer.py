@@ -200,8 +200,11 @@ def _inbox_item(record: ev.JournalRecord, request_id: str, offset: int) -> Inbox
 
 
 def _new_run(
-    partition: int, record: ev.RunCreateRequested, request_id: str, offset: int
+    partition: int, record: ev.RunCreateRequested | ev.RunCreated, request_id: str,
+    offset: int,
 ) -> RunState:
+    """A run as its first create request (or, with no request before it, its run.created)
+    makes it."""
     env = record.envelope
     return RunState(
         run_id=env.run_id,
@@ -257,17 +260,8 @@ def _created(run: RunState | None, record: ev.RunCreated, offset: int, partition
     if run is None:
         # A run.created with no request before it (a trimmed log, or another writer's
         # tooling): the run lives in this partition all the same.
-        run = RunState(
-            run_id=env.run_id,
-            lineage_id=env.lineage_id,
-            partition=partition,
-            flow=record.flow,
-            payload_json=record.payload_json,
-            request_id=env.request_id or f"offset-{offset}",
-            request_offset=record.request_offset,
-            created_at_ms=env.timestamp_ms,
-            updated_at_ms=env.timestamp_ms,
-        )
+        run = _new_run(partition, record, env.request_id or f"offset-{offset}",
+                       record.request_offset)
     inbox = _answered(run, env.request_id)
     if record.duplicate or run.admitted:
         return replace(run, inbox=inbox)
