@@ -17,7 +17,13 @@ import click
 from engine.admin import ensure_topics
 from engine.client import Client
 from engine.demo.flows import checkout
-from engine.history import format_history, run_history, state_at
+from engine.history import (
+    format_history,
+    format_partition_history,
+    partition_history,
+    run_history,
+    state_at,
+)
 
 Echo = Callable[[str], None]
 
@@ -101,3 +107,7 @@ async def _show_time_travel(client: Client, run_id: str, echo: Echo) -> None:
          f"{past.run.status.value} with {len(past.entries)} of 3 steps journaled:")
     for entry in past.entries:
         echo(f"  step {entry.position} {entry.name}: {entry.result_json}")
+    partition = rows[0].partition
+    echo(f"\npartition {partition}'s own records (claims fenced by consumer-group generation):")
+    for line in format_partition_history(partition_history(view, partition)):
+        echo("  " + line)
