@@ -86,6 +86,7 @@ class Worker:
         self._failure_stop: asyncio.Task[None] | None = None
         self._fatal: WorkerFatal | None = None
         self._release_lock = asyncio.Lock()
+        self._retiring: set[asyncio.Task[None]] = set()  # closing failed sources: a few
         self.store: ProjectionStore | None = None
         self.projector: Projector | None = None
         self._consumer: AIOKafkaConsumer | None = None
@@ -149,6 +150,7 @@ class Worker:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._consumer is not None:
             await self._consumer.stop()
+        await asyncio.gather(*self._retiring, return_exceptions=True)
         if self._committer is not None:
             await self._committer.close()
             log.info("worker %s: %s", self.name, self._committer.summary())
@@ -326,7 +328,11 @@ class Worker:
             own.state = OwnershipState.lost
         self._abandon_confirmations()
         await self._cancel_executions(list(self.executions.values()))
-        await failed.close()
+        # Its in-flight requests may take a request timeout to fail: close it aside, so the
+        # consume loop (and the new source's claims) need not wait for it.
+        closing = asyncio.create_task(failed.close(), name="runstream-old-source")
+        self._retiring.add(closing)
+        closing.add_done_callback(self._retiring.discard)
         await self._new_source()
         assert self.projector is not None
         for own in list(self.owned.values()):
