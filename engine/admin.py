@@ -40,6 +40,9 @@ DEAD_LETTER_PARTITIONS = 1
 _TOPIC_ALREADY_EXISTS = 36
 _UNKNOWN_TOPIC = 3
 _KEEP_FOREVER = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"}
+# Record timestamps from the broker's clock, monotonic per partition: claim leases and time
+# travel by time compare them, so no writer's clock may decide them.
+_BROKER_TIME = {"message.timestamp.type": "LogAppendTime"}
 _MIN_ISR = "min.insync.replicas"
 _MANAGED_KEYS = [*_KEEP_FOREVER, _MIN_ISR]
 
@@ -119,7 +122,7 @@ def topic_specs(namespace: str, partitions: int, replication_factor: int) -> lis
     min_isr = {_MIN_ISR: str(min_insync_replicas(replication_factor))}
     return [
         TopicSpec(journal_topic(namespace), partitions, replication_factor,
-                  {**_KEEP_FOREVER, **min_isr}),
+                  {**_KEEP_FOREVER, **_BROKER_TIME, **min_isr}),
         TopicSpec(owners_topic(namespace), OWNERS_PARTITIONS, replication_factor,
                   {"cleanup.policy": "compact", **min_isr}),
         TopicSpec(dead_letter_topic(namespace), DEAD_LETTER_PARTITIONS, replication_factor,

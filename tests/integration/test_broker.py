@@ -135,6 +135,7 @@ async def test_topics_create_is_idempotent_and_verifies(bootstrap: str, namespac
         assert journal["retention.ms"] == "-1"
         assert journal["retention.bytes"] == "-1"
         assert journal["cleanup.policy"] == "delete"
+        assert journal["message.timestamp.type"] == "LogAppendTime"
         owners = await topic_configs(bootstrap, owners_topic(namespace))
         assert owners["cleanup.policy"] == "compact"
         dead = await topic_configs(bootstrap, dead_letter_topic(namespace))
@@ -157,8 +158,10 @@ async def test_ensure_topics_reports_a_journal_with_finite_retention(
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(journal_topic(namespace), 4, 1,
-                                            topic_configs={"retention.ms": "604800000"})])
+        await admin.create_topics([NewTopic(
+            journal_topic(namespace), 4, 1,
+            topic_configs={"retention.ms": "604800000",
+                           "message.timestamp.type": "LogAppendTime"})])
     finally:
         await admin.close()
     try:
