@@ -38,7 +38,7 @@ class MemoryStore:
         self.partitions: dict[int, PartitionState] = {}
         self.runs: dict[str, RunState | None] = {}  # None: deleted here, hide the base's
         self.entries: dict[str, dict[int, JournalEntry]] = {}
-        self._requests: set[str] = set()
+        self._requests: set[tuple[int, str]] = set()
         self._request_log: dict[int, deque[tuple[int, str]]] = {}
 
     def partition(self, partition: int) -> PartitionState:
@@ -58,10 +58,10 @@ class MemoryStore:
             return self.base.entry(run_id, position)
         return found
 
-    def request_seen(self, request_id: str) -> bool:
-        if request_id in self._requests:
+    def request_seen(self, partition: int, request_id: str) -> bool:
+        if (partition, request_id) in self._requests:
             return True
-        return self.base.request_seen(request_id) if self.base else False
+        return self.base.request_seen(partition, request_id) if self.base else False
 
     def write(self, change: RecordWrite) -> None:
         self.partitions[change.partition.partition] = change.partition
@@ -73,11 +73,11 @@ class MemoryStore:
             self.entries.setdefault(change.run_id, {})[change.entry.position] = change.entry
         log = self._request_log.setdefault(change.partition.partition, deque())
         if change.request_id is not None:
-            self._requests.add(change.request_id)
+            self._requests.add((change.partition.partition, change.request_id))
             log.append((change.offset, change.request_id))
         if change.offset % rocks.PRUNE_EVERY == 0:
             while log and log[0][0] < change.offset - rocks.REQUEST_RETENTION:
-                self._requests.discard(log.popleft()[1])
+                self._requests.discard((change.partition.partition, log.popleft()[1]))
 
 
 @dataclass

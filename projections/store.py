@@ -9,7 +9,7 @@ Key layout (ASCII prefixes, zero-padded numbers so byte order is numeric order):
   h/<run_id>\0<partition:05d>/<offset:020d>  -> history item  per-run history
   g/<partition:05d>/<offset:020d>            -> history item  the partition's own records
                                                               (claims, heartbeats, dead letters)
-  q/<request_id>                             -> offset       requests applied (dedupe)
+  q/<partition:05d>/<request_id>             -> offset       requests applied (dedupe)
   o/<partition:05d>/<offset:020d>            -> request_id   the same, by offset (retention)
   d/<partition:05d>/<offset:020d>            -> raw bytes of a record that did not decode
 States are msgpack (projections.state); a history item is msgpack
@@ -98,8 +98,10 @@ def _partition_history_key(partition: int, offset: int) -> bytes:
     return b"g/%05d/%020d" % (partition, offset)
 
 
-def _request_key(request_id: str) -> bytes:
-    return b"q/" + request_id.encode()
+def _request_key(partition: int, request_id: str) -> bytes:
+    # Per partition: a request id is only ever re-sent to its own partition, and the
+    # synthetic ids of id-less requests ("offset-N") repeat across partitions.
+    return b"q/%05d/%s" % (partition, request_id.encode())
 
 
 def _request_offset_key(partition: int, offset: int) -> bytes:
@@ -253,8 +255,8 @@ class ProjectionStore:
         """The run's journal in position order."""
         return tuple(decode_state(JournalEntry, v) for _, v in self._scan(_entries_prefix(run_id)))
 
-    def request_seen(self, request_id: str) -> bool:
-        return self._get(_request_key(request_id)) is not None
+    def request_seen(self, partition: int, request_id: str) -> bool:
+        return self._get(_request_key(partition, request_id)) is not None
 
     def runs_in_partition(self, partition: int, status: RunStatus) -> Iterator[RunState]:
         for key, _ in self._scan(_status_prefix(status) + b"%05d/" % partition):
@@ -348,7 +350,7 @@ class ProjectionStore:
         if change.entry is not None and change.run_id is not None:
             batch.put(_entry_key(change.run_id, change.entry.position), encode_state(change.entry))
         if change.request_id is not None:
-            batch.put(_request_key(change.request_id), b"%d" % change.offset)
+            batch.put(_request_key(state.partition, change.request_id), b"%d" % change.offset)
             batch.blind(_request_offset_key(state.partition, change.offset),
                         change.request_id.encode())
         if change.offset % PRUNE_EVERY == 0:
@@ -364,7 +366,7 @@ class ProjectionStore:
             if key >= _request_offset_key(partition, below):
                 break
             batch.delete(key)
-            batch.delete(_request_key(request_id.decode()))
+            batch.delete(_request_key(partition, request_id.decode()))
 
 
 class _Pending:

@@ -84,7 +84,7 @@ def test_repeated_create_request_with_new_id_is_answered_as_duplicate() -> None:
     projection = fold(records)
     run = projection.runs["r1"]
     assert run.request_id == "q1" and run.request_offset == 1 and run.inbox == ()
-    assert projection.store.request_seen("q1") and projection.store.request_seen("q2")
+    assert projection.store.request_seen(0, "q1") and projection.store.request_seen(0, "q2")
 
 
 def test_rejected_first_request_leaves_no_run() -> None:

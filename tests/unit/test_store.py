@@ -63,11 +63,33 @@ def test_request_ids_are_forgotten_after_the_retention_in_both_stores(
         for offset, record in enumerate(records):
             memory.apply_record(0, offset, record)
             projector.apply_record(0, offset, record)
-        kept = [i for i in range(40) if store.request_seen(f"q{i}")]
-        assert kept == [i for i in range(40) if memory.store.request_seen(f"q{i}")]
+        kept = [i for i in range(40) if store.request_seen(0, f"q{i}")]
+        assert kept == [i for i in range(40) if memory.store.request_seen(0, f"q{i}")]
         assert kept[0] > 0 and kept[-1] == 39  # old ids pruned, recent ones kept
         assert len(kept) <= 16 + 8
         # A request re-sent within the retention is a duplicate; the run does not change.
         assert projector.apply_record(0, 41, create("r39", "q39")).verdict is Verdict.duplicate
+    finally:
+        store.close()
+
+
+def test_request_ids_are_deduplicated_within_their_partition(tmp_path: Path) -> None:
+    """Id-less requests get the synthetic id offset-N, which repeats across partitions."""
+    from engine.journal import Envelope
+
+    def idless(run_id: str) -> JournalRecord:
+        record = create(run_id, "unused")
+        envelope = Envelope(type=record.envelope.type, run_id=run_id, lineage_id=run_id,
+                            request_id=None, timestamp_ms=1)
+        return ev.RunCreateRequested(envelope=envelope, flow="checkout", payload_json="{}")
+
+    store = ProjectionStore(tmp_path / "p")
+    projector = Projector(store)
+    memory = MemoryProjection()
+    try:
+        for partition, run_id in ((0, "run-a"), (1, "run-b")):
+            assert projector.apply_record(partition, 5, idless(run_id)).verdict is Verdict.applied
+            assert memory.apply_record(partition, 5, idless(run_id)) is Verdict.applied
+        assert store.run("run-b") is not None and "run-b" in memory.runs
     finally:
         store.close()
