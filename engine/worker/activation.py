@@ -27,6 +27,7 @@ from engine.errors import PayloadInvalid, WorkerFatal, journal_text
 from engine.flow import Flow
 from engine.journal import EncodeError
 from engine.journal import events as ev
+from engine.worker.committer import BLAME_AT_BYTES
 from engine.worker.executor import RunExecution
 from engine.worker.ownership import Ownership
 from projections.state import InboxItem, RunState, RunStatus
@@ -83,6 +84,15 @@ class Activator:
                                 existing_value=answer.existing, requested_value=answer.requested)
             return
         offset = answer.request_offset if isinstance(answer, Duplicate) else item.offset
+        if (isinstance(answer, Create) and run.run_id in self.worker.refused
+                and len(run.payload_json) >= BLAME_AT_BYTES):
+            # Its run.created (which carries the payload) was the refused record: sending
+            # it again would be refused again. A smaller one is created and then failed.
+            refusal = self.worker.refused.pop(run.run_id)
+            self.worker.enqueue(own, run, ev.RunCreateRejected, request_id=item.request_id,
+                                reason="too-large", field="payload", existing_value="",
+                                requested_value=journal_text(refusal, 500))
+            return
         try:
             self.worker.enqueue(own, run, ev.RunCreated, request_id=item.request_id,
                                 flow=run.flow, payload_json=run.payload_json,

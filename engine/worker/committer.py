@@ -39,12 +39,17 @@ ProducerFactory = Callable[[], Awaitable[AIOKafkaProducer]]
 
 # Kafka's default max.message.bytes is 1 MiB; stay clear of it, headers and batch overhead.
 MAX_RECORD_BYTES = 900_000
+MAX_BATCH_BYTES = 1024 * 1024  # the producer's batch size (make_producer)
 
 
-# Errors about the record itself: sending it again would fail again, so the run whose
-# record it was is failed (after the source renewal) instead of re-executed in a loop.
+# Errors about the records themselves: sending them again would fail again, so the run
+# whose record it was is failed (after the source renewal) instead of re-executed in a loop.
 RECORD_REFUSED = (MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError,
                   CorruptRecordException, InvalidTimestampError)
+# The broker judges a whole batch: a run is blamed only when its own record is at least
+# this large; a batch of small records refused means the topic's max.message.bytes is
+# below the producer's batch size (see make_producer), which no run can fix.
+BLAME_AT_BYTES = 16 * 1024
 
 
 class RecordTooLarge(EncodeError):
@@ -70,8 +75,10 @@ class Committer:
     concurrency (each run queues a handful before it waits for an acknowledgement).
     """
 
-    def __init__(self, producer_factory: ProducerFactory, *, topic: str, source_id: str) -> None:
+    def __init__(self, producer_factory: ProducerFactory, *, topic: str, source_id: str,
+                 on_failure: Callable[[], None] | None = None) -> None:
         self._new_producer = producer_factory
+        self._on_failure = on_failure
         self._producer: AIOKafkaProducer | None = None
         self._topic = topic
         self.source_id = source_id
@@ -82,6 +89,7 @@ class Committer:
         self._task: asyncio.Task[None] | None = None
         self.failure: BaseException | None = None
         self.refused_run: str | None = None  # the run whose record the broker refused
+        self._refused_size = 0
         self.records = 0
 
     async def start(self) -> None:
@@ -172,18 +180,30 @@ class Committer:
         sent.add_done_callback(done)
 
     def _fail(self, exc: BaseException, pending: _Pending) -> None:
-        if self.failure is None:
+        first = self.failure is None
+        if first:
             log.error("source %s: a decision could not be produced (%r); this source ends",
                       self.source_id[:8], exc)
             self.failure = exc
-            if isinstance(exc, RECORD_REFUSED) and pending.run_id:
-                self.refused_run = pending.run_id
+        if isinstance(exc, RECORD_REFUSED):
+            self._blame(pending)
         error = WorkerFatal(f"producing a decision failed: {exc!r}")
         for item in (pending, *self._queue):
             if not item.future.done():
                 item.future.set_exception(error)
                 item.future.exception()  # retrieved: no "never retrieved" warning
         self._queue.clear()
+        if first and self._on_failure is not None:
+            self._on_failure()
+
+    def _blame(self, pending: _Pending) -> None:
+        """Of the refused records, the largest, if large enough to be the cause."""
+        size = len(pending.value)
+        if pending.run_id and size >= BLAME_AT_BYTES and size > self._refused_size:
+            self.refused_run, self._refused_size = pending.run_id, size
+        elif self.refused_run is None:
+            log.error("the broker refused a batch of small records (%d bytes here): is the "
+                      "journal's max.message.bytes below %d?", size, MAX_BATCH_BYTES)
 
     def _stamp(self, record: JournalRecord) -> JournalRecord:
         self._seq += 1

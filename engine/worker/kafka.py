@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from engine.worker.committer import MAX_BATCH_BYTES
+
 
 def make_consumer(
     bootstrap: str, *, group_id: str, name: str, session_timeout_ms: int, drain_timeout: float
@@ -32,7 +34,7 @@ async def make_producer(bootstrap: str, *, name: str) -> AIOKafkaProducer:
         acks="all",
         enable_idempotence=True,
         linger_ms=0,  # batches form while the previous request is in flight
-        max_batch_size=1024 * 1024,
+        max_batch_size=MAX_BATCH_BYTES,
         client_id=f"runstream-worker-{name}",
     )
     try:
@@ -44,13 +46,15 @@ async def make_producer(bootstrap: str, *, name: str) -> AIOKafkaProducer:
 
 
 def group_generation(consumer: AIOKafkaConsumer) -> int:
-    """The consumer group generation of the current assignment.
+    """The consumer group generation of the current assignment; negative while the member
+    is between generations (a failed heartbeat reset it and a rejoin is coming).
 
     aiokafka keeps it in its private coordinator (set from the JoinGroup response before the
     rebalance listener runs); tests/integration/test_claims.py fails if it moves.
     """
     coordinator = consumer._coordinator
     generation = getattr(coordinator, "generation", None)
-    if not isinstance(generation, int) or generation < 0:
-        raise RuntimeError(f"aiokafka's coordinator has no usable generation ({generation!r})")
+    if not isinstance(generation, int):
+        raise RuntimeError(f"aiokafka's coordinator has no generation ({generation!r}): "
+                           f"this aiokafka version keeps it elsewhere")
     return generation

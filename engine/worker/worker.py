@@ -12,8 +12,8 @@ import asyncio
 import logging
 import os
 import socket
-import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 
 from engine.config import journal_topic, resolve_bootstrap, resolve_namespace, worker_group
+from engine.context import RunReleased
 from engine.errors import WorkerFatal
 from engine.flow import Flow
 from engine.journal import JournalRecord
@@ -30,6 +31,7 @@ from engine.worker.committer import Committer
 from engine.worker.executor import RunExecution, decision
 from engine.worker.kafka import group_generation, make_consumer, make_producer
 from engine.worker.ownership import Ownership, OwnershipState
+from engine.worker.upkeep import Upkeep
 from projections.projector import Outcome, Projector
 from projections.state import RunState, Verdict
 from projections.store import ProjectionStore
@@ -77,10 +79,12 @@ class Worker:
         # (partition, source_seq) of our records whose application someone awaits: bounded
         # by the irreversible steps in flight.
         self._confirmations: dict[tuple[int, int], asyncio.Future[Verdict]] = {}
-        # Runs whose record the broker refused (too large, corrupt): failed when next
-        # activated instead of re-executed into the same refusal. At most MAX_REFUSED.
-        self.refused: dict[str, str] = {}
+        # Runs whose record the broker refused (too large, corrupt): failed (or their create
+        # rejected) when next decided, instead of re-executed into the same refusal. The
+        # latest MAX_REFUSED.
+        self.refused: OrderedDict[str, str] = OrderedDict()
         self.activator = Activator(self)
+        self.upkeep = Upkeep(self)
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
         self._failure_stop: asyncio.Task[None] | None = None
@@ -105,7 +109,7 @@ class Worker:
         self._consumer.subscribe([self.topic], listener=_Rebalance(self))
         consume = asyncio.create_task(self._consume(), name="runstream-consume")
         consume.add_done_callback(self._on_loop_done)
-        heartbeat = asyncio.create_task(self._heartbeats(), name="runstream-heartbeat")
+        heartbeat = asyncio.create_task(self.upkeep.heartbeats(), name="runstream-heartbeat")
         self._tasks = [consume, heartbeat]
         log.info("worker %s (source %s) started on %s", self.name, self.source_id, self.topic)
 
@@ -113,8 +117,15 @@ class Worker:
         """A new writer incarnation: a fresh source id with its own idempotent producer."""
         self.source_id = uuid.uuid4().hex
         self._committer = Committer(self._make_producer, topic=self.topic,
-                                    source_id=self.source_id)
+                                    source_id=self.source_id, on_failure=self._source_failed)
         await self._committer.start()
+
+    def _source_failed(self) -> None:
+        """The producer failed: from now on nothing is decided or executed under this source
+        (the consume loop renews it at its next turn)."""
+        for own in self.owned.values():
+            own.state = OwnershipState.lost
+        self._abandon_confirmations()
 
     async def _make_producer(self) -> AIOKafkaProducer:
         return await make_producer(self.bootstrap, name=self.name)
@@ -186,6 +197,7 @@ class Worker:
                 await self._renew_source()
             if self._fatal is not None:
                 raise self._fatal
+            await self.upkeep.commit_offsets()
 
     def _on_record(self, partition: int, offset: int, value: bytes | None,
                    headers: Sequence[Any], timestamp_ms: int) -> None:
@@ -208,7 +220,10 @@ class Worker:
         if own is None or not own.executing or outcome.verdict is not Verdict.applied:
             return
         if isinstance(record, ev.RunCreateRequested) and outcome.run is not None:
-            self.activator.on_create_request(own, outcome.run, record.envelope.request_id)
+            try:
+                self.activator.on_create_request(own, outcome.run, record.envelope.request_id)
+            except (WorkerFatal, RunReleased):  # the source failed: renewal decides it again
+                own.state = OwnershipState.lost
 
     def _confirmed(self, partition: int, record: JournalRecord, verdict: Verdict,
                    own: Ownership | None) -> None:
@@ -227,13 +242,16 @@ class Worker:
         if own is None:
             return
         if record.envelope.request_id == own.claim_id:
-            if outcome.verdict is Verdict.applied:
+            if outcome.verdict is Verdict.applied and self.committer.failure is None:
                 own.state = OwnershipState.ready
                 own.epoch = outcome.partition.epoch
                 log.info("partition %d: claimed at epoch %d (generation %s)", partition,
                          own.epoch, record.generation)
                 assert self.store is not None
-                self.activator.activate_partition(own, self.store)
+                try:
+                    self.activator.activate_partition(own, self.store)
+                except (WorkerFatal, RunReleased):  # the source failed: renewal claims again
+                    own.state = OwnershipState.lost
             elif outcome.verdict is Verdict.rejected:
                 self._reject(own, outcome)
         elif own.state is OwnershipState.ready and outcome.verdict is Verdict.applied:
@@ -243,9 +261,11 @@ class Worker:
         state = outcome.partition
         log.warning(
             "partition %d: our claim of generation %s was rejected: %s owns it at generation "
-            "%s and wrote within its lease; not executing it until the group assigns it again",
-            own.partition, own.generation, state.owner_name, state.generation)
+            "%s and wrote within its lease; not executing it until the group assigns it again "
+            "or that owner stays silent for its whole lease", own.partition, own.generation,
+            state.owner_name, state.generation)
         own.state = OwnershipState.rejected
+        self.upkeep.reclaim_after_lease(own)
 
     def enqueue(
         self, own: Ownership, run: RunState, cls: type[JournalRecord], **body: Any
@@ -273,12 +293,21 @@ class Worker:
 
     async def _claim(self, partitions: list[int]) -> None:
         assert self._consumer is not None and self.projector is not None
+        # Read before any await: a failed heartbeat may reset it while we wait.
+        try:
+            generation = group_generation(self._consumer)
+        except RuntimeError as exc:  # aiokafka swallows a listener's exception
+            self._fatal = WorkerFatal(str(exc))
+            return
+        if generation < 0:
+            log.warning("no group generation for partitions %s: a rejoin is under way, "
+                        "claiming after it", partitions)
+            return
         try:
             await self._check_not_ahead(partitions)
-            generation = group_generation(self._consumer)
-        except (WorkerFatal, RuntimeError) as exc:
+        except WorkerFatal as exc:
             # aiokafka swallows a listener's exception: hand it to the consume loop instead.
-            self._fatal = WorkerFatal(str(exc))
+            self._fatal = exc
             return
         for partition in partitions:
             state = self.projector.partition(partition)
@@ -292,6 +321,7 @@ class Worker:
         await self.committer.flush()
 
     def _write_claim(self, own: Ownership, epoch: int) -> None:
+        """Queue the claim; if this source has failed, the renewal claims again."""
         record = decision(
             ev.PartitionEpochClaimed, run_id="", lineage_id=f"partition/{own.partition}",
             epoch=epoch, source_id=self.source_id, request_id=own.claim_id,
@@ -299,7 +329,10 @@ class Worker:
                   "query_endpoint": None, "generation": own.generation,
                   "lease_ms": self.lease_ms},
         )
-        self.committer.enqueue(own.partition, record)
+        try:
+            self.committer.enqueue(own.partition, record)
+        except WorkerFatal:
+            own.state = OwnershipState.lost
 
     async def _check_not_ahead(self, partitions: list[int]) -> None:
         """A projection past the end of its partition was built from another log (the topic
@@ -322,8 +355,10 @@ class Worker:
         log.warning("worker %s: source %s ended; renewing and claiming %s again", self.name,
                     self.source_id[:8], sorted(self.owned))
         failed = self.committer
-        if failed.refused_run is not None and len(self.refused) < MAX_REFUSED:
+        if failed.refused_run is not None:
             self.refused[failed.refused_run] = f"{type(failed.failure).__name__}: {failed.failure}"
+            while len(self.refused) > MAX_REFUSED:
+                self.refused.popitem(last=False)
         for own in self.owned.values():
             own.state = OwnershipState.lost
         self._abandon_confirmations()
@@ -367,8 +402,12 @@ class Worker:
             unsettled = execution.activated and not execution.settled
             writable = own.state is OwnershipState.draining and self.committer.failure is None
             if unsettled and writable:
-                self.enqueue(own, execution.run, ev.RunReleased, cause=cause,
-                             detail=f"{self.name} stopped executing partition {own.partition}")
+                try:
+                    self.enqueue(own, execution.run, ev.RunReleased, cause=cause,
+                                 detail=f"{self.name} stopped executing partition "
+                                        f"{own.partition}")
+                except WorkerFatal:
+                    break  # the source failed meanwhile: the next owner finds them running
         await self.committer.flush()
         log.info("released partitions %s (%s)", [o.partition for o in owns], cause)
 
@@ -385,25 +424,6 @@ class Worker:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-    # heartbeats
-
-    async def _heartbeats(self) -> None:
-        """Renew the lease of every partition we own but have not written to lately."""
-        interval_ms = max(self.lease_ms // 4, 1)
-        while True:
-            await asyncio.sleep(min(interval_ms / 4000, 60.0))
-            assert self.projector is not None
-            now_ms = int(time.time() * 1000)
-            for own in list(self.owned.values()):
-                state = self.projector.partition(own.partition)
-                if own.executing and now_ms - state.owner_last_write_ms >= interval_ms:
-                    record = decision(
-                        ev.PartitionHeartbeat, run_id="",
-                        lineage_id=f"partition/{own.partition}", epoch=own.epoch,
-                        source_id=self.source_id, body={"partition": own.partition})
-                    self.committer.enqueue(own.partition, record)
-
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     def __init__(self, worker: Worker) -> None:

@@ -174,3 +174,24 @@ async def test_a_recreated_group_takes_the_partitions_once_the_lease_has_passed(
         assert (await handle.result(timeout=60)).order_id == "d"
     state = (await fold(bootstrap, namespace)).partition(0)
     assert state.generation == 1 and state.owner_name == "b"
+
+
+async def test_a_rejected_claimant_claims_again_once_a_silent_owner_outlived_its_lease(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """A group recreated while its old owner is gone: the new member's first claim (a lower
+    generation) is rejected within the lease, and no rebalance may ever come; it claims
+    again when the silent owner's lease has run out, and takes the partition."""
+    await write_claim(bootstrap, namespace, 1, generation=500, owner="gone", lease_ms=3000)
+    async with running(bootstrap, namespace, tmp_path / "w", "new") as w, \
+            Client(bootstrap_servers=bootstrap, namespace=namespace, flows=[checkout]) as c:
+        handle = await c.create_run(checkout, {"order_id": "e", "amount": 5},
+                                    run_id=run_in(1, "waits"))
+        assert (await handle.result(timeout=60)).order_id == "e"
+        claims = [h for h in await c.partition_history(1)
+                  if h.type == ev.PartitionEpochClaimed.TYPE]
+    verdicts = [h.verdict for h in claims]
+    assert verdicts[0] is Verdict.applied  # the gone owner's
+    assert Verdict.rejected in verdicts and verdicts[-1] is Verdict.applied
+    state = (await fold(bootstrap, namespace)).partition(1)
+    assert state.owner_name == "new" and state.owner_source == w.source_id
