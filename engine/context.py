@@ -197,7 +197,8 @@ def _wall_clock_ms() -> int:
     return int(datetime.now(tz=UTC).timestamp() * 1000)
 
 
-# One adapter per result type (bounded by the types step functions return).
+# One adapter per result type: bounded by the distinct return annotations of the flows'
+# step functions (code, not data).
 _ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
 _ANY_ADAPTER: TypeAdapter[Any] = TypeAdapter(Any)
 

@@ -49,12 +49,6 @@ class _Frozen(msgspec.Struct, frozen=True, array_like=True, forbid_unknown_field
     pass
 
 
-# How many sources' sequences a partition keeps at most. Non-owners are dropped at every
-# generation-fenced claim (their writes are fenced by epoch anyway); only journals written
-# before generations existed keep adding one per worker incarnation, and those are old.
-MAX_SOURCES = 64
-
-
 class PartitionState(_Frozen, frozen=True, array_like=True):
     partition: int
     epoch: int = 0
@@ -66,7 +60,10 @@ class PartitionState(_Frozen, frozen=True, array_like=True):
     fenced: int = 0
     duplicates: int = 0
     dead_letters: int = 0
-    # Highest applied source_seq per writer incarnation, for idempotent settlement.
+    # Highest applied source_seq per writer incarnation, for idempotent settlement. Bound:
+    # every claim with a generation keeps only its claimant's entry (the others' writes are
+    # fenced by epoch from then on); a journal written before generations existed gains one
+    # per worker incarnation until its first such claim, as it did when it was written.
     last_seq: dict[str, int] = {}
     # The current owner's consumer-group generation; None: claimed under the old rule.
     generation: int | None = None
