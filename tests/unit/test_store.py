@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -30,22 +32,29 @@ def _log(writer: Writer, runs: int) -> list[JournalRecord]:
     return records
 
 
-def test_rocksdb_and_memory_fold_the_same_runs_entries_and_indexes(tmp_path: Path) -> None:
-    records = _log(Writer("a"), 20)
+@contextmanager
+def _folded_both(path: Path, records: list[JournalRecord]
+                 ) -> Iterator[tuple[MemoryProjection, ProjectionStore, Projector]]:
+    """The records of partition 0 folded in memory and into RocksDB."""
     memory = MemoryProjection()
-    store = ProjectionStore(tmp_path / "p")
+    store = ProjectionStore(path)
     projector = Projector(store)
     try:
         for offset, record in enumerate(records):
             memory.apply_record(0, offset, record)
             projector.apply_record(0, offset, record)
+        yield memory, store, projector
+    finally:
+        store.close()
+
+
+def test_rocksdb_and_memory_fold_the_same_runs_entries_and_indexes(tmp_path: Path) -> None:
+    with _folded_both(tmp_path / "p", _log(Writer("a"), 20)) as (memory, store, _):
         assert {run_id: store.run(run_id) for run_id in memory.runs} == memory.runs
         assert all(store.entries(r) == memory.journal(r) for r in memory.runs)
         assert store.entry("r3", 1) == memory.journal("r3")[1]
         assert sorted(store.run_ids_by_status(RunStatus.completed)) == sorted(memory.runs)
         assert store.partition(0) == memory.partition(0)
-    finally:
-        store.close()
 
 
 def test_request_ids_are_forgotten_after_the_retention_in_both_stores(
@@ -56,21 +65,13 @@ def test_request_ids_are_forgotten_after_the_retention_in_both_stores(
     writer = Writer("a")
     records: list[JournalRecord] = [writer.claim(0)]
     records += [create(f"r{i}", f"q{i}") for i in range(40)]
-    memory = MemoryProjection()
-    store = ProjectionStore(tmp_path / "p")
-    projector = Projector(store)
-    try:
-        for offset, record in enumerate(records):
-            memory.apply_record(0, offset, record)
-            projector.apply_record(0, offset, record)
+    with _folded_both(tmp_path / "p", records) as (memory, store, projector):
         kept = [i for i in range(40) if store.request_seen(0, f"q{i}")]
         assert kept == [i for i in range(40) if memory.store.request_seen(0, f"q{i}")]
         assert kept[0] > 0 and kept[-1] == 39  # old ids pruned, recent ones kept
         assert len(kept) <= 16 + 8
         # A request re-sent within the retention is a duplicate; the run does not change.
         assert projector.apply_record(0, 41, create("r39", "q39")).verdict is Verdict.duplicate
-    finally:
-        store.close()
 
 
 def test_request_ids_are_deduplicated_within_their_partition(tmp_path: Path) -> None:
