@@ -44,6 +44,15 @@ def _sort_key(run: RunState) -> tuple[int, str]:
     return run.partition, run.run_id
 
 
+def _union(base: list[HistoryEntry], overlay: list[HistoryEntry]) -> list[HistoryEntry]:
+    """The base's items, then the overlay's the base does not have (yet): a base that moved
+    forward under an older View holds some of them too."""
+    if not overlay:
+        return base
+    have = {(item.partition, item.offset) for item in base}
+    return base + [item for item in overlay if (item.partition, item.offset) not in have]
+
+
 class View:
     """A consistent read interface over a read model's state after one catch-up.
 
@@ -58,19 +67,31 @@ class View:
         self._overlay = overlay
         self._partitions = partitions
 
+    def _overlay_of(self, p: int) -> OverlayStore | None:
+        """The overlay, for partition `p`, while it is newer than the base. A later catch-up
+        on the same secondary moves the base forward under this View; once the base has
+        applied everything the overlay folded, the base alone is the newer answer."""
+        overlay = self._overlay
+        if overlay is None or p not in overlay.partitions:
+            return None
+        if self._base.partition(p).next_offset >= overlay.partitions[p].next_offset:
+            return None
+        return overlay
+
+    def _overlay_of_run(self, run_id: str) -> OverlayStore | None:
+        return self._overlay_of(partition_for(run_id, self._partitions))
+
     def partition(self, p: int) -> PartitionState:
-        if self._overlay is not None:
-            return self._overlay.partition(p)
-        return self._base.partition(p)
+        overlay = self._overlay_of(p)
+        return (overlay or self._base).partition(p)
 
     def run(self, run_id: str) -> RunState | None:
-        if self._overlay is not None:
-            return self._overlay.run(run_id)
-        return self._base.run(run_id)
+        overlay = self._overlay_of_run(run_id)
+        return (overlay or self._base).run(run_id)
 
     def entries(self, run_id: str) -> tuple[JournalEntry, ...]:
         """The run's journal entries in position order."""
-        overlay = self._overlay
+        overlay = self._overlay_of_run(run_id)
         if overlay is None or run_id not in overlay.runs:
             return self._base.entries(run_id)
         if overlay.runs[run_id] is None:
@@ -81,17 +102,13 @@ class View:
 
     def history(self, run_id: str) -> list[HistoryEntry]:
         """Every record of the run in log order, with its verdict and its bytes."""
-        items = self._base.history(run_id)
-        if self._overlay is not None:
-            items += self._overlay.history.get(run_id, [])
-        return items
+        extra = self._overlay.history.get(run_id, []) if self._overlay is not None else []
+        return _union(self._base.history(run_id), extra)
 
     def partition_history(self, p: int) -> list[HistoryEntry]:
         """The partition's own records (claims, heartbeats) and dead letters, in log order."""
-        items = self._base.partition_history(p)
-        if self._overlay is not None:
-            items += self._overlay.partition_history.get(p, [])
-        return items
+        extra = self._overlay.partition_history.get(p, []) if self._overlay is not None else []
+        return _union(self._base.partition_history(p), extra)
 
     def runs(self, *, status: RunStatus | None = None, limit: int | None = None,
              after: str | None = None) -> list[RunState]:
@@ -115,7 +132,7 @@ class View:
         tail = f"{cursor[0]:05d}/{cursor[1]}" if cursor is not None else None
         changed = self._overlay.runs if self._overlay is not None else {}
         for run_id in self._base.run_ids_by_status(status, after=tail):
-            if run_id in changed:
+            if run_id in changed and self._overlay_of_run(run_id) is not None:
                 continue
             run = self._base.run(run_id)
             if run is not None:
@@ -128,5 +145,6 @@ class View:
         wanted = set(statuses)
         found = [run for run in self._overlay.runs.values()
                  if run is not None and run.status in wanted
-                 and (cursor is None or _sort_key(run) > cursor)]
+                 and (cursor is None or _sort_key(run) > cursor)
+                 and self._overlay_of(run.partition) is not None]
         return sorted(found, key=_sort_key)

@@ -367,3 +367,26 @@ async def test_partition_history_shows_claims_with_their_verdicts(
     assert fold.partition(1).rejected_claims == 1
     assert [i.verdict for i in fold.partition_history[1]][:2] == [Verdict.applied,
                                                                   Verdict.rejected]
+
+
+async def test_an_older_secondary_view_stays_exact_when_its_base_moves_on(
+    bootstrap: str, journal: str, writer: Journal, tmp_path: Path
+) -> None:
+    """A View from a secondary reads the shared RocksDB base live: once a later catch-up
+    moved the base past what the View's overlay folded, the View must neither list a record
+    twice nor prefer the overlay's older entries."""
+    where = tmp_path / "rm"
+    async with ReadModel(bootstrap=bootstrap, topic=journal, path=where) as primary:
+        await primary.catch_up()
+        await writer.run("s1", steps=1, settle=False)
+        async with ReadModel(bootstrap=bootstrap, topic=journal, path=where) as secondary:
+            older = await secondary.catch_up()  # s1 comes from the overlay
+            before = len(older.history("s1"))
+            await writer.send(writer.owners[partition_for("s1", PARTITIONS)].decide(
+                ev.StepCompleted, run_id="s1", position=1, name="step-1", result_json="1"))
+            await primary.catch_up()  # the base now holds all of s1
+            await secondary.catch_up()  # and the secondary follows it, under `older`
+            items = older.history("s1")
+            assert len({(i.partition, i.offset) for i in items}) == len(items) >= before
+            assert [e.position for e in older.entries("s1")] == [0, 1]
+            assert older.run("s1") == (await primary.catch_up()).run("s1")
