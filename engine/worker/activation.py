@@ -133,9 +133,11 @@ class Activator:
             self._flow_missing(own, run)
             return
         execution = RunExecution(self.worker, own, run, plan_activation(run, self.owner_name))
-        if not self.worker.slots.locked():
-            # A slot is free: activate in this turn of the loop, so that the activation
-            # shares a produce request with the run's creation.
+        if len(executions) < self.worker.concurrency:
+            # A slot will be free for it (the executions started so far hold or wait for
+            # fewer than all of them): activate in this turn of the loop, so that the
+            # activation shares a produce request with the run's creation. The others are
+            # activated when they get their slot.
             execution.activate()
         executions[run.run_id] = execution
         own.run_ids.add(run.run_id)

@@ -70,6 +70,7 @@ class Worker:
         self.data_dir = Path(data_dir)
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.source_id = ""
+        self.concurrency = concurrency
         self.slots = asyncio.Semaphore(concurrency)
         self.session_timeout_ms = session_timeout_ms
         self.drain_timeout = drain_timeout
