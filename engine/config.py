@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_NAMESPACE = "runstream"
@@ -15,6 +16,16 @@ def resolve_bootstrap(explicit: str | None = None) -> str:
 
 def resolve_namespace(explicit: str | None = None) -> str:
     return explicit or os.environ.get("RUNSTREAM_NAMESPACE") or DEFAULT_NAMESPACE
+
+
+def cache_root() -> Path:
+    """RUNSTREAM_CACHE_DIR, else $XDG_CACHE_HOME/runstream, else ~/.cache/runstream: the root
+    of the Kafka jars and the read models."""
+    explicit = os.environ.get("RUNSTREAM_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "runstream"
 
 
 def journal_topic(namespace: str) -> str:

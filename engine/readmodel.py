@@ -27,6 +27,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
+from engine.config import cache_root
 from engine.errors import RunstreamError
 from engine.readmodel_kafka import JournalSource
 from engine.readmodel_view import OverlayStore, View
@@ -44,19 +45,10 @@ STORE_APPEARS_TIMEOUT = 10.0
 Role = Literal["primary", "secondary"]
 
 
-def _cache_root() -> Path:
-    """RUNSTREAM_CACHE_DIR, else $XDG_CACHE_HOME/runstream, else ~/.cache/runstream."""
-    explicit = os.environ.get("RUNSTREAM_CACHE_DIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "runstream"
-
-
 def read_model_dir(bootstrap: str, namespace: str, root: Path | None = None) -> Path:
     """`<root>/readmodel/<sha256(bootstrap)[:12]>/<namespace>`; root defaults to the cache."""
     digest = hashlib.sha256(bootstrap.encode()).hexdigest()[:12]
-    return (root if root is not None else _cache_root()) / "readmodel" / digest / namespace
+    return (root if root is not None else cache_root()) / "readmodel" / digest / namespace
 
 
 def default_read_model_dir(bootstrap: str, namespace: str) -> Path:

@@ -6,7 +6,6 @@ from engine.broker.probe import ClusterMetadata, ProbeError, is_answering, probe
 from engine.broker.toolchain import (
     KAFKA_VERSION,
     BrokerError,
-    cache_root,
     find_java,
     find_maven,
     libs_complete,
@@ -14,6 +13,7 @@ from engine.broker.toolchain import (
     provision,
     state_root,
 )
+from engine.config import cache_root  # re-exported: the jars live under it
 
 __all__ = [
     "DEFAULT_HOST",

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
 
+from engine.config import cache_root
+
 KAFKA_VERSION = "4.1.0"
 # Pinned so that the result does not depend on the Maven version's super-POM defaults.
 _DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
@@ -40,15 +42,6 @@ class BrokerError(Exception):
 
     def __str__(self) -> str:
         return f"{self.message}\n{self.detail}" if self.detail else self.message
-
-
-def cache_root() -> Path:
-    """RUNSTREAM_CACHE_DIR, else $XDG_CACHE_HOME/runstream, else ~/.cache/runstream."""
-    explicit = os.environ.get("RUNSTREAM_CACHE_DIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "runstream"
 
 
 def state_root() -> Path:
