@@ -288,10 +288,6 @@ class ProjectionStore:
             entries.append(_history_entry(int(partition), int(offset), value))
         return entries
 
-    def history_verdict(self, run_id: str, partition: int, offset: int) -> Verdict | None:
-        raw = self._get(_history_key(run_id, partition, offset))
-        return None if raw is None else _history_entry(partition, offset, raw).verdict
-
     def partition_history(self, partition: int) -> list[HistoryEntry]:
         """The partition's own records (claims, heartbeats) and its dead letters."""
         entries = []
