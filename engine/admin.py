@@ -38,6 +38,7 @@ from engine.config import (
 OWNERS_PARTITIONS = 1
 DEAD_LETTER_PARTITIONS = 1
 _TOPIC_ALREADY_EXISTS = 36
+_UNKNOWN_TOPIC = 3  # UnknownTopicOrPartition
 _UNKNOWN_TOPIC = 3
 _KEEP_FOREVER = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"}
 # Record timestamps from the broker's clock, monotonic per partition: claim leases and time
@@ -159,7 +160,7 @@ async def ensure_topics(
         specs = topic_specs(namespace, partitions, rf)
         created = await _create(admin, specs, request_timeout)
         layout = await _wait_for_leaders(admin, [s.name for s in specs], deadline)
-        configs = await _describe_configs(admin, [s.name for s in specs])
+        configs = await _describe_configs(admin, [s.name for s in specs], deadline=deadline)
     results = tuple(
         _compare(spec, spec.name in created, layout[spec.name], configs[spec.name],
                  check_rf=replication_factor is not None)
@@ -248,26 +249,42 @@ async def _wait_for_leaders(
 
 
 async def _describe_configs(
-    admin: Any, names: list[str], keys: list[str] | None = _MANAGED_KEYS
+    admin: Any, names: list[str], keys: list[str] | None = _MANAGED_KEYS,
+    *, deadline: float | None = None,
 ) -> dict[str, dict[str, str]]:
-    """Configs of each topic: only `keys`, or all of them when `keys` is None."""
+    """Configs of each topic: only `keys`, or all of them when `keys` is None.
+
+    Until `deadline`, a topic the answering broker does not know yet is asked for again:
+    describe_configs goes to any node of a cluster, and a node learns of a topic just
+    created by another one a moment later.
+    """
     wanted = None if keys is None else dict.fromkeys(keys)
-    resources = [ConfigResource(ConfigResourceType.TOPIC, name, wanted) for name in names]
     found: dict[str, dict[str, str]] = {}
-    for response in await admin.describe_configs(resources):
-        for resource in response.to_object()["resources"]:
-            name = resource["resource_name"]
-            if resource["error_code"] != 0:
-                raise TopicsError(
-                    f"cannot read the configs of {name}: "
-                    f"{for_code(resource['error_code']).__name__}"
-                )
-            found[name] = {
-                e["config_names"]: e["config_value"]
-                for e in resource["config_entries"]
-                if e["config_value"] is not None
-            }
-    return found
+    while True:
+        missing: list[str] = []
+        resources = [ConfigResource(ConfigResourceType.TOPIC, name, wanted)
+                     for name in names if name not in found]
+        for response in await admin.describe_configs(resources):
+            for resource in response.to_object()["resources"]:
+                name, code = resource["resource_name"], resource["error_code"]
+                if code == _UNKNOWN_TOPIC and deadline is not None:
+                    missing.append(name)
+                    continue
+                if code != 0:
+                    raise TopicsError(
+                        f"cannot read the configs of {name}: {for_code(code).__name__}"
+                    )
+                found[name] = {
+                    e["config_names"]: e["config_value"]
+                    for e in resource["config_entries"]
+                    if e["config_value"] is not None
+                }
+        if not missing:
+            return found
+        if deadline is None or time.monotonic() > deadline:
+            raise TopicsError(f"cannot read the configs of {', '.join(missing)}: "
+                              "UnknownTopicOrPartitionError")
+        await asyncio.sleep(0.1)
 
 
 def _compare(
