@@ -395,8 +395,10 @@ _FIELD_NAMES: dict[type[Any], list[str]] = {
 
 
 def _copy_value(value: Any) -> Any:
-    # Maps are the only mutable field values; copy them so a dict and a record never alias.
-    return dict(value) if isinstance(value, dict) else value
+    # Maps and arrays are the only mutable field values; copy them so a dict and a record never alias.
+    if isinstance(value, dict):
+        return dict(value)
+    return list(value) if isinstance(value, list) else value
 
 
 def record_to_dict(record: JournalRecord) -> dict[str, Any]:

@@ -123,6 +123,13 @@ def _map_of(inner: PyType) -> PyType:
     return PyType(annotation, frozenset(), check, f"dict[str, {inner.expected}]")
 
 
+def _array_of(inner: PyType) -> PyType:
+    def check(value: Any) -> bool:
+        return isinstance(value, list | tuple) and all(inner.check(item) for item in value)
+
+    return PyType(f"list[{inner.annotation}]", frozenset(), check, f"list[{inner.expected}]")
+
+
 def python_type(avro_type: Any, where: str = "") -> PyType:
     """The Python side of an Avro type; only the types journal schemas use are supported."""
     if isinstance(avro_type, str) and avro_type in _PRIMITIVES:
@@ -132,11 +139,13 @@ def python_type(avro_type: Any, where: str = "") -> PyType:
     if isinstance(avro_type, dict) and "logicalType" not in avro_type:
         if avro_type.get("type") == "map":
             return _map_of(python_type(avro_type["values"], where))
+        if avro_type.get("type") == "array":
+            return _array_of(python_type(avro_type["items"], where))
         if avro_type.get("type") in _PRIMITIVES:
             return _PRIMITIVES[avro_type["type"]]
     raise CodegenError(
         f"{where}: unsupported Avro type {json.dumps(avro_type)}; supported: string, int, long, "
-        'boolean, ["null", T] and maps of those (extend python_type)'
+        'boolean, ["null", T], and maps and arrays of those (extend python_type)'
     )
 
 
@@ -145,6 +154,10 @@ def python_default(avro_type: Any, default: Any, where: str) -> str:
     if isinstance(default, dict):
         if not default:
             return "_field(default_factory=dict)"
+        return f"_field(default_factory=lambda: {json.dumps(default, ensure_ascii=False)})"
+    if isinstance(default, list):
+        if not default:
+            return "_field(default_factory=list)"
         return f"_field(default_factory=lambda: {json.dumps(default, ensure_ascii=False)})"
     if default is None or isinstance(default, bool):
         return repr(default)

@@ -20,6 +20,7 @@ __all__ = [
     "LineageExhausted",
     "PartitionEpochClaimed",
     "PartitionHeartbeat",
+    "PartitionOutboxSent",
     "RoundInvalid",
     "RunActivated",
     "RunCancelRequested",
@@ -65,25 +66,6 @@ class Envelope:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunCreateRequested:
-    """Someone asked for a run to exist."""
-
-    TYPE: ClassVar[str] = "run.create-requested"
-    KIND: ClassVar[str] = "request"
-    SCHEMA_ID: ClassVar[int] = 101
-
-    envelope: Envelope
-    flow: str
-    payload_json: str
-    parent_run_id: str | None = None
-    parent_lineage_id: str | None = None
-    # Handoff round of the lineage this run belongs to.
-    round: int = 0
-    # cancel or detach: what happens to this child when its parent ends.
-    parent_exit_policy: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class RunCancelRequested:
     """Someone asked for a run to be cancelled."""
 
@@ -123,22 +105,6 @@ class RunResumeRequested:
     action: str = "retry"
     result_json: str | None = None
     note: str = ""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunWakeRequested:
-    """A child run settled; its parent should wake."""
-
-    TYPE: ClassVar[str] = "run.wake-requested"
-    KIND: ClassVar[str] = "request"
-    SCHEMA_ID: ClassVar[int] = 105
-
-    envelope: Envelope
-    child_run_id: str
-    child_status: str
-    result_json: str | None = None
-    error_type: str | None = None
-    error_message: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -243,23 +209,6 @@ class StepFailed:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunSuspended:
-    """A run stopped executing until something happens."""
-
-    TYPE: ClassVar[str] = "run.suspended"
-    KIND: ClassVar[str] = "decision"
-    SCHEMA_ID: ClassVar[int] = 113
-
-    envelope: Envelope
-    # timer, event, child or quarantine.
-    reason: str
-    wake_at_ms: int | None = None
-    event_name: str | None = None
-    child_run_id: str | None = None
-    detail: str = ""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class TimerFired:
     """A durable timer became due."""
 
@@ -270,19 +219,6 @@ class TimerFired:
     envelope: Envelope
     position: int
     due_ms: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunResumed:
-    """A suspended run may execute again."""
-
-    TYPE: ClassVar[str] = "run.resumed"
-    KIND: ClassVar[str] = "decision"
-    SCHEMA_ID: ClassVar[int] = 115
-
-    envelope: Envelope
-    reason: str
-    detail: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -309,19 +245,6 @@ class RunFailed:
     error_type: str
     error_message: str
     traceback: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunCancelled:
-    """The run was cancelled."""
-
-    TYPE: ClassVar[str] = "run.cancelled"
-    KIND: ClassVar[str] = "decision"
-    SCHEMA_ID: ClassVar[int] = 118
-
-    envelope: Envelope
-    reason: str = ""
-    requested_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -378,36 +301,6 @@ class RunReleased:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ChildSpawned:
-    """A run started a child run."""
-
-    TYPE: ClassVar[str] = "child.spawned"
-    KIND: ClassVar[str] = "decision"
-    SCHEMA_ID: ClassVar[int] = 123
-
-    envelope: Envelope
-    child_run_id: str
-    child_lineage_id: str
-    flow: str
-    position: int
-    parent_exit_policy: str = "cancel"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ChildPolicyApplied:
-    """A parent ended and its child's exit policy was applied."""
-
-    TYPE: ClassVar[str] = "child.policy-applied"
-    KIND: ClassVar[str] = "decision"
-    SCHEMA_ID: ClassVar[int] = 124
-
-    envelope: Envelope
-    child_run_id: str
-    policy: str
-    reason: str = ""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class EvidenceRecorded:
     """Why something happened, for an operator."""
 
@@ -460,72 +353,227 @@ class PartitionHeartbeat:
     partition: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunSuspended:
+    """A run stopped executing until something happens."""
+
+    TYPE: ClassVar[str] = "run.suspended"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 128
+
+    envelope: Envelope
+    # timer, event, child or quarantine.
+    reason: str
+    wake_at_ms: int | None = None
+    event_name: str | None = None
+    child_run_id: str | None = None
+    detail: str = ""
+    # The journal position of the wait (timer, event or child); null for quarantine.
+    position: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunResumed:
+    """The wait at `position` is over (reason: event, child, operator, cancel), and the run may
+    execute again; a wait satisfied while running (a buffered signal) leaves it running.
+    """
+
+    TYPE: ClassVar[str] = "run.resumed"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 129
+
+    envelope: Envelope
+    reason: str
+    detail: str = ""
+    # The wait this resumption ends; null when it only makes the run runnable (cancel).
+    position: int | None = None
+    # The buffered signal this delivers (reason event).
+    signal_request_id: str | None = None
+    # The wait's outcome: the signal's payload, the child's result.
+    result_json: str | None = None
+    # The wait ends in this error: WaitTimeout, ChildFailed, ChildCancelled.
+    error_type: str | None = None
+    # The error's message.
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunCancelled:
+    """The run was cancelled."""
+
+    TYPE: ClassVar[str] = "run.cancelled"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 130
+
+    envelope: Envelope
+    reason: str = ""
+    requested_by: str | None = None
+    # The linked descendants, direct children, this cancellation reached.
+    cascaded: list[str] = _field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChildSpawned:
+    """A run started a child run."""
+
+    TYPE: ClassVar[str] = "child.spawned"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 131
+
+    envelope: Envelope
+    child_run_id: str
+    child_lineage_id: str
+    flow: str
+    position: int
+    parent_exit_policy: str = "cancel"
+    # The child's payload, for the create request the outbox sends.
+    payload_json: str = "null"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChildPolicyApplied:
+    """A parent ended (completed, failed or cancelled): its linked children still running are
+    cancelled and its detached children keep running.
+    """
+
+    TYPE: ClassVar[str] = "child.policy-applied"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 132
+
+    envelope: Envelope
+    # Linked children not yet settled: each gets a cancel request.
+    cancelled: list[str] = _field(default_factory=list)
+    # Detached children not yet settled: they keep running.
+    detached: list[str] = _field(default_factory=list)
+    # How the parent ended.
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunCreateRequested:
+    """Someone asked for a run to exist."""
+
+    TYPE: ClassVar[str] = "run.create-requested"
+    KIND: ClassVar[str] = "request"
+    SCHEMA_ID: ClassVar[int] = 133
+
+    envelope: Envelope
+    flow: str
+    payload_json: str
+    parent_run_id: str | None = None
+    parent_lineage_id: str | None = None
+    # Handoff round of the lineage this run belongs to.
+    round: int = 0
+    # cancel or detach: what happens to this child when its parent ends.
+    parent_exit_policy: str | None = None
+    # The spawning runs from the root to the parent, for cycle detection.
+    ancestors: list[str] = _field(default_factory=list)
+    # The parent's journal position of the spawn.
+    parent_position: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunWakeRequested:
+    """A child run settled; its parent should wake."""
+
+    TYPE: ClassVar[str] = "run.wake-requested"
+    KIND: ClassVar[str] = "request"
+    SCHEMA_ID: ClassVar[int] = 134
+
+    envelope: Envelope
+    child_run_id: str
+    child_status: str
+    result_json: str | None = None
+    error_type: str | None = None
+    error_message: str | None = None
+    # The parent's journal position of the spawn this settles.
+    position: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionOutboxSent:
+    """The owner's cross-partition requests (child creates, parent wakes, cancel cascades) were
+    acknowledged by the broker: their outbox entries are done.
+    """
+
+    TYPE: ClassVar[str] = "partition.outbox-sent"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 135
+
+    envelope: Envelope
+    partition: int
+    # The outbox entries (request ids) delivered.
+    request_ids: list[str] = _field(default_factory=list)
+
+
 # Any journal record; narrow with isinstance() or match on the class.
 JournalRecord: TypeAlias = (
-    RunCreateRequested
-    | RunCancelRequested
+    RunCancelRequested
     | RunSignalSent
     | RunResumeRequested
-    | RunWakeRequested
     | RunCreated
     | RunCreateRejected
     | RunActivated
     | StepStarted
     | StepCompleted
     | StepFailed
-    | RunSuspended
     | TimerFired
-    | RunResumed
     | RunCompleted
     | RunFailed
-    | RunCancelled
     | RunHandedOff
     | LineageExhausted
     | RoundInvalid
     | RunReleased
-    | ChildSpawned
-    | ChildPolicyApplied
     | EvidenceRecorded
     | PartitionEpochClaimed
     | PartitionHeartbeat
+    | RunSuspended
+    | RunResumed
+    | RunCancelled
+    | ChildSpawned
+    | ChildPolicyApplied
+    | RunCreateRequested
+    | RunWakeRequested
+    | PartitionOutboxSent
 )
 
 # Record type string (the rs-type header and envelope.type) → class.
 RECORD_CLASSES: dict[str, type[JournalRecord]] = {
-    "run.create-requested": RunCreateRequested,
     "run.cancel-requested": RunCancelRequested,
     "run.signal-sent": RunSignalSent,
     "run.resume-requested": RunResumeRequested,
-    "run.wake-requested": RunWakeRequested,
     "run.created": RunCreated,
     "run.create-rejected": RunCreateRejected,
     "run.activated": RunActivated,
     "step.started": StepStarted,
     "step.completed": StepCompleted,
     "step.failed": StepFailed,
-    "run.suspended": RunSuspended,
     "timer.fired": TimerFired,
-    "run.resumed": RunResumed,
     "run.completed": RunCompleted,
     "run.failed": RunFailed,
-    "run.cancelled": RunCancelled,
     "run.handed-off": RunHandedOff,
     "lineage.exhausted": LineageExhausted,
     "round.invalid": RoundInvalid,
     "run.released": RunReleased,
-    "child.spawned": ChildSpawned,
-    "child.policy-applied": ChildPolicyApplied,
     "evidence.recorded": EvidenceRecorded,
     "partition.epoch-claimed": PartitionEpochClaimed,
     "partition.heartbeat": PartitionHeartbeat,
+    "run.suspended": RunSuspended,
+    "run.resumed": RunResumed,
+    "run.cancelled": RunCancelled,
+    "child.spawned": ChildSpawned,
+    "child.policy-applied": ChildPolicyApplied,
+    "run.create-requested": RunCreateRequested,
+    "run.wake-requested": RunWakeRequested,
+    "partition.outbox-sent": PartitionOutboxSent,
 }
 
 REQUEST_TYPES: frozenset[str] = frozenset(
     {
-        "run.create-requested",
         "run.cancel-requested",
         "run.signal-sent",
         "run.resume-requested",
+        "run.create-requested",
         "run.wake-requested",
     }
 )
@@ -537,20 +585,21 @@ DECISION_TYPES: frozenset[str] = frozenset(
         "step.started",
         "step.completed",
         "step.failed",
-        "run.suspended",
         "timer.fired",
-        "run.resumed",
         "run.completed",
         "run.failed",
-        "run.cancelled",
         "run.handed-off",
         "lineage.exhausted",
         "round.invalid",
         "run.released",
-        "child.spawned",
-        "child.policy-applied",
         "evidence.recorded",
         "partition.epoch-claimed",
         "partition.heartbeat",
+        "run.suspended",
+        "run.resumed",
+        "run.cancelled",
+        "child.spawned",
+        "child.policy-applied",
+        "partition.outbox-sent",
     }
 )

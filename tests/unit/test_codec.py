@@ -63,6 +63,8 @@ def _sample_value(avro_type: Any, name: str, salt: int) -> Any:
     if isinstance(avro_type, list):  # ["null", T]: the non-null branch
         return _sample_value(next(b for b in avro_type if b != "null"), name, salt)
     if isinstance(avro_type, dict):
+        if avro_type["type"] == "array":
+            return [f"{name}-a", "zwei ✓"]
         assert avro_type["type"] == "map"
         return {"k": f"{name}-v", "clé": "välue ✓"}
     if avro_type == "string":

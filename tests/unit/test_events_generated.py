@@ -103,7 +103,7 @@ def test_classes_are_frozen_slotted_keyword_only(cls: type[Any]) -> None:
     ("avro_field", "message"),
     [
         ({"name": "f", "type": "double"}, "unsupported Avro type"),
-        ({"name": "f", "type": {"type": "array", "items": "string"}}, "unsupported Avro type"),
+        ({"name": "f", "type": {"type": "array", "items": "double"}}, "unsupported Avro type"),
         ({"name": "f", "type": "int", "default": "0"}, "does not fit"),
         ({"name": "f", "type": ["null", "string"], "default": "x"}, "does not fit"),
         ({"name": "class", "type": "string"}, "not usable"),
