@@ -27,13 +27,16 @@ from projections.state import (
     MAX_INBOX,
     TERMINAL_STATUSES,
     Evidence,
+    MAX_DEPTH,
     InboxItem,
     JournalEntry,
+    OutboxItem,
     PartitionState,
     RunState,
     Verdict,
     replace,
 )
+from projections.requests import apply_run_request
 from projections.transitions import transition
 
 
@@ -43,6 +46,8 @@ class Applied:
     run: RunState | None
     verdict: Verdict
     entry: JournalEntry | None = None  # the journal entry this record wrote, if any
+    outbox: tuple[OutboxItem, ...] = ()  # requests to other runs this record caused
+    outbox_done: tuple[str, ...] = ()  # outbox entries (request ids) acknowledged
 
 
 def apply(
@@ -62,7 +67,7 @@ def apply(
     """
     if record.KIND == "request":
         moved = replace(partition, next_offset=offset + 1)
-        return _apply_request(moved, run, record, offset, request_seen)
+        return _apply_request(moved, run, record, offset, request_seen, entry)
     return _apply_decision(partition, run, record, offset, timestamp_ms, entry)
 
 
@@ -135,11 +140,14 @@ def _apply_decision(
         return Applied(_claim(accepted, record, timestamp_ms), run, Verdict.applied)
     if isinstance(record, ev.PartitionHeartbeat):
         return Applied(accepted, run, Verdict.applied)
+    if isinstance(record, ev.PartitionOutboxSent):
+        return Applied(accepted, run, Verdict.applied, outbox_done=tuple(record.request_ids))
     if run is None and not isinstance(record, ev.RunCreated):
         return Applied(accepted, run, Verdict.ignored)
-    new_run, new_entry = _decide_run(run, record, offset, partition, entry)
-    verdict = Verdict.applied if new_run is not run or new_entry is not None else Verdict.ignored
-    return Applied(accepted, new_run, verdict, new_entry)
+    new_run, new_entry, outbox = _decide_run(run, record, offset, partition, entry)
+    changed = new_run is not run or new_entry is not None or outbox
+    return Applied(accepted, new_run, Verdict.applied if changed else Verdict.ignored,
+                   new_entry, outbox)
 
 
 def _claim(
@@ -172,6 +180,7 @@ def _apply_request(
     record: ev.JournalRecord,
     offset: int,
     request_seen: bool,
+    entry: JournalEntry | None,
 ) -> Applied:
     if request_seen:
         return Applied(replace(partition, duplicates=partition.duplicates + 1), run,
@@ -180,6 +189,12 @@ def _apply_request(
         if not isinstance(record, ev.RunCreateRequested):
             return Applied(partition, None, Verdict.ignored)
         run = _new_run(partition.partition, record, request_id_of(record, offset), offset)
+    change = apply_run_request(run, record, request_id_of(record, offset), offset, entry)
+    if change is not None:
+        updated = change.run
+        if updated is not run:
+            updated = replace(updated, updated_at_ms=record.envelope.timestamp_ms)
+        return Applied(partition, updated, change.verdict, change.entry)
     if len(run.inbox) >= MAX_INBOX:
         return Applied(partition, run, Verdict.ignored)
     item = _inbox_item(record, request_id_of(record, offset), offset)
@@ -218,7 +233,18 @@ def _new_run(
         updated_at_ms=env.timestamp_ms,
         parent_run_id=record.parent_run_id,
         round=record.round,
+        **(_lineage_fields(record) if isinstance(record, ev.RunCreateRequested) else {}),
     )
+
+
+def _lineage_fields(record: ev.RunCreateRequested) -> dict[str, object]:
+    """Where a child run stands in its tree, from its create request."""
+    return {
+        "parent_lineage_id": record.parent_lineage_id,
+        "parent_position": record.parent_position,
+        "detached": record.parent_exit_policy == "detach",
+        "ancestors": tuple(record.ancestors[-MAX_DEPTH:]),
+    }
 
 
 def _answered(run: RunState, request_id: str | None) -> tuple[InboxItem, ...]:
@@ -233,26 +259,26 @@ def _decide_run(
     offset: int,
     partition: PartitionState,
     entry: JournalEntry | None,
-) -> tuple[RunState | None, JournalEntry | None]:
-    """Apply an accepted decision to its run: (run, entry written). Returns `run` itself
-    and no entry when nothing changes."""
+) -> tuple[RunState | None, JournalEntry | None, tuple[OutboxItem, ...]]:
+    """Apply an accepted decision to its run: (run, entry written, outbox requests).
+    Returns `run` itself, no entry and no requests when nothing changes."""
     if isinstance(record, ev.RunCreated):
-        return _created(run, record, offset, partition.partition), None
+        return _created(run, record, offset, partition.partition), None, ()
     assert run is not None
     if isinstance(record, ev.RunCreateRejected):  # answers a request in any status
-        return _rejected(run, record), None
+        return _rejected(run, record), None, ()
     if isinstance(record, ev.EvidenceRecorded):
         kept = (*run.evidence, Evidence(kind=record.kind, message=record.message, offset=offset))
-        return replace(run, evidence=kept[-MAX_EVIDENCE:]), None
+        return replace(run, evidence=kept[-MAX_EVIDENCE:]), None, ()
     if run.status in TERMINAL_STATUSES:
-        return run, None
+        return run, None, ()
     change = transition(run, record, partition.epoch, entry)
     if change is None:
-        return run, None
+        return run, None, ()
     fields = change.run
     fields.setdefault("updated_at_ms", record.envelope.timestamp_ms)
     fields.setdefault("inbox", _answered(run, record.envelope.request_id))
-    return replace(run, **fields), change.entry
+    return replace(run, **fields), change.entry, change.outbox
 
 
 def _created(run: RunState | None, record: ev.RunCreated, offset: int, partition: int) -> RunState:

@@ -42,6 +42,7 @@ class Verdict(StrEnum):
     duplicate = "duplicate"  # a decision or request already applied
     ignored = "ignored"  # valid, but nothing to change (e.g. a decision after the run ended)
     rejected = "rejected"  # a claim of an older consumer-group generation: changes nothing
+    refused = "refused"  # a request the run cannot take (signal buffer full, run ended...)
     dead_letter = "dead-letter"  # bytes that do not decode
 
 
@@ -96,6 +97,53 @@ class JournalEntry(_Frozen, frozen=True, array_like=True):
     result_json: str | None = None
     error_type: str | None = None
     error_message: str | None = None
+    due_ms: int | None = None  # a waiting timer's due time (kind sleep, or a wait's timeout)
+    # A spawn's child outcome, written by the child's wake: completed | failed | cancelled.
+    child_status: str | None = None
+    child_result_json: str | None = None
+
+
+class Wait(_Frozen, frozen=True, array_like=True):
+    """What a suspended run waits for; the wait's journal entry is at `position`."""
+
+    kind: str  # timer | event | child | quarantine
+    position: int | None = None
+    due_ms: int | None = None  # a timer, or an event wait's timeout
+    event_name: str | None = None
+    child_run_id: str | None = None
+    child_position: int | None = None  # the spawn's position (its entry gets the outcome)
+
+
+class Signal(_Frozen, frozen=True, array_like=True):
+    """A signal applied to a run and not yet delivered to a wait."""
+
+    request_id: str
+    name: str
+    payload_json: str
+    offset: int
+
+
+class ChildLink(_Frozen, frozen=True, array_like=True):
+    """A child run spawned by this run and not yet settled (its wake not yet applied)."""
+
+    run_id: str
+    lineage_id: str
+    position: int
+    detached: bool = False
+
+
+class OutboxItem(_Frozen, frozen=True, array_like=True):
+    """A request to another run (maybe another partition) that a decision here caused.
+
+    Entered when that decision is applied, sent by the owner, re-sent on every claim until
+    a `partition.outbox-sent` says it was acknowledged; the receiver dedupes by request id.
+    """
+
+    request_id: str
+    type: str  # run.create-requested | run.wake-requested | run.cancel-requested
+    run_id: str
+    lineage_id: str
+    body_json: str  # the request's fields after the envelope, as JSON
 
 
 class Evidence(_Frozen, frozen=True, array_like=True):
@@ -110,6 +158,13 @@ MAX_EVIDENCE = 32
 # fills only while no owner executes the partition. Requests past it are ignored (verdict
 # `ignored`, visible in history) rather than grow one run's state without bound.
 MAX_INBOX = 1024
+# Signals a run holds before a wait takes them; a signal past it is refused (verdict
+# `refused`, and the client's signal() raises SignalRefused), never dropped silently.
+MAX_SIGNALS = 64
+# Children a run has spawned and that have not settled yet; a spawn past it fails.
+MAX_OPEN_CHILDREN = 1000
+# How deep a tree of children may go (the ancestor path a create request carries).
+MAX_DEPTH = 64
 
 
 class RunState(_Frozen, frozen=True, array_like=True):
@@ -137,6 +192,17 @@ class RunState(_Frozen, frozen=True, array_like=True):
     suspended_reason: str | None = None
     inbox: tuple[InboxItem, ...] = ()
     evidence: tuple[Evidence, ...] = ()
+    parent_lineage_id: str | None = None
+    parent_position: int | None = None  # the parent's spawn position
+    detached: bool = False  # the parent's exit does not cancel this run
+    ancestors: tuple[str, ...] = ()  # root .. parent, MAX_DEPTH at most
+    wait: Wait | None = None
+    signals: tuple[Signal, ...] = ()  # MAX_SIGNALS at most
+    children: tuple[ChildLink, ...] = ()  # MAX_OPEN_CHILDREN at most
+    cancel_requested: str | None = None  # the reason, once a cancel request is applied
+    cancel_requested_by: str | None = None
+    resume_requested: bool = False  # an operator asked to end the current wait early
+    wake_reason: str | None = None  # why the run last became runnable again
 
     def has_evidence(self, kind: str) -> bool:
         return any(item.kind == kind for item in self.evidence)

@@ -1,76 +1,91 @@
 """How each accepted run decision changes a run: pure functions returning field updates.
 
-Step records also write the journal entry at their position; the caller passes the entry
-that stands there now (`previous`), so no handler needs the run's whole journal.
+Records that write a journal entry get the entry standing at their position now
+(`previous`), so no handler needs the run's whole journal. Decisions whose effect reaches
+another run (a spawn, a settlement with a parent, a cancel's cascade) also return the
+requests that effect needs, for the outbox (ARCHITECTURE.md, Execution).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from engine.journal import events as ev
-from projections.state import InboxItem, JournalEntry, RunState, RunStatus
+from projections.state import (
+    ChildLink,
+    InboxItem,
+    JournalEntry,
+    OutboxItem,
+    RunState,
+    RunStatus,
+    Wait,
+)
 
 Changes = dict[str, Any]
+
+WAIT_TIMEOUT = "WaitTimeout"
 
 
 @dataclass(slots=True)
 class Change:
     run: Changes
     entry: JournalEntry | None = field(default=None)
+    outbox: tuple[OutboxItem, ...] = ()
+
+
+Handler = Callable[[RunState, Any, int, JournalEntry | None], Change | None]
 
 
 def transition(
     run: RunState, record: ev.JournalRecord, epoch: int, previous: JournalEntry | None
 ) -> Change | None:
-    """Field updates for `run` (and the entry a step record writes), or None when the
-    record changes nothing."""
+    """Field updates for `run` (and the entry and outbox requests the record writes), or
+    None when the record changes nothing."""
     handler = _HANDLERS.get(type(record))
-    if handler is not None:
-        changes = handler(run, record, epoch)
-        return None if changes is None else Change(changes)
-    step_handler = _STEP_HANDLERS.get(type(record))
-    if step_handler is None:
+    if handler is None:
         return None
-    entry = step_handler(record, previous)
-    return Change({"steps": max(run.steps, entry.position + 1)}, entry)
+    change = handler(run, record, epoch, previous)
+    if change is not None and change.entry is not None:
+        change.run.setdefault("steps", max(run.steps, change.entry.position + 1))
+    return change
 
 
-def _activated(run: RunState, record: Any, epoch: int) -> Changes:
+def _activated(run: RunState, record: Any, epoch: int, _: Any) -> Change:
     assert isinstance(record, ev.RunActivated)
-    return {
+    return Change({
         "status": RunStatus.running,
         "activations": record.activation,
         "owner_source": record.envelope.source_id,
         "owner_epoch": epoch,
         "released_cause": None,
         "suspended_reason": None,
-    }
+    })
 
 
-def _released(run: RunState, record: Any, epoch: int) -> Changes | None:
+def _released(run: RunState, record: Any, epoch: int, _: Any) -> Change | None:
     assert isinstance(record, ev.RunReleased)
     if run.status is not RunStatus.running:
         return None
-    return {"status": RunStatus.pending, "released_cause": record.cause}
+    return Change({"status": RunStatus.pending, "released_cause": record.cause})
 
 
-def _step_started(record: Any, previous: JournalEntry | None) -> JournalEntry:
+def _step_started(run: RunState, record: Any, epoch: int, previous: Any) -> Change:
     assert isinstance(record, ev.StepStarted)
-    return JournalEntry(
+    return Change({}, JournalEntry(
         position=record.position,
         name=record.name,
         status="started",
         attempts=max(record.attempt - 1, previous.attempts if previous else 0),
         irreversible=record.irreversible,
-    )
+    ))
 
 
-def _step_completed(record: Any, previous: JournalEntry | None) -> JournalEntry:
+def _step_completed(run: RunState, record: Any, epoch: int, previous: Any) -> Change:
     assert isinstance(record, ev.StepCompleted)
-    return JournalEntry(
+    return Change({}, JournalEntry(
         position=record.position,
         name=record.name,
         kind=record.kind,
@@ -78,12 +93,12 @@ def _step_completed(record: Any, previous: JournalEntry | None) -> JournalEntry:
         attempts=record.attempt,
         irreversible=previous.irreversible if previous else False,
         result_json=record.result_json,
-    )
+    ))
 
 
-def _step_failed(record: Any, previous: JournalEntry | None) -> JournalEntry:
+def _step_failed(run: RunState, record: Any, epoch: int, previous: Any) -> Change:
     assert isinstance(record, ev.StepFailed)
-    return JournalEntry(
+    return Change({}, JournalEntry(
         position=record.position,
         name=record.name,
         status="retrying" if record.will_retry else "failed",
@@ -91,44 +106,165 @@ def _step_failed(record: Any, previous: JournalEntry | None) -> JournalEntry:
         irreversible=previous.irreversible if previous else False,
         error_type=record.error_type,
         error_message=record.error_message,
+    ))
+
+
+# The journal entry a wait stands at: its kind, and its name from the suspension.
+_WAIT_KINDS = {"timer": "sleep", "event": "wait", "child": "child"}
+
+
+def _suspended(run: RunState, record: Any, epoch: int, previous: Any) -> Change | None:
+    assert isinstance(record, ev.RunSuspended)
+    wait = Wait(kind=record.reason, position=record.position, due_ms=record.wake_at_ms,
+                event_name=record.event_name, child_run_id=record.child_run_id,
+                child_position=record.child_position)
+    changes: Changes = {"status": RunStatus.suspended, "suspended_reason": record.reason,
+                        "wait": wait, "resume_requested": False}
+    kind = _WAIT_KINDS.get(record.reason)
+    if kind is None or record.position is None:
+        return Change(changes)  # quarantine: no wait entry
+    if previous is not None and previous.status != "waiting":
+        return None  # that wait is over already: a stale suspension
+    name = {"sleep": "sleep", "wait": record.event_name, "child": record.child_run_id}[kind]
+    entry = JournalEntry(position=record.position, name=name or "", kind=kind,
+                         status="waiting", due_ms=record.wake_at_ms)
+    return Change(changes, entry)
+
+
+def _timer_fired(run: RunState, record: Any, epoch: int, previous: Any) -> Change | None:
+    assert isinstance(record, ev.TimerFired)
+    wait = run.wait
+    if (wait is None or wait.position != record.position or wait.due_ms != record.due_ms
+            or previous is None or previous.status != "waiting"):
+        return None  # not what the run waits for now (ended, woken already, a re-send)
+    if previous.kind == "wait":
+        entry = JournalEntry(position=previous.position, name=previous.name, kind="wait",
+                             status="failed", attempts=1, error_type=WAIT_TIMEOUT,
+                             error_message=f"no {previous.name!r} signal before the timeout",
+                             due_ms=previous.due_ms)
+    else:
+        entry = JournalEntry(position=previous.position, name=previous.name,
+                             kind=previous.kind, status="completed", attempts=1,
+                             result_json="null", due_ms=previous.due_ms)
+    return Change({"status": RunStatus.pending, "wait": None, "wake_reason": "timer",
+                   "resume_requested": False}, entry)
+
+
+def _resumed(run: RunState, record: Any, epoch: int, previous: Any) -> Change | None:
+    """A wait ends (suspended run), or is satisfied at once (a running run taking a
+    buffered signal or a settled child's outcome); `cancel` only makes the run runnable."""
+    assert isinstance(record, ev.RunResumed)
+    wake = {"status": RunStatus.pending, "wait": None, "wake_reason": record.reason,
+            "resume_requested": False}
+    position = record.position
+    if record.reason == "cancel" or position is None:
+        # A wake with no wait entry to end: a cancel, or (journals before waits had
+        # positions, and quarantines) the end of a suspension that has no entry.
+        suspended = run.status is RunStatus.suspended
+        ends = record.reason == "cancel" or run.wait is None or run.wait.position is None
+        return Change(wake) if suspended and ends else None
+    if previous is not None and previous.status != "waiting":
+        return None
+    if run.status is RunStatus.suspended:
+        if run.wait is None or run.wait.position != position:
+            return None
+        changes = wake
+    elif run.status is RunStatus.running:
+        changes = {}
+    else:
+        return None
+    kind = previous.kind if previous is not None else (
+        "child" if record.reason == "child" else "wait")
+    entry = JournalEntry(
+        position=position, name=record.name or (previous.name if previous else ""), kind=kind,
+        status="failed" if record.error_type else "completed", attempts=1,
+        result_json=record.result_json, error_type=record.error_type,
+        error_message=record.error_message, due_ms=previous.due_ms if previous else None)
+    if record.signal_request_id is not None:
+        changes["signals"] = tuple(s for s in run.signals
+                                   if s.request_id != record.signal_request_id)
+    return Change(changes, entry)
+
+
+def _child_spawned(run: RunState, record: Any, epoch: int, previous: Any) -> Change | None:
+    assert isinstance(record, ev.ChildSpawned)
+    if previous is not None:
+        return None
+    detached = record.parent_exit_policy == "detach"
+    link = ChildLink(run_id=record.child_run_id, lineage_id=record.child_lineage_id,
+                     position=record.position, detached=detached)
+    entry = JournalEntry(position=record.position, name=record.flow, kind="spawn",
+                         status="completed", attempts=1,
+                         result_json=json.dumps(record.child_run_id))
+    create = OutboxItem(
+        request_id=f"spawn/{run.run_id}/{record.position}",
+        type=ev.RunCreateRequested.TYPE, run_id=record.child_run_id,
+        lineage_id=record.child_lineage_id,
+        body_json=json.dumps({
+            "flow": record.flow, "payload_json": record.payload_json,
+            "parent_run_id": run.run_id, "parent_lineage_id": run.lineage_id,
+            "parent_exit_policy": record.parent_exit_policy,
+            "ancestors": [*run.ancestors, run.run_id], "parent_position": record.position,
+        }))
+    return Change({"children": (*run.children, link)}, entry, (create,))
+
+
+def _policy_applied(run: RunState, record: Any, epoch: int, _: Any) -> Change:
+    assert isinstance(record, ev.ChildPolicyApplied)
+    return Change({}, outbox=_cancels(run, record.cancelled,
+                                      f"parent {run.run_id} ended: {record.reason}"))
+
+
+def _cancels(run: RunState, child_ids: list[str], reason: str) -> tuple[OutboxItem, ...]:
+    lineages = {link.run_id: link.lineage_id for link in run.children}
+    return tuple(
+        OutboxItem(request_id=f"cancel/{run.run_id}/{child}", type=ev.RunCancelRequested.TYPE,
+                   run_id=child, lineage_id=lineages.get(child, child),
+                   body_json=json.dumps({"reason": reason, "requested_by": run.run_id}))
+        for child in child_ids
     )
 
 
-def _suspended(run: RunState, record: Any, epoch: int) -> Changes:
-    assert isinstance(record, ev.RunSuspended)
-    return {"status": RunStatus.suspended, "suspended_reason": record.reason}
+def _settled(run: RunState, status: RunStatus, changes: Changes,
+             extra: tuple[OutboxItem, ...] = ()) -> Change:
+    """A terminal decision: the run answers no more requests (but repeated creates), holds
+    no wait or signal, and wakes its parent through the outbox."""
+    changes.update(status=status, wait=None, signals=(), resume_requested=False,
+                   inbox=_unanswered_creates(run))
+    outbox = extra
+    if run.parent_run_id is not None:
+        after = {**changes}
+        wake = OutboxItem(
+            request_id=f"wake/{run.run_id}", type=ev.RunWakeRequested.TYPE,
+            run_id=run.parent_run_id, lineage_id=run.parent_lineage_id or run.parent_run_id,
+            body_json=json.dumps({
+                "child_run_id": run.run_id, "child_status": status.value,
+                "result_json": after.get("result_json"),
+                "error_type": after.get("error_type"),
+                "error_message": after.get("error_message"),
+                "position": run.parent_position,
+            }))
+        outbox = (*outbox, wake)
+    return Change(changes, outbox=outbox)
 
 
-def _resumed(run: RunState, record: Any, epoch: int) -> Changes:
-    assert isinstance(record, ev.RunResumed)
-    # suspended_reason stays until the next activation, whose evidence names it.
-    return {"status": RunStatus.pending}
-
-
-def _completed(run: RunState, record: Any, epoch: int) -> Changes:
+def _completed(run: RunState, record: Any, epoch: int, _: Any) -> Change:
     assert isinstance(record, ev.RunCompleted)
-    return {"status": RunStatus.completed, "result_json": record.result_json,
-            "inbox": _unanswered_creates(run)}
+    return _settled(run, RunStatus.completed, {"result_json": record.result_json})
 
 
-def _failed(run: RunState, record: Any, epoch: int) -> Changes:
+def _failed(run: RunState, record: Any, epoch: int, _: Any) -> Change:
     assert isinstance(record, ev.RunFailed)
-    return {
-        "status": RunStatus.failed,
-        "error_type": record.error_type,
-        "error_message": record.error_message,
-        "inbox": _unanswered_creates(run),
-    }
+    return _settled(run, RunStatus.failed, {"error_type": record.error_type,
+                                            "error_message": record.error_message})
 
 
-def _cancelled(run: RunState, record: Any, epoch: int) -> Changes:
+def _cancelled(run: RunState, record: Any, epoch: int, _: Any) -> Change:
     assert isinstance(record, ev.RunCancelled)
-    return {
-        "status": RunStatus.cancelled,
-        "error_type": "RunCancelled",
-        "error_message": record.reason or "cancelled",
-        "inbox": _unanswered_creates(run),
-    }
+    reason = record.reason or "cancelled"
+    cascade = _cancels(run, record.cascaded, f"parent {run.run_id} was cancelled: {reason}")
+    return _settled(run, RunStatus.cancelled,
+                    {"error_type": "RunCancelled", "error_message": reason}, cascade)
 
 
 def _unanswered_creates(run: RunState) -> tuple[InboxItem, ...]:
@@ -137,25 +273,29 @@ def _unanswered_creates(run: RunState) -> tuple[InboxItem, ...]:
     return tuple(item for item in run.inbox if item.type == ev.RunCreateRequested.TYPE)
 
 
-_HANDLERS: dict[type, Callable[[RunState, Any, int], Changes | None]] = {
+_HANDLERS: dict[type, Handler] = {
     ev.RunActivated: _activated,
     ev.RunReleased: _released,
     ev.RunSuspended: _suspended,
     ev.RunResumed: _resumed,
+    ev.TimerFired: _timer_fired,
+    ev.ChildSpawned: _child_spawned,
+    ev.ChildPolicyApplied: _policy_applied,
     ev.RunCompleted: _completed,
     ev.RunFailed: _failed,
     ev.RunCancelled: _cancelled,
-}
-
-_STEP_HANDLERS: dict[type, Callable[[Any, JournalEntry | None], JournalEntry]] = {
     ev.StepStarted: _step_started,
     ev.StepCompleted: _step_completed,
     ev.StepFailed: _step_failed,
 }
 
+_POSITIONED = (ev.StepStarted, ev.StepCompleted, ev.StepFailed, ev.RunSuspended,
+               ev.RunResumed, ev.TimerFired, ev.ChildSpawned, ev.RunWakeRequested)
+
 
 def entry_position(record: ev.JournalRecord) -> int | None:
-    """The journal position a step record writes, or None for any other record."""
-    if isinstance(record, ev.StepStarted | ev.StepCompleted | ev.StepFailed):
-        return record.position
+    """The journal position a record writes (or reads), or None for any other record."""
+    if isinstance(record, _POSITIONED):
+        position: int | None = record.position
+        return position
     return None

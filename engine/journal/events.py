@@ -370,6 +370,8 @@ class RunSuspended:
     detail: str = ""
     # The journal position of the wait (timer, event or child); null for quarantine.
     position: int | None = None
+    # For a child wait: the journal position of the spawn, whose entry receives the child's outcome.
+    child_position: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -385,6 +387,8 @@ class RunResumed:
     envelope: Envelope
     reason: str
     detail: str = ""
+    # The wait's name: the event name, or the child run id.
+    name: str | None = None
     # The wait this resumption ends; null when it only makes the run runnable (cancel).
     position: int | None = None
     # The buffered signal this delivers (reason event).

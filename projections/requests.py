@@ -1,0 +1,112 @@
+"""How an applied request changes its run: pure functions, like projections.transitions.
+
+Requests come from anyone (clients, other partitions' owners), so they are not fenced; a
+repeated request id never reaches here (the reducer counts it as a duplicate). A request
+only records what was asked: the owner's decisions act on it (deliver a signal, cancel,
+wake), so every reader of the partition sees the same state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.journal import events as ev
+from projections.state import (
+    MAX_SIGNALS,
+    TERMINAL_STATUSES,
+    JournalEntry,
+    RunState,
+    RunStatus,
+    Signal,
+    Verdict,
+    replace,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestChange:
+    run: RunState
+    verdict: Verdict
+    entry: JournalEntry | None = None
+
+
+def apply_run_request(
+    run: RunState, record: ev.JournalRecord, request_id: str, offset: int,
+    previous: JournalEntry | None,
+) -> RequestChange | None:
+    """The change a signal, cancel, resume or wake request makes, or None for a request
+    type handled elsewhere (creates)."""
+    if isinstance(record, ev.RunSignalSent):
+        return _signal(run, record, request_id, offset)
+    if isinstance(record, ev.RunCancelRequested):
+        return _cancel(run, record)
+    if isinstance(record, ev.RunResumeRequested):
+        return _resume(run)
+    if isinstance(record, ev.RunWakeRequested):
+        return _wake(run, record, previous)
+    return None
+
+
+def _signal(run: RunState, record: ev.RunSignalSent, request_id: str,
+            offset: int) -> RequestChange:
+    if run.status in TERMINAL_STATUSES or len(run.signals) >= MAX_SIGNALS:
+        return RequestChange(run, Verdict.refused)
+    signal = Signal(request_id=request_id, name=record.name, payload_json=record.payload_json,
+                    offset=offset)
+    return RequestChange(replace(run, signals=(*run.signals, signal)), Verdict.applied)
+
+
+def _cancel(run: RunState, record: ev.RunCancelRequested) -> RequestChange:
+    if run.status in TERMINAL_STATUSES:
+        return RequestChange(run, Verdict.refused)
+    if run.cancel_requested is not None:
+        return RequestChange(run, Verdict.ignored)  # the first reason stands
+    return RequestChange(replace(run, cancel_requested=record.reason or "cancelled",
+                                 cancel_requested_by=record.requested_by), Verdict.applied)
+
+
+def _resume(run: RunState) -> RequestChange:
+    """An operator wake ends a timer or event wait early; a child wait and a quarantine are
+    not resumable this way."""
+    wait = run.wait
+    if run.status is not RunStatus.suspended or wait is None or wait.kind not in (
+            "timer", "event"):
+        return RequestChange(run, Verdict.refused)
+    return RequestChange(replace(run, resume_requested=True), Verdict.applied)
+
+
+def _wake(run: RunState, record: ev.RunWakeRequested,
+          spawn: JournalEntry | None) -> RequestChange:
+    """A child settled: its outcome goes into the spawn's journal entry (where the parent's
+    `child.result()` finds it), and the child is no longer open."""
+    children = tuple(link for link in run.children if link.run_id != record.child_run_id)
+    entry = None
+    if spawn is not None and spawn.kind == "spawn" and spawn.child_status is None:
+        entry = replace(spawn, child_status=record.child_status,
+                        child_result_json=record.result_json, error_type=record.error_type,
+                        error_message=record.error_message)
+    if entry is None and len(children) == len(run.children):
+        return RequestChange(run, Verdict.ignored)
+    return RequestChange(replace(run, children=children), Verdict.applied, entry)
+
+
+def describe_refusal(run: RunState | None, record: ev.JournalRecord) -> str:
+    """Why a request was refused, for the client's error."""
+    if run is None:
+        return "no such run"
+    if run.status in TERMINAL_STATUSES:
+        return f"the run has ended ({run.status.value})"
+    if isinstance(record, ev.RunSignalSent):
+        return (f"the run holds {len(run.signals)} signals no wait has taken yet, the most it "
+                f"keeps ({MAX_SIGNALS})")
+    if isinstance(record, ev.RunResumeRequested):
+        wait = run.wait
+        if wait is None or run.status is not RunStatus.suspended:
+            return f"the run is {run.status.value}, not waiting"
+        if wait.kind == "child":
+            return (f"the run waits for child run {wait.child_run_id}: a child wait ends when "
+                    f"the child settles (cancel the child to end it)")
+        if wait.kind == "quarantine":
+            return ("the run is quarantined: resolving a quarantine needs a resolution "
+                    "(retry or skip), which this version does not support yet")
+    return "refused"
