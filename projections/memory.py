@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from engine.journal import JournalRecord
 from projections import store as rocks
 from projections.projector import Outcome, Projector, Store
-from projections.state import JournalEntry, PartitionState, RunState, Verdict
-from projections.store import RecordWrite
+from projections.state import JournalEntry, OutboxItem, PartitionState, RunState, Verdict
+from projections.store import DueTimer, RecordWrite
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +40,9 @@ class MemoryStore:
         self.entries: dict[str, dict[int, JournalEntry]] = {}
         self._requests: set[tuple[int, str]] = set()
         self._request_log: dict[int, deque[tuple[int, str]]] = {}
+        self._outbox: dict[int, dict[str, OutboxItem]] = {}
+        # (partition, run id) -> the run's timer: what the RocksDB timer index holds.
+        self._timers: dict[tuple[int, str], DueTimer] = {}
 
     def partition(self, partition: int) -> PartitionState:
         state = self.partitions.get(partition)
@@ -63,12 +66,37 @@ class MemoryStore:
             return True
         return self.base.request_seen(partition, request_id) if self.base else False
 
+    def due_timers(self, partition: int, until_ms: int, limit: int) -> list[DueTimer]:
+        """Like ProjectionStore.due_timers (sorted here on each call: for tests and the
+        in-process test environment, not for a production store)."""
+        due = sorted((t for (p, _), t in self._timers.items()
+                      if p == partition and t.due_ms <= until_ms),
+                     key=lambda t: (t.due_ms, t.run_id, t.position))
+        return due[:limit]
+
+    def next_due_ms(self, partition: int | None = None) -> int | None:
+        """The earliest timer of `partition` (None: of any partition)."""
+        dues = [t.due_ms for (p, _), t in self._timers.items()
+                if partition is None or p == partition]
+        return min(dues) if dues else None
+
+    def outbox(self, partition: int) -> list[OutboxItem]:
+        items = self._outbox.get(partition, {})
+        return [items[key] for key in sorted(items)]
+
     def write(self, change: RecordWrite) -> None:
-        self.partitions[change.partition.partition] = change.partition
+        number = change.partition.partition
+        self.partitions[number] = change.partition
         if change.run_id is not None and change.after is not change.before:
             self.runs[change.run_id] = change.after
+            self._index_timer(number, change.run_id, change.after)
             if change.after is None:
                 self.entries.pop(change.run_id, None)
+        box = self._outbox.setdefault(number, {})
+        for item in change.outbox:
+            box[item.request_id] = item
+        for request_id in change.outbox_done:
+            box.pop(request_id, None)
         if change.entry is not None and change.run_id is not None:
             self.entries.setdefault(change.run_id, {})[change.entry.position] = change.entry
         log = self._request_log.setdefault(change.partition.partition, deque())
@@ -78,6 +106,14 @@ class MemoryStore:
         if change.offset % rocks.PRUNE_EVERY == 0:
             while log and log[0][0] < change.offset - rocks.REQUEST_RETENTION:
                 self._requests.discard((change.partition.partition, log.popleft()[1]))
+
+
+    def _index_timer(self, partition: int, run_id: str, run: RunState | None) -> None:
+        wait = run.wait if run is not None else None
+        if wait is None or wait.due_ms is None:
+            self._timers.pop((partition, run_id), None)
+        else:
+            self._timers[(partition, run_id)] = DueTimer(wait.due_ms, run_id, wait.position or 0)
 
 
 @dataclass

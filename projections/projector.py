@@ -14,7 +14,7 @@ from typing import Protocol
 
 from engine.journal import DecodeError, JournalRecord, decode
 from projections.reducer import apply, apply_dead_letter, request_id_of
-from projections.state import JournalEntry, PartitionState, RunState, Verdict
+from projections.state import JournalEntry, OutboxItem, PartitionState, RunState, Verdict
 from projections.store import RecordWrite
 from projections.transitions import entry_position
 
@@ -41,6 +41,7 @@ class Outcome:
     error: DecodeError | None = None
     entry: JournalEntry | None = None
     redelivered: bool = False  # applied before: nothing was done
+    outbox: tuple[OutboxItem, ...] = ()  # requests to other runs this record caused
 
 
 class Projector:
@@ -116,12 +117,13 @@ class Projector:
             verdict=applied.verdict, record_type=record.TYPE, run_id=run_id, before=before,
             after=applied.run, entry=applied.entry, raw=raw,
             request_id=request_id if applied.verdict is Verdict.applied else None,
+            outbox=applied.outbox, outbox_done=applied.outbox_done,
         ))
         self._partitions[partition] = applied.partition
         if run_id:
             self._remember(run_id, applied.run)
         return Outcome(applied.partition, offset, record, before, applied.run, applied.verdict,
-                       entry=applied.entry)
+                       entry=applied.entry, outbox=applied.outbox)
 
     def _dead_letter(
         self, partition: int, offset: int, raw: bytes, error: DecodeError, timestamp_ms: int

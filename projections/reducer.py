@@ -20,14 +20,16 @@ Rules (see ARCHITECTURE.md, Ownership and fencing):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from engine.journal import events as ev
+from projections.requests import apply_run_request
 from projections.state import (
+    MAX_DEPTH,
     MAX_EVIDENCE,
     MAX_INBOX,
     TERMINAL_STATUSES,
     Evidence,
-    MAX_DEPTH,
     InboxItem,
     JournalEntry,
     OutboxItem,
@@ -36,7 +38,6 @@ from projections.state import (
     Verdict,
     replace,
 )
-from projections.requests import apply_run_request
 from projections.transitions import transition
 
 
@@ -237,7 +238,7 @@ def _new_run(
     )
 
 
-def _lineage_fields(record: ev.RunCreateRequested) -> dict[str, object]:
+def _lineage_fields(record: ev.RunCreateRequested) -> dict[str, Any]:
     """Where a child run stands in its tree, from its create request."""
     return {
         "parent_lineage_id": record.parent_lineage_id,

@@ -12,6 +12,9 @@ Key layout (ASCII prefixes, zero-padded numbers so byte order is numeric order):
   q/<partition:05d>/<request_id>             -> offset       requests applied (dedupe)
   o/<partition:05d>/<offset:020d>            -> request_id   the same, by offset (retention)
   d/<partition:05d>/<offset:020d>            -> raw bytes of a record that did not decode
+  t/<partition:05d>/<due_ms:015d>/<run_id>\0<position:010d> -> b""  timers by due time
+  w/<partition:05d>/<kind>/<run_id>          -> b""   suspended runs by what they wait for
+  x/<partition:05d>/<request_id>             -> OutboxItem   requests to send to other runs
 States are msgpack (projections.state); a history item is msgpack
 [verdict, type, log timestamp ms, record bytes or nil] (bytes only in a read model).
 
@@ -41,10 +44,12 @@ from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch
 
 from projections.state import (
     JournalEntry,
+    OutboxItem,
     PartitionState,
     RunState,
     RunStatus,
     Verdict,
+    Wait,
     decode_state,
     encode_state,
 )
@@ -112,6 +117,23 @@ def _dead_letter_key(partition: int, offset: int) -> bytes:
     return b"d/%05d/%020d" % (partition, offset)
 
 
+def _timer_prefix(partition: int) -> bytes:
+    return b"t/%05d/" % partition
+
+
+def _timer_key(partition: int, run_id: str, wait: Wait) -> bytes:
+    return _timer_prefix(partition) + b"%015d/%s\x00%010d" % (
+        wait.due_ms or 0, run_id.encode(), wait.position or 0)
+
+
+def _wait_key(partition: int, kind: str, run_id: str) -> bytes:
+    return b"w/%05d/%s/%s" % (partition, kind.encode(), run_id.encode())
+
+
+def _outbox_prefix(partition: int) -> bytes:
+    return b"x/%05d/" % partition
+
+
 def _upper_bound(prefix: bytes) -> bytes:
     return prefix[:-1] + bytes([prefix[-1] + 1])
 
@@ -156,6 +178,15 @@ class RecordWrite:
     request_id: str | None = None  # an applied request: enters the request index
     raw: bytes | None = None  # kept in history when the store keeps records
     dead_letter: bool = False
+    outbox: tuple[OutboxItem, ...] = ()  # requests this record caused, to send
+    outbox_done: tuple[str, ...] = ()  # outbox request ids acknowledged
+
+
+@dataclass(frozen=True, slots=True)
+class DueTimer:
+    due_ms: int
+    run_id: str
+    position: int
 
 
 class ProjectionStore:
@@ -295,6 +326,36 @@ class ProjectionStore:
             entries.append(_history_entry(partition, int(key.split(b"/")[2]), value))
         return entries
 
+    def due_timers(self, partition: int, until_ms: int, limit: int) -> list[DueTimer]:
+        """Up to `limit` timers of `partition` due at or before `until_ms`, in due order."""
+        found: list[DueTimer] = []
+        prefix = _timer_prefix(partition)
+        for key, _ in self._scan(prefix):
+            due, rest = key[len(prefix):].split(b"/", 1)
+            if int(due) > until_ms or len(found) >= limit:
+                break
+            run_id, position = rest.split(b"\x00")
+            found.append(DueTimer(int(due), run_id.decode(), int(position)))
+        return found
+
+    def next_due_ms(self, partition: int) -> int | None:
+        """When the earliest timer of `partition` falls due (None: no timer)."""
+        for timer in self.due_timers(partition, 10**15 - 1, 1):
+            return timer.due_ms
+        return None
+
+    def runs_waiting(self, partition: int, kind: str) -> Iterator[str]:
+        """Ids of the suspended runs of `partition` waiting for `kind` (timer, event, child,
+        quarantine)."""
+        prefix = b"w/%05d/%s/" % (partition, kind.encode())
+        for key, _ in self._scan(prefix):
+            yield key[len(prefix):].decode()
+
+    def outbox(self, partition: int) -> list[OutboxItem]:
+        """Requests decisions of `partition` caused that no `partition.outbox-sent` has
+        acknowledged yet."""
+        return [decode_state(OutboxItem, v) for _, v in self._scan(_outbox_prefix(partition))]
+
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         """Every key and value in byte order: what the rebuild test compares."""
         yield from self._scan(b"")
@@ -349,6 +410,11 @@ class ProjectionStore:
             batch.put(_request_key(state.partition, change.request_id), b"%d" % change.offset)
             batch.blind(_request_offset_key(state.partition, change.offset),
                         change.request_id.encode())
+        for item in change.outbox:
+            batch.blind(_outbox_prefix(state.partition) + item.request_id.encode(),
+                        encode_state(item))
+        for request_id in change.outbox_done:
+            batch.delete(_outbox_prefix(state.partition) + request_id.encode())
         if change.offset % PRUNE_EVERY == 0:
             self._prune_requests(batch, state.partition, change.offset - REQUEST_RETENTION)
         if not self._grouping:
@@ -388,6 +454,7 @@ class _Pending:
 
 
 def _put_run(batch: _Pending, before: RunState | None, after: RunState | None) -> None:
+    _put_wait(batch, before, after)
     if before is not None and (after is None or after.status != before.status):
         batch.delete(_status_key(before.status, before.partition, before.run_id))
     if before is not None and before.inbox and (after is None or not after.inbox):
@@ -403,3 +470,19 @@ def _put_run(batch: _Pending, before: RunState | None, after: RunState | None) -
         batch.blind(_status_key(after.status, after.partition, after.run_id), b"")
     if after.inbox and (before is None or not before.inbox):
         batch.blind(_inbox_key(after.partition, after.run_id), b"")
+
+
+def _put_wait(batch: _Pending, before: RunState | None, after: RunState | None) -> None:
+    """The timer and wait indexes follow the run's wait."""
+    old = before.wait if before is not None else None
+    new = after.wait if after is not None else None
+    if old == new:
+        return
+    if old is not None and before is not None:
+        batch.delete(_wait_key(before.partition, old.kind, before.run_id))
+        if old.due_ms is not None:
+            batch.delete(_timer_key(before.partition, before.run_id, old))
+    if new is not None and after is not None:
+        batch.blind(_wait_key(after.partition, new.kind, after.run_id), b"")
+        if new.due_ms is not None:
+            batch.blind(_timer_key(after.partition, after.run_id, new), b"")

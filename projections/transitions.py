@@ -154,8 +154,8 @@ def _resumed(run: RunState, record: Any, epoch: int, previous: Any) -> Change | 
     """A wait ends (suspended run), or is satisfied at once (a running run taking a
     buffered signal or a settled child's outcome); `cancel` only makes the run runnable."""
     assert isinstance(record, ev.RunResumed)
-    wake = {"status": RunStatus.pending, "wait": None, "wake_reason": record.reason,
-            "resume_requested": False}
+    wake: Changes = {"status": RunStatus.pending, "wait": None, "wake_reason": record.reason,
+                     "resume_requested": False}
     position = record.position
     if record.reason == "cancel" or position is None:
         # A wake with no wait entry to end: a cancel, or (journals before waits had
@@ -165,12 +165,13 @@ def _resumed(run: RunState, record: Any, epoch: int, previous: Any) -> Change | 
         return Change(wake) if suspended and ends else None
     if previous is not None and previous.status != "waiting":
         return None
+    changes: Changes = {}
     if run.status is RunStatus.suspended:
         if run.wait is None or run.wait.position != position:
             return None
         changes = wake
     elif run.status is RunStatus.running:
-        changes = {}
+        pass
     else:
         return None
     kind = previous.kind if previous is not None else (
