@@ -12,18 +12,27 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from engine.client import Client, RunHandle
-    from engine.context import FlowContext
+    from engine.context import ChildRun, FlowContext
     from engine.errors import (
+        Cancelled,
+        CancelRefused,
+        ChildCancelled,
+        ChildFailed,
         CreateRejected,
+        FlowCycleDetected,
         IdentityConflict,
         NonDeterminism,
         PayloadInvalid,
         ResultTimeout,
+        ResumeRefused,
         RunCancelled,
         RunFailed,
         RunNotFound,
         RunstreamError,
+        SignalRefused,
+        SpawnRefused,
         StepFailed,
+        WaitTimeout,
     )
     from engine.flow import Flow, RetryPolicy
     from engine.worker import Worker
@@ -32,17 +41,27 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "Client": "engine.client",
     "RunHandle": "engine.client",
+    "ChildRun": "engine.context",
     "FlowContext": "engine.context",
+    "CancelRefused": "engine.errors",
+    "Cancelled": "engine.errors",
+    "ChildCancelled": "engine.errors",
+    "ChildFailed": "engine.errors",
     "CreateRejected": "engine.errors",
+    "FlowCycleDetected": "engine.errors",
     "IdentityConflict": "engine.errors",
     "NonDeterminism": "engine.errors",
     "PayloadInvalid": "engine.errors",
     "ResultTimeout": "engine.errors",
+    "ResumeRefused": "engine.errors",
     "RunCancelled": "engine.errors",
     "RunFailed": "engine.errors",
     "RunNotFound": "engine.errors",
     "RunstreamError": "engine.errors",
+    "SignalRefused": "engine.errors",
+    "SpawnRefused": "engine.errors",
     "StepFailed": "engine.errors",
+    "WaitTimeout": "engine.errors",
     "Flow": "engine.flow",
     "RetryPolicy": "engine.flow",
     "Worker": "engine.worker",
@@ -50,14 +69,21 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "CancelRefused",
+    "Cancelled",
+    "ChildCancelled",
+    "ChildFailed",
+    "ChildRun",
     "Client",
     "CreateRejected",
     "Flow",
     "FlowContext",
+    "FlowCycleDetected",
     "IdentityConflict",
     "NonDeterminism",
     "PayloadInvalid",
     "ResultTimeout",
+    "ResumeRefused",
     "RetryPolicy",
     "RunCancelled",
     "RunFailed",
@@ -65,7 +91,10 @@ __all__ = [
     "RunNotFound",
     "RunStatus",
     "RunstreamError",
+    "SignalRefused",
+    "SpawnRefused",
     "StepFailed",
+    "WaitTimeout",
     "Worker",
 ]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import time
 import uuid
 from collections.abc import Iterable
@@ -16,13 +17,16 @@ from pydantic import BaseModel
 
 from engine.config import journal_topic, resolve_bootstrap, resolve_namespace
 from engine.errors import (
+    CancelRefused,
     CreateRejected,
     IdentityConflict,
     PayloadInvalid,
     ResultTimeout,
+    ResumeRefused,
     RunCancelled,
     RunFailed,
     RunNotFound,
+    SignalRefused,
 )
 from engine.flow import Flow, dump_json
 from engine.journal import Envelope, JournalRecord, encode
@@ -30,12 +34,38 @@ from engine.journal import events as ev
 from engine.reader import partition_for
 from engine.readmodel import ReadModel, default_read_model_dir
 from engine.tail import JournalTail
-from projections.state import JournalEntry, RunState, RunStatus
+from projections.requests import describe_refusal
+from projections.state import JournalEntry, RunState, RunStatus, Verdict
 from projections.store import HistoryEntry
 
 # A run's payload travels in its create request and again in the owner's run.created;
 # both must fit one Kafka record (1 MiB by default) with room for the envelope.
 MAX_PAYLOAD_CHARS = 800_000
+
+UNSAFE_CANCEL = (
+    "unsafe_interrupt_unsupported: runstream has exactly one cancellation path, and it is "
+    "durable: a cancel request is journaled, and the run is interrupted at its next durable "
+    "call (its finally blocks run, durable calls in them are journaled as cleanup); there is "
+    "no way to interrupt code between durable calls. Call cancel() without unsafe=True"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _RequestAnswer:
+    """A request this client produced, and what the reducer made of it (read model)."""
+
+    record: JournalRecord
+    partition: int
+    offset: int
+    verdict: Verdict | None  # None: the read model holds no record at that offset
+    run: RunState | None  # the run as the read model sees it now
+
+    @property
+    def run_missing(self) -> bool:
+        """The run did not exist when the request reached it (verdict `ignored`, no run)."""
+        if self.verdict not in (None, Verdict.ignored):
+            return False
+        return self.run is None or self.run.request_offset > self.offset
 
 
 class Client:
@@ -130,6 +160,64 @@ class Client:
         )
         return RunHandle(self, run_id=run_id, flow=flow_name, partition=meta.partition,
                          request_offset=meta.offset, request_id=request_id)
+
+    async def signal(self, run_id: str, name: str, payload: Any = None, *,
+                     request_id: str | None = None) -> int:
+        """Send signal `name` to a run; returns the request's offset once the run took it (or
+        took the same request id before). Raises SignalRefused (the run has ended, its
+        signal buffer is full, the payload is too big: nothing is delivered) or RunNotFound."""
+        payload_json = dump_json(payload)
+        if len(payload_json) > MAX_PAYLOAD_CHARS:
+            raise SignalRefused(run_id, name, f"its payload is {len(payload_json)} characters "
+                                f"of JSON, over the {MAX_PAYLOAD_CHARS} a journal record can "
+                                f"carry; pass a reference (a URL, an object-store key) instead")
+        answer = await self._request(ev.RunSignalSent(
+            envelope=_envelope(ev.RunSignalSent.TYPE, run_id, request_id), name=name,
+            payload_json=payload_json))
+        if answer.verdict is Verdict.refused:
+            raise SignalRefused(run_id, name, describe_refusal(answer.run, answer.record))
+        return answer.offset
+
+    async def cancel(self, run_id: str, *, reason: str = "", unsafe: bool = False) -> None:
+        """Ask for a run to be cancelled: it is interrupted at its next durable call (its
+        finally blocks run). Returns once the run took the request, or had one already.
+        Raises CancelRefused (the run has ended; or unsafe=True, which sends nothing) or
+        RunNotFound."""
+        if unsafe:
+            raise CancelRefused(UNSAFE_CANCEL)
+        answer = await self._request(ev.RunCancelRequested(
+            envelope=_envelope(ev.RunCancelRequested.TYPE, run_id), reason=reason,
+            requested_by=_requester()))
+        if answer.verdict is Verdict.refused:
+            status = answer.run.status.value if answer.run is not None else "unknown"
+            raise CancelRefused(f"run {run_id} has already ended ({status})")
+
+    async def resume(self, run_id: str) -> None:
+        """End a run's timer or signal wait now (an operator wake). Raises ResumeRefused (the
+        run is not waiting on a timer or a signal) or RunNotFound."""
+        answer = await self._request(ev.RunResumeRequested(
+            envelope=_envelope(ev.RunResumeRequested.TYPE, run_id), operator=_requester(),
+            action="wake"))
+        if answer.verdict is Verdict.refused:
+            raise ResumeRefused(run_id, describe_refusal(answer.run, answer.record))
+
+    async def _request(self, record: JournalRecord) -> _RequestAnswer:
+        """Produce a request to a run (keyed by its id, as create_run does), then read the
+        reducer's verdict on it from the read model caught up to include it. RunNotFound if
+        the run did not exist when the request reached it."""
+        await self.start()
+        assert self._producer is not None
+        run_id = record.envelope.run_id
+        value, headers = encode(record)
+        meta = await self._producer.send_and_wait(self.topic, value=value,
+                                                  key=run_id.encode(), headers=headers)
+        view = await (await self.read_model()).catch_up([meta.partition])
+        entry = _history_at(view.history(run_id), meta.partition, meta.offset)
+        answer = _RequestAnswer(record, meta.partition, meta.offset,
+                               entry.verdict if entry is not None else None, view.run(run_id))
+        if answer.run_missing:
+            raise RunNotFound(run_id)
+        return answer
 
     def get_handle(self, run_id: str, *, flow: Flow[Any, Any] | str | None = None) -> RunHandle:
         """Attach to an existing run without creating it."""
@@ -247,6 +335,28 @@ class RunHandle:
         if self.partition is None:
             self.partition = await self.client.partition_of(self.run_id)
         return self.partition
+
+
+def _requester() -> str:
+    return f"client@{socket.gethostname()}"
+
+
+def _envelope(record_type: str, run_id: str, request_id: str | None = None) -> Envelope:
+    """A request's envelope; run ids are lineage ids (and Kafka keys), as in create_run."""
+    return Envelope(type=record_type, run_id=run_id, lineage_id=run_id,
+                    request_id=request_id or uuid.uuid4().hex,
+                    timestamp_ms=int(time.time() * 1000))
+
+
+def _history_at(history: list[HistoryEntry], partition: int,
+                offset: int) -> HistoryEntry | None:
+    """The entry at (partition, offset); history is in log order, the request near its end."""
+    for entry in reversed(history):
+        if entry.partition == partition and entry.offset == offset:
+            return entry
+        if entry.partition == partition and entry.offset < offset:
+            return None
+    return None
 
 
 def _rejection(run_id: str, answer: ev.RunCreateRejected) -> Exception:

@@ -96,3 +96,80 @@ def journal_text(text: str, limit: int = 4000) -> str:
     """
     safe = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return safe if len(safe) <= limit else safe[: limit - 20] + f"... ({len(safe)} chars)"
+
+
+class WaitTimeout(RunstreamError, TimeoutError):
+    """Raised inside a flow by `ctx.wait_for` when no signal came before its timeout, or an
+    operator ended the wait early (`client.resume`)."""
+
+    def __init__(self, name: str, message: str = "") -> None:
+        super().__init__(message or f"no {name!r} signal before the timeout")
+        self.name = name
+
+
+class ChildFailed(RunstreamError):
+    """Raised inside a parent flow by `child.result()` when the child run failed."""
+
+    def __init__(self, child_run_id: str, error_type: str, message: str) -> None:
+        super().__init__(f"child run {child_run_id} failed: {error_type}: {message}")
+        self.child_run_id = child_run_id
+        self.error_type = error_type
+        self.message = message
+
+
+class ChildCancelled(RunstreamError):
+    """Raised inside a parent flow by `child.result()` when the child run was cancelled."""
+
+    def __init__(self, child_run_id: str, reason: str) -> None:
+        super().__init__(f"child run {child_run_id} was cancelled: {reason}")
+        self.child_run_id = child_run_id
+        self.reason = reason
+
+
+class FlowCycleDetected(RunstreamError):
+    """A spawn named a run that is an ancestor of the spawner (or the spawner itself)."""
+
+    def __init__(self, path: list[str]) -> None:
+        super().__init__("spawning would make a cycle of runs: " + " -> ".join(path))
+        self.path = path
+
+
+class SpawnRefused(RunstreamError):
+    """A spawn the engine cannot honour (too many open children, a tree too deep)."""
+
+
+class Cancelled(BaseException):
+    """Raised inside a flow at its first durable call after a cancel request reached the run.
+
+    A BaseException, like asyncio.CancelledError, so `except Exception` does not swallow it;
+    `finally` blocks run, and durable calls made in them are journaled as cleanup. Letting
+    it propagate ends the run cancelled.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"the run was cancelled: {reason}")
+        self.reason = reason
+
+
+class SignalRefused(RunstreamError):
+    """The run did not take the signal: it ended, or its buffer of undelivered signals is
+    full. Nothing was delivered."""
+
+    def __init__(self, run_id: str, name: str, why: str) -> None:
+        super().__init__(f"signal {name!r} to run {run_id} was refused: {why}")
+        self.run_id = run_id
+        self.name = name
+        self.why = why
+
+
+class CancelRefused(RunstreamError):
+    """A cancel request the client refuses to send, or the run refused (it has ended)."""
+
+
+class ResumeRefused(RunstreamError):
+    """An operator resume the run cannot take (not waiting, waiting for a child, quarantined)."""
+
+    def __init__(self, run_id: str, why: str) -> None:
+        super().__init__(f"run {run_id} cannot be resumed: {why}")
+        self.run_id = run_id
+        self.why = why

@@ -22,7 +22,7 @@ from engine.reader import partition_for
 from engine.readmodel import ReadModel, View
 from engine.worker import Worker
 from projections.rebuild import RebuildReport, rebuild_and_verify
-from projections.state import RunState, RunStatus, to_builtins
+from projections.state import RunState, RunStatus, Wait, to_builtins
 
 
 class AppNotFound(RunstreamError):
@@ -45,7 +45,13 @@ def run_view(run: RunState) -> dict[str, Any]:
         "steps": run.steps,
         "created_at_ms": run.created_at_ms,
         "updated_at_ms": run.updated_at_ms,
+        "wait": wait_view(run.wait) if run.wait is not None else None,
+        "signals": len(run.signals),
+        "open_children": len(run.children),
+        "cancel_requested": run.cancel_requested,
     }
+    if run.cancel_requested is not None:
+        view["cancel_requested_by"] = run.cancel_requested_by
     if run.result_json is not None:
         view["result"] = json.loads(run.result_json)
     if run.error_type is not None:
@@ -56,12 +62,55 @@ def run_view(run: RunState) -> dict[str, Any]:
     return view
 
 
+def wait_view(wait: Wait) -> dict[str, Any]:
+    """A suspended run's wait as JSON, its due time also as ISO-8601 UTC."""
+    view = to_builtins(wait)
+    view["due_at"] = iso_time(wait.due_ms) if wait.due_ms is not None else None
+    return view
+
+
+def iso_time(ms: int) -> str:
+    """Milliseconds since the epoch as ISO-8601 UTC, e.g. 2026-11-30T10:00:00Z."""
+    moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    text = moment.isoformat(timespec="milliseconds" if ms % 1000 else "seconds")
+    return text.replace("+00:00", "Z")
+
+
 def status_note(run: RunState) -> str | None:
-    """Why a run that is not moving is not moving, in words."""
-    if run.status is not RunStatus.pending:
-        if run.status is RunStatus.suspended:
-            return f"suspended: {run.suspended_reason}"
+    """Why a run that is not moving is not moving (and a pending cancel), in words."""
+    if run.status.is_terminal:
         return None
+    notes = [f"cancel requested: {run.cancel_requested}"] if run.cancel_requested else []
+    if run.status is RunStatus.suspended:
+        notes.append(wait_note(run))
+    elif run.status is RunStatus.pending:
+        why = _pending_note(run)
+        if why:
+            notes.append(why)
+    return "; ".join(notes) or None
+
+
+def wait_note(run: RunState) -> str:
+    """What a suspended run waits for, in words."""
+    wait = run.wait
+    if "quarantine" in (run.suspended_reason, wait.kind if wait else None):
+        found = [e for e in run.evidence if e.kind == "quarantine"] or list(run.evidence)
+        return f"quarantined: {found[-1].message}" if found else "quarantined"
+    if wait is None:
+        return f"suspended: {run.suspended_reason}"
+    if wait.kind == "timer":
+        due = iso_time(wait.due_ms) if wait.due_ms is not None else "an unknown time"
+        return f"sleeping until {due}"
+    if wait.kind == "event":
+        timeout = (f"times out at {iso_time(wait.due_ms)}" if wait.due_ms is not None
+                   else "no timeout")
+        return f"waiting for signal {wait.event_name!r} ({timeout})"
+    if wait.kind == "child":
+        return f"waiting for child run {wait.child_run_id}"
+    return f"suspended: {run.suspended_reason or wait.kind}"
+
+
+def _pending_note(run: RunState) -> str | None:
     missing = [e for e in run.evidence if e.kind == FLOW_NOT_REGISTERED]
     if missing:
         return missing[-1].message
@@ -85,6 +134,44 @@ async def create_run(
             out["result"] = await handle.result(timeout=timeout)
             out["status"] = "completed"
         return out
+
+
+async def signal_run(
+    *, bootstrap: str | None, namespace: str | None, run_id: str, name: str, payload: Any,
+    request_id: str | None = None, read_model_dir: Path | None = None,
+) -> dict[str, Any]:
+    """Send a signal; the run took it (or this request id before) when this returns."""
+    async with _client(bootstrap, namespace, read_model_dir) as client:
+        offset = await client.signal(run_id, name, payload, request_id=request_id)
+        return {"run_id": run_id, "signal": name, "offset": offset, "accepted": True}
+
+
+async def cancel_run(
+    *, bootstrap: str | None, namespace: str | None, run_id: str, reason: str,
+    read_model_dir: Path | None = None,
+) -> dict[str, Any]:
+    """Ask for a run to be cancelled; it stops at its next durable call."""
+    async with _client(bootstrap, namespace, read_model_dir) as client:
+        await client.cancel(run_id, reason=reason)
+        run = await client.describe(run_id)
+        return {"run_id": run_id, "status": run.status.value,
+                "cancel_requested": run.cancel_requested,
+                "cancel_requested_by": run.cancel_requested_by}
+
+
+async def resume_run(*, bootstrap: str | None, namespace: str | None, run_id: str,
+                     read_model_dir: Path | None = None) -> dict[str, Any]:
+    """End a run's timer or signal wait now (an operator wake)."""
+    async with _client(bootstrap, namespace, read_model_dir) as client:
+        await client.resume(run_id)
+        return {"run_id": run_id, "resume_requested": True}
+
+
+def _client(bootstrap: str | None, namespace: str | None,
+            read_model_dir: Path | None) -> Client:
+    """A client whose read model is in `read_model_dir` (None: its default directory)."""
+    return Client(bootstrap_servers=bootstrap, namespace=namespace,
+                  read_model_dir=read_model_dir)
 
 
 def _read_model(bootstrap: str | None, namespace: str | None,

@@ -1,4 +1,5 @@
-"""`runstream run ...`, `runstream runs list`, `runstream worker`, `runstream projection ...`."""
+"""`runstream run ...` (create, inspect; signal, cancel, resume), `runstream runs list`,
+`runstream worker`, `runstream projection ...`."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from projections.state import RunStatus
 
 @click.group()
 def run() -> None:
-    """Create and inspect one run."""
+    """Create, inspect and control one run."""
 
 
 @run.command("create")
@@ -39,14 +40,18 @@ def run() -> None:
 def create(flow: str, payload: str, run_id: str | None, wait: bool, timeout: float,
            bootstrap: str | None, namespace: str | None) -> None:
     """Create a run of FLOW."""
-    try:
-        parsed = json.loads(payload)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"--payload is not valid JSON ({exc.msg} at column {exc.colno})") from None
+    parsed = _parse_payload(payload)
     out = asyncio.run(operations.create_run(
         bootstrap=bootstrap, namespace=namespace, flow=flow, payload=parsed, run_id=run_id,
         wait=wait, timeout=timeout))
     _print_json(out)
+
+
+def _parse_payload(payload: str) -> Any:
+    try:
+        return json.loads(payload)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"--payload is not valid JSON ({exc.msg} at column {exc.colno})") from None
 
 
 @run.command("status")
@@ -83,6 +88,75 @@ def result(run_id: str, timeout: float, bootstrap: str | None, namespace: str | 
     """Wait for a run's result and print it as JSON."""
     _print_json(asyncio.run(operations.run_result(
         bootstrap=bootstrap, namespace=namespace, run_id=run_id, timeout=timeout)))
+
+
+@run.command("signal")
+@click.argument("run_id")
+@click.argument("name")
+@click.option("--payload", default="null", help="The signal's payload as JSON.")
+@click.option("--request-id", default=None,
+              help="Request id: sending the same one again delivers the signal once.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@bootstrap_option
+@namespace_option
+@cache_dir_option
+def signal(run_id: str, name: str, payload: str, request_id: str | None, as_json: bool,
+           bootstrap: str | None, namespace: str | None, cache_dir: Path | None) -> None:
+    """Send signal NAME to a run.
+
+    Fails, delivering nothing, if the run has ended or holds the most signals it keeps.
+    """
+    parsed = _parse_payload(payload)
+    out = asyncio.run(operations.signal_run(
+        bootstrap=bootstrap, namespace=namespace, run_id=run_id, name=name, payload=parsed,
+        request_id=request_id, read_model_dir=query_dir(cache_dir, bootstrap, namespace)))
+    if as_json:
+        _print_json(out)
+        return
+    click.echo(f"signal {name!r} delivered to run {run_id} (offset {out['offset']})")
+
+
+@run.command("cancel")
+@click.argument("run_id")
+@click.option("--reason", default="", help="Why; the run's cancellation carries it.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@bootstrap_option
+@namespace_option
+@cache_dir_option
+def cancel(run_id: str, reason: str, as_json: bool, bootstrap: str | None,
+           namespace: str | None, cache_dir: Path | None) -> None:
+    """Cancel a run at its next durable call.
+
+    The run is interrupted there; its finally blocks run. Fails if the run has ended.
+    """
+    out = asyncio.run(operations.cancel_run(
+        bootstrap=bootstrap, namespace=namespace, run_id=run_id, reason=reason,
+        read_model_dir=query_dir(cache_dir, bootstrap, namespace)))
+    if as_json:
+        _print_json(out)
+        return
+    click.echo(f"cancel requested for run {run_id}: {out['cancel_requested']}")
+
+
+@run.command("resume")
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@bootstrap_option
+@namespace_option
+@cache_dir_option
+def resume(run_id: str, as_json: bool, bootstrap: str | None, namespace: str | None,
+           cache_dir: Path | None) -> None:
+    """End a run's sleep or signal wait now.
+
+    A sleep returns; a signal wait raises WaitTimeout in the flow.
+    """
+    out = asyncio.run(operations.resume_run(
+        bootstrap=bootstrap, namespace=namespace, run_id=run_id,
+        read_model_dir=query_dir(cache_dir, bootstrap, namespace)))
+    if as_json:
+        _print_json(out)
+        return
+    click.echo(f"resume requested for run {run_id}")
 
 
 @click.group()

@@ -395,7 +395,8 @@ _FIELD_NAMES: dict[type[Any], list[str]] = {
 
 
 def _copy_value(value: Any) -> Any:
-    # Maps and arrays are the only mutable field values; copy them so a dict and a record never alias.
+    # Maps and arrays are the only mutable field values; copy them so that a dict and a
+    # record never alias.
     if isinstance(value, dict):
         return dict(value)
     return list(value) if isinstance(value, list) else value

@@ -63,10 +63,13 @@ class Activator:
         for run in list(store.runs_with_requests(own.partition)):
             for item in unanswered_creates(run):  # in any status: a repeat of a settled run
                 self.decide_create(own, run, item)
-        for status in (RunStatus.pending, RunStatus.running):
+        reactions = self.worker.reactions
+        for status in (RunStatus.pending, RunStatus.running, RunStatus.suspended):
             for run in list(store.runs_in_partition(own.partition, status)):
-                if needs_activation(run):
-                    self.start(own, run)
+                if run.status is RunStatus.suspended or needs_activation(run):
+                    reactions.react(own, run, claiming=True)
+        self.worker.outbox.resend(own)
+        self.worker.timers.reset()
 
     def on_create_request(self, own: Ownership, run: RunState, request_id: str | None) -> None:
         for item in unanswered_creates(run):
@@ -154,8 +157,19 @@ class Activator:
         except Exception:
             log.exception("run %s: unexpected executor error", run_id)
         finally:
-            self.worker.executions.pop(run_id, None)
+            if self.worker.executions.get(run_id) is execution:
+                del self.worker.executions[run_id]
             execution.ownership.run_ids.discard(run_id)
+            self._runnable_again(execution)
+
+    def _runnable_again(self, execution: RunExecution) -> None:
+        """A wake applied while this execution was still unwinding found it here and did
+        not start the run: start it now."""
+        own = execution.ownership
+        run = self.worker.current_run(execution.run.run_id)
+        if (run is not None and own.executing and not self.worker._stopping
+                and run.status is RunStatus.pending and needs_activation(run)):
+            self.worker.reactions.react(own, run)
 
     def _flow_missing(self, own: Ownership, run: RunState) -> None:
         if run.run_id in own.warned:

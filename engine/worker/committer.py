@@ -96,22 +96,26 @@ class Committer:
         self._producer = await self._new_producer()
         self._task = asyncio.create_task(self._run(), name="runstream-committer")
 
-    def enqueue(self, partition: int, record: JournalRecord) -> asyncio.Future[None]:
+    def enqueue(self, partition: int, record: JournalRecord, *,
+                stamp: bool = True) -> asyncio.Future[None]:
         """Queue one decision; the future resolves once the broker acknowledged it.
 
         The record gets its source sequence and its bytes here, once, so a record that
         cannot be encoded fails its caller alone, and sequences follow queue order.
+        `stamp=False` sends a request (to another run, from the outbox) as it is: requests
+        carry no source sequence.
         """
         if self.failure is not None:
             raise WorkerFatal(f"this source's producer failed: {self.failure!r}")
-        stamped = self._stamp(record)
+        stamped = self._stamp(record) if stamp else record
+        unstamp = 1 if stamp else 0
         try:
             value, headers = encode(stamped)
         except EncodeError:
-            self._seq -= 1  # never sent: keep the sequence dense
+            self._seq -= unstamp  # never sent: keep the sequence dense
             raise
         if len(value) > MAX_RECORD_BYTES:
-            self._seq -= 1
+            self._seq -= unstamp
             raise RecordTooLarge(
                 f"{record.TYPE} for run {record.envelope.run_id} is {len(value)} bytes, "
                 f"over the {MAX_RECORD_BYTES}-byte limit of one journal record",

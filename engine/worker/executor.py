@@ -1,4 +1,5 @@
-"""Executing one run: activate, re-run the handler against its journal, settle or release."""
+"""Executing one run: activate, re-run the handler against its journal, then settle,
+suspend or release it."""
 
 from __future__ import annotations
 
@@ -9,13 +10,13 @@ import traceback
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from engine.context import FlowContext, Quarantined, RunReleased
-from engine.decide import Activation
-from engine.errors import PayloadInvalid, WorkerFatal, journal_text
+from engine.context import FlowContext, Quarantined, RunReleased, Suspend
+from engine.decide import Activation, exit_policy
+from engine.errors import Cancelled, PayloadInvalid, WorkerFatal, journal_text
 from engine.flow import Flow
 from engine.journal import EncodeError, Envelope, JournalRecord
 from engine.journal import events as ev
-from projections.state import RunState, Verdict
+from projections.state import ChildLink, JournalEntry, RunState, Verdict, Wait
 
 if TYPE_CHECKING:
     from engine.worker.ownership import Ownership
@@ -52,6 +53,11 @@ def decision(
     return cls(envelope=envelope, **body)
 
 
+class Evicted(BaseException):
+    """A parked (sticky) handler is dropped: it unwinds without journaling anything, and
+    the run continues by replay when its wait ends."""
+
+
 @dataclass(eq=False)
 class RunExecution:
     """The worker's handle on one executing run; also the flow context's journal port."""
@@ -60,13 +66,21 @@ class RunExecution:
     ownership: Ownership
     run: RunState
     plan: Activation
-    settled: bool = False
+    settled: bool = False  # nothing to release: settled, suspended, or never activated
     activated: bool = False
+    evicted: bool = False
     task: asyncio.Task[None] | None = field(default=None, repr=False)
     # The latest step outcome sent: acknowledged before the next step starts.
     _last_outcome: asyncio.Future[None] | None = field(default=None, repr=False)
+    # While parked in the sticky cache: resolved with the wait's outcome when woken.
+    parked: asyncio.Future[JournalEntry | None] | None = field(default=None, repr=False)
+    parked_wait: Wait | None = field(default=None, repr=False)
+    _holds_slot: bool = field(default=False, repr=False)
+    _ctx: FlowContext | None = field(default=None, repr=False)
 
     def _enqueue(self, cls: type[JournalRecord], body: dict[str, Any]) -> asyncio.Future[None]:
+        if self.evicted:
+            raise RunReleased("evicted from the sticky cache: unwinding without side effects")
         try:
             return self.worker.enqueue(self.ownership, self.run, cls, **body)
         except WorkerFatal as exc:  # the source ended: the worker renews it and claims again
@@ -98,8 +112,44 @@ class RunExecution:
                               f"partition {partition}")
 
     def ensure_active(self) -> None:
+        if self.evicted:
+            raise RunReleased("evicted from the sticky cache: unwinding without side effects")
         if not self.ownership.executing:
             raise RunReleased(f"partition {self.ownership.partition} is no longer executed here")
+
+    def now_ms(self) -> int:
+        return now_ms()
+
+    def run_state(self) -> RunState:
+        return self.worker.current_run(self.run.run_id) or self.run
+
+    def entry(self, position: int) -> JournalEntry | None:
+        assert self.worker.store is not None
+        return self.worker.store.entry(self.run.run_id, position)
+
+    async def suspend(self, wait: Wait) -> JournalEntry | None:
+        self.ensure_active()
+        self.settled = True  # before anything is sent: it may land even if we stop
+        self.send(ev.RunSuspended, **_suspension(wait))
+        await self.barrier()
+        if not self.worker.sticky.park(self, wait):
+            raise Suspend(wait)
+        return await self._parked()
+
+    async def _parked(self) -> JournalEntry | None:
+        """Wait in the sticky cache without a slot; woken, take a slot and activate again."""
+        assert self.parked is not None
+        self._release_slot()
+        try:
+            outcome = await self.parked
+        finally:
+            self.parked = self.parked_wait = None
+        await self._take_slot()
+        self.settled = False
+        self.activated = False
+        self.plan = Activation("resumed", "woken in the sticky cache", None, None)
+        self.activate()
+        return outcome
 
     def activate(self) -> None:
         """Queue the run's activation. Not awaited: the first step runs while it is in
@@ -110,28 +160,46 @@ class RunExecution:
         plan = self.plan
         self.ensure_active()
         self.activated = True  # before anything is sent: it may land even if we stop
+        current = self.run_state()
         self._enqueue(ev.RunActivated, {
-            "mode": plan.mode, "activation": self.run.activations + 1,
+            "mode": plan.mode, "activation": current.activations + 1,
             "evidence": plan.evidence, "previous_owner": plan.previous_owner,
             "previous_epoch": plan.previous_epoch,
         })
 
+    async def _take_slot(self) -> None:
+        await self.worker.admission.acquire(self.run.flow)
+        self._holds_slot = True
+
+    def _release_slot(self) -> None:
+        if self._holds_slot:
+            self._holds_slot = False
+            self.worker.admission.release()
+
     async def execute(self, flow: Flow[Any, Any]) -> None:
-        async with self.worker.slots:
+        await self._take_slot()
+        try:
             self.activate()
             self.ensure_active()
             await self._run_handler(flow)
+        finally:
+            self._release_slot()
 
     async def _run_handler(self, flow: Flow[Any, Any]) -> None:
         run = self.run
         assert self.worker.store is not None
         journal = self.worker.store.entries(run.run_id)
-        ctx = FlowContext(run_id=run.run_id, flow=run.flow, journal=journal, port=self)
+        ctx = self._ctx = FlowContext(run=self.run_state(), journal=journal, port=self)
         try:
             payload = flow.load_payload(run.payload_json)
             value = await flow.fn(ctx, payload)
             result_json = flow.dump_result(value)
-        except RunReleased:
+        except (RunReleased, Suspend, Evicted):
+            return
+        except Cancelled as cancel:
+            requested_by = self.run_state().cancel_requested_by
+            await self._exit(ev.RunCancelled, {"reason": cancel.reason,
+                                               "requested_by": requested_by})
             return
         except Quarantined as quarantine:
             await self._quarantine(quarantine)
@@ -147,19 +215,36 @@ class RunExecution:
             return
         try:
             # The last step's outcome and the completion ride in the same produce request.
-            self.settled = True
-            await self._settle(ev.RunCompleted, {"result_json": result_json})
+            await self._exit(ev.RunCompleted, {"result_json": result_json})
         except EncodeError as exc:  # e.g. a result over the record size limit
             await self._fail(exc, "ResultTooLarge")
 
-    async def _settle(self, cls: type[JournalRecord], body: dict[str, Any]) -> None:
+    async def _exit(self, cls: type[JournalRecord], body: dict[str, Any]) -> None:
+        """Settle the run; its open children first get the parent-exit policy."""
+        self.settled = True  # before anything is sent: it may land even if we stop
+        policy = exit_policy(self._open_children())
+        if policy.cancelled or policy.detached:
+            self.send(ev.ChildPolicyApplied, cancelled=policy.cancelled,
+                      detached=policy.detached, reason=cls.TYPE)
+        if cls is ev.RunCancelled:
+            body = {**body, "cascaded": policy.cancelled}
         self.send(cls, **body)
         await self.barrier()
 
+    def _open_children(self) -> list[ChildLink]:
+        """Children spawned and not settled: the projection's, plus spawns this worker sent
+        that it has not applied yet (their spawn entries are not in its store)."""
+        links = {link.run_id: link for link in self.run_state().children}
+        for link in self._ctx.spawned if self._ctx is not None else ():
+            if link.run_id not in links:
+                spawn = self.entry(link.position)
+                if spawn is None or spawn.child_status is None:
+                    links[link.run_id] = link
+        return list(links.values())
+
     async def _fail(self, exc: BaseException, error_type: str | None = None) -> None:
         trace = "".join(traceback.format_exception(exc, limit=20))
-        self.settled = True  # before anything is sent: it may land even if we stop
-        await self._settle(ev.RunFailed, {
+        await self._exit(ev.RunFailed, {
             "error_type": error_type or type(exc).__name__,
             "error_message": journal_text(str(exc)),
             "traceback": journal_text(trace[-8000:], limit=8000),
@@ -176,5 +261,11 @@ class RunExecution:
             attributes["error_type"] = type(quarantine.cause).__name__
         self.send(ev.EvidenceRecorded, kind="quarantine", message=journal_text(message),
                   attributes=attributes)
-        await self._settle(ev.RunSuspended, {"reason": "quarantine",
-                                             "detail": journal_text(message)})
+        self.send(ev.RunSuspended, reason="quarantine", detail=journal_text(message))
+        await self.barrier()
+
+
+def _suspension(wait: Wait) -> dict[str, Any]:
+    return {"reason": wait.kind, "position": wait.position, "wake_at_ms": wait.due_ms,
+            "event_name": wait.event_name, "child_run_id": wait.child_run_id,
+            "child_position": wait.child_position}

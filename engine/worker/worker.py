@@ -26,11 +26,17 @@ from engine.errors import WorkerFatal
 from engine.flow import Flow
 from engine.journal import JournalRecord
 from engine.journal import events as ev
+from engine.reader import partition_count
 from engine.worker.activation import Activator
+from engine.worker.admission import Admission
 from engine.worker.committer import Committer
 from engine.worker.executor import RunExecution, decision
 from engine.worker.kafka import group_generation, make_consumer, make_producer
+from engine.worker.outbox import OutboxSender
 from engine.worker.ownership import Ownership, OwnershipState
+from engine.worker.reactions import Reactions
+from engine.worker.sticky import DEFAULT_STICKY_SIZE, StickyCache
+from engine.worker.timers import TimerSweeper
 from engine.worker.upkeep import Upkeep
 from projections.projector import Outcome, Projector
 from projections.state import RunState, Verdict
@@ -61,6 +67,7 @@ class Worker:
         session_timeout_ms: int = 10_000,
         drain_timeout: float = 10.0,
         lease_ms: int = DEFAULT_LEASE_MS,
+        sticky_cache: int | None = None,
     ) -> None:
         self.flows = {flow.name: flow for flow in flows}
         self.bootstrap = resolve_bootstrap(bootstrap_servers)
@@ -71,7 +78,10 @@ class Worker:
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.source_id = ""
         self.concurrency = concurrency
-        self.slots = asyncio.Semaphore(concurrency)
+        self.admission = Admission(concurrency)  # slots, round-robin across flows
+        # Suspended runs' handlers kept in memory (RUNSTREAM_STICKY_CACHE overrides; 0: off).
+        self.sticky = StickyCache(sticky_size(sticky_cache))
+        self.partitions = 0  # of the journal topic, for requests to other partitions
         self.session_timeout_ms = session_timeout_ms
         self.drain_timeout = drain_timeout
         self.lease_ms = lease_ms
@@ -86,6 +96,9 @@ class Worker:
         self.refused: OrderedDict[str, str] = OrderedDict()
         self.activator = Activator(self)
         self.upkeep = Upkeep(self)
+        self.reactions = Reactions(self)
+        self.timers = TimerSweeper(self)
+        self.outbox = OutboxSender(self)
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
         self._failure_stop: asyncio.Task[None] | None = None
@@ -107,11 +120,13 @@ class Worker:
             self.bootstrap, group_id=self.group_id, name=self.name,
             session_timeout_ms=self.session_timeout_ms, drain_timeout=self.drain_timeout)
         await self._consumer.start()
+        self.partitions = await partition_count(self._consumer, self.topic, self.bootstrap)
         self._consumer.subscribe([self.topic], listener=_Rebalance(self))
         consume = asyncio.create_task(self._consume(), name="runstream-consume")
         consume.add_done_callback(self._on_loop_done)
         heartbeat = asyncio.create_task(self.upkeep.heartbeats(), name="runstream-heartbeat")
-        self._tasks = [consume, heartbeat]
+        timers = asyncio.create_task(self.timers.run(), name="runstream-timers")
+        self._tasks = [consume, heartbeat, timers]
         log.info("worker %s (source %s) started on %s", self.name, self.source_id, self.topic)
 
     async def _new_source(self) -> None:
@@ -156,6 +171,7 @@ class Worker:
         log.info("worker %s stopped", self.name)
 
     async def _close(self) -> None:
+        self.sticky.evict_partitions(None)
         await self._cancel_executions(list(self.executions.values()))
         for task in self._tasks:
             task.cancel()
@@ -194,6 +210,7 @@ class Worker:
                     for m in messages:
                         self._on_record(tp.partition, m.offset, m.value, m.headers,
                                         m.timestamp)
+            self.outbox.flush()
             if self.committer.failure is not None:
                 await self._renew_source()
             if self._fatal is not None:
@@ -225,6 +242,8 @@ class Worker:
                 self.activator.on_create_request(own, outcome.run, record.envelope.request_id)
             except (WorkerFatal, RunReleased):  # the source failed: renewal decides it again
                 own.state = OwnershipState.lost
+            return
+        self.reactions.on_applied(own, outcome)
 
     def _confirmed(self, partition: int, record: JournalRecord, verdict: Verdict,
                    own: Ownership | None) -> None:
@@ -276,6 +295,10 @@ class Worker:
         record = decision(cls, run_id=run.run_id, lineage_id=run.lineage_id, epoch=own.epoch,
                           source_id=self.source_id, request_id=request_id, body=body)
         return self.committer.enqueue(own.partition, record)
+
+    def current_run(self, run_id: str) -> RunState | None:
+        """The run as this worker's projection holds it now."""
+        return self.projector.run(run_id) if self.projector is not None else None
 
     def expect(self, partition: int, seq: int) -> asyncio.Future[Verdict]:
         """A future for the verdict this worker's projection gives our record `seq`."""
@@ -363,6 +386,7 @@ class Worker:
         for own in self.owned.values():
             own.state = OwnershipState.lost
         self._abandon_confirmations()
+        self.sticky.evict_partitions(None)
         await self._cancel_executions(list(self.executions.values()))
         # Its in-flight requests may take a request timeout to fail: close it aside, so the
         # consume loop (and the new source's claims) need not wait for it.
@@ -391,6 +415,7 @@ class Worker:
             if own.state is OwnershipState.ready:
                 own.state = OwnershipState.draining
         self._abandon_confirmations({own.partition for own in owns})
+        self.sticky.evict_partitions({own.partition for own in owns})
         executions = [e for e in self.executions.values() if e.ownership in owns]
         tasks = [e.task for e in executions if e.task is not None]
         if tasks:
@@ -416,6 +441,7 @@ class Worker:
         log.warning("partition %d lost: %s; stopping its runs", own.partition, why)
         own.state = OwnershipState.lost
         self._abandon_confirmations({own.partition})
+        self.sticky.evict_partitions({own.partition})
         for execution in list(self.executions.values()):
             if execution.ownership is own and execution.task is not None:
                 execution.task.cancel()
@@ -425,6 +451,14 @@ class Worker:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+def sticky_size(configured: int | None) -> int:
+    """The sticky cache's size: the argument, else RUNSTREAM_STICKY_CACHE, else the default."""
+    if configured is not None:
+        return configured
+    text = os.environ.get("RUNSTREAM_STICKY_CACHE", "").strip()
+    return int(text) if text else DEFAULT_STICKY_SIZE
+
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     def __init__(self, worker: Worker) -> None:

@@ -9,19 +9,19 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
 
-from engine.context import FlowContext, Quarantined, RunReleased
+from engine.context import FlowContext, Quarantined, RunReleased, Suspend
 from engine.errors import NonDeterminism, StepFailed
 from engine.flow import RetryPolicy
 from engine.journal import JournalRecord
 from engine.journal import events as ev
 from projections.memory import MemoryProjection
-from projections.state import JournalEntry, RunStatus, Verdict
+from projections.state import JournalEntry, RunState, RunStatus, Verdict, Wait
 from tests.builders import Writer, create, created
 
 RUN = "r1"
@@ -37,6 +37,7 @@ class MemoryPort:
         self.active = True
         self.unacked = 0  # records sent since the last barrier
         self.barriers: list[int] = []  # how many records each barrier covered
+        self.clock_ms = 1_000_000
         self._offset = 0
         self._fold(self.writer.claim(0))
         self._fold(create(RUN, "q1"))
@@ -67,13 +68,25 @@ class MemoryPort:
         if not self.active:
             raise RunReleased("partition 0 is no longer executed here")
 
+    def now_ms(self) -> int:
+        return self.clock_ms
+
+    def run_state(self) -> RunState:
+        return self.projection.runs[RUN]
+
+    def entry(self, position: int) -> JournalEntry | None:
+        return self.projection.store.entry(RUN, position)
+
+    async def suspend(self, wait: Wait) -> JournalEntry | None:
+        raise Suspend(wait)
+
     @property
     def journal(self) -> tuple[JournalEntry, ...]:
         return self.projection.journal(RUN)
 
     def context(self) -> FlowContext:
         """A new activation: a context over the journal as folded so far."""
-        return FlowContext(run_id=RUN, flow="checkout", journal=self.journal, port=self)
+        return FlowContext(run=self.run_state(), journal=self.journal, port=self)
 
     def types(self) -> list[str]:
         return [type(record).__name__ for record in self.emitted]
@@ -198,28 +211,26 @@ async def test_replay_resumes_after_the_last_journaled_position() -> None:
     assert [e.name for e in port.journal] == ["s0", "s1", "s2"]
 
 
-async def test_now_is_journaled_and_identical_on_replay(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_now_is_journaled_and_identical_on_replay() -> None:
     port = MemoryPort()
-    monkeypatch.setattr("engine.context._wall_clock_ms", lambda: 1_700_000_123_456)
+    port.clock_ms = 1_700_000_123_456
     first = await port.context().now()
     assert first == datetime(2023, 11, 14, 22, 15, 23, 456000, tzinfo=UTC)
     entry = port.journal[0]
     assert (entry.name, entry.kind, entry.status, entry.result_json) == (
         "now", "now", "completed", "1700000123456")
 
-    monkeypatch.setattr("engine.context._wall_clock_ms", lambda: 1_800_000_000_000)
+    port.clock_ms = 1_800_000_000_000
     emitted = len(port.emitted)
     assert await port.context().now() == first
     assert len(port.emitted) == emitted
 
 
-async def test_now_uses_the_wall_clock_in_utc() -> None:
+async def test_now_uses_the_ports_clock_in_utc() -> None:
     port = MemoryPort()
-    before = datetime.now(tz=UTC)
+    port.clock_ms = int(datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC).timestamp() * 1000)
     value = await port.context().now()
-    after = datetime.now(tz=UTC)
-    assert value.tzinfo is UTC
-    assert before - timedelta(milliseconds=1) <= value <= after  # millisecond precision
+    assert value == datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC) and value.tzinfo is UTC
 
 
 async def test_uuid_is_journaled_and_identical_on_replay() -> None:
@@ -237,9 +248,9 @@ async def test_uuid_is_journaled_and_identical_on_replay() -> None:
     assert await MemoryPort().context().uuid() not in first  # a fresh run draws anew
 
 
-async def test_mixed_durable_calls_replay_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_mixed_durable_calls_replay_in_order() -> None:
     port = MemoryPort()
-    monkeypatch.setattr("engine.context._wall_clock_ms", lambda: 1_700_000_000_000)
+    port.clock_ms = 1_700_000_000_000
 
     async def handler(ctx: FlowContext) -> tuple[Any, ...]:
         a = await ctx.step("a", lambda: 1)

@@ -1,0 +1,107 @@
+"""What the owner does when a record changes one of its runs.
+
+The decisions are pure (engine.decide); this module applies them: wake a run whose wait is
+satisfied (a signal arrived, a child settled, an operator asked, a cancel came), cancel a
+run that has no handler to interrupt, start a run that became runnable, and hand the
+requests a decision caused to the outbox.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from engine.decide import CancelNow, Wake, cancel_on_pending, decide_waiting, exit_policy
+from engine.errors import WorkerFatal
+from engine.journal import events as ev
+from engine.worker.ownership import Ownership
+from projections.projector import Outcome
+from projections.state import JournalEntry, RunState, RunStatus
+
+if TYPE_CHECKING:
+    from engine.worker.worker import Worker
+
+log = logging.getLogger("runstream.worker")
+
+
+class Reactions:
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    def on_applied(self, own: Ownership, outcome: Outcome) -> None:
+        """An applied record of a partition this worker executes."""
+        record, run = outcome.record, outcome.run
+        if outcome.outbox:
+            self.worker.outbox.add(own, outcome.outbox)
+        if isinstance(record, ev.TimerFired | ev.RunSuspended):
+            self.worker.timers.applied(record.envelope.run_id)
+            if isinstance(record, ev.RunSuspended) and record.wake_at_ms is not None:
+                self.worker.timers.poke()
+        if run is None:
+            return
+        if isinstance(record, ev.TimerFired | ev.RunResumed) and run.status is RunStatus.pending:
+            if self.worker.sticky.wake(run.run_id, self._wait_outcome(run, record)):
+                return
+        self.react(own, run)
+
+    def react(self, own: Ownership, run: RunState, *, claiming: bool = False) -> None:
+        """Act on `run` as it stands. A running run is started only when claiming (stolen
+        from a previous owner); otherwise its execution is here already."""
+        try:
+            if run.status is RunStatus.suspended:
+                spawn = self._spawn_entry(run)
+                action = decide_waiting(run, spawn)
+                if isinstance(action, Wake):
+                    self._wake(own, run, action)
+                elif isinstance(action, CancelNow):
+                    self.cancel_now(own, run, action)
+            elif run.status is RunStatus.pending:
+                cancel = cancel_on_pending(run)
+                if cancel is not None:
+                    self.cancel_now(own, run, cancel)
+                else:
+                    self.worker.activator.start(own, run)
+            elif run.status is RunStatus.running and claiming:
+                self.worker.activator.start(own, run)
+        except WorkerFatal:  # the source failed: its renewal claims again and re-decides
+            pass
+
+    def _spawn_entry(self, run: RunState) -> JournalEntry | None:
+        wait = run.wait
+        if wait is None or wait.kind != "child" or wait.child_position is None:
+            return None
+        assert self.worker.store is not None
+        return self.worker.store.entry(run.run_id, wait.child_position)
+
+    def _wait_outcome(self, run: RunState, record: ev.JournalRecord) -> JournalEntry | None:
+        position = getattr(record, "position", None)
+        if position is None:
+            return None
+        assert self.worker.store is not None
+        return self.worker.store.entry(run.run_id, position)
+
+    def _wake(self, own: Ownership, run: RunState, wake: Wake) -> None:
+        key = f"wake/{run.run_id}/{wake.position}/{wake.reason}"
+        if key in own.decided:
+            return  # sent already; the projection has not applied it yet
+        own.decided.add(key)
+        self.worker.enqueue(own, run, ev.RunResumed, request_id=key, reason=wake.reason,
+                            position=wake.position, name=wake.name,
+                            signal_request_id=wake.signal_request_id,
+                            result_json=wake.result_json, error_type=wake.error_type,
+                            error_message=wake.error_message,
+                            detail=f"woken: {wake.reason}")
+
+    def cancel_now(self, own: Ownership, run: RunState, cancel: CancelNow) -> None:
+        """Cancel a run with no handler to interrupt; its open children get the policy."""
+        key = f"cancel/{run.run_id}"
+        if key in own.decided:
+            return
+        own.decided.add(key)
+        policy = exit_policy(run.children)
+        if policy.cancelled or policy.detached:
+            self.worker.enqueue(own, run, ev.ChildPolicyApplied, cancelled=policy.cancelled,
+                                detached=policy.detached, reason=ev.RunCancelled.TYPE)
+        self.worker.enqueue(own, run, ev.RunCancelled, request_id=key, reason=cancel.reason,
+                            requested_by=cancel.requested_by, cascaded=policy.cancelled)
+        log.info("run %s cancelled (%s)", run.run_id, cancel.reason)

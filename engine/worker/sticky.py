@@ -1,0 +1,71 @@
+"""The sticky cache: handlers of suspended runs kept in memory on their worker.
+
+Waking a parked handler continues it where it waited instead of replaying the run from the
+top (Temporal's sticky execution). Correctness never depends on it: a run whose handler is
+not here is replayed. An evicted handler is unwound without side effects (every durable
+call it makes while unwinding raises and journals nothing), because the run is not ending:
+it continues by replay when its wait ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+from projections.state import JournalEntry, Wait
+
+if TYPE_CHECKING:
+    from engine.worker.executor import RunExecution
+
+DEFAULT_STICKY_SIZE = 1024
+
+
+class StickyCache:
+    """At most `size` parked handlers, least recently parked evicted first (0: off)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._parked: OrderedDict[str, RunExecution] = OrderedDict()
+        self.hits = 0
+        self.evictions = 0
+
+    def __len__(self) -> int:
+        return len(self._parked)
+
+    def park(self, execution: RunExecution, wait: Wait) -> bool:
+        """Keep `execution` parked on `wait`; False when the cache is off."""
+        if self.size <= 0:
+            return False
+        while len(self._parked) >= self.size:
+            _, oldest = self._parked.popitem(last=False)
+            self._evict(oldest)
+        execution.parked = asyncio.get_running_loop().create_future()
+        execution.parked_wait = wait
+        self._parked[execution.run.run_id] = execution
+        return True
+
+    def wake(self, run_id: str, outcome: JournalEntry | None) -> bool:
+        """Continue the parked handler of `run_id` with its wait's outcome, if it is here."""
+        execution = self._parked.pop(run_id, None)
+        if execution is None or execution.parked is None or execution.parked.done():
+            return False
+        execution.parked.set_result(outcome)
+        self.hits += 1
+        return True
+
+    def evict_partitions(self, partitions: set[int] | None = None) -> None:
+        """Drop the handlers of `partitions` (all when None): revocation, shutdown."""
+        for run_id, execution in list(self._parked.items()):
+            if partitions is None or execution.ownership.partition in partitions:
+                del self._parked[run_id]
+                self._evict(execution)
+
+    def _evict(self, execution: RunExecution) -> None:
+        self.evictions += 1
+        execution.evicted = True
+        execution.worker.executions.pop(execution.run.run_id, None)
+        if execution.parked is not None and not execution.parked.done():
+            from engine.worker.executor import Evicted
+
+            execution.parked.set_exception(Evicted())
