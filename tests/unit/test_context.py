@@ -262,7 +262,7 @@ async def test_mixed_durable_calls_replay_in_order() -> None:
     first = await handler(port.context())
     assert [(e.position, e.kind) for e in port.journal] == [
         (0, "step"), (1, "now"), (2, "uuid"), (3, "step")]
-    monkeypatch.setattr("engine.context._wall_clock_ms", lambda: 1_900_000_000_000)
+    port.clock_ms = 1_900_000_000_000
     assert await handler(port.context()) == first
 
 

@@ -223,7 +223,8 @@ def test_resumed_run_is_resumed() -> None:
 
 def test_resumed_evidence_names_a_known_suspension_reason() -> None:
     run = replace(resumed_run("quarantine"), suspended_reason="quarantine")
-    assert plan_activation(run, NAMES.__getitem__).evidence == "resumed after quarantine (woken by operator)"
+    evidence = plan_activation(run, NAMES.__getitem__).evidence
+    assert evidence == "resumed after quarantine (woken by operator)"
 
 
 def test_resumed_evidence_names_the_suspension_reason_of_a_real_run() -> None:
