@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from engine.context import RunReleased
 from engine.decide import (
     FLOW_NOT_REGISTERED,
+    CancelNow,
     Create,
     Duplicate,
     Reject,
@@ -130,6 +131,11 @@ class Activator:
                                 error_message=journal_text(
                                     f"the broker refused a decision of this run: {refusal}"),
                                 traceback="")
+            return
+        if run.cancel_requested is not None and run.activations == 0:
+            # Cancelled before it ever ran: nothing to interrupt, no handler to start.
+            self.worker.reactions.cancel_now(
+                own, run, CancelNow(run.cancel_requested, run.cancel_requested_by))
             return
         flow = self.worker.flows.get(run.flow)
         if flow is None:
