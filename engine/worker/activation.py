@@ -120,9 +120,14 @@ class Activator:
             return str(exc)
         return None
 
-    def start(self, own: Ownership, run: RunState) -> None:
+    def start(self, own: Ownership, run: RunState, *, woken: bool = False) -> None:
+        """Execute `run` unless it executes here already. `woken`: its wait just ended (a
+        wake applied), so an execution still unwinding from that suspension restarts it."""
         executions = self.worker.executions
-        if run.run_id in executions:
+        existing = executions.get(run.run_id)
+        if existing is not None:
+            if woken and existing.suspending:
+                existing.restart = True
             return
         refusal = self.worker.refused.pop(run.run_id, None)
         if refusal is not None:
@@ -169,12 +174,12 @@ class Activator:
             self._runnable_again(execution)
 
     def _runnable_again(self, execution: RunExecution) -> None:
-        """A wake applied while this execution was still unwinding found it here and did
-        not start the run: start it now."""
+        """A wake applied while this execution was still unwinding from its suspension found
+        it here and did not start the run: start it now."""
         own = execution.ownership
         run = self.worker.current_run(execution.run.run_id)
-        if (run is not None and own.executing and not self.worker._stopping
-                and run.status is RunStatus.pending and needs_activation(run)):
+        if (execution.restart and run is not None and own.executing
+                and not self.worker._stopping):
             self.worker.reactions.react(own, run)
 
     def _flow_missing(self, own: Ownership, run: RunState) -> None:

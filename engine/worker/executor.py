@@ -69,6 +69,8 @@ class RunExecution:
     settled: bool = False  # nothing to release: settled, suspended, or never activated
     activated: bool = False
     evicted: bool = False
+    suspending: bool = False  # its run.suspended is sent and its handler is being dropped
+    restart: bool = False  # a wake found it suspending: start the run again once it ends
     task: asyncio.Task[None] | None = field(default=None, repr=False)
     # The latest step outcome sent: acknowledged before the next step starts.
     _last_outcome: asyncio.Future[None] | None = field(default=None, repr=False)
@@ -130,10 +132,12 @@ class RunExecution:
     async def suspend(self, wait: Wait) -> JournalEntry | None:
         self.ensure_active()
         self.settled = True  # before anything is sent: it may land even if we stop
+        self.suspending = True
         self.send(ev.RunSuspended, **_suspension(wait))
         await self.barrier()
         if not self.worker.sticky.park(self, wait):
             raise Suspend(wait)
+        self.suspending = False
         return await self._parked()
 
     async def _parked(self) -> JournalEntry | None:

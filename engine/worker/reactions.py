@@ -39,14 +39,20 @@ class Reactions:
                 self.worker.timers.poke()
         if run is None:
             return
-        if isinstance(record, ev.TimerFired | ev.RunResumed) and run.status is RunStatus.pending:
-            if self.worker.sticky.wake(run.run_id, self._wait_outcome(run, record)):
-                return
-        self.react(own, run)
+        woken = (isinstance(record, ev.TimerFired | ev.RunResumed)
+                 and run.status is RunStatus.pending)
+        if woken and self.worker.sticky.wake(run.run_id, self._wait_outcome(run, record)):
+            return
+        self.react(own, run, woken=woken)
 
-    def react(self, own: Ownership, run: RunState, *, claiming: bool = False) -> None:
+    def react(self, own: Ownership, run: RunState, *, claiming: bool = False,
+              woken: bool = False) -> None:
         """Act on `run` as it stands. A running run is started only when claiming (stolen
-        from a previous owner); otherwise its execution is here already."""
+        from a previous owner); otherwise its execution is here already. `woken`: a wake of
+        the run was just applied. A run with decisions of ours still unapplied is left
+        alone: the last of them, once applied, brings it here again."""
+        if run.run_id in self.worker.unapplied and not claiming:
+            return
         try:
             if run.status is RunStatus.suspended:
                 spawn = self._spawn_entry(run)
@@ -60,7 +66,7 @@ class Reactions:
                 if cancel is not None:
                     self.cancel_now(own, run, cancel)
                 else:
-                    self.worker.activator.start(own, run)
+                    self.worker.activator.start(own, run, woken=woken)
             elif run.status is RunStatus.running and claiming:
                 self.worker.activator.start(own, run)
         except WorkerFatal:  # the source failed: its renewal claims again and re-decides
@@ -73,7 +79,7 @@ class Reactions:
         assert self.worker.store is not None
         return self.worker.store.entry(run.run_id, wait.child_position)
 
-    def _wait_outcome(self, run: RunState, record: ev.JournalRecord) -> JournalEntry | None:
+    def _wait_outcome(self, run: RunState, record: object) -> JournalEntry | None:
         position = getattr(record, "position", None)
         if position is None:
             return None

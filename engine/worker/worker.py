@@ -87,6 +87,10 @@ class Worker:
         self.lease_ms = lease_ms
         self.owned: dict[int, Ownership] = {}  # one per assigned partition
         self.executions: dict[str, RunExecution] = {}  # bounded by the owned runs
+        # Run id -> the source sequence of the last decision we sent about it, until our
+        # projection applies it: the owner reacts to a run's state only once its own
+        # decisions about it are in that state. Bounded by the runs with records in flight.
+        self.unapplied: dict[str, tuple[int, int]] = {}  # run id -> (partition, seq)
         # (partition, source_seq) of our records whose application someone awaits: bounded
         # by the irreversible steps in flight.
         self._confirmations: dict[tuple[int, int], asyncio.Future[Verdict]] = {}
@@ -230,12 +234,18 @@ class Worker:
         record = outcome.record
         assert record is not None
         own = self.owned.get(partition)
+        drained = False
         if record.envelope.source_id == self.source_id:
             self._confirmed(partition, record, outcome.verdict, own)
+            drained = self._drained(record)
         if isinstance(record, ev.PartitionEpochClaimed):
             self._on_claim(partition, record, outcome)
             return
-        if own is None or not own.executing or outcome.verdict is not Verdict.applied:
+        if own is None or not own.executing:
+            return
+        if outcome.verdict is not Verdict.applied:
+            if drained and outcome.run is not None:  # e.g. a stale wake, ignored
+                self.reactions.react(own, outcome.run)
             return
         if isinstance(record, ev.RunCreateRequested) and outcome.run is not None:
             try:
@@ -244,6 +254,15 @@ class Worker:
                 own.state = OwnershipState.lost
             return
         self.reactions.on_applied(own, outcome)
+
+    def _drained(self, record: JournalRecord) -> bool:
+        """Our record is applied; True when it was the last one we sent about its run."""
+        run_id = record.envelope.run_id
+        pending = self.unapplied.get(run_id) if run_id else None
+        if pending is not None and pending[1] == record.envelope.source_seq:
+            del self.unapplied[run_id]
+            return True
+        return False
 
     def _confirmed(self, partition: int, record: JournalRecord, verdict: Verdict,
                    own: Ownership | None) -> None:
@@ -294,7 +313,9 @@ class Worker:
         request_id = body.pop("request_id", None)
         record = decision(cls, run_id=run.run_id, lineage_id=run.lineage_id, epoch=own.epoch,
                           source_id=self.source_id, request_id=request_id, body=body)
-        return self.committer.enqueue(own.partition, record)
+        acked = self.committer.enqueue(own.partition, record)
+        self.unapplied[run.run_id] = (own.partition, self.committer.last_seq)
+        return acked
 
     def current_run(self, run_id: str) -> RunState | None:
         """The run as this worker's projection holds it now."""
@@ -386,6 +407,7 @@ class Worker:
         for own in self.owned.values():
             own.state = OwnershipState.lost
         self._abandon_confirmations()
+        self.unapplied.clear()  # the old source's records are either applied or lost
         self.sticky.evict_partitions(None)
         await self._cancel_executions(list(self.executions.values()))
         # Its in-flight requests may take a request timeout to fail: close it aside, so the
@@ -414,8 +436,11 @@ class Worker:
         for own in owns:
             if own.state is OwnershipState.ready:
                 own.state = OwnershipState.draining
-        self._abandon_confirmations({own.partition for own in owns})
-        self.sticky.evict_partitions({own.partition for own in owns})
+        released = {own.partition for own in owns}
+        self._abandon_confirmations(released)
+        self.sticky.evict_partitions(released)
+        for run_id in [r for r, (p, _) in self.unapplied.items() if p in released]:
+            del self.unapplied[run_id]
         executions = [e for e in self.executions.values() if e.ownership in owns]
         tasks = [e.task for e in executions if e.task is not None]
         if tasks:

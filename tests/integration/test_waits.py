@@ -15,9 +15,9 @@ import pytest
 from engine import (
     CancelRefused,
     Client,
-    Flow,
     ResumeRefused,
     RunCancelled,
+    RunFailed,
     RunStatus,
     SignalRefused,
     Worker,
@@ -28,6 +28,7 @@ from tests.integration.waiting_flows import (
     approval,
     cleanup,
     collector,
+    cycle,
     flows,
     parent,
     sleep_until,
@@ -166,3 +167,53 @@ async def test_cancel_pending_running_and_suspended(
             assert len(entries) < 400
             assert (await c.journal("parked"))[-1].name == "cleanup"
             assert (await c.describe("pending")).activations == 0  # never ran
+
+
+async def test_parent_with_50_children_some_detached(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path, sticky: int
+) -> None:
+    specs: list[dict[str, Any]] = []
+    for i in range(50):
+        if i % 5 == 0:
+            specs.append({"payload": {"sleep": 1.0, "value": i}, "detach": True})
+        elif i % 5 == 1:
+            specs.append({"payload": {"sleep": 3600}})  # linked, still running at exit
+        elif i == 2:
+            specs.append({"payload": {"fail": True}})
+        else:
+            specs.append({"payload": {"value": i}})
+    awaited = [i for i in range(50) if i % 5 in (2, 3, 4)]
+    async with worker(bootstrap, namespace, tmp_path / "w", sticky), \
+            client(bootstrap, namespace) as c:
+        handle = await c.create_run(parent, {"children": specs, "await": awaited},
+                                    run_id="p50")
+        result = await handle.result(timeout=60)
+        ids = result["children"]
+        assert result["results"][ids[2]] == "failed: ValueError"
+        assert result["results"][ids[3]] == 3
+        linked = {ids[i] for i in range(50) if i % 5 == 1}
+        detached = {ids[i] for i in range(50) if i % 5 == 0}
+        for run_id in linked:
+            await wait_status(c, run_id, RunStatus.cancelled)
+        for run_id in detached:
+            await wait_status(c, run_id, RunStatus.completed)
+        view = await fold(bootstrap, namespace, history=True)
+        [policy] = [item.record for item in view.history["p50"]
+                    if isinstance(item.record, ev.ChildPolicyApplied)]
+        assert set(policy.cancelled) == linked and set(policy.detached) == detached
+        assert {r.parent_run_id for r in view.runs.values() if r.run_id != "p50"} == {"p50"}
+        partitions = {view.runs[run_id].partition for run_id in ids}
+        assert len(partitions) > 1  # children live in other partitions than their parent
+
+
+async def test_spawn_cycle_is_detected(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path, sticky: int
+) -> None:
+    async with worker(bootstrap, namespace, tmp_path / "w", sticky), \
+            client(bootstrap, namespace) as c:
+        root = await c.create_run(cycle, {"spawn_as": "mid", "back": "root"}, run_id="root")
+        with pytest.raises(RunFailed, match=r"FlowCycleDetected|ChildFailed") as caught:
+            await root.result(timeout=30)
+        assert "root -> mid -> root" in str(caught.value)
+        mid = await c.describe("mid")
+        assert mid.status is RunStatus.failed and mid.error_type == "FlowCycleDetected"

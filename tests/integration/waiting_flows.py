@@ -123,7 +123,7 @@ async def _tree(ctx: FlowContext, payload: dict[str, Any]) -> str:
 async def _cycle(ctx: FlowContext, payload: dict[str, Any]) -> str:
     if payload.get("spawn_as"):
         target = payload["spawn_as"]
-        kid = await ctx.spawn(cycle, {"spawn_as": None, "back": target}, run_id=target)
+        kid = await ctx.spawn(cycle, {"back": ctx.run_id}, run_id=target)
         return str(await kid.result())
     # A child that names its grandparent (the root) as its own child: a cycle.
     kid = await ctx.spawn(cycle, {}, run_id=payload["back"])
