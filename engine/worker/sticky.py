@@ -66,6 +66,6 @@ class StickyCache:
         execution.evicted = True
         execution.worker.executions.pop(execution.run.run_id, None)
         if execution.parked is not None and not execution.parked.done():
-            from engine.worker.executor import Evicted
+            from engine.runner import Dropped
 
-            execution.parked.set_exception(Evicted())
+            execution.parked.set_exception(Dropped())
