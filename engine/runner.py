@@ -61,7 +61,7 @@ class HandlerRunner(ABC):
     def journal(self) -> tuple[JournalEntry, ...]:
         """The run's journal entries as projected when the activation starts."""
 
-    async def _run_handler(self, flow: Flow[Any, Any]) -> None:
+    async def run_handler(self, flow: Flow[Any, Any]) -> None:
         run = self.run
         ctx = self._ctx = FlowContext(run=self.run_state(), journal=self.journal(), port=self)
         try:

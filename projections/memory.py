@@ -162,8 +162,14 @@ class MemoryProjection:
 
     def apply_record(self, partition: int, offset: int, record: JournalRecord,
                      timestamp_ms: int | None = None) -> Verdict:
-        return self._remember(self.projector.apply_record(partition, offset, record,
-                                                          timestamp_ms))
+        return self.apply(partition, offset, record, timestamp_ms).verdict
+
+    def apply(self, partition: int, offset: int, record: JournalRecord,
+              timestamp_ms: int | None = None) -> Outcome:
+        """Fold one record; the whole outcome (run, verdict, outbox requests)."""
+        outcome = self.projector.apply_record(partition, offset, record, timestamp_ms)
+        self._remember(outcome)
+        return outcome
 
     def _remember(self, outcome: Outcome) -> Verdict:
         record = outcome.record

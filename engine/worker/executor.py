@@ -185,7 +185,7 @@ class RunExecution(HandlerRunner):
         try:
             self.activate()
             self.ensure_active()
-            await self._run_handler(flow)
+            await self.run_handler(flow)
         finally:
             self._release_slot()
 

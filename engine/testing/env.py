@@ -1,0 +1,415 @@
+"""TestEnvironment: users' flows run in-process, with no broker and a virtual clock.
+
+Like Temporal's time-skipping test environment or Kafka Streams' TopologyTestDriver, it
+drives the engine's own parts: records go through the reducer and the in-memory
+projection, handlers run through the same FlowContext and handler runner as a worker's,
+and the owner's decisions (create, wake, cancel, exit policy) come from engine.decide. What
+it replaces is Kafka: one in-memory log per partition, written and folded at once.
+
+The clock is virtual. Whenever every run is waiting, it jumps to the next due timer, so a
+flow that sleeps for 30 days completes in milliseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from engine.decide import (
+    CancelNow,
+    Create,
+    Duplicate,
+    Wake,
+    cancel_on_pending,
+    decide_create,
+    decide_waiting,
+    exit_policy,
+    unanswered_creates,
+)
+from engine.errors import (
+    PayloadInvalid,
+    ResumeRefused,
+    RunCancelled,
+    RunFailed,
+    RunNotFound,
+    RunstreamError,
+    SignalRefused,
+)
+from engine.flow import Flow, dump_json
+from engine.journal import Envelope, JournalRecord
+from engine.journal import events as ev
+from engine.reader import partition_for
+from engine.testing.execution import TestExecution
+from engine.worker.outbox import request_record
+from projections.memory import HistoryItem, MemoryProjection
+from projections.requests import describe_refusal
+from projections.state import JournalEntry, RunState, RunStatus, Verdict
+
+DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
+# Records one drive may write before the environment calls it a livelock (a flow that
+# loops forever without waiting).
+MAX_RECORDS_PER_DRIVE = 1_000_000
+
+
+class EnvironmentIdle(RunstreamError):
+    """Nothing can happen any more (every run waits for a signal, a child or an operator,
+    and no timer is due), yet the awaited run has not settled."""
+
+
+class TestEnvironment:
+    """An in-process namespace: `await env.run(flow, payload)`, signals, cancels, resumes,
+    results, history, and crashes injected at a journal position."""
+
+    __test__ = False  # not a pytest test class, despite its name
+
+    def __init__(self, flows: Iterable[Flow[Any, Any]], *, partitions: int = 1,
+                 start: datetime = DEFAULT_START) -> None:
+        self.flows = {flow.name: flow for flow in flows}
+        self.partitions = partitions
+        self.projection = MemoryProjection(keep_history=True)
+        self.clock_ms = int(start.timestamp() * 1000)
+        self._offsets = [0] * partitions
+        self._source = ""
+        self._seq = 0
+        self._draining = False
+        self._queue: list[tuple[int, JournalRecord]] = []
+        self._executions: dict[str, TestExecution] = {}
+        self._runnable: dict[str, bool] = {}  # run id -> claimed (a stolen running run)
+        self._crashes: set[tuple[str, int]] = set()
+        self.crashes = 0
+        self._new_owner()
+
+    # -- the public API ----------------------------------------------------------------------
+
+    @property
+    def now(self) -> datetime:
+        return datetime.fromtimestamp(self.clock_ms / 1000, tz=UTC)
+
+    async def start(self, flow: Flow[Any, Any] | str, payload: Any = None, *,
+                    run_id: str | None = None) -> str:
+        """Create a run (it starts when the environment is driven); returns its id."""
+        name = flow.name if isinstance(flow, Flow) else flow
+        known = self.flows.get(name)
+        payload_json = known.dump_payload(payload) if known else dump_json(payload)
+        run_id = run_id or uuid.uuid4().hex
+        self._request(ev.RunCreateRequested, run_id, flow=name, payload_json=payload_json)
+        return run_id
+
+    async def run(self, flow: Flow[Any, Any] | str, payload: Any = None, *,
+                  run_id: str | None = None) -> Any:
+        """Create a run and return its result (raises RunFailed, RunCancelled)."""
+        return await self.result(await self.start(flow, payload, run_id=run_id))
+
+    async def result(self, run_id: str) -> Any:
+        """Drive the environment (skipping time) until the run settles; its result."""
+        await self._drive(lambda: self._settled(run_id))
+        run = self.describe(run_id)
+        if run.status is RunStatus.completed:
+            flow = self.flows.get(run.flow)
+            text = run.result_json or "null"
+            return flow.load_result(text) if flow else json.loads(text)
+        if run.status is RunStatus.cancelled:
+            raise RunCancelled(run_id, run.error_message or "cancelled")
+        raise RunFailed(run_id, run.error_type or "Error", run.error_message or "")
+
+    async def signal(self, run_id: str, name: str, payload: Any = None, *,
+                     request_id: str | None = None) -> None:
+        """Send signal `name`; raises SignalRefused when the run cannot take it."""
+        outcome = self._request(ev.RunSignalSent, run_id, request_id=request_id, name=name,
+                                payload_json=dump_json(payload))
+        if outcome == Verdict.refused:
+            run = self.describe(run_id)
+            record = ev.RunSignalSent(envelope=_envelope(ev.RunSignalSent, run_id, None, 0),
+                                      name=name)
+            raise SignalRefused(run_id, name, describe_refusal(run, record))
+
+    async def cancel(self, run_id: str, *, reason: str = "") -> None:
+        self.describe(run_id)
+        self._request(ev.RunCancelRequested, run_id, reason=reason, requested_by="test")
+
+    async def resume(self, run_id: str) -> None:
+        """An operator wake: ends a sleep early, or a wait_for with WaitTimeout."""
+        run = self.describe(run_id)
+        verdict = self._request(ev.RunResumeRequested, run_id, operator="test", action="wake")
+        if verdict == Verdict.refused:
+            record = ev.RunResumeRequested(
+                envelope=_envelope(ev.RunResumeRequested, run_id, None, 0), operator="test")
+            raise ResumeRefused(run_id, describe_refusal(run, record))
+
+    async def sleep(self, duration: float | timedelta) -> None:
+        """Let virtual time pass: runs progress and timers fire as they fall due."""
+        seconds = duration.total_seconds() if isinstance(duration, timedelta) else duration
+        until = self.clock_ms + int(seconds * 1000)
+        await self._drive(lambda: False, until_ms=until)
+        self.clock_ms = max(self.clock_ms, until)
+
+    async def run_until_idle(self) -> None:
+        """Drive until every run waits (no time passes)."""
+        await self._drive(lambda: False, until_ms=self.clock_ms)
+
+    def crash_at(self, run_id: str, position: int) -> None:
+        """Crash the worker when `run_id` is about to journal journal position `position`:
+        that record is lost, every handler is dropped, and a new owner replays the runs."""
+        self._crashes.add((run_id, position))
+
+    def describe(self, run_id: str) -> RunState:
+        run = self.projection.store.run(run_id)
+        if run is None:
+            raise RunNotFound(run_id)
+        return run
+
+    def status(self, run_id: str) -> RunStatus:
+        return self.describe(run_id).status
+
+    def journal(self, run_id: str) -> tuple[JournalEntry, ...]:
+        return self.projection.journal(run_id)
+
+    def history(self, run_id: str) -> list[HistoryItem]:
+        """Every record of the run, in log order, with the reducer's verdict."""
+        return list(self.projection.history.get(run_id, []))
+
+    async def close(self) -> None:
+        for execution in self._executions.values():
+            execution.crashed = True
+            if execution.task is not None:
+                execution.task.cancel()
+        await asyncio.gather(*(e.task for e in self._executions.values() if e.task),
+                             return_exceptions=True)
+        self._executions.clear()
+
+    async def __aenter__(self) -> TestEnvironment:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- the log -----------------------------------------------------------------------------
+
+    def partition_of(self, run_id: str) -> int:
+        return partition_for(run_id, self.partitions)
+
+    def decide(self, run: RunState, cls: type[JournalRecord], *,
+               request_id: str | None = None, **body: Any) -> Verdict:
+        """Write one decision of the current owner about `run` (applied at once)."""
+        self._seq += 1
+        envelope = _envelope(cls, run.run_id, request_id, self.clock_ms, lineage=run.lineage_id,
+                             epoch=self._epoch(run.partition), source=self._source,
+                             seq=self._seq)
+        return self._append(run.partition, cls(envelope=envelope, **body))
+
+    def crash_point(self, run_id: str, position: int | None) -> bool:
+        if position is None or (run_id, position) not in self._crashes:
+            return False
+        self._crashes.discard((run_id, position))
+        self._crash()
+        return True
+
+    def _request(self, cls: type[JournalRecord], run_id: str, *,
+                 request_id: str | None = None, **body: Any) -> Verdict:
+        envelope = _envelope(cls, run_id, request_id or uuid.uuid4().hex, self.clock_ms)
+        return self._append(self.partition_of(run_id), cls(envelope=envelope, **body))
+
+    def _append(self, partition: int, record: JournalRecord) -> Verdict:
+        """Queue a record on its partition's log; fold (and react to) the queue unless a
+        fold is under way (a reaction's records are folded after the one that caused it)."""
+        self._queue.append((partition, record))
+        if self._draining:
+            return Verdict.applied  # decided later, in log order
+        self._draining = True
+        first: Verdict | None = None
+        try:
+            while self._queue:
+                number, queued = self._queue.pop(0)
+                verdict = self._fold(number, queued)
+                first = verdict if first is None else first
+        finally:
+            self._draining = False
+        assert first is not None
+        return first
+
+    def _fold(self, partition: int, record: JournalRecord) -> Verdict:
+        offset = self._offsets[partition]
+        self._offsets[partition] += 1
+        outcome = self.projection.apply(partition, offset, record, self.clock_ms)
+        if outcome.verdict is not Verdict.applied:
+            return outcome.verdict
+        for item in outcome.outbox:
+            self._append(self.partition_of(item.lineage_id), request_record(item))
+        if outcome.outbox:
+            self._partition_decision(partition, ev.PartitionOutboxSent,
+                                     request_ids=[item.request_id for item in outcome.outbox])
+        if outcome.run is not None:
+            self._react(outcome.run, record)
+        return outcome.verdict
+
+    def _partition_decision(self, number: int, cls: type[JournalRecord], **body: Any) -> None:
+        """A decision about partition `number` itself (claims, outbox acknowledgements)."""
+        self._seq += 1
+        envelope = _envelope(cls, "", None, self.clock_ms, lineage=f"partition/{number}",
+                             epoch=self._epoch(number), source=self._source, seq=self._seq)
+        make: Any = cls  # a partition record type: each has a `partition` field
+        self._append(number, make(envelope=envelope, partition=number, **body))
+
+    def _epoch(self, partition: int) -> int:
+        return self.projection.partition(partition).epoch
+
+    def _new_owner(self) -> None:
+        """A (new) worker claims every partition: epochs move on, old handlers are fenced."""
+        self._source = uuid.uuid4().hex
+        self._seq = 0
+        for partition in range(self.partitions):
+            epoch = self._epoch(partition)
+            self._partition_decision(partition, ev.PartitionEpochClaimed, epoch=epoch + 1,
+                                     owner="test-environment")
+        for status in (RunStatus.pending, RunStatus.running, RunStatus.suspended):
+            for run in list(self.projection.runs.values()):
+                if run.status is status:
+                    self._react(run, None, claiming=True)
+
+    def _crash(self) -> None:
+        self.crashes += 1
+        for execution in self._executions.values():
+            execution.crashed = True
+        self._new_owner()
+
+    # -- the owner's reactions (engine.worker.reactions, without Kafka) ----------------------
+
+    def _react(self, run: RunState, record: JournalRecord | None, *,
+               claiming: bool = False) -> None:
+        for item in unanswered_creates(run):
+            self._answer_create(run, item.request_id, item.flow, item.payload_json)
+            return
+        if run.status is RunStatus.suspended:
+            spawn = None
+            wait = run.wait
+            if wait is not None and wait.kind == "child" and wait.child_position is not None:
+                spawn = self.projection.store.entry(run.run_id, wait.child_position)
+            action = decide_waiting(run, spawn)
+            if isinstance(action, Wake):
+                self.decide(run, ev.RunResumed, reason=action.reason, position=action.position,
+                            name=action.name, signal_request_id=action.signal_request_id,
+                            result_json=action.result_json, error_type=action.error_type,
+                            error_message=action.error_message, detail=f"woken: {action.reason}")
+            elif isinstance(action, CancelNow):
+                self._cancel_now(run, action)
+        elif run.status is RunStatus.pending and run.admitted:
+            cancel = cancel_on_pending(run)
+            if cancel is not None:
+                self._cancel_now(run, cancel)
+            else:
+                self._runnable.setdefault(run.run_id, False)
+        elif run.status is RunStatus.running and claiming:
+            self._runnable[run.run_id] = True
+
+    def _answer_create(self, run: RunState, request_id: str, flow: str | None,
+                       payload: str | None) -> None:
+        item = next(i for i in run.inbox if i.request_id == request_id)
+        answer = decide_create(run, item, self._check_payload)
+        if isinstance(answer, Create | Duplicate):
+            offset = answer.request_offset if isinstance(answer, Duplicate) else item.offset
+            self.decide(run, ev.RunCreated, request_id=request_id, flow=run.flow,
+                        payload_json=run.payload_json, request_offset=offset,
+                        duplicate=isinstance(answer, Duplicate),
+                        parent_run_id=run.parent_run_id, round=run.round)
+            return
+        self.decide(run, ev.RunCreateRejected, request_id=request_id, reason=answer.reason,
+                    field=answer.field, existing_value=answer.existing,
+                    requested_value=answer.requested)
+
+    def _check_payload(self, flow_name: str, payload_json: str) -> str | None:
+        flow = self.flows.get(flow_name)
+        if flow is None:
+            return None
+        try:
+            flow.load_payload(payload_json)
+        except PayloadInvalid as exc:
+            return str(exc)
+        return None
+
+    def _cancel_now(self, run: RunState, cancel: CancelNow) -> None:
+        policy = exit_policy(run.children)
+        if policy.cancelled or policy.detached:
+            self.decide(run, ev.ChildPolicyApplied, cancelled=policy.cancelled,
+                        detached=policy.detached, reason=ev.RunCancelled.TYPE)
+        self.decide(run, ev.RunCancelled, reason=cancel.reason,
+                    requested_by=cancel.requested_by, cascaded=policy.cancelled)
+
+    # -- driving -----------------------------------------------------------------------------
+
+    def _settled(self, run_id: str) -> bool:
+        return self.describe(run_id).status.is_terminal
+
+    async def _drive(self, done: Callable[[], bool], *, until_ms: int | None = None) -> None:
+        """Run handlers until `done()`; when every run waits, jump the clock to the next
+        timer (up to `until_ms`, when given) and fire what falls due."""
+        start = sum(self._offsets)
+        while not done():
+            if sum(self._offsets) - start > MAX_RECORDS_PER_DRIVE:
+                raise EnvironmentIdle("over a million records without settling: a livelock?")
+            self._start_runnable()
+            live = [e.task for e in self._executions.values() if e.task and not e.task.done()]
+            if live:
+                await asyncio.wait(live, return_when=asyncio.FIRST_COMPLETED)
+                continue
+            if self._runnable:
+                continue
+            if not self._fire_next_timers(until_ms):
+                if until_ms is not None:
+                    return
+                raise EnvironmentIdle(self._idle_message())
+
+    def _start_runnable(self) -> None:
+        for run_id in list(self._runnable):
+            current = self._executions.get(run_id)
+            if current is not None and current.task is not None and not current.task.done():
+                continue  # its previous handler still unwinds: start after it
+            claiming = self._runnable.pop(run_id)
+            run = self.describe(run_id)
+            if not (run.status is RunStatus.pending or claiming) or run.status.is_terminal:
+                continue
+            flow = self.flows.get(run.flow)
+            if flow is None:
+                raise EnvironmentIdle(f"run {run_id} is of flow {run.flow!r}, which this "
+                                      f"environment does not register")
+            execution = TestExecution(self, run)
+            self._executions[run_id] = execution
+            execution.task = asyncio.create_task(execution.execute(flow))
+
+    def _fire_next_timers(self, until_ms: int | None) -> bool:
+        """Jump to the earliest due timer and fire every timer due then, in due order."""
+        store = self.projection.store
+        due = store.next_due_ms()
+        if due is None or (until_ms is not None and due > until_ms):
+            return False
+        self.clock_ms = max(self.clock_ms, due)
+        for partition in range(self.partitions):
+            for timer in store.due_timers(partition, self.clock_ms, 1 << 30):
+                run = store.run(timer.run_id)
+                if run is not None:
+                    self.decide(run, ev.TimerFired, position=timer.position,
+                                due_ms=timer.due_ms)
+        return True
+
+    def _idle_message(self) -> str:
+        waiting = []
+        for run in self.projection.runs.values():
+            if run.status is RunStatus.suspended and run.wait is not None:
+                wait = run.wait
+                what = {"event": f"signal {wait.event_name!r}",
+                        "child": f"child run {wait.child_run_id}",
+                        "quarantine": "an operator (quarantined)"}.get(wait.kind, wait.kind)
+                waiting.append(f"{run.run_id} waits for {what}")
+        return ("nothing more can happen: " + ("; ".join(waiting[:5]) or "no run is waiting")
+                + " (send a signal, resume or cancel)")
+
+
+def _envelope(cls: type[JournalRecord], run_id: str, request_id: str | None, now_ms: int, *,
+              lineage: str | None = None, epoch: int | None = None, source: str | None = None,
+              seq: int | None = None) -> Envelope:
+    return Envelope(type=cls.TYPE, run_id=run_id, lineage_id=lineage or run_id,
+                    request_id=request_id, epoch=epoch, source_id=source, source_seq=seq,
+                    timestamp_ms=now_ms)

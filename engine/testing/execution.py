@@ -1,0 +1,82 @@
+"""One activation of a run's handler inside the TestEnvironment: its journal port."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from engine.context import FlowContext, RunReleased, Suspend
+from engine.decide import plan_activation
+from engine.flow import Flow
+from engine.journal import JournalRecord
+from engine.journal import events as ev
+from engine.runner import Dropped, HandlerRunner, suspension
+from projections.state import JournalEntry, RunState, Verdict, Wait
+
+if TYPE_CHECKING:
+    from engine.testing.env import TestEnvironment
+
+
+class TestExecution(HandlerRunner):
+    """Records go straight into the environment's log and are folded at once, so the
+    barrier is only a yield and a confirmation is the verdict just given."""
+
+    __test__ = False
+
+    def __init__(self, env: TestEnvironment, run: RunState) -> None:
+        self.env = env
+        self.run = run
+        self.settled = False
+        self.crashed = False
+        self.task: asyncio.Task[None] | None = None
+        self._ctx: FlowContext | None = None
+        self._verdict = Verdict.applied
+
+    def send(self, cls: type[JournalRecord], **body: Any) -> None:
+        self.ensure_active()
+        position = body.get("position")
+        if self.env.crash_point(self.run.run_id, position):
+            self.crashed = True
+            raise Dropped(f"crash injected at position {position} of run {self.run.run_id}")
+        request_id = body.pop("request_id", None)
+        self._verdict = self.env.decide(self.run_state(), cls, request_id=request_id, **body)
+
+    async def barrier(self) -> None:
+        await asyncio.sleep(0)  # written already; let other handlers run
+
+    async def send_confirmed(self, cls: type[JournalRecord], **body: Any) -> None:
+        self.send(cls, **body)
+        if self._verdict is not Verdict.applied:
+            raise RunReleased(f"{cls.TYPE} was {self._verdict.value}")
+
+    def ensure_active(self) -> None:
+        if self.crashed:
+            raise RunReleased("the worker crashed (injected by the test)")
+
+    def now_ms(self) -> int:
+        return self.env.clock_ms
+
+    def run_state(self) -> RunState:
+        return self.env.describe(self.run.run_id)
+
+    def entry(self, position: int) -> JournalEntry | None:
+        return self.env.projection.store.entry(self.run.run_id, position)
+
+    def journal(self) -> tuple[JournalEntry, ...]:
+        return self.env.journal(self.run.run_id)
+
+    async def suspend(self, wait: Wait) -> JournalEntry | None:
+        self.settled = True
+        self.send(ev.RunSuspended, **suspension(wait))
+        raise Suspend(wait)
+
+    async def execute(self, flow: Flow[Any, Any]) -> None:
+        run = self.run_state()
+        plan = plan_activation(run, lambda source: f"source {source[:8]}")
+        try:
+            self.send(ev.RunActivated, mode=plan.mode, activation=run.activations + 1,
+                      evidence=plan.evidence, previous_owner=plan.previous_owner,
+                      previous_epoch=plan.previous_epoch)
+            await self.run_handler(flow)
+        except (RunReleased, Dropped):
+            return

@@ -1,0 +1,213 @@
+"""engine.testing: users' flows run in-process through the engine's reducer, context and
+decisions, with a virtual clock. No broker."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from engine import (
+    ChildFailed,
+    Flow,
+    FlowContext,
+    ResumeRefused,
+    RunCancelled,
+    RunFailed,
+    RunStatus,
+    SignalRefused,
+    WaitTimeout,
+)
+from engine.demo.flows import checkout
+from engine.journal import events as ev
+from engine.testing import EnvironmentIdle, TestEnvironment
+from projections.state import Verdict
+from tests.integration.waiting_flows import (
+    approval,
+    cleanup,
+    collector,
+    cycle,
+    flows,
+    parent,
+    sleeper,
+    tree,
+)
+
+month = Flow("month")
+
+
+@month.handler
+async def _month(ctx: FlowContext, payload: Any) -> dict[str, Any]:
+    await ctx.sleep(timedelta(days=30))
+    try:
+        approved = await ctx.wait_for("approval", timeout=timedelta(days=2))
+    except WaitTimeout:
+        approved = None
+    return {"approved": approved, "at": (await ctx.now()).isoformat()}
+
+
+def types(env: TestEnvironment, run_id: str) -> list[str]:
+    return [item.record.TYPE for item in env.history(run_id) if item.record is not None]
+
+
+async def test_a_flow_that_sleeps_30_days_and_waits_for_a_signal_takes_milliseconds() -> None:
+    started = time.perf_counter()
+    async with TestEnvironment([month]) as env:
+        run_id = await env.start(month, None, run_id="m")
+        await env.sleep(timedelta(days=30, hours=1))  # the 30-day timer fires on the way
+        assert env.describe(run_id).wait is not None
+        assert env.describe(run_id).wait.kind == "event"  # type: ignore[union-attr]
+        await env.signal(run_id, "approval", {"by": "ops"})
+        result = await env.result(run_id)
+    assert result == {"approved": {"by": "ops"}, "at": "2026-01-31T01:00:00+00:00"}
+    assert time.perf_counter() - started < 1.0
+
+
+async def test_time_skips_to_the_next_timer_when_every_run_waits() -> None:
+    async with TestEnvironment([month]) as env:
+        result = await env.run(month, None)  # nobody signals: the 2-day timeout fires
+        assert result == {"approved": None, "at": "2026-02-02T00:00:00+00:00"}
+        assert env.now.isoformat() == "2026-02-02T00:00:00+00:00"
+
+
+async def test_signals_before_the_wait_duplicates_and_order() -> None:
+    async with TestEnvironment(flows) as env:
+        run_id = await env.start(collector, {"count": 2})
+        await env.signal(run_id, "item", "first", request_id="a")
+        await env.signal(run_id, "item", "first again", request_id="a")  # delivered once
+        await env.signal(run_id, "item", "second", request_id="b")
+        assert await env.result(run_id) == ["first", "second"]
+        verdicts = [i.verdict for i in env.history(run_id)
+                    if isinstance(i.record, ev.RunSignalSent)]
+        assert verdicts == [Verdict.applied, Verdict.duplicate, Verdict.applied]
+        with pytest.raises(SignalRefused, match="ended"):
+            await env.signal(run_id, "item", "late")
+
+
+async def test_signal_buffer_is_bounded() -> None:
+    async with TestEnvironment(flows) as env:
+        run_id = await env.start(collector, {"count": 1})
+        for i in range(64):
+            await env.signal(run_id, "other", i)
+        with pytest.raises(SignalRefused, match="64"):
+            await env.signal(run_id, "other", 64)
+
+
+async def test_wait_timeout_and_operator_resume() -> None:
+    async with TestEnvironment(flows) as env:
+        assert await env.run(approval, {"timeout": 60}) == "timed out"
+        napping = await env.start(sleeper, {"seconds": 10 * 24 * 3600})
+        waiting = await env.start(approval, {"timeout": None})
+        await env.run_until_idle()
+        before = env.now
+        await env.resume(napping)
+        await env.resume(waiting)
+        assert await env.result(napping) == "slept"
+        assert await env.result(waiting) == "timed out"
+        assert env.now == before  # woken early: no time passed
+        resumed = [i.record for i in env.history(napping) if isinstance(i.record, ev.RunResumed)]
+        assert [r.reason for r in resumed] == ["operator"]
+        with pytest.raises(ResumeRefused, match="not waiting|ended"):
+            await env.resume(napping)
+
+
+async def test_children_results_failures_and_exit_policy() -> None:
+    specs = [{"payload": {"value": "a"}}, {"payload": {"fail": True}},
+             {"payload": {"sleep": 3600}}, {"payload": {"sleep": 60, "value": "d"},
+                                            "detach": True}]
+    async with TestEnvironment(flows, partitions=4) as env:
+        result = await env.run(parent, {"children": specs, "await": [0, 1]}, run_id="p")
+        assert result["results"] == {"p.0": "a", "p.1": "failed: ValueError"}
+        [policy] = [i.record for i in env.history("p")
+                    if isinstance(i.record, ev.ChildPolicyApplied)]
+        assert (policy.cancelled, policy.detached) == (["p.2"], ["p.3"])
+        await env.sleep(120)
+        assert env.status("p.2") is RunStatus.cancelled
+        assert await env.result("p.3") == "d"
+        assert {env.describe(c).partition for c in ("p.0", "p.1", "p.2", "p.3")} != {0}
+
+
+async def test_a_failed_child_raises_child_failed_in_its_parent() -> None:
+    strict = Flow("strict")
+
+    @strict.handler
+    async def _strict(ctx: FlowContext, payload: Any) -> Any:
+        kid = await ctx.spawn("child", {"fail": True})
+        return await kid.result()
+
+    async with TestEnvironment([*flows, strict]) as env:
+        with pytest.raises(RunFailed, match="ChildFailed") as caught:
+            await env.run(strict, None, run_id="s")
+        assert "ValueError" in str(caught.value)
+        assert ChildFailed.__name__ in (env.describe("s").error_type or "")
+
+
+async def test_cancel_pending_running_suspended_and_a_tree() -> None:
+    async with TestEnvironment(flows, partitions=3) as env:
+        pending = await env.start(sleeper, {"seconds": 1})
+        await env.cancel(pending, reason="no")
+        with pytest.raises(RunCancelled, match="no"):
+            await env.result(pending)
+        assert env.describe(pending).activations == 0
+        parked = await env.start(cleanup, {"wait": True})
+        await env.run_until_idle()
+        await env.cancel(parked)
+        with pytest.raises(RunCancelled):
+            await env.result(parked)
+        assert env.journal(parked)[-1].name == "cleanup"  # its finally block ran
+        root = await env.start(tree, {"depth": 2, "fanout": 2}, run_id="root")
+        await env.run_until_idle()
+        await env.cancel(root, reason="tear down")
+        with pytest.raises(RunCancelled):
+            await env.result(root)
+        await env.run_until_idle()
+        family = ["root.0", "root.1", "root.0.0", "root.0.1", "root.1.0", "root.1.1"]
+        assert {env.status(r) for r in family} == {RunStatus.cancelled}
+
+
+async def test_spawn_cycle_is_detected() -> None:
+    async with TestEnvironment(flows) as env:
+        with pytest.raises(RunFailed, match="root -> mid -> root"):
+            await env.run(cycle, {"spawn_as": "mid"}, run_id="root")
+
+
+async def test_a_crash_injected_at_a_position_replays_from_the_journal() -> None:
+    calls: list[str] = []
+    counted = Flow("counted")
+
+    @counted.handler
+    async def _counted(ctx: FlowContext, payload: Any) -> int:
+        total = 0
+        for name in ("a", "b", "c"):
+            total += await ctx.step(name, lambda n=name: calls.append(n) or len(calls))
+        return total
+
+    async with TestEnvironment([counted]) as env:
+        env.crash_at("r", 1)  # b's completion is lost with the worker
+        assert await env.run(counted, None, run_id="r") == 1 + 3 + 4
+        assert calls == ["a", "b", "b", "c"]  # b ran again, a did not
+        assert env.crashes == 1
+        modes = [i.record.mode for i in env.history("r") if isinstance(i.record, ev.RunActivated)]
+        assert modes == ["new", "stolen"]
+
+
+async def test_idle_environment_says_what_runs_wait_for() -> None:
+    async with TestEnvironment(flows) as env:
+        with pytest.raises(EnvironmentIdle, match="signal 'approval'"):
+            await env.run(approval, {"timeout": None})
+
+
+async def test_the_demo_checkout_flow() -> None:
+    async with TestEnvironment([checkout]) as env:
+        result = await env.run(checkout, {"order_id": "o1", "amount": 5}, run_id="o1")
+        assert result.reservation == "res-o1-5" and result.receipt.startswith("receipt for ch-o1")
+        assert [e.name for e in env.journal("o1")] == ["reserve", "charge", "receipt"]
+        assert types(env, "o1")[-1] == ev.RunCompleted.TYPE
+
+
+async def test_pytest_fixture(runstream_env: Callable[..., TestEnvironment]) -> None:
+    env = runstream_env(flows)
+    assert await env.run(sleeper, {"seconds": 3600}) == "slept"
