@@ -110,7 +110,7 @@ async def test_wait_timeout_and_operator_resume() -> None:
         assert env.now == before  # woken early: no time passed
         resumed = [i.record for i in env.history(napping) if isinstance(i.record, ev.RunResumed)]
         assert [r.reason for r in resumed] == ["operator"]
-        with pytest.raises(ResumeRefused, match="not waiting|ended"):
+        with pytest.raises(ResumeRefused, match=r"not waiting|ended"):
             await env.resume(napping)
 
 
