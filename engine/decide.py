@@ -123,7 +123,7 @@ class Wake:
     """End the run's current wait (run.resumed): with the wait's outcome, or, for a cancel,
     only make the run runnable so its handler is interrupted and its `finally` blocks run."""
 
-    reason: str  # event | child | operator | cancel
+    reason: str  # event | child | operator | parent (timers fire through timer.fired)
     position: int | None
     name: str | None = None
     signal_request_id: str | None = None
@@ -147,7 +147,10 @@ def decide_waiting(run: RunState, spawn: JournalEntry | None) -> Wake | CancelNo
     if run.cancel_requested is not None:
         if wait is None or wait.kind == "quarantine":
             return CancelNow(run.cancel_requested, run.cancel_requested_by)
-        return Wake("cancel", None)
+        # Woken to meet the cancel in its handler; the reason says who asked.
+        by_parent = run.cancel_requested_by is not None and (
+            run.cancel_requested_by == run.parent_run_id)
+        return Wake("parent" if by_parent else "operator", None)
     if wait is None or wait.kind == "quarantine":
         return None
     if run.resume_requested and wait.kind in ("timer", "event"):

@@ -26,7 +26,9 @@ from projections.transitions import entry_position
 
 _DETAIL_FIELDS = ("name", "position", "attempt", "mode", "evidence", "cause", "reason",
                   "error_type", "error_message", "result_json", "kind", "message", "flow",
-                  "duplicate", "will_retry")
+                  "duplicate", "will_retry", "wake_at_ms", "due_ms", "event_name",
+                  "child_run_id", "child_status", "payload_json", "parent_exit_policy",
+                  "cascaded", "cancelled", "detached", "requested_by", "operator")
 
 
 @dataclass(frozen=True, slots=True)

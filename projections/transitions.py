@@ -152,17 +152,17 @@ def _timer_fired(run: RunState, record: Any, epoch: int, previous: Any) -> Chang
 
 def _resumed(run: RunState, record: Any, epoch: int, previous: Any) -> Change | None:
     """A wait ends (suspended run), or is satisfied at once (a running run taking a
-    buffered signal or a settled child's outcome); `cancel` only makes the run runnable."""
+    buffered signal or a settled child's outcome); without a position it only makes the
+    run runnable (a cancel must reach its handler)."""
     assert isinstance(record, ev.RunResumed)
     wake: Changes = {"status": RunStatus.pending, "wait": None, "wake_reason": record.reason,
                      "resume_requested": False}
     position = record.position
-    if record.reason == "cancel" or position is None:
-        # A wake with no wait entry to end: a cancel, or (journals before waits had
-        # positions, and quarantines) the end of a suspension that has no entry.
-        suspended = run.status is RunStatus.suspended
-        ends = record.reason == "cancel" or run.wait is None or run.wait.position is None
-        return Change(wake) if suspended and ends else None
+    if position is None:
+        # A wake with no wait entry to end: for a cancel (reason parent or operator: the
+        # handler meets the cancel at its wait), or, in journals written before waits had
+        # positions, the end of any suspension.
+        return Change(wake) if run.status is RunStatus.suspended else None
     if previous is not None and previous.status != "waiting":
         return None
     changes: Changes = {}
