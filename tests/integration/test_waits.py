@@ -4,6 +4,7 @@ runs, cancellation and operator resume. Each test runs with the sticky cache on 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -24,6 +25,7 @@ from engine import (
 )
 from engine.journal import events as ev
 from tests.integration.support import fold
+from tests.integration.test_cli import Result, cli, one_line_error
 from tests.integration.waiting_flows import (
     approval,
     cleanup,
@@ -217,3 +219,35 @@ async def test_spawn_cycle_is_detected(
         assert "root -> mid -> root" in str(caught.value)
         mid = await c.describe("mid")
         assert mid.status is RunStatus.failed and mid.error_type == "FlowCycleDetected"
+
+
+async def test_signals_and_cancel_from_the_cli(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    async def run(*args: str) -> Result:
+        return await cli(*args, bootstrap=bootstrap, namespace=namespace, cache=tmp_path / "c")
+
+    async with worker(bootstrap, namespace, tmp_path / "w", 64), \
+            client(bootstrap, namespace) as c:
+        early = await c.create_run(collector, {"count": 2}, run_id="early")
+        for payload, request in (('"one"', "r1"), ('"again"', "r1"), ('"two"', "r2")):
+            result = await run("run", "signal", "early", "item", "--payload", payload,
+                               "--request-id", request, "--json")
+            assert result.code == 0, result.err
+            assert json.loads(result.out)["accepted"] is True
+        assert await early.result(timeout=30) == ["one", "two"]  # the duplicate once
+        late = await c.create_run(approval, {"timeout": None}, run_id="late")
+        await wait_status(c, "late", RunStatus.suspended)
+        status = await run("run", "status", "late", "--json")
+        assert "waiting for signal 'approval'" in json.loads(status.out)["note"]
+        assert (await run("run", "signal", "late", "approval", "--payload", '{"ok": 1}')).code == 0
+        assert await late.result(timeout=30) == {"approved": {"ok": 1}}
+        timed = await c.create_run(approval, {"timeout": 0.5}, run_id="timed")
+        assert await timed.result(timeout=30) == "timed out"
+        refused = await run("run", "signal", "timed", "approval", "--payload", "1")
+        assert "ended" in one_line_error(refused)
+        parked = await c.create_run(cleanup, {"wait": True}, run_id="parked")
+        await wait_status(c, "parked", RunStatus.suspended)
+        assert (await run("run", "cancel", "parked", "--reason", "from the cli")).code == 0
+        with pytest.raises(RunCancelled, match="from the cli"):
+            await parked.result(timeout=30)
