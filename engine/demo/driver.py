@@ -16,7 +16,8 @@ import click
 
 from engine.admin import ensure_topics
 from engine.client import Client
-from engine.demo.flows import checkout
+from engine.demo.flows import checkout, order, packing
+from engine.errors import RunCancelled
 from engine.history import (
     format_history,
     format_partition_history,
@@ -24,6 +25,8 @@ from engine.history import (
     run_history,
     state_at,
 )
+from engine.operations import status_note
+from projections.state import RunStatus
 
 Echo = Callable[[str], None]
 
@@ -38,12 +41,13 @@ async def run_demo(*, bootstrap: str, runs: int, workers: int, state_dir: Path,
     echo(f"started {workers} workers (logs in {state_dir / namespace})")
     try:
         async with Client(bootstrap_servers=bootstrap, namespace=namespace,
-                          flows=[checkout]) as client:
+                          flows=[checkout, order, packing]) as client:
             await _wait_for_owners(client, {f"worker-{i + 1}" for i in range(workers)}, procs)
             elapsed = await _create_and_wait(client, runs, echo)
             echo(f"{runs} runs completed in {elapsed:.1f}s ({runs / elapsed:.0f} runs/s, "
                  f"3 durable steps each)")
             await _show_time_travel(client, "order-0000", echo)
+            await _show_waiting(client, echo)
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
@@ -111,3 +115,43 @@ async def _show_time_travel(client: Client, run_id: str, echo: Echo) -> None:
     echo(f"\npartition {partition}'s own records (claims fenced by consumer-group generation):")
     for line in format_partition_history(partition_history(view, partition)):
         echo("  " + line)
+
+
+async def _show_waiting(client: Client, echo: Echo) -> None:
+    """Three orders that wait: one approved by a signal, one whose wait times out, one
+    cancelled while it waits (its packing child is cancelled with it)."""
+    echo("\nwaiting, children and cancellation: three `order` runs, each paying through a "
+         "child checkout run and packing in another child")
+    specs = {"order-A": 1.0, "order-B": 1.0, "order-C": 60.0}
+    handles = {run_id: await client.create_run(order, {
+        "order_id": run_id, "amount": 5, "pack_seconds": seconds, "approval_timeout": 4.0,
+    }, run_id=run_id) for run_id, seconds in specs.items()}
+    for run_id in specs:
+        await _until_waiting(client, run_id)
+        echo(f"  {run_id}: {status_note(await client.describe(run_id))}")
+    await client.signal("order-A", "approve", "alice")
+    echo("  signalled order-A: approve = 'alice'")
+    await client.cancel("order-C", reason="customer changed their mind")
+    echo("  cancelled order-C")
+    for run_id, handle in handles.items():
+        try:
+            echo(f"  {run_id} -> {await handle.result(timeout=60)}")
+        except RunCancelled as exc:
+            echo(f"  {run_id} -> cancelled: {exc.reason}")
+    child = await client.describe("order-C.1")
+    echo(f"  order-C's packing child order-C.1 is {child.status.value} "
+         f"(linked children are cancelled with their parent)")
+    view = await (await client.read_model()).catch_up()
+    echo("\nhistory of order-A:")
+    for line in format_history(run_history(view, "order-A")):
+        echo("  " + line)
+
+
+async def _until_waiting(client: Client, run_id: str) -> None:
+    for _ in range(400):
+        run = await client.describe(run_id)
+        if run.status is RunStatus.suspended and run.wait is not None and (
+                run.wait.kind == "event"):
+            return
+        await asyncio.sleep(0.05)
+    raise click.ClickException(f"{run_id} did not reach its approval wait within 20s")

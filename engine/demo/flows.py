@@ -12,7 +12,7 @@ import random
 
 from pydantic import BaseModel, Field
 
-from engine import Flow, FlowContext, RetryPolicy
+from engine import Flow, FlowContext, RetryPolicy, WaitTimeout
 
 
 class CheckoutIn(BaseModel):
@@ -70,4 +70,46 @@ async def run_checkout(ctx: FlowContext, p: CheckoutIn) -> CheckoutOut:
                        receipt=receipt)
 
 
-flows = [checkout]
+class OrderIn(BaseModel):
+    order_id: str
+    amount: int = Field(gt=0)
+    pack_seconds: float = 1.0
+    approval_timeout: float = 3.0
+
+
+class PackingIn(BaseModel):
+    order_id: str
+    seconds: float
+
+
+order: Flow[OrderIn, dict[str, str]] = Flow("order", payload=OrderIn, result=dict[str, str])
+packing: Flow[PackingIn, str] = Flow("packing", payload=PackingIn, result=str)
+
+
+async def pack(order_id: str) -> str:
+    _effect("pack", order_id)
+    return f"parcel-{order_id}"
+
+
+@packing.handler
+async def run_packing(ctx: FlowContext, p: PackingIn) -> str:
+    await ctx.sleep(p.seconds)  # a durable timer: survives restarts and moves
+    return await ctx.step("pack", pack, p.order_id)
+
+
+@order.handler
+async def run_order(ctx: FlowContext, p: OrderIn) -> dict[str, str]:
+    """Pays through a child checkout run, packs in another child, and waits for a person's
+    approval (a signal) for at most `approval_timeout` seconds."""
+    paid = await ctx.spawn(checkout, {"order_id": p.order_id, "amount": p.amount},
+                           run_id=f"{ctx.run_id}.checkout")
+    parcel = await ctx.spawn(packing, {"order_id": p.order_id, "seconds": p.pack_seconds})
+    receipt = (await paid.result()).receipt
+    try:
+        approver = str(await ctx.wait_for("approve", timeout=p.approval_timeout))
+    except WaitTimeout:
+        approver = "nobody (timed out)"
+    return {"receipt": receipt, "approved_by": approver, "parcel": await parcel.result()}
+
+
+flows = [checkout, order, packing]

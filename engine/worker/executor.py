@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from engine.context import FlowContext, RunReleased, Suspend
-from engine.decide import Activation
+from engine.decide import Activation, plan_activation
 from engine.errors import WorkerFatal
 from engine.flow import Flow
 from engine.journal import Envelope, JournalRecord
@@ -151,7 +151,9 @@ class RunExecution(HandlerRunner):
         await self._take_slot()
         self.settled = False
         self.activated = False
-        self.plan = Activation("resumed", "woken in the sticky cache", None, None)
+        plan = plan_activation(self.run_state(), self.worker.activator.owner_name)
+        self.plan = Activation(plan.mode, f"{plan.evidence}; continued in memory (sticky cache)",
+                               plan.previous_owner, plan.previous_epoch)
         self.activate()
         return outcome
 
