@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import signal
 import subprocess
@@ -30,6 +31,8 @@ class WorkerPool:
     count: int
     session_timeout_ms: int = 10_000
     concurrency: int = 256
+    app: str = APP  # --app of every worker: "module:attribute" of its flows
+    env: dict[str, str] = field(default_factory=dict)  # added to this process's environment
     root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="runstream-bench-")))
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
@@ -41,12 +44,13 @@ class WorkerPool:
     def start_one(self, name: str) -> None:
         with open(self.root / f"{name}.log", "ab") as log:
             self.procs[name] = subprocess.Popen(
-                [sys.executable, "-m", "engine.cli", "worker", "--app", APP,
+                [sys.executable, "-m", "engine.cli", "worker", "--app", self.app,
                  "--data-dir", str(self.root / name), "--bootstrap", self.bootstrap,
                  "--namespace", self.namespace, "--name", name,
                  "--concurrency", str(self.concurrency),
                  "--session-timeout-ms", str(self.session_timeout_ms)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env={**os.environ, **self.env} if self.env else None,
             )
 
     def pids(self) -> dict[str, int | None]:

@@ -30,7 +30,7 @@ REMOVED_FIELDS = {"requests_seen"}  # replaced by the request index
 ADDED_FIELDS = {"steps", "generation", "lease_ms", "owner_last_write_ms", "rejected_claims"}
 # Fields added after a format-2 fixture was recorded (waits, children, cancellation): a
 # fixture without them must fold to their defaults, checked by comparing the rest exactly.
-ADDED_SINCE_FORMAT_2 = {
+ADDED_SINCE_FORMAT_2: dict[str, Any] = {
     "parent_lineage_id": None, "parent_position": None, "detached": False, "ancestors": [],
     "wait": None, "signals": [], "children": [], "cancel_requested": None,
     "cancel_requested_by": None, "resume_requested": False, "wake_reason": None,
@@ -149,3 +149,99 @@ def test_generation_fixture_keeps_the_stale_claim_out_and_heartbeats_renew_the_l
              if isinstance(item.record, ev.PartitionHeartbeat)]
     assert beats and set(beats) == {Verdict.applied}
     assert {run.status for run in memory.runs.values()} == {RunStatus.completed}
+
+
+def test_waits_fixture_every_wait_ends_every_request_is_sent_and_rocksdb_agrees(
+    tmp_path: Path,
+) -> None:
+    """Recorded from a real broker by tests/fixtures/record_waits_fixture.py (one worker,
+    2 partitions, sticky cache off): sleeps, signals (one buffered before its run ran, one
+    sent twice), a timeout, an operator resume, a parent leaving a linked and a detached
+    child, a parent cancelled while it waits for its child, a cancelled signal wait."""
+    records = load(JOURNALS / "waits-children-cancel.jsonl")
+    memory = MemoryProjection(keep_history=True)
+    store = ProjectionStore(tmp_path / "p")
+    projector = Projector(store)
+    verdicts: dict[str, list[Verdict]] = {}
+    try:
+        for partition, offset, record, timestamp_ms in records:
+            verdict = memory.apply_record(partition, offset, record, timestamp_ms)
+            projector.apply_record(partition, offset, record, timestamp_ms)
+            verdicts.setdefault(record.TYPE, []).append(verdict)
+        partitions = sorted(memory.partitions)
+        assert partitions == [0, 1]
+        assert {run_id: store.run(run_id) for run_id in memory.runs} == memory.runs
+        assert all(store.entries(run_id) == memory.journal(run_id) for run_id in memory.runs)
+        assert [store.partition(p) for p in partitions] == [
+            memory.partitions[p] for p in partitions]
+        for p in partitions:
+            assert store.due_timers(p, 10**15 - 1, 100) == memory.store.due_timers(
+                p, 10**15 - 1, 100) == []
+            assert store.outbox(p) == memory.store.outbox(p)
+            # Every request a decision caused was acknowledged by a partition.outbox-sent.
+            assert memory.store.outbox(p) == [], (p, memory.store.outbox(p))
+            for kind in ("timer", "event", "child", "quarantine"):
+                assert list(store.runs_waiting(p, kind)) == []
+    finally:
+        store.close()
+
+    new_types: list[type[Any]] = [ev.RunSuspended, ev.TimerFired, ev.RunResumed, ev.ChildSpawned,
+                 ev.ChildPolicyApplied, ev.RunCancelled, ev.PartitionOutboxSent,
+                 ev.RunSignalSent, ev.RunCancelRequested, ev.RunResumeRequested,
+                 ev.RunWakeRequested, ev.RunCreateRequested]
+    for cls in new_types:
+        assert Verdict.applied in verdicts.get(cls.TYPE, []), cls.TYPE
+    # Nothing was fenced or refused: one worker, no failover.
+    assert {v for vs in verdicts.values() for v in vs} == {Verdict.applied, Verdict.duplicate}
+    # The signal sent twice with request id item-1 is a duplicate, and the only one.
+    signals = [(item.record.envelope.request_id, item.verdict)
+               for item in memory.history["early"] if isinstance(item.record, ev.RunSignalSent)]
+    assert signals == [("item-1", Verdict.applied), ("item-1", Verdict.duplicate),
+                       ("item-2", Verdict.applied)]
+    assert sum(p.duplicates for p in memory.partitions.values()) == 1
+
+    runs = memory.runs
+    assert {run_id: run.status for run_id, run in runs.items()} == {
+        "early": RunStatus.completed, "nap": RunStatus.completed,
+        "approve": RunStatus.completed, "timed": RunStatus.completed,
+        "nap-long": RunStatus.completed, "family": RunStatus.completed,
+        "family.0": RunStatus.completed, "family.1": RunStatus.failed,
+        "family.2": RunStatus.cancelled, "family.3": RunStatus.completed,
+        "doomed": RunStatus.cancelled, "doomed.0": RunStatus.cancelled,
+        "parked": RunStatus.cancelled}
+    for run in runs.values():  # every run ended: none waits, holds a signal or a child
+        assert (run.wait, run.signals, run.children, run.resume_requested) == (
+            None, (), (), False), run.run_id
+    assert {run_id for run_id, run in runs.items() if len(run.ancestors) == 1} == {
+        "family.0", "family.1", "family.2", "family.3", "doomed.0"}
+    assert [r.run_id for r in runs.values() if r.detached] == ["family.3"]
+    assert {runs[c].partition for c in ("family.0", "family.3")} == {1}  # across partitions
+
+    def resumed(run_id: str) -> list[str]:
+        return [item.record.reason for item in memory.history[run_id]
+                if isinstance(item.record, ev.RunResumed) and item.verdict is Verdict.applied]
+
+    # Buffered signals taken inline, in order, by a running run.
+    assert resumed("early") == ["event", "event"]
+    assert [(e.kind, e.result_json) for e in memory.journal("early")] == [
+        ("wait", '"one"'), ("wait", '"two"')]
+    assert resumed("approve") == ["event"] and resumed("nap-long") == ["operator"]
+    [timeout] = memory.journal("timed")
+    assert (timeout.kind, timeout.status, timeout.error_type) == ("wait", "failed", "WaitTimeout")
+    assert [e.status for e in memory.journal("nap")] == ["completed"] * 3
+    # The parent's spawns hold their children's outcomes; its exit cancelled the linked one.
+    spawns = {e.position: e for e in memory.journal("family") if e.kind == "spawn"}
+    assert {p: e.child_status for p, e in spawns.items()} == {
+        0: "completed", 1: "failed", 2: "cancelled", 3: "completed"}
+    [policy] = [i.record for i in memory.history["family"]
+                if isinstance(i.record, ev.ChildPolicyApplied)]
+    assert (policy.cancelled, policy.detached) == (["family.2"], ["family.3"])
+    assert runs["family.2"].cancel_requested_by == "family"
+    [cancelled] = [i.record for i in memory.history["doomed"]
+                   if isinstance(i.record, ev.RunCancelled)]
+    assert (cancelled.reason, cancelled.cascaded) == ("operator stop", ["doomed.0"])
+    assert runs["doomed.0"].cancel_requested_by == "doomed"
+    # A cancel wakes a parked run without ending its wait; the reason says who asked.
+    assert {run_id: resumed(run_id) for run_id in ("doomed", "parked", "family.2", "doomed.0")
+            } == {"doomed": ["operator"], "parked": ["operator"], "family.2": ["parent"],
+                  "doomed.0": ["parent"]}
