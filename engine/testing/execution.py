@@ -51,7 +51,7 @@ class TestExecution(HandlerRunner):
 
     def ensure_active(self) -> None:
         if self.crashed:
-            raise RunReleased("the worker crashed (injected by the test)")
+            raise RunReleased("the handler is dropped (suspended, or a crash injected)")
 
     def now_ms(self) -> int:
         return self.env.clock_ms
@@ -68,6 +68,7 @@ class TestExecution(HandlerRunner):
     async def suspend(self, wait: Wait) -> JournalEntry | None:
         self.settled = True
         self.send(ev.RunSuspended, **suspension(wait))
+        self.crashed = True  # like a worker's: the unwinding handler journals nothing more
         raise Suspend(wait)
 
     async def execute(self, flow: Flow[Any, Any]) -> None:

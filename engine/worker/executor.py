@@ -68,7 +68,10 @@ class RunExecution(HandlerRunner):
     plan: Activation
     settled: bool = False  # nothing to release: settled, suspended, or never activated
     activated: bool = False
-    evicted: bool = False
+    # The handler is being dropped (suspended, or evicted from the sticky cache): durable
+    # calls made while it unwinds (its `finally` blocks) raise and journal nothing, because
+    # the run is not ending: it continues by replay.
+    dropped: str | None = None
     suspending: bool = False  # its run.suspended is sent and its handler is being dropped
     restart: bool = False  # a wake found it suspending: start the run again once it ends
     task: asyncio.Task[None] | None = field(default=None, repr=False)
@@ -81,8 +84,8 @@ class RunExecution(HandlerRunner):
     _ctx: FlowContext | None = field(default=None, repr=False)
 
     def _enqueue(self, cls: type[JournalRecord], body: dict[str, Any]) -> asyncio.Future[None]:
-        if self.evicted:
-            raise RunReleased("evicted from the sticky cache: unwinding without side effects")
+        if self.dropped is not None:
+            raise RunReleased(self.dropped)
         try:
             return self.worker.enqueue(self.ownership, self.run, cls, **body)
         except WorkerFatal as exc:  # the source ended: the worker renews it and claims again
@@ -114,8 +117,8 @@ class RunExecution(HandlerRunner):
                               f"partition {partition}")
 
     def ensure_active(self) -> None:
-        if self.evicted:
-            raise RunReleased("evicted from the sticky cache: unwinding without side effects")
+        if self.dropped is not None:
+            raise RunReleased(self.dropped)
         if not self.ownership.executing:
             raise RunReleased(f"partition {self.ownership.partition} is no longer executed here")
 
@@ -136,6 +139,7 @@ class RunExecution(HandlerRunner):
         self.send(ev.RunSuspended, **suspension(wait))
         await self.barrier()
         if not self.worker.sticky.park(self, wait):
+            self.dropped = "suspended: the handler unwinds without side effects"
             raise Suspend(wait)
         self.suspending = False
         return await self._parked()

@@ -63,7 +63,7 @@ class StickyCache:
 
     def _evict(self, execution: RunExecution) -> None:
         self.evictions += 1
-        execution.evicted = True
+        execution.dropped = "evicted from the sticky cache: unwinding without side effects"
         execution.worker.executions.pop(execution.run.run_id, None)
         if execution.parked is not None and not execution.parked.done():
             from engine.runner import Dropped

@@ -32,6 +32,7 @@ from tests.integration.waiting_flows import (
     collector,
     cycle,
     flows,
+    guarded,
     parent,
     sleep_until,
     sleeper,
@@ -113,6 +114,20 @@ async def test_signals_before_after_duplicate_and_timeout(
         # An ended run takes no signal.
         with pytest.raises(SignalRefused, match="ended"):
             await c.signal("late", "approval", 1)
+
+
+async def test_a_finally_block_is_not_run_by_a_suspension(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path, sticky: int
+) -> None:
+    async with worker(bootstrap, namespace, tmp_path / "w", sticky), \
+            client(bootstrap, namespace) as c:
+        handle = await c.create_run(guarded, {"seconds": 0.3}, run_id="g")
+        await wait_status(c, "g", RunStatus.suspended)
+        while (await c.describe("g")).wait.kind != "event":  # type: ignore[union-attr]
+            await asyncio.sleep(0.1)
+        await c.signal("g", "go")
+        assert await handle.result(timeout=30) == "done"
+        assert [e.name for e in await c.journal("g")] == ["sleep", "go", "after", "cleanup"]
 
 
 async def test_operator_resume_ends_a_wait_early(

@@ -21,6 +21,7 @@ cleanup = Flow("cleanup")
 tree = Flow("tree")
 cycle = Flow("cycle")
 quick = Flow("quick")
+guarded = Flow("guarded")
 
 
 def _effect(name: str) -> str:
@@ -135,4 +136,17 @@ async def _quick(ctx: FlowContext, payload: Any) -> Any:
     return await ctx.step("echo", lambda: payload)
 
 
-flows = [sleeper, sleep_until, approval, collector, parent, child, cleanup, tree, cycle, quick]
+@guarded.handler
+async def _guarded(ctx: FlowContext, payload: dict[str, Any]) -> str:
+    """A `finally` around waits: it runs once, when the handler really ends, never when a
+    suspension drops the handler."""
+    try:
+        await ctx.sleep(payload.get("seconds", 0.5))
+        await ctx.wait_for("go")
+        await ctx.step("after", _effect, f"after:{ctx.run_id}")
+        return "done"
+    finally:
+        await ctx.step("cleanup", _effect, f"cleanup:{ctx.run_id}")
+
+
+flows = [guarded, sleeper, sleep_until, approval, collector, parent, child, cleanup, tree, cycle, quick]

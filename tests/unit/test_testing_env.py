@@ -31,6 +31,7 @@ from tests.integration.waiting_flows import (
     collector,
     cycle,
     flows,
+    guarded,
     parent,
     sleeper,
     tree,
@@ -211,3 +212,12 @@ async def test_the_demo_checkout_flow() -> None:
 async def test_pytest_fixture(runstream_env: Callable[..., TestEnvironment]) -> None:
     env = runstream_env(flows)
     assert await env.run(sleeper, {"seconds": 3600}) == "slept"
+
+
+async def test_a_finally_block_runs_once_when_the_handler_really_ends() -> None:
+    async with TestEnvironment(flows) as env:
+        run_id = await env.start(guarded, {"seconds": 60})
+        await env.sleep(120)
+        await env.signal(run_id, "go")
+        assert await env.result(run_id) == "done"
+        assert [e.name for e in env.journal(run_id)] == ["sleep", "go", "after", "cleanup"]
