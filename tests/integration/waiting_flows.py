@@ -149,4 +149,5 @@ async def _guarded(ctx: FlowContext, payload: dict[str, Any]) -> str:
         await ctx.step("cleanup", _effect, f"cleanup:{ctx.run_id}")
 
 
-flows = [guarded, sleeper, sleep_until, approval, collector, parent, child, cleanup, tree, cycle, quick]
+flows = [guarded, sleeper, sleep_until, approval, collector, parent, child, cleanup, tree, cycle,
+         quick]
