@@ -99,7 +99,7 @@ class HandlerRunner(ABC):
         policy = exit_policy(self._open_children())
         if policy.cancelled or policy.detached:
             self.send(ev.ChildPolicyApplied, cancelled=policy.cancelled,
-                      detached=policy.detached, reason=cls.TYPE)
+                      detached=policy.detached, reason=exit_reason(cls, body))
         if cls is ev.RunCancelled:
             body = {**body, "cascaded": policy.cancelled}
         self.send(cls, **body)
@@ -145,3 +145,12 @@ def suspension(wait: Wait) -> dict[str, Any]:
     return {"reason": wait.kind, "position": wait.position, "wake_at_ms": wait.due_ms,
             "event_name": wait.event_name, "child_run_id": wait.child_run_id,
             "child_position": wait.child_position}
+
+
+def exit_reason(cls: type[JournalRecord], body: dict[str, Any]) -> str:
+    """How a parent ended, in the words its cancelled children get."""
+    if cls is ev.RunCancelled:
+        return f"cancelled ({body.get('reason') or 'no reason given'})"
+    if cls is ev.RunFailed:
+        return f"failed ({body.get('error_type')})"
+    return "completed"

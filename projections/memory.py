@@ -80,6 +80,13 @@ class MemoryStore:
                 if partition is None or p == partition]
         return min(dues) if dues else None
 
+    def runs_waiting(self, partition: int, kind: str) -> list[str]:
+        """Like ProjectionStore.runs_waiting (a scan here: for tests and the test
+        environment)."""
+        return sorted(run_id for run_id, run in self.runs.items()
+                      if run is not None and run.partition == partition
+                      and run.wait is not None and run.wait.kind == kind)
+
     def outbox(self, partition: int) -> list[OutboxItem]:
         items = self._outbox.get(partition, {})
         return [items[key] for key in sorted(items)]

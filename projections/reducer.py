@@ -38,7 +38,7 @@ from projections.state import (
     Verdict,
     replace,
 )
-from projections.transitions import transition
+from projections.transitions import refused_spawn, transition
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +211,10 @@ def request_id_of(record: ev.JournalRecord, offset: int) -> str:
 def _inbox_item(record: ev.JournalRecord, request_id: str, offset: int) -> InboxItem:
     if isinstance(record, ev.RunCreateRequested):
         return InboxItem(request_id=request_id, type=record.TYPE, offset=offset,
-                         flow=record.flow, payload_json=record.payload_json)
+                         flow=record.flow, payload_json=record.payload_json,
+                         parent_run_id=record.parent_run_id,
+                         parent_lineage_id=record.parent_lineage_id,
+                         parent_position=record.parent_position)
     return InboxItem(request_id=request_id, type=record.TYPE, offset=offset)
 
 
@@ -264,10 +267,11 @@ def _decide_run(
     """Apply an accepted decision to its run: (run, entry written, outbox requests).
     Returns `run` itself, no entry and no requests when nothing changes."""
     if isinstance(record, ev.RunCreated):
-        return _created(run, record, offset, partition.partition), None, ()
+        created = _created(run, record, offset, partition.partition)
+        return created, None, _spawn_answer(run, record)
     assert run is not None
     if isinstance(record, ev.RunCreateRejected):  # answers a request in any status
-        return _rejected(run, record), None, ()
+        return _rejected(run, record), None, _spawn_answer(run, record)
     if isinstance(record, ev.EvidenceRecorded):
         kept = (*run.evidence, Evidence(kind=record.kind, message=record.message, offset=offset))
         return replace(run, evidence=kept[-MAX_EVIDENCE:]), None, ()
@@ -299,10 +303,32 @@ def _created(run: RunState | None, record: ev.RunCreated, offset: int, partition
         flow=record.flow,
         payload_json=record.payload_json,
         request_offset=record.request_offset,
-        parent_run_id=record.parent_run_id,
+        parent_run_id=record.parent_run_id or run.parent_run_id,
         round=record.round,
         updated_at_ms=env.timestamp_ms,
     )
+
+
+def _spawn_answer(before: RunState | None,
+                  record: ev.RunCreated | ev.RunCreateRejected) -> tuple[OutboxItem, ...]:
+    """A parent's create request answered without making the run its child (a duplicate of
+    an existing run, or rejected) fails that parent's spawn through the outbox, instead of
+    leaving the parent waiting for a child that never settles for it."""
+    if before is None:
+        return ()
+    item = next((i for i in before.inbox if i.request_id == record.envelope.request_id), None)
+    if item is None or item.parent_run_id is None:
+        return ()
+    if isinstance(record, ev.RunCreateRejected):
+        why = f"{record.reason}: {record.field} {record.requested_value!r}"
+    elif record.duplicate and before.request_id != item.request_id:
+        owner = (f"a child of {before.parent_run_id}" if before.parent_run_id
+                 else "created by a client")
+        why = f"run {before.run_id} already exists ({owner}); a child's run id must be new"
+    else:
+        return ()
+    wake = refused_spawn(before.run_id, item, why)
+    return () if wake is None else (wake,)
 
 
 def _rejected(run: RunState, record: ev.RunCreateRejected) -> RunState | None:

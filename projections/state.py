@@ -83,6 +83,11 @@ class InboxItem(_Frozen, frozen=True, array_like=True):
     offset: int
     flow: str | None = None
     payload_json: str | None = None
+    # A child's create request: the spawning parent and its spawn position, so a spawn the
+    # owner cannot honour (the run id exists already) still wakes that parent.
+    parent_run_id: str | None = None
+    parent_lineage_id: str | None = None
+    parent_position: int | None = None
 
 
 class JournalEntry(_Frozen, frozen=True, array_like=True):

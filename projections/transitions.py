@@ -137,7 +137,15 @@ def _timer_fired(run: RunState, record: Any, epoch: int, previous: Any) -> Chang
     if (wait is None or wait.position != record.position or wait.due_ms != record.due_ms
             or previous is None or previous.status != "waiting"):
         return None  # not what the run waits for now (ended, woken already, a re-send)
-    if previous.kind == "wait":
+    changes: Changes = {}
+    signal = next((s for s in run.signals if s.name == previous.name), None)
+    if previous.kind == "wait" and signal is not None:
+        # The signal came before the timer in the log; the owner had not delivered it yet.
+        entry = JournalEntry(position=previous.position, name=previous.name, kind="wait",
+                             status="completed", attempts=1, result_json=signal.payload_json,
+                             due_ms=previous.due_ms)
+        changes["signals"] = tuple(s for s in run.signals if s is not signal)
+    elif previous.kind == "wait":
         entry = JournalEntry(position=previous.position, name=previous.name, kind="wait",
                              status="failed", attempts=1, error_type=WAIT_TIMEOUT,
                              error_message=f"no {previous.name!r} signal before the timeout",
@@ -146,8 +154,10 @@ def _timer_fired(run: RunState, record: Any, epoch: int, previous: Any) -> Chang
         entry = JournalEntry(position=previous.position, name=previous.name,
                              kind=previous.kind, status="completed", attempts=1,
                              result_json="null", due_ms=previous.due_ms)
-    return Change({"status": RunStatus.pending, "wait": None, "wake_reason": "timer",
-                   "resume_requested": False}, entry)
+    reason = "event" if "signals" in changes else "timer"
+    changes.update(status=RunStatus.pending, wait=None, wake_reason=reason,
+                   resume_requested=False)
+    return Change(changes, entry)
 
 
 def _resumed(run: RunState, record: Any, epoch: int, previous: Any) -> Change | None:
@@ -226,13 +236,12 @@ def _cancels(run: RunState, child_ids: list[str], reason: str) -> tuple[OutboxIt
     )
 
 
-def _settled(run: RunState, status: RunStatus, changes: Changes,
-             extra: tuple[OutboxItem, ...] = ()) -> Change:
+def _settled(run: RunState, status: RunStatus, changes: Changes) -> Change:
     """A terminal decision: the run answers no more requests (but repeated creates), holds
     no wait or signal, and wakes its parent through the outbox."""
     changes.update(status=status, wait=None, signals=(), resume_requested=False,
                    inbox=_unanswered_creates(run))
-    outbox = extra
+    outbox: tuple[OutboxItem, ...] = ()
     if run.parent_run_id is not None:
         after = {**changes}
         wake = OutboxItem(
@@ -261,11 +270,12 @@ def _failed(run: RunState, record: Any, epoch: int, _: Any) -> Change:
 
 
 def _cancelled(run: RunState, record: Any, epoch: int, _: Any) -> Change:
+    """`cascaded` names the children reached; their cancel requests come from the
+    child.policy-applied decided just before, so each has one request, with one reason."""
     assert isinstance(record, ev.RunCancelled)
     reason = record.reason or "cancelled"
-    cascade = _cancels(run, record.cascaded, f"parent {run.run_id} was cancelled: {reason}")
     return _settled(run, RunStatus.cancelled,
-                    {"error_type": "RunCancelled", "error_message": reason}, cascade)
+                    {"error_type": "RunCancelled", "error_message": reason})
 
 
 def _unanswered_creates(run: RunState) -> tuple[InboxItem, ...]:
@@ -300,3 +310,19 @@ def entry_position(record: ev.JournalRecord) -> int | None:
         position: int | None = record.position
         return position
     return None
+
+
+def refused_spawn(child_run_id: str, item: InboxItem, why: str) -> OutboxItem | None:
+    """The wake that fails a parent's spawn the owner answered without making the run its
+    child (the id exists already, or the request was rejected): the parent would otherwise
+    wait for a child that never settles for it."""
+    if item.parent_run_id is None:
+        return None
+    return OutboxItem(
+        request_id=f"wake/{child_run_id}/{item.request_id}", type=ev.RunWakeRequested.TYPE,
+        run_id=item.parent_run_id, lineage_id=item.parent_lineage_id or item.parent_run_id,
+        body_json=json.dumps({
+            "child_run_id": child_run_id, "child_status": RunStatus.failed.value,
+            "result_json": None, "error_type": "SpawnRefused", "error_message": why,
+            "position": item.parent_position,
+        }))

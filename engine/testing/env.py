@@ -43,6 +43,7 @@ from engine.flow import Flow, dump_json
 from engine.journal import Envelope, JournalRecord
 from engine.journal import events as ev
 from engine.reader import partition_for
+from engine.runner import exit_reason
 from engine.testing.execution import TestExecution
 from engine.worker.outbox import request_record
 from projections.memory import HistoryItem, MemoryProjection
@@ -334,7 +335,8 @@ class TestEnvironment:
         policy = exit_policy(run.children)
         if policy.cancelled or policy.detached:
             self.decide(run, ev.ChildPolicyApplied, cancelled=policy.cancelled,
-                        detached=policy.detached, reason=ev.RunCancelled.TYPE)
+                        detached=policy.detached,
+                                reason=exit_reason(ev.RunCancelled, {"reason": cancel.reason}))
         self.decide(run, ev.RunCancelled, reason=cancel.reason,
                     requested_by=cancel.requested_by, cascaded=policy.cancelled)
 

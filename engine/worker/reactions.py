@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from engine.decide import CancelNow, Wake, cancel_on_pending, decide_waiting, exit_policy
 from engine.errors import WorkerFatal
 from engine.journal import events as ev
+from engine.runner import exit_reason
 from engine.worker.ownership import Ownership
 from projections.projector import Outcome
 from projections.state import JournalEntry, RunState, RunStatus
@@ -107,7 +108,8 @@ class Reactions:
         policy = exit_policy(run.children)
         if policy.cancelled or policy.detached:
             self.worker.enqueue(own, run, ev.ChildPolicyApplied, cancelled=policy.cancelled,
-                                detached=policy.detached, reason=ev.RunCancelled.TYPE)
+                                detached=policy.detached,
+                                reason=exit_reason(ev.RunCancelled, {"reason": cancel.reason}))
         self.worker.enqueue(own, run, ev.RunCancelled, request_id=key, reason=cancel.reason,
                             requested_by=cancel.requested_by, cascaded=policy.cancelled)
         log.info("run %s cancelled (%s)", run.run_id, cancel.reason)

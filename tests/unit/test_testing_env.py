@@ -221,3 +221,23 @@ async def test_a_finally_block_runs_once_when_the_handler_really_ends() -> None:
         await env.signal(run_id, "go")
         assert await env.result(run_id) == "done"
         assert [e.name for e in env.journal(run_id)] == ["sleep", "go", "after", "cleanup"]
+
+
+async def test_a_child_id_that_exists_already_fails_the_second_parents_spawn() -> None:
+    """Two parents naming the same child id: the second must not wait forever for a child
+    that will only ever wake the first."""
+    twin = Flow("twin")
+
+    @twin.handler
+    async def _twin(ctx: FlowContext, payload: Any) -> Any:
+        kid = await ctx.spawn("child", {"value": "shared"}, run_id="shared")
+        try:
+            return await kid.result()
+        except ChildFailed as exc:
+            return f"{exc.error_type}: {exc.message}"
+
+    async with TestEnvironment([*flows, twin], partitions=3) as env:
+        assert await env.run(twin, None, run_id="a") == "shared"
+        refused = await env.run(twin, None, run_id="b")
+        assert refused.startswith("SpawnRefused: run shared already exists (a child of a)")
+        assert env.describe("b").children == ()

@@ -178,6 +178,20 @@ def test_timer_fired_fails_an_event_wait_with_wait_timeout() -> None:
     assert log.timers() == []
 
 
+def test_a_signal_before_the_timer_in_the_log_wins_over_the_timeout() -> None:
+    """The signal is applied, the owner has not delivered it yet, and the timer fires: the
+    log says the signal came first, so the wait gets the signal, not WaitTimeout."""
+    log = Log()
+    waiting(log, due_ms=DUE)
+    log.ask(ev.RunSignalSent, "r1", "s1", name="approval", payload_json='"yes"')
+    assert log.decide(ev.TimerFired, "r1", position=0, due_ms=DUE) is Verdict.applied
+    entry = log.entry("r1", 0)
+    assert entry is not None
+    assert (entry.status, entry.result_json, entry.error_type) == ("completed", '"yes"', None)
+    run = log.run("r1")
+    assert (run.status, run.signals, run.wake_reason) == (RunStatus.pending, (), "event")
+
+
 def test_a_stale_or_repeated_timer_fired_is_ignored() -> None:
     log = Log()
     sleeping(log)
@@ -570,15 +584,18 @@ def test_exit_policy_and_cascaded_cancel_put_cancel_requests_in_the_outbox() -> 
     spawn(log, "q", 0, "q.0")
     log.decide(ev.PartitionOutboxSent, "", partition=0, request_ids=["spawn/q/0"])
     log.ask(ev.RunCancelRequested, "q", "cq", reason="stop")
+    # The policy's record carries the cascade; run.cancelled only names whom it reached.
+    log.decide(ev.ChildPolicyApplied, "q", cancelled=["q.0"], detached=[],
+               reason="cancelled (stop)")
     log.decide(ev.RunCancelled, "q", reason="stop", requested_by="ops", cascaded=["q.0"])
     [cascade] = [i for i in log.outbox(0) if i.run_id == "q.0"]
     assert cascade.request_id == "cancel/q/q.0"
     assert json.loads(cascade.body_json) == {
-        "reason": "parent q was cancelled: stop", "requested_by": "q"}
+        "reason": "parent q ended: cancelled (stop)", "requested_by": "q"}
     # Delivered, the child takes it as any cancel request.
     log.start("q.0", 1)
     assert log.deliver(cascade, 1) is Verdict.applied
-    assert log.run("q.0").cancel_requested == "parent q was cancelled: stop"
+    assert log.run("q.0").cancel_requested == "parent q ended: cancelled (stop)"
 
 
 def test_outbox_sent_removes_the_acknowledged_requests_of_its_own_partition() -> None:
