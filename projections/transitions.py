@@ -217,7 +217,13 @@ def _child_spawned(run: RunState, record: Any, epoch: int, previous: Any) -> Cha
             "parent_exit_policy": record.parent_exit_policy,
             "ancestors": [*run.ancestors, run.run_id], "parent_position": record.position,
         }))
-    return Change({"children": (*run.children, link)}, entry, (create,))
+    outbox: tuple[OutboxItem, ...] = (create,)
+    if run.cancel_requested is not None:
+        # Spawned by a parent that is being cancelled (from a `finally`): the child is
+        # cancelled at once, not when the parent's cleanup ends.
+        outbox += _cancels(run, [record.child_run_id],
+                           f"parent {run.run_id} is being cancelled")
+    return Change({"children": (*run.children, link)}, entry, outbox)
 
 
 def _policy_applied(run: RunState, record: Any, epoch: int, _: Any) -> Change:

@@ -40,6 +40,12 @@ def request_record(item: OutboxItem) -> JournalRecord:
     return cls(envelope=envelope, **json.loads(item.body_json))
 
 
+def resend_order(items: list[OutboxItem]) -> list[OutboxItem]:
+    """Creates first: the index holds items by request id, and a cancel that reached a
+    child's partition before the child's create would find no run and be lost."""
+    return sorted(items, key=lambda item: item.type != ev.RunCreateRequested.TYPE)
+
+
 class OutboxSender:
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
@@ -56,7 +62,7 @@ class OutboxSender:
     def resend(self, own: Ownership) -> None:
         """On a claim: everything the partition's outbox still holds."""
         assert self.worker.store is not None
-        self.add(own, self.worker.store.outbox(own.partition))
+        self.add(own, resend_order(self.worker.store.outbox(own.partition)))
 
     def flush(self) -> None:
         """Send what this poll's decisions caused; acknowledge each batch once acked."""

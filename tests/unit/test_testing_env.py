@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from engine import (
+    ChildCancelled,
     ChildFailed,
     Flow,
     FlowContext,
@@ -241,3 +242,52 @@ async def test_a_child_id_that_exists_already_fails_the_second_parents_spawn() -
         refused = await env.run(twin, None, run_id="b")
         assert refused.startswith("SpawnRefused: run shared already exists (a child of a)")
         assert env.describe("b").children == ()
+
+
+async def test_a_child_spawned_while_its_parent_is_cancelled_is_cancelled_at_once() -> None:
+    late = Flow("late")
+
+    @late.handler
+    async def _late(ctx: FlowContext, payload: Any) -> Any:
+        try:
+            await ctx.wait_for("never")
+        finally:
+            kid = await ctx.spawn("child", {"sleep": 3600}, detach=True)  # linked anyway
+            try:
+                await kid.result()
+            except ChildCancelled:
+                await ctx.step("noted", lambda: "child cancelled")
+
+    async with TestEnvironment([*flows, late], partitions=2) as env:
+        run_id = await env.start(late, None, run_id="late")
+        await env.run_until_idle()
+        await env.cancel(run_id, reason="stop")
+        with pytest.raises(RunCancelled):
+            await env.result(run_id)
+        assert env.status("late.1") is RunStatus.cancelled
+        assert [e.name for e in env.journal(run_id)][-1] == "noted"
+        assert env.now.isoformat().startswith("2026-01-01")  # no hour-long sleep waited out
+
+
+async def test_a_quarantined_run_is_cancelled_without_running() -> None:
+    risky = Flow("risky")
+
+    @risky.handler
+    async def _risky(ctx: FlowContext, payload: Any) -> Any:
+        def charge() -> None:
+            raise TimeoutError("the card network did not answer")
+
+        return await ctx.step("charge", charge, irreversible=True)
+
+    async with TestEnvironment([risky]) as env:
+        run_id = await env.start(risky, None)
+        await env.run_until_idle()
+        run = env.describe(run_id)
+        assert run.status is RunStatus.suspended and run.wait is not None
+        assert run.wait.kind == "quarantine"
+        with pytest.raises(ResumeRefused, match="quarantined"):
+            await env.resume(run_id)
+        await env.cancel(run_id, reason="refunded by hand")
+        with pytest.raises(RunCancelled, match="refunded by hand"):
+            await env.result(run_id)
+        assert env.describe(run_id).activations == 1  # not run again to be cancelled
