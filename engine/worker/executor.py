@@ -106,7 +106,7 @@ class RunExecution(HandlerRunner):
     async def send_confirmed(self, cls: type[JournalRecord], **body: Any) -> None:
         acked = self._enqueue(cls, body)
         partition = self.ownership.partition
-        verdict_of = self.worker.expect(partition, self.worker.committer.last_seq)
+        verdict_of = self.worker.confirmations.expect(partition, self.worker.committer.last_seq)
         try:
             await acked
         except WorkerFatal as exc:

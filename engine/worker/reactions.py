@@ -52,7 +52,7 @@ class Reactions:
         from a previous owner); otherwise its execution is here already. `woken`: a wake of
         the run was just applied. A run with decisions of ours still unapplied is left
         alone: the last of them, once applied, brings it here again."""
-        if run.run_id in self.worker.unapplied and not claiming:
+        if self.worker.confirmations.in_flight(run.run_id) and not claiming:
             return
         try:
             if run.status is RunStatus.suspended:

@@ -10,6 +10,7 @@ it continues by replay when its wait ends.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
@@ -69,3 +70,11 @@ class StickyCache:
             from engine.runner import Dropped
 
             execution.parked.set_exception(Dropped())
+
+
+def sticky_size(configured: int | None) -> int:
+    """The sticky cache's size: the argument, else RUNSTREAM_STICKY_CACHE, else the default."""
+    if configured is not None:
+        return configured
+    text = os.environ.get("RUNSTREAM_STICKY_CACHE", "").strip()
+    return int(text) if text else DEFAULT_STICKY_SIZE

@@ -30,12 +30,13 @@ from engine.reader import partition_count
 from engine.worker.activation import Activator
 from engine.worker.admission import Admission
 from engine.worker.committer import Committer
+from engine.worker.confirmations import Confirmations
 from engine.worker.executor import RunExecution, decision
 from engine.worker.kafka import group_generation, make_consumer, make_producer
 from engine.worker.outbox import OutboxSender
 from engine.worker.ownership import Ownership, OwnershipState
 from engine.worker.reactions import Reactions
-from engine.worker.sticky import DEFAULT_STICKY_SIZE, StickyCache
+from engine.worker.sticky import StickyCache, sticky_size
 from engine.worker.timers import TimerSweeper
 from engine.worker.upkeep import Upkeep
 from projections.projector import Outcome, Projector
@@ -87,13 +88,7 @@ class Worker:
         self.lease_ms = lease_ms
         self.owned: dict[int, Ownership] = {}  # one per assigned partition
         self.executions: dict[str, RunExecution] = {}  # bounded by the owned runs
-        # Run id -> the source sequence of the last decision we sent about it, until our
-        # projection applies it: the owner reacts to a run's state only once its own
-        # decisions about it are in that state. Bounded by the runs with records in flight.
-        self.unapplied: dict[str, tuple[int, int]] = {}  # run id -> (partition, seq)
-        # (partition, source_seq) of our records whose application someone awaits: bounded
-        # by the irreversible steps in flight.
-        self._confirmations: dict[tuple[int, int], asyncio.Future[Verdict]] = {}
+        self.confirmations = Confirmations()  # our decisions between sent and applied
         # Runs whose record the broker refused (too large, corrupt): failed (or their create
         # rejected) when next decided, instead of re-executed into the same refusal. The
         # latest MAX_REFUSED.
@@ -145,7 +140,7 @@ class Worker:
         (the consume loop renews it at its next turn)."""
         for own in self.owned.values():
             own.state = OwnershipState.lost
-        self._abandon_confirmations()
+        self.confirmations.abandon()
 
     async def _make_producer(self) -> AIOKafkaProducer:
         return await make_producer(self.bootstrap, name=self.name)
@@ -236,8 +231,9 @@ class Worker:
         own = self.owned.get(partition)
         drained = False
         if record.envelope.source_id == self.source_id:
-            self._confirmed(partition, record, outcome.verdict, own)
-            drained = self._drained(record)
+            drained = self.confirmations.applied(partition, record, outcome.verdict)
+            if own is not None and record.envelope.request_id:
+                own.decided.discard(record.envelope.request_id)  # the projection dedupes now
         if isinstance(record, ev.PartitionEpochClaimed):
             self._on_claim(partition, record, outcome)
             return
@@ -254,25 +250,6 @@ class Worker:
                 own.state = OwnershipState.lost
             return
         self.reactions.on_applied(own, outcome)
-
-    def _drained(self, record: JournalRecord) -> bool:
-        """Our record is applied; True when it was the last one we sent about its run."""
-        run_id = record.envelope.run_id
-        pending = self.unapplied.get(run_id) if run_id else None
-        if pending is not None and pending[1] == record.envelope.source_seq:
-            del self.unapplied[run_id]
-            return True
-        return False
-
-    def _confirmed(self, partition: int, record: JournalRecord, verdict: Verdict,
-                   own: Ownership | None) -> None:
-        """One of our own records is in the projection: wake whoever awaits its verdict."""
-        seq = record.envelope.source_seq or 0
-        waiter = self._confirmations.pop((partition, seq), None)
-        if waiter is not None and not waiter.done():
-            waiter.set_result(verdict)
-        if own is not None and record.envelope.request_id:
-            own.decided.discard(record.envelope.request_id)  # the projection dedupes now
 
     def _on_claim(self, partition: int, record: ev.PartitionEpochClaimed, outcome: Outcome) -> None:
         if outcome.verdict is Verdict.applied:
@@ -314,25 +291,12 @@ class Worker:
         record = decision(cls, run_id=run.run_id, lineage_id=run.lineage_id, epoch=own.epoch,
                           source_id=self.source_id, request_id=request_id, body=body)
         acked = self.committer.enqueue(own.partition, record)
-        self.unapplied[run.run_id] = (own.partition, self.committer.last_seq)
+        self.confirmations.sent(run.run_id, own.partition, self.committer.last_seq)
         return acked
 
     def current_run(self, run_id: str) -> RunState | None:
         """The run as this worker's projection holds it now."""
         return self.projector.run(run_id) if self.projector is not None else None
-
-    def expect(self, partition: int, seq: int) -> asyncio.Future[Verdict]:
-        """A future for the verdict this worker's projection gives our record `seq`."""
-        waiter: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
-        self._confirmations[(partition, seq)] = waiter
-        return waiter
-
-    def _abandon_confirmations(self, partitions: set[int] | None = None) -> None:
-        """Nothing more will be applied here for these partitions: whoever waits is fenced."""
-        for key in [k for k in self._confirmations if partitions is None or k[0] in partitions]:
-            waiter = self._confirmations.pop(key)
-            if not waiter.done():
-                waiter.set_result(Verdict.fenced)
 
     # ownership changes
 
@@ -406,8 +370,7 @@ class Worker:
                 self.refused.popitem(last=False)
         for own in self.owned.values():
             own.state = OwnershipState.lost
-        self._abandon_confirmations()
-        self.unapplied.clear()  # the old source's records are either applied or lost
+        self.confirmations.abandon()  # the old source's records are applied or lost
         self.sticky.evict_partitions(None)
         await self._cancel_executions(list(self.executions.values()))
         # Its in-flight requests may take a request timeout to fail: close it aside, so the
@@ -437,10 +400,8 @@ class Worker:
             if own.state is OwnershipState.ready:
                 own.state = OwnershipState.draining
         released = {own.partition for own in owns}
-        self._abandon_confirmations(released)
+        self.confirmations.abandon(released)
         self.sticky.evict_partitions(released)
-        for run_id in [r for r, (p, _) in self.unapplied.items() if p in released]:
-            del self.unapplied[run_id]
         executions = [e for e in self.executions.values() if e.ownership in owns]
         tasks = [e.task for e in executions if e.task is not None]
         if tasks:
@@ -465,7 +426,7 @@ class Worker:
     def _lose(self, own: Ownership, why: str) -> None:
         log.warning("partition %d lost: %s; stopping its runs", own.partition, why)
         own.state = OwnershipState.lost
-        self._abandon_confirmations({own.partition})
+        self.confirmations.abandon({own.partition})
         self.sticky.evict_partitions({own.partition})
         for execution in list(self.executions.values()):
             if execution.ownership is own and execution.task is not None:
@@ -476,14 +437,6 @@ class Worker:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-def sticky_size(configured: int | None) -> int:
-    """The sticky cache's size: the argument, else RUNSTREAM_STICKY_CACHE, else the default."""
-    if configured is not None:
-        return configured
-    text = os.environ.get("RUNSTREAM_STICKY_CACHE", "").strip()
-    return int(text) if text else DEFAULT_STICKY_SIZE
-
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     def __init__(self, worker: Worker) -> None:

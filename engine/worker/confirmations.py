@@ -1,0 +1,57 @@
+"""What a worker knows of its own decisions between sending them and applying them.
+
+Two bounded maps: the verdicts someone awaits (an irreversible step waits until its
+`step.started` is applied: bounded by those steps in flight), and, per run, the sequence of
+the last decision sent about it (bounded by the runs with decisions in flight). The owner
+reacts to a run's state only once the run has no decision of ours in flight, so it never
+acts on a state its own records are about to change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from engine.journal import JournalRecord
+from projections.state import Verdict
+
+
+class Confirmations:
+    def __init__(self) -> None:
+        self._waiters: dict[tuple[int, int], asyncio.Future[Verdict]] = {}
+        self._in_flight: dict[str, tuple[int, int]] = {}  # run id -> (partition, seq)
+
+    def sent(self, run_id: str, partition: int, seq: int) -> None:
+        self._in_flight[run_id] = (partition, seq)
+
+    def in_flight(self, run_id: str) -> bool:
+        return run_id in self._in_flight
+
+    def expect(self, partition: int, seq: int) -> asyncio.Future[Verdict]:
+        """A future for the verdict this worker's projection gives our record `seq`."""
+        waiter: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
+        self._waiters[(partition, seq)] = waiter
+        return waiter
+
+    def applied(self, partition: int, record: JournalRecord, verdict: Verdict) -> bool:
+        """Our record is in the projection: wake whoever awaits its verdict. True when it
+        was the last decision we sent about its run."""
+        seq = record.envelope.source_seq or 0
+        waiter = self._waiters.pop((partition, seq), None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(verdict)
+        run_id = record.envelope.run_id
+        if run_id and self._in_flight.get(run_id) == (partition, seq):
+            del self._in_flight[run_id]
+            return True
+        return False
+
+    def abandon(self, partitions: set[int] | None = None) -> None:
+        """Nothing more will be applied here for these partitions (all when None): whoever
+        waits is fenced, and nothing of ours is in flight there any more."""
+        for key in [k for k in self._waiters if partitions is None or k[0] in partitions]:
+            waiter = self._waiters.pop(key)
+            if not waiter.done():
+                waiter.set_result(Verdict.fenced)
+        for run_id in [r for r, (p, _) in self._in_flight.items()
+                       if partitions is None or p in partitions]:
+            del self._in_flight[run_id]
