@@ -42,6 +42,7 @@ from typing import Literal
 import msgspec
 from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch
 
+from projections import keys
 from projections.state import (
     JournalEntry,
     OutboxItem,
@@ -49,7 +50,6 @@ from projections.state import (
     RunState,
     RunStatus,
     Verdict,
-    Wait,
     decode_state,
     encode_state,
 )
@@ -60,82 +60,6 @@ REQUEST_RETENTION = 1_000_000
 PRUNE_EVERY = 4096
 
 Access = Literal["primary", "secondary"]
-
-
-def _partition_key(partition: int) -> bytes:
-    return b"p/%05d" % partition
-
-
-def _run_key(run_id: str) -> bytes:
-    return b"r/" + run_id.encode()
-
-
-def _entries_prefix(run_id: str) -> bytes:
-    # NUL ends the run id, so run "a" never scans the entries of run "a/b".
-    return b"j/%s\x00" % run_id.encode()
-
-
-def _entry_key(run_id: str, position: int) -> bytes:
-    return _entries_prefix(run_id) + b"%010d" % position
-
-
-def _status_prefix(status: RunStatus) -> bytes:
-    return b"s/%s/" % status.value.encode()
-
-
-def _status_key(status: RunStatus, partition: int, run_id: str) -> bytes:
-    return _status_prefix(status) + b"%05d/%s" % (partition, run_id.encode())
-
-
-def _inbox_key(partition: int, run_id: str) -> bytes:
-    return b"i/%05d/%s" % (partition, run_id.encode())
-
-
-def _history_prefix(run_id: str) -> bytes:
-    return b"h/%s\x00" % run_id.encode()
-
-
-def _history_key(run_id: str, partition: int, offset: int) -> bytes:
-    return _history_prefix(run_id) + b"%05d/%020d" % (partition, offset)
-
-
-def _partition_history_key(partition: int, offset: int) -> bytes:
-    return b"g/%05d/%020d" % (partition, offset)
-
-
-def _request_key(partition: int, request_id: str) -> bytes:
-    # Per partition: a request id is only ever re-sent to its own partition, and the
-    # synthetic ids of id-less requests ("offset-N") repeat across partitions.
-    return b"q/%05d/%s" % (partition, request_id.encode())
-
-
-def _request_offset_key(partition: int, offset: int) -> bytes:
-    return b"o/%05d/%020d" % (partition, offset)
-
-
-def _dead_letter_key(partition: int, offset: int) -> bytes:
-    return b"d/%05d/%020d" % (partition, offset)
-
-
-def _timer_prefix(partition: int) -> bytes:
-    return b"t/%05d/" % partition
-
-
-def _timer_key(partition: int, run_id: str, wait: Wait) -> bytes:
-    return _timer_prefix(partition) + b"%015d/%s\x00%010d" % (
-        wait.due_ms or 0, run_id.encode(), wait.position or 0)
-
-
-def _wait_key(partition: int, kind: str, run_id: str) -> bytes:
-    return b"w/%05d/%s/%s" % (partition, kind.encode(), run_id.encode())
-
-
-def _outbox_prefix(partition: int) -> bytes:
-    return b"x/%05d/" % partition
-
-
-def _upper_bound(prefix: bytes) -> bytes:
-    return prefix[:-1] + bytes([prefix[-1] + 1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +166,7 @@ class ProjectionStore:
         if self._batch is not None:
             batch, self._batch = self._batch, None
             for number, state in self._pending_partitions.items():
-                batch.put(_partition_key(number), encode_state(state))
+                batch.put(keys.partition_key(number), encode_state(state))
             self._pending.clear()
             self._pending_partitions.clear()
             self._db.write(batch)
@@ -266,7 +190,7 @@ class ProjectionStore:
         pending = self._pending_partitions.get(partition)
         if pending is not None:
             return pending
-        raw = self._get(_partition_key(partition))
+        raw = self._get(keys.partition_key(partition))
         if raw is None:
             return PartitionState(partition=partition)
         return decode_state(PartitionState, raw)
@@ -275,22 +199,23 @@ class ProjectionStore:
         return [decode_state(PartitionState, v) for _, v in self._scan(b"p/")]
 
     def run(self, run_id: str) -> RunState | None:
-        raw = self._get(_run_key(run_id))
+        raw = self._get(keys.run_key(run_id))
         return None if raw is None else decode_state(RunState, raw)
 
     def entry(self, run_id: str, position: int) -> JournalEntry | None:
-        raw = self._get(_entry_key(run_id, position))
+        raw = self._get(keys.entry_key(run_id, position))
         return None if raw is None else decode_state(JournalEntry, raw)
 
     def entries(self, run_id: str) -> tuple[JournalEntry, ...]:
         """The run's journal in position order."""
-        return tuple(decode_state(JournalEntry, v) for _, v in self._scan(_entries_prefix(run_id)))
+        scan = self._scan(keys.entries_prefix(run_id))
+        return tuple(decode_state(JournalEntry, v) for _, v in scan)
 
     def request_seen(self, partition: int, request_id: str) -> bool:
-        return self._get(_request_key(partition, request_id)) is not None
+        return self._get(keys.request_key(partition, request_id)) is not None
 
     def runs_in_partition(self, partition: int, status: RunStatus) -> Iterator[RunState]:
-        for key, _ in self._scan(_status_prefix(status) + b"%05d/" % partition):
+        for key, _ in self._scan(keys.status_prefix(status) + b"%05d/" % partition):
             run = self.run(key.split(b"/", 3)[3].decode())
             if run is not None:
                 yield run
@@ -299,7 +224,7 @@ class ProjectionStore:
                           ) -> Iterator[str]:
         """Run ids with `status`, all partitions, in index order (partition, run id);
         `after` is the index key tail ("<partition:05d>/<run_id>") to resume after."""
-        prefix = _status_prefix(status)
+        prefix = keys.status_prefix(status)
         start = prefix + after.encode() + b"\x00" if after else prefix
         for key, _ in self._scan(prefix, start=start):
             yield key.split(b"/", 3)[3].decode()
@@ -313,7 +238,7 @@ class ProjectionStore:
 
     def history(self, run_id: str) -> list[HistoryEntry]:
         entries = []
-        prefix = _history_prefix(run_id)
+        prefix = keys.history_prefix(run_id)
         for key, value in self._scan(prefix):
             partition, offset = key[len(prefix):].split(b"/")
             entries.append(_history_entry(int(partition), int(offset), value))
@@ -329,7 +254,7 @@ class ProjectionStore:
     def due_timers(self, partition: int, until_ms: int, limit: int) -> list[DueTimer]:
         """Up to `limit` timers of `partition` due at or before `until_ms`, in due order."""
         found: list[DueTimer] = []
-        prefix = _timer_prefix(partition)
+        prefix = keys.timer_prefix(partition)
         for key, _ in self._scan(prefix):
             due, rest = key[len(prefix):].split(b"/", 1)
             if int(due) > until_ms or len(found) >= limit:
@@ -354,7 +279,7 @@ class ProjectionStore:
     def outbox(self, partition: int) -> list[OutboxItem]:
         """Requests decisions of `partition` caused that no `partition.outbox-sent` has
         acknowledged yet."""
-        return [decode_state(OutboxItem, v) for _, v in self._scan(_outbox_prefix(partition))]
+        return [decode_state(OutboxItem, v) for _, v in self._scan(keys.outbox_prefix(partition))]
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         """Every key and value in byte order: what the rebuild test compares."""
@@ -377,7 +302,7 @@ class ProjectionStore:
         """What is written, not what is pending (the request index's old, pruned part)."""
         read = ReadOptions()
         if prefix:
-            read.set_iterate_upper_bound(_upper_bound(prefix))
+            read.set_iterate_upper_bound(keys.upper_bound(prefix))
         it = self._db.iter(read)
         it.seek(start or prefix)
         while it.valid():
@@ -397,24 +322,25 @@ class ProjectionStore:
         history = encode_history(change.verdict, change.record_type, change.timestamp_ms,
                                  change.raw if self.keep_records else None)
         if change.dead_letter:
-            batch.blind(_dead_letter_key(state.partition, change.offset), change.raw or b"")
+            batch.blind(keys.dead_letter_key(state.partition, change.offset), change.raw or b"")
         if change.run_id is None:
-            batch.blind(_partition_history_key(state.partition, change.offset), history)
+            batch.blind(keys.partition_history_key(state.partition, change.offset), history)
         else:
-            batch.blind(_history_key(change.run_id, state.partition, change.offset), history)
+            batch.blind(keys.history_key(change.run_id, state.partition, change.offset), history)
         if change.after is not change.before:
             _put_run(batch, change.before, change.after)
         if change.entry is not None and change.run_id is not None:
-            batch.put(_entry_key(change.run_id, change.entry.position), encode_state(change.entry))
+            batch.put(keys.entry_key(change.run_id, change.entry.position),
+                      encode_state(change.entry))
         if change.request_id is not None:
-            batch.put(_request_key(state.partition, change.request_id), b"%d" % change.offset)
-            batch.blind(_request_offset_key(state.partition, change.offset),
+            batch.put(keys.request_key(state.partition, change.request_id), b"%d" % change.offset)
+            batch.blind(keys.request_offset_key(state.partition, change.offset),
                         change.request_id.encode())
         for item in change.outbox:
-            batch.blind(_outbox_prefix(state.partition) + item.request_id.encode(),
+            batch.blind(keys.outbox_prefix(state.partition) + item.request_id.encode(),
                         encode_state(item))
         for request_id in change.outbox_done:
-            batch.delete(_outbox_prefix(state.partition) + request_id.encode())
+            batch.delete(keys.outbox_prefix(state.partition) + request_id.encode())
         if change.offset % PRUNE_EVERY == 0:
             self._prune_requests(batch, state.partition, change.offset - REQUEST_RETENTION)
         if not self._grouping:
@@ -423,12 +349,12 @@ class ProjectionStore:
     def _prune_requests(self, batch: _Pending, partition: int, below: int) -> None:
         if below <= 0:
             return
-        first = _request_offset_key(partition, 0)
+        first = keys.request_offset_key(partition, 0)
         for key, request_id in self._scan_committed(b"o/%05d/" % partition, start=first):
-            if key >= _request_offset_key(partition, below):
+            if key >= keys.request_offset_key(partition, below):
                 break
             batch.delete(key)
-            batch.delete(_request_key(partition, request_id.decode()))
+            batch.delete(keys.request_key(partition, request_id.decode()))
 
 
 class _Pending:
@@ -456,20 +382,20 @@ class _Pending:
 def _put_run(batch: _Pending, before: RunState | None, after: RunState | None) -> None:
     _put_wait(batch, before, after)
     if before is not None and (after is None or after.status != before.status):
-        batch.delete(_status_key(before.status, before.partition, before.run_id))
+        batch.delete(keys.status_key(before.status, before.partition, before.run_id))
     if before is not None and before.inbox and (after is None or not after.inbox):
-        batch.delete(_inbox_key(before.partition, before.run_id))
+        batch.delete(keys.inbox_key(before.partition, before.run_id))
     if after is None:
         if before is not None:
-            batch.delete(_run_key(before.run_id))
+            batch.delete(keys.run_key(before.run_id))
             for position in range(before.steps):
-                batch.delete(_entry_key(before.run_id, position))
+                batch.delete(keys.entry_key(before.run_id, position))
         return
-    batch.put(_run_key(after.run_id), encode_state(after))
+    batch.put(keys.run_key(after.run_id), encode_state(after))
     if before is None or after.status != before.status:
-        batch.blind(_status_key(after.status, after.partition, after.run_id), b"")
+        batch.blind(keys.status_key(after.status, after.partition, after.run_id), b"")
     if after.inbox and (before is None or not before.inbox):
-        batch.blind(_inbox_key(after.partition, after.run_id), b"")
+        batch.blind(keys.inbox_key(after.partition, after.run_id), b"")
 
 
 def _put_wait(batch: _Pending, before: RunState | None, after: RunState | None) -> None:
@@ -479,10 +405,10 @@ def _put_wait(batch: _Pending, before: RunState | None, after: RunState | None) 
     if old == new:
         return
     if old is not None and before is not None:
-        batch.delete(_wait_key(before.partition, old.kind, before.run_id))
+        batch.delete(keys.wait_key(before.partition, old.kind, before.run_id))
         if old.due_ms is not None:
-            batch.delete(_timer_key(before.partition, before.run_id, old))
+            batch.delete(keys.timer_key(before.partition, before.run_id, old))
     if new is not None and after is not None:
-        batch.blind(_wait_key(after.partition, new.kind, after.run_id), b"")
+        batch.blind(keys.wait_key(after.partition, new.kind, after.run_id), b"")
         if new.due_ms is not None:
-            batch.blind(_timer_key(after.partition, after.run_id, new), b"")
+            batch.blind(keys.timer_key(after.partition, after.run_id, new), b"")

@@ -1,0 +1,85 @@
+"""The RocksDB key layout of a projection (see projections.store for what each holds).
+
+ASCII prefixes and zero-padded numbers, so byte order is numeric order and every index is
+a prefix scan.
+"""
+
+from __future__ import annotations
+
+from projections.state import RunStatus, Wait
+
+
+def partition_key(partition: int) -> bytes:
+    return b"p/%05d" % partition
+
+
+def run_key(run_id: str) -> bytes:
+    return b"r/" + run_id.encode()
+
+
+def entries_prefix(run_id: str) -> bytes:
+    # NUL ends the run id, so run "a" never scans the entries of run "a/b".
+    return b"j/%s\x00" % run_id.encode()
+
+
+def entry_key(run_id: str, position: int) -> bytes:
+    return entries_prefix(run_id) + b"%010d" % position
+
+
+def status_prefix(status: RunStatus) -> bytes:
+    return b"s/%s/" % status.value.encode()
+
+
+def status_key(status: RunStatus, partition: int, run_id: str) -> bytes:
+    return status_prefix(status) + b"%05d/%s" % (partition, run_id.encode())
+
+
+def inbox_key(partition: int, run_id: str) -> bytes:
+    return b"i/%05d/%s" % (partition, run_id.encode())
+
+
+def history_prefix(run_id: str) -> bytes:
+    return b"h/%s\x00" % run_id.encode()
+
+
+def history_key(run_id: str, partition: int, offset: int) -> bytes:
+    return history_prefix(run_id) + b"%05d/%020d" % (partition, offset)
+
+
+def partition_history_key(partition: int, offset: int) -> bytes:
+    return b"g/%05d/%020d" % (partition, offset)
+
+
+def request_key(partition: int, request_id: str) -> bytes:
+    # Per partition: a request id is only ever re-sent to its own partition, and the
+    # synthetic ids of id-less requests ("offset-N") repeat across partitions.
+    return b"q/%05d/%s" % (partition, request_id.encode())
+
+
+def request_offset_key(partition: int, offset: int) -> bytes:
+    return b"o/%05d/%020d" % (partition, offset)
+
+
+def dead_letter_key(partition: int, offset: int) -> bytes:
+    return b"d/%05d/%020d" % (partition, offset)
+
+
+def timer_prefix(partition: int) -> bytes:
+    return b"t/%05d/" % partition
+
+
+def timer_key(partition: int, run_id: str, wait: Wait) -> bytes:
+    return timer_prefix(partition) + b"%015d/%s\x00%010d" % (
+        wait.due_ms or 0, run_id.encode(), wait.position or 0)
+
+
+def wait_key(partition: int, kind: str, run_id: str) -> bytes:
+    return b"w/%05d/%s/%s" % (partition, kind.encode(), run_id.encode())
+
+
+def outbox_prefix(partition: int) -> bytes:
+    return b"x/%05d/" % partition
+
+
+def upper_bound(prefix: bytes) -> bytes:
+    return prefix[:-1] + bytes([prefix[-1] + 1])
