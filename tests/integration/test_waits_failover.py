@@ -31,14 +31,27 @@ async def wait_statuses(c: Client, run_ids: list[str], status: RunStatus,
             await asyncio.sleep(0.2)
 
 
-async def test_timers_fire_after_their_worker_is_killed(
-    bootstrap: str, namespace: str, journal: str, tmp_path: Path
-) -> None:
+async def two_workers(bootstrap: str, namespace: str,
+                      tmp_path: Path) -> tuple[WorkerProcess, WorkerProcess]:
+    """Worker processes a and b, once they share the journal's four partitions."""
     effects = tmp_path / "effects"
     a = WorkerProcess(bootstrap, namespace, tmp_path / "a", "a", effects, app=APP).start()
     b = WorkerProcess(bootstrap, namespace, tmp_path / "b", "b", effects, app=APP).start()
     try:
         await wait_for_owners(bootstrap, namespace, {"a", "b"}, partitions=4)
+    except BaseException:
+        a.stop()
+        b.stop()
+        raise
+    return a, b
+
+
+async def test_timers_fire_after_their_worker_is_killed(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    a, b = await two_workers(bootstrap, namespace, tmp_path)
+    effects = tmp_path / "effects"
+    try:
         async with Client(bootstrap_servers=bootstrap, namespace=namespace,
                           flows=flows) as c:
             ids = [f"nap-{i}" for i in range(8)]
@@ -60,11 +73,8 @@ async def test_timers_fire_after_their_worker_is_killed(
 async def test_tree_cancelled_at_the_root_across_partitions_and_workers(
     bootstrap: str, namespace: str, journal: str, tmp_path: Path
 ) -> None:
-    effects = tmp_path / "effects"
-    a = WorkerProcess(bootstrap, namespace, tmp_path / "a", "a", effects, app=APP).start()
-    b = WorkerProcess(bootstrap, namespace, tmp_path / "b", "b", effects, app=APP).start()
+    a, b = await two_workers(bootstrap, namespace, tmp_path)
     try:
-        await wait_for_owners(bootstrap, namespace, {"a", "b"}, partitions=4)
         async with Client(bootstrap_servers=bootstrap, namespace=namespace,
                           flows=flows) as c:
             root = await c.create_run(tree, {"depth": 2, "fanout": 2}, run_id="root")
