@@ -14,7 +14,15 @@ import pytest
 from engine import Client, RunCancelled, RunStatus, Worker
 from engine.journal import events as ev
 from tests.integration.support import WorkerProcess, fold, wait_for_owners
-from tests.integration.waiting_flows import flows, quick, sleep_until, sleeper, tree
+from tests.integration.waiting_flows import (
+    approval,
+    flows,
+    parent,
+    quick,
+    sleep_until,
+    sleeper,
+    tree,
+)
 
 APP = "tests.integration.waiting_flows:flows"
 pytestmark = pytest.mark.slow
@@ -142,3 +150,41 @@ async def test_burst_of_due_timers_fires_in_order_and_does_not_starve_another_fl
     last_in_partition = max(completed_ms[r] for r in ids
                             if view.runs[r].partition == other_partition)
     assert completed_ms["other"] < last_in_partition  # done before the burst had finished
+
+
+async def test_children_signals_and_cancels_survive_a_killed_worker(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """Parents waiting for children, runs waiting for signals and a tree being cancelled,
+    spread over two workers; one is killed with -9 mid-wait; the other finishes it all."""
+    a, b = await two_workers(bootstrap, namespace, tmp_path)
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=flows) as c:
+            specs = [{"payload": {"sleep": 2, "value": i}} for i in range(4)]
+            parents = [await c.create_run(parent, {"children": specs, "await": [0, 1, 2, 3]},
+                                          run_id=f"p{i}") for i in range(4)]
+            waiting = [await c.create_run(approval, {"timeout": None}, run_id=f"w{i}")
+                       for i in range(4)]
+            doomed = await c.create_run(tree, {"depth": 1, "fanout": 2}, run_id="doomed")
+            await wait_statuses(c, [*(f"p{i}" for i in range(4)),
+                                    *(f"w{i}" for i in range(4)), "doomed"],
+                                RunStatus.suspended)
+            a.signal(signal.SIGKILL)
+            for i in range(4):
+                await c.signal(f"w{i}", "approval", i)
+            await c.cancel("doomed")
+            for i, handle in enumerate(parents):
+                result = await handle.result(timeout=120)
+                assert result["results"] == {f"p{i}.{k}": k for k in range(4)}
+            assert [await h.result(timeout=60) for h in waiting] == [
+                {"approved": i} for i in range(4)]
+            with pytest.raises(RunCancelled):
+                await doomed.result(timeout=60)
+            await wait_statuses(c, ["doomed.0", "doomed.1"], RunStatus.cancelled)
+        view = await fold(bootstrap, namespace)
+        assert {view.partition(p).owner_name for p in range(4)} == {"b"}
+        assert all(view.store.outbox(p) == [] for p in range(4))
+    finally:
+        a.stop()
+        assert b.stop() == 0, b.log_text()[-3000:]
