@@ -92,41 +92,6 @@ class RunSignalSent:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunResumeRequested:
-    """An operator asked for a quarantined or suspended run to resume."""
-
-    TYPE: ClassVar[str] = "run.resume-requested"
-    KIND: ClassVar[str] = "request"
-    SCHEMA_ID: ClassVar[int] = 104
-
-    envelope: Envelope
-    operator: str
-    # retry: run the unresolved step again; complete: take result_json as its result.
-    action: str = "retry"
-    result_json: str | None = None
-    note: str = ""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunCreated:
-    """The owner admitted a run."""
-
-    TYPE: ClassVar[str] = "run.created"
-    KIND: ClassVar[str] = "decision"
-    SCHEMA_ID: ClassVar[int] = 107
-
-    envelope: Envelope
-    flow: str
-    payload_json: str
-    # Offset of the create request that made the run.
-    request_offset: int
-    # True when the request repeated an existing run with the same identity.
-    duplicate: bool = False
-    parent_run_id: str | None = None
-    round: int = 0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class RunCreateRejected:
     """The owner refused a create request."""
 
@@ -245,20 +210,6 @@ class RunFailed:
     error_type: str
     error_message: str
     traceback: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunHandedOff:
-    """The run continued as a new round of its lineage."""
-
-    TYPE: ClassVar[str] = "run.handed-off"
-    KIND: ClassVar[str] = "decision"
-    SCHEMA_ID: ClassVar[int] = 119
-
-    envelope: Envelope
-    next_run_id: str
-    round: int
-    payload_json: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -417,24 +368,6 @@ class RunCancelled:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ChildSpawned:
-    """A run started a child run."""
-
-    TYPE: ClassVar[str] = "child.spawned"
-    KIND: ClassVar[str] = "decision"
-    SCHEMA_ID: ClassVar[int] = 131
-
-    envelope: Envelope
-    child_run_id: str
-    child_lineage_id: str
-    flow: str
-    position: int
-    parent_exit_policy: str = "cancel"
-    # The child's payload, for the create request the outbox sends.
-    payload_json: str = "null"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ChildPolicyApplied:
     """A parent ended (completed, failed or cancelled): its linked children still running are
     cancelled and its detached children keep running.
@@ -451,29 +384,6 @@ class ChildPolicyApplied:
     detached: list[str] = _field(default_factory=list)
     # How the parent ended.
     reason: str = ""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunCreateRequested:
-    """Someone asked for a run to exist."""
-
-    TYPE: ClassVar[str] = "run.create-requested"
-    KIND: ClassVar[str] = "request"
-    SCHEMA_ID: ClassVar[int] = 133
-
-    envelope: Envelope
-    flow: str
-    payload_json: str
-    parent_run_id: str | None = None
-    parent_lineage_id: str | None = None
-    # Handoff round of the lineage this run belongs to.
-    round: int = 0
-    # cancel or detach: what happens to this child when its parent ends.
-    parent_exit_policy: str | None = None
-    # The spawning runs from the root to the parent, for cycle detection.
-    ancestors: list[str] = _field(default_factory=list)
-    # The parent's journal position of the spawn.
-    parent_position: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -510,12 +420,136 @@ class PartitionOutboxSent:
     request_ids: list[str] = _field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunResumeRequested:
+    """An operator asked a suspended run to resume: ending a timer or event wait early, or resolving
+    a quarantine.
+    """
+
+    TYPE: ClassVar[str] = "run.resume-requested"
+    KIND: ClassVar[str] = "request"
+    SCHEMA_ID: ClassVar[int] = 136
+
+    envelope: Envelope
+    operator: str
+    # Before resolutions existed: the requested action. Ignored; kept so records and exports that
+    # carry it still read.
+    action: str = ""
+    # For a quarantined run: retry (run the step again) or skip (record result_json as its outcome).
+    # Null: an operator wake of a timer or event wait.
+    resolution: str | None = None
+    # The quarantined step's journal position (shown by run status).
+    position: int | None = None
+    # The quarantined step's key digest (shown by run status): a resolution naming another digest is
+    # refused.
+    digest: str | None = None
+    # For skip: the step's result, as JSON.
+    result_json: str | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunHandedOff:
+    """The round ended by handing off to the next round of its lineage; the reducer creates that
+    round from this record.
+    """
+
+    TYPE: ClassVar[str] = "run.handed-off"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 137
+
+    envelope: Envelope
+    next_run_id: str
+    round: int
+    payload_json: str
+    # The next round's flow (empty: this round's).
+    flow: str = ""
+    # The lineage's round budget (0: unlimited), carried from round to round.
+    max_rounds: int = 0
+    # The next round's capability ceiling: the intersection along the lineage (null: unrestricted).
+    ceiling: list[str] | None = None
+    # W3C trace context the next round continues.
+    trace_context: dict[str, str] = _field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunCreated:
+    """The owner admitted a run."""
+
+    TYPE: ClassVar[str] = "run.created"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 138
+
+    envelope: Envelope
+    flow: str
+    payload_json: str
+    # Offset of the create request that made the run.
+    request_offset: int
+    # True when the request repeated an existing run with the same identity.
+    duplicate: bool = False
+    parent_run_id: str | None = None
+    round: int = 0
+    # The capabilities the run's steps may use (null: unrestricted).
+    ceiling: list[str] | None = None
+    # The lineage's round budget (0: unlimited).
+    max_rounds: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunCreateRequested:
+    """Someone asked for a run to exist."""
+
+    TYPE: ClassVar[str] = "run.create-requested"
+    KIND: ClassVar[str] = "request"
+    SCHEMA_ID: ClassVar[int] = 139
+
+    envelope: Envelope
+    flow: str
+    payload_json: str
+    parent_run_id: str | None = None
+    parent_lineage_id: str | None = None
+    # Handoff round of the lineage this run belongs to.
+    round: int = 0
+    # cancel or detach: what happens to this child when its parent ends.
+    parent_exit_policy: str | None = None
+    # The spawning runs from the root to the parent, for cycle detection.
+    ancestors: list[str] = _field(default_factory=list)
+    # The parent's journal position of the spawn.
+    parent_position: int | None = None
+    # The ceiling the creator asks for: the flow's declared capabilities, at most the parent's.
+    ceiling: list[str] | None = None
+    # The flow's round budget as the creator knows it (0: unknown or unlimited).
+    max_rounds: int = 0
+    # W3C trace context (traceparent, tracestate) of the creator's span.
+    trace_context: dict[str, str] = _field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChildSpawned:
+    """A run started a child run."""
+
+    TYPE: ClassVar[str] = "child.spawned"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 140
+
+    envelope: Envelope
+    child_run_id: str
+    child_lineage_id: str
+    flow: str
+    position: int
+    parent_exit_policy: str = "cancel"
+    # The child's payload, for the create request the outbox sends.
+    payload_json: str = "null"
+    # The child's ceiling: its flow's capabilities within the parent's.
+    ceiling: list[str] | None = None
+    # W3C trace context of the spawning step.
+    trace_context: dict[str, str] = _field(default_factory=dict)
+
+
 # Any journal record; narrow with isinstance() or match on the class.
 JournalRecord: TypeAlias = (
     RunCancelRequested
     | RunSignalSent
-    | RunResumeRequested
-    | RunCreated
     | RunCreateRejected
     | RunActivated
     | StepStarted
@@ -524,7 +558,6 @@ JournalRecord: TypeAlias = (
     | TimerFired
     | RunCompleted
     | RunFailed
-    | RunHandedOff
     | LineageExhausted
     | RoundInvalid
     | RunReleased
@@ -534,19 +567,20 @@ JournalRecord: TypeAlias = (
     | RunSuspended
     | RunResumed
     | RunCancelled
-    | ChildSpawned
     | ChildPolicyApplied
-    | RunCreateRequested
     | RunWakeRequested
     | PartitionOutboxSent
+    | RunResumeRequested
+    | RunHandedOff
+    | RunCreated
+    | RunCreateRequested
+    | ChildSpawned
 )
 
 # Record type string (the rs-type header and envelope.type) → class.
 RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "run.cancel-requested": RunCancelRequested,
     "run.signal-sent": RunSignalSent,
-    "run.resume-requested": RunResumeRequested,
-    "run.created": RunCreated,
     "run.create-rejected": RunCreateRejected,
     "run.activated": RunActivated,
     "step.started": StepStarted,
@@ -555,7 +589,6 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "timer.fired": TimerFired,
     "run.completed": RunCompleted,
     "run.failed": RunFailed,
-    "run.handed-off": RunHandedOff,
     "lineage.exhausted": LineageExhausted,
     "round.invalid": RoundInvalid,
     "run.released": RunReleased,
@@ -565,25 +598,27 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "run.suspended": RunSuspended,
     "run.resumed": RunResumed,
     "run.cancelled": RunCancelled,
-    "child.spawned": ChildSpawned,
     "child.policy-applied": ChildPolicyApplied,
-    "run.create-requested": RunCreateRequested,
     "run.wake-requested": RunWakeRequested,
     "partition.outbox-sent": PartitionOutboxSent,
+    "run.resume-requested": RunResumeRequested,
+    "run.handed-off": RunHandedOff,
+    "run.created": RunCreated,
+    "run.create-requested": RunCreateRequested,
+    "child.spawned": ChildSpawned,
 }
 
 REQUEST_TYPES: frozenset[str] = frozenset(
     {
         "run.cancel-requested",
         "run.signal-sent",
+        "run.wake-requested",
         "run.resume-requested",
         "run.create-requested",
-        "run.wake-requested",
     }
 )
 DECISION_TYPES: frozenset[str] = frozenset(
     {
-        "run.created",
         "run.create-rejected",
         "run.activated",
         "step.started",
@@ -592,7 +627,6 @@ DECISION_TYPES: frozenset[str] = frozenset(
         "timer.fired",
         "run.completed",
         "run.failed",
-        "run.handed-off",
         "lineage.exhausted",
         "round.invalid",
         "run.released",
@@ -602,8 +636,10 @@ DECISION_TYPES: frozenset[str] = frozenset(
         "run.suspended",
         "run.resumed",
         "run.cancelled",
-        "child.spawned",
         "child.policy-applied",
         "partition.outbox-sent",
+        "run.handed-off",
+        "run.created",
+        "child.spawned",
     }
 )

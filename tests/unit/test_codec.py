@@ -351,10 +351,10 @@ def test_error_message_names_schema_id_and_type(codec: Codec, registry: SchemaRe
     error = caught.value
     assert (error.reason, error.schema_id, error.record_type) == (
         "header-mismatch",
-        107,
+        RunCreated.SCHEMA_ID,
         "run.created",
     )
-    assert "schema id 107" in str(error) and "run.created" in str(error)
+    assert f"schema id {RunCreated.SCHEMA_ID}" in str(error) and "run.created" in str(error)
     assert "run.failed" in str(error)
     assert isinstance(error, CodecError) and isinstance(error, ValueError)
     copied = pickle.loads(pickle.dumps(error))
@@ -376,7 +376,7 @@ def test_envelope_type_must_match_the_schema_id(registry: SchemaRegistry) -> Non
     codec = Codec(registry)
     datum = record_to_dict(sample_record(RunCreated, registry))
     datum["envelope"]["type"] = "run.failed"
-    value = _frame(107, registry.current("run.created").schema(), datum)
+    value = _frame(RunCreated.SCHEMA_ID, registry.current("run.created").schema(), datum)
     assert _reason(codec, value) == "type-mismatch"
 
 

@@ -41,7 +41,8 @@ def _registry_with_archived(tmp_path: Path, record_type: str, schema: dict[str, 
     (root / "archive").mkdir(exist_ok=True)
     (root / "archive" / f"{record_type}.v0.avsc").write_text(json.dumps(schema))
     document = json.loads((root / "registry.json").read_text())
-    [current] = [e for e in document["records"] if e["type"] == record_type]
+    [current] = [e for e in document["records"]
+                 if e["type"] == record_type and not e.get("archived")]
     document["records"].append(
         {
             "id": SPARE_ID,
