@@ -83,3 +83,8 @@ def outbox_prefix(partition: int) -> bytes:
 
 def upper_bound(prefix: bytes) -> bytes:
     return prefix[:-1] + bytes([prefix[-1] + 1])
+
+
+def lineage_key(lineage_id: str) -> bytes:
+    """The lineage's latest round (its run id): what a request naming the lineage reaches."""
+    return b"l/" + lineage_id.encode()

@@ -41,6 +41,7 @@ class MemoryStore:
         self._requests: set[tuple[int, str]] = set()
         self._request_log: dict[int, deque[tuple[int, str]]] = {}
         self._outbox: dict[int, dict[str, OutboxItem]] = {}
+        self._latest: dict[str, str] = {}  # lineage id -> latest round's run id
         # (partition, run id) -> the run's timer: what the RocksDB timer index holds.
         self._timers: dict[tuple[int, str], DueTimer] = {}
 
@@ -59,6 +60,12 @@ class MemoryStore:
         found = self.entries.get(run_id, {}).get(position)
         if found is None and self.base is not None and self.runs.get(run_id, True) is not None:
             return self.base.entry(run_id, position)
+        return found
+
+    def latest_round(self, lineage_id: str) -> str | None:
+        found = self._latest.get(lineage_id)
+        if found is None and self.base is not None:
+            return self.base.latest_round(lineage_id)
         return found
 
     def request_seen(self, partition: int, request_id: str) -> bool:
@@ -99,6 +106,10 @@ class MemoryStore:
             self._index_timer(number, change.run_id, change.after)
             if change.after is None:
                 self.entries.pop(change.run_id, None)
+        if change.next_round is not None:
+            self.runs[change.next_round.run_id] = change.next_round
+            self._index_timer(number, change.next_round.run_id, change.next_round)
+            self._latest[change.next_round.lineage_id] = change.next_round.run_id
         box = self._outbox.setdefault(number, {})
         for item in change.outbox:
             box[item.request_id] = item

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from engine.journal import DecodeError, JournalRecord, decode
+from engine.journal import events as ev
 from projections.reducer import apply, apply_dead_letter, request_id_of
 from projections.state import JournalEntry, OutboxItem, PartitionState, RunState, Verdict
 from projections.store import RecordWrite
@@ -27,6 +28,7 @@ class Store(Protocol):
     def run(self, run_id: str) -> RunState | None: ...
     def entry(self, run_id: str, position: int) -> JournalEntry | None: ...
     def request_seen(self, partition: int, request_id: str) -> bool: ...
+    def latest_round(self, lineage_id: str) -> str | None: ...
     def write(self, change: RecordWrite) -> None: ...
 
 
@@ -104,6 +106,9 @@ class Projector:
         when = record.envelope.timestamp_ms if timestamp_ms is None else timestamp_ms
         run_id = record.envelope.run_id or None  # partition records belong to no run
         before = self.run(run_id) if run_id else None
+        if record.KIND == "request" and before is not None and before.handed_off_to:
+            # A request naming the lineage reaches its latest round.
+            run_id, before = self._latest_round(before, record)
         position = entry_position(record)
         entry = None
         if before is not None and position is not None and position < before.steps:
@@ -118,12 +123,26 @@ class Projector:
             after=applied.run, entry=applied.entry, raw=raw,
             request_id=request_id if applied.verdict is Verdict.applied else None,
             outbox=applied.outbox, outbox_done=applied.outbox_done,
+            next_round=applied.next_round,
         ))
         self._partitions[partition] = applied.partition
         if run_id:
             self._remember(run_id, applied.run)
+        if applied.next_round is not None:
+            self._remember(applied.next_round.run_id, applied.next_round)
         return Outcome(applied.partition, offset, record, before, applied.run, applied.verdict,
                        entry=applied.entry, outbox=applied.outbox)
+
+    def _latest_round(self, run: RunState, record: JournalRecord) -> tuple[str, RunState]:
+        names_lineage = record.envelope.run_id == run.lineage_id
+        if isinstance(record, ev.RunCreateRequested) or not (
+                names_lineage or isinstance(record, ev.RunWakeRequested)):
+            # A repeated create, or a request naming one round; a child's wake reaches the
+            # round that holds its link now.
+            return run.run_id, run
+        latest_id = self.store.latest_round(run.lineage_id)
+        latest = self.run(latest_id) if latest_id else None
+        return (latest_id, latest) if latest_id and latest else (run.run_id, run)
 
     def _dead_letter(
         self, partition: int, offset: int, raw: bytes, error: DecodeError, timestamp_ms: int

@@ -49,6 +49,7 @@ class Applied:
     entry: JournalEntry | None = None  # the journal entry this record wrote, if any
     outbox: tuple[OutboxItem, ...] = ()  # requests to other runs this record caused
     outbox_done: tuple[str, ...] = ()  # outbox entries (request ids) acknowledged
+    next_round: RunState | None = None  # the next round a handoff created
 
 
 def apply(
@@ -145,10 +146,10 @@ def _apply_decision(
         return Applied(accepted, run, Verdict.applied, outbox_done=tuple(record.request_ids))
     if run is None and not isinstance(record, ev.RunCreated):
         return Applied(accepted, run, Verdict.ignored)
-    new_run, new_entry, outbox = _decide_run(run, record, offset, partition, entry)
-    changed = new_run is not run or new_entry is not None or outbox
-    return Applied(accepted, new_run, Verdict.applied if changed else Verdict.ignored,
-                   new_entry, outbox)
+    decided = _decide_run(run, record, offset, partition, entry)
+    changed = decided.run is not run or decided.entry is not None or decided.outbox
+    return Applied(accepted, decided.run, Verdict.applied if changed else Verdict.ignored,
+                   decided.entry, decided.outbox, next_round=decided.next_round)
 
 
 def _claim(
@@ -214,7 +215,10 @@ def _inbox_item(record: ev.JournalRecord, request_id: str, offset: int) -> Inbox
                          flow=record.flow, payload_json=record.payload_json,
                          parent_run_id=record.parent_run_id,
                          parent_lineage_id=record.parent_lineage_id,
-                         parent_position=record.parent_position)
+                         parent_position=record.parent_position,
+                         lineage_id=record.envelope.lineage_id, round=record.round,
+                         ceiling=None if record.ceiling is None
+                         else tuple(sorted(record.ceiling)))
     return InboxItem(request_id=request_id, type=record.TYPE, offset=offset)
 
 
@@ -242,12 +246,15 @@ def _new_run(
 
 
 def _lineage_fields(record: ev.RunCreateRequested) -> dict[str, Any]:
-    """Where a child run stands in its tree, from its create request."""
+    """Where a run stands in its tree, and what its creator asked for, from its request."""
     return {
         "parent_lineage_id": record.parent_lineage_id,
         "parent_position": record.parent_position,
         "detached": record.parent_exit_policy == "detach",
         "ancestors": tuple(record.ancestors[-MAX_DEPTH:]),
+        "ceiling": None if record.ceiling is None else tuple(sorted(record.ceiling)),
+        "max_rounds": record.max_rounds,
+        "trace_context": tuple(sorted(record.trace_context.items())),
     }
 
 
@@ -257,33 +264,44 @@ def _answered(run: RunState, request_id: str | None) -> tuple[InboxItem, ...]:
     return tuple(item for item in run.inbox if item.request_id != request_id)
 
 
+@dataclass(frozen=True, slots=True)
+class _RunChange:
+    run: RunState | None
+    entry: JournalEntry | None = None
+    outbox: tuple[OutboxItem, ...] = ()
+    next_round: RunState | None = None  # a handoff's next round, created by this record
+
+
 def _decide_run(
     run: RunState | None,
     record: ev.JournalRecord,
     offset: int,
     partition: PartitionState,
     entry: JournalEntry | None,
-) -> tuple[RunState | None, JournalEntry | None, tuple[OutboxItem, ...]]:
-    """Apply an accepted decision to its run: (run, entry written, outbox requests).
-    Returns `run` itself, no entry and no requests when nothing changes."""
+) -> _RunChange:
+    """Apply an accepted decision to its run. Returns `run` itself and nothing else when
+    nothing changes."""
     if isinstance(record, ev.RunCreated):
         created = _created(run, record, offset, partition.partition)
-        return created, None, _spawn_answer(run, record)
+        return _RunChange(created, outbox=_spawn_answer(run, record))
     assert run is not None
     if isinstance(record, ev.RunCreateRejected):  # answers a request in any status
-        return _rejected(run, record), None, _spawn_answer(run, record)
+        return _RunChange(_rejected(run, record), outbox=_spawn_answer(run, record))
     if isinstance(record, ev.EvidenceRecorded):
         kept = (*run.evidence, Evidence(kind=record.kind, message=record.message, offset=offset))
-        return replace(run, evidence=kept[-MAX_EVIDENCE:]), None, ()
+        return _RunChange(replace(run, evidence=kept[-MAX_EVIDENCE:]))
     if run.status in TERMINAL_STATUSES:
-        return run, None, ()
+        return _RunChange(run)
     change = transition(run, record, partition.epoch, entry)
     if change is None:
-        return run, None, ()
+        return _RunChange(run)
     fields = change.run
     fields.setdefault("updated_at_ms", record.envelope.timestamp_ms)
     fields.setdefault("inbox", _answered(run, record.envelope.request_id))
-    return replace(run, **fields), change.entry, change.outbox
+    next_round = change.next_round
+    if next_round is not None:
+        next_round = replace(next_round, partition=partition.partition, request_offset=offset)
+    return _RunChange(replace(run, **fields), change.entry, change.outbox, next_round)
 
 
 def _created(run: RunState | None, record: ev.RunCreated, offset: int, partition: int) -> RunState:
@@ -306,6 +324,8 @@ def _created(run: RunState | None, record: ev.RunCreated, offset: int, partition
         parent_run_id=record.parent_run_id or run.parent_run_id,
         round=record.round,
         updated_at_ms=env.timestamp_ms,
+        ceiling=None if record.ceiling is None else tuple(sorted(record.ceiling)),
+        max_rounds=record.max_rounds or run.max_rounds,
     )
 
 

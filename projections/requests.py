@@ -8,6 +8,7 @@ wake), so every reader of the partition sees the same state.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from engine.journal import events as ev
@@ -81,7 +82,8 @@ def _wake(run: RunState, record: ev.RunWakeRequested,
     `child.result()` finds it), and the child is no longer open."""
     children = tuple(link for link in run.children if link.run_id != record.child_run_id)
     entry = None
-    if spawn is not None and spawn.kind == "spawn" and spawn.child_status is None:
+    if (spawn is not None and spawn.kind == "spawn" and spawn.child_status is None
+            and spawn.result_json == json.dumps(record.child_run_id)):
         entry = replace(spawn, child_status=record.child_status,
                         child_result_json=record.result_json, error_type=record.error_type,
                         error_message=record.error_message)

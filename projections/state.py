@@ -88,6 +88,9 @@ class InboxItem(_Frozen, frozen=True, array_like=True):
     parent_run_id: str | None = None
     parent_lineage_id: str | None = None
     parent_position: int | None = None
+    lineage_id: str | None = None
+    round: int = 0
+    ceiling: tuple[str, ...] | None = None
 
 
 class JournalEntry(_Frozen, frozen=True, array_like=True):
@@ -117,6 +120,7 @@ class Wait(_Frozen, frozen=True, array_like=True):
     event_name: str | None = None
     child_run_id: str | None = None
     child_position: int | None = None  # the spawn's position (its entry gets the outcome)
+    digest: str | None = None  # a quarantine: the step's key digest a resolution must name
 
 
 class Signal(_Frozen, frozen=True, array_like=True):
@@ -208,9 +212,29 @@ class RunState(_Frozen, frozen=True, array_like=True):
     cancel_requested_by: str | None = None
     resume_requested: bool = False  # an operator asked to end the current wait early
     wake_reason: str | None = None  # why the run last became runnable again
+    ceiling: tuple[str, ...] | None = None  # capabilities its steps may use (None: any)
+    max_rounds: int = 0  # the lineage's round budget (0: unlimited), carried by every round
+    handed_off_to: str | None = None  # the next round's run id, once this round handed off
+    trace_context: tuple[tuple[str, str], ...] = ()  # W3C context the run's spans continue
+    resolution: str | None = None  # an operator's quarantine resolution: retry | skip
+    resolution_result_json: str | None = None  # for skip: the step's outcome
 
     def has_evidence(self, kind: str) -> bool:
         return any(item.kind == kind for item in self.evidence)
+
+
+ROUND_SEPARATOR = "~"
+
+
+def round_run_id(lineage_id: str, round_number: int) -> str:
+    """Round n of a lineage: round 0 is the lineage id itself, later ones `<lineage>~<n>`,
+    so the run id alone says which partition (the lineage's) holds it."""
+    return lineage_id if round_number == 0 else f"{lineage_id}{ROUND_SEPARATOR}{round_number}"
+
+
+def lineage_of(run_id: str) -> str:
+    """The lineage a run id belongs to: the Kafka key all its rounds share."""
+    return run_id.split(ROUND_SEPARATOR, 1)[0]
 
 
 S = TypeVar("S", bound=_Frozen)

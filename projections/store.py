@@ -104,6 +104,7 @@ class RecordWrite:
     dead_letter: bool = False
     outbox: tuple[OutboxItem, ...] = ()  # requests this record caused, to send
     outbox_done: tuple[str, ...] = ()  # outbox request ids acknowledged
+    next_round: RunState | None = None  # a handoff's next round, created by this record
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +202,11 @@ class ProjectionStore:
     def run(self, run_id: str) -> RunState | None:
         raw = self._get(keys.run_key(run_id))
         return None if raw is None else decode_state(RunState, raw)
+
+    def latest_round(self, lineage_id: str) -> str | None:
+        """The run id of the lineage's latest round, once it handed off (None before)."""
+        raw = self._get(keys.lineage_key(lineage_id))
+        return None if raw is None else raw.decode()
 
     def entry(self, run_id: str, position: int) -> JournalEntry | None:
         raw = self._get(keys.entry_key(run_id, position))
@@ -336,6 +342,12 @@ class ProjectionStore:
             batch.put(keys.request_key(state.partition, change.request_id), b"%d" % change.offset)
             batch.blind(keys.request_offset_key(state.partition, change.offset),
                         change.request_id.encode())
+        if change.next_round is not None:
+            _put_run(batch, None, change.next_round)
+            batch.put(keys.lineage_key(change.next_round.lineage_id),
+                      change.next_round.run_id.encode())
+            batch.blind(keys.history_key(change.next_round.run_id, state.partition,
+                                         change.offset), history)
         for item in change.outbox:
             batch.blind(keys.outbox_prefix(state.partition) + item.request_id.encode(),
                         encode_state(item))

@@ -8,6 +8,7 @@ requests that effect needs, for the outbox (ARCHITECTURE.md, Execution).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from projections.state import (
     RunState,
     RunStatus,
     Wait,
+    replace,
 )
 
 Changes = dict[str, Any]
@@ -34,6 +36,7 @@ class Change:
     run: Changes
     entry: JournalEntry | None = field(default=None)
     outbox: tuple[OutboxItem, ...] = ()
+    next_round: RunState | None = None  # a handoff creates the lineage's next round
 
 
 Handler = Callable[[RunState, Any, int, JournalEntry | None], Change | None]
@@ -121,8 +124,12 @@ def _suspended(run: RunState, record: Any, epoch: int, previous: Any) -> Change 
     changes: Changes = {"status": RunStatus.suspended, "suspended_reason": record.reason,
                         "wait": wait, "resume_requested": False}
     kind = _WAIT_KINDS.get(record.reason)
+    if record.reason == "quarantine" and record.position is not None and previous is not None:
+        changes["wait"] = replace(wait, digest=quarantine_digest(
+            run.run_id, record.position, previous.name, previous.attempts))
+        return Change(changes)
     if kind is None or record.position is None:
-        return Change(changes)  # quarantine: no wait entry
+        return Change(changes)  # a quarantine: its entry stays the started step
     if previous is not None and previous.status != "waiting":
         return None  # that wait is over already: a stale suspension
     name = {"sleep": "sleep", "wait": record.event_name, "child": record.child_run_id}[kind]
@@ -284,6 +291,63 @@ def _cancelled(run: RunState, record: Any, epoch: int, _: Any) -> Change:
                     {"error_type": "RunCancelled", "error_message": reason})
 
 
+def _handed_off(run: RunState, record: Any, epoch: int, _: Any) -> Change:
+    """The round ends and the next one starts, from this one record: completed, with a
+    result naming the next round, which inherits the lineage's parent, budget, ceiling,
+    open children and undelivered signals. A cancel pending wins: no next round."""
+    assert isinstance(record, ev.RunHandedOff)
+    if run.cancel_requested is not None:
+        cancel = _settled(run, RunStatus.cancelled, {"error_type": "RunCancelled",
+                                                     "error_message": run.cancel_requested})
+        linked = [c.run_id for c in run.children if not c.detached]
+        cancel.outbox = (*cancel.outbox, *_cancels(
+            run, linked, f"parent {run.run_id} ended: cancelled ({run.cancel_requested})"))
+        return cancel
+    now = record.envelope.timestamp_ms
+    trace = tuple(sorted(record.trace_context.items())) or run.trace_context
+    next_round = RunState(
+        run_id=record.next_run_id, lineage_id=run.lineage_id, partition=run.partition,
+        flow=record.flow or run.flow, payload_json=record.payload_json,
+        request_id=f"handoff/{run.run_id}", request_offset=0, created_at_ms=now,
+        updated_at_ms=now, admitted=True, parent_run_id=run.parent_run_id,
+        round=record.round, parent_lineage_id=run.parent_lineage_id,
+        parent_position=run.parent_position, detached=run.detached, ancestors=run.ancestors,
+        signals=run.signals, children=run.children, max_rounds=record.max_rounds,
+        ceiling=None if record.ceiling is None else tuple(sorted(record.ceiling)),
+        trace_context=trace)
+    result = json.dumps({"handed_off_to": record.next_run_id, "round": record.round})
+    return Change({"status": RunStatus.completed, "result_json": result, "wait": None,
+                   "signals": (), "children": (), "handed_off_to": record.next_run_id,
+                   "inbox": _unanswered_creates(run)}, next_round=next_round)
+
+
+def _exhausted(run: RunState, record: Any, epoch: int, _: Any) -> Change:
+    assert isinstance(record, ev.LineageExhausted)
+    return _settled(run, RunStatus.failed, {
+        "error_type": "LineageExhausted",
+        "error_message": f"round {record.rounds} handed off again, past the lineage's "
+                         f"budget of {record.budget} rounds"})
+
+
+def _round_invalid(run: RunState, record: Any, epoch: int, _: Any) -> Change:
+    assert isinstance(record, ev.RoundInvalid)
+    return _settled(run, RunStatus.failed, {"error_type": "RoundInvalid",
+                                            "error_message": record.reason})
+
+
+def quarantine_digest(run_id: str, position: int, name: str, attempts: int) -> str:
+    """What a resolution must name: the step's idempotency key, its name and its attempt,
+    so a resolution written for one quarantine never applies to a later one."""
+    text = f"{idempotency_key(run_id, position)}\0{name}\0{attempts}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def idempotency_key(run_id: str, position: int) -> str:
+    """The same for every attempt of the step at `position`: what a step passes to an
+    external system so that a retry after a quarantine is safe there."""
+    return f"{run_id}/{position}"
+
+
 def _unanswered_creates(run: RunState) -> tuple[InboxItem, ...]:
     """A settled run answers no more requests, except a repeated create, which still gets
     its answer (the existing run), or its client would wait forever."""
@@ -301,6 +365,9 @@ _HANDLERS: dict[type, Handler] = {
     ev.RunCompleted: _completed,
     ev.RunFailed: _failed,
     ev.RunCancelled: _cancelled,
+    ev.RunHandedOff: _handed_off,
+    ev.LineageExhausted: _exhausted,
+    ev.RoundInvalid: _round_invalid,
     ev.StepStarted: _step_started,
     ev.StepCompleted: _step_completed,
     ev.StepFailed: _step_failed,

@@ -35,6 +35,9 @@ ADDED_SINCE_FORMAT_2: dict[str, Any] = {
     "wait": None, "signals": [], "children": [], "cancel_requested": None,
     "cancel_requested_by": None, "resume_requested": False, "wake_reason": None,
     "due_ms": None, "child_status": None, "child_result_json": None,
+    # issue 8: capabilities, rounds, traces, quarantine resolutions
+    "ceiling": None, "max_rounds": 0, "handed_off_to": None, "trace_context": [],
+    "resolution": None, "resolution_result_json": None,
 }
 
 

@@ -1,0 +1,245 @@
+"""A worker's Prometheus metrics, on a registry of its own.
+
+Every `WorkerMetrics` owns a `prometheus_client.CollectorRegistry` (never the process-wide
+default one), so tests, and several workers in one process, never clash over a name. Every
+method is cheap and does no I/O: the worker calls them on its hot paths. The registry is
+exposed by `serve()` (a `/metrics` HTTP endpoint on a daemon thread) or rendered by
+`render()`.
+
+Every metric name starts with `runstream_`.
+
+Label cardinality is bounded by construction: `flow` and `step` are names from code (a flow's
+registered name, a step's name in the flow's source), not from data; `partition` is bounded
+by the topic's partition count; `type` by the journal's record types; `outcome`, `mode`,
+`verdict`, `status` and `reason` by small fixed sets. Never pass a run id, a payload value or
+anything else a user controls as a label.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    start_http_server,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+__all__ = ["LATENCY_BUCKETS", "SETTLE_BUCKETS", "RunsSource", "WorkerMetrics"]
+
+log = logging.getLogger(__name__)
+
+# Seconds, from a millisecond to ten minutes: a step, a claim, a round trip to the broker.
+LATENCY_BUCKETS: tuple[float, ...] = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+)
+# A run's life from create to settle can include timers and waits for signals: the latency
+# buckets, then an hour, six hours and a day (longer runs land in +Inf).
+SETTLE_BUCKETS: tuple[float, ...] = (*LATENCY_BUCKETS, 1800.0, 3600.0, 21600.0, 86400.0)
+
+RunsSource = Callable[[], tuple[Mapping[str, int], Mapping[str, int]]]
+"""Returns (number of runs by status, number of suspended runs by reason)."""
+
+
+class _RunsCollector:
+    """`runstream_runs{status}` and `runstream_suspended_runs{reason}`, computed at scrape
+    time. The source is called on the scraping thread (the HTTP server's, or render()'s
+    caller's): it must only read. If it raises, the two gauges are left out of that scrape;
+    the scrape itself never fails because of them."""
+
+    def __init__(self, source: RunsSource) -> None:
+        self.source = source
+        self._warned = False
+
+    def describe(self) -> Iterable[Metric]:
+        # Names only, so the registry knows them without calling the source at register time.
+        return [_runs_family(), _suspended_family()]
+
+    def collect(self) -> Iterable[Metric]:
+        try:
+            by_status, by_reason = self.source()
+            runs = _runs_family()
+            for status, count in by_status.items():
+                runs.add_metric([str(status)], float(count))
+            suspended = _suspended_family()
+            for reason, count in by_reason.items():
+                suspended.add_metric([str(reason)], float(count))
+        except Exception:
+            # Once loudly, then quietly: a broken source would otherwise log on every scrape.
+            log.log(logging.DEBUG if self._warned else logging.WARNING,
+                    "runs gauges: the source raised; leaving them out of this scrape",
+                    exc_info=True)
+            self._warned = True
+            return []
+        return [runs, suspended]
+
+
+def _runs_family() -> GaugeMetricFamily:
+    return GaugeMetricFamily("runstream_runs", "Runs known to this worker, by status.",
+                             labels=["status"])
+
+
+def _suspended_family() -> GaugeMetricFamily:
+    return GaugeMetricFamily("runstream_suspended_runs",
+                             "Suspended runs known to this worker, by what they wait for.",
+                             labels=["reason"])
+
+
+class WorkerMetrics:
+    """A worker's metrics. Thread-safe (prometheus_client's metrics are); no method does I/O
+    except `serve()` and `close()`."""
+
+    registry: CollectorRegistry
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self._claims = Counter(
+            "runstream_claims", "Partition claims this worker wrote, by what became of them.",
+            ["outcome"], registry=r)
+        self._activations = Counter(
+            "runstream_activations", "Run activations on this worker, by how the run came here.",
+            ["mode"], registry=r)
+        self._decisions = Counter(
+            "runstream_decisions", "Decision records this worker wrote, by record type.",
+            ["type"], registry=r)
+        self._records = Counter(
+            "runstream_records", "Records this worker's reducer judged, by verdict and type.",
+            ["verdict", "type"], registry=r)
+        self._fenced = Counter(
+            "runstream_fenced_records",
+            "Records fenced: decisions made under a stale epoch or by a non-owner.",
+            registry=r)
+        self._duplicates = Counter(
+            "runstream_duplicate_records", "Records judged duplicates of ones already applied.",
+            registry=r)
+        self._step_attempts = Counter(
+            "runstream_step_attempts", "Step attempts executed.", ["flow", "step"], registry=r)
+        self._step_failures = Counter(
+            "runstream_step_failures", "Step attempts that raised.", ["flow", "step"],
+            registry=r)
+        self._step_duration = Histogram(
+            "runstream_step_duration_seconds", "Duration of one step attempt.",
+            ["flow", "step"], buckets=LATENCY_BUCKETS, registry=r)
+        self._timers_fired = Counter(
+            "runstream_timers_fired", "Timers this worker fired.", registry=r)
+        self._signals_delivered = Counter(
+            "runstream_signals_delivered", "Signals delivered to waiting runs.", registry=r)
+        self._create_to_settle = Histogram(
+            "runstream_create_to_settle_seconds",
+            "Time from a run's create request to its settling decision.",
+            ["flow", "status"], buckets=SETTLE_BUCKETS, registry=r)
+        self._consumer_lag = Gauge(
+            "runstream_consumer_lag_records",
+            "Records between this worker's position and the end of each partition it owns.",
+            ["partition"], registry=r)
+        self._read_model_lag = Gauge(
+            "runstream_read_model_lag_records",
+            "Records the read model has yet to apply.", registry=r)
+        self._runs_collector: _RunsCollector | None = None
+        self._server: WSGIServer | None = None
+        self._server_thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    # -- counters ------------------------------------------------------------------------
+
+    def claim(self, outcome: str) -> None:
+        """A claim this worker wrote was `applied`, `rejected` or `lost`."""
+        self._claims.labels(outcome).inc()
+
+    def activation(self, mode: str) -> None:
+        """A run was activated here: `new`, `claimed`, `stolen` or `resumed`."""
+        self._activations.labels(mode).inc()
+
+    def decision(self, record_type: str) -> None:
+        """This worker wrote a decision record of `record_type`."""
+        self._decisions.labels(record_type).inc()
+
+    def verdict(self, verdict: str, record_type: str) -> None:
+        """The reducer judged a record: `applied`, `fenced`, `duplicate`, `ignored`,
+        `rejected`, `refused` or `dead-letter` (a `projections.state.Verdict` works too)."""
+        self._records.labels(verdict, record_type).inc()
+        if verdict == "fenced":
+            self._fenced.inc()
+        elif verdict == "duplicate":
+            self._duplicates.inc()
+
+    def step(self, flow: str, step: str, seconds: float, ok: bool) -> None:
+        """One step attempt ran for `seconds` and succeeded (`ok`) or raised."""
+        self._step_attempts.labels(flow, step).inc()
+        if not ok:
+            self._step_failures.labels(flow, step).inc()
+        self._step_duration.labels(flow, step).observe(max(0.0, seconds))
+
+    def timers_fired(self, count: int = 1) -> None:
+        if count > 0:
+            self._timers_fired.inc(count)
+
+    def signal_delivered(self) -> None:
+        self._signals_delivered.inc()
+
+    def settled(self, flow: str, status: str, seconds: float) -> None:
+        """A run of `flow` settled with `status`, `seconds` after it was created. Clamped at
+        zero: the two instants can come from different machines' clocks."""
+        self._create_to_settle.labels(flow, status).observe(max(0.0, seconds))
+
+    # -- gauges --------------------------------------------------------------------------
+
+    def set_consumer_lag(self, partition: int, lag: int) -> None:
+        self._consumer_lag.labels(str(partition)).set(lag)
+
+    def forget_partition(self, partition: int) -> None:
+        """Drop the lag series of a partition this worker no longer owns (no-op if absent)."""
+        try:
+            self._consumer_lag.remove(str(partition))
+        except KeyError:
+            pass
+
+    def set_read_model_lag(self, lag: int) -> None:
+        self._read_model_lag.set(lag)
+
+    def runs_gauges(self, source: RunsSource) -> None:
+        """Compute `runstream_runs{status}` and `runstream_suspended_runs{reason}` at scrape
+        time from `source()`. Calling it again replaces the source."""
+        with self._lock:
+            if self._runs_collector is None:
+                self._runs_collector = _RunsCollector(source)
+                self.registry.register(self._runs_collector)
+            else:
+                self._runs_collector.source = source
+
+    # -- exposition ----------------------------------------------------------------------
+
+    def serve(self, port: int, addr: str = "127.0.0.1") -> int:
+        """Serve `/metrics` over HTTP on `addr:port` (port 0: any free port) from a daemon
+        thread; return the bound port. `close()` stops it."""
+        with self._lock:
+            if self._server is not None:
+                raise RuntimeError(
+                    f"metrics already served on port {self._server.server_port}")
+            server, thread = start_http_server(port, addr, registry=self.registry)
+            self._server, self._server_thread = server, thread
+            return int(server.server_port)
+
+    def close(self) -> None:
+        """Stop the HTTP server started by `serve()`, if any. Idempotent."""
+        with self._lock:
+            server, thread = self._server, self._server_thread
+            self._server = self._server_thread = None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if thread is not None:
+            thread.join(timeout=5)
+
+    def render(self) -> bytes:
+        """The registry in Prometheus' text format."""
+        return generate_latest(self.registry)
