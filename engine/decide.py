@@ -8,8 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from projections.state import ChildLink, InboxItem, JournalEntry, RunState, RunStatus
+from engine.journal import events as ev
+from projections.state import (
+    ChildLink,
+    InboxItem,
+    JournalEntry,
+    RunState,
+    RunStatus,
+    round_run_id,
+)
 from projections.transitions import WAIT_TIMEOUT
 
 FLOW_NOT_REGISTERED = "flow-not-registered"
@@ -52,10 +61,9 @@ def decide_create(
     flow = request.flow or ""
     payload = request.payload_json or "null"
     if run is not None and run.request_id != request.request_id:
-        if run.flow != flow:
-            return Reject("identity-conflict", "flow", run.flow, flow)
-        if run.payload_json != payload:
-            return Reject("identity-conflict", "payload", run.payload_json, payload)
+        conflict = identity_conflict(run, request, flow, payload)
+        if conflict is not None:
+            return conflict
         if run.admitted:
             return Duplicate(run.request_offset)
         # Same identity as a first request not yet admitted: it gets the first one's answer,
@@ -66,6 +74,33 @@ def decide_create(
     if run is not None and run.request_id != request.request_id:
         return Duplicate(run.request_offset)
     return Create()
+
+
+def identity_conflict(run: RunState, request: InboxItem, flow: str,
+                      payload: str) -> Reject | None:
+    """A create request naming an existing run must name the same run: flow, payload,
+    parent, lineage, round and capabilities."""
+    fields = (
+        ("flow", run.flow, flow),
+        ("payload", run.payload_json, payload),
+        ("parent", run.parent_run_id or "", request.parent_run_id or ""),
+        ("lineage", run.lineage_id, request.lineage_id or run.lineage_id),
+        ("round", str(run.round), str(request.round)),
+    )
+    for name, existing, requested in fields:
+        if existing != requested:
+            return Reject("identity-conflict", name, existing, requested)
+    # The run's ceiling is the request's narrowed by the flow: a request naming it again
+    # must allow at least that much.
+    if request.ceiling is not None and (
+            run.ceiling is None or not set(run.ceiling) <= set(request.ceiling)):
+        return Reject("identity-conflict", "capabilities", _caps(run.ceiling),
+                      _caps(request.ceiling))
+    return None
+
+
+def _caps(ceiling: tuple[str, ...] | None) -> str:
+    return "any" if ceiling is None else ",".join(ceiling) or "none"
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,9 +175,11 @@ class CancelNow:
     requested_by: str | None
 
 
-def decide_waiting(run: RunState, spawn: JournalEntry | None) -> Wake | CancelNow | None:
-    """What ends a suspended run's wait now, if anything. `spawn` is the journal entry of
-    the spawn a child wait is on (its outcome arrives there)."""
+def decide_waiting(run: RunState, spawn: JournalEntry | None
+                   ) -> Wake | CancelNow | Resolve | None:
+    """What ends a suspended run's wait now, if anything. `spawn` is the journal entry the
+    wait depends on: a child wait's spawn (its outcome arrives there), or a quarantine's
+    started step."""
     wait = run.wait
     if run.cancel_requested is not None:
         if wait is None or wait.kind == "quarantine":
@@ -151,7 +188,13 @@ def decide_waiting(run: RunState, spawn: JournalEntry | None) -> Wake | CancelNo
         by_parent = run.cancel_requested_by is not None and (
             run.cancel_requested_by == run.parent_run_id)
         return Wake("parent" if by_parent else "operator", None)
-    if wait is None or wait.kind == "quarantine":
+    if wait is not None and wait.kind == "quarantine":
+        # Only an operator's resolution (or a cancel) moves a quarantined run.
+        if run.resolution is None or wait.position is None or spawn is None:
+            return None
+        return Resolve(run.resolution, wait.position, spawn.name, spawn.attempts + 1,
+                       run.resolution_result_json)
+    if wait is None:
         return None
     if run.resume_requested and wait.kind in ("timer", "event"):
         if wait.kind == "timer":
@@ -198,3 +241,98 @@ def exit_policy(open_children: Iterable[ChildLink]) -> ExitPolicy:
     links = list(open_children)
     return ExitPolicy([c.run_id for c in links if not c.detached],
                       [c.run_id for c in links if c.detached])
+
+
+# -- handoff rounds and quarantine resolutions --------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NextRound:
+    next_run_id: str
+    round: int
+    flow: str
+    payload_json: str
+    max_rounds: int
+    ceiling: tuple[str, ...] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Exhausted:
+    rounds: int
+    budget: int
+
+
+@dataclass(frozen=True, slots=True)
+class Invalid:
+    reason: str
+
+
+def decide_handoff(run: RunState, flow: str, payload_json: str | None, error: str | None,
+                   target_ceiling: tuple[str, ...] | None) -> NextRound | Exhausted | Invalid:
+    """What a round's handoff becomes. `payload_json` is the payload as the target flow
+    accepts it (None with `error` when it refuses it, or when it is malformed); a target
+    flow the owner does not register is not invalid (a rolling deploy must not end
+    lineages): its payload is plain JSON and its next round waits for an owner that has it.
+    The round budget is the lineage's, fixed at its start; the ceiling only narrows."""
+    if run.max_rounds and run.round + 1 >= run.max_rounds:
+        return Exhausted(rounds=run.round + 1, budget=run.max_rounds)
+    if payload_json is None:
+        return Invalid(error or "the handoff is malformed")
+    if not flow or "/" in flow:
+        return Invalid(f"{flow!r} is not a flow name")
+    ceiling = run.ceiling
+    if target_ceiling is not None:
+        ceiling = tuple(sorted(set(target_ceiling) & set(ceiling))) if ceiling is not None \
+            else target_ceiling
+    return NextRound(next_run_id=round_run_id(run.lineage_id, run.round + 1),
+                     round=run.round + 1, flow=flow, payload_json=payload_json,
+                     max_rounds=run.max_rounds, ceiling=ceiling)
+
+
+@dataclass(frozen=True, slots=True)
+class Resolve:
+    """An operator's resolution of a quarantine: record the step's outcome (skip), or let
+    it run again (retry), then wake the run."""
+
+    resolution: str  # retry | skip
+    position: int
+    name: str
+    attempt: int
+    result_json: str | None
+
+
+def wait_entry_position(run: RunState) -> int | None:
+    """The journal position whose entry `decide_waiting` needs: a child wait's spawn, or a
+    quarantine's started step."""
+    wait = run.wait
+    if wait is None:
+        return None
+    if wait.kind == "child":
+        return wait.child_position
+    return wait.position if wait.kind == "quarantine" else None
+
+
+def resolution_records(resolve: Resolve) -> list[tuple[type[Any], dict[str, Any]]]:
+    """The step record a resolution journals before the wake: the given outcome (skip), or
+    a failed attempt that will be retried (retry)."""
+    if resolve.resolution == "skip":
+        return [(ev.StepCompleted, {"position": resolve.position, "name": resolve.name,
+                                    "kind": "step", "attempt": resolve.attempt,
+                                    "result_json": resolve.result_json or "null"})]
+    return [(ev.StepFailed, {"position": resolve.position, "name": resolve.name,
+                             "attempt": resolve.attempt, "error_type": "QuarantineResolved",
+                             "error_message": "an operator chose to retry the step",
+                             "will_retry": True, "retry_delay_ms": 0})]
+
+
+def creation_limits(run: RunState, flow: Any) -> dict[str, Any]:
+    """What run.created records of a run's limits: its ceiling (the request's, narrowed by
+    the flow's declared capabilities when the owner registers the flow) and its lineage's
+    round budget (the flow's, else what the request said)."""
+    capabilities = getattr(flow, "capabilities", None)
+    ceiling = run.ceiling
+    if capabilities is not None:
+        ceiling = tuple(sorted(set(capabilities) if ceiling is None
+                               else set(ceiling) & set(capabilities)))
+    budget = getattr(flow, "max_rounds", 0) or run.max_rounds
+    return {"ceiling": None if ceiling is None else list(ceiling), "max_rounds": budget}

@@ -173,3 +173,15 @@ class ResumeRefused(RunstreamError):
         super().__init__(f"run {run_id} cannot be resumed: {why}")
         self.run_id = run_id
         self.why = why
+
+
+class CapabilityRefused(RunstreamError):
+    """A step required a capability outside its run's ceiling, or a client's authority does
+    not cover a run's ceiling. Names what is missing."""
+
+    def __init__(self, message: str, *, capability: str = "", step: str = "",
+                 missing: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.capability = capability
+        self.step = step
+        self.missing = missing

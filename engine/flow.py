@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -51,10 +51,18 @@ NO_RETRY = RetryPolicy(max_attempts=1)
 class Flow(Generic[P, R]):
     """A flow definition; register its handler with `@flow.handler`."""
 
-    def __init__(self, name: str, *, payload: type[P] | Any = Any, result: type[R] | Any = Any):
+    def __init__(self, name: str, *, payload: type[P] | Any = Any, result: type[R] | Any = Any,
+                 max_rounds: int = 0, capabilities: Iterable[str] | None = None):
+        """`max_rounds`: how many rounds (handoffs + 1) its lineages may have in all (0:
+        unlimited). `capabilities`: what its steps may use (`ctx.step(..., requires=)`);
+        None: anything its creator's authority allows."""
         if not name or "/" in name:
             raise ValueError(f"flow name {name!r} must be non-empty and contain no '/'")
+        if max_rounds < 0:
+            raise ValueError(f"max_rounds must be 0 (unlimited) or more, not {max_rounds}")
         self.name = name
+        self.max_rounds = max_rounds
+        self.capabilities = None if capabilities is None else frozenset(capabilities)
         self._payload: TypeAdapter[P] = TypeAdapter(payload)
         self._result: TypeAdapter[R] = TypeAdapter(result)
         self._handler: Handler | None = None
@@ -115,3 +123,33 @@ def _one_line(exc: ValidationError) -> str:
 
 _ANY: TypeAdapter[Any] = TypeAdapter(Any)
 
+
+
+@dataclass(frozen=True, slots=True)
+class Handoff:
+    """Returned by a handler: end this round and continue the lineage as a new round of
+    `flow` (None: the same flow) with `payload` (continue-as-new). Its history starts empty,
+    its round budget, capability ceiling, parent and open children carry over."""
+
+    flow: Flow[Any, Any] | str | None = None
+    payload: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class HandedOff:
+    """The result of a round that handed off: the next round's run id and number."""
+
+    run_id: str
+    round: int
+
+
+def narrow(ceiling: Iterable[str] | None, capabilities: Iterable[str] | None
+           ) -> tuple[str, ...] | None:
+    """The intersection of two capability sets, None meaning unrestricted."""
+    if ceiling is None and capabilities is None:
+        return None
+    if ceiling is None:
+        return tuple(sorted(set(capabilities or ())))
+    if capabilities is None:
+        return tuple(sorted(set(ceiling)))
+    return tuple(sorted(set(ceiling) & set(capabilities)))

@@ -13,9 +13,9 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from engine.context import FlowContext, Quarantined, RunReleased, Suspend
-from engine.decide import exit_policy
-from engine.errors import Cancelled, PayloadInvalid, journal_text
-from engine.flow import Flow
+from engine.decide import Exhausted, Invalid, decide_handoff, exit_policy
+from engine.errors import Cancelled, CapabilityRefused, PayloadInvalid, journal_text
+from engine.flow import Flow, Handoff, dump_json, narrow
 from engine.journal import EncodeError, JournalRecord
 from engine.journal import events as ev
 from projections.state import ChildLink, JournalEntry, RunState, Wait
@@ -61,12 +61,19 @@ class HandlerRunner(ABC):
     def journal(self) -> tuple[JournalEntry, ...]:
         """The run's journal entries as projected when the activation starts."""
 
+    @abstractmethod
+    def flow_named(self, name: str) -> Flow[Any, Any] | None:
+        """The flow this owner registers under `name`, if any."""
+
     async def run_handler(self, flow: Flow[Any, Any]) -> None:
         run = self.run
         ctx = self._ctx = FlowContext(run=self.run_state(), journal=self.journal(), port=self)
         try:
             payload = flow.load_payload(run.payload_json)
             value = await flow.fn(ctx, payload)
+            if isinstance(value, Handoff):
+                await self._handoff(value)
+                return
             result_json = flow.dump_result(value)
         except (RunReleased, Suspend, Dropped):
             return
@@ -80,6 +87,12 @@ class HandlerRunner(ABC):
             return
         except PayloadInvalid as exc:
             await self._fail(exc, "PayloadInvalid")
+            return
+        except CapabilityRefused as exc:
+            self.send(ev.EvidenceRecorded, kind="capability-refused",
+                      message=journal_text(str(exc)),
+                      attributes={"capability": exc.capability, "step": exc.step})
+            await self._fail(exc)
             return
         except Exception as exc:
             await self._fail(ctx.nondeterminism or exc)
@@ -104,6 +117,38 @@ class HandlerRunner(ABC):
             body = {**body, "cascaded": policy.cancelled}
         self.send(cls, **body)
         await self.barrier()
+
+    async def _handoff(self, handoff: Handoff) -> None:
+        """End the round: hand off to the next one, or end the lineage when its budget is
+        used up or the handoff cannot be honoured."""
+        run = self.run_state()
+        given = handoff.flow if isinstance(handoff.flow, Flow) else None
+        name = given.name if given is not None else (handoff.flow or run.flow)
+        assert isinstance(name, str)
+        target = self.flow_named(name) or given
+        payload_json, error = None, None
+        try:
+            payload_json = (target.dump_payload(handoff.payload) if target is not None
+                            else dump_json(handoff.payload))
+        except PayloadInvalid as exc:
+            error = str(exc)
+        except Exception as exc:  # not JSON at all
+            error = f"the handoff's payload cannot be journaled: {type(exc).__name__}: {exc}"
+        ceiling = narrow(None, target.capabilities) if target is not None else None
+        decided = decide_handoff(run, name, payload_json, error, ceiling)
+        if isinstance(decided, Exhausted):
+            await self._exit(ev.LineageExhausted, {"rounds": decided.rounds,
+                                                   "budget": decided.budget})
+        elif isinstance(decided, Invalid):
+            await self._exit(ev.RoundInvalid, {"reason": journal_text(decided.reason)})
+        else:
+            self.settled = True
+            self.send(ev.RunHandedOff, next_run_id=decided.next_run_id, round=decided.round,
+                      payload_json=decided.payload_json, flow=decided.flow,
+                      max_rounds=decided.max_rounds,
+                      ceiling=None if decided.ceiling is None else list(decided.ceiling),
+                      trace_context=dict(run.trace_context))
+            await self.barrier()
 
     def _open_children(self) -> list[ChildLink]:
         """Children spawned and not settled: the projection's, plus spawns this activation
@@ -135,7 +180,8 @@ class HandlerRunner(ABC):
             attributes["error_type"] = type(quarantine.cause).__name__
         self.send(ev.EvidenceRecorded, kind="quarantine", message=journal_text(message),
                   attributes=attributes)
-        self.send(ev.RunSuspended, reason="quarantine", detail=journal_text(message))
+        self.send(ev.RunSuspended, reason="quarantine", position=quarantine.entry.position,
+                  detail=journal_text(message))
         await self.barrier()
 
 
@@ -153,4 +199,8 @@ def exit_reason(cls: type[JournalRecord], body: dict[str, Any]) -> str:
         return f"cancelled ({body.get('reason') or 'no reason given'})"
     if cls is ev.RunFailed:
         return f"failed ({body.get('error_type')})"
+    if cls is ev.LineageExhausted:
+        return "failed (LineageExhausted)"
+    if cls is ev.RoundInvalid:
+        return "failed (RoundInvalid)"
     return "completed"

@@ -339,7 +339,11 @@ def _spawn_answer(before: RunState | None,
     item = next((i for i in before.inbox if i.request_id == record.envelope.request_id), None)
     if item is None or item.parent_run_id is None:
         return ()
-    if isinstance(record, ev.RunCreateRejected):
+    if isinstance(record, ev.RunCreateRejected) and record.reason == "identity-conflict":
+        why = (f"run {before.run_id} already exists with {record.field} "
+               f"{record.existing_value!r}, not {record.requested_value!r}; a child's run id "
+               f"must be new")
+    elif isinstance(record, ev.RunCreateRejected):
         why = f"{record.reason}: {record.field} {record.requested_value!r}"
     elif record.duplicate and before.request_id != item.request_id:
         owner = (f"a child of {before.parent_run_id}" if before.parent_run_id

@@ -42,7 +42,7 @@ def apply_run_request(
     if isinstance(record, ev.RunCancelRequested):
         return _cancel(run, record)
     if isinstance(record, ev.RunResumeRequested):
-        return _resume(run)
+        return _resume(run, record)
     if isinstance(record, ev.RunWakeRequested):
         return _wake(run, record, previous)
     return None
@@ -66,14 +66,30 @@ def _cancel(run: RunState, record: ev.RunCancelRequested) -> RequestChange:
                                  cancel_requested_by=record.requested_by), Verdict.applied)
 
 
-def _resume(run: RunState) -> RequestChange:
-    """An operator wake ends a timer or event wait early; a child wait and a quarantine are
-    not resumable this way."""
+def _resume(run: RunState, record: ev.RunResumeRequested) -> RequestChange:
+    """An operator wake ends a timer or event wait early; a quarantine needs a resolution
+    naming its step's position and digest; a child wait is not resumable."""
     wait = run.wait
-    if run.status is not RunStatus.suspended or wait is None or wait.kind not in (
-            "timer", "event"):
+    if run.status is not RunStatus.suspended or wait is None:
+        return RequestChange(run, Verdict.refused)
+    if wait.kind == "quarantine":
+        if not resolves(run, record):
+            return RequestChange(run, Verdict.refused)
+        return RequestChange(replace(run, resolution=record.resolution,
+                                     resolution_result_json=record.result_json),
+                             Verdict.applied)
+    if wait.kind not in ("timer", "event") or record.resolution is not None:
         return RequestChange(run, Verdict.refused)
     return RequestChange(replace(run, resume_requested=True), Verdict.applied)
+
+
+def resolves(run: RunState, record: ev.RunResumeRequested) -> bool:
+    """Whether `record` is a well-formed resolution of the run's current quarantine."""
+    wait = run.wait
+    return (wait is not None and wait.kind == "quarantine"
+            and record.resolution in ("retry", "skip")
+            and record.position == wait.position and record.digest == wait.digest
+            and (record.resolution == "retry" or record.result_json is not None))
 
 
 def _wake(run: RunState, record: ev.RunWakeRequested,
@@ -109,6 +125,13 @@ def describe_refusal(run: RunState | None, record: ev.JournalRecord) -> str:
             return (f"the run waits for child run {wait.child_run_id}: a child wait ends when "
                     f"the child settles (cancel the child to end it)")
         if wait.kind == "quarantine":
-            return ("the run is quarantined: resolving a quarantine needs a resolution "
-                    "(retry or skip), which this version does not support yet")
+            if not isinstance(record, ev.RunResumeRequested) or record.resolution is None:
+                return (f"the run is quarantined at position {wait.position}: resume it with "
+                        f"a resolution (retry or skip), --position {wait.position} and "
+                        f"--digest {wait.digest}")
+            if record.position != wait.position or record.digest != wait.digest:
+                return (f"the resolution names position {record.position} digest "
+                        f"{record.digest}, but the run is quarantined at position "
+                        f"{wait.position} digest {wait.digest} (a stale resolution?)")
+            return "skip needs --result: the step's outcome to record"
     return "refused"

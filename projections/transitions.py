@@ -173,7 +173,8 @@ def _resumed(run: RunState, record: Any, epoch: int, previous: Any) -> Change | 
     run runnable (a cancel must reach its handler)."""
     assert isinstance(record, ev.RunResumed)
     wake: Changes = {"status": RunStatus.pending, "wait": None, "wake_reason": record.reason,
-                     "resume_requested": False}
+                     "resume_requested": False, "resolution": None,
+                     "resolution_result_json": None}
     position = record.position
     if position is None:
         # A wake with no wait entry to end: for a cancel (reason parent or operator: the

@@ -23,12 +23,16 @@ from engine.decide import (
     CancelNow,
     Create,
     Duplicate,
+    Resolve,
     Wake,
     cancel_on_pending,
+    creation_limits,
     decide_create,
     decide_waiting,
     exit_policy,
+    resolution_records,
     unanswered_creates,
+    wait_entry_position,
 )
 from engine.errors import (
     PayloadInvalid,
@@ -285,11 +289,10 @@ class TestEnvironment:
             self._answer_create(run, item.request_id, item.flow, item.payload_json)
             return
         if run.status is RunStatus.suspended:
-            spawn = None
-            wait = run.wait
-            if wait is not None and wait.kind == "child" and wait.child_position is not None:
-                spawn = self.projection.store.entry(run.run_id, wait.child_position)
-            action = decide_waiting(run, spawn)
+            position = wait_entry_position(run)
+            entry = None if position is None else self.projection.store.entry(
+                run.run_id, position)
+            action = decide_waiting(run, entry)
             if isinstance(action, Wake):
                 self.decide(run, ev.RunResumed, reason=action.reason, position=action.position,
                             name=action.name, signal_request_id=action.signal_request_id,
@@ -297,6 +300,11 @@ class TestEnvironment:
                             error_message=action.error_message, detail=f"woken: {action.reason}")
             elif isinstance(action, CancelNow):
                 self._cancel_now(run, action)
+            elif isinstance(action, Resolve):
+                for cls, body in resolution_records(action):
+                    self.decide(run, cls, **body)
+                self.decide(run, ev.RunResumed, reason="operator",
+                            detail=f"quarantine resolved: {action.resolution}")
         elif run.status is RunStatus.pending and run.admitted:
             cancel = cancel_on_pending(run)
             if cancel is not None:
@@ -315,7 +323,8 @@ class TestEnvironment:
             self.decide(run, ev.RunCreated, request_id=request_id, flow=run.flow,
                         payload_json=run.payload_json, request_offset=offset,
                         duplicate=isinstance(answer, Duplicate),
-                        parent_run_id=run.parent_run_id, round=run.round)
+                        parent_run_id=run.parent_run_id, round=run.round,
+                        **creation_limits(run, self.flows.get(run.flow)))
             return
         self.decide(run, ev.RunCreateRejected, request_id=request_id, reason=answer.reason,
                     field=answer.field, existing_value=answer.existing,

@@ -62,6 +62,9 @@ class TestExecution(HandlerRunner):
     def entry(self, position: int) -> JournalEntry | None:
         return self.env.projection.store.entry(self.run.run_id, position)
 
+    def flow_named(self, name: str) -> Flow[Any, Any] | None:
+        return self.env.flows.get(name)
+
     def journal(self) -> tuple[JournalEntry, ...]:
         return self.env.journal(self.run.run_id)
 

@@ -18,6 +18,7 @@ from engine.decide import (
     Create,
     Duplicate,
     Reject,
+    creation_limits,
     decide_create,
     flow_missing_message,
     needs_activation,
@@ -98,10 +99,12 @@ class Activator:
                                 requested_value=journal_text(refusal, 500))
             return
         try:
+            flow = self.worker.flows.get(run.flow)
             self.worker.enqueue(own, run, ev.RunCreated, request_id=item.request_id,
                                 flow=run.flow, payload_json=run.payload_json,
                                 request_offset=offset, duplicate=isinstance(answer, Duplicate),
-                                parent_run_id=run.parent_run_id, round=run.round)
+                                parent_run_id=run.parent_run_id, round=run.round,
+                                **creation_limits(run, flow))
         except EncodeError as exc:  # a request near the size limit: refuse it, stay alive
             self.worker.enqueue(own, run, ev.RunCreateRejected, request_id=item.request_id,
                                 reason="too-large", field="payload", existing_value="",

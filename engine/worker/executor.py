@@ -195,6 +195,9 @@ class RunExecution(HandlerRunner):
         finally:
             self._release_slot()
 
+    def flow_named(self, name: str) -> Flow[Any, Any] | None:
+        return self.worker.flows.get(name)
+
     def journal(self) -> tuple[JournalEntry, ...]:
         assert self.worker.store is not None
         return self.worker.store.entries(self.run.run_id)

@@ -11,7 +11,16 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from engine.decide import CancelNow, Wake, cancel_on_pending, decide_waiting, exit_policy
+from engine.decide import (
+    CancelNow,
+    Resolve,
+    Wake,
+    cancel_on_pending,
+    decide_waiting,
+    exit_policy,
+    resolution_records,
+    wait_entry_position,
+)
 from engine.errors import WorkerFatal
 from engine.journal import events as ev
 from engine.runner import exit_reason
@@ -56,12 +65,13 @@ class Reactions:
             return
         try:
             if run.status is RunStatus.suspended:
-                spawn = self._spawn_entry(run)
-                action = decide_waiting(run, spawn)
+                action = decide_waiting(run, self._wait_entry(run))
                 if isinstance(action, Wake):
                     self._wake(own, run, action)
                 elif isinstance(action, CancelNow):
                     self.cancel_now(own, run, action)
+                elif isinstance(action, Resolve):
+                    self._resolve(own, run, action)
             elif run.status is RunStatus.pending:
                 cancel = cancel_on_pending(run)
                 if cancel is not None:
@@ -73,12 +83,22 @@ class Reactions:
         except WorkerFatal:  # the source failed: its renewal claims again and re-decides
             pass
 
-    def _spawn_entry(self, run: RunState) -> JournalEntry | None:
-        wait = run.wait
-        if wait is None or wait.kind != "child" or wait.child_position is None:
-            return None
+    def _wait_entry(self, run: RunState) -> JournalEntry | None:
         assert self.worker.store is not None
-        return self.worker.store.entry(run.run_id, wait.child_position)
+        position = wait_entry_position(run)
+        return None if position is None else self.worker.store.entry(run.run_id, position)
+
+    def _resolve(self, own: Ownership, run: RunState, resolve: Resolve) -> None:
+        """An operator resolved the quarantine: the step's outcome (skip) or its next
+        attempt (retry) is journaled, then the run is woken to go on from there."""
+        key = f"resolve/{run.run_id}/{resolve.position}"
+        if key in own.decided:
+            return
+        own.decided.add(key)
+        for cls, body in resolution_records(resolve):
+            self.worker.enqueue(own, run, cls, **body)
+        self.worker.enqueue(own, run, ev.RunResumed, request_id=key, reason="operator",
+                            detail=f"quarantine resolved: {resolve.resolution}")
 
     def _wait_outcome(self, run: RunState, record: object) -> JournalEntry | None:
         position = getattr(record, "position", None)

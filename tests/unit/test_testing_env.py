@@ -240,7 +240,7 @@ async def test_a_child_id_that_exists_already_fails_the_second_parents_spawn() -
     async with TestEnvironment([*flows, twin], partitions=3) as env:
         assert await env.run(twin, None, run_id="a") == "shared"
         refused = await env.run(twin, None, run_id="b")
-        assert refused.startswith("SpawnRefused: run shared already exists (a child of a)")
+        assert refused.startswith("SpawnRefused: run shared already exists with parent 'a'")
         assert env.describe("b").children == ()
 
 
