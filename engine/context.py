@@ -11,24 +11,45 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import logging
+import time
 import typing
 import uuid as uuid_mod
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast, overload
 
 from pydantic import TypeAdapter
 
-from engine.errors import NonDeterminism, StepFailed, journal_text
+from engine.errors import CapabilityRefused, NonDeterminism, StepFailed, journal_text
 from engine.flow import NO_RETRY, RetryPolicy, dump_json
 from engine.journal import events as ev
+from engine.observability.tracing import step_span
 from engine.port import JournalPort, Quarantined, RunReleased, Suspend
 from engine.waits import ChildRun, WaitingCalls
 from projections.state import ChildLink, JournalEntry, RunState
+from projections.transitions import idempotency_key as idempotency_key_of
 
-__all__ = ["ChildRun", "FlowContext", "JournalPort", "Quarantined", "RunReleased", "Suspend"]
+__all__ = ["ChildRun", "FlowContext", "JournalPort", "Quarantined", "RunReleased", "Suspend",
+           "idempotency_key"]
+
+# The idempotency key of the step whose function runs now, per task (concurrent steps in
+# separate tasks each see their own).
+_STEP_KEY: ContextVar[str | None] = ContextVar("runstream_step_key", default=None)
+
+
+def idempotency_key() -> str:
+    """Inside a step function: the step's idempotency key, the same for every attempt
+    (derived from the run id and the step's journal position). Pass it to the external
+    system so that a retry, after a quarantine too, is recognised there."""
+    key = _STEP_KEY.get()
+    if key is None:
+        raise RuntimeError("engine.idempotency_key() is available only inside a step function")
+    return key
 
 T = TypeVar("T")
+log = logging.getLogger("runstream.context")
 
 
 class FlowContext(WaitingCalls):
@@ -40,6 +61,7 @@ class FlowContext(WaitingCalls):
         self.run_id = run.run_id
         self.flow = run.flow
         self._ancestors = run.ancestors
+        self._ceiling = run.ceiling
         self._entries = {entry.position: entry for entry in journal}
         self._port = port
         self._position = 0
@@ -56,13 +78,15 @@ class FlowContext(WaitingCalls):
     @overload
     async def step(
         self, name: str, fn: Callable[..., Awaitable[T]], *args: Any,
-        retry: RetryPolicy | None = None, irreversible: bool = False, **kwargs: Any,
+        retry: RetryPolicy | None = None, irreversible: bool = False,
+        requires: str | None = None, **kwargs: Any,
     ) -> T: ...
 
     @overload
     async def step(
         self, name: str, fn: Callable[..., T], *args: Any,
-        retry: RetryPolicy | None = None, irreversible: bool = False, **kwargs: Any,
+        retry: RetryPolicy | None = None, irreversible: bool = False,
+        requires: str | None = None, **kwargs: Any,
     ) -> T: ...
 
     async def step(
@@ -72,10 +96,17 @@ class FlowContext(WaitingCalls):
         *args: Any,
         retry: RetryPolicy | None = None,
         irreversible: bool = False,
+        requires: str | None = None,
         **kwargs: Any,
     ) -> Any:
-        """Run `fn(*args, **kwargs)` once, durably; on replay return its journaled result."""
+        """Run `fn(*args, **kwargs)` once, durably; on replay return its journaled result.
+
+        `requires`: a capability the step uses; the run fails (CapabilityRefused) when its
+        ceiling does not include it. Inside `fn`, `engine.idempotency_key()` is the same for
+        every attempt of this step: pass it to the external system."""
         position = self._next_position(name, "step")
+        if requires is not None:
+            self._check_capability(name, requires)
         adapter = _result_adapter(fn)
         entry = self._entries.get(position)
         if entry is not None and entry.status == "completed":
@@ -97,9 +128,7 @@ class FlowContext(WaitingCalls):
                 await self._port.send_confirmed(ev.StepStarted, position=position, name=name,
                                                 attempt=attempt, irreversible=True)
             try:
-                value = fn(*args, **kwargs)
-                if inspect.isawaitable(value):
-                    value = await value
+                value = await self._call(name, position, fn, args, kwargs)
             except Exception as exc:
                 if irreversible and not policy.proves_no_effect(exc):
                     started = JournalEntry(position=position, name=name, attempts=attempt - 1,
@@ -112,6 +141,62 @@ class FlowContext(WaitingCalls):
                             result_json=result_json, attempt=attempt)
             # Return what a replay would return, so first run and replay cannot differ.
             return cast(Any, adapter.validate_json(result_json))
+
+    async def _call(self, name: str, position: int, fn: Callable[..., Any],
+                    args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """One attempt of a step's function: in a span, with its idempotency key set, timed
+        for the metrics."""
+        token = _STEP_KEY.set(idempotency_key_of(self.run_id, position))
+        started = time.perf_counter()
+        ok = False
+        try:
+            with step_span(name, position):
+                value = fn(*args, **kwargs)
+                if inspect.isawaitable(value):
+                    value = await value
+            ok = True
+            return value
+        finally:
+            _STEP_KEY.reset(token)
+            self._observe(name, time.perf_counter() - started, ok)
+
+    def _observe(self, name: str, seconds: float, ok: bool) -> None:
+        try:
+            self._port.on_step(name, seconds, ok)
+        except Exception:  # metrics never change what a step did
+            log.warning("recording step %r of run %s failed", name, self.run_id, exc_info=True)
+
+    def _check_capability(self, name: str, capability: str) -> None:
+        if self._ceiling is not None and capability not in self._ceiling:
+            allowed = ", ".join(self._ceiling) or "nothing"
+            raise CapabilityRefused(
+                f"step {name!r} of run {self.run_id} requires capability {capability!r}, "
+                f"outside the run's ceiling ({allowed})", capability=capability, step=name)
+
+    def patched(self, change_id: str) -> bool:
+        """True for runs that reach this point under code that has the change, False for
+        runs journaled before it (their replay keeps the old branch). The marker takes a
+        position only in runs that take the new branch, so it never shifts the positions of
+        steps journaled before the change existed (Temporal's `workflow.patched`)."""
+        entry = self._entries.get(self._position)
+        if entry is not None:
+            if entry.kind == "patch" and entry.name == change_id:
+                self._position += 1
+                return True
+            return False
+        position = self._position
+        self._position += 1
+        self._port.ensure_active()
+        self._port.send(ev.StepCompleted, position=position, name=change_id, kind="patch",
+                        result_json="true", attempt=1)
+        return True
+
+    def deprecate_patch(self, change_id: str) -> None:
+        """The old branch of `change_id` is gone: runs that took the new one replay past its
+        marker; new runs write none."""
+        entry = self._entries.get(self._position)
+        if entry is not None and entry.kind == "patch" and entry.name == change_id:
+            self._position += 1
 
     async def _attempt_failed(
         self, position: int, name: str, attempt: int, policy: RetryPolicy, exc: Exception

@@ -59,6 +59,9 @@ class JournalPort(Protocol):
     def ensure_active(self) -> None:
         """Raise RunReleased if the worker no longer executes this run."""
 
+    def on_step(self, name: str, seconds: float, ok: bool) -> None:
+        """One attempt of a step's function took `seconds` (for metrics)."""
+
     def now_ms(self) -> int:
         """The current time (the wall clock, or a test environment's virtual clock)."""
 

@@ -61,6 +61,10 @@ class HandlerRunner(ABC):
     def journal(self) -> tuple[JournalEntry, ...]:
         """The run's journal entries as projected when the activation starts."""
 
+    def on_step(self, name: str, seconds: float, ok: bool) -> None:
+        """One attempt of a step's function ended (the worker counts it in its metrics)."""
+        return None
+
     @abstractmethod
     def flow_named(self, name: str) -> Flow[Any, Any] | None:
         """The flow this owner registers under `name`, if any."""

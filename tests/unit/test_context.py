@@ -38,6 +38,7 @@ class MemoryPort:
         self.unacked = 0  # records sent since the last barrier
         self.barriers: list[int] = []  # how many records each barrier covered
         self.clock_ms = 1_000_000
+        self.steps_timed: list[tuple[str, bool]] = []
         self._offset = 0
         self._fold(self.writer.claim(0))
         self._fold(create(RUN, "q1"))
@@ -70,6 +71,9 @@ class MemoryPort:
 
     def now_ms(self) -> int:
         return self.clock_ms
+
+    def on_step(self, name: str, seconds: float, ok: bool) -> None:
+        self.steps_timed.append((name, ok))
 
     def run_state(self) -> RunState:
         return self.projection.runs[RUN]
