@@ -18,6 +18,7 @@ from engine.errors import Cancelled, CapabilityRefused, PayloadInvalid, journal_
 from engine.flow import Flow, Handoff, dump_json, narrow
 from engine.journal import EncodeError, JournalRecord
 from engine.journal import events as ev
+from engine.observability.tracing import activation_span
 from projections.state import ChildLink, JournalEntry, RunState, Wait
 
 
@@ -70,8 +71,14 @@ class HandlerRunner(ABC):
         """The flow this owner registers under `name`, if any."""
 
     async def run_handler(self, flow: Flow[Any, Any]) -> None:
+        state = self.run_state()
+        with activation_span(state.run_id, state.flow, state.activations,
+                             dict(state.trace_context) or None):
+            await self._run_handler(flow, state)
+
+    async def _run_handler(self, flow: Flow[Any, Any], state: RunState) -> None:
         run = self.run
-        ctx = self._ctx = FlowContext(run=self.run_state(), journal=self.journal(), port=self)
+        ctx = self._ctx = FlowContext(run=state, journal=self.journal(), port=self)
         try:
             payload = flow.load_payload(run.payload_json)
             value = await flow.fn(ctx, payload)

@@ -22,8 +22,9 @@ from engine.errors import (
     SpawnRefused,
     WaitTimeout,
 )
-from engine.flow import Flow, dump_json
+from engine.flow import Flow, dump_json, narrow
 from engine.journal import events as ev
+from engine.observability.tracing import carrier
 from engine.port import JournalPort
 from projections.state import MAX_DEPTH, MAX_OPEN_CHILDREN, ChildLink, JournalEntry, Signal, Wait
 
@@ -36,6 +37,7 @@ class WaitingCalls:
 
     run_id: str
     _ancestors: tuple[str, ...]
+    _ceiling: tuple[str, ...] | None
     _entries: dict[int, JournalEntry]
     _port: JournalPort
     _spawns: int
@@ -138,9 +140,13 @@ class WaitingCalls:
         linked = not detach or self.cancel_delivered or (
             self._port.run_state().cancel_requested is not None)
         self._port.ensure_active()
+        caps = flow.capabilities if isinstance(flow, Flow) else None
+        ceiling = narrow(self._ceiling, caps)  # a child's ceiling is at most its parent's
         self._port.send(ev.ChildSpawned, child_run_id=child_id, child_lineage_id=child_id,
                         flow=name, position=position, payload_json=payload_json,
-                        parent_exit_policy="cancel" if linked else "detach")
+                        parent_exit_policy="cancel" if linked else "detach",
+                        ceiling=None if ceiling is None else list(ceiling),
+                        trace_context=carrier())
         self.spawned.append(ChildLink(run_id=child_id, lineage_id=child_id, position=position,
                                       detached=not linked))
         return ChildRun(self, child_id, position, loader)

@@ -224,6 +224,7 @@ def _child_spawned(run: RunState, record: Any, epoch: int, previous: Any) -> Cha
             "parent_run_id": run.run_id, "parent_lineage_id": run.lineage_id,
             "parent_exit_policy": record.parent_exit_policy,
             "ancestors": [*run.ancestors, run.run_id], "parent_position": record.position,
+            "ceiling": record.ceiling, "trace_context": record.trace_context,
         }))
     outbox: tuple[OutboxItem, ...] = (create,)
     if run.cancel_requested is not None:

@@ -447,7 +447,7 @@ def test_child_spawned_writes_the_spawn_links_the_child_and_requests_its_creatio
     assert json.loads(first.body_json) == {
         "flow": "child", "payload_json": '{"value": 1}', "parent_run_id": "p",
         "parent_lineage_id": "p", "parent_exit_policy": "cancel", "ancestors": ["p"],
-        "parent_position": 0}
+        "parent_position": 0, "ceiling": None, "trace_context": {}}
     assert second.request_id == "spawn/p/1"
     assert json.loads(second.body_json)["parent_exit_policy"] == "detach"
     # The same spawn decided again (a new decision at a position taken): nothing changes.
