@@ -18,8 +18,10 @@ from pydantic import BaseModel
 from engine.config import journal_topic, resolve_bootstrap, resolve_namespace
 from engine.errors import (
     CancelRefused,
+    CapabilityRefused,
     CreateRejected,
     IdentityConflict,
+    InvalidRunId,
     PayloadInvalid,
     ResultTimeout,
     ResumeRefused,
@@ -28,14 +30,22 @@ from engine.errors import (
     RunNotFound,
     SignalRefused,
 )
-from engine.flow import Flow, dump_json
+from engine.flow import Flow, HandedOff, dump_json, narrow
 from engine.journal import Envelope, JournalRecord, encode
 from engine.journal import events as ev
-from engine.reader import partition_for
+from engine.observability.tracing import carrier, create_span
+from engine.reader import run_partition
 from engine.readmodel import ReadModel, default_read_model_dir
 from engine.tail import JournalTail
 from projections.requests import describe_refusal
-from projections.state import JournalEntry, RunState, RunStatus, Verdict
+from projections.state import (
+    ROUND_SEPARATOR,
+    JournalEntry,
+    RunState,
+    RunStatus,
+    Verdict,
+    lineage_of,
+)
 from projections.store import HistoryEntry
 
 # A run's payload travels in its create request and again in the owner's run.created;
@@ -78,11 +88,16 @@ class Client:
         namespace: str | None = None,
         flows: Iterable[Flow[Any, Any]] = (),
         read_model_dir: str | Path | None = None,
+        authority: Iterable[str] | None = None,
     ) -> None:
+        """`authority`: the capabilities this client may create and act on runs with (None:
+        any). A guard against mistakes, not against an attacker, until the broker
+        authenticates principals: anyone who can write to the journal can write requests."""
         self.bootstrap = resolve_bootstrap(bootstrap_servers)
         self.namespace = resolve_namespace(namespace)
         self.topic = journal_topic(self.namespace)
         self.flows = {flow.name: flow for flow in flows}
+        self.authority = None if authority is None else frozenset(authority)
         self.read_model_dir = (Path(read_model_dir) if read_model_dir is not None
                                else default_read_model_dir(self.bootstrap, self.namespace))
         self._producer: AIOKafkaProducer | None = None
@@ -147,19 +162,52 @@ class Client:
                                  f"{MAX_PAYLOAD_CHARS} a journal record can carry; pass a "
                                  f"reference (a URL, an object-store key) instead")
         run_id = run_id or uuid.uuid4().hex
+        if ROUND_SEPARATOR in run_id:
+            raise InvalidRunId(f"run id {run_id!r} contains {ROUND_SEPARATOR!r}, which names "
+                               f"the rounds of a lineage (`<lineage>{ROUND_SEPARATOR}<n>`)")
+        known = self.flows.get(flow_name) if isinstance(flow, str) else flow
+        ceiling = self._ceiling_for(known)
         request_id = uuid.uuid4().hex
-        record = ev.RunCreateRequested(
-            envelope=Envelope(type=ev.RunCreateRequested.TYPE, run_id=run_id, lineage_id=run_id,
-                              request_id=request_id, timestamp_ms=int(time.time() * 1000)),
-            flow=flow_name,
-            payload_json=payload_json,
-        )
-        value, headers = encode(record)
-        meta = await self._producer.send_and_wait(
-            self.topic, value=value, key=run_id.encode(), headers=headers
-        )
+        with create_span(run_id, flow_name):
+            record = ev.RunCreateRequested(
+                envelope=Envelope(type=ev.RunCreateRequested.TYPE, run_id=run_id,
+                                  lineage_id=run_id, request_id=request_id,
+                                  timestamp_ms=int(time.time() * 1000)),
+                flow=flow_name, payload_json=payload_json,
+                ceiling=None if ceiling is None else list(ceiling),
+                max_rounds=known.max_rounds if known is not None else 0,
+                trace_context=carrier())
+            value, headers = encode(record)
+            headers = [*headers, *((k, v.encode()) for k, v in record.trace_context.items())]
+            meta = await self._producer.send_and_wait(
+                self.topic, value=value, key=run_id.encode(), headers=headers)
         return RunHandle(self, run_id=run_id, flow=flow_name, partition=meta.partition,
                          request_offset=meta.offset, request_id=request_id)
+
+    def _ceiling_for(self, flow: Flow[Any, Any] | None) -> tuple[str, ...] | None:
+        """A new run's ceiling: the flow's capabilities, which this client's authority must
+        cover; a flow the client does not know gets the authority itself."""
+        capabilities = flow.capabilities if flow is not None else None
+        if flow is not None and self.authority is not None and capabilities is not None:
+            missing = tuple(sorted(set(capabilities) - self.authority))
+            if missing:
+                raise CapabilityRefused(
+                    f"flow {flow.name!r} needs capabilities {', '.join(missing)}, outside this "
+                    f"client's authority", missing=missing)
+        return narrow(self.authority, capabilities)
+
+    def check_authority(self, run: RunState) -> None:
+        """Refuse to act on a run whose ceiling this client's authority does not cover."""
+        if self.authority is None:
+            return
+        if run.ceiling is None:
+            raise CapabilityRefused(
+                f"run {run.run_id} may use any capability; this client's authority is "
+                f"limited to {', '.join(sorted(self.authority)) or 'nothing'}")
+        missing = tuple(sorted(set(run.ceiling) - self.authority))
+        if missing:
+            raise CapabilityRefused(f"run {run.run_id} may use {', '.join(missing)}, outside "
+                                    f"this client's authority", missing=missing)
 
     async def signal(self, run_id: str, name: str, payload: Any = None, *,
                      request_id: str | None = None) -> int:
@@ -192,29 +240,40 @@ class Client:
             status = answer.run.status.value if answer.run is not None else "unknown"
             raise CancelRefused(f"run {run_id} has already ended ({status})")
 
-    async def resume(self, run_id: str) -> None:
-        """End a run's timer or signal wait now (an operator wake). Raises ResumeRefused (the
-        run is not waiting on a timer or a signal) or RunNotFound."""
+    async def resume(self, run_id: str, *, resolution: str | None = None,
+                     position: int | None = None, digest: str | None = None,
+                     result: Any = None) -> None:
+        """Wake a waiting run now: end its timer or signal wait (an operator wake), or, with
+        `resolution`, resolve its quarantine: "retry" runs the step again, "skip" records
+        `result` as the step's outcome. `position` and `digest` name the quarantined step
+        (`run status` shows them). Raises ResumeRefused or RunNotFound."""
+        if resolution not in (None, "retry", "skip"):
+            raise ResumeRefused(run_id, f"resolution must be retry or skip, not {resolution!r}")
         answer = await self._request(ev.RunResumeRequested(
             envelope=_envelope(ev.RunResumeRequested.TYPE, run_id), operator=_requester(),
-            action="wake"))
+            resolution=resolution, position=position, digest=digest,
+            result_json=dump_json(result) if resolution == "skip" else None))
         if answer.verdict is Verdict.refused:
             raise ResumeRefused(run_id, describe_refusal(answer.run, answer.record))
 
     async def _request(self, record: JournalRecord) -> _RequestAnswer:
-        """Produce a request to a run (keyed by its id, as create_run does), then read the
-        reducer's verdict on it from the read model caught up to include it. RunNotFound if
-        the run did not exist when the request reached it."""
+        """Produce a request to a run (keyed by its lineage, as create_run does), then read
+        the reducer's verdict on it from the read model caught up to include it. RunNotFound
+        if the run did not exist when the request reached it."""
         await self.start()
         assert self._producer is not None
         run_id = record.envelope.run_id
+        if self.authority is not None:
+            self.check_authority(await self.describe(run_id))
         value, headers = encode(record)
-        meta = await self._producer.send_and_wait(self.topic, value=value,
-                                                  key=run_id.encode(), headers=headers)
+        meta = await self._producer.send_and_wait(
+            self.topic, value=value, key=lineage_of(run_id).encode(), headers=headers)
         view = await (await self.read_model()).catch_up([meta.partition])
-        entry = _history_at(view.history(run_id), meta.partition, meta.offset)
+        target = view.addressed(run_id)  # a request naming a lineage reaches its last round
+        entry = (_history_at(view.history(run_id), meta.partition, meta.offset)
+                 or _history_at(view.history(target), meta.partition, meta.offset))
         answer = _RequestAnswer(record, meta.partition, meta.offset,
-                               entry.verdict if entry is not None else None, view.run(run_id))
+                               entry.verdict if entry is not None else None, view.run(target))
         if answer.run_missing:
             raise RunNotFound(run_id)
         return answer
@@ -229,9 +288,10 @@ class Client:
         return (await self.describe(run_id)).status
 
     async def describe(self, run_id: str) -> RunState:
-        """The run's projected state, from the read model caught up to now."""
+        """The run's projected state, from the read model caught up to now. A lineage's id
+        names its latest round; `<lineage>~<n>` names round n."""
         view = await (await self.read_model()).catch_up([await self.partition_of(run_id)])
-        run = view.run(run_id)
+        run = view.run(view.addressed(round_zero(run_id)))
         if run is None:
             raise RunNotFound(run_id)
         return run
@@ -256,7 +316,7 @@ class Client:
 
     async def partition_of(self, run_id: str) -> int:
         await self._tail.start()
-        return partition_for(run_id, self._tail.partitions)
+        return run_partition(run_id, self._tail.partitions)
 
     def _payload_json(self, flow: Flow[Any, Any] | str, payload: Any) -> tuple[str, str]:
         if isinstance(flow, str):
@@ -305,14 +365,31 @@ class RunHandle:
         self._from_offset = answer.request_offset
         return self._from_offset
 
-    async def result(self, timeout: float | None = None) -> Any:
-        """The run's result; raises RunFailed, RunCancelled, or the admission error."""
+    async def result(self, timeout: float | None = None, *, follow: bool = False) -> Any:
+        """The run's result; raises RunFailed, RunCancelled, or the admission error. A round
+        that handed off returns HandedOff naming the next round; with `follow=True`, the
+        lineage's last round's result instead."""
         try:
-            record = await asyncio.wait_for(self._settlement(), timeout)
+            return await asyncio.wait_for(self._result(follow), timeout)
         except TimeoutError:
             seen = self.client._tail.last_type.get(self.run_id, "nothing yet")
             raise ResultTimeout(self.run_id, timeout or 0, seen) from None
-        return self._outcome(record)
+
+    async def _result(self, follow: bool) -> Any:
+        if self.client.authority is not None:
+            self.client.check_authority(await self.client.describe(self.run_id))
+        handle: RunHandle = self
+        while True:
+            record = await handle._settlement()
+            if not isinstance(record, ev.RunHandedOff):
+                return handle._outcome(record)
+            if (await self.client.describe(handle.run_id)).status is RunStatus.cancelled:
+                raise RunCancelled(handle.run_id, "cancelled as it handed off")
+            if not follow:
+                return HandedOff(record.next_run_id, record.round)
+            handle = RunHandle(self.client, run_id=record.next_run_id, flow=None,
+                               partition=await handle._partition(), request_offset=0,
+                               request_id=None, _from_offset=handle._from_offset)
 
     async def _settlement(self) -> JournalRecord:
         from_offset = await self._admission()
@@ -325,6 +402,12 @@ class RunHandle:
             return flow.load_result(record.result_json) if flow else json.loads(record.result_json)
         if isinstance(record, ev.RunFailed):
             raise RunFailed(self.run_id, record.error_type, record.error_message)
+        if isinstance(record, ev.LineageExhausted):
+            raise RunFailed(self.run_id, "LineageExhausted",
+                            f"round {record.rounds} handed off again, past the lineage's "
+                            f"budget of {record.budget} rounds")
+        if isinstance(record, ev.RoundInvalid):
+            raise RunFailed(self.run_id, "RoundInvalid", record.reason)
         assert isinstance(record, ev.RunCancelled)
         raise RunCancelled(self.run_id, record.reason)
 
@@ -341,9 +424,14 @@ def _requester() -> str:
     return f"client@{socket.gethostname()}"
 
 
+def round_zero(run_id: str) -> str:
+    """`<lineage>~0` is the lineage's first round, whose run id is the lineage id."""
+    return lineage_of(run_id) if run_id.endswith(f"{ROUND_SEPARATOR}0") else run_id
+
+
 def _envelope(record_type: str, run_id: str, request_id: str | None = None) -> Envelope:
-    """A request's envelope; run ids are lineage ids (and Kafka keys), as in create_run."""
-    return Envelope(type=record_type, run_id=run_id, lineage_id=run_id,
+    """A request's envelope, keyed by the run's lineage as in create_run."""
+    return Envelope(type=record_type, run_id=run_id, lineage_id=lineage_of(run_id),
                     request_id=request_id or uuid.uuid4().hex,
                     timestamp_ms=int(time.time() * 1000))
 

@@ -185,3 +185,7 @@ class CapabilityRefused(RunstreamError):
         self.capability = capability
         self.step = step
         self.missing = missing
+
+
+class InvalidRunId(RunstreamError, ValueError):
+    """A run id the engine cannot use as given."""

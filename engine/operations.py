@@ -18,7 +18,7 @@ from engine.flow import Flow
 from engine.history import HistoryRow, PartitionRow, state_at
 from engine.history import partition_history as _partition_history
 from engine.history import run_history as _run_history
-from engine.reader import partition_for
+from engine.reader import run_partition
 from engine.readmodel import ReadModel, View
 from engine.worker import Worker
 from projections.rebuild import RebuildReport, rebuild_and_verify
@@ -189,7 +189,7 @@ async def _view_of(model: ReadModel, run_id: str) -> View:
     """Catch up the run's partition; a run not routed by its own id (a later round of a
     lineage) is looked for after catching up every partition. RunNotFound if the journal
     holds no record of it."""
-    view = await model.catch_up([partition_for(run_id, model.partitions)])
+    view = await model.catch_up([run_partition(run_id, model.partitions)])
     if not _known(view, run_id):
         view = await model.catch_up()
         if not _known(view, run_id):

@@ -13,6 +13,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.partitioner import murmur2
 
 from engine.errors import RunstreamError
+from projections.state import lineage_of
 
 
 class TopicMissing(RunstreamError):
@@ -21,6 +22,11 @@ class TopicMissing(RunstreamError):
             f"topic {topic!r} does not exist on {bootstrap}: create it with "
             f"`runstream topics create` (or check --namespace / RUNSTREAM_NAMESPACE)"
         )
+
+
+def run_partition(run_id: str, partitions: int) -> int:
+    """The partition of a run: its lineage's (every round of a lineage shares one)."""
+    return partition_for(lineage_of(run_id), partitions)
 
 
 def partition_for(key: str, partitions: int) -> int:

@@ -11,7 +11,7 @@ import heapq
 import itertools
 from collections.abc import Iterable, Iterator
 
-from engine.reader import partition_for
+from engine.reader import run_partition
 from projections.memory import MemoryStore
 from projections.state import JournalEntry, PartitionState, RunState, RunStatus
 from projections.store import HistoryEntry, ProjectionStore, RecordWrite
@@ -79,7 +79,7 @@ class View:
         return overlay
 
     def _overlay_of_run(self, run_id: str) -> OverlayStore | None:
-        return self._overlay_of(partition_for(run_id, self._partitions))
+        return self._overlay_of(run_partition(run_id, self._partitions))
 
     def partition(self, p: int) -> PartitionState:
         overlay = self._overlay_of(p)
@@ -88,6 +88,18 @@ class View:
     def run(self, run_id: str) -> RunState | None:
         overlay = self._overlay_of_run(run_id)
         return (overlay or self._base).run(run_id)
+
+    def latest_round(self, lineage_id: str) -> str | None:
+        overlay = self._overlay_of_run(lineage_id)
+        return (overlay or self._base).latest_round(lineage_id)
+
+    def addressed(self, run_id: str) -> str:
+        """The run a query or request naming `run_id` reaches: a lineage's id names its
+        latest round once it handed off; any other id names itself."""
+        run = self.run(run_id)
+        if run is None or run.handed_off_to is None or run_id != run.lineage_id:
+            return run_id
+        return self.latest_round(run_id) or run_id
 
     def entries(self, run_id: str) -> tuple[JournalEntry, ...]:
         """The run's journal entries in position order."""
@@ -123,7 +135,7 @@ class View:
 
     def _cursor(self, after: str) -> tuple[int, str]:
         run = self.run(after)
-        partition = run.partition if run is not None else partition_for(after, self._partitions)
+        partition = run.partition if run is not None else run_partition(after, self._partitions)
         return partition, after
 
     def _base_runs(self, status: RunStatus, cursor: tuple[int, str] | None

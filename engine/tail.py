@@ -32,7 +32,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("runstream.tail")
 
-TERMINAL_TYPES = frozenset({ev.RunCompleted.TYPE, ev.RunFailed.TYPE, ev.RunCancelled.TYPE})
+# What ends a round (a handoff too: its round is completed, the lineage goes on).
+TERMINAL_TYPES = frozenset({ev.RunCompleted.TYPE, ev.RunFailed.TYPE, ev.RunCancelled.TYPE,
+                            ev.RunHandedOff.TYPE, ev.LineageExhausted.TYPE,
+                            ev.RoundInvalid.TYPE})
 ADMISSION_TYPES = frozenset({ev.RunCreated.TYPE, ev.RunCreateRejected.TYPE})
 # Answers the tail keeps after passing them (admission and settlement of recent runs); an
 # evicted one is looked up in the read model instead.

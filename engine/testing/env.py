@@ -46,7 +46,7 @@ from engine.errors import (
 from engine.flow import Flow, dump_json
 from engine.journal import Envelope, JournalRecord
 from engine.journal import events as ev
-from engine.reader import partition_for
+from engine.reader import run_partition
 from engine.runner import exit_reason
 from engine.testing.execution import TestExecution
 from engine.worker.outbox import request_record
@@ -195,7 +195,7 @@ class TestEnvironment:
     # -- the log -----------------------------------------------------------------------------
 
     def partition_of(self, run_id: str) -> int:
-        return partition_for(run_id, self.partitions)
+        return run_partition(run_id, self.partitions)
 
     def decide(self, run: RunState, cls: type[JournalRecord], *,
                request_id: str | None = None, **body: Any) -> Verdict:
