@@ -12,15 +12,17 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from engine.client import Client, RunHandle
-    from engine.context import ChildRun, FlowContext
+    from engine.context import ChildRun, FlowContext, idempotency_key
     from engine.errors import (
         Cancelled,
         CancelRefused,
+        CapabilityRefused,
         ChildCancelled,
         ChildFailed,
         CreateRejected,
         FlowCycleDetected,
         IdentityConflict,
+        InvalidRunId,
         NonDeterminism,
         PayloadInvalid,
         ResultTimeout,
@@ -34,7 +36,7 @@ if TYPE_CHECKING:
         StepFailed,
         WaitTimeout,
     )
-    from engine.flow import Flow, RetryPolicy
+    from engine.flow import Flow, HandedOff, Handoff, RetryPolicy
     from engine.worker import Worker
     from projections.state import RunStatus
 
@@ -43,13 +45,16 @@ _EXPORTS = {
     "RunHandle": "engine.client",
     "ChildRun": "engine.context",
     "FlowContext": "engine.context",
+    "idempotency_key": "engine.context",
     "CancelRefused": "engine.errors",
     "Cancelled": "engine.errors",
+    "CapabilityRefused": "engine.errors",
     "ChildCancelled": "engine.errors",
     "ChildFailed": "engine.errors",
     "CreateRejected": "engine.errors",
     "FlowCycleDetected": "engine.errors",
     "IdentityConflict": "engine.errors",
+    "InvalidRunId": "engine.errors",
     "NonDeterminism": "engine.errors",
     "PayloadInvalid": "engine.errors",
     "ResultTimeout": "engine.errors",
@@ -63,6 +68,8 @@ _EXPORTS = {
     "StepFailed": "engine.errors",
     "WaitTimeout": "engine.errors",
     "Flow": "engine.flow",
+    "HandedOff": "engine.flow",
+    "Handoff": "engine.flow",
     "RetryPolicy": "engine.flow",
     "Worker": "engine.worker",
     "RunStatus": "projections.state",
@@ -71,6 +78,7 @@ _EXPORTS = {
 __all__ = [
     "CancelRefused",
     "Cancelled",
+    "CapabilityRefused",
     "ChildCancelled",
     "ChildFailed",
     "ChildRun",
@@ -79,7 +87,10 @@ __all__ = [
     "Flow",
     "FlowContext",
     "FlowCycleDetected",
+    "HandedOff",
+    "Handoff",
     "IdentityConflict",
+    "InvalidRunId",
     "NonDeterminism",
     "PayloadInvalid",
     "ResultTimeout",
@@ -96,6 +107,7 @@ __all__ = [
     "StepFailed",
     "WaitTimeout",
     "Worker",
+    "idempotency_key",
 ]
 
 

@@ -282,6 +282,15 @@ class ProjectionStore:
         for key, _ in self._scan(prefix):
             yield key[len(prefix):].decode()
 
+    def count_status(self, partition: int, status: RunStatus) -> int:
+        """Runs of `partition` with `status` (written ones: no flush, so any thread)."""
+        prefix = keys.status_prefix(status) + b"%05d/" % partition
+        return sum(1 for _ in self._scan_committed(prefix))
+
+    def count_waiting(self, partition: int, kind: str) -> int:
+        """Suspended runs of `partition` waiting for `kind` (written ones, any thread)."""
+        return sum(1 for _ in self._scan_committed(b"w/%05d/%s/" % (partition, kind.encode())))
+
     def outbox(self, partition: int) -> list[OutboxItem]:
         """Requests decisions of `partition` caused that no `partition.outbox-sent` has
         acknowledged yet."""

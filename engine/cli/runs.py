@@ -197,18 +197,20 @@ def list_runs(status: str | None, limit: int | None, after: str | None, as_json:
 @click.option("--drain-timeout", default=10.0, show_default=True,
               help="Seconds in-flight steps get to finish when partitions are revoked.")
 @click.option("--log-level", default="INFO", show_default=True)
+@click.option("--metrics-port", type=int, default=None,
+              help="Serve Prometheus metrics at http://127.0.0.1:PORT/metrics.")
 @bootstrap_option
 @namespace_option
 def worker(app: str, data_dir: Path, concurrency: int, name: str | None,
            session_timeout_ms: int, drain_timeout: float, log_level: str,
-           bootstrap: str | None, namespace: str | None) -> None:
+           metrics_port: int | None, bootstrap: str | None, namespace: str | None) -> None:
     """Run a worker of the namespace's consumer group."""
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     asyncio.run(operations.serve_worker(
         bootstrap=bootstrap, namespace=namespace, app=app, data_dir=data_dir,
         concurrency=concurrency, name=name, session_timeout_ms=session_timeout_ms,
-        drain_timeout=drain_timeout))
+        drain_timeout=drain_timeout, metrics_port=metrics_port))
 
 
 @click.group()

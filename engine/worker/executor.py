@@ -195,6 +195,9 @@ class RunExecution(HandlerRunner):
         finally:
             self._release_slot()
 
+    def on_step(self, name: str, seconds: float, ok: bool) -> None:
+        self.worker.metrics.step(self.run.flow, name, seconds, ok)
+
     def flow_named(self, name: str) -> Flow[Any, Any] | None:
         return self.worker.flows.get(name)
 

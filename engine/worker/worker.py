@@ -26,6 +26,7 @@ from engine.errors import WorkerFatal
 from engine.flow import Flow
 from engine.journal import JournalRecord
 from engine.journal import events as ev
+from engine.observability.metrics import WorkerMetrics
 from engine.reader import partition_count
 from engine.worker.activation import Activator
 from engine.worker.admission import Admission
@@ -33,6 +34,7 @@ from engine.worker.committer import Committer
 from engine.worker.confirmations import Confirmations
 from engine.worker.executor import RunExecution, decision
 from engine.worker.kafka import group_generation, make_consumer, make_producer
+from engine.worker.observe import WorkerObserver
 from engine.worker.outbox import OutboxSender
 from engine.worker.ownership import Ownership, OwnershipState
 from engine.worker.reactions import Reactions
@@ -69,6 +71,8 @@ class Worker:
         drain_timeout: float = 10.0,
         lease_ms: int = DEFAULT_LEASE_MS,
         sticky_cache: int | None = None,
+        metrics: WorkerMetrics | None = None,
+        metrics_port: int | None = None,
     ) -> None:
         self.flows = {flow.name: flow for flow in flows}
         self.bootstrap = resolve_bootstrap(bootstrap_servers)
@@ -89,6 +93,9 @@ class Worker:
         self.owned: dict[int, Ownership] = {}  # one per assigned partition
         self.executions: dict[str, RunExecution] = {}  # bounded by the owned runs
         self.confirmations = Confirmations()  # our decisions between sent and applied
+        self.metrics = metrics or WorkerMetrics()
+        self.metrics_port = metrics_port  # serve /metrics there when set (0: any port)
+        self.observer = WorkerObserver(self, self.metrics)
         # Runs whose record the broker refused (too large, corrupt): failed (or their create
         # rejected) when next decided, instead of re-executed into the same refusal. The
         # latest MAX_REFUSED.
@@ -120,6 +127,10 @@ class Worker:
             session_timeout_ms=self.session_timeout_ms, drain_timeout=self.drain_timeout)
         await self._consumer.start()
         self.partitions = await partition_count(self._consumer, self.topic, self.bootstrap)
+        if self.metrics_port is not None:
+            self.metrics_port = self.metrics.serve(self.metrics_port)
+            log.info("worker %s: metrics on http://127.0.0.1:%d/metrics", self.name,
+                     self.metrics_port)
         self._consumer.subscribe([self.topic], listener=_Rebalance(self))
         consume = asyncio.create_task(self._consume(), name="runstream-consume")
         consume.add_done_callback(self._on_loop_done)
@@ -181,6 +192,7 @@ class Worker:
         if self._committer is not None:
             await self._committer.close()
             log.info("worker %s: %s", self.name, self._committer.summary())
+        self.metrics.close()
         if self.store is not None:
             self.store.close()
             self.store = None
@@ -191,6 +203,10 @@ class Worker:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+    @property
+    def consumer(self) -> AIOKafkaConsumer | None:
+        return self._consumer
 
     @property
     def committer(self) -> Committer:
@@ -210,6 +226,7 @@ class Worker:
                         self._on_record(tp.partition, m.offset, m.value, m.headers,
                                         m.timestamp)
             self.outbox.flush()
+            self.observer.consumer_lag()
             if self.committer.failure is not None:
                 await self._renew_source()
             if self._fatal is not None:
@@ -223,11 +240,14 @@ class Worker:
         if outcome.redelivered:
             return
         if outcome.verdict is Verdict.dead_letter:
+            self.observer.applied(outcome, False)
             log.warning("partition %d offset %d does not decode, kept as dead letter: %s",
                         partition, offset, outcome.error)
             return
         record = outcome.record
         assert record is not None
+        ours = record.envelope.source_id == self.source_id
+        self.observer.applied(outcome, ours)
         own = self.owned.get(partition)
         drained = False
         if record.envelope.source_id == self.source_id:
@@ -258,6 +278,7 @@ class Worker:
         if own is None:
             return
         if record.envelope.request_id == own.claim_id:
+            self.metrics.claim(outcome.verdict.value)
             if outcome.verdict is Verdict.applied and self.committer.failure is None:
                 own.state = OwnershipState.ready
                 own.epoch = outcome.partition.epoch
@@ -425,6 +446,8 @@ class Worker:
 
     def _lose(self, own: Ownership, why: str) -> None:
         log.warning("partition %d lost: %s; stopping its runs", own.partition, why)
+        self.metrics.claim("lost")
+        self.metrics.forget_partition(own.partition)
         own.state = OwnershipState.lost
         self.confirmations.abandon({own.partition})
         self.sticky.evict_partitions({own.partition})
