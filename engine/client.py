@@ -291,7 +291,8 @@ class Client:
         """The run's projected state, from the read model caught up to now. A lineage's id
         names its latest round; `<lineage>~<n>` names round n."""
         view = await (await self.read_model()).catch_up([await self.partition_of(run_id)])
-        run = view.run(view.addressed(round_zero(run_id)))
+        exact = round_zero(run_id)  # `<lineage>~0` names round 0 itself
+        run = view.run(exact if exact != run_id else view.addressed(run_id))
         if run is None:
             raise RunNotFound(run_id)
         return run

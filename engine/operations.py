@@ -5,16 +5,19 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import shlex
 import signal
+from collections import Counter
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from engine.client import Client
-from engine.config import journal_topic, resolve_bootstrap, resolve_namespace
+from engine.client import Client, round_zero
+from engine.config import DEFAULT_NAMESPACE, journal_topic, resolve_bootstrap, resolve_namespace
 from engine.decide import FLOW_NOT_REGISTERED
 from engine.errors import RunNotFound, RunstreamError
-from engine.flow import Flow
+from engine.flow import Flow, HandedOff
 from engine.history import HistoryRow, PartitionRow, state_at
 from engine.history import partition_history as _partition_history
 from engine.history import run_history as _run_history
@@ -33,12 +36,16 @@ class InvalidInput(RunstreamError):
     pass
 
 
-def run_view(run: RunState) -> dict[str, Any]:
-    """What `run status --json` and `runs list --json` print for one run."""
+def run_view(run: RunState, *, namespace: str | None = None) -> dict[str, Any]:
+    """What `run status --json` and `runs list --json` print for one run. `namespace`: the
+    one the quarantine's resolve commands name (None or the default: they name none)."""
     view: dict[str, Any] = {
         "run_id": run.run_id,
         "flow": run.flow,
         "status": run.status.value,
+        "round": run.round,
+        "lineage": run.lineage_id,
+        "ceiling": ceiling_view(run.ceiling),
         "partition": run.partition,
         "admitted": run.admitted,
         "activations": run.activations,
@@ -52,6 +59,13 @@ def run_view(run: RunState) -> dict[str, Any]:
     }
     if run.cancel_requested is not None:
         view["cancel_requested_by"] = run.cancel_requested_by
+    if run.handed_off_to is not None:
+        view["handed_off_to"] = run.handed_off_to
+    if run.max_rounds:
+        view["max_rounds"] = run.max_rounds
+    quarantine = quarantine_view(run, namespace=namespace)
+    if quarantine is not None:
+        view["quarantine"] = quarantine
     if run.result_json is not None:
         view["result"] = json.loads(run.result_json)
     if run.error_type is not None:
@@ -60,6 +74,45 @@ def run_view(run: RunState) -> dict[str, Any]:
     if note:
         view["note"] = note
     return view
+
+
+def ceiling_view(ceiling: tuple[str, ...] | None) -> list[str] | str:
+    """A run's capability ceiling: its capabilities sorted, or "any" (unrestricted)."""
+    return "any" if ceiling is None else sorted(ceiling)
+
+
+def is_quarantined(run: RunState) -> bool:
+    return (run.status is RunStatus.suspended and run.wait is not None
+            and run.wait.kind == "quarantine")
+
+
+def quarantine_view(run: RunState, *, namespace: str | None = None) -> dict[str, Any] | None:
+    """A quarantined run's step (position, digest) and the commands that resolve it; None
+    for a run that is not quarantined."""
+    if not is_quarantined(run):
+        return None
+    assert run.wait is not None
+    retry, skip = resolve_commands(run.run_id, run.wait.position, run.wait.digest,
+                                   namespace=namespace)
+    return {"position": run.wait.position, "digest": run.wait.digest,
+            "retry": retry, "skip": skip}
+
+
+SKIP_RESULT_PLACEHOLDER = "<the step's result as JSON>"
+
+
+def resolve_commands(run_id: str, position: int | None, digest: str | None, *,
+                     namespace: str | None = None) -> tuple[str, str]:
+    """The `runstream run resume` commands that resolve a quarantine: retry, then skip (whose
+    --result is a placeholder for the step's outcome)."""
+    words = ["runstream", "run", "resume", run_id]
+    if namespace is not None and namespace != DEFAULT_NAMESPACE:
+        words += ["--namespace", namespace]
+    common = ["--position", str(position), "--digest", str(digest)]
+    retry = shlex.join([*words, "--resolution", "retry", *common])
+    skip = shlex.join([*words, "--resolution", "skip", *common,
+                       "--result", SKIP_RESULT_PLACEHOLDER])
+    return retry, skip
 
 
 def wait_view(wait: Wait) -> dict[str, Any]:
@@ -122,6 +175,140 @@ def _pending_note(run: RunState) -> str | None:
     return None
 
 
+# -- run status --why: why a run is where it is, from the read model ----------------------
+
+ACTIVATION_MODES = {
+    "new": "its first activation",
+    "claimed": "an owner took it up after the previous owner released it",
+    "stolen": ("an owner took it over from one that left it running without releasing it "
+               "(its session expired, it crashed or it was cut off)"),
+    "resumed": "an owner ran it again after its wait ended",
+}
+RELEASE_CAUSES = {
+    "shutdown": ("its worker shut down gracefully and released it; the next owner of its "
+                 "partition takes it up"),
+    "rebalance": ("the consumer group moved its partition to another worker, which takes "
+                  "it up"),
+    "fenced": "its worker found a newer owner of its partition and let it go",
+}
+VERDICTS = {
+    "fenced": ("written by an owner that no longer held the partition (a stale epoch, or "
+               "not the owner): they changed nothing, the current owner's records stand"),
+    "duplicate": ("already applied (a request id sent again, or a decision written again "
+                  "after a retry): applied once, the repeats changed nothing"),
+    "refused": ("requests the run could not take (it had ended, its signal buffer was full, "
+                "a resume while it was not waiting, a resolution naming another step or "
+                "digest): nothing was delivered and the sender got an error"),
+    "ignored": ("valid, but with nothing left to change (a decision after the run ended, a "
+                "second cancel request, a request past its inbox limit)"),
+    "rejected": "claims of an older consumer-group generation: they changed nothing",
+    "dead-letter": "bytes that did not decode: the reducer skipped them",
+}
+
+
+def why_report(run: RunState, rows: list[HistoryRow]) -> dict[str, Any]:
+    """Why the run is where it is, as JSON (`run status --why --json`): its status note, its
+    latest applied activation, its releases by cause, its evidence, its records that were not
+    applied (by verdict), a pending cancel or resolution, and the round it handed off to.
+    `rows`: the run's history (engine.history.run_history). Pure: no I/O."""
+    activations = [r for r in rows if r.type == "run.activated" and r.verdict == "applied"]
+    last = activations[-1] if activations else None
+    releases = [r for r in rows if r.type == "run.released" and r.verdict == "applied"]
+    by_cause = Counter(str(r.detail.get("cause", "unknown")) for r in releases)
+    verdicts: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        if row.verdict == "applied":
+            continue
+        entry = verdicts.setdefault(row.verdict, {
+            "count": 0, "types": {},
+            "explanation": VERDICTS.get(row.verdict, "not applied: it changed nothing")})
+        entry["count"] += 1
+        entry["types"][row.type] = entry["types"].get(row.type, 0) + 1
+    return {
+        "run_id": run.run_id,
+        "status": run.status.value,
+        "round": run.round,
+        "lineage": run.lineage_id,
+        "note": status_note(run),
+        "activations": run.activations,
+        "last_activation": None if last is None else {
+            "mode": last.detail.get("mode"),
+            "explanation": ACTIVATION_MODES.get(str(last.detail.get("mode")), "unknown mode"),
+            "evidence": last.detail.get("evidence"),
+            "offset": last.offset, "source": last.source, "epoch": last.epoch},
+        "wake_reason": run.wake_reason,
+        "releases": [{"cause": cause, "count": count,
+                      "explanation": RELEASE_CAUSES.get(cause, "released without settling")}
+                     for cause, count in by_cause.items()],
+        "released_cause": run.released_cause,
+        "evidence": _evidence_groups(run),
+        "verdicts": dict(sorted(verdicts.items())),
+        "cancel_pending": None if run.cancel_requested is None or run.status.is_terminal
+        else {"reason": run.cancel_requested, "requested_by": run.cancel_requested_by},
+        "resolution_pending": run.resolution if is_quarantined(run) else None,
+        "handed_off_to": None if run.handed_off_to is None
+        else {"run_id": run.handed_off_to, "round": run.round + 1},
+    }
+
+
+def _evidence_groups(run: RunState) -> list[dict[str, Any]]:
+    """The run's evidence, each (kind, message) once, in first-seen order, with its count
+    and latest offset."""
+    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    for item in run.evidence:
+        group = groups.setdefault((item.kind, item.message), {
+            "kind": item.kind, "message": item.message, "count": 0, "offset": item.offset})
+        group["count"] += 1
+        group["offset"] = item.offset
+    return list(groups.values())
+
+
+def why(run: RunState, rows: list[HistoryRow]) -> list[str]:
+    """Why the run is where it is, in lines (`run status --why`)."""
+    return why_lines(why_report(run, rows))
+
+
+def why_lines(report: dict[str, Any]) -> list[str]:
+    """why_report's JSON as lines of text."""
+    lines = [f"status: {report['status']} (round {report['round']} of lineage "
+             f"{report['lineage']})"]
+    if report["note"]:
+        lines.append(f"  {report['note']}")
+    last = report["last_activation"]
+    if last is None:
+        lines.append("activations: none yet: no owner has started it")
+    else:
+        evidence = f": {last['evidence']}" if last["evidence"] else ""
+        lines.append(f"activations: {report['activations']}; the latest was {last['mode']} "
+                     f"({last['explanation']}){evidence}")
+    if report["wake_reason"]:
+        lines.append(f"last woken by: {report['wake_reason']}")
+    for release in report["releases"]:
+        times = "once" if release["count"] == 1 else f"{release['count']} times"
+        lines.append(f"released {times} on {release['cause']}: {release['explanation']}")
+    for item in report["evidence"]:
+        times = f" (x{item['count']})" if item["count"] > 1 else ""
+        lines.append(f"evidence {item['kind']}{times}: {item['message']}")
+    for verdict, entry in report["verdicts"].items():
+        types = ", ".join(f"{kind} x{n}" if n > 1 else kind
+                          for kind, n in entry["types"].items())
+        plural = "record" if entry["count"] == 1 else "records"
+        lines.append(f"{entry['count']} {verdict} {plural} ({types}): {entry['explanation']}")
+    cancel = report["cancel_pending"]
+    if cancel is not None:
+        by = f" by {cancel['requested_by']}" if cancel["requested_by"] else ""
+        lines.append(f"cancel pending: {cancel['reason']!r} (requested{by}); the run stops "
+                     f"at its next durable call")
+    if report["resolution_pending"]:
+        lines.append(f"quarantine resolution pending: {report['resolution_pending']}; its "
+                     f"owner applies it next")
+    handed = report["handed_off_to"]
+    if handed is not None:
+        lines.append(f"handed off to round {handed['round']}: {handed['run_id']} "
+                     f"(`runstream run status {shlex.quote(handed['run_id'])} --why`)")
+    return lines
+
+
 async def create_run(
     *, bootstrap: str | None, namespace: str | None, flow: str, payload: Any,
     run_id: str | None, wait: bool, timeout: float,
@@ -159,12 +346,69 @@ async def cancel_run(
                 "cancel_requested_by": run.cancel_requested_by}
 
 
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """An operator's resolution of a quarantine, as `run resume` takes it."""
+
+    resolution: str  # retry | skip
+    position: int
+    digest: str
+    result: Any = None  # skip: the step's outcome
+
+
+def parse_resolution(resolution: str | None, position: int | None, digest: str | None,
+                     result_json: str | None) -> Resolution | None:
+    """`run resume`'s resolution options checked together: None for a plain wake (no
+    option given); InvalidInput for a missing, extra or malformed one."""
+    if resolution is None:
+        given = [name for name, value in (("--position", position), ("--digest", digest),
+                                          ("--result", result_json)) if value is not None]
+        if given:
+            raise InvalidInput(f"{', '.join(given)} only go with --resolution retry|skip "
+                               f"(resolving a quarantine)")
+        return None
+    if resolution not in ("retry", "skip"):
+        raise InvalidInput(f"--resolution must be retry or skip, not {resolution!r}")
+    missing = [name for name, value in (("--position", position), ("--digest", digest))
+               if value is None]
+    if missing:
+        raise InvalidInput(f"--resolution {resolution} needs {' and '.join(missing)}: the "
+                           f"quarantined step's (`runstream run status ID` shows them)")
+    assert position is not None and digest is not None
+    if resolution == "retry":
+        if result_json is not None:
+            raise InvalidInput("--result goes with --resolution skip only: retry runs the "
+                               "step again")
+        return Resolution("retry", position, digest)
+    if result_json is None:
+        raise InvalidInput("--resolution skip needs --result: the step's outcome as JSON, "
+                           "recorded as if the step had returned it")
+    try:
+        result = json.loads(result_json)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"--result is not valid JSON ({exc.msg} at column {exc.colno})"
+                           ) from None
+    return Resolution("skip", position, digest, result)
+
+
 async def resume_run(*, bootstrap: str | None, namespace: str | None, run_id: str,
+                     resolution: Resolution | None = None,
                      read_model_dir: Path | None = None) -> dict[str, Any]:
-    """End a run's timer or signal wait now (an operator wake)."""
+    """End a run's timer or signal wait now (an operator wake), or, with `resolution`,
+    resolve its quarantine."""
     async with _client(bootstrap, namespace, read_model_dir) as client:
-        await client.resume(run_id)
-        return {"run_id": run_id, "resume_requested": True}
+        if resolution is None:
+            await client.resume(run_id)
+            return {"run_id": run_id, "resume_requested": True}
+        await client.resume(run_id, resolution=resolution.resolution,
+                            position=resolution.position, digest=resolution.digest,
+                            result=resolution.result)
+    out: dict[str, Any] = {"run_id": run_id, "resume_requested": True,
+                           "resolution": resolution.resolution,
+                           "position": resolution.position, "digest": resolution.digest}
+    if resolution.resolution == "skip":
+        out["result"] = resolution.result
+    return out
 
 
 def _client(bootstrap: str | None, namespace: str | None,
@@ -197,22 +441,49 @@ async def _view_of(model: ReadModel, run_id: str) -> View:
     return view
 
 
+def _addressed(view: View, run_id: str) -> str:
+    """The run a query naming `run_id` is about: `<lineage>~0` is round 0 (the lineage id),
+    a lineage id names its latest round, any other id names itself (as Client.describe)."""
+    named = round_zero(run_id)
+    return named if named != run_id else view.addressed(run_id)
+
+
 async def run_status(
     *, bootstrap: str | None, namespace: str | None, run_id: str,
-    read_model_dir: Path | None = None,
+    read_model_dir: Path | None = None, why: bool = False,
 ) -> dict[str, Any]:
+    """The run's view (`run status --json`); with `why`, also its "why" (why_report)."""
     async with _read_model(bootstrap, namespace, read_model_dir) as model:
-        run = (await _view_of(model, run_id)).run(run_id)
+        view = await _view_of(model, round_zero(run_id))
+        target = _addressed(view, run_id)
+        run = view.run(target)
         if run is None:
             raise RunNotFound(run_id)
-        return run_view(run)
+        out = run_view(run, namespace=resolve_namespace(namespace))
+        if why:
+            out["why"] = why_report(run, _run_history(view, target))
+        return out
 
 
 async def run_result(
-    *, bootstrap: str | None, namespace: str | None, run_id: str, timeout: float
+    *, bootstrap: str | None, namespace: str | None, run_id: str, timeout: float,
+    follow: bool = False,
 ) -> Any:
+    """The run's result; a round that handed off gives HandedOff (see handed_off_view),
+    unless `follow`, which waits for the lineage's last round's result."""
     async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
-        return await client.get_handle(run_id).result(timeout=timeout)
+        return await client.get_handle(run_id).result(timeout=timeout, follow=follow)
+
+
+def handed_off_view(handed: HandedOff) -> dict[str, Any]:
+    """What `run result` prints for a round that handed off: the next round's id and number."""
+    return {"handed_off_to": handed.run_id, "round": handed.round}
+
+
+def handed_off_line(run_id: str, handed: HandedOff) -> str:
+    return (f"run {run_id} handed off to round {handed.round} ({handed.run_id}); "
+            f"`runstream run result {shlex.quote(run_id)} --follow` waits for the lineage's "
+            f"last round")
 
 
 async def list_runs(

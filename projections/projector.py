@@ -44,6 +44,7 @@ class Outcome:
     entry: JournalEntry | None = None
     redelivered: bool = False  # applied before: nothing was done
     outbox: tuple[OutboxItem, ...] = ()  # requests to other runs this record caused
+    next_round: RunState | None = None  # a handoff's next round, created by this record
 
 
 class Projector:
@@ -131,7 +132,8 @@ class Projector:
         if applied.next_round is not None:
             self._remember(applied.next_round.run_id, applied.next_round)
         return Outcome(applied.partition, offset, record, before, applied.run, applied.verdict,
-                       entry=applied.entry, outbox=applied.outbox)
+                       entry=applied.entry, outbox=applied.outbox,
+                       next_round=applied.next_round)
 
     def _latest_round(self, run: RunState, record: JournalRecord) -> tuple[str, RunState]:
         names_lineage = record.envelope.run_id == run.lineage_id

@@ -20,6 +20,7 @@ from engine.cli.options import (
     query_dir,
 )
 from engine.cli.options import print_json as _print_json
+from engine.flow import HandedOff
 from engine.history import format_history
 from projections.state import RunStatus
 
@@ -57,20 +58,48 @@ def _parse_payload(payload: str) -> Any:
 @run.command("status")
 @click.argument("run_id")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--why", is_flag=True,
+              help="Also say why the run is where it is: activations, releases, evidence, "
+              "records that were not applied.")
 @bootstrap_option
 @namespace_option
 @cache_dir_option
-def status(run_id: str, as_json: bool, bootstrap: str | None, namespace: str | None,
-           cache_dir: Path | None) -> None:
-    """Show a run's status."""
+def status(run_id: str, as_json: bool, why: bool, bootstrap: str | None,
+           namespace: str | None, cache_dir: Path | None) -> None:
+    """Show a run's status. A lineage's id names its latest round; `ID~N` names round N."""
     view = asyncio.run(operations.run_status(
         bootstrap=bootstrap, namespace=namespace, run_id=run_id,
-        read_model_dir=query_dir(cache_dir, bootstrap, namespace)))
+        read_model_dir=query_dir(cache_dir, bootstrap, namespace), why=why))
     if as_json:
         _print_json(view)
         return
     click.echo(f"{view['run_id']}  {view['flow']}  {view['status']}")
+    _echo_round(view)
     _echo_outcome(view)
+    _echo_quarantine(view)
+    if why:
+        click.echo("why:")
+        for line in operations.why_lines(view["why"]):
+            click.echo(f"  {line}")
+
+
+def _echo_round(view: dict[str, Any]) -> None:
+    handed = f"  handed off to {view['handed_off_to']}" if "handed_off_to" in view else ""
+    budget = f"  max_rounds: {view['max_rounds']}" if "max_rounds" in view else ""
+    ceiling = view["ceiling"]
+    capabilities = ceiling if isinstance(ceiling, str) else ", ".join(ceiling) or "none"
+    click.echo(f"  round: {view['round']}  lineage: {view['lineage']}{handed}{budget}  "
+               f"ceiling: {capabilities}")
+
+
+def _echo_quarantine(view: dict[str, Any]) -> None:
+    quarantine = view.get("quarantine")
+    if quarantine is None:
+        return
+    click.echo(f"  quarantined at position {quarantine['position']}, digest "
+               f"{quarantine['digest']}; check the step's effect, then either")
+    click.echo(f"    run it again:    {quarantine['retry']}")
+    click.echo(f"    record its result: {quarantine['skip']}")
 
 
 def _echo_outcome(view: dict[str, Any]) -> None:
@@ -81,13 +110,26 @@ def _echo_outcome(view: dict[str, Any]) -> None:
 
 @run.command("result")
 @click.argument("run_id")
+@click.option("--follow", is_flag=True,
+              help="Follow the lineage's handoffs: wait for its last round's result.")
 @click.option("--timeout", default=60.0, show_default=True)
 @bootstrap_option
 @namespace_option
-def result(run_id: str, timeout: float, bootstrap: str | None, namespace: str | None) -> None:
-    """Wait for a run's result and print it as JSON."""
-    _print_json(asyncio.run(operations.run_result(
-        bootstrap=bootstrap, namespace=namespace, run_id=run_id, timeout=timeout)))
+def result(run_id: str, follow: bool, timeout: float, bootstrap: str | None,
+           namespace: str | None) -> None:
+    """Wait for a run's result and print it as JSON.
+
+    A round that handed off prints {"handed_off_to": NEXT_RUN_ID, "round": N}, and a line
+    naming the next round on stderr; --follow waits for the lineage's last round instead.
+    """
+    out = asyncio.run(operations.run_result(
+        bootstrap=bootstrap, namespace=namespace, run_id=run_id, timeout=timeout,
+        follow=follow))
+    if isinstance(out, HandedOff):
+        _print_json(operations.handed_off_view(out))
+        click.echo(operations.handed_off_line(run_id, out), err=True)
+        return
+    _print_json(out)
 
 
 @run.command("signal")
@@ -140,23 +182,42 @@ def cancel(run_id: str, reason: str, as_json: bool, bootstrap: str | None,
 
 @run.command("resume")
 @click.argument("run_id")
+@click.option("--resolution", type=click.Choice(["retry", "skip"]), default=None,
+              help="Resolve a quarantine: retry runs the step again, skip records --result "
+              "as its outcome.")
+@click.option("--position", type=int, default=None,
+              help="The quarantined step's position (`run status` shows it).")
+@click.option("--digest", default=None,
+              help="The quarantined step's digest (`run status` shows it).")
+@click.option("--result", "result_json", default=None,
+              help="With --resolution skip: the step's outcome as JSON.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @bootstrap_option
 @namespace_option
 @cache_dir_option
-def resume(run_id: str, as_json: bool, bootstrap: str | None, namespace: str | None,
-           cache_dir: Path | None) -> None:
-    """End a run's sleep or signal wait now.
+def resume(run_id: str, resolution: str | None, position: int | None, digest: str | None,
+           result_json: str | None, as_json: bool, bootstrap: str | None,
+           namespace: str | None, cache_dir: Path | None) -> None:
+    """End a run's sleep or signal wait now, or resolve its quarantine.
 
-    A sleep returns; a signal wait raises WaitTimeout in the flow.
+    A sleep returns; a signal wait raises WaitTimeout in the flow. A quarantined run needs
+    --resolution retry|skip with the step's --position and --digest (skip: and --result).
     """
+    resolve = operations.parse_resolution(resolution, position, digest, result_json)
     out = asyncio.run(operations.resume_run(
-        bootstrap=bootstrap, namespace=namespace, run_id=run_id,
+        bootstrap=bootstrap, namespace=namespace, run_id=run_id, resolution=resolve,
         read_model_dir=query_dir(cache_dir, bootstrap, namespace)))
     if as_json:
         _print_json(out)
         return
-    click.echo(f"resume requested for run {run_id}")
+    if resolve is None:
+        click.echo(f"resume requested for run {run_id}")
+    elif resolve.resolution == "retry":
+        click.echo(f"quarantine of run {run_id} resolved: the step at position "
+                   f"{resolve.position} runs again")
+    else:
+        click.echo(f"quarantine of run {run_id} resolved: the step at position "
+                   f"{resolve.position} is recorded as returning {json.dumps(resolve.result)}")
 
 
 @click.group()

@@ -249,6 +249,8 @@ class TestEnvironment:
                                      request_ids=[item.request_id for item in outcome.outbox])
         if outcome.run is not None:
             self._react(outcome.run, record)
+        if outcome.next_round is not None:
+            self._react(outcome.next_round, record)
         return outcome.verdict
 
     def _partition_decision(self, number: int, cls: type[JournalRecord], **body: Any) -> None:

@@ -43,6 +43,8 @@ class Reactions:
         record, run = outcome.record, outcome.run
         if outcome.outbox:
             self.worker.outbox.add(own, outcome.outbox)
+        if outcome.next_round is not None:
+            self.react(own, outcome.next_round)  # a handoff's next round starts here
         if isinstance(record, ev.TimerFired | ev.RunSuspended):
             self.worker.timers.applied(record.envelope.run_id)
             if isinstance(record, ev.RunSuspended) and record.wake_at_ms is not None:
