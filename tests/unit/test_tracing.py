@@ -31,7 +31,7 @@ class Suspend(BaseException):
 
 
 @pytest.fixture(scope="module")
-def _exporter() -> InMemorySpanExporter:
+def _exporter() -> Iterator[InMemorySpanExporter]:
     # The API accepts a global TracerProvider once per process: reuse an SDK one if some
     # other test already set it, else set ours.
     provider = trace.get_tracer_provider()
@@ -41,7 +41,8 @@ def _exporter() -> InMemorySpanExporter:
     assert trace.get_tracer_provider() is provider
     exporter = InMemorySpanExporter()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return exporter
+    yield exporter
+    exporter.shutdown()  # the provider stays for the session: keep no more spans here
 
 
 @pytest.fixture
