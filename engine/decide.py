@@ -111,24 +111,30 @@ class Activation:
     previous_epoch: int | None
 
 
-def plan_activation(run: RunState, owner_names: Callable[[str], str]) -> Activation:
-    """Why this owner activates `run` now, as evidence an operator can read."""
+def plan_activation(run: RunState, owner_names: Callable[[str], str],
+                    now_ms: int | None = None) -> Activation:
+    """Why this owner activates `run` now, as evidence an operator can read. `now_ms` (the
+    caller's clock) says how long a run taken over had been silent."""
     previous, epoch = run.owner_source, run.owner_epoch
     if run.activations == 0:
         return Activation("new", "first activation", None, None)
     who = f"{owner_names(previous)} (epoch {epoch})" if previous else "an earlier owner"
     if run.status is RunStatus.running:
+        silent = ("" if now_ms is None else
+                  f", silent for {max(0, now_ms - run.updated_at_ms) / 1000:.1f}s")
         return Activation(
             "stolen",
-            f"{who} left the run running without releasing it: its session expired, "
-            f"it crashed or it was cut off; taking it over",
+            f"takeover after a session expiry: {who} left the run running without "
+            f"releasing it{silent} (its session expired, it crashed or it was cut off)",
             previous,
             epoch,
         )
     if run.released_cause:
+        why = {"shutdown": "on shutdown", "rebalance": "on revocation (a rebalance)"}.get(
+            run.released_cause, f"({run.released_cause})")
         return Activation(
-            "claimed", f"{who} released the run ({run.released_cause})", previous, epoch
-        )
+            "claimed", f"takeover after a release: {who} released the run {why}",
+            previous, epoch)
     woken = f" (woken by {run.wake_reason})" if run.wake_reason else ""
     return Activation("resumed",
                       f"resumed after {run.suspended_reason or 'suspension'}{woken}",

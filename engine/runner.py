@@ -8,6 +8,7 @@ suspension and quarantine.
 
 from __future__ import annotations
 
+import logging
 import traceback
 from abc import ABC, abstractmethod
 from typing import Any
@@ -20,6 +21,8 @@ from engine.journal import EncodeError, JournalRecord
 from engine.journal import events as ev
 from engine.observability.tracing import activation_span
 from projections.state import ChildLink, JournalEntry, RunState, Wait
+
+log = logging.getLogger("runstream.runner")
 
 
 class Dropped(BaseException):
@@ -100,9 +103,8 @@ class HandlerRunner(ABC):
             await self._fail(exc, "PayloadInvalid")
             return
         except CapabilityRefused as exc:
-            self.send(ev.EvidenceRecorded, kind="capability-refused",
-                      message=journal_text(str(exc)),
-                      attributes={"capability": exc.capability, "step": exc.step})
+            self._evidence("capability-refused", str(exc),
+                           {"capability": exc.capability, "step": exc.step})
             await self._fail(exc)
             return
         except Exception as exc:
@@ -161,6 +163,15 @@ class HandlerRunner(ABC):
                       trace_context=dict(run.trace_context))
             await self.barrier()
 
+    def _evidence(self, kind: str, message: str, attributes: dict[str, str]) -> None:
+        """Journal evidence for an operator; evidence that cannot be written (an encoding
+        problem, a record over the size limit) never changes what happens to the run."""
+        try:
+            self.send(ev.EvidenceRecorded, kind=kind, message=journal_text(message),
+                      attributes=attributes)
+        except EncodeError as exc:
+            log.warning("run %s: evidence %s not journaled: %s", self.run.run_id, kind, exc)
+
     def _open_children(self) -> list[ChildLink]:
         """Children spawned and not settled: the projection's, plus spawns this activation
         sent that the projection has not applied yet (their spawn entries are missing)."""
@@ -189,8 +200,7 @@ class HandlerRunner(ABC):
         attributes = {"step": quarantine.entry.name, "position": str(quarantine.entry.position)}
         if quarantine.cause is not None:
             attributes["error_type"] = type(quarantine.cause).__name__
-        self.send(ev.EvidenceRecorded, kind="quarantine", message=journal_text(message),
-                  attributes=attributes)
+        self._evidence("quarantine", message, attributes)
         self.send(ev.RunSuspended, reason="quarantine", position=quarantine.entry.position,
                   detail=journal_text(message))
         await self.barrier()

@@ -43,7 +43,7 @@ from engine.errors import (
     RunstreamError,
     SignalRefused,
 )
-from engine.flow import Flow, dump_json
+from engine.flow import Flow, HandedOff, dump_json
 from engine.journal import Envelope, JournalRecord
 from engine.journal import events as ev
 from engine.reader import run_partition
@@ -109,10 +109,15 @@ class TestEnvironment:
         """Create a run and return its result (raises RunFailed, RunCancelled)."""
         return await self.result(await self.start(flow, payload, run_id=run_id))
 
-    async def result(self, run_id: str) -> Any:
-        """Drive the environment (skipping time) until the run settles; its result."""
+    async def result(self, run_id: str, *, follow: bool = False) -> Any:
+        """Drive the environment (skipping time) until the run settles; its result. A round
+        that handed off gives HandedOff, or with `follow`, its lineage's last result."""
         await self._drive(lambda: self._settled(run_id))
         run = self.describe(run_id)
+        if run.handed_off_to is not None:
+            if follow:
+                return await self.result(run.handed_off_to, follow=True)
+            return HandedOff(run.handed_off_to, run.round + 1)
         if run.status is RunStatus.completed:
             flow = self.flows.get(run.flow)
             text = run.result_json or "null"
@@ -136,13 +141,21 @@ class TestEnvironment:
         self.describe(run_id)
         self._request(ev.RunCancelRequested, run_id, reason=reason, requested_by="test")
 
-    async def resume(self, run_id: str) -> None:
-        """An operator wake: ends a sleep early, or a wait_for with WaitTimeout."""
+    async def resume(self, run_id: str, *, resolution: str | None = None,
+                     position: int | None = None, digest: str | None = None,
+                     result: Any = None) -> None:
+        """An operator wake (ends a sleep early, or a wait_for with WaitTimeout), or with
+        `resolution` (retry | skip, naming the step's position and digest) the resolution
+        of a quarantine."""
         run = self.describe(run_id)
-        verdict = self._request(ev.RunResumeRequested, run_id, operator="test", action="wake")
+        verdict = self._request(
+            ev.RunResumeRequested, run_id, operator="test", resolution=resolution,
+            position=position, digest=digest,
+            result_json=dump_json(result) if resolution == "skip" else None)
         if verdict == Verdict.refused:
             record = ev.RunResumeRequested(
-                envelope=_envelope(ev.RunResumeRequested, run_id, None, 0), operator="test")
+                envelope=_envelope(ev.RunResumeRequested, run_id, None, 0), operator="test",
+                resolution=resolution, position=position, digest=digest)
             raise ResumeRefused(run_id, describe_refusal(run, record))
 
     async def sleep(self, duration: float | timedelta) -> None:

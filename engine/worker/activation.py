@@ -30,7 +30,7 @@ from engine.flow import Flow
 from engine.journal import EncodeError
 from engine.journal import events as ev
 from engine.worker.committer import BLAME_AT_BYTES
-from engine.worker.executor import RunExecution
+from engine.worker.executor import RunExecution, now_ms
 from engine.worker.ownership import Ownership
 from projections.state import InboxItem, RunState, RunStatus
 from projections.store import ProjectionStore
@@ -149,7 +149,8 @@ class Activator:
         if flow is None:
             self._flow_missing(own, run)
             return
-        execution = RunExecution(self.worker, own, run, plan_activation(run, self.owner_name))
+        plan = plan_activation(run, self.owner_name, now_ms())
+        execution = RunExecution(self.worker, own, run, plan)
         if len(executions) < self.worker.concurrency:
             # A slot will be free for it (the executions started so far hold or wait for
             # fewer than all of them): activate in this turn of the loop, so that the

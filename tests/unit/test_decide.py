@@ -185,8 +185,9 @@ def test_stolen_from_an_unnamed_owner_still_explains_itself() -> None:
     run = RunState(run_id="r1", lineage_id="r1", partition=0, flow="f", payload_json="{}",
                    status=RunStatus.running, admitted=True, request_id="q1", request_offset=1,
                    created_at_ms=0, updated_at_ms=0, activations=2)
-    plan = plan_activation(run, NAMES.__getitem__)
-    assert plan.mode == "stolen" and plan.evidence.startswith("an earlier owner")
+    plan = plan_activation(run, NAMES.__getitem__, now_ms=12_500)
+    assert plan.mode == "stolen" and "an earlier owner left the run" in plan.evidence
+    assert "silent for 12.5s" in plan.evidence
     assert (plan.previous_owner, plan.previous_epoch) == (None, None)
 
 
@@ -200,7 +201,8 @@ def test_released_run_is_claimed_with_the_release_cause() -> None:
     assert run.status is RunStatus.pending and run.released_cause == "rebalance"
     plan = plan_activation(run, NAMES.__getitem__)
     assert plan.mode == "claimed"
-    assert plan.evidence == "worker-a (epoch 1) released the run (rebalance)"
+    assert plan.evidence == ("takeover after a release: worker-a (epoch 1) released the run "
+                             "on revocation (a rebalance)")
     assert (plan.previous_owner, plan.previous_epoch) == ("src-a", 1)
 
 

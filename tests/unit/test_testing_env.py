@@ -291,3 +291,42 @@ async def test_a_quarantined_run_is_cancelled_without_running() -> None:
         with pytest.raises(RunCancelled, match="refunded by hand"):
             await env.result(run_id)
         assert env.describe(run_id).activations == 1  # not run again to be cancelled
+
+
+async def test_handoff_rounds_and_a_quarantine_resolution_in_the_environment() -> None:
+    from engine import HandedOff, Handoff
+    from engine.context import idempotency_key
+
+    relay = Flow("relay-env", max_rounds=3)
+
+    @relay.handler
+    async def _relay(ctx: FlowContext, n: int) -> Any:
+        return Handoff(payload=n + 1) if n < 5 else n
+
+    charged: list[str] = []
+    risky = Flow("risky-env")
+
+    @risky.handler
+    async def _risky(ctx: FlowContext, payload: Any) -> Any:
+        def charge() -> str:
+            charged.append(idempotency_key())
+            raise TimeoutError("no answer from the bank")
+
+        return await ctx.step("charge", charge, irreversible=True)
+
+    async with TestEnvironment([relay, risky]) as env:
+        run_id = await env.start(relay, 0, run_id="relay")
+        assert await env.result(run_id) == HandedOff("relay~1", 1)
+        with pytest.raises(RunFailed, match="LineageExhausted"):
+            await env.result(run_id, follow=True)
+        risky_id = await env.start(risky, None, run_id="risky")
+        await env.run_until_idle()
+        wait = env.describe(risky_id).wait
+        assert wait is not None and wait.kind == "quarantine" and wait.digest
+        with pytest.raises(ResumeRefused, match="digest"):
+            await env.resume(risky_id, resolution="skip", position=wait.position,
+                             digest="stale", result="x")
+        await env.resume(risky_id, resolution="skip", position=wait.position,
+                         digest=wait.digest, result="refunded by hand")
+        assert await env.result(risky_id) == "refunded by hand"
+        assert charged == ["risky/0"]  # skipped: not run again
