@@ -67,7 +67,10 @@ class Flow(Generic[P, R]):
         self._result: TypeAdapter[R] = TypeAdapter(result)
         self._handler: Handler | None = None
 
-    def handler(self, fn: Callable[[FlowContext, P], Awaitable[R]]) -> Callable[..., Any]:
+    def handler(self, fn: Callable[[FlowContext, P], Awaitable[R | Handoff]]
+                ) -> Callable[..., Any]:
+        """Register the flow's handler: it returns the result, or a Handoff to go on as a
+        new round of the lineage."""
         self._handler = fn
         return fn
 

@@ -16,7 +16,7 @@ import click
 
 from engine.admin import ensure_topics
 from engine.client import Client
-from engine.demo.flows import checkout, order, packing
+from engine.demo.flows import checkout, order, packing, refund, subscription
 from engine.errors import RunCancelled
 from engine.history import (
     format_history,
@@ -26,7 +26,7 @@ from engine.history import (
     state_at,
 )
 from engine.operations import status_note
-from projections.state import RunStatus
+from projections.state import RunState, RunStatus
 
 Echo = Callable[[str], None]
 
@@ -41,13 +41,14 @@ async def run_demo(*, bootstrap: str, runs: int, workers: int, state_dir: Path,
     echo(f"started {workers} workers (logs in {state_dir / namespace})")
     try:
         async with Client(bootstrap_servers=bootstrap, namespace=namespace,
-                          flows=[checkout, order, packing]) as client:
+                          flows=[checkout, order, packing, subscription, refund]) as client:
             await _wait_for_owners(client, {f"worker-{i + 1}" for i in range(workers)}, procs)
             elapsed = await _create_and_wait(client, runs, echo)
             echo(f"{runs} runs completed in {elapsed:.1f}s ({runs / elapsed:.0f} runs/s, "
                  f"3 durable steps each)")
             await _show_time_travel(client, "order-0000", echo)
             await _show_waiting(client, echo)
+            await _show_rounds_and_quarantine(client, echo)
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
@@ -155,3 +156,36 @@ async def _until_waiting(client: Client, run_id: str) -> None:
             return
         await asyncio.sleep(0.05)
     raise click.ClickException(f"{run_id} did not reach its approval wait within 20s")
+
+
+async def _show_rounds_and_quarantine(client: Client, echo: Echo) -> None:
+    """A lineage of handoff rounds, and a quarantine resolved by an operator."""
+    echo("\nhandoff rounds: a `subscription` bills one month per round (continue-as-new)")
+    handle = await client.create_run(subscription, {"customer": "ada", "months": 3},
+                                     run_id="sub-ada")
+    echo(f"  sub-ada -> {await handle.result(timeout=60, follow=True)}")
+    latest = await client.describe("sub-ada")
+    echo(f"  the lineage id names its latest round: {latest.run_id} (round {latest.round} "
+         f"of at most {latest.max_rounds}), {latest.status.value}")
+    echo("\nquarantine: a `refund` whose irreversible step timed out at the bank")
+    await client.create_run(refund, {"amount": 30}, run_id="refund-1")
+    run = await _until_quarantined(client, "refund-1")
+    wait = run.wait
+    assert wait is not None
+    echo(f"  refund-1: {status_note(run)}")
+    echo(f"  operator checked the bank (the refund went through) and resolves: "
+         f"runstream run resume refund-1 --resolution skip --position {wait.position} "
+         f"--digest {wait.digest} --result '\"refunded by hand\"'")
+    await client.resume("refund-1", resolution="skip", position=wait.position,
+                        digest=wait.digest, result="refunded by hand")
+    echo(f"  refund-1 -> {await client.get_handle('refund-1').result(timeout=60)} "
+         f"(the step was not run again)")
+
+
+async def _until_quarantined(client: Client, run_id: str) -> RunState:
+    for _ in range(400):
+        run = await client.describe(run_id)
+        if run.wait is not None and run.wait.kind == "quarantine":
+            return run
+        await asyncio.sleep(0.05)
+    raise click.ClickException(f"{run_id} was not quarantined within 20s")

@@ -12,7 +12,7 @@ import random
 
 from pydantic import BaseModel, Field
 
-from engine import Flow, FlowContext, RetryPolicy, WaitTimeout
+from engine import Flow, FlowContext, Handoff, RetryPolicy, WaitTimeout, idempotency_key
 
 
 class CheckoutIn(BaseModel):
@@ -112,4 +112,47 @@ async def run_order(ctx: FlowContext, p: OrderIn) -> dict[str, str]:
     return {"receipt": receipt, "approved_by": approver, "parcel": await parcel.result()}
 
 
-flows = [checkout, order, packing]
+class SubscriptionIn(BaseModel):
+    customer: str
+    month: int = 1
+    months: int = 3
+
+
+subscription: Flow[SubscriptionIn, str] = Flow(
+    "subscription", payload=SubscriptionIn, result=str, max_rounds=12)
+
+
+@subscription.handler
+async def run_subscription(ctx: FlowContext, p: SubscriptionIn) -> str | Handoff:
+    """One round per month (continue-as-new keeps every round's history short)."""
+    await ctx.step("bill", _bill, p.customer, p.month)
+    if p.month >= p.months:
+        return f"{p.customer} billed for {p.months} months"
+    await ctx.sleep(0.2)  # a month, in the demo
+    return Handoff(payload={"customer": p.customer, "month": p.month + 1,
+                            "months": p.months})
+
+
+async def _bill(customer: str, month: int) -> str:
+    _effect("bill", f"{customer}-{month}")
+    return f"invoice {customer}-{month}"
+
+
+refund: Flow[dict[str, int], str] = Flow("refund", result=str,
+                                         capabilities={"payments.refund"})
+
+
+async def send_refund(amount: int) -> str:
+    """The bank times out: the refund may or may not have gone through."""
+    _effect("refund", idempotency_key())
+    raise TimeoutError(f"the bank did not answer (refund of {amount}, key "
+                       f"{idempotency_key()})")
+
+
+@refund.handler
+async def run_refund(ctx: FlowContext, p: dict[str, int]) -> str:
+    return await ctx.step("refund", send_refund, p["amount"], irreversible=True,
+                          requires="payments.refund")
+
+
+flows = [checkout, order, packing, subscription, refund]
