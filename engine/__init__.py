@@ -11,7 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from engine.client import Client, RunHandle
+    from engine.client import Client
     from engine.context import ChildRun, FlowContext, idempotency_key
     from engine.errors import (
         Cancelled,
@@ -37,12 +37,12 @@ if TYPE_CHECKING:
         WaitTimeout,
     )
     from engine.flow import Flow, HandedOff, Handoff, RetryPolicy
+    from engine.handle import RunHandle
     from engine.worker import Worker
     from projections.state import RunStatus
 
 _EXPORTS = {
     "Client": "engine.client",
-    "RunHandle": "engine.client",
     "ChildRun": "engine.context",
     "FlowContext": "engine.context",
     "idempotency_key": "engine.context",
@@ -71,6 +71,7 @@ _EXPORTS = {
     "HandedOff": "engine.flow",
     "Handoff": "engine.flow",
     "RetryPolicy": "engine.flow",
+    "RunHandle": "engine.handle",
     "Worker": "engine.worker",
     "RunStatus": "projections.state",
 }

@@ -98,7 +98,7 @@ def quarantine_view(run: RunState, *, namespace: str | None = None) -> dict[str,
             "retry": retry, "skip": skip}
 
 
-SKIP_RESULT_PLACEHOLDER = "<the step's result as JSON>"
+SKIP_RESULT_PLACEHOLDER = "<result-json>"  # the skip command's --result: the step's outcome
 
 
 def resolve_commands(run_id: str, position: int | None, digest: str | None, *,
@@ -268,17 +268,21 @@ def why(run: RunState, rows: list[HistoryRow]) -> list[str]:
     return why_lines(why_report(run, rows))
 
 
-def why_lines(report: dict[str, Any]) -> list[str]:
-    """why_report's JSON as lines of text."""
-    lines = [f"status: {report['status']} (round {report['round']} of lineage "
-             f"{report['lineage']})"]
-    if report["note"]:
-        lines.append(f"  {report['note']}")
+def why_lines(report: dict[str, Any], *, header: bool = True) -> list[str]:
+    """why_report's JSON as lines of text; without `header`, no status and note lines (for
+    under `run status`, which said them already)."""
+    lines = []
+    if header:
+        lines.append(f"status: {report['status']} (round {report['round']} of lineage "
+                     f"{report['lineage']})")
+        if report["note"]:
+            lines.append(f"  {report['note']}")
     last = report["last_activation"]
     if last is None:
         lines.append("activations: none yet: no owner has started it")
     else:
-        evidence = f": {last['evidence']}" if last["evidence"] else ""
+        said = last["evidence"] and last["evidence"] not in last["explanation"]
+        evidence = f": {last['evidence']}" if said else ""
         lines.append(f"activations: {report['activations']}; the latest was {last['mode']} "
                      f"({last['explanation']}){evidence}")
     if report["wake_reason"]:

@@ -267,6 +267,8 @@ def _answer_in(view: View, key: str, run_id: str, from_offset: int) -> JournalRe
         if not wanted:
             continue
         record = decode(item.raw)
+        if kind != "req" and record.envelope.run_id != run_id:
+            continue  # the previous round's handoff, kept in this round's history too
         if kind != "req" or record.envelope.request_id == ident:
             return record
     return None

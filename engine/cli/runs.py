@@ -79,7 +79,7 @@ def status(run_id: str, as_json: bool, why: bool, bootstrap: str | None,
     _echo_quarantine(view)
     if why:
         click.echo("why:")
-        for line in operations.why_lines(view["why"]):
+        for line in operations.why_lines(view["why"], header=False):
             click.echo(f"  {line}")
 
 
@@ -182,7 +182,7 @@ def cancel(run_id: str, reason: str, as_json: bool, bootstrap: str | None,
 
 @run.command("resume")
 @click.argument("run_id")
-@click.option("--resolution", type=click.Choice(["retry", "skip"]), default=None,
+@click.option("--resolution", metavar="retry|skip", default=None,
               help="Resolve a quarantine: retry runs the step again, skip records --result "
               "as its outcome.")
 @click.option("--position", type=int, default=None,

@@ -155,6 +155,12 @@ async def test_cli_shows_and_resolves_a_quarantine(
         assert "--result is not valid JSON" in not_json
         plain = one_line_error(await run("run", "resume", "q1"))
         assert "quarantined at position 0" in plain
+        sideways = one_line_error(await run(
+            "run", "resume", "q1", "--resolution", "sideways", "--position", "0",
+            "--digest", digest))
+        assert "--resolution must be retry or skip, not 'sideways'" in sideways
+        stray = one_line_error(await run("run", "resume", "q1", "--digest", digest))
+        assert "--digest only go with --resolution" in stray
 
         why = await run("run", "status", "q1", "--why")
         assert why.code == 0, why.err

@@ -248,3 +248,116 @@ def test_waits_fixture_every_wait_ends_every_request_is_sent_and_rocksdb_agrees(
     assert {run_id: resumed(run_id) for run_id in ("doomed", "parked", "family.2", "doomed.0")
             } == {"doomed": ["operator"], "parked": ["operator"], "family.2": ["parent"],
                   "doomed.0": ["parent"]}
+
+
+def test_rounds_fixture_lineages_quarantine_resolutions_and_ceilings_rocksdb_agrees(
+    tmp_path: Path,
+) -> None:
+    """Recorded from a real broker by tests/fixtures/record_rounds_fixture.py (one worker,
+    2 partitions, sticky cache off): a 3-round lineage, one past its budget, an invalid
+    round, a handoff narrowing the next round's ceiling, a capability refused, a child
+    narrowed to its parent's ceiling, two quarantines resolved (retry; a wrong digest
+    refused, then skip), and a `ctx.patched` marker."""
+    records = load(JOURNALS / "rounds-quarantine-capabilities.jsonl")
+    memory = MemoryProjection(keep_history=True)
+    store = ProjectionStore(tmp_path / "p")
+    projector = Projector(store)
+    applied: list[JournalRecord] = []
+    refused: list[JournalRecord] = []
+    lineages = ("three", "five", "capped")
+    try:
+        for partition, offset, record, timestamp_ms in records:
+            verdict = memory.apply_record(partition, offset, record, timestamp_ms)
+            projector.apply_record(partition, offset, record, timestamp_ms)
+            assert verdict in (Verdict.applied, Verdict.refused), (offset, record.TYPE, verdict)
+            (applied if verdict is Verdict.applied else refused).append(record)
+        partitions = sorted(memory.partitions)
+        assert partitions == [0, 1]
+        assert {run_id: store.run(run_id) for run_id in memory.runs} == memory.runs
+        assert all(store.entries(run_id) == memory.journal(run_id) for run_id in memory.runs)
+        assert [store.partition(p) for p in partitions] == [
+            memory.partitions[p] for p in partitions]
+        for p in partitions:
+            assert store.outbox(p) == memory.store.outbox(p) == []
+            for kind in ("timer", "event", "child", "quarantine"):
+                assert list(store.runs_waiting(p, kind)) == []
+        latest = {lineage: store.latest_round(lineage) for lineage in (*lineages, "invalid")}
+        assert latest == {lineage: memory.store.latest_round(lineage) for lineage in latest}
+    finally:
+        store.close()
+    assert latest == {"three": "three~2", "five": "five~2", "capped": "capped~1",
+                      "invalid": None}  # a lineage that never handed off has no index entry
+
+    def occurs(cls: type[Any], **fields: Any) -> bool:
+        return any(isinstance(r, cls) and all(getattr(r, k) == v for k, v in fields.items())
+                   for r in applied)
+
+    assert any(isinstance(r, ev.RunHandedOff) and r.flow and r.max_rounds and r.ceiling
+               and "traceparent" in r.trace_context for r in applied)
+    assert occurs(ev.LineageExhausted, rounds=3, budget=3) and occurs(ev.RoundInvalid)
+    assert occurs(ev.RunResumeRequested, resolution="skip")
+    assert occurs(ev.RunResumeRequested, resolution="retry")
+    for cls in (ev.RunCreated, ev.RunCreateRequested):
+        assert any(isinstance(r, cls) and r.ceiling is not None for r in applied), cls.TYPE
+        assert any(isinstance(r, cls) and r.max_rounds == 3 for r in applied), cls.TYPE
+    assert occurs(ev.ChildSpawned, ceiling=["a"])
+    assert occurs(ev.EvidenceRecorded, kind="capability-refused")
+    assert occurs(ev.EvidenceRecorded, kind="quarantine")
+    assert occurs(ev.StepCompleted, kind="patch", name="v2")
+    # The only refusal: the resolution naming a wrong digest; the right one then applied.
+    [wrong] = refused
+    assert isinstance(wrong, ev.RunResumeRequested) and wrong.envelope.run_id == "q-skip"
+    assert wrong.digest == "0" * 16 and wrong.resolution == "skip"
+
+    runs = memory.runs
+    assert {run_id: run.status for run_id, run in runs.items()} == {
+        "three": RunStatus.completed, "three~1": RunStatus.completed,
+        "three~2": RunStatus.completed, "five": RunStatus.completed,
+        "five~1": RunStatus.completed, "five~2": RunStatus.failed,
+        "capped": RunStatus.completed, "capped~1": RunStatus.completed,
+        "invalid": RunStatus.failed, "paid": RunStatus.completed,
+        "refund": RunStatus.failed, "greedy-parent": RunStatus.failed,
+        "greedy-parent.0": RunStatus.failed, "q-retry": RunStatus.completed,
+        "q-skip": RunStatus.completed, "patched": RunStatus.completed}
+    for run in runs.values():  # every run ended: no wait, signal, child, pending resolution
+        assert (run.wait, run.signals, run.children, run.resolution) == (
+            None, (), (), None), run.run_id
+
+    # A lineage's rounds: `<id>`, `<id>~1`, `<id>~2`, each handing off to the next.
+    three = [runs[r] for r in ("three", "three~1", "three~2")]
+    assert [(r.round, r.lineage_id, r.max_rounds) for r in three] == [
+        (0, "three", 3), (1, "three", 3), (2, "three", 3)]
+    assert [r.handed_off_to for r in three] == ["three~1", "three~2", None]
+    assert three[2].result_json == "2"
+    assert [runs[r].handed_off_to for r in ("five", "five~1")] == ["five~1", "five~2"]
+    assert "five~3" not in runs  # the budget of 3 rounds: no fourth
+    assert (runs["five~2"].error_type, runs["invalid"].error_type) == (
+        "LineageExhausted", "RoundInvalid")
+    # The next round runs the handoff's flow, keeps the lineage's budget and ceiling.
+    capped = runs["capped~1"]
+    assert (capped.flow, capped.max_rounds, capped.ceiling) == ("relay", 2, ("reports",))
+
+    # Capabilities: the refused step fails its run with evidence; the child is narrowed.
+    refund = runs["refund"]
+    assert refund.ceiling == ("payments.charge",) and refund.error_type == "CapabilityRefused"
+    assert refund.has_evidence("capability-refused")
+    parent, child = runs["greedy-parent"], runs["greedy-parent.0"]
+    assert child.parent_run_id == "greedy-parent" and child.ancestors == ("greedy-parent",)
+    assert parent.ceiling is not None and child.ceiling is not None
+    assert set(child.ceiling) <= set(parent.ceiling) and child.ceiling == ("a",)
+    assert (child.error_type, parent.error_type) == ("CapabilityRefused", "ChildFailed")
+
+    # Quarantines: skip records the operator's result; retry runs the step a second time.
+    for run_id in ("q-retry", "q-skip"):
+        assert runs[run_id].has_evidence("quarantine")
+        assert [i.record.reason for i in memory.history[run_id]
+                if isinstance(i.record, ev.RunSuspended)] == ["quarantine"]
+    [skipped] = memory.journal("q-skip")
+    assert (skipped.status, skipped.result_json, skipped.irreversible) == (
+        "completed", '"refunded by hand"', True)
+    assert runs["q-skip"].result_json == '"refunded by hand"'
+    [retried] = memory.journal("q-retry")
+    assert retried.status == "completed" and retried.attempts >= 2 and retried.irreversible
+    assert runs["q-retry"].result_json == retried.result_json == '"charged 5 (q-retry/0)"'
+    assert [(e.kind, e.name) for e in memory.journal("patched")] == [
+        ("step", "a"), ("patch", "v2"), ("step", "audit")]

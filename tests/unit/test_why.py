@@ -19,6 +19,7 @@ from engine.operations import (
     resolve_commands,
     run_view,
     why,
+    why_lines,
     why_report,
 )
 from projections.state import Evidence, RunState, RunStatus, Wait
@@ -60,6 +61,7 @@ def test_a_run_created_and_never_activated_says_so() -> None:
     assert lines[0] == "status: pending (round 0 of lineage r1)"
     assert lines[1].startswith("  not admitted yet")
     assert "activations: none yet: no owner has started it" in lines
+    assert why_lines(report, header=False) == lines[2:]
     json.dumps(report)  # JSON-ready
 
 
@@ -79,6 +81,8 @@ def test_latest_activation_gives_its_mode_and_evidence() -> None:
     line = next(x for x in why(run, rows) if x.startswith("activations:"))
     assert line.startswith("activations: 2; the latest was stolen (an owner took it over")
     assert line.endswith(": w-a (epoch 1) left the run running without releasing it")
+    first = why(run, rows[:2])
+    assert "activations: 2; the latest was new (its first activation)" in first
 
 
 def test_release_causes_are_counted_and_explained() -> None:
@@ -208,7 +212,7 @@ def test_status_view_of_a_quarantined_run_gives_the_resolve_commands() -> None:
     assert quarantine["skip"].startswith(
         f"runstream run resume r1 --namespace shop --resolution skip --position 3 "
         f"--digest {DIGEST} --result ")
-    assert shlex.split(quarantine["skip"])[-1] == "<the step's result as JSON>"
+    assert quarantine["skip"].endswith(" --result '<result-json>'")
     default = run_view(_quarantined(), namespace="runstream")["quarantine"]
     assert "--namespace" not in default["retry"]
     retry, _ = resolve_commands("odd id", 0, "d", namespace=None)
@@ -241,4 +245,4 @@ def test_resume_options_are_checked_together() -> None:
         (("later", 3, DIGEST, None), "must be retry or skip"),
     ]:
         with pytest.raises(InvalidInput, match=message.replace("|", r"\|")):
-            parse_resolution(*args)  # type: ignore[arg-type]
+            parse_resolution(*args)
