@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from engine import operations
+from engine import operations, views
 from engine.cli.errors import UserError
 from engine.cli.options import (
     bootstrap_option,
@@ -79,7 +79,7 @@ def status(run_id: str, as_json: bool, why: bool, bootstrap: str | None,
     _echo_quarantine(view)
     if why:
         click.echo("why:")
-        for line in operations.why_lines(view["why"], header=False):
+        for line in views.why_lines(view["why"], header=False):
             click.echo(f"  {line}")
 
 
@@ -126,8 +126,8 @@ def result(run_id: str, follow: bool, timeout: float, bootstrap: str | None,
         bootstrap=bootstrap, namespace=namespace, run_id=run_id, timeout=timeout,
         follow=follow))
     if isinstance(out, HandedOff):
-        _print_json(operations.handed_off_view(out))
-        click.echo(operations.handed_off_line(run_id, out), err=True)
+        _print_json(views.handed_off_view(out))
+        click.echo(views.handed_off_line(run_id, out), err=True)
         return
     _print_json(out)
 

@@ -25,7 +25,7 @@ from engine.history import (
     run_history,
     state_at,
 )
-from engine.operations import status_note
+from engine.views import status_note
 from projections.state import RunState, RunStatus
 
 Echo = Callable[[str], None]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import Client, Flow, FlowContext, Handoff, RunStatus, Worker
-from engine.operations import SKIP_RESULT_PLACEHOLDER
+from engine.views import SKIP_RESULT_PLACEHOLDER
 from tests.integration.test_cli import Result, cli, one_line_error
 
 relay: Flow[Any, Any] = Flow("relay")

@@ -29,8 +29,8 @@ from engine import (
     Worker,
 )
 from engine.demo.flows import checkout
-from engine.operations import run_view
 from engine.reader import read_partitions
+from engine.views import run_view
 from tests.integration.support import fold
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from engine.journal import events as ev
-from engine.operations import run_view, status_note
+from engine.views import run_view, status_note
 from tests.builders import Writer, create, created
 from tests.unit.test_reducer import fold
 

@@ -11,11 +11,10 @@ import pytest
 
 from engine.flow import HandedOff
 from engine.history import HistoryRow
-from engine.operations import (
-    InvalidInput,
+from engine.operations import InvalidInput, parse_resolution
+from engine.views import (
     handed_off_line,
     handed_off_view,
-    parse_resolution,
     resolve_commands,
     run_view,
     why,
