@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
@@ -101,6 +102,9 @@ class WorkerMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
+        # Labelled children looked up once each: bounded by the label values (flow and step
+        # names, record types, verdicts).
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         r = self.registry
         self._claims = Counter(
             "runstream_claims", "Partition claims this worker wrote, by what became of them.",
@@ -161,12 +165,12 @@ class WorkerMetrics:
 
     def decision(self, record_type: str) -> None:
         """This worker wrote a decision record of `record_type`."""
-        self._decisions.labels(record_type).inc()
+        self._child(self._decisions, record_type).inc()
 
     def verdict(self, verdict: str, record_type: str) -> None:
         """The reducer judged a record: `applied`, `fenced`, `duplicate`, `ignored`,
         `rejected`, `refused` or `dead-letter` (a `projections.state.Verdict` works too)."""
-        self._records.labels(verdict, record_type).inc()
+        self._child(self._records, str(verdict), record_type).inc()
         if verdict == "fenced":
             self._fenced.inc()
         elif verdict == "duplicate":
@@ -174,10 +178,20 @@ class WorkerMetrics:
 
     def step(self, flow: str, step: str, seconds: float, ok: bool) -> None:
         """One step attempt ran for `seconds` and succeeded (`ok`) or raised."""
-        self._step_attempts.labels(flow, step).inc()
+        self._child(self._step_attempts, flow, step).inc()
         if not ok:
-            self._step_failures.labels(flow, step).inc()
-        self._step_duration.labels(flow, step).observe(max(0.0, seconds))
+            self._child(self._step_failures, flow, step).inc()
+        self._child(self._step_duration, flow, step).observe(max(0.0, seconds))
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        """`metric.labels(*labels)`, remembered: looking a child up costs more than the
+        increment itself, on every applied record. Bounded like the labels (code names,
+        record types, verdicts)."""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     def timers_fired(self, count: int = 1) -> None:
         if count > 0:

@@ -22,8 +22,9 @@ are recorded on the span and set its status to ERROR.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind
@@ -68,6 +69,8 @@ def activation_span(run_id: str, flow: str, activation: int,
     context: Context | None = None
     if parent is not None:
         context = _propagator.extract(dict(parent), context=Context())
+        if not _tracing():
+            return _passthrough(context)  # no spans here, but children continue the trace
     return _span(f"run {flow}", SpanKind.CONSUMER,
                  {"runstream.run_id": run_id, "runstream.flow": flow,
                   "runstream.activation": activation},
@@ -82,9 +85,31 @@ def step_span(name: str, position: int, kind: str = "step") -> AbstractContextMa
                   "runstream.step_kind": kind})
 
 
-@contextmanager
+def _tracing() -> bool:
+    """Whether anyone set a TracerProvider: until then the API's proxy hands out no-op
+    spans, and building them (attributes, context switches) is pure cost on every step."""
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
 def _span(name: str, kind: SpanKind, attributes: Attributes,
-          context: Context | None = None) -> Iterator[Span]:
+          context: Context | None = None) -> AbstractContextManager[Span]:
+    if not _tracing():
+        return nullcontext(trace.INVALID_SPAN)
+    return _live_span(name, kind, attributes, context)
+
+
+@contextmanager
+def _passthrough(context: Context) -> Iterator[Span]:
+    token = otel_context.attach(context)
+    try:
+        yield trace.INVALID_SPAN
+    finally:
+        otel_context.detach(token)
+
+
+@contextmanager
+def _live_span(name: str, kind: SpanKind, attributes: Attributes,
+               context: Context | None = None) -> Iterator[Span]:
     unwound: BaseException | None = None
     with _tracer.start_as_current_span(name, context=context, kind=kind, attributes=attributes,
                                        record_exception=True,
