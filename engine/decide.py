@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from engine.flow import narrow
 from engine.journal import events as ev
 from projections.state import (
     ChildLink,
@@ -286,10 +287,7 @@ def decide_handoff(run: RunState, flow: str, payload_json: str | None, error: st
         return Invalid(error or "the handoff is malformed")
     if not flow or "/" in flow:
         return Invalid(f"{flow!r} is not a flow name")
-    ceiling = run.ceiling
-    if target_ceiling is not None:
-        ceiling = tuple(sorted(set(target_ceiling) & set(ceiling))) if ceiling is not None \
-            else target_ceiling
+    ceiling = narrow(run.ceiling, target_ceiling)
     return NextRound(next_run_id=round_run_id(run.lineage_id, run.round + 1),
                      round=run.round + 1, flow=flow, payload_json=payload_json,
                      max_rounds=run.max_rounds, ceiling=ceiling)
@@ -335,10 +333,6 @@ def creation_limits(run: RunState, flow: Any) -> dict[str, Any]:
     """What run.created records of a run's limits: its ceiling (the request's, narrowed by
     the flow's declared capabilities when the owner registers the flow) and its lineage's
     round budget (the flow's, else what the request said)."""
-    capabilities = getattr(flow, "capabilities", None)
-    ceiling = run.ceiling
-    if capabilities is not None:
-        ceiling = tuple(sorted(set(capabilities) if ceiling is None
-                               else set(ceiling) & set(capabilities)))
+    ceiling = narrow(run.ceiling, getattr(flow, "capabilities", None))
     budget = getattr(flow, "max_rounds", 0) or run.max_rounds
     return {"ceiling": None if ceiling is None else list(ceiling), "max_rounds": budget}
