@@ -11,6 +11,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from engine.journal import events as ev
 from projections.memory import MemoryProjection
@@ -144,3 +145,14 @@ async def end_offsets(bootstrap: str, namespace: str) -> dict[int, int]:
         return {tp.partition: ends[tp] for tp in tps}
     finally:
         await consumer.stop()
+
+
+async def status_or_none(client: Any, run_id: str) -> Any:
+    """The run's status, or None while it does not exist yet (a child whose create request
+    is still on its way through the parent's outbox)."""
+    from engine.errors import RunNotFound
+
+    try:
+        return await client.status(run_id)
+    except RunNotFound:
+        return None

@@ -19,13 +19,12 @@ from engine import (
     ResumeRefused,
     RunCancelled,
     RunFailed,
-    RunNotFound,
     RunStatus,
     SignalRefused,
     Worker,
 )
 from engine.journal import events as ev
-from tests.integration.support import fold
+from tests.integration.support import fold, status_or_none
 from tests.integration.test_cli import Result, cli, one_line_error
 from tests.integration.waiting_flows import (
     approval,
@@ -61,16 +60,9 @@ def client(bootstrap: str, namespace: str) -> Client:
     return Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows)
 
 
-async def _status(c: Client, run_id: str) -> RunStatus | None:
-    try:
-        return await c.status(run_id)
-    except RunNotFound:  # a child whose create request has not reached its partition yet
-        return None
-
-
 async def wait_status(c: Client, run_id: str, status: RunStatus, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
-    while await _status(c, run_id) is not status:
+    while await status_or_none(c, run_id) is not status:
         assert time.monotonic() < deadline, f"{run_id} never became {status}"
         await asyncio.sleep(0.1)
 

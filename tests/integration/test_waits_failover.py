@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from engine import Client, RunCancelled, RunNotFound, RunStatus, Worker
+from engine import Client, RunCancelled, RunStatus, Worker
 from engine.journal import events as ev
-from tests.integration.support import WorkerProcess, fold, wait_for_owners
+from tests.integration.support import WorkerProcess, fold, status_or_none, wait_for_owners
 from tests.integration.waiting_flows import (
     approval,
     flows,
@@ -28,19 +28,12 @@ APP = "tests.integration.waiting_flows:flows"
 pytestmark = pytest.mark.slow
 
 
-async def _status(c: Client, run_id: str) -> RunStatus | None:
-    try:
-        return await c.status(run_id)
-    except RunNotFound:  # a child whose create request has not reached its partition yet
-        return None
-
-
 async def wait_statuses(c: Client, run_ids: list[str], status: RunStatus,
                         timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     pending = list(run_ids)
     while pending:
-        pending = [r for r in pending if await _status(c, r) is not status]
+        pending = [r for r in pending if await status_or_none(c, r) is not status]
         assert time.monotonic() < deadline, f"{pending[:5]} never became {status}"
         if pending:
             await asyncio.sleep(0.2)
