@@ -109,6 +109,9 @@ class JournalEntry(_Frozen, frozen=True, array_like=True):
     # A spawn's child outcome, written by the child's wake: completed | failed | cancelled.
     child_status: str | None = None
     child_result_json: str | None = None
+    # sha256 of the step's arguments (16 hex digits), when the step journaled it: what a
+    # counterfactual dry run compares.
+    args_digest: str | None = None
 
 
 class Wait(_Frozen, frozen=True, array_like=True):

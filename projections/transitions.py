@@ -96,6 +96,7 @@ def _step_completed(run: RunState, record: Any, epoch: int, previous: Any) -> Ch
         attempts=record.attempt,
         irreversible=previous.irreversible if previous else False,
         result_json=record.result_json,
+        args_digest=record.args_digest,
     ))
 
 
@@ -109,6 +110,7 @@ def _step_failed(run: RunState, record: Any, epoch: int, previous: Any) -> Chang
         irreversible=previous.irreversible if previous else False,
         error_type=record.error_type,
         error_message=record.error_message,
+        args_digest=record.args_digest,
     ))
 
 

@@ -21,7 +21,6 @@ from engine.cli.options import (
 )
 from engine.cli.options import print_json as _print_json
 from engine.flow import HandedOff
-from engine.history import format_history
 from projections.state import RunStatus
 
 
@@ -75,7 +74,7 @@ def status(run_id: str, as_json: bool, why: bool, bootstrap: str | None,
         return
     click.echo(f"{view['run_id']}  {view['flow']}  {view['status']}")
     _echo_round(view)
-    _echo_outcome(view)
+    echo_outcome(view)
     _echo_quarantine(view)
     if why:
         click.echo("why:")
@@ -102,7 +101,7 @@ def _echo_quarantine(view: dict[str, Any]) -> None:
     click.echo(f"    record its result: {quarantine['skip']}")
 
 
-def _echo_outcome(view: dict[str, Any]) -> None:
+def echo_outcome(view: dict[str, Any]) -> None:
     for key in ("result", "error", "note"):
         if key in view:
             click.echo(f"  {key}: {json.dumps(view[key]) if key != 'note' else view[key]}")
@@ -272,77 +271,6 @@ def worker(app: str, data_dir: Path, concurrency: int, name: str | None,
         bootstrap=bootstrap, namespace=namespace, app=app, data_dir=data_dir,
         concurrency=concurrency, name=name, session_timeout_ms=session_timeout_ms,
         drain_timeout=drain_timeout, metrics_port=metrics_port))
-
-
-@click.group()
-def projection() -> None:
-    """Work with a worker's RocksDB projection."""
-
-
-@projection.command("rebuild")
-@click.option("--data-dir", required=True, type=click.Path(path_type=Path, exists=True))
-@click.option("--verify-only", is_flag=True, help="Compare, but keep the live projection.")
-@bootstrap_option
-@namespace_option
-def rebuild(data_dir: Path, verify_only: bool, bootstrap: str | None,
-            namespace: str | None) -> None:
-    """Rebuild the projection from offset 0 and compare it with the live one."""
-    report = asyncio.run(operations.rebuild(bootstrap=bootstrap, namespace=namespace,
-                                            data_dir=data_dir, replace=not verify_only))
-    click.echo(f"replayed {report.records} records of partitions {sorted(report.partitions)}")
-    if report.differences:
-        click.echo(f"differs from the live projection in {len(report.differences)}+ keys:")
-        for diff in report.differences[:5]:
-            click.echo(f"  {diff.key!r}")
-    else:
-        click.echo(f"identical to the live projection ({report.compared_keys} keys)")
-
-
-@run.command("history")
-@click.argument("run_id")
-@click.option("--json", "as_json", is_flag=True)
-@bootstrap_option
-@namespace_option
-@cache_dir_option
-def history(run_id: str, as_json: bool, bootstrap: str | None, namespace: str | None,
-            cache_dir: Path | None) -> None:
-    """Every record of a run in log order, fenced and duplicate ones marked."""
-    rows = asyncio.run(operations.run_history(
-        bootstrap=bootstrap, namespace=namespace, run_id=run_id,
-        read_model_dir=query_dir(cache_dir, bootstrap, namespace)))
-    if as_json:
-        _print_json([row.as_dict() for row in rows])
-        return
-    for line in format_history(rows):
-        click.echo(line)
-
-
-@run.command("at")
-@click.argument("run_id")
-@click.option("--offset", type=int, default=None, help="State right after this offset.")
-@click.option("--time", "at_time", default=None, help="State at this ISO-8601 time (log time).")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON, journal entries included.")
-@bootstrap_option
-@namespace_option
-@cache_dir_option
-def at(run_id: str, offset: int | None, at_time: str | None, as_json: bool,
-       bootstrap: str | None, namespace: str | None, cache_dir: Path | None) -> None:
-    """Time travel: a run's state at a past offset or time."""
-    if (offset is None) == (at_time is None):
-        raise UserError("give exactly one of --offset N or --time 2026-01-01T12:00:00Z")
-    view = asyncio.run(operations.run_state_at(
-        bootstrap=bootstrap, namespace=namespace, run_id=run_id, offset=offset,
-        at_time=at_time, read_model_dir=query_dir(cache_dir, bootstrap, namespace)))
-    if as_json:
-        _print_json(view)
-        return
-    point = f"offset {offset}" if offset is not None else at_time
-    click.echo(f"{view['run_id']}  {view['flow']}  {view['status']}  (at {point})")
-    _echo_outcome(view)
-    for entry in view["journal"]:
-        outcome = entry["result_json"] if entry["status"] == "completed" else entry["error_type"]
-        click.echo(f"  step {entry['position']} {entry['name']}: {entry['status']}"
-                   f"{f' {outcome}' if outcome else ''}")
 
 
 @click.command("demo")

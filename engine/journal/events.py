@@ -16,6 +16,7 @@ __all__ = [
     "ChildSpawned",
     "Envelope",
     "EvidenceRecorded",
+    "JournalEntryCopied",
     "JournalRecord",
     "LineageExhausted",
     "PartitionEpochClaimed",
@@ -30,6 +31,8 @@ __all__ = [
     "RunCreateRequested",
     "RunCreated",
     "RunFailed",
+    "RunForkRequested",
+    "RunForked",
     "RunHandedOff",
     "RunReleased",
     "RunResumeRequested",
@@ -136,41 +139,6 @@ class StepStarted:
     name: str
     attempt: int = 1
     irreversible: bool = True
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StepCompleted:
-    """A step's result was journaled."""
-
-    TYPE: ClassVar[str] = "step.completed"
-    KIND: ClassVar[str] = "decision"
-    SCHEMA_ID: ClassVar[int] = 111
-
-    envelope: Envelope
-    position: int
-    name: str
-    # step, now or uuid.
-    kind: str = "step"
-    result_json: str
-    attempt: int = 1
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StepFailed:
-    """A step attempt raised."""
-
-    TYPE: ClassVar[str] = "step.failed"
-    KIND: ClassVar[str] = "decision"
-    SCHEMA_ID: ClassVar[int] = 112
-
-    envelope: Envelope
-    position: int
-    name: str
-    attempt: int
-    error_type: str
-    error_message: str
-    will_retry: bool = False
-    retry_delay_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -546,6 +514,138 @@ class ChildSpawned:
     trace_context: dict[str, str] = _field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunForkRequested:
+    """An operator asked for a new run (the envelope's run id) whose journal starts as a copy of
+    another run's first entries. A long prefix travels in several parts, each under the record
+    size limit; part 0 carries the run's identity.
+    """
+
+    TYPE: ClassVar[str] = "run.fork-requested"
+    KIND: ClassVar[str] = "request"
+    SCHEMA_ID: ClassVar[int] = 141
+
+    envelope: Envelope
+    source_run_id: str
+    # Offset (in the source's partition) of the last source record the copy reflects.
+    source_offset: int
+    # That record's row in the source's history, from 1.
+    source_record: int
+    flow: str
+    payload_json: str
+    # The source run's capability ceiling (null: none).
+    ceiling: list[str] | None = None
+    # The source lineage's round budget.
+    max_rounds: int | None = None
+    # How many journal entries the copy holds, over all parts.
+    entry_count: int
+    part: int = 0
+    parts: int = 1
+    # This part's entries, in position order: each a JSON object with JournalEntry's fields.
+    entries_json: list[str] = _field(default_factory=list)
+    # The operator acknowledged the residue warnings (--force).
+    forced: bool = False
+    requested_by: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunForked:
+    """The owner admitted a fork: the run exists, pending until its copied prefix is complete."""
+
+    TYPE: ClassVar[str] = "run.forked"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 142
+
+    envelope: Envelope
+    source_run_id: str
+    source_offset: int
+    source_record: int
+    flow: str
+    payload_json: str
+    # The source run's capability ceiling (null: none).
+    ceiling: list[str] | None = None
+    # The source lineage's round budget.
+    max_rounds: int | None = None
+    entry_count: int
+    # Offset of the fork request's part 0.
+    request_offset: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JournalEntryCopied:
+    """The owner of a forked run copied one journal entry of its source: replay returns it and
+    nothing re-executes.
+    """
+
+    TYPE: ClassVar[str] = "journal.entry-copied"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 143
+
+    envelope: Envelope
+    position: int
+    name: str
+    kind: str = "step"
+    # completed or failed: only settled entries are copied.
+    status: str
+    attempts: int = 0
+    irreversible: bool = False
+    # The entry's result.
+    result_json: str | None = None
+    # The entry's error type.
+    error_type: str | None = None
+    # The entry's error message.
+    error_message: str | None = None
+    # A timer's due time.
+    due_ms: int | None = None
+    # A spawn's child outcome.
+    child_status: str | None = None
+    # A spawn's child result.
+    child_result_json: str | None = None
+    # The step's argument digest.
+    args_digest: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepCompleted:
+    """A step's result was journaled."""
+
+    TYPE: ClassVar[str] = "step.completed"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 144
+
+    envelope: Envelope
+    position: int
+    name: str
+    # step, now or uuid.
+    kind: str = "step"
+    result_json: str
+    attempt: int = 1
+    # sha256 of the step's arguments as canonical JSON (repr for values JSON cannot hold), first 16
+    # hex digits: what a dry run compares.
+    args_digest: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepFailed:
+    """A step attempt raised."""
+
+    TYPE: ClassVar[str] = "step.failed"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 145
+
+    envelope: Envelope
+    position: int
+    name: str
+    attempt: int
+    error_type: str
+    error_message: str
+    will_retry: bool = False
+    retry_delay_ms: int = 0
+    # sha256 of the step's arguments as canonical JSON (repr for values JSON cannot hold), first 16
+    # hex digits: what a dry run compares.
+    args_digest: str | None = None
+
+
 # Any journal record; narrow with isinstance() or match on the class.
 JournalRecord: TypeAlias = (
     RunCancelRequested
@@ -553,8 +653,6 @@ JournalRecord: TypeAlias = (
     | RunCreateRejected
     | RunActivated
     | StepStarted
-    | StepCompleted
-    | StepFailed
     | TimerFired
     | RunCompleted
     | RunFailed
@@ -575,6 +673,11 @@ JournalRecord: TypeAlias = (
     | RunCreated
     | RunCreateRequested
     | ChildSpawned
+    | RunForkRequested
+    | RunForked
+    | JournalEntryCopied
+    | StepCompleted
+    | StepFailed
 )
 
 # Record type string (the rs-type header and envelope.type) → class.
@@ -584,8 +687,6 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "run.create-rejected": RunCreateRejected,
     "run.activated": RunActivated,
     "step.started": StepStarted,
-    "step.completed": StepCompleted,
-    "step.failed": StepFailed,
     "timer.fired": TimerFired,
     "run.completed": RunCompleted,
     "run.failed": RunFailed,
@@ -606,6 +707,11 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "run.created": RunCreated,
     "run.create-requested": RunCreateRequested,
     "child.spawned": ChildSpawned,
+    "run.fork-requested": RunForkRequested,
+    "run.forked": RunForked,
+    "journal.entry-copied": JournalEntryCopied,
+    "step.completed": StepCompleted,
+    "step.failed": StepFailed,
 }
 
 REQUEST_TYPES: frozenset[str] = frozenset(
@@ -615,6 +721,7 @@ REQUEST_TYPES: frozenset[str] = frozenset(
         "run.wake-requested",
         "run.resume-requested",
         "run.create-requested",
+        "run.fork-requested",
     }
 )
 DECISION_TYPES: frozenset[str] = frozenset(
@@ -622,8 +729,6 @@ DECISION_TYPES: frozenset[str] = frozenset(
         "run.create-rejected",
         "run.activated",
         "step.started",
-        "step.completed",
-        "step.failed",
         "timer.fired",
         "run.completed",
         "run.failed",
@@ -641,5 +746,9 @@ DECISION_TYPES: frozenset[str] = frozenset(
         "run.handed-off",
         "run.created",
         "child.spawned",
+        "run.forked",
+        "journal.entry-copied",
+        "step.completed",
+        "step.failed",
     }
 )
