@@ -189,3 +189,7 @@ class CapabilityRefused(RunstreamError):
 
 class InvalidRunId(RunstreamError, ValueError):
     """A run id the engine cannot use as given."""
+
+
+class InvalidInput(RunstreamError):
+    """An argument the command or call cannot take (a malformed time, point, option)."""

@@ -10,7 +10,8 @@ the same state the full fold of the partition had there.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -53,6 +54,11 @@ def run_history(view: View, run_id: str) -> list[HistoryRow]:
     items = view.history(run_id)
     if not items:
         raise RunNotFound(run_id)
+    return history_rows(items)
+
+
+def history_rows(items: Iterable[HistoryEntry]) -> list[HistoryRow]:
+    """The rows `run history` prints for these history items."""
     return [_row(item, _decoded(item)) for item in items]
 
 
@@ -87,7 +93,7 @@ def state_at(view: View, run_id: str, *, offset: int | None = None,
     items = [item for item in history
              if (offset is None or item.offset <= offset)
              and (timestamp_ms is None or item.timestamp_ms <= timestamp_ms)]
-    run, entries = replay_run(items)
+    run, entries = replay_run(items, view=view)
     if run is None:
         if not history:
             raise RunNotFound(run_id)
@@ -108,36 +114,69 @@ class RunAbsentAt(RunNotFound):
         self.run_id = run_id
 
 
-def replay_run(items: Iterable[HistoryEntry]) -> tuple[RunState | None, dict[int, JournalEntry]]:
-    """Fold a run's applied history items, in order, through the reducer.
+def replay_run(items: Iterable[HistoryEntry], *, view: View | None = None
+               ) -> tuple[RunState | None, dict[int, JournalEntry]]:
+    """Fold a run's history items, in order, through the reducer: its state after the last
+    (`view`: where a later round finds the round before it)."""
+    last = deque(replay_steps(items, view=view), maxlen=1)  # only the final state is kept
+    return last[0] if last else (None, {})
+
+
+def replay_steps(items: Iterable[HistoryEntry], *, view: View | None = None
+                 ) -> Iterator[tuple[RunState | None, dict[int, JournalEntry]]]:
+    """The run's state after each of its history items in turn (one yield per item).
 
     Each applied decision is replayed against a partition whose epoch and owner are the
     record's own, each applied request as never seen before: what the stored verdict says
-    the full fold did. Records with any other verdict changed nothing in the run.
-    Bounds: the run's journal entries (one per position).
+    the full fold did. Records with any other verdict changed nothing in the run. A later
+    round starts at the handoff that created it, from the previous round's state then
+    (replayed from `view`, round by round). The entries dict yielded is the replay's own
+    (copy it to keep it past the next step). Bounds: the run's journal entries.
     """
     run: RunState | None = None
     entries: dict[int, JournalEntry] = {}
     for item in items:
-        if item.verdict is not Verdict.applied:
-            continue
-        record = _decoded(item)
-        env = record.envelope
-        partition = PartitionState(partition=item.partition, epoch=env.epoch or 0,
-                                   owner_source=env.source_id)
-        position = entry_position(record)
-        applied = apply(partition, run, record, item.offset, timestamp_ms=item.timestamp_ms,
-                        entry=entries.get(position) if position is not None else None)
-        if applied.verdict is not Verdict.applied:
-            raise RunstreamError(f"offset {item.offset} of partition {item.partition} "
-                                 f"replays as {applied.verdict.value}, but the read model "
-                                 f"stored it as applied: delete its directory and query again")
-        run = applied.run
-        if run is None:
-            entries = {}
-        if applied.entry is not None:
-            entries[applied.entry.position] = applied.entry
-    return run, entries
+        if item.verdict is Verdict.applied:
+            if run is None and item.type == ev.RunHandedOff.TYPE and view is not None:
+                run = _round_created_by(view, item)
+            else:
+                run = _replay_one(item, run, entries)
+        yield run, entries
+
+
+def _round_created_by(view: View, handoff: HistoryEntry) -> RunState | None:
+    """The round a handoff record created, as it stood then: the previous round's state just
+    before the handoff, with the handoff applied (recursively for rounds before it)."""
+    record = _decoded(handoff)
+    previous_id = record.envelope.run_id
+    before = [item for item in view.history(previous_id) if item.offset < handoff.offset]
+    previous, _ = replay_run(before, view=view)
+    env = record.envelope
+    partition = PartitionState(partition=handoff.partition, epoch=env.epoch or 0,
+                               owner_source=env.source_id)
+    applied = apply(partition, previous, record, handoff.offset,
+                    timestamp_ms=handoff.timestamp_ms)
+    return applied.next_round
+
+
+def _replay_one(item: HistoryEntry, run: RunState | None,
+                entries: dict[int, JournalEntry]) -> RunState | None:
+    record = _decoded(item)
+    env = record.envelope
+    partition = PartitionState(partition=item.partition, epoch=env.epoch or 0,
+                               owner_source=env.source_id)
+    position = entry_position(record)
+    applied = apply(partition, run, record, item.offset, timestamp_ms=item.timestamp_ms,
+                    entry=entries.get(position) if position is not None else None)
+    if applied.verdict is not Verdict.applied:
+        raise RunstreamError(f"offset {item.offset} of partition {item.partition} "
+                             f"replays as {applied.verdict.value}, but the read model "
+                             f"stored it as applied: delete its directory and query again")
+    if applied.run is None:
+        entries.clear()
+    if applied.entry is not None:
+        entries[applied.entry.position] = applied.entry
+    return applied.run
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,19 +7,22 @@ import importlib
 import json
 import signal
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from engine.client import Client, round_zero
 from engine.config import journal_topic, resolve_bootstrap, resolve_namespace
-from engine.errors import RunNotFound, RunstreamError
+from engine.errors import InvalidInput, RunNotFound, RunstreamError
 from engine.flow import Flow
-from engine.history import HistoryRow, PartitionRow, state_at
+from engine.history import HistoryRow, PartitionRow
 from engine.history import partition_history as _partition_history
 from engine.history import run_history as _run_history
 from engine.reader import run_partition
 from engine.readmodel import ReadModel, View
+from engine.timetravel import Point, RunDiff, RunTree, run_at
+from engine.timetravel import parse_time as parse_time  # the CLI's and UI's
+from engine.timetravel import run_diff as _run_diff
+from engine.timetravel import run_tree as _run_tree
 from engine.views import (
     run_view,
     why_report,
@@ -30,10 +33,6 @@ from projections.state import RunStatus, to_builtins
 
 
 class AppNotFound(RunstreamError):
-    pass
-
-
-class InvalidInput(RunstreamError):
     pass
 
 
@@ -277,30 +276,41 @@ async def run_history(
         return _run_history(view, run_id)
 
 
-def parse_time(at_time: str) -> int:
-    """An ISO-8601 time (UTC when it names no zone) as milliseconds since the epoch."""
-    try:
-        parsed = datetime.fromisoformat(at_time.replace("Z", "+00:00"))
-    except ValueError:
-        raise InvalidInput(f"--time {at_time!r} is not an ISO-8601 time") from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return int(parsed.timestamp() * 1000)
+async def run_tree(
+    *, bootstrap: str | None, namespace: str | None, run_id: str,
+    read_model_dir: Path | None = None,
+) -> RunTree:
+    """The run's history with its later rounds and its children (every partition caught up:
+    a child's lineage may live in another)."""
+    async with _read_model(bootstrap, namespace, read_model_dir) as model:
+        await _view_of(model, run_id)
+        view = await model.catch_up()
+        return _run_tree(view, round_zero(run_id))
 
 
 async def run_state_at(
-    *, bootstrap: str | None, namespace: str | None, run_id: str, offset: int | None,
-    at_time: str | None, read_model_dir: Path | None = None,
+    *, bootstrap: str | None, namespace: str | None, run_id: str, point: Point,
+    read_model_dir: Path | None = None,
 ) -> dict[str, Any]:
-    """The run's state right after `offset` of its partition (or at `at_time`), with its
-    journal entries then."""
-    timestamp_ms = parse_time(at_time) if at_time is not None else None
+    """The run's state right after its last record at or before `point`, with its journal
+    entries then."""
     async with _read_model(bootstrap, namespace, read_model_dir) as model:
         view = await _view_of(model, run_id)
-        past = state_at(view, run_id, offset=offset, timestamp_ms=timestamp_ms)
+        past = run_at(view, run_id, point)
     out = run_view(past.run)
+    out["at"] = point.describe()
     out["journal"] = [to_builtins(entry) for entry in past.entries]
     return out
+
+
+async def run_diff(
+    *, bootstrap: str | None, namespace: str | None, run_id: str, start: Point, end: Point,
+    read_model_dir: Path | None = None,
+) -> RunDiff:
+    """What changed in the run's state between two points, and which records changed it."""
+    async with _read_model(bootstrap, namespace, read_model_dir) as model:
+        view = await _view_of(model, run_id)
+        return _run_diff(view, run_id, start, end)
 
 
 async def partition_history(
