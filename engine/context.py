@@ -9,6 +9,7 @@ position; when the journal already holds that position, its recorded outcome is 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import inspect
 import json
 import logging
@@ -31,8 +32,8 @@ from engine.waits import ChildRun, WaitingCalls
 from projections.state import ChildLink, JournalEntry, RunState
 from projections.transitions import idempotency_key as idempotency_key_of
 
-__all__ = ["ChildRun", "FlowContext", "JournalPort", "Quarantined", "RunReleased", "Suspend",
-           "idempotency_key"]
+__all__ = ["CallObserver", "ChildRun", "FlowContext", "JournalPort", "Quarantined",
+           "RunReleased", "Suspend", "args_digest", "idempotency_key"]
 
 # The idempotency key of the step whose function runs now, per task (concurrent steps in
 # separate tasks each see their own).
@@ -50,6 +51,33 @@ def idempotency_key() -> str:
 
 T = TypeVar("T")
 log = logging.getLogger("runstream.context")
+
+# A step's positional and keyword arguments, as the handler passed them.
+StepArguments = tuple[tuple[Any, ...], dict[str, Any]]
+# Told of every journal position the handler takes, before the context decides anything
+# there: (position, kind, name, the step's arguments or None for other calls). A dry run
+# (engine.dryrun) watches the handler with it; workers leave it None.
+CallObserver = Callable[[int, str, str, StepArguments | None], None]
+
+
+def args_digest(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """The digest a step journals of its arguments (first 16 hex digits of the sha256 of
+    their canonical JSON), so that a dry run can tell when new code calls a step with other
+    arguments. Values JSON cannot hold are taken by their repr: stable for plain values and
+    dataclasses, not for objects whose repr shows an address."""
+    if not args and not kwargs:
+        return _NO_ARGUMENTS_DIGEST
+    try:
+        text = _CANONICAL.encode([args, kwargs])
+    except (TypeError, ValueError):  # keys JSON cannot sort or hold, a reference cycle
+        text = repr((args, sorted(kwargs.items())))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+# Built once: json.dumps with options builds an encoder per call, which costs more than the
+# hashing (a step's digest is about 3 µs this way).
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=repr)
+_NO_ARGUMENTS_DIGEST = hashlib.sha256(b"[[],{}]").hexdigest()[:16]
 
 
 class FlowContext(WaitingCalls):
@@ -74,6 +102,7 @@ class FlowContext(WaitingCalls):
         # Typed result loaders of the children spawned with a Flow: one per spawn at most.
         self._loaders_by_child: dict[str, Callable[[str], Any]] = {}
         self.nondeterminism: NonDeterminism | None = None
+        self.observer: CallObserver | None = None
 
     @overload
     async def step(
@@ -104,7 +133,7 @@ class FlowContext(WaitingCalls):
         `requires`: a capability the step uses; the run fails (CapabilityRefused) when its
         ceiling does not include it. Inside `fn`, `engine.idempotency_key()` is the same for
         every attempt of this step: pass it to the external system."""
-        position = self._next_position(name, "step")
+        position = self._next_position(name, "step", (args, kwargs))
         if requires is not None:
             self._check_capability(name, requires)
         adapter = _result_adapter(fn)
@@ -119,6 +148,9 @@ class FlowContext(WaitingCalls):
         self._check_cancel()
         attempt = entry.attempts + 1 if entry is not None else 1
         policy = retry or NO_RETRY
+        # Before the first attempt: a function that mutates its arguments must not change
+        # the digest its later attempts journal.
+        digest = args_digest(args, kwargs)
         while True:
             await self._port.barrier()
             self._port.ensure_active()
@@ -134,11 +166,12 @@ class FlowContext(WaitingCalls):
                     started = JournalEntry(position=position, name=name, attempts=attempt - 1,
                                            irreversible=True)
                     raise Quarantined(started, exc) from exc
-                attempt = await self._attempt_failed(position, name, attempt, policy, exc)
+                attempt = await self._attempt_failed(position, name, attempt, policy, exc,
+                                                     digest)
                 continue
             result_json = dump_json(value, adapter)
             self._port.send(ev.StepCompleted, position=position, name=name, kind="step",
-                            result_json=result_json, attempt=attempt)
+                            result_json=result_json, attempt=attempt, args_digest=digest)
             # Return what a replay would return, so first run and replay cannot differ.
             return cast(Any, adapter.validate_json(result_json))
 
@@ -181,11 +214,13 @@ class FlowContext(WaitingCalls):
         entry = self._entries.get(self._position)
         if entry is not None:
             if entry.kind == "patch" and entry.name == change_id:
+                self._observe_call(self._position, "patch", change_id)
                 self._position += 1
                 return True
             return False
         position = self._position
         self._position += 1
+        self._observe_call(position, "patch", change_id)
         self._port.ensure_active()
         self._port.send(ev.StepCompleted, position=position, name=change_id, kind="patch",
                         result_json="true", attempt=1)
@@ -196,17 +231,19 @@ class FlowContext(WaitingCalls):
         marker; new runs write none."""
         entry = self._entries.get(self._position)
         if entry is not None and entry.kind == "patch" and entry.name == change_id:
+            self._observe_call(self._position, "patch", change_id)
             self._position += 1
 
     async def _attempt_failed(
-        self, position: int, name: str, attempt: int, policy: RetryPolicy, exc: Exception
+        self, position: int, name: str, attempt: int, policy: RetryPolicy, exc: Exception,
+        digest: str,
     ) -> int:
         will_retry = attempt < policy.max_attempts
         delay = policy.delay_after(attempt) if will_retry else 0.0
         self._port.send(
             ev.StepFailed, position=position, name=name, attempt=attempt,
             error_type=type(exc).__name__, error_message=journal_text(str(exc)),
-            will_retry=will_retry, retry_delay_ms=int(delay * 1000),
+            will_retry=will_retry, retry_delay_ms=int(delay * 1000), args_digest=digest,
         )
         if not will_retry:
             await self._port.barrier()  # the handler may act on the failure: make it durable
@@ -236,9 +273,12 @@ class FlowContext(WaitingCalls):
                         result_json=value, attempt=1)
         return value
 
-    def _next_position(self, name: str, kind: str) -> int:
+    def _next_position(self, name: str, kind: str,
+                       arguments: StepArguments | None = None) -> int:
         position = self._position
         self._position += 1
+        if self.observer is not None:
+            self._observe_call(position, kind, name, arguments)
         entry = self._entries.get(position)
         if entry is not None and (entry.name != name or entry.kind != kind):
             error = NonDeterminism(
@@ -249,6 +289,11 @@ class FlowContext(WaitingCalls):
             self.nondeterminism = error
             raise error
         return position
+
+    def _observe_call(self, position: int, kind: str, name: str,
+                      arguments: StepArguments | None = None) -> None:
+        if self.observer is not None:
+            self.observer(position, kind, name, arguments)
 
 
 # One adapter per result type: bounded by the distinct return annotations of the flows'

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from engine.context import FlowContext, Quarantined, RunReleased, Suspend
+from engine.context import FlowContext, Quarantined, RunReleased, Suspend, args_digest
 from engine.errors import NonDeterminism, StepFailed
 from engine.flow import RetryPolicy
 from engine.journal import JournalRecord
@@ -607,3 +607,50 @@ async def test_a_step_waits_for_the_previous_outcome_and_nothing_else() -> None:
         await ctx.step(name, lambda: 1)
     assert port.barriers == [0, 1, 1]  # before a: nothing; before b: a; before c: b
     assert port.unacked == 1  # c's completion goes out with the run's completion
+
+
+async def test_step_outcomes_journal_the_digest_of_their_arguments() -> None:
+    """Failed attempts and the completion carry the digest of the arguments as passed, even
+    when the function mutates them; the projected entry keeps it for a dry run."""
+    port = MemoryPort()
+    attempts: list[int] = []
+
+    def grow(items: list[int], *, label: str) -> int:
+        attempts.append(1)
+        items.append(len(items))
+        if len(attempts) < 2:
+            raise ConnectionError("once")
+        return len(items)
+
+    items = [1, 2]
+    digest = args_digest(([1, 2],), {"label": "x"})
+    await port.context().step("grow", grow, items, label="x",
+                              retry=RetryPolicy(max_attempts=2, backoff=0))
+    failed, completed = port.emitted
+    assert isinstance(failed, ev.StepFailed) and isinstance(completed, ev.StepCompleted)
+    assert failed.args_digest == completed.args_digest == digest
+    assert port.journal[0].args_digest == digest
+    assert digest != args_digest(([1, 2],), {"label": "y"})
+    assert len(digest) == 16 and int(digest, 16) >= 0
+
+
+async def test_the_observer_sees_every_position_with_a_steps_arguments() -> None:
+    port = MemoryPort()
+    await port.context().step("a", lambda x: x, 1)
+    seen: list[tuple[int, str, str, Any]] = []
+    ctx = port.context()
+    ctx.observer = lambda position, kind, name, arguments: seen.append(
+        (position, kind, name, arguments))
+    assert await ctx.step("a", lambda x: x, 1) == 1  # replayed: observed all the same
+    await ctx.uuid()
+    assert ctx.patched("v2") is True
+    assert seen == [(0, "step", "a", ((1,), {})), (1, "uuid", "uuid", None),
+                    (2, "patch", "v2", None)]
+    replay = port.context()
+    replay.observer = lambda position, kind, name, arguments: seen.append(
+        (position, kind, name, arguments))
+    seen.clear()
+    await replay.step("a", lambda x: x, 1)
+    await replay.uuid()
+    replay.deprecate_patch("v2")
+    assert [(p, k) for p, k, _, _ in seen] == [(0, "step"), (1, "uuid"), (2, "patch")]
