@@ -157,3 +157,16 @@ async def test_cli_history_tree_at_record_and_diff(
     assert "journal[0]" in diff.out and "by record" in diff.out
     bad = await cli("run", "diff", "tt", "--from", "yesterday", "--to", "record:2", **common)
     assert "not a point" in one_line_error(bad)
+
+    same = await cli("run", "fork", "tt", "--dry-run", "--app",
+                     "tests.integration.timetravel_flows:flows", "--exit-code", **common)
+    assert same.code == 0, same.err
+    assert same.out.startswith("no difference"), same.out
+    # The lineage's id names its latest round; `tt~0` names round 0, which the change hits.
+    changed = await cli("run", "fork", "tt~0", "--dry-run", "--app",
+                        "tests.integration.timetravel_flows:renamed_flows", "--exit-code",
+                        "--json", **common)
+    assert changed.code == 1, changed.err
+    report = json.loads(changed.out)
+    assert report["difference"]["position"] == 0, report
+    assert "first_v2" in json.dumps(report["difference"])

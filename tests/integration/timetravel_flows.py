@@ -29,3 +29,18 @@ async def _traveller(ctx: FlowContext, payload: dict[str, Any]) -> Any:
 
 
 flows = [traveller, doubler]
+
+
+# The same flow after a change that renames its first step: a dry run must say so.
+traveller_renamed = Flow("traveller", max_rounds=3)
+
+
+@traveller_renamed.handler
+async def _traveller_renamed(ctx: FlowContext, payload: dict[str, Any]) -> Any:
+    if payload.get("round", 0) == 0:
+        await ctx.step("first_v2", lambda: 1)
+        return None
+    return await ctx.step("last", lambda: payload["carry"] + 1)
+
+
+renamed_flows = [traveller_renamed, doubler]
