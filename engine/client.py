@@ -56,7 +56,7 @@ UNSAFE_CANCEL = (
 
 
 @dataclass(frozen=True, slots=True)
-class _RequestAnswer:
+class RequestAnswer:
     """A request this client produced, and what the reducer made of it (read model)."""
 
     record: JournalRecord
@@ -230,7 +230,7 @@ class Client:
             raise CancelRefused(UNSAFE_CANCEL)
         answer = await self._request(ev.RunCancelRequested(
             envelope=_envelope(ev.RunCancelRequested.TYPE, run_id), reason=reason,
-            requested_by=_requester()))
+            requested_by=requester()))
         if answer.verdict is Verdict.refused:
             status = answer.run.status.value if answer.run is not None else "unknown"
             raise CancelRefused(f"run {run_id} has already ended ({status})")
@@ -245,33 +245,50 @@ class Client:
         if resolution not in (None, "retry", "skip"):
             raise ResumeRefused(run_id, f"resolution must be retry or skip, not {resolution!r}")
         answer = await self._request(ev.RunResumeRequested(
-            envelope=_envelope(ev.RunResumeRequested.TYPE, run_id), operator=_requester(),
+            envelope=_envelope(ev.RunResumeRequested.TYPE, run_id), operator=requester(),
             resolution=resolution, position=position, digest=digest,
             result_json=dump_json(result) if resolution == "skip" else None))
         if answer.verdict is Verdict.refused:
             raise ResumeRefused(run_id, describe_refusal(answer.run, answer.record))
 
-    async def _request(self, record: JournalRecord) -> _RequestAnswer:
+    async def _request(self, record: JournalRecord) -> RequestAnswer:
         """Produce a request to a run (keyed by its lineage, as create_run does), then read
         the reducer's verdict on it from the read model caught up to include it. RunNotFound
         if the run did not exist when the request reached it."""
-        await self.start()
-        assert self._producer is not None
         run_id = record.envelope.run_id
         if self.authority is not None:
             self.check_authority(await self.describe(run_id))
-        value, headers = encode(record)
-        meta = await self._producer.send_and_wait(
-            self.topic, value=value, key=lineage_of(run_id).encode(), headers=headers)
-        view = await (await self.read_model()).catch_up([meta.partition])
-        target = view.addressed(run_id)  # a request naming a lineage reaches its last round
-        entry = (_history_at(view.history(run_id), meta.partition, meta.offset)
-                 or _history_at(view.history(target), meta.partition, meta.offset))
-        answer = _RequestAnswer(record, meta.partition, meta.offset,
-                               entry.verdict if entry is not None else None, view.run(target))
+        [(partition, offset)] = await self.send_requests([record])
+        answer = await self.answer(record, partition, offset)
         if answer.run_missing:
             raise RunNotFound(run_id)
         return answer
+
+    async def send_requests(self, records: list[JournalRecord]) -> list[tuple[int, int]]:
+        """Produce requests in order, each keyed by its run's lineage (so one run's requests
+        reach its partition in this order); their (partition, offset) once acknowledged."""
+        await self.start()
+        assert self._producer is not None
+        placed = []
+        for record in records:
+            value, headers = encode(record)
+            meta = await self._producer.send_and_wait(
+                self.topic, value=value, key=lineage_of(record.envelope.run_id).encode(),
+                headers=headers)
+            placed.append((meta.partition, meta.offset))
+        return placed
+
+    async def answer(self, record: JournalRecord, partition: int, offset: int
+                     ) -> RequestAnswer:
+        """The reducer's verdict on a request this client produced at (partition, offset),
+        from the read model caught up to include it, and the run as it stands then."""
+        run_id = record.envelope.run_id
+        view = await (await self.read_model()).catch_up([partition])
+        target = view.addressed(run_id)  # a request naming a lineage reaches its last round
+        entry = (_history_at(view.history(run_id), partition, offset)
+                 or _history_at(view.history(target), partition, offset))
+        return RequestAnswer(record, partition, offset,
+                             entry.verdict if entry is not None else None, view.run(target))
 
     def get_handle(self, run_id: str, *, flow: Flow[Any, Any] | str | None = None) -> RunHandle:
         """Attach to an existing run without creating it."""
@@ -328,7 +345,8 @@ class Client:
         return self.flows.get(name) if name else None
 
 
-def _requester() -> str:
+def requester() -> str:
+    """Who a request from this machine says asked for it."""
     return f"client@{socket.gethostname()}"
 
 

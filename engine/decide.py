@@ -12,6 +12,7 @@ from typing import Any
 
 from engine.flow import narrow
 from engine.journal import events as ev
+from projections.forks import entry_from_json, fork_parts
 from projections.state import (
     ChildLink,
     InboxItem,
@@ -336,3 +337,39 @@ def creation_limits(run: RunState, flow: Any) -> dict[str, Any]:
     ceiling = narrow(run.ceiling, getattr(flow, "capabilities", None))
     budget = getattr(flow, "max_rounds", 0) or run.max_rounds
     return {"ceiling": None if ceiling is None else list(ceiling), "max_rounds": budget}
+
+
+# -- forks --------------------------------------------------------------------------------------
+
+
+def fork_decisions(run: RunState, entry_at: Callable[[int], JournalEntry | None]
+                   ) -> list[tuple[type[Any], dict[str, Any]]]:
+    """What the owner writes for a forked run whose prefix is not complete yet: `run.forked`
+    (once), then a copy of each entry of the earliest held part not copied yet (`entry_at`
+    says which are), in position order. One part at a time, so what is in flight stays
+    within one request record's size; the part's last copy, once applied, brings the owner
+    back for the next part. Each body names the request it answers (its `request_id`)."""
+    fork = run.fork
+    if fork is None or run.admitted or run.status.is_terminal:
+        return []
+    records: list[tuple[type[Any], dict[str, Any]]] = []
+    if not fork.accepted:
+        records.append((ev.RunForked, {
+            "request_id": run.request_id, "source_run_id": fork.source_run_id,
+            "source_offset": fork.source_offset, "source_record": fork.source_record,
+            "flow": run.flow, "payload_json": run.payload_json,
+            "ceiling": None if run.ceiling is None else list(run.ceiling),
+            "max_rounds": run.max_rounds or None, "entry_count": fork.entry_count,
+            "request_offset": run.request_offset}))
+    held = [part for part in fork_parts(run) if part.entries]  # (an empty part 0: none)
+    if not held or held[0].first_position != run.steps:
+        return records  # the next part has not arrived yet
+    part = held[0]
+    for text in part.entries:
+        entry = entry_from_json(text)
+        if entry is None or (fork.accepted and entry_at(entry.position) is not None):
+            continue
+        records.append((ev.JournalEntryCopied, {
+            "request_id": part.request_id,
+            **{name: getattr(entry, name) for name in entry.__struct_fields__}}))
+    return records

@@ -50,7 +50,8 @@ class RunHandle:
             return self._from_offset
         if self.request_id is None:
             created = await tail.created(partition, 0, self.run_id)  # read model, then tail
-            self._from_offset = created.request_offset if isinstance(created, ev.RunCreated) else 0
+            created_by = ev.RunCreated | ev.RunForked
+            self._from_offset = created.request_offset if isinstance(created, created_by) else 0
             return self._from_offset
         answer = await tail.admission(partition, self.request_offset, self.request_id,
                                       self.run_id)

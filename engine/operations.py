@@ -13,6 +13,7 @@ from typing import Any
 from engine.client import Client, round_zero
 from engine.config import journal_topic, resolve_bootstrap, resolve_namespace
 from engine.errors import InvalidInput, RunNotFound, RunstreamError
+from engine.fencing import DEFAULT_LIMIT, Ledger, fencing_ledger
 from engine.flow import Flow
 from engine.history import HistoryRow, PartitionRow
 from engine.history import partition_history as _partition_history
@@ -271,6 +272,8 @@ async def run_history(
     *, bootstrap: str | None, namespace: str | None, run_id: str,
     read_model_dir: Path | None = None,
 ) -> list[HistoryRow]:
+    """Every record of the run (`<lineage>~0` names round 0, the lineage id itself)."""
+    run_id = round_zero(run_id)
     async with _read_model(bootstrap, namespace, read_model_dir) as model:
         view = await _view_of(model, run_id)
         return _run_history(view, run_id)
@@ -294,6 +297,7 @@ async def run_state_at(
 ) -> dict[str, Any]:
     """The run's state right after its last record at or before `point`, with its journal
     entries then."""
+    run_id = round_zero(run_id)
     async with _read_model(bootstrap, namespace, read_model_dir) as model:
         view = await _view_of(model, run_id)
         past = run_at(view, run_id, point)
@@ -308,9 +312,22 @@ async def run_diff(
     read_model_dir: Path | None = None,
 ) -> RunDiff:
     """What changed in the run's state between two points, and which records changed it."""
+    run_id = round_zero(run_id)
     async with _read_model(bootstrap, namespace, read_model_dir) as model:
         view = await _view_of(model, run_id)
         return _run_diff(view, run_id, start, end)
+
+
+async def fenced_writes(
+    *, bootstrap: str | None, namespace: str | None, run_id: str | None = None,
+    since: str | None = None, limit: int = DEFAULT_LIMIT, read_model_dir: Path | None = None,
+) -> Ledger:
+    """Every write turned away for a stale epoch, a stale claim or a repeated sequence."""
+    since_ms = parse_time(since) if since is not None else None
+    async with _read_model(bootstrap, namespace, read_model_dir) as model:
+        view = await (_view_of(model, run_id) if run_id is not None else model.catch_up())
+        return fencing_ledger(view, model.partitions, run_id=run_id, since_ms=since_ms,
+                              limit=limit)
 
 
 async def partition_history(

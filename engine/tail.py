@@ -37,6 +37,8 @@ TERMINAL_TYPES = frozenset({ev.RunCompleted.TYPE, ev.RunFailed.TYPE, ev.RunCance
                             ev.RunHandedOff.TYPE, ev.LineageExhausted.TYPE,
                             ev.RoundInvalid.TYPE})
 ADMISSION_TYPES = frozenset({ev.RunCreated.TYPE, ev.RunCreateRejected.TYPE})
+# What makes a run exist: a create request admitted, or a fork request admitted.
+CREATION_TYPES = frozenset({ev.RunCreated.TYPE, ev.RunForked.TYPE})
 # Answers the tail keeps after passing them (admission and settlement of recent runs); an
 # evicted one is looked up in the read model instead.
 ANSWER_CACHE = 100_000
@@ -229,7 +231,7 @@ class JournalTail:
         answer = _Answer(tail.state.partition, offset, record)
         if record.TYPE in ADMISSION_TYPES and env.request_id:
             self._found(f"req:{env.request_id}", answer)
-        if isinstance(record, ev.RunCreated):
+        if isinstance(record, ev.RunCreated | ev.RunForked):  # a fork is created by its owner
             self._found(f"created:{env.run_id}", answer)
         if record.TYPE in TERMINAL_TYPES:
             self._found(f"end:{env.run_id}", answer)
@@ -262,7 +264,7 @@ def _answer_in(view: View, key: str, run_id: str, from_offset: int) -> JournalRe
         if item.verdict is not Verdict.applied or item.offset < from_offset or item.raw is None:
             continue
         wanted = ((kind == "req" and item.type in ADMISSION_TYPES)
-                  or (kind == "created" and item.type == ev.RunCreated.TYPE)
+                  or (kind == "created" and item.type in CREATION_TYPES)
                   or (kind == "end" and item.type in TERMINAL_TYPES))
         if not wanted:
             continue

@@ -42,6 +42,8 @@ def run_view(run: RunState, *, namespace: str | None = None) -> dict[str, Any]:
         view["handed_off_to"] = run.handed_off_to
     if run.max_rounds:
         view["max_rounds"] = run.max_rounds
+    if run.fork is not None:
+        view["forked_from"] = fork_view(run)
     quarantine = quarantine_view(run, namespace=namespace)
     if quarantine is not None:
         view["quarantine"] = quarantine
@@ -53,6 +55,18 @@ def run_view(run: RunState, *, namespace: str | None = None) -> dict[str, Any]:
     if note:
         view["note"] = note
     return view
+
+
+def fork_view(run: RunState) -> dict[str, Any]:
+    """Where a forked run comes from: its source, the history row (`record:K`) and offset
+    it was forked at, how many journal entries it copied, and whether it was forced."""
+    fork = run.fork
+    assert fork is not None
+    forced = " (forced past its residue warnings)" if fork.forced else ""
+    return {"run_id": fork.source_run_id, "record": fork.source_record,
+            "offset": fork.source_offset, "entries": fork.entry_count, "forced": fork.forced,
+            "summary": f"forked from {fork.source_run_id} at record {fork.source_record} "
+                       f"({fork.entry_count} journal entries copied){forced}"}
 
 
 def ceiling_view(ceiling: tuple[str, ...] | None) -> list[str] | str:
@@ -146,6 +160,13 @@ def _pending_note(run: RunState) -> str | None:
     missing = [e for e in run.evidence if e.kind == FLOW_NOT_REGISTERED]
     if missing:
         return missing[-1].message
+    fork = run.fork
+    if fork is not None and not run.admitted:
+        if not fork.accepted:
+            return (f"a fork of {fork.source_run_id} not admitted yet: no worker has claimed "
+                    f"partition {run.partition}; start a worker (`runstream worker`)")
+        return (f"copying the prefix forked from {fork.source_run_id}: {run.steps} of "
+                f"{fork.entry_count} journal entries copied; it runs once all are")
     if not run.admitted:
         return (f"not admitted yet: no worker has claimed partition {run.partition}; "
                 f"start a worker (`runstream worker`)")

@@ -112,8 +112,11 @@ class Projector:
             run_id, before = self._latest_round(before, record)
         position = entry_position(record)
         entry = None
-        if before is not None and position is not None and position < before.steps:
-            entry = self.store.entry(before.run_id, position)  # else none can stand there
+        # No entry can stand at or past `steps`, but for a fork's copies, which move `steps`
+        # once per part (projections.forks).
+        copy = isinstance(record, ev.JournalEntryCopied)
+        if before is not None and position is not None and (position < before.steps or copy):
+            entry = self.store.entry(before.run_id, position)
         request_id = request_id_of(record, offset) if record.KIND == "request" else None
         seen = request_id is not None and self.store.request_seen(partition, request_id)
         applied = apply(state, before, record, offset, timestamp_ms=when, entry=entry,

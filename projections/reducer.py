@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.journal import events as ev
+from projections.forks import apply_copied, apply_fork_request, apply_forked
 from projections.requests import apply_run_request
 from projections.state import (
     MAX_DEPTH,
@@ -187,6 +188,12 @@ def _apply_request(
     if request_seen:
         return Applied(replace(partition, duplicates=partition.duplicates + 1), run,
                        Verdict.duplicate)
+    if isinstance(record, ev.RunForkRequested):
+        updated, verdict = apply_fork_request(run, record, request_id_of(record, offset),
+                                              offset, partition.partition)
+        if run is not None and updated is not run and updated is not None:
+            updated = replace(updated, updated_at_ms=record.envelope.timestamp_ms)
+        return Applied(partition, updated, verdict)
     if run is None:
         if not isinstance(record, ev.RunCreateRequested):
             return Applied(partition, None, Verdict.ignored)
@@ -292,6 +299,11 @@ def _decide_run(
         return _RunChange(replace(run, evidence=kept[-MAX_EVIDENCE:]))
     if run.status in TERMINAL_STATUSES:
         return _RunChange(run)
+    if isinstance(record, ev.RunForked):
+        return _RunChange(apply_forked(run, record))
+    if isinstance(record, ev.JournalEntryCopied):
+        copied = apply_copied(run, record, entry)
+        return _RunChange(run) if copied is None else _RunChange(*copied)
     change = transition(run, record, partition.epoch, entry)
     if change is None:
         return _RunChange(run)
@@ -358,6 +370,7 @@ def _spawn_answer(before: RunState | None,
 def _rejected(run: RunState, record: ev.RunCreateRejected) -> RunState | None:
     """A rejected request leaves the run as it was; a run never admitted disappears."""
     inbox = _answered(run, record.envelope.request_id)
-    if not run.admitted and not any(i.type == ev.RunCreateRequested.TYPE for i in inbox):
-        return None
+    if (not run.admitted and run.fork is None
+            and not any(i.type == ev.RunCreateRequested.TYPE for i in inbox)):
+        return None  # (a fork being copied is not one: its request was a fork's)
     return replace(run, inbox=inbox)

@@ -91,6 +91,27 @@ class InboxItem(_Frozen, frozen=True, array_like=True):
     lineage_id: str | None = None
     round: int = 0
     ceiling: tuple[str, ...] | None = None
+    # A fork request's part: its number, the position of its first entry, and its entries
+    # (each JournalEntry's fields as JSON) until the owner has copied them all. Bound: one
+    # request record's size per part (the sender keeps each under the record size limit);
+    # a run holds the parts received and not yet copied, MAX_INBOX at most.
+    part: int = 0
+    first_position: int = 0
+    entries: tuple[str, ...] = ()
+
+
+class ForkOrigin(_Frozen, frozen=True, array_like=True):
+    """Where a forked run comes from: a copy of its source's first `entry_count` journal
+    entries, as they stood right after the source's history row `source_record`."""
+
+    source_run_id: str
+    source_offset: int  # of that row, in the source's partition
+    source_record: int
+    entry_count: int
+    parts: int
+    forced: bool = False  # the operator acknowledged the residue warnings
+    requested_by: str = ""
+    accepted: bool = False  # run.forked applied: the owner copies the prefix
 
 
 class JournalEntry(_Frozen, frozen=True, array_like=True):
@@ -221,6 +242,9 @@ class RunState(_Frozen, frozen=True, array_like=True):
     trace_context: tuple[tuple[str, str], ...] = ()  # W3C context the run's spans continue
     resolution: str | None = None  # an operator's quarantine resolution: retry | skip
     resolution_result_json: str | None = None  # for skip: the step's outcome
+    # A forked run's origin. Until its copied prefix is complete it is not admitted: it
+    # stays pending and nothing executes.
+    fork: ForkOrigin | None = None
 
     def has_evidence(self, kind: str) -> bool:
         return any(item.kind == kind for item in self.evidence)

@@ -378,7 +378,8 @@ _HANDLERS: dict[type, Handler] = {
 }
 
 _POSITIONED = (ev.StepStarted, ev.StepCompleted, ev.StepFailed, ev.RunSuspended,
-               ev.RunResumed, ev.TimerFired, ev.ChildSpawned, ev.RunWakeRequested)
+               ev.RunResumed, ev.TimerFired, ev.ChildSpawned, ev.RunWakeRequested,
+               ev.JournalEntryCopied)
 
 
 def entry_position(record: ev.JournalRecord) -> int | None:

@@ -13,6 +13,9 @@ from engine.cli.errors import UserError
 from engine.cli.options import bootstrap_option, cache_dir_option, namespace_option, query_dir
 from engine.cli.options import print_json as _print_json
 from engine.cli.runs import echo_outcome, run
+from engine.dryrun import dry_run, format_dry_run
+from engine.fencing import DEFAULT_LIMIT, format_ledger
+from engine.fork import fork_run
 from engine.history import format_history
 from engine.timetravel import Point, format_diff, format_tree, parse_point
 
@@ -119,5 +122,86 @@ def diff(run_id: str, start: str, end: str, as_json: bool, bootstrap: str | None
 
 
 
+@run.command("fork")
+@click.argument("run_id")
+@click.option("--at", "at_point", default=None, metavar="record:K",
+              help="Copy the run's journal as it stood right after row K of `run history`.")
+@click.option("--as", "new_run_id", default=None, help="The new run's id (default: generated).")
+@click.option("--force", is_flag=True,
+              help="Fork even where the original ran an irreversible step or spawned a child "
+              "after the point (the warnings name each).")
+@click.option("--dry-run", is_flag=True,
+              help="Instead of forking: replay the run against the flow code given by --app "
+              "and show where it first decides differently. Nothing executes.")
+@click.option("--app", default=None, envvar="RUNSTREAM_APP", show_envvar=True,
+              help="With --dry-run: the flow code, package.module:flows_list.")
+@click.option("--exit-code", is_flag=True,
+              help="With --dry-run: exit with status 1 when the code decides differently.")
+@click.option("--json", "as_json", is_flag=True)
+@bootstrap_option
+@namespace_option
+@cache_dir_option
+def fork(run_id: str, at_point: str | None, new_run_id: str | None, force: bool,
+         dry_run: bool, app: str | None, exit_code: bool, as_json: bool,
+         bootstrap: str | None, namespace: str | None, cache_dir: Path | None) -> None:
+    """Start a new run from a copy of RUN_ID's journal up to a point (nothing in the copy
+    runs again), or, with --dry-run, check other flow code against the run's history."""
+    model_dir = query_dir(cache_dir, bootstrap, namespace)
+    if dry_run:
+        _dry_run(run_id, app, exit_code, as_json, bootstrap, namespace, model_dir)
+        return
+    if at_point is None:
+        raise UserError("name the point to fork at: --at record:K (a row of `run history`)")
+    point = parse_point(at_point)
+    if point.kind != "record":
+        raise UserError(f"--at {at_point}: a fork is made at a record, record:K")
+    result = asyncio.run(fork_run(
+        bootstrap=bootstrap, namespace=namespace, run_id=run_id, at_record=point.value,
+        new_run_id=new_run_id, force=force, read_model_dir=model_dir))
+    if as_json:
+        _print_json(result.as_dict())
+        return
+    for warning in result.warnings:
+        click.echo(f"warning (forced): {warning}", err=True)
+    click.echo(f"forked {run_id} at record:{point.value} as {result.run_id}: "
+               f"{result.entries} journal entries copied in {result.parts} request(s); "
+               f"`runstream run result {result.run_id}` waits for it")
+
+
+def _dry_run(run_id: str, app: str | None, exit_code: bool, as_json: bool,
+             bootstrap: str | None, namespace: str | None, model_dir: Path | None) -> None:
+    report = asyncio.run(dry_run(bootstrap=bootstrap, namespace=namespace, run_id=run_id,
+                                 app=app, read_model_dir=model_dir))
+    if as_json:
+        _print_json(report.as_dict())
+    else:
+        for line in format_dry_run(report):
+            click.echo(line)
+    if exit_code and report.difference is not None:
+        raise SystemExit(1)
+
+
+@click.command("fenced")
+@click.option("--run", "run_id", default=None, help="Only this run's records.")
+@click.option("--since", default=None, help="Only records at or after this ISO-8601 time.")
+@click.option("--limit", type=click.IntRange(min=1), default=DEFAULT_LIMIT, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@bootstrap_option
+@namespace_option
+@cache_dir_option
+def fenced(run_id: str | None, since: str | None, limit: int, as_json: bool,
+           bootstrap: str | None, namespace: str | None, cache_dir: Path | None) -> None:
+    """The fencing ledger: every write turned away for a stale epoch, a stale claim or a
+    repeated sequence, with its writer, epoch and the record it tried to make."""
+    ledger = asyncio.run(operations.fenced_writes(
+        bootstrap=bootstrap, namespace=namespace, run_id=run_id, since=since, limit=limit,
+        read_model_dir=query_dir(cache_dir, bootstrap, namespace)))
+    if as_json:
+        _print_json(ledger.as_dict())
+        return
+    for line in format_ledger(ledger):
+        click.echo(line)
+
+
 # Top-level commands of this module (its `run` subcommands register on import).
-COMMANDS: list[click.Command] = []
+COMMANDS: list[click.Command] = [fenced]

@@ -30,6 +30,7 @@ from engine.decide import (
     decide_create,
     decide_waiting,
     exit_policy,
+    fork_decisions,
     resolution_records,
     unanswered_creates,
     wait_entry_position,
@@ -44,15 +45,24 @@ from engine.errors import (
     SignalRefused,
 )
 from engine.flow import Flow, HandedOff, dump_json
-from engine.journal import Envelope, JournalRecord
+from engine.fork import (
+    ForkNeedsForce,
+    ForkTargetExists,
+    fork_requests,
+    fork_run_id,
+    plan_fork,
+)
+from engine.journal import Envelope, JournalRecord, encode
 from engine.journal import events as ev
 from engine.reader import run_partition
 from engine.runner import exit_reason
 from engine.testing.execution import TestExecution
 from engine.worker.outbox import request_record
+from projections.forks import is_copying
 from projections.memory import HistoryItem, MemoryProjection
 from projections.requests import describe_refusal
 from projections.state import JournalEntry, RunState, RunStatus, Verdict
+from projections.store import HistoryEntry
 
 DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
 # Records one drive may write before the environment calls it a livelock (a flow that
@@ -168,6 +178,24 @@ class TestEnvironment:
     async def run_until_idle(self) -> None:
         """Drive until every run waits (no time passes)."""
         await self._drive(lambda: False, until_ms=self.clock_ms)
+
+    async def fork(self, run_id: str, *, at_record: int, new_run_id: str | None = None,
+                   force: bool = False) -> str:
+        """Fork `run_id` at row `at_record` of its history (engine.fork); returns the new
+        run's id (it starts when the environment is driven). Raises ForkNeedsForce."""
+        items = [HistoryEntry(i.partition, i.offset, i.verdict, i.record.TYPE,
+                              i.record.envelope.timestamp_ms, encode(i.record)[0])
+                 for i in self.history(run_id) if i.record is not None]
+        plan = plan_fork(run_id, items, at_record, self.journal(run_id))
+        if plan.warnings and not force:
+            raise ForkNeedsForce(run_id, at_record, plan.warnings)
+        target = fork_run_id(run_id, new_run_id)
+        if self.projection.store.run(target) is not None:
+            raise ForkTargetExists(target)
+        for part in fork_requests(plan, target, forced=bool(plan.warnings),
+                                  requested_by="test", now_ms=self.clock_ms):
+            self._append(self.partition_of(target), part)
+        return target
 
     def crash_at(self, run_id: str, position: int) -> None:
         """Crash the worker when `run_id` is about to journal journal position `position`:
@@ -303,7 +331,9 @@ class TestEnvironment:
         for item in unanswered_creates(run):
             self._answer_create(run, item.request_id, item.flow, item.payload_json)
             return
-        if run.status is RunStatus.suspended:
+        if is_copying(run):
+            self._copy_fork(run, record)
+        elif run.status is RunStatus.suspended:
             position = wait_entry_position(run)
             entry = None if position is None else self.projection.store.entry(
                 run.run_id, position)
@@ -328,6 +358,19 @@ class TestEnvironment:
                 self._runnable.setdefault(run.run_id, False)
         elif run.status is RunStatus.running and claiming:
             self._runnable[run.run_id] = True
+
+    def _copy_fork(self, run: RunState, record: JournalRecord | None) -> None:
+        """A fork's owner admits it and copies its prefix one part at a time
+        (engine.worker.reactions): on a request part, on a claim, and once a part's last
+        copy is applied; the other copies were decided with their part."""
+        part_done = isinstance(record, ev.JournalEntryCopied) and (
+            run.steps == record.position + 1)
+        if run.cancel_requested is not None and not isinstance(record, ev.JournalEntryCopied):
+            self._cancel_now(run, CancelNow(run.cancel_requested, run.cancel_requested_by))
+        elif record is None or part_done or isinstance(record, ev.RunForkRequested):
+            store = self.projection.store
+            for cls, body in fork_decisions(run, lambda p: store.entry(run.run_id, p)):
+                self.decide(run, cls, **body)
 
     def _answer_create(self, run: RunState, request_id: str, flow: str | None,
                        payload: str | None) -> None:

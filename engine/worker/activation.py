@@ -32,6 +32,7 @@ from engine.journal import events as ev
 from engine.worker.committer import BLAME_AT_BYTES
 from engine.worker.executor import RunExecution, now_ms
 from engine.worker.ownership import Ownership
+from projections.forks import is_copying
 from projections.state import InboxItem, RunState, RunStatus
 from projections.store import ProjectionStore
 
@@ -62,10 +63,12 @@ class Activator:
 
     def activate_partition(self, own: Ownership, store: ProjectionStore) -> None:
         """Right after our claim: answer what is unanswered, start what should run."""
+        reactions = self.worker.reactions
         for run in list(store.runs_with_requests(own.partition)):
             for item in unanswered_creates(run):  # in any status: a repeat of a settled run
                 self.decide_create(own, run, item)
-        reactions = self.worker.reactions
+            if is_copying(run):  # a fork whose prefix the previous owner did not finish
+                reactions.react(own, run, claiming=True)
         for status in (RunStatus.pending, RunStatus.running, RunStatus.suspended):
             for run in list(store.runs_in_partition(own.partition, status)):
                 if run.status is RunStatus.suspended or needs_activation(run):

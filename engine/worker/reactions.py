@@ -18,13 +18,16 @@ from engine.decide import (
     cancel_on_pending,
     decide_waiting,
     exit_policy,
+    fork_decisions,
     resolution_records,
     wait_entry_position,
 )
-from engine.errors import WorkerFatal
+from engine.errors import WorkerFatal, journal_text
+from engine.journal import EncodeError
 from engine.journal import events as ev
 from engine.runner import exit_reason
 from engine.worker.ownership import Ownership
+from projections.forks import is_copying
 from projections.projector import Outcome
 from projections.state import JournalEntry, RunState, RunStatus
 
@@ -66,7 +69,9 @@ class Reactions:
         if self.worker.confirmations.in_flight(run.run_id) and not claiming:
             return
         try:
-            if run.status is RunStatus.suspended:
+            if is_copying(run):
+                self._copy_fork(own, run)
+            elif run.status is RunStatus.suspended:
                 action = decide_waiting(run, self._wait_entry(run))
                 if isinstance(action, Wake):
                     self._wake(own, run, action)
@@ -84,6 +89,24 @@ class Reactions:
                 self.worker.activator.start(own, run)
         except WorkerFatal:  # the source failed: its renewal claims again and re-decides
             pass
+
+    def _copy_fork(self, own: Ownership, run: RunState) -> None:
+        """A forked run whose prefix is not complete: admit it, copy what is held (once:
+        the run is not reacted to again until these decisions are applied), or cancel it
+        (nothing ran yet)."""
+        if run.cancel_requested is not None:
+            self.cancel_now(own, run, CancelNow(run.cancel_requested, run.cancel_requested_by))
+            return
+        assert self.worker.store is not None
+        store = self.worker.store
+        for cls, body in fork_decisions(run, lambda p: store.entry(run.run_id, p)):
+            try:
+                self.worker.enqueue(own, run, cls, **body)
+            except EncodeError as exc:  # an entry that no longer fits one record
+                log.error("fork %s cannot copy its prefix: %s", run.run_id, exc)
+                self.worker.enqueue(own, run, ev.RunFailed, error_type="ForkTooLarge",
+                                    error_message=journal_text(str(exc)), traceback="")
+                return
 
     def _wait_entry(self, run: RunState) -> JournalEntry | None:
         assert self.worker.store is not None

@@ -170,3 +170,39 @@ async def test_cli_history_tree_at_record_and_diff(
     report = json.loads(changed.out)
     assert report["difference"]["position"] == 0, report
     assert "first_v2" in json.dumps(report["difference"])
+
+
+async def test_cli_fork_needs_force_past_a_spawn_and_then_completes(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    common: dict[str, Any] = {"bootstrap": bootstrap, "namespace": namespace,
+                              "cache": tmp_path / "cache"}
+    worker = Worker(flows=flows, data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
+                    namespace=namespace, session_timeout_ms=6000)
+    await worker.start()
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=flows) as client:
+            handle = await client.create_run(traveller, {}, run_id="tt")
+            await client.signal("tt", "go", 2)
+            assert await handle.result(timeout=60, follow=True) == 7
+            rows = json.loads((await cli("run", "history", "tt~0", "--json", **common)).out)
+            spawn = next(r["record"] for r in rows if r["type"] == "child.spawned")
+            refused = await cli("run", "fork", "tt~0", "--at", f"record:{spawn - 1}",
+                                "--as", "tt-fork", **common)
+            assert "needs --force" in one_line_error(refused)
+            assert "child" in refused.err
+            forked = await cli("run", "fork", "tt~0", "--at", f"record:{spawn - 1}",
+                               "--as", "tt-fork", "--force", "--json", **common)
+            assert forked.code == 0, forked.err
+            made = json.loads(forked.out)
+            assert made["run_id"] == "tt-fork" and made["entries"] == 3  # first, sleep, go
+            assert made["forced"] is True
+            fork = client.get_handle("tt-fork")
+            assert await fork.result(timeout=60, follow=True) == 7
+            journal_of_fork = await client.journal("tt-fork")
+            assert [e.name for e in journal_of_fork][:3] == ["first", "sleep", "go"]
+            status = await cli("run", "status", "tt-fork~0", "--json", **common)
+            assert json.loads(status.out)["forked_from"]["run_id"] == "tt"
+    finally:
+        await worker.stop()

@@ -39,7 +39,7 @@ ADDED_SINCE_FORMAT_2: dict[str, Any] = {
     "ceiling": None, "max_rounds": 0, "handed_off_to": None, "trace_context": [],
     "resolution": None, "resolution_result_json": None,
     # issue 9: step argument digests (dry runs)
-    "args_digest": None,
+    "args_digest": None, "fork": None,
 }
 
 

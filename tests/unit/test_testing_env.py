@@ -23,9 +23,12 @@ from engine import (
     WaitTimeout,
 )
 from engine.demo.flows import checkout
+from engine.fork import ForkNeedsForce
 from engine.journal import events as ev
 from engine.testing import EnvironmentIdle, TestEnvironment
 from projections.state import Verdict
+from tests.integration.fork_flows import calls, counted, family, risky
+from tests.integration.fork_flows import flows as fork_flows
 from tests.integration.waiting_flows import (
     approval,
     cleanup,
@@ -330,3 +333,33 @@ async def test_handoff_rounds_and_a_quarantine_resolution_in_the_environment() -
                          digest=wait.digest, result="refunded by hand")
         assert await env.result(risky_id) == "refunded by hand"
         assert charged == ["risky/0"]  # skipped: not run again
+
+
+async def test_a_fork_replays_its_copied_prefix_and_runs_the_rest_once_more() -> None:
+    async with TestEnvironment(fork_flows, partitions=2) as env:
+        source = await env.start(counted, {"tag": "env-fork"}, run_id="src")
+        expected = await env.result(source)
+        at = types(env, source).index("step.completed") + 2  # after the second step
+        forked = await env.fork(source, at_record=at, new_run_id="forked")
+        assert await env.result(forked) == expected
+        assert calls("env-fork") == {"one": 1, "two": 1, "three": 2, "four": 2}
+        assert types(env, forked)[:4] == ["run.fork-requested", "run.forked",
+                                           "journal.entry-copied", "journal.entry-copied"]
+        state = env.describe(forked)
+        assert state.fork is not None and (state.fork.source_record, state.steps) == (at, 4)
+
+        await env.run(risky, {"tag": "env-risky"}, run_id="pay")
+        with pytest.raises(ForkNeedsForce, match="irreversible step 'charge'"):
+            await env.fork("pay", at_record=4)
+        again = await env.fork("pay", at_record=4, force=True)
+        await env.result(again)
+        assert calls("env-risky") == {"prepare": 1, "charge": 2, "receipt": 2}
+
+        await env.run(family, {"tag": "env-kin"}, run_id="kin")
+        # Forked at its last step: the spawn (its child finished) and the child's result are
+        # copied, so nothing spawns or runs again.
+        at_after = len(env.history("kin")) - 1
+        tail = await env.fork("kin", at_record=at_after)
+        await env.result(tail)
+        assert calls("env-kin") == {"before": 1, "child-work": 1, "after": 1}
+        assert env.describe(tail).fork is not None

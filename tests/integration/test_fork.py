@@ -1,0 +1,247 @@
+"""Forking runs against a real broker with in-process workers: the fork completes without
+re-executing any step of its copied prefix (the steps count their calls), residue needs
+--force, a long prefix travels in several parts under the record size limit, and an owner
+taking over mid-copy finishes the copy without duplicating anything."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from engine import Client, RunStatus, Worker
+from engine.config import journal_topic
+from engine.decide import fork_decisions
+from engine.fork import MAX_PART_BYTES, ForkNeedsForce, ForkTargetExists, fork_run
+from engine.history import HistoryRow
+from engine.journal import Envelope, JournalRecord, encode
+from engine.journal import events as ev
+from engine.operations import run_history, run_status
+from engine.reader import read_partitions
+from projections.state import RunState, Verdict
+from tests.integration.fork_flows import bulky, calls, counted, family, flows, risky
+from tests.integration.support import fold, status_or_none
+
+TIMEOUT_S = 60.0
+
+
+@asynccontextmanager
+async def worker(bootstrap: str, namespace: str, path: Path) -> AsyncIterator[Worker]:
+    w = Worker(flows=flows, data_dir=path, bootstrap_servers=bootstrap, namespace=namespace,
+               session_timeout_ms=6000)
+    await w.start()
+    try:
+        yield w
+    finally:
+        await w.stop()
+
+
+def client(bootstrap: str, namespace: str, path: Path) -> Client:
+    return Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows,
+                  read_model_dir=path / "client-read-model")
+
+
+async def settled(c: Client, run_id: str) -> RunState:
+    """The run once it ended (the read model polled: a fork has no run.created to tail)."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        status = await status_or_none(c, run_id)
+        if status is not None and status.is_terminal:
+            return await c.describe(run_id)
+        assert time.monotonic() < deadline, f"{run_id} never ended ({status})"
+        await asyncio.sleep(0.1)
+
+
+async def record_of(bootstrap: str, namespace: str, path: Path, run_id: str,
+                    wanted: Callable[[HistoryRow], bool]) -> int:
+    """The row number (`record:K`, from 1) of the run's first history row `wanted`."""
+    rows = await run_history(bootstrap=bootstrap, namespace=namespace, run_id=run_id,
+                             read_model_dir=path / "history-read-model")
+    return next(number for number, row in enumerate(rows, 1) if wanted(row))
+
+
+def completed(name: str) -> Callable[[HistoryRow], bool]:
+    return lambda row: row.type == "step.completed" and row.detail.get("name") == name
+
+
+async def fork(bootstrap: str, namespace: str, path: Path, run_id: str, at_record: int, *,
+               new_run_id: str | None = None, force: bool = False) -> Any:
+    return await fork_run(bootstrap=bootstrap, namespace=namespace, run_id=run_id,
+                          at_record=at_record, new_run_id=new_run_id, force=force,
+                          read_model_dir=path / "fork-read-model")
+
+
+async def test_a_fork_after_two_of_four_steps_runs_only_the_last_two_again(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    tag = uuid.uuid4().hex
+    async with worker(bootstrap, namespace, tmp_path / "w"), \
+            client(bootstrap, namespace, tmp_path) as c:
+        source = await c.create_run(counted, {"tag": tag}, run_id=f"src-{tag}")
+        expected = await source.result(timeout=TIMEOUT_S)
+        at = await record_of(bootstrap, namespace, tmp_path, source.run_id, completed("two"))
+        result = await fork(bootstrap, namespace, tmp_path, source.run_id, at,
+                            new_run_id=f"fork-{tag}")
+        assert (result.run_id, result.entries, result.parts, result.forced) == (
+            f"fork-{tag}", 2, 1, False)
+        assert result.as_dict()["at_record"] == at
+        forked = await settled(c, result.run_id)
+        assert json.loads(forked.result_json or "null") == expected
+        assert calls(tag) == {"one": 1, "two": 1, "three": 2, "four": 2}
+        view = await run_status(bootstrap=bootstrap, namespace=namespace,
+                                run_id=result.run_id, read_model_dir=tmp_path / "status")
+        assert view["forked_from"]["summary"] == (
+            f"forked from src-{tag} at record {at} (2 journal entries copied)")
+        with pytest.raises(ForkTargetExists):
+            await fork(bootstrap, namespace, tmp_path, source.run_id, at,
+                       new_run_id=result.run_id)
+    journal_state = await fold(bootstrap, namespace)
+    types = [(i.record.TYPE, i.verdict) for i in journal_state.history[result.run_id]
+             if i.record is not None]
+    assert types[:4] == [("run.fork-requested", Verdict.applied),
+                         ("run.forked", Verdict.applied),
+                         ("journal.entry-copied", Verdict.applied),
+                         ("journal.entry-copied", Verdict.applied)]
+    steps = [i.record.position for i in journal_state.history[result.run_id]
+             if isinstance(i.record, ev.StepCompleted)]
+    assert steps == [2, 3]  # only the steps after the prefix executed in the fork
+
+
+async def test_a_fork_before_an_irreversible_step_or_a_spawn_needs_force(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    tag = uuid.uuid4().hex
+    async with worker(bootstrap, namespace, tmp_path / "w"), \
+            client(bootstrap, namespace, tmp_path) as c:
+        paid = await c.create_run(risky, {"tag": tag}, run_id=f"pay-{tag}")
+        kin = await c.create_run(family, {"tag": tag}, run_id=f"kin-{tag}")
+        await paid.result(timeout=TIMEOUT_S)
+        await kin.result(timeout=TIMEOUT_S)
+        at_pay = await record_of(bootstrap, namespace, tmp_path, paid.run_id,
+                                 completed("prepare"))
+        with pytest.raises(ForkNeedsForce) as refused:
+            await fork(bootstrap, namespace, tmp_path, paid.run_id, at_pay)
+        [warning] = refused.value.warnings
+        assert "irreversible step 'charge' at position 1 completed" in warning
+        forced = await fork(bootstrap, namespace, tmp_path, paid.run_id, at_pay, force=True)
+        assert forced.forced and forced.run_id.startswith(f"pay-{tag}-fork-")
+        await settled(c, forced.run_id)
+        assert calls(tag)["prepare"] == 1 and calls(tag)["charge"] == 2
+
+        at_kin = await record_of(bootstrap, namespace, tmp_path, kin.run_id,
+                                 completed("before"))
+        with pytest.raises(ForkNeedsForce) as orphaning:
+            await fork(bootstrap, namespace, tmp_path, kin.run_id, at_kin)
+        assert f"child run kin-{tag}.1" in orphaning.value.warnings[0]
+        kin_fork = await fork(bootstrap, namespace, tmp_path, kin.run_id, at_kin,
+                              new_run_id=f"kin-fork-{tag}", force=True)
+        done = await settled(c, kin_fork.run_id)
+        assert done.status is RunStatus.completed
+        # The fork spawned a child of its own; the source's child ran once, as before.
+        assert (await settled(c, f"kin-fork-{tag}.1")).status is RunStatus.completed
+        assert calls(tag)["before"] == 1 and calls(tag)["child-work"] == 2
+    journal_state = await fold(bootstrap, namespace)
+    [request] = [i.record for i in journal_state.history[forced.run_id]
+                 if isinstance(i.record, ev.RunForkRequested)]
+    assert request.forced and request.requested_by.startswith("client@")
+
+
+async def test_a_long_prefix_travels_in_parts_under_the_record_limit(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    tag = uuid.uuid4().hex
+    steps, size = 300, 10_000
+    async with worker(bootstrap, namespace, tmp_path / "w"), \
+            client(bootstrap, namespace, tmp_path) as c:
+        source = await c.create_run(bulky, {"tag": tag, "steps": steps, "size": size},
+                                    run_id=f"bulk-{tag}")
+        assert await source.result(timeout=TIMEOUT_S) == steps * size
+        at = await record_of(bootstrap, namespace, tmp_path, source.run_id,
+                             completed(f"bulk-{steps - 1}"))
+        result = await fork(bootstrap, namespace, tmp_path, source.run_id, at)
+        assert result.entries == steps and result.parts >= 4
+        forked = await settled(c, result.run_id)
+        assert forked.result_json == str(steps * size) and forked.steps == steps + 1
+    counts = calls(tag)
+    assert {counts[f"bulk-{i}"] for i in range(steps)} == {1} and counts["tail"] == 2
+    sizes = []
+    async for raw in read_partitions(bootstrap, journal_topic(namespace)):
+        if dict(raw.headers).get("rs-type") == ev.RunForkRequested.TYPE.encode():
+            sizes.append(len(raw.value or b""))
+    assert len(sizes) == result.parts and max(sizes) <= MAX_PART_BYTES
+
+
+async def test_an_owner_taking_over_mid_copy_finishes_it_without_duplicates(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    tag = uuid.uuid4().hex
+    async with worker(bootstrap, namespace, tmp_path / "w1"), \
+            client(bootstrap, namespace, tmp_path) as c:
+        source = await c.create_run(bulky, {"tag": tag, "steps": 40, "size": 100},
+                                    run_id=f"half-{tag}")
+        await source.result(timeout=TIMEOUT_S)
+    # No worker now: the fork request waits in the log; an owner copies half and dies.
+    at = await record_of(bootstrap, namespace, tmp_path, source.run_id, completed("tail"))
+    result = await fork(bootstrap, namespace, tmp_path, source.run_id, at,
+                        new_run_id=f"half-fork-{tag}")
+    assert result.entries == 41
+    await _partial_owner(bootstrap, namespace, result.run_id, copies=20)
+    async with worker(bootstrap, namespace, tmp_path / "w2"), \
+            client(bootstrap, namespace, tmp_path) as c:
+        forked = await settled(c, result.run_id)
+        assert forked.status is RunStatus.completed and forked.steps == 41
+    assert set(calls(tag).values()) == {1}  # the whole run was copied: nothing ran again
+    journal_state = await fold(bootstrap, namespace)
+    copies = [(i.record.position, i.verdict) for i in journal_state.history[result.run_id]
+              if isinstance(i.record, ev.JournalEntryCopied)]
+    applied = [position for position, verdict in copies if verdict is Verdict.applied]
+    assert applied == list(range(41))  # each entry once, in order, by two owners
+    sources = {i.record.envelope.source_id for i in journal_state.history[result.run_id]
+               if isinstance(i.record, ev.JournalEntryCopied)}
+    assert len(sources) == 2
+
+
+async def _partial_owner(bootstrap: str, namespace: str, run_id: str, *, copies: int) -> None:
+    """An owner that claims the fork's partition, admits the fork and copies `copies`
+    entries, then writes nothing more (as if it died)."""
+    state = await fold(bootstrap, namespace, history=False)
+    run = state.store.run(run_id)
+    assert run is not None and run.fork is not None and not run.admitted
+    partition = run.partition
+    epoch = state.partition(partition).epoch + 1
+    source_id = uuid.uuid4().hex
+    records: list[JournalRecord] = [_decision(
+        ev.PartitionEpochClaimed, "", f"partition/{partition}", epoch - 1, source_id, 1,
+        None, partition=partition, epoch=epoch, owner="dying-owner")]
+    for seq, (cls, body) in enumerate(fork_decisions(run, lambda p: None)[:copies + 1], 2):
+        request_id = body.pop("request_id")
+        records.append(_decision(cls, run_id, run_id, epoch, source_id, seq, request_id,
+                                 **body))
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
+                                enable_idempotence=True)
+    await producer.start()
+    try:
+        for record in records:
+            value, headers = encode(record)
+            await producer.send_and_wait(journal_topic(namespace), value=value,
+                                         key=record.envelope.lineage_id.encode(),
+                                         partition=partition, headers=headers)
+    finally:
+        await producer.stop()
+
+
+def _decision(cls: type[Any], run_id: str, lineage_id: str, under_epoch: int,
+              source_id: str, seq: int, request_id: str | None, **body: Any) -> JournalRecord:
+    envelope = Envelope(type=cls.TYPE, run_id=run_id, lineage_id=lineage_id,
+                        request_id=request_id, epoch=under_epoch, source_id=source_id,
+                        source_seq=seq, timestamp_ms=int(time.time() * 1000))
+    record: JournalRecord = cls(envelope=envelope, **body)
+    return record
