@@ -16,6 +16,7 @@ import click
 
 from engine.admin import ensure_topics
 from engine.client import Client
+from engine.demo.debugging import show_debugging
 from engine.demo.flows import checkout, order, packing, refund, subscription
 from engine.errors import RunCancelled
 from engine.history import (
@@ -49,12 +50,17 @@ async def run_demo(*, bootstrap: str, runs: int, workers: int, state_dir: Path,
             await _show_time_travel(client, "order-0000", echo)
             await _show_waiting(client, echo)
             await _show_rounds_and_quarantine(client, echo)
+            view = await (await client.read_model()).catch_up()
+            await show_debugging(client, view, bootstrap=bootstrap, namespace=namespace,
+                                 echo=echo)
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
         for proc in procs:
             proc.wait(timeout=60)
-    echo(f"\ntry: runstream run history order-0001 --namespace {namespace} --bootstrap {bootstrap}")
+    where = f"--namespace {namespace} --bootstrap {bootstrap}"
+    echo(f"\ntry: runstream run history order-0001 {where}")
+    echo(f"     runstream ui {where}   (then open http://127.0.0.1:8233)")
 
 
 def _start_worker(bootstrap: str, namespace: str, root: Path, name: str) -> subprocess.Popen[bytes]:

@@ -1,0 +1,34 @@
+"""The demo's flows as a change about to be deployed would leave them: checkout charges the
+amount in cents. `runstream run fork ID --dry-run --app engine.demo.next_deploy:flows`
+shows which recorded runs would decide differently under it."""
+
+from __future__ import annotations
+
+from engine import Flow, FlowContext, RetryPolicy
+from engine.demo.flows import (
+    CheckoutIn,
+    CheckoutOut,
+    charge,
+    order,
+    packing,
+    refund,
+    reserve,
+    send_receipt,
+    subscription,
+)
+
+checkout: Flow[CheckoutIn, CheckoutOut] = Flow("checkout", payload=CheckoutIn, result=CheckoutOut)
+
+
+@checkout.handler
+async def run_checkout(ctx: FlowContext, p: CheckoutIn) -> CheckoutOut:
+    reservation = await ctx.step("reserve", reserve, p.order_id, p.amount, p.work_ms)
+    cents = p.amount * 100  # the change: the payment provider now takes cents
+    charge_id = await ctx.step("charge", charge, p.order_id, cents, p.work_ms,
+                               retry=RetryPolicy(max_attempts=3, backoff=0.1))
+    receipt = await ctx.step("receipt", send_receipt, p.order_id, charge_id, p.work_ms)
+    return CheckoutOut(order_id=p.order_id, reservation=reservation, charge_id=charge_id,
+                       receipt=receipt)
+
+
+flows = [checkout, order, packing, subscription, refund]
