@@ -12,6 +12,12 @@ fold what the primary has not applied yet (from the stored next offset of each p
 the end offsets) into an in-memory overlay, so their View is exact all the same. A secondary
 that finds the lock free at a later catch-up becomes the primary; the lock is released when
 the primary closes (or its process dies).
+
+The primary records a checkpoint every `checkpoint_every` applied records (env
+RUNSTREAM_CHECKPOINT_EVERY, default projections.manifest.DEFAULT_EVERY): a RocksDB checkpoint
+directory under `<path>/checkpoints/` and a manifest entry with every partition's offset and
+running hash, keeping the newest `checkpoint_keep` (RUNSTREAM_CHECKPOINT_KEEP). Time travel
+starts from the nearest one; `projection verify` checks a rebuild against each.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from engine.config import cache_root
 from engine.errors import RunstreamError
 from engine.readmodel_kafka import JournalSource
 from engine.readmodel_view import OverlayStore, View
+from projections.manifest import CheckpointPolicy
 from projections.projector import Projector
 from projections.store import ProjectionStore
 
@@ -95,13 +102,20 @@ class ReadModel:
     A catch-up holds one RocksDB batch of at most APPLY_GROUP records.
     """
 
-    def __init__(self, *, bootstrap: str, topic: str, path: Path | None = None) -> None:
+    def __init__(self, *, bootstrap: str, topic: str, path: Path | None = None,
+                 checkpoint_every: int | None = None, checkpoint_keep: int | None = None
+                 ) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
         namespace = topic.removesuffix(".journal")
         self.path = Path(path) if path is not None else default_read_model_dir(bootstrap,
                                                                                namespace)
         self.records_consumed = 0  # records read from Kafka by this object
+        try:
+            self.checkpoints = CheckpointPolicy.from_env(
+                every=checkpoint_every, keep=checkpoint_keep, directories=True)
+        except ValueError as exc:  # a malformed RUNSTREAM_CHECKPOINT_* variable
+            raise RunstreamError(str(exc)) from None
         self._source = JournalSource(bootstrap, topic)
         self._lock = _WriterLock(self.path / LOCK_FILE)
         self._store: ProjectionStore | None = None
@@ -155,7 +169,8 @@ class ReadModel:
         await self._source.close()
 
     def _open_primary(self) -> None:
-        self._store = ProjectionStore(self.path, keep_records=True)
+        self._store = ProjectionStore(self.path, keep_records=True,
+                                      checkpoints=self.checkpoints)
         self._projector = Projector(self._store)
 
     async def _open_secondary(self) -> None:
@@ -179,7 +194,8 @@ class ReadModel:
         if self._projector is not None or not self._lock.try_acquire():
             return
         try:
-            primary = ProjectionStore(self.path, keep_records=True)
+            primary = ProjectionStore(self.path, keep_records=True,
+                                      checkpoints=self.checkpoints)
         except Exception:  # rocksdict raises a bare Exception; stay a secondary this time
             self._lock.release()
             return
@@ -225,7 +241,8 @@ class ReadModel:
     async def _apply(self, store: ProjectionStore, projector: Projector,
                      starts: dict[int, int], ends: dict[int, int]) -> None:
         """The primary's fold: one RocksDB write per APPLY_GROUP records (each record atomic
-        in it); secondaries see the records through RocksDB's write-ahead log."""
+        in it); secondaries see the records through RocksDB's write-ahead log. The store
+        takes a due checkpoint right after one of those writes, at a group boundary."""
         applied = 0
         with store.group():
             async for raw in self._source.read(starts, ends):

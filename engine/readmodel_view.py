@@ -15,6 +15,7 @@ from engine.reader import run_partition
 from projections.memory import MemoryStore
 from projections.state import JournalEntry, PartitionState, RunState, RunStatus
 from projections.store import HistoryEntry, ProjectionStore, RecordWrite
+from projections.writes import FENCED_VERDICTS
 
 
 class OverlayStore(MemoryStore):
@@ -29,6 +30,8 @@ class OverlayStore(MemoryStore):
         super().__init__(base=base)
         self.history: dict[str, list[HistoryEntry]] = {}  # run id -> its folded records
         self.partition_history: dict[int, list[HistoryEntry]] = {}  # partition -> its own
+        # partition -> (offset, run id) of its records fenced, rejected or duplicate
+        self.fenced: dict[int, list[tuple[int, str | None]]] = {}
 
     def write(self, change: RecordWrite) -> None:
         super().write(change)
@@ -38,6 +41,20 @@ class OverlayStore(MemoryStore):
             self.partition_history.setdefault(item.partition, []).append(item)
         else:
             self.history.setdefault(change.run_id, []).append(item)
+        if change.next_round is not None:
+            self.history.setdefault(change.next_round.run_id, []).append(item)
+        if change.verdict in FENCED_VERDICTS:
+            self.fenced.setdefault(item.partition, []).append((item.offset, change.run_id))
+
+    def history_entry(self, run_id: str | None, partition: int, offset: int
+                      ) -> HistoryEntry | None:
+        """The history item of a record this overlay folded (None: not one of them)."""
+        items = (self.partition_history.get(partition, []) if run_id is None
+                 else self.history.get(run_id, []))
+        for item in items:
+            if item.partition == partition and item.offset == offset:
+                return item
+        return None
 
 
 def _sort_key(run: RunState) -> tuple[int, str]:
@@ -121,6 +138,24 @@ class View:
         """The partition's own records (claims, heartbeats) and dead letters, in log order."""
         extra = self._overlay.partition_history.get(p, []) if self._overlay is not None else []
         return _union(self._base.partition_history(p), extra)
+
+    def fenced(self, p: int) -> list[tuple[int, str | None]]:
+        """(offset, run id; None for a partition record) of every record of partition `p`
+        fenced, rejected or found a duplicate, in offset order."""
+        base = self._base.fenced(p)
+        extra = self._overlay.fenced.get(p, []) if self._overlay is not None else []
+        if not extra:
+            return base
+        have = {offset for offset, _ in base}
+        return base + [(offset, run_id) for offset, run_id in extra if offset not in have]
+
+    def history_entry(self, run_id: str | None, p: int, offset: int) -> HistoryEntry | None:
+        """One record's history item (its verdict, type, time and bytes): the run's, or the
+        partition's own for `run_id` None."""
+        found = self._base.history_entry(run_id, p, offset)
+        if found is None and self._overlay is not None:
+            found = self._overlay.history_entry(run_id, p, offset)
+        return found
 
     def runs(self, *, status: RunStatus | None = None, limit: int | None = None,
              after: str | None = None) -> list[RunState]:

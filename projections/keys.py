@@ -88,3 +88,17 @@ def upper_bound(prefix: bytes) -> bytes:
 def lineage_key(lineage_id: str) -> bytes:
     """The lineage's latest round (its run id): what a request naming the lineage reaches."""
     return b"l/" + lineage_id.encode()
+
+
+def hash_key(partition: int) -> bytes:
+    """The partition's running hash (projections.writes.chain) after its next_offset - 1."""
+    return b"v/%05d" % partition
+
+
+def fenced_prefix(partition: int) -> bytes:
+    return b"f/%05d/" % partition
+
+
+def fenced_key(partition: int, offset: int) -> bytes:
+    """A record written but not applied (fenced, rejected, duplicate) -> its run id."""
+    return fenced_prefix(partition) + b"%020d" % offset

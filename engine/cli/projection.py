@@ -3,17 +3,66 @@
 from __future__ import annotations
 
 import asyncio
+import sys
+import time
 from pathlib import Path
 
 import click
 
-from engine import operations
-from engine.cli.options import bootstrap_option, namespace_option
+from engine import integrity
+from engine.cli.options import (
+    bootstrap_option,
+    cache_dir_option,
+    namespace_option,
+    print_json,
+    query_dir,
+)
+
+# Seconds between two progress lines when stderr is not a terminal (a log, CI).
+QUIET_EVERY = 10.0
+
+
+class ProgressLine:
+    """Records done of a total and records/s on stderr: one line redrawn on a terminal,
+    a line every QUIET_EVERY seconds otherwise, and always a final line."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.started = time.perf_counter()
+        self.tty = sys.stderr.isatty()
+        self._shown_at = 0.0 if self.tty else self.started
+        self._last = (0, 0)
+
+    def __call__(self, done: int, total: int) -> None:
+        self._last = (done, total)
+        now = time.perf_counter()
+        if now - self._shown_at < (0.2 if self.tty else QUIET_EVERY):
+            return
+        self._shown_at = now
+        self._show(done, total, final=False)
+
+    def finish(self) -> None:
+        self._show(*self._last, final=True)
+
+    def _show(self, done: int, total: int, *, final: bool) -> None:
+        seconds = max(time.perf_counter() - self.started, 1e-9)
+        of = f" / {total:,}" if total else ""
+        share = f" {100 * done / total:5.1f}%" if total else ""
+        bar = ""
+        if total and self.tty:
+            filled = min(30, 30 * done // total)
+            bar = f" [{'#' * filled}{'.' * (30 - filled)}]"
+        line = (f"{self.label}{bar}{share} {done:,}{of} records, "
+                f"{done / seconds:,.0f} records/s")
+        if self.tty:
+            click.echo(f"\r{line}\x1b[K", err=True, nl=final)
+        else:
+            click.echo(line, err=True)
 
 
 @click.group()
 def projection() -> None:
-    """Work with a worker's RocksDB projection."""
+    """Work with a worker's RocksDB projection or the read model."""
 
 
 @projection.command("rebuild")
@@ -24,8 +73,11 @@ def projection() -> None:
 def rebuild(data_dir: Path, verify_only: bool, bootstrap: str | None,
             namespace: str | None) -> None:
     """Rebuild the projection from offset 0 and compare it with the live one."""
-    report = asyncio.run(operations.rebuild(bootstrap=bootstrap, namespace=namespace,
-                                            data_dir=data_dir, replace=not verify_only))
+    progress = ProgressLine("rebuild")
+    report = asyncio.run(integrity.rebuild(bootstrap=bootstrap, namespace=namespace,
+                                           data_dir=data_dir, replace=not verify_only,
+                                           progress=progress))
+    progress.finish()
     click.echo(f"replayed {report.records} records of partitions {sorted(report.partitions)}")
     if report.differences:
         click.echo(f"differs from the live projection in {len(report.differences)}+ keys:")
@@ -33,3 +85,52 @@ def rebuild(data_dir: Path, verify_only: bool, bootstrap: str | None,
             click.echo(f"  {diff.key!r}")
     else:
         click.echo(f"identical to the live projection ({report.compared_keys} keys)")
+
+
+@projection.command("verify")
+@click.option("--data-dir", type=click.Path(path_type=Path, exists=True, file_okay=False),
+              default=None, help="A worker's data dir (its projection); default: the "
+              "namespace's read model.")
+@click.option("--json", "as_json", is_flag=True)
+@bootstrap_option
+@namespace_option
+@cache_dir_option
+def verify(data_dir: Path | None, as_json: bool, bootstrap: str | None,
+           namespace: str | None, cache_dir: Path | None) -> None:
+    """Rebuild from offset 0 and check the live store's running hash at every checkpoint,
+    then every key; exit 1 at the first divergence."""
+    progress = ProgressLine("verify")
+    report = asyncio.run(integrity.verify(
+        bootstrap=bootstrap, namespace=namespace, data_dir=data_dir,
+        read_model_dir=query_dir(cache_dir, bootstrap, namespace), progress=progress))
+    progress.finish()
+    if as_json:
+        print_json(report.as_dict())
+    else:
+        _echo_verify(report)
+    if not report.ok:
+        sys.exit(1)
+
+
+def _echo_verify(report: integrity.VerifyReport) -> None:
+    partitions = len(report.partitions)
+    click.echo(f"{report.kind} {report.store}: {report.records:,} records of {partitions} "
+               f"partitions rebuilt in {report.seconds:.1f} s "
+               f"({report.records_per_s:,.0f} records/s, "
+               f"{report.shards} process{'es' if report.shards > 1 else ''}); "
+               f"{report.checkpoints_checked} checkpoints, {report.keys_compared:,} keys")
+    if report.unhashed:
+        click.echo(f"partitions {report.unhashed} were written before running hashes: "
+                   f"compared key by key only, the fencing index left out")
+    divergence = report.divergence
+    if divergence is None:
+        click.echo("verified: the store equals its rebuild at every checkpoint and now")
+        return
+    click.echo(f"DIVERGED: {divergence.describe()}")
+    if divergence.live_hash != divergence.rebuilt_hash:
+        click.echo(f"  running hash: live {divergence.live_hash}, "
+                   f"rebuilt {divergence.rebuilt_hash}")
+    for difference in divergence.differences[:10]:
+        click.echo(f"  {difference.describe()}")
+    if len(divergence.differences) > 10:
+        click.echo(f"  ... and {len(divergence.differences) - 10} more keys")

@@ -24,6 +24,7 @@ from engine.journal import JournalRecord, encode
 from engine.journal import events as ev
 from engine.reader import RawRecord, partition_for, read_partitions
 from engine.readmodel import ReadModel, ReadModelAhead, View, read_model_dir
+from engine.timetravel import Point
 from projections.memory import MemoryProjection
 from projections.state import RunStatus, Verdict, to_builtins
 from tests.builders import Writer, create, created, request
@@ -319,7 +320,7 @@ async def test_run_at_equals_the_full_fold_at_every_offset(
                 assert past.run == at_time.runs[d1] and past.entries == at_time.journal(d1)
     middle = len(records) // 2
     out = await operations.run_state_at(bootstrap=bootstrap, namespace=namespace, run_id=d1,
-                                        offset=records[middle].offset, at_time=None,
+                                        point=Point("offset", records[middle].offset),
                                         read_model_dir=where)
     fold = fold_records(records[: middle + 1])
     assert out["status"] == fold.runs[d1].status.value

@@ -1,0 +1,188 @@
+"""What one applied record writes: the RecordWrite, its history item, its keys, its hash.
+
+Used by projections.store, which puts all of it into one RocksDB WriteBatch per record (or
+per group of records). No RocksDB here: a batch is anything with put() and delete().
+
+The running hash chains every applied record of a partition:
+  h' = blake2b(h | offset | verdict | type | run id | run after | entry | next round |
+               request id | outbox | outbox done | dead letter bytes | partition state
+               (partition records only), digest_size=16)
+where each state is its stored msgpack bytes. It depends only on the partition's own
+records and on what the reducer made of them, so a worker's store, the read model and a
+rebuild of the same log agree on it at every offset; a state altered outside the log makes
+the next record of that run (and every hash after it) differ.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Protocol
+
+import msgspec
+
+from projections import keys
+from projections.state import (
+    JournalEntry,
+    OutboxItem,
+    PartitionState,
+    RunState,
+    Verdict,
+    encode_state,
+)
+
+HASH_BYTES = 16
+EMPTY_HASH = bytes(HASH_BYTES)  # a partition before its first record
+UNCHANGED = b"="  # the record left its run as it was
+# Verdicts that land in the fencing index: records written to the log but not applied.
+FENCED_VERDICTS = frozenset({Verdict.fenced, Verdict.rejected, Verdict.duplicate})
+_VERDICTS = {verdict: verdict.value.encode() for verdict in Verdict}  # hashed as bytes
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    partition: int
+    offset: int
+    verdict: Verdict
+    type: str
+    timestamp_ms: int
+    raw: bytes | None = None  # the record's Kafka value (read models keep it)
+
+
+_HISTORY = msgspec.msgpack.Encoder()
+_HISTORY_DECODER = msgspec.msgpack.Decoder(tuple[str, str, int, bytes | None])
+
+
+def encode_history(verdict: Verdict, record_type: str, timestamp_ms: int,
+                   raw: bytes | None) -> bytes:
+    return _HISTORY.encode((verdict.value, record_type, timestamp_ms, raw))
+
+
+def decode_history(partition: int, offset: int, value: bytes) -> HistoryEntry:
+    verdict, type_, timestamp_ms, raw = _HISTORY_DECODER.decode(value)
+    return HistoryEntry(partition, offset, Verdict(verdict), type_, timestamp_ms, raw)
+
+
+@dataclass(slots=True)
+class RecordWrite:
+    """What one applied record changes; ProjectionStore.write turns it into one batch."""
+
+    partition: PartitionState
+    offset: int
+    timestamp_ms: int
+    verdict: Verdict
+    record_type: str
+    run_id: str | None = None
+    before: RunState | None = None
+    after: RunState | None = None
+    entry: JournalEntry | None = None
+    request_id: str | None = None  # an applied request: enters the request index
+    raw: bytes | None = None  # kept in history when the store keeps records
+    dead_letter: bool = False
+    outbox: tuple[OutboxItem, ...] = ()  # requests this record caused, to send
+    outbox_done: tuple[str, ...] = ()  # outbox request ids acknowledged
+    next_round: RunState | None = None  # a handoff's next round, created by this record
+
+
+class Batch(Protocol):
+    def put(self, key: bytes, value: bytes) -> None: ...
+    def blind(self, key: bytes, value: bytes) -> None: ...
+    def delete(self, key: bytes) -> None: ...
+
+
+@dataclass(slots=True)
+class Encoded:
+    """The state bytes one record wrote (None: not written), as the hash takes them."""
+
+    run: bytes | None = None
+    entry: bytes | None = None
+    next_round: bytes | None = None
+
+
+def put_record(batch: Batch, change: RecordWrite, keep_records: bool) -> Encoded:
+    """Everything of `change` but the partition's state, offset and hash (put at flush)."""
+    number = change.partition.partition
+    encoded = Encoded()
+    history = encode_history(change.verdict, change.record_type, change.timestamp_ms,
+                             change.raw if keep_records else None)
+    if change.dead_letter:
+        batch.blind(keys.dead_letter_key(number, change.offset), change.raw or b"")
+    if change.run_id is None:
+        batch.blind(keys.partition_history_key(number, change.offset), history)
+    else:
+        batch.blind(keys.history_key(change.run_id, number, change.offset), history)
+    if change.verdict in FENCED_VERDICTS:
+        batch.blind(keys.fenced_key(number, change.offset), (change.run_id or "").encode())
+    if change.after is not change.before:
+        encoded.run = put_run(batch, change.before, change.after)
+    if change.entry is not None and change.run_id is not None:
+        encoded.entry = encode_state(change.entry)
+        batch.put(keys.entry_key(change.run_id, change.entry.position), encoded.entry)
+    if change.request_id is not None:
+        batch.put(keys.request_key(number, change.request_id), b"%d" % change.offset)
+        batch.blind(keys.request_offset_key(number, change.offset), change.request_id.encode())
+    if change.next_round is not None:
+        encoded.next_round = put_run(batch, None, change.next_round)
+        batch.put(keys.lineage_key(change.next_round.lineage_id),
+                  change.next_round.run_id.encode())
+        batch.blind(keys.history_key(change.next_round.run_id, number, change.offset), history)
+    for item in change.outbox:
+        batch.blind(keys.outbox_prefix(number) + item.request_id.encode(), encode_state(item))
+    for request_id in change.outbox_done:
+        batch.delete(keys.outbox_prefix(number) + request_id.encode())
+    return encoded
+
+
+def chain(previous: bytes, change: RecordWrite, encoded: Encoded) -> bytes:
+    """The partition's running hash after `change` (see the module docstring)."""
+    head = (f"{change.offset}\x1f{change.record_type}\x1f{change.run_id or ''}\x1f"
+            f"{change.request_id or ''}").encode()
+    parts = [previous, head, _VERDICTS[change.verdict],
+             UNCHANGED if encoded.run is None else encoded.run,
+             encoded.entry or b"", encoded.next_round or b""]
+    if change.outbox or change.outbox_done:
+        parts.extend(encode_state(item) for item in change.outbox)
+        parts.extend(request_id.encode() for request_id in change.outbox_done)
+    if change.dead_letter:
+        parts.append(change.raw or b"")
+    if change.run_id is None:  # claims, heartbeats, outbox-sent: the partition's own state
+        parts.append(encode_state(change.partition))
+    return hashlib.blake2b(b"\x1f".join(parts), digest_size=HASH_BYTES).digest()
+
+
+def put_run(batch: Batch, before: RunState | None, after: RunState | None) -> bytes:
+    """The run's key and its indexes; returns the run's new bytes (b"": deleted)."""
+    put_wait(batch, before, after)
+    if before is not None and (after is None or after.status != before.status):
+        batch.delete(keys.status_key(before.status, before.partition, before.run_id))
+    if before is not None and before.inbox and (after is None or not after.inbox):
+        batch.delete(keys.inbox_key(before.partition, before.run_id))
+    if after is None:
+        if before is not None:
+            batch.delete(keys.run_key(before.run_id))
+            for position in range(before.steps):
+                batch.delete(keys.entry_key(before.run_id, position))
+        return b""
+    value = encode_state(after)
+    batch.put(keys.run_key(after.run_id), value)
+    if before is None or after.status != before.status:
+        batch.blind(keys.status_key(after.status, after.partition, after.run_id), b"")
+    if after.inbox and (before is None or not before.inbox):
+        batch.blind(keys.inbox_key(after.partition, after.run_id), b"")
+    return value
+
+
+def put_wait(batch: Batch, before: RunState | None, after: RunState | None) -> None:
+    """The timer and wait indexes follow the run's wait."""
+    old = before.wait if before is not None else None
+    new = after.wait if after is not None else None
+    if old == new:
+        return
+    if old is not None and before is not None:
+        batch.delete(keys.wait_key(before.partition, old.kind, before.run_id))
+        if old.due_ms is not None:
+            batch.delete(keys.timer_key(before.partition, before.run_id, old))
+    if new is not None and after is not None:
+        batch.blind(keys.wait_key(after.partition, new.kind, after.run_id), b"")
+        if new.due_ms is not None:
+            batch.blind(keys.timer_key(after.partition, after.run_id, new), b"")
