@@ -14,7 +14,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from bench import codec, failover, latency, query, rebuild, throughput, waits
+from bench import codec, failover, latency, query, rebuild, throughput, timetravel, verify, waits
 from bench.env import Context
 from bench.report import Section, format_section, write_results
 from bench.system import broker_pid, flush_policy
@@ -28,6 +28,8 @@ SECTIONS: dict[str, ModuleType] = {
     "query": query,
     "failover": failover,
     "waits": waits,
+    "timetravel": timetravel,
+    "verify": verify,
 }
 RESULTS_DIR = Path(__file__).parent / "results"
 

@@ -13,7 +13,8 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
 REPO = Path(__file__).resolve().parents[2]
-SECTIONS = {"codec", "throughput", "latency", "rebuild", "query", "failover", "waits"}
+SECTIONS = {"codec", "throughput", "latency", "rebuild", "query", "failover", "waits",
+            "timetravel", "verify"}
 
 
 async def _topics_with_prefix(bootstrap: str, prefix: str) -> list[str]:

@@ -64,22 +64,32 @@ class LiveTail:
                             self.projection.runs.get(run_id), self.projection.journal(run_id))
 
 
+@asynccontextmanager
+async def traveller_done(bootstrap: str, namespace: str, tmp_path: Path
+                         ) -> AsyncIterator[Client]:
+    """Run `tt` (a sleep, a signal, a child, a handoff) to its end; the worker and a client
+    stay up inside the block."""
+    worker = Worker(flows=flows, data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
+                    namespace=namespace, session_timeout_ms=6000)
+    await worker.start()
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=flows) as client:
+            handle = await client.create_run(traveller, {}, run_id="tt")
+            await client.signal("tt", "go", 2)
+            assert await handle.result(timeout=60, follow=True) == 7  # (1 + 2) * 2 + 1
+            yield client
+    finally:
+        await worker.stop()
+
+
 async def test_state_at_every_record_equals_the_live_projection_then(
     bootstrap: str, namespace: str, journal: str, tmp_path: Path
 ) -> None:
     tail = LiveTail(bootstrap, namespace)
     async with tail.running():
-        worker = Worker(flows=flows, data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
-                        namespace=namespace, session_timeout_ms=6000)
-        await worker.start()
-        try:
-            async with Client(bootstrap_servers=bootstrap, namespace=namespace,
-                              flows=flows) as client:
-                handle = await client.create_run(traveller, {}, run_id="tt")
-                await client.signal("tt", "go", 2)
-                assert await handle.result(timeout=60, follow=True) == 7  # (1 + 2) * 2 + 1
-        finally:
-            await worker.stop()
+        async with traveller_done(bootstrap, namespace, tmp_path):
+            pass
     async with ReadModel(bootstrap=bootstrap, topic=journal_topic(namespace),
                          path=tmp_path / "rm") as model:
         view = await model.catch_up()
@@ -122,17 +132,8 @@ def _check_diff(view: Any) -> None:
 async def test_cli_history_tree_at_record_and_diff(
     bootstrap: str, namespace: str, journal: str, tmp_path: Path
 ) -> None:
-    worker = Worker(flows=flows, data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
-                    namespace=namespace, session_timeout_ms=6000)
-    await worker.start()
-    try:
-        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
-                          flows=flows) as client:
-            handle = await client.create_run(traveller, {}, run_id="tt")
-            await client.signal("tt", "go", 2)
-            assert await handle.result(timeout=60, follow=True) == 7
-    finally:
-        await worker.stop()
+    async with traveller_done(bootstrap, namespace, tmp_path):
+        pass
     common: dict[str, Any] = {"bootstrap": bootstrap, "namespace": namespace,
                               "cache": tmp_path / "cache"}
     tree = await cli("run", "history", "tt", "--tree", "--json", **common)
@@ -177,32 +178,22 @@ async def test_cli_fork_needs_force_past_a_spawn_and_then_completes(
 ) -> None:
     common: dict[str, Any] = {"bootstrap": bootstrap, "namespace": namespace,
                               "cache": tmp_path / "cache"}
-    worker = Worker(flows=flows, data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
-                    namespace=namespace, session_timeout_ms=6000)
-    await worker.start()
-    try:
-        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
-                          flows=flows) as client:
-            handle = await client.create_run(traveller, {}, run_id="tt")
-            await client.signal("tt", "go", 2)
-            assert await handle.result(timeout=60, follow=True) == 7
-            rows = json.loads((await cli("run", "history", "tt~0", "--json", **common)).out)
-            spawn = next(r["record"] for r in rows if r["type"] == "child.spawned")
-            refused = await cli("run", "fork", "tt~0", "--at", f"record:{spawn - 1}",
-                                "--as", "tt-fork", **common)
-            assert "needs --force" in one_line_error(refused)
-            assert "child" in refused.err
-            forked = await cli("run", "fork", "tt~0", "--at", f"record:{spawn - 1}",
-                               "--as", "tt-fork", "--force", "--json", **common)
-            assert forked.code == 0, forked.err
-            made = json.loads(forked.out)
-            assert made["run_id"] == "tt-fork" and made["entries"] == 3  # first, sleep, go
-            assert made["forced"] is True
-            fork = client.get_handle("tt-fork")
-            assert await fork.result(timeout=60, follow=True) == 7
-            journal_of_fork = await client.journal("tt-fork")
-            assert [e.name for e in journal_of_fork][:3] == ["first", "sleep", "go"]
-            status = await cli("run", "status", "tt-fork~0", "--json", **common)
-            assert json.loads(status.out)["forked_from"]["run_id"] == "tt"
-    finally:
-        await worker.stop()
+    async with traveller_done(bootstrap, namespace, tmp_path) as client:
+        rows = json.loads((await cli("run", "history", "tt~0", "--json", **common)).out)
+        spawn = next(r["record"] for r in rows if r["type"] == "child.spawned")
+        refused = await cli("run", "fork", "tt~0", "--at", f"record:{spawn - 1}",
+                            "--as", "tt-fork", **common)
+        assert "needs --force" in one_line_error(refused)
+        assert "child" in refused.err
+        forked = await cli("run", "fork", "tt~0", "--at", f"record:{spawn - 1}",
+                           "--as", "tt-fork", "--force", "--json", **common)
+        assert forked.code == 0, forked.err
+        made = json.loads(forked.out)
+        assert made["run_id"] == "tt-fork" and made["entries"] == 3  # first, sleep, go
+        assert made["forced"] is True
+        fork = client.get_handle("tt-fork")
+        assert await fork.result(timeout=60, follow=True) == 7
+        journal_of_fork = await client.journal("tt-fork")
+        assert [e.name for e in journal_of_fork][:3] == ["first", "sleep", "go"]
+        status = await cli("run", "status", "tt-fork~0", "--json", **common)
+        assert json.loads(status.out)["forked_from"]["run_id"] == "tt"
