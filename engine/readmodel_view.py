@@ -157,6 +157,21 @@ class View:
             found = self._overlay.history_entry(run_id, p, offset)
         return found
 
+    def run_statuses(self) -> Iterator[tuple[int, str, RunStatus]]:
+        """Every run's (partition, run id, status) by (partition, run id), from the status
+        index (no run decoded); the overlay's runs in place of the base's."""
+        changed = self._overlay.runs if self._overlay is not None else {}
+
+        def base(status: RunStatus) -> Iterator[tuple[int, str, RunStatus]]:
+            for partition, run_id in self._base.status_index(status):
+                if run_id in changed and self._overlay_of(partition) is not None:
+                    continue
+                yield partition, run_id, status
+
+        overlay = sorted((r.partition, r.run_id, r.status) for r in changed.values()
+                         if r is not None and self._overlay_of(r.partition) is not None)
+        return heapq.merge(*(base(s) for s in RunStatus), overlay)
+
     def runs(self, *, status: RunStatus | None = None, limit: int | None = None,
              after: str | None = None) -> list[RunState]:
         """Runs (with `status`, or all), ordered by (partition, run id). `after` is the run id

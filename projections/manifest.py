@@ -28,15 +28,17 @@ from typing import Any
 CHECKPOINTS = "checkpoints"
 MANIFEST = "manifest.json"
 FORMAT = 1
-# A checkpoint every 50,000 applied records: time travel then replays at most that many
-# records from the nearest checkpoint (1-3 s at the measured 16-40k records/s fold), while
-# a checkpoint costs a memtable flush and hard links (milliseconds), i.e. well under 1% of
-# the time it took to apply those records. Workers only append a manifest entry.
-DEFAULT_EVERY = 50_000
-# Checkpoints kept: 8 x 50,000 records of history start near a checkpoint. Directories share
-# SST files by hard link until compaction rewrites them, so disk use grows with keep only
-# for data rewritten since.
-DEFAULT_KEEP = 8
+# A checkpoint every 10,000 applied records: time travel then replays about that many
+# records at most from the nearest checkpoint (~1 s at the 10-16k records/s a scratch fold
+# makes here), while a checkpoint costs a memtable flush and hard links (milliseconds), well
+# under 1% of the time it took to apply those records. Workers only append a manifest entry.
+DEFAULT_EVERY = 10_000
+# Checkpoints kept: past this many, the one whose removal leaves the smallest gap goes
+# (never the first or the newest), so the kept ones stay spread over the whole journal and
+# a point anywhere is at most about 2 x journal / keep records past one. Directories share
+# SST files by hard link until compaction rewrites them, so disk use grows with keep only for
+# data rewritten since.
+DEFAULT_KEEP = 100
 EVERY_ENV = "RUNSTREAM_CHECKPOINT_EVERY"
 KEEP_ENV = "RUNSTREAM_CHECKPOINT_KEEP"
 
@@ -138,15 +140,30 @@ def _as_json(checkpoint: CheckpointInfo) -> dict[str, Any]:
 
 def append_checkpoint(store_path: Path, checkpoint: CheckpointInfo, keep: int
                       ) -> list[CheckpointInfo]:
-    """Add `checkpoint` to the manifest, drop the oldest entries past `keep`, then remove
+    """Add `checkpoint` to the manifest, thin the entries to `keep` (thinned), then remove
     every checkpoint directory the manifest no longer names (pruned ones, and leftovers of
     a crash between a directory's creation and its entry). Returns the kept list."""
-    kept = [*read_manifest(store_path), checkpoint][-max(keep, 1):]
+    kept = thinned([*read_manifest(store_path), checkpoint], keep)
     write_manifest(store_path, kept)
     named = {c.path.name for c in kept if c.path is not None}
     for child in checkpoints_dir(store_path).iterdir():
         if child.is_dir() and child.name not in named:
             shutil.rmtree(child, ignore_errors=True)
+    return kept
+
+
+def thinned(checkpoints: list[CheckpointInfo], keep: int) -> list[CheckpointInfo]:
+    """At most `keep` checkpoints: while there are more, drop the one (never the first nor
+    the last) whose removal leaves the smallest gap in records between its neighbours, the
+    older one on a tie. The kept ones stay spread over the journal instead of all recent."""
+    kept = list(checkpoints)
+    keep = max(keep, 1)
+    if keep == 1:
+        return kept[-1:]
+    while len(kept) > keep:
+        gaps = [(kept[i + 1].records - kept[i - 1].records, i) for i in range(1, len(kept) - 1)]
+        _, drop = min(gaps) if gaps else (0, 0)
+        del kept[drop]
     return kept
 
 

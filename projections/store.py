@@ -238,6 +238,14 @@ class ProjectionStore:
             if run is not None:
                 yield run
 
+    def status_index(self, status: RunStatus) -> Iterator[tuple[int, str]]:
+        """(partition, run id) of every run with `status`, in index order, keys alone (no
+        run decoded: what a whole-namespace comparison walks)."""
+        prefix = keys.status_prefix(status)
+        for key, _ in self._scan(prefix):
+            partition, run_id = key[len(prefix):].split(b"/", 1)
+            yield int(partition), run_id.decode()
+
     def run_ids_by_status(self, status: RunStatus, *, after: str | None = None
                           ) -> Iterator[str]:
         """Run ids with `status`, all partitions, in index order (partition, run id);

@@ -19,7 +19,7 @@ from projections.checkpoints import (
     nearest_checkpoint,
     open_scratch,
 )
-from projections.manifest import CheckpointPolicy
+from projections.manifest import CheckpointPolicy, thinned
 from projections.projector import Projector
 from projections.rebuild import compare
 from projections.state import RunState, Verdict, decode_state, encode_state, replace
@@ -134,7 +134,7 @@ def test_a_state_altered_by_hand_changes_the_hashes_of_the_records_after_it(
         assert altered.running_hash(0) != expected
 
 
-def test_checkpoints_every_n_records_keep_the_newest_with_their_directories(
+def test_checkpoints_every_n_records_stay_spread_with_their_directories(
     tmp_path: Path,
 ) -> None:
     raws = journal(runs=10)
@@ -142,10 +142,12 @@ def test_checkpoints_every_n_records_keep_the_newest_with_their_directories(
     with folded(tmp_path / "m", raws, group=4, keep_records=True, policy=policy) as store:
         listed = list_checkpoints(store.path)
         final = {p: store.running_hash(p) for p in (0, 1)}
-    assert [c.seq for c in listed] == [len(raws) // 12 - 2 + i for i in range(3)]
-    assert [c.seq for c in listed][-1] * 12 <= len(raws)  # one per 12 records (3 groups)
+    made = len(raws) // 12  # one per 12 records (3 groups of 4)
+    # Thinned to 3 spread over the journal: the first, one in the middle, the newest.
+    assert [c.seq for c in listed] == [1, (made + 1) // 2, made]
     totals = [c.records for c in listed]
-    assert totals == sorted(totals) and all(b - a == 12 for a, b in pairwise(totals))
+    assert totals == sorted(totals) and all(b - a == 12 * (made - 1) // 2
+                                            for a, b in pairwise(totals))
     kept = sorted(c.path.name for c in listed if c.path is not None)
     assert sorted(p.name for p in (store.path / "checkpoints").iterdir()
                   if p.is_dir()) == kept
@@ -155,6 +157,16 @@ def test_checkpoints_every_n_records_keep_the_newest_with_their_directories(
                 checkpoint.offsets
             assert {p: copy.running_hash(p) for p in (0, 1)} == checkpoint.hashes
     assert listed[-1].records < len(raws) and final != listed[-1].hashes
+
+
+def test_thinning_keeps_checkpoints_spread_over_the_journal() -> None:
+    made = [CheckpointInfo(seq=n, offsets={0: n * 100}, hashes={}, created_ms=0, path=None)
+            for n in range(1, 101)]
+    kept = thinned(made, 10)
+    assert len(kept) == 10 and kept[0].seq == 1 and kept[-1].seq == 100
+    gaps = [b.records - a.records for a, b in pairwise(kept)]
+    assert max(gaps) <= 2 * (100 * 100 // 10)  # no stretch of the journal left uncovered
+    assert thinned(made, 1) == made[-1:] and thinned(made[:3], 5) == made[:3]
 
 
 @contextmanager
