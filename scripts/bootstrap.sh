@@ -44,3 +44,31 @@ fi
 # Fetch the Kafka jars for `runstream broker start` (no-op when the cache is complete).
 provision_kafka() { .venv/bin/runstream broker provision >/dev/null; }
 step kafka-jars provision_kafka
+
+# Headless Chromium for the UI tests (tests/ui): Debian's package, which Playwright drives
+# through executable_path (Playwright's own browser download is not used). Installed once,
+# when missing; without apt-get or root, a warning says what to install.
+provision_chromium() {
+    local chromium=${RUNSTREAM_CHROMIUM:-/usr/bin/chromium} sudo="" log
+    [ -x "$chromium" ] && return 0
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null 2>&1 && sudo="sudo -n"
+    fi
+    if ! command -v apt-get >/dev/null 2>&1 || { [ "$(id -u)" -ne 0 ] && [ -z "$sudo" ]; }; then
+        echo "warning: $chromium is missing; install Chromium (Debian: apt-get install" \
+            "chromium) or set RUNSTREAM_CHROMIUM, or the UI tests fail under CI" >&2
+        return 0
+    fi
+    echo "installing Debian's chromium for the UI tests (apt-get)" >&2
+    log=$(mktemp)
+    if ! { $sudo apt-get update -qq &&
+            $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
+            >"$log" 2>&1; then
+        cat "$log" >&2
+        rm -f "$log"
+        echo "error: apt-get could not install chromium" >&2
+        return 1
+    fi
+    rm -f "$log"
+}
+step chromium provision_chromium

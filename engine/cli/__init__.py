@@ -15,14 +15,14 @@ def cli() -> None:
 
 def _register() -> None:
     # Imported here so that each command module stays independent of the others.
-    from engine.cli import broker, partitions, projection, runs, timetravel, topics
+    from engine.cli import broker, partitions, projection, runs, state, timetravel, topics, ui
 
     cli.add_command(broker.broker)
     cli.add_command(topics.topics)
     cli.add_command(partitions.partition)
     for command in (runs.run, runs.runs, runs.worker, projection.projection, runs.demo):
         cli.add_command(command)
-    for command in timetravel.COMMANDS:
+    for command in (*timetravel.COMMANDS, state.state, ui.ui):
         cli.add_command(command)
 
 

@@ -1,0 +1,8 @@
+"""The local web UI (`runstream ui`): the run list, run pages with a time-travel slider, and
+the system page, server-rendered from the namespace's read model by aiohttp; a little
+JavaScript (static/ui.js, no build step) moves the slider."""
+
+from engine.ui.app import UiSettings, create_app
+from engine.ui.server import serve_ui
+
+__all__ = ["UiSettings", "create_app", "serve_ui"]

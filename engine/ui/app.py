@@ -1,0 +1,194 @@
+"""The UI's aiohttp application: routes, the read model it answers from, error pages.
+
+One ReadModel per application, opened on the first request (so the server starts even while
+the broker is away) and closed on shutdown; every request catches it up first, which reads
+only what was appended since the previous request (engine/readmodel.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiohttp import web
+from aiokafka.errors import KafkaConnectionError
+
+from engine.config import journal_topic
+from engine.errors import InvalidInput, RunNotFound, RunstreamError
+from engine.readmodel import ReadModel, View
+from engine.system_state import SystemState, parse_instant, state_of_model
+from engine.ui import pages, run_page
+from engine.ui.dry_run import DryRunner, dry_run_fragment
+from engine.ui.html import error_page, esc
+from engine.ui.queries import list_runs, parse_filter, run_detail, state_at_record, status_counts
+from engine.views import run_view
+from projections.state import RunStatus
+
+STATIC_DIR = Path(__file__).parent / "static"
+COUNT_LIMIT = 100_000  # runs counted per status on the system page ("now")
+CHANGED_LIMIT = 50  # runs whose status changed since an instant, listed on the system page
+
+
+@dataclass(frozen=True, slots=True)
+class UiSettings:
+    bootstrap: str
+    namespace: str
+    read_model_dir: Path | None = None  # None: the default directory for the namespace
+    app: str | None = None  # flows (`package.module:attr`) a run page can dry-run against
+
+    @property
+    def context(self) -> str:
+        return f"namespace {self.namespace} · {self.bootstrap}"
+
+
+SETTINGS = web.AppKey("settings", UiSettings)
+MODEL = web.AppKey("model", ReadModel)
+DRY_RUN = web.AppKey("dry_run", DryRunner)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def create_app(settings: UiSettings) -> web.Application:
+    """The UI as an aiohttp application (serve it with web.AppRunner or engine.ui.serve_ui).
+    Raises AppNotFound for an `app` that names no flows."""
+    app = web.Application(middlewares=[_errors])
+    app[SETTINGS] = settings
+    app[MODEL] = ReadModel(bootstrap=settings.bootstrap,
+                           topic=journal_topic(settings.namespace), path=settings.read_model_dir)
+    app[DRY_RUN] = DryRunner(settings.app)
+    app.on_cleanup.append(_close_model)
+    app.router.add_get("/", runs_handler)
+    app.router.add_get("/api/runs", runs_api)
+    app.router.add_get("/run", run_handler)
+    app.router.add_get("/run/at", state_fragment_handler)
+    app.router.add_get("/api/run/at", state_api)
+    app.router.add_get("/run/dry-run", dry_run_handler)
+    app.router.add_get("/system", system_handler)
+    app.router.add_get("/api/system", system_api)
+    app.router.add_static("/static", STATIC_DIR)
+    return app
+
+
+async def _close_model(app: web.Application) -> None:
+    await app[MODEL].close()
+
+
+async def _view(request: web.Request) -> View:
+    return await request.app[MODEL].catch_up()
+
+
+def _html(text: str, status: int = 200) -> web.Response:
+    return web.Response(text=text, status=status, content_type="text/html", charset="utf-8")
+
+
+async def runs_handler(request: web.Request) -> web.Response:
+    chosen = parse_filter(dict(request.query))
+    page = list_runs(await _view(request), chosen)
+    return _html(pages.runs_page(page, chosen, context=request.app[SETTINGS].context))
+
+
+async def runs_api(request: web.Request) -> web.Response:
+    page = list_runs(await _view(request), parse_filter(dict(request.query)))
+    return web.json_response({"runs": [run_view(run) for run in page.runs],
+                              "next_after": page.next_after, "scanned": page.scanned})
+
+
+def _run_id(request: web.Request) -> str:
+    run_id = request.query.get("id", "")
+    if not run_id:
+        raise InvalidInput("which run? add ?id=<run id>")
+    return run_id
+
+
+def _record(request: web.Request, default: int | None = None) -> int:
+    text = request.query.get("record", "")
+    if not text and default is not None:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise InvalidInput(f"record must be a whole number, not {text!r}") from None
+
+
+async def run_handler(request: web.Request) -> web.Response:
+    run_id = _run_id(request)
+    view = await _view(request)
+    detail = run_detail(view, run_id)
+    state = state_at_record(view, run_id, _record(request, default=len(detail.rows)))
+    settings = request.app[SETTINGS]
+    return _html(run_page.run_page(detail, state, context=settings.context,
+                                   dry_run_app=settings.app))
+
+
+async def state_fragment_handler(request: web.Request) -> web.Response:
+    state = state_at_record(await _view(request), _run_id(request), _record(request))
+    return _html(run_page.state_fragment(state))
+
+
+async def state_api(request: web.Request) -> web.Response:
+    state = state_at_record(await _view(request), _run_id(request), _record(request))
+    return web.json_response(state.as_dict())
+
+
+async def dry_run_handler(request: web.Request) -> web.Response:
+    if request.app[SETTINGS].app is None:
+        raise InvalidInput("dry runs need the UI started with --app package.module:flows")
+    report = await request.app[DRY_RUN].report(await _view(request), _run_id(request))
+    return _html(dry_run_fragment(report))
+
+
+async def _system_report(request: web.Request) -> tuple[str, SystemState | None]:
+    at_text = request.query.get("at", "").strip()
+    if not at_text:
+        return "", None
+    at_ms = parse_instant(at_text)
+    return at_text, await state_of_model(request.app[MODEL], at_ms, limit=CHANGED_LIMIT)
+
+
+async def system_handler(request: web.Request) -> web.Response:
+    at_text, report = await _system_report(request)
+    now = status_counts(await _view(request), limit=COUNT_LIMIT) if report is None else {
+        status.value: report.comparison.counts_now[status] for status in RunStatus}
+    return _html(pages.system_page(now=now, count_limit=COUNT_LIMIT,
+                                   at_text=at_text or _now_text(), report=report,
+                                   context=request.app[SETTINGS].context))
+
+
+async def system_api(request: web.Request) -> web.Response:
+    _, report = await _system_report(request)
+    if report is not None:
+        return web.json_response(report.as_dict())
+    return web.json_response({"counts_now": status_counts(await _view(request),
+                                                          limit=COUNT_LIMIT)})
+
+
+def _now_text() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Errors as one clear line: an HTML page, or JSON under /api/."""
+    try:
+        return await handler(request)
+    except web.HTTPException:
+        raise
+    except RunNotFound as exc:
+        return _error(request, 404, str(exc) or "no such run")
+    except InvalidInput as exc:
+        return _error(request, 400, str(exc))
+    except KafkaConnectionError as exc:
+        return _error(request, 503, f"cannot reach the Kafka broker at "
+                                    f"{request.app[SETTINGS].bootstrap} ({exc})")
+    except RunstreamError as exc:
+        return _error(request, 500, str(exc))
+
+
+def _error(request: web.Request, status: int, message: str) -> web.Response:
+    if request.path.startswith("/api/"):
+        return web.json_response({"error": message}, status=status)
+    if request.path in ("/run/at", "/run/dry-run"):  # fragments the page's script inserts
+        return _html(f'<p class="error message">{esc(message)}</p>', status)
+    return _html(error_page(status, message, context=request.app[SETTINGS].context), status)

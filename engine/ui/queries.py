@@ -1,0 +1,210 @@
+"""What the UI's pages show, computed from a read model View: no HTTP and no HTML here.
+
+Every function reads one View (a consistent state after one catch-up) and bounds what it
+reads: a page of the run list examines at most `scan_limit` runs, a run page shows a window
+of its rounds and at most MAX_CHILDREN children, a timeline at most MAX_TIMELINE_ROWS rows.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from engine.errors import InvalidInput, RunNotFound
+from engine.history import HistoryRow, RunAbsentAt, history_rows
+from engine.readmodel import View
+from engine.timetravel import Point, parse_time, run_at, run_diff
+from engine.views import run_view
+from projections.state import RunState, RunStatus, round_run_id, to_builtins
+
+PAGE_SIZE = 50  # runs on one page of the list, unless the query asks for another number
+MAX_PAGE_SIZE = 500
+SCAN_LIMIT = 5000  # runs one page of the list examines at most (flow and time filters)
+SCAN_CHUNK = 500  # runs read from the status index per View.runs call
+ROUND_WINDOW = 25  # rounds shown on each side of the run's own round
+MAX_CHILDREN = 100  # children listed on a run page
+MAX_TIMELINE_ROWS = 2000  # history rows listed on a run page (the slider reaches all)
+
+
+@dataclass(frozen=True, slots=True)
+class RunFilter:
+    """The run list's filters; None means "any"."""
+
+    status: RunStatus | None = None
+    flow: str | None = None
+    created_from_ms: int | None = None  # created at or after
+    created_to_ms: int | None = None  # created before
+    after: str | None = None  # the last run id of the previous page
+    page_size: int = PAGE_SIZE
+
+    def matches(self, run: RunState) -> bool:
+        return ((self.flow is None or run.flow == self.flow)
+                and (self.created_from_ms is None or run.created_at_ms >= self.created_from_ms)
+                and (self.created_to_ms is None or run.created_at_ms < self.created_to_ms))
+
+
+def parse_filter(query: dict[str, str]) -> RunFilter:
+    """The filters from a query string (`status`, `flow`, `from`, `to`, `after`, `limit`);
+    empty fields mean "any". Times are ISO-8601, UTC when they name no zone."""
+    status = query.get("status") or None
+    if status is not None and status not in RunStatus.__members__:
+        raise InvalidInput(f"status must be one of {', '.join(RunStatus)}, not {status!r}")
+    start, end = query.get("from") or None, query.get("to") or None
+    return RunFilter(status=RunStatus(status) if status else None,
+                     flow=(query.get("flow") or "").strip() or None,
+                     created_from_ms=parse_time(start) if start else None,
+                     created_to_ms=parse_time(end) if end else None,
+                     after=query.get("after") or None,
+                     page_size=_page_size(query.get("limit") or None))
+
+
+def _page_size(text: str | None) -> int:
+    if text is None:
+        return PAGE_SIZE
+    try:
+        size = int(text)
+    except ValueError:
+        size = 0
+    if not 1 <= size <= MAX_PAGE_SIZE:
+        raise InvalidInput(f"limit must be a whole number from 1 to {MAX_PAGE_SIZE}, not "
+                           f"{text!r}")
+    return size
+
+
+@dataclass(frozen=True, slots=True)
+class RunListPage:
+    runs: list[RunState]
+    next_after: str | None  # where the next page starts; None: this was the last page
+    scanned: int  # runs examined for this page
+    exhausted_scan: bool  # stopped at scan_limit before filling the page
+
+
+def list_runs(view: View, chosen: RunFilter, *, scan_limit: int = SCAN_LIMIT) -> RunListPage:
+    """One page of the runs `chosen` matches, in (partition, run id) order. The status
+    filter reads the status index; flow and time are checked run by run, at most
+    `scan_limit` runs per page, so a page costs O(scan_limit) whatever the namespace holds."""
+    found: list[RunState] = []
+    cursor, scanned = chosen.after, 0
+    while scanned < scan_limit:
+        wanted = min(SCAN_CHUNK, scan_limit - scanned)
+        chunk = view.runs(status=chosen.status, limit=wanted, after=cursor)
+        for run in chunk:
+            scanned += 1
+            cursor = run.run_id
+            if chosen.matches(run):
+                found.append(run)
+                if len(found) == chosen.page_size:
+                    return RunListPage(found, cursor, scanned, False)
+        if len(chunk) < wanted:  # the index has no more
+            return RunListPage(found, None, scanned, False)
+    return RunListPage(found, cursor, scanned, True)
+
+
+@dataclass(frozen=True, slots=True)
+class Related:
+    """A round of the run's lineage, or a child it spawned, as a run page lists it."""
+
+    run_id: str
+    flow: str | None  # None: no record of it yet (a child whose create is on its way)
+    status: str | None
+    round: int
+    position: int | None = None  # a child: the parent's spawn position
+
+
+@dataclass(frozen=True, slots=True)
+class RunDetail:
+    run: RunState
+    rows: list[HistoryRow]  # the whole history, in log order
+    rounds: list[Related]  # a window of the lineage's rounds, the run's own included
+    total_rounds: int
+    children: list[Related]
+    total_children: int
+
+    @property
+    def timeline(self) -> list[tuple[int, HistoryRow]]:
+        """(record number from 1, row) for the rows listed: the last MAX_TIMELINE_ROWS."""
+        start = max(0, len(self.rows) - MAX_TIMELINE_ROWS)
+        return list(enumerate(self.rows, start=1))[start:]
+
+
+def run_detail(view: View, run_id: str) -> RunDetail:
+    """The run now, its history, its lineage's rounds and its children."""
+    run = view.run(run_id)
+    items = view.history(run_id)
+    if run is None or not items:
+        raise RunNotFound(run_id)
+    rounds, total_rounds = _rounds(view, run)
+    children, total_children = _children(view, run_id)
+    return RunDetail(run, history_rows(items), rounds, total_rounds, children, total_children)
+
+
+def _related(view: View, run_id: str, round_number: int, position: int | None = None
+             ) -> Related:
+    run = view.run(run_id)
+    if run is None:
+        return Related(run_id, None, None, round_number, position)
+    return Related(run_id, run.flow, run.status.value, run.round, position)
+
+
+def _rounds(view: View, run: RunState) -> tuple[list[Related], int]:
+    """Rounds around the run's own (ROUND_WINDOW each side), and how many the lineage has."""
+    latest_id = view.latest_round(run.lineage_id) or run.lineage_id
+    latest = view.run(latest_id)
+    last = max(latest.round if latest is not None else 0, run.round)
+    first_shown, last_shown = max(0, run.round - ROUND_WINDOW), min(last, run.round + ROUND_WINDOW)
+    shown = [_related(view, round_run_id(run.lineage_id, n), n)
+             for n in range(first_shown, last_shown + 1)]
+    return shown, last + 1
+
+
+def _children(view: View, run_id: str) -> tuple[list[Related], int]:
+    """The children the run spawned (its spawn entries name them), the first MAX_CHILDREN."""
+    spawned = [(entry.position, str(json.loads(entry.result_json)))
+               for entry in view.entries(run_id)
+               if entry.kind == "spawn" and entry.result_json]
+    return ([_related(view, child_id, 0, position)
+             for position, child_id in spawned[:MAX_CHILDREN]], len(spawned))
+
+
+@dataclass(frozen=True, slots=True)
+class StateAt:
+    """The run as it stood right after record `record` (1-based) of its history."""
+
+    record: int
+    records: int  # the history's length
+    row: HistoryRow
+    state: dict[str, Any] | None  # run_view plus its journal; None: no run yet at that point
+    absent: str | None  # why state is None
+    changes: list[dict[str, Any]]  # what this record changed (engine.timetravel.run_diff)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"record": self.record, "records": self.records, "row": self.row.as_dict(),
+                "state": self.state, "absent": self.absent, "changes": self.changes}
+
+
+def state_at_record(view: View, run_id: str, record: int) -> StateAt:
+    """The slider's answer: the run's state after record `record`, and what that record
+    changed. Cost: the history up to `record` replayed (twice: state and diff)."""
+    items = view.history(run_id)
+    if not items:
+        raise RunNotFound(run_id)
+    if not 1 <= record <= len(items):
+        raise InvalidInput(f"record must be 1..{len(items)} for run {run_id!r}, not {record}")
+    [row] = history_rows(items[record - 1:record])
+    try:
+        past = run_at(view, run_id, Point("record", record))
+    except RunAbsentAt as exc:
+        return StateAt(record, len(items), row, None, str(exc), [])
+    state = run_view(past.run)
+    state["journal"] = [to_builtins(entry) for entry in past.entries]
+    changes = [change.as_dict() for change in
+               run_diff(view, run_id, Point("record", max(1, record - 1)),
+                        Point("record", record)).changes] if record > 1 else []
+    return StateAt(record, len(items), row, state, None, changes)
+
+
+def status_counts(view: View, *, limit: int) -> dict[str, int]:
+    """Runs per status now, each counted up to `limit` (+1 means "more than limit")."""
+    return {status.value: len(view.runs(status=status, limit=limit + 1))
+            for status in RunStatus}
