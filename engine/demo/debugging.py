@@ -9,7 +9,9 @@ from pathlib import Path
 from engine.client import Client
 from engine.dryrun import dry_run, format_dry_run
 from engine.fork import fork_run
+from engine.integrity import verify
 from engine.readmodel import View
+from engine.system_state import iso, state_of_model
 from engine.timetravel import Point, format_diff, run_diff, run_tree
 
 Echo = Callable[[str], None]
@@ -33,6 +35,30 @@ async def show_debugging(client: Client, view: View, *, bootstrap: str, namespac
     await _fork(client, view, bootstrap=bootstrap, namespace=namespace, echo=echo)
     await _dry_runs(bootstrap=bootstrap, namespace=namespace,
                     read_model_dir=client.read_model_dir, echo=echo)
+    await _system_then(client, view, echo)
+    await _verify(bootstrap=bootstrap, namespace=namespace,
+                  read_model_dir=client.read_model_dir, echo=echo)
+
+
+async def _system_then(client: Client, view: View, echo: Echo) -> None:
+    """Every run's status at the instant the 150th checkout was created."""
+    instant = view.history("order-0150")[0].timestamp_ms
+    state = await state_of_model(await client.read_model(), instant, limit=3)
+    counts = ", ".join(f"{status.value} {n}" for status, n
+                       in sorted(state.comparison.counts_then.items()))
+    echo(f"  runstream state --at {iso(instant)}: {counts}; "
+         f"{state.comparison.changed_total} runs have moved on since "
+         f"(replayed {state.records_replayed} records from {state.start.describe()}, "
+         f"{state.seconds:.2f}s)")
+
+
+async def _verify(*, bootstrap: str, namespace: str, read_model_dir: Path,
+                  echo: Echo) -> None:
+    report = await verify(bootstrap=bootstrap, namespace=namespace,
+                          read_model_dir=read_model_dir, shards=1)
+    outcome = "every hash and key matches" if report.ok else "DIVERGES"
+    echo(f"  runstream projection verify: rebuilt {report.records} records from offset 0, "
+         f"{report.checkpoints_checked} checkpoint(s) checked: {outcome}")
 
 
 async def _fork(client: Client, view: View, *, bootstrap: str, namespace: str,
