@@ -146,7 +146,7 @@ def _client(bootstrap: str | None, namespace: str | None,
                   read_model_dir=read_model_dir)
 
 
-def _read_model(bootstrap: str | None, namespace: str | None,
+def read_model_of(bootstrap: str | None, namespace: str | None,
                 read_model_dir: Path | None) -> ReadModel:
     """The namespace's read model (default directory: engine.readmodel.default_read_model_dir)."""
     return ReadModel(bootstrap=resolve_bootstrap(bootstrap),
@@ -157,7 +157,7 @@ def _known(view: View, run_id: str) -> bool:
     return view.run(run_id) is not None or bool(view.history(run_id))
 
 
-async def _view_of(model: ReadModel, run_id: str) -> View:
+async def view_of(model: ReadModel, run_id: str) -> View:
     """Catch up the run's partition; a run not routed by its own id (a later round of a
     lineage) is looked for after catching up every partition. RunNotFound if the journal
     holds no record of it."""
@@ -169,7 +169,7 @@ async def _view_of(model: ReadModel, run_id: str) -> View:
     return view
 
 
-def _addressed(view: View, run_id: str) -> str:
+def addressed_run(view: View, run_id: str) -> str:
     """The run a query naming `run_id` is about: `<lineage>~0` is round 0 (the lineage id),
     a lineage id names its latest round, any other id names itself (as Client.describe)."""
     named = round_zero(run_id)
@@ -181,9 +181,9 @@ async def run_status(
     read_model_dir: Path | None = None, why: bool = False,
 ) -> dict[str, Any]:
     """The run's view (`run status --json`); with `why`, also its "why" (why_report)."""
-    async with _read_model(bootstrap, namespace, read_model_dir) as model:
-        view = await _view_of(model, round_zero(run_id))
-        target = _addressed(view, run_id)
+    async with read_model_of(bootstrap, namespace, read_model_dir) as model:
+        view = await view_of(model, round_zero(run_id))
+        target = addressed_run(view, run_id)
         run = view.run(target)
         if run is None:
             raise RunNotFound(run_id)
@@ -209,7 +209,7 @@ async def list_runs(
 ) -> list[dict[str, Any]]:
     """Runs ordered by (partition, run id); `after` is the last run id of the previous page."""
     chosen = RunStatus(status) if status else None
-    async with _read_model(bootstrap, namespace, read_model_dir) as model:
+    async with read_model_of(bootstrap, namespace, read_model_dir) as model:
         view = await model.catch_up()
         return [run_view(r) for r in view.runs(status=chosen, limit=limit, after=after)]
 
@@ -274,8 +274,8 @@ async def run_history(
 ) -> list[HistoryRow]:
     """Every record of the run (`<lineage>~0` names round 0, the lineage id itself)."""
     run_id = round_zero(run_id)
-    async with _read_model(bootstrap, namespace, read_model_dir) as model:
-        view = await _view_of(model, run_id)
+    async with read_model_of(bootstrap, namespace, read_model_dir) as model:
+        view = await view_of(model, run_id)
         return _run_history(view, run_id)
 
 
@@ -285,8 +285,8 @@ async def run_tree(
 ) -> RunTree:
     """The run's history with its later rounds and its children (every partition caught up:
     a child's lineage may live in another)."""
-    async with _read_model(bootstrap, namespace, read_model_dir) as model:
-        await _view_of(model, run_id)
+    async with read_model_of(bootstrap, namespace, read_model_dir) as model:
+        await view_of(model, run_id)
         view = await model.catch_up()
         return _run_tree(view, round_zero(run_id))
 
@@ -298,8 +298,8 @@ async def run_state_at(
     """The run's state right after its last record at or before `point`, with its journal
     entries then."""
     run_id = round_zero(run_id)
-    async with _read_model(bootstrap, namespace, read_model_dir) as model:
-        view = await _view_of(model, run_id)
+    async with read_model_of(bootstrap, namespace, read_model_dir) as model:
+        view = await view_of(model, run_id)
         past = run_at(view, run_id, point)
     out = run_view(past.run)
     out["at"] = point.describe()
@@ -313,8 +313,8 @@ async def run_diff(
 ) -> RunDiff:
     """What changed in the run's state between two points, and which records changed it."""
     run_id = round_zero(run_id)
-    async with _read_model(bootstrap, namespace, read_model_dir) as model:
-        view = await _view_of(model, run_id)
+    async with read_model_of(bootstrap, namespace, read_model_dir) as model:
+        view = await view_of(model, run_id)
         return _run_diff(view, run_id, start, end)
 
 
@@ -324,8 +324,8 @@ async def fenced_writes(
 ) -> Ledger:
     """Every write turned away for a stale epoch, a stale claim or a repeated sequence."""
     since_ms = parse_time(since) if since is not None else None
-    async with _read_model(bootstrap, namespace, read_model_dir) as model:
-        view = await (_view_of(model, run_id) if run_id is not None else model.catch_up())
+    async with read_model_of(bootstrap, namespace, read_model_dir) as model:
+        view = await (view_of(model, run_id) if run_id is not None else model.catch_up())
         return fencing_ledger(view, model.partitions, run_id=run_id, since_ms=since_ms,
                               limit=limit)
 
@@ -335,7 +335,7 @@ async def partition_history(
     read_model_dir: Path | None = None,
 ) -> list[PartitionRow]:
     """The partition's own records: claims with their verdicts, heartbeats, dead letters."""
-    async with _read_model(bootstrap, namespace, read_model_dir) as model:
+    async with read_model_of(bootstrap, namespace, read_model_dir) as model:
         if not 0 <= partition < model.partitions:
             raise InvalidInput(f"partition {partition} does not exist: the journal has "
                                f"partitions 0..{model.partitions - 1}")
