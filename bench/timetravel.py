@@ -41,6 +41,7 @@ from engine.readmodel_kafka import JournalSource
 from engine.system_state import SystemState, all_runs, iso, replayed, system_state_at, take_cut
 from engine.timetravel import Point
 from projections.checkpoints import list_checkpoints
+from projections.manifest import DEFAULT_EVERY, DEFAULT_KEEP
 from projections.memory import MemoryProjection
 
 PARTITIONS = 12
@@ -51,7 +52,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("timetravel")
     group.add_argument("--tt-records", type=int, help="journal size [1000000; quick 20000]")
     group.add_argument("--tt-checkpoint-every", type=int,
-                       help="read-model checkpoint every N records [5000; quick 2000]")
+                       help="read-model checkpoint every N records [the default, "
+                       "RUNSTREAM_CHECKPOINT_EVERY's; quick 2000]")
+    group.add_argument("--tt-checkpoint-keep", type=int,
+                       help="read-model checkpoints kept [the default; quick: all]")
     group.add_argument("--tt-samples", type=int, help="timed calls of each query [5; quick 2]")
     group.add_argument("--tt-runs", type=int, help="real runs of the equality check "
                        "[20000; quick 200]; 0 skips it")
@@ -90,12 +94,12 @@ async def read_and_decode(bootstrap: str, topic: str, start: dict[int, int],
 
 
 async def _fold_with_checkpoints(ctx: Context, topic: str, directory: Path, every: int,
-                                 records: int, middle: str) -> tuple[float, int]:
+                                 keep: int, middle: str) -> tuple[float, int]:
     """Catch a fresh read model up (checkpointing); seconds, and the log time of the
     `middle` run's activation (its third record)."""
     started = time.perf_counter()
     async with ReadModel(bootstrap=ctx.bootstrap, topic=topic, path=directory,
-                         checkpoint_every=every, checkpoint_keep=records // every + 2) as model:
+                         checkpoint_every=every, checkpoint_keep=keep) as model:
         view = await model.catch_up()
         seconds = time.perf_counter() - started
         return seconds, view.history(middle)[2].timestamp_ms
@@ -112,7 +116,8 @@ def _agree(a: SystemState, b: SystemState) -> None:
 async def journal_rows(ctx: Context, args: argparse.Namespace, section: Section) -> None:
     """(a): the generated journal, `run at` and `state --at` to its middle."""
     wanted = pick(args, "tt_records", 1_000_000, 20_000)
-    every = pick(args, "tt_checkpoint_every", 5_000, 2_000)
+    every = pick(args, "tt_checkpoint_every", DEFAULT_EVERY, 2_000)
+    keep = pick(args, "tt_checkpoint_keep", DEFAULT_KEEP, 10_000)
     samples = pick(args, "tt_samples", 5, 2)
     async with fresh_namespace(ctx, "tt", PARTITIONS) as namespace:
         topic = journal_topic(namespace)
@@ -121,11 +126,12 @@ async def journal_rows(ctx: Context, args: argparse.Namespace, section: Section)
             directory = read_model_dir(ctx.bootstrap, namespace, root=Path(tmp))
             middle = journal.run_ids[len(journal.run_ids) // 2]
             fold_s, at_ms = await _fold_with_checkpoints(ctx, topic, directory, every,
-                                                         journal.records, middle)
+                                                         keep, middle)
             checkpoints = len(list_checkpoints(directory))
             section.add(Row("read model catch-up from empty", fold_s, "s",
                             note=f"{journal.records:,} records, {len(journal.run_ids):,} runs, "
-                                 f"{checkpoints} checkpoints (every {every:,} records)"))
+                                 f"{checkpoints} checkpoints kept (every {every:,} records, "
+                                 f"at most {keep})"))
             point = Point("time", at_ms)
             run_at_times, _ = await _timed(lambda: operations.run_state_at(
                 bootstrap=ctx.bootstrap, namespace=namespace, run_id=middle, point=point,
@@ -136,6 +142,7 @@ async def journal_rows(ctx: Context, args: argparse.Namespace, section: Section)
             _cli_rows(ctx, section, namespace, Path(tmp), middle, at_ms)
     section.info.update({"records": journal.records, "runs": len(journal.run_ids),
                          "partitions": PARTITIONS, "checkpoint_every": every,
+                         "checkpoint_keep": keep,
                          "generated_in_s": round(journal.seconds, 1)})
 
 

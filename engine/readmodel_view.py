@@ -157,6 +157,14 @@ class View:
             found = self._overlay.history_entry(run_id, p, offset)
         return found
 
+    def status_members(self) -> dict[RunStatus, set[bytes]] | None:
+        """Each status's runs as b"<partition:05d>/<run id>" sets, from the status index's
+        keys; None when an overlay holds runs (walk run_statuses() then)."""
+        if self._overlay is not None and any(
+                self._overlay_of(p) is not None for p in self._overlay.partitions):
+            return None
+        return {status: self._base.status_members(status) for status in RunStatus}
+
     def run_statuses(self) -> Iterator[tuple[int, str, RunStatus]]:
         """Every run's (partition, run id, status) by (partition, run id), from the status
         index (no run decoded); the overlay's runs in place of the base's."""

@@ -311,7 +311,36 @@ def run_statuses(view: View) -> Iterator[RunKey]:
 
 def compare(then: View, now: View, limit: int) -> Comparison:
     """Counts by status at both, and the runs whose status differs (the first `limit` in
-    (partition, run id) order, and how many in all): a merge of the two ordered walks."""
+    (partition, run id) order, and how many in all)."""
+    members_then, members_now = then.status_members(), now.status_members()
+    if members_then is not None and members_now is not None:
+        return _compare_sets(members_then, members_now, limit)
+    return _compare_walks(then, now, limit)
+
+
+def _compare_sets(then: dict[RunStatus, set[bytes]], now: dict[RunStatus, set[bytes]],
+                  limit: int) -> Comparison:
+    """compare() from the status index's key sets: set differences find the runs whose
+    status moved; only those are looked at one by one (bounded by the runs of the
+    namespace, held as key bytes)."""
+    result = Comparison()
+    moved: set[bytes] = set()
+    for status in RunStatus:
+        result.counts_then[status] = len(then[status])
+        result.counts_now[status] = len(now[status])
+        moved |= then[status] ^ now[status]
+    result.counts_then, result.counts_now = +result.counts_then, +result.counts_now
+    result.changed_total = len(moved)
+    for member in sorted(moved)[:limit]:
+        partition, run_id = member.split(b"/", 1)
+        was = next((s for s in RunStatus if member in then[s]), None)
+        is_now = next((s for s in RunStatus if member in now[s]), None)
+        result.changed.append(ChangedRun(run_id.decode(), int(partition), was, is_now))
+    return result
+
+
+def _compare_walks(then: View, now: View, limit: int) -> Comparison:
+    """compare() as a merge of the two ordered walks (a secondary's overlay holds runs)."""
     result = Comparison()
     past, present = run_statuses(then), run_statuses(now)
     a, b = next(past, None), next(present, None)

@@ -45,11 +45,11 @@ from __future__ import annotations
 
 import itertools
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 from rocksdict import (
     AccessType,
@@ -245,6 +245,17 @@ class ProjectionStore:
         for key, _ in self._scan(prefix):
             partition, run_id = key[len(prefix):].split(b"/", 1)
             yield int(partition), run_id.decode()
+
+    def status_members(self, status: RunStatus) -> set[bytes]:
+        """The runs with `status` as b"<partition:05d>/<run id>", keys alone, as one set:
+        what a whole-namespace comparison takes set differences of (~0.3 us a run)."""
+        self.flush()
+        prefix = keys.status_prefix(status)
+        read = ReadOptions()
+        read.set_iterate_upper_bound(keys.upper_bound(prefix))
+        cut = len(prefix)
+        found: Iterable[Any] = self._db.keys(from_key=prefix, read_opt=read)  # raw: bytes
+        return {key[cut:] for key in found}
 
     def run_ids_by_status(self, status: RunStatus, *, after: str | None = None
                           ) -> Iterator[str]:
