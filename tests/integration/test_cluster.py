@@ -32,7 +32,9 @@ def _port_free(port: int) -> bool:
 def _free_base_port(nodes: int) -> int:
     """A base port with nodes client ports and nodes controller ports (base+100…) all free."""
     for _ in range(100):
-        base = random.randrange(21000, 39000)
+        # Below the ephemeral range (32768+ here): an outgoing connection cannot take the
+        # port between this check and the broker binding it.
+        base = random.randrange(21000, 32500)
         ports = [base + i for i in range(nodes)] + [base + 100 + i for i in range(nodes)]
         if all(_port_free(p) for p in ports):
             return base
