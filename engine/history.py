@@ -21,7 +21,7 @@ from engine.journal import DecodeError, JournalRecord, decode, record_to_dict
 from engine.journal import events as ev
 from engine.readmodel import View
 from projections.reducer import apply
-from projections.state import JournalEntry, PartitionState, RunState, Verdict
+from projections.state import JournalEntry, PartitionState, RunState, Verdict, decode_state
 from projections.store import HistoryEntry
 from projections.transitions import entry_position
 
@@ -129,16 +129,19 @@ def replay_steps(items: Iterable[HistoryEntry], *, view: View | None = None
     Each applied decision is replayed against a partition whose epoch and owner are the
     record's own, each applied request as never seen before: what the stored verdict says
     the full fold did. Records with any other verdict changed nothing in the run. A later
-    round starts at the handoff that created it, from the previous round's state then
-    (replayed from `view`, round by round). The entries dict yielded is the replay's own
+    round starts at the handoff that created it, from the state the read model stored with
+    that item (or, in a read model older than that, the previous round replayed from
+    `view`, round by round). The entries dict yielded is the replay's own
     (copy it to keep it past the next step). Bounds: the run's journal entries.
     """
     run: RunState | None = None
     entries: dict[int, JournalEntry] = {}
     for item in items:
         if item.verdict is Verdict.applied:
-            if run is None and item.type == ev.RunHandedOff.TYPE and view is not None:
-                run = _round_created_by(view, item)
+            if run is None and item.seed is not None:  # a round, as its handoff made it
+                run = decode_state(RunState, item.seed)
+            elif run is None and item.type == ev.RunHandedOff.TYPE and view is not None:
+                run = _round_created_by(view, item)  # a read model from before seeds
             else:
                 run = _replay_one(item, run, entries)
         yield run, entries

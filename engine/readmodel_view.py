@@ -7,13 +7,14 @@ also keeps those records' history), and the View reads the overlay first, the st
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 from collections.abc import Iterable, Iterator
 
 from engine.reader import run_partition
 from projections.memory import MemoryStore
-from projections.state import JournalEntry, PartitionState, RunState, RunStatus
+from projections.state import JournalEntry, PartitionState, RunState, RunStatus, encode_state
 from projections.store import HistoryEntry, ProjectionStore, RecordWrite
 from projections.writes import FENCED_VERDICTS
 
@@ -42,7 +43,8 @@ class OverlayStore(MemoryStore):
         else:
             self.history.setdefault(change.run_id, []).append(item)
         if change.next_round is not None:
-            self.history.setdefault(change.next_round.run_id, []).append(item)
+            seeded = dataclasses.replace(item, seed=encode_state(change.next_round))
+            self.history.setdefault(change.next_round.run_id, []).append(seeded)
         if change.verdict in FENCED_VERDICTS:
             self.fenced.setdefault(item.partition, []).append((item.offset, change.run_id))
 

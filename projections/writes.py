@@ -47,20 +47,37 @@ class HistoryEntry:
     type: str
     timestamp_ms: int
     raw: bytes | None = None  # the record's Kafka value (read models keep it)
+    # The state of the round this record created (a handoff's item in the next round's
+    # history, read models only): that round's time travel starts from it, not from a
+    # replay of the rounds before.
+    seed: bytes | None = None
+
+
+class _StoredItem(msgspec.Struct, array_like=True):
+    """A history item as stored: [verdict, type, log time, record bytes, seed?]."""
+
+    verdict: str
+    type: str
+    timestamp_ms: int
+    raw: bytes | None
+    seed: bytes | None = None  # absent from every item but a next round's first
 
 
 _HISTORY = msgspec.msgpack.Encoder()
-_HISTORY_DECODER = msgspec.msgpack.Decoder(tuple[str, str, int, bytes | None])
+_HISTORY_DECODER = msgspec.msgpack.Decoder(_StoredItem)
 
 
 def encode_history(verdict: Verdict, record_type: str, timestamp_ms: int,
-                   raw: bytes | None) -> bytes:
-    return _HISTORY.encode((verdict.value, record_type, timestamp_ms, raw))
+                   raw: bytes | None, seed: bytes | None = None) -> bytes:
+    if seed is None:
+        return _HISTORY.encode((verdict.value, record_type, timestamp_ms, raw))
+    return _HISTORY.encode((verdict.value, record_type, timestamp_ms, raw, seed))
 
 
 def decode_history(partition: int, offset: int, value: bytes) -> HistoryEntry:
-    verdict, type_, timestamp_ms, raw = _HISTORY_DECODER.decode(value)
-    return HistoryEntry(partition, offset, Verdict(verdict), type_, timestamp_ms, raw)
+    item = _HISTORY_DECODER.decode(value)
+    return HistoryEntry(partition, offset, Verdict(item.verdict), item.type, item.timestamp_ms,
+                        item.raw, item.seed)
 
 
 @dataclass(slots=True)
@@ -125,7 +142,10 @@ def put_record(batch: Batch, change: RecordWrite, keep_records: bool) -> Encoded
         encoded.next_round = put_run(batch, None, change.next_round)
         batch.put(keys.lineage_key(change.next_round.lineage_id),
                   change.next_round.run_id.encode())
-        batch.blind(keys.history_key(change.next_round.run_id, number, change.offset), history)
+        seeded = history if not keep_records else encode_history(
+            change.verdict, change.record_type, change.timestamp_ms, change.raw,
+            seed=encoded.next_round)
+        batch.blind(keys.history_key(change.next_round.run_id, number, change.offset), seeded)
     for item in change.outbox:
         batch.blind(keys.outbox_prefix(number) + item.request_id.encode(), encode_state(item))
     for request_id in change.outbox_done:

@@ -97,6 +97,9 @@ async def test_state_at_every_record_equals_the_live_projection_then(
         nodes = [tree.roots[0], *tree.roots[0].children, *tree.roots[1:]]
         assert [(n.run_id, n.relation) for n in nodes] == [
             ("tt", "run"), ("tt-kid", "child"), ("tt~1", "round")]
+        # The next round's time travel starts from the state stored with its first item.
+        assert view.history("tt~1")[0].seed is not None
+        assert all(item.seed is None for item in view.history("tt"))
         checked = 0
         for node in nodes:
             for number, row in enumerate(node.rows, start=1):
