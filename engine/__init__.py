@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from engine.client import Client
     from engine.context import ChildRun, FlowContext, idempotency_key
+    from engine.dryrun import FlowNotInApp, NoDecision
     from engine.errors import (
         Cancelled,
         CancelRefused,
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
         CreateRejected,
         FlowCycleDetected,
         IdentityConflict,
+        InvalidInput,
         InvalidRunId,
         NonDeterminism,
         PayloadInvalid,
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
         WaitTimeout,
     )
     from engine.flow import Flow, HandedOff, Handoff, RetryPolicy
+    from engine.fork import ForkNeedsForce, ForkTargetExists, ForkTooLarge
     from engine.handle import RunHandle
     from engine.worker import Worker
     from projections.state import RunStatus
@@ -67,6 +70,12 @@ _EXPORTS = {
     "SpawnRefused": "engine.errors",
     "StepFailed": "engine.errors",
     "WaitTimeout": "engine.errors",
+    "InvalidInput": "engine.errors",
+    "FlowNotInApp": "engine.dryrun",
+    "NoDecision": "engine.dryrun",
+    "ForkNeedsForce": "engine.fork",
+    "ForkTargetExists": "engine.fork",
+    "ForkTooLarge": "engine.fork",
     "Flow": "engine.flow",
     "HandedOff": "engine.flow",
     "Handoff": "engine.flow",
@@ -88,10 +97,16 @@ __all__ = [
     "Flow",
     "FlowContext",
     "FlowCycleDetected",
+    "FlowNotInApp",
+    "ForkNeedsForce",
+    "ForkTargetExists",
+    "ForkTooLarge",
     "HandedOff",
     "Handoff",
     "IdentityConflict",
+    "InvalidInput",
     "InvalidRunId",
+    "NoDecision",
     "NonDeterminism",
     "PayloadInvalid",
     "ResultTimeout",
