@@ -63,8 +63,10 @@ async def test_kill_9_one_worker_every_run_completes_without_rerunning_committed
     try:
         async with Client(bootstrap_servers=bootstrap, namespace=namespace,
                           flows=[checkout]) as client:
-            handles = await create_many(client, ids, work_ms=150)
-            await _wait_for_steps(bootstrap, namespace, at_least=60)
+            # Slow steps, and a kill early in the load: a must still hold runs in flight
+            # (a load that a has finished leaves nothing to steal; CI saw it once).
+            handles = await create_many(client, ids, work_ms=300)
+            await _wait_for_steps(bootstrap, namespace, at_least=30)
             a.signal(signal.SIGKILL)
             results = await asyncio.gather(*(h.result(timeout=180) for h in handles))
         assert sorted(r.order_id for r in results) == ids
