@@ -97,7 +97,7 @@ def state_at(view: View, run_id: str, *, offset: int | None = None,
     if run is None:
         if not history:
             raise RunNotFound(run_id)
-        point = f"offset {offset}" if offset is not None else f"{_iso(timestamp_ms or 0)}"
+        point = f"offset {offset}" if offset is not None else f"{iso(timestamp_ms or 0)}"
         raise RunAbsentAt(run_id, point, history[0], history[-1])
     return PastRun(run, tuple(entries[position] for position in sorted(entries)))
 
@@ -110,7 +110,7 @@ class RunAbsentAt(RunNotFound):
         RunstreamError.__init__(
             self, f"run {run_id!r} did not exist at {point}: its records are at offsets "
             f"{first.offset}..{last.offset} of partition {first.partition} "
-            f"({_iso(first.timestamp_ms)} .. {_iso(last.timestamp_ms)})")
+            f"({iso(first.timestamp_ms)} .. {iso(last.timestamp_ms)})")
         self.run_id = run_id
 
 
@@ -235,7 +235,8 @@ def _worth_showing(value: Any) -> bool:
     return value is not None and value is not False and value != ""
 
 
-def _iso(timestamp_ms: int) -> str:
+def iso(timestamp_ms: int) -> str:
+    """A log time as ISO-8601 UTC with milliseconds (what time-travel output shows)."""
     return datetime.fromtimestamp(timestamp_ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
 
 

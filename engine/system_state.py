@@ -22,12 +22,12 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from engine.config import journal_topic, resolve_bootstrap, resolve_namespace
 from engine.errors import InvalidInput, RunstreamError
+from engine.history import iso as iso  # re-exported: the UI and bench use it from here
 from engine.readmodel import ReadModel, View
 from engine.readmodel_kafka import JournalSource
 from engine.timetravel import parse_time
@@ -139,10 +139,6 @@ def _by_partition(offsets: dict[int, int]) -> dict[str, int]:
 
 def _counts(counter: Counter[RunStatus]) -> dict[str, int]:
     return {status.value: counter[status] for status in RunStatus if counter[status]}
-
-
-def iso(timestamp_ms: int) -> str:
-    return datetime.fromtimestamp(timestamp_ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
 
 
 def parse_instant(text: str) -> int:

@@ -23,6 +23,7 @@ from engine.history import (
     PastRun,
     RunAbsentAt,
     history_rows,
+    iso,
     replay_run,
     replay_steps,
 )
@@ -44,8 +45,7 @@ class Point:
 
     def describe(self) -> str:
         if self.kind == "time":
-            when = datetime.fromtimestamp(self.value / 1000, tz=UTC)
-            return when.isoformat(timespec="milliseconds")
+            return iso(self.value)
         return f"{self.kind}:{self.value}"
 
 
