@@ -42,3 +42,14 @@ def dead_letter_topic(namespace: str) -> str:
 
 def worker_group(namespace: str) -> str:
     return f"{namespace}.workers"
+
+
+def requests_topic(namespace: str, authority: str | None = None) -> str:
+    """Where clients send requests when the namespace relays them (see ARCHITECTURE.md,
+    Security): `<ns>.requests` for unrestricted principals, `<ns>.requests.<authority>` for a
+    principal whose runs are limited to that authority's capabilities."""
+    return f"{namespace}.requests" if authority is None else f"{namespace}.requests.{authority}"
+
+
+def relay_group(namespace: str) -> str:
+    return f"{namespace}.relay"
