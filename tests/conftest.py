@@ -25,11 +25,14 @@ import pytest
 from engine.admin import delete_topics, ensure_topics
 from engine.broker import BrokerCluster, BrokerError, is_answering
 from engine.config import DEFAULT_BOOTSTRAP
+from tests.file_times import pytest_runtest_logreport, pytest_terminal_summary
 
 # Same image as docker-compose.yml.
 REDPANDA_IMAGE = "docker.redpanda.com/redpandadata/redpanda:v24.2.7"
 TEST_JOURNAL_PARTITIONS = 4
 _INTEGRATION_DIR = Path(__file__).parent / "integration"
+# Hooks from tests/file_times.py, re-exported so pytest finds them here.
+__all__ = ["pytest_runtest_logreport", "pytest_terminal_summary"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
