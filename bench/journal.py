@@ -21,6 +21,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
+from engine.connection import kafka_options
 from engine.journal import Envelope, JournalRecord, encode
 from engine.journal import events as ev
 from engine.reader import partition_for
@@ -130,7 +131,7 @@ async def generate(bootstrap: str, topic: str, partitions: int, records: int,
     runs = max(1, (records - partitions) // RECORDS_PER_RUN)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
                                 enable_idempotence=True, max_batch_size=_BATCH_BYTES,
-                                client_id="runstream-bench-gen")
+                                client_id="runstream-bench-gen", **kafka_options())
     await producer.start()
     started = time.perf_counter()
     try:

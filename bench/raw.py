@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from engine.connection import kafka_options
 from engine.journal import decode
 
 VALUE_BYTES = 150
@@ -18,14 +19,15 @@ VALUE_BYTES = 150
 
 def _producer(bootstrap: str, **extra: object) -> AIOKafkaProducer:
     return AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
-                            client_id="runstream-bench-raw", **extra)
+                            client_id="runstream-bench-raw", **kafka_options(), **extra)
 
 
 def _consumer(bootstrap: str) -> AIOKafkaConsumer:
     # The engine's readers' settings: read_committed, no group, short long-poll.
     return AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                             isolation_level="read_committed", auto_offset_reset="earliest",
-                            fetch_max_wait_ms=50, client_id="runstream-bench-raw")
+                            fetch_max_wait_ms=50, client_id="runstream-bench-raw",
+                            **kafka_options())
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from aiokafka.errors import KafkaError
 from bench.report import CpuLine
 from engine.broker.layout import FLUSH_MESSAGES as FLUSH_KEY
 from engine.broker.layout import read_property
+from engine.connection import kafka_options
 
 _KAFKA_MAIN = b"kafka.Kafka"
 _TICK_MS = 1000.0 / os.sysconf("SC_CLK_TCK")
@@ -110,7 +111,8 @@ async def flush_policy(bootstrap: str, pid: int | None) -> dict[str, Any]:
 
 
 async def _flush_from_broker(bootstrap: str) -> tuple[str | None, str]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="runstream-bench")
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="runstream-bench",
+                                **kafka_options())
     try:
         await admin.start()
         brokers = (await admin.describe_cluster())["brokers"]

@@ -24,7 +24,7 @@ from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import KafkaError, for_code
+from aiokafka.errors import KafkaConnectionError, KafkaError, for_code
 
 from engine.config import (
     DEFAULT_PARTITIONS,
@@ -34,12 +34,14 @@ from engine.config import (
     resolve_bootstrap,
     resolve_namespace,
 )
+from engine.connection import KafkaSecurity, access_denied, diagnose, kafka_options
 
 OWNERS_PARTITIONS = 1
 DEAD_LETTER_PARTITIONS = 1
 _TOPIC_ALREADY_EXISTS = 36
 _UNKNOWN_TOPIC = 3  # UnknownTopicOrPartition
-_UNKNOWN_TOPIC = 3
+# TopicAuthorizationFailed, GroupAuthorizationFailed, ClusterAuthorizationFailed
+_DENIED_CODES = (29, 30, 31)
 _KEEP_FOREVER = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"}
 # Record timestamps from the broker's clock, monotonic per partition: claim leases and time
 # travel by time compare them, so no writer's clock may decide them.
@@ -138,6 +140,7 @@ async def ensure_topics(
     replication_factor: int | None = None,
     *,
     request_timeout: float = 30.0,
+    security: KafkaSecurity | None = None,
 ) -> TopicReport:
     """Create the namespace's topics unless they exist; report what exists and any mismatch.
 
@@ -150,7 +153,7 @@ async def ensure_topics(
     if partitions < 1:
         raise TopicsError(f"partitions must be at least 1, not {partitions}")
     deadline = time.monotonic() + request_timeout
-    async with _admin(bootstrap, request_timeout) as admin:
+    async with _admin(bootstrap, request_timeout, security) as admin:
         brokers = len((await admin.describe_cluster())["brokers"])
         rf = replication_factor or min(3, brokers)
         if rf < 1 or rf > brokers:
@@ -170,31 +173,46 @@ async def ensure_topics(
 
 
 async def topic_configs(
-    bootstrap: str, topic: str, request_timeout: float = 30.0
+    bootstrap: str, topic: str, request_timeout: float = 30.0,
+    *, security: KafkaSecurity | None = None,
 ) -> dict[str, str]:
     """Every config of `topic` as the broker reports it (defaults included)."""
-    async with _admin(bootstrap, request_timeout) as admin:
+    async with _admin(bootstrap, request_timeout, security) as admin:
         return (await _describe_configs(admin, [topic], keys=None))[topic]
 
 
 @contextlib.asynccontextmanager
-async def _admin(bootstrap: str, request_timeout: float) -> AsyncIterator[Any]:
+async def admin_client(bootstrap: str, request_timeout: float = 30.0,
+                       security: KafkaSecurity | None = None) -> AsyncIterator[Any]:
+    """A started AIOKafkaAdminClient; its failures become one-line TopicsError.
+
+    `security` None: SASL/TLS settings from the RUNSTREAM_* environment.
+    """
     admin = AIOKafkaAdminClient(
+        **kafka_options(security),
         bootstrap_servers=bootstrap,
         client_id="runstream-admin",
         request_timeout_ms=int(request_timeout * 1000),
     )
     try:
         await admin.start()
+    except KafkaConnectionError as exc:
+        await admin.close()
+        raise TopicsError(str(await diagnose(bootstrap, security))) from exc
     except KafkaError as exc:
         await admin.close()
         raise TopicsError(f"no Kafka broker answers at {bootstrap}: {exc}") from exc
     try:
         yield admin
     except KafkaError as exc:
-        raise TopicsError(f"{bootstrap}: {type(exc).__name__}: {exc}") from exc
+        denied = access_denied(exc, security)
+        raise TopicsError(str(denied) if denied else
+                          f"{bootstrap}: {type(exc).__name__}: {exc}") from exc
     finally:
         await admin.close()
+
+
+_admin = admin_client
 
 
 async def _create(admin: Any, specs: list[TopicSpec], request_timeout: float) -> set[str]:
@@ -209,6 +227,10 @@ async def _create(admin: Any, specs: list[TopicSpec], request_timeout: float) ->
         code = entry["error_code"]
         if code == 0:
             created.add(entry["topic"])
+        elif code in _DENIED_CODES:
+            raise TopicsError(
+                f"not authorized to create {entry['topic']}: {for_code(code).__name__}; "
+                "create topics as an administrator (the broker's super user)")
         elif code != _TOPIC_ALREADY_EXISTS:
             raise TopicsError(
                 f"cannot create {entry['topic']}: {for_code(code).__name__}: "
@@ -314,11 +336,12 @@ def _compare(
 
 
 async def delete_topics(
-    bootstrap: str, namespace: str, request_timeout: float = 30.0
+    bootstrap: str, namespace: str, request_timeout: float = 30.0,
+    *, security: KafkaSecurity | None = None,
 ) -> list[str]:
     """Delete the namespace's topics (tests clean up with this); return those deleted."""
     names = [s.name for s in topic_specs(namespace, 1, 1)]
-    async with _admin(bootstrap, request_timeout) as admin:
+    async with _admin(bootstrap, request_timeout, security) as admin:
         response = await admin.delete_topics(names, timeout_ms=int(request_timeout * 1000))
     deleted = []
     for entry in response.to_object()["topic_error_codes"]:

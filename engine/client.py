@@ -11,26 +11,35 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
 from pydantic import BaseModel
 
 from engine.config import journal_topic, resolve_bootstrap, resolve_namespace
+from engine.connection import KafkaSecurity
 from engine.errors import (
     CancelRefused,
     CapabilityRefused,
-    InvalidRunId,
-    PayloadInvalid,
     ResumeRefused,
     RunNotFound,
+    RunstreamError,
     SignalRefused,
 )
 from engine.flow import Flow, dump_json, narrow
 from engine.handle import RunHandle
-from engine.journal import Envelope, JournalRecord, encode
+from engine.journal import Envelope, JournalRecord
 from engine.journal import events as ev
+from engine.limits import (
+    MAX_NAME_CHARS,
+    check_name,
+    check_payload,
+    check_run_id,
+    check_text,
+    encode_request,
+    resolve_authority_name,
+)
 from engine.observability.tracing import carrier, create_span
 from engine.reader import run_partition
 from engine.readmodel import ReadModel, default_read_model_dir
+from engine.relay_kafka import RequestProducer, Route
 from engine.tail import JournalTail
 from projections.requests import describe_refusal
 from projections.state import (
@@ -43,9 +52,8 @@ from projections.state import (
 )
 from projections.store import HistoryEntry
 
-# A run's payload travels in its create request and again in the owner's run.created;
-# both must fit one Kafka record (1 MiB by default) with room for the envelope.
-MAX_PAYLOAD_CHARS = 800_000
+# How long a relayed request may take to reach the journal (the relay runs in the workers).
+RELAY_TIMEOUT = 60.0
 
 UNSAFE_CANCEL = (
     "unsafe_interrupt_unsupported: runstream has exactly one cancellation path, and it is "
@@ -53,6 +61,20 @@ UNSAFE_CANCEL = (
     "call (its finally blocks run, durable calls in them are journaled as cleanup); there is "
     "no way to interrupt code between durable calls. Call cancel() without unsafe=True"
 )
+
+
+class RequestNotRelayed(RunstreamError):
+    """A request sent to the requests topic did not reach the journal in time."""
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """Where a request went: its journal partition, and its journal offset (direct) or the
+    partition's end offset read before it was sent (relayed: it lands at or past it)."""
+
+    partition: int
+    offset: int
+    relayed: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,46 +106,50 @@ class Client:
         flows: Iterable[Flow[Any, Any]] = (),
         read_model_dir: str | Path | None = None,
         authority: Iterable[str] | None = None,
+        authority_name: str | None = None,
+        security: KafkaSecurity | None = None,
+        relay_timeout: float = RELAY_TIMEOUT,
     ) -> None:
         """`authority`: the capabilities this client may create and act on runs with (None:
-        any). A guard against mistakes, not against an attacker, until the broker
-        authenticates principals: anyone who can write to the journal can write requests."""
+        any), a guard against mistakes. `authority_name`: when the namespace relays
+        requests (`<ns>.requests` exists), send them to `<ns>.requests.<authority_name>`,
+        whose relay narrows new runs to that authority's configured capabilities: what
+        the broker's ACLs let this principal write decides its authority, not the client
+        (None: RUNSTREAM_AUTHORITY_NAME, else the unrestricted `<ns>.requests`).
+        `security`: SASL/TLS settings (None: from RUNSTREAM_* variables)."""
         self.bootstrap = resolve_bootstrap(bootstrap_servers)
         self.namespace = resolve_namespace(namespace)
         self.topic = journal_topic(self.namespace)
         self.flows = {flow.name: flow for flow in flows}
         self.authority = None if authority is None else frozenset(authority)
+        self.security = security
+        self.relay_timeout = relay_timeout
         self.read_model_dir = (Path(read_model_dir) if read_model_dir is not None
                                else default_read_model_dir(self.bootstrap, self.namespace))
-        self._producer: AIOKafkaProducer | None = None
+        self._requests = RequestProducer(self.bootstrap, self.namespace, security,
+                                         resolve_authority_name(authority_name))
         self._read_model: ReadModel | None = None
-        self._tail = JournalTail(self.bootstrap, self.topic, self.read_model)
+        self._tail = JournalTail(self.bootstrap, self.topic, self.read_model, security)
         self._lock = asyncio.Lock()
 
     async def start(self) -> None:
-        async with self._lock:
-            if self._producer is None:
-                producer = AIOKafkaProducer(
-                    bootstrap_servers=self.bootstrap, acks="all", enable_idempotence=True,
-                    client_id="runstream-client",
-                )
-                try:
-                    await producer.start()
-                except BaseException:
-                    await producer.stop()  # release its sockets: no "unclosed" warnings
-                    raise
-                self._producer = producer
         try:
+            async with self._lock:
+                await self._requests.start()
             await self._tail.start()
         except BaseException:
             await self.close()
             raise
 
+    async def route(self) -> Route:
+        """Where this client's requests go (the journal, or a requests topic)."""
+        await self.start()
+        assert self._requests.route is not None
+        return self._requests.route
+
     async def close(self) -> None:
         await self._tail.close()
-        if self._producer is not None:
-            await self._producer.stop()
-            self._producer = None
+        await self._requests.stop()
         if self._read_model is not None:
             await self._read_model.close()
             self._read_model = None
@@ -133,7 +159,7 @@ class Client:
         async with self._lock:
             if self._read_model is None:
                 model = ReadModel(bootstrap=self.bootstrap, topic=self.topic,
-                                  path=self.read_model_dir)
+                                  path=self.read_model_dir, security=self.security)
                 await model.open()
                 self._read_model = model
             return self._read_model
@@ -148,18 +174,13 @@ class Client:
     async def create_run(
         self, flow: Flow[Any, Any] | str, payload: Any = None, *, run_id: str | None = None
     ) -> RunHandle:
-        """Append a create-run request; returns once Kafka has acknowledged it."""
-        await self.start()
-        assert self._producer is not None
+        """Append a create-run request; returns once Kafka has acknowledged it (relayed: once
+        the requests topic has). Invalid input (engine.limits) is refused before anything
+        is sent."""
+        check_name("flow", flow if isinstance(flow, str) else flow.name)
+        run_id = check_run_id(run_id, new=True) if run_id else uuid.uuid4().hex
         flow_name, payload_json = self._payload_json(flow, payload)
-        if len(payload_json) > MAX_PAYLOAD_CHARS:
-            raise PayloadInvalid(flow_name, f"{len(payload_json)} characters of JSON, over the "
-                                 f"{MAX_PAYLOAD_CHARS} a journal record can carry; pass a "
-                                 f"reference (a URL, an object-store key) instead")
-        run_id = run_id or uuid.uuid4().hex
-        if ROUND_SEPARATOR in run_id:
-            raise InvalidRunId(f"run id {run_id!r} contains {ROUND_SEPARATOR!r}, which names "
-                               f"the rounds of a lineage (`<lineage>{ROUND_SEPARATOR}<n>`)")
+        check_payload(f"the payload of flow {flow_name!r}", payload_json)
         known = self.flows.get(flow_name) if isinstance(flow, str) else flow
         ceiling = self._ceiling_for(known)
         request_id = uuid.uuid4().hex
@@ -172,12 +193,10 @@ class Client:
                 ceiling=None if ceiling is None else list(ceiling),
                 max_rounds=known.max_rounds if known is not None else 0,
                 trace_context=carrier())
-            value, headers = encode(record)
-            headers = [*headers, *((k, v.encode()) for k, v in record.trace_context.items())]
-            meta = await self._producer.send_and_wait(
-                self.topic, value=value, key=run_id.encode(), headers=headers)
-        return RunHandle(self, run_id=run_id, flow=flow_name, partition=meta.partition,
-                         request_offset=meta.offset, request_id=request_id)
+            placed = await self._place(record, [(k, v.encode())
+                                                for k, v in record.trace_context.items()])
+        return RunHandle(self, run_id=run_id, flow=flow_name, partition=placed.partition,
+                         request_offset=placed.offset, request_id=request_id)
 
     def _ceiling_for(self, flow: Flow[Any, Any] | None) -> tuple[str, ...] | None:
         """A new run's ceiling: the flow's capabilities, which this client's authority must
@@ -207,13 +226,14 @@ class Client:
     async def signal(self, run_id: str, name: str, payload: Any = None, *,
                      request_id: str | None = None) -> int:
         """Send signal `name` to a run; returns the request's offset once the run took it (or
-        took the same request id before). Raises SignalRefused (the run has ended, its
-        signal buffer is full, the payload is too big: nothing is delivered) or RunNotFound."""
-        payload_json = dump_json(payload)
-        if len(payload_json) > MAX_PAYLOAD_CHARS:
-            raise SignalRefused(run_id, name, f"its payload is {len(payload_json)} characters "
-                                f"of JSON, over the {MAX_PAYLOAD_CHARS} a journal record can "
-                                f"carry; pass a reference (a URL, an object-store key) instead")
+        took the same request id before). Raises SignalRefused (the run has ended, or its
+        signal buffer is full: nothing is delivered), RunNotFound, or an InvalidInput
+        (engine.limits: a bad run id or name, a payload too big; nothing is sent)."""
+        check_run_id(run_id)
+        check_name("signal", name)
+        if request_id is not None:
+            check_text("a request id", request_id, MAX_NAME_CHARS)
+        payload_json = check_payload(f"the payload of signal {name!r}", dump_json(payload))
         answer = await self._request(ev.RunSignalSent(
             envelope=_envelope(ev.RunSignalSent.TYPE, run_id, request_id), name=name,
             payload_json=payload_json))
@@ -228,6 +248,8 @@ class Client:
         RunNotFound."""
         if unsafe:
             raise CancelRefused(UNSAFE_CANCEL)
+        check_run_id(run_id)
+        check_text("a cancel's reason", reason)
         answer = await self._request(ev.RunCancelRequested(
             envelope=_envelope(ev.RunCancelRequested.TYPE, run_id), reason=reason,
             requested_by=requester()))
@@ -244,10 +266,13 @@ class Client:
         (`run status` shows them). Raises ResumeRefused or RunNotFound."""
         if resolution not in (None, "retry", "skip"):
             raise ResumeRefused(run_id, f"resolution must be retry or skip, not {resolution!r}")
+        check_run_id(run_id)
+        result_json = (check_payload("the skipped step's result", dump_json(result))
+                       if resolution == "skip" else None)
         answer = await self._request(ev.RunResumeRequested(
             envelope=_envelope(ev.RunResumeRequested.TYPE, run_id), operator=requester(),
             resolution=resolution, position=position, digest=digest,
-            result_json=dump_json(result) if resolution == "skip" else None))
+            result_json=result_json))
         if answer.verdict is Verdict.refused:
             raise ResumeRefused(run_id, describe_refusal(answer.run, answer.record))
 
@@ -266,17 +291,45 @@ class Client:
 
     async def send_requests(self, records: list[JournalRecord]) -> list[tuple[int, int]]:
         """Produce requests in order, each keyed by its run's lineage (so one run's requests
-        reach its partition in this order); their (partition, offset) once acknowledged."""
-        await self.start()
-        assert self._producer is not None
-        placed = []
-        for record in records:
-            value, headers = encode(record)
-            meta = await self._producer.send_and_wait(
-                self.topic, value=value, key=lineage_of(record.envelope.run_id).encode(),
-                headers=headers)
-            placed.append((meta.partition, meta.offset))
-        return placed
+        reach its partition in this order); their journal (partition, offset) once
+        acknowledged, and, when relayed, once the relay has put them in the journal."""
+        sent = [await self._place(record) for record in records]
+        return [(p.partition, await self._journal_offset(p, record))
+                for p, record in zip(sent, records, strict=True)]
+
+    async def _place(self, record: JournalRecord,
+                     extra_headers: list[tuple[str, bytes]] | None = None) -> Placed:
+        """Produce one request to its lineage's partition: of the journal (direct), or of
+        the requests topic, which the relay forwards to the same journal partition."""
+        route = await self.route()
+        key = lineage_of(record.envelope.run_id).encode()
+        value, headers = encode_request(record, key, extra_headers)
+        partition = run_partition(record.envelope.run_id, route.partitions)
+        if not route.relayed:
+            return Placed(partition, await self._requests.send(partition, key, value, headers),
+                          relayed=False)
+        # The relay can only append after this: a result read from here cannot miss it.
+        start = await self._tail.read_from(partition)
+        if record.envelope.request_id:
+            self._tail.expect(record.envelope.request_id)
+        await self._requests.send(partition, key, value, headers)
+        return Placed(partition, start, relayed=True)
+
+    async def _journal_offset(self, placed: Placed, record: JournalRecord) -> int:
+        """The request's offset in the journal (waiting for the relay when relayed)."""
+        if not placed.relayed:
+            return placed.offset
+        env = record.envelope
+        assert env.request_id is not None
+        try:
+            return await asyncio.wait_for(self._tail.placed(
+                placed.partition, placed.offset, env.request_id, env.run_id),
+                self.relay_timeout)
+        except TimeoutError:
+            raise RequestNotRelayed(
+                f"{record.TYPE} for run {env.run_id} was sent to "
+                f"{(await self.route()).topic} but did not reach the journal within "
+                f"{self.relay_timeout:g}s: is a worker (which runs the relay) up?") from None
 
     async def answer(self, record: JournalRecord, partition: int, offset: int
                      ) -> RequestAnswer:
@@ -292,6 +345,7 @@ class Client:
 
     def get_handle(self, run_id: str, *, flow: Flow[Any, Any] | str | None = None) -> RunHandle:
         """Attach to an existing run without creating it."""
+        check_run_id(run_id)
         name = flow.name if isinstance(flow, Flow) else flow
         return RunHandle(self, run_id=run_id, flow=name, partition=None, request_offset=0,
                          request_id=None)

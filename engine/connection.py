@@ -11,12 +11,28 @@ every place that creates a producer, consumer or admin client passes them throug
 
 from __future__ import annotations
 
+import asyncio
 import os
+import re
 import ssl
 from dataclasses import dataclass, fields
 from typing import Any
 
-from engine.errors import InvalidInput
+from aiokafka.conn import create_conn
+from aiokafka.errors import (
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    IllegalSaslStateError,
+    KafkaConnectionError,
+    KafkaError,
+    SaslAuthenticationFailed,
+    TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailed,
+    UnsupportedSaslMechanismError,
+)
+from aiokafka.protocol.metadata import MetadataRequest
+
+from engine.errors import AccessDenied, BrokerConnectionFailed, InvalidInput
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -111,3 +127,140 @@ def _ssl_context(settings: KafkaSecurity) -> ssl.SSLContext:
     if settings.ssl_certfile:
         context.load_cert_chain(settings.ssl_certfile, settings.ssl_keyfile)
     return context
+
+
+# ---- why a connection fails, in one line ------------------------------------------------------
+
+DIAGNOSIS_TIMEOUT_S = 10.0  # a listener that neither answers nor closes within this is reported
+_DENIED = {
+    TopicAuthorizationFailedError: "topic",
+    GroupAuthorizationFailedError: "consumer group",
+    ClusterAuthorizationFailedError: "cluster operation",
+    TransactionalIdAuthorizationFailed: "transactional id",
+}
+
+
+def principal(security: KafkaSecurity | None = None) -> str:
+    settings = resolve_security(security)
+    return f"User:{settings.sasl_username}" if settings.uses_sasl else "User:ANONYMOUS"
+
+
+def access_denied(error: KafkaError, security: KafkaSecurity | None = None
+                  ) -> AccessDenied | None:
+    """An authorization error from the broker as one line, or None for any other error."""
+    for kind, what in _DENIED.items():
+        if isinstance(error, kind):
+            detail = str(error).split(": ", 1)[-1] if ": " in str(error) else ""
+            target = f" ({detail})" if detail and detail != kind.__name__ else ""
+            return AccessDenied(
+                f"not authorized: the broker's ACLs do not allow {principal(security)} this "
+                f"{what}{target}; an administrator can grant it with `runstream acl grant`")
+    return None
+
+
+async def diagnose(bootstrap: str, security: KafkaSecurity | None = None,
+                   timeout: float = DIAGNOSIS_TIMEOUT_S) -> BrokerConnectionFailed:
+    """Why no client could connect to `bootstrap` with these settings, as one line.
+
+    aiokafka reports a failed bootstrap as "Unable to bootstrap" and only logs the cause, so
+    this connects once more to each address, directly, within `timeout`, and explains the
+    first failure in terms of the settings to change.
+    """
+    settings = resolve_security(security)
+    reasons: list[str] = []
+    for address in [a.strip() for a in bootstrap.split(",") if a.strip()]:
+        host, _, port = address.rpartition(":")
+        try:
+            await asyncio.wait_for(_try_connect(host or address, int(port or 9092), settings),
+                                   timeout)
+        except (OSError, KafkaError, ValueError) as exc:  # TimeoutError is an OSError
+            reasons.append(explain(exc, address, settings, timeout))
+            continue
+        reasons.append(f"{address} accepted a connection just now; it failed before: "
+                       "the broker may have been restarting")
+    return BrokerConnectionFailed(reasons[0] if reasons else f"empty bootstrap {bootstrap!r}")
+
+
+async def _try_connect(host: str, port: int, settings: KafkaSecurity) -> None:
+    connection = await create_conn(host, port, client_id="runstream-diagnose",
+                                   request_timeout_ms=int(DIAGNOSIS_TIMEOUT_S * 1000),
+                                   **kafka_options(settings))
+    try:
+        await connection.send(MetadataRequest([]))
+    finally:
+        connection.close()
+
+
+def explain(error: BaseException, address: str, settings: KafkaSecurity,
+            timeout: float = DIAGNOSIS_TIMEOUT_S) -> str:
+    """One line: what `error` (from connecting to `address` with `settings`) means."""
+    protocol = settings.security_protocol
+    if isinstance(error, SaslAuthenticationFailed):
+        return (f"SASL authentication failed at {address} for user "
+                f"{settings.sasl_username!r} ({settings.sasl_mechanism or 'PLAIN'}): check "
+                "--sasl-username/--sasl-password (RUNSTREAM_SASL_USERNAME/_PASSWORD)")
+    if isinstance(error, UnsupportedSaslMechanismError):
+        return (f"{address} does not enable SASL mechanism {settings.sasl_mechanism}: "
+                f"choose another with --sasl-mechanism ({', '.join(MECHANISMS)})")
+    if isinstance(error, IllegalSaslStateError):
+        return (f"{address} does not speak SASL on this listener: use --security-protocol "
+                f"{'SSL' if settings.uses_tls else 'PLAINTEXT'}")
+    if isinstance(error, ssl.SSLCertVerificationError):
+        return (f"TLS verification of {address} failed ({error.verify_message}): pass the CA "
+                "that signed the broker's certificate with --ssl-cafile (RUNSTREAM_SSL_CAFILE)")
+    if settings.uses_tls and isinstance(error, (ssl.SSLError, ConnectionResetError,
+                                                BrokenPipeError)):
+        return (f"{address} broke off the TLS handshake ({protocol}): the listener is "
+                "probably not TLS; use --security-protocol PLAINTEXT or SASL_PLAINTEXT")
+    if isinstance(error, ConnectionRefusedError):
+        return (f"nothing listens at {address}: start a broker (`runstream broker start`) or "
+                "set --bootstrap / RUNSTREAM_BOOTSTRAP")
+    if isinstance(error, TimeoutError):
+        return (f"{address} did not complete a {protocol} connection within {timeout:g}s: "
+                "check --security-protocol and the address")
+    if isinstance(error, KafkaConnectionError):
+        return _closed(address, settings)
+    return f"cannot connect to {address} with {protocol}: {type(error).__name__}: {error}"
+
+
+def _closed(address: str, settings: KafkaSecurity) -> str:
+    """The broker hung up without a word: what the listener probably wants instead."""
+    if not settings.uses_tls:
+        want = "SASL_SSL or SSL with --ssl-cafile"
+        return (f"{address} closed a {settings.security_protocol} connection: the listener "
+                f"probably requires TLS (--security-protocol {want})")
+    if not settings.uses_sasl:
+        return (f"{address} closed the connection after TLS: the listener probably requires "
+                "SASL (--security-protocol SASL_SSL with --sasl-username/--sasl-password)")
+    return f"{address} closed the {settings.security_protocol} connection"
+
+
+_HOSTS = re.compile(r"\('([^']+)', (\d+)")
+
+
+def bootstrap_of(error: KafkaConnectionError) -> str | None:
+    """The addresses in aiokafka's "Unable to bootstrap from [(host, port, family)]"."""
+    found = _HOSTS.findall(str(error))
+    return ",".join(f"{host}:{port}" for host, port in found) or None
+
+
+async def start_client(client: Any, bootstrap: str, security: KafkaSecurity | None = None
+                       ) -> None:
+    """`await client.start()` for an aiokafka producer, consumer or admin client; a failed
+    bootstrap becomes BrokerConnectionFailed saying why (after releasing the client)."""
+    try:
+        await client.start()
+    except KafkaConnectionError as exc:
+        await _close(client)
+        raise await diagnose(bootstrap, security) from exc
+    except BaseException:
+        await _close(client)
+        raise
+
+
+async def _close(client: Any) -> None:
+    closing = getattr(client, "stop", None) or client.close
+    try:
+        await closing()
+    except (KafkaError, OSError):
+        pass  # already broken: its sockets are what we release

@@ -193,3 +193,13 @@ class InvalidRunId(RunstreamError, ValueError):
 
 class InvalidInput(RunstreamError):
     """An argument the command or call cannot take (a malformed time, point, option)."""
+
+
+class BrokerConnectionFailed(RunstreamError):
+    """No connection to the brokers can succeed as configured: nothing listens, the
+    credentials are wrong, or the security protocol does not match the listener."""
+
+
+class AccessDenied(RunstreamError):
+    """The broker's ACLs do not allow this principal what it tried (write a topic, read a
+    group, ...)."""

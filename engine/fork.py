@@ -27,19 +27,19 @@ from pathlib import Path
 from typing import Any
 
 from engine.client import Client, requester, round_zero
-from engine.errors import InvalidInput, InvalidRunId, RunNotFound, RunstreamError
+from engine.errors import InvalidInput, RunNotFound, RunstreamError
 from engine.history import RunAbsentAt, replay_run
 from engine.journal import Envelope, encode
 from engine.journal import events as ev
+from engine.limits import MAX_RECORD_BYTES, MAX_RUN_ID_CHARS, check_run_id
 from engine.reader import run_partition
 from engine.readmodel import ReadModel, View
-from engine.worker.committer import MAX_RECORD_BYTES
 from projections.forks import entry_json, is_settled
 from projections.state import ROUND_SEPARATOR, JournalEntry, RunState, Verdict
 from projections.store import HistoryEntry
 
-# What one request part may take, encoded: well under a journal record's limit (900,000
-# bytes, engine.worker.committer), which the broker's 1 MiB default leaves room for.
+# What one request part may take, encoded: well under a journal record's limit
+# (engine.limits.MAX_RECORD_BYTES), which the broker's 1 MiB default leaves room for.
 MAX_PART_BYTES = 800_000
 # Per entry in a part, beyond its JSON text: Avro's string length and block counts.
 _ENTRY_OVERHEAD = 12
@@ -117,7 +117,7 @@ async def fork_run(
     Raises RunNotFound, InvalidInput (a row past the history), RunAbsentAt (the run did not
     exist yet at that row), InvalidRunId, ForkTargetExists, ForkNeedsForce (residue without
     `force`; its `warnings` list each effect) and ForkTooLarge."""
-    run_id = round_zero(run_id)  # `<lineage>~0` names round 0, the lineage id itself
+    run_id = round_zero(check_run_id(run_id))  # `<lineage>~0` names round 0 itself
     target = fork_run_id(run_id, new_run_id)
     async with Client(bootstrap_servers=bootstrap, namespace=namespace,
                       read_model_dir=read_model_dir) as client:
@@ -154,16 +154,14 @@ async def _source_view(model: ReadModel, run_id: str) -> View:
 
 
 def fork_run_id(source_run_id: str, new_run_id: str | None) -> str:
-    """The new run's id: the one asked for, or `<source>-fork-<8 hex>`."""
+    """The new run's id: the one asked for (engine.limits' rules for a new id), or
+    `<source>-fork-<8 hex>`, its source part cut so that the id stays within
+    MAX_RUN_ID_CHARS (a fork of a fork of ... stays valid)."""
     if new_run_id is None:
+        suffix = f"-fork-{uuid.uuid4().hex[:8]}"
         base = source_run_id.replace(ROUND_SEPARATOR, "-round-")
-        return f"{base}-fork-{uuid.uuid4().hex[:8]}"
-    if not new_run_id:
-        raise InvalidRunId("the fork's run id is empty")
-    if ROUND_SEPARATOR in new_run_id:
-        raise InvalidRunId(f"run id {new_run_id!r} contains {ROUND_SEPARATOR!r}, which names "
-                           f"the rounds of a lineage (`<lineage>{ROUND_SEPARATOR}<n>`)")
-    return new_run_id
+        return base[: MAX_RUN_ID_CHARS - len(suffix)] + suffix
+    return check_run_id(new_run_id, new=True)
 
 
 def plan_fork(run_id: str, items: Sequence[HistoryEntry], at_record: int,

@@ -12,6 +12,7 @@ from typing import Any
 
 from engine.client import Client, round_zero
 from engine.config import journal_topic, resolve_bootstrap, resolve_namespace
+from engine.connection import KafkaSecurity
 from engine.errors import InvalidInput, RunNotFound, RunstreamError
 from engine.fencing import DEFAULT_LIMIT, Ledger, fencing_ledger
 from engine.flow import Flow
@@ -147,10 +148,13 @@ def _client(bootstrap: str | None, namespace: str | None,
 
 
 def read_model_of(bootstrap: str | None, namespace: str | None,
-                read_model_dir: Path | None) -> ReadModel:
-    """The namespace's read model (default directory: engine.readmodel.default_read_model_dir)."""
+                  read_model_dir: Path | None, *, security: KafkaSecurity | None = None
+                  ) -> ReadModel:
+    """The namespace's read model (default directory: engine.readmodel.default_read_model_dir);
+    `security` None: SASL/TLS settings from the RUNSTREAM_* environment (the CLI sets it)."""
     return ReadModel(bootstrap=resolve_bootstrap(bootstrap),
-                     topic=journal_topic(resolve_namespace(namespace)), path=read_model_dir)
+                     topic=journal_topic(resolve_namespace(namespace)), path=read_model_dir,
+                     security=security)
 
 
 def _known(view: View, run_id: str) -> bool:

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.partitioner import murmur2
 
-from engine.errors import RunstreamError
+from engine.connection import KafkaSecurity, kafka_options, start_client
+from engine.errors import AccessDenied, RunstreamError
 from projections.state import lineage_of
 
 
@@ -44,8 +45,11 @@ class RawRecord:
     headers: tuple[tuple[str, bytes], ...]
 
 
-def reader_consumer(bootstrap: str, **overrides: object) -> AIOKafkaConsumer:
+def reader_consumer(bootstrap: str, *, security: KafkaSecurity | None = None,
+                    **overrides: object) -> AIOKafkaConsumer:
+    """A consumer without a group; `security` None: from the RUNSTREAM_* environment."""
     settings: dict[str, object] = {
+        **kafka_options(security),
         "bootstrap_servers": bootstrap,
         "enable_auto_commit": False,
         "isolation_level": "read_committed",
@@ -62,6 +66,11 @@ async def partition_count(consumer: AIOKafkaConsumer, topic: str, bootstrap: str
     if not partitions:
         await consumer._client.force_metadata_update()
         partitions = consumer.partitions_for_topic(topic)
+    if not partitions and topic in consumer._client.cluster.unauthorized_topics:
+        # With ACLs on, a topic this principal may not describe looks missing: say why.
+        raise AccessDenied(f"not authorized: the broker's ACLs do not allow this principal "
+                           f"to describe {topic!r}; an administrator can grant it with "
+                           f"`runstream acl grant`")
     if not partitions:
         raise TopicMissing(topic, bootstrap)
     return len(partitions)
@@ -76,13 +85,14 @@ async def read_partitions(
     until: dict[int, int] | None = None,
     until_timestamp_ms: int | None = None,
     timeout: float = 60.0,
+    security: KafkaSecurity | None = None,
 ) -> AsyncIterator[RawRecord]:
     """Every committed record of `partitions` from `start` (default 0) up to `until`
     (exclusive; default: the end of each partition when the call began), in offset order
     within each partition."""
-    consumer = reader_consumer(bootstrap)
+    consumer = reader_consumer(bootstrap, security=security)
     try:
-        await consumer.start()
+        await start_client(consumer, bootstrap, security)
         count = await partition_count(consumer, topic, bootstrap)
         chosen = list(range(count)) if partitions is None else partitions
         tps = [TopicPartition(topic, p) for p in chosen]

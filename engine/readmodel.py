@@ -34,6 +34,7 @@ from types import TracebackType
 from typing import Literal
 
 from engine.config import cache_root
+from engine.connection import KafkaSecurity
 from engine.errors import RunstreamError
 from engine.readmodel_kafka import JournalSource
 from engine.readmodel_view import OverlayStore, View
@@ -103,10 +104,11 @@ class ReadModel:
     """
 
     def __init__(self, *, bootstrap: str, topic: str, path: Path | None = None,
-                 checkpoint_every: int | None = None, checkpoint_keep: int | None = None
-                 ) -> None:
+                 checkpoint_every: int | None = None, checkpoint_keep: int | None = None,
+                 security: KafkaSecurity | None = None) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
+        self.security = security  # None: from the RUNSTREAM_* environment
         namespace = topic.removesuffix(".journal")
         self.path = Path(path) if path is not None else default_read_model_dir(bootstrap,
                                                                                namespace)
@@ -116,7 +118,7 @@ class ReadModel:
                 every=checkpoint_every, keep=checkpoint_keep, directories=True)
         except ValueError as exc:  # a malformed RUNSTREAM_CHECKPOINT_* variable
             raise RunstreamError(str(exc)) from None
-        self._source = JournalSource(bootstrap, topic)
+        self._source = JournalSource(bootstrap, topic, security=security)
         self._lock = _WriterLock(self.path / LOCK_FILE)
         self._store: ProjectionStore | None = None
         self._projector: Projector | None = None  # the primary's

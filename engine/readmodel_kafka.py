@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
+from engine.connection import KafkaSecurity, start_client
 from engine.errors import RunstreamError
 from engine.reader import RawRecord, partition_count, reader_consumer
 
@@ -31,18 +32,21 @@ REFILL_BELOW = 1_000
 class JournalSource:
     """Reads `topic` for one read model: `start()`, then `end_offsets()` and `read()`."""
 
-    def __init__(self, bootstrap: str, topic: str, *, timeout: float = 60.0) -> None:
+    def __init__(self, bootstrap: str, topic: str, *, timeout: float = 60.0,
+                 security: KafkaSecurity | None = None) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
+        self.security = security  # None: from the RUNSTREAM_* environment
         self.timeout = timeout  # seconds a read may go without progress
         self.partitions = 0
         self._consumer: AIOKafkaConsumer | None = None
 
     async def start(self) -> int:
         """Connect and learn the topic's partition count (TopicMissing if there is none)."""
-        consumer = reader_consumer(self.bootstrap, client_id="runstream-read-model")
+        consumer = reader_consumer(self.bootstrap, client_id="runstream-read-model",
+                                   security=self.security)
         try:
-            await consumer.start()
+            await start_client(consumer, self.bootstrap, self.security)
             self.partitions = await partition_count(consumer, self.topic, self.bootstrap)
         except BaseException:
             await consumer.stop()  # release its sockets

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.config import journal_topic, resolve_bootstrap, resolve_namespace
+from engine.connection import KafkaSecurity
 from engine.errors import InvalidInput, RunstreamError
 from engine.history import iso as iso  # re-exported: the UI and bench use it from here
 from engine.readmodel import ReadModel, View
@@ -157,13 +158,15 @@ async def system_state_at(
     *, bootstrap: str | None, namespace: str | None, at_time: str,
     limit: int = DEFAULT_LIMIT, use_checkpoints: bool = True,
     read_model_dir: Path | None = None, progress: Progress | None = None,
+    security: KafkaSecurity | None = None,
 ) -> SystemState:
     """The namespace at `at_time` (a consistent cut) against now: `runstream state --at`."""
     at_ms = parse_instant(at_time)
     if limit < 0:
         raise InvalidInput(f"--limit must be 0 or more, not {limit}")
     model = ReadModel(bootstrap=resolve_bootstrap(bootstrap),
-                      topic=journal_topic(resolve_namespace(namespace)), path=read_model_dir)
+                      topic=journal_topic(resolve_namespace(namespace)), path=read_model_dir,
+                      security=security)
     async with model:
         return await state_of_model(model, at_ms, limit=limit, use_checkpoints=use_checkpoints,
                                     progress=progress)
@@ -174,7 +177,7 @@ async def state_of_model(model: ReadModel, at_ms: int, *, limit: int = DEFAULT_L
                          ) -> SystemState:
     """system_state_at on an open read model."""
     clock = _Phases()
-    source = JournalSource(model.bootstrap, model.topic)
+    source = JournalSource(model.bootstrap, model.topic, security=model.security)
     await source.start()
     try:
         cut = await take_cut(source, at_ms)

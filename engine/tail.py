@@ -14,16 +14,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from engine.journal import DecodeError, JournalRecord, decode
+from engine.connection import KafkaSecurity, start_client
+from engine.journal import JournalRecord, decode
 from engine.journal import events as ev
 from engine.reader import partition_count, reader_consumer
+from projections.poison import Poison, examine
 from projections.reducer import apply, apply_dead_letter
 from projections.state import PartitionState, Verdict
 
@@ -37,6 +39,9 @@ TERMINAL_TYPES = frozenset({ev.RunCompleted.TYPE, ev.RunFailed.TYPE, ev.RunCance
                             ev.RunHandedOff.TYPE, ev.LineageExhausted.TYPE,
                             ev.RoundInvalid.TYPE})
 ADMISSION_TYPES = frozenset({ev.RunCreated.TYPE, ev.RunCreateRejected.TYPE})
+REQUEST_TYPES = frozenset({ev.RunCreateRequested.TYPE, ev.RunSignalSent.TYPE,
+                           ev.RunCancelRequested.TYPE, ev.RunResumeRequested.TYPE,
+                           ev.RunWakeRequested.TYPE, ev.RunForkRequested.TYPE})
 # What makes a run exist: a create request admitted, or a fork request admitted.
 CREATION_TYPES = frozenset({ev.RunCreated.TYPE, ev.RunForked.TYPE})
 # Answers the tail keeps after passing them (admission and settlement of recent runs); an
@@ -65,7 +70,7 @@ class _Answer:
 class _Waiter:
     key: str
     from_offset: int
-    future: asyncio.Future[JournalRecord] = field(
+    future: asyncio.Future[_Answer] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
 
@@ -73,13 +78,20 @@ class _Waiter:
 class JournalTail:
     """Follows the partitions someone waits on; answers admission and settlement.
 
+    It also finds where a relayed request landed in the journal (`placed`): the client
+    names the request ids it sent (`expect`) before sending them.
+
     Bounds: `_tails` one entry per partition; `_answers` ANSWER_CACHE; `_waiters` the
-    callers waiting right now; `last_type` LAST_TYPES.
+    callers waiting right now; `_expected` the relayed requests in flight; `last_type`
+    LAST_TYPES.
     """
 
-    def __init__(self, bootstrap: str, topic: str, read_model: ReadModelFactory) -> None:
+    def __init__(self, bootstrap: str, topic: str, read_model: ReadModelFactory,
+                 security: KafkaSecurity | None = None) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
+        self.security = security
+        self._expected: set[str] = set()
         self._read_model = read_model
         self._consumer: AIOKafkaConsumer | None = None
         self._task: asyncio.Task[None] | None = None
@@ -101,9 +113,10 @@ class JournalTail:
         async with self._lock:
             if self._consumer is not None:
                 return
-            consumer = reader_consumer(self.bootstrap, client_id="runstream-client-tail")
+            consumer = reader_consumer(self.bootstrap, client_id="runstream-client-tail",
+                                       security=self.security)
+            await start_client(consumer, self.bootstrap, self.security)
             try:
-                await consumer.start()
                 self.partitions = await partition_count(consumer, self.topic, self.bootstrap)
             except BaseException:
                 await consumer.stop()
@@ -126,21 +139,53 @@ class JournalTail:
     async def admission(self, partition: int, from_offset: int, request_id: str,
                         run_id: str) -> JournalRecord:
         """The decision (created or rejected) that answers create request `request_id`."""
-        return await self._wait(f"req:{request_id}", partition, from_offset, run_id)
+        return (await self._wait(f"req:{request_id}", partition, from_offset, run_id)).record
 
     async def created(self, partition: int, from_offset: int, run_id: str) -> JournalRecord:
-        return await self._wait(f"created:{run_id}", partition, from_offset, run_id)
+        return (await self._wait(f"created:{run_id}", partition, from_offset, run_id)).record
 
     async def settlement(self, partition: int, from_offset: int, run_id: str) -> JournalRecord:
         """The decision that ended run `run_id`: completed, failed or cancelled."""
-        return await self._wait(f"end:{run_id}", partition, from_offset, run_id)
+        return (await self._wait(f"end:{run_id}", partition, from_offset, run_id)).record
+
+    async def end_offset(self, partition: int) -> int:
+        """The journal partition's end offset now: a request sent after this call lands
+        at or past it."""
+        await self.start()
+        assert self._consumer is not None
+        tp = TopicPartition(self.topic, partition)
+        return int((await self._consumer.end_offsets([tp]))[tp])
+
+    async def read_from(self, partition: int) -> int:
+        """An offset at or below the journal partition's end now, so a request sent after
+        this call lands at or past it: where the tail has read to when it follows the
+        partition (no broker round trip: the tail's long polls would delay one), else the
+        partition's end offset."""
+        tail = self._tails.get(partition)
+        if tail is not None:
+            return tail.state.next_offset
+        return await self.end_offset(partition)
+
+    def expect(self, request_id: str) -> None:
+        """Watch for relayed request `request_id` (call before sending it)."""
+        self._expected.add(request_id)
+
+    async def placed(self, partition: int, from_offset: int, request_id: str,
+                     run_id: str) -> int:
+        """The journal offset (at or past `from_offset`) where the relay put request
+        `request_id`, named with `expect` before it was sent."""
+        try:
+            return (await self._wait(f"seen:{request_id}", partition, from_offset,
+                                     run_id)).offset
+        finally:
+            self._expected.discard(request_id)
 
     async def _wait(self, key: str, partition: int, from_offset: int, run_id: str
-                    ) -> JournalRecord:
+                    ) -> _Answer:
         await self.start()
         known = self._answers.get(key)
         if known is not None and known.offset >= from_offset:
-            return known.record
+            return known
         waiter = _Waiter(key, from_offset)
         self._waiters.setdefault(key, []).append(waiter)
         ticket = self._next_ticket()
@@ -150,7 +195,7 @@ class JournalTail:
                 # The answer may lie where only the read model has it.
                 view = await self._view_after(ticket, partition)
                 self._follow_from(view, partition)
-                found = _answer_in(view, key, run_id, from_offset)
+                found = _answer_in(view, key, run_id, partition, from_offset)
                 if found is not None:
                     return found
             return await waiter.future
@@ -210,22 +255,27 @@ class JournalTail:
                 tail = self._tails.get(tp.partition)
                 for m in messages:
                     if tail is not None and m.offset >= tail.state.next_offset:
-                        self._on_record(tail, m.offset, m.value, m.headers, m.timestamp)
+                        self._on_record(tail, m.offset, m.key, m.value, m.headers,
+                                        m.timestamp)
 
-    def _on_record(self, tail: _PartitionTail, offset: int, value: bytes | None,
-                   headers: object, timestamp_ms: int) -> None:
-        try:
-            record = decode(value, headers)  # type: ignore[arg-type]
-        except DecodeError:
+    def _on_record(self, tail: _PartitionTail, offset: int, key: bytes | None,
+                   value: bytes | None, headers: Sequence[tuple[str, bytes]],
+                   timestamp_ms: int) -> None:
+        # Poison as the projections judge it from the record alone (a decision about a run
+        # that never existed needs the whole partition: it answers no one's wait anyway).
+        record = examine(value, headers, key)
+        if isinstance(record, Poison):
             tail.state = apply_dead_letter(tail.state, offset)
             return
         # The partition-level effect only (no run state): claims judged by generation and
         # lease, decisions fenced by epoch and owner, duplicates by sequence.
         applied = apply(tail.state, None, record, offset, timestamp_ms=timestamp_ms)
         tail.state = applied.partition
+        env = record.envelope
+        if record.KIND == "request" and env.request_id in self._expected:
+            self._found(f"seen:{env.request_id}", _Answer(tail.state.partition, offset, record))
         if record.KIND != "decision" or applied.verdict in _NOT_ACCEPTED:
             return
-        env = record.envelope
         if env.run_id:
             self._remember_type(env.run_id, record.TYPE)
         answer = _Answer(tail.state.partition, offset, record)
@@ -245,7 +295,7 @@ class JournalTail:
                 tail.evicted_up_to = max(tail.evicted_up_to, dropped.offset)
         for waiter in self._waiters.get(key, []):
             if answer.offset >= waiter.from_offset and not waiter.future.done():
-                waiter.future.set_result(answer.record)
+                waiter.future.set_result(answer)
 
     def _remember_type(self, run_id: str, record_type: str) -> None:
         self.last_type[run_id] = record_type
@@ -257,9 +307,12 @@ class JournalTail:
 _NOT_ACCEPTED = frozenset({Verdict.fenced, Verdict.duplicate, Verdict.rejected})
 
 
-def _answer_in(view: View, key: str, run_id: str, from_offset: int) -> JournalRecord | None:
-    """The answer to `key` among the run's applied records in the read model, if any."""
+def _answer_in(view: View, key: str, run_id: str, partition: int,
+               from_offset: int) -> _Answer | None:
+    """The answer to `key` among the run's records in the read model, if any."""
     kind, _, ident = key.partition(":")
+    if kind == "seen":
+        return _request_in(view, ident, run_id, partition, from_offset)
     for item in view.history(run_id):
         if item.verdict is not Verdict.applied or item.offset < from_offset or item.raw is None:
             continue
@@ -272,5 +325,20 @@ def _answer_in(view: View, key: str, run_id: str, from_offset: int) -> JournalRe
         if kind != "req" and record.envelope.run_id != run_id:
             continue  # the previous round's handoff, kept in this round's history too
         if kind != "req" or record.envelope.request_id == ident:
-            return record
+            return _Answer(item.partition, item.offset, record)
+    return None
+
+
+def _request_in(view: View, request_id: str, run_id: str, partition: int,
+                from_offset: int) -> _Answer | None:
+    """The first record of request `request_id` at or past `from_offset`, whatever its
+    verdict (a request naming a lineage is kept in its latest round's history)."""
+    for name in dict.fromkeys((run_id, view.addressed(run_id))):
+        for item in view.history(name):
+            if (item.partition != partition or item.offset < from_offset or item.raw is None
+                    or item.type not in REQUEST_TYPES):
+                continue
+            record = decode(item.raw)
+            if record.envelope.request_id == request_id:
+                return _Answer(item.partition, item.offset, record)
     return None

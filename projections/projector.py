@@ -3,17 +3,31 @@
 Shared by the worker, `projection rebuild`, the read model and the in-memory fold, so all
 of them produce the same state for the same log. The storage behind it is a `Store`: the
 RocksDB ProjectionStore or the in-memory MemoryStore.
+
+Poison records (projections.poison) become dead letters here, identically for every reader.
+A partition's owner passes a `gate`: the projector raises CopyFirst instead of writing a
+dead letter the owner has not copied to the dead-letter topic yet, so the projection never
+moves past a dead letter whose copy is not acknowledged.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from engine.journal import DecodeError, JournalRecord, decode
+from engine.journal import DecodeError, JournalRecord
 from engine.journal import events as ev
+from projections.poison import (
+    KEY_UNKNOWN,
+    Examined,
+    Poison,
+    RecordKey,
+    examine,
+    needs_run,
+    no_such_run,
+)
 from projections.reducer import apply, apply_dead_letter, request_id_of
 from projections.state import JournalEntry, OutboxItem, PartitionState, RunState, Verdict
 from projections.store import RecordWrite
@@ -21,6 +35,21 @@ from projections.transitions import entry_position
 
 # Run states the projector keeps decoded between records (a run's records come in bursts).
 RUN_CACHE = 4096
+
+
+# Whether the dead letter at (partition, offset) has been copied (acknowledged) already.
+CopyGate = Callable[[int, int], bool]
+
+
+class CopyFirst(Exception):
+    """A dead letter its owner must copy before the projection may move past it; nothing
+    was written for it."""
+
+    def __init__(self, partition: int, offset: int, poison: Poison) -> None:
+        super().__init__(partition, offset, poison)
+        self.partition = partition
+        self.offset = offset
+        self.poison = poison
 
 
 class Store(Protocol):
@@ -45,6 +74,7 @@ class Outcome:
     redelivered: bool = False  # applied before: nothing was done
     outbox: tuple[OutboxItem, ...] = ()  # requests to other runs this record caused
     next_round: RunState | None = None  # a handoff's next round, created by this record
+    poison: Poison | None = None  # why the record is a dead letter
 
 
 class Projector:
@@ -82,12 +112,29 @@ class Projector:
         value: bytes | None,
         headers: Sequence[tuple[str, bytes]] | None = None,
         timestamp_ms: int | None = None,
+        *,
+        key: RecordKey = KEY_UNKNOWN,
     ) -> Outcome:
-        try:
-            record = decode(value, headers)
-        except DecodeError as error:
-            return self._dead_letter(partition, offset, value or b"", error, timestamp_ms or 0)
-        return self.apply_record(partition, offset, record, timestamp_ms, raw=value)
+        """Classify and apply one consumed record; `key` is its Kafka key (KEY_UNKNOWN:
+        a reader that does not have it, and does not check it)."""
+        return self.apply_examined(partition, offset, examine(value, headers, key), value,
+                                   timestamp_ms)
+
+    def apply_examined(
+        self,
+        partition: int,
+        offset: int,
+        examined: Examined,
+        raw: bytes | None,
+        timestamp_ms: int | None = None,
+        *,
+        gate: CopyGate | None = None,
+    ) -> Outcome:
+        """Apply a record projections.poison.examine() classified already."""
+        if isinstance(examined, Poison):
+            return self._dead_letter(partition, offset, raw or b"", examined,
+                                     timestamp_ms or 0, gate)
+        return self.apply_record(partition, offset, examined, timestamp_ms, raw=raw, gate=gate)
 
     def apply_record(
         self,
@@ -97,6 +144,7 @@ class Projector:
         timestamp_ms: int | None = None,
         *,
         raw: bytes | None = None,
+        gate: CopyGate | None = None,
     ) -> Outcome:
         """Apply `record` at `offset`; `timestamp_ms` is its log time (the envelope's time
         when the log's is unknown, as in exported fixtures)."""
@@ -107,6 +155,9 @@ class Projector:
         when = record.envelope.timestamp_ms if timestamp_ms is None else timestamp_ms
         run_id = record.envelope.run_id or None  # partition records belong to no run
         before = self.run(run_id) if run_id else None
+        if before is None and needs_run(record) and not self.run_existed(record.envelope.run_id):
+            return self._dead_letter(partition, offset, raw or b"", no_such_run(record), when,
+                                     gate)
         if record.KIND == "request" and before is not None and before.handed_off_to:
             # A request naming the lineage reaches its latest round.
             run_id, before = self._latest_round(before, record)
@@ -149,18 +200,44 @@ class Projector:
         latest = self.run(latest_id) if latest_id else None
         return (latest_id, latest) if latest_id and latest else (run.run_id, run)
 
+    def run_existed(self, run_id: str) -> bool:
+        """Whether any record of the run was applied in this store: a run deleted since (a
+        rejected create) existed. Only asked about runs the store does not hold."""
+        if self.run(run_id) is not None:
+            return True
+        return _existed(self.store, run_id)
+
     def _dead_letter(
-        self, partition: int, offset: int, raw: bytes, error: DecodeError, timestamp_ms: int
+        self, partition: int, offset: int, raw: bytes, poison: Poison, timestamp_ms: int,
+        gate: CopyGate | None,
     ) -> Outcome:
         state = self.partition(partition)
         if offset < state.next_offset:
-            return Outcome(state, offset, None, None, None, Verdict.duplicate, error,
-                           redelivered=True)
+            return Outcome(state, offset, None, None, None, Verdict.duplicate, poison.error,
+                           redelivered=True, poison=poison)
+        if gate is not None and not gate(partition, offset):
+            raise CopyFirst(partition, offset, poison)
         state = apply_dead_letter(state, offset)
         self.store.write(RecordWrite(
             partition=state, offset=offset, timestamp_ms=timestamp_ms,
-            verdict=Verdict.dead_letter, record_type=f"dead-letter:{error.reason}", raw=raw,
+            verdict=Verdict.dead_letter, record_type=poison.record_type, raw=raw,
             dead_letter=True,
         ))
         self._partitions[partition] = state
-        return Outcome(state, offset, None, None, None, Verdict.dead_letter, error)
+        return Outcome(state, offset, None, None, None, Verdict.dead_letter, poison.error,
+                       poison=poison)
+
+
+def _existed(store: object, run_id: str) -> bool:
+    """Whether `store` ever held the run. The stores answer this differently, and none of
+    them has a method for it yet (see the note in projections.poison's callers): a
+    MemoryStore keeps a deleted run as None in `runs` and falls through to its `base`; a
+    ProjectionStore keeps the run's history index."""
+    runs = getattr(store, "runs", None)
+    if isinstance(runs, dict) and run_id in runs:
+        return True
+    base = getattr(store, "base", None)
+    if base is not None:
+        return _existed(base, run_id)
+    history = getattr(store, "history", None)
+    return callable(history) and bool(history(run_id))

@@ -2,7 +2,8 @@
 
 from engine.broker.launcher import BrokerCluster, NodeStatus
 from engine.broker.layout import DEFAULT_HOST, NodeSpec, default_data_dir, new_cluster_id
-from engine.broker.probe import ClusterMetadata, ProbeError, is_answering, probe
+from engine.broker.probe import ClusterMetadata, ProbeAuth, ProbeError, is_answering, probe
+from engine.broker.security import BrokerSecurity
 from engine.broker.toolchain import (
     KAFKA_VERSION,
     BrokerError,
@@ -20,9 +21,11 @@ __all__ = [
     "KAFKA_VERSION",
     "BrokerCluster",
     "BrokerError",
+    "BrokerSecurity",
     "ClusterMetadata",
     "NodeSpec",
     "NodeStatus",
+    "ProbeAuth",
     "ProbeError",
     "cache_root",
     "default_data_dir",

@@ -11,7 +11,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -29,7 +29,7 @@ from engine.broker.layout import (
     read_property,
     save_layout,
 )
-from engine.broker.probe import ProbeError, fetch_metadata
+from engine.broker.probe import ProbeAuth, ProbeError, fetch_metadata
 from engine.broker.process import (
     check_ports_free,
     is_node_process,
@@ -37,6 +37,7 @@ from engine.broker.process import (
     send_signal,
     wait_gone,
 )
+from engine.broker.security import MODES, PLAINTEXT, SASL_SSL, BrokerSecurity
 from engine.broker.toolchain import (
     BrokerError,
     Progress,
@@ -77,6 +78,9 @@ class BrokerCluster:
         heap_mb: int | None = None,
         progress: Progress | None = None,
         flush_every_write: bool = False,
+        security: str | None = None,
+        acl: bool | None = None,
+        passwords: Mapping[str, str] | None = None,
     ) -> None:
         if not 1 <= nodes <= MAX_NODES:
             raise BrokerError(f"nodes must be between 1 and {MAX_NODES}, not {nodes}")
@@ -97,6 +101,13 @@ class BrokerCluster:
             NodeSpec(i + 1, host, clients[i], controllers[i], self.data_dir / f"node-{i + 1}")
             for i in range(nodes)
         )
+        self.security_mode = self._security_mode(security, stored)
+        self.acl = acl if acl is not None else bool(stored and stored.acl)
+        if self.acl and self.security_mode != SASL_SSL:
+            raise BrokerError("ACLs need authenticated principals: add --security sasl_ssl")
+        self._passwords = dict(passwords or {})
+        self.security = (BrokerSecurity(self.data_dir, acl=self.acl)
+                         if self.security_mode == SASL_SSL else None)
 
     # ---- public API -------------------------------------------------------------------------
 
@@ -107,6 +118,10 @@ class BrokerCluster:
     @property
     def libs_dir(self) -> Path:
         return libs_dir(self.cache_dir)
+
+    def client_env(self, user: str = "admin") -> dict[str, str]:
+        """The RUNSTREAM_* variables with which `user` connects (empty when plaintext)."""
+        return self.security.client_env(user) if self.security else {}
 
     def node(self, node_id: int) -> NodeSpec:
         for spec in self.nodes:
@@ -131,6 +146,8 @@ class BrokerCluster:
         self._warn_flush_unchanged([spec for spec in targets if spec not in to_launch])
         try:
             save_layout(self.data_dir, self._layout())
+            if self.security is not None:
+                self.security.prepare(java, self._passwords)
             for spec in to_launch:
                 check_ports_free(spec)
                 self._write_config(spec)
@@ -185,7 +202,22 @@ class BrokerCluster:
             cluster_id=self.cluster_id,
             client_ports=[n.client_port for n in self.nodes],
             controller_ports=[n.controller_port for n in self.nodes],
+            security=self.security_mode,
+            acl=self.acl,
         )
+
+    def _security_mode(self, asked: str | None, stored: Layout | None) -> str:
+        """The asked mode, else the remembered one; a formatted cluster keeps its mode (its
+        SCRAM users are written when it is formatted)."""
+        remembered = stored.security if stored else None
+        mode = (asked or remembered or PLAINTEXT).lower()
+        if mode not in MODES:
+            raise BrokerError(f"security {mode!r} is not one of {', '.join(MODES)}")
+        formatted = any((spec.log_dirs / "meta.properties").exists() for spec in self.nodes)
+        if formatted and mode != (remembered or PLAINTEXT):
+            raise BrokerError(f"{self.data_dir} holds a {remembered or PLAINTEXT} cluster; "
+                              f"use another --data-dir for a {mode} one")
+        return mode
 
     def _existing_cluster_id(self, nodes: int) -> str:
         # cluster.json may be gone while formatted data remains: reuse that data's id. A new
@@ -232,6 +264,9 @@ class BrokerCluster:
             "auto.create.topics.enable": "false",
             **flush_settings(self.flush_every_write),
         }
+        if self.security is not None:
+            settings.update(self.security.server_settings(
+                spec.address, f"{spec.host}:{spec.controller_port}"))
         header = "# Written by runstream on every `broker start`; edits are overwritten.\n"
         return header + "".join(f"{key}={value}\n" for key, value in settings.items())
 
@@ -246,7 +281,11 @@ class BrokerCluster:
 
     def _write_config(self, spec: NodeSpec) -> None:
         spec.log_dirs.mkdir(parents=True, exist_ok=True)
-        spec.config_path.write_text(self._server_properties(spec), "utf-8")
+        # 0600: a SASL_SSL node's config holds the keystore and user passwords.
+        fd = os.open(spec.config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(self._server_properties(spec))
+        os.chmod(spec.config_path, 0o600)  # a file written before keeps its old mode
         spec.log4j_path.write_text(package_file("log4j2.properties"), "utf-8")
 
     def _format(self, java: str, libs: Path, specs: Iterable[NodeSpec]) -> None:
@@ -261,6 +300,7 @@ class BrokerCluster:
                 f"-Dlog4j2.configurationFile={spec.log4j_path}",
                 "-cp", f"{libs}{os.sep}*", "kafka.tools.StorageTool", "format",
                 "-t", self.cluster_id, "-c", str(spec.config_path), "--ignore-formatted",
+                *(self.security.format_arguments() if self.security else []),
             ]
             proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, text=True)
@@ -296,9 +336,13 @@ class BrokerCluster:
 
     def _answers(self, spec: NodeSpec, timeout: float = 1.0) -> frozenset[int] | None:
         try:
-            return fetch_metadata(spec.host, spec.client_port, timeout).broker_ids
+            return fetch_metadata(spec.host, spec.client_port, timeout,
+                                  self._probe_auth()).broker_ids
         except ProbeError:
             return None
+
+    def _probe_auth(self) -> ProbeAuth | None:
+        return self.security.probe_auth() if self.security else None
 
     def _status(self, spec: NodeSpec) -> NodeStatus:
         pid = self._pid(spec)

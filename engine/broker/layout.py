@@ -5,6 +5,7 @@
     <data dir>/node-<id>/data/          Kafka's log.dirs (and the KRaft metadata log)
     <data dir>/node-<id>/kafka.log      the JVM's output; kafka.log.prev is the previous run's
     <data dir>/node-<id>/kafka.pid
+    <data dir>/security/                CA, broker keystore, users (SASL_SSL clusters only)
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ class Layout:
     cluster_id: str
     client_ports: list[int]
     controller_ports: list[int]
+    security: str = "plaintext"  # or "sasl_ssl": see engine/broker/security.py
+    acl: bool = False
 
 
 def default_data_dir(nodes: int = 1) -> Path:
@@ -114,6 +117,8 @@ def load_layout(data_dir: Path) -> Layout | None:
             cluster_id=str(raw["cluster_id"]),
             client_ports=[int(p) for p in raw["client_ports"]],
             controller_ports=[int(p) for p in raw["controller_ports"]],
+            security=str(raw.get("security", "plaintext")),
+            acl=bool(raw.get("acl", False)),
         )
     except FileNotFoundError:
         return None

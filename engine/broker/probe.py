@@ -8,6 +8,7 @@ thread, so this deliberately avoids asyncio and aiokafka.
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 from dataclasses import dataclass
 
@@ -16,10 +17,21 @@ _METADATA_API_KEY = 3
 # returns the broker list, the cluster id and the controller id, which is all we need.
 _METADATA_VERSION = 4
 _CLIENT_ID = b"runstream-probe"
+_SASL_HANDSHAKE_API_KEY = 17
+_SASL_AUTHENTICATE_API_KEY = 36
 
 
 class ProbeError(Exception):
     """The address did not answer a Metadata request like a Kafka broker."""
+
+
+@dataclass(frozen=True)
+class ProbeAuth:
+    """How to reach a SASL_SSL listener: trust `cafile`, log in with SASL PLAIN."""
+
+    cafile: str
+    username: str
+    password: str
 
 
 @dataclass(frozen=True)
@@ -58,33 +70,65 @@ def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
     return addresses
 
 
-def fetch_metadata(host: str, port: int, timeout: float = 2.0) -> ClusterMetadata:
-    """Send Metadata v4 for no topics and decode the broker list; raise ProbeError if not Kafka."""
-    correlation_id = 1
-    header = struct.pack(">hhih", _METADATA_API_KEY, _METADATA_VERSION, correlation_id,
-                         len(_CLIENT_ID)) + _CLIENT_ID
+def fetch_metadata(host: str, port: int, timeout: float = 2.0,
+                   auth: ProbeAuth | None = None) -> ClusterMetadata:
+    """Send Metadata v4 for no topics and decode the broker list; raise ProbeError if not Kafka.
+
+    With `auth`, the connection is TLS (verified against `auth.cafile`) and logs in with SASL
+    PLAIN first, as a SASL_SSL listener requires.
+    """
     # Empty (not null) topic array = "no topics"; allow_auto_topic_creation = false.
     body = struct.pack(">ib", 0, 0)
-    request = header + body
     try:
-        with socket.create_connection((host, port), timeout=timeout) as sock:
-            sock.settimeout(timeout)
-            sock.sendall(struct.pack(">i", len(request)) + request)
-            (size,) = struct.unpack(">i", _recv_exact(sock, 4))
-            if size < 4 or size > 16 * 1024 * 1024:
-                raise ProbeError(f"{host}:{port} answered with a frame of {size} bytes")
-            payload = _recv_exact(sock, size)
-    except OSError as exc:
+        with socket.create_connection((host, port), timeout=timeout) as raw:
+            raw.settimeout(timeout)
+            sock = raw
+            if auth is not None:
+                context = ssl.create_default_context(cafile=auth.cafile)
+                sock = context.wrap_socket(raw, server_hostname=host)
+                _sasl_plain(sock, auth, f"{host}:{port}")
+            payload = _exchange(sock, _METADATA_API_KEY, _METADATA_VERSION, 1, body)
+    except (OSError, ssl.SSLError) as exc:
         raise ProbeError(f"{host}:{port}: {exc}") from exc
-    return _decode_metadata(payload, correlation_id, f"{host}:{port}")
+    return _decode_metadata(payload, 1, f"{host}:{port}")
 
 
-def probe(bootstrap: str, timeout: float = 2.0) -> ClusterMetadata:
+def _exchange(sock: socket.socket, api_key: int, version: int, correlation_id: int,
+              body: bytes) -> bytes:
+    """One request with a v1 (non-flexible) header; the response frame after its size."""
+    header = struct.pack(">hhih", api_key, version, correlation_id,
+                         len(_CLIENT_ID)) + _CLIENT_ID
+    request = header + body
+    sock.sendall(struct.pack(">i", len(request)) + request)
+    (size,) = struct.unpack(">i", _recv_exact(sock, 4))
+    if size < 4 or size > 16 * 1024 * 1024:
+        raise ProbeError(f"answered with a frame of {size} bytes")
+    return _recv_exact(sock, size)
+
+
+def _sasl_plain(sock: socket.socket, auth: ProbeAuth, where: str) -> None:
+    """SaslHandshake v1 (PLAIN), then SaslAuthenticate v0 with `\\0user\\0password`."""
+    mechanism = b"PLAIN"
+    reply = _Reader(_exchange(sock, _SASL_HANDSHAKE_API_KEY, 1, 2,
+                              struct.pack(">h", len(mechanism)) + mechanism))
+    reply.int32()  # correlation id
+    if (code := reply.int16()) != 0:
+        raise ProbeError(f"{where} refused SASL PLAIN (error {code})")
+    token = b"\0" + auth.username.encode() + b"\0" + auth.password.encode()
+    reply = _Reader(_exchange(sock, _SASL_AUTHENTICATE_API_KEY, 0, 3,
+                              struct.pack(">i", len(token)) + token))
+    reply.int32()
+    if (code := reply.int16()) != 0:
+        raise ProbeError(f"{where}: SASL authentication failed: {reply.nullable_string()}")
+
+
+def probe(bootstrap: str, timeout: float = 2.0,
+          auth: ProbeAuth | None = None) -> ClusterMetadata:
     """Metadata from the first address of `bootstrap` that answers."""
     errors: list[str] = []
     for host, port in parse_bootstrap(bootstrap):
         try:
-            return fetch_metadata(host, port, timeout)
+            return fetch_metadata(host, port, timeout, auth)
         except ProbeError as exc:
             errors.append(str(exc))
     raise ProbeError("; ".join(errors))

@@ -5,25 +5,45 @@ from __future__ import annotations
 import click
 
 from engine.cli.errors import run_cli
+from engine.cli.options import apply_security, security_options
 
 
 @click.group()
 @click.version_option(package_name="runstream")
-def cli() -> None:
-    """runstream: durable execution on a Kafka journal."""
+@security_options
+def cli(**security: str | None) -> None:
+    """runstream: durable execution on a Kafka journal.
+
+    The SASL/TLS options apply to every command's connections to the brokers (and to the
+    workers it starts); each defaults to its RUNSTREAM_* environment variable.
+    """
+    apply_security(**security)
 
 
 def _register() -> None:
     # Imported here so that each command module stays independent of the others.
-    from engine.cli import broker, partitions, projection, runs, state, timetravel, topics, ui
+    from engine.cli import (
+        acl,
+        broker,
+        deadletters,
+        partitions,
+        projection,
+        runs,
+        state,
+        timetravel,
+        topics,
+        ui,
+    )
 
     cli.add_command(broker.broker)
+    cli.add_command(acl.acl)
     cli.add_command(topics.topics)
     cli.add_command(partitions.partition)
     for command in (runs.run, runs.runs, runs.worker, projection.projection, runs.demo):
         cli.add_command(command)
     for command in (*timetravel.COMMANDS, state.state, ui.ui):
         cli.add_command(command)
+    cli.add_command(deadletters.dead_letters)
 
 
 _register()

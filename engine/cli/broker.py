@@ -1,7 +1,9 @@
 """`runstream broker …`: a local Apache Kafka (KRaft) for development and CI.
 
 Progress goes to stderr; `start` prints only the bootstrap address on stdout, as its last
-line, so `BOOTSTRAP=$(runstream broker start)` works.
+line, so `BOOTSTRAP=$(runstream broker start)` works. With `--security sasl_ssl`, `start`
+also prints (on stderr) the RUNSTREAM_* lines the admin user needs, and
+`eval "$(runstream broker env --user worker)"` sets them for another user.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 import click
 
 from engine.broker import BrokerCluster, BrokerError, provision
+from engine.broker.security import DEFAULT_USERS, MODES
 from engine.cli.errors import UserError
 
 _nodes_option = click.option(
@@ -42,10 +45,27 @@ def _user_errors() -> Iterator[None]:
 
 
 def _cluster(nodes: int, data_dir: Path | None, port: int | None = None,
-             flush_every_write: bool = False) -> BrokerCluster:
+             flush_every_write: bool = False, security: str | None = None,
+             acl: bool | None = None, passwords: dict[str, str] | None = None
+             ) -> BrokerCluster:
     with _user_errors():
         return BrokerCluster(nodes=nodes, base_port=port, data_dir=data_dir, progress=_progress,
-                             flush_every_write=flush_every_write)
+                             flush_every_write=flush_every_write, security=security, acl=acl,
+                             passwords=passwords)
+
+
+def _passwords(users: tuple[str, ...]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for item in users:
+        name, sep, password = item.partition("=")
+        if not sep or not name or not password:
+            raise UserError(f"--user {item!r}: expected NAME=PASSWORD")
+        found[name] = password
+    return found
+
+
+def _env_lines(env: dict[str, str]) -> list[str]:
+    return [f"export {key}={value}" for key, value in env.items()]
 
 
 @click.group()
@@ -64,14 +84,45 @@ def broker() -> None:
 @click.option("--flush-every-write", is_flag=True,
               help="fsync every write (log.flush.interval.messages=1) instead of Kafka's "
               "default (flushing left to the OS); for nodes this command starts.")
+@click.option("--security", type=click.Choice(MODES), default=None,
+              help="sasl_ssl: TLS with a CA made for the data dir, SASL PLAIN/SCRAM users "
+              f"{', '.join(DEFAULT_USERS)} [default: what the data dir was made with, else "
+              "plaintext].")
+@click.option("--acl/--no-acl", default=None,
+              help="With sasl_ssl: deny what no ACL allows (admin is the super user); grant "
+              "with `runstream acl grant` [default: as last started].")
+@click.option("--user", "users", multiple=True, metavar="NAME=PASSWORD",
+              help="With sasl_ssl, before the first start: a user and its password "
+              "(repeatable) instead of a random one.")
 def start(nodes: int, data_dir: Path | None, port: int | None, timeout: float | None,
-          flush_every_write: bool) -> None:
+          flush_every_write: bool, security: str | None, acl: bool | None,
+          users: tuple[str, ...]) -> None:
     """Start the broker (fetching Kafka once) and print its bootstrap address."""
-    cluster = _cluster(nodes, data_dir, port, flush_every_write)
+    cluster = _cluster(nodes, data_dir, port, flush_every_write, security, acl,
+                       _passwords(users))
     with _user_errors():
         bootstrap = cluster.start(timeout=timeout)
+        env = cluster.client_env("admin")
     click.echo(f"broker ready; data in {cluster.data_dir}", err=True)
+    if cluster.security is not None:
+        acls = "on" if cluster.acl else "off"
+        click.echo(f"SASL_SSL, ACLs {acls}; users and passwords in "
+                   f"{cluster.security.secrets_path}; as the admin (super) user:", err=True)
+        click.echo("\n".join(_env_lines({"RUNSTREAM_BOOTSTRAP": bootstrap, **env})), err=True)
     click.echo(bootstrap)
+
+
+@broker.command()
+@_nodes_option
+@_data_dir_option
+@click.option("--user", default="admin", show_default=True,
+              help="The user whose settings to print (admin, worker, client, ...).")
+def env(nodes: int, data_dir: Path | None, user: str) -> None:
+    """Print `export RUNSTREAM_…=…` lines to connect to this broker as USER."""
+    cluster = _cluster(nodes, data_dir)
+    with _user_errors():
+        settings = {"RUNSTREAM_BOOTSTRAP": cluster.bootstrap, **cluster.client_env(user)}
+    click.echo("\n".join(_env_lines(settings)))
 
 
 @broker.command()

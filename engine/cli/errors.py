@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 
 import click
-from aiokafka.errors import KafkaConnectionError
+from aiokafka.errors import KafkaConnectionError, KafkaError
 
-from engine.errors import RunstreamError
+from engine.config import resolve_bootstrap
+from engine.connection import access_denied, bootstrap_of, diagnose
+from engine.errors import BrokerConnectionFailed, RunstreamError
+
+EXIT_USER = 2
+EXIT_CONNECTION = 3
 
 
 class UserError(Exception):
@@ -27,14 +33,36 @@ def run_cli(group: click.Group) -> None:
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
+    except BrokerConnectionFailed as exc:
+        _fail(str(exc), EXIT_CONNECTION)
     except (UserError, RunstreamError) as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+        _fail(str(exc), EXIT_USER)
     except KafkaConnectionError as exc:
-        click.echo(f"error: cannot reach the Kafka broker ({exc}); start one with "
-                   f"`runstream broker start` or set RUNSTREAM_BOOTSTRAP", err=True)
-        sys.exit(3)
+        _fail(_connection_failure(exc), EXIT_CONNECTION)
+    except KafkaError as exc:
+        denied = access_denied(exc)
+        _fail(str(denied) if denied else f"Kafka: {type(exc).__name__}: {exc}",
+              EXIT_USER if denied else 1)
     except KeyboardInterrupt:
         sys.exit(130)
     except SystemExit:
         raise
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def _connection_failure(exc: KafkaConnectionError) -> str:
+    """Why aiokafka could not bootstrap: it only logs the cause, so connect once more (within
+    engine.connection.DIAGNOSIS_TIMEOUT_S per address) and explain that attempt's failure."""
+    bootstrap = bootstrap_of(exc) or resolve_bootstrap()
+    try:
+        return str(asyncio.run(diagnose(bootstrap)))
+    except RuntimeError:  # an event loop is already running here: no second look
+        return (f"cannot reach the Kafka broker ({exc}); start one with "
+                f"`runstream broker start` or set RUNSTREAM_BOOTSTRAP")
+
+
+__all__ = ["UserError", "run_cli"]

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
 from engine.config import resolve_bootstrap, resolve_namespace
+from engine.connection import ENVIRONMENT, MECHANISMS, PROTOCOLS, KafkaSecurity
 from engine.readmodel import read_model_dir
 
 bootstrap_option = click.option(
@@ -36,3 +39,36 @@ def query_dir(cache_dir: Path | None, bootstrap: str | None, namespace: str | No
 
 def print_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, sort_keys=True))
+
+
+_Command = TypeVar("_Command", bound=Callable[..., Any])
+_SECURITY_HELP = {
+    "security_protocol": f"One of {', '.join(PROTOCOLS)} [default: PLAINTEXT].",
+    "sasl_mechanism": f"One of {', '.join(MECHANISMS)} [default: PLAIN].",
+    "sasl_username": "SASL user name.",
+    "sasl_password": "SASL password (prefer the environment variable: argv is visible).",
+    "ssl_cafile": "PEM file of the CA(s) that signed the brokers' certificates "
+                  "[default: the system's].",
+    "ssl_certfile": "PEM client certificate, for brokers that require mutual TLS.",
+    "ssl_keyfile": "PEM private key of --ssl-certfile.",
+}
+
+
+def security_options(command: _Command) -> _Command:
+    """--security-protocol, --sasl-*, --ssl-* (each also from its RUNSTREAM_* variable)."""
+    for field, variable in reversed(ENVIRONMENT.items()):
+        flag = "--" + field.replace("_", "-")
+        command = click.option(flag, field, default=None, metavar="TEXT",
+                               help=f"{_SECURITY_HELP[field]} [env {variable}]")(command)
+    return command
+
+
+def apply_security(**given: str | None) -> KafkaSecurity:
+    """Validate the security options (over their RUNSTREAM_* variables) and export them into
+    this process's environment, where every command, client and `runstream worker`
+    subprocess reads them (engine.connection.kafka_options)."""
+    settings = KafkaSecurity.from_env(**given)
+    for variable in ENVIRONMENT.values():
+        os.environ.pop(variable, None)  # an empty variable must not linger next to a value
+    os.environ.update(settings.to_env())
+    return settings

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +22,35 @@ from engine.cli.options import (
     query_dir,
 )
 from engine.cli.options import print_json as _print_json
-from engine.flow import HandedOff
+from engine.flow import HandedOff, dump_json
+from engine.limits import (
+    AUTHORITY_NAME_ENV,
+    check_name,
+    check_payload,
+    check_run_id,
+    check_text,
+    resolve_authority_name,
+)
+from engine.relay import AUTHORITIES_ENV, load_authorities
 from projections.state import RunStatus
+
+authority_name_option = click.option(
+    "--authority-name", default=None, metavar="NAME",
+    help="When the namespace relays requests: send them to <namespace>.requests.NAME, whose "
+    f"runs are limited to authority NAME's capabilities [env {AUTHORITY_NAME_ENV}].")
+
+
+def _use_authority(name: str | None) -> None:
+    """Validate --authority-name and export it, where the client reads it."""
+    resolved = resolve_authority_name(name)
+    if resolved is not None:
+        os.environ[AUTHORITY_NAME_ENV] = resolved
+
+
+def _checked(*checks: Callable[[], object]) -> None:
+    """Input limits checked before connecting: an invalid request is never produced."""
+    for check in checks:
+        check()
 
 
 @click.group()
@@ -35,12 +64,17 @@ def run() -> None:
 @click.option("--id", "run_id", default=None, help="Run id (default: a new UUID).")
 @click.option("--wait", is_flag=True, help="Wait for the result and print it.")
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait with --wait.")
+@authority_name_option
 @bootstrap_option
 @namespace_option
 def create(flow: str, payload: str, run_id: str | None, wait: bool, timeout: float,
-           bootstrap: str | None, namespace: str | None) -> None:
+           authority_name: str | None, bootstrap: str | None, namespace: str | None) -> None:
     """Create a run of FLOW."""
     parsed = _parse_payload(payload)
+    _checked(lambda: check_name("flow", flow),
+             lambda: run_id is None or check_run_id(run_id, new=True),
+             lambda: check_payload(f"the payload of flow {flow!r}", dump_json(parsed)))
+    _use_authority(authority_name)
     out = asyncio.run(operations.create_run(
         bootstrap=bootstrap, namespace=namespace, flow=flow, payload=parsed, run_id=run_id,
         wait=wait, timeout=timeout))
@@ -138,16 +172,21 @@ def result(run_id: str, follow: bool, timeout: float, bootstrap: str | None,
 @click.option("--request-id", default=None,
               help="Request id: sending the same one again delivers the signal once.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@authority_name_option
 @bootstrap_option
 @namespace_option
 @cache_dir_option
 def signal(run_id: str, name: str, payload: str, request_id: str | None, as_json: bool,
-           bootstrap: str | None, namespace: str | None, cache_dir: Path | None) -> None:
+           authority_name: str | None, bootstrap: str | None, namespace: str | None,
+           cache_dir: Path | None) -> None:
     """Send signal NAME to a run.
 
     Fails, delivering nothing, if the run has ended or holds the most signals it keeps.
     """
     parsed = _parse_payload(payload)
+    _checked(lambda: check_run_id(run_id), lambda: check_name("signal", name),
+             lambda: check_payload(f"the payload of signal {name!r}", dump_json(parsed)))
+    _use_authority(authority_name)
     out = asyncio.run(operations.signal_run(
         bootstrap=bootstrap, namespace=namespace, run_id=run_id, name=name, payload=parsed,
         request_id=request_id, read_model_dir=query_dir(cache_dir, bootstrap, namespace)))
@@ -161,15 +200,18 @@ def signal(run_id: str, name: str, payload: str, request_id: str | None, as_json
 @click.argument("run_id")
 @click.option("--reason", default="", help="Why; the run's cancellation carries it.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@authority_name_option
 @bootstrap_option
 @namespace_option
 @cache_dir_option
-def cancel(run_id: str, reason: str, as_json: bool, bootstrap: str | None,
-           namespace: str | None, cache_dir: Path | None) -> None:
+def cancel(run_id: str, reason: str, as_json: bool, authority_name: str | None,
+           bootstrap: str | None, namespace: str | None, cache_dir: Path | None) -> None:
     """Cancel a run at its next durable call.
 
     The run is interrupted there; its finally blocks run. Fails if the run has ended.
     """
+    _checked(lambda: check_run_id(run_id), lambda: check_text("--reason", reason))
+    _use_authority(authority_name)
     out = asyncio.run(operations.cancel_run(
         bootstrap=bootstrap, namespace=namespace, run_id=run_id, reason=reason,
         read_model_dir=query_dir(cache_dir, bootstrap, namespace)))
@@ -203,6 +245,8 @@ def resume(run_id: str, resolution: str | None, position: int | None, digest: st
     --resolution retry|skip with the step's --position and --digest (skip: and --result).
     """
     resolve = operations.parse_resolution(resolution, position, digest, result_json)
+    _checked(lambda: check_run_id(run_id),
+             lambda: resolve is None or check_payload("--result", dump_json(resolve.result)))
     out = asyncio.run(operations.resume_run(
         bootstrap=bootstrap, namespace=namespace, run_id=run_id, resolution=resolve,
         read_model_dir=query_dir(cache_dir, bootstrap, namespace)))
@@ -259,12 +303,20 @@ def list_runs(status: str | None, limit: int | None, after: str | None, as_json:
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option("--metrics-port", type=int, default=None,
               help="Serve Prometheus metrics at http://127.0.0.1:PORT/metrics.")
+@click.option("--authorities", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help='JSON file {"authority": ["capability", ...]}: what runs created through '
+              f"<namespace>.requests.<authority> may do [env {AUTHORITIES_ENV}, as JSON].")
 @bootstrap_option
 @namespace_option
 def worker(app: str, data_dir: Path, concurrency: int, name: str | None,
            session_timeout_ms: int, drain_timeout: float, log_level: str,
-           metrics_port: int | None, bootstrap: str | None, namespace: str | None) -> None:
-    """Run a worker of the namespace's consumer group."""
+           metrics_port: int | None, authorities: Path | None, bootstrap: str | None,
+           namespace: str | None) -> None:
+    """Run a worker of the namespace's consumer group (and its requests relay)."""
+    if authorities is not None:
+        # Validated here, exported where the worker's relay reads it (engine.relay).
+        os.environ[AUTHORITIES_ENV] = json.dumps(
+            {k: sorted(v) for k, v in load_authorities(authorities).items()})
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     asyncio.run(operations.serve_worker(

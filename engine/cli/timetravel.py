@@ -17,6 +17,7 @@ from engine.dryrun import dry_run, format_dry_run
 from engine.fencing import DEFAULT_LIMIT, format_ledger
 from engine.fork import fork_run
 from engine.history import format_history
+from engine.limits import check_run_id
 from engine.timetravel import Point, format_diff, format_tree, parse_point
 
 
@@ -155,6 +156,9 @@ def fork(run_id: str, at_point: str | None, new_run_id: str | None, force: bool,
     point = parse_point(at_point)
     if point.kind != "record":
         raise UserError(f"--at {at_point}: a fork is made at a record, record:K")
+    check_run_id(run_id)  # refused before connecting, as fork_run would
+    if new_run_id is not None:
+        check_run_id(new_run_id, new=True)
     result = asyncio.run(fork_run(
         bootstrap=bootstrap, namespace=namespace, run_id=run_id, at_record=point.value,
         new_run_id=new_run_id, force=force, read_model_dir=model_dir))

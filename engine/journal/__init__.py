@@ -21,6 +21,7 @@ from engine.journal.codec import (
 )
 from engine.journal.events import *  # noqa: F403  (every record class; the list is generated)
 from engine.journal.events import __all__ as _events_all
+from engine.journal.limits import MAX_RECORD_BYTES
 from engine.journal.registry import (
     SchemaRegistry,
     SchemaRegistryError,
@@ -31,6 +32,7 @@ from engine.journal.registry import (
 __all__ = [
     "FRAME_SIZE",
     "MAGIC_BYTE",
+    "MAX_RECORD_BYTES",
     "TYPE_HEADER",
     "Codec",
     "CodecError",

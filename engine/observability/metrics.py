@@ -125,6 +125,14 @@ class WorkerMetrics:
         self._duplicates = Counter(
             "runstream_duplicate_records", "Records judged duplicates of ones already applied.",
             registry=r)
+        self._dead_letters = Counter(
+            "runstream_dead_letters",
+            "Poison records this worker's projection skipped, by reason "
+            "(projections.poison.REASONS).", ["reason"], registry=r)
+        self._dead_letter_copies = Counter(
+            "runstream_dead_letter_copies",
+            "Dead letters this worker copied to the dead-letter topic (acknowledged), by "
+            "reason.", ["reason"], registry=r)
         self._step_attempts = Counter(
             "runstream_step_attempts", "Step attempts executed.", ["flow", "step"], registry=r)
         self._step_failures = Counter(
@@ -175,6 +183,13 @@ class WorkerMetrics:
             self._fenced.inc()
         elif verdict == "duplicate":
             self._duplicates.inc()
+
+    def dead_letter(self, reason: str) -> None:
+        """A poison record skipped (`reason` is one of a fixed set)."""
+        self._child(self._dead_letters, reason).inc()
+
+    def dead_letter_copied(self, reason: str) -> None:
+        self._child(self._dead_letter_copies, reason).inc()
 
     def step(self, flow: str, step: str, seconds: float, ok: bool) -> None:
         """One step attempt ran for `seconds` and succeeded (`ok`) or raised."""

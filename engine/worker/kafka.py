@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import MessageSizeTooLargeError
 
+from engine.connection import KafkaSecurity, kafka_options
+from engine.journal import MAX_RECORD_BYTES
 from engine.worker.committer import MAX_BATCH_BYTES
+
+# A dead letter's copy: the original value (up to the journal's own limit, a little over
+# MAX_RECORD_BYTES) plus its headers.
+DEAD_LETTER_REQUEST_BYTES = 4 * 1024 * 1024
 
 
 def make_consumer(
-    bootstrap: str, *, group_id: str, name: str, session_timeout_ms: int, drain_timeout: float
+    bootstrap: str, *, group_id: str, name: str, session_timeout_ms: int, drain_timeout: float,
+    security: KafkaSecurity | None = None,
 ) -> AIOKafkaConsumer:
     return AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
@@ -23,10 +31,12 @@ def make_consumer(
         rebalance_timeout_ms=int(drain_timeout * 1000) + 20_000,
         max_poll_interval_ms=300_000,
         fetch_max_wait_ms=100,
+        **kafka_options(security),
     )
 
 
-async def make_producer(bootstrap: str, *, name: str) -> AIOKafkaProducer:
+async def make_producer(bootstrap: str, *, name: str, security: KafkaSecurity | None = None,
+                        max_request_size: int | None = None) -> AIOKafkaProducer:
     """One idempotent producer per source: the broker dedupes its retries, and aiokafka keeps
     one request in flight per broker, so each partition gets its records in send order."""
     producer = AIOKafkaProducer(
@@ -36,6 +46,8 @@ async def make_producer(bootstrap: str, *, name: str) -> AIOKafkaProducer:
         linger_ms=0,  # batches form while the previous request is in flight
         max_batch_size=MAX_BATCH_BYTES,
         client_id=f"runstream-worker-{name}",
+        **({} if max_request_size is None else {"max_request_size": max_request_size}),
+        **kafka_options(security),
     )
     try:
         await producer.start()
@@ -43,6 +55,17 @@ async def make_producer(bootstrap: str, *, name: str) -> AIOKafkaProducer:
         await producer.stop()
         raise
     return producer
+
+
+async def send_acked(producer: AIOKafkaProducer, topic: str, *, key: bytes, value: bytes,
+                     headers: list[tuple[str, bytes]]) -> None:
+    """Send one record and wait for its acknowledgement. A value the topic refuses as too
+    large is sent again cut to MAX_RECORD_BYTES (its headers still say what it was)."""
+    try:
+        await (await producer.send(topic, value=value, key=key, headers=headers))
+    except MessageSizeTooLargeError:
+        await (await producer.send(topic, value=value[:MAX_RECORD_BYTES], key=key,
+                                   headers=[*headers, ("rs-cut", b"1")]))
 
 
 def group_generation(consumer: AIOKafkaConsumer) -> int:

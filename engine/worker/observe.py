@@ -36,6 +36,8 @@ class WorkerObserver:
         record = outcome.record
         if record is None:
             self.metrics.verdict(Verdict.dead_letter.value, "dead-letter")
+            if outcome.poison is not None:
+                self.metrics.dead_letter(outcome.poison.reason)
             return
         self.metrics.verdict(outcome.verdict.value, record.TYPE)
         if not ours or outcome.verdict is not Verdict.applied:

@@ -14,13 +14,20 @@ import os
 import socket
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 
-from engine.config import journal_topic, resolve_bootstrap, resolve_namespace, worker_group
+from engine.config import (
+    dead_letter_topic,
+    journal_topic,
+    resolve_bootstrap,
+    resolve_namespace,
+    worker_group,
+)
+from engine.connection import KafkaSecurity
 from engine.context import RunReleased
 from engine.errors import WorkerFatal
 from engine.flow import Flow
@@ -32,8 +39,14 @@ from engine.worker.activation import Activator
 from engine.worker.admission import Admission
 from engine.worker.committer import Committer
 from engine.worker.confirmations import Confirmations
+from engine.worker.deadletters import DeadLetterCopier, Polled, examine_poll, polled
 from engine.worker.executor import RunExecution, decision
-from engine.worker.kafka import group_generation, make_consumer, make_producer
+from engine.worker.kafka import (
+    DEAD_LETTER_REQUEST_BYTES,
+    group_generation,
+    make_consumer,
+    make_producer,
+)
 from engine.worker.observe import WorkerObserver
 from engine.worker.outbox import OutboxSender
 from engine.worker.ownership import Ownership, OwnershipState
@@ -41,7 +54,7 @@ from engine.worker.reactions import Reactions
 from engine.worker.sticky import StickyCache, sticky_size
 from engine.worker.timers import TimerSweeper
 from engine.worker.upkeep import Upkeep
-from projections.projector import Outcome, Projector
+from projections.projector import CopyFirst, Outcome, Projector
 from projections.state import RunState, Verdict
 from projections.store import ProjectionStore
 
@@ -73,6 +86,7 @@ class Worker:
         sticky_cache: int | None = None,
         metrics: WorkerMetrics | None = None,
         metrics_port: int | None = None,
+        security: KafkaSecurity | None = None,
     ) -> None:
         self.flows = {flow.name: flow for flow in flows}
         self.bootstrap = resolve_bootstrap(bootstrap_servers)
@@ -80,6 +94,7 @@ class Worker:
         self.topic = journal_topic(self.namespace)
         self.group_id = worker_group(self.namespace)
         self.data_dir = Path(data_dir)
+        self.security = security  # None: from RUNSTREAM_* (engine.connection)
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.source_id = ""
         self.concurrency = concurrency
@@ -105,6 +120,9 @@ class Worker:
         self.reactions = Reactions(self)
         self.timers = TimerSweeper(self)
         self.outbox = OutboxSender(self)
+        self.dead_letters = DeadLetterCopier(
+            self._make_dead_letter_producer, topic=dead_letter_topic(self.namespace),
+            source_topic=self.topic, metrics=self.metrics)
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
         self._failure_stop: asyncio.Task[None] | None = None
@@ -124,7 +142,8 @@ class Worker:
         await self._new_source()
         self._consumer = make_consumer(
             self.bootstrap, group_id=self.group_id, name=self.name,
-            session_timeout_ms=self.session_timeout_ms, drain_timeout=self.drain_timeout)
+            session_timeout_ms=self.session_timeout_ms, drain_timeout=self.drain_timeout,
+            security=self.security)
         await self._consumer.start()
         self.partitions = await partition_count(self._consumer, self.topic, self.bootstrap)
         if self.metrics_port is not None:
@@ -154,7 +173,12 @@ class Worker:
         self.confirmations.abandon()
 
     async def _make_producer(self) -> AIOKafkaProducer:
-        return await make_producer(self.bootstrap, name=self.name)
+        return await make_producer(self.bootstrap, name=self.name, security=self.security)
+
+    async def _make_dead_letter_producer(self) -> AIOKafkaProducer:
+        return await make_producer(self.bootstrap, name=f"{self.name}-dead-letters",
+                                   security=self.security,
+                                   max_request_size=DEAD_LETTER_REQUEST_BYTES)
 
     def _on_loop_done(self, task: asyncio.Task[None]) -> None:
         if task.cancelled() or task.exception() is None or self._stopping:
@@ -189,6 +213,7 @@ class Worker:
         if self._consumer is not None:
             await self._consumer.stop()
         await asyncio.gather(*self._retiring, return_exceptions=True)
+        await self.dead_letters.close()
         if self._committer is not None:
             await self._committer.close()
             log.info("worker %s: %s", self.name, self._committer.summary())
@@ -219,12 +244,9 @@ class Worker:
         assert self._consumer is not None
         while not self._stopping:
             batches = await self._consumer.getmany(timeout_ms=200, max_records=2000)
-            assert self.store is not None
-            with self.store.group():  # one RocksDB write per poll, each record atomic in it
-                for tp, messages in batches.items():
-                    for m in messages:
-                        self._on_record(tp.partition, m.offset, m.value, m.headers,
-                                        m.timestamp)
+            records = [polled(tp.partition, m.offset, m.key, m.value, m.headers, m.timestamp)
+                       for tp, messages in batches.items() for m in messages]
+            await self._apply_poll(records)
             self.outbox.flush()
             self.observer.consumer_lag()
             if self.committer.failure is not None:
@@ -233,16 +255,38 @@ class Worker:
                 raise self._fatal
             await self.upkeep.commit_offsets()
 
-    def _on_record(self, partition: int, offset: int, value: bytes | None,
-                   headers: Sequence[Any], timestamp_ms: int) -> None:
+    async def _apply_poll(self, records: list[Polled]) -> None:
+        """Apply a poll in one RocksDB write, after its dead letters are copied (see
+        engine.worker.deadletters); a dead letter found only while applying splits it."""
+        assert self.projector is not None and self.store is not None
+        self.dead_letters.new_poll()
+        stopping = lambda: self._stopping  # noqa: E731
+        await self.dead_letters.copy(examine_poll(records, self.projector), stopping)
+        start = 0
+        while start < len(records):
+            with self.store.group():  # one RocksDB write per poll, each record atomic in it
+                try:
+                    for index in range(start, len(records)):
+                        start = index
+                        self._on_record(records[index])
+                    start = len(records)
+                except CopyFirst as first:
+                    unforeseen = first.poison
+            if start < len(records):
+                await self.dead_letters.copy([(records[start], unforeseen)], stopping)
+
+    def _on_record(self, item: Polled) -> None:
         assert self.projector is not None
-        outcome = self.projector.apply_raw(partition, offset, value, headers, timestamp_ms)
+        partition, offset = item.partition, item.offset
+        outcome = self.projector.apply_examined(partition, offset, item.examined, item.value,
+                                                item.timestamp_ms, gate=self.dead_letters.gate)
         if outcome.redelivered:
             return
         if outcome.verdict is Verdict.dead_letter:
             self.observer.applied(outcome, False)
-            log.warning("partition %d offset %d does not decode, kept as dead letter: %s",
-                        partition, offset, outcome.error)
+            assert outcome.poison is not None
+            log.warning("partition %d offset %d is a dead letter (%s), copied and skipped: "
+                        "%s", partition, offset, outcome.poison.reason, outcome.poison.detail)
             return
         record = outcome.record
         assert record is not None

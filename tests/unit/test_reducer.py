@@ -175,8 +175,10 @@ def test_a_claim_of_an_older_generation_is_rejected_and_changes_nothing() -> Non
     assert state.rejected_claims == 1 and state.fenced == 0
     assert [i.verdict for i in projection.partition_history[0]] == [Verdict.applied,
                                                                     Verdict.rejected]
-    # The stale claimant's decisions stay fenced; the owner's keep applying.
-    assert projection.apply_record(0, 2, stalled.decide(
+    # The stale claimant's decisions about an existing run stay fenced (a decision about a
+    # run that never existed would be a dead letter instead).
+    assert projection.apply_record(0, 2, create("r1", "q1")) is Verdict.applied
+    assert projection.apply_record(0, 3, stalled.decide(
         ev.RunCompleted, run_id="r1", result_json="1")) is Verdict.fenced
 
 

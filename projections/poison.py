@@ -1,0 +1,142 @@
+"""Poison records: what on the journal cannot be decoded or applied, and why. Pure, no I/O.
+
+Every reader that folds the journal (worker, read model, rebuild, time travel) classifies a
+record through these functions, so they all make the same record a dead letter for the same
+reason, and a rebuild equals the live projection. A dead letter is counted and skipped by
+every reader; only a partition's owner also copies it to `<namespace>.dead-letter`
+(engine.worker.deadletters).
+
+Kinds (`reason`, what `runstream dead-letters list` shows):
+  garbage            bytes that are not a framed Avro record (empty, wrong magic byte,
+                     malformed Avro, trailing bytes)
+  truncated          a frame or an Avro datum that ends early
+  unknown-schema-id  a schema id the registry does not know
+  unknown-type       a type header or envelope type that is not the schema id's type, or a
+                     writer schema that cannot be read as a known type
+  oversize           a value larger than MAX_RECORD_BYTES (never decoded)
+  missing-key        a run's record without a Kafka key (a partition's own records, claims
+                     and heartbeats, carry no run id and need none)
+  no-such-run        a decision about a run that never existed in the partition (a decision
+                     after a rejected create is not one: that run existed)
+`cause` is finer (the codec's DecodeReason for the first four) and is what the history item
+and the running hash record, as they did before the other kinds existed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Final, Literal
+
+from engine.journal import (
+    MAX_RECORD_BYTES,
+    TYPE_HEADER,
+    DecodeError,
+    DecodeReason,
+    JournalRecord,
+    decode,
+)
+from engine.journal import events as ev
+
+DeadLetterReason = Literal[
+    "garbage", "truncated", "unknown-schema-id", "unknown-type", "oversize", "missing-key",
+    "no-such-run",
+]
+REASONS: tuple[DeadLetterReason, ...] = (
+    "garbage", "truncated", "unknown-schema-id", "unknown-type", "oversize", "missing-key",
+    "no-such-run",
+)
+_DECODE_REASONS: dict[DecodeReason, DeadLetterReason] = {
+    "empty": "garbage",
+    "not-bytes": "garbage",
+    "bad-magic": "garbage",
+    "malformed-avro": "garbage",
+    "truncated": "truncated",
+    "unknown-schema-id": "unknown-schema-id",
+    "header-mismatch": "unknown-type",
+    "type-mismatch": "unknown-type",
+    "incompatible-schema": "unknown-type",
+}
+DEAD_LETTER_TYPE_PREFIX = "dead-letter:"
+
+
+class KeyUnknown(Enum):
+    """The reader does not know the record's Kafka key: the key check is not made."""
+
+    token = "key-unknown"
+
+
+KEY_UNKNOWN: Final = KeyUnknown.token
+RecordKey = bytes | None | KeyUnknown
+
+
+@dataclass(frozen=True, slots=True)
+class Poison:
+    """Why one record is a dead letter."""
+
+    reason: DeadLetterReason
+    cause: str  # the finer reason: the codec's DecodeReason, or `reason` itself
+    detail: str  # one line for people
+    error: DecodeError | None = None
+
+    @property
+    def record_type(self) -> str:
+        """The type its history item carries (hashed into the partition's chain)."""
+        return DEAD_LETTER_TYPE_PREFIX + self.cause
+
+
+Examined = JournalRecord | Poison
+
+
+def examine(value: bytes | None, headers: Sequence[tuple[str, bytes]] | None = None,
+            key: RecordKey = KEY_UNKNOWN) -> Examined:
+    """The decoded record, or why it is poison, from the record's own bytes alone."""
+    size = oversize(value)
+    if size is not None:
+        return size
+    try:
+        record = decode(value, headers)
+    except DecodeError as error:
+        return from_decode_error(error)
+    return missing_key(record, key) or record
+
+
+def oversize(value: bytes | None) -> Poison | None:
+    if value is None or len(value) <= MAX_RECORD_BYTES:
+        return None
+    return Poison("oversize", "oversize",
+                  f"{len(value)} bytes, over the {MAX_RECORD_BYTES}-byte record limit")
+
+
+def from_decode_error(error: DecodeError) -> Poison:
+    return Poison(_DECODE_REASONS.get(error.reason, "garbage"), error.reason, str(error), error)
+
+
+def missing_key(record: JournalRecord, key: RecordKey) -> Poison | None:
+    """A run's record must carry a key (its lineage id), or it was not routed to its
+    lineage's partition by anyone who knew the run."""
+    if key is KEY_UNKNOWN or key or not record.envelope.run_id:
+        return None
+    return Poison("missing-key", "missing-key",
+                  f"{record.TYPE} for run {record.envelope.run_id!r} has no record key")
+
+
+def needs_run(record: JournalRecord) -> bool:
+    """Whether the record is a decision that is poison if its run never existed: any run
+    decision but run.created (which may come without a request before it)."""
+    return (record.KIND == "decision" and bool(record.envelope.run_id)
+            and not isinstance(record, ev.RunCreated))
+
+
+def no_such_run(record: JournalRecord) -> Poison:
+    return Poison("no-such-run", "no-such-run",
+                  f"{record.TYPE} for run {record.envelope.run_id!r}, which never existed")
+
+
+def type_header(headers: Sequence[tuple[str, bytes]] | None) -> str | None:
+    """The record's type header, if it has one (a dead letter's copy repeats it)."""
+    for name, value in headers or ():
+        if name == TYPE_HEADER:
+            return value.decode(errors="replace")
+    return None

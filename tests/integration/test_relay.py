@@ -1,0 +1,265 @@
+"""Relay mode against a real broker: clients write only `<ns>.requests[.<authority>]`, the
+relay (engine.relay, run here next to in-process workers) forwards requests into the
+journal and nothing else."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+
+from engine import Client, Flow, FlowContext, RunCancelled, RunFailed, Worker
+from engine.config import dead_letter_topic, requests_topic
+from engine.journal import Envelope, decode, encode
+from engine.journal import events as ev
+from engine.reader import read_partitions, run_partition
+from engine.relay import REASON_HEADER, Relay
+from engine.relay_kafka import ensure_requests_topics
+from tests.conftest import TEST_JOURNAL_PARTITIONS
+
+AUTHORITIES = {"team": frozenset({"email"})}
+three = Flow("relay-three")
+mailer = Flow("relay-mailer", capabilities={"email", "payments"})
+collector = Flow("relay-collector")
+executions: collections.Counter[str] = collections.Counter()  # (run id) -> step calls
+
+
+def _count(run_id: str, step: str) -> str:
+    executions[f"{run_id}/{step}"] += 1
+    return step
+
+
+@three.handler
+async def _three(ctx: FlowContext, payload: dict[str, Any]) -> list[str]:
+    return [await ctx.step(f"s{i}", _count, ctx.run_id, f"s{i}") for i in range(3)]
+
+
+@mailer.handler
+async def _mailer(ctx: FlowContext, payload: Any) -> str:
+    await ctx.step("mail", _count, ctx.run_id, "mail", requires="email")
+    return str(await ctx.step("charge", _count, ctx.run_id, "charge", requires="payments"))
+
+
+@collector.handler
+async def _collector(ctx: FlowContext, payload: dict[str, Any]) -> list[Any]:
+    if payload.get("sleep"):
+        await ctx.sleep(payload["sleep"])
+    return [await ctx.wait_for("item") for _ in range(payload["count"])]
+
+
+FLOWS = [three, mailer, collector]
+
+
+@pytest.fixture
+async def relayed(bootstrap: str, namespace: str, journal: str) -> AsyncIterator[str]:
+    """The namespace's requests topics (`team` and an unconfigured `rogue` authority)."""
+    made = await ensure_requests_topics(bootstrap, namespace, ["team", "rogue"])
+    assert [t.partitions for t in made] == [TEST_JOURNAL_PARTITIONS] * 3
+    yield namespace
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_topics([t.name for t in made])
+    finally:
+        await admin.close()
+
+
+@asynccontextmanager
+async def engine(bootstrap: str, namespace: str, path: Path,
+                 relay: Relay | None = None) -> AsyncIterator[Relay]:
+    """An in-process worker and a relay next to it (as each worker will run one)."""
+    worker = Worker(flows=FLOWS, data_dir=path, bootstrap_servers=bootstrap,
+                    namespace=namespace, session_timeout_ms=6000)
+    relay = relay or Relay(bootstrap, namespace, None, AUTHORITIES, name="r1")
+    await worker.start()
+    await relay.start()
+    try:
+        yield relay
+    finally:
+        await relay.stop()
+        await worker.stop()
+
+
+async def journal_records(bootstrap: str, namespace: str) -> list[tuple[int, int, Any]]:
+    found = []
+    async for raw in read_partitions(bootstrap, f"{namespace}.journal"):
+        found.append((raw.partition, raw.offset, decode(raw.value, raw.headers)))
+    return found
+
+
+async def dead_letters(bootstrap: str, namespace: str, count: int,
+                       timeout: float = 30) -> list[tuple[str, str]]:
+    """(key, reason) of the first `count` dead letters, waiting for them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = []
+        try:
+            async for raw in read_partitions(bootstrap, dead_letter_topic(namespace)):
+                headers = dict(raw.headers)
+                found.append((headers["runstream-dead-letter-source"].decode(),
+                              headers[REASON_HEADER].decode()))
+        except TimeoutError:
+            pass
+        if len(found) >= count or time.monotonic() > deadline:
+            return found
+        await asyncio.sleep(0.3)
+
+
+async def test_create_signal_cancel_through_the_requests_topic(
+        bootstrap: str, relayed: str, tmp_path: Path) -> None:
+    namespace = relayed
+    async with engine(bootstrap, namespace, tmp_path / "w") as relay, \
+            Client(bootstrap_servers=bootstrap, namespace=namespace, flows=FLOWS) as client:
+        route = await client.route()
+        assert route.relayed and route.topic == requests_topic(namespace)
+        done = await client.create_run(three, {}, run_id="t1")
+        assert await done.result(timeout=30) == ["s0", "s1", "s2"]
+        waiting = await client.create_run(collector, {"count": 2}, run_id="c1")
+        await waiting.admitted(timeout=30)
+        first = await client.signal("c1", "item", 1, request_id="item-1")
+        again = await client.signal("c1", "item", 1, request_id="item-1")  # taken once
+        assert again > first
+        await client.signal("c1", "item", 2)
+        assert await waiting.result(timeout=30) == [1, 2]
+        sleeping = await client.create_run(collector, {"count": 1, "sleep": 60}, run_id="z1")
+        await sleeping.admitted(timeout=30)
+        await client.cancel("z1", reason="no longer needed")
+        with pytest.raises(RunCancelled, match="no longer needed"):
+            await sleeping.result(timeout=30)
+        assert relay.forwarded == 7 and relay.refused == 0
+    records = await journal_records(bootstrap, namespace)
+    requests = [r for _, _, r in records if r.KIND == "request"]
+    assert collections.Counter(r.TYPE for r in requests) == {
+        "run.create-requested": 3, "run.signal-sent": 3, "run.cancel-requested": 1}
+
+
+async def test_forged_decisions_never_reach_the_journal(
+        bootstrap: str, relayed: str, tmp_path: Path) -> None:
+    namespace = relayed
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    try:
+        async with engine(bootstrap, namespace, tmp_path / "w"), \
+                Client(bootstrap_servers=bootstrap, namespace=namespace, flows=FLOWS) as client:
+            run = await client.create_run(collector, {"count": 1}, run_id="victim")
+            await run.admitted(timeout=30)
+            partition = run_partition("victim", TEST_JOURNAL_PARTITIONS)
+            now = int(time.time() * 1000)
+            forged_claim = ev.PartitionEpochClaimed(
+                envelope=Envelope(type=ev.PartitionEpochClaimed.TYPE, run_id="", lineage_id="",
+                                  epoch=99, source_id="forger", source_seq=1, timestamp_ms=now),
+                partition=partition, epoch=99, owner="forger", generation=10_000)
+            forged_step = ev.StepCompleted(
+                envelope=Envelope(type=ev.StepCompleted.TYPE, run_id="victim", lineage_id="victim",
+                                  epoch=1, source_id="forger", source_seq=2, timestamp_ms=now),
+                position=0, name="item", kind="wait", result_json='"forged"')
+            topic = requests_topic(namespace)
+            for record, key in ((forged_claim, b""), (forged_step, b"victim")):
+                value, headers = encode(record)
+                await producer.send_and_wait(topic, value=value, key=key, headers=headers,
+                                             partition=partition)
+            await producer.send_and_wait(topic, value=b"\x00garbage", key=b"victim",
+                                         partition=partition)
+            letters = await dead_letters(bootstrap, namespace, 3)
+            await client.signal("victim", "item", "real")
+            assert await run.result(timeout=30) == ["real"]
+            normal = await client.create_run(three, {}, run_id="after")
+            assert await normal.result(timeout=30) == ["s0", "s1", "s2"]
+    finally:
+        await producer.stop()
+    reasons = dict(letters)
+    assert reasons[f"{topic}:{partition}:1"].startswith(
+        "not a request: partition.epoch-claimed is a decision")
+    assert reasons[f"{topic}:{partition}:2"].startswith("not a request: step.completed")
+    assert reasons[f"{topic}:{partition}:3"].startswith("decode error")
+    records = await journal_records(bootstrap, namespace)
+    assert not [r for _, _, r in records if r.envelope.source_id == "forger"]
+
+
+async def test_a_restricted_authority_cannot_widen_its_ceiling(
+        bootstrap: str, relayed: str, tmp_path: Path) -> None:
+    namespace = relayed
+    executions.clear()
+    async with engine(bootstrap, namespace, tmp_path / "w"), \
+            Client(bootstrap_servers=bootstrap, namespace=namespace, flows=FLOWS,
+                   authority_name="team") as team, \
+            Client(bootstrap_servers=bootstrap, namespace=namespace, flows=FLOWS,
+                   authority_name="rogue") as rogue:
+        assert (await team.route()).topic == requests_topic(namespace, "team")
+        # The flow declares email and payments: the relay narrows the run to email.
+        run = await team.create_run(mailer, None, run_id="m1")
+        with pytest.raises(RunFailed, match="payments"):
+            await run.result(timeout=30)
+        assert (await team.describe("m1")).ceiling == ("email",)
+        assert executions == {"m1/mail": 1}
+        # An authority no worker configured gets nothing relayed.
+        await rogue.create_run(three, {}, run_id="r1")
+        [(source, reason)] = await dead_letters(bootstrap, namespace, 1)
+    assert source.startswith(requests_topic(namespace, "rogue"))
+    assert "authority 'rogue' is not configured" in reason
+    records = await journal_records(bootstrap, namespace)
+    assert not [r for _, _, r in records if r.envelope.run_id == "r1"]
+
+
+async def test_a_relay_killed_before_committing_forwards_again_without_effect(
+        bootstrap: str, relayed: str, tmp_path: Path) -> None:
+    namespace = relayed
+    executions.clear()
+    crashing = Relay(bootstrap, namespace, None, AUTHORITIES, name="crashing")
+    async with engine(bootstrap, namespace, tmp_path / "w", crashing), \
+            Client(bootstrap_servers=bootstrap, namespace=namespace, flows=FLOWS) as client:
+        consumer = crashing._consumer
+        assert consumer is not None
+
+        async def never(*args: object, **kwargs: object) -> None:
+            return None  # the relay dies between forwarding and committing, every time
+
+        consumer.commit = never  # type: ignore[method-assign]
+        runs = [await client.create_run(three, {}, run_id=f"k{i}") for i in range(3)]
+        waiting = await client.create_run(collector, {"count": 2}, run_id="kc")
+        await waiting.admitted(timeout=30)
+        for item in ("a", "b"):
+            await client.signal("kc", "item", item)
+        assert [await r.result(timeout=30) for r in runs] == [["s0", "s1", "s2"]] * 3
+        assert await waiting.result(timeout=30) == ["a", "b"]
+        await crashing.stop()
+        # The next relay starts from the group's committed offsets: none, so everything.
+        second = Relay(bootstrap, namespace, None, AUTHORITIES, name="second")
+        await second.start()
+        try:
+            for _ in range(150):  # 30 s at most
+                if second.forwarded >= 6:
+                    break
+                await asyncio.sleep(0.2)
+            assert second.forwarded == 6
+            # Acknowledged, so in the read model's catch-up: the same reducer as the owner.
+            view = await (await client.read_model()).catch_up()
+            for run_id in ("k0", "k1", "k2", "kc"):
+                verdicts = collections.defaultdict(list)
+                for item in view.history(run_id):
+                    record = decode(item.raw)
+                    if record.KIND == "request":
+                        verdicts[record.envelope.request_id].append(item.verdict.value)
+                assert set(map(tuple, verdicts.values())) == {("applied", "duplicate")}
+            assert len(verdicts) == 3  # kc: its create and two signals
+        finally:
+            await second.stop()
+    records = await journal_records(bootstrap, namespace)
+    ids = collections.Counter(r.envelope.request_id for _, _, r in records
+                              if r.KIND == "request")
+    assert sorted(ids.values()) == [2] * 6  # every request is in the journal twice
+    assert executions == {f"k{i}/s{j}": 1 for i in range(3) for j in range(3)}
+    created = [r for _, _, r in records if isinstance(r, ev.RunCreated) and not r.duplicate]
+    assert len(created) == 4
+    result = json.loads(next(r.result_json for _, _, r in records
+                             if isinstance(r, ev.RunCompleted) and r.envelope.run_id == "kc"))
+    assert result == ["a", "b"]

@@ -1,0 +1,215 @@
+"""SASL_SSL and ACLs against a real broker: `runstream broker start --security sasl_ssl --acl`.
+
+One dedicated single-node broker for the module (TLS with a CA made for its data dir, SCRAM
+and PLAIN users admin/worker/client made with Kafka's StorageTool, StandardAuthorizer with
+admin the only super user), on free ports below the ephemeral range.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import TopicAuthorizationFailedError
+
+from engine import Client
+from engine.acl import grant_role, role_bindings
+from engine.admin import ensure_topics
+from engine.broker import BrokerCluster, BrokerError, find_java
+from engine.config import journal_topic, requests_topic
+from engine.connection import ENVIRONMENT, KafkaSecurity, access_denied, kafka_options
+from engine.demo.flows import CheckoutIn, checkout
+from engine.errors import InvalidInput
+from engine.journal import Envelope, encode
+from engine.journal import events as ev
+from engine.relay_kafka import ensure_requests_topics
+from tests.integration.test_cluster import _free_base_port
+
+pytestmark = [pytest.mark.integration]
+
+PARTITIONS = 2
+CLI_TIMEOUT_S = 60.0  # a refused connection must end the command well before this
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
+    cluster = BrokerCluster(base_port=_free_base_port(1),
+                            data_dir=tmp_path_factory.mktemp("secure") / "kafka",
+                            security="sasl_ssl", acl=True)
+    try:
+        find_java()
+        cluster.provision()
+    except BrokerError as exc:
+        if os.environ.get("CI", "").lower() == "true":
+            raise
+        pytest.skip(f"cannot run a local Kafka here: {exc.message}")
+    try:
+        cluster.start(timeout=120)  # a busy 2-core machine starts a JVM slowly
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def security_of(cluster: BrokerCluster, user: str) -> KafkaSecurity:
+    env = cluster.client_env(user)
+    return KafkaSecurity(
+        security_protocol=env["RUNSTREAM_SECURITY_PROTOCOL"],
+        sasl_mechanism=env["RUNSTREAM_SASL_MECHANISM"], sasl_username=user,
+        sasl_password=env["RUNSTREAM_SASL_PASSWORD"], ssl_cafile=env["RUNSTREAM_SSL_CAFILE"])
+
+
+async def _namespace(cluster: BrokerCluster, *, relayed: bool = False) -> str:
+    """A fresh namespace whose topics the admin creates; the worker role granted (API) and,
+    when relayed, the client role (through `runstream acl grant`, as an operator would)."""
+    namespace = f"sec-{uuid.uuid4().hex[:10]}"
+    admin = security_of(cluster, "admin")
+    await ensure_topics(cluster.bootstrap, namespace, PARTITIONS, security=admin)
+    await grant_role(bootstrap=cluster.bootstrap, role="worker", principal="User:worker",
+                     namespace=namespace, security=admin)
+    if relayed:
+        await ensure_requests_topics(cluster.bootstrap, namespace, [], security=admin)
+        done = await asyncio.to_thread(
+            _cli, ["acl", "grant", "--role", "client", "--principal", "User:client",
+                   "--namespace", namespace, "--bootstrap", cluster.bootstrap],
+            cluster.client_env("admin"))
+        assert done.returncode == 0, done.stderr
+        assert f"granted User:client WRITE topic {requests_topic(namespace)}" in done.stdout
+    return namespace
+
+
+def test_the_client_role_never_writes_the_journal() -> None:
+    plain = role_bindings("client", "User:c", "ns")
+    scoped = role_bindings("client", "User:c", "ns", authority="team")
+    for bindings, requests in ((plain, "ns.requests"), (scoped, "ns.requests.team")):
+        writes = {(b.name, b.pattern) for b in bindings if b.operation == "WRITE"}
+        assert writes == {(requests, "literal")}
+        reads = {b.name for b in bindings if b.operation == "READ"}
+        assert reads == {"ns.journal", "ns.owners"}
+    worker = role_bindings("worker", "User:w", "ns")
+    assert {(b.resource, b.name, b.pattern) for b in worker} == {
+        ("topic", "ns.", "prefixed"), ("group", "ns.", "prefixed")}
+    with pytest.raises(InvalidInput):
+        role_bindings("client", "client", "ns")  # not a principal
+
+
+def _cli(arguments: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if k not in ENVIRONMENT.values()}
+    return subprocess.run([sys.executable, "-m", "engine.cli", *arguments],
+                          env={**clean, **env}, capture_output=True, text=True,
+                          timeout=CLI_TIMEOUT_S, check=False)
+
+
+def _security_flags(settings: KafkaSecurity) -> list[str]:
+    flags = ["--security-protocol", settings.security_protocol]
+    for flag, value in (("--sasl-mechanism", settings.sasl_mechanism),
+                        ("--sasl-username", settings.sasl_username),
+                        ("--ssl-cafile", settings.ssl_cafile)):
+        if value is not None:
+            flags += [flag, value]
+    return flags
+
+
+def _start_worker(bootstrap: str, namespace: str, settings: KafkaSecurity, tmp_path: Path
+                  ) -> subprocess.Popen[bytes]:
+    """`runstream worker` given the group's security options (the password from its
+    environment variable, as recommended: argv is visible to every local user)."""
+    with open(tmp_path / "worker.log", "wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "engine.cli", *_security_flags(settings), "worker",
+             "--app", "engine.demo.flows:flows", "--data-dir", str(tmp_path / "w"),
+             "--bootstrap", bootstrap, "--namespace", namespace, "--name", "secure-w",
+             "--session-timeout-ms", "6000", "--drain-timeout", "2"],
+            stdout=log, stderr=subprocess.STDOUT,
+            env={**os.environ, "RUNSTREAM_SASL_PASSWORD": str(settings.sasl_password)})
+
+
+async def test_a_worker_with_the_right_credentials_runs_a_flow_end_to_end(
+        secure: BrokerCluster, tmp_path: Path) -> None:
+    namespace = await _namespace(secure)
+    worker = security_of(secure, "worker")
+    proc = _start_worker(secure.bootstrap, namespace, worker, tmp_path)
+    try:
+        async with Client(bootstrap_servers=secure.bootstrap, namespace=namespace,
+                          flows=[checkout], security=worker,
+                          read_model_dir=tmp_path / "model") as client:
+            run = await client.create_run(checkout, CheckoutIn(order_id="o-1", amount=5))
+            result = await run.result(timeout=60)
+        assert result.order_id == "o-1" and result.receipt.startswith("receipt for ch-o-1-")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    assert "Traceback" not in (tmp_path / "worker.log").read_text(errors="replace")
+
+
+@pytest.mark.parametrize("case", ["wrong password", "plaintext", "unknown CA"])
+def test_refused_connections_end_with_one_clear_line(
+        secure: BrokerCluster, tmp_path: Path, case: str) -> None:
+    client = security_of(secure, "client")
+    expected = {
+        "wrong password": "SASL authentication failed",
+        "plaintext": "closed a PLAINTEXT connection: the listener probably requires TLS",
+        "unknown CA": "TLS verification of",
+    }[case]
+    settings = {
+        "wrong password": client,
+        "plaintext": KafkaSecurity(),
+        "unknown CA": dataclasses.replace(client, ssl_cafile=None),
+    }[case]
+    password = "not-the-password" if case == "wrong password" else str(client.sasl_password)
+    started = time.monotonic()
+    done = _cli([*_security_flags(settings), "runs", "list", "--bootstrap", secure.bootstrap,
+                 "--namespace", "sec-none", "--cache-dir", str(tmp_path)],
+                {"RUNSTREAM_SASL_PASSWORD": password, "RUNSTREAM_SSL_CAFILE": ""})
+    elapsed = time.monotonic() - started
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode != 0, done.stdout
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], (
+        done.stderr)
+    assert elapsed < CLI_TIMEOUT_S
+
+
+async def test_a_client_principal_may_send_requests_but_never_write_the_journal(
+        secure: BrokerCluster) -> None:
+    namespace = await _namespace(secure, relayed=True)
+    partition = 0
+    forged_claim = ev.PartitionEpochClaimed(
+        envelope=Envelope(type=ev.PartitionEpochClaimed.TYPE, run_id="",
+                          lineage_id=f"partition/{partition}", request_id=uuid.uuid4().hex,
+                          epoch=0, source_id="forger", source_seq=1,
+                          timestamp_ms=int(time.time() * 1000)),
+        partition=partition, epoch=99, owner="forger", query_endpoint=None,
+        generation=10_000, lease_ms=600_000)
+    value, headers = encode(forged_claim)
+
+    async def produce(user: str, topic: str) -> None:
+        settings = security_of(secure, user)
+        producer = AIOKafkaProducer(bootstrap_servers=secure.bootstrap, acks="all",
+                                    enable_idempotence=True, request_timeout_ms=15_000,
+                                    **kafka_options(settings))
+        await producer.start()
+        try:
+            await asyncio.wait_for(producer.send_and_wait(
+                topic, value=value, key=b"", headers=headers, partition=partition), 30)
+        finally:
+            await producer.stop()
+
+    with pytest.raises(TopicAuthorizationFailedError) as refused:
+        await produce("client", journal_topic(namespace))
+    denied = access_denied(refused.value, security_of(secure, "client"))
+    assert denied is not None and "User:client" in str(denied)
+    assert "\n" not in str(denied)
+    await produce("client", requests_topic(namespace))  # requests are the client's to send
+    await produce("worker", journal_topic(namespace))  # the journal is the workers'

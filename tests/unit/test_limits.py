@@ -1,0 +1,251 @@
+"""Input limits (engine.limits) and the relay's judgement of what it forwards (engine.relay):
+pure functions, no broker."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from engine.errors import InvalidInput, InvalidRunId, PayloadInvalid
+from engine.fork import fork_run_id
+from engine.journal import decode, encode
+from engine.journal import events as ev
+from engine.limits import (
+    MAX_ADDRESSED_RUN_ID_CHARS,
+    MAX_NAME_CHARS,
+    MAX_RECORD_BYTES,
+    MAX_RUN_ID_CHARS,
+    NameInvalid,
+    PayloadTooLarge,
+    RecordTooLarge,
+    RunIdInvalid,
+    check_authority_name,
+    check_name,
+    check_payload,
+    check_run_id,
+    encode_request,
+    max_payload_bytes,
+)
+from engine.reader import run_partition
+from engine.relay import (
+    AUTHORITY_HEADER,
+    Forward,
+    Incoming,
+    Refuse,
+    judge,
+    load_authorities,
+)
+from tests.builders import Writer, request
+
+NS = "ns"
+PARTITIONS = 4
+
+
+@pytest.mark.parametrize("run_id", [
+    "order-1042", "a" * MAX_RUN_ID_CHARS, "9f86d081884c7d659a2feaa0c55ad015",
+    "tenant:acme/order@2024+x=y_z.1",
+])
+def test_new_run_ids_that_are_valid(run_id: str) -> None:
+    assert check_run_id(run_id, new=True) == run_id
+
+
+@pytest.mark.parametrize("run_id", [
+    "parent.3", "parent.3.7.12",  # children: <parent>.<position>, per level
+    "lineage~2", "lineage~2.4",  # rounds, and a round's child
+    "src-round-2-fork-0a1b2c3d",  # a generated fork id
+    "p" + ".123456" * 64 + "~999",  # 64 levels of children, then rounds
+])
+def test_ids_the_engine_derives_are_valid_addresses(run_id: str) -> None:
+    assert len(run_id) <= MAX_ADDRESSED_RUN_ID_CHARS
+    assert check_run_id(run_id) == run_id
+
+
+@pytest.mark.parametrize("run_id, fragment", [
+    ("", "non-empty"),
+    ("has space", "' '"),
+    ("tab\there", "'\\t'"),
+    ("nul\x00", "'\\x00'"),
+    ("newline\n", "'\\n'"),
+    ("ünïcode", "'ï'"),
+    ("a" * (MAX_RUN_ID_CHARS + 1), f"over the {MAX_RUN_ID_CHARS}"),
+    ("lineage~1", "names the rounds"),
+])
+def test_new_run_ids_that_are_refused(run_id: str, fragment: str) -> None:
+    with pytest.raises(RunIdInvalid) as refused:
+        check_run_id(run_id, new=True)
+    assert fragment in str(refused.value)
+    assert isinstance(refused.value, InvalidInput) and isinstance(refused.value, InvalidRunId)
+    assert "\n" not in str(refused.value)  # one line, even for a hostile id
+
+
+def test_an_addressed_id_may_be_longer_but_not_unbounded() -> None:
+    check_run_id("a" * MAX_ADDRESSED_RUN_ID_CHARS)
+    with pytest.raises(RunIdInvalid, match="over the 1024"):
+        check_run_id("a" * (MAX_ADDRESSED_RUN_ID_CHARS + 1))
+    with pytest.raises(RunIdInvalid, match=r"\.\.\. \(1000000 chars\)"):
+        check_run_id(" " * 1_000_000)  # the message shows a cut of it, not all of it
+
+
+def test_generated_fork_ids_stay_valid_however_long_the_source() -> None:
+    source = "s" * MAX_RUN_ID_CHARS
+    fork = fork_run_id(source, None)
+    assert check_run_id(fork, new=True) == fork and fork.startswith("s" * 100)
+    again = fork_run_id(fork, None)
+    assert check_run_id(again, new=True) == again and again != fork
+    assert fork_run_id("lineage~3", None).startswith("lineage-round-3-fork-")
+    with pytest.raises(RunIdInvalid, match="names the rounds"):
+        fork_run_id("x", "y~1")
+
+
+@pytest.mark.parametrize("name", ["approval", "order.paid", "ns:event-1", "x" * MAX_NAME_CHARS])
+def test_names_that_are_valid(name: str) -> None:
+    assert check_name("signal", name) == name
+
+
+@pytest.mark.parametrize("name, fragment", [
+    ("", "non-empty"), ("with space", "' '"), ("slash/", "'/'"), ("tilde~", "'~'"),
+    ("x" * (MAX_NAME_CHARS + 1), f"over the {MAX_NAME_CHARS}"),
+])
+def test_names_that_are_refused(name: str, fragment: str) -> None:
+    with pytest.raises(NameInvalid) as refused:
+        check_name("flow", name)
+    assert fragment in str(refused.value) and "flow name" in str(refused.value)
+
+
+def test_authority_names_end_a_topic_name() -> None:
+    assert check_authority_name("team-a_1") == "team-a_1"
+    for bad in ("", "a.b", "a b", "x" * 101):
+        with pytest.raises(NameInvalid):
+            check_authority_name(bad)
+
+
+def test_payload_limit_counts_encoded_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RUNSTREAM_MAX_PAYLOAD_BYTES", "10")
+    assert max_payload_bytes() == 10
+    check_payload("p", '"12345678"')
+    with pytest.raises(PayloadTooLarge) as refused:
+        check_payload("the payload of flow 'f'", '"ééééé"')  # 7 characters, 12 bytes
+    assert refused.value.size == 12 and refused.value.limit == 10
+    assert isinstance(refused.value, PayloadInvalid)  # what callers caught before
+    assert "over the 10-byte limit (RUNSTREAM_MAX_PAYLOAD_BYTES)" in str(refused.value)
+
+
+def test_payload_limit_default_and_bad_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RUNSTREAM_MAX_PAYLOAD_BYTES", raising=False)
+    assert max_payload_bytes() == 512 * 1024
+    for bad in ("lots", "0", str(MAX_RECORD_BYTES + 1)):
+        monkeypatch.setenv("RUNSTREAM_MAX_PAYLOAD_BYTES", bad)
+        with pytest.raises(InvalidInput, match="RUNSTREAM_MAX_PAYLOAD_BYTES"):
+            max_payload_bytes()
+
+
+def test_no_request_over_the_record_limit_is_encoded() -> None:
+    small = create("r1", "q1")
+    value, headers = encode_request(small, b"r1", [("traceparent", b"00-ab")])
+    assert decode(value) == small and ("traceparent", b"00-ab") in headers
+    big = create("r1", "q1", payload_json=json.dumps("x" * MAX_RECORD_BYTES))
+    with pytest.raises(RecordTooLarge, match=f"over the {MAX_RECORD_BYTES}-byte limit"):
+        encode_request(big, b"r1")
+
+
+def create(run_id: str, request_id: str, **body: object) -> ev.RunCreateRequested:
+    fields: dict[str, object] = {"flow": "checkout", "payload_json": '{"amount":5}', **body}
+    record: ev.RunCreateRequested = request(ev.RunCreateRequested, run_id=run_id,
+                                            request_id=request_id, **fields)
+    return record
+
+
+# ---- the relay's judgement ----------------------------------------------------------------
+
+def _incoming(record: object, *, topic: str = f"{NS}.requests", key: bytes | None = None,
+              partition: int | None = None) -> Incoming:
+    value, headers = encode(record)  # type: ignore[arg-type]
+    run_id = record.envelope.run_id  # type: ignore[attr-defined]
+    return Incoming(topic, run_partition(run_id, PARTITIONS) if partition is None else partition,
+                    7, run_id.encode() if key is None else key, value, tuple(headers))
+
+
+def _judge(incoming: Incoming, authorities: dict[str, frozenset[str]] | None = None
+           ) -> Forward | Refuse:
+    return judge(incoming, NS, authorities or {}, PARTITIONS)
+
+
+def test_client_requests_are_forwarded_unchanged() -> None:
+    for record in (create("r1", "q1"),
+                   request(ev.RunSignalSent, run_id="r1", request_id="q2", name="go"),
+                   _in_lineage(request(ev.RunCancelRequested, run_id="r1~2", request_id="q3")),
+                   request(ev.RunResumeRequested, run_id="r1", request_id="q4", operator="me")):
+        incoming = _incoming(record, key=b"r1")
+        verdict = _judge(incoming)
+        assert isinstance(verdict, Forward), verdict
+        assert verdict.value == incoming.value and verdict.headers == list(incoming.headers)
+
+
+def test_decisions_and_owner_requests_are_refused() -> None:
+    owner = Writer("zombie")
+    claim = owner.claim(0, generation=99)
+    completed = owner.decide(ev.StepCompleted, run_id="r1", position=0, name="charge",
+                             result_json="1")
+    wake = request(ev.RunWakeRequested, run_id="r1", request_id="w", child_run_id="r1.0",
+                   child_status="completed", result_json='"forged"', position=0)
+    child = create("r1.0", "c", parent_run_id="r1", parent_lineage_id="r1", parent_position=0)
+    assert "not a request: partition.epoch-claimed is a decision" in _reason(
+        _incoming(claim, key=b"", partition=0))
+    assert "not a request: step.completed" in _reason(_incoming(completed))
+    assert "not a client request: this run.wake-requested" in _reason(_incoming(wake))
+    assert "not a client request: this run.create-requested" in _reason(_incoming(child))
+
+
+def test_garbage_bad_keys_and_ids_are_refused() -> None:
+    garbage = Incoming(f"{NS}.requests", 0, 1, b"k", b"\x00\x00\x00\x00\x01junk", ())
+    assert _reason(garbage).startswith("decode error:")
+    assert _reason(Incoming(f"{NS}.requests", 0, 1, b"k", None, ())).startswith("not a request")
+    record = create("r1", "q1")
+    assert "wrong key" in _reason(_incoming(record, key=b"other"))
+    wrong = (run_partition("r1", PARTITIONS) + 1) % PARTITIONS
+    assert "wrong partition" in _reason(_incoming(record, partition=wrong))
+    assert "no request_id" in _reason(_incoming(create("r1", "")))
+    assert "invalid input" in _reason(_incoming(create("bad id", "q1")))
+
+
+def test_a_restricted_authority_gets_its_ceiling_narrowed() -> None:
+    caps = {"team": frozenset({"email"})}
+    topic = f"{NS}.requests.team"
+    for declared, expected in ((None, ["email"]), (["email", "payments"], ["email"]),
+                               (["payments"], [])):
+        verdict = _judge(_incoming(create("r1", "q1", ceiling=declared), topic=topic), caps)
+        assert isinstance(verdict, Forward)
+        forwarded = decode(verdict.value)
+        assert isinstance(forwarded, ev.RunCreateRequested) and forwarded.ceiling == expected
+        assert (AUTHORITY_HEADER, b"team") in verdict.headers
+    signal = request(ev.RunSignalSent, run_id="r1", request_id="s", name="go")
+    assert isinstance(_judge(_incoming(signal, topic=topic), caps), Forward)
+    resume = request(ev.RunResumeRequested, run_id="r1", request_id="s", operator="x")
+    assert "operator's request" in _reason(_incoming(resume, topic=topic), caps)
+    assert "authority 'other' is not configured" in _reason(
+        _incoming(create("r1", "q1"), topic=f"{NS}.requests.other"), caps)
+
+
+def test_authorities_come_from_json(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RUNSTREAM_AUTHORITIES", '{"team": ["email", "sms"], "none": []}')
+    assert load_authorities() == {"team": frozenset({"email", "sms"}), "none": frozenset()}
+    for bad in ('{"team": "email"}', "[1]", "{", '{"a.b": []}'):
+        monkeypatch.setenv("RUNSTREAM_AUTHORITIES", bad)
+        with pytest.raises(InvalidInput):
+            load_authorities()
+    monkeypatch.delenv("RUNSTREAM_AUTHORITIES")
+    assert load_authorities() == {}
+
+
+def _in_lineage(record: ev.RunCancelRequested) -> ev.RunCancelRequested:
+    """A request to a later round carries its lineage's id, as the client writes it."""
+    envelope = dataclasses.replace(record.envelope, lineage_id="r1")
+    return dataclasses.replace(record, envelope=envelope)
+
+
+def _reason(incoming: Incoming, authorities: dict[str, frozenset[str]] | None = None) -> str:
+    verdict = _judge(incoming, authorities)
+    assert isinstance(verdict, Refuse), verdict
+    return verdict.reason
