@@ -251,16 +251,7 @@ async def serve_worker(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await worker.start()
-    running = asyncio.create_task(worker.run())
-    stopped = asyncio.create_task(stop.wait())
-    try:
-        await asyncio.wait({running, stopped}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        await worker.stop()
-        stopped.cancel()
-    if running.done() and not running.cancelled() and running.exception():
-        raise running.exception()  # type: ignore[misc]
+    await worker.serve_until(stop)
 
 
 async def rebuild(

@@ -47,7 +47,7 @@ from engine.journal import MAX_RECORD_BYTES, DecodeError, JournalRecord, decode,
 from engine.journal import events as ev
 from engine.limits import check_authority_name, check_run_id
 from engine.reader import run_partition
-from engine.relay_kafka import relay_consumer, relay_producer
+from engine.relay_kafka import relay_consumer, relay_producer, topic_partitions
 from projections.state import lineage_of
 
 log = logging.getLogger("runstream.relay")
@@ -213,18 +213,35 @@ class Relay:
         self._task: asyncio.Task[None] | None = None
         self._partitions = 0  # the journal's
 
-    async def start(self) -> None:
+    async def start(self, *, only_if_relaying: bool = False) -> None:
+        """Connect and start forwarding. `only_if_relaying` (a worker's relay): first list
+        the cluster's topics (a metadata request for all, which creates nothing), and stay
+        idle, holding no connection, when `<ns>.requests` does not exist: a direct-mode
+        namespace pays nothing. The check is made once: a requests topic created later is
+        relayed once the workers restart."""
         producer = relay_producer(self.bootstrap, self.security, self.name)
         await start_client(producer, self.bootstrap, self.security)
-        consumer = relay_consumer(self.bootstrap, self.namespace, self.security, self.name)
         try:
-            self._partitions = len(await producer.partitions_for(journal_topic(self.namespace)))
+            topics = await topic_partitions(producer.client)
+            if only_if_relaying and requests_topic(self.namespace) not in topics:
+                log.info("relay %s: %s does not exist: requests go straight to the journal, "
+                         "nothing to relay", self.name, requests_topic(self.namespace))
+                await producer.stop()
+                return
+            self._partitions = topics.get(journal_topic(self.namespace), 0) or len(
+                await producer.partitions_for(journal_topic(self.namespace)))
+            consumer = relay_consumer(self.bootstrap, self.namespace, self.security, self.name)
             await start_client(consumer, self.bootstrap, self.security)
         except BaseException:
             await producer.stop()
             raise
         self._producer, self._consumer = producer, consumer
         self._task = asyncio.create_task(self._run(), name=f"runstream-relay-{self.name}")
+
+    @property
+    def relaying(self) -> bool:
+        """Forwarding (started, and the namespace relays or the caller did not ask)."""
+        return self._task is not None
 
     async def stop(self) -> None:
         """Stop at once: what was forwarded but not committed is forwarded again by the
@@ -249,7 +266,23 @@ class Relay:
             except KafkaError as exc:  # a broker restart, a rebalance: read it all again
                 log.warning("relay %s: %r; retrying from the last commit", self.name, exc)
                 await asyncio.sleep(RETRY_SECONDS)
+                await self._renew_producer()
                 await self._rewind()
+
+    async def _renew_producer(self) -> None:
+        """A fresh producer after a failed round: an idempotent producer whose batch expired
+        (a broker down longer than its request timeout) must not go on with its sequence.
+        While the broker is down the old one stays, and the next failure tries again."""
+        producer = relay_producer(self.bootstrap, self.security, self.name)
+        try:
+            await producer.start()
+        except KafkaError as exc:
+            await producer.stop()
+            log.warning("relay %s: no new producer yet (%r)", self.name, exc)
+            return
+        old, self._producer = self._producer, producer
+        if old is not None:
+            await old.stop()
 
     async def _relay(self, batches: dict[TopicPartition, list[object]]) -> None:
         """Forward or refuse every record, wait for all acknowledgements, then commit."""

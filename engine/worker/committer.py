@@ -53,7 +53,12 @@ BLAME_AT_BYTES = 16 * 1024
 
 
 class RecordTooLarge(EncodeError):
-    """A decision whose encoded value would not fit in one Kafka record."""
+    """A decision whose encoded value would not fit in one Kafka record: refused where it is
+    written, never produced (the broker, or every reader, would refuse it)."""
+
+    def __init__(self, message: str, record_type: str | None = None, size: int = 0) -> None:
+        super().__init__(message, record_type)
+        self.size = size
 
 
 @dataclass(slots=True)
@@ -117,9 +122,9 @@ class Committer:
         if len(value) > MAX_RECORD_BYTES:
             self._seq -= unstamp
             raise RecordTooLarge(
-                f"{record.TYPE} for run {record.envelope.run_id} is {len(value)} bytes, "
-                f"over the {MAX_RECORD_BYTES}-byte limit of one journal record",
-                record_type=record.TYPE,
+                f"{record.TYPE} for run {record.envelope.run_id} is {len(value)} bytes; "
+                f"the limit is {MAX_RECORD_BYTES} bytes per journal record",
+                record_type=record.TYPE, size=len(value),
             )
         pending = _Pending(partition, stamped.envelope.run_id,
                            stamped.envelope.lineage_id.encode(), value, headers)

@@ -158,8 +158,11 @@ class DeadLetterCopier:
             self.metrics.dead_letter_copied(poison.reason)
         if failed:
             first = next(r for r in results if isinstance(r, BaseException))
-            log.warning("copying %d dead letter(s) to %s failed (%r); retrying",
-                        len(failed), self.topic, first)
+            log.warning("copying %d dead letter(s) to %s failed (%r); retrying with a new "
+                        "producer", len(failed), self.topic, first)
+            # An idempotent producer whose batch expired (a broker down for longer than its
+            # request timeout) must not go on with its sequence: the retry takes a new one.
+            await self.close()
         return failed
 
     async def _send(self, producer: AIOKafkaProducer, item: Polled, poison: Poison) -> None:

@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 from engine.context import FlowContext, RunReleased, Suspend
 from engine.decide import Activation, plan_activation
-from engine.errors import WorkerFatal
+from engine.errors import StepFailed, WorkerFatal
 from engine.flow import Flow
 from engine.journal import Envelope, JournalRecord
 from engine.journal import events as ev
 from engine.runner import HandlerRunner, suspension
+from engine.worker.committer import MAX_RECORD_BYTES, RecordTooLarge
 from projections.state import JournalEntry, RunState, Verdict, Wait
 
 if TYPE_CHECKING:
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from engine.worker.worker import Worker
 
 log = logging.getLogger("runstream.executor")
+
+RESULT_TOO_LARGE = "ResultTooLarge"
 
 
 def now_ms() -> int:
@@ -92,16 +95,37 @@ class RunExecution(HandlerRunner):
             raise RunReleased(str(exc)) from None
 
     def send(self, cls: type[JournalRecord], **body: Any) -> None:
-        self._last_outcome = self._enqueue(cls, body)
+        try:
+            self._last_outcome = self._enqueue(cls, body)
+        except RecordTooLarge as exc:
+            if cls is not ev.StepCompleted or body.get("kind") != "step":
+                raise  # a run's result, a handoff, ...: the runner fails the run with it
+            self._step_too_large(body, exc)
+
+    def _step_too_large(self, body: dict[str, Any], exc: RecordTooLarge) -> None:
+        """A step result too large to journal: the attempt is journaled as failed, for good
+        (the same function would return the same result), and the flow gets StepFailed,
+        as it would on replay."""
+        size = len(str(body.get("result_json") or "").encode())
+        message = (f"result is {size} bytes; the limit is {MAX_RECORD_BYTES} bytes per "
+                   f"journal record ({exc})")
+        self._last_outcome = self._enqueue(ev.StepFailed, {
+            "position": body["position"], "name": body["name"], "attempt": body["attempt"],
+            "error_type": RESULT_TOO_LARGE, "error_message": message, "will_retry": False,
+            "retry_delay_ms": 0, "args_digest": body.get("args_digest")})
+        raise StepFailed(str(body["name"]), RESULT_TOO_LARGE, message, int(body["attempt"]))
 
     async def barrier(self) -> None:
+        """Our last step outcome is acknowledged; after a stall of the event loop, our
+        ownership is confirmed too (we may have lost the partition meanwhile, and the new
+        owner may have completed the step we are about to start)."""
         outcome, self._last_outcome = self._last_outcome, None
-        if outcome is None:
-            return
-        try:
-            await outcome
-        except WorkerFatal as exc:
-            raise RunReleased(str(exc)) from None
+        if outcome is not None:
+            try:
+                await outcome
+            except WorkerFatal as exc:
+                raise RunReleased(str(exc)) from None
+        await self.worker.claims.confirm(self.ownership)
 
     async def send_confirmed(self, cls: type[JournalRecord], **body: Any) -> None:
         acked = self._enqueue(cls, body)

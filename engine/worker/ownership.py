@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -32,6 +33,11 @@ class Ownership:
     run_ids: set[str] = field(default_factory=set)
     decided: set[str] = field(default_factory=set)
     warned: set[str] = field(default_factory=set)
+    # The watchdog's stall count when our ownership was last confirmed (our claim or a
+    # heartbeat sent after the stall applied); a lower count than the watchdog's means a
+    # stall since, after which we may have lost the partition without knowing yet.
+    confirmed_stalls: int = 0
+    confirming: asyncio.Future[bool] | None = field(default=None, repr=False)
 
     @property
     def executing(self) -> bool:

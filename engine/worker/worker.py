@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from engine.config import (
     dead_letter_topic,
@@ -35,15 +35,17 @@ from engine.journal import JournalRecord
 from engine.journal import events as ev
 from engine.observability.metrics import WorkerMetrics
 from engine.reader import partition_count
+from engine.relay import Relay
 from engine.worker.activation import Activator
 from engine.worker.admission import Admission
+from engine.worker.claims import Claims, Rebalance
 from engine.worker.committer import Committer
 from engine.worker.confirmations import Confirmations
+from engine.worker.connect import Reconnector
 from engine.worker.deadletters import DeadLetterCopier, Polled, examine_poll, polled
 from engine.worker.executor import RunExecution, decision
 from engine.worker.kafka import (
     DEAD_LETTER_REQUEST_BYTES,
-    group_generation,
     make_consumer,
     make_producer,
 )
@@ -54,7 +56,8 @@ from engine.worker.reactions import Reactions
 from engine.worker.sticky import StickyCache, sticky_size
 from engine.worker.timers import TimerSweeper
 from engine.worker.upkeep import Upkeep
-from projections.projector import CopyFirst, Outcome, Projector
+from engine.worker.watchdog import LoopWatchdog
+from projections.projector import CopyFirst, Projector
 from projections.state import RunState, Verdict
 from projections.store import ProjectionStore
 
@@ -65,7 +68,9 @@ log = logging.getLogger("runstream.worker")
 # only after a group is recreated, so it is long; owners heartbeat a partition they have not
 # written to for a quarter of it (20 minutes: at most 288 heartbeats a day per partition).
 DEFAULT_LEASE_MS = 20 * 60 * 1000
-MAX_REFUSED = 1024
+# A stall of the event loop longer than this fraction of the session timeout makes each
+# partition confirm its ownership before its runs' next step (engine.worker.watchdog).
+STALL_FRACTION = 1 / 3
 
 
 class Worker:
@@ -87,6 +92,7 @@ class Worker:
         metrics: WorkerMetrics | None = None,
         metrics_port: int | None = None,
         security: KafkaSecurity | None = None,
+        relay: bool = True,
     ) -> None:
         self.flows = {flow.name: flow for flow in flows}
         self.bootstrap = resolve_bootstrap(bootstrap_servers)
@@ -113,7 +119,7 @@ class Worker:
         self.observer = WorkerObserver(self, self.metrics)
         # Runs whose record the broker refused (too large, corrupt): failed (or their create
         # rejected) when next decided, instead of re-executed into the same refusal. The
-        # latest MAX_REFUSED.
+        # latest engine.worker.claims.MAX_REFUSED.
         self.refused: OrderedDict[str, str] = OrderedDict()
         self.activator = Activator(self)
         self.upkeep = Upkeep(self)
@@ -127,43 +133,84 @@ class Worker:
         self._tasks: list[asyncio.Task[None]] = []
         self._failure_stop: asyncio.Task[None] | None = None
         self._fatal: WorkerFatal | None = None
-        self._release_lock = asyncio.Lock()
         self._retiring: set[asyncio.Task[None]] = set()  # closing failed sources: a few
         self.store: ProjectionStore | None = None
         self.projector: Projector | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._committer: Committer | None = None
+        self.claims = Claims(self)
+        self.watchdog = LoopWatchdog(session_timeout_ms / 1000 * STALL_FRACTION)
+        self.reconnector = Reconnector(self.bootstrap, security, self.name,
+                                       lambda: self._stopping)
+        # Forwards <ns>.requests into the journal when the namespace relays (engine.relay).
+        self.relay = (Relay(self.bootstrap, self.namespace, security, None, name=self.name)
+                      if relay else None)
 
     # lifecycle
 
     async def start(self) -> None:
+        """Open the projection, then reach the brokers: while they do not answer, wait for
+        them (engine.worker.connect) instead of failing."""
         self.store = ProjectionStore(self.data_dir / "projection")
         self.projector = Projector(self.store)
-        await self._new_source()
-        self._consumer = make_consumer(
-            self.bootstrap, group_id=self.group_id, name=self.name,
-            session_timeout_ms=self.session_timeout_ms, drain_timeout=self.drain_timeout,
-            security=self.security)
-        await self._consumer.start()
-        self.partitions = await partition_count(self._consumer, self.topic, self.bootstrap)
+        await self.reconnector.until_done("connecting to the brokers", self._connect)
+        assert self._consumer is not None
         if self.metrics_port is not None:
             self.metrics_port = self.metrics.serve(self.metrics_port)
             log.info("worker %s: metrics on http://127.0.0.1:%d/metrics", self.name,
                      self.metrics_port)
-        self._consumer.subscribe([self.topic], listener=_Rebalance(self))
+        self._consumer.subscribe([self.topic], listener=Rebalance(self))
         consume = asyncio.create_task(self._consume(), name="runstream-consume")
         consume.add_done_callback(self._on_loop_done)
         heartbeat = asyncio.create_task(self.upkeep.heartbeats(), name="runstream-heartbeat")
         timers = asyncio.create_task(self.timers.run(), name="runstream-timers")
-        self._tasks = [consume, heartbeat, timers]
+        watchdog = asyncio.create_task(self.watchdog.run(), name="runstream-watchdog")
+        self._tasks = [consume, heartbeat, timers, watchdog]
         log.info("worker %s (source %s) started on %s", self.name, self.source_id, self.topic)
 
+    async def _connect(self) -> None:
+        """One attempt: a source's producer, the group's consumer, the relay; whatever
+        started is closed again when a later part fails."""
+        await self._new_source()
+        consumer = make_consumer(
+            self.bootstrap, group_id=self.group_id, name=self.name,
+            session_timeout_ms=self.session_timeout_ms, drain_timeout=self.drain_timeout,
+            security=self.security)
+        try:
+            await consumer.start()
+            self.partitions = await partition_count(consumer, self.topic, self.bootstrap)
+            if self.relay is not None:
+                await self.relay.start(only_if_relaying=True)
+        except BaseException:
+            await consumer.stop()
+            await self.committer.close()
+            raise
+        self._consumer = consumer
+
+    async def serve_until(self, stop: asyncio.Event) -> None:
+        """Start, work until `stop` is set (a signal) or the worker fails, then stop
+        gracefully; a `stop` while still waiting for the brokers ends the wait."""
+        running = asyncio.create_task(self.run())
+        stopped = asyncio.create_task(stop.wait())
+        try:
+            await asyncio.wait({running, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+            if not self._tasks and not running.done():  # still connecting
+                running.cancel()
+                await asyncio.gather(running, return_exceptions=True)
+            await self.stop()
+        if running.done() and not running.cancelled() and running.exception():
+            raise running.exception()  # type: ignore[misc]
+
     async def _new_source(self) -> None:
-        """A new writer incarnation: a fresh source id with its own idempotent producer."""
-        self.source_id = uuid.uuid4().hex
-        self._committer = Committer(self._make_producer, topic=self.topic,
-                                    source_id=self.source_id, on_failure=self._source_failed)
-        await self._committer.start()
+        """A new writer incarnation: a fresh source id with its own idempotent producer. The
+        worker switches to it only once its producer started."""
+        source_id = uuid.uuid4().hex
+        committer = Committer(self._make_producer, topic=self.topic, source_id=source_id,
+                              on_failure=self._source_failed)
+        await committer.start()
+        self.source_id, self._committer = source_id, committer
 
     def _source_failed(self) -> None:
         """The producer failed: from now on nothing is decided or executed under this source
@@ -205,8 +252,10 @@ class Worker:
         log.info("worker %s stopped", self.name)
 
     async def _close(self) -> None:
+        if self.relay is not None:
+            await self.relay.stop()
         self.sticky.evict_partitions(None)
-        await self._cancel_executions(list(self.executions.values()))
+        await self.claims.cancel_executions(list(self.executions.values()))
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -250,7 +299,7 @@ class Worker:
             self.outbox.flush()
             self.observer.consumer_lag()
             if self.committer.failure is not None:
-                await self._renew_source()
+                await self.claims.renew_source()
             if self._fatal is not None:
                 raise self._fatal
             await self.upkeep.commit_offsets()
@@ -299,7 +348,7 @@ class Worker:
             if own is not None and record.envelope.request_id:
                 own.decided.discard(record.envelope.request_id)  # the projection dedupes now
         if isinstance(record, ev.PartitionEpochClaimed):
-            self._on_claim(partition, record, outcome)
+            self.claims.on_claim(partition, record, outcome)
             return
         if own is None or not own.executing:
             return
@@ -314,39 +363,6 @@ class Worker:
                 own.state = OwnershipState.lost
             return
         self.reactions.on_applied(own, outcome)
-
-    def _on_claim(self, partition: int, record: ev.PartitionEpochClaimed, outcome: Outcome) -> None:
-        if outcome.verdict is Verdict.applied:
-            self.activator.owner_seen(record.envelope.source_id or "", record.owner)
-        own = self.owned.get(partition)
-        if own is None:
-            return
-        if record.envelope.request_id == own.claim_id:
-            self.metrics.claim(outcome.verdict.value)
-            if outcome.verdict is Verdict.applied and self.committer.failure is None:
-                own.state = OwnershipState.ready
-                own.epoch = outcome.partition.epoch
-                log.info("partition %d: claimed at epoch %d (generation %s)", partition,
-                         own.epoch, record.generation)
-                assert self.store is not None
-                try:
-                    self.activator.activate_partition(own, self.store)
-                except (WorkerFatal, RunReleased):  # the source failed: renewal claims again
-                    own.state = OwnershipState.lost
-            elif outcome.verdict is Verdict.rejected:
-                self._reject(own, outcome)
-        elif own.state is OwnershipState.ready and outcome.verdict is Verdict.applied:
-            self._lose(own, f"{record.owner} claimed it at epoch {outcome.partition.epoch}")
-
-    def _reject(self, own: Ownership, outcome: Outcome) -> None:
-        state = outcome.partition
-        log.warning(
-            "partition %d: our claim of generation %s was rejected: %s owns it at generation "
-            "%s and wrote within its lease; not executing it until the group assigns it again "
-            "or that owner stays silent for its whole lease", own.partition, own.generation,
-            state.owner_name, state.generation)
-        own.state = OwnershipState.rejected
-        self.upkeep.reclaim_after_lease(own)
 
     def enqueue(
         self, own: Ownership, run: RunState, cls: type[JournalRecord], **body: Any
@@ -363,155 +379,13 @@ class Worker:
         """The run as this worker's projection holds it now."""
         return self.projector.run(run_id) if self.projector is not None else None
 
-    # ownership changes
+    # ownership changes (engine.worker.claims); the names tests and upkeep use
 
     async def _claim(self, partitions: list[int]) -> None:
-        assert self._consumer is not None and self.projector is not None
-        # Read before any await: a failed heartbeat may reset it while we wait.
-        try:
-            generation = group_generation(self._consumer)
-        except RuntimeError as exc:  # aiokafka swallows a listener's exception
-            self._fatal = WorkerFatal(str(exc))
-            return
-        if generation < 0:
-            log.warning("no group generation for partitions %s: a rejoin is under way, "
-                        "claiming after it", partitions)
-            return
-        try:
-            await self._check_not_ahead(partitions)
-        except WorkerFatal as exc:
-            # aiokafka swallows a listener's exception: hand it to the consume loop instead.
-            self._fatal = exc
-            return
-        for partition in partitions:
-            state = self.projector.partition(partition)
-            self._consumer.seek(TopicPartition(self.topic, partition), state.next_offset)
-            log.info("partition %d: projection restored at offset %d (epoch %d); claiming "
-                     "at generation %d", partition, state.next_offset, state.epoch, generation)
-            own = Ownership(partition=partition, claim_id=uuid.uuid4().hex,
-                            generation=generation)
-            self.owned[partition] = own
-            self._write_claim(own, state.epoch)
-        await self.committer.flush()
+        await self.claims.claim(partitions)
 
     def _write_claim(self, own: Ownership, epoch: int) -> None:
-        """Queue the claim; if this source has failed, the renewal claims again."""
-        record = decision(
-            ev.PartitionEpochClaimed, run_id="", lineage_id=f"partition/{own.partition}",
-            epoch=epoch, source_id=self.source_id, request_id=own.claim_id,
-            body={"partition": own.partition, "epoch": epoch + 1, "owner": self.name,
-                  "query_endpoint": None, "generation": own.generation,
-                  "lease_ms": self.lease_ms},
-        )
-        try:
-            self.committer.enqueue(own.partition, record)
-        except WorkerFatal:
-            own.state = OwnershipState.lost
-
-    async def _check_not_ahead(self, partitions: list[int]) -> None:
-        """A projection past the end of its partition was built from another log (the topic
-        was recreated under the same name): applying this one on top would be garbage."""
-        assert self._consumer is not None and self.projector is not None
-        tps = [TopicPartition(self.topic, p) for p in partitions]
-        ends = await self._consumer.end_offsets(tps)
-        for tp in tps:
-            applied = self.projector.partition(tp.partition).next_offset
-            if applied > ends[tp]:
-                raise WorkerFatal(
-                    f"the projection in {self.data_dir} has applied partition {tp.partition} "
-                    f"up to offset {applied}, but {self.topic} ends at {ends[tp]}: the topic "
-                    f"was recreated; move the data dir away (or `runstream projection "
-                    f"rebuild`) and start again")
-
-    async def _renew_source(self) -> None:
-        """Our producer failed: stop every run, take a new source id, claim again (under the
-        same generation, which the reducer accepts from the assigned member)."""
-        log.warning("worker %s: source %s ended; renewing and claiming %s again", self.name,
-                    self.source_id[:8], sorted(self.owned))
-        failed = self.committer
-        if failed.refused_run is not None:
-            self.refused[failed.refused_run] = f"{type(failed.failure).__name__}: {failed.failure}"
-            while len(self.refused) > MAX_REFUSED:
-                self.refused.popitem(last=False)
-        for own in self.owned.values():
-            own.state = OwnershipState.lost
-        self.confirmations.abandon()  # the old source's records are applied or lost
-        self.sticky.evict_partitions(None)
-        await self._cancel_executions(list(self.executions.values()))
-        # Its in-flight requests may take a request timeout to fail: close it aside, so the
-        # consume loop (and the new source's claims) need not wait for it.
-        closing = asyncio.create_task(failed.close(), name="runstream-old-source")
-        self._retiring.add(closing)
-        closing.add_done_callback(self._retiring.discard)
-        await self._new_source()
-        assert self.projector is not None
-        for own in list(self.owned.values()):
-            renewed = Ownership(partition=own.partition, claim_id=uuid.uuid4().hex,
-                                generation=own.generation)
-            self.owned[own.partition] = renewed
-            self._write_claim(renewed, self.projector.partition(own.partition).epoch)
+        self.claims.write_claim(own, epoch)
 
     async def _release(self, partitions: list[int], *, cause: str) -> None:
-        # One release at a time: a rebalance during a shutdown's drain must not return
-        # (and let another worker claim) before that drain has written its releases.
-        async with self._release_lock:
-            await self._release_now(partitions, cause=cause)
-
-    async def _release_now(self, partitions: list[int], *, cause: str) -> None:
-        owns = [self.owned.pop(p) for p in partitions if p in self.owned]
-        if not owns:
-            return
-        for own in owns:
-            if own.state is OwnershipState.ready:
-                own.state = OwnershipState.draining
-        released = {own.partition for own in owns}
-        self.confirmations.abandon(released)
-        self.sticky.evict_partitions(released)
-        executions = [e for e in self.executions.values() if e.ownership in owns]
-        tasks = [e.task for e in executions if e.task is not None]
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=self.drain_timeout)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
-        for execution in executions:
-            own = execution.ownership
-            unsettled = execution.activated and not execution.settled
-            writable = own.state is OwnershipState.draining and self.committer.failure is None
-            if unsettled and writable:
-                try:
-                    self.enqueue(own, execution.run, ev.RunReleased, cause=cause,
-                                 detail=f"{self.name} stopped executing partition "
-                                        f"{own.partition}")
-                except WorkerFatal:
-                    break  # the source failed meanwhile: the next owner finds them running
-        await self.committer.flush()
-        log.info("released partitions %s (%s)", [o.partition for o in owns], cause)
-
-    def _lose(self, own: Ownership, why: str) -> None:
-        log.warning("partition %d lost: %s; stopping its runs", own.partition, why)
-        self.metrics.claim("lost")
-        self.metrics.forget_partition(own.partition)
-        own.state = OwnershipState.lost
-        self.confirmations.abandon({own.partition})
-        self.sticky.evict_partitions({own.partition})
-        for execution in list(self.executions.values()):
-            if execution.ownership is own and execution.task is not None:
-                execution.task.cancel()
-
-    async def _cancel_executions(self, executions: list[RunExecution]) -> None:
-        tasks = [e.task for e in executions if e.task is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-
-    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        await self.worker._release([tp.partition for tp in revoked], cause="rebalance")
-
-    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        if not self.worker._stopping:
-            await self.worker._claim([tp.partition for tp in assigned])
+        await self.claims.release(partitions, cause=cause)

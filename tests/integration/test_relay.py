@@ -78,7 +78,8 @@ async def engine(bootstrap: str, namespace: str, path: Path,
                  relay: Relay | None = None) -> AsyncIterator[Relay]:
     """An in-process worker and a relay next to it (as each worker will run one)."""
     worker = Worker(flows=FLOWS, data_dir=path, bootstrap_servers=bootstrap,
-                    namespace=namespace, session_timeout_ms=6000)
+                    namespace=namespace, session_timeout_ms=6000,
+                    relay=False)  # the test's own relay, which it can stop and replace
     relay = relay or Relay(bootstrap, namespace, None, AUTHORITIES, name="r1")
     await worker.start()
     await relay.start()

@@ -1,0 +1,292 @@
+"""A worker's ownership changes: claiming assigned partitions, renewing a failed source,
+releasing revoked partitions, and losing one to a newer claim.
+
+The consume loop (engine.worker.worker) calls in here when the group assigns or revokes
+partitions and when a claim is applied; everything that moves an Ownership between states
+lives here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import TYPE_CHECKING
+
+from aiokafka import ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import KafkaError
+
+from engine.context import RunReleased
+from engine.errors import WorkerFatal
+from engine.journal import events as ev
+from engine.worker.executor import RunExecution, decision
+from engine.worker.kafka import group_generation
+from engine.worker.ownership import Ownership, OwnershipState
+from projections.projector import Outcome
+from projections.state import Verdict
+
+if TYPE_CHECKING:
+    from engine.worker.worker import Worker
+
+log = logging.getLogger("runstream.worker")
+
+MAX_REFUSED = 1024
+END_OFFSETS_RETRY_S = 1.0
+
+
+class Claims:
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self._release_lock = asyncio.Lock()
+
+    # claims
+
+    def on_claim(self, partition: int, record: ev.PartitionEpochClaimed,
+                 outcome: Outcome) -> None:
+        w = self.worker
+        if outcome.verdict is Verdict.applied:
+            w.activator.owner_seen(record.envelope.source_id or "", record.owner)
+        own = w.owned.get(partition)
+        if own is None:
+            return
+        if record.envelope.request_id == own.claim_id:
+            w.metrics.claim(outcome.verdict.value)
+            if outcome.verdict is Verdict.applied and w.committer.failure is None:
+                own.state = OwnershipState.ready
+                own.epoch = outcome.partition.epoch
+                log.info("partition %d: claimed at epoch %d (generation %s)", partition,
+                         own.epoch, record.generation)
+                assert w.store is not None
+                try:
+                    w.activator.activate_partition(own, w.store)
+                except (WorkerFatal, RunReleased):  # the source failed: renewal claims again
+                    own.state = OwnershipState.lost
+            elif outcome.verdict is Verdict.rejected:
+                self.reject(own, outcome)
+        elif own.state is OwnershipState.ready and outcome.verdict is Verdict.applied:
+            self.lose(own, f"{record.owner} claimed it at epoch {outcome.partition.epoch}")
+
+    def reject(self, own: Ownership, outcome: Outcome) -> None:
+        state = outcome.partition
+        log.warning(
+            "partition %d: our claim of generation %s was rejected: %s owns it at generation "
+            "%s and wrote within its lease; not executing it until the group assigns it again "
+            "or that owner stays silent for its whole lease", own.partition, own.generation,
+            state.owner_name, state.generation)
+        own.state = OwnershipState.rejected
+        self.worker.upkeep.reclaim_after_lease(own)
+
+    async def claim(self, partitions: list[int]) -> None:
+        w = self.worker
+        assert w._consumer is not None and w.projector is not None
+        # Read before any await: a failed heartbeat may reset it while we wait.
+        try:
+            generation = group_generation(w._consumer)
+        except RuntimeError as exc:  # aiokafka swallows a listener's exception
+            w._fatal = WorkerFatal(str(exc))
+            return
+        if generation < 0:
+            log.warning("no group generation for partitions %s: a rejoin is under way, "
+                        "claiming after it", partitions)
+            return
+        try:
+            await self.check_not_ahead(partitions)
+        except WorkerFatal as exc:
+            # aiokafka swallows a listener's exception: hand it to the consume loop instead.
+            w._fatal = exc
+            return
+        for partition in partitions:
+            state = w.projector.partition(partition)
+            w._consumer.seek(TopicPartition(w.topic, partition), state.next_offset)
+            log.info("partition %d: projection restored at offset %d (epoch %d); claiming "
+                     "at generation %d", partition, state.next_offset, state.epoch, generation)
+            # Sent after any earlier stall: the claim, once applied, confirms ownership.
+            own = Ownership(partition=partition, claim_id=uuid.uuid4().hex,
+                            generation=generation, confirmed_stalls=w.watchdog.stalls)
+            w.owned[partition] = own
+            self.write_claim(own, state.epoch)
+        await w.committer.flush()
+
+    def write_claim(self, own: Ownership, epoch: int) -> None:
+        """Queue the claim; if this source has failed, the renewal claims again."""
+        w = self.worker
+        record = decision(
+            ev.PartitionEpochClaimed, run_id="", lineage_id=f"partition/{own.partition}",
+            epoch=epoch, source_id=w.source_id, request_id=own.claim_id,
+            body={"partition": own.partition, "epoch": epoch + 1, "owner": w.name,
+                  "query_endpoint": None, "generation": own.generation,
+                  "lease_ms": w.lease_ms},
+        )
+        try:
+            w.committer.enqueue(own.partition, record)
+        except WorkerFatal:
+            own.state = OwnershipState.lost
+
+    async def check_not_ahead(self, partitions: list[int]) -> None:
+        """A projection past the end of its partition was built from another log (the topic
+        was recreated under the same name): applying this one on top would be garbage.
+
+        The end offsets are asked again while the broker does not answer (a restart): the
+        rebalance that called us waits, and no claim is written before the check."""
+        w = self.worker
+        assert w._consumer is not None and w.projector is not None
+        tps = [TopicPartition(w.topic, p) for p in partitions]
+        while True:
+            try:
+                ends = await w._consumer.end_offsets(tps)
+                break
+            except KafkaError as exc:
+                if w._stopping:
+                    raise WorkerFatal(f"stopping: {exc!r}") from exc
+                log.warning("end offsets of %s unavailable (%r); asking again", partitions, exc)
+                await asyncio.sleep(END_OFFSETS_RETRY_S)
+        for tp in tps:
+            applied = w.projector.partition(tp.partition).next_offset
+            if applied > ends[tp]:
+                raise WorkerFatal(
+                    f"the projection in {w.data_dir} has applied partition {tp.partition} "
+                    f"up to offset {applied}, but {w.topic} ends at {ends[tp]}: the topic "
+                    f"was recreated; move the data dir away (or `runstream projection "
+                    f"rebuild`) and start again")
+
+    async def renew_source(self) -> None:
+        """Our producer failed: stop every run, take a new source id, claim again (under the
+        same generation, which the reducer accepts from the assigned member). While the
+        broker is down the new producer cannot start: that waits (engine.worker.connect)."""
+        w = self.worker
+        log.warning("worker %s: source %s ended; renewing and claiming %s again", w.name,
+                    w.source_id[:8], sorted(w.owned))
+        failed = w.committer
+        if failed.refused_run is not None:
+            w.refused[failed.refused_run] = f"{type(failed.failure).__name__}: {failed.failure}"
+            while len(w.refused) > MAX_REFUSED:
+                w.refused.popitem(last=False)
+        for own in w.owned.values():
+            own.state = OwnershipState.lost
+        w.confirmations.abandon()  # the old source's records are applied or lost
+        w.sticky.evict_partitions(None)
+        await self.cancel_executions(list(w.executions.values()))
+        # Its in-flight requests may take a request timeout to fail: close it aside, so the
+        # consume loop (and the new source's claims) need not wait for it.
+        closing = asyncio.create_task(failed.close(), name="runstream-old-source")
+        w._retiring.add(closing)
+        closing.add_done_callback(w._retiring.discard)
+        await w.reconnector.until_done("starting a new source's producer", w._new_source)
+        assert w.projector is not None
+        for own in list(w.owned.values()):
+            renewed = Ownership(partition=own.partition, claim_id=uuid.uuid4().hex,
+                                generation=own.generation, confirmed_stalls=w.watchdog.stalls)
+            w.owned[own.partition] = renewed
+            self.write_claim(renewed, w.projector.partition(own.partition).epoch)
+
+    # releases
+
+    async def release(self, partitions: list[int], *, cause: str) -> None:
+        # One release at a time: a rebalance during a shutdown's drain must not return
+        # (and let another worker claim) before that drain has written its releases.
+        async with self._release_lock:
+            await self._release_now(partitions, cause=cause)
+
+    async def _release_now(self, partitions: list[int], *, cause: str) -> None:
+        w = self.worker
+        owns = [w.owned.pop(p) for p in partitions if p in w.owned]
+        if not owns:
+            return
+        for own in owns:
+            if own.state is OwnershipState.ready:
+                own.state = OwnershipState.draining
+        released = {own.partition for own in owns}
+        w.confirmations.abandon(released)
+        w.sticky.evict_partitions(released)
+        executions = [e for e in w.executions.values() if e.ownership in owns]
+        tasks = [e.task for e in executions if e.task is not None]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=w.drain_timeout)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        for execution in executions:
+            own = execution.ownership
+            unsettled = execution.activated and not execution.settled
+            writable = own.state is OwnershipState.draining and w.committer.failure is None
+            if unsettled and writable:
+                try:
+                    w.enqueue(own, execution.run, ev.RunReleased, cause=cause,
+                              detail=f"{w.name} stopped executing partition {own.partition}")
+                except WorkerFatal:
+                    break  # the source failed meanwhile: the next owner finds them running
+        await w.committer.flush()
+        log.info("released partitions %s (%s)", [o.partition for o in owns], cause)
+
+    def lose(self, own: Ownership, why: str) -> None:
+        w = self.worker
+        log.warning("partition %d lost: %s; stopping its runs", own.partition, why)
+        w.metrics.claim("lost")
+        w.metrics.forget_partition(own.partition)
+        own.state = OwnershipState.lost
+        w.confirmations.abandon({own.partition})
+        w.sticky.evict_partitions({own.partition})
+        for execution in list(w.executions.values()):
+            if execution.ownership is own and execution.task is not None:
+                execution.task.cancel()
+
+    @staticmethod
+    async def cancel_executions(executions: list[RunExecution]) -> None:
+        tasks = [e.task for e in executions if e.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+    # confirming ownership after a stall
+
+    async def confirm(self, own: Ownership) -> None:
+        """Return when `own` is confirmed since the latest stall of the event loop; raise
+        RunReleased when a heartbeat sent now is not applied (someone claimed meanwhile).
+        One heartbeat per partition and stall, shared by every run that asks."""
+        stalls = self.worker.watchdog.observe()
+        if own.confirmed_stalls >= stalls:
+            return
+        if own.confirming is None or own.confirming.done():
+            own.confirming = asyncio.ensure_future(self._heartbeat_applied(own, stalls))
+        if not await asyncio.shield(own.confirming):
+            if own.state is OwnershipState.ready:
+                self.lose(own, "a heartbeat sent after the event loop stood still was fenced")
+            raise RunReleased(f"partition {own.partition} is no longer ours (confirmed after "
+                              f"a stall of the event loop)")
+
+    async def _heartbeat_applied(self, own: Ownership, stalls: int) -> bool:
+        w = self.worker
+        record = decision(ev.PartitionHeartbeat, run_id="",
+                          lineage_id=f"partition/{own.partition}", epoch=own.epoch,
+                          source_id=w.source_id, body={"partition": own.partition})
+        try:
+            acked = w.committer.enqueue(own.partition, record)
+        except WorkerFatal:
+            return False
+        verdict_of = w.confirmations.expect(own.partition, w.committer.last_seq)
+        try:
+            await acked
+        except WorkerFatal:
+            return False
+        verdict = await verdict_of
+        log.info("partition %d: ownership after a stall: heartbeat %s", own.partition,
+                 verdict.value)
+        if verdict is Verdict.applied:
+            own.confirmed_stalls = max(own.confirmed_stalls, stalls)
+            return True
+        return False
+
+
+class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    """The group's assignment changes, handed to the worker's claims."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        await self.worker.claims.release([tp.partition for tp in revoked], cause="rebalance")
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        if not self.worker._stopping:
+            await self.worker.claims.claim([tp.partition for tp in assigned])
