@@ -225,7 +225,7 @@ def _fold(records: list[RawRecord], cut: dict[int, int] | None = None) -> Memory
     for raw in records:
         if cut is None or raw.offset < cut[raw.partition]:
             projection.apply_raw(raw.partition, raw.offset, raw.value, raw.headers,
-                                 raw.timestamp_ms)
+                                 raw.timestamp_ms, key=raw.key)
     return projection
 
 

@@ -5,7 +5,8 @@
 `<ns>.owners`       which worker owns which partition and where to query it: compacted,
                     keyed by partition, one partition (it is tiny).
 `<ns>.dead-letter`  records no worker could handle: kept forever, one partition so an operator
-                    reads them in the order they were set aside.
+                    reads them in the order they were set aside; max.message.bytes 2 MiB, so
+                    a journal record at its size limit is copied whole with its headers.
 
 A second `ensure_topics` finds the topics existing and compares their partition count,
 replication factor (when one was asked for) and managed configs with what it would have
@@ -47,7 +48,11 @@ _KEEP_FOREVER = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy"
 # travel by time compare them, so no writer's clock may decide them.
 _BROKER_TIME = {"message.timestamp.type": "LogAppendTime"}
 _MIN_ISR = "min.insync.replicas"
-_MANAGED_KEYS = [*_KEEP_FOREVER, _MIN_ISR]
+# A dead letter's copy is the journal record whole (up to the journal's own size limit,
+# about 1 MiB by the broker's default) plus the headers saying why: twice that is room.
+DEAD_LETTER_MAX_MESSAGE_BYTES = 2 * 1024 * 1024
+_MAX_MESSAGE = "max.message.bytes"
+_MANAGED_KEYS = [*_KEEP_FOREVER, _MIN_ISR, _MAX_MESSAGE]
 
 
 class TopicsError(Exception):
@@ -129,7 +134,8 @@ def topic_specs(namespace: str, partitions: int, replication_factor: int) -> lis
         TopicSpec(owners_topic(namespace), OWNERS_PARTITIONS, replication_factor,
                   {"cleanup.policy": "compact", **min_isr}),
         TopicSpec(dead_letter_topic(namespace), DEAD_LETTER_PARTITIONS, replication_factor,
-                  {**_KEEP_FOREVER, **min_isr}),
+                  {**_KEEP_FOREVER, **min_isr,
+                   _MAX_MESSAGE: str(DEAD_LETTER_MAX_MESSAGE_BYTES)}),
     ]
 
 

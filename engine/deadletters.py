@@ -1,8 +1,16 @@
-"""`runstream dead-letters list`: what the owners copied to `<namespace>.dead-letter`.
+"""`runstream dead-letters list`: what was set aside in `<namespace>.dead-letter`.
 
-Each copy is keyed "<partition>:<offset>" of the journal record it copies, with headers
-naming why (engine.worker.deadletters); a record copied twice (its owner crashed between
-the copy and its projection's write) is listed once, with the number of copies.
+Two writers copy records there, each with its own headers:
+  the owner of a journal partition (engine.worker.deadletters): poison journal records,
+      keyed "<partition>:<offset>", headers rs-dead-letter-reason/-cause/-detail and
+      rs-source-topic/-partition/-offset/-timestamp/-size;
+  the requests relay (engine.relay): records of a requests topic it refused to forward,
+      keyed "requests:<topic>:<partition>:<offset>", the record's own headers followed by
+      runstream-dead-letter-reason (a sentence) and runstream-dead-letter-source
+      ("<topic>:<partition>:<offset>").
+Each row names its source topic. A record copied twice (its owner crashed between the
+copy and its projection's write; a relay re-forwarded after a crash) is listed once, with
+the number of copies.
 """
 
 from __future__ import annotations
@@ -10,12 +18,15 @@ from __future__ import annotations
 import datetime
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from engine.config import dead_letter_topic, resolve_bootstrap, resolve_namespace
 from engine.connection import KafkaSecurity
 from engine.errors import InvalidInput
+from engine.journal import TYPE_HEADER
 from engine.reader import RawRecord, read_partitions
+from engine.relay import REASON_HEADER as RELAY_REASON_HEADER
+from engine.relay import SOURCE_HEADER as RELAY_SOURCE_HEADER
 from engine.worker.deadletters import (
     CAUSE_HEADER,
     DETAIL_HEADER,
@@ -24,31 +35,43 @@ from engine.worker.deadletters import (
     REASON_HEADER,
     SIZE_HEADER,
     TIMESTAMP_HEADER,
+    TOPIC_HEADER,
     TYPE_HEADER_COPY,
 )
 
 PROGRESS_EVERY = 10_000  # copies read between two progress calls
 
 
+CopiedBy = Literal["owner", "relay"]
+RELAY_REASON_WIDTH = 40  # characters of a relay's reason sentence the REASON column shows
+
+
 @dataclass(slots=True)
 class DeadLetterRow:
-    """One journal record that was poison, as its first copy describes it."""
+    """One record that was set aside, as its first copy describes it."""
 
+    topic: str  # the source topic: the journal (an owner's copy) or a requests topic
     partition: int
     offset: int
-    reason: str
+    reason: str  # a projections.poison reason; for the relay, the head of its sentence
     cause: str
     detail: str
     size: int
-    log_time_ms: int
+    log_time_ms: int  # the source record's (the copy's own when the copier did not say)
     type: str | None
+    copied_by: CopiedBy = "owner"
     copies: int = 1
 
+    @property
+    def source(self) -> tuple[str, int, int]:
+        return self.topic, self.partition, self.offset
+
     def as_dict(self) -> dict[str, Any]:
-        return {"partition": self.partition, "offset": self.offset, "reason": self.reason,
-                "cause": self.cause, "detail": self.detail, "size": self.size,
-                "log_time_ms": self.log_time_ms, "log_time": iso(self.log_time_ms),
-                "type": self.type, "copies": self.copies}
+        return {"topic": self.topic, "partition": self.partition, "offset": self.offset,
+                "reason": self.reason, "cause": self.cause, "detail": self.detail,
+                "size": self.size, "log_time_ms": self.log_time_ms,
+                "log_time": iso(self.log_time_ms), "type": self.type,
+                "copied_by": self.copied_by, "copies": self.copies}
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +91,7 @@ async def list_dead_letters(
         raise InvalidInput(f"--limit must be at least 1, not {limit}")
     topic = dead_letter_topic(resolve_namespace(namespace))
     # One row per distinct dead letter (metadata only, no values): bounded by the topic.
-    rows: dict[tuple[int, int], DeadLetterRow] = {}
+    rows: dict[tuple[str, int, int], DeadLetterRow] = {}
     copies = 0
     async for raw in read_partitions(resolve_bootstrap(bootstrap), topic, security=security):
         copies += 1
@@ -77,9 +100,9 @@ async def list_dead_letters(
         row = row_of(raw)
         if row is None:
             continue  # not a copy runstream made: nothing to say about it
-        seen = rows.get((row.partition, row.offset))
+        seen = rows.get(row.source)
         if seen is None:
-            rows[(row.partition, row.offset)] = row
+            rows[row.source] = row
         else:
             seen.copies += 1
     ordered = [rows[key] for key in sorted(rows)]
@@ -88,17 +111,45 @@ async def list_dead_letters(
 
 
 def row_of(raw: RawRecord) -> DeadLetterRow | None:
+    """The row of one copy, whoever made it (None: a record runstream did not copy)."""
+    # Later headers win: a relay's come after the refused record's own, which a client
+    # chose and could have named like ours.
     headers = {name: value.decode(errors="replace") for name, value in raw.headers}
+    if RELAY_SOURCE_HEADER in headers:
+        return _relay_row(raw, headers)
+    return _owner_row(raw, headers)
+
+
+def _owner_row(raw: RawRecord, headers: dict[str, str]) -> DeadLetterRow | None:
     try:
         partition, offset = int(headers[PARTITION_HEADER]), int(headers[OFFSET_HEADER])
+        size = int(headers.get(SIZE_HEADER) or len(raw.value or b""))
+        log_time_ms = int(headers.get(TIMESTAMP_HEADER) or raw.timestamp_ms)
     except (KeyError, ValueError):
         return None
     return DeadLetterRow(
-        partition=partition, offset=offset, reason=headers.get(REASON_HEADER, "?"),
-        cause=headers.get(CAUSE_HEADER, ""), detail=headers.get(DETAIL_HEADER, ""),
-        size=int(headers.get(SIZE_HEADER) or len(raw.value or b"")),
-        log_time_ms=int(headers.get(TIMESTAMP_HEADER) or 0),
-        type=headers.get(TYPE_HEADER_COPY))
+        topic=headers.get(TOPIC_HEADER, "?"), partition=partition, offset=offset,
+        reason=headers.get(REASON_HEADER, "?"), cause=headers.get(CAUSE_HEADER, ""),
+        detail=headers.get(DETAIL_HEADER, ""), size=size, log_time_ms=log_time_ms,
+        type=headers.get(TYPE_HEADER_COPY), copied_by="owner")
+
+
+def _relay_row(raw: RawRecord, headers: dict[str, str]) -> DeadLetterRow | None:
+    """A relay's copy: the source from "<topic>:<partition>:<offset>" (a topic name has no
+    colon), the reason's head ("wrong key", "decode error", ...) as the reason and the
+    whole sentence as the detail; the value is the refused record, whole."""
+    topic, _, place = headers[RELAY_SOURCE_HEADER].partition(":")
+    try:
+        partition, offset = (int(part) for part in place.split(":"))
+    except ValueError:
+        return None
+    sentence = headers.get(RELAY_REASON_HEADER, "?")
+    head = sentence.split(": ", 1)[0]
+    return DeadLetterRow(
+        topic=topic, partition=partition, offset=offset,
+        reason=head if len(head) <= RELAY_REASON_WIDTH else head[:RELAY_REASON_WIDTH - 3] + "...",
+        cause="", detail=sentence, size=len(raw.value or b""), log_time_ms=raw.timestamp_ms,
+        type=headers.get(TYPE_HEADER), copied_by="relay")
 
 
 def iso(ms: int) -> str:
@@ -107,11 +158,14 @@ def iso(ms: int) -> str:
 
 
 def format_rows(found: DeadLetterList) -> list[str]:
-    lines = [f"{'PARTITION':>9} {'OFFSET':>10} {'REASON':<18} {'SIZE':>9} "
-             f"{'LOG TIME':<24} {'TYPE':<24} COPIES"]
+    width = max((len(row.topic) for row in found.rows), default=0)
+    width = max(width, len("SOURCE TOPIC"))
+    lines = [f"{'SOURCE TOPIC':<{width}} {'PARTITION':>9} {'OFFSET':>10} {'REASON':<18} "
+             f"{'SIZE':>9} {'LOG TIME':<24} {'TYPE':<24} COPIES"]
     for row in found.rows:
-        lines.append(f"{row.partition:>9} {row.offset:>10} {row.reason:<18} {row.size:>9} "
-                     f"{iso(row.log_time_ms):<24} {row.type or '-':<24} {row.copies}")
+        lines.append(f"{row.topic:<{width}} {row.partition:>9} {row.offset:>10} "
+                     f"{row.reason:<18} {row.size:>9} {iso(row.log_time_ms):<24} "
+                     f"{row.type or '-':<24} {row.copies}")
     lines.append(f"{len(found.rows)} of {found.total} dead letter(s) shown "
                  f"({found.copies} copies in the topic)")
     return lines

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.config import journal_topic, resolve_bootstrap, resolve_namespace
+from engine.connection import KafkaSecurity
 from engine.errors import RunstreamError
 from engine.integrity_diff import KeyDiff, first_differences
 from engine.readmodel import default_read_model_dir
@@ -139,10 +140,11 @@ def live_store(path: Path) -> Iterator[ProjectionStore]:
 async def verify(
     *, bootstrap: str | None, namespace: str | None, data_dir: Path | None = None,
     read_model_dir: Path | None = None, progress: Progress | None = None,
-    shards: int | None = None,
+    shards: int | None = None, security: KafkaSecurity | None = None,
 ) -> VerifyReport:
     """Rebuild the live store (a worker's in `data_dir`, else the namespace's read model)
-    from offset 0 and check it: the running hash at each checkpoint, then every key."""
+    from offset 0 and check it: the running hash at each checkpoint, then every key.
+    `security` None: SASL/TLS from the RUNSTREAM_* environment."""
     server = resolve_bootstrap(bootstrap)
     space = resolve_namespace(namespace)
     if data_dir is not None:
@@ -163,7 +165,7 @@ async def verify(
         try:
             base = FoldSpec(server, journal_topic(space), scratch, scratch=True,
                             keep_records=kind == "read model",
-                            hash_offsets=_hash_offsets(checkpoints))
+                            hash_offsets=_hash_offsets(checkpoints), security=security)
             report.shards = shard_count(report.partitions, shards)
             specs = shard_specs(base, report.partitions, report.shards)
             total = sum(report.partitions.values())
@@ -280,7 +282,7 @@ def _divergence(partition: int, offset: int, after: bool, seq: int | None,
 
 async def rebuild(
     *, bootstrap: str | None, namespace: str | None, data_dir: Path, replace: bool,
-    progress: Progress | None = None,
+    progress: Progress | None = None, security: KafkaSecurity | None = None,
 ) -> RebuildReport:
     """`projection rebuild`: rebuild a worker's projection from offset 0, compare it with
     the live one and (with `replace`) put it in its place, reporting progress."""
@@ -292,4 +294,5 @@ async def rebuild(
     return await rebuild_and_verify(
         Path(data_dir), bootstrap=resolve_bootstrap(bootstrap),
         topic=journal_topic(resolve_namespace(namespace)), replace=replace,
-        progress=None if progress is None else lambda done: progress(done, total))
+        progress=None if progress is None else lambda done: progress(done, total),
+        security=security)

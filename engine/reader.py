@@ -43,6 +43,10 @@ class RawRecord:
     timestamp_ms: int
     value: bytes | None
     headers: tuple[tuple[str, bytes], ...]
+    # The Kafka record key (None: the record has none). Every fold passes it on, so that a
+    # run's record without a key is a dead letter ("missing-key") for every reader alike,
+    # as it is for the worker. No default: a RawRecord built without its key is a bug.
+    key: bytes | None
 
 
 def reader_consumer(bootstrap: str, *, security: KafkaSecurity | None = None,
@@ -135,7 +139,7 @@ async def _drain(
                     limits[tp.partition] = m.offset
                     break
                 yield RawRecord(tp.partition, m.offset, m.timestamp, m.value,
-                                tuple(m.headers or ()))
+                                tuple(m.headers or ()), m.key)
         for p in list(open_parts):
             if await consumer.position(TopicPartition(topic, p)) >= limits[p]:
                 open_parts.discard(p)

@@ -227,7 +227,7 @@ class ReadModel:
             projector = Projector(overlay)
             async for raw in self._source.read(starts, ends):
                 projector.apply_raw(raw.partition, raw.offset, raw.value, raw.headers,
-                                    raw.timestamp_ms)
+                                    raw.timestamp_ms, key=raw.key)
                 self.records_consumed += 1
             return View(store, overlay, self.partitions)
 
@@ -251,7 +251,7 @@ class ReadModel:
                 if applied and applied % APPLY_GROUP == 0:
                     store.flush()
                 projector.apply_raw(raw.partition, raw.offset, raw.value, raw.headers,
-                                    raw.timestamp_ms)
+                                    raw.timestamp_ms, key=raw.key)
                 applied += 1
                 self.records_consumed += 1
 

@@ -153,7 +153,7 @@ class JournalSource:
             while buffer and (bound is None or (buffer[0].timestamp, partition) < bound):
                 m = buffer.popleft()
                 yield RawRecord(partition, m.offset, m.timestamp, m.value,
-                                tuple(m.headers or ()))
+                                tuple(m.headers or ()), m.key)
             if buffer:
                 heapq.heappush(heads, (buffer[0].timestamp, partition, tp))
 

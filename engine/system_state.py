@@ -283,7 +283,7 @@ async def replay(source: JournalSource, store: ProjectionStore, starts: dict[int
                     progress(applied, total)
                     told = time.monotonic()
             projector.apply_raw(raw.partition, raw.offset, raw.value, raw.headers,
-                                raw.timestamp_ms)
+                                raw.timestamp_ms, key=raw.key)
             applied += 1
     return applied
 

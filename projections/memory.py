@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from engine.journal import JournalRecord
 from projections import store as rocks
+from projections.poison import KEY_UNKNOWN, RecordKey
 from projections.projector import Outcome, Projector, Store
 from projections.state import JournalEntry, OutboxItem, PartitionState, RunState, Verdict
 from projections.store import DueTimer, RecordWrite
@@ -24,6 +25,7 @@ class HistoryItem:
     verdict: Verdict
     record: JournalRecord | None
     error: str | None = None
+    reason: str | None = None  # a dead letter's (projections.poison.DeadLetterReason)
 
 
 class MemoryStore:
@@ -44,6 +46,9 @@ class MemoryStore:
         self._latest: dict[str, str] = {}  # lineage id -> latest round's run id
         # (partition, run id) -> the run's timer: what the RocksDB timer index holds.
         self._timers: dict[tuple[int, str], DueTimer] = {}
+        # Every run a record folded here named (what the RocksDB history index holds keys
+        # of): bounded, like `runs`, by the runs of the folded records.
+        self._named: set[str] = set()
 
     def partition(self, partition: int) -> PartitionState:
         state = self.partitions.get(partition)
@@ -73,6 +78,13 @@ class MemoryStore:
             return True
         return self.base.request_seen(partition, request_id) if self.base else False
 
+    def run_existed(self, run_id: str) -> bool:
+        """Whether any record of the run was applied here or in `base`, even if the run is
+        gone since (a rejected create): as ProjectionStore.run_existed answers."""
+        if run_id in self._named:
+            return True
+        return self.base.run_existed(run_id) if self.base else False
+
     def due_timers(self, partition: int, until_ms: int, limit: int) -> list[DueTimer]:
         """Like ProjectionStore.due_timers (sorted here on each call: for tests and the
         in-process test environment, not for a production store)."""
@@ -101,6 +113,10 @@ class MemoryStore:
     def write(self, change: RecordWrite) -> None:
         number = change.partition.partition
         self.partitions[number] = change.partition
+        if change.run_id is not None:
+            self._named.add(change.run_id)
+        if change.next_round is not None:
+            self._named.add(change.next_round.run_id)
         if change.run_id is not None and change.after is not change.before:
             self.runs[change.run_id] = change.after
             self._index_timer(number, change.run_id, change.after)
@@ -166,12 +182,18 @@ class MemoryProjection:
     def apply_raw(
         self, partition: int, offset: int, value: bytes | None,
         headers: Iterable[tuple[str, bytes]] = (), timestamp_ms: int | None = None,
+        *, key: RecordKey = KEY_UNKNOWN,
     ) -> Verdict:
-        outcome = self.projector.apply_raw(partition, offset, value, list(headers), timestamp_ms)
+        """Fold one consumed record; `key` is its Kafka key (None: it has none), which every
+        reader of a real journal passes, so that it classifies as the worker does."""
+        outcome = self.projector.apply_raw(partition, offset, value, list(headers), timestamp_ms,
+                                           key=key)
         if outcome.redelivered:
             return outcome.verdict
         if outcome.verdict is Verdict.dead_letter:
-            item = HistoryItem(partition, offset, outcome.verdict, None, str(outcome.error))
+            poison = outcome.poison
+            item = HistoryItem(partition, offset, outcome.verdict, None, str(outcome.error),
+                               poison.reason if poison is not None else None)
             self.dead_letters.append(item)
             if self.keep_history:
                 self.partition_history.setdefault(partition, []).append(item)

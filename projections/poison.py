@@ -62,7 +62,10 @@ DEAD_LETTER_TYPE_PREFIX = "dead-letter:"
 
 
 class KeyUnknown(Enum):
-    """The reader does not know the record's Kafka key: the key check is not made."""
+    """The reader does not know the record's Kafka key: the key check is not made. Every
+    reader of a real journal passes the key (engine.reader.RawRecord.key), so that it
+    classifies as the worker does; this is for records folded without one (tests, exported
+    fixtures)."""
 
     token = "key-unknown"
 

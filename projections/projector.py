@@ -57,6 +57,7 @@ class Store(Protocol):
     def run(self, run_id: str) -> RunState | None: ...
     def entry(self, run_id: str, position: int) -> JournalEntry | None: ...
     def request_seen(self, partition: int, request_id: str) -> bool: ...
+    def run_existed(self, run_id: str) -> bool: ...
     def latest_round(self, lineage_id: str) -> str | None: ...
     def write(self, change: RecordWrite) -> None: ...
 
@@ -203,9 +204,7 @@ class Projector:
     def run_existed(self, run_id: str) -> bool:
         """Whether any record of the run was applied in this store: a run deleted since (a
         rejected create) existed. Only asked about runs the store does not hold."""
-        if self.run(run_id) is not None:
-            return True
-        return _existed(self.store, run_id)
+        return self.run(run_id) is not None or self.store.run_existed(run_id)
 
     def _dead_letter(
         self, partition: int, offset: int, raw: bytes, poison: Poison, timestamp_ms: int,
@@ -227,17 +226,3 @@ class Projector:
         return Outcome(state, offset, None, None, None, Verdict.dead_letter, poison.error,
                        poison=poison)
 
-
-def _existed(store: object, run_id: str) -> bool:
-    """Whether `store` ever held the run. The stores answer this differently, and none of
-    them has a method for it yet (see the note in projections.poison's callers): a
-    MemoryStore keeps a deleted run as None in `runs` and falls through to its `base`; a
-    ProjectionStore keeps the run's history index."""
-    runs = getattr(store, "runs", None)
-    if isinstance(runs, dict) and run_id in runs:
-        return True
-    base = getattr(store, "base", None)
-    if base is not None:
-        return _existed(base, run_id)
-    history = getattr(store, "history", None)
-    return callable(history) and bool(history(run_id))

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.connection import KafkaSecurity
 from engine.reader import read_partitions
 from projections.manifest import CheckpointPolicy
 from projections.projector import Projector
@@ -54,6 +55,7 @@ class FoldSpec:
     scratch: bool = False  # thrown away after use: no write-ahead log
     # partition -> offsets at which to note the running hash (before the record there)
     hash_offsets: dict[int, list[int]] = field(default_factory=dict)
+    security: KafkaSecurity | None = None  # None: SASL/TLS from the RUNSTREAM_* environment
 
 
 @dataclass(slots=True)
@@ -107,14 +109,14 @@ async def fold_into(spec: FoldSpec, progress: Progress | None = None) -> FoldRes
         store.begin_group()
         count = 0
         async for raw in read_partitions(spec.bootstrap, spec.topic, spec.partitions,
-                                         until=spec.until):
+                                         until=spec.until, security=spec.security):
             if count % REBUILD_GROUP == 0:
                 store.flush()  # one RocksDB write per REBUILD_GROUP records
                 if progress is not None and count % PROGRESS_EVERY == 0:
                     progress(count)
             watch.before(raw.partition, raw.offset)
             projector.apply_raw(raw.partition, raw.offset, raw.value, raw.headers,
-                                raw.timestamp_ms)
+                                raw.timestamp_ms, key=raw.key)
             count += 1
         store.flush()
         watch.finish()
@@ -137,11 +139,12 @@ async def rebuild_into(
     until: dict[int, int] | None = None,
     progress: Progress | None = None,
     checkpoints: CheckpointPolicy | None = None,
+    security: KafkaSecurity | None = None,
 ) -> tuple[int, dict[int, int]]:
     """Fold the journal from offset 0 into a fresh store at `path` (recording checkpoints as
     a worker's store would, unless `checkpoints` says otherwise)."""
     spec = FoldSpec(bootstrap, topic, path, partitions, until,
-                    checkpoints=checkpoints or CheckpointPolicy.from_env())
+                    checkpoints=checkpoints or CheckpointPolicy.from_env(), security=security)
     result = await fold_into(spec, progress)
     return result.records, result.reached
 
@@ -181,7 +184,7 @@ def compare(
 
 async def rebuild_and_verify(
     data_dir: Path, *, bootstrap: str, topic: str, replace: bool,
-    progress: Progress | None = None,
+    progress: Progress | None = None, security: KafkaSecurity | None = None,
 ) -> RebuildReport:
     """Rebuild the worker projection in `data_dir` from offset 0 up to the offsets it holds,
     compare it with the live one, and optionally put the rebuilt one in its place."""
@@ -192,7 +195,7 @@ async def rebuild_and_verify(
         until = {p.partition: p.next_offset for p in live.partitions()}
         count, reached = await rebuild_into(
             scratch, bootstrap=bootstrap, topic=topic, partitions=sorted(until) or None,
-            until=until or None, progress=progress,
+            until=until or None, progress=progress, security=security,
         )
         rebuilt = ProjectionStore(scratch, checkpoints=CheckpointPolicy.never())
         try:

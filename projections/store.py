@@ -140,6 +140,9 @@ class ProjectionStore:
         # and its partition states, put once at flush: bounded by one group's records.
         self._pending: dict[bytes, bytes | None] = {}
         self._pending_partitions: dict[int, PartitionState] = {}
+        # Runs the pending batch wrote a history item for (its history keys are blind
+        # writes, not read back): bounded by one group's records.
+        self._pending_runs: set[str] = set()
         # Running hash per partition (one per partition; None: written before hashes).
         self._hashes: dict[int, bytes | None] = {}
         self._grouping = False
@@ -179,6 +182,7 @@ class ProjectionStore:
                 batch.put(keys.hash_key(number), value)
         self._pending.clear()
         self._pending_partitions.clear()
+        self._pending_runs.clear()
         self._db.write(batch)
         if self.policy.every and self._since_checkpoint >= self.policy.every:
             self.checkpoint()
@@ -231,6 +235,18 @@ class ProjectionStore:
 
     def request_seen(self, partition: int, request_id: str) -> bool:
         return self._get(keys.request_key(partition, request_id)) is not None
+
+    def run_existed(self, run_id: str) -> bool:
+        """Whether any record of the run was applied here (it has a history item), even if
+        the run is gone since (a rejected create). One bounded seek of the history index,
+        whatever the run's length; the pending batch is not flushed."""
+        if run_id in self._pending_runs:
+            return True
+        prefix = keys.history_prefix(run_id)
+        read = ReadOptions()
+        read.set_iterate_upper_bound(keys.upper_bound(prefix))
+        found: Iterable[Any] = self._db.keys(from_key=prefix, read_opt=read)  # raw: bytes
+        return next(iter(found), None) is not None
 
     def runs_in_partition(self, partition: int, status: RunStatus) -> Iterator[RunState]:
         for key, _ in self._scan(keys.status_prefix(status) + b"%05d/" % partition):
@@ -403,6 +419,10 @@ class ProjectionStore:
         # The partition's state (with its next offset) is put once per batch, at flush.
         self._pending_partitions[number] = change.partition
         encoded = put_record(batch, change, self.keep_records)
+        if change.run_id is not None:
+            self._pending_runs.add(change.run_id)
+        if change.next_round is not None:
+            self._pending_runs.add(change.next_round.run_id)
         if previous is not None:
             self._hashes[number] = chain(previous, change, encoded)
         if change.offset % PRUNE_EVERY == 0:

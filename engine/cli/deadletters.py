@@ -1,4 +1,5 @@
-"""`runstream dead-letters list`: poison records the owners copied aside."""
+"""`runstream dead-letters list`: poison journal records the owners copied aside, and
+requests the relay refused."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from engine.deadletters import format_rows, list_dead_letters
 
 @click.group("dead-letters")
 def dead_letters() -> None:
-    """Journal records that could not be decoded or applied (copied, then skipped)."""
+    """Records set aside: journal records that could not be decoded or applied (copied by
+    their partition's owner, then skipped), and requests the relay refused to forward."""
 
 
 def _progress(copies: int) -> None:
@@ -21,14 +23,14 @@ def _progress(copies: int) -> None:
 
 @dead_letters.command("list")
 @click.option("--limit", type=click.IntRange(min=1), default=None,
-              help="Show only the last N dead letters (by partition and offset).")
+              help="Show only the last N dead letters (by source topic, partition and offset).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @bootstrap_option
 @namespace_option
 def list_command(limit: int | None, as_json: bool, bootstrap: str | None,
                  namespace: str | None) -> None:
-    """Partition, offset, reason, size, log time and type of each dead letter; one row per
-    journal record however many times it was copied."""
+    """Source topic, partition, offset, reason, size, log time and type of each dead letter;
+    one row per source record however many times it was copied."""
     found = asyncio.run(list_dead_letters(bootstrap=bootstrap, namespace=namespace,
                                           limit=limit, progress=_progress))
     if as_json:

@@ -97,7 +97,8 @@ async def fold(bootstrap: str, namespace: str, *, history: bool = True) -> Memor
 
     projection = MemoryProjection(keep_history=history)
     async for raw in read_partitions(bootstrap, journal_topic(namespace)):
-        projection.apply_raw(raw.partition, raw.offset, raw.value, raw.headers, raw.timestamp_ms)
+        projection.apply_raw(raw.partition, raw.offset, raw.value, raw.headers, raw.timestamp_ms,
+                             key=raw.key)
     return projection
 
 

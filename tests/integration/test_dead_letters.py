@@ -1,5 +1,8 @@
 """Poison records on the journal: copied once to `<namespace>.dead-letter` by the owner,
-listed by `runstream dead-letters list`, skipped by every reader; nothing else is lost."""
+listed by `runstream dead-letters list`, skipped by every reader alike (the worker, the
+read model, a rebuild and the in-memory fold classify each the same way: a run's record
+without a key is "missing-key" for all of them); nothing else is lost. Also the
+dead-letter topic's size limit and the relay's refusals in the same listing."""
 
 from __future__ import annotations
 
@@ -7,21 +10,41 @@ import asyncio
 import json
 import random
 import time
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from click.testing import CliRunner
 
 from engine import Client, RunStatus, Worker
+from engine.admin import DEAD_LETTER_MAX_MESSAGE_BYTES, ensure_topics, topic_configs
 from engine.cli import cli
+from engine.config import dead_letter_topic, requests_topic
 from engine.deadletters import DeadLetterList, list_dead_letters
 from engine.demo.flows import checkout
+from engine.journal import encode
+from engine.journal import events as ev
 from engine.operations import read_model_of
-from projections.projector import Projector
-from projections.store import ProjectionStore
-from tests.integration.poison_records import KINDS, make_bad, produce_bad
+from engine.reader import read_partitions
+from engine.relay import Relay
+from engine.relay_kafka import ensure_requests_topics
+from engine.worker.deadletters import copy_headers, polled
+from projections.poison import DEAD_LETTER_TYPE_PREFIX, Poison
+from projections.rebuild import FoldSpec, fold_into
+from projections.store import HistoryEntry, ProjectionStore
+from tests.builders import Writer, create
+from tests.conftest import TEST_JOURNAL_PARTITIONS
+from tests.integration.poison_records import KINDS, Bad, make_bad, produce_bad
+from tests.integration.support import fold
+
+# A value just under the journal topic's size limit (the broker's default, 1,048,588 bytes
+# a batch): over MAX_RECORD_BYTES, so a dead letter, and too big for a 1 MB dead-letter
+# topic once the copy's headers are added.
+NEAR_TOPIC_LIMIT = 1_048_000
 
 
 @asynccontextmanager
@@ -46,39 +69,28 @@ async def dead_letters_when(bootstrap: str, namespace: str, total: int,
         await asyncio.sleep(0.5)
 
 
-async def rebuild_with_keys(bootstrap: str, journal: str, path: Path,
-                            until: dict[int, int]) -> ProjectionStore:
-    """The journal folded from offset 0 up to `until`, with each record's key, as a worker
-    folds it."""
-    store = ProjectionStore(path)
-    projector = Projector(store)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                                auto_offset_reset="earliest")
-    await consumer.start()
-    try:
-        tps = [TopicPartition(journal, p) for p in until]
-        consumer.assign(tps)
-        for tp in tps:
-            consumer.seek(tp, 0)
-        left = {p for p, end in until.items() if end > 0}
-        while left:
-            for tp, messages in (await consumer.getmany(timeout_ms=500)).items():
-                for m in messages:
-                    if m.offset < until[tp.partition]:
-                        projector.apply_raw(tp.partition, m.offset, m.value, m.headers,
-                                            m.timestamp, key=m.key)
-                    if m.offset + 1 >= until[tp.partition]:
-                        left.discard(tp.partition)
-    finally:
-        await consumer.stop()
-    return store
+def keyless_request(rng: random.Random) -> tuple[Bad, str]:
+    """A client's create request sent without a key (so no partitioner placed it): a
+    reader that did not check keys would create the run."""
+    run_id = f"keyless-{uuid.UUID(int=rng.getrandbits(128)).hex[:12]}"
+    value, headers = encode(create(run_id, f"q-{run_id}"))
+    return Bad("missing-key", None, value, headers), run_id
+
+
+def dead_letter_types(entries: list[HistoryEntry]) -> dict[tuple[int, int], str]:
+    """(partition, offset) -> "dead-letter:<cause>" of the dead letters among a partition's
+    own history items."""
+    return {(e.partition, e.offset): e.type for e in entries
+            if e.type.startswith(DEAD_LETTER_TYPE_PREFIX)}
 
 
 async def test_each_kind_of_poison_is_copied_once_listed_and_skipped(
     bootstrap: str, namespace: str, journal: str, tmp_path: Path
 ) -> None:
+    """~3 s: 7 kinds x 4 partitions, keyless requests, one near-limit record, 12 runs."""
     rng = random.Random(7)
     produced: dict[tuple[int, int], str] = {}
+    keyless: list[str] = []  # run ids of keyless create requests: no reader may create one
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, max_request_size=2_000_000)
     await producer.start()
     try:
@@ -91,11 +103,18 @@ async def test_each_kind_of_poison_is_copied_once_listed_and_skipped(
                                                           "amount": 1},
                                                run_id=f"g{round_number}-{i}")
                             for i in range(6)]
-                for kind in KINDS:
-                    for partition in range(4):
+                for partition in range(4):
+                    for kind in KINDS:
                         where = await produce_bad(producer, journal, make_bad(kind, rng),
                                                   partition)
                         produced[where] = kind
+                    request, run_id = keyless_request(rng)
+                    produced[await produce_bad(producer, journal, request, partition)] = \
+                        "missing-key"
+                    keyless.append(run_id)
+            big = Bad("oversize", b"big", b"\x00" + bytes(NEAR_TOPIC_LIMIT - 1), [])
+            big_at = await produce_bad(producer, journal, big, 0)
+            produced[big_at] = "oversize"
             results = [await h.result(timeout=60) for h in handles]
             found = await dead_letters_when(bootstrap, namespace, len(produced))
             assert w.projector is not None
@@ -107,8 +126,58 @@ async def test_each_kind_of_poison_is_copied_once_listed_and_skipped(
     assert set(rows) == set(produced)
     assert {key: row.reason for key, row in rows.items()} == produced
     assert all(row.copies == 1 for row in rows.values())  # one owner, no crash: one copy
+    assert all(row.topic == journal and row.copied_by == "owner" for row in rows.values())
     assert found.copies == len(produced)
+    await _check_listing(bootstrap, namespace, produced)
+    await _check_copied_whole(bootstrap, namespace, big_at, len(big.value))
 
+    # Every reader classifies every record as the worker did: same dead letters, same
+    # causes, the keyless runs created by none of them.
+    live = ProjectionStore(tmp_path / "w" / "projection")
+    try:
+        hashes = {p: live.running_hash(p) for p in range(4)}
+        assert {p: live.partition(p).next_offset for p in range(4)} == applied
+        by_worker = {k: v for p in range(4) for k, v in
+                     dead_letter_types(live.partition_history(p)).items()}
+        assert not any(live.run(run_id) for run_id in keyless)
+    finally:
+        live.close()
+    assert set(by_worker) == set(produced)
+    assert {k for k, v in by_worker.items() if v == DEAD_LETTER_TYPE_PREFIX + "missing-key"} \
+        == {k for k, kind in produced.items() if kind == "missing-key"}
+
+    async with read_model_of(bootstrap, namespace, None) as model:
+        view = await model.catch_up()
+        statuses = {f"g{r}-{i}": view.run(f"g{r}-{i}") for r in range(2) for i in range(6)}
+        assert all(run is not None and run.status is RunStatus.completed
+                   for run in statuses.values())
+        assert sum(view.partition(p).dead_letters for p in range(4)) == len(produced)
+        assert not any(view.run(f"ghost-{kind}") for kind in KINDS)
+        assert not any(view.run(run_id) for run_id in keyless)
+        by_read_model = {k: v for p in range(4) for k, v in
+                         dead_letter_types(view.partition_history(p)).items()}
+    assert by_read_model == by_worker
+
+    spec = FoldSpec(bootstrap, journal, tmp_path / "rebuilt", until=applied, scratch=True)
+    result = await fold_into(spec)
+    assert result.final_hashes == hashes
+    rebuilt = ProjectionStore(spec.path)
+    try:
+        by_rebuild = {k: v for p in range(4) for k, v in
+                      dead_letter_types(rebuilt.partition_history(p)).items()}
+        assert not any(rebuilt.run(run_id) for run_id in keyless)
+    finally:
+        rebuilt.close()
+    assert by_rebuild == by_worker
+
+    memory = await fold(bootstrap, namespace, history=False)
+    assert {(d.partition, d.offset): d.reason for d in memory.dead_letters} == produced
+    assert not any(run_id in memory.runs for run_id in keyless)
+
+
+async def _check_listing(bootstrap: str, namespace: str, produced: dict[tuple[int, int], str]
+                         ) -> None:
+    """`runstream dead-letters list`, as JSON and as a table."""
     listed = await asyncio.to_thread(CliRunner().invoke, cli, [
         "dead-letters", "list", "--json", "--bootstrap", bootstrap, "--namespace", namespace])
     assert listed.exit_code == 0, listed.output
@@ -121,23 +190,86 @@ async def test_each_kind_of_poison_is_copied_once_listed_and_skipped(
         namespace])
     assert table.exit_code == 0 and f"3 of {len(produced)} dead letter(s)" in table.output
 
-    async with read_model_of(bootstrap, namespace, None) as model:
-        view = await model.catch_up()
-        statuses = {f"g{r}-{i}": view.run(f"g{r}-{i}") for r in range(2) for i in range(6)}
-        assert all(run is not None and run.status is RunStatus.completed
-                   for run in statuses.values())
-        assert sum(view.partition(p).dead_letters for p in range(4)) == len(produced)
-        assert not any(view.run(f"ghost-{kind}") for kind in KINDS)
 
-    live = ProjectionStore(tmp_path / "w" / "projection")
+async def _check_copied_whole(bootstrap: str, namespace: str, where: tuple[int, int],
+                              size: int) -> None:
+    """The copy of a record at the journal's size limit is the record, not a cut of it."""
+    copies = [raw async for raw in read_partitions(bootstrap, dead_letter_topic(namespace))
+              if raw.key == b"%d:%d" % where]
+    assert len(copies) == 1
+    assert len(copies[0].value or b"") == size
+    assert "rs-cut" not in dict(copies[0].headers)
+
+
+async def test_the_dead_letter_topic_takes_a_journal_record_whole_and_check_reports_it(
+    bootstrap: str, namespace: str, journal: str
+) -> None:
+    """~0.4 s: created with max.message.bytes 2 MiB; a topic without it is a mismatch."""
+    topic = dead_letter_topic(namespace)
+    configs = await topic_configs(bootstrap, topic)
+    assert configs["max.message.bytes"] == str(DEAD_LETTER_MAX_MESSAGE_BYTES) == "2097152"
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
     try:
-        hashes = {p: live.running_hash(p) for p in range(4)}
-        assert {p: live.partition(p).next_offset for p in range(4)} == applied
+        await admin.alter_configs([ConfigResource(
+            ConfigResourceType.TOPIC, topic, {"max.message.bytes": "1048588"})])
     finally:
-        live.close()
-    rebuilt = await rebuild_with_keys(bootstrap, journal, tmp_path / "rebuilt", applied)
+        await admin.close()
+    report = await ensure_topics(bootstrap, namespace, partitions=TEST_JOURNAL_PARTITIONS)
+    assert not report.ok
+    # (alter_configs resets the topic's other configs too: they are reported as well)
+    [mismatch] = report.mismatches()
+    assert mismatch.startswith(topic) and "max.message.bytes=1048588 (want 2097152)" in mismatch
+
+
+async def test_the_list_shows_the_relays_refusals_next_to_the_owners_copies(
+    bootstrap: str, namespace: str, journal: str
+) -> None:
+    """~0.5 s: a real relay refuses a decision and garbage sent to `<ns>.requests`; an
+    owner's copy (made with the worker's own headers) sits next to them."""
+    made = await ensure_requests_topics(bootstrap, namespace, [])
+    requests = requests_topic(namespace)
+    relay = Relay(bootstrap, namespace, None, {}, name="dl-test")
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
     try:
-        assert {p: rebuilt.running_hash(p) for p in range(4)} == hashes
-        assert sum(rebuilt.partition(p).dead_letters for p in range(4)) == len(produced)
+        await relay.start()
+        forged_value, forged_headers = encode(Writer("forger", epoch=1).decide(
+            ev.RunCompleted, run_id="r1", result_json="1"))
+        # A client naming its headers like an owner's copy changes nothing in the row.
+        forged = await producer.send_and_wait(
+            requests, value=forged_value, key=b"r1", partition=1,
+            headers=[*forged_headers, ("rs-source-partition", b"77"),
+                     ("runstream-dead-letter-source", b"x:9:9")])
+        garbage = await producer.send_and_wait(requests, value=b"\x07junk", key=b"r2",
+                                               partition=2)
+        item = polled(3, 41, None, b"\x05bad", [], 1_700_000_000_000)
+        assert isinstance(item.examined, Poison)
+        await producer.send_and_wait(
+            dead_letter_topic(namespace), value=b"\x05bad", key=b"3:41",
+            headers=copy_headers(journal, item, item.examined))
+        found = await dead_letters_when(bootstrap, namespace, 3)
     finally:
-        rebuilt.close()
+        await relay.stop()
+        await producer.stop()
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            await admin.delete_topics([t.name for t in made])
+        finally:
+            await admin.close()
+    rows = {(row.topic, row.partition, row.offset): row for row in found.rows}
+    assert set(rows) == {(journal, 3, 41), (requests, 1, forged.offset),
+                         (requests, 2, garbage.offset)}
+    owner = rows[(journal, 3, 41)]
+    assert (owner.copied_by, owner.reason, owner.size) == ("owner", "garbage", 4)
+    refused = rows[(requests, 1, forged.offset)]
+    assert (refused.copied_by, refused.reason, refused.type) == (
+        "relay", "not a request", ev.RunCompleted.TYPE)
+    assert "is a decision" in refused.detail and refused.size == len(forged_value)
+    assert rows[(requests, 2, garbage.offset)].reason == "decode error"
+    table = await asyncio.to_thread(CliRunner().invoke, cli, [
+        "dead-letters", "list", "--bootstrap", bootstrap, "--namespace", namespace])
+    assert table.exit_code == 0, table.output
+    assert table.output.splitlines()[0].startswith("SOURCE TOPIC")
+    assert sum(line.startswith(requests) for line in table.output.splitlines()) == 2

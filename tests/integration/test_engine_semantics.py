@@ -64,8 +64,8 @@ async def test_reproduced_decisions_and_repeated_create_change_nothing(
         await producer.start()
         try:
             for r in raw:  # every record again, byte for byte: decisions and requests
-                await producer.send_and_wait(journal, value=r.value, partition=r.partition,
-                                             headers=list(r.headers))
+                await producer.send_and_wait(journal, value=r.value, key=r.key,
+                                             partition=r.partition, headers=list(r.headers))
         finally:
             await producer.stop()
         again = await c.create_run(checkout, {"order_id": "d0", "amount": 1}, run_id="d0")

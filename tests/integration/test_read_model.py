@@ -120,7 +120,8 @@ async def full_fold(bootstrap: str, topic: str, *, partitions: list[int] | None 
 def fold_records(records: list[RawRecord]) -> MemoryProjection:
     projection = MemoryProjection(keep_history=True)
     for raw in records:
-        projection.apply_raw(raw.partition, raw.offset, raw.value, raw.headers, raw.timestamp_ms)
+        projection.apply_raw(raw.partition, raw.offset, raw.value, raw.headers, raw.timestamp_ms,
+                             key=raw.key)
     return projection
 
 

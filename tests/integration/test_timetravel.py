@@ -58,7 +58,7 @@ class LiveTail:
             for messages in batches.values():
                 for m in messages:
                     self.projection.apply_raw(m.partition, m.offset, m.value, m.headers,
-                                              m.timestamp)
+                                              m.timestamp, key=m.key)
                     for run_id in WATCHED:
                         self.seen[(run_id, m.partition, m.offset)] = (
                             self.projection.runs.get(run_id), self.projection.journal(run_id))

@@ -8,7 +8,7 @@ import pytest
 
 from engine.journal import MAX_RECORD_BYTES, encode
 from engine.journal import events as ev
-from projections.memory import MemoryStore
+from projections.memory import MemoryProjection, MemoryStore
 from projections.poison import KEY_UNKNOWN, Poison, examine
 from projections.projector import CopyFirst, Projector
 from projections.state import Verdict
@@ -101,3 +101,15 @@ def test_two_folds_of_the_same_poisoned_log_agree() -> None:
     first, _ = fold(*records)
     second, _ = fold(*records)
     assert first.partition(0) == second.partition(0)
+
+
+def test_the_in_memory_fold_checks_the_key_it_is_given() -> None:
+    """A keyless request is a dead letter ("missing-key") for a reader that passes keys,
+    as for the worker; only a reader that does not know keys (KEY_UNKNOWN) applies it."""
+    value, headers = encode(create("r1", "q1"))
+    keyed, keyless, unknown = MemoryProjection(), MemoryProjection(), MemoryProjection()
+    assert keyed.apply_raw(0, 0, value, headers, 1, key=b"r1") is Verdict.applied
+    assert keyless.apply_raw(0, 0, value, headers, 1, key=None) is Verdict.dead_letter
+    assert [item.reason for item in keyless.dead_letters] == ["missing-key"]
+    assert "r1" not in keyless.runs and "r1" in keyed.runs
+    assert unknown.apply_raw(0, 0, value, headers, 1) is Verdict.applied

@@ -11,7 +11,7 @@ import pytest
 from engine.journal import JournalRecord
 from engine.journal import events as ev
 from projections import store as rocks
-from projections.memory import MemoryProjection
+from projections.memory import MemoryProjection, MemoryStore
 from projections.projector import Projector
 from projections.state import RunStatus, Verdict
 from projections.store import ProjectionStore
@@ -92,5 +92,37 @@ def test_request_ids_are_deduplicated_within_their_partition(tmp_path: Path) -> 
             assert projector.apply_record(partition, 5, idless(run_id)).verdict is Verdict.applied
             assert memory.apply_record(partition, 5, idless(run_id)) is Verdict.applied
         assert store.run("run-b") is not None and "run-b" in memory.runs
+    finally:
+        store.close()
+
+
+def test_both_stores_know_which_runs_ever_existed(tmp_path: Path) -> None:
+    """A run with any applied record existed, even once deleted (a rejected create); a run
+    id that is only a prefix of one, or never named, did not. RocksDB answers from its
+    history index, inside a pending group as after it, and a MemoryStore over it agrees."""
+    owner = Writer("a", epoch=1)
+    records: list[JournalRecord] = [
+        owner.claim(0, generation=1), create("r1", "q1"), create("r2", "q2"),
+        owner.decide(ev.RunCreateRejected, run_id="r2", request_id="q2", reason="invalid",
+                     field="payload", existing_value="", requested_value="x"),
+    ]
+    asked = ("r1", "r2", "r", "r10", "nobody")
+    expected = {"r1": True, "r2": True, "r": False, "r10": False, "nobody": False}
+    memory = MemoryProjection()
+    store = ProjectionStore(tmp_path / "p")
+    try:
+        projector = Projector(store)
+        store.begin_group()  # nothing flushed yet: the answers come from the pending batch
+        for offset, record in enumerate(records):
+            memory.apply_record(0, offset, record)
+            projector.apply_record(0, offset, record)
+        assert store.run("r2") is None and memory.store.run("r2") is None
+        assert {run_id: store.run_existed(run_id) for run_id in asked} == expected
+        store.flush()
+        assert {run_id: store.run_existed(run_id) for run_id in asked} == expected
+        assert {run_id: memory.store.run_existed(run_id) for run_id in asked} == expected
+        overlay = MemoryStore(base=store)  # a read model's overlay asks its base
+        assert {run_id: overlay.run_existed(run_id) for run_id in asked} == expected
+        assert {run_id: projector.run_existed(run_id) for run_id in asked} == expected
     finally:
         store.close()
