@@ -29,6 +29,7 @@ def _register() -> None:
         partitions,
         projection,
         runs,
+        schemas,
         state,
         timetravel,
         topics,
@@ -44,6 +45,7 @@ def _register() -> None:
     for command in (*timetravel.COMMANDS, state.state, ui.ui):
         cli.add_command(command)
     cli.add_command(deadletters.dead_letters)
+    cli.add_command(schemas.schemas)
 
 
 _register()
