@@ -52,19 +52,21 @@ async def topic_partitions(client: Any) -> dict[str, int]:
 
 def choose_route(namespace: str, authority_name: str | None,
                  topics: dict[str, int], bootstrap: str) -> Route:
-    """Direct when `<ns>.requests` does not exist; else the requests topic for the client's
-    authority, which must exist and match the journal's partition count."""
+    """Direct when `<ns>.requests` does not exist (and no authority is named); else the
+    requests topic for the client's authority, which must exist and match the journal's
+    partition count."""
     journal = journal_topic(namespace)
     if journal not in topics:
         raise RelayMisconfigured(
             f"topic {journal!r} does not exist on {bootstrap}: create it with `runstream "
             f"topics create` (or check --namespace / RUNSTREAM_NAMESPACE)")
     partitions = topics[journal]
-    relaying = requests_topic(namespace) in topics
-    if not relaying and authority_name is None:
-        return Route(journal, relayed=False, partitions=partitions)
     topic = requests_topic(namespace, authority_name)
-    if not relaying or topic not in topics:
+    # A restricted principal may see only its own requests topic (the metadata lists only
+    # topics it may describe), so that topic alone also means the namespace is relayed.
+    if topic not in topics and authority_name is None:
+        return Route(journal, relayed=False, partitions=partitions)
+    if topic not in topics:
         raise RelayMisconfigured(
             f"authority {authority_name!r} has no requests topic {topic!r}: create it with "
             f"`runstream topics create --requests --authority {authority_name}`")

@@ -27,10 +27,12 @@ from engine.admin import ensure_topics
 from engine.broker import BrokerCluster, BrokerError, find_java
 from engine.config import journal_topic, requests_topic
 from engine.connection import ENVIRONMENT, KafkaSecurity, access_denied, kafka_options
-from engine.demo.flows import CheckoutIn, checkout
-from engine.errors import InvalidInput
+from engine.deadletters import DeadLetterRow, list_dead_letters
+from engine.demo.flows import CheckoutIn, checkout, refund
+from engine.errors import InvalidInput, RunstreamError
 from engine.journal import Envelope, encode
 from engine.journal import events as ev
+from engine.reader import read_partitions
 from engine.relay_kafka import ensure_requests_topics
 from tests.integration.test_cluster import _free_base_port
 
@@ -44,7 +46,8 @@ CLI_TIMEOUT_S = 60.0  # a refused connection must end the command well before th
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
     cluster = BrokerCluster(base_port=_free_base_port(1),
                             data_dir=tmp_path_factory.mktemp("secure") / "kafka",
-                            security="sasl_ssl", acl=True)
+                            security="sasl_ssl", acl=True,
+                            passwords={"shop": "shop-secret-1"})  # a restricted principal
     try:
         find_java()
         cluster.provision()
@@ -118,8 +121,8 @@ def _security_flags(settings: KafkaSecurity) -> list[str]:
     return flags
 
 
-def _start_worker(bootstrap: str, namespace: str, settings: KafkaSecurity, tmp_path: Path
-                  ) -> subprocess.Popen[bytes]:
+def _start_worker(bootstrap: str, namespace: str, settings: KafkaSecurity, tmp_path: Path,
+                  *, authorities: str | None = None) -> subprocess.Popen[bytes]:
     """`runstream worker` given the group's security options (the password from its
     environment variable, as recommended: argv is visible to every local user)."""
     with open(tmp_path / "worker.log", "wb") as log:
@@ -129,7 +132,8 @@ def _start_worker(bootstrap: str, namespace: str, settings: KafkaSecurity, tmp_p
              "--bootstrap", bootstrap, "--namespace", namespace, "--name", "secure-w",
              "--session-timeout-ms", "6000", "--drain-timeout", "2"],
             stdout=log, stderr=subprocess.STDOUT,
-            env={**os.environ, "RUNSTREAM_SASL_PASSWORD": str(settings.sasl_password)})
+            env={**os.environ, "RUNSTREAM_SASL_PASSWORD": str(settings.sasl_password),
+                 **({"RUNSTREAM_AUTHORITIES": authorities} if authorities else {})})
 
 
 async def test_a_worker_with_the_right_credentials_runs_a_flow_end_to_end(
@@ -181,10 +185,7 @@ def test_refused_connections_end_with_one_clear_line(
     assert elapsed < CLI_TIMEOUT_S
 
 
-async def test_a_client_principal_may_send_requests_but_never_write_the_journal(
-        secure: BrokerCluster) -> None:
-    namespace = await _namespace(secure, relayed=True)
-    partition = 0
+def _forged_claim(partition: int) -> tuple[bytes, list[tuple[str, bytes]]]:
     forged_claim = ev.PartitionEpochClaimed(
         envelope=Envelope(type=ev.PartitionEpochClaimed.TYPE, run_id="",
                           lineage_id=f"partition/{partition}", request_id=uuid.uuid4().hex,
@@ -193,23 +194,93 @@ async def test_a_client_principal_may_send_requests_but_never_write_the_journal(
         partition=partition, epoch=99, owner="forger", query_endpoint=None,
         generation=10_000, lease_ms=600_000)
     value, headers = encode(forged_claim)
+    return value, list(headers)
 
-    async def produce(user: str, topic: str) -> None:
-        settings = security_of(secure, user)
-        producer = AIOKafkaProducer(bootstrap_servers=secure.bootstrap, acks="all",
-                                    enable_idempotence=True, request_timeout_ms=15_000,
-                                    **kafka_options(settings))
-        await producer.start()
-        try:
-            await asyncio.wait_for(producer.send_and_wait(
-                topic, value=value, key=b"", headers=headers, partition=partition), 30)
-        finally:
-            await producer.stop()
 
+async def _produce(secure: BrokerCluster, user: str, topic: str, partition: int = 0) -> None:
+    """Send a forged claim as `user` to `topic` (raises the broker's refusal)."""
+    value, headers = _forged_claim(partition)
+    settings = security_of(secure, user)
+    producer = AIOKafkaProducer(bootstrap_servers=secure.bootstrap, acks="all",
+                                enable_idempotence=True, request_timeout_ms=15_000,
+                                **kafka_options(settings))
+    await producer.start()
+    try:
+        await asyncio.wait_for(producer.send_and_wait(
+            topic, value=value, key=b"", headers=headers, partition=partition), 30)
+    finally:
+        await producer.stop()
+
+
+async def test_a_client_principal_may_send_requests_but_never_write_the_journal(
+        secure: BrokerCluster) -> None:
+    namespace = await _namespace(secure, relayed=True)
     with pytest.raises(TopicAuthorizationFailedError) as refused:
-        await produce("client", journal_topic(namespace))
+        await _produce(secure, "client", journal_topic(namespace))
     denied = access_denied(refused.value, security_of(secure, "client"))
     assert denied is not None and "User:client" in str(denied)
     assert "\n" not in str(denied)
-    await produce("client", requests_topic(namespace))  # requests are the client's to send
-    await produce("worker", journal_topic(namespace))  # the journal is the workers'
+    await _produce(secure, "client", requests_topic(namespace))  # requests are the client's
+    await _produce(secure, "worker", journal_topic(namespace))  # the journal is the workers'
+
+
+async def test_under_acls_clients_reach_the_journal_only_through_the_relay_with_their_authority(
+        secure: BrokerCluster, tmp_path: Path) -> None:
+    """User:client (client role) and User:shop (client role for authority `shop`, which the
+    workers limit to `email`) run flows through a worker's relay; neither can write the
+    journal, and shop cannot widen its runs' ceiling by declaring none."""
+    namespace = await _namespace(secure, relayed=True)
+    admin = security_of(secure, "admin")
+    await ensure_requests_topics(secure.bootstrap, namespace, ["shop"], security=admin)
+    await grant_role(bootstrap=secure.bootstrap, role="client", principal="User:shop",
+                     namespace=namespace, authority="shop", security=admin)
+    proc = _start_worker(secure.bootstrap, namespace, security_of(secure, "worker"), tmp_path,
+                         authorities='{"shop": ["email"]}')
+    try:
+        async with Client(bootstrap_servers=secure.bootstrap, namespace=namespace,
+                          flows=[checkout], security=security_of(secure, "client"),
+                          read_model_dir=tmp_path / "client") as client:
+            run = await client.create_run(checkout, CheckoutIn(order_id="o-7", amount=5))
+            assert (await run.result(timeout=90)).order_id == "o-7"
+        async with Client(bootstrap_servers=secure.bootstrap, namespace=namespace,
+                          flows=[refund], security=security_of(secure, "shop"),
+                          authority_name="shop", read_model_dir=tmp_path / "shop") as shop:
+            declared_any = await shop.create_run(refund, {"amount": 3}, run_id="refund-1")
+            with pytest.raises(RunstreamError):
+                await declared_any.result(timeout=90)
+            state = await shop.describe("refund-1")
+        # It declared payments.refund; the relay kept only what authority shop allows.
+        assert state.ceiling == () and state.status.value == "failed"
+        assert "payments.refund" in (state.error_message or "")
+        # A claim the client forges into its requests topic is refused by the relay.
+        await _produce(secure, "client", requests_topic(namespace))
+        refused = await _until_dead_lettered(secure, namespace, requests_topic(namespace))
+        assert refused.copied_by == "relay" and refused.reason == "not a request"
+        journal = [r async for r in read_partitions(
+            secure.bootstrap, journal_topic(namespace), security=admin)]
+        assert journal and all(b"forger" not in (r.value or b"") for r in journal)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    log = (tmp_path / "worker.log").read_text(errors="replace")
+    assert "Traceback" not in log
+    for user, topic in (("shop", requests_topic(namespace)), ("shop", journal_topic(namespace)),
+                        ("client", requests_topic(namespace, "shop"))):
+        with pytest.raises(TopicAuthorizationFailedError):
+            await _produce(secure, user, topic)
+
+
+async def _until_dead_lettered(secure: BrokerCluster, namespace: str, topic: str
+                               ) -> DeadLetterRow:
+    for _ in range(120):
+        listed = await list_dead_letters(bootstrap=secure.bootstrap, namespace=namespace,
+                                         security=security_of(secure, "worker"))
+        rows = [row for row in listed.rows if row.topic == topic]
+        if rows:
+            return rows[0]
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"nothing from {topic} reached the dead-letter topic in 60 s")
