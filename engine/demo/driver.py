@@ -18,6 +18,7 @@ from engine.admin import ensure_topics
 from engine.client import Client
 from engine.demo.debugging import show_debugging
 from engine.demo.flows import checkout, order, packing, refund, subscription
+from engine.demo.reliability import show_reliability
 from engine.errors import RunCancelled
 from engine.history import (
     format_history,
@@ -56,6 +57,7 @@ async def run_demo(*, bootstrap: str, runs: int, workers: int, state_dir: Path,
             view = await (await client.read_model()).catch_up()
             await show_debugging(client, view, bootstrap=bootstrap, namespace=namespace,
                                  echo=echo)
+            await show_reliability(client, bootstrap=bootstrap, namespace=namespace, echo=echo)
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
@@ -63,6 +65,7 @@ async def run_demo(*, bootstrap: str, runs: int, workers: int, state_dir: Path,
             proc.wait(timeout=60)
     where = f"--namespace {namespace} --bootstrap {bootstrap}"
     echo(f"\ntry: runstream run history order-0001 {where}")
+    echo(f"     runstream dead-letters list {where}")
     echo(f"     runstream ui {where}   (then open http://127.0.0.1:8233)")
 
 
