@@ -3,11 +3,13 @@
 1. A three-node KRaft cluster, the namespace's topics at replication factor 3 and
    min.insync.replicas=2: kill -9 the node leading journal partition 0 while clients create
    runs and two worker processes execute them, restart it later.
-2. A single-node broker killed (kill -9) and started again mid-load: the worker processes and
-   the client reconnect by themselves.
+   The same cluster, with one node stopped: acks=all and transactional writes go on.
+2. A single-node broker that starts after the worker processes (they wait for it), then is
+   killed (kill -9) and started again mid-load: the workers and the client reconnect by
+   themselves.
 
-Each test owns its broker (its own ports below the ephemeral range, its own data dir under
-tmp_path), never the shared broker at 9092, and stops it whatever happens.
+The brokers are the module's own (ports below the ephemeral range, data under tmp_path),
+never the shared broker at 9092, and are stopped whatever happens.
 """
 
 from __future__ import annotations
@@ -36,7 +38,13 @@ from engine.journal import events as ev
 from projections.memory import MemoryProjection
 from projections.state import Verdict
 from tests.integration.support import WorkerProcess, fold, wait_for_owners
-from tests.integration.test_cluster import _provisioned
+from tests.integration.test_cluster import (
+    _partitions,
+    _produce,
+    _produce_in_transaction,
+    _provisioned,
+    _read_all,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -45,21 +53,23 @@ WORK_MS = 200  # per step: a run lasts ~0.6 s, so some are in flight at any faul
 _TERMINAL = (ev.RunCompleted, ev.RunFailed, ev.RunCancelled)
 
 
-@pytest.fixture
-def three_nodes(tmp_path: Path) -> Iterator[BrokerCluster]:
-    cluster = _provisioned(3, tmp_path)
+@pytest.fixture(scope="module")
+def three_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
+    """One cluster for the module's tests (a three-node start is the slowest thing here);
+    each test leaves every node running again."""
+    cluster = _provisioned(3, tmp_path_factory.mktemp("three-nodes"))
     try:
         cluster.start()
         yield cluster
     finally:
-        cluster.stop()  # also after a failed start or test: no JVM outlives the test
+        cluster.stop()  # also after a failed start or test: no JVM outlives the module
 
 
 @pytest.fixture
 def one_node(tmp_path: Path) -> Iterator[BrokerCluster]:
+    """Provisioned, not started: the test starts it after its workers."""
     cluster = _provisioned(1, tmp_path)
     try:
-        cluster.start()
         yield cluster
     finally:
         cluster.stop()
@@ -272,14 +282,53 @@ async def test_kill_9_a_partition_leader_under_load_loses_no_acknowledged_record
     _check_journal(await fold(bootstrap, namespace), load)
 
 
+async def test_three_nodes_survive_one_node_down(three_nodes: BrokerCluster,
+                                                 namespace: str) -> None:
+    cluster = three_nodes
+    report = await ensure_topics(cluster.bootstrap, namespace, partitions=3,
+                                 replication_factor=3)
+    assert report.ok, report.mismatches()
+    topic = report.journal.name
+    assert report.journal.replication_factor == 3
+    assert report.journal.configs["min.insync.replicas"] == "2"
+
+    before = [f"before-{i}".encode() for i in range(30)]
+    await _produce(cluster.bootstrap, topic, before)
+
+    # Stop the leader of partition 0, so at least one partition must fail over.
+    leader = next(p["leader"] for p in await _partitions(cluster.bootstrap, topic)
+                  if p["partition"] == 0)
+    assert isinstance(leader, int)
+    assert cluster.stop(node=leader) == [leader]
+    status = {s.node_id: s for s in cluster.status()}
+    assert not status[leader].running
+    assert all(s.answering for node_id, s in status.items() if node_id != leader)
+
+    after = [f"after-{i}".encode() for i in range(30)]
+    await _produce(cluster.bootstrap, topic, after)
+    in_tx = [f"tx-{i}".encode() for i in range(5)]
+    await _produce_in_transaction(cluster.bootstrap, topic, f"{namespace}-tx", in_tx)
+
+    expected = set(before + after + in_tx)
+    assert await _read_all(cluster.bootstrap, topic, len(expected)) == expected
+    for partition in await _partitions(cluster.bootstrap, topic):
+        assert partition["leader"] != leader
+        assert isinstance(partition["isr"], list) and leader not in partition["isr"]
+    await asyncio.to_thread(cluster.start, leader)  # the next test gets three nodes
+
+
 async def test_single_node_broker_restart_mid_load_workers_and_clients_reconnect(
     one_node: BrokerCluster, namespace: str, tmp_path: Path
 ) -> None:
     bootstrap = one_node.bootstrap
-    report = await ensure_topics(bootstrap, namespace, partitions=PARTITIONS)
-    assert report.ok, report.mismatches()
-    workers = _workers(bootstrap, namespace, tmp_path)
+    workers = _workers(bootstrap, namespace, tmp_path)  # nothing listens there yet
     try:
+        await asyncio.sleep(3)
+        assert all(w.proc is not None and w.proc.poll() is None for w in workers), \
+            [w.log_text()[-3000:] for w in workers]
+        await asyncio.to_thread(one_node.start)
+        report = await ensure_topics(bootstrap, namespace, partitions=PARTITIONS)
+        assert report.ok, report.mismatches()
         await wait_for_owners(bootstrap, namespace, {"a", "b"}, partitions=PARTITIONS)
         async with Client(bootstrap_servers=bootstrap, namespace=namespace,
                           flows=[checkout]) as client:
@@ -302,5 +351,8 @@ async def test_single_node_broker_restart_mid_load_workers_and_clients_reconnect
             [w.log_text()[-3000:] for w in workers]
     finally:
         _stop_workers(workers)
+    logs = "".join(w.log_text() for w in workers)
+    assert "connecting to the brokers failed" in logs  # they waited for it, and said so
+    assert "Traceback" not in logs, logs[-3000:]
     print(f"runs acknowledged {len(load.acked)}, refused {len(load.refused)}")
     _check_journal(await fold(bootstrap, namespace), load)
