@@ -25,8 +25,8 @@ from bench.report import Row, Section, percentile
 from bench.system import measure_cpu
 from bench.workers import WorkerPool
 from engine import Client
+from engine.admin import ensure_requests_topics
 from engine.demo.flows import checkout
-from engine.relay_kafka import ensure_requests_topics
 
 PARTITIONS = 12
 # The relay in its own process, as it will run inside each worker (not in the client's).

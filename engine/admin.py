@@ -32,6 +32,7 @@ from engine.config import (
     dead_letter_topic,
     journal_topic,
     owners_topic,
+    requests_topic,
     resolve_bootstrap,
     resolve_namespace,
 )
@@ -51,6 +52,8 @@ _MIN_ISR = "min.insync.replicas"
 # A dead letter's copy is the journal record whole (up to the journal's own size limit,
 # about 1 MiB by the broker's default) plus the headers saying why: twice that is room.
 DEAD_LETTER_MAX_MESSAGE_BYTES = 2 * 1024 * 1024
+# A request is relayed within moments; the journal keeps it forever, so 30 days is plenty.
+REQUESTS_CONFIGS = {"retention.ms": str(30 * 24 * 3600 * 1000), "cleanup.policy": "delete"}
 _MAX_MESSAGE = "max.message.bytes"
 _MANAGED_KEYS = [*_KEEP_FOREVER, _MIN_ISR, _MAX_MESSAGE]
 
@@ -176,6 +179,45 @@ async def ensure_topics(
         for spec in specs
     )
     return TopicReport(bootstrap, namespace, results)
+
+
+@dataclass(frozen=True)
+class RequestsTopic:
+    name: str
+    created: bool
+    partitions: int
+
+    def summary(self) -> str:
+        return (f"{'created' if self.created else 'exists'} {self.name} "
+                f"({self.partitions} partitions, as the journal)")
+
+
+async def ensure_requests_topics(
+    bootstrap: str, namespace: str, authorities: list[str], *,
+    replication_factor: int | None = None, security: KafkaSecurity | None = None,
+    request_timeout: float = 30.0,
+) -> list[RequestsTopic]:
+    """Create `<ns>.requests` and `<ns>.requests.<authority>` for each authority, with the
+    journal's partition count, unless they exist; an existing one must have that count (a
+    request must land in its run's journal partition)."""
+    names = [requests_topic(namespace)] + [requests_topic(namespace, a) for a in authorities]
+    deadline = time.monotonic() + request_timeout
+    async with _admin(bootstrap, request_timeout, security) as admin:
+        [journal] = await admin.describe_topics([journal_topic(namespace)])
+        if journal["error_code"] != 0 or not journal["partitions"]:
+            raise TopicsError(f"{journal_topic(namespace)} does not exist: the requests "
+                              "topics take its partition count, so create it first")
+        partitions = len(journal["partitions"])
+        rf = replication_factor or min(3, len((await admin.describe_cluster())["brokers"]))
+        configs = {**REQUESTS_CONFIGS, _MIN_ISR: str(min_insync_replicas(rf))}
+        created = await _create(admin, [TopicSpec(name, partitions, rf, configs)
+                                        for name in names], request_timeout)
+        layout = await _wait_for_leaders(admin, names, deadline)
+    for name in names:
+        if layout[name].partitions != partitions:
+            raise TopicsError(f"{name} exists with {layout[name].partitions} partitions, the "
+                              f"journal has {partitions}: delete and recreate {name}")
+    return [RequestsTopic(name, name in created, partitions) for name in names]
 
 
 async def topic_configs(

@@ -171,7 +171,7 @@ async def diagnose(bootstrap: str, security: KafkaSecurity | None = None,
     for address in [a.strip() for a in bootstrap.split(",") if a.strip()]:
         host, _, port = address.rpartition(":")
         try:
-            await asyncio.wait_for(_try_connect(host or address, int(port or 9092), settings),
+            await asyncio.wait_for(probe(host or address, int(port or 9092), settings),
                                    timeout)
         except (OSError, KafkaError, ValueError) as exc:  # TimeoutError is an OSError
             reasons.append(explain(exc, address, settings, timeout))
@@ -181,9 +181,13 @@ async def diagnose(bootstrap: str, security: KafkaSecurity | None = None,
     return BrokerConnectionFailed(reasons[0] if reasons else f"empty bootstrap {bootstrap!r}")
 
 
-async def _try_connect(host: str, port: int, settings: KafkaSecurity) -> None:
-    connection = await create_conn(host, port, client_id="runstream-diagnose",
-                                   request_timeout_ms=int(DIAGNOSIS_TIMEOUT_S * 1000),
+async def probe(host: str, port: int, settings: KafkaSecurity, *,
+                timeout: float = DIAGNOSIS_TIMEOUT_S, client_id: str = "runstream-diagnose"
+                ) -> None:
+    """One connection with these settings and one metadata request, as a client makes them;
+    raises what that raised (the input of `explain`)."""
+    connection = await create_conn(host, port, client_id=client_id,
+                                   request_timeout_ms=int(timeout * 1000),
                                    **kafka_options(settings))
     try:
         await connection.send(MetadataRequest([]))

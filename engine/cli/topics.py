@@ -7,11 +7,10 @@ import logging
 
 import click
 
-from engine.admin import TopicsError, ensure_topics
+from engine.admin import TopicsError, ensure_requests_topics, ensure_topics
 from engine.cli.errors import UserError
 from engine.config import DEFAULT_PARTITIONS, resolve_bootstrap, resolve_namespace
 from engine.limits import check_authority_name
-from engine.relay_kafka import ensure_requests_topics
 
 
 @click.group()

@@ -21,7 +21,12 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from click.testing import CliRunner
 
 from engine import Client, RunStatus, Worker
-from engine.admin import DEAD_LETTER_MAX_MESSAGE_BYTES, ensure_topics, topic_configs
+from engine.admin import (
+    DEAD_LETTER_MAX_MESSAGE_BYTES,
+    ensure_requests_topics,
+    ensure_topics,
+    topic_configs,
+)
 from engine.cli import cli
 from engine.config import dead_letter_topic, requests_topic
 from engine.deadletters import DeadLetterList, list_dead_letters
@@ -31,7 +36,6 @@ from engine.journal import events as ev
 from engine.operations import read_model_of
 from engine.reader import read_partitions
 from engine.relay import Relay
-from engine.relay_kafka import ensure_requests_topics
 from engine.worker.deadletters import copy_headers, polled
 from projections.poison import DEAD_LETTER_TYPE_PREFIX, Poison
 from projections.rebuild import FoldSpec, fold_into

@@ -18,12 +18,12 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
 from engine import Client, Flow, FlowContext, RunCancelled, RunFailed, Worker
+from engine.admin import ensure_requests_topics
 from engine.config import dead_letter_topic, requests_topic
 from engine.journal import Envelope, decode, encode
 from engine.journal import events as ev
 from engine.reader import read_partitions, run_partition
 from engine.relay import REASON_HEADER, Relay
-from engine.relay_kafka import ensure_requests_topics
 from tests.conftest import TEST_JOURNAL_PARTITIONS
 
 AUTHORITIES = {"team": frozenset({"email"})}

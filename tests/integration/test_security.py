@@ -23,7 +23,7 @@ from aiokafka.errors import TopicAuthorizationFailedError
 
 from engine import Client
 from engine.acl import grant_role, role_bindings
-from engine.admin import ensure_topics
+from engine.admin import ensure_requests_topics, ensure_topics
 from engine.broker import BrokerCluster, BrokerError, find_java
 from engine.config import journal_topic, requests_topic
 from engine.connection import ENVIRONMENT, KafkaSecurity, access_denied, kafka_options
@@ -33,7 +33,6 @@ from engine.errors import InvalidInput, RunstreamError
 from engine.journal import Envelope, encode
 from engine.journal import events as ev
 from engine.reader import read_partitions
-from engine.relay_kafka import ensure_requests_topics
 from tests.integration.test_cluster import _free_base_port
 
 pytestmark = [pytest.mark.integration]
