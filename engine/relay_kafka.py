@@ -10,16 +10,12 @@ relaying on by accident.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError, for_code
 
-from engine.admin import TopicsError, min_insync_replicas
 from engine.config import journal_topic, relay_group, requests_topic
 from engine.connection import KafkaSecurity, kafka_options, start_client
 from engine.errors import RunstreamError
@@ -27,7 +23,6 @@ from engine.errors import RunstreamError
 _TOPIC_ALREADY_EXISTS = 36
 # Requests wait here only until a worker relays them (the journal keeps them for good);
 # 30 days covers workers down over a long holiday.
-REQUESTS_CONFIGS = {"retention.ms": str(30 * 24 * 3600 * 1000), "cleanup.policy": "delete"}
 
 
 class RelayMisconfigured(RunstreamError):
@@ -144,84 +139,3 @@ def relay_producer(bootstrap: str, security: KafkaSecurity | None,
     return AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
                             client_id=f"runstream-relay-{name}", linger_ms=1,
                             **kafka_options(security))
-
-
-@dataclass(frozen=True, slots=True)
-class RequestsTopic:
-    name: str
-    created: bool
-    partitions: int
-
-    def summary(self) -> str:
-        return (f"{'created' if self.created else 'exists'} {self.name} "
-                f"({self.partitions} partitions, as the journal)")
-
-
-async def ensure_requests_topics(
-    bootstrap: str, namespace: str, authorities: list[str], *,
-    replication_factor: int | None = None, security: KafkaSecurity | None = None,
-    request_timeout: float = 30.0,
-) -> list[RequestsTopic]:
-    """Create `<ns>.requests` and `<ns>.requests.<authority>` for each authority with the
-    journal's partition count unless they exist; an existing one must have that count."""
-    names = [requests_topic(namespace)] + [requests_topic(namespace, a) for a in authorities]
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="runstream-admin",
-                                request_timeout_ms=int(request_timeout * 1000),
-                                **kafka_options(security))
-    try:
-        await admin.start()
-    except KafkaError as exc:
-        await admin.close()
-        raise TopicsError(f"no Kafka broker answers at {bootstrap}: {exc}") from exc
-    try:
-        partitions = await _journal_partitions(admin, namespace)
-        brokers = len((await admin.describe_cluster())["brokers"])
-        rf = replication_factor or min(3, brokers)
-        configs = {**REQUESTS_CONFIGS, "min.insync.replicas": str(min_insync_replicas(rf))}
-        response = await admin.create_topics(
-            [NewTopic(name, partitions, rf, topic_configs=configs) for name in names],
-            timeout_ms=int(request_timeout * 1000))
-        created = _created(response)
-        return [await _checked(admin, name, name in created, partitions, request_timeout)
-                for name in names]
-    finally:
-        await admin.close()
-
-
-async def _journal_partitions(admin: Any, namespace: str) -> int:
-    [topic] = await admin.describe_topics([journal_topic(namespace)])
-    if topic["error_code"] != 0 or not topic["partitions"]:
-        raise TopicsError(f"{journal_topic(namespace)} does not exist: the requests topics "
-                          f"take its partition count, so create it first")
-    return len(topic["partitions"])
-
-
-def _created(response: Any) -> set[str]:
-    created: set[str] = set()
-    for entry in response.to_object()["topic_errors"]:
-        code = entry["error_code"]
-        if code == 0:
-            created.add(entry["topic"])
-        elif code != _TOPIC_ALREADY_EXISTS:
-            raise TopicsError(f"cannot create {entry['topic']}: {for_code(code).__name__}")
-    return created
-
-
-async def _checked(admin: Any, name: str, created: bool, partitions: int,
-                   request_timeout: float) -> RequestsTopic:
-    """The topic once every partition has a leader; TopicsError if its count differs."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + request_timeout
-    while True:
-        [topic] = await admin.describe_topics([name])
-        parts = topic["partitions"]
-        if topic["error_code"] == 0 and parts and all(p["leader"] >= 0 for p in parts):
-            break
-        if loop.time() > deadline:
-            raise TopicsError(f"{name} not ready in time")
-        await asyncio.sleep(0.1)
-    if len(parts) != partitions:
-        raise TopicsError(f"{name} exists with {len(parts)} partitions, the journal has "
-                          f"{partitions}: a request must land in its run's journal "
-                          f"partition; delete and recreate {name}")
-    return RequestsTopic(name, created, len(parts))

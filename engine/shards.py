@@ -99,13 +99,18 @@ async def _collect(processes: list[Any], messages: Any,
                    report: Callable[[int, int], None]) -> list[FoldResult]:
     """The spawned shards' results (shard i at index i-1), reporting their progress."""
     results: dict[int, FoldResult] = {}
+    dead_before: set[str] = set()
     while len(results) < len(processes):
         message = await asyncio.to_thread(_next_message, messages)
         if message is None:
-            dead = [p.name for i, p in enumerate(processes, 1)
-                    if i not in results and p.exitcode is not None]
-            if dead:
-                raise RunstreamError(f"fold process {dead[0]} ended without its result")
+            dead = {p.name for i, p in enumerate(processes, 1)
+                    if i not in results and p.exitcode is not None}
+            # A process can exit just before its last message arrives through the queue's
+            # pipe: it has ended without its result only if a whole poll later it still has.
+            if dead & dead_before:
+                raise RunstreamError(
+                    f"fold process {sorted(dead & dead_before)[0]} ended without its result")
+            dead_before = dead
             continue
         kind, index, payload = message
         if kind == "progress":

@@ -23,7 +23,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from aiokafka.conn import create_conn
 from aiokafka.errors import (
     IllegalSaslStateError,
     KafkaConnectionError,
@@ -31,9 +30,8 @@ from aiokafka.errors import (
     SaslAuthenticationFailed,
     UnsupportedSaslMechanismError,
 )
-from aiokafka.protocol.metadata import MetadataRequest
 
-from engine.connection import KafkaSecurity, access_denied, explain, kafka_options, resolve_security
+from engine.connection import KafkaSecurity, access_denied, explain, probe, resolve_security
 from engine.errors import AccessDenied, BrokerConnectionFailed
 from engine.reader import TopicMissing
 
@@ -79,7 +77,9 @@ async def diagnose_failure(error: BaseException, bootstrap: str,
     for address in addresses:
         host, _, port = address.rpartition(":")
         try:
-            await asyncio.wait_for(_probe(host or address, int(port or 9092), settings),
+            await asyncio.wait_for(probe(host or address, int(port or 9092), settings,
+                                         timeout=PROBE_TIMEOUT_S,
+                                         client_id="runstream-worker-probe"),
                                    PROBE_TIMEOUT_S)
         except (OSError, KafkaError, ValueError) as exc:  # TimeoutError is an OSError
             line = explain(exc, address, settings, PROBE_TIMEOUT_S)
@@ -92,17 +92,6 @@ async def diagnose_failure(error: BaseException, bootstrap: str,
         else:
             return Diagnosis(f"{address} answers again ({type(error).__name__}: {error})")
     return Diagnosis(f"empty bootstrap {bootstrap!r}", permanent=True)
-
-
-async def _probe(host: str, port: int, settings: KafkaSecurity) -> None:
-    """One connection with these settings and one metadata request: what a client does."""
-    connection = await create_conn(host, port, client_id="runstream-worker-probe",
-                                   request_timeout_ms=int(PROBE_TIMEOUT_S * 1000),
-                                   **kafka_options(settings))
-    try:
-        await connection.send(MetadataRequest([]))
-    finally:
-        connection.close()
 
 
 class Reconnector:

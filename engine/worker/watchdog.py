@@ -24,6 +24,9 @@ class LoopWatchdog:
         self._last_tick = time.monotonic()
 
     async def run(self) -> None:
+        # Ticks start now, not at construction: the time a worker spent waiting for the
+        # brokers before this task started is no stall (it used to be reported as one).
+        self._last_tick = time.monotonic()
         while True:
             await asyncio.sleep(TICK_S)
             self.observe()

@@ -14,7 +14,7 @@ import os
 import socket
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,7 @@ from engine.worker.observe import WorkerObserver
 from engine.worker.outbox import OutboxSender
 from engine.worker.ownership import Ownership, OwnershipState
 from engine.worker.reactions import Reactions
+from engine.worker.shutdown import CLOSE_TIMEOUT_S, bounded
 from engine.worker.sticky import StickyCache, sticky_size
 from engine.worker.timers import TimerSweeper
 from engine.worker.upkeep import Upkeep
@@ -71,6 +72,9 @@ DEFAULT_LEASE_MS = 20 * 60 * 1000
 # A stall of the event loop longer than this fraction of the session timeout makes each
 # partition confirm its ownership before its runs' next step (engine.worker.watchdog).
 STALL_FRACTION = 1 / 3
+# A stop while connecting cancels the start again this often until it ended (see
+# Worker._abandon_start).
+ABANDON_RETRY_S = 0.5
 
 
 class Worker:
@@ -130,6 +134,7 @@ class Worker:
             self._make_dead_letter_producer, topic=dead_letter_topic(self.namespace),
             source_topic=self.topic, metrics=self.metrics)
         self._stopping = False
+        self._abandoned = False  # a stop came while still connecting (serve_until)
         self._tasks: list[asyncio.Task[None]] = []
         self._failure_stop: asyncio.Task[None] | None = None
         self._fatal: WorkerFatal | None = None
@@ -141,7 +146,7 @@ class Worker:
         self.claims = Claims(self)
         self.watchdog = LoopWatchdog(session_timeout_ms / 1000 * STALL_FRACTION)
         self.reconnector = Reconnector(self.bootstrap, security, self.name,
-                                       lambda: self._stopping)
+                                       lambda: self._stopping or self._abandoned)
         # Forwards <ns>.requests into the journal when the namespace relays (engine.relay).
         self.relay = (Relay(self.bootstrap, self.namespace, security, None, name=self.name)
                       if relay else None)
@@ -196,12 +201,22 @@ class Worker:
             await asyncio.wait({running, stopped}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stopped.cancel()
-            if not self._tasks and not running.done():  # still connecting
-                running.cancel()
-                await asyncio.gather(running, return_exceptions=True)
+            await self._abandon_start(running)
             await self.stop()
         if running.done() and not running.cancelled() and running.exception():
             raise running.exception()  # type: ignore[misc]
+
+    async def _abandon_start(self, running: asyncio.Task[None]) -> None:
+        """Still connecting: end the wait for the brokers. One cancel is not enough:
+        aiokafka's AIOKafkaClient.close() (which a failed attempt calls) awaits its metadata
+        task under contextlib.suppress(CancelledError), so a cancel landing there is
+        swallowed and the wait went on (found by the chaos harness: a SIGTERM during a broker
+        restart left the worker running until SIGKILL). So the reconnector also sees
+        `_abandoned` after the attempt, and the cancel is repeated until the start ended."""
+        self._abandoned = True
+        while not self._tasks and not running.done():
+            running.cancel()
+            await asyncio.wait({running}, timeout=ABANDON_RETRY_S)
 
     async def _new_source(self) -> None:
         """A new writer incarnation: a fresh source id with its own idempotent producer. The
@@ -247,24 +262,34 @@ class Worker:
         if self._stopping:
             return
         self._stopping = True
-        await self._release(list(self.owned), cause="shutdown")
+        await self._bounded(self._release(list(self.owned), cause="shutdown"),
+                            "releasing its runs", self.drain_timeout + CLOSE_TIMEOUT_S)
         await self._close()
         log.info("worker %s stopped", self.name)
 
+    async def _bounded(self, waiting: Awaitable[Any], what: str, seconds: float) -> None:
+        await bounded(waiting, what, seconds, self.name)
+
     async def _close(self) -> None:
+        deadline = asyncio.get_running_loop().time() + CLOSE_TIMEOUT_S
+
+        def left() -> float:
+            return deadline - asyncio.get_running_loop().time()
+
         if self.relay is not None:
-            await self.relay.stop()
+            await self._bounded(self.relay.stop(), "stopping the relay", left())
         self.sticky.evict_partitions(None)
         await self.claims.cancel_executions(list(self.executions.values()))
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._consumer is not None:
-            await self._consumer.stop()
+            await self._bounded(self._consumer.stop(), "leaving the group", left())
         await asyncio.gather(*self._retiring, return_exceptions=True)
-        await self.dead_letters.close()
+        await self._bounded(self.dead_letters.close(), "closing the dead-letter producer",
+                            left())
         if self._committer is not None:
-            await self._committer.close()
+            await self._bounded(self._committer.close(), "closing the producer", left())
             log.info("worker %s: %s", self.name, self._committer.summary())
         self.metrics.close()
         if self.store is not None:
