@@ -163,6 +163,10 @@ class Activator:
         executions[run.run_id] = execution
         own.run_ids.add(run.run_id)
         execution.task = asyncio.create_task(self._execute(execution, flow))
+        # Also forgotten when the task ends without ever running: a task cancelled before
+        # its first step (the partition lost later in the poll that started it) never
+        # enters _execute, and a stale entry would keep the run from starting again here.
+        execution.task.add_done_callback(lambda _: self._forget(execution))
 
     async def _execute(self, execution: RunExecution, flow: Flow[Any, Any]) -> None:
         run_id = execution.run.run_id
@@ -175,10 +179,17 @@ class Activator:
         except Exception:
             log.exception("run %s: unexpected executor error", run_id)
         finally:
-            if self.worker.executions.get(run_id) is execution:
-                del self.worker.executions[run_id]
-            execution.ownership.run_ids.discard(run_id)
+            self._forget(execution)
             self._runnable_again(execution)
+
+    def _forget(self, execution: RunExecution) -> None:
+        """`execution` ended: the run may be started again (idempotent)."""
+        run_id = execution.run.run_id
+        current = self.worker.executions.get(run_id)
+        if current is not None and current is not execution:
+            return  # a newer execution of the run (e.g. _runnable_again's) holds it
+        self.worker.executions.pop(run_id, None)
+        execution.ownership.run_ids.discard(run_id)
 
     def _runnable_again(self, execution: RunExecution) -> None:
         """A wake applied while this execution was still unwinding from its suspension found
