@@ -62,12 +62,14 @@ class WorkerObserver:
         consumer, projector = self.worker.consumer, self.worker.projector
         if now - self._lag_at < LAG_EVERY_S or consumer is None or projector is None:
             return
-        self._lag_at = now
         for tp in consumer.assignment():
             end = consumer.highwater(tp)
             if end is not None:
                 applied = projector.partition(tp.partition).next_offset
                 self.metrics.set_consumer_lag(tp.partition, max(0, end - applied))
+                # Only a refresh that set a gauge waits LAG_EVERY_S for the next: before the
+                # first fetch answers there is no end offset yet, so look again next poll.
+                self._lag_at = now
 
     def _run_counts(self) -> tuple[Mapping[str, int], Mapping[str, int]]:
         """Runs of the owned partitions by status, and suspended ones by reason: key counts
