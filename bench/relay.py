@@ -126,6 +126,6 @@ async def run(ctx: Context, args: argparse.Namespace) -> Section:
         section.add(Row(f"W2 relay p{q}", relayed, "ms", limit=percentile(raw, q) * 1000,
                         limit_name=f"raw round trip p{q}",
                         note=f"{runs} runs, 1 worker + relay process; "
-                        f"+{relayed - direct:.1f} ms over direct"))
+                        f"{relayed - direct:+.1f} ms over direct"))
     section.info = {"runs": runs, "discarded": discard, "partitions": PARTITIONS}
     return section
