@@ -8,9 +8,7 @@ and starts it as a fault.
 from __future__ import annotations
 
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +17,7 @@ from pathlib import Path
 
 from engine.broker import BrokerCluster, BrokerError
 from tests.chaos.flows import LEDGER_ENV
+from tests.integration.test_cluster import _free_base_port
 
 APP = "tests.chaos.flows:flows"
 BROKER_HEAP_MB = 384
@@ -108,29 +107,9 @@ class ChaosWorker:
             return self.proc.wait()
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_base_port() -> int:
-    """A client port and its controller port (base + 100), both free and below the
-    ephemeral range (32768+), so no outgoing connection takes them meanwhile."""
-    for _ in range(200):
-        base = random.SystemRandom().randrange(21000, 32500)
-        if _port_free(base) and _port_free(base + 100):
-            return base
-    raise RuntimeError("no free pair of ports found below 32768")
-
-
 def dedicated_broker(data_dir: Path) -> BrokerCluster:
     """A one-node broker of the harness's own, provisioned, not started."""
-    cluster = BrokerCluster(nodes=1, base_port=free_base_port(), data_dir=data_dir,
+    cluster = BrokerCluster(nodes=1, base_port=_free_base_port(1), data_dir=data_dir,
                             heap_mb=BROKER_HEAP_MB)
     cluster.provision()
     return cluster

@@ -120,6 +120,16 @@ def _security_flags(settings: KafkaSecurity) -> list[str]:
     return flags
 
 
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (a graceful stop), then SIGKILL if it has not exited in 20 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def _start_worker(bootstrap: str, namespace: str, settings: KafkaSecurity, tmp_path: Path,
                   *, authorities: str | None = None) -> subprocess.Popen[bytes]:
     """`runstream worker` given the group's security options (the password from its
@@ -148,12 +158,7 @@ async def test_a_worker_with_the_right_credentials_runs_a_flow_end_to_end(
             result = await run.result(timeout=60)
         assert result.order_id == "o-1" and result.receipt.startswith("receipt for ch-o-1-")
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc)
     assert "Traceback" not in (tmp_path / "worker.log").read_text(errors="replace")
 
 
@@ -259,12 +264,7 @@ async def test_under_acls_clients_reach_the_journal_only_through_the_relay_with_
             secure.bootstrap, journal_topic(namespace), security=admin)]
         assert journal and all(b"forger" not in (r.value or b"") for r in journal)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc)
     log = (tmp_path / "worker.log").read_text(errors="replace")
     assert "Traceback" not in log
     for user, topic in (("shop", requests_topic(namespace)), ("shop", journal_topic(namespace)),
