@@ -67,6 +67,8 @@ def activation_span(run_id: str, flow: str, activation: int,
     carrier) when given — a root span if that carrier holds no valid context — else on the
     current context."""
     context: Context | None = None
+    if not parent and not _tracing():
+        return _NO_SPAN  # no trace to continue (the client traced nothing), none to start
     if parent is not None:
         context = _propagator.extract(dict(parent), context=Context())
         if not _tracing():
@@ -80,21 +82,58 @@ def activation_span(run_id: str, flow: str, activation: int,
 def step_span(name: str, position: int, kind: str = "step") -> AbstractContextManager[Span]:
     """A span around one step, child of the current span (the activation's). `kind` (what
     sort of step: "step", a sleep, a wait...) is kept as `runstream.step_kind`."""
+    if not _tracing():
+        return _NO_SPAN  # before building the name and attributes
     return _span(f"step {name}", SpanKind.INTERNAL,
                  {"runstream.step": name, "runstream.position": position,
                   "runstream.step_kind": kind})
 
 
-def _tracing() -> bool:
-    """Whether anyone set a TracerProvider: until then the API's proxy hands out no-op
-    spans, and building them (attributes, context switches) is pure cost on every step."""
-    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+class _Switch:
+    """Whether a TracerProvider is set, asked on every step and activation.
+
+    The API's `get_tracer_provider()` looks `OTEL_PYTHON_TRACER_PROVIDER` up in os.environ
+    on every call until a provider is set: about 5% of a busy worker's CPU. So it is called
+    once (which also loads a provider that variable names), then only the API's global is
+    read. A provider is set at most once per process, so `on` never goes back to False.
+    """
+
+    __slots__ = ("asked", "on")
+
+    def __init__(self) -> None:
+        self.on = False
+        self.asked = False
+
+    def __call__(self) -> bool:
+        if self.on:
+            return True
+        if not self.asked:
+            self.asked = True
+            provider: object = trace.get_tracer_provider()
+        else:
+            # tests/unit/test_tracing.py fails if a new API version renames it; until then
+            # a rename only costs the public call.
+            provider = getattr(trace, PROVIDER_GLOBAL, _MOVED)
+            if provider is None:
+                return False
+            if provider is _MOVED:
+                provider = trace.get_tracer_provider()
+        self.on = not isinstance(provider, trace.ProxyTracerProvider)
+        return self.on
+
+
+# The API's module global holding the provider once one is set (None until then).
+PROVIDER_GLOBAL = "_TRACER_PROVIDER"
+_MOVED = object()
+_tracing = _Switch()
+# Reusable: a nullcontext holds no state between uses.
+_NO_SPAN: AbstractContextManager[Span] = nullcontext(trace.INVALID_SPAN)
 
 
 def _span(name: str, kind: SpanKind, attributes: Attributes,
           context: Context | None = None) -> AbstractContextManager[Span]:
     if not _tracing():
-        return nullcontext(trace.INVALID_SPAN)
+        return _NO_SPAN
     return _live_span(name, kind, attributes, context)
 
 

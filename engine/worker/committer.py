@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -87,7 +88,7 @@ class Committer:
         self._producer: AIOKafkaProducer | None = None
         self._topic = topic
         self.source_id = source_id
-        self._queue: list[_Pending] = []
+        self._queue: deque[_Pending] = deque()
         self._unacked: set[asyncio.Future[None]] = set()
         self._wakeup = asyncio.Event()
         self._seq = 0
@@ -159,7 +160,7 @@ class Committer:
             await self._wakeup.wait()
             self._wakeup.clear()
             while self._queue and self.failure is None:
-                pending = self._queue.pop(0)
+                pending = self._queue.popleft()
                 try:
                     sent = await self._producer.send(
                         self._topic, value=pending.value, key=pending.key,

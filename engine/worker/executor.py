@@ -227,4 +227,8 @@ class RunExecution(HandlerRunner):
 
     def journal(self) -> tuple[JournalEntry, ...]:
         assert self.worker.store is not None
+        if self.run_state().steps == 0:
+            # A new run has no entries: skip the scan, which would also write the poll's
+            # pending batch early (one RocksDB write per activation instead of per poll).
+            return ()
         return self.worker.store.entries(self.run.run_id)

@@ -176,3 +176,26 @@ def test_without_a_tracer_provider_every_helper_is_a_no_op() -> None:
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_api_keeps_its_provider_where_the_fast_check_reads_it() -> None:
+    # engine.observability.tracing reads this global instead of calling
+    # get_tracer_provider() (an os.environ lookup) on every step: it must still exist.
+    from engine.observability import tracing
+
+    assert hasattr(trace, tracing.PROVIDER_GLOBAL)
+    provider = getattr(trace, tracing.PROVIDER_GLOBAL)
+    assert provider is None or provider is trace.get_tracer_provider()
+
+
+def test_spans_start_once_a_provider_is_set_after_the_first_check() -> None:
+    # In a fresh interpreter: the check runs (no provider), then a provider is set.
+    code = (
+        "from opentelemetry import trace\n"
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "from engine.observability.tracing import step_span\n"
+        "with step_span('a', 0) as s: assert not s.get_span_context().is_valid\n"
+        "trace.set_tracer_provider(TracerProvider())\n"
+        "with step_span('a', 0) as s: assert s.get_span_context().is_valid\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
