@@ -6,7 +6,8 @@ partition state and its answers up to where it has applied), and from there the 
 the partition's own state through the reducer, so it judges claims (generation, lease) and
 fences decisions exactly as every other reader does. An answer the tail passed before anyone
 waited for it comes from a bounded cache, or, once evicted, from the read model again:
-a waiter never waits for an answer that is already in the log.
+a waiter never waits for an answer that is already in the log. A partition nobody waits on
+is paused where it stands and read on from there by its next waiter.
 """
 
 from __future__ import annotations
@@ -81,9 +82,9 @@ class JournalTail:
     It also finds where a relayed request landed in the journal (`placed`): the client
     names the request ids it sent (`expect`) before sending them.
 
-    Bounds: `_tails` one entry per partition; `_answers` ANSWER_CACHE; `_waiters` the
-    callers waiting right now; `_expected` the relayed requests in flight; `last_type`
-    LAST_TYPES.
+    Bounds: `_tails` and `_waiting` one entry per partition; `_answers` ANSWER_CACHE;
+    `_waiters` the callers waiting right now; `_expected` the relayed requests in flight;
+    `last_type` LAST_TYPES.
     """
 
     def __init__(self, bootstrap: str, topic: str, read_model: ReadModelFactory,
@@ -98,6 +99,7 @@ class JournalTail:
         self._tails: dict[int, _PartitionTail] = {}
         self._answers: OrderedDict[str, _Answer] = OrderedDict()
         self._waiters: dict[str, list[_Waiter]] = {}
+        self._waiting: dict[int, int] = {}  # partition -> waiters on it now
         self.last_type: OrderedDict[str, str] = OrderedDict()
         self._lock = asyncio.Lock()
         self.partitions = 0
@@ -189,6 +191,7 @@ class JournalTail:
         waiter = _Waiter(key, from_offset)
         self._waiters.setdefault(key, []).append(waiter)
         ticket = self._next_ticket()
+        self._hold(partition)
         try:
             tail = self._tails.get(partition)
             if tail is None or from_offset <= max(tail.start - 1, tail.evicted_up_to):
@@ -200,11 +203,31 @@ class JournalTail:
                     return found
             return await waiter.future
         finally:
+            self._release(partition)
             waiters = self._waiters.get(key, [])
             if waiter in waiters:
                 waiters.remove(waiter)
             if not waiters:
                 self._waiters.pop(key, None)
+
+    def _hold(self, partition: int) -> None:
+        """A waiter on `partition`: follow it (again) from where the tail stopped."""
+        self._waiting[partition] = self._waiting.get(partition, 0) + 1
+        if partition in self._tails and self._consumer is not None:
+            self._consumer.resume(TopicPartition(self.topic, partition))
+
+    def _release(self, partition: int) -> None:
+        """Its last waiter gone, the partition is paused: fetching a partition nobody waits
+        on costs every fetch round trip (aiokafka sends full fetch requests, the broker
+        answers for each partition in them) for answers nobody reads. Its position stays,
+        so the next waiter reads on from there, passing nothing."""
+        left = self._waiting.get(partition, 1) - 1
+        if left > 0:
+            self._waiting[partition] = left
+            return
+        self._waiting.pop(partition, None)
+        if partition in self._tails and self._consumer is not None:
+            self._consumer.pause(TopicPartition(self.topic, partition))
 
     def _next_ticket(self) -> int:
         self._ticket += 1

@@ -62,6 +62,11 @@ class RecordTooLarge(EncodeError):
         self.size = size
 
 
+# Loop turns for a run woken by an acknowledgement to send its next decision (its step
+# functions run without awaiting anything real in between).
+QUIET_TURNS = 3
+
+
 @dataclass(slots=True)
 class _Pending:
     partition: int
@@ -91,6 +96,8 @@ class Committer:
         self._queue: deque[_Pending] = deque()
         self._unacked: set[asyncio.Future[None]] = set()
         self._wakeup = asyncio.Event()
+        self._quiet = asyncio.Event()  # set while nothing is queued or unacknowledged
+        self._quiet.set()
         self._seq = 0
         self._task: asyncio.Task[None] | None = None
         self.failure: BaseException | None = None
@@ -130,8 +137,30 @@ class Committer:
         pending = _Pending(partition, stamped.envelope.run_id,
                            stamped.envelope.lineage_id.encode(), value, headers)
         self._queue.append(pending)
+        self._quiet.clear()
         self._wakeup.set()
         return pending.future
+
+    @property
+    def busy(self) -> bool:
+        """Decisions queued or sent and not yet acknowledged."""
+        return not self._quiet.is_set()
+
+    async def quiet(self, timeout: float) -> None:
+        """Until nothing is queued or unacknowledged, or `timeout` seconds. An acknowledgement
+        wakes the run that awaited it, which may send its next decision within a turn or
+        two of the loop: quiet means still quiet after QUIET_TURNS turns."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while (remaining := deadline - loop.time()) > 0:
+            try:
+                await asyncio.wait_for(self._quiet.wait(), remaining)
+            except TimeoutError:
+                return
+            for _ in range(QUIET_TURNS):
+                await asyncio.sleep(0)
+            if self._quiet.is_set():
+                return
 
     @property
     def last_seq(self) -> int:
@@ -180,6 +209,8 @@ class Committer:
 
         def done(result: asyncio.Future[object]) -> None:
             self._unacked.discard(future)
+            if not self._unacked and not self._queue:
+                self._quiet.set()
             if result.cancelled():
                 self._fail(asyncio.CancelledError(), pending)
             elif result.exception() is not None:
@@ -203,6 +234,8 @@ class Committer:
                 item.future.set_exception(error)
                 item.future.exception()  # retrieved: no "never retrieved" warning
         self._queue.clear()
+        if not self._unacked:
+            self._quiet.set()
         if first and self._on_failure is not None:
             self._on_failure()
 

@@ -26,6 +26,10 @@ class Confirmations:
     def in_flight(self, run_id: str) -> bool:
         return run_id in self._in_flight
 
+    def awaited(self) -> bool:
+        """Whether anyone awaits the verdict of one of our records."""
+        return bool(self._waiters)
+
     def expect(self, partition: int, seq: int) -> asyncio.Future[Verdict]:
         """A future for the verdict this worker's projection gives our record `seq`."""
         waiter: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()

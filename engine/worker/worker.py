@@ -14,7 +14,7 @@ import os
 import socket
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,7 @@ from engine.worker.observe import WorkerObserver
 from engine.worker.outbox import OutboxSender
 from engine.worker.ownership import Ownership, OwnershipState
 from engine.worker.reactions import Reactions
+from engine.worker.readback import READ_BACK_DEFER_S, decisions_only
 from engine.worker.shutdown import CLOSE_TIMEOUT_S, bounded
 from engine.worker.sticky import StickyCache, sticky_size
 from engine.worker.timers import TimerSweeper
@@ -318,6 +319,8 @@ class Worker:
         assert self._consumer is not None
         while not self._stopping:
             batches = await self._consumer.getmany(timeout_ms=200, max_records=2000)
+            if self._read_back_waits(batches):
+                await self.committer.quiet(READ_BACK_DEFER_S)
             records = [polled(tp.partition, m.offset, m.key, m.value, m.headers, m.timestamp)
                        for tp, messages in batches.items() for m in messages]
             await self._apply_poll(records)
@@ -328,6 +331,12 @@ class Worker:
             if self._fatal is not None:
                 raise self._fatal
             await self.upkeep.commit_offsets()
+
+    def _read_back_waits(self, batches: Mapping[Any, Iterable[Any]]) -> bool:
+        """Only our own decisions, our producer still busy, nobody awaiting a verdict: apply
+        the poll after the step path (engine.worker.readback)."""
+        return (self.committer.busy and not self.confirmations.awaited()
+                and decisions_only(batches))
 
     async def _apply_poll(self, records: list[Polled]) -> None:
         """Apply a poll in one RocksDB write, after its dead letters are copied (see

@@ -43,3 +43,34 @@ async def test_result_returns_even_after_its_answer_left_the_cache(
         await w.stop()
     assert [r.order_id for r in results] == [f"o{i}" for i in range(30)]
     assert again["order_id"] == "o0"
+
+
+async def test_a_partition_nobody_waits_on_is_paused_and_read_on_by_its_next_waiter(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path,
+) -> None:
+    """Fetching partitions nobody waits on costs every fetch round trip: the tail pauses a
+    partition when its last waiter leaves, and the next waiter reads on from there."""
+    w = Worker(flows=[checkout], data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
+               namespace=namespace, session_timeout_ms=6000)
+    await w.start()
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=[checkout]) as client:
+            first = await client.create_run(checkout, {"order_id": "a", "amount": 1},
+                                            run_id="paused-a")
+            assert (await first.result(timeout=60)).order_id == "a"
+            consumer = client._tail._consumer
+            assert consumer is not None
+            assert consumer.assignment() == consumer.paused()  # nobody waits now
+            # Runs settle on the paused partitions, then their waiters come.
+            later = [await client.create_run(checkout, {"order_id": f"b{i}", "amount": 1},
+                                             run_id=f"paused-b{i}") for i in range(6)]
+            for _ in range(240):
+                if {await client.status(h.run_id) for h in later} == {RunStatus.completed}:
+                    break
+                await asyncio.sleep(0.25)
+            results = await asyncio.gather(*(h.result(timeout=20) for h in later))
+            assert consumer.assignment() == consumer.paused()
+    finally:
+        await w.stop()
+    assert [r.order_id for r in results] == [f"b{i}" for i in range(6)]
