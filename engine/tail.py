@@ -112,6 +112,8 @@ class JournalTail:
         self._catching_partitions: frozenset[int] = frozenset()
 
     async def start(self) -> None:
+        if self._consumer is not None:
+            return  # started: every wait calls this, and the lock is not free
         async with self._lock:
             if self._consumer is not None:
                 return
