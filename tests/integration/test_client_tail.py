@@ -3,14 +3,38 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 
-from engine import Client, Worker
+from engine import Client, RunHandle, Worker
 from engine import tail as tail_module
 from engine.demo.flows import checkout
 from projections.state import RunStatus
+
+
+@asynccontextmanager
+async def _worker_and_client(bootstrap: str, namespace: str, data_dir: Path
+                             ) -> AsyncIterator[Client]:
+    """One in-process worker and a client of the checkout flow."""
+    w = Worker(flows=[checkout], data_dir=data_dir, bootstrap_servers=bootstrap,
+               namespace=namespace, session_timeout_ms=6000)
+    await w.start()
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=[checkout]) as client:
+            yield client
+    finally:
+        await w.stop()
+
+
+async def _until_completed(client: Client, handles: list[RunHandle]) -> None:
+    for _ in range(240):
+        if {await client.status(h.run_id) for h in handles} == {RunStatus.completed}:
+            return
+        await asyncio.sleep(0.25)
 
 
 async def test_result_returns_even_after_its_answer_left_the_cache(
@@ -20,27 +44,16 @@ async def test_result_returns_even_after_its_answer_left_the_cache(
     """Defect 3: the tail kept answers in an LRU and never re-read what it passed, so a
     waiter whose answer was evicted waited forever. Now it asks the read model."""
     monkeypatch.setattr(tail_module, "ANSWER_CACHE", 3)
-    w = Worker(flows=[checkout], data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
-               namespace=namespace, session_timeout_ms=6000)
-    await w.start()
-    try:
-        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
-                          flows=[checkout]) as client:
-            first = await client.create_run(checkout, {"order_id": "first", "amount": 1},
-                                            run_id="first")
-            assert (await first.result(timeout=60)).order_id == "first"  # the tail follows
-            handles = [await client.create_run(checkout, {"order_id": f"o{i}", "amount": 1},
-                                               run_id=f"o{i}") for i in range(30)]
-            for _ in range(240):  # every run settles while nobody waits for its result
-                statuses = {(await client.status(h.run_id)) for h in handles}
-                if statuses == {RunStatus.completed}:
-                    break
-                await asyncio.sleep(0.25)
-            assert len(client._tail._answers) <= 3  # most answers were evicted
-            results = await asyncio.gather(*(h.result(timeout=20) for h in handles))
-            again = await client.get_handle("o0").result(timeout=20)
-    finally:
-        await w.stop()
+    async with _worker_and_client(bootstrap, namespace, tmp_path / "w") as client:
+        first = await client.create_run(checkout, {"order_id": "first", "amount": 1},
+                                        run_id="first")
+        assert (await first.result(timeout=60)).order_id == "first"  # the tail follows
+        handles = [await client.create_run(checkout, {"order_id": f"o{i}", "amount": 1},
+                                           run_id=f"o{i}") for i in range(30)]
+        await _until_completed(client, handles)  # while nobody waits for their results
+        assert len(client._tail._answers) <= 3  # most answers were evicted
+        results = await asyncio.gather(*(h.result(timeout=20) for h in handles))
+        again = await client.get_handle("o0").result(timeout=20)
     assert [r.order_id for r in results] == [f"o{i}" for i in range(30)]
     assert again["order_id"] == "o0"
 
@@ -50,27 +63,17 @@ async def test_a_partition_nobody_waits_on_is_paused_and_read_on_by_its_next_wai
 ) -> None:
     """Fetching partitions nobody waits on costs every fetch round trip: the tail pauses a
     partition when its last waiter leaves, and the next waiter reads on from there."""
-    w = Worker(flows=[checkout], data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
-               namespace=namespace, session_timeout_ms=6000)
-    await w.start()
-    try:
-        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
-                          flows=[checkout]) as client:
-            first = await client.create_run(checkout, {"order_id": "a", "amount": 1},
-                                            run_id="paused-a")
-            assert (await first.result(timeout=60)).order_id == "a"
-            consumer = client._tail._consumer
-            assert consumer is not None
-            assert consumer.assignment() == consumer.paused()  # nobody waits now
-            # Runs settle on the paused partitions, then their waiters come.
-            later = [await client.create_run(checkout, {"order_id": f"b{i}", "amount": 1},
-                                             run_id=f"paused-b{i}") for i in range(6)]
-            for _ in range(240):
-                if {await client.status(h.run_id) for h in later} == {RunStatus.completed}:
-                    break
-                await asyncio.sleep(0.25)
-            results = await asyncio.gather(*(h.result(timeout=20) for h in later))
-            assert consumer.assignment() == consumer.paused()
-    finally:
-        await w.stop()
+    async with _worker_and_client(bootstrap, namespace, tmp_path / "w") as client:
+        first = await client.create_run(checkout, {"order_id": "a", "amount": 1},
+                                        run_id="paused-a")
+        assert (await first.result(timeout=60)).order_id == "a"
+        consumer = client._tail._consumer
+        assert consumer is not None
+        assert consumer.assignment() == consumer.paused()  # nobody waits now
+        # Runs settle on the paused partitions, then their waiters come.
+        later = [await client.create_run(checkout, {"order_id": f"b{i}", "amount": 1},
+                                         run_id=f"paused-b{i}") for i in range(6)]
+        await _until_completed(client, later)
+        results = await asyncio.gather(*(h.result(timeout=20) for h in later))
+        assert consumer.assignment() == consumer.paused()
     assert [r.order_id for r in results] == [f"b{i}" for i in range(6)]
