@@ -1,5 +1,24 @@
-"""The worker: consumer-group member, projection owner, run executor."""
+"""The worker: consumer-group member, projection owner, run executor.
 
-from engine.worker.worker import Worker
+`Worker` is imported on first use (PEP 562), as in `engine`: a module that needs one of the
+worker's small parts (the dead-letter headers, the read-back rule) does not load the whole
+worker, its metrics and its tracing with it. The CLI's start-up pays for that otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from engine.worker.worker import Worker
 
 __all__ = ["Worker"]
+
+
+def __getattr__(name: str) -> Any:
+    if name != "Worker":
+        raise AttributeError(f"module 'engine.worker' has no attribute {name!r}")
+    from engine.worker.worker import Worker
+
+    globals()["Worker"] = Worker  # later lookups skip this function
+    return Worker
