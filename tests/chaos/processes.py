@@ -17,6 +17,7 @@ from pathlib import Path
 
 from engine.broker import BrokerCluster, BrokerError
 from tests.chaos.flows import LEDGER_ENV
+from tests.integration.support import stop_process
 from tests.integration.test_cluster import _free_base_port
 
 APP = "tests.chaos.flows:flows"
@@ -96,15 +97,8 @@ class ChaosWorker:
     def stop(self, timeout: float = 30.0) -> int:
         """Graceful: SIGCONT (a paused process cannot handle SIGTERM), SIGTERM, wait; SIGKILL
         only if it does not exit in `timeout`. Returns the exit code."""
-        if self.proc is None or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc is not None else 0
-        self.resume()
-        self.proc.terminate()
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
+        self.paused = False
+        return 0 if self.proc is None else stop_process(self.proc, timeout)
 
 
 def dedicated_broker(data_dir: Path) -> BrokerCluster:

@@ -56,19 +56,25 @@ class WorkerProcess:
 
     def stop(self, timeout: float = 30.0) -> int:
         """SIGTERM (graceful shutdown), then SIGKILL if it does not exit in time."""
-        if self.proc is None or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc else 0
-        self.proc.send_signal(signal.SIGCONT)
-        self.proc.terminate()
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
+        return 0 if self.proc is None else stop_process(self.proc, timeout)
 
     def log_text(self) -> str:
         path = self.data_dir.parent / f"{self.name}.log"
         return path.read_text(errors="replace") if path.exists() else ""
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> int:
+    """Stop a worker process gracefully: SIGCONT (a paused process cannot handle SIGTERM),
+    SIGTERM, then SIGKILL if it has not exited in `timeout`. Returns its exit code."""
+    if proc.poll() is not None:
+        return proc.returncode
+    proc.send_signal(signal.SIGCONT)
+    proc.terminate()
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
 
 
 def effects(path: Path) -> collections.Counter[tuple[str, str]]:

@@ -33,6 +33,7 @@ from engine.errors import InvalidInput, RunstreamError
 from engine.journal import Envelope, encode
 from engine.journal import events as ev
 from engine.reader import read_partitions
+from tests.integration.support import stop_process
 from tests.integration.test_cluster import _free_base_port
 
 pytestmark = [pytest.mark.integration]
@@ -120,16 +121,6 @@ def _security_flags(settings: KafkaSecurity) -> list[str]:
     return flags
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM (a graceful stop), then SIGKILL if it has not exited in 20 s."""
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 def _start_worker(bootstrap: str, namespace: str, settings: KafkaSecurity, tmp_path: Path,
                   *, authorities: str | None = None) -> subprocess.Popen[bytes]:
     """`runstream worker` given the group's security options (the password from its
@@ -158,7 +149,7 @@ async def test_a_worker_with_the_right_credentials_runs_a_flow_end_to_end(
             result = await run.result(timeout=60)
         assert result.order_id == "o-1" and result.receipt.startswith("receipt for ch-o-1-")
     finally:
-        _stop(proc)
+        stop_process(proc, 20)
     assert "Traceback" not in (tmp_path / "worker.log").read_text(errors="replace")
 
 
@@ -264,7 +255,7 @@ async def test_under_acls_clients_reach_the_journal_only_through_the_relay_with_
             secure.bootstrap, journal_topic(namespace), security=admin)]
         assert journal and all(b"forger" not in (r.value or b"") for r in journal)
     finally:
-        _stop(proc)
+        stop_process(proc, 20)
     log = (tmp_path / "worker.log").read_text(errors="replace")
     assert "Traceback" not in log
     for user, topic in (("shop", requests_topic(namespace)), ("shop", journal_topic(namespace)),
