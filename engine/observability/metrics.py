@@ -164,8 +164,8 @@ class WorkerMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
-        # Labelled children looked up once each: bounded by the label values (flow and step
-        # names, record types, verdicts).
+        # The step histogram's labelled children, looked up once each: bounded by the flow and
+        # step names (code, not data).
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         r = self.registry
         self._tally = _Tally(COUNTERS)
@@ -228,8 +228,7 @@ class WorkerMetrics:
 
     def _child(self, metric: Any, *labels: str) -> Any:
         """`metric.labels(*labels)`, remembered: looking a child up costs more than the
-        increment itself, on every applied record. Bounded like the labels (code names,
-        record types, verdicts)."""
+        observation itself, on every step. Bounded like the labels (flow and step names)."""
         key = (id(metric), labels)
         child = self._children.get(key)
         if child is None:

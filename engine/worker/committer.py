@@ -205,6 +205,9 @@ class Committer:
     def _track(self, sent: asyncio.Future[object], pending: _Pending) -> None:
         future = pending.future
         self._unacked.add(future)
+        # An acknowledgement that came while this record was being handed to the producer
+        # (out of the queue, not yet unacknowledged) may have set it.
+        self._quiet.clear()
         self.records += 1
 
         def done(result: asyncio.Future[object]) -> None:

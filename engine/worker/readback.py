@@ -21,15 +21,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from engine.journal import TYPE_HEADER
 from engine.journal.events import RECORD_CLASSES
+from projections.poison import type_header
 
 # Longest a read-back waits for the producer to be quiet: a run's steps follow each other
 # within a few ms, and a create behind the read-back waits no longer than this.
 READ_BACK_DEFER_S = 0.010
 
-# Types by their header bytes: whatever is not a decision is answered without waiting.
-DECISION_TYPES = frozenset(cls.TYPE.encode() for cls in RECORD_CLASSES.values()
+# Whatever is not a decision is answered without waiting.
+DECISION_TYPES = frozenset(cls.TYPE for cls in RECORD_CLASSES.values()
                            if cls.KIND == "decision")
 
 
@@ -44,14 +44,8 @@ def decisions_only(batches: Mapping[Any, Iterable[_Message]]) -> bool:
     found = False
     for messages in batches.values():
         for message in messages:
-            if _type_of(message.headers) not in DECISION_TYPES:
+            if type_header(message.headers) not in DECISION_TYPES:
                 return False
             found = True
     return found
 
-
-def _type_of(headers: Sequence[tuple[str, bytes]] | None) -> bytes | None:
-    for key, value in headers or ():
-        if key == TYPE_HEADER:
-            return value
-    return None

@@ -35,6 +35,6 @@ def test_records_without_a_type_and_empty_polls_do_not_wait() -> None:
 
 
 def test_the_decision_types_are_the_journal_decisions() -> None:
-    assert b"step.completed" in DECISION_TYPES
-    assert b"partition.epoch-claimed" in DECISION_TYPES
-    assert b"run.create-requested" not in DECISION_TYPES
+    assert "step.completed" in DECISION_TYPES
+    assert "partition.epoch-claimed" in DECISION_TYPES
+    assert "run.create-requested" not in DECISION_TYPES
