@@ -99,6 +99,8 @@ class FlowContext(WaitingCalls):
         # policy covers them even before the worker's projection applied their spawn.
         self.spawned: list[ChildLink] = []
         self.cancel_delivered = False
+        # Where the journal says the cancel reached the handler: a replay raises it there.
+        self._cancel_delivered_at = run.cancel_delivered_at
         # Typed result loaders of the children spawned with a Flow: one per spawn at most.
         self._loaders_by_child: dict[str, Callable[[str], Any]] = {}
         self.nondeterminism: NonDeterminism | None = None
@@ -145,7 +147,7 @@ class FlowContext(WaitingCalls):
                              entry.attempts)
         if entry is not None and entry.status == "started" and entry.irreversible:
             raise Quarantined(entry)
-        self._check_cancel()
+        self._check_cancel(position, name)
         attempt = entry.attempts + 1 if entry is not None else 1
         policy = retry or NO_RETRY
         # Before the first attempt: a function that mutates its arguments must not change
@@ -266,7 +268,7 @@ class FlowContext(WaitingCalls):
         entry = self._entries.get(position)
         if entry is not None and entry.status == "completed" and entry.result_json is not None:
             return entry.result_json
-        self._check_cancel()
+        self._check_cancel(position, kind)
         self._port.ensure_active()
         value = make()
         self._port.send(ev.StepCompleted, position=position, name=kind, kind=kind,
@@ -280,6 +282,8 @@ class FlowContext(WaitingCalls):
         if self.observer is not None:
             self._observe_call(position, kind, name, arguments)
         entry = self._entries.get(position)
+        if entry is not None and position == self._cancel_delivered_at:
+            self._replay_cancel(entry)
         if entry is not None and (entry.name != name or entry.kind != kind):
             error = NonDeterminism(
                 f"run {self.run_id}: the handler asked for {kind} {name!r} at position "

@@ -19,9 +19,10 @@ from projections.state import (
     JournalEntry,
     RunState,
     RunStatus,
+    replace,
     round_run_id,
 )
-from projections.transitions import WAIT_TIMEOUT
+from projections.transitions import CANCEL_DELIVERED, WAIT_TIMEOUT
 
 FLOW_NOT_REGISTERED = "flow-not-registered"
 CHILD_FAILED = "ChildFailed"
@@ -58,10 +59,14 @@ def decide_create(
     """Answer a create request, given the run as it stands (None: no such run yet).
 
     `run` may be the run this very request made (first request for the id); identity is
-    then its own, and only the payload check can refuse it.
+    then its own, and only the payload check can refuse it. A run admitted already is
+    never created again, even by its own first request re-applied (the request index
+    forgot it): that answer is the existing run.
     """
     flow = request.flow or ""
     payload = request.payload_json or "null"
+    if run is not None and run.admitted and run.request_id == request.request_id:
+        return Duplicate(run.request_offset)
     if run is not None and run.request_id != request.request_id:
         conflict = identity_conflict(run, request, flow, payload)
         if conflict is not None:
@@ -192,10 +197,12 @@ def decide_waiting(run: RunState, spawn: JournalEntry | None
     if run.cancel_requested is not None:
         if wait is None or wait.kind == "quarantine":
             return CancelNow(run.cancel_requested, run.cancel_requested_by)
-        # Woken to meet the cancel in its handler; the reason says who asked.
-        by_parent = run.cancel_requested_by is not None and (
-            run.cancel_requested_by == run.parent_run_id)
-        return Wake("parent" if by_parent else "operator", None)
+        if run.cancel_delivered_at is None:
+            # Woken to meet the cancel in its handler: the wait ends Cancelled, once; the
+            # reason says who asked. A wait in cleanup after that waits normally.
+            return Wake(cancel_wake_reason(run), wait.position,
+                        wait.event_name or wait.child_run_id or "sleep",
+                        error_type=CANCEL_DELIVERED, error_message=run.cancel_requested)
     if wait is not None and wait.kind == "quarantine":
         # Only an operator's resolution (or a cancel) moves a quarantined run.
         if run.resolution is None or wait.position is None or spawn is None:
@@ -217,6 +224,42 @@ def decide_waiting(run: RunState, spawn: JournalEntry | None
     if wait.kind == "child" and spawn is not None and spawn.child_status is not None:
         return child_wake(wait.position, wait.child_run_id or "", spawn)
     return None
+
+
+def cancel_wake_reason(run: RunState) -> str:
+    """Who a cancel came from, as a wake's reason: the run's parent, or an operator."""
+    by_parent = run.cancel_requested_by is not None and (
+        run.cancel_requested_by == run.parent_run_id)
+    return "parent" if by_parent else "operator"
+
+
+@dataclass(frozen=True, slots=True)
+class CancelInstead:
+    """A settlement decided while a cancel is pending: the run ends cancelled instead,
+    and the evidence says what the handler did."""
+
+    reason: str
+    requested_by: str | None
+    evidence: str
+
+
+HANDLER_ENDED_UNDER_CANCEL = "settled-under-cancel"
+
+
+def settlement_under_cancel(run: RunState, outcome: str) -> CancelInstead | None:
+    """Any settlement while a cancel is pending becomes a cancellation (the run driver's
+    rule). `outcome` says what the handler did (returned, handed off, failed); None when
+    no cancel is pending."""
+    reason = run.cancel_requested
+    if reason is None:
+        return None
+    if run.cancel_delivered_at is not None:
+        where = f"after the cancel was delivered (at position {run.cancel_delivered_at})"
+    else:
+        where = "while a cancel was pending, before it reached a durable call"
+    return CancelInstead(reason, run.cancel_requested_by,
+                         f"the handler {outcome} {where}: the run ends cancelled ({reason}), "
+                         f"and what the handler decided is not its outcome")
 
 
 def child_wake(position: int | None, child_run_id: str, spawn: JournalEntry) -> Wake:
@@ -333,10 +376,32 @@ def resolution_records(resolve: Resolve) -> list[tuple[type[Any], dict[str, Any]
 def creation_limits(run: RunState, flow: Any) -> dict[str, Any]:
     """What run.created records of a run's limits: its ceiling (the request's, narrowed by
     the flow's declared capabilities when the owner registers the flow) and its lineage's
-    round budget (the flow's, else what the request said)."""
+    round budget (the flow's, else what the request said). `limits_fixed` says whether
+    an owner that registers the flow fixed them (else the first one that does fixes them
+    before the run's first activation: `limits_to_fix`)."""
     ceiling = narrow(run.ceiling, getattr(flow, "capabilities", None))
     budget = getattr(flow, "max_rounds", 0) or run.max_rounds
-    return {"ceiling": None if ceiling is None else list(ceiling), "max_rounds": budget}
+    return {"ceiling": None if ceiling is None else list(ceiling), "max_rounds": budget,
+            "limits_fixed": flow is not None}
+
+
+def limits_to_fix(run: RunState, flow: Any) -> dict[str, Any] | None:
+    """The run.limits-fixed body an owner that registers the run's flow journals before
+    the run's first activation, when the owner that admitted it did not register the
+    flow (so the run still has the request's limits); None when there is nothing to fix."""
+    if flow is None or run.limits_fixed or run.activations > 0 or not run.admitted:
+        return None
+    limits = creation_limits(run, flow)
+    return {"flow": run.flow, "ceiling": limits["ceiling"], "max_rounds": limits["max_rounds"]}
+
+
+def as_admitted(run: RunState, limits: dict[str, Any]) -> RunState:
+    """The run as its run.created (with `limits`) makes it: what its first execution sees,
+    since that execution may start before the projection has applied the record."""
+    ceiling = limits.get("ceiling")
+    return replace(run, admitted=True, limits_fixed=bool(limits.get("limits_fixed", True)),
+                   ceiling=None if ceiling is None else tuple(sorted(ceiling)),
+                   max_rounds=limits.get("max_rounds") or run.max_rounds)
 
 
 # -- forks --------------------------------------------------------------------------------------

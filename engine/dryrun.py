@@ -43,6 +43,7 @@ from engine.journal import events as ev
 from engine.operations import addressed_run, load_flows, read_model_of, view_of  # as run status
 from engine.runner import HandlerRunner
 from projections.state import JournalEntry, RunState, Wait
+from projections.transitions import CANCEL_DELIVERED
 
 APP_ENV = "RUNSTREAM_APP"
 # How long a handler may go without reaching a decision (it awaits something outside `ctx`).
@@ -146,6 +147,8 @@ class Sandbox(HandlerRunner):
     # -- the journal port -------------------------------------------------------------
 
     def send(self, cls: type[JournalRecord], **body: Any) -> None:
+        if cls is ev.RunResumed and body.get("error_type") == CANCEL_DELIVERED:
+            return  # where the cancel met the handler: bookkeeping, not a decision to show
         if issubclass(cls, _POSITIONAL):
             self._intend(sent_intent(self._call, cls, body))
         ending = ending_of(cls, body)

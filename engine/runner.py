@@ -14,7 +14,14 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from engine.context import FlowContext, Quarantined, RunReleased, Suspend
-from engine.decide import Exhausted, Invalid, decide_handoff, exit_policy
+from engine.decide import (
+    HANDLER_ENDED_UNDER_CANCEL,
+    Exhausted,
+    Invalid,
+    decide_handoff,
+    exit_policy,
+    settlement_under_cancel,
+)
 from engine.errors import Cancelled, CapabilityRefused, PayloadInvalid, journal_text
 from engine.flow import Flow, Handoff, dump_json, narrow
 from engine.journal import EncodeError, JournalRecord
@@ -120,8 +127,11 @@ class HandlerRunner(ABC):
             await self._fail(exc, "ResultTooLarge")
 
     async def _exit(self, cls: type[JournalRecord], body: dict[str, Any]) -> None:
-        """Settle the run; its open children first get the parent-exit policy."""
+        """Settle the run; its open children first get the parent-exit policy. While a
+        cancel is pending, any settlement becomes the cancellation."""
         self.settled = True  # before anything is sent: it may land even if we stop
+        if cls is not ev.RunCancelled:
+            cls, body = self._cancel_instead(cls, body)
         policy = exit_policy(self._open_children())
         if policy.cancelled or policy.detached:
             self.send(ev.ChildPolicyApplied, cancelled=policy.cancelled,
@@ -131,10 +141,24 @@ class HandlerRunner(ABC):
         self.send(cls, **body)
         await self.barrier()
 
+    def _cancel_instead(self, cls: type[JournalRecord], body: dict[str, Any]
+                        ) -> tuple[type[JournalRecord], dict[str, Any]]:
+        """The settlement to journal: `cls` itself, or, with a cancel pending, the
+        cancellation, with evidence of what the handler did instead."""
+        outcome = {ev.RunCompleted: "returned", ev.RunFailed: "failed"}.get(cls, "handed off")
+        instead = settlement_under_cancel(self.run_state(), outcome)
+        if instead is None:
+            return cls, body
+        self._evidence(HANDLER_ENDED_UNDER_CANCEL, instead.evidence, {"outcome": outcome})
+        return ev.RunCancelled, {"reason": instead.reason, "requested_by": instead.requested_by}
+
     async def _handoff(self, handoff: Handoff) -> None:
         """End the round: hand off to the next one, or end the lineage when its budget is
         used up or the handoff cannot be honoured."""
         run = self.run_state()
+        if run.cancel_requested is not None:
+            await self._exit(ev.RunHandedOff, {})  # the cancel wins: no next round
+            return
         given = handoff.flow if isinstance(handoff.flow, Flow) else None
         name = given.name if given is not None else (handoff.flow or run.flow)
         assert isinstance(name, str)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from engine.decide import CHILD_CANCELLED, child_wake
+from engine.decide import CHILD_CANCELLED, cancel_wake_reason, child_wake
 from engine.errors import (
     Cancelled,
     ChildCancelled,
@@ -27,9 +27,7 @@ from engine.journal import events as ev
 from engine.observability.tracing import carrier
 from engine.port import JournalPort
 from projections.state import MAX_DEPTH, MAX_OPEN_CHILDREN, ChildLink, JournalEntry, Signal, Wait
-
-if TYPE_CHECKING:
-    pass
+from projections.transitions import CANCEL_DELIVERED
 
 
 class WaitingCalls:
@@ -44,6 +42,7 @@ class WaitingCalls:
     _taken: set[str]
     spawned: list[ChildLink]
     cancel_delivered: bool
+    _cancel_delivered_at: int | None
     _loaders_by_child: dict[str, Callable[[str], Any]]
 
     def _next_position(self, name: str, kind: str) -> int:
@@ -66,7 +65,7 @@ class WaitingCalls:
         entry = self._entries.get(position)
         if entry is not None and entry.status == "completed":
             return
-        self._check_cancel()
+        self._check_cancel(position, "sleep")
         now = self._port.now_ms()
         due = entry.due_ms if entry is not None and entry.due_ms is not None else due_of(now)
         if due <= now:
@@ -84,7 +83,7 @@ class WaitingCalls:
         entry = self._entries.get(position)
         if entry is not None and entry.status in ("completed", "failed"):
             return self._outcome(entry)
-        self._check_cancel()
+        self._check_cancel(position, name)
         signal = self._take_signal(name)
         if signal is not None:
             self._resumed_inline(position, "event", name, signal_request_id=signal.request_id,
@@ -131,7 +130,7 @@ class WaitingCalls:
         self._spawns += 1
         if entry is not None and entry.status == "completed":
             return ChildRun(self, json.loads(entry.result_json or "null"), position, loader)
-        self._check_cancel()
+        self._check_cancel(position, name)
         child_id = run_id or f"{self.run_id}.{position}"
         self._check_spawn(child_id)
         payload_json = flow.dump_payload(payload) if isinstance(flow, Flow) else dump_json(payload)
@@ -167,7 +166,7 @@ class WaitingCalls:
         entry = self._entries.get(position)
         if entry is not None and entry.status in ("completed", "failed"):
             return self._outcome(entry)
-        self._check_cancel()
+        self._check_cancel(position, child_id)
         spawn = self._port.entry(spawn_position)
         if spawn is not None and spawn.child_status is not None:
             wake = child_wake(position, child_id, spawn)
@@ -186,9 +185,13 @@ class WaitingCalls:
         while True:
             await self._port.barrier()
             outcome = await self._port.suspend(wait)
+            if outcome is not None and outcome.error_type == CANCEL_DELIVERED:
+                self._replay_cancel(outcome)  # the owner ended the wait for a cancel
             if outcome is not None and outcome.status in ("completed", "failed"):
                 return self._outcome(outcome)
-            self._check_cancel()  # woken for a cancel; anything else: wait again
+            # Woken for a cancel (a wake written before cancels were delivered at a
+            # position); anything else: wait again.
+            self._check_cancel(wait.position, wait.event_name or wait.kind)
 
     def _outcome(self, entry: JournalEntry) -> Any:
         """What a finished wait returns or raises, from its journal entry."""
@@ -206,15 +209,30 @@ class WaitingCalls:
         error_type, _, detail = message.partition(": ")
         raise ChildFailed(entry.name, error_type or "Error", detail)
 
-    def _check_cancel(self) -> None:
+    def _check_cancel(self, position: int | None, name: str) -> None:
         """The first durable call after a cancel request (one not replayed from the journal)
-        raises Cancelled; calls after it, in `finally` blocks, are journaled as cleanup."""
-        if self.cancel_delivered:
+        raises Cancelled, and journals that it did at its position (a replay raises it
+        there, and the owner knows not to end a cleanup wait for the same cancel); calls
+        after it, in `finally` blocks, are journaled as cleanup."""
+        if self.cancel_delivered or self._cancel_delivered_at is not None:
             return
-        reason = self._port.run_state().cancel_requested
-        if reason is not None:
-            self.cancel_delivered = True
-            raise Cancelled(reason)
+        run = self._port.run_state()
+        reason = run.cancel_requested
+        if reason is None:
+            return
+        self.cancel_delivered = True
+        if position is not None and run.cancel_delivered_at is None:
+            self._port.send(ev.RunResumed, reason=cancel_wake_reason(run), position=position,
+                            name=name, error_type=CANCEL_DELIVERED, error_message=reason,
+                            detail="the cancel reached the handler here")
+        raise Cancelled(reason)
+
+    def _replay_cancel(self, entry: JournalEntry) -> None:
+        """The journal says the cancel reached the handler at `entry`: raise it again here
+        (once per execution; cleanup after it runs normally)."""
+        self.cancel_delivered = True
+        self._cancel_delivered_at = entry.position
+        raise Cancelled(entry.error_message or "cancelled")
 
 
 class ChildRun:

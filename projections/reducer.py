@@ -340,6 +340,7 @@ def _created(run: RunState | None, record: ev.RunCreated, offset: int, partition
         updated_at_ms=env.timestamp_ms,
         ceiling=None if record.ceiling is None else tuple(sorted(record.ceiling)),
         max_rounds=record.max_rounds or run.max_rounds,
+        limits_fixed=record.limits_fixed,
     )
 
 

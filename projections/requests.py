@@ -20,6 +20,7 @@ from projections.state import (
     RunStatus,
     Signal,
     Verdict,
+    lineage_of,
     replace,
 )
 
@@ -95,11 +96,15 @@ def resolves(run: RunState, record: ev.RunResumeRequested) -> bool:
 def _wake(run: RunState, record: ev.RunWakeRequested,
           spawn: JournalEntry | None) -> RequestChange:
     """A child settled: its outcome goes into the spawn's journal entry (where the parent's
-    `child.result()` finds it), and the child is no longer open."""
-    children = tuple(link for link in run.children if link.run_id != record.child_run_id)
+    `child.result()` finds it), and the child is no longer open. A child that handed off
+    settles in a later round (`<child>~<n>`): matched by its lineage (the id the parent
+    spawned) at the parent's spawn position, so the parent gets the lineage's outcome."""
+    lineage = lineage_of(record.child_run_id)
+    children = tuple(link for link in run.children
+                     if link.run_id != record.child_run_id and link.lineage_id != lineage)
     entry = None
     if (spawn is not None and spawn.kind == "spawn" and spawn.child_status is None
-            and spawn.result_json == json.dumps(record.child_run_id)):
+            and spawn.result_json in (json.dumps(record.child_run_id), json.dumps(lineage))):
         entry = replace(spawn, child_status=record.child_status,
                         child_result_json=record.result_json, error_type=record.error_type,
                         error_message=record.error_message)

@@ -245,6 +245,12 @@ class RunState(_Frozen, frozen=True, array_like=True):
     # A forked run's origin. Until its copied prefix is complete it is not admitted: it
     # stays pending and nothing executes.
     fork: ForkOrigin | None = None
+    # The journal position where a cancel reached the handler (its entry ends Cancelled):
+    # a replay raises the cancel there and nowhere else, and later waits in cleanup wait.
+    cancel_delivered_at: int | None = None
+    # The run's ceiling and round budget were fixed by an owner that registers its flow
+    # (run.created or run.limits-fixed); until then they are the request's.
+    limits_fixed: bool = False
 
     def has_evidence(self, kind: str) -> bool:
         return any(item.kind == kind for item in self.evidence)

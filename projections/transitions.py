@@ -29,6 +29,9 @@ from projections.state import (
 Changes = dict[str, Any]
 
 WAIT_TIMEOUT = "WaitTimeout"
+# The error type of the journal entry where a cancel reached the handler (a wait the owner
+# ended for the cancel, or the durable call that met it): a replay raises Cancelled there.
+CANCEL_DELIVERED = "Cancelled"
 
 
 @dataclass(slots=True)
@@ -183,6 +186,8 @@ def _resumed(run: RunState, record: Any, epoch: int, previous: Any) -> Change | 
         # handler meets the cancel at its wait), or, in journals written before waits had
         # positions, the end of any suspension.
         return Change(wake) if run.status is RunStatus.suspended else None
+    if record.error_type == CANCEL_DELIVERED:
+        return _cancel_delivered(run, record, position, previous, wake)
     if previous is not None and previous.status != "waiting":
         return None
     changes: Changes = {}
@@ -205,6 +210,45 @@ def _resumed(run: RunState, record: Any, epoch: int, previous: Any) -> Change | 
         changes["signals"] = tuple(s for s in run.signals
                                    if s.request_id != record.signal_request_id)
     return Change(changes, entry)
+
+
+def _cancel_delivered(run: RunState, record: ev.RunResumed, position: int,
+                      previous: JournalEntry | None, wake: Changes) -> Change | None:
+    """The cancel reached the handler at `position`, once: a suspended run's wait ends
+    Cancelled (the owner's wake), or a running handler journals the durable call that met
+    it. Its entry makes a replay raise the cancel there, and nowhere else."""
+    if run.cancel_requested is None or run.cancel_delivered_at is not None:
+        return None
+    if previous is not None and previous.status not in ("waiting", "retrying"):
+        return None  # that call has its outcome already
+    changes: Changes = {"cancel_delivered_at": position}
+    if run.status is RunStatus.suspended:
+        if run.wait is None or run.wait.position != position:
+            return None
+        changes.update(wake)
+    elif run.status is not RunStatus.running:
+        return None
+    entry = JournalEntry(
+        position=position, name=record.name or (previous.name if previous else ""),
+        kind=previous.kind if previous is not None else "cancel", status="failed",
+        attempts=previous.attempts if previous is not None else 0,
+        error_type=CANCEL_DELIVERED, error_message=record.error_message,
+        due_ms=previous.due_ms if previous else None)
+    return Change(changes, entry)
+
+
+def _limits_fixed(run: RunState, record: Any, epoch: int, _: Any) -> Change | None:
+    """An owner that registers the run's flow fixes the limits an owner without it
+    admitted the run under: before the first activation only, and only narrowing."""
+    assert isinstance(record, ev.RunLimitsFixed)
+    if run.limits_fixed or run.activations > 0 or not run.admitted:
+        return None
+    ceiling = run.ceiling
+    if record.ceiling is not None:
+        given = set(record.ceiling)
+        ceiling = tuple(sorted(given if ceiling is None else given & set(ceiling)))
+    return Change({"ceiling": ceiling, "max_rounds": record.max_rounds or run.max_rounds,
+                   "limits_fixed": True})
 
 
 def _child_spawned(run: RunState, record: Any, epoch: int, previous: Any) -> Change | None:
@@ -360,6 +404,7 @@ def _unanswered_creates(run: RunState) -> tuple[InboxItem, ...]:
 
 _HANDLERS: dict[type, Handler] = {
     ev.RunActivated: _activated,
+    ev.RunLimitsFixed: _limits_fixed,
     ev.RunReleased: _released,
     ev.RunSuspended: _suspended,
     ev.RunResumed: _resumed,

@@ -34,6 +34,7 @@ __all__ = [
     "RunForkRequested",
     "RunForked",
     "RunHandedOff",
+    "RunLimitsFixed",
     "RunReleased",
     "RunResumeRequested",
     "RunResumed",
@@ -441,29 +442,6 @@ class RunHandedOff:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunCreated:
-    """The owner admitted a run."""
-
-    TYPE: ClassVar[str] = "run.created"
-    KIND: ClassVar[str] = "decision"
-    SCHEMA_ID: ClassVar[int] = 138
-
-    envelope: Envelope
-    flow: str
-    payload_json: str
-    # Offset of the create request that made the run.
-    request_offset: int
-    # True when the request repeated an existing run with the same identity.
-    duplicate: bool = False
-    parent_run_id: str | None = None
-    round: int = 0
-    # The capabilities the run's steps may use (null: unrestricted).
-    ceiling: list[str] | None = None
-    # The lineage's round budget (0: unlimited).
-    max_rounds: int = 0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class RunCreateRequested:
     """Someone asked for a run to exist."""
 
@@ -646,6 +624,53 @@ class StepFailed:
     args_digest: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunCreated:
+    """The owner admitted a run."""
+
+    TYPE: ClassVar[str] = "run.created"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 146
+
+    envelope: Envelope
+    flow: str
+    payload_json: str
+    # Offset of the create request that made the run.
+    request_offset: int
+    # True when the request repeated an existing run with the same identity.
+    duplicate: bool = False
+    parent_run_id: str | None = None
+    round: int = 0
+    # The capabilities the run's steps may use (null: unrestricted).
+    ceiling: list[str] | None = None
+    # The lineage's round budget (0: unlimited).
+    max_rounds: int = 0
+    # True when the admitting owner registers the flow, so the ceiling and budget above are the
+    # flow's; false: the first owner that registers the flow fixes them (run.limits-fixed) before
+    # the first activation.
+    limits_fixed: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunLimitsFixed:
+    """The first owner that registers the run's flow fixed its ceiling and round budget, before its
+    first activation (the owner that admitted it did not register the flow).
+    """
+
+    TYPE: ClassVar[str] = "run.limits-fixed"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 147
+
+    envelope: Envelope
+    # The flow whose declared limits were applied.
+    flow: str
+    # The capabilities the run's steps may use (null: unrestricted): the request's, narrowed by the
+    # flow's.
+    ceiling: list[str] | None = None
+    # The lineage's round budget (0: unlimited).
+    max_rounds: int = 0
+
+
 # Any journal record; narrow with isinstance() or match on the class.
 JournalRecord: TypeAlias = (
     RunCancelRequested
@@ -670,7 +695,6 @@ JournalRecord: TypeAlias = (
     | PartitionOutboxSent
     | RunResumeRequested
     | RunHandedOff
-    | RunCreated
     | RunCreateRequested
     | ChildSpawned
     | RunForkRequested
@@ -678,6 +702,8 @@ JournalRecord: TypeAlias = (
     | JournalEntryCopied
     | StepCompleted
     | StepFailed
+    | RunCreated
+    | RunLimitsFixed
 )
 
 # Record type string (the rs-type header and envelope.type) → class.
@@ -704,7 +730,6 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "partition.outbox-sent": PartitionOutboxSent,
     "run.resume-requested": RunResumeRequested,
     "run.handed-off": RunHandedOff,
-    "run.created": RunCreated,
     "run.create-requested": RunCreateRequested,
     "child.spawned": ChildSpawned,
     "run.fork-requested": RunForkRequested,
@@ -712,6 +737,8 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "journal.entry-copied": JournalEntryCopied,
     "step.completed": StepCompleted,
     "step.failed": StepFailed,
+    "run.created": RunCreated,
+    "run.limits-fixed": RunLimitsFixed,
 }
 
 REQUEST_TYPES: frozenset[str] = frozenset(
@@ -744,11 +771,12 @@ DECISION_TYPES: frozenset[str] = frozenset(
         "child.policy-applied",
         "partition.outbox-sent",
         "run.handed-off",
-        "run.created",
         "child.spawned",
         "run.forked",
         "journal.entry-copied",
         "step.completed",
         "step.failed",
+        "run.created",
+        "run.limits-fixed",
     }
 )

@@ -31,6 +31,7 @@ from engine.decide import (
     decide_waiting,
     exit_policy,
     fork_decisions,
+    limits_to_fix,
     resolution_records,
     unanswered_creates,
     wait_entry_position,
@@ -444,6 +445,10 @@ class TestEnvironment:
             if flow is None:
                 raise EnvironmentIdle(f"run {run_id} is of flow {run.flow!r}, which this "
                                       f"environment does not register")
+            fix = limits_to_fix(run, flow)
+            if fix is not None:  # admitted without the flow: fixed before it runs
+                self.decide(run, ev.RunLimitsFixed, **fix)
+                run = self.describe(run_id)
             execution = TestExecution(self, run)
             self._executions[run_id] = execution
             execution.task = asyncio.create_task(execution.execute(flow))

@@ -18,9 +18,11 @@ from engine.decide import (
     Create,
     Duplicate,
     Reject,
+    as_admitted,
     creation_limits,
     decide_create,
     flow_missing_message,
+    limits_to_fix,
     needs_activation,
     plan_activation,
     unanswered_creates,
@@ -101,20 +103,21 @@ class Activator:
                                 reason="too-large", field="payload", existing_value="",
                                 requested_value=journal_text(refusal, 500))
             return
+        limits = creation_limits(run, self.worker.flows.get(run.flow))
         try:
-            flow = self.worker.flows.get(run.flow)
             self.worker.enqueue(own, run, ev.RunCreated, request_id=item.request_id,
                                 flow=run.flow, payload_json=run.payload_json,
                                 request_offset=offset, duplicate=isinstance(answer, Duplicate),
-                                parent_run_id=run.parent_run_id, round=run.round,
-                                **creation_limits(run, flow))
+                                parent_run_id=run.parent_run_id, round=run.round, **limits)
         except EncodeError as exc:  # a request near the size limit: refuse it, stay alive
             self.worker.enqueue(own, run, ev.RunCreateRejected, request_id=item.request_id,
                                 reason="too-large", field="payload", existing_value="",
                                 requested_value=journal_text(str(exc), 500))
             return
         if isinstance(answer, Create):
-            self.start(own, run)
+            # Under the limits just journaled, not the request's: the execution may start
+            # before the projection has applied the run.created.
+            self.start(own, as_admitted(run, limits))
 
     def _check_payload(self, flow_name: str, payload_json: str) -> str | None:
         flow = self.worker.flows.get(flow_name)
@@ -129,6 +132,8 @@ class Activator:
     def start(self, own: Ownership, run: RunState, *, woken: bool = False) -> None:
         """Execute `run` unless it executes here already. `woken`: its wait just ended (a
         wake applied), so an execution still unwinding from that suspension restarts it."""
+        if run.status.is_terminal:
+            return  # a settled run is never activated again
         executions = self.worker.executions
         existing = executions.get(run.run_id)
         if existing is not None:
@@ -152,6 +157,11 @@ class Activator:
         if flow is None:
             self._flow_missing(own, run)
             return
+        fix = limits_to_fix(run, flow)
+        if fix is not None:
+            # Admitted by an owner without the flow: its limits are fixed before it runs.
+            self.worker.enqueue(own, run, ev.RunLimitsFixed, **fix)
+            run = as_admitted(run, fix)
         plan = plan_activation(run, self.owner_name, now_ms())
         execution = RunExecution(self.worker, own, run, plan)
         if len(executions) < self.worker.concurrency:

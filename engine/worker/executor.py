@@ -150,7 +150,12 @@ class RunExecution(HandlerRunner):
         return now_ms()
 
     def run_state(self) -> RunState:
-        return self.worker.current_run(self.run.run_id) or self.run
+        """The run as the projection holds it, or as this execution started it while the
+        projection has not applied its admission (and limits) yet."""
+        current = self.worker.current_run(self.run.run_id)
+        if current is None or (self.run.limits_fixed and not current.limits_fixed):
+            return self.run
+        return current
 
     def entry(self, position: int) -> JournalEntry | None:
         assert self.worker.store is not None

@@ -36,7 +36,7 @@ from projections.state import (
     replace,
 )
 from projections.store import DueTimer
-from projections.transitions import WAIT_TIMEOUT
+from projections.transitions import CANCEL_DELIVERED, WAIT_TIMEOUT
 from tests.builders import Writer, create, created, request
 
 DUE = 1_800_000_000_000  # a timer's due time (record times come from the builders' clock)
@@ -360,23 +360,32 @@ def test_a_cancel_request_is_taken_once_and_refused_on_an_ended_run() -> None:
     assert log.run("r3").cancel_requested is None
 
 
-def test_a_cancel_wakes_a_sleeping_run_without_ending_its_wait_entry() -> None:
+def test_a_cancel_ends_a_sleeping_run_s_wait_cancelled_once_and_a_cleanup_wait_waits() -> None:
     log = Log()
     sleeping(log)
     log.ask(ev.RunCancelRequested, "r1", "c1", reason="stop", requested_by="ops")
     assert log.run("r1").status is RunStatus.suspended  # the owner decides the wake
     action = decide_waiting(log.run("r1"), None)
-    assert isinstance(action, Wake) and action.position is None
-    assert log.decide(ev.RunResumed, "r1", reason=action.reason,
-                      position=None) is Verdict.applied
+    assert isinstance(action, Wake) and action.position == 1
+    assert (action.error_type, action.error_message) == (CANCEL_DELIVERED, "stop")
+    assert log.decide(ev.RunResumed, "r1", reason=action.reason, position=1, name=action.name,
+                      error_type=action.error_type,
+                      error_message=action.error_message) is Verdict.applied
     run = log.run("r1")
     assert (run.status, run.wait, run.wake_reason) == (RunStatus.pending, None, action.reason)
+    assert run.cancel_delivered_at == 1
     assert log.timers() == []
     sleep = log.entry("r1", 1)
-    assert sleep is not None and sleep.status == "waiting"  # the handler meets the cancel
-    # The same wake again finds nothing to wake.
-    assert log.decide(ev.RunResumed, "r1", reason=action.reason,
-                      position=None) is Verdict.ignored
+    assert sleep is not None and (sleep.status, sleep.error_type) == ("failed", "Cancelled")
+    # The same wake again finds nothing to end.
+    assert log.decide(ev.RunResumed, "r1", reason=action.reason, position=1,
+                      error_type=CANCEL_DELIVERED, error_message="stop") is Verdict.ignored
+    # The handler's finally sleeps again: that wait is not ended for the same cancel (it
+    # was: suspended, resumed and activated again without end, issue 16 item 3).
+    log.decide(ev.RunActivated, "r1", mode="resumed", activation=2)
+    log.decide(ev.RunSuspended, "r1", reason="timer", position=2, wake_at_ms=DUE)
+    assert decide_waiting(log.run("r1"), None) is None
+    assert [t.position for t in log.timers()] == [2]
 
 
 def test_an_operator_resume_is_refused_unless_suspended_on_a_timer_or_an_event() -> None:
@@ -699,13 +708,16 @@ def test_decide_waiting_a_cancel_beats_everything(wait: Wait) -> None:
     run = state(wait=wait, signals=(sig("s1", "approval"),), resume_requested=True,
                 cancel_requested="stop", cancel_requested_by="ops")
     woken = decide_waiting(run, spawn_entry(child_status="completed"))
-    # A wake with no position and no outcome: it only makes the run runnable, so that its
-    # handler meets the cancel at its wait (and its finally blocks run).
+    # The wait ends Cancelled at its position: the handler meets the cancel there (and its
+    # finally blocks run); no signal is taken and no child outcome delivered.
     assert isinstance(woken, Wake)
-    assert woken.position is None
-    assert (woken.name, woken.signal_request_id, woken.result_json, woken.error_type) == (
-        None, None, None, None)
+    assert woken.position == wait.position
+    assert (woken.signal_request_id, woken.result_json, woken.error_type) == (
+        None, None, CANCEL_DELIVERED)
     assert woken.reason not in ("event", "child")
+    # Once delivered, the same cancel ends no other wait: a cleanup wait waits normally.
+    delivered = replace(run, cancel_delivered_at=0, resume_requested=False, signals=())
+    assert decide_waiting(delivered, spawn_entry()) is None
 
 
 def test_decide_waiting_cancels_a_quarantined_run_or_one_without_a_wait_at_once() -> None:

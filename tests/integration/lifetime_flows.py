@@ -1,0 +1,77 @@
+"""Flows for issue 16's whole-life tests: limits of runs created by name, children that
+hand off, cleanup that waits after a cancel, and handlers that swallow the cancel. Used by
+the TestEnvironment tests (tests/unit/test_lifetime.py) and the broker tests
+(tests/integration/test_lifetime.py): the same scenarios through both."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine import Cancelled, Flow, FlowContext, Handoff
+
+capped = Flow("h-capped", capabilities={"payments.read"})
+looper = Flow("h-looper", max_rounds=3)
+hopper = Flow("h-hopper")
+hopper_parent = Flow("h-hopper-parent")
+tidy = Flow("h-tidy")
+swallower = Flow("h-swallower")
+
+# What the cleanup and charge steps did, per run id (steps record it here, so a test can
+# tell a step that ran from one that was replayed). Test-only: cleared by each test.
+EFFECTS: dict[str, list[str]] = {}
+
+
+def effect(run_id: str, what: str) -> str:
+    EFFECTS.setdefault(run_id, []).append(what)
+    return what
+
+
+@capped.handler
+async def _capped(ctx: FlowContext, payload: Any) -> str:
+    return await ctx.step("charge", lambda: effect(ctx.run_id, "charge"),
+                          requires="payments.charge")
+
+
+@looper.handler
+async def _looper(ctx: FlowContext, payload: Any) -> Handoff:
+    n = await ctx.step("count", lambda: int(payload["n"]))
+    return Handoff(payload={"n": n + 1})
+
+
+@hopper.handler
+async def _hopper(ctx: FlowContext, payload: Any) -> Any:
+    """Hands off until round `to`, then returns its total."""
+    n = await ctx.step("count", lambda: int(payload["n"]))
+    if n < int(payload["to"]):
+        return Handoff(payload={"n": n + 1, "to": payload["to"]})
+    return {"rounds": n, "total": n * 10}
+
+
+@hopper_parent.handler
+async def _hopper_parent(ctx: FlowContext, payload: Any) -> Any:
+    child = await ctx.spawn(hopper, {"n": 0, "to": payload["to"]})
+    return {"child": await child.result()}
+
+
+@tidy.handler
+async def _tidy(ctx: FlowContext, payload: Any) -> str:
+    """Waits for a signal that never comes; its cleanup waits durably, then steps."""
+    try:
+        await ctx.wait_for("never")
+        return "not reached"
+    finally:
+        await ctx.sleep(float(payload.get("cleanup_sleep", 1)))
+        await ctx.step("cleanup", lambda: effect(ctx.run_id, "cleanup"))
+
+
+@swallower.handler
+async def _swallower(ctx: FlowContext, payload: Any) -> str:
+    """Catches the cancel and returns as if nothing happened."""
+    try:
+        await ctx.wait_for("never")
+    except Cancelled:
+        return "ignored the cancel"
+    return "signalled"
+
+
+flows = [capped, looper, hopper, hopper_parent, tidy, swallower]

@@ -1,0 +1,130 @@
+"""Issue 16, items 1-4 and 8, in TestEnvironment: the same owner decisions the worker makes
+(engine.decide), for the scenarios tests/integration/test_lifetime.py runs on the broker."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import CapabilityRefused, RunCancelled, RunFailed, RunStatus
+from engine.decide import Create, Duplicate, decide_create
+from engine.journal import events as ev
+from engine.testing import TestEnvironment
+from projections.state import InboxItem, RunState
+from tests.integration.lifetime_flows import (
+    EFFECTS,
+    capped,
+    flows,
+    hopper_parent,
+    looper,
+    swallower,
+    tidy,
+)
+
+
+@pytest.fixture(autouse=True)
+def _clear_effects() -> None:
+    EFFECTS.clear()
+
+
+@pytest.mark.parametrize("by_name", [False, True], ids=["flow", "name"])
+async def test_a_run_created_by_name_keeps_its_flow_s_ceiling(by_name: bool) -> None:
+    async with TestEnvironment(flows) as env:
+        run_id = await env.start(capped.name if by_name else capped, None)
+        with pytest.raises(RunFailed) as failed:
+            await env.result(run_id)
+        assert failed.value.error_type == CapabilityRefused.__name__
+        assert env.describe(run_id).ceiling == ("payments.read",)
+        assert EFFECTS.get(run_id) is None  # the charge never ran
+
+
+@pytest.mark.parametrize("by_name", [False, True], ids=["flow", "name"])
+async def test_a_run_created_by_name_keeps_its_flow_s_round_budget(by_name: bool) -> None:
+    async with TestEnvironment(flows) as env:
+        run_id = await env.start(looper.name if by_name else looper, {"n": 0})
+        with pytest.raises(RunFailed) as failed:
+            await env.result(run_id, follow=True)
+        assert failed.value.error_type == "LineageExhausted"
+        assert env.describe(f"{run_id}~2").max_rounds == 3
+
+
+async def test_limits_are_fixed_by_the_first_owner_that_registers_the_flow() -> None:
+    """Admitted while no owner registered the flow (the request's limits: none); the owner
+    that has it journals the flow's limits before the first activation."""
+    async with TestEnvironment([]) as env:
+        run_id = await env.start("h-capped", None)
+        run = env.describe(run_id)
+        assert run.admitted and run.ceiling is None and not run.limits_fixed
+        env.flows[capped.name] = capped  # an owner with the flow takes over
+        with pytest.raises(RunFailed) as failed:
+            await env.result(run_id)
+        assert failed.value.error_type == CapabilityRefused.__name__
+        types = [item.record.TYPE for item in env.history(run_id) if item.record is not None]
+        assert types.index(ev.RunLimitsFixed.TYPE) < types.index(ev.RunActivated.TYPE)
+        assert env.describe(run_id).ceiling == ("payments.read",)
+
+
+async def test_a_parent_gets_the_final_result_of_a_child_that_hands_off() -> None:
+    async with TestEnvironment(flows, partitions=3) as env:
+        result = await env.run(hopper_parent, {"to": 2})
+        assert result == {"child": {"rounds": 2, "total": 20}}
+
+
+async def test_a_cleanup_wait_after_a_cancel_waits_and_the_run_ends_cancelled() -> None:
+    async with TestEnvironment(flows) as env:
+        run_id = await env.start(tidy, {"cleanup_sleep": 5})
+        await env.run_until_idle()
+        await env.cancel(run_id, reason="stop")
+        with pytest.raises(RunCancelled):
+            await env.result(run_id)
+        assert EFFECTS[run_id] == ["cleanup"]
+        history = env.history(run_id)
+        assert len(history) < 30, [i.record.TYPE for i in history if i.record]
+        wait = env.journal(run_id)[0]
+        assert (wait.status, wait.error_type) == ("failed", "Cancelled")
+        assert env.describe(run_id).cancel_delivered_at == 0
+
+
+async def test_a_handler_that_swallows_the_cancel_ends_cancelled_with_evidence() -> None:
+    async with TestEnvironment(flows) as env:
+        run_id = await env.start(swallower, None)
+        await env.run_until_idle()
+        await env.cancel(run_id, reason="stop")
+        with pytest.raises(RunCancelled):
+            await env.result(run_id)
+        run = env.describe(run_id)
+        assert run.status is RunStatus.cancelled and run.result_json is None
+        [evidence] = [e for e in run.evidence if e.kind == "settled-under-cancel"]
+        assert "returned after the cancel was delivered" in evidence.message
+
+
+def _run(**fields: object) -> RunState:
+    base = RunState(run_id="r", lineage_id="r", partition=0, flow="f", payload_json="null",
+                    request_id="q", request_offset=3, created_at_ms=0, updated_at_ms=0)
+    return RunState(**{**{n: getattr(base, n) for n in base.__struct_fields__}, **fields})
+
+
+def test_a_create_re_applied_after_the_index_forgot_it_never_creates_again() -> None:
+    request = InboxItem(request_id="q", type=ev.RunCreateRequested.TYPE, offset=900,
+                        flow="f", payload_json="null")
+    assert decide_create(_run(), request, lambda f, p: None) == Create()
+    for status in (RunStatus.completed, RunStatus.running):
+        admitted = _run(admitted=True, status=status)
+        assert decide_create(admitted, request, lambda f, p: None) == Duplicate(3)
+
+
+async def test_a_settled_run_s_create_re_applied_does_not_run_its_handler_again() -> None:
+    async with TestEnvironment(flows) as env:
+        run_id = await env.start(tidy, {"cleanup_sleep": 0})
+        await env.run_until_idle()
+        await env.cancel(run_id)
+        with pytest.raises(RunCancelled):
+            await env.result(run_id)
+        first = env.describe(run_id)
+        # The same request again, as if the request index had forgotten it.
+        env.projection.store._requests.clear()
+        env.projection.store._request_log.clear()
+        env._request(ev.RunCreateRequested, run_id, request_id=first.request_id,
+                     flow=tidy.name, payload_json=first.payload_json)
+        await env.run_until_idle()
+        assert env.describe(run_id).status is RunStatus.cancelled
+        assert EFFECTS[run_id] == ["cleanup"]
