@@ -9,7 +9,6 @@ tests/integration/test_schema_registry.py.
 from __future__ import annotations
 
 import collections
-
 import json
 import re
 from dataclasses import dataclass, field
