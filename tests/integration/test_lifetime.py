@@ -1,0 +1,237 @@
+"""Issue 16 items 1-4 and 8 on a real broker, through every door a user has: the Python
+client with a Flow object and by flow name, the CLI, and a create request a plain Kafka
+producer writes from schemas/ alone. The same scenarios run in TestEnvironment in
+tests/unit/test_lifetime.py."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import struct
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import pytest
+from aiokafka import AIOKafkaProducer
+
+import projections.store
+from engine import CapabilityRefused, Client, Flow, RunCancelled, RunFailed, RunStatus, Worker
+from engine.journal import events as ev
+from engine.reader import run_partition
+from tests.integration.lifetime_flows import (
+    EFFECTS,
+    capped,
+    flows,
+    hopper_parent,
+    looper,
+    swallower,
+    tidy,
+)
+from tests.integration.support import fold
+from tests.integration.test_cli import cli
+
+SCHEMAS = Path(__file__).parent.parent.parent / "schemas"
+DOORS = ["flow", "name", "cli", "producer"]
+Create = Callable[[Flow[Any, Any], Any, str], Awaitable[None]]
+
+
+@pytest.fixture(autouse=True)
+def _clear_effects() -> None:
+    EFFECTS.clear()
+
+
+@asynccontextmanager
+async def worker(bootstrap: str, namespace: str, path: Path,
+                 these: list[Flow[Any, Any]] | None = None) -> AsyncIterator[Worker]:
+    w = Worker(flows=flows if these is None else these, data_dir=path,
+               bootstrap_servers=bootstrap, namespace=namespace, session_timeout_ms=6000)
+    await w.start()
+    try:
+        yield w
+    finally:
+        await w.stop()
+
+
+def _create_request_bytes(run_id: str, flow: str, payload: Any) -> bytes:
+    """A create request as any producer would write it from schemas/ alone: Confluent
+    framing (magic 0, the registry's schema id), the Avro datum by plain fastavro."""
+    registry = json.loads((SCHEMAS / "registry.json").read_text())
+    [entry] = [e for e in registry["records"]
+               if e["type"] == "run.create-requested" and not e.get("archived")]
+    named: dict[str, Any] = {}
+    fastavro.parse_schema(json.loads((SCHEMAS / "envelope.avsc").read_text()), named)
+    schema = fastavro.parse_schema(json.loads((SCHEMAS / entry["file"]).read_text()), named)
+    datum = {"envelope": {"type": "run.create-requested", "run_id": run_id,
+                          "lineage_id": run_id, "request_id": uuid.uuid4().hex,
+                          "timestamp_ms": int(time.time() * 1000)},
+             "flow": flow, "payload_json": json.dumps(payload)}
+    buffer = io.BytesIO()
+    fastavro.schemaless_writer(buffer, schema, datum)
+    return b"\x00" + struct.pack(">I", entry["id"]) + buffer.getvalue()
+
+
+async def produce_plain(bootstrap: str, topic: str, run_id: str, value: bytes) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, value, key=run_id.encode(),
+                                     headers=[("rs-type", b"run.create-requested")])
+    finally:
+        await producer.stop()
+
+
+@asynccontextmanager
+async def doors(bootstrap: str, namespace: str, journal: str, tmp_path: Path
+                ) -> AsyncIterator[tuple[Client, Callable[[str], Create]]]:
+    """A client that knows no flow (as every non-Python producer), and `create(door)`."""
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows) as knows, \
+            Client(bootstrap_servers=bootstrap, namespace=namespace) as nameless:
+        def create(door: str) -> Create:
+            async def made(flow: Flow[Any, Any], payload: Any, run_id: str) -> None:
+                if door == "flow":
+                    await knows.create_run(flow, payload, run_id=run_id)
+                elif door == "name":
+                    await nameless.create_run(flow.name, payload, run_id=run_id)
+                elif door == "cli":
+                    done = await cli("run", "create", flow.name, "--payload",
+                                     json.dumps(payload), "--id", run_id, bootstrap=bootstrap,
+                                     namespace=namespace, cache=tmp_path / "cache")
+                    assert done.code == 0, done.err
+                else:
+                    value = _create_request_bytes(run_id, flow.name, payload)
+                    await produce_plain(bootstrap, journal, run_id, value)
+            return made
+        yield nameless, create
+
+
+@pytest.mark.parametrize("door", DOORS)
+async def test_a_run_keeps_its_flow_s_ceiling_and_round_budget_through_every_door(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path, door: str
+) -> None:
+    async with worker(bootstrap, namespace, tmp_path / "w"), \
+            doors(bootstrap, namespace, journal, tmp_path) as (c, create):
+        await create(door)(capped, None, f"capped-{door}")
+        with pytest.raises(RunFailed) as failed:
+            await c.get_handle(f"capped-{door}").result(timeout=60)
+        assert failed.value.error_type == CapabilityRefused.__name__
+        assert EFFECTS.get(f"capped-{door}") is None  # the charge never ran
+        await create(door)(looper, {"n": 0}, f"looper-{door}")
+        with pytest.raises(RunFailed) as exhausted:
+            await c.get_handle(f"looper-{door}").result(timeout=60, follow=True)
+        assert exhausted.value.error_type == "LineageExhausted"
+        last = await c.describe(f"looper-{door}~2")
+        assert (last.max_rounds, last.status) == (3, RunStatus.failed)
+
+
+async def test_limits_are_fixed_by_the_first_owner_that_registers_the_flow(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """Created by name while the partition's owner lacks the flow (admitted with the
+    request's limits: none); the partition moves to an owner with the flow, which journals
+    the flow's limits before the first activation."""
+    async with doors(bootstrap, namespace, journal, tmp_path) as (c, create):
+        async with worker(bootstrap, namespace, tmp_path / "without", these=[tidy]):
+            await create("name")(capped, None, "moved")
+            deadline = time.monotonic() + 60
+            while not (await c.describe("moved")).admitted:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.2)
+            assert (await c.describe("moved")).ceiling is None
+        async with worker(bootstrap, namespace, tmp_path / "with"):
+            with pytest.raises(RunFailed) as failed:
+                await c.get_handle("moved").result(timeout=60)
+        assert failed.value.error_type == CapabilityRefused.__name__
+        assert EFFECTS.get("moved") is None
+        projection = await fold(bootstrap, namespace)
+        types = [i.record.TYPE for i in projection.history["moved"] if i.record is not None]
+        assert types.index(ev.RunLimitsFixed.TYPE) < types.index(ev.RunActivated.TYPE)
+
+
+@pytest.mark.parametrize("door", DOORS)
+async def test_a_parent_gets_the_lineage_result_of_a_child_that_hands_off(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path, door: str
+) -> None:
+    async with worker(bootstrap, namespace, tmp_path / "w"), \
+            doors(bootstrap, namespace, journal, tmp_path) as (c, create):
+        await create(door)(hopper_parent, {"to": 2}, f"parent-{door}")
+        result = await c.get_handle(f"parent-{door}").result(timeout=60)
+        assert result == {"child": {"rounds": 2, "total": 20}}
+
+
+async def _cancel_when_waiting(c: Client, run_id: str) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if (await c.describe(run_id)).status is RunStatus.suspended:
+                break
+        except Exception:
+            pass
+        assert time.monotonic() < deadline, f"{run_id} never waited"
+        await asyncio.sleep(0.1)
+    await c.cancel(run_id, reason="stop")
+
+
+@pytest.mark.parametrize("door", DOORS)
+async def test_a_cancelled_run_s_cleanup_waits_and_a_swallowed_cancel_still_cancels(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path, door: str
+) -> None:
+    async with worker(bootstrap, namespace, tmp_path / "w"), \
+            doors(bootstrap, namespace, journal, tmp_path) as (c, create):
+        await create(door)(tidy, {"cleanup_sleep": 1}, f"tidy-{door}")
+        await create(door)(swallower, None, f"swallow-{door}")
+        for run_id in (f"tidy-{door}", f"swallow-{door}"):
+            await _cancel_when_waiting(c, run_id)
+            with pytest.raises(RunCancelled):
+                await c.get_handle(run_id).result(timeout=60)
+        assert EFFECTS[f"tidy-{door}"] == ["cleanup"]
+        projection = await fold(bootstrap, namespace)
+        tidy_history = projection.history[f"tidy-{door}"]
+        assert len(tidy_history) < 30, [i.record.TYPE for i in tidy_history if i.record]
+        swallowed = await c.describe(f"swallow-{door}")
+        assert swallowed.result_json is None
+        assert swallowed.has_evidence("settled-under-cancel")
+
+
+async def test_a_settled_run_s_create_re_applied_after_the_index_forgot_it_is_not_rerun(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The request index keeps the last REQUEST_RETENTION offsets: made tiny here, so the
+    run's create request is forgotten, then the same request arrives again."""
+    monkeypatch.setattr(projections.store, "REQUEST_RETENTION", 2)
+    monkeypatch.setattr(projections.store, "PRUNE_EVERY", 1)
+    value = _create_request_bytes("again", tidy.name, {"cleanup_sleep": 0})
+    async with worker(bootstrap, namespace, tmp_path / "w"), \
+            doors(bootstrap, namespace, journal, tmp_path) as (c, _):
+        await produce_plain(bootstrap, journal, "again", value)
+        await _cancel_when_waiting(c, "again")
+        with pytest.raises(RunCancelled):
+            await c.get_handle("again").result(timeout=60)
+        partition = run_partition("again", 4)
+        for i in range(5):  # move the partition on, past the retention
+            other = f"filler-{i}"
+            while run_partition(other, 4) != partition:
+                other += "x"
+            await c.create_run(tidy, {"cleanup_sleep": 0}, run_id=other)
+        activations = await _count(bootstrap, namespace, "again", ev.RunActivated)
+        answers = await _count(bootstrap, namespace, "again", ev.RunCreated)
+        await produce_plain(bootstrap, journal, "again", value)  # the same request id
+        deadline = time.monotonic() + 60
+        while await _count(bootstrap, namespace, "again", ev.RunCreated) == answers:
+            assert time.monotonic() < deadline, "the repeated create was never answered"
+            await asyncio.sleep(0.5)
+        await asyncio.sleep(1)  # an activation would follow its answer at once
+        assert await _count(bootstrap, namespace, "again", ev.RunActivated) == activations
+        assert (await c.describe("again")).status is RunStatus.cancelled
+        assert EFFECTS["again"] == ["cleanup"]
+
+
+async def _count(bootstrap: str, namespace: str, run_id: str, cls: type[Any]) -> int:
+    projection = await fold(bootstrap, namespace)
+    return sum(isinstance(i.record, cls) for i in projection.history[run_id])
