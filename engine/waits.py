@@ -24,6 +24,7 @@ from engine.errors import (
 )
 from engine.flow import Flow, dump_json, narrow
 from engine.journal import events as ev
+from engine.limits import PayloadTooLarge, check_payload
 from engine.observability.tracing import carrier
 from engine.port import JournalPort
 from projections.state import MAX_DEPTH, MAX_OPEN_CHILDREN, ChildLink, JournalEntry, Signal, Wait
@@ -134,6 +135,10 @@ class WaitingCalls:
         child_id = run_id or f"{self.run_id}.{position}"
         self._check_spawn(child_id)
         payload_json = flow.dump_payload(payload) if isinstance(flow, Flow) else dump_json(payload)
+        try:  # the limit a client's create is held to (its create request carries it)
+            check_payload(f"the payload of child {child_id!r}", payload_json)
+        except PayloadTooLarge as exc:
+            raise SpawnRefused(f"run {self.run_id} cannot spawn {child_id}: {exc}") from exc
         # A child spawned once a cancel is under way is linked whatever it asked: it is
         # cancelled with its parent.
         linked = not detach or self.cancel_delivered or (

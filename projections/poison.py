@@ -18,6 +18,10 @@ Kinds (`reason`, what `runstream dead-letters list` shows):
                      and heartbeats, carry no run id and need none)
   no-such-run        a decision about a run that never existed in the partition (a decision
                      after a rejected create is not one: that run existed)
+Not found on the journal, so not in REASONS (no reader classifies a record so):
+  unsendable         an owner's outbox request it gave up before it was ever written (its
+                     body is of an older shape, it cannot be encoded, or it is too large):
+                     engine.outbox_fallback; the cause says which
 `cause` is finer (the codec's DecodeReason for the first four) and is what the history item
 and the running hash record, as they did before the other kinds existed.
 """
@@ -41,7 +45,7 @@ from engine.journal import events as ev
 
 DeadLetterReason = Literal[
     "garbage", "truncated", "unknown-schema-id", "unknown-type", "oversize", "missing-key",
-    "no-such-run",
+    "no-such-run", "unsendable",
 ]
 REASONS: tuple[DeadLetterReason, ...] = (
     "garbage", "truncated", "unknown-schema-id", "unknown-type", "oversize", "missing-key",

@@ -55,14 +55,15 @@ from engine.fork import (
 )
 from engine.journal import Envelope, JournalRecord, encode
 from engine.journal import events as ev
+from engine.outbox_fallback import GiveUp, checked_request
 from engine.reader import run_partition
 from engine.runner import exit_reason
 from engine.testing.execution import TestExecution
-from engine.worker.outbox import request_record
+from engine.worker.committer import MAX_RECORD_BYTES
 from projections.forks import is_copying
 from projections.memory import HistoryItem, MemoryProjection
 from projections.requests import describe_refusal
-from projections.state import JournalEntry, RunState, RunStatus, Verdict
+from projections.state import JournalEntry, OutboxItem, RunState, RunStatus, Verdict
 from projections.store import HistoryEntry
 
 DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -97,6 +98,9 @@ class TestEnvironment:
         self._runnable: dict[str, bool] = {}  # run id -> claimed (a stolen running run)
         self._crashes: set[tuple[str, int]] = set()
         self.crashes = 0
+        # Outbox requests that could never be sent (engine.outbox_fallback), as a worker
+        # dead-letters them: bounded by the runs the test makes.
+        self.given_up: list[GiveUp] = []
         self._new_owner()
 
     # -- the public API ----------------------------------------------------------------------
@@ -285,7 +289,7 @@ class TestEnvironment:
         if outcome.verdict is not Verdict.applied:
             return outcome.verdict
         for item in outcome.outbox:
-            self._append(self.partition_of(item.lineage_id), request_record(item))
+            self._send_request(item)
         if outcome.outbox:
             self._partition_decision(partition, ev.PartitionOutboxSent,
                                      request_ids=[item.request_id for item in outcome.outbox])
@@ -294,6 +298,24 @@ class TestEnvironment:
         if outcome.next_round is not None:
             self._react(outcome.next_round, record)
         return outcome.verdict
+
+    def _send_request(self, item: OutboxItem) -> None:
+        """An outbox request to its run's log, or, when it can never be sent, what answers
+        in its place (the same decision a worker makes: engine.worker.outbox)."""
+        checked = checked_request(item, self.clock_ms, MAX_RECORD_BYTES)
+        if not isinstance(checked, GiveUp):
+            self._append(self.partition_of(item.lineage_id), checked)
+            return
+        self.given_up.append(checked)
+        if checked.replacement is not None:
+            replacement = checked_request(checked.replacement, self.clock_ms, MAX_RECORD_BYTES)
+            if not isinstance(replacement, GiveUp):
+                self._append(self.partition_of(checked.replacement.lineage_id), replacement)
+        note = checked.evidence
+        sender = None if note is None else self.projection.runs.get(note.run_id)
+        if note is not None and sender is not None:
+            self.decide(sender, ev.EvidenceRecorded, kind=note.kind, message=note.message,
+                        attributes=note.attributes)
 
     def _partition_decision(self, number: int, cls: type[JournalRecord], **body: Any) -> None:
         """A decision about partition `number` itself (claims, outbox acknowledgements)."""

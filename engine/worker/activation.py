@@ -23,7 +23,6 @@ from engine.decide import (
     decide_create,
     flow_missing_message,
     limits_to_fix,
-    needs_activation,
     plan_activation,
     unanswered_creates,
 )
@@ -34,8 +33,8 @@ from engine.journal import events as ev
 from engine.worker.committer import BLAME_AT_BYTES
 from engine.worker.executor import RunExecution, now_ms
 from engine.worker.ownership import Ownership
-from projections.forks import is_copying
-from projections.state import InboxItem, RunState, RunStatus
+from engine.worker.sweep import ClaimSweeps
+from projections.state import InboxItem, RunState
 from projections.store import ProjectionStore
 
 if TYPE_CHECKING:
@@ -53,6 +52,7 @@ class Activator:
         self.worker = worker
         # Names of the owners whose claims we applied, for evidence: the latest 1024.
         self._owner_names: OrderedDict[str, str] = OrderedDict()
+        self.sweeps = ClaimSweeps(worker)  # the claim-time sweeps, one per partition
 
     def owner_seen(self, source_id: str, name: str) -> None:
         self._owner_names[source_id] = name
@@ -64,19 +64,15 @@ class Activator:
         return self._owner_names.get(source_id, f"source {source_id[:8]}")
 
     def activate_partition(self, own: Ownership, store: ProjectionStore) -> None:
-        """Right after our claim: answer what is unanswered, start what should run."""
-        reactions = self.worker.reactions
-        for run in list(store.runs_with_requests(own.partition)):
-            for item in unanswered_creates(run):  # in any status: a repeat of a settled run
-                self.decide_create(own, run, item)
-            if is_copying(run):  # a fork whose prefix the previous owner did not finish
-                reactions.react(own, run, claiming=True)
-        for status in (RunStatus.pending, RunStatus.running, RunStatus.suspended):
-            for run in list(store.runs_in_partition(own.partition, status)):
-                if run.status is RunStatus.suspended or needs_activation(run):
-                    reactions.react(own, run, claiming=True)
+        """Right after our claim: re-send the outbox, then answer what is unanswered and
+        start what should run, in a sweep that yields the loop (engine.worker.sweep)."""
         self.worker.outbox.resend(own)
         self.worker.timers.reset()
+        self.sweeps.start(own, store, self._answer_creates)
+
+    def _answer_creates(self, own: Ownership, run: RunState) -> None:
+        for item in unanswered_creates(run):
+            self.decide_create(own, run, item)
 
     def on_create_request(self, own: Ownership, run: RunState, request_id: str | None) -> None:
         for item in unanswered_creates(run):

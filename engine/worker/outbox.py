@@ -7,22 +7,31 @@ partition's outbox again on every claim, because a settled child or a parked par
 never replayed. Once the broker acknowledged a batch, one `partition.outbox-sent` decision
 takes it out of the index. Request ids are deterministic, so a re-send is a duplicate the
 receiver ignores.
+
+A request that can never be sent (an old-shape body, an encode error, too large for one
+record) is given up instead of re-sent on every claim: engine.outbox_fallback decides what
+answers in its place (a failed spawn, a minimal wake, evidence), the request is copied to
+the dead-letter topic, and it is acknowledged with the others once the copy and its
+replacement are.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from engine.errors import WorkerFatal
-from engine.journal import Envelope, JournalRecord
+from engine.journal import TYPE_HEADER, EncodeError, JournalRecord
 from engine.journal import events as ev
-from engine.journal.events import RECORD_CLASSES
+from engine.outbox_fallback import GiveUp, Note, OldShape, UnsendableReason, give_up, request_of
 from engine.reader import partition_for
+from engine.worker.committer import RecordTooLarge
+from engine.worker.deadletters import DeadLetterCopier, Polled
 from engine.worker.executor import decision, now_ms
 from engine.worker.ownership import Ownership
+from projections.poison import Poison
 from projections.state import OutboxItem
 
 if TYPE_CHECKING:
@@ -34,10 +43,8 @@ MAX_IDS_PER_RECORD = 512  # request ids one partition.outbox-sent carries (~40 K
 
 
 def request_record(item: OutboxItem) -> JournalRecord:
-    cls = RECORD_CLASSES[item.type]
-    envelope = Envelope(type=item.type, run_id=item.run_id, lineage_id=item.lineage_id,
-                        request_id=item.request_id, timestamp_ms=now_ms())
-    return cls(envelope=envelope, **json.loads(item.body_json))
+    """The request `item` stands for, stamped now; OldShape when its body makes none."""
+    return request_of(item, now_ms())
 
 
 def resend_order(items: list[OutboxItem]) -> list[OutboxItem]:
@@ -53,6 +60,9 @@ class OutboxSender:
         self._pending: dict[int, dict[str, OutboxItem]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.sent = 0
+        self.given_up = 0  # requests that could never be sent, dead-lettered and answered
+        self._letters: DeadLetterCopier | None = None  # made on the first give-up
+        self._letters_lock = asyncio.Lock()
 
     def add(self, own: Ownership, items: tuple[OutboxItem, ...] | list[OutboxItem]) -> None:
         if items:
@@ -72,22 +82,68 @@ class OutboxSender:
             if own is None or not own.executing:
                 continue  # the next owner re-sends them on its claim
             try:
-                acks = [self.worker.committer.enqueue(
-                            partition_for(item.lineage_id, self.worker.partitions),
-                            request_record(item), stamp=False)
-                        for item in items.values()]
+                acks, given_up = self._send_all(own, items.values())
             except WorkerFatal:
                 return  # the source renews and claims again, and its claim re-sends
-            task = asyncio.create_task(self._acknowledge(own, list(items), acks))
+            task = asyncio.create_task(self._acknowledge(own, list(items), acks, given_up))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
+    def _send_all(self, own: Ownership, items: Iterable[OutboxItem]
+                  ) -> tuple[list[asyncio.Future[None]], list[GiveUp]]:
+        """Queue every item; one that can never be sent is given up and replaced."""
+        acks: list[asyncio.Future[None]] = []
+        given_up: list[GiveUp] = []
+        for item in items:
+            failure = self._send(item, acks)
+            if failure is None:
+                continue
+            gone = give_up(item, *failure)
+            given_up.append(gone)
+            log.error("partition %d: %s; dead-lettered and answered instead", own.partition,
+                      gone.summary)
+            if gone.replacement is not None:
+                again = self._send(gone.replacement, acks)
+                if again is not None:
+                    log.error("partition %d: the replacement of %s cannot be sent either "
+                              "(%s: %s)", own.partition, item.request_id, *again)
+            if gone.evidence is not None:
+                acks.extend(self._note(own, gone.evidence))
+        return acks, given_up
+
+    def _send(self, item: OutboxItem, acks: list[asyncio.Future[None]]
+              ) -> tuple[UnsendableReason, str] | None:
+        """Queue `item`'s request (its future joins `acks`), or why it never can be."""
+        try:
+            record = request_record(item)
+            acks.append(self.worker.committer.enqueue(
+                partition_for(item.lineage_id, self.worker.partitions), record, stamp=False))
+        except OldShape as exc:
+            return "old-shape", str(exc)
+        except RecordTooLarge as exc:
+            return "too-large", str(exc)
+        except EncodeError as exc:
+            return "encode-error", str(exc)
+        return None
+
+    def _note(self, own: Ownership, note: Note) -> list[asyncio.Future[None]]:
+        """Evidence on the sender run, when it still is a run of this partition."""
+        run = self.worker.current_run(note.run_id)
+        if run is None or run.partition != own.partition:
+            return []
+        return [self.worker.enqueue(own, run, ev.EvidenceRecorded, kind=note.kind,
+                                    message=note.message, attributes=note.attributes)]
+
     async def _acknowledge(self, own: Ownership, request_ids: list[str],
-                           acks: list[asyncio.Future[None]]) -> None:
+                           acks: list[asyncio.Future[None]],
+                           given_up: list[GiveUp] | None = None) -> None:
+        if given_up:
+            await self._dead_letter(own, given_up)
         results = await asyncio.gather(*acks, return_exceptions=True)
         if any(isinstance(result, BaseException) for result in results) or not own.executing:
             return
-        self.sent += len(request_ids)
+        self.sent += len(request_ids) - len(given_up or ())
+        self.given_up += len(given_up or ())
         for start in range(0, len(request_ids), MAX_IDS_PER_RECORD):
             record = decision(
                 ev.PartitionOutboxSent, run_id="", lineage_id=f"partition/{own.partition}",
@@ -98,3 +154,34 @@ class OutboxSender:
                 self.worker.committer.enqueue(own.partition, record)
             except WorkerFatal:
                 return
+
+    async def _dead_letter(self, own: Ownership, given_up: list[GiveUp]) -> None:
+        """Copy the given-up requests to the dead-letter topic (engine.worker.deadletters)
+        and return once the broker acknowledged them: until then no `partition.outbox-sent`
+        takes them out of the index. Its own copier: the journal's gates on what it copied
+        during a poll, which these copies must not touch; closed after each use (rare)."""
+        w = self.worker
+        assert w.projector is not None
+        offset = w.projector.partition(own.partition).next_offset
+        letters = [outbox_letter(own.partition, offset, gone) for gone in given_up]
+        async with self._letters_lock:
+            if self._letters is None:
+                self._letters = DeadLetterCopier(
+                    w._make_dead_letter_producer, topic=w.dead_letters.topic,
+                    source_topic=w.topic, metrics=w.metrics)
+            try:
+                await self._letters.copy(letters, lambda: w._stopping)
+            finally:
+                self._letters.new_poll()
+                await self._letters.close()
+
+
+def outbox_letter(partition: int, offset: int, gone: GiveUp) -> tuple[Polled, Poison]:
+    """A given-up request as a dead letter: its partition is the sender's, its offset the
+    partition's next when it was given up (no journal record is the request: it was never
+    written), its value the request's stored body."""
+    item = gone.item
+    poison = Poison("unsendable", gone.reason, gone.summary)
+    headers = ((TYPE_HEADER, item.type.encode()),)
+    return (Polled(partition, offset, item.lineage_id.encode(), item.body_json.encode(),
+                   headers, now_ms(), poison), poison)

@@ -1,0 +1,135 @@
+"""The claim-time sweep: after its claim applies, the owner answers every partition's
+unanswered create and acts on every run that may need it (pending, running, suspended).
+
+That is linear in the partition, and it shares the event loop with aiokafka's group
+heartbeat: a partition holding 200,000 suspended runs, swept in one go, stood the loop
+still for longer than the session timeout, and the worker was thrown out of the group it
+was claiming for. So the sweep is a task that takes SWEEP_BATCH runs at a time and yields
+the loop between batches (as the reference driver does). Each batch reads the runs as
+they are then (the store's scan is lazy), so a run changed meanwhile is judged as it
+stands. A suspended run that needs nothing costs its decode and one pure decision
+(engine.decide.decide_waiting), nothing else: no task, no record.
+
+While the sweep goes on, the partition's records are applied and reacted to as usual; a
+run the owner already acts on since the claim (an execution here, or decisions of ours not
+yet applied) is left to that, as a non-claiming reaction would: the last of those
+decisions, once applied, brings it back. The sweep stops when the ownership it was started
+for ends (released, lost, a renewed source's new claim), or the worker stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from engine.context import RunReleased
+from engine.decide import needs_activation, unanswered_creates
+from engine.errors import WorkerFatal
+from engine.worker.ownership import Ownership, OwnershipState
+from projections.forks import is_copying
+from projections.state import RunState, RunStatus
+from projections.store import ProjectionStore
+
+if TYPE_CHECKING:
+    from engine.worker.worker import Worker
+
+log = logging.getLogger("runstream.worker")
+
+SWEEP_BATCH = 64  # runs per turn of the event loop
+SWEPT_STATUSES = (RunStatus.pending, RunStatus.running, RunStatus.suspended)
+
+
+class ClaimSweeps:
+    """One sweep task per partition claimed and not yet swept: bounded by the partitions
+    the worker owns (a new claim of a partition cancels its previous sweep)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self.swept = 0  # runs looked at by sweeps, all partitions (for tests and logs)
+
+    def start(self, own: Ownership, store: ProjectionStore,
+              answer: Callable[[Ownership, RunState], None]) -> asyncio.Task[None]:
+        """Sweep `own`'s partition in a task; `answer` decides a run's unanswered creates."""
+        previous = self._tasks.pop(own.partition, None)
+        if previous is not None:
+            previous.cancel()
+        task = asyncio.create_task(self._sweep(own, store, answer),
+                                   name=f"runstream-claim-sweep-{own.partition}")
+        self._tasks[own.partition] = task
+        task.add_done_callback(lambda done: self._ended(own.partition, done))
+        return task
+
+    def sweeping(self, partition: int) -> asyncio.Task[None] | None:
+        return self._tasks.get(partition)
+
+    def _ended(self, partition: int, task: asyncio.Task[None]) -> None:
+        if self._tasks.get(partition) is task:
+            del self._tasks[partition]
+        if not task.cancelled() and task.exception() is not None:
+            log.error("partition %d: the claim's sweep failed: %r", partition,
+                      task.exception())
+
+    async def _sweep(self, own: Ownership, store: ProjectionStore,
+                     answer: Callable[[Ownership, RunState], None]) -> None:
+        started = asyncio.get_running_loop().time()
+        swept = 0
+        try:
+            requests = store.runs_with_requests(own.partition)
+            swept += await self._batches(own, store, requests,
+                                         lambda run: self._requests(own, run, answer))
+            for status in SWEPT_STATUSES:
+                runs = store.runs_in_partition(own.partition, status)
+                swept += await self._batches(own, store, runs,
+                                             lambda run: self._react(own, run))
+        except (WorkerFatal, RunReleased):  # the source failed: its renewal claims again
+            own.state = OwnershipState.lost
+            return
+        log.info("partition %d: claim sweep of %d runs took %.1f s", own.partition, swept,
+                 asyncio.get_running_loop().time() - started)
+
+    async def _batches(self, own: Ownership, store: ProjectionStore,
+                       runs: Iterator[RunState], act: Callable[[RunState], None]) -> int:
+        """`act` on each run, SWEEP_BATCH per turn of the loop, while `own` is current."""
+        done = 0
+        try:
+            while self._current(own, store):
+                batch = list(itertools.islice(runs, SWEEP_BATCH))
+                for run in batch:
+                    if self._handled(run):
+                        continue
+                    act(run)
+                done += len(batch)
+                self.swept += len(batch)
+                if len(batch) < SWEEP_BATCH:
+                    break
+                await asyncio.sleep(0)
+        finally:
+            close = getattr(runs, "close", None)
+            if close is not None:
+                close()  # the store's iterator, before anything closes the store
+        return done
+
+    def _current(self, own: Ownership, store: ProjectionStore) -> bool:
+        w = self.worker
+        return (own.executing and w.owned.get(own.partition) is own and w.store is store
+                and not w._stopping)
+
+    def _handled(self, run: RunState) -> bool:
+        """Acted on since the claim: left to that (see the module's docstring)."""
+        w = self.worker
+        return run.run_id in w.executions or w.confirmations.in_flight(run.run_id)
+
+    def _requests(self, own: Ownership, run: RunState,
+                  answer: Callable[[Ownership, RunState], None]) -> None:
+        if unanswered_creates(run):  # in any status: a repeat of a settled run
+            answer(own, run)
+        if is_copying(run):  # a fork whose prefix the previous owner did not finish
+            self.worker.reactions.react(own, run, claiming=True)
+
+    def _react(self, own: Ownership, run: RunState) -> None:
+        if run.status is RunStatus.suspended or needs_activation(run):
+            self.worker.reactions.react(own, run, claiming=True)

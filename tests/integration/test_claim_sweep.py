@@ -1,0 +1,188 @@
+"""Claiming a partition of many suspended runs keeps the worker in its group: the claim-time
+sweep (engine.worker.sweep) yields the event loop between batches, so aiokafka's heartbeat
+and every other task go on while it runs.
+
+The journal is generated, not run: real encoded records, written with a producer as an owner
+would have written them (as bench/journal.py does): one claim by a generator source, then per
+run `run.created` and `run.suspended` (an event wait, position 0), all in one partition. A
+few runs at the end of the sweep's order also got their signal while nobody owned the
+partition: only the sweep wakes them, so their completion says it reached the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from engine import Flow, FlowContext, Worker
+from engine.admin import delete_topics, ensure_topics
+from engine.journal import Envelope, JournalRecord, encode
+from engine.journal import events as ev
+from engine.worker.kafka import group_generation
+from projections.state import RunStatus
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+# 200,000 suspended runs (400,000 records) take about 10 s to produce and 40 s for the
+# worker to fold here; RUNSTREAM_SWEEP_RUNS sets another count.
+RUNS = int(os.environ.get("RUNSTREAM_SWEEP_RUNS", "200000"))
+SIGNALLED = 16  # runs, last in the sweep's order, holding their signal already
+SESSION_TIMEOUT_MS = 6_000  # the broker's smallest allowed session timeout
+PROBE_S = 0.02
+
+parked: Flow[Any, Any] = Flow("sweep-parked")
+
+
+@parked.handler
+async def _parked(ctx: FlowContext, payload: Any) -> Any:
+    return await ctx.wait_for("go")
+
+
+class _Source:
+    """The generator's decisions: epoch 1, one source, sequences increasing."""
+
+    def __init__(self) -> None:
+        self.source_id = f"sweep-gen-{uuid.uuid4().hex[:8]}"
+        self.seq = 0
+        self.clock = int(time.time() * 1000)
+
+    def envelope(self, cls: type[Any], run_id: str, *, decision: bool = True,
+                 epoch: int = 1) -> Envelope:
+        self.clock += 1
+        if not decision:
+            return Envelope(type=cls.TYPE, run_id=run_id, lineage_id=run_id,
+                            request_id=uuid.uuid4().hex, timestamp_ms=self.clock)
+        self.seq += 1
+        return Envelope(type=cls.TYPE, run_id=run_id, lineage_id=run_id or "partition/0",
+                        epoch=epoch, source_id=self.source_id, source_seq=self.seq,
+                        timestamp_ms=self.clock)
+
+
+def signalled_ids() -> list[str]:
+    return [f"zz-{i:03d}" for i in range(SIGNALLED)]  # after every "run-..." in key order
+
+
+def journal_records() -> Iterator[tuple[str, JournalRecord]]:
+    src = _Source()
+    yield "", ev.PartitionEpochClaimed(
+        envelope=src.envelope(ev.PartitionEpochClaimed, "", epoch=0), partition=0, epoch=1,
+        owner="sweep-gen")
+    run_ids = [f"run-{i:07d}" for i in range(RUNS - SIGNALLED)] + signalled_ids()
+    for offset, run_id in enumerate(run_ids):
+        yield run_id, ev.RunCreated(envelope=src.envelope(ev.RunCreated, run_id),
+                                    flow=parked.name, payload_json="null",
+                                    request_offset=offset)
+        yield run_id, ev.RunSuspended(envelope=src.envelope(ev.RunSuspended, run_id),
+                                      reason="event", event_name="go", position=0)
+    for run_id in signalled_ids():
+        yield run_id, ev.RunSignalSent(
+            envelope=src.envelope(ev.RunSignalSent, run_id, decision=False), name="go",
+            payload_json='"went"')
+
+
+async def produce(bootstrap: str, topic: str) -> int:
+    """Whole record batches: far cheaper than one send() per record."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
+                                enable_idempotence=True, max_batch_size=256 * 1024)
+    await producer.start()
+    count = 0
+    try:
+        batch = producer.create_batch()
+        sent: list[asyncio.Future[Any]] = []
+        for key, record in journal_records():
+            value, headers = encode(record)
+            args = dict(key=key.encode() or None, value=value, timestamp=None, headers=headers)
+            if batch.append(**args) is None:
+                sent.append(await producer.send_batch(batch, topic, partition=0))
+                batch = producer.create_batch()
+                batch.append(**args)
+            count += 1
+            if len(sent) >= 32:
+                await asyncio.gather(*sent)
+                sent = []
+        sent.append(await producer.send_batch(batch, topic, partition=0))
+        await asyncio.gather(*sent)
+    finally:
+        await producer.stop()
+    return count
+
+
+@pytest.fixture
+async def one_partition(bootstrap: str, namespace: str) -> AsyncIterator[str]:
+    report = await ensure_topics(bootstrap, namespace, partitions=1)
+    assert report.ok, report.mismatches()
+    yield report.journal.name
+    if os.environ.get("RUNSTREAM_KEEP_TOPICS") != "1":
+        await delete_topics(bootstrap, namespace)
+
+
+class LagProbe:
+    """The longest the event loop stood still, seen by a task that sleeps PROBE_S."""
+
+    def __init__(self) -> None:
+        self.worst = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    def __enter__(self) -> LagProbe:
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            before = loop.time()
+            await asyncio.sleep(PROBE_S)
+            self.worst = max(self.worst, loop.time() - before - PROBE_S)
+
+
+async def until(check: Any, what: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+async def test_claiming_a_partition_of_many_suspended_runs_keeps_the_group_heartbeat(
+        bootstrap: str, namespace: str, one_partition: str, tmp_path: Path) -> None:
+    produced = await produce(bootstrap, one_partition)
+    assert produced == 2 * RUNS + 1 + SIGNALLED
+    worker = Worker(flows=[parked], data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
+                    namespace=namespace, session_timeout_ms=SESSION_TIMEOUT_MS,
+                    sticky_cache=0)
+    with LagProbe() as probe:
+        await worker.start()
+        try:
+            await until(lambda: 0 in worker.owned and worker.owned[0].executing,
+                        "the claim to apply", timeout=240)
+            claim = worker.owned[0]
+            assert worker.consumer is not None
+            generation = group_generation(worker.consumer)
+
+            def woken() -> bool:
+                runs = [worker.current_run(run_id) for run_id in signalled_ids()]
+                return all(run is not None and run.status is RunStatus.completed
+                           for run in runs)
+            await until(woken, "the signalled runs to complete", timeout=120)
+            await asyncio.sleep(2 * SESSION_TIMEOUT_MS / 1000)  # a missed session would show
+            assert worker.owned.get(0) is claim and claim.executing, "the partition was lost"
+            assert group_generation(worker.consumer) == generation, "the group rebalanced"
+            assert worker.watchdog.stalls == 0
+            first = worker.current_run("run-0000000")
+            assert first is not None and first.status is RunStatus.suspended
+        finally:
+            await worker.stop()
+    limit = SESSION_TIMEOUT_MS / 1000 / 3
+    assert probe.worst < limit, f"the event loop stood still for {probe.worst:.2f} s"

@@ -1,0 +1,249 @@
+"""An outbox request that can never be sent no longer wedges its partition: against the real
+broker with a real Worker, it is dead-lettered with its reason, acknowledged, and whoever
+waits for it is answered (engine.outbox_fallback), while the partition's other runs go on."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rocksdict import Options, Rdict
+
+from engine import ChildFailed, Client, Flow, FlowContext, RunStatus, Worker
+from engine.deadletters import DeadLetterRow, list_dead_letters
+from engine.journal import Envelope, encode
+from engine.journal import events as ev
+from engine.limits import PAYLOAD_ENV
+from engine.reader import run_partition
+from engine.worker.committer import MAX_RECORD_BYTES
+from projections import keys
+from projections.state import OutboxItem, encode_state
+from tests.conftest import TEST_JOURNAL_PARTITIONS
+from tests.integration.support import status_or_none
+
+pytestmark = pytest.mark.integration
+
+PARENT = "p" * 180  # a long parent id: its create request and wake carry it more often
+SOURCE = "s" * 32  # a source id's length, for sizing decisions
+
+
+big_child: Flow[Any, Any] = Flow("ob-big-child")
+spawner: Flow[Any, Any] = Flow("ob-spawner")
+waiter: Flow[Any, Any] = Flow("ob-waiter")
+quick: Flow[Any, Any] = Flow("ob-quick")
+flows = [big_child, spawner, waiter, quick]
+
+
+@big_child.handler
+async def _big_child(ctx: FlowContext, payload: dict[str, Any]) -> Any:
+    return "y" * payload["result"] if "result" in payload else len(payload["data"])
+
+
+@spawner.handler
+async def _spawner(ctx: FlowContext, payload: dict[str, Any]) -> Any:
+    """Spawns the child `payload` names and returns its result, or how it failed."""
+    kid = await ctx.spawn(payload["flow"], payload["child"])
+    try:
+        result = await kid.result()
+    except ChildFailed as exc:
+        return {"error_type": exc.error_type, "message": exc.message}
+    return {"result": len(result) if isinstance(result, str) else result}
+
+
+@waiter.handler
+async def _waiter(ctx: FlowContext, payload: Any) -> Any:
+    return await ctx.wait_for("go")
+
+
+@quick.handler
+async def _quick(ctx: FlowContext, payload: Any) -> Any:
+    return await ctx.step("one", lambda: "done")
+
+
+def _size(record: Any) -> int:
+    return len(encode(record)[0])
+
+
+def _envelope(cls: Any, run_id: str, **extra: Any) -> Envelope:
+    return Envelope(type=cls.TYPE, run_id=run_id, lineage_id=run_id,
+                    timestamp_ms=1_700_000_000_000, **extra)
+
+
+def spawn_payload_size() -> int:
+    """Characters of a child payload whose child.spawned fits one decision while its
+    create request does not (both carry the payload; the create, the parent id more)."""
+    child_id = f"{PARENT}.0"
+    decided = dict(epoch=1, source_id=SOURCE, source_seq=10_000)
+    base = _size(ev.ChildSpawned(
+        envelope=_envelope(ev.ChildSpawned, PARENT, **decided), child_run_id=child_id,
+        child_lineage_id=child_id, flow=big_child.name, position=0, payload_json="",
+        parent_exit_policy="cancel", ceiling=None, trace_context={}))
+    request = _size(ev.RunCreateRequested(
+        envelope=_envelope(ev.RunCreateRequested, child_id, request_id=f"spawn/{PARENT}/0"),
+        flow=big_child.name, payload_json="", parent_run_id=PARENT, parent_lineage_id=PARENT,
+        parent_exit_policy="cancel", ancestors=[PARENT], parent_position=0, ceiling=None,
+        trace_context={}))
+    payload_json = MAX_RECORD_BYTES - base - 150  # margin: varints, a trace context
+    assert payload_json + request - 10 > MAX_RECORD_BYTES, "the create request would fit"
+    return payload_json - len('{"data": ""}')
+
+
+def wake_result_size() -> int:
+    """Characters of a child result whose run.completed fits one decision while the wake
+    carrying it to the parent does not."""
+    child_id = f"{PARENT}.0"
+    base = _size(ev.RunCompleted(envelope=_envelope(
+        ev.RunCompleted, child_id, epoch=1, source_id=SOURCE, source_seq=10_000),
+        result_json=""))
+    wake = _size(ev.RunWakeRequested(
+        envelope=_envelope(ev.RunWakeRequested, PARENT, request_id=f"wake/{child_id}"),
+        child_run_id=child_id, child_status="completed", result_json="", position=0))
+    result_json = MAX_RECORD_BYTES - base - 100
+    assert result_json + wake - 10 > MAX_RECORD_BYTES, "the wake would fit"
+    return result_json - 2
+
+
+def same_partition(run_id: str, prefix: str) -> str:
+    """A run id of the same partition as `run_id`."""
+    target = run_partition(run_id, TEST_JOURNAL_PARTITIONS)
+    return next(f"{prefix}-{n}" for n in range(1000)
+                if run_partition(f"{prefix}-{n}", TEST_JOURNAL_PARTITIONS) == target)
+
+
+def new_worker(bootstrap: str, namespace: str, path: Path) -> Worker:
+    return Worker(flows=flows, data_dir=path, bootstrap_servers=bootstrap, namespace=namespace,
+                  session_timeout_ms=6000)
+
+
+async def until(check: Any, what: str, timeout: float = 60.0) -> Any:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        value = await check()
+        if value:
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.2)
+
+
+async def outbox_empty(worker: Worker, partition: int) -> None:
+    async def empty() -> bool:
+        assert worker.store is not None
+        return worker.store.outbox(partition) == []
+    await until(empty, "the outbox entry to be acknowledged")
+
+
+async def dead_letter(bootstrap: str, namespace: str, cause: str) -> DeadLetterRow:
+    async def found() -> DeadLetterRow | None:
+        rows = (await list_dead_letters(bootstrap=bootstrap, namespace=namespace)).rows
+        return next((r for r in rows if r.reason == "unsendable" and r.cause == cause), None)
+    row: DeadLetterRow = await until(found, f"an unsendable ({cause}) dead letter")
+    return row
+
+
+async def still_runs_its_partition(client: Client, worker: Worker, run_id: str) -> None:
+    """The worker goes on: a new run of the same partition completes."""
+    other = same_partition(run_id, "after")
+    run = await client.create_run(quick, None, run_id=other)
+    assert await run.result(timeout=60) == "done"
+    consume = worker._tasks[0]
+    assert not consume.done(), "the worker's consume loop stopped"
+
+
+async def test_a_spawn_whose_create_is_too_large_to_send_fails_the_parents_spawn(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The child payload passes a raised payload limit and its child.spawned fits one
+    record, but its create request does not: before, the worker's consume loop died on
+    RecordTooLarge and every claim re-sent it."""
+    monkeypatch.setenv(PAYLOAD_ENV, str(MAX_RECORD_BYTES))
+    worker = new_worker(bootstrap, namespace, tmp_path / "w")
+    await worker.start()
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=flows) as client:
+            child = {"data": "x" * spawn_payload_size()}
+            run = await client.create_run(spawner, {"flow": big_child.name, "child": child},
+                                          run_id=PARENT)
+            answer = await run.result(timeout=60)
+            assert answer["error_type"] == "SpawnRefused", answer
+            assert "cannot be sent (too-large)" in answer["message"]
+            assert await status_or_none(client, f"{PARENT}.0") is None  # never created
+            await still_runs_its_partition(client, worker, PARENT)
+            await outbox_empty(worker, run_partition(PARENT, TEST_JOURNAL_PARTITIONS))
+    finally:
+        await worker.stop()
+    row = await dead_letter(bootstrap, namespace, "too-large")
+    assert row.type == ev.RunCreateRequested.TYPE and f"spawn/{PARENT}/0" in row.detail
+
+
+async def test_a_wake_too_large_to_send_fails_the_parents_child_result(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path) -> None:
+    """The child's result fits its run.completed, not the wake that carries it."""
+    worker = new_worker(bootstrap, namespace, tmp_path / "w")
+    await worker.start()
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=flows) as client:
+            child = {"result": wake_result_size()}
+            run = await client.create_run(spawner, {"flow": big_child.name, "child": child},
+                                          run_id=PARENT)
+            answer = await run.result(timeout=60)
+            assert answer["error_type"] == "ResultUndeliverable", answer
+            assert answer["message"].startswith("result could not be delivered: ")
+            assert await client.status(f"{PARENT}.0") is RunStatus.completed
+            await still_runs_its_partition(client, worker, PARENT)
+            await outbox_empty(worker, run_partition(f"{PARENT}.0", TEST_JOURNAL_PARTITIONS))
+    finally:
+        await worker.stop()
+    row = await dead_letter(bootstrap, namespace, "too-large")
+    assert row.type == ev.RunWakeRequested.TYPE
+
+
+async def test_an_old_shape_outbox_body_in_the_store_is_given_up_on_the_claim(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path) -> None:
+    """A spawn's create entry whose body an older version wrote (a field renamed) is in the
+    worker's RocksDB store when it claims: the parent waiting for that child is answered."""
+    data_dir = tmp_path / "w"
+    parent_id = "patient"
+    partition = run_partition(parent_id, TEST_JOURNAL_PARTITIONS)
+    worker = new_worker(bootstrap, namespace, data_dir)
+    await worker.start()
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=flows) as client:
+            await client.create_run(spawner, {"flow": waiter.name, "child": None},
+                                    run_id=parent_id)
+
+            async def parked() -> bool:
+                return (await status_or_none(client, parent_id) is RunStatus.suspended
+                        and await status_or_none(client, f"{parent_id}.0") is not None)
+            await until(parked, "the parent to wait for its child")
+            await outbox_empty(worker, partition)
+    finally:
+        await worker.stop()
+    old = OutboxItem(request_id=f"spawn/{parent_id}/0", type=ev.RunCreateRequested.TYPE,
+                     run_id=f"{parent_id}.0", lineage_id=f"{parent_id}.0",
+                     body_json=json.dumps({"flow_name": waiter.name, "payload": "null",
+                                           "parent_run_id": parent_id, "parent_position": 0}))
+    db = Rdict(str(data_dir / "projection"), Options(raw_mode=True))
+    db[keys.outbox_prefix(partition) + old.request_id.encode()] = encode_state(old)
+    db.close()
+
+    worker = new_worker(bootstrap, namespace, data_dir)
+    await worker.start()
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=flows) as client:
+            answer = await client.get_handle(parent_id, flow=spawner).result(timeout=60)
+            assert answer["error_type"] == "SpawnRefused", answer
+            assert "cannot be sent (old-shape)" in answer["message"]
+            await still_runs_its_partition(client, worker, parent_id)
+            await outbox_empty(worker, partition)
+    finally:
+        await worker.stop()
+    row = await dead_letter(bootstrap, namespace, "old-shape")
+    assert row.partition == partition and row.type == ev.RunCreateRequested.TYPE
