@@ -156,9 +156,8 @@ class HandlerRunner(ABC):
         """End the round: hand off to the next one, or end the lineage when its budget is
         used up or the handoff cannot be honoured."""
         run = self.run_state()
-        if run.cancel_requested is not None:
-            await self._exit(ev.RunHandedOff, {})  # the cancel wins: no next round
-            return
+        # A cancel pending wins over a next round in the reducer (projections.transitions
+        # _handed_off), for every reader alike: no need to decide it here too.
         given = handoff.flow if isinstance(handoff.flow, Flow) else None
         name = given.name if given is not None else (handoff.flow or run.flow)
         assert isinstance(name, str)
