@@ -244,8 +244,8 @@ class Client:
     async def cancel(self, run_id: str, *, reason: str = "", unsafe: bool = False) -> None:
         """Ask for a run to be cancelled: it is interrupted at its next durable call (its
         finally blocks run). Returns once the run took the request, or had one already.
-        Raises CancelRefused (the run has ended; or unsafe=True, which sends nothing) or
-        RunNotFound."""
+        Raises CancelRefused (the run has ended, or this client's relayed authority does not
+        cover it; or unsafe=True, which sends nothing) or RunNotFound."""
         if unsafe:
             raise CancelRefused(UNSAFE_CANCEL)
         check_run_id(run_id)
@@ -254,8 +254,8 @@ class Client:
             envelope=_envelope(ev.RunCancelRequested.TYPE, run_id), reason=reason,
             requested_by=requester()))
         if answer.verdict is Verdict.refused:
-            status = answer.run.status.value if answer.run is not None else "unknown"
-            raise CancelRefused(f"run {run_id} has already ended ({status})")
+            raise CancelRefused(f"run {run_id} cannot be cancelled: "
+                                f"{describe_refusal(answer.run, answer.record)}")
 
     async def resume(self, run_id: str, *, resolution: str | None = None,
                      position: int | None = None, digest: str | None = None,

@@ -69,6 +69,7 @@ class Activator:
                 self.decide_create(own, run, item)
             if is_copying(run):  # a fork whose prefix the previous owner did not finish
                 reactions.react(own, run, claiming=True)
+            reactions.forks.answer(own, run)  # fork requests naming it as their source
         for status in (RunStatus.pending, RunStatus.running, RunStatus.suspended):
             for run in list(store.runs_in_partition(own.partition, status)):
                 if run.status is RunStatus.suspended or needs_activation(run):
