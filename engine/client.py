@@ -25,7 +25,7 @@ from engine.errors import (
 )
 from engine.flow import Flow, dump_json, narrow
 from engine.handle import RunHandle
-from engine.journal import Envelope, JournalRecord
+from engine.journal import Envelope, JournalRecord, decode
 from engine.journal import events as ev
 from engine.limits import (
     MAX_NAME_CHARS,
@@ -340,6 +340,10 @@ class Client:
         target = view.addressed(run_id)  # a request naming a lineage reaches its last round
         entry = (_history_at(view.history(run_id), partition, offset)
                  or _history_at(view.history(target), partition, offset))
+        if entry is not None and entry.raw is not None:
+            # As the journal holds it: a relayed request carries its authority, which
+            # explains a refusal (projections.requests.describe_refusal).
+            record = decode(entry.raw)
         return RequestAnswer(record, partition, offset,
                              entry.verdict if entry is not None else None, view.run(target))
 

@@ -145,7 +145,7 @@ async def _fork(client: Client, run_id: str, at_record: int, target: str, force:
     if answer.run_missing:
         raise RunNotFound(run_id)
     if answer.verdict is Verdict.refused:
-        raise ForkRefused(run_id, describe_refusal(answer.run, request))
+        raise ForkRefused(run_id, describe_refusal(answer.run, answer.record))
     if wait:
         await _answered(model, request, source_partition, partition, timeout)
     return ForkResult(run_id=target, source_run_id=run_id, at_record=at_record,

@@ -150,6 +150,9 @@ def describe_refusal(run: RunState | None, record: ev.JournalRecord) -> str:
     refusal = authority_refusal(run, record)
     if refusal is not None:
         return refusal
+    if isinstance(record, ev.RunForkRequested):
+        return ("a fork request names its source run (the run it is sent to), a point in its "
+                "history and a new run id, and carries no journal entries")
     if run.status in TERMINAL_STATUSES:
         return f"the run has ended ({run.status.value})"
     if isinstance(record, ev.RunSignalSent):
