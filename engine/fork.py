@@ -43,7 +43,7 @@ from engine.limits import MAX_RUN_ID_CHARS, check_run_id
 from engine.reader import run_partition
 from engine.readmodel import ReadModel, View
 from projections.requests import describe_refusal
-from projections.state import ROUND_SEPARATOR, Verdict, lineage_of
+from projections.state import ROUND_SEPARATOR, RunState, Verdict, lineage_of
 
 __all__ = ["MAX_PART_BYTES", "ForkNeedsForce", "ForkPlan", "ForkRefused", "ForkResult",
            "ForkTargetExists", "ForkTooLarge", "fork_request", "fork_run", "fork_run_id",
@@ -147,7 +147,8 @@ async def _fork(client: Client, run_id: str, at_record: int, target: str, force:
     if answer.verdict is Verdict.refused:
         raise ForkRefused(run_id, describe_refusal(answer.run, answer.record))
     if wait:
-        await _answered(model, request, source_partition, partition, timeout)
+        made = await _answered(model, request, source_partition, partition, timeout)
+        parts = made.fork.parts if made.fork is not None else parts  # the owner's count
     return ForkResult(run_id=target, source_run_id=run_id, at_record=at_record,
                       source_offset=plan.source_offset, flow=plan.source.flow,
                       entries=len(plan.prefix), parts=parts, partition=partition,
@@ -156,7 +157,7 @@ async def _fork(client: Client, run_id: str, at_record: int, target: str, force:
 
 
 async def _answered(model: ReadModel, request: ev.RunForkRequested, source_partition: int,
-                    partition: int, timeout: float) -> None:
+                    partition: int, timeout: float) -> RunState:
     """Wait until the new run exists, made from this request's part 0; raise the owner's
     refusal, ForkTargetExists (made meanwhile by someone else) or ForkNotAnswered."""
     source, target = request.source_run_id, request.target_run_id or ""
@@ -168,7 +169,7 @@ async def _answered(model: ReadModel, request: ev.RunForkRequested, source_parti
         if made is not None:
             if made.request_id != f"{request_id}/0":
                 raise ForkTargetExists(target)
-            return
+            return made
         refusal = _refusal(view, source, request_id)
         if refusal is not None:
             raise ForkRefused(source, refusal)

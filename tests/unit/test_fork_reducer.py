@@ -275,7 +275,8 @@ def test_fork_requests_carry_every_entry_once_in_order(count: int) -> None:
 def test_fork_fixture_copies_refusals_duplicates_replay_and_rocksdb_agree(
     tmp_path: Path,
 ) -> None:
-    """Recorded from a real broker by tests/fixtures/record_fork_fixture.py: forks after two
+    """Recorded from a real broker by tests/fixtures/record_fork_fixture.py before issue 16
+    (a fork request of the first shape carried its prefix): forks after two
     steps, in four parts, at the first record (nothing to copy) and past an irreversible
     step (forced); a request naming an existing run; a part sent twice."""
     memory = MemoryProjection(keep_history=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,18 +15,19 @@ from engine.decide import FIRST_SHAPE_FORK, fork_decisions
 from engine.fork_source import answer_fork
 from engine.journal import decode, encode
 from engine.journal import events as ev
-from engine.relay import AUTHORITY_HEADER, Forward, Incoming, Refuse, judge
 from engine.reader import run_partition
+from engine.relay import AUTHORITY_HEADER, Forward, Incoming, Refuse, judge
 from engine.testing import TestEnvironment
 from projections.forks import ForkAsk, entry_json, fork_asks
 from projections.memory import MemoryProjection
-from projections.projector import Outcome
+from projections.projector import Outcome, Projector
 from projections.requests import covers, describe_refusal
 from projections.state import JournalEntry, RunState, RunStatus, Verdict
-from projections.store import HistoryEntry
+from projections.store import HistoryEntry, ProjectionStore
 from tests.builders import Writer, create, request
 from tests.integration.fork_flows import flows as fork_flows
 from tests.integration.fork_flows import risky
+from tests.unit.test_replay_fixtures import JOURNALS, load
 
 NS = "ns"
 PARTITIONS = 3
@@ -281,3 +283,47 @@ def test_the_relay_sets_the_authority_strips_a_forged_one_and_refuses_fork_conte
     assert isinstance(elsewhere, Refuse) and "goes to its source run r2" in elsewhere.reason
     bad_target = _judge(ask(source="r1", target="bad id!"))
     assert isinstance(bad_target, Refuse) and bad_target.reason.startswith("invalid input")
+
+
+# -- the committed fixture ---------------------------------------------------------------------
+
+def test_fork_source_owner_fixture_replays_and_rocksdb_agrees(tmp_path: Path) -> None:
+    """Recorded from a real broker by tests/fixtures/record_fork_fixture.py: each fork is
+    one request at its source, answered by the source's owner in parts that reach the new
+    run as run.fork-part; a fork needing force refused by that owner, one from an authority
+    that does not cover its source refused by the reducer, one sent twice, and one naming a
+    run that exists."""
+    memory = MemoryProjection(keep_history=True)
+    store = ProjectionStore(tmp_path / "p", keep_records=True)
+    projector = Projector(store)
+    verdicts: dict[str, list[Verdict]] = {}
+    try:
+        for partition, offset, record, timestamp_ms in load(JOURNALS / "fork-source-owner.jsonl"):
+            verdict = memory.apply_record(partition, offset, record, timestamp_ms)
+            projector.apply_record(partition, offset, record, timestamp_ms,
+                                   raw=encode(record)[0])
+            verdicts.setdefault(record.TYPE, []).append(verdict)
+        assert {run_id: store.run(run_id) for run_id in memory.runs} == memory.runs
+        assert all(store.entries(run_id) == memory.journal(run_id) for run_id in memory.runs)
+        for p in sorted(memory.partitions):
+            assert store.outbox(p) == memory.store.outbox(p) == []  # every part was sent
+    finally:
+        store.close()
+    assert sorted(verdicts[ev.RunForkRequested.TYPE]) == sorted(
+        [Verdict.applied] * 7 + [Verdict.refused, Verdict.duplicate])
+    assert set(verdicts[ev.RunForkAnswered.TYPE]) == {Verdict.applied}
+    assert sorted(verdicts[ev.RunForkPart.TYPE]) == sorted(
+        [Verdict.applied] * (len(verdicts[ev.RunForkPart.TYPE]) - 1) + [Verdict.refused])
+    runs = memory.runs
+    forks = ("fork-two", "fork-parts", "fork-empty", "fork-forced", "fork-twice")
+    assert {run_id: runs[run_id].status for run_id in forks} == dict.fromkeys(
+        forks, RunStatus.completed)
+    assert "fork-unforced" not in runs and "fork-foreign" not in runs
+    parts = runs["fork-parts"].fork
+    assert parts is not None and parts.parts > 2 and parts.entry_count == 12
+    assert memory.journal("fork-parts")[:12] == memory.journal("bulk")[:12]
+    refusals = [i.record.refused for i in memory.history["pay"]
+                if isinstance(i.record, ev.RunForkAnswered) and i.record.refused]
+    assert len(refusals) == 1 and "needs --force" in refusals[0]
+    for run_id in ("src", "bulk", "pay"):
+        assert fork_asks(runs[run_id]) == []  # every fork request was answered
