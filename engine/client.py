@@ -25,7 +25,7 @@ from engine.errors import (
 )
 from engine.flow import Flow, dump_json, narrow
 from engine.handle import RunHandle
-from engine.journal import Envelope, JournalRecord
+from engine.journal import Envelope, JournalRecord, decode
 from engine.journal import events as ev
 from engine.limits import (
     MAX_NAME_CHARS,
@@ -244,8 +244,8 @@ class Client:
     async def cancel(self, run_id: str, *, reason: str = "", unsafe: bool = False) -> None:
         """Ask for a run to be cancelled: it is interrupted at its next durable call (its
         finally blocks run). Returns once the run took the request, or had one already.
-        Raises CancelRefused (the run has ended; or unsafe=True, which sends nothing) or
-        RunNotFound."""
+        Raises CancelRefused (the run has ended, or this client's relayed authority does not
+        cover it; or unsafe=True, which sends nothing) or RunNotFound."""
         if unsafe:
             raise CancelRefused(UNSAFE_CANCEL)
         check_run_id(run_id)
@@ -254,8 +254,8 @@ class Client:
             envelope=_envelope(ev.RunCancelRequested.TYPE, run_id), reason=reason,
             requested_by=requester()))
         if answer.verdict is Verdict.refused:
-            status = answer.run.status.value if answer.run is not None else "unknown"
-            raise CancelRefused(f"run {run_id} has already ended ({status})")
+            raise CancelRefused(f"run {run_id} cannot be cancelled: "
+                                f"{describe_refusal(answer.run, answer.record)}")
 
     async def resume(self, run_id: str, *, resolution: str | None = None,
                      position: int | None = None, digest: str | None = None,
@@ -340,6 +340,10 @@ class Client:
         target = view.addressed(run_id)  # a request naming a lineage reaches its last round
         entry = (_history_at(view.history(run_id), partition, offset)
                  or _history_at(view.history(target), partition, offset))
+        if entry is not None and entry.raw is not None:
+            # As the journal holds it: a relayed request carries its authority, which
+            # explains a refusal (projections.requests.describe_refusal).
+            record = decode(entry.raw)
         return RequestAnswer(record, partition, offset,
                              entry.verdict if entry is not None else None, view.run(target))
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from engine.flow import narrow
 from engine.journal import events as ev
-from projections.forks import entry_from_json, fork_parts
+from projections.forks import entry_from_json, fork_parts, is_first_shape_part
 from projections.state import (
     ChildLink,
     InboxItem,
@@ -406,6 +406,11 @@ def as_admitted(run: RunState, limits: dict[str, Any]) -> RunState:
 
 # -- forks --------------------------------------------------------------------------------------
 
+FIRST_SHAPE_FORK = (
+    "this fork's request carried the journal entries to copy, built by the client that sent "
+    "it (a runstream from before issue 16): an owner copies only a prefix the source run's "
+    "owner read from its own journal; fork the source again")
+
 
 def fork_decisions(run: RunState, entry_at: Callable[[int], JournalEntry | None]
                    ) -> list[tuple[type[Any], dict[str, Any]]]:
@@ -417,6 +422,10 @@ def fork_decisions(run: RunState, entry_at: Callable[[int], JournalEntry | None]
     fork = run.fork
     if fork is None or run.admitted or run.status.is_terminal:
         return []
+    if any(is_first_shape_part(item) for item in run.inbox):
+        # Entries a client built itself (a fork request of the first shape): never copied.
+        return [(ev.RunFailed, {"error_type": "ForkRefused", "traceback": "",
+                                "error_message": FIRST_SHAPE_FORK})]
     records: list[tuple[type[Any], dict[str, Any]]] = []
     if not fork.accepted:
         records.append((ev.RunForked, {

@@ -20,9 +20,18 @@ header, and never reaches the journal.
 
 A record from `<ns>.requests.<authority>` is relayed only when that authority is
 configured (RUNSTREAM_AUTHORITIES='{"name": ["cap", ...]}', or a JSON file): its create
-and fork requests get their ceiling narrowed to the authority's capabilities (whatever
-they declare), its signals and cancels are forwarded unchanged and tagged with a
-`runstream-authority` header, and its resumes (an operator's action) are refused.
+requests get their ceiling narrowed to the authority's capabilities (whatever they
+declare); its signals, cancels, resumes and forks carry the authority, its name and
+capabilities, in the request's `authority` fields (and a `runstream-authority` header), and
+the reducer refuses them for runs the authority does not cover (projections.requests); a
+resume that skips a quarantined step (it records the step's result) is refused here, an
+operator's action. The relay strips those fields from every other request, so only the
+relay sets them.
+
+A fork request carries no journal content: only the source run, the point and the new
+run's id. The source's owner sends the prefix (`run.fork-part`, an owner's request, refused
+here from every topic); a fork request of the first shape, with entries a client built, is
+refused.
 """
 
 from __future__ import annotations
@@ -61,10 +70,13 @@ RETRY_SECONDS = 1.0
 
 CLIENT_REQUESTS = (ev.RunCreateRequested, ev.RunSignalSent, ev.RunCancelRequested,
                    ev.RunResumeRequested, ev.RunForkRequested)
-# What a restricted authority may send: a resume resolves quarantines (records a step's
-# result), which is an operator's action; operators use the unrestricted topic.
+# What a restricted authority may send (a resume that skips, recording a step's result, is
+# an operator's action: operators use the unrestricted topic).
 RESTRICTED_REQUESTS = (ev.RunCreateRequested, ev.RunSignalSent, ev.RunCancelRequested,
-                       ev.RunForkRequested)
+                       ev.RunResumeRequested, ev.RunForkRequested)
+# The requests that carry an authority (projections.requests.covers).
+AUTHORITY_REQUESTS = (ev.RunSignalSent, ev.RunCancelRequested, ev.RunResumeRequested,
+                      ev.RunForkRequested)
 
 Authorities = Mapping[str, frozenset[str]]
 Headers = list[tuple[str, bytes]]
@@ -143,7 +155,7 @@ def judge(incoming: Incoming, namespace: str, authorities: Authorities,
     if why is not None:
         return Refuse(why)
     if authority is None:
-        return Forward(incoming.value, list(incoming.headers))
+        return _unrestricted(record, incoming)
     return _restricted(record, authority, authorities[authority], incoming.headers)
 
 
@@ -155,9 +167,17 @@ def _not_relayable(record: JournalRecord, authority: str | None, incoming: Incom
         return f"not a client request: this {record.TYPE} is sent only by a partition's owner"
     if authority is not None and not isinstance(record, RESTRICTED_REQUESTS):
         return f"not allowed: {record.TYPE} is an operator's request, not {authority!r}'s"
+    if authority is not None and isinstance(record, ev.RunResumeRequested) and (
+            record.resolution == "skip"):
+        return (f"not allowed: a resume that skips a step records the step's result, an "
+                f"operator's request, not {authority!r}'s")
     env = record.envelope
     if not env.request_id:
         return "not a request: no request_id (a re-forward could apply it twice)"
+    if isinstance(record, ev.RunForkRequested):
+        why = _not_a_fork_request(record)
+        if why is not None:
+            return why
     try:
         check_run_id(env.run_id)
     except InvalidInput as exc:
@@ -171,6 +191,23 @@ def _not_relayable(record: JournalRecord, authority: str | None, incoming: Incom
     return None
 
 
+def _not_a_fork_request(record: ev.RunForkRequested) -> str | None:
+    """A client's fork request names the source (its envelope's run), the point and the
+    new run, and carries no journal content."""
+    if record.target_run_id is None or record.entries_json or record.part != 0 or (
+            record.parts != 1):
+        return ("not a client request: a fork request carrying journal entries (its first "
+                "shape) is refused; the source run's owner sends a fork's entries")
+    if record.source_run_id != record.envelope.run_id:
+        return (f"invalid input: a fork request goes to its source run "
+                f"{record.source_run_id}, not to {record.envelope.run_id}")
+    try:
+        check_run_id(record.target_run_id, new=True)
+    except InvalidInput as exc:
+        return f"invalid input: {exc}"
+    return None
+
+
 def _names_a_parent(record: JournalRecord) -> bool:
     """A create that makes a child or a later round: only owners send those (a client's
     could claim to be someone's child and settle its parent's spawn)."""
@@ -180,15 +217,31 @@ def _names_a_parent(record: JournalRecord) -> bool:
         or record.parent_exit_policy is not None)
 
 
+def _unrestricted(record: JournalRecord, incoming: Incoming) -> Forward:
+    """A request from `<ns>.requests`: forwarded unchanged, but for an authority it claims
+    to carry, which only the relay sets."""
+    if isinstance(record, AUTHORITY_REQUESTS) and (
+            record.authority is not None or record.authority_capabilities):
+        value, _ = encode(dataclasses.replace(record, authority=None,
+                                              authority_capabilities=[]))
+        return Forward(value, [(k, v) for k, v in incoming.headers if k != AUTHORITY_HEADER])
+    return Forward(incoming.value or b"", [(k, v) for k, v in incoming.headers
+                                           if k != AUTHORITY_HEADER])
+
+
 def _restricted(record: JournalRecord, authority: str, capabilities: frozenset[str],
                 headers: Sequence[tuple[str, bytes]]) -> Forward:
     """A restricted authority's request: a new run's ceiling narrowed to the authority's
-    capabilities, whatever the request declared; tagged with the authority."""
+    capabilities, whatever the request declared; a request to an existing run carrying the
+    authority, which the reducer checks against that run's ceiling; tagged."""
     tagged = [(k, v) for k, v in headers if k != AUTHORITY_HEADER]
     tagged.append((AUTHORITY_HEADER, authority.encode()))
-    if isinstance(record, ev.RunCreateRequested | ev.RunForkRequested):
+    if isinstance(record, ev.RunCreateRequested):
         ceiling = narrow(capabilities, record.ceiling)
         record = dataclasses.replace(record, ceiling=None if ceiling is None else list(ceiling))
+    elif isinstance(record, AUTHORITY_REQUESTS):
+        record = dataclasses.replace(record, authority=authority,
+                                     authority_capabilities=sorted(capabilities))
     value, _ = encode(record)
     return Forward(value, tagged)
 

@@ -194,10 +194,10 @@ class Projector:
 
     def _latest_round(self, run: RunState, record: JournalRecord) -> tuple[str, RunState]:
         names_lineage = record.envelope.run_id == run.lineage_id
-        if isinstance(record, ev.RunCreateRequested) or not (
+        if isinstance(record, ev.RunCreateRequested | ev.RunForkRequested) or not (
                 names_lineage or isinstance(record, ev.RunWakeRequested)):
-            # A repeated create, or a request naming one round; a child's wake reaches the
-            # round that holds its link now.
+            # A repeated create, a fork (of the round it names), or a request naming one
+            # round; a child's wake reaches the round that holds its link now.
             return run.run_id, run
         latest_id = self.store.latest_round(run.lineage_id)
         latest = self.run(latest_id) if latest_id else None

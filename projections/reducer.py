@@ -23,7 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.journal import events as ev
-from projections.forks import apply_copied, apply_fork_request, apply_forked
+from projections.forks import (
+    apply_copied,
+    apply_fork_answered,
+    apply_fork_ask,
+    apply_fork_request,
+    apply_forked,
+)
 from projections.requests import apply_run_request
 from projections.state import (
     MAX_DEPTH,
@@ -190,9 +196,13 @@ def _apply_request(
     if request_seen:
         return Applied(replace(partition, duplicates=partition.duplicates + 1), run,
                        Verdict.duplicate)
-    if isinstance(record, ev.RunForkRequested):
-        updated, verdict = apply_fork_request(run, record, request_id_of(record, offset),
-                                              offset, partition.partition)
+    if isinstance(record, ev.RunForkRequested | ev.RunForkPart):
+        request_id = request_id_of(record, offset)
+        if isinstance(record, ev.RunForkRequested) and record.target_run_id is not None:
+            updated, verdict = apply_fork_ask(run, record, request_id, offset)
+        else:  # a part (run.fork-part, or a run.fork-requested of the first shape)
+            updated, verdict = apply_fork_request(run, record, request_id, offset,
+                                                  partition.partition)
         if run is not None and updated is not run and updated is not None:
             updated = replace(updated, updated_at_ms=record.envelope.timestamp_ms)
         return Applied(partition, updated, verdict)
@@ -299,6 +309,9 @@ def _decide_run(
     if isinstance(record, ev.EvidenceRecorded):
         kept = (*run.evidence, Evidence(kind=record.kind, message=record.message, offset=offset))
         return _RunChange(replace(run, evidence=kept[-MAX_EVIDENCE:]))
+    if isinstance(record, ev.RunForkAnswered):  # in any status: a settled run is forked
+        answered, outbox = apply_fork_answered(run, record)
+        return _RunChange(answered, outbox=outbox)
     if run.status in TERMINAL_STATUSES:
         return _RunChange(run)
     if isinstance(record, ev.RunForked):

@@ -4,6 +4,14 @@ Requests come from anyone (clients, other partitions' owners), so they are not f
 repeated request id never reaches here (the reducer counts it as a duplicate). A request
 only records what was asked: the owner's decisions act on it (deliver a signal, cancel,
 wake), so every reader of the partition sees the same state.
+
+Authority: a request relayed from a restricted authority's requests topic carries that
+authority (`authority`, its name, and `authority_capabilities`), set by the relay and
+stripped by it from anything else (engine.relay). An authority restricted to capabilities A
+*covers* a run whose ceiling is a subset of A; a run with no ceiling (it may use any
+capability) is covered by no restricted authority; a request without an authority
+(unrestricted: an operator, an owner, a direct-mode client) covers every run. A signal,
+cancel, resume or fork from an authority that does not cover its run is refused.
 """
 
 from __future__ import annotations
@@ -32,12 +40,39 @@ class RequestChange:
     entry: JournalEntry | None = None
 
 
+AUTHORITY_REQUESTS = (ev.RunSignalSent, ev.RunCancelRequested, ev.RunResumeRequested,
+                      ev.RunForkRequested)
+
+
+def covers(record: ev.JournalRecord, run: RunState) -> bool:
+    """Whether the request's authority may act on `run` (see the module's docstring)."""
+    if not isinstance(record, AUTHORITY_REQUESTS) or record.authority is None:
+        return True
+    return run.ceiling is not None and set(run.ceiling) <= set(record.authority_capabilities)
+
+
+def authority_refusal(run: RunState, record: ev.JournalRecord) -> str | None:
+    """Why the request's authority may not act on `run`, or None when it may."""
+    if covers(record, run) or not isinstance(record, AUTHORITY_REQUESTS):
+        return None
+    allowed = ", ".join(sorted(record.authority_capabilities)) or "no capability"
+    if run.ceiling is None:
+        return (f"authority {record.authority!r} (allowed: {allowed}) does not cover run "
+                f"{run.run_id}, which may use any capability")
+    outside = ", ".join(sorted(set(run.ceiling) - set(record.authority_capabilities)))
+    return (f"authority {record.authority!r} (allowed: {allowed}) does not cover run "
+            f"{run.run_id}, which may use {outside}")
+
+
 def apply_run_request(
     run: RunState, record: ev.JournalRecord, request_id: str, offset: int,
     previous: JournalEntry | None,
 ) -> RequestChange | None:
     """The change a signal, cancel, resume or wake request makes, or None for a request
-    type handled elsewhere (creates)."""
+    type handled elsewhere (creates). A request from an authority that does not cover the
+    run is refused."""
+    if not covers(record, run):
+        return RequestChange(run, Verdict.refused)
     if isinstance(record, ev.RunSignalSent):
         return _signal(run, record, request_id, offset)
     if isinstance(record, ev.RunCancelRequested):
@@ -117,6 +152,12 @@ def describe_refusal(run: RunState | None, record: ev.JournalRecord) -> str:
     """Why a request was refused, for the client's error."""
     if run is None:
         return "no such run"
+    refusal = authority_refusal(run, record)
+    if refusal is not None:
+        return refusal
+    if isinstance(record, ev.RunForkRequested):
+        return ("a fork request names its source run (the run it is sent to), a point in its "
+                "history and a new run id, and carries no journal entries")
     if run.status in TERMINAL_STATUSES:
         return f"the run has ended ({run.status.value})"
     if isinstance(record, ev.RunSignalSent):

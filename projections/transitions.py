@@ -398,8 +398,10 @@ def idempotency_key(run_id: str, position: int) -> str:
 
 def _unanswered_creates(run: RunState) -> tuple[InboxItem, ...]:
     """A settled run answers no more requests, except a repeated create, which still gets
-    its answer (the existing run), or its client would wait forever."""
-    return tuple(item for item in run.inbox if item.type == ev.RunCreateRequested.TYPE)
+    its answer (the existing run), or its client would wait forever, and a fork request
+    naming the run as its source (its owner still answers it: a settled run is forked)."""
+    return tuple(item for item in run.inbox if item.type == ev.RunCreateRequested.TYPE
+                 or (item.type == ev.RunForkRequested.TYPE and item.payload_json is not None))
 
 
 _HANDLERS: dict[type, Handler] = {

@@ -31,6 +31,8 @@ __all__ = [
     "RunCreateRequested",
     "RunCreated",
     "RunFailed",
+    "RunForkAnswered",
+    "RunForkPart",
     "RunForkRequested",
     "RunForked",
     "RunHandedOff",
@@ -67,32 +69,6 @@ class Envelope:
     source_seq: int | None = None
     # Writer's wall clock when the record was made (ms since epoch).
     timestamp_ms: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunCancelRequested:
-    """Someone asked for a run to be cancelled."""
-
-    TYPE: ClassVar[str] = "run.cancel-requested"
-    KIND: ClassVar[str] = "request"
-    SCHEMA_ID: ClassVar[int] = 102
-
-    envelope: Envelope
-    reason: str = ""
-    requested_by: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunSignalSent:
-    """An external event was delivered to a run."""
-
-    TYPE: ClassVar[str] = "run.signal-sent"
-    KIND: ClassVar[str] = "request"
-    SCHEMA_ID: ClassVar[int] = 103
-
-    envelope: Envelope
-    name: str
-    payload_json: str = "null"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -390,34 +366,6 @@ class PartitionOutboxSent:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunResumeRequested:
-    """An operator asked a suspended run to resume: ending a timer or event wait early, or resolving
-    a quarantine.
-    """
-
-    TYPE: ClassVar[str] = "run.resume-requested"
-    KIND: ClassVar[str] = "request"
-    SCHEMA_ID: ClassVar[int] = 136
-
-    envelope: Envelope
-    operator: str
-    # Before resolutions existed: the requested action. Ignored; kept so records and exports that
-    # carry it still read.
-    action: str = ""
-    # For a quarantined run: retry (run the step again) or skip (record result_json as its outcome).
-    # Null: an operator wake of a timer or event wait.
-    resolution: str | None = None
-    # The quarantined step's journal position (shown by run status).
-    position: int | None = None
-    # The quarantined step's key digest (shown by run status): a resolution naming another digest is
-    # refused.
-    digest: str | None = None
-    # For skip: the step's result, as JSON.
-    result_json: str | None = None
-    note: str = ""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class RunHandedOff:
     """The round ended by handing off to the next round of its lineage; the reducer creates that
     round from this record.
@@ -490,40 +438,6 @@ class ChildSpawned:
     ceiling: list[str] | None = None
     # W3C trace context of the spawning step.
     trace_context: dict[str, str] = _field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunForkRequested:
-    """An operator asked for a new run (the envelope's run id) whose journal starts as a copy of
-    another run's first entries. A long prefix travels in several parts, each under the record
-    size limit; part 0 carries the run's identity.
-    """
-
-    TYPE: ClassVar[str] = "run.fork-requested"
-    KIND: ClassVar[str] = "request"
-    SCHEMA_ID: ClassVar[int] = 141
-
-    envelope: Envelope
-    source_run_id: str
-    # Offset (in the source's partition) of the last source record the copy reflects.
-    source_offset: int
-    # That record's row in the source's history, from 1.
-    source_record: int
-    flow: str
-    payload_json: str
-    # The source run's capability ceiling (null: none).
-    ceiling: list[str] | None = None
-    # The source lineage's round budget.
-    max_rounds: int | None = None
-    # How many journal entries the copy holds, over all parts.
-    entry_count: int
-    part: int = 0
-    parts: int = 1
-    # This part's entries, in position order: each a JSON object with JournalEntry's fields.
-    entries_json: list[str] = _field(default_factory=list)
-    # The operator acknowledged the residue warnings (--force).
-    forced: bool = False
-    requested_by: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -671,11 +585,203 @@ class RunLimitsFixed:
     max_rounds: int = 0
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunForkPart:
+    """One part of a fork's prefix, sent by the source run's owner (an owner-to-owner request,
+    through its outbox) to the new run's partition (the envelope names the new run): the source's
+    first journal entries as the source's owner read them from its own journal. Only owners write
+    it: the relay refuses it from any requests topic. Part 0 makes the new run; its owner copies
+    every entry as journal.entry-copied.
+    """
+
+    TYPE: ClassVar[str] = "run.fork-part"
+    KIND: ClassVar[str] = "request"
+    SCHEMA_ID: ClassVar[int] = 155
+
+    envelope: Envelope
+    source_run_id: str
+    # Offset (in the source's partition) of the last source record the copy reflects.
+    source_offset: int
+    # That record's row in the source's history, from 1.
+    source_record: int
+    flow: str
+    payload_json: str
+    # The source run's capability ceiling (null: none).
+    ceiling: list[str] | None = None
+    # The source lineage's round budget.
+    max_rounds: int | None = None
+    # How many journal entries the copy holds, over all parts.
+    entry_count: int
+    part: int = 0
+    parts: int = 1
+    # This part's entries, in position order: each a JSON object with JournalEntry's fields.
+    entries_json: list[str] = _field(default_factory=list)
+    # The operator acknowledged the residue warnings (--force).
+    forced: bool = False
+    requested_by: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunForkAnswered:
+    """The source run's owner answered a fork request (the envelope names the source run and carries
+    the request's id): one part of the prefix it read from its own journal, which enters its
+    outbox as a run.fork-part request to the new run's partition (the last part answers the
+    request), or a refusal.
+    """
+
+    TYPE: ClassVar[str] = "run.fork-answered"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 156
+
+    envelope: Envelope
+    # The new run's id.
+    target_run_id: str
+    # Why the owner does not fork (the point is not in the run's history, the fork needs --force,
+    # ...): the fork request leaves the inbox and nothing is sent. Null: this record carries one
+    # part.
+    refused: str | None = None
+    # Offset (in the source's partition) of the last source record the copy reflects.
+    source_offset: int
+    # That record's row in the source's history, from 1.
+    source_record: int
+    flow: str = ""
+    payload_json: str = ""
+    # The source run's capability ceiling (null: none).
+    ceiling: list[str] | None = None
+    # The source lineage's round budget.
+    max_rounds: int | None = None
+    # How many journal entries the copy holds, over all parts.
+    entry_count: int = 0
+    part: int = 0
+    parts: int = 1
+    # This part's entries, in position order: each a JSON object with JournalEntry's fields.
+    entries_json: list[str] = _field(default_factory=list)
+    # The operator acknowledged the residue warnings (--force).
+    forced: bool = False
+    requested_by: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunSignalSent:
+    """An external event was delivered to a run."""
+
+    TYPE: ClassVar[str] = "run.signal-sent"
+    KIND: ClassVar[str] = "request"
+    SCHEMA_ID: ClassVar[int] = 157
+
+    envelope: Envelope
+    name: str
+    payload_json: str = "null"
+    # Set by the relay, never by a client (the relay strips it from the unrestricted topic): the
+    # restricted authority whose requests topic this came from. Null: unrestricted, acts on any run.
+    authority: str | None = None
+    # That authority's capabilities when relayed: it may act only on runs whose ceiling is a subset
+    # of them.
+    authority_capabilities: list[str] = _field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunCancelRequested:
+    """Someone asked for a run to be cancelled."""
+
+    TYPE: ClassVar[str] = "run.cancel-requested"
+    KIND: ClassVar[str] = "request"
+    SCHEMA_ID: ClassVar[int] = 158
+
+    envelope: Envelope
+    reason: str = ""
+    requested_by: str | None = None
+    # Set by the relay, never by a client (the relay strips it from the unrestricted topic): the
+    # restricted authority whose requests topic this came from. Null: unrestricted, acts on any run.
+    authority: str | None = None
+    # That authority's capabilities when relayed: it may act only on runs whose ceiling is a subset
+    # of them.
+    authority_capabilities: list[str] = _field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunForkRequested:
+    """An operator asked for a new run (the envelope's run id) whose journal starts as a copy of
+    another run's first entries. A long prefix travels in several parts, each under the record
+    size limit; part 0 carries the run's identity.
+    """
+
+    TYPE: ClassVar[str] = "run.fork-requested"
+    KIND: ClassVar[str] = "request"
+    SCHEMA_ID: ClassVar[int] = 159
+
+    envelope: Envelope
+    source_run_id: str
+    # Offset (in the source's partition) of the last source record the copy reflects.
+    source_offset: int
+    # That record's row in the source's history, from 1.
+    source_record: int = 0
+    flow: str = ""
+    payload_json: str = ""
+    # The source run's capability ceiling (null: none).
+    ceiling: list[str] | None = None
+    # The source lineage's round budget.
+    max_rounds: int | None = None
+    # How many journal entries the copy holds, over all parts.
+    entry_count: int = 0
+    part: int = 0
+    parts: int = 1
+    # This part's entries, in position order: each a JSON object with JournalEntry's fields.
+    entries_json: list[str] = _field(default_factory=list)
+    # The operator acknowledged the residue warnings (--force).
+    forced: bool = False
+    requested_by: str = ""
+    # The new run's id. Set: a client's fork request, sent to the SOURCE run's partition (the
+    # envelope names the source run); it carries no journal entries, and the source's owner answers
+    # it with run.fork-answered decisions whose parts travel to the new run as run.fork-part. Null:
+    # the first shape of this record (sent to the new run's partition with the entries a client
+    # built), which only replays: the relay refuses it and owners no longer copy it.
+    target_run_id: str | None = None
+    # Set by the relay, never by a client (the relay strips it from the unrestricted topic): the
+    # restricted authority whose requests topic this came from. Null: unrestricted, acts on any run.
+    authority: str | None = None
+    # That authority's capabilities when relayed: it may act only on runs whose ceiling is a subset
+    # of them.
+    authority_capabilities: list[str] = _field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunResumeRequested:
+    """An operator asked a suspended run to resume: ending a timer or event wait early, or resolving
+    a quarantine.
+    """
+
+    TYPE: ClassVar[str] = "run.resume-requested"
+    KIND: ClassVar[str] = "request"
+    SCHEMA_ID: ClassVar[int] = 160
+
+    envelope: Envelope
+    operator: str
+    # Before resolutions existed: the requested action. Ignored; kept so records and exports that
+    # carry it still read.
+    action: str = ""
+    # For a quarantined run: retry (run the step again) or skip (record result_json as its outcome).
+    # Null: an operator wake of a timer or event wait.
+    resolution: str | None = None
+    # The quarantined step's journal position (shown by run status).
+    position: int | None = None
+    # The quarantined step's key digest (shown by run status): a resolution naming another digest is
+    # refused.
+    digest: str | None = None
+    # For skip: the step's result, as JSON.
+    result_json: str | None = None
+    note: str = ""
+    # Set by the relay, never by a client (the relay strips it from the unrestricted topic): the
+    # restricted authority whose requests topic this came from. Null: unrestricted, acts on any run.
+    authority: str | None = None
+    # That authority's capabilities when relayed: it may act only on runs whose ceiling is a subset
+    # of them.
+    authority_capabilities: list[str] = _field(default_factory=list)
+
+
 # Any journal record; narrow with isinstance() or match on the class.
 JournalRecord: TypeAlias = (
-    RunCancelRequested
-    | RunSignalSent
-    | RunCreateRejected
+    RunCreateRejected
     | RunActivated
     | StepStarted
     | TimerFired
@@ -693,23 +799,25 @@ JournalRecord: TypeAlias = (
     | ChildPolicyApplied
     | RunWakeRequested
     | PartitionOutboxSent
-    | RunResumeRequested
     | RunHandedOff
     | RunCreateRequested
     | ChildSpawned
-    | RunForkRequested
     | RunForked
     | JournalEntryCopied
     | StepCompleted
     | StepFailed
     | RunCreated
     | RunLimitsFixed
+    | RunForkPart
+    | RunForkAnswered
+    | RunSignalSent
+    | RunCancelRequested
+    | RunForkRequested
+    | RunResumeRequested
 )
 
 # Record type string (the rs-type header and envelope.type) → class.
 RECORD_CLASSES: dict[str, type[JournalRecord]] = {
-    "run.cancel-requested": RunCancelRequested,
-    "run.signal-sent": RunSignalSent,
     "run.create-rejected": RunCreateRejected,
     "run.activated": RunActivated,
     "step.started": StepStarted,
@@ -728,27 +836,32 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "child.policy-applied": ChildPolicyApplied,
     "run.wake-requested": RunWakeRequested,
     "partition.outbox-sent": PartitionOutboxSent,
-    "run.resume-requested": RunResumeRequested,
     "run.handed-off": RunHandedOff,
     "run.create-requested": RunCreateRequested,
     "child.spawned": ChildSpawned,
-    "run.fork-requested": RunForkRequested,
     "run.forked": RunForked,
     "journal.entry-copied": JournalEntryCopied,
     "step.completed": StepCompleted,
     "step.failed": StepFailed,
     "run.created": RunCreated,
     "run.limits-fixed": RunLimitsFixed,
+    "run.fork-part": RunForkPart,
+    "run.fork-answered": RunForkAnswered,
+    "run.signal-sent": RunSignalSent,
+    "run.cancel-requested": RunCancelRequested,
+    "run.fork-requested": RunForkRequested,
+    "run.resume-requested": RunResumeRequested,
 }
 
 REQUEST_TYPES: frozenset[str] = frozenset(
     {
-        "run.cancel-requested",
-        "run.signal-sent",
         "run.wake-requested",
-        "run.resume-requested",
         "run.create-requested",
+        "run.fork-part",
+        "run.signal-sent",
+        "run.cancel-requested",
         "run.fork-requested",
+        "run.resume-requested",
     }
 )
 DECISION_TYPES: frozenset[str] = frozenset(
@@ -778,5 +891,6 @@ DECISION_TYPES: frozenset[str] = frozenset(
         "step.failed",
         "run.created",
         "run.limits-fixed",
+        "run.fork-answered",
     }
 )

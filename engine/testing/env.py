@@ -46,13 +46,8 @@ from engine.errors import (
     SignalRefused,
 )
 from engine.flow import Flow, HandedOff, dump_json
-from engine.fork import (
-    ForkNeedsForce,
-    ForkTargetExists,
-    fork_requests,
-    fork_run_id,
-    plan_fork,
-)
+from engine.fork import ForkNeedsForce, ForkTargetExists, fork_request, fork_run_id
+from engine.fork_source import answer_fork, plan_fork
 from engine.journal import Envelope, JournalRecord, encode
 from engine.journal import events as ev
 from engine.outbox_fallback import GiveUp, checked_request
@@ -60,7 +55,7 @@ from engine.reader import run_partition
 from engine.runner import exit_reason
 from engine.testing.execution import TestExecution
 from engine.worker.committer import MAX_RECORD_BYTES
-from projections.forks import is_copying
+from projections.forks import fork_asks, is_copying
 from projections.memory import HistoryItem, MemoryProjection
 from projections.requests import describe_refusal
 from projections.state import JournalEntry, OutboxItem, RunState, RunStatus, Verdict
@@ -97,6 +92,7 @@ class TestEnvironment:
         self._executions: dict[str, TestExecution] = {}
         self._runnable: dict[str, bool] = {}  # run id -> claimed (a stolen running run)
         self._crashes: set[tuple[str, int]] = set()
+        self._fork_answers: set[str] = set()  # fork requests answered (bound: forks asked)
         self.crashes = 0
         # Outbox requests that could never be sent (engine.outbox_fallback), as a worker
         # dead-letters them: bounded by the runs the test makes.
@@ -188,18 +184,16 @@ class TestEnvironment:
                    force: bool = False) -> str:
         """Fork `run_id` at row `at_record` of its history (engine.fork); returns the new
         run's id (it starts when the environment is driven). Raises ForkNeedsForce."""
-        items = [HistoryEntry(i.partition, i.offset, i.verdict, i.record.TYPE,
-                              i.record.envelope.timestamp_ms, encode(i.record)[0])
-                 for i in self.history(run_id) if i.record is not None]
+        items = self._raw_history(run_id)
         plan = plan_fork(run_id, items, at_record, self.journal(run_id))
         if plan.warnings and not force:
             raise ForkNeedsForce(run_id, at_record, plan.warnings)
         target = fork_run_id(run_id, new_run_id)
         if self.projection.store.run(target) is not None:
             raise ForkTargetExists(target)
-        for part in fork_requests(plan, target, forced=bool(plan.warnings),
-                                  requested_by="test", now_ms=self.clock_ms):
-            self._append(self.partition_of(target), part)
+        # One request to the source's partition; its owner answers it (_answer_forks).
+        self._append(self.partition_of(run_id), fork_request(
+            plan, target, forced=bool(plan.warnings), requested_by="test", now_ms=self.clock_ms))
         return target
 
     def crash_at(self, run_id: str, position: int) -> None:
@@ -222,6 +216,13 @@ class TestEnvironment:
     def history(self, run_id: str) -> list[HistoryItem]:
         """Every record of the run, in log order, with the reducer's verdict."""
         return list(self.projection.history.get(run_id, []))
+
+    def _raw_history(self, run_id: str) -> list[HistoryEntry]:
+        """The run's history as a worker's projection indexes it, with each record's bytes
+        (what engine.fork_source replays; also its `view` for earlier rounds)."""
+        return [HistoryEntry(i.partition, i.offset, i.verdict, i.record.TYPE,
+                             i.record.envelope.timestamp_ms, encode(i.record)[0])
+                for i in self.history(run_id) if i.record is not None]
 
     async def close(self) -> None:
         for execution in self._executions.values():
@@ -351,6 +352,7 @@ class TestEnvironment:
 
     def _react(self, run: RunState, record: JournalRecord | None, *,
                claiming: bool = False) -> None:
+        self._answer_forks(run)
         for item in unanswered_creates(run):
             self._answer_create(run, item.request_id, item.flow, item.payload_json)
             return
@@ -382,6 +384,17 @@ class TestEnvironment:
         elif run.status is RunStatus.running and claiming:
             self._runnable[run.run_id] = True
 
+    def _answer_forks(self, run: RunState) -> None:
+        """The source's owner answers fork requests naming `run` (engine.worker.forks)."""
+        for ask in fork_asks(run):
+            if ask.request_id in self._fork_answers:
+                continue
+            self._fork_answers.add(ask.request_id)
+            view = _RawView(self)
+            for cls, body in answer_fork(run, ask, view.history(run.run_id),
+                                         self.journal(run.run_id), view=view):
+                self.decide(run, cls, **body)
+
     def _copy_fork(self, run: RunState, record: JournalRecord | None) -> None:
         """A fork's owner admits it and copies its prefix one part at a time
         (engine.worker.reactions): on a request part, on a claim, and once a part's last
@@ -390,7 +403,7 @@ class TestEnvironment:
             run.steps == record.position + 1)
         if run.cancel_requested is not None and not isinstance(record, ev.JournalEntryCopied):
             self._cancel_now(run, CancelNow(run.cancel_requested, run.cancel_requested_by))
-        elif record is None or part_done or isinstance(record, ev.RunForkRequested):
+        elif record is None or part_done or isinstance(record, ev.RunForkPart):
             store = self.projection.store
             for cls, body in fork_decisions(run, lambda p: store.entry(run.run_id, p)):
                 self.decide(run, cls, **body)
@@ -501,6 +514,16 @@ class TestEnvironment:
                 waiting.append(f"{run.run_id} waits for {what}")
         return ("nothing more can happen: " + ("; ".join(waiting[:5]) or "no run is waiting")
                 + " (send a signal, resume or cancel)")
+
+
+class _RawView:
+    """The environment's history with record bytes, as engine.history's replay reads a view."""
+
+    def __init__(self, env: TestEnvironment) -> None:
+        self.env = env
+
+    def history(self, run_id: str) -> list[HistoryEntry]:
+        return self.env._raw_history(run_id)
 
 
 def _envelope(cls: type[JournalRecord], run_id: str, request_id: str | None, now_ms: int, *,

@@ -71,8 +71,11 @@ class Activator:
         self.sweeps.start(own, store, self._answer_creates)
 
     def _answer_creates(self, own: Ownership, run: RunState) -> None:
+        """A run holding requests at the claim: its creates (in any status: a repeat of a
+        settled run) and the fork requests naming it as their source."""
         for item in unanswered_creates(run):
             self.decide_create(own, run, item)
+        self.worker.reactions.forks.answer(own, run)
 
     def on_create_request(self, own: Ownership, run: RunState, request_id: str | None) -> None:
         for item in unanswered_creates(run):

@@ -26,6 +26,7 @@ from engine.errors import WorkerFatal, journal_text
 from engine.journal import EncodeError
 from engine.journal import events as ev
 from engine.runner import exit_reason
+from engine.worker.forks import ForkAnswers
 from engine.worker.ownership import Ownership
 from projections.forks import is_copying
 from projections.projector import Outcome
@@ -40,6 +41,7 @@ log = logging.getLogger("runstream.worker")
 class Reactions:
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
+        self.forks = ForkAnswers(worker)  # fork requests naming our runs as their source
 
     def on_applied(self, own: Ownership, outcome: Outcome) -> None:
         """An applied record of a partition this worker executes."""
@@ -54,6 +56,8 @@ class Reactions:
                 self.worker.timers.poke()
         if run is None:
             return
+        if isinstance(record, ev.RunForkRequested):
+            self.forks.answer(own, run)  # (a request of the first shape holds no ask)
         woken = (isinstance(record, ev.TimerFired | ev.RunResumed)
                  and run.status is RunStatus.pending)
         if woken and self.worker.sticky.wake(run.run_id, self._wait_outcome(run, record)):

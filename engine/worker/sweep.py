@@ -29,7 +29,7 @@ from engine.context import RunReleased
 from engine.decide import needs_activation, unanswered_creates
 from engine.errors import WorkerFatal
 from engine.worker.ownership import Ownership, OwnershipState
-from projections.forks import is_copying
+from projections.forks import fork_asks, is_copying
 from projections.state import RunState, RunStatus
 from projections.store import ProjectionStore
 
@@ -125,7 +125,9 @@ class ClaimSweeps:
 
     def _requests(self, own: Ownership, run: RunState,
                   answer: Callable[[Ownership, RunState], None]) -> None:
-        if unanswered_creates(run):  # in any status: a repeat of a settled run
+        # Creates in any status (a repeat of a settled run), and fork requests naming the
+        # run as their source.
+        if unanswered_creates(run) or fork_asks(run):
             answer(own, run)
         if is_copying(run):  # a fork whose prefix the previous owner did not finish
             self.worker.reactions.react(own, run, claiming=True)

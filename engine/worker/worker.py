@@ -280,6 +280,7 @@ class Worker:
         if self.relay is not None:
             await self._bounded(self.relay.stop(), "stopping the relay", left())
         self.sticky.evict_partitions(None)
+        await self.reactions.forks.stop()
         await self.claims.cancel_executions(list(self.executions.values()))
         for task in self._tasks:
             task.cancel()

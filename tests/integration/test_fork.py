@@ -21,12 +21,16 @@ from engine import Client, RunStatus, Worker
 from engine.config import journal_topic
 from engine.decide import fork_decisions
 from engine.fork import MAX_PART_BYTES, ForkNeedsForce, ForkTargetExists, fork_run
+from engine.fork_source import answer_fork
 from engine.history import HistoryRow
 from engine.journal import Envelope, JournalRecord, encode
 from engine.journal import events as ev
 from engine.operations import run_history, run_status
-from engine.reader import read_partitions
+from engine.reader import partition_for, read_partitions
+from engine.worker.outbox import request_record
+from projections.forks import fork_asks
 from projections.state import RunState, Verdict
+from projections.store import HistoryEntry
 from tests.integration.fork_flows import bulky, calls, counted, family, flows, risky
 from tests.integration.support import fold, status_or_none
 
@@ -73,10 +77,10 @@ def completed(name: str) -> Callable[[HistoryRow], bool]:
 
 
 async def fork(bootstrap: str, namespace: str, path: Path, run_id: str, at_record: int, *,
-               new_run_id: str | None = None, force: bool = False) -> Any:
+               new_run_id: str | None = None, force: bool = False, wait: bool = True) -> Any:
     return await fork_run(bootstrap=bootstrap, namespace=namespace, run_id=run_id,
                           at_record=at_record, new_run_id=new_run_id, force=force,
-                          read_model_dir=path / "fork-read-model")
+                          read_model_dir=path / "fork-read-model", wait=wait)
 
 
 async def test_a_fork_after_two_of_four_steps_runs_only_the_last_two_again(
@@ -106,7 +110,7 @@ async def test_a_fork_after_two_of_four_steps_runs_only_the_last_two_again(
     journal_state = await fold(bootstrap, namespace)
     types = [(i.record.TYPE, i.verdict) for i in journal_state.history[result.run_id]
              if i.record is not None]
-    assert types[:4] == [("run.fork-requested", Verdict.applied),
+    assert types[:4] == [("run.fork-part", Verdict.applied),
                          ("run.forked", Verdict.applied),
                          ("journal.entry-copied", Verdict.applied),
                          ("journal.entry-copied", Verdict.applied)]
@@ -150,8 +154,11 @@ async def test_a_fork_before_an_irreversible_step_or_a_spawn_needs_force(
         assert calls(tag)["before"] == 1 and calls(tag)["child-work"] == 2
     journal_state = await fold(bootstrap, namespace)
     [request] = [i.record for i in journal_state.history[forced.run_id]
-                 if isinstance(i.record, ev.RunForkRequested)]
+                 if isinstance(i.record, ev.RunForkPart)]
     assert request.forced and request.requested_by.startswith("client@")
+    [asked] = [i.record for i in journal_state.history[paid.run_id]
+               if isinstance(i.record, ev.RunForkRequested) and i.verdict is Verdict.applied]
+    assert (asked.target_run_id, asked.entries_json) == (forced.run_id, [])
 
 
 async def test_a_long_prefix_travels_in_parts_under_the_record_limit(
@@ -172,11 +179,13 @@ async def test_a_long_prefix_travels_in_parts_under_the_record_limit(
         assert forked.result_json == str(steps * size) and forked.steps == steps + 1
     counts = calls(tag)
     assert {counts[f"bulk-{i}"] for i in range(steps)} == {1} and counts["tail"] == 2
-    sizes = []
+    sizes: dict[bytes, list[int]] = {}
     async for raw in read_partitions(bootstrap, journal_topic(namespace)):
-        if dict(raw.headers).get("rs-type") == ev.RunForkRequested.TYPE.encode():
-            sizes.append(len(raw.value or b""))
-    assert len(sizes) == result.parts and max(sizes) <= MAX_PART_BYTES
+        kind = dict(raw.headers).get("rs-type", b"")
+        sizes.setdefault(kind, []).append(len(raw.value or b""))
+    for kind in (ev.RunForkPart.TYPE, ev.RunForkAnswered.TYPE):  # the part, and its answer
+        assert len(sizes[kind.encode()]) == result.parts
+        assert max(sizes[kind.encode()]) <= MAX_PART_BYTES
 
 
 async def test_an_owner_taking_over_mid_copy_finishes_it_without_duplicates(
@@ -188,12 +197,13 @@ async def test_an_owner_taking_over_mid_copy_finishes_it_without_duplicates(
         source = await c.create_run(bulky, {"tag": tag, "steps": 40, "size": 100},
                                     run_id=f"half-{tag}")
         await source.result(timeout=TIMEOUT_S)
-    # No worker now: the fork request waits in the log; an owner copies half and dies.
+    # No worker now: the fork request waits in the log; an owner answers it, copies half
+    # and dies.
     at = await record_of(bootstrap, namespace, tmp_path, source.run_id, completed("tail"))
     result = await fork(bootstrap, namespace, tmp_path, source.run_id, at,
-                        new_run_id=f"half-fork-{tag}")
-    assert result.entries == 41
-    await _partial_owner(bootstrap, namespace, result.run_id, copies=20)
+                        new_run_id=f"half-fork-{tag}", wait=False)
+    assert result.entries == 41 and not result.answered
+    await _partial_owner(bootstrap, namespace, source.run_id, result.run_id, copies=20)
     async with worker(bootstrap, namespace, tmp_path / "w2"), \
             client(bootstrap, namespace, tmp_path) as c:
         forked = await settled(c, result.run_id)
@@ -209,31 +219,83 @@ async def test_an_owner_taking_over_mid_copy_finishes_it_without_duplicates(
     assert len(sources) == 2
 
 
-async def _partial_owner(bootstrap: str, namespace: str, run_id: str, *, copies: int) -> None:
-    """An owner that claims the fork's partition, admits the fork and copies `copies`
-    entries, then writes nothing more (as if it died)."""
+async def _partial_owner(bootstrap: str, namespace: str, source_id: str, run_id: str, *,
+                         copies: int) -> None:
+    """An owner that claims the source's partition, answers the fork request there (as
+    engine.worker.forks does), sends the parts its outbox then holds, claims the fork's
+    partition, admits the fork and copies `copies` entries, then writes nothing more (as if
+    it died)."""
+    state = await fold(bootstrap, namespace)
+    source = state.store.run(source_id)
+    assert source is not None
+    [ask] = fork_asks(source)
+    items = [HistoryEntry(i.partition, i.offset, i.verdict, i.record.TYPE,
+                          i.record.envelope.timestamp_ms, encode(i.record)[0])
+             for i in state.history[source_id] if i.record is not None]
+    owner = _DyingOwner(state)
+    owner.claim(source.partition)
+    for cls, body in answer_fork(source, ask, items, state.journal(source_id)):
+        owner.decide(cls, source, **body)
+    await owner.send(bootstrap, namespace)
+    state = await fold(bootstrap, namespace, history=False)
+    outbox = state.store.outbox(source.partition)
+    assert outbox and {item.run_id for item in outbox} == {run_id}
+    await _produce(bootstrap, namespace, [request_record(item) for item in outbox])
     state = await fold(bootstrap, namespace, history=False)
     run = state.store.run(run_id)
     assert run is not None and run.fork is not None and not run.admitted
-    partition = run.partition
-    epoch = state.partition(partition).epoch + 1
-    source_id = uuid.uuid4().hex
-    records: list[JournalRecord] = [_decision(
-        ev.PartitionEpochClaimed, "", f"partition/{partition}", epoch - 1, source_id, 1,
-        None, partition=partition, epoch=epoch, owner="dying-owner")]
-    for seq, (cls, body) in enumerate(fork_decisions(run, lambda p: None)[:copies + 1], 2):
-        request_id = body.pop("request_id")
-        records.append(_decision(cls, run_id, run_id, epoch, source_id, seq, request_id,
-                                 **body))
+    owner = _DyingOwner(state, owner.source_id, owner.seq)
+    owner.claim(run.partition)
+    for cls, body in fork_decisions(run, lambda p: None)[:copies + 1]:
+        owner.decide(cls, run, **body)
+    await owner.send(bootstrap, namespace)
+
+
+class _DyingOwner:
+    """Decisions of one source, under the epochs it claims, written when `send` is called."""
+
+    def __init__(self, state: Any, source_id: str | None = None, seq: int = 0) -> None:
+        self.state = state
+        self.source_id = source_id or uuid.uuid4().hex
+        self.seq = seq
+        self.epochs: dict[int, int] = {}
+        self.records: list[tuple[int, JournalRecord]] = []
+
+    def claim(self, partition: int) -> None:
+        epoch = self.state.partition(partition).epoch + 1
+        self.epochs[partition] = epoch
+        self.seq += 1
+        self.records.append((partition, _decision(
+            ev.PartitionEpochClaimed, "", f"partition/{partition}", epoch - 1, self.source_id,
+            self.seq, None, partition=partition, epoch=epoch, owner="dying-owner")))
+
+    def decide(self, cls: type[Any], run: RunState, **body: Any) -> None:
+        self.seq += 1
+        request_id = body.pop("request_id", None)
+        self.records.append((run.partition, _decision(
+            cls, run.run_id, run.lineage_id, self.epochs[run.partition], self.source_id,
+            self.seq, request_id, **body)))
+
+    async def send(self, bootstrap: str, namespace: str) -> None:
+        await _produce(bootstrap, namespace, [r for _, r in self.records],
+                       [p for p, _ in self.records])
+        self.records = []
+
+
+async def _produce(bootstrap: str, namespace: str, records: list[JournalRecord],
+                   partitions: list[int] | None = None) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
                                 enable_idempotence=True)
     await producer.start()
     try:
-        for record in records:
+        count = len(await producer.partitions_for(journal_topic(namespace)))
+        for number, record in enumerate(records):
             value, headers = encode(record)
-            await producer.send_and_wait(journal_topic(namespace), value=value,
-                                         key=record.envelope.lineage_id.encode(),
-                                         partition=partition, headers=headers)
+            lineage = record.envelope.lineage_id
+            await producer.send_and_wait(
+                journal_topic(namespace), value=value, key=lineage.encode(),
+                partition=(partition_for(lineage, count) if partitions is None
+                           else partitions[number]), headers=headers)
     finally:
         await producer.stop()
 

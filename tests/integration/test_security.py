@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -28,11 +30,21 @@ from engine.broker import BrokerCluster, BrokerError, find_java
 from engine.config import journal_topic, requests_topic
 from engine.connection import ENVIRONMENT, KafkaSecurity, access_denied, kafka_options
 from engine.deadletters import DeadLetterRow, list_dead_letters
-from engine.demo.flows import CheckoutIn, checkout, refund
-from engine.errors import InvalidInput, RunstreamError
-from engine.journal import Envelope, encode
+from engine.demo.flows import CheckoutIn, PackingIn, checkout, packing, refund
+from engine.errors import (
+    CancelRefused,
+    InvalidInput,
+    ResumeRefused,
+    RunNotFound,
+    RunstreamError,
+    SignalRefused,
+)
+from engine.fork import ForkRefused, fork_run
+from engine.journal import Envelope, decode, encode
 from engine.journal import events as ev
-from engine.reader import read_partitions
+from engine.reader import read_partitions, run_partition
+from projections.forks import entry_json
+from projections.state import JournalEntry, RunStatus
 from tests.integration.support import stop_process
 from tests.integration.test_cluster import _free_base_port
 
@@ -274,3 +286,149 @@ async def _until_dead_lettered(secure: BrokerCluster, namespace: str, topic: str
             return rows[0]
         await asyncio.sleep(0.5)
     raise AssertionError(f"nothing from {topic} reached the dead-letter topic in 60 s")
+
+
+async def test_a_restricted_authority_acts_only_on_runs_inside_its_ceiling_and_forges_no_step(
+        secure: BrokerCluster, tmp_path: Path) -> None:
+    """Issue 16, item 12, in relay mode under ACLs. User:shop (authority `shop`, limited to
+    `email`) signals, resumes, cancels and forks the runs it covers (their ceiling is within
+    `email`) but none of User:client's unrestricted runs: each is refused by the reducer with
+    the authority's reason. A fork request carrying a forged `charge` step (the first
+    shape), a new-shape one carrying entries, or an owner's run.fork-part, sent by shop,
+    is dead-lettered by the relay: no run with a forged step ever exists."""
+    namespace = await _namespace(secure, relayed=True)
+    admin = security_of(secure, "admin")
+    await ensure_requests_topics(secure.bootstrap, namespace, ["shop"], security=admin)
+    await grant_role(bootstrap=secure.bootstrap, role="client", principal="User:shop",
+                     namespace=namespace, authority="shop", security=admin)
+    proc = _start_worker(secure.bootstrap, namespace, security_of(secure, "worker"), tmp_path,
+                         authorities='{"shop": ["email"]}')
+    try:
+        async with Client(bootstrap_servers=secure.bootstrap, namespace=namespace,
+                          flows=[checkout, packing], security=security_of(secure, "client"),
+                          read_model_dir=tmp_path / "client") as client, \
+                Client(bootstrap_servers=secure.bootstrap, namespace=namespace,
+                       flows=[checkout, packing], security=security_of(secure, "shop"),
+                       authority_name="shop", read_model_dir=tmp_path / "shop") as shop:
+            paid = await client.create_run(checkout, CheckoutIn(order_id="o-out", amount=5),
+                                           run_id="o-out")
+            await paid.result(timeout=90)
+            await client.create_run(packing, PackingIn(order_id="p-out", seconds=600),
+                                    run_id="p-out")
+            for run_id in ("p-in", "p-in-2"):
+                await shop.create_run(packing, PackingIn(order_id=run_id, seconds=600),
+                                      run_id=run_id)
+            for run_id in ("p-out", "p-in", "p-in-2"):
+                await _until_status(shop, run_id, RunStatus.suspended)
+            assert (await shop.describe("p-out")).ceiling is None  # may use anything
+            assert (await shop.describe("p-in")).ceiling == ("email",)
+
+            outside = re.escape("authority 'shop' (allowed: email) does not cover run p-out")
+            with pytest.raises(SignalRefused, match=outside):
+                await shop.signal("p-out", "hello")
+            with pytest.raises(ResumeRefused, match=outside):
+                await shop.resume("p-out")
+            with pytest.raises(CancelRefused, match=outside):
+                await shop.cancel("p-out")
+            with pytest.raises(ForkRefused, match="does not cover run o-out"):
+                await fork_run(bootstrap=None, namespace=None, run_id="o-out", at_record=2,
+                               new_run_id="o-out-copy", force=False, client=shop)
+            state = await client.describe("p-out")
+            assert (state.status, state.signals, state.cancel_requested,
+                    state.resume_requested) == (RunStatus.suspended, (), None, False)
+
+            await shop.signal("p-in", "hello")  # inside its ceiling: taken
+            await shop.resume("p-in")  # an operator wake of its timer
+            assert (await shop.get_handle("p-in").result(timeout=90)) == "parcel-p-in"
+            await shop.cancel("p-in-2")
+            await _until_status(shop, "p-in-2", RunStatus.cancelled)
+            mine = await shop.create_run(checkout, CheckoutIn(order_id="o-in", amount=5),
+                                         run_id="o-in")
+            await mine.result(timeout=90)
+            view = await (await shop.read_model()).catch_up([await shop.partition_of("o-in")])
+            at = next(n for n, item in enumerate(view.history("o-in"), 1)
+                      if item.type == ev.StepCompleted.TYPE)  # after `reserve`
+            made = await fork_run(bootstrap=None, namespace=None, run_id="o-in",
+                                  at_record=at, new_run_id="o-in-again", force=False,
+                                  client=shop)
+            assert made.entries == 1 and made.answered
+            assert (await shop.get_handle("o-in-again").result(timeout=90)) is not None
+            await client.cancel("p-out")
+
+        # Forged forks from shop: the relay refuses each; none reaches the journal.
+        shop_topic = requests_topic(namespace, "shop")
+        for forged in _forged_forks():
+            await _produce_record(secure, "shop", shop_topic, forged)
+        rows = await _until_dead_lettered_count(secure, namespace, shop_topic, 3)
+        assert sorted(row.reason for row in rows) == [
+            "not a client request", "not a client request", "not a client request"], rows
+        journal = [decode(r.value, r.headers) async for r in read_partitions(
+            secure.bootstrap, journal_topic(namespace), security=admin)]
+        assert not [r for r in journal if r.envelope.run_id == "forged"]
+        assert not [r for r in journal if isinstance(r, ev.RunForkPart)
+                    and r.envelope.run_id != "o-in-again"]
+    finally:
+        stop_process(proc, 20)
+    assert "Traceback" not in (tmp_path / "worker.log").read_text(errors="replace")
+
+
+def _forged_forks() -> list[ev.JournalRecord]:
+    """A fork of the first shape naming a new run `forged` whose `charge` step is recorded
+    as completed, the same entries in a new-shape request, and an owner's part."""
+    entries = [entry_json(JournalEntry(position=0, name="reserve", status="completed",
+                                       attempts=1, result_json='"res-x"')),
+               entry_json(JournalEntry(position=1, name="charge", status="completed",
+                                       attempts=1, result_json='"ch-free"'))]
+    body: dict[str, Any] = {
+        "source_run_id": "o-in", "source_offset": 0, "source_record": 1, "flow": "checkout",
+        "payload_json": '{"order_id":"forged","amount":5}', "entry_count": 2,
+        "entries_json": entries}
+
+    def envelope(cls: type[Any], run_id: str) -> Envelope:
+        return Envelope(type=cls.TYPE, run_id=run_id, lineage_id=run_id,
+                        request_id=uuid.uuid4().hex, timestamp_ms=int(time.time() * 1000))
+
+    return [ev.RunForkRequested(envelope=envelope(ev.RunForkRequested, "forged"), **body),
+            ev.RunForkRequested(envelope=envelope(ev.RunForkRequested, "o-in"),
+                                target_run_id="forged", **body),
+            ev.RunForkPart(envelope=envelope(ev.RunForkPart, "forged"), **body)]
+
+
+async def _produce_record(secure: BrokerCluster, user: str, topic: str,
+                          record: ev.JournalRecord) -> None:
+    """Send `record` as `user` to its run's partition of `topic`, keyed by its lineage."""
+    value, headers = encode(record)
+    producer = AIOKafkaProducer(bootstrap_servers=secure.bootstrap, acks="all",
+                                enable_idempotence=True, request_timeout_ms=15_000,
+                                **kafka_options(security_of(secure, user)))
+    await producer.start()
+    try:
+        lineage = record.envelope.lineage_id
+        await asyncio.wait_for(producer.send_and_wait(
+            topic, value=value, key=lineage.encode(), headers=list(headers),
+            partition=run_partition(record.envelope.run_id, PARTITIONS)), 30)
+    finally:
+        await producer.stop()
+
+
+async def _until_status(client: Client, run_id: str, status: RunStatus) -> None:
+    for _ in range(180):
+        try:
+            if (await client.describe(run_id)).status is status:
+                return
+        except RunNotFound:
+            pass
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"run {run_id} never became {status.value}")
+
+
+async def _until_dead_lettered_count(secure: BrokerCluster, namespace: str, topic: str,
+                                     count: int) -> list[DeadLetterRow]:
+    for _ in range(120):
+        listed = await list_dead_letters(bootstrap=secure.bootstrap, namespace=namespace,
+                                         security=security_of(secure, "worker"))
+        rows = [row for row in listed.rows if row.topic == topic]
+        if len(rows) >= count:
+            return rows
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"fewer than {count} records from {topic} were dead-lettered")

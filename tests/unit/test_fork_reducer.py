@@ -1,5 +1,7 @@
-"""The reducer on a fork's records (run.fork-requested, run.forked, journal.entry-copied), the
-owner's fork decisions, and the fork planner's pure parts: no broker."""
+"""The reducer on a fork's records at the new run's partition (run.fork-part, run.forked,
+journal.entry-copied; the first shape of run.fork-requested in the fixture), the owner's fork
+decisions, and the fork planner's pure parts: no broker. The source's side (the request,
+its answer, authorities) is tests/unit/test_fork_source.py."""
 
 from __future__ import annotations
 
@@ -11,15 +13,15 @@ from typing import Any
 import pytest
 
 from engine.decide import fork_decisions
-from engine.fork import (
+from engine.fork_source import (
     MAX_PART_BYTES,
     ForkPlan,
-    fork_requests,
+    part_bodies,
     residue,
     settled_prefix,
 )
 from engine.history import replay_run
-from engine.journal import encode
+from engine.journal import Envelope, encode
 from engine.journal import events as ev
 from projections.forks import entry_from_json, entry_json, is_settled
 from projections.memory import MemoryProjection
@@ -48,9 +50,24 @@ def plan(entries: list[JournalEntry], warnings: tuple[str, ...] = ()) -> ForkPla
 
 
 def parts(entries: list[JournalEntry], *, max_part_bytes: int = MAX_PART_BYTES,
-          new_run_id: str = RUN) -> tuple[ev.RunForkRequested, ...]:
-    return fork_requests(plan(entries), new_run_id, forced=False, requested_by="test",
-                         max_part_bytes=max_part_bytes, now_ms=1_700_000_000_000)
+          new_run_id: str = RUN) -> tuple[ev.RunForkPart, ...]:
+    return fork_parts_of(plan(entries), new_run_id, forced=False,
+                         max_part_bytes=max_part_bytes)
+
+
+def fork_parts_of(fork: ForkPlan, new_run_id: str, *, forced: bool,
+                  max_part_bytes: int = MAX_PART_BYTES) -> tuple[ev.RunForkPart, ...]:
+    """The run.fork-part requests the source's owner sends for `fork` (as its outbox does:
+    projections.forks.apply_fork_answered)."""
+    return tuple(
+        ev.RunForkPart(envelope=Envelope(type=ev.RunForkPart.TYPE, run_id=new_run_id,
+                                         lineage_id=new_run_id,
+                                         request_id=f"fork/{new_run_id}/n/{body['part']}",
+                                         timestamp_ms=1_700_000_000_000),
+                       source_run_id=fork.source.run_id,
+                       **{k: v for k, v in body.items() if k != "target_run_id"})
+        for body in part_bodies(fork, new_run_id, forced=forced, requested_by="test",
+                                max_part_bytes=max_part_bytes))
 
 
 class Log:
@@ -191,8 +208,7 @@ def test_an_empty_prefix_is_admitted_at_once_and_a_large_payload_leaves_part_0_e
     assert log.run().admitted and log.run().inbox == () and log.run().steps == 0
     big = dataclasses.replace(plan([step(0), step(1)]), source=replace(
         source(), payload_json=json.dumps("p" * 5000)))
-    requests = fork_requests(big, "fork-2", forced=True, requested_by="t",
-                             max_part_bytes=4000)
+    requests = fork_parts_of(big, "fork-2", forced=True, max_part_bytes=4000)
     assert requests[0].entries_json == [] and len(requests) == 2 and requests[0].forced
 
 
@@ -259,7 +275,8 @@ def test_fork_requests_carry_every_entry_once_in_order(count: int) -> None:
 def test_fork_fixture_copies_refusals_duplicates_replay_and_rocksdb_agree(
     tmp_path: Path,
 ) -> None:
-    """Recorded from a real broker by tests/fixtures/record_fork_fixture.py: forks after two
+    """Recorded from a real broker by tests/fixtures/record_fork_fixture.py before issue 16
+    (a fork request of the first shape carried its prefix): forks after two
     steps, in four parts, at the first record (nothing to copy) and past an irreversible
     step (forced); a request naming an existing run; a part sent twice."""
     memory = MemoryProjection(keep_history=True)

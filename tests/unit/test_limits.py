@@ -221,9 +221,16 @@ def test_a_restricted_authority_gets_its_ceiling_narrowed() -> None:
         assert isinstance(forwarded, ev.RunCreateRequested) and forwarded.ceiling == expected
         assert (AUTHORITY_HEADER, b"team") in verdict.headers
     signal = request(ev.RunSignalSent, run_id="r1", request_id="s", name="go")
-    assert isinstance(_judge(_incoming(signal, topic=topic), caps), Forward)
     resume = request(ev.RunResumeRequested, run_id="r1", request_id="s", operator="x")
-    assert "operator's request" in _reason(_incoming(resume, topic=topic), caps)
+    for asked in (signal, resume):  # they carry the authority, for the reducer to check
+        verdict = _judge(_incoming(asked, topic=topic), caps)
+        assert isinstance(verdict, Forward)
+        carried = decode(verdict.value)
+        assert isinstance(carried, ev.RunSignalSent | ev.RunResumeRequested)
+        assert (carried.authority, carried.authority_capabilities) == ("team", ["email"])
+    skip = dataclasses.replace(resume, resolution="skip", position=0, digest="d",
+                               result_json="1")
+    assert "operator's request" in _reason(_incoming(skip, topic=topic), caps)
     assert "authority 'other' is not configured" in _reason(
         _incoming(create("r1", "q1"), topic=f"{NS}.requests.other"), caps)
 

@@ -343,7 +343,7 @@ async def test_a_fork_replays_its_copied_prefix_and_runs_the_rest_once_more() ->
         forked = await env.fork(source, at_record=at, new_run_id="forked")
         assert await env.result(forked) == expected
         assert calls("env-fork") == {"one": 1, "two": 1, "three": 2, "four": 2}
-        assert types(env, forked)[:4] == ["run.fork-requested", "run.forked",
+        assert types(env, forked)[:4] == ["run.fork-part", "run.forked",
                                            "journal.entry-copied", "journal.entry-copied"]
         state = env.describe(forked)
         assert state.fork is not None and (state.fork.source_record, state.steps) == (at, 4)
