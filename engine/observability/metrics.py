@@ -153,6 +153,10 @@ COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "runstream_step_failures": ("Step attempts that raised.", ("flow", "step")),
     "runstream_timers_fired": ("Timers this worker fired.", ()),
     "runstream_signals_delivered": ("Signals delivered to waiting runs.", ()),
+    "runstream_background_failures": (
+        "Background tasks of this worker (heartbeat, timers, watchdog) that raised: each "
+        "is restarted, or stops the worker when it cannot be (engine.worker.supervise).",
+        ("task",)),
 }
 
 
@@ -241,6 +245,10 @@ class WorkerMetrics:
 
     def signal_delivered(self) -> None:
         self._tally.add("runstream_signals_delivered", ())
+
+    def background_failure(self, task: str) -> None:
+        """The background task `task` (a fixed name: heartbeat, timers, watchdog) raised."""
+        self._tally.add("runstream_background_failures", (task,))
 
     def settled(self, flow: str, status: str, seconds: float) -> None:
         """A run of `flow` settled with `status`, `seconds` after it was created. Clamped at
