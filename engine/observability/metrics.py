@@ -9,7 +9,8 @@ exposed by `serve()` (a `/metrics` HTTP endpoint on a daemon thread) or rendered
 Every metric name starts with `runstream_`.
 
 Label cardinality is bounded by construction: `flow` and `step` are names from code (a flow's
-registered name, a step's name in the flow's source), not from data; `partition` is bounded
+registered name, a step's name in the flow's source), not from data (a run of a flow the
+worker does not register is labelled `other`, engine.worker.observe); `partition` is bounded
 by the topic's partition count; `type` by the journal's record types; `outcome`, `mode`,
 `verdict`, `status` and `reason` by small fixed sets. Never pass a run id, a payload value or
 anything else a user controls as a label.
@@ -45,15 +46,16 @@ LATENCY_BUCKETS: tuple[float, ...] = (
 # buckets, then an hour, six hours and a day (longer runs land in +Inf).
 SETTLE_BUCKETS: tuple[float, ...] = (*LATENCY_BUCKETS, 1800.0, 3600.0, 21600.0, 86400.0)
 
-RunsSource = Callable[[], tuple[Mapping[str, int], Mapping[str, int]]]
-"""Returns (number of runs by status, number of suspended runs by reason)."""
+RunsSource = Callable[[], tuple[Mapping[tuple[str, str], int], Mapping[tuple[str, str], int]]]
+"""Returns (number of runs by (flow, status), number of suspended runs by (flow, reason))."""
 
 
 class _RunsCollector:
-    """`runstream_runs{status}` and `runstream_suspended_runs{reason}`, computed at scrape
-    time. The source is called on the scraping thread (the HTTP server's, or render()'s
-    caller's): it must only read. If it raises, the two gauges are left out of that scrape;
-    the scrape itself never fails because of them."""
+    """`runstream_runs{flow,status}` and `runstream_suspended_runs{flow,reason}`, read at
+    scrape time. The source is called on the scraping thread (the HTTP server's, or
+    render()'s caller's): it must only read counts kept elsewhere, O(series), never walk
+    runs (engine.worker.observe.RunGauges). If it raises, the two gauges are left out of that
+    scrape; the scrape itself never fails because of them."""
 
     def __init__(self, source: RunsSource) -> None:
         self.source = source
@@ -67,11 +69,11 @@ class _RunsCollector:
         try:
             by_status, by_reason = self.source()
             runs = _runs_family()
-            for status, count in by_status.items():
-                runs.add_metric([str(status)], float(count))
+            for (flow, status), count in by_status.items():
+                runs.add_metric([str(flow), str(status)], float(count))
             suspended = _suspended_family()
-            for reason, count in by_reason.items():
-                suspended.add_metric([str(reason)], float(count))
+            for (flow, reason), count in by_reason.items():
+                suspended.add_metric([str(flow), str(reason)], float(count))
         except Exception:
             # Once loudly, then quietly: a broken source would otherwise log on every scrape.
             log.log(logging.DEBUG if self._warned else logging.WARNING,
@@ -83,14 +85,16 @@ class _RunsCollector:
 
 
 def _runs_family() -> GaugeMetricFamily:
-    return GaugeMetricFamily("runstream_runs", "Runs known to this worker, by status.",
-                             labels=["status"])
+    return GaugeMetricFamily("runstream_runs",
+                             "Runs of the partitions this worker owns, by flow and status.",
+                             labels=["flow", "status"])
 
 
 def _suspended_family() -> GaugeMetricFamily:
-    return GaugeMetricFamily("runstream_suspended_runs",
-                             "Suspended runs known to this worker, by what they wait for.",
-                             labels=["reason"])
+    return GaugeMetricFamily(
+        "runstream_suspended_runs",
+        "Waiting runs of the partitions this worker owns, by flow and what they wait for.",
+        labels=["flow", "reason"])
 
 
 class _Tally:
@@ -153,6 +157,10 @@ COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "runstream_step_failures": ("Step attempts that raised.", ("flow", "step")),
     "runstream_timers_fired": ("Timers this worker fired.", ()),
     "runstream_signals_delivered": ("Signals delivered to waiting runs.", ()),
+    "runstream_background_failures": (
+        "Background tasks of this worker (heartbeat, timers, watchdog) that raised: each "
+        "is restarted, or stops the worker when it cannot be (engine.worker.supervise).",
+        ("task",)),
 }
 
 
@@ -242,6 +250,10 @@ class WorkerMetrics:
     def signal_delivered(self) -> None:
         self._tally.add("runstream_signals_delivered", ())
 
+    def background_failure(self, task: str) -> None:
+        """The background task `task` (a fixed name: heartbeat, timers, watchdog) raised."""
+        self._tally.add("runstream_background_failures", (task,))
+
     def settled(self, flow: str, status: str, seconds: float) -> None:
         """A run of `flow` settled with `status`, `seconds` after it was created. Clamped at
         zero: the two instants can come from different machines' clocks."""
@@ -263,8 +275,8 @@ class WorkerMetrics:
         self._read_model_lag.set(lag)
 
     def runs_gauges(self, source: RunsSource) -> None:
-        """Compute `runstream_runs{status}` and `runstream_suspended_runs{reason}` at scrape
-        time from `source()`. Calling it again replaces the source."""
+        """Read `runstream_runs{flow,status}` and `runstream_suspended_runs{flow,reason}` at
+        scrape time from `source()`. Calling it again replaces the source."""
         with self._lock:
             if self._runs_collector is None:
                 self._runs_collector = _RunsCollector(source)

@@ -5,6 +5,12 @@ that fell due while no worker owned its partition fires when the next owner swee
 run that ended has no timer left to fire. A sweep takes at most BATCH due timers per
 partition, in due order, and waits for their acknowledgement before the next: a burst of
 thousands of due timers becomes a stream of small batches that other work interleaves with.
+
+A fired timer stays in flight until the projection judges its `timer.fired`, whatever the
+verdict: applied, or ignored because a signal, an operator resume or a cancel won the race,
+or fenced, or a duplicate (`judged`). Entries of partitions this worker no longer executes
+are dropped at the next sweep, and a claim drops them all (`reset`): a timer fired under an
+ownership that ended may never be judged here.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from engine.errors import WorkerFatal
 from engine.journal import events as ev
 from engine.worker.executor import now_ms
 
@@ -32,7 +39,8 @@ class TimerSweeper:
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
         self._poke = asyncio.Event()
-        self._in_flight: dict[str, int] = {}  # run id -> position: MAX_IN_FLIGHT at most
+        # run id -> (partition, position) of its fired timer: MAX_IN_FLIGHT at most.
+        self._in_flight: dict[str, tuple[int, int]] = {}
         self.fired = 0
 
     def poke(self) -> None:
@@ -40,7 +48,17 @@ class TimerSweeper:
         self._poke.set()
 
     def applied(self, run_id: str) -> None:
+        """A record that ends or replaces the run's wait was applied (its timer fired, or it
+        suspended anew): whatever it had in flight is done."""
         if self._in_flight.pop(run_id, None) is not None:
+            self._poke.set()
+
+    def judged(self, run_id: str, position: int) -> None:
+        """Our `timer.fired` of `run_id` at `position` got a verdict, whichever: applied,
+        ignored (it lost a race), fenced or duplicate. Either way it is no longer in flight."""
+        held = self._in_flight.get(run_id)
+        if held is not None and held[1] == position:
+            del self._in_flight[run_id]
             self._poke.set()
 
     def reset(self) -> None:
@@ -71,9 +89,9 @@ class TimerSweeper:
         sent: list[asyncio.Future[None]] = []
         next_due: int | None = None
         now = now_ms()
-        for own in list(worker.owned.values()):
-            if not own.executing:
-                continue
+        executing = [own for own in list(worker.owned.values()) if own.executing]
+        self._forget_unowned({own.partition for own in executing})
+        for own in executing:
             for timer in store.due_timers(own.partition, now, BATCH + len(self._in_flight)):
                 if timer.run_id in self._in_flight:
                     continue
@@ -82,11 +100,21 @@ class TimerSweeper:
                 run = store.run(timer.run_id)
                 if run is None:
                     continue
-                self._in_flight[timer.run_id] = timer.position
-                sent.append(worker.enqueue(own, run, ev.TimerFired, position=timer.position,
-                                           due_ms=timer.due_ms))
+                try:
+                    sent.append(worker.enqueue(own, run, ev.TimerFired,
+                                               position=timer.position, due_ms=timer.due_ms))
+                except WorkerFatal:  # the source failed: its renewal claims, then resets us
+                    self.fired += len(sent)
+                    return sent, None
+                self._in_flight[timer.run_id] = (own.partition, timer.position)
             due = store.next_due_ms(own.partition)
             if due is not None and due > now and (next_due is None or due < next_due):
                 next_due = due
         self.fired += len(sent)
         return sent, next_due
+
+    def _forget_unowned(self, executing: set[int]) -> None:
+        """Drop what was fired in partitions we no longer execute (revoked, lost): their
+        verdicts may never reach us. At most MAX_IN_FLIGHT entries to look at."""
+        for run_id in [r for r, (p, _) in self._in_flight.items() if p not in executing]:
+            del self._in_flight[run_id]

@@ -14,7 +14,7 @@ import os
 import socket
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,7 @@ from engine.worker.reactions import Reactions
 from engine.worker.readback import READ_BACK_DEFER_S, decisions_only
 from engine.worker.shutdown import CLOSE_TIMEOUT_S, bounded
 from engine.worker.sticky import StickyCache, sticky_size
+from engine.worker.supervise import supervise
 from engine.worker.timers import TimerSweeper
 from engine.worker.upkeep import Upkeep
 from engine.worker.watchdog import LoopWatchdog
@@ -168,11 +169,23 @@ class Worker:
         self._consumer.subscribe([self.topic], listener=Rebalance(self))
         consume = asyncio.create_task(self._consume(), name="runstream-consume")
         consume.add_done_callback(self._on_loop_done)
-        heartbeat = asyncio.create_task(self.upkeep.heartbeats(), name="runstream-heartbeat")
-        timers = asyncio.create_task(self.timers.run(), name="runstream-timers")
-        watchdog = asyncio.create_task(self.watchdog.run(), name="runstream-watchdog")
+        heartbeat = self._background("heartbeat", self.upkeep.heartbeats)
+        timers = self._background("timers", self.timers.run)
+        watchdog = self._background("watchdog", self.watchdog.run)
         self._tasks = [consume, heartbeat, timers, watchdog]
         log.info("worker %s (source %s) started on %s", self.name, self.source_id, self.topic)
+
+    def _background(self, task: str, body: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
+        """A background task, restarted when it fails (engine.worker.supervise)."""
+        return asyncio.create_task(
+            supervise(task, body, worker=self.name, metrics=self.metrics,
+                      give_up=self._give_up), name=f"runstream-{task}")
+
+    def _give_up(self, fatal: WorkerFatal) -> None:
+        """A background task cannot go on: the consume loop raises this at its next turn,
+        which stops the worker (_on_loop_done)."""
+        if self._fatal is None:
+            self._fatal = fatal
 
     async def _connect(self) -> None:
         """One attempt: a source's producer, the group's consumer, the relay; whatever
@@ -380,6 +393,8 @@ class Worker:
         drained = False
         if record.envelope.source_id == self.source_id:
             drained = self.confirmations.applied(partition, record, outcome.verdict)
+            if isinstance(record, ev.TimerFired):  # any verdict: a lost race is judged too
+                self.timers.judged(record.envelope.run_id, record.position)
             if own is not None and record.envelope.request_id:
                 own.decided.discard(record.envelope.request_id)  # the projection dedupes now
         if isinstance(record, ev.PartitionEpochClaimed):

@@ -130,8 +130,9 @@ async def test_scraped_metrics_match_the_journal(
     assert _value(samples, "runstream_create_to_settle_seconds_count",
                   flow="two-steps", status="completed") == 5
     assert _value(samples, "runstream_claims_total", outcome="applied") == 4
-    assert _value(samples, "runstream_runs", status="completed") == 6
-    assert _value(samples, "runstream_runs", status="failed") == 1
+    assert _value(samples, "runstream_runs", flow="two-steps", status="completed") == 5
+    assert _value(samples, "runstream_runs", flow="waiter", status="completed") == 1
+    assert _value(samples, "runstream_runs", flow="broken", status="failed") == 1
     assert _value(samples, "runstream_fenced_records_total") == 0
     lags = [v for (name, _), v in samples.items() if name == "runstream_consumer_lag_records"]
     assert lags and all(v >= 0 for v in lags)

@@ -79,7 +79,9 @@ def test_every_method_lands_in_its_series(metrics: WorkerMetrics) -> None:
     m.forget_partition(2)
     m.forget_partition(42)  # never seen: a no-op
     m.set_read_model_lag(11)
-    m.runs_gauges(lambda: ({"running": 3, "suspended": 2}, {"sleep": 1, "signal": 1}))
+    m.runs_gauges(lambda: ({("checkout", "running"): 3, ("checkout", "suspended"): 2,
+                            ("other", "running"): 1},
+                           {("checkout", "timer"): 1, ("checkout", "event"): 1}))
 
     s = _samples(m.render())
     assert _value(s, "runstream_claims_total", outcome="applied") == 2
@@ -135,30 +137,31 @@ def test_every_method_lands_in_its_series(metrics: WorkerMetrics) -> None:
     assert ("runstream_consumer_lag_records", (("partition", "2"),)) not in s
     assert _value(s, "runstream_read_model_lag_records") == 11
 
-    assert _value(s, "runstream_runs", status="running") == 3
-    assert _value(s, "runstream_runs", status="suspended") == 2
-    assert _value(s, "runstream_suspended_runs", reason="sleep") == 1
-    assert _value(s, "runstream_suspended_runs", reason="signal") == 1
+    assert _value(s, "runstream_runs", flow="checkout", status="running") == 3
+    assert _value(s, "runstream_runs", flow="checkout", status="suspended") == 2
+    assert _value(s, "runstream_runs", flow="other", status="running") == 1
+    assert _value(s, "runstream_suspended_runs", flow="checkout", reason="timer") == 1
+    assert _value(s, "runstream_suspended_runs", flow="checkout", reason="event") == 1
 
     assert all(name.startswith("runstream_") for name in _names(s))
 
 
 def test_runs_gauges_are_computed_at_scrape_time_and_the_source_can_be_replaced(
         metrics: WorkerMetrics) -> None:
-    counts = {"running": 1}
+    counts = {("f", "running"): 1}
     metrics.runs_gauges(lambda: (counts, {}))
-    assert _value(_samples(metrics.render()), "runstream_runs", status="running") == 1
-    counts["running"] = 4
-    assert _value(_samples(metrics.render()), "runstream_runs", status="running") == 4
-    metrics.runs_gauges(lambda: ({"completed": 8}, {"child": 2}))
+    assert _value(_samples(metrics.render()), "runstream_runs", flow="f", status="running") == 1
+    counts[("f", "running")] = 4
+    assert _value(_samples(metrics.render()), "runstream_runs", flow="f", status="running") == 4
+    metrics.runs_gauges(lambda: ({("f", "completed"): 8}, {("f", "child"): 2}))
     s = _samples(metrics.render())
-    assert _value(s, "runstream_runs", status="completed") == 8
-    assert ("runstream_runs", (("status", "running"),)) not in s
-    assert _value(s, "runstream_suspended_runs", reason="child") == 2
+    assert _value(s, "runstream_runs", flow="f", status="completed") == 8
+    assert ("runstream_runs", (("flow", "f"), ("status", "running"))) not in s
+    assert _value(s, "runstream_suspended_runs", flow="f", reason="child") == 2
 
 
 def test_a_runs_source_that_raises_does_not_break_the_scrape(metrics: WorkerMetrics) -> None:
-    def broken() -> tuple[Mapping[str, int], Mapping[str, int]]:
+    def broken() -> tuple[Mapping[tuple[str, str], int], Mapping[tuple[str, str], int]]:
         raise RuntimeError("read model closed")
 
     metrics.claim("applied")
@@ -200,16 +203,16 @@ def test_serve_exposes_metrics_over_http_until_closed() -> None:
 def test_two_workers_in_one_process_do_not_clash() -> None:
     a, b = WorkerMetrics(), WorkerMetrics()
     a.claim("applied")
-    a.runs_gauges(lambda: ({"running": 1}, {}))
+    a.runs_gauges(lambda: ({("f", "running"): 1}, {}))
     b.claim("lost")
-    b.runs_gauges(lambda: ({"running": 2}, {}))
+    b.runs_gauges(lambda: ({("f", "running"): 2}, {}))
     sa, sb = _samples(a.render()), _samples(b.render())
     assert _value(sa, "runstream_claims_total", outcome="applied") == 1
     assert ("runstream_claims_total", (("outcome", "lost"),)) not in sa
     assert _value(sb, "runstream_claims_total", outcome="lost") == 1
     assert ("runstream_claims_total", (("outcome", "applied"),)) not in sb
-    assert _value(sa, "runstream_runs", status="running") == 1
-    assert _value(sb, "runstream_runs", status="running") == 2
+    assert _value(sa, "runstream_runs", flow="f", status="running") == 1
+    assert _value(sb, "runstream_runs", flow="f", status="running") == 2
 
 
 def test_a_given_registry_is_used_and_the_default_one_is_not() -> None:
