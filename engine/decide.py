@@ -156,6 +156,19 @@ def unanswered_creates(run: RunState) -> list[InboxItem]:
     return [item for item in run.inbox if item.type == "run.create-requested"]
 
 
+INBOX_FULL = "inbox-full"
+
+
+def inbox_full_rejection(run: RunState, request_id: str) -> dict[str, str]:
+    """The run.create-rejected body answering a create the reducer refused because the
+    run already holds MAX_INBOX requests no owner has answered yet."""
+    return {"request_id": request_id, "reason": INBOX_FULL, "field": "request",
+            "existing_value": str(len(run.inbox)),
+            "requested_value": (f"run {run.run_id} already holds {len(run.inbox)} requests "
+                                f"no owner has answered yet, the most it keeps; send the "
+                                f"create again once its owner is running")}
+
+
 def flow_missing_message(flow: str, owner: str) -> str:
     return (
         f"no worker has claimed flow {flow!r}: the partition's owner {owner} does not "

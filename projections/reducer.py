@@ -217,7 +217,10 @@ def _apply_request(
             updated = replace(updated, updated_at_ms=record.envelope.timestamp_ms)
         return Applied(partition, updated, change.verdict, change.entry)
     if len(run.inbox) >= MAX_INBOX:
-        return Applied(partition, run, Verdict.ignored)
+        # Never dropped silently: a create is refused, and the owner answers it (its
+        # client raises CreateRejected); anything else held in an inbox is the owner's.
+        refused = isinstance(record, ev.RunCreateRequested)
+        return Applied(partition, run, Verdict.refused if refused else Verdict.ignored)
     item = _inbox_item(record, request_id_of(record, offset), offset)
     updated = replace(run, inbox=(*run.inbox, item), updated_at_ms=record.envelope.timestamp_ms)
     return Applied(partition, updated, Verdict.applied)

@@ -31,6 +31,7 @@ from engine.decide import (
     decide_waiting,
     exit_policy,
     fork_decisions,
+    inbox_full_rejection,
     limits_to_fix,
     resolution_records,
     unanswered_creates,
@@ -287,6 +288,11 @@ class TestEnvironment:
         offset = self._offsets[partition]
         self._offsets[partition] += 1
         outcome = self.projection.apply(partition, offset, record, self.clock_ms)
+        if (outcome.verdict is Verdict.refused and outcome.run is not None
+                and isinstance(record, ev.RunCreateRequested) and record.envelope.request_id):
+            # A full inbox refused it: the owner answers (engine.worker.activation).
+            self.decide(outcome.run, ev.RunCreateRejected,
+                        **inbox_full_rejection(outcome.run, record.envelope.request_id))
         if outcome.verdict is not Verdict.applied:
             return outcome.verdict
         for item in outcome.outbox:

@@ -87,7 +87,7 @@ class Reactions:
                 cancel = cancel_on_pending(run)
                 if cancel is not None:
                     self.cancel_now(own, run, cancel)
-                else:
+                elif run.admitted:  # (a run not admitted yet starts once its create is)
                     self.worker.activator.start(own, run, woken=woken)
             elif run.status is RunStatus.running and claiming:
                 self.worker.activator.start(own, run)

@@ -400,6 +400,10 @@ class Worker:
         if isinstance(record, ev.PartitionEpochClaimed):
             self.claims.on_claim(partition, record, outcome)
             return
+        if (outcome.verdict is Verdict.refused and isinstance(record, ev.RunCreateRequested)
+                and own is not None and outcome.run is not None):
+            self.activator.refused_create(own, outcome.run, record)
+            return
         if own is None or not own.executing:
             return
         if outcome.verdict is not Verdict.applied:

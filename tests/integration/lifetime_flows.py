@@ -1,6 +1,6 @@
 """Flows for issue 16's whole-life tests: limits of runs created by name, children that
 hand off, cleanup that waits after a cancel, and handlers that swallow the cancel. Used by
-the TestEnvironment tests (tests/unit/test_lifetime.py) and the broker tests
+the TestEnvironment tests (tests/unit/test_lifetime_env.py) and the broker tests
 (tests/integration/test_lifetime.py): the same scenarios through both."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Issue 16 items 1-4 and 8 on a real broker, through every door a user has: the Python
 client with a Flow object and by flow name, the CLI, and a create request a plain Kafka
 producer writes from schemas/ alone. The same scenarios run in TestEnvironment in
-tests/unit/test_lifetime.py."""
+tests/unit/test_lifetime_env.py."""
 
 from __future__ import annotations
 
@@ -235,3 +235,24 @@ async def test_a_settled_run_s_create_re_applied_after_the_index_forgot_it_is_no
 async def _count(bootstrap: str, namespace: str, run_id: str, cls: type[Any]) -> int:
     projection = await fold(bootstrap, namespace)
     return sum(isinstance(i.record, cls) for i in projection.history[run_id])
+
+
+async def test_a_create_beyond_a_full_inbox_is_refused_and_its_client_told(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """Item 9: creates for one run pile up while no worker runs; the claimant folds them,
+    the reducer refuses those beyond the inbox bound, and the owner answers each: the
+    client raises CreateRejected instead of waiting forever."""
+    from engine import CreateRejected
+    from projections.state import MAX_INBOX
+
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows) as c:
+        handles = [await c.create_run(tidy, {"cleanup_sleep": 0}, run_id="crowded")
+                   for _ in range(MAX_INBOX + 3)]
+        async with worker(bootstrap, namespace, tmp_path / "w"):
+            await handles[0].admitted(timeout=60)
+            for late in handles[-3:]:
+                with pytest.raises(CreateRejected) as refused:
+                    await late.admitted(timeout=60)
+                assert refused.value.reason == "inbox-full"
+            await handles[MAX_INBOX - 1].admitted(timeout=60)  # within the bound: answered

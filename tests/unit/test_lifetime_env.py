@@ -9,7 +9,8 @@ from engine import CapabilityRefused, RunCancelled, RunFailed, RunStatus
 from engine.decide import Create, Duplicate, decide_create
 from engine.journal import events as ev
 from engine.testing import TestEnvironment
-from projections.state import InboxItem, RunState
+from projections.state import MAX_INBOX, InboxItem, RunState, Verdict
+from tests.builders import create
 from tests.integration.lifetime_flows import (
     EFFECTS,
     capped,
@@ -128,3 +129,21 @@ async def test_a_settled_run_s_create_re_applied_does_not_run_its_handler_again(
         await env.run_until_idle()
         assert env.describe(run_id).status is RunStatus.cancelled
         assert EFFECTS[run_id] == ["cleanup"]
+
+
+async def test_a_create_beyond_a_full_inbox_is_refused_and_answered() -> None:
+    """Item 9: a partition without an owner for a while piles up creates; one beyond
+    MAX_INBOX is refused (never dropped) and the owner answers it, so its client hears."""
+    async with TestEnvironment(flows) as env:
+        run_id = "crowded"
+        for i in range(MAX_INBOX):  # folded with no owner to answer them
+            env.projection.apply(0, env._offsets[0], create(run_id, f"ask-{i}", flow=tidy.name),
+                                 env.clock_ms)
+            env._offsets[0] += 1
+        assert len(env.describe(run_id).inbox) == MAX_INBOX
+        verdict = env._request(ev.RunCreateRequested, run_id, request_id="one-too-many",
+                               flow=tidy.name, payload_json="null")
+        assert verdict is Verdict.refused
+        [answer] = [i.record for i in env.history(run_id)
+                    if isinstance(i.record, ev.RunCreateRejected)]
+        assert (answer.envelope.request_id, answer.reason) == ("one-too-many", "inbox-full")
