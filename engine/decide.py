@@ -401,8 +401,11 @@ def creation_limits(run: RunState, flow: Any) -> dict[str, Any]:
 def limits_to_fix(run: RunState, flow: Any) -> dict[str, Any] | None:
     """The run.limits-fixed body an owner that registers the run's flow journals before
     the run's first activation, when the owner that admitted it did not register the
-    flow (so the run still has the request's limits); None when there is nothing to fix."""
-    if flow is None or run.limits_fixed or run.activations > 0 or not run.admitted:
+    flow (so the run still has the request's limits); None when there is nothing to fix.
+    A later round has its limits from the handoff (the lineage's budget, a ceiling that
+    only narrows), and a fork its source's."""
+    if (flow is None or run.limits_fixed or run.activations > 0 or not run.admitted
+            or run.round > 0 or run.fork is not None):
         return None
     limits = creation_limits(run, flow)
     return {"flow": run.flow, "ceiling": limits["ceiling"], "max_rounds": limits["max_rounds"]}

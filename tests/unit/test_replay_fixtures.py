@@ -365,3 +365,18 @@ def test_rounds_fixture_lineages_quarantine_resolutions_and_ceilings_rocksdb_agr
     assert runs["q-retry"].result_json == retried.result_json == '"charged 5 (q-retry/0)"'
     assert [(e.kind, e.name) for e in memory.journal("patched")] == [
         ("step", "a"), ("patch", "v2"), ("step", "audit")]
+
+
+def test_lifetime_fixture_fixes_limits_and_delivers_each_cancel_once() -> None:
+    """Issue 16's records replayed: the flow's ceiling fixed before the first activation
+    of a run an owner without the flow admitted; a cancel delivered at one position."""
+    memory = MemoryProjection(keep_history=True)
+    for partition, offset, record, timestamp_ms in load(JOURNALS / "lifetime-limits-cancel.jsonl"):
+        memory.apply_record(partition, offset, record, timestamp_ms)
+    moved = memory.runs["moved"]
+    assert (moved.ceiling, moved.limits_fixed, moved.error_type) == (
+        ("payments.read",), True, "CapabilityRefused")
+    tidy = memory.runs["tidy"]
+    assert (tidy.status, tidy.cancel_delivered_at) == (RunStatus.cancelled, 0)
+    assert memory.runs["swallow"].has_evidence("settled-under-cancel")
+    assert memory.runs["parent"].status is RunStatus.completed
