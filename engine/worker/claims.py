@@ -32,6 +32,7 @@ log = logging.getLogger("runstream.worker")
 
 MAX_REFUSED = 1024
 END_OFFSETS_RETRY_S = 1.0
+MAX_LOGGED_RUNS = 10  # run ids named in one log line
 
 
 class Claims:
@@ -202,6 +203,11 @@ class Claims:
         tasks = [e.task for e in executions if e.task is not None]
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=w.drain_timeout)
+            if pending:
+                stuck = [e.run.run_id for e in executions if e.task in pending]
+                log.warning("partitions %s: %d run(s) still executing after the drain timeout "
+                            "(%.1fs), cancelled: %s", sorted(released), len(pending),
+                            w.drain_timeout, ", ".join(stuck[:MAX_LOGGED_RUNS]))
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)

@@ -17,15 +17,18 @@ from engine.journal import Envelope, JournalRecord
 from engine.journal import events as ev
 from engine.runner import HandlerRunner, suspension
 from engine.worker.committer import MAX_RECORD_BYTES, RecordTooLarge
+from engine.worker.ownership import Ownership, OwnershipState
 from projections.state import JournalEntry, RunState, Verdict, Wait
 
 if TYPE_CHECKING:
-    from engine.worker.ownership import Ownership
     from engine.worker.worker import Worker
 
 log = logging.getLogger("runstream.executor")
 
 RESULT_TOO_LARGE = "ResultTooLarge"
+# The error type of a step attempt whose function was never called (its partition was
+# released while its `step.started` waited to be applied): retried by the next owner.
+NOT_CALLED = "NotCalled"
 
 
 def now_ms() -> int:
@@ -132,13 +135,42 @@ class RunExecution(HandlerRunner):
         partition = self.ownership.partition
         verdict_of = self.worker.confirmations.expect(partition, self.worker.committer.last_seq)
         try:
-            await acked
-        except WorkerFatal as exc:
-            raise RunReleased(str(exc)) from None
-        verdict = await verdict_of
+            try:
+                await acked
+            except WorkerFatal as exc:
+                raise RunReleased(str(exc)) from None
+            verdict = await verdict_of
+        except asyncio.CancelledError:  # the drain ran out of time: the step never ran
+            self._not_called(cls, body, "its execution was cancelled")
+            raise
         if verdict is not Verdict.applied:
+            self._not_called(cls, body, f"the confirmation was answered {verdict.value}")
             raise RunReleased(f"{cls.TYPE} was {verdict.value}: this worker no longer owns "
                               f"partition {partition}")
+
+    def _not_called(self, cls: type[JournalRecord], body: dict[str, Any], why: str) -> None:
+        """An irreversible step whose `step.started` was sent but not confirmed: its
+        function is not called. While the partition drains (a rebalance, a graceful stop)
+        its epoch is still ours, so say so: a `step.failed` that will be retried, after
+        the `step.started` on the same producer and partition, so the next owner runs the
+        step instead of quarantining a run whose effect cannot have happened. Once the
+        partition is lost or the source failed nothing of ours can apply any more: the
+        next owner quarantines it (a stop without goodbye looks the same)."""
+        own = self.ownership
+        if cls is not ev.StepStarted or own.state is not OwnershipState.draining:
+            return
+        if self.worker.committer.failure is not None:
+            return
+        message = (f"not called: {why} while partition {own.partition} was being released "
+                   f"by {self.worker.name}, before its step.started was applied")
+        try:
+            self.worker.enqueue(own, self.run, ev.StepFailed, position=body["position"],
+                                name=body["name"], attempt=body["attempt"],
+                                error_type=NOT_CALLED, error_message=message, will_retry=True,
+                                retry_delay_ms=0)
+        except WorkerFatal:  # the source failed meanwhile: the next owner quarantines it
+            return
+        log.info("run %s: irreversible step %r %s", self.run.run_id, body["name"], message)
 
     def ensure_active(self) -> None:
         if self.dropped is not None:

@@ -35,8 +35,12 @@ class StickyCache:
         return len(self._parked)
 
     def park(self, execution: RunExecution, wait: Wait) -> bool:
-        """Keep `execution` parked on `wait`; False when the cache is off."""
-        if self.size <= 0:
+        """Keep `execution` parked on `wait`; False when the cache is off or its partition
+        is no longer executed here. A run that suspends while its partition is released
+        reaches this after the release evicted the partition's handlers: parked then, it
+        would wait for a wake that never comes, and hold the release's drain for its whole
+        timeout (then stay in the cache)."""
+        if self.size <= 0 or not execution.ownership.executing:
             return False
         while len(self._parked) >= self.size:
             _, oldest = self._parked.popitem(last=False)

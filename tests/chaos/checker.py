@@ -10,7 +10,8 @@ from pathlib import Path
 
 from projections.state import RunState
 from tests.chaos.flows import CHILD_STEPS, PARENT_STEPS, chaos, chaos_child
-from tests.chaos.journal_facts import JournalFacts
+from tests.chaos.journal_facts import JournalFacts, Quarantine
+from tests.chaos.windows import FaultWindow, cut_off_by, fault_in_effect
 
 MAX_LISTED = 20  # violations of one kind listed in full; the rest are counted
 
@@ -45,6 +46,12 @@ class CheckReport:
     records: int = 0
     longest_owner_wait_ms: int = 0
     longest_owner_wait_run: str = "-"
+    # Quarantines by what the ledger says of their step, each by the fault in effect over
+    # it: "ran" (the effect may have happened: the quarantine is right), "cut off" (never
+    # ran, but its writer died or lost its producer before it could say so), "never ran"
+    # (a violation: the step was left started by a writer that went on).
+    quarantine_faults: dict[str, collections.Counter[str]] = field(
+        default_factory=lambda: collections.defaultdict(collections.Counter))
     violations: list[str] = field(default_factory=list)
     _per_kind: collections.Counter[str] = field(default_factory=collections.Counter)
 
@@ -129,6 +136,35 @@ def check_ledger(facts: JournalFacts, ledger: dict[tuple[str, str], list[Executi
                         f"appended and applied")
 
 
+def check_quarantines(facts: JournalFacts, ledger: dict[tuple[str, str], list[Execution]],
+                      windows: list[FaultWindow], report: CheckReport) -> None:
+    """A quarantine says the step's effect may have happened. One whose step never ran
+    (no ledger line) is allowed only when its writer was cut off without a word: it wrote
+    nothing more about the run, and a kill -9 of that worker or a broker restart (its
+    producer fails) was in effect. Otherwise the worker knew the step was never called
+    (a drain, a graceful stop) and should have said so."""
+    for quarantine in facts.quarantines.values():
+        window = fault_in_effect(windows, quarantine.started_ms, quarantine.quarantined_ms)
+        fault = window.kind if window is not None else "none"
+        if ledger.get((quarantine.run_id, quarantine.step)):
+            report.quarantine_faults["ran"][fault] += 1
+        elif not quarantine.writer_went_on and cut_off_by(
+                windows, quarantine.writer, quarantine.started_ms, quarantine.quarantined_ms):
+            report.quarantine_faults["cut off"][fault] += 1
+        else:
+            report.quarantine_faults["never ran"][fault] += 1
+            report.violation("quarantine-not-run", _never_ran(quarantine, fault))
+
+
+def _never_ran(quarantine: Quarantine, fault: str) -> str:
+    went_on = ("went on writing about the run" if quarantine.writer_went_on
+               else "wrote nothing more, but no kill -9 of it nor broker restart was in effect")
+    return (f"run {quarantine.run_id} quarantined at {quarantine.quarantined_ms} on step "
+            f"{quarantine.step!r} (started at {quarantine.started_ms} by "
+            f"{quarantine.writer}), which never ran: its writer {went_on}; fault in "
+            f"effect: {fault}")
+
+
 def check_fencing(facts: JournalFacts, report: CheckReport) -> None:
     for message in facts.stale_applied:
         report.violation("stale-applied", message)
@@ -140,11 +176,13 @@ def check_fencing(facts: JournalFacts, report: CheckReport) -> None:
 
 
 def check_journal(facts: JournalFacts, expected: set[str],
-                  ledger: dict[tuple[str, str], list[Execution]]) -> CheckReport:
-    """Everything the journal and the ledger alone can tell."""
+                  ledger: dict[tuple[str, str], list[Execution]],
+                  windows: list[FaultWindow]) -> CheckReport:
+    """Everything the journal, the ledger and the faults' windows can tell."""
     report = CheckReport(records=facts.records)
     check_runs(facts, expected, report)
     check_ledger(facts, ledger, report)
+    check_quarantines(facts, ledger, windows, report)
     check_fencing(facts, report)
     if facts.longest_owner_wait is not None:
         report.longest_owner_wait_ms = facts.longest_owner_wait.waited_ms

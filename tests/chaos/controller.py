@@ -20,22 +20,13 @@ from pathlib import Path
 from engine.broker import BrokerCluster
 from tests.chaos.processes import ChaosWorker, restart_broker
 from tests.chaos.schedule import BROKER, JOIN, KILL, PAUSE, RESTART, Fault
+from tests.chaos.windows import ANY_OWNER, FaultEvent
 
 log = logging.getLogger("runstream.chaos.controller")
 
 MAX_WORKERS = 4  # a join past this retires the oldest idle worker (gracefully)
 SUPERVISE_S = 1.0  # how often the supervisor looks for workers that exited by themselves
 RESTART_BACKOFF_S = 5.0  # a worker that exited is started again this long after its start
-
-
-@dataclass(frozen=True, slots=True)
-class FaultEvent:
-    kind: str
-    at_s: float  # when it really fired, from the start of the load
-    target: str  # worker name, or "broker"
-    detail: str
-    seconds: float  # how long the fault took (a pause: how long the worker was stopped)
-    wall_ms: int = 0  # when it fired, wall clock (to set against the journal's log times)
 
 
 @dataclass
@@ -150,7 +141,7 @@ class Controller:
         if fault.kind == BROKER:
             stop_s, start_s = await asyncio.to_thread(restart_broker, self.broker)
             self._log(fault, fired, "broker", f"stopped in {stop_s:.1f}s, started again in "
-                      f"{start_s:.1f}s", stop_s + start_s)
+                      f"{start_s:.1f}s", stop_s + start_s, awaits=ANY_OWNER)
             return
         if fault.kind == JOIN:
             await self._join(fault, fired)
@@ -175,23 +166,29 @@ class Controller:
 
     async def _on_worker(self, fault: Fault, worker: ChaosWorker, fired: float) -> None:
         name, pid = worker.name, worker.pid
+        # The effect lasts until the replacement (a long pause: the worker itself) claimed.
+        awaits = ""
         if fault.kind == KILL:
             await asyncio.to_thread(worker.kill)
             worker.start()
             detail = f"pid {pid} killed; {worker.name} (pid {worker.pid}) replaces it"
+            awaits = worker.name
         elif fault.kind == PAUSE:
             worker.pause()
             await asyncio.sleep(fault.hold_s)
             worker.resume()
             detail = f"pid {pid} stopped {fault.hold_s:.1f}s, then continued"
+            if fault.hold_s * 1000 >= self.pool.session_timeout_ms:
+                awaits = name  # its partitions moved: until it rejoined and claimed
         elif fault.kind == RESTART:
             code = await asyncio.to_thread(worker.stop)
             self.note_stop(name, code)
             worker.start()
             detail = f"pid {pid} exited {code} on SIGTERM; {worker.name} (pid {worker.pid})"
+            awaits = worker.name
         else:
             raise ValueError(f"unknown fault kind {fault.kind}")
-        self._log(fault, fired, name, detail, time.monotonic() - fired)
+        self._log(fault, fired, name, detail, time.monotonic() - fired, awaits=awaits)
 
     async def _join(self, fault: Fault, fired: float) -> None:
         worker = self.pool.add()
@@ -207,27 +204,17 @@ class Controller:
             finally:
                 self.busy.discard(oldest.slot)
             detail += f"; {oldest.name} retired (exit {code}) to stay at {MAX_WORKERS}"
-        self._log(fault, fired, worker.name, detail, time.monotonic() - fired)
+        self._log(fault, fired, worker.name, detail, time.monotonic() - fired,
+                  awaits=worker.name)
 
     def _log(self, fault: Fault, fired: float, target: str, detail: str,
-             seconds: float) -> None:
-        wall_ms = int((time.time() - (time.monotonic() - fired)) * 1000)
+             seconds: float, awaits: str = "") -> None:
+        """Called when the fault's action ended (SIGCONT sent, the replacement started)."""
+        now_ms = int(time.time() * 1000)
+        wall_ms = now_ms - int((time.monotonic() - fired) * 1000)
         event = FaultEvent(fault.kind, round(fired - self.started, 1), target, detail,
-                           round(seconds, 1), wall_ms)
+                           round(seconds, 1), wall_ms, now_ms, awaits)
         if target != "-":
             self.events.append(event)
         self.say(f"fault t+{event.at_s:.1f}s {fault.kind} {target}: {detail} "
                  f"({event.seconds:.1f}s)")
-
-
-def attribute_quarantines(quarantines: dict[str, tuple[int, int]], events: list[FaultEvent]
-                          ) -> collections.Counter[str]:
-    """How many quarantines followed each kind of fault: a run whose irreversible step
-    started at S and that was quarantined at Q is put on the first fault fired in
-    [S - 1 s, Q] (the fault that interrupted the step), else on "none"."""
-    fired = sorted((event.wall_ms, event.kind) for event in events)
-    found: collections.Counter[str] = collections.Counter()
-    for started, quarantined in quarantines.values():
-        kinds = [kind for at, kind in fired if started - 1000 <= at <= quarantined]
-        found[kinds[0] if kinds else "none"] += 1
-    return found

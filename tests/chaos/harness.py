@@ -16,12 +16,13 @@ from pathlib import Path
 from engine.admin import ensure_topics
 from engine.broker import BrokerCluster
 from tests.chaos.checker import CheckReport, check_journal, read_ledger
-from tests.chaos.controller import Controller, FaultEvent, WorkerPool, attribute_quarantines
+from tests.chaos.controller import Controller, WorkerPool
 from tests.chaos.journal_facts import read_journal
 from tests.chaos.load import LoadReport, Pace, drive
 from tests.chaos.processes import dedicated_broker
 from tests.chaos.schedule import KINDS, Fault, make_schedule
 from tests.chaos.stores import verify_stores
+from tests.chaos.windows import FaultEvent, fault_windows
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,9 @@ class SessionResult:
     def passed(self) -> bool:
         return self.check.violation_count == 0
 
+    def _quarantines(self, which: str) -> int:
+        return sum(self.check.quarantine_faults[which].values())
+
     def summary(self) -> str:
         """The one summary line."""
         kinds = self.faults_by_kind()
@@ -67,7 +71,9 @@ class SessionResult:
         c = self.check
         return (f"chaos seed={self.config.seed} {'PASS' if self.passed else 'FAIL'}: "
                 f"faults {faults} | runs={c.runs} (+{c.children} children) "
-                f"completed={c.completed} quarantined={c.quarantined} | "
+                f"completed={c.completed} quarantined={c.quarantined} "
+                f"(step ran={self._quarantines('ran')} cut off={self._quarantines('cut off')} "
+                f"never ran={self._quarantines('never ran')}) | "
                 f"step executions={c.executions} re-executions={c.re_executions} | "
                 f"fenced records={c.fenced} rejected claims={c.rejected_claims} | "
                 f"longest wait for a new owner={c.longest_owner_wait_ms / 1000:.1f}s "
@@ -142,11 +148,11 @@ async def _session(config: ChaosConfig, broker: BrokerCluster, schedule: list[Fa
         f"checking")
     checking = time.monotonic()
     facts = await read_journal(bootstrap, namespace)
-    report = check_journal(facts, set(load.run_ids), read_ledger(ledger))
+    windows = fault_windows(controller.events, facts.claims)
+    report = check_journal(facts, set(load.run_ids), read_ledger(ledger), windows)
     if facts.quarantines:
-        after = attribute_quarantines(facts.quarantines, controller.events)
-        say(f"quarantined runs (irreversible step interrupted) by the fault before them: "
-            f"{dict(after.most_common())}")
+        say(f"quarantined runs (irreversible step interrupted) by the fault in effect over "
+            f"them: {_quarantine_split(report)}")
     say(f"checked {facts.records} journal records and the ledger in "
         f"{time.monotonic() - checking:.0f}s; verifying the projections")
     checking = time.monotonic()
@@ -163,6 +169,15 @@ async def _session(config: ChaosConfig, broker: BrokerCluster, schedule: list[Fa
     for line in report.violations:
         say(f"VIOLATION {line}")
     return SessionResult(config, schedule, controller.events, load, report, controller.exits)
+
+
+def _quarantine_split(report: CheckReport) -> str:
+    """`step ran (ledger): {...}; step never ran, writer cut off: {...}; step never ran:
+    {...}` (the last are violations)."""
+    labels = {"ran": "step ran (ledger)", "cut off": "step never ran, writer cut off",
+              "never ran": "step never ran"}
+    return "; ".join(f"{label}: {dict(report.quarantine_faults[key].most_common())}"
+                     for key, label in labels.items())
 
 
 def _progress(say: Callable[[str], None]) -> Callable[[LoadReport], None]:

@@ -28,8 +28,31 @@ class OwnerWait:
 
 
 @dataclass
+class StepStart:
+    """A run's latest applied `step.started`, and whether its writer went on writing about
+    the run after it (a drain's records, a zombie's): a writer cut off (kill -9, a failed
+    producer) wrote nothing more."""
+
+    step: str
+    at_ms: int  # log time
+    source: str
+    writer_went_on: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Quarantine:
+    run_id: str
+    step: str  # the irreversible step left started
+    started_ms: int  # log time of its step.started
+    quarantined_ms: int  # log time of the quarantine
+    writer: str  # the name of the worker that wrote the step.started
+    writer_went_on: bool
+
+
+@dataclass
 class JournalFacts:
-    """Bounds: one entry per run, per step of a run, per partition of the topic."""
+    """Bounds: one entry per run, per step of a run, per partition of the topic, per
+    source (owners) and per applied claim (claims)."""
 
     projection: MemoryProjection = field(default_factory=MemoryProjection)
     records: int = 0
@@ -40,9 +63,11 @@ class JournalFacts:
     completions: collections.Counter[tuple[str, str]] = field(
         default_factory=collections.Counter)
     stale_applied: list[str] = field(default_factory=list)  # violations, described
-    # run id -> (log time its irreversible step started, log time it was quarantined)
-    quarantines: dict[str, tuple[int, int]] = field(default_factory=dict)
-    _started_at: dict[str, int] = field(default_factory=dict)  # run -> its last step start
+    quarantines: dict[str, Quarantine] = field(default_factory=dict)  # by run id
+    _started: dict[str, StepStart] = field(default_factory=dict)  # run -> its last step start
+    # (log time, owner name) of every applied claim: when each fault's effect ended.
+    claims: list[tuple[int, str]] = field(default_factory=list)
+    owners: dict[str, str] = field(default_factory=dict)  # source id -> its claims' owner
     longest_owner_wait: OwnerWait | None = None
     # partition -> run id -> log time of its last applied decision, for runs that need an
     # owner (pending or running): the runs a change of owner leaves waiting.
@@ -62,23 +87,32 @@ class JournalFacts:
         if isinstance(record, ev.PartitionEpochClaimed):
             self._claim(outcome, record, timestamp_ms)
             return
+        run_id = record.envelope.run_id
+        start = self._started.get(run_id)
+        if start is not None and record.envelope.source_id == start.source:
+            start.writer_went_on = True  # applied or not: the writer was not cut off
         if outcome.verdict is not Verdict.applied or record.KIND != "decision":
             return
         self._check_fencing(outcome, record)
-        run_id = record.envelope.run_id
         if isinstance(record, TERMINAL):
             self.terminal_decisions[run_id] += 1
         if isinstance(record, ev.StepStarted):
-            self._started_at[run_id] = timestamp_ms
+            self._started[run_id] = StepStart(record.name, timestamp_ms,
+                                              record.envelope.source_id or "")
         if isinstance(record, ev.RunSuspended) and record.reason == "quarantine":
-            self.quarantines[run_id] = (self._started_at.get(run_id, timestamp_ms),
-                                        timestamp_ms)
+            self._quarantined(run_id, timestamp_ms)
         if isinstance(record, ev.StepCompleted) and record.kind == "step":
             key = (run_id, record.name)
             self.completions[key] += 1
             self.completed_at.setdefault(key, timestamp_ms)
         if run_id:
             self._track_owner_wait(partition, run_id, outcome, timestamp_ms)
+
+    def _quarantined(self, run_id: str, timestamp_ms: int) -> None:
+        start = self._started.get(run_id) or StepStart("?", timestamp_ms, "")
+        self.quarantines[run_id] = Quarantine(
+            run_id, start.step, start.at_ms, timestamp_ms,
+            self.owners.get(start.source, start.source), start.writer_went_on)
 
     def _check_fencing(self, outcome: Outcome, record: ev.JournalRecord) -> None:
         """An applied decision must carry the partition's current epoch and its owner's
@@ -96,11 +130,13 @@ class JournalFacts:
     def _claim(self, outcome: Outcome, record: ev.PartitionEpochClaimed,
                timestamp_ms: int) -> None:
         partition, source = record.partition, record.envelope.source_id or ""
+        self.owners[source] = record.owner
         refused = self._rejected.setdefault(partition, set())
         if outcome.verdict is not Verdict.applied:
             refused.add(source)
             return
         refused.discard(source)
+        self.claims.append((timestamp_ms, record.owner))
         if outcome.partition.owner_source != source:
             self.stale_applied.append(f"p{partition}: claim by {source} applied but the owner "
                                       f"is {outcome.partition.owner_source}")
