@@ -27,7 +27,7 @@ from engine.errors import CapabilityRefused, NonDeterminism, StepFailed, journal
 from engine.flow import NO_RETRY, RetryPolicy, dump_json
 from engine.journal import events as ev
 from engine.observability.tracing import step_span
-from engine.port import JournalPort, Quarantined, RunReleased, Suspend
+from engine.port import NOT_CALLED, JournalPort, Quarantined, RunReleased, Suspend
 from engine.waits import ChildRun, WaitingCalls
 from projections.state import ChildLink, JournalEntry, RunState
 from projections.transitions import idempotency_key as idempotency_key_of
@@ -146,7 +146,7 @@ class FlowContext(WaitingCalls):
             raise StepFailed(name, entry.error_type or "Error", entry.error_message or "",
                              entry.attempts)
         if entry is not None and entry.status == "started" and entry.irreversible:
-            raise Quarantined(entry)
+            entry = self._not_called_or_quarantine(position, name, entry)
         self._check_cancel(position, name)
         attempt = entry.attempts + 1 if entry is not None else 1
         policy = retry or NO_RETRY
@@ -176,6 +176,22 @@ class FlowContext(WaitingCalls):
                             result_json=result_json, attempt=attempt, args_digest=digest)
             # Return what a replay would return, so first run and replay cannot differ.
             return cast(Any, adapter.validate_json(result_json))
+
+    def _not_called_or_quarantine(self, position: int, name: str,
+                                  entry: JournalEntry) -> JournalEntry:
+        """A started irreversible step with no outcome is quarantined (its effect may have
+        happened), unless this worker knows its function was never called: then that
+        attempt is journaled not called and the step runs again."""
+        attempt = entry.attempts + 1
+        if not self._port.never_called(position, attempt):
+            raise Quarantined(entry)
+        self._port.ensure_active()
+        self._port.send(ev.StepFailed, position=position, name=name, attempt=attempt,
+                        error_type=NOT_CALLED, will_retry=True, retry_delay_ms=0,
+                        error_message=f"not called: attempt {attempt}'s step.started was "
+                                      f"never confirmed, and its function never ran")
+        return JournalEntry(position=position, name=name, status="retrying",
+                            attempts=attempt, irreversible=True)
 
     async def _call(self, name: str, position: int, fn: Callable[..., Any],
                     args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

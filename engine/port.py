@@ -8,6 +8,11 @@ from typing import Any, Protocol
 from engine.journal import events as ev
 from projections.state import JournalEntry, RunState, Wait
 
+# The error type of a step.failed that says an irreversible step's function was never
+# called for that attempt (its step.started was not confirmed): it is retried, never
+# quarantined.
+NOT_CALLED = "NotCalled"
+
 
 class RunReleased(BaseException):
     """The worker is giving this run up (rebalance, shutdown, fencing).
@@ -61,6 +66,12 @@ class JournalPort(Protocol):
 
     def on_step(self, name: str, seconds: float, ok: bool) -> None:
         """One attempt of a step's function took `seconds` (for metrics)."""
+
+    def never_called(self, position: int, attempt: int) -> bool:
+        """Whether this worker knows that attempt `attempt` of the irreversible step at
+        `position`, journaled started, never had its function called (its step.started was
+        never confirmed, and the source that could have said so failed): a retry, not a
+        quarantine."""
 
     def now_ms(self) -> int:
         """The current time (the wall clock, or a test environment's virtual clock)."""

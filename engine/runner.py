@@ -76,6 +76,10 @@ class HandlerRunner(ABC):
         """One attempt of a step's function ended (the worker counts it in its metrics)."""
         return None
 
+    def never_called(self, position: int, attempt: int) -> bool:
+        """Only a worker that saw the attempt go unconfirmed knows (engine.worker)."""
+        return False
+
     @abstractmethod
     def flow_named(self, name: str) -> Flow[Any, Any] | None:
         """The flow this owner registers under `name`, if any."""

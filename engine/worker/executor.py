@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,7 @@ from engine.errors import StepFailed, WorkerFatal
 from engine.flow import Flow
 from engine.journal import Envelope, JournalRecord
 from engine.journal import events as ev
+from engine.port import NOT_CALLED
 from engine.runner import HandlerRunner, suspension
 from engine.worker.committer import MAX_RECORD_BYTES, RecordTooLarge
 from engine.worker.ownership import Ownership, OwnershipState
@@ -28,7 +30,6 @@ log = logging.getLogger("runstream.executor")
 RESULT_TOO_LARGE = "ResultTooLarge"
 # The error type of a step attempt whose function was never called (its partition was
 # released while its `step.started` waited to be applied): retried by the next owner.
-NOT_CALLED = "NotCalled"
 
 
 def now_ms() -> int:
@@ -62,6 +63,27 @@ def decision(
 class Evicted(BaseException):
     """A parked (sticky) handler is dropped: it unwinds without journaling anything, and
     the run continues by replay when its wait ends."""
+
+
+MAX_NOT_CALLED = 10_000
+
+
+class NotCalled:
+    """Irreversible step attempts this worker sent `step.started` for and never called,
+    unable to journal so under the source that sent them (it failed, or the partition was
+    lost): the latest MAX_NOT_CALLED (run id, position, attempt). Only this process knows;
+    another owner quarantines such a step, as it must."""
+
+    def __init__(self) -> None:
+        self._attempts: OrderedDict[tuple[str, int, int], None] = OrderedDict()
+
+    def remember(self, run_id: str, position: int, attempt: int) -> None:
+        self._attempts[(run_id, position, attempt)] = None
+        while len(self._attempts) > MAX_NOT_CALLED:
+            self._attempts.popitem(last=False)
+
+    def known(self, run_id: str, position: int, attempt: int) -> bool:
+        return (run_id, position, attempt) in self._attempts
 
 
 @dataclass(eq=False)
@@ -137,7 +159,8 @@ class RunExecution(HandlerRunner):
         try:
             try:
                 await acked
-            except WorkerFatal as exc:
+            except WorkerFatal as exc:  # it may have landed: its function is not called
+                self._not_called(cls, body, f"the source failed ({exc})")
                 raise RunReleased(str(exc)) from None
             verdict = await verdict_of
         except asyncio.CancelledError:  # the drain ran out of time: the step never ran
@@ -157,9 +180,12 @@ class RunExecution(HandlerRunner):
         partition is lost or the source failed nothing of ours can apply any more: the
         next owner quarantines it (a stop without goodbye looks the same)."""
         own = self.ownership
-        if cls is not ev.StepStarted or own.state is not OwnershipState.draining:
+        if cls is not ev.StepStarted:
             return
-        if self.worker.committer.failure is not None:
+        if own.state is not OwnershipState.draining or self.worker.committer.failure is not None:
+            # Nothing of ours under this source can apply any more; should this worker
+            # execute the run again (a renewed source, the partition back), it knows.
+            self.worker.not_called.remember(self.run.run_id, body["position"], body["attempt"])
             return
         message = (f"not called: {why} while partition {own.partition} was being released "
                    f"by {self.worker.name}, before its step.started was applied")
@@ -168,9 +194,13 @@ class RunExecution(HandlerRunner):
                                 name=body["name"], attempt=body["attempt"],
                                 error_type=NOT_CALLED, error_message=message, will_retry=True,
                                 retry_delay_ms=0)
-        except WorkerFatal:  # the source failed meanwhile: the next owner quarantines it
+        except WorkerFatal:  # the source failed meanwhile: remembered as above
+            self.worker.not_called.remember(self.run.run_id, body["position"], body["attempt"])
             return
         log.info("run %s: irreversible step %r %s", self.run.run_id, body["name"], message)
+
+    def never_called(self, position: int, attempt: int) -> bool:
+        return self.worker.not_called.known(self.run.run_id, position, attempt)
 
     def ensure_active(self) -> None:
         if self.dropped is not None:

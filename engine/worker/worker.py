@@ -43,7 +43,7 @@ from engine.worker.committer import Committer
 from engine.worker.confirmations import Confirmations
 from engine.worker.connect import Reconnector
 from engine.worker.deadletters import DeadLetterCopier, Polled, examine_poll, polled
-from engine.worker.executor import RunExecution, decision
+from engine.worker.executor import NotCalled, RunExecution, decision
 from engine.worker.kafka import (
     DEAD_LETTER_REQUEST_BYTES,
     make_consumer,
@@ -127,6 +127,10 @@ class Worker:
         # rejected) when next decided, instead of re-executed into the same refusal. The
         # latest engine.worker.claims.MAX_REFUSED.
         self.refused: OrderedDict[str, str] = OrderedDict()
+        # Irreversible step attempts whose step.started went unconfirmed and could not be
+        # journaled not called (the source failed): retried, not quarantined, should this
+        # worker execute the run again.
+        self.not_called = NotCalled()
         self.activator = Activator(self)
         self.upkeep = Upkeep(self)
         self.reactions = Reactions(self)

@@ -221,3 +221,59 @@ async def test_a_run_suspending_during_a_release_is_not_parked_and_does_not_hold
         finally:
             await again.stop()
     assert run.status is RunStatus.completed
+
+
+async def test_a_source_failure_while_step_started_is_unconfirmed_runs_the_step_once(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """The worker's producer fails while an irreversible step awaits the verdict of its
+    step.started (acknowledged, not applied): nothing can be journaled under the failed
+    source, but the worker knows the function never ran. Under its renewed source it
+    journals that attempt not called and runs the step, instead of quarantining a run
+    whose effect cannot have happened."""
+    from tests.integration.test_source_renewal import _limit_records
+
+    charges.clear()
+    await _limit_records(bootstrap, journal, 20_000)
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=FLOWS) as c:
+        w = new_worker(bootstrap, namespace, tmp_path / "w", "w.1")
+        await w.start()
+        failed = asyncio.Event()
+        pending = asyncio.Event()
+        apply_poll = w._apply_poll
+
+        async def held_apply(records: list[Any]) -> None:
+            if not failed.is_set() and w.confirmations.awaited():
+                pending.set()
+                await until(lambda: w.committer.failure is not None, "the source's failure")
+                failed.set()
+            await apply_poll(records)
+
+        w._apply_poll = held_apply  # type: ignore[method-assign]
+        try:
+            await c.create_run(parking, None, run_id="bystander")
+            await wait_status(c, "bystander", RunStatus.suspended)
+            first_source = w.source_id
+            await c.create_run(guarded, "o-3", run_id="renew-1")
+            await asyncio.wait_for(pending.wait(), 60)
+            # A decision the broker refuses (over the topic's record limit) ends the source.
+            bystander = w.current_run("bystander")
+            assert bystander is not None
+            own = w.owned[bystander.partition]
+            w.enqueue(own, bystander, ev.EvidenceRecorded, kind="oversized",
+                      message="x" * 50_000, attributes={})
+            run = await settled(c, "renew-1")
+        finally:
+            failed.set()
+            await w.stop()
+    assert w.source_id != first_source
+    assert run.status is RunStatus.completed, f"{run.status} {run.wait} {run.evidence}"
+    assert charges == ["o-3"]
+    assert await not_called_records(bootstrap, namespace, "renew-1") == ["step.failed"]
+
+
+async def wait_status(c: Client, run_id: str, status: RunStatus) -> None:
+    deadline = time.monotonic() + 60
+    while (await c.describe(run_id)).status is not status:
+        assert time.monotonic() < deadline, f"{run_id} never became {status}"
+        await asyncio.sleep(0.1)
