@@ -39,6 +39,7 @@ class MemoryPort:
         self.barriers: list[int] = []  # how many records each barrier covered
         self.clock_ms = 1_000_000
         self.steps_timed: list[tuple[str, bool]] = []
+        self.not_called: set[tuple[int, int]] = set()  # (position, attempt) never called
         self._offset = 0
         self._fold(self.writer.claim(0))
         self._fold(create(RUN, "q1"))
@@ -74,6 +75,9 @@ class MemoryPort:
 
     def on_step(self, name: str, seconds: float, ok: bool) -> None:
         self.steps_timed.append((name, ok))
+
+    def never_called(self, position: int, attempt: int) -> bool:
+        return (position, attempt) in self.not_called
 
     def run_state(self) -> RunState:
         return self.projection.runs[RUN]
@@ -503,6 +507,31 @@ async def test_irreversible_step_started_without_outcome_is_quarantined_on_repla
     else:
         pytest.fail("no Quarantined")
     assert calls == [] and len(port.emitted) == emitted
+
+
+async def test_a_started_step_its_worker_knows_never_ran_is_retried_not_quarantined() -> None:
+    """The worker that sent attempt 1's step.started and never called the function (its
+    source failed before the record was confirmed) says so on replay: that attempt is
+    journaled NotCalled and the step runs as attempt 2."""
+    port = MemoryPort()
+
+    def crash() -> None:
+        raise RunReleased("the source failed while confirming")
+
+    with pytest.raises(RunReleased):
+        await port.context().step("pay", crash, irreversible=True)
+    port.not_called.add((0, 1))
+    calls: list[str] = []
+    assert await port.context().step("pay", lambda: calls.append("pay") or "paid",
+                                     irreversible=True) == "paid"
+    assert calls == ["pay"]
+    assert port.types() == ["StepStarted", "StepFailed", "StepStarted", "StepCompleted"]
+    not_called = port.emitted[1]
+    assert isinstance(not_called, ev.StepFailed)
+    assert (not_called.error_type, not_called.attempt, not_called.will_retry) == (
+        "NotCalled", 1, True)
+    started = port.emitted[2]
+    assert isinstance(started, ev.StepStarted) and started.attempt == 2
 
 
 async def test_quarantine_names_the_attempt_that_was_in_flight() -> None:
