@@ -1,5 +1,7 @@
 """The demo: a fresh namespace, two worker processes, a few hundred checkout runs with a
-progress bar, then one run's history and its state at an earlier point (time travel)."""
+progress bar, then one run's history and its state at an earlier point (time travel),
+waits, children, rounds, a quarantine, a run's whole life under limits and cancels,
+debugging and poison records."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from engine.admin import ensure_topics
 from engine.client import Client
 from engine.demo.debugging import show_debugging
 from engine.demo.flows import checkout, order, packing, refund, subscription
+from engine.demo.lifetime import show_lifetime
 from engine.demo.reliability import show_reliability
 from engine.errors import RunCancelled
 from engine.history import (
@@ -54,6 +57,7 @@ async def run_demo(*, bootstrap: str, runs: int, workers: int, state_dir: Path,
             await _show_time_travel(client, "order-0000", echo)
             await _show_waiting(client, echo)
             await _show_rounds_and_quarantine(client, echo)
+            await show_lifetime(client, echo=echo)
             view = await (await client.read_model()).catch_up()
             await show_debugging(client, view, bootstrap=bootstrap, namespace=namespace,
                                  echo=echo)

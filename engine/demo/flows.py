@@ -1,4 +1,5 @@
-"""Example flows: a three-step checkout. Used by the demo and the tests.
+"""Example flows: a three-step checkout, orders with children, and more. Used by the demo
+and the tests.
 
 Each step function appends one line to $RUNSTREAM_EFFECTS_FILE when it is set, so tests
 can count how often a step's function really ran, across worker processes.
@@ -9,10 +10,19 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+from typing import Any
 
 from pydantic import BaseModel, Field
 
-from engine import Flow, FlowContext, Handoff, RetryPolicy, WaitTimeout, idempotency_key
+from engine import (
+    Cancelled,
+    Flow,
+    FlowContext,
+    Handoff,
+    RetryPolicy,
+    WaitTimeout,
+    idempotency_key,
+)
 
 
 class CheckoutIn(BaseModel):
@@ -155,4 +165,88 @@ async def run_refund(ctx: FlowContext, p: dict[str, int]) -> str:
                           requires="payments.refund")
 
 
-flows = [checkout, order, packing, subscription, refund]
+# A run's whole life (engine/demo/lifetime.py): its flow's limits hold however it was
+# created, cleanup after a cancel may wait, a swallowed cancel still cancels, and a parent
+# gets the final result of a child that hands off.
+
+statement: Flow[Any, str] = Flow("statement", result=str, capabilities={"payments.read"})
+
+
+async def charge_card() -> str:
+    _effect("charge-card", idempotency_key())
+    return "charged"
+
+
+@statement.handler
+async def run_statement(ctx: FlowContext, p: Any) -> str:
+    """Meant to read payments; this step would charge, which its ceiling does not allow."""
+    return await ctx.step("charge", charge_card, requires="payments.charge")
+
+
+hold: Flow[dict[str, str], str] = Flow("hold", result=str)
+
+
+async def release_stock(item: str) -> str:
+    _effect("release", item)
+    return f"released {item}"
+
+
+@hold.handler
+async def run_hold(ctx: FlowContext, p: dict[str, str]) -> str:
+    """Holds stock until confirmed; when cancelled, waits a grace second (a durable timer,
+    even under the cancel), then releases the stock."""
+    try:
+        await ctx.wait_for("confirm")
+        return f"{p['item']} confirmed"
+    finally:
+        await ctx.sleep(1)
+        await ctx.step("release", release_stock, p["item"])
+
+
+stubborn: Flow[Any, str] = Flow("stubborn", result=str)
+
+
+@stubborn.handler
+async def run_stubborn(ctx: FlowContext, p: Any) -> str:
+    """Catches the cancel and returns as if nothing happened."""
+    try:
+        await ctx.wait_for("go")
+    except Cancelled:
+        return "carried on regardless"
+    return "went"
+
+
+class BatchIn(BaseModel):
+    batch: int = 0
+    last: int = 2
+    total: int = 0
+
+
+batch: Flow[BatchIn, dict[str, int]] = Flow("batch", payload=BatchIn, result=dict[str, int])
+settle: Flow[BatchIn, dict[str, int]] = Flow("settle", payload=BatchIn, result=dict[str, int])
+
+
+async def _settle_batch(batch_number: int) -> int:
+    _effect("settle-batch", str(batch_number))
+    return 10 * (batch_number + 1)
+
+
+@batch.handler
+async def run_batch(ctx: FlowContext, p: BatchIn) -> dict[str, int] | Handoff:
+    """Settles one batch per round, handing off until batch `last`."""
+    total = p.total + await ctx.step("settle", _settle_batch, p.batch)
+    if p.batch < p.last:
+        return Handoff(payload=BatchIn(batch=p.batch + 1, last=p.last, total=total))
+    return {"batches": p.batch + 1, "total": total}
+
+
+@settle.handler
+async def run_settle(ctx: FlowContext, p: BatchIn) -> dict[str, int]:
+    """A parent that waits for its child's lineage: the result of its last round."""
+    child = await ctx.spawn(batch, p, run_id=f"{ctx.run_id}.batch")
+    result: dict[str, int] = await child.result()
+    return result
+
+
+flows = [checkout, order, packing, subscription, refund, statement, hold, stubborn, batch,
+         settle]

@@ -8,12 +8,17 @@ from engine import Flow, FlowContext, RetryPolicy
 from engine.demo.flows import (
     CheckoutIn,
     CheckoutOut,
+    batch,
     charge,
+    hold,
     order,
     packing,
     refund,
     reserve,
     send_receipt,
+    settle,
+    statement,
+    stubborn,
     subscription,
 )
 
@@ -31,4 +36,5 @@ async def run_checkout(ctx: FlowContext, p: CheckoutIn) -> CheckoutOut:
                        receipt=receipt)
 
 
-flows = [checkout, order, packing, subscription, refund]
+flows = [checkout, order, packing, subscription, refund, statement, hold, stubborn, batch,
+         settle]
