@@ -298,7 +298,12 @@ class FlowContext(WaitingCalls):
         if self.observer is not None:
             self._observe_call(position, kind, name, arguments)
         entry = self._entries.get(position)
-        if entry is not None and position == self._cancel_delivered_at:
+        # At the position where the cancel was delivered: raised again, unless the code
+        # asks for another call there than the one the cancel met (a durable call that met
+        # it is journaled as kind "cancel", with the call's name).
+        delivered = entry is not None and position == self._cancel_delivered_at
+        if delivered and entry is not None and entry.name == name and (
+                entry.kind in (kind, "cancel")):
             self._replay_cancel(entry)
         if entry is not None and (entry.name != name or entry.kind != kind):
             error = NonDeterminism(

@@ -403,9 +403,9 @@ def limits_to_fix(run: RunState, flow: Any) -> dict[str, Any] | None:
     the run's first activation, when the owner that admitted it did not register the
     flow (so the run still has the request's limits); None when there is nothing to fix.
     A later round has its limits from the handoff (the lineage's budget, a ceiling that
-    only narrows), and a fork its source's."""
+    only narrows). A fork has its source's, and is narrowed by its flow's here too."""
     if (flow is None or run.limits_fixed or run.activations > 0 or not run.admitted
-            or run.round > 0 or run.fork is not None):
+            or run.round > 0):
         return None
     limits = creation_limits(run, flow)
     return {"flow": run.flow, "ceiling": limits["ceiling"], "max_rounds": limits["max_rounds"]}

@@ -17,6 +17,7 @@ the cut is orphaned). With residue, the fork needs `forced`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from engine.journal import events as ev
 from engine.limits import MAX_RECORD_BYTES
 from engine.readmodel import View
 from projections.forks import ForkAsk, entry_json, is_settled
-from projections.state import JournalEntry, RunState
+from projections.state import JournalEntry, RunState, replace
 from projections.store import HistoryEntry
 
 # What one part may take, encoded: well under a journal record's limit
@@ -91,6 +92,10 @@ def plan_fork(run_id: str, items: Sequence[HistoryEntry], at_record: int,
     if run is None:
         raise RunAbsentAt(run_id, f"record:{at_record}", items[0], items[-1])
     prefix = settled_prefix(entries.values())
+    if run.cancel_delivered_at is not None:
+        # Where a cancel reached the source's handler: the fork has no such cancel, so its
+        # prefix ends before it (the entries from there on were the cancel's cleanup).
+        prefix = prefix[:run.cancel_delivered_at]
     warnings = residue(len(prefix), run, current)
     return ForkPlan(run, at_record, items[at_record - 1].offset, prefix, tuple(warnings))
 
@@ -151,6 +156,21 @@ def _child_id(entry: JournalEntry) -> str:
 
 # -- the owner's answer -------------------------------------------------------------------------
 
+def within_limits(cut: RunState, now: RunState) -> RunState:
+    """The source at the cut, with limits no wider than the source has now: a cut taken
+    before its limits were fixed (run.created, run.limits-fixed) must not start a fork
+    with the request's (none), and the asker's authority was checked against the source
+    as it is now. The ceiling is the intersection, the round budget the smaller one."""
+    if cut.ceiling is None:
+        ceiling = now.ceiling
+    elif now.ceiling is None:
+        ceiling = cut.ceiling
+    else:
+        ceiling = tuple(sorted(set(cut.ceiling) & set(now.ceiling)))
+    budgets = [b for b in (cut.max_rounds, now.max_rounds) if b > 0]
+    return replace(cut, ceiling=ceiling, max_rounds=min(budgets) if budgets else 0)
+
+
 def answer_fork(source: RunState, ask: ForkAsk, items: Sequence[HistoryEntry],
                 current: Iterable[JournalEntry], *, view: HistoryView | None = None,
                 max_part_bytes: int = MAX_PART_BYTES) -> list[Decision]:
@@ -170,6 +190,7 @@ def answer_fork(source: RunState, ask: ForkAsk, items: Sequence[HistoryEntry],
                        f"{source.run_id}'s history (`runstream run history {source.run_id}`)")
     try:
         plan = plan_fork(source.run_id, items, row, current, view=view)
+        plan = dataclasses.replace(plan, source=within_limits(plan.source, source))
         if plan.warnings and not ask.forced:
             raise ForkNeedsForce(source.run_id, row, plan.warnings)
         bodies = part_bodies(plan, ask.target_run_id, forced=ask.forced,

@@ -70,8 +70,9 @@ RETRY_SECONDS = 1.0
 
 CLIENT_REQUESTS = (ev.RunCreateRequested, ev.RunSignalSent, ev.RunCancelRequested,
                    ev.RunResumeRequested, ev.RunForkRequested)
-# What a restricted authority may send (a resume that skips, recording a step's result, is
-# an operator's action: operators use the unrestricted topic).
+# What a restricted authority may send (a resume that resolves a quarantine, retry or skip,
+# says whether an irreversible effect happened: an operator's action, on the unrestricted
+# topic).
 RESTRICTED_REQUESTS = (ev.RunCreateRequested, ev.RunSignalSent, ev.RunCancelRequested,
                        ev.RunResumeRequested, ev.RunForkRequested)
 # The requests that carry an authority (projections.requests.covers).
@@ -168,9 +169,9 @@ def _not_relayable(record: JournalRecord, authority: str | None, incoming: Incom
     if authority is not None and not isinstance(record, RESTRICTED_REQUESTS):
         return f"not allowed: {record.TYPE} is an operator's request, not {authority!r}'s"
     if authority is not None and isinstance(record, ev.RunResumeRequested) and (
-            record.resolution == "skip"):
-        return (f"not allowed: a resume that skips a step records the step's result, an "
-                f"operator's request, not {authority!r}'s")
+            record.resolution is not None):
+        return (f"not allowed: resolving a quarantine ({record.resolution}) says whether an "
+                f"irreversible effect happened, an operator's request, not {authority!r}'s")
     env = record.envelope
     if not env.request_id:
         return "not a request: no request_id (a re-forward could apply it twice)"

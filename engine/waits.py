@@ -196,7 +196,7 @@ class WaitingCalls:
                 return self._outcome(outcome)
             # Woken for a cancel (a wake written before cancels were delivered at a
             # position); anything else: wait again.
-            self._check_cancel(wait.position, wait.event_name or wait.kind)
+            self._check_cancel(wait.position, wait.event_name or wait.child_run_id or "sleep")
 
     def _outcome(self, entry: JournalEntry) -> Any:
         """What a finished wait returns or raises, from its journal entry."""

@@ -216,7 +216,7 @@ def apply_fork_ask(run: RunState | None, record: ev.RunForkRequested, request_id
             or record.parts != 1 or record.source_record < 1 or record.source_offset < 0):
         return run, Verdict.refused
     if len(run.inbox) >= MAX_INBOX:
-        return run, Verdict.ignored
+        return run, Verdict.refused  # never dropped silently: its client is told
     parameters = {"target_run_id": target, "source_offset": record.source_offset,
                   "source_record": record.source_record, "forced": record.forced,
                   "requested_by": record.requested_by}

@@ -217,13 +217,22 @@ def _apply_request(
             updated = replace(updated, updated_at_ms=record.envelope.timestamp_ms)
         return Applied(partition, updated, change.verdict, change.entry)
     if len(run.inbox) >= MAX_INBOX:
-        # Never dropped silently: a create is refused, and the owner answers it (its
-        # client raises CreateRejected); anything else held in an inbox is the owner's.
-        refused = isinstance(record, ev.RunCreateRequested)
-        return Applied(partition, run, Verdict.refused if refused else Verdict.ignored)
+        if not isinstance(record, ev.RunCreateRequested):
+            return Applied(partition, run, Verdict.ignored)
+        # Never dropped silently: a create is refused and kept (bounded) until the owner
+        # answers it (its client raises CreateRejected), whoever owns the partition then.
+        return Applied(partition, _refused_create(run, request_id_of(record, offset)),
+                       Verdict.refused)
     item = _inbox_item(record, request_id_of(record, offset), offset)
     updated = replace(run, inbox=(*run.inbox, item), updated_at_ms=record.envelope.timestamp_ms)
     return Applied(partition, updated, Verdict.applied)
+
+
+def _refused_create(run: RunState, request_id: str) -> RunState:
+    refused = run.refused_creates
+    if request_id in refused or len(refused) >= MAX_INBOX:
+        return run
+    return replace(run, refused_creates=(*refused, request_id))
 
 
 def request_id_of(record: ev.JournalRecord, offset: int) -> str:
@@ -389,6 +398,9 @@ def _spawn_answer(before: RunState | None,
 def _rejected(run: RunState, record: ev.RunCreateRejected) -> RunState | None:
     """A rejected request leaves the run as it was; a run never admitted disappears."""
     inbox = _answered(run, record.envelope.request_id)
+    if record.envelope.request_id in run.refused_creates:
+        run = replace(run, refused_creates=tuple(
+            r for r in run.refused_creates if r != record.envelope.request_id))
     if (not run.admitted and run.fork is None
             and not any(i.type == ev.RunCreateRequested.TYPE for i in inbox)):
         return None  # (a fork being copied is not one: its request was a fork's)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from engine.journal import events as ev
 from projections.state import (
+    MAX_INBOX,
     MAX_SIGNALS,
     TERMINAL_STATUSES,
     JournalEntry,
@@ -155,6 +156,9 @@ def describe_refusal(run: RunState | None, record: ev.JournalRecord) -> str:
     refusal = authority_refusal(run, record)
     if refusal is not None:
         return refusal
+    if isinstance(record, ev.RunForkRequested) and len(run.inbox) >= MAX_INBOX:
+        return (f"run {run.run_id} holds {len(run.inbox)} requests its owner has not answered "
+                f"yet, the most it keeps: ask again once its owner is running")
     if isinstance(record, ev.RunForkRequested):
         return ("a fork request names its source run (the run it is sent to), a point in its "
                 "history and a new run id, and carries no journal entries")

@@ -251,6 +251,9 @@ class RunState(_Frozen, frozen=True, array_like=True):
     # The run's ceiling and round budget were fixed by an owner that registers its flow
     # (run.created or run.limits-fixed); until then they are the request's.
     limits_fixed: bool = False
+    # Create requests refused because the inbox was full (MAX_INBOX at most), until the
+    # owner answers each with run.create-rejected: any claimant finds them here.
+    refused_creates: tuple[str, ...] = ()
 
     def has_evidence(self, kind: str) -> bool:
         return any(item.kind == kind for item in self.evidence)

@@ -288,11 +288,11 @@ class TestEnvironment:
         offset = self._offsets[partition]
         self._offsets[partition] += 1
         outcome = self.projection.apply(partition, offset, record, self.clock_ms)
-        if (outcome.verdict is Verdict.refused and outcome.run is not None
-                and isinstance(record, ev.RunCreateRequested) and record.envelope.request_id):
-            # A full inbox refused it: the owner answers (engine.worker.activation).
-            self.decide(outcome.run, ev.RunCreateRejected,
-                        **inbox_full_rejection(outcome.run, record.envelope.request_id))
+        if outcome.verdict is Verdict.refused and outcome.run is not None:
+            # Creates a full inbox refused: the owner answers (engine.worker.activation).
+            for request_id in outcome.run.refused_creates:
+                self.decide(outcome.run, ev.RunCreateRejected,
+                            **inbox_full_rejection(outcome.run, request_id))
         if outcome.verdict is not Verdict.applied:
             return outcome.verdict
         for item in outcome.outbox:

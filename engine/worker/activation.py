@@ -33,7 +33,7 @@ from engine.journal import EncodeError
 from engine.journal import events as ev
 from engine.worker.committer import BLAME_AT_BYTES
 from engine.worker.executor import RunExecution, now_ms
-from engine.worker.ownership import MAX_REFUSED_CREATES, Ownership
+from engine.worker.ownership import Ownership
 from engine.worker.sweep import ClaimSweeps
 from projections.state import InboxItem, RunState
 from projections.store import ProjectionStore
@@ -76,29 +76,21 @@ class Activator:
         settled run) and the fork requests naming it as their source."""
         for item in unanswered_creates(run):
             self.decide_create(own, run, item)
-        for request_id in own.refused_creates.pop(run.run_id, ()):  # refused before the claim
-            self.worker.enqueue(own, run, ev.RunCreateRejected,
-                                **inbox_full_rejection(run, request_id))
+        self._answer_refused(own, run)  # creates refused while the inbox was full
         self.worker.reactions.forks.answer(own, run)
 
-    def refused_create(self, own: Ownership, run: RunState,
-                       record: ev.RunCreateRequested) -> None:
-        """A create the reducer refused (the run's inbox is full): answered now, or, while
-        the claim is not applied yet, once it is (activate_partition)."""
-        request_id = record.envelope.request_id
-        if request_id is None:
-            return  # nobody can wait for an answer to a request without an id
-        if not own.executing:
-            held = sum(len(ids) for ids in own.refused_creates.values())
-            if held >= MAX_REFUSED_CREATES:
-                log.error("partition %d: create %s of run %s was refused (a full inbox) and "
-                          "stays unanswered: %d refusals wait already", own.partition,
-                          request_id, run.run_id, held)
-                return
-            own.refused_creates.setdefault(run.run_id, []).append(request_id)
-            return
-        self.worker.enqueue(own, run, ev.RunCreateRejected,
-                            **inbox_full_rejection(run, request_id))
+    def refused_create(self, own: Ownership, run: RunState) -> None:
+        """A create the reducer refused (the run's inbox is full) is kept in the run until
+        answered: now, or, before our claim is applied, by the claim sweep."""
+        if own.executing:
+            self._answer_refused(own, run)
+
+    def _answer_refused(self, own: Ownership, run: RunState) -> None:
+        for request_id in run.refused_creates:
+            if request_id not in own.decided:
+                own.decided.add(request_id)
+                self.worker.enqueue(own, run, ev.RunCreateRejected,
+                                    **inbox_full_rejection(run, request_id))
 
     def on_create_request(self, own: Ownership, run: RunState, request_id: str | None) -> None:
         for item in unanswered_creates(run):

@@ -15,10 +15,6 @@ class OwnershipState(StrEnum):
     rejected = "rejected"  # our claim was older than the owner's: we never owned it
 
 
-# Refused creates held for answering once the partition executes here (run id, request id).
-MAX_REFUSED_CREATES = 100_000
-
-
 @dataclass(eq=False)
 class Ownership:
     """Dropped when the partition is revoked, with everything it holds.
@@ -27,9 +23,6 @@ class Ownership:
     the runs waiting for a slot). `decided`: create requests we answered whose answer the
     projection has not applied yet (bounded by the requests in flight). `warned`: runs of an
     unregistered flow we logged once (bounded by the partition's pending runs).
-    `refused_creates`: creates the reducer refused (a full inbox) while we were not
-    executing yet, by run, answered when the claim sweep reaches the run (after its held
-    creates): MAX_REFUSED_CREATES request ids at most, later ones logged and unanswered.
     """
 
     partition: int
@@ -40,7 +33,6 @@ class Ownership:
     run_ids: set[str] = field(default_factory=set)
     decided: set[str] = field(default_factory=set)
     warned: set[str] = field(default_factory=set)
-    refused_creates: dict[str, list[str]] = field(default_factory=dict)  # run -> requests
     # The watchdog's stall count when our ownership was last confirmed (our claim or a
     # heartbeat sent after the stall applied); a lower count than the watchdog's means a
     # stall since, after which we may have lost the partition without knowing yet.

@@ -125,9 +125,9 @@ class ClaimSweeps:
 
     def _requests(self, own: Ownership, run: RunState,
                   answer: Callable[[Ownership, RunState], None]) -> None:
-        # Creates in any status (a repeat of a settled run), and fork requests naming the
-        # run as their source.
-        if unanswered_creates(run) or fork_asks(run):
+        # Creates in any status (a repeat of a settled run), creates refused while its inbox
+        # was full, and fork requests naming the run as their source.
+        if unanswered_creates(run) or fork_asks(run) or run.refused_creates:
             answer(own, run)
         if is_copying(run):  # a fork whose prefix the previous owner did not finish
             self.worker.reactions.react(own, run, claiming=True)

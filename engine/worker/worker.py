@@ -406,7 +406,7 @@ class Worker:
             return
         if (outcome.verdict is Verdict.refused and isinstance(record, ev.RunCreateRequested)
                 and own is not None and outcome.run is not None):
-            self.activator.refused_create(own, outcome.run, record)
+            self.activator.refused_create(own, outcome.run)
             return
         if own is None or not own.executing:
             return

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from engine.decide import FIRST_SHAPE_FORK, fork_decisions
-from engine.fork_source import answer_fork
+from engine.errors import RunFailed
+from engine.fork_source import answer_fork, within_limits
 from engine.journal import decode, encode
 from engine.journal import events as ev
 from engine.reader import run_partition
@@ -22,7 +23,7 @@ from projections.forks import ForkAsk, entry_json, fork_asks
 from projections.memory import MemoryProjection
 from projections.projector import Outcome, Projector
 from projections.requests import covers, describe_refusal
-from projections.state import JournalEntry, RunState, RunStatus, Verdict
+from projections.state import MAX_INBOX, JournalEntry, RunState, RunStatus, Verdict, replace
 from projections.store import HistoryEntry, ProjectionStore
 from tests.builders import Writer, create, request
 from tests.integration.fork_flows import flows as fork_flows
@@ -327,3 +328,79 @@ def test_fork_source_owner_fixture_replays_and_rocksdb_agrees(tmp_path: Path) ->
     assert len(refusals) == 1 and "needs --force" in refusals[0]
     for run_id in ("src", "bulk", "pay"):
         assert fork_asks(runs[run_id]) == []  # every fork request was answered
+
+
+async def test_a_fork_cut_before_the_source_s_limits_were_fixed_gets_them_all_the_same() -> None:
+    """A run created by name is admitted with its flow's ceiling; a fork cut at its create
+    request (before run.created) must not start with the request's limits (none)."""
+    from tests.integration.lifetime_flows import capped, flows, looper
+
+    async with TestEnvironment(flows) as env:
+        for flow, payload in ((capped, None), (looper, {"n": 0})):
+            run_id = await env.start(flow.name, payload)
+            with pytest.raises(RunFailed):
+                await env.result(run_id, follow=True)
+            items = [HistoryEntry(i.partition, i.offset, i.verdict, i.record.TYPE,
+                                  i.record.envelope.timestamp_ms, encode(i.record)[0])
+                     for i in env.history(run_id) if i.record is not None]
+            at_request = ForkAsk(request_id="f", offset=0, target_run_id="t",
+                                 source_offset=items[0].offset, source_record=1,
+                                 forced=True, requested_by="me", answered=0)
+            [(_, body)] = answer_fork(env.describe(run_id), at_request, items,
+                                      env.journal(run_id))
+            assert body.get("refused") is None
+            assert (body["ceiling"], body["max_rounds"]) == (
+                list(env.describe(run_id).ceiling or []) or None,
+                env.describe(run_id).max_rounds or None)
+        assert env.describe(run_id).max_rounds == 3
+
+
+def test_within_limits_takes_the_narrower_ceiling_and_budget() -> None:
+    cut = _run(None)
+    now = replace(_run(("payments.read",)), max_rounds=3)
+    narrowed = within_limits(cut, now)
+    assert (narrowed.ceiling, narrowed.max_rounds) == (("payments.read",), 3)
+    wide = within_limits(replace(_run(("a", "b")), max_rounds=5), replace(_run(("b", "c")),
+                                                                         max_rounds=2))
+    assert (wide.ceiling, wide.max_rounds) == (("b",), 2)
+
+
+def test_a_restricted_authority_may_not_resolve_a_quarantine() -> None:
+    for resolution in ("retry", "skip"):
+        resume = request(ev.RunResumeRequested, run_id="r1", request_id=f"q-{resolution}",
+                         operator="shop", resolution=resolution, position=0, digest="d",
+                         result_json="1" if resolution == "skip" else None)
+        refused = _judge(resume, f"{NS}.requests.shop")
+        assert isinstance(refused, Refuse) and "an operator's request" in refused.reason
+    plain = request(ev.RunResumeRequested, run_id="r1", request_id="wake", operator="shop")
+    assert isinstance(_judge(plain, f"{NS}.requests.shop"), Forward)
+
+
+def test_a_fork_ask_to_a_source_with_a_full_inbox_is_refused_with_a_reason() -> None:
+    log = Log()
+    log.made("src", None)
+    for i in range(MAX_INBOX):
+        log.add(create("src", f"again-{i}"))
+    asked = ask(source="src")
+    assert log.add(asked).verdict is Verdict.refused
+    assert "the most it keeps" in describe_refusal(log.run("src"), asked)
+
+
+async def test_a_fork_of_a_cancelled_run_ends_its_prefix_where_the_cancel_was_delivered() -> None:
+    """The fork has no cancel: what the source journaled from the delivery on was the
+    cancel's cleanup, not copied (a copied Cancelled entry would replay as a failure)."""
+    from engine.fork_source import plan_fork
+    from tests.integration.lifetime_flows import flows, tidy
+
+    async with TestEnvironment(flows) as env:
+        run_id = await env.start(tidy, {"cleanup_sleep": 0})
+        await env.run_until_idle()
+        await env.cancel(run_id)
+        await env.run_until_idle()
+        source = env.describe(run_id)
+        assert source.cancel_delivered_at == 0
+        items = [HistoryEntry(i.partition, i.offset, i.verdict, i.record.TYPE,
+                              i.record.envelope.timestamp_ms, encode(i.record)[0])
+                 for i in env.history(run_id) if i.record is not None]
+        plan = plan_fork(run_id, items, len(items), env.journal(run_id))
+        assert plan.prefix == ()

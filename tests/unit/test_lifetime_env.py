@@ -147,3 +147,28 @@ async def test_a_create_beyond_a_full_inbox_is_refused_and_answered() -> None:
         [answer] = [i.record for i in env.history(run_id)
                     if isinstance(i.record, ev.RunCreateRejected)]
         assert (answer.envelope.request_id, answer.reason) == ("one-too-many", "inbox-full")
+
+
+def test_refused_creates_are_kept_in_the_run_until_answered() -> None:
+    """Any claimant finds them in the run's state (not only the worker that folded them)."""
+    from projections.memory import MemoryProjection
+    from tests.builders import Writer
+
+    projection, owner, offset = MemoryProjection(), Writer("owner"), 0
+
+    def add(record: ev.JournalRecord) -> Verdict:
+        nonlocal offset
+        offset += 1
+        return projection.apply(0, offset - 1, record).verdict
+
+    add(owner.claim(0))
+    for i in range(MAX_INBOX):
+        add(create("r", f"ask-{i}"))
+    assert add(create("r", "late-1")) is Verdict.refused
+    assert add(create("r", "late-1")) is Verdict.refused  # the same request: kept once
+    assert add(create("r", "late-2")) is Verdict.refused
+    assert projection.store.run("r").refused_creates == ("late-1", "late-2")  # type: ignore
+    assert add(owner.decide(ev.RunCreateRejected, run_id="r", request_id="late-1",
+                            reason="inbox-full", field="request", existing_value="",
+                            requested_value="")) is Verdict.applied
+    assert projection.store.run("r").refused_creates == ("late-2",)  # type: ignore

@@ -41,7 +41,7 @@ ADDED_SINCE_FORMAT_2: dict[str, Any] = {
     # issue 9: step argument digests (dry runs)
     "args_digest": None, "fork": None,
     # issue 16: where a cancel reached the handler; limits fixed by an owner with the flow
-    "cancel_delivered_at": None, "limits_fixed": False,
+    "cancel_delivered_at": None, "limits_fixed": False, "refused_creates": [],
 }
 
 
