@@ -21,7 +21,16 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 import projections.store
-from engine import CapabilityRefused, Client, Flow, RunCancelled, RunFailed, RunStatus, Worker
+from engine import (
+    CapabilityRefused,
+    Client,
+    Flow,
+    RunCancelled,
+    RunFailed,
+    RunNotFound,
+    RunStatus,
+    Worker,
+)
 from engine.journal import events as ev
 from engine.reader import run_partition
 from tests.integration.lifetime_flows import (
@@ -170,7 +179,7 @@ async def _cancel_when_waiting(c: Client, run_id: str) -> None:
         try:
             if (await c.describe(run_id)).status is RunStatus.suspended:
                 break
-        except Exception:
+        except RunNotFound:  # its create request not read yet
             pass
         assert time.monotonic() < deadline, f"{run_id} never waited"
         await asyncio.sleep(0.1)
