@@ -8,6 +8,9 @@ from typing import Any
 
 from engine.journal import Envelope, JournalRecord
 from engine.journal import events as ev
+from projections.memory import MemoryProjection
+from projections.projector import Outcome
+from projections.state import RunState
 
 _clock = itertools.count(1_700_000_000_000, 1000)
 
@@ -60,3 +63,23 @@ def created(writer: Writer, run_id: str, request_id: str, *, request_offset: int
         ev.RunCreated, run_id=run_id, request_id=request_id, flow=flow,
         payload_json=payload_json, request_offset=request_offset, duplicate=duplicate)
     return record
+
+
+class PartitionLog:
+    """Partition 0 folded in memory, claimed by one owner; records appended in order."""
+
+    def __init__(self, owner: str = "owner") -> None:
+        self.projection = MemoryProjection(keep_history=True)
+        self.offset = 0
+        self.owner = Writer(owner)
+        self.add(self.owner.claim(0))
+
+    def add(self, record: Any) -> Outcome:
+        outcome = self.projection.apply(0, self.offset, record)
+        self.offset += 1
+        return outcome
+
+    def run(self, run_id: str) -> RunState:
+        run = self.projection.store.run(run_id)
+        assert run is not None
+        return run

@@ -28,7 +28,7 @@ from projections.memory import MemoryProjection
 from projections.projector import Outcome, Projector
 from projections.state import ChildLink, JournalEntry, RunState, RunStatus, Verdict, replace
 from projections.store import ProjectionStore
-from tests.builders import Writer, create, request
+from tests.builders import PartitionLog, Writer, create, request
 from tests.unit.test_replay_fixtures import JOURNALS, load
 
 RUN = "fork-1"
@@ -70,29 +70,19 @@ def fork_parts_of(fork: ForkPlan, new_run_id: str, *, forced: bool,
                                 max_part_bytes=max_part_bytes))
 
 
-class Log:
-    """One partition folded in memory, with an owner writing decisions."""
+class Log(PartitionLog):
+    """One partition folded in memory, with an owner writing decisions about RUN."""
 
     def __init__(self) -> None:
-        self.projection = MemoryProjection(keep_history=True)
-        self.offset = 0
-        self.owner = Writer("owner-a")
-        self.add(self.owner.claim(0))
-
-    def add(self, record: Any) -> Outcome:
-        outcome = self.projection.apply(0, self.offset, record)
-        self.offset += 1
-        return outcome
+        super().__init__("owner-a")
 
     def decide(self, cls: type[Any], writer: Writer | None = None, **body: Any) -> Outcome:
         request_id = body.pop("request_id", None)
         return self.add((writer or self.owner).decide(cls, run_id=RUN, request_id=request_id,
                                                       **body))
 
-    def run(self) -> RunState:
-        run = self.projection.store.run(RUN)
-        assert run is not None
-        return run
+    def run(self, run_id: str = RUN) -> RunState:
+        return super().run(run_id)
 
     def owner_decides(self, writer: Writer | None = None) -> list[Outcome]:
         """What the owner decides (engine.decide.fork_decisions), applied in order, one part

@@ -25,7 +25,7 @@ from projections.projector import Outcome, Projector
 from projections.requests import covers, describe_refusal
 from projections.state import MAX_INBOX, JournalEntry, RunState, RunStatus, Verdict, replace
 from projections.store import HistoryEntry, ProjectionStore
-from tests.builders import Writer, create, request
+from tests.builders import PartitionLog, create, request
 from tests.integration.fork_flows import flows as fork_flows
 from tests.integration.fork_flows import risky
 from tests.unit.test_replay_fixtures import JOURNALS, load
@@ -35,24 +35,8 @@ PARTITIONS = 3
 SHOP = {"authority": "shop", "authority_capabilities": ["email"]}
 
 
-class Log:
+class Log(PartitionLog):
     """One partition folded in memory, with one owner."""
-
-    def __init__(self) -> None:
-        self.projection = MemoryProjection(keep_history=True)
-        self.offset = 0
-        self.owner = Writer("owner")
-        self.add(self.owner.claim(0))
-
-    def add(self, record: Any) -> Outcome:
-        outcome = self.projection.apply(0, self.offset, record)
-        self.offset += 1
-        return outcome
-
-    def run(self, run_id: str) -> RunState:
-        run = self.projection.store.run(run_id)
-        assert run is not None
-        return run
 
     def made(self, run_id: str, ceiling: list[str] | None) -> RunState:
         """An admitted run with `ceiling`."""

@@ -10,7 +10,7 @@ from engine.decide import Create, Duplicate, decide_create
 from engine.journal import events as ev
 from engine.testing import TestEnvironment
 from projections.state import MAX_INBOX, InboxItem, RunState, Verdict
-from tests.builders import create
+from tests.builders import PartitionLog, create
 from tests.integration.lifetime_flows import (
     EFFECTS,
     capped,
@@ -151,24 +151,15 @@ async def test_a_create_beyond_a_full_inbox_is_refused_and_answered() -> None:
 
 def test_refused_creates_are_kept_in_the_run_until_answered() -> None:
     """Any claimant finds them in the run's state (not only the worker that folded them)."""
-    from projections.memory import MemoryProjection
-    from tests.builders import Writer
-
-    projection, owner, offset = MemoryProjection(), Writer("owner"), 0
-
-    def add(record: ev.JournalRecord) -> Verdict:
-        nonlocal offset
-        offset += 1
-        return projection.apply(0, offset - 1, record).verdict
-
-    add(owner.claim(0))
+    log = PartitionLog()
     for i in range(MAX_INBOX):
-        add(create("r", f"ask-{i}"))
-    assert add(create("r", "late-1")) is Verdict.refused
-    assert add(create("r", "late-1")) is Verdict.refused  # the same request: kept once
-    assert add(create("r", "late-2")) is Verdict.refused
-    assert projection.store.run("r").refused_creates == ("late-1", "late-2")  # type: ignore
-    assert add(owner.decide(ev.RunCreateRejected, run_id="r", request_id="late-1",
-                            reason="inbox-full", field="request", existing_value="",
-                            requested_value="")) is Verdict.applied
-    assert projection.store.run("r").refused_creates == ("late-2",)  # type: ignore
+        log.add(create("r", f"ask-{i}"))
+    assert log.add(create("r", "late-1")).verdict is Verdict.refused
+    assert log.add(create("r", "late-1")).verdict is Verdict.refused  # the same: kept once
+    assert log.add(create("r", "late-2")).verdict is Verdict.refused
+    assert log.run("r").refused_creates == ("late-1", "late-2")
+    rejected = log.owner.decide(ev.RunCreateRejected, run_id="r", request_id="late-1",
+                                reason="inbox-full", field="request", existing_value="",
+                                requested_value="")
+    assert log.add(rejected).verdict is Verdict.applied
+    assert log.run("r").refused_creates == ("late-2",)
