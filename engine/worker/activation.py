@@ -76,16 +76,12 @@ class Activator:
         settled run) and the fork requests naming it as their source."""
         for item in unanswered_creates(run):
             self.decide_create(own, run, item)
-        self._answer_refused(own, run)  # creates refused while the inbox was full
+        self.answer_refused(own, run)  # creates refused while the inbox was full
         self.worker.reactions.forks.answer(own, run)
 
-    def refused_create(self, own: Ownership, run: RunState) -> None:
-        """A create the reducer refused (the run's inbox is full) is kept in the run until
-        answered: now, or, before our claim is applied, by the claim sweep."""
-        if own.executing:
-            self._answer_refused(own, run)
-
-    def _answer_refused(self, own: Ownership, run: RunState) -> None:
+    def answer_refused(self, own: Ownership, run: RunState) -> None:
+        """Creates the reducer refused (the run's inbox is full) are kept in the run until
+        answered: as they are refused, or, refused before our claim, by the claim sweep."""
         for request_id in run.refused_creates:
             if request_id not in own.decided:
                 own.decided.add(request_id)

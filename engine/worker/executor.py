@@ -28,8 +28,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("runstream.executor")
 
 RESULT_TOO_LARGE = "ResultTooLarge"
-# The error type of a step attempt whose function was never called (its partition was
-# released while its `step.started` waited to be applied): retried by the next owner.
 
 
 def now_ms() -> int:
@@ -177,8 +175,9 @@ class RunExecution(HandlerRunner):
         its epoch is still ours, so say so: a `step.failed` that will be retried, after
         the `step.started` on the same producer and partition, so the next owner runs the
         step instead of quarantining a run whose effect cannot have happened. Once the
-        partition is lost or the source failed nothing of ours can apply any more: the
-        next owner quarantines it (a stop without goodbye looks the same)."""
+        partition is lost or the source failed nothing of ours can apply any more: this
+        worker remembers the attempt (`never_called`), should it execute the run again;
+        another owner quarantines it (a stop without goodbye looks the same)."""
         own = self.ownership
         if cls is not ev.StepStarted:
             return

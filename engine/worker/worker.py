@@ -404,11 +404,11 @@ class Worker:
         if isinstance(record, ev.PartitionEpochClaimed):
             self.claims.on_claim(partition, record, outcome)
             return
-        if (outcome.verdict is Verdict.refused and isinstance(record, ev.RunCreateRequested)
-                and own is not None and outcome.run is not None):
-            self.activator.refused_create(own, outcome.run)
-            return
         if own is None or not own.executing:
+            return  # (creates a full inbox refused meanwhile: the claim sweep answers them)
+        if (outcome.verdict is Verdict.refused and isinstance(record, ev.RunCreateRequested)
+                and outcome.run is not None):
+            self.activator.answer_refused(own, outcome.run)
             return
         if outcome.verdict is not Verdict.applied:
             if drained and outcome.run is not None:  # e.g. a stale wake, ignored
