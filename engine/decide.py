@@ -22,7 +22,7 @@ from projections.state import (
     replace,
     round_run_id,
 )
-from projections.transitions import CANCEL_DELIVERED, WAIT_TIMEOUT
+from projections.transitions import CANCEL_DELIVERED, WAIT_TIMEOUT, wait_entry_name
 
 FLOW_NOT_REGISTERED = "flow-not-registered"
 CHILD_FAILED = "ChildFailed"
@@ -213,8 +213,7 @@ def decide_waiting(run: RunState, spawn: JournalEntry | None
         if run.cancel_delivered_at is None:
             # Woken to meet the cancel in its handler: the wait ends Cancelled, once; the
             # reason says who asked. A wait in cleanup after that waits normally.
-            return Wake(cancel_wake_reason(run), wait.position,
-                        wait.event_name or wait.child_run_id or "sleep",
+            return Wake(cancel_wake_reason(run), wait.position, wait_entry_name(wait),
                         error_type=CANCEL_DELIVERED, error_message=run.cancel_requested)
     if wait is not None and wait.kind == "quarantine":
         # Only an operator's resolution (or a cancel) moves a quarantined run.

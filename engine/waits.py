@@ -28,7 +28,7 @@ from engine.limits import PayloadTooLarge, check_payload
 from engine.observability.tracing import carrier
 from engine.port import JournalPort
 from projections.state import MAX_DEPTH, MAX_OPEN_CHILDREN, ChildLink, JournalEntry, Signal, Wait
-from projections.transitions import CANCEL_DELIVERED
+from projections.transitions import CANCEL_DELIVERED, wait_entry_name
 
 
 class WaitingCalls:
@@ -196,7 +196,7 @@ class WaitingCalls:
                 return self._outcome(outcome)
             # Woken for a cancel (a wake written before cancels were delivered at a
             # position); anything else: wait again.
-            self._check_cancel(wait.position, wait.event_name or wait.child_run_id or "sleep")
+            self._check_cancel(wait.position, wait_entry_name(wait))
 
     def _outcome(self, entry: JournalEntry) -> Any:
         """What a finished wait returns or raises, from its journal entry."""

@@ -121,6 +121,14 @@ def _step_failed(run: RunState, record: Any, epoch: int, previous: Any) -> Chang
 _WAIT_KINDS = {"timer": "sleep", "event": "wait", "child": "child"}
 
 
+def wait_entry_name(wait: Wait) -> str:
+    """The name of the journal entry `wait` stands at: a sleep's is "sleep", a signal
+    wait's the signal's name, a child wait's the child's run id."""
+    name = {"timer": "sleep", "event": wait.event_name, "child": wait.child_run_id}.get(
+        wait.kind)
+    return name or ""
+
+
 def _suspended(run: RunState, record: Any, epoch: int, previous: Any) -> Change | None:
     assert isinstance(record, ev.RunSuspended)
     wait = Wait(kind=record.reason, position=record.position, due_ms=record.wake_at_ms,
@@ -137,8 +145,7 @@ def _suspended(run: RunState, record: Any, epoch: int, previous: Any) -> Change 
         return Change(changes)  # a quarantine: its entry stays the started step
     if previous is not None and previous.status != "waiting":
         return None  # that wait is over already: a stale suspension
-    name = {"sleep": "sleep", "wait": record.event_name, "child": record.child_run_id}[kind]
-    entry = JournalEntry(position=record.position, name=name or "", kind=kind,
+    entry = JournalEntry(position=record.position, name=wait_entry_name(wait), kind=kind,
                          status="waiting", due_ms=record.wake_at_ms)
     return Change(changes, entry)
 
