@@ -53,7 +53,9 @@ class ClaimSweeps:
 
     def start(self, own: Ownership, store: ProjectionStore,
               answer: Callable[[Ownership, RunState], None]) -> asyncio.Task[None]:
-        """Sweep `own`'s partition in a task; `answer` decides a run's unanswered creates."""
+        """Sweep `own`'s partition in a task; `answer` answers what a run holds: its
+        unanswered creates, the creates its full inbox refused, and fork requests naming
+        it as their source (Activator._answer_creates)."""
         previous = self._tasks.pop(own.partition, None)
         if previous is not None:
             previous.cancel()
