@@ -29,7 +29,7 @@ from bench import (
 from bench.env import Context
 from bench.report import Section, format_section, write_results
 from bench.system import broker_pid, flush_policy
-from engine.config import resolve_bootstrap
+from runstream.engine.config import resolve_bootstrap
 
 SECTIONS: dict[str, ModuleType] = {
     "codec": codec,

@@ -17,7 +17,7 @@ from fastavro import schemaless_reader, schemaless_writer
 
 from bench.env import Context, pick
 from bench.report import Row, Section
-from engine.journal import (
+from runstream.engine.journal import (
     FRAME_SIZE,
     Codec,
     Envelope,

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from engine.admin import TopicsError, delete_topics, ensure_topics
-from engine.config import journal_topic
+from runstream.engine.config import journal_topic
+from runstream.engine.kafka.admin import TopicsError, delete_topics, ensure_topics
 
 T = TypeVar("T")
 

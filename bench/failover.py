@@ -19,12 +19,12 @@ from bench.load import open_loop
 from bench.report import CpuLine, Row, Section, percentile
 from bench.system import CpuMeter
 from bench.workers import WorkerPool
-from engine import Client
-from engine.config import journal_topic
-from engine.demo.flows import checkout
-from engine.journal import DecodeError, decode
-from engine.journal import events as ev
-from engine.reader import read_partitions
+from runstream import Client
+from runstream.engine.config import journal_topic
+from runstream.engine.demo.flows import checkout
+from runstream.engine.journal import DecodeError, decode
+from runstream.engine.journal import events as ev
+from runstream.engine.kafka.reader import read_partitions
 
 PARTITIONS = 12
 VICTIM = "w0"

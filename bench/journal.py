@@ -21,10 +21,10 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from engine.connection import kafka_options
-from engine.journal import Envelope, JournalRecord, encode
-from engine.journal import events as ev
-from engine.reader import partition_for
+from runstream.engine.journal import Envelope, JournalRecord, encode
+from runstream.engine.journal import events as ev
+from runstream.engine.kafka.connection import kafka_options
+from runstream.engine.kafka.reader import partition_for
 
 RECORDS_PER_RUN = 7
 STEPS = ("reserve", "charge", "receipt")

@@ -16,8 +16,8 @@ from bench.raw import round_trips
 from bench.report import Row, Section, percentile
 from bench.system import measure_cpu
 from bench.workers import WorkerPool
-from engine import Client
-from engine.demo.flows import checkout
+from runstream import Client
+from runstream.engine.demo.flows import checkout
 
 PARTITIONS = 12
 

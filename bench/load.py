@@ -7,9 +7,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine import Client
-from engine.demo.flows import checkout
-from engine.errors import RunstreamError
+from runstream import Client
+from runstream.engine.demo.flows import checkout
+from runstream.engine.errors import RunstreamError
 
 
 @dataclass

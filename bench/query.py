@@ -29,11 +29,11 @@ from bench.processes import ProcessTiming, python, time_process
 from bench.raw import consume_and_decode, end_offset_lookups
 from bench.report import CpuLine, Row, Section, percentile
 from bench.system import CpuMeter, measure_cpu
-from engine import Client
-from engine.config import journal_topic
-from engine.reader import partition_for
-from engine.readmodel import read_model_dir
-from projections.state import RunStatus
+from runstream import Client
+from runstream.engine.config import journal_topic
+from runstream.engine.kafka.reader import partition_for
+from runstream.engine.readmodel.model import read_model_dir
+from runstream.projections.state import RunStatus
 
 PENDING = "pending: read model not landed"
 PAGE = 50
@@ -198,7 +198,7 @@ def cli_status_rows(ctx: Context, section: Section, namespace: str, run_id: str,
     """`run status ID --json` as two processes in turn, on a read model caught up already:
     what a query costs from a shell once the cache is warm (the first call's catch-up is
     the in-process figure above)."""
-    argv = python("-m", "engine.cli", "run", "status", run_id, "--json",
+    argv = python("-m", "runstream.engine.cli", "run", "status", run_id, "--json",
                   "--bootstrap", ctx.bootstrap, "--namespace", namespace)
     for attempt in ("first", "second"):
         with measure_cpu(f"{tag} CLI run status ({attempt} process)",
@@ -213,7 +213,7 @@ def cli_status_rows(ctx: Context, section: Section, namespace: str, run_id: str,
 def cli_startup(section: Section) -> float:
     """Wall seconds of `python -m engine.cli --help` (best of 3), beside bare Python."""
     bare = min(time_process(python("-c", "pass"), 60).seconds for _ in range(3))
-    runs = [time_process(python("-m", "engine.cli", "--help"), 60) for _ in range(3)]
+    runs = [time_process(python("-m", "runstream.engine.cli", "--help"), 60) for _ in range(3)]
     best = min(runs, key=lambda t: t.seconds)
     section.add(Row("python -c pass", bare, "s", note="best of 3"),
                 _cli_row("python -m engine.cli --help", best, bare, "python -c pass",

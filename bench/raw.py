@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from engine.connection import kafka_options
-from engine.journal import decode
+from runstream.engine.journal import decode
+from runstream.engine.kafka.connection import kafka_options
 
 VALUE_BYTES = 150
 

@@ -17,8 +17,8 @@ from bench.journal import generate
 from bench.raw import consume_and_decode
 from bench.report import Row, Section
 from bench.system import measure_cpu
-from engine.config import journal_topic
-from projections.rebuild import rebuild_into
+from runstream.engine.config import journal_topic
+from runstream.projections.rebuild import rebuild_into
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -24,15 +24,15 @@ from bench.load import one_at_a_time, warm_up
 from bench.report import Row, Section, percentile
 from bench.system import measure_cpu
 from bench.workers import WorkerPool
-from engine import Client
-from engine.admin import ensure_requests_topics
-from engine.demo.flows import checkout
+from runstream import Client
+from runstream.engine.demo.flows import checkout
+from runstream.engine.kafka.admin import ensure_requests_topics
 
 PARTITIONS = 12
 # The relay in its own process, as it will run inside each worker (not in the client's).
 RELAY_SCRIPT = """
 import asyncio, signal, sys
-from engine.relay import Relay
+from runstream.engine.worker.relay import Relay
 
 async def main() -> None:
     relay = Relay(sys.argv[1], sys.argv[2], None, {}, name="bench")

@@ -14,9 +14,9 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError
 
 from bench.report import CpuLine
-from engine.broker.layout import FLUSH_MESSAGES as FLUSH_KEY
-from engine.broker.layout import read_property
-from engine.connection import kafka_options
+from runstream.engine.broker.layout import FLUSH_MESSAGES as FLUSH_KEY
+from runstream.engine.broker.layout import read_property
+from runstream.engine.kafka.connection import kafka_options
 
 _KAFKA_MAIN = b"kafka.Kafka"
 _TICK_MS = 1000.0 / os.sysconf("SC_CLK_TCK")

@@ -17,8 +17,8 @@ from bench.raw import RawThroughput, produce_then_consume
 from bench.report import Row, Section
 from bench.system import measure_cpu
 from bench.workers import WorkerPool
-from engine import Client
-from engine.demo.flows import checkout
+from runstream import Client
+from runstream.engine.demo.flows import checkout
 
 PARTITIONS = 12
 

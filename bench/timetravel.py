@@ -4,7 +4,7 @@ checkpoints; the whole namespace at a cut of a real load against a fold up to th
 (a) A generated journal (bench/journal.py: 1,000,000 records, 12 partitions, runs of seven
 records) folded by a read model that records a checkpoint every --tt-checkpoint-every
 records (all kept). Then, to the instant of the middle run's activation: `run at` of that
-run (operations.run_state_at) and `state --at` (engine.system_state.system_state_at) from
+run (operations.run_state_at) and `state --at` (engine.timetravel.cut.system_state_at) from
 the nearest checkpoint and from offset 0 (--no-checkpoints), in process, and each once as a
 CLI process. Limits: raw consume + decode of the records each replay reads (the checkpoint's
 tail, or everything below the cut). The two replays must agree.
@@ -31,18 +31,26 @@ from bench.journal import generate
 from bench.processes import ProcessTiming, python, time_process
 from bench.report import Row, Section, percentile
 from bench.workers import WorkerPool
-from engine import Client, operations
-from engine.config import journal_topic
-from engine.demo.flows import checkout, packing
-from engine.journal import decode
-from engine.reader import RawRecord, read_partitions
-from engine.readmodel import ReadModel, read_model_dir
-from engine.readmodel_kafka import JournalSource
-from engine.system_state import SystemState, all_runs, iso, replayed, system_state_at, take_cut
-from engine.timetravel import Point
-from projections.checkpoints import list_checkpoints
-from projections.manifest import DEFAULT_EVERY, DEFAULT_KEEP
-from projections.memory import MemoryProjection
+from runstream import Client
+from runstream.engine.cli import operations
+from runstream.engine.config import journal_topic
+from runstream.engine.demo.flows import checkout, packing
+from runstream.engine.journal import decode
+from runstream.engine.kafka.reader import RawRecord, read_partitions
+from runstream.engine.readmodel.model import ReadModel, read_model_dir
+from runstream.engine.readmodel.source import JournalSource
+from runstream.engine.timetravel.cut import (
+    SystemState,
+    all_runs,
+    iso,
+    replayed,
+    system_state_at,
+    take_cut,
+)
+from runstream.engine.timetravel.points import Point
+from runstream.projections.checkpoints import list_checkpoints
+from runstream.projections.manifest import DEFAULT_EVERY, DEFAULT_KEEP
+from runstream.projections.memory import MemoryProjection
 
 PARTITIONS = 12
 PACKING_EVERY = 10  # one run in ten sleeps (a durable timer) before its step
@@ -184,7 +192,7 @@ def _cli_rows(ctx: Context, section: Section, namespace: str, cache: Path, run_i
         ("CLI run at --time --json", ["run", "at", run_id, "--time", iso(at_ms), "--json"]),
         ("CLI state --at --json", ["state", "--at", iso(at_ms), "--json"]),
     ):
-        section.add(_process_row(figure, time_process(python("-m", "engine.cli", *argv,
+        section.add(_process_row(figure, time_process(python("-m", "runstream.engine.cli", *argv,
                                                              *common), 600)))
 
 

@@ -2,7 +2,7 @@
 
 The journal is generated (bench/journal.py). A read model folds it, recording a RocksDB
 checkpoint every --verify-checkpoint-every records; a worker-style store (no record bytes,
-hash manifests only) is folded from it too. `engine.integrity.verify` then rebuilds each from
+hash manifests only) is folded from it too. `engine.ops.verify.verify` then rebuilds each from
 offset 0 and checks every checkpoint and every key. Limit: one aiokafka consumer reading the
 same records and decoding each (target: verify at 0.5 of it or more). Also measured: the
 running hash's cost per record, and the time to create one checkpoint of the full store.
@@ -22,15 +22,15 @@ from bench.journal import _records as sample_records
 from bench.raw import consume_and_decode
 from bench.report import Row, Section
 from bench.system import measure_cpu
-from engine import integrity
-from engine.config import journal_topic
-from engine.readmodel import ReadModel
-from projections.manifest import CheckpointPolicy
-from projections.memory import MemoryStore
-from projections.projector import Projector
-from projections.rebuild import rebuild_into
-from projections.store import ProjectionStore
-from projections.writes import EMPTY_HASH, RecordWrite, chain, put_record
+from runstream.engine.config import journal_topic
+from runstream.engine.ops import verify as integrity
+from runstream.engine.readmodel.model import ReadModel
+from runstream.projections.manifest import CheckpointPolicy
+from runstream.projections.memory import MemoryStore
+from runstream.projections.projector import Projector
+from runstream.projections.rebuild import rebuild_into
+from runstream.projections.store import ProjectionStore
+from runstream.projections.writes import EMPTY_HASH, RecordWrite, chain, put_record
 
 CHECKPOINT_SAMPLES = 5
 

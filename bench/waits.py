@@ -46,13 +46,13 @@ from bench.report import Row, Section, percentile
 from bench.system import measure_cpu
 from bench.throughput import raw_limit
 from bench.workers import WorkerPool
-from engine import Client, Flow, FlowContext, RunStatus
-from engine.config import journal_topic
-from engine.errors import RunstreamError
-from engine.journal import TYPE_HEADER, DecodeError, decode
-from engine.journal import events as ev
-from engine.reader import partition_count, read_partitions, reader_consumer
-from engine.worker.worker import sticky_size
+from runstream import Client, Flow, FlowContext, RunStatus
+from runstream.engine.config import journal_topic
+from runstream.engine.errors import RunstreamError
+from runstream.engine.journal import TYPE_HEADER, DecodeError, decode
+from runstream.engine.journal import events as ev
+from runstream.engine.kafka.reader import partition_count, read_partitions, reader_consumer
+from runstream.engine.worker.worker import sticky_size
 
 PARTITIONS = 12
 APP = "bench.waits:flows"

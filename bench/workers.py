@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from engine.config import journal_topic
-from engine.journal import DecodeError, decode
-from engine.journal import events as ev
-from engine.reader import read_partitions
+from runstream.engine.config import journal_topic
+from runstream.engine.journal import DecodeError, decode
+from runstream.engine.journal import events as ev
+from runstream.engine.kafka.reader import read_partitions
 
-APP = "engine.demo.flows:flows"
+APP = "runstream.engine.demo.flows:flows"
 
 
 @dataclass
@@ -44,7 +44,7 @@ class WorkerPool:
     def start_one(self, name: str) -> None:
         with open(self.root / f"{name}.log", "ab") as log:
             self.procs[name] = subprocess.Popen(
-                [sys.executable, "-m", "engine.cli", "worker", "--app", self.app,
+                [sys.executable, "-m", "runstream.engine.cli", "worker", "--app", self.app,
                  "--data-dir", str(self.root / name), "--bootstrap", self.bootstrap,
                  "--namespace", self.namespace, "--name", name,
                  "--concurrency", str(self.concurrency),

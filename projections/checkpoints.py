@@ -14,8 +14,8 @@ import os
 import shutil
 from pathlib import Path
 
-from projections.manifest import CheckpointInfo, CheckpointPolicy, read_manifest
-from projections.store import ProjectionStore
+from runstream.projections.manifest import CheckpointInfo, CheckpointPolicy, read_manifest
+from runstream.projections.store import ProjectionStore
 
 __all__ = ["CheckpointGone", "CheckpointInfo", "CheckpointPolicy", "list_checkpoints",
            "nearest_checkpoint", "open_scratch"]

@@ -8,7 +8,7 @@ a settled run is forked too) as an item whose `payload_json` holds the fork's pa
 (ForkAsk) and whose `part` counts the parts answered so far, unless its authority does not
 cover the source (projections.requests.covers), or it is malformed: then it is refused.
 The source's owner reads the source's records up to the point from its own journal
-(engine.fork_source) and answers with `run.fork-answered` decisions, one per part (or one
+(engine.timetravel.fork_source) and answers with `run.fork-answered` decisions, one per part (or one
 refusal); each applied part enters the outbox as a `run.fork-part` request to the new run's
 partition (an owner-to-owner request: the relay refuses it from every requests topic), and
 the last one answers the fork request.
@@ -32,7 +32,7 @@ belong to the run's fork is refused.
 Journals written before this (issue 16) hold `run.fork-requested` records of the first
 shape, sent by a client to the new run's partition with the entries it built itself: they
 replay as they were applied then (a part like any other), but no owner copies them any more
-(engine.decide.fork_decisions fails such a fork) and the relay refuses them.
+(projections.decide.fork_decisions fails such a fork) and the relay refuses them.
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from engine.journal import events as ev
-from projections.requests import covers
-from projections.state import (
+from runstream.engine.journal import events as ev
+from runstream.projections.requests import covers
+from runstream.projections.state import (
     MAX_INBOX,
     ForkOrigin,
     InboxItem,

@@ -6,7 +6,7 @@ a prefix scan.
 
 from __future__ import annotations
 
-from projections.state import RunStatus, Wait
+from runstream.projections.state import RunStatus, Wait
 
 
 def partition_key(partition: int) -> bytes:

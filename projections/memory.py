@@ -10,12 +10,12 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from engine.journal import JournalRecord
-from projections import store as rocks
-from projections.poison import KEY_UNKNOWN, RecordKey
-from projections.projector import Outcome, Projector, Store
-from projections.state import JournalEntry, OutboxItem, PartitionState, RunState, Verdict
-from projections.store import DueTimer, RecordWrite
+from runstream.engine.journal import JournalRecord
+from runstream.projections import store as rocks
+from runstream.projections.poison import KEY_UNKNOWN, RecordKey
+from runstream.projections.projector import Outcome, Projector, Store
+from runstream.projections.state import JournalEntry, OutboxItem, PartitionState, RunState, Verdict
+from runstream.projections.store import DueTimer, RecordWrite
 
 
 @dataclass(frozen=True, slots=True)

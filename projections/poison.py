@@ -21,7 +21,7 @@ Kinds (`reason`, what `runstream dead-letters list` shows):
 Not found on the journal, so not in REASONS (no reader classifies a record so):
   unsendable         an owner's outbox request it gave up before it was ever written (its
                      body is of an older shape, it cannot be encoded, or it is too large):
-                     engine.outbox_fallback; the cause says which
+                     projections.outbox_fallback; the cause says which
 `cause` is finer (the codec's DecodeReason for the first four) and is what the history item
 and the running hash record, as they did before the other kinds existed.
 """
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final, Literal
 
-from engine.journal import (
+from runstream.engine.journal import (
     MAX_RECORD_BYTES,
     TYPE_HEADER,
     DecodeError,
@@ -41,7 +41,7 @@ from engine.journal import (
     JournalRecord,
     decode,
 )
-from engine.journal import events as ev
+from runstream.engine.journal import events as ev
 
 DeadLetterReason = Literal[
     "garbage", "truncated", "unknown-schema-id", "unknown-type", "oversize", "missing-key",
@@ -67,7 +67,7 @@ DEAD_LETTER_TYPE_PREFIX = "dead-letter:"
 
 class KeyUnknown(Enum):
     """The reader does not know the record's Kafka key: the key check is not made. Every
-    reader of a real journal passes the key (engine.reader.RawRecord.key), so that it
+    reader of a real journal passes the key (engine.kafka.reader.RawRecord.key), so that it
     classifies as the worker does; this is for records folded without one (tests, exported
     fixtures)."""
 

@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from engine.journal import DecodeError, JournalRecord
-from engine.journal import events as ev
-from projections.poison import (
+from runstream.engine.journal import DecodeError, JournalRecord
+from runstream.engine.journal import events as ev
+from runstream.projections.poison import (
     KEY_UNKNOWN,
     Examined,
     Poison,
@@ -28,10 +28,10 @@ from projections.poison import (
     needs_run,
     no_such_run,
 )
-from projections.reducer import apply, apply_dead_letter, request_id_of
-from projections.state import JournalEntry, OutboxItem, PartitionState, RunState, Verdict
-from projections.store import RecordWrite
-from projections.transitions import entry_position
+from runstream.projections.reducer import apply, apply_dead_letter, request_id_of
+from runstream.projections.state import JournalEntry, OutboxItem, PartitionState, RunState, Verdict
+from runstream.projections.store import RecordWrite
+from runstream.projections.transitions import entry_position
 
 # Run states the projector keeps decoded between records (a run's records come in bursts).
 RUN_CACHE = 4096

@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.connection import KafkaSecurity
-from engine.reader import read_partitions
-from projections.manifest import CheckpointPolicy
-from projections.projector import Projector
-from projections.store import ProjectionStore
+from runstream.engine.kafka.connection import KafkaSecurity
+from runstream.engine.kafka.reader import read_partitions
+from runstream.projections.manifest import CheckpointPolicy
+from runstream.projections.projector import Projector
+from runstream.projections.store import ProjectionStore
 
 REBUILD_GROUP = 500
 PROGRESS_EVERY = 2000  # records between two progress callbacks

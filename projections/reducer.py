@@ -22,16 +22,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from engine.journal import events as ev
-from projections.forks import (
+from runstream.engine.journal import events as ev
+from runstream.projections.forks import (
     apply_copied,
     apply_fork_answered,
     apply_fork_ask,
     apply_fork_request,
     apply_forked,
 )
-from projections.requests import apply_run_request
-from projections.state import (
+from runstream.projections.requests import apply_run_request
+from runstream.projections.state import (
     MAX_DEPTH,
     MAX_EVIDENCE,
     MAX_INBOX,
@@ -45,7 +45,7 @@ from projections.state import (
     Verdict,
     replace,
 )
-from projections.transitions import refused_spawn, transition
+from runstream.projections.transitions import refused_spawn, transition
 
 
 # Not frozen: a frozen dataclass's __init__ sets each field through object.__setattr__,

@@ -7,7 +7,7 @@ wake), so every reader of the partition sees the same state.
 
 Authority: a request relayed from a restricted authority's requests topic carries that
 authority (`authority`, its name, and `authority_capabilities`), set by the relay and
-stripped by it from anything else (engine.relay). An authority restricted to capabilities A
+stripped by it from anything else (engine.worker.relay). An authority restricted to capabilities A
 *covers* a run whose ceiling is a subset of A; a run with no ceiling (it may use any
 capability) is covered by no restricted authority; a request without an authority
 (unrestricted: an operator, an owner, a direct-mode client) covers every run. A signal,
@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from engine.journal import events as ev
-from projections.state import (
+from runstream.engine.journal import events as ev
+from runstream.projections.state import (
     MAX_INBOX,
     MAX_SIGNALS,
     TERMINAL_STATUSES,

@@ -61,14 +61,14 @@ from rocksdict import (
     WriteOptions,
 )
 
-from projections import keys
-from projections.manifest import (
+from runstream.projections import keys
+from runstream.projections.manifest import (
     CheckpointInfo,
     CheckpointPolicy,
     record_checkpoint,
     records_since_checkpoint,
 )
-from projections.state import (
+from runstream.projections.state import (
     JournalEntry,
     OutboxItem,
     PartitionState,
@@ -77,7 +77,7 @@ from projections.state import (
     decode_state,
     encode_state,
 )
-from projections.writes import (
+from runstream.projections.writes import (
     EMPTY_HASH,
     HistoryEntry,
     RecordWrite,

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.journal import events as ev
-from projections.state import (
+from runstream.engine.journal import events as ev
+from runstream.projections.state import (
     ChildLink,
     InboxItem,
     JournalEntry,

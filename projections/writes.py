@@ -21,8 +21,8 @@ from typing import Protocol
 
 import msgspec
 
-from projections import keys
-from projections.state import (
+from runstream.projections import keys
+from runstream.projections.state import (
     JournalEntry,
     OutboxItem,
     PartitionState,

@@ -26,7 +26,7 @@ export RUNSTREAM_BOOTSTRAP="$BOOTSTRAP"
 
 answering() {
     python -c 'import sys
-from engine.broker.probe import is_answering
+from runstream.engine.broker.probe import is_answering
 sys.exit(0 if is_answering(sys.argv[1], 3.0) else 1)' "$1"
 }
 
@@ -66,7 +66,7 @@ fi
 
 # Lint and type errors fail the run, after the tests have run (so one run shows both).
 checks_failed=0
-step ruff ruff check engine projections tests bench || checks_failed=1
+step ruff ruff check engine projections tests bench runstream/*.py || checks_failed=1
 step mypy mypy || checks_failed=1
 
 if [ -n "$broker_start_pid" ]; then

@@ -6,11 +6,11 @@ import dataclasses
 import itertools
 from typing import Any
 
-from engine.journal import Envelope, JournalRecord
-from engine.journal import events as ev
-from projections.memory import MemoryProjection
-from projections.projector import Outcome
-from projections.state import RunState
+from runstream.engine.journal import Envelope, JournalRecord
+from runstream.engine.journal import events as ev
+from runstream.projections.memory import MemoryProjection
+from runstream.projections.projector import Outcome
+from runstream.projections.state import RunState
 
 _clock = itertools.count(1_700_000_000_000, 1000)
 

@@ -22,9 +22,9 @@ from typing import NoReturn
 
 import pytest
 
-from engine.admin import delete_topics, ensure_topics
-from engine.broker import BrokerCluster, BrokerError, is_answering
-from engine.config import DEFAULT_BOOTSTRAP
+from runstream.engine.broker import BrokerCluster, BrokerError, is_answering
+from runstream.engine.config import DEFAULT_BOOTSTRAP
+from runstream.engine.kafka.admin import delete_topics, ensure_topics
 from tests.file_times import pytest_runtest_logreport, pytest_terminal_summary
 
 # Same image as docker-compose.yml.

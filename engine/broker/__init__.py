@@ -1,10 +1,16 @@
 """A local Apache Kafka broker (KRaft) for development and CI: `runstream broker start`."""
 
-from engine.broker.launcher import BrokerCluster, NodeStatus
-from engine.broker.layout import DEFAULT_HOST, NodeSpec, default_data_dir, new_cluster_id
-from engine.broker.probe import ClusterMetadata, ProbeAuth, ProbeError, is_answering, probe
-from engine.broker.security import BrokerSecurity
-from engine.broker.toolchain import (
+from runstream.engine.broker.launcher import BrokerCluster, NodeStatus
+from runstream.engine.broker.layout import DEFAULT_HOST, NodeSpec, default_data_dir, new_cluster_id
+from runstream.engine.broker.probe import (
+    ClusterMetadata,
+    ProbeAuth,
+    ProbeError,
+    is_answering,
+    probe,
+)
+from runstream.engine.broker.security import BrokerSecurity
+from runstream.engine.broker.toolchain import (
     KAFKA_VERSION,
     BrokerError,
     find_java,
@@ -14,7 +20,7 @@ from engine.broker.toolchain import (
     provision,
     state_root,
 )
-from engine.config import cache_root  # re-exported: the jars live under it
+from runstream.engine.config import cache_root  # re-exported: the jars live under it
 
 __all__ = [
     "DEFAULT_HOST",

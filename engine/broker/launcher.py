@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from engine.broker.layout import (
+from runstream.engine.broker.layout import (
     DEFAULT_HOST,
     FLUSH_MESSAGES,
     Layout,
@@ -29,16 +29,16 @@ from engine.broker.layout import (
     read_property,
     save_layout,
 )
-from engine.broker.probe import ProbeAuth, ProbeError, fetch_metadata
-from engine.broker.process import (
+from runstream.engine.broker.probe import ProbeAuth, ProbeError, fetch_metadata
+from runstream.engine.broker.process import (
     check_ports_free,
     is_node_process,
     launch,
     send_signal,
     wait_gone,
 )
-from engine.broker.security import MODES, PLAINTEXT, SASL_SSL, BrokerSecurity
-from engine.broker.toolchain import (
+from runstream.engine.broker.security import MODES, PLAINTEXT, SASL_SSL, BrokerSecurity
+from runstream.engine.broker.toolchain import (
     BrokerError,
     Progress,
     find_java,

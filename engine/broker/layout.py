@@ -16,7 +16,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from engine.broker.toolchain import BrokerError, state_root
+from runstream.engine.broker.toolchain import BrokerError, state_root
 
 DEFAULT_HOST = "127.0.0.1"
 SINGLE_NODE_CLIENT_PORT = 9092

@@ -9,8 +9,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from engine.broker.layout import NodeSpec
-from engine.broker.toolchain import BrokerError
+from runstream.engine.broker.layout import NodeSpec
+from runstream.engine.broker.toolchain import BrokerError
 
 # Processes started by this Python process. Polling their Popen reaps them, so a broker
 # that died is not mistaken for a live zombie by a long-lived parent (a pytest session).

@@ -33,8 +33,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.broker.probe import ProbeAuth
-from engine.broker.toolchain import BrokerError
+from runstream.engine.broker.probe import ProbeAuth
+from runstream.engine.broker.toolchain import BrokerError
 
 PLAINTEXT = "plaintext"
 SASL_SSL = "sasl_ssl"

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
 
-from engine.config import cache_root
+from runstream.engine.config import cache_root
 
 KAFKA_VERSION = "4.1.0"
 # Pinned so that the result does not depend on the Maven version's super-POM defaults.
@@ -59,7 +59,8 @@ def libs_dir(cache_dir: Path | None = None) -> Path:
 
 def package_file(name: str) -> str:
     """Text of a file shipped in this package (pom.xml, log4j2.properties)."""
-    return resources.files(__package__ or "engine.broker").joinpath(name).read_text("utf-8")
+    package = __package__ or "runstream.engine.broker"
+    return resources.files(package).joinpath(name).read_text("utf-8")
 
 
 def find_java() -> str:

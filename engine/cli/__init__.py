@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from engine.cli.errors import run_cli
-from engine.cli.options import apply_security, security_options
+from runstream.engine.cli.errors import run_cli
+from runstream.engine.cli.options import apply_security, security_options
 
 
 @click.group()
@@ -22,7 +22,7 @@ def cli(**security: str | None) -> None:
 
 def _register() -> None:
     # Imported here so that each command module stays independent of the others.
-    from engine.cli import (
+    from runstream.engine.cli import (
         acl,
         broker,
         deadletters,

@@ -1,3 +1,3 @@
-from engine.cli import main
+from runstream.engine.cli import main
 
 main()

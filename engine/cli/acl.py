@@ -1,4 +1,4 @@
-"""`runstream acl grant`: the least ACLs a worker or a client principal needs (engine/acl.py)."""
+"""`runstream acl grant`: the least ACLs a worker or a client principal needs (engine/kafka/acl)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import asyncio
 
 import click
 
-from engine.acl import ROLES, grant_role
-from engine.admin import TopicsError
-from engine.cli.errors import UserError
-from engine.cli.options import bootstrap_option, namespace_option, print_json
-from engine.config import resolve_bootstrap
+from runstream.engine.cli.errors import UserError
+from runstream.engine.cli.options import bootstrap_option, namespace_option, print_json
+from runstream.engine.config import resolve_bootstrap
+from runstream.engine.kafka.acl import ROLES, grant_role
+from runstream.engine.kafka.admin import TopicsError
 
 
 @click.group()

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import click
 
-from engine.broker import BrokerCluster, BrokerError, provision
-from engine.broker.security import DEFAULT_USERS, MODES
-from engine.cli.errors import UserError
+from runstream.engine.broker import BrokerCluster, BrokerError, provision
+from runstream.engine.broker.security import DEFAULT_USERS, MODES
+from runstream.engine.cli.errors import UserError
 
 _nodes_option = click.option(
     "--nodes", type=click.IntRange(1, 9), default=1, show_default=True,

@@ -7,8 +7,8 @@ import asyncio
 
 import click
 
-from engine.cli.options import bootstrap_option, namespace_option, print_json
-from engine.deadletters import format_rows, list_dead_letters
+from runstream.engine.cli.options import bootstrap_option, namespace_option, print_json
+from runstream.engine.ops.deadletters import format_rows, list_dead_letters
 
 
 @click.group("dead-letters")

@@ -9,9 +9,9 @@ import sys
 import click
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
-from engine.config import resolve_bootstrap
-from engine.connection import access_denied, bootstrap_of, diagnose
-from engine.errors import BrokerConnectionFailed, RunstreamError
+from runstream.engine.config import resolve_bootstrap
+from runstream.engine.errors import BrokerConnectionFailed, RunstreamError
+from runstream.engine.kafka.connection import access_denied, bootstrap_of, diagnose
 
 EXIT_USER = 2
 EXIT_CONNECTION = 3
@@ -56,7 +56,7 @@ def _fail(message: str, code: int) -> None:
 
 def _connection_failure(exc: KafkaConnectionError) -> str:
     """Why aiokafka could not bootstrap: it only logs the cause, so connect once more (within
-    engine.connection.DIAGNOSIS_TIMEOUT_S per address) and explain that attempt's failure."""
+    engine.kafka.connection.DIAGNOSIS_TIMEOUT_S per address) and explain that attempt's failure."""
     bootstrap = bootstrap_of(exc) or resolve_bootstrap()
     try:
         return str(asyncio.run(diagnose(bootstrap)))

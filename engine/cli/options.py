@@ -10,9 +10,9 @@ from typing import Any, TypeVar
 
 import click
 
-from engine.config import resolve_bootstrap, resolve_namespace
-from engine.connection import ENVIRONMENT, MECHANISMS, PROTOCOLS, KafkaSecurity
-from engine.readmodel import read_model_dir
+from runstream.engine.config import resolve_bootstrap, resolve_namespace
+from runstream.engine.kafka.connection import ENVIRONMENT, MECHANISMS, PROTOCOLS, KafkaSecurity
+from runstream.engine.readmodel.model import read_model_dir
 
 bootstrap_option = click.option(
     "--bootstrap", default=None, help="Kafka bootstrap servers [env RUNSTREAM_BOOTSTRAP]."
@@ -66,7 +66,7 @@ def security_options(command: _Command) -> _Command:
 def apply_security(**given: str | None) -> KafkaSecurity:
     """Validate the security options (over their RUNSTREAM_* variables) and export them into
     this process's environment, where every command, client and `runstream worker`
-    subprocess reads them (engine.connection.kafka_options)."""
+    subprocess reads them (engine.kafka.connection.kafka_options)."""
     settings = KafkaSecurity.from_env(**given)
     for variable in ENVIRONMENT.values():
         os.environ.pop(variable, None)  # an empty variable must not linger next to a value

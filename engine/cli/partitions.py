@@ -7,15 +7,15 @@ from pathlib import Path
 
 import click
 
-from engine import operations
-from engine.cli.options import (
+from runstream.engine.cli import operations
+from runstream.engine.cli.options import (
     bootstrap_option,
     cache_dir_option,
     namespace_option,
     print_json,
     query_dir,
 )
-from engine.history import format_partition_history
+from runstream.engine.timetravel.history import format_partition_history
 
 
 @click.group()

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import click
 
-from engine import integrity
-from engine.cli.options import (
+from runstream.engine.cli.options import (
     bootstrap_option,
     cache_dir_option,
     namespace_option,
     print_json,
     query_dir,
 )
+from runstream.engine.ops import verify as integrity
 
 # Seconds between two progress lines when stderr is not a terminal (a log, CI).
 QUIET_EVERY = 10.0

@@ -13,17 +13,17 @@ from typing import Any
 
 import click
 
-from engine import operations, views
-from engine.cli.errors import UserError
-from engine.cli.options import (
+from runstream.engine.cli import operations
+from runstream.engine.cli.errors import UserError
+from runstream.engine.cli.options import (
     bootstrap_option,
     cache_dir_option,
     namespace_option,
     query_dir,
 )
-from engine.cli.options import print_json as _print_json
-from engine.flow import HandedOff, dump_json
-from engine.limits import (
+from runstream.engine.cli.options import print_json as _print_json
+from runstream.engine.flow.definition import HandedOff, dump_json
+from runstream.engine.journal.input_limits import (
     AUTHORITY_NAME_ENV,
     check_name,
     check_payload,
@@ -31,8 +31,9 @@ from engine.limits import (
     check_text,
     resolve_authority_name,
 )
-from engine.relay import AUTHORITIES_ENV, load_authorities
-from projections.state import RunStatus
+from runstream.engine.readmodel import describe as views
+from runstream.engine.worker.relay import AUTHORITIES_ENV, load_authorities
+from runstream.projections.state import RunStatus
 
 authority_name_option = click.option(
     "--authority-name", default=None, metavar="NAME",
@@ -314,7 +315,7 @@ def worker(app: str, data_dir: Path, concurrency: int, name: str | None,
            namespace: str | None) -> None:
     """Run a worker of the namespace's consumer group (and its requests relay)."""
     if authorities is not None:
-        # Validated here, exported where the worker's relay reads it (engine.relay).
+        # Validated here, exported where the worker's relay reads it (engine.worker.relay).
         os.environ[AUTHORITIES_ENV] = json.dumps(
             {k: sorted(v) for k, v in load_authorities(authorities).items()})
     logging.basicConfig(level=log_level.upper(),

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from engine.cli.options import print_json
-from engine.schema_registry import register_schemas
+from runstream.engine.cli.options import print_json
+from runstream.engine.kafka.confluent_registry import register_schemas
 
 DEFAULT_REGISTRY = "http://localhost:8081"
 

@@ -7,9 +7,14 @@ from pathlib import Path
 
 import click
 
-from engine.cli.options import bootstrap_option, cache_dir_option, namespace_option, query_dir
-from engine.cli.options import print_json as _print_json
-from engine.system_state import DEFAULT_LIMIT, SystemState, iso, system_state_at
+from runstream.engine.cli.options import (
+    bootstrap_option,
+    cache_dir_option,
+    namespace_option,
+    query_dir,
+)
+from runstream.engine.cli.options import print_json as _print_json
+from runstream.engine.timetravel.cut import DEFAULT_LIMIT, SystemState, iso, system_state_at
 
 
 def _progress(done: int, total: int) -> None:

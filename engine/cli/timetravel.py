@@ -8,17 +8,22 @@ from typing import Any
 
 import click
 
-from engine import operations
-from engine.cli.errors import UserError
-from engine.cli.options import bootstrap_option, cache_dir_option, namespace_option, query_dir
-from engine.cli.options import print_json as _print_json
-from engine.cli.runs import echo_outcome, run
-from engine.dryrun import dry_run, format_dry_run
-from engine.fencing import DEFAULT_LIMIT, format_ledger
-from engine.fork import fork_run
-from engine.history import format_history
-from engine.limits import check_run_id
-from engine.timetravel import Point, format_diff, format_tree, parse_point
+from runstream.engine.cli import operations
+from runstream.engine.cli.errors import UserError
+from runstream.engine.cli.options import (
+    bootstrap_option,
+    cache_dir_option,
+    namespace_option,
+    query_dir,
+)
+from runstream.engine.cli.options import print_json as _print_json
+from runstream.engine.cli.runs import echo_outcome, run
+from runstream.engine.journal.input_limits import check_run_id
+from runstream.engine.timetravel.dryrun import dry_run, format_dry_run
+from runstream.engine.timetravel.fencing import DEFAULT_LIMIT, format_ledger
+from runstream.engine.timetravel.fork import fork_run
+from runstream.engine.timetravel.history import format_history
+from runstream.engine.timetravel.points import Point, format_diff, format_tree, parse_point
 
 
 @run.command("history")

@@ -7,10 +7,10 @@ import logging
 
 import click
 
-from engine.admin import TopicsError, ensure_requests_topics, ensure_topics
-from engine.cli.errors import UserError
-from engine.config import DEFAULT_PARTITIONS, resolve_bootstrap, resolve_namespace
-from engine.limits import check_authority_name
+from runstream.engine.cli.errors import UserError
+from runstream.engine.config import DEFAULT_PARTITIONS, resolve_bootstrap, resolve_namespace
+from runstream.engine.journal.input_limits import check_authority_name
+from runstream.engine.kafka.admin import TopicsError, ensure_requests_topics, ensure_topics
 
 
 @click.group()

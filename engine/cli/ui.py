@@ -7,7 +7,12 @@ from pathlib import Path
 
 import click
 
-from engine.cli.options import bootstrap_option, cache_dir_option, namespace_option, query_dir
+from runstream.engine.cli.options import (
+    bootstrap_option,
+    cache_dir_option,
+    namespace_option,
+    query_dir,
+)
 
 
 def _announce(address: str) -> None:
@@ -27,7 +32,7 @@ def _announce(address: str) -> None:
 def ui(port: int, host: str, app: str | None, bootstrap: str | None, namespace: str | None,
        cache_dir: Path | None) -> None:
     """Serve the web UI: runs, run pages with a time-travel slider, status counts."""
-    from engine.ui import serve_ui  # aiohttp is imported only by this command
+    from runstream.engine.ui import serve_ui  # aiohttp is imported only by this command
 
     asyncio.run(serve_ui(bootstrap=bootstrap, namespace=namespace, host=host, port=port,
                          app=app, read_model_dir=query_dir(cache_dir, bootstrap, namespace),

@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from engine.client import Client
-from engine.dryrun import dry_run, format_dry_run
-from engine.fork import fork_run
-from engine.integrity import verify
-from engine.readmodel import View
-from engine.system_state import iso, state_of_model
-from engine.timetravel import Point, format_diff, run_diff, run_tree
+from runstream.engine.client.client import Client
+from runstream.engine.ops.verify import verify
+from runstream.engine.readmodel.model import View
+from runstream.engine.timetravel.cut import iso, state_of_model
+from runstream.engine.timetravel.dryrun import dry_run, format_dry_run
+from runstream.engine.timetravel.fork import fork_run
+from runstream.engine.timetravel.points import Point, format_diff, run_diff, run_tree
 
 Echo = Callable[[str], None]
 
@@ -79,7 +79,7 @@ async def _fork(client: Client, view: View, *, bootstrap: str, namespace: str,
 
 async def _dry_runs(*, bootstrap: str, namespace: str, read_model_dir: Path,
                     echo: Echo) -> None:
-    for app in ("engine.demo.flows:flows", "engine.demo.next_deploy:flows"):
+    for app in ("runstream.engine.demo.flows:flows", "runstream.engine.demo.next_deploy:flows"):
         report = await dry_run(bootstrap=bootstrap, namespace=namespace, run_id="order-0003",
                                app=app, read_model_dir=read_model_dir)
         echo(f"  runstream run fork order-0003 --dry-run --app {app}:")

@@ -16,22 +16,22 @@ from pathlib import Path
 
 import click
 
-from engine.admin import ensure_topics
-from engine.client import Client
-from engine.demo.debugging import show_debugging
-from engine.demo.flows import checkout, order, packing, refund, subscription
-from engine.demo.lifetime import show_lifetime
-from engine.demo.reliability import show_reliability
-from engine.errors import RunCancelled
-from engine.history import (
+from runstream.engine.client.client import Client
+from runstream.engine.demo.debugging import show_debugging
+from runstream.engine.demo.flows import checkout, order, packing, refund, subscription
+from runstream.engine.demo.lifetime import show_lifetime
+from runstream.engine.demo.reliability import show_reliability
+from runstream.engine.errors import RunCancelled
+from runstream.engine.kafka.admin import ensure_topics
+from runstream.engine.readmodel.describe import status_note
+from runstream.engine.timetravel.history import (
     format_history,
     format_partition_history,
     partition_history,
     run_history,
     state_at,
 )
-from engine.views import status_note
-from projections.state import RunState, RunStatus
+from runstream.projections.state import RunState, RunStatus
 
 Echo = Callable[[str], None]
 
@@ -77,7 +77,8 @@ def _start_worker(bootstrap: str, namespace: str, root: Path, name: str) -> subp
     root.mkdir(parents=True, exist_ok=True)
     with open(root / f"{name}.log", "ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "engine.cli", "worker", "--app", "engine.demo.flows:flows",
+            [sys.executable, "-m", "runstream", "worker",
+             "--app", "runstream.engine.demo.flows:flows",
              "--data-dir", str(root / name), "--bootstrap", bootstrap,
              "--namespace", namespace, "--name", name],
             stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ),

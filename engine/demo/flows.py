@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from engine import (
+from runstream import (
     Cancelled,
     Flow,
     FlowContext,

@@ -10,11 +10,11 @@ from collections.abc import Callable
 
 import click
 
-from engine.client import Client
-from engine.decide import HANDLER_ENDED_UNDER_CANCEL
-from engine.demo.flows import BatchIn, settle
-from engine.errors import RunCancelled, RunFailed, RunNotFound
-from projections.state import RunStatus
+from runstream.engine.client.client import Client
+from runstream.engine.demo.flows import BatchIn, settle
+from runstream.engine.errors import RunCancelled, RunFailed, RunNotFound
+from runstream.projections.decide import HANDLER_ENDED_UNDER_CANCEL
+from runstream.projections.state import RunStatus
 
 Echo = Callable[[str], None]
 WAIT_S = 20.0  # how long a run may take to reach its wait before the demo gives up

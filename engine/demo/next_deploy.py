@@ -4,8 +4,8 @@ shows which recorded runs would decide differently under it."""
 
 from __future__ import annotations
 
-from engine import Flow, FlowContext, RetryPolicy
-from engine.demo.flows import (
+from runstream import Flow, FlowContext, RetryPolicy
+from runstream.engine.demo.flows import (
     CheckoutIn,
     CheckoutOut,
     batch,

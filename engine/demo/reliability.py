@@ -6,14 +6,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from engine.client import Client
-from engine.config import journal_topic
-from engine.deadletters import DeadLetterList, format_rows, list_dead_letters
-from engine.demo.flows import CheckoutIn, checkout
-from engine.errors import InvalidInput
-from engine.journal import Envelope, encode
-from engine.journal import events as ev
-from engine.worker.kafka import make_producer, send_acked
+from runstream.engine.client.client import Client
+from runstream.engine.config import journal_topic
+from runstream.engine.demo.flows import CheckoutIn, checkout
+from runstream.engine.errors import InvalidInput
+from runstream.engine.journal import Envelope, encode
+from runstream.engine.journal import events as ev
+from runstream.engine.ops.deadletters import DeadLetterList, format_rows, list_dead_letters
+from runstream.engine.worker.kafka import make_producer, send_acked
 
 Echo = Callable[[str], None]
 DEAD_LETTERS_TIMEOUT_S = 60.0

@@ -4,7 +4,7 @@
 fixed Confluent schema ids; `codec` turns records into Kafka values and headers and back.
 """
 
-from engine.journal.codec import (
+from runstream.engine.journal.codec import (
     FRAME_SIZE,
     MAGIC_BYTE,
     TYPE_HEADER,
@@ -19,10 +19,10 @@ from engine.journal.codec import (
     record_from_dict,
     record_to_dict,
 )
-from engine.journal.events import *  # noqa: F403  (every record class; the list is generated)
-from engine.journal.events import __all__ as _events_all
-from engine.journal.limits import MAX_RECORD_BYTES
-from engine.journal.registry import (
+from runstream.engine.journal.events import *  # noqa: F403  (every record class; the list is generated)
+from runstream.engine.journal.events import __all__ as _events_all
+from runstream.engine.journal.record_size import MAX_RECORD_BYTES
+from runstream.engine.journal.schema_ids import (
     SchemaRegistry,
     SchemaRegistryError,
     SchemaVersion,

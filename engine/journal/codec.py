@@ -24,8 +24,13 @@ from typing import Any, Literal
 from fastavro import schemaless_reader, schemaless_writer
 from fastavro.read import SchemaResolutionError
 
-from engine.journal.events import RECORD_CLASSES, Envelope, JournalRecord
-from engine.journal.registry import ENVELOPE_FIELD, Schema, SchemaRegistry, SchemaVersion
+from runstream.engine.journal.events import RECORD_CLASSES, Envelope, JournalRecord
+from runstream.engine.journal.schema_ids import (
+    ENVELOPE_FIELD,
+    Schema,
+    SchemaRegistry,
+    SchemaVersion,
+)
 
 MAGIC_BYTE = 0
 TYPE_HEADER = "rs-type"
@@ -92,7 +97,7 @@ FieldSpec = tuple[str, frozenset[type], Callable[[Any], bool], str]
 def _field_specs(avro_fields: list[Schema]) -> tuple[FieldSpec, ...]:
     # Imported here, not at the top: the package imports this module, and a module-level import
     # would make `python -m engine.journal.codegen` load codegen twice (runpy warns about it).
-    from engine.journal.codegen import python_type
+    from runstream.engine.journal.codegen import python_type
 
     specs = []
     for f in avro_fields:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.journal.registry import ENVELOPE_FIELD, SchemaRegistry, SchemaVersion
+from runstream.engine.journal.schema_ids import ENVELOPE_FIELD, SchemaRegistry, SchemaVersion
 
 OUTPUT = Path(__file__).with_name("events.py")
 LINE_LENGTH = 100

@@ -8,8 +8,8 @@ can be imported first, from anywhere, without an import cycle.
 
 from __future__ import annotations
 
-from engine.observability.metrics import WorkerMetrics
-from engine.observability.tracing import (
+from runstream.engine.observability.metrics import WorkerMetrics
+from runstream.engine.observability.tracing import (
     TRACER_NAME,
     activation_span,
     carrier,

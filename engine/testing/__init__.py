@@ -1,6 +1,6 @@
 """A test environment for users' flows: in-process, no broker, a virtual clock.
 
-    from engine.testing import TestEnvironment
+    from runstream.engine.testing import TestEnvironment
 
     async def test_checkout() -> None:
         async with TestEnvironment([checkout]) as env:
@@ -9,6 +9,6 @@
 The pytest plugin (installed with runstream) offers it as the `runstream_env` fixture.
 """
 
-from engine.testing.env import EnvironmentIdle, TestEnvironment
+from runstream.engine.testing.env import EnvironmentIdle, TestEnvironment
 
 __all__ = ["EnvironmentIdle", "TestEnvironment"]

@@ -3,7 +3,7 @@
 Like Temporal's time-skipping test environment or Kafka Streams' TopologyTestDriver, it
 drives the engine's own parts: records go through the reducer and the in-memory
 projection, handlers run through the same FlowContext and handler runner as a worker's,
-and the owner's decisions (create, wake, cancel, exit policy) come from engine.decide. What
+and the owner's decisions (create, wake, cancel, exit policy) come from projections.decide. What
 it replaces is Kafka: one in-memory log per partition, written and folded at once.
 
 The clock is virtual. Whenever every run is waiting, it jumps to the next due timer, so a
@@ -19,7 +19,30 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from engine.decide import (
+from runstream.engine.errors import (
+    PayloadInvalid,
+    ResumeRefused,
+    RunCancelled,
+    RunFailed,
+    RunNotFound,
+    RunstreamError,
+    SignalRefused,
+)
+from runstream.engine.flow.definition import Flow, HandedOff, dump_json
+from runstream.engine.flow.runner import exit_reason
+from runstream.engine.journal import Envelope, JournalRecord, encode
+from runstream.engine.journal import events as ev
+from runstream.engine.kafka.reader import run_partition
+from runstream.engine.testing.execution import TestExecution
+from runstream.engine.timetravel.fork import (
+    ForkNeedsForce,
+    ForkTargetExists,
+    fork_request,
+    fork_run_id,
+)
+from runstream.engine.timetravel.fork_source import answer_fork, plan_fork
+from runstream.engine.worker.committer import MAX_RECORD_BYTES
+from runstream.projections.decide import (
     CancelNow,
     Create,
     Duplicate,
@@ -37,30 +60,12 @@ from engine.decide import (
     unanswered_creates,
     wait_entry_position,
 )
-from engine.errors import (
-    PayloadInvalid,
-    ResumeRefused,
-    RunCancelled,
-    RunFailed,
-    RunNotFound,
-    RunstreamError,
-    SignalRefused,
-)
-from engine.flow import Flow, HandedOff, dump_json
-from engine.fork import ForkNeedsForce, ForkTargetExists, fork_request, fork_run_id
-from engine.fork_source import answer_fork, plan_fork
-from engine.journal import Envelope, JournalRecord, encode
-from engine.journal import events as ev
-from engine.outbox_fallback import GiveUp, checked_request
-from engine.reader import run_partition
-from engine.runner import exit_reason
-from engine.testing.execution import TestExecution
-from engine.worker.committer import MAX_RECORD_BYTES
-from projections.forks import fork_asks, is_copying
-from projections.memory import HistoryItem, MemoryProjection
-from projections.requests import describe_refusal
-from projections.state import JournalEntry, OutboxItem, RunState, RunStatus, Verdict
-from projections.store import HistoryEntry
+from runstream.projections.forks import fork_asks, is_copying
+from runstream.projections.memory import HistoryItem, MemoryProjection
+from runstream.projections.outbox_fallback import GiveUp, checked_request
+from runstream.projections.requests import describe_refusal
+from runstream.projections.state import JournalEntry, OutboxItem, RunState, RunStatus, Verdict
+from runstream.projections.store import HistoryEntry
 
 DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
 # Records one drive may write before the environment calls it a livelock (a flow that
@@ -95,7 +100,7 @@ class TestEnvironment:
         self._crashes: set[tuple[str, int]] = set()
         self._fork_answers: set[str] = set()  # fork requests answered (bound: forks asked)
         self.crashes = 0
-        # Outbox requests that could never be sent (engine.outbox_fallback), as a worker
+        # Outbox requests that could never be sent (projections.outbox_fallback), as a worker
         # dead-letters them: bounded by the runs the test makes.
         self.given_up: list[GiveUp] = []
         self._new_owner()
@@ -183,7 +188,7 @@ class TestEnvironment:
 
     async def fork(self, run_id: str, *, at_record: int, new_run_id: str | None = None,
                    force: bool = False) -> str:
-        """Fork `run_id` at row `at_record` of its history (engine.fork); returns the new
+        """Fork `run_id` at row `at_record` of its history (engine.timetravel.fork); returns the new
         run's id (it starts when the environment is driven). Raises ForkNeedsForce."""
         items = self._raw_history(run_id)
         plan = plan_fork(run_id, items, at_record, self.journal(run_id))
@@ -220,7 +225,7 @@ class TestEnvironment:
 
     def _raw_history(self, run_id: str) -> list[HistoryEntry]:
         """The run's history as a worker's projection indexes it, with each record's bytes
-        (what engine.fork_source replays; also its `view` for earlier rounds)."""
+        (what engine.timetravel.fork_source replays; also its `view` for earlier rounds)."""
         return [HistoryEntry(i.partition, i.offset, i.verdict, i.record.TYPE,
                              i.record.envelope.timestamp_ms, encode(i.record)[0])
                 for i in self.history(run_id) if i.record is not None]
@@ -523,7 +528,7 @@ class TestEnvironment:
 
 
 class _RawView:
-    """The environment's history with record bytes, as engine.history's replay reads a view."""
+    """The environment's history with record bytes, as timetravel.history's replay reads a view."""
 
     def __init__(self, env: TestEnvironment) -> None:
         self.env = env

@@ -5,16 +5,16 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from engine.context import FlowContext, RunReleased, Suspend
-from engine.decide import plan_activation
-from engine.flow import Flow
-from engine.journal import JournalRecord
-from engine.journal import events as ev
-from engine.runner import Dropped, HandlerRunner, suspension
-from projections.state import JournalEntry, RunState, Verdict, Wait
+from runstream.engine.flow.context import FlowContext, RunReleased, Suspend
+from runstream.engine.flow.definition import Flow
+from runstream.engine.flow.runner import Dropped, HandlerRunner, suspension
+from runstream.engine.journal import JournalRecord
+from runstream.engine.journal import events as ev
+from runstream.projections.decide import plan_activation
+from runstream.projections.state import JournalEntry, RunState, Verdict, Wait
 
 if TYPE_CHECKING:
-    from engine.testing.env import TestEnvironment
+    from runstream.engine.testing.env import TestEnvironment
 
 
 class TestExecution(HandlerRunner):

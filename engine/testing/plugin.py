@@ -16,13 +16,15 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from engine.testing.env import TestEnvironment
+    from runstream.engine.testing.env import TestEnvironment
 
 
 @pytest.fixture
 async def runstream_env() -> AsyncIterator[Callable[..., TestEnvironment]]:
     """A factory: `runstream_env(flows, partitions=1, start=datetime)`."""
-    from engine.testing.env import TestEnvironment  # only when used: keeps pytest start light
+    from runstream.engine.testing.env import (
+        TestEnvironment,  # only when used: keeps pytest start light
+    )
 
     made: list[TestEnvironment] = []
 

@@ -2,7 +2,7 @@
 the system page, server-rendered from the namespace's read model by aiohttp; a little
 JavaScript (static/ui.js, no build step) moves the slider."""
 
-from engine.ui.app import UiSettings, create_app
-from engine.ui.server import serve_ui
+from runstream.engine.ui.app import UiSettings, create_app
+from runstream.engine.ui.server import serve_ui
 
 __all__ = ["UiSettings", "create_app", "serve_ui"]

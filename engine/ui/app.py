@@ -2,7 +2,7 @@
 
 One ReadModel per application, opened on the first request (so the server starts even while
 the broker is away) and closed on shutdown; every request catches it up first, which reads
-only what was appended since the previous request (engine/readmodel.py).
+only what was appended since the previous request (engine/readmodel/model.py).
 """
 
 from __future__ import annotations
@@ -15,16 +15,22 @@ from pathlib import Path
 from aiohttp import web
 from aiokafka.errors import KafkaConnectionError
 
-from engine.config import journal_topic
-from engine.errors import InvalidInput, RunNotFound, RunstreamError
-from engine.readmodel import ReadModel, View
-from engine.system_state import SystemState, parse_instant, state_of_model
-from engine.ui import pages, run_page
-from engine.ui.dry_run import DryRunner, dry_run_fragment
-from engine.ui.html import error_page, esc
-from engine.ui.queries import list_runs, parse_filter, run_detail, state_at_record, status_counts
-from engine.views import run_view
-from projections.state import RunStatus
+from runstream.engine.config import journal_topic
+from runstream.engine.errors import InvalidInput, RunNotFound, RunstreamError
+from runstream.engine.readmodel.describe import run_view
+from runstream.engine.readmodel.model import ReadModel, View
+from runstream.engine.timetravel.cut import SystemState, parse_instant, state_of_model
+from runstream.engine.ui import pages, run_page
+from runstream.engine.ui.dry_run import DryRunner, dry_run_fragment
+from runstream.engine.ui.html import error_page, esc
+from runstream.engine.ui.queries import (
+    list_runs,
+    parse_filter,
+    run_detail,
+    state_at_record,
+    status_counts,
+)
+from runstream.projections.state import RunStatus
 
 STATIC_DIR = Path(__file__).parent / "static"
 COUNT_LIMIT = 100_000  # runs counted per status on the system page ("now")

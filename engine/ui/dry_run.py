@@ -1,17 +1,17 @@
 """The run page's dry run: the run's journal replayed under `--app`'s flow code
-(engine.dryrun), which executes no step, and the first place where that code decides
+(engine.timetravel.dryrun), which executes no step, and the first place where that code decides
 otherwise than the journal."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from engine.dryrun import DryRunReport, FlowNotInApp, replay_against
-from engine.errors import RunNotFound
-from engine.flow import Flow
-from engine.operations import load_flows
-from engine.readmodel import View
-from engine.ui.html import esc
+from runstream.engine.errors import RunNotFound
+from runstream.engine.flow.apps import load_flows
+from runstream.engine.flow.definition import Flow
+from runstream.engine.readmodel.model import View
+from runstream.engine.timetravel.dryrun import DryRunReport, FlowNotInApp, replay_against
+from runstream.engine.ui.html import esc
 
 
 class DryRunner:

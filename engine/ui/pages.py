@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.system_state import SystemState
-from engine.ui.html import esc, input_time, layout, run_link, status_badge, time_tag, url
-from engine.ui.queries import PAGE_SIZE, RunFilter, RunListPage
-from projections.state import RunStatus
+from runstream.engine.timetravel.cut import SystemState
+from runstream.engine.ui.html import esc, input_time, layout, run_link, status_badge, time_tag, url
+from runstream.engine.ui.queries import PAGE_SIZE, RunFilter, RunListPage
+from runstream.projections.state import RunStatus
 
 
 def runs_page(page: RunListPage, chosen: RunFilter, *, context: str) -> str:
@@ -76,7 +76,7 @@ def _pager(page: RunListPage, chosen: RunFilter) -> str:
 def system_page(*, now: dict[str, int], count_limit: int, at_text: str,
                 report: SystemState | None, context: str) -> str:
     """Status counts now, and, when an instant was asked for, at that instant (a consistent
-    cut replayed by engine.system_state) with the runs whose status changed since."""
+    cut replayed by engine.timetravel.cut) with the runs whose status changed since."""
     form = f"""<section class="filters">
 <h1>System</h1>
 <form method="get" action="/system" id="system-form">

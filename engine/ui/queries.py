@@ -11,12 +11,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from engine.errors import InvalidInput, RunNotFound
-from engine.history import HistoryRow, RunAbsentAt, history_rows
-from engine.readmodel import View
-from engine.timetravel import Point, parse_time, run_at, run_diff
-from engine.views import run_view
-from projections.state import RunState, RunStatus, round_run_id, to_builtins
+from runstream.engine.errors import InvalidInput, RunNotFound
+from runstream.engine.readmodel.describe import run_view
+from runstream.engine.readmodel.model import View
+from runstream.engine.timetravel.history import HistoryRow, RunAbsentAt, history_rows
+from runstream.engine.timetravel.points import Point, parse_time, run_at, run_diff
+from runstream.projections.state import RunState, RunStatus, round_run_id, to_builtins
 
 PAGE_SIZE = 50  # runs on one page of the list, unless the query asks for another number
 MAX_PAGE_SIZE = 500
@@ -176,7 +176,7 @@ class StateAt:
     row: HistoryRow
     state: dict[str, Any] | None  # run_view plus its journal; None: no run yet at that point
     absent: str | None  # why state is None
-    changes: list[dict[str, Any]]  # what this record changed (engine.timetravel.run_diff)
+    changes: list[dict[str, Any]]  # what this record changed (engine.timetravel.points.run_diff)
 
     def as_dict(self) -> dict[str, Any]:
         return {"record": self.record, "records": self.records, "row": self.row.as_dict(),

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.history import HistoryRow
-from engine.ui.html import (
+from runstream.engine.readmodel.describe import VERDICTS, run_view
+from runstream.engine.timetravel.history import HistoryRow
+from runstream.engine.ui.html import (
     clock,
     esc,
     layout,
@@ -16,8 +17,7 @@ from engine.ui.html import (
     time_tag,
     url,
 )
-from engine.ui.queries import MAX_TIMELINE_ROWS, Related, RunDetail, StateAt
-from engine.views import VERDICTS, run_view
+from runstream.engine.ui.queries import MAX_TIMELINE_ROWS, Related, RunDetail, StateAt
 
 
 def run_page(detail: RunDetail, state: StateAt, *, context: str, dry_run_app: str | None

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from aiohttp import web
 
-from engine.config import resolve_bootstrap, resolve_namespace
-from engine.errors import RunstreamError
-from engine.ui.app import UiSettings, create_app
+from runstream.engine.config import resolve_bootstrap, resolve_namespace
+from runstream.engine.errors import RunstreamError
+from runstream.engine.ui.app import UiSettings, create_app
 
 
 class PortInUse(RunstreamError):

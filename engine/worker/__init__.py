@@ -10,15 +10,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from engine.worker.worker import Worker
+    from runstream.engine.worker.worker import Worker
 
 __all__ = ["Worker"]
 
 
 def __getattr__(name: str) -> Any:
     if name != "Worker":
-        raise AttributeError(f"module 'engine.worker' has no attribute {name!r}")
-    from engine.worker.worker import Worker
+        raise AttributeError(f"module 'runstream.engine.worker' has no attribute {name!r}")
+    from runstream.engine.worker.worker import Worker
 
     globals()["Worker"] = Worker  # later lookups skip this function
     return Worker

@@ -1,6 +1,6 @@
 """An owner's answers to requests, and the start of run executions.
 
-The decisions themselves are pure (engine.decide); this module turns them into journal
+The decisions themselves are pure (projections.decide); this module turns them into journal
 records through the worker and starts executions for the runs that need one.
 """
 
@@ -11,8 +11,16 @@ import logging
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from engine.context import RunReleased
-from engine.decide import (
+from runstream.engine.errors import PayloadInvalid, WorkerFatal, journal_text
+from runstream.engine.flow.context import RunReleased
+from runstream.engine.flow.definition import Flow
+from runstream.engine.journal import EncodeError
+from runstream.engine.journal import events as ev
+from runstream.engine.worker.committer import BLAME_AT_BYTES
+from runstream.engine.worker.executor import RunExecution, now_ms
+from runstream.engine.worker.ownership import Ownership
+from runstream.engine.worker.sweep import ClaimSweeps
+from runstream.projections.decide import (
     FLOW_NOT_REGISTERED,
     CancelNow,
     Create,
@@ -27,19 +35,11 @@ from engine.decide import (
     plan_activation,
     unanswered_creates,
 )
-from engine.errors import PayloadInvalid, WorkerFatal, journal_text
-from engine.flow import Flow
-from engine.journal import EncodeError
-from engine.journal import events as ev
-from engine.worker.committer import BLAME_AT_BYTES
-from engine.worker.executor import RunExecution, now_ms
-from engine.worker.ownership import Ownership
-from engine.worker.sweep import ClaimSweeps
-from projections.state import InboxItem, RunState
-from projections.store import ProjectionStore
+from runstream.projections.state import InboxItem, RunState
+from runstream.projections.store import ProjectionStore
 
 if TYPE_CHECKING:
-    from engine.worker.worker import Worker
+    from runstream.engine.worker.worker import Worker
 
 log = logging.getLogger("runstream.worker")
 

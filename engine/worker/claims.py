@@ -16,17 +16,17 @@ from typing import TYPE_CHECKING
 from aiokafka import ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 
-from engine.context import RunReleased
-from engine.errors import WorkerFatal
-from engine.journal import events as ev
-from engine.worker.executor import RunExecution, decision
-from engine.worker.kafka import group_generation
-from engine.worker.ownership import Ownership, OwnershipState
-from projections.projector import Outcome
-from projections.state import Verdict
+from runstream.engine.errors import WorkerFatal
+from runstream.engine.flow.context import RunReleased
+from runstream.engine.journal import events as ev
+from runstream.engine.worker.executor import RunExecution, decision
+from runstream.engine.worker.kafka import group_generation
+from runstream.engine.worker.ownership import Ownership, OwnershipState
+from runstream.projections.projector import Outcome
+from runstream.projections.state import Verdict
 
 if TYPE_CHECKING:
-    from engine.worker.worker import Worker
+    from runstream.engine.worker.worker import Worker
 
 log = logging.getLogger("runstream.worker")
 

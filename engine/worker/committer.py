@@ -31,8 +31,8 @@ from aiokafka.errors import (
     RecordTooLargeError,
 )
 
-from engine.errors import WorkerFatal
-from engine.journal import EncodeError, JournalRecord, encode
+from runstream.engine.errors import WorkerFatal
+from runstream.engine.journal import EncodeError, JournalRecord, encode
 
 log = logging.getLogger("runstream.committer")
 

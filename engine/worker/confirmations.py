@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 
-from engine.journal import JournalRecord
-from projections.state import Verdict
+from runstream.engine.journal import JournalRecord
+from runstream.projections.state import Verdict
 
 
 class Confirmations:

@@ -2,7 +2,7 @@
 
 A worker started while its broker is down, or whose broker restarts under it, waits for the
 broker instead of exiting: each attempt that fails is classified by connecting once more,
-directly, to every bootstrap address (engine.connection.explain says what the failure
+directly, to every bootstrap address (engine.kafka.connection.explain says what the failure
 means). A failure that can pass (nothing listens yet, a timeout, a broker still loading,
 a topic not created yet) is retried with capped exponential backoff and one log line per
 attempt. A configuration that can never succeed ends the worker with one clear line
@@ -31,9 +31,15 @@ from aiokafka.errors import (
     UnsupportedSaslMechanismError,
 )
 
-from engine.connection import KafkaSecurity, access_denied, explain, probe, resolve_security
-from engine.errors import AccessDenied, BrokerConnectionFailed
-from engine.reader import TopicMissing
+from runstream.engine.errors import AccessDenied, BrokerConnectionFailed
+from runstream.engine.kafka.connection import (
+    KafkaSecurity,
+    access_denied,
+    explain,
+    probe,
+    resolve_security,
+)
+from runstream.engine.kafka.reader import TopicMissing
 
 log = logging.getLogger("runstream.worker")
 

@@ -23,9 +23,9 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from engine.observability.metrics import WorkerMetrics
-from engine.worker.kafka import send_acked
-from projections.poison import (
+from runstream.engine.observability.metrics import WorkerMetrics
+from runstream.engine.worker.kafka import send_acked
+from runstream.projections.poison import (
     Examined,
     Poison,
     RecordKey,
@@ -34,8 +34,8 @@ from projections.poison import (
     no_such_run,
     type_header,
 )
-from projections.projector import Projector
-from projections.state import lineage_of
+from runstream.projections.projector import Projector
+from runstream.projections.state import lineage_of
 
 if TYPE_CHECKING:
     from aiokafka import AIOKafkaProducer

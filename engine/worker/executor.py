@@ -10,20 +10,20 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from engine.context import FlowContext, RunReleased, Suspend
-from engine.decide import Activation, plan_activation
-from engine.errors import StepFailed, WorkerFatal
-from engine.flow import Flow
-from engine.journal import Envelope, JournalRecord
-from engine.journal import events as ev
-from engine.port import NOT_CALLED
-from engine.runner import HandlerRunner, suspension
-from engine.worker.committer import MAX_RECORD_BYTES, RecordTooLarge
-from engine.worker.ownership import Ownership, OwnershipState
-from projections.state import JournalEntry, RunState, Verdict, Wait
+from runstream.engine.errors import StepFailed, WorkerFatal
+from runstream.engine.flow.context import FlowContext, RunReleased, Suspend
+from runstream.engine.flow.definition import Flow
+from runstream.engine.flow.port import NOT_CALLED
+from runstream.engine.flow.runner import HandlerRunner, suspension
+from runstream.engine.journal import Envelope, JournalRecord
+from runstream.engine.journal import events as ev
+from runstream.engine.worker.committer import MAX_RECORD_BYTES, RecordTooLarge
+from runstream.engine.worker.ownership import Ownership, OwnershipState
+from runstream.projections.decide import Activation, plan_activation
+from runstream.projections.state import JournalEntry, RunState, Verdict, Wait
 
 if TYPE_CHECKING:
-    from engine.worker.worker import Worker
+    from runstream.engine.worker.worker import Worker
 
 log = logging.getLogger("runstream.executor")
 

@@ -3,7 +3,7 @@
 A client's fork request waits in the source run's inbox (projections.forks). Its owner reads
 the source's records up to the point from the journal, by the offsets its projection's
 history index holds (the projection keeps no record bytes), and decides the answer through
-the pure engine.fork_source.answer_fork: `run.fork-answered` decisions, each of which, once
+the pure timetravel.fork_source.answer_fork: `run.fork-answered` decisions, each of which, once
 applied, puts one `run.fork-part` request to the new run's partition in the outbox. Asked
 on the request's application and again on every claim (a request still in the inbox was not
 answered, or not wholly: the reducer ignores a part answered already).
@@ -18,17 +18,17 @@ from typing import TYPE_CHECKING
 
 from aiokafka.errors import KafkaError
 
-from engine.errors import RunstreamError, WorkerFatal
-from engine.fork_source import MAX_PART_BYTES, answer_fork
-from engine.journal import events as ev
-from engine.reader import read_partitions
-from engine.worker.ownership import Ownership
-from projections.forks import ForkAsk, fork_asks
-from projections.state import RunState, round_run_id
-from projections.store import HistoryEntry, ProjectionStore
+from runstream.engine.errors import RunstreamError, WorkerFatal
+from runstream.engine.journal import events as ev
+from runstream.engine.kafka.reader import read_partitions
+from runstream.engine.timetravel.fork_source import MAX_PART_BYTES, answer_fork
+from runstream.engine.worker.ownership import Ownership
+from runstream.projections.forks import ForkAsk, fork_asks
+from runstream.projections.state import RunState, round_run_id
+from runstream.projections.store import HistoryEntry, ProjectionStore
 
 if TYPE_CHECKING:
-    from engine.worker.worker import Worker
+    from runstream.engine.worker.worker import Worker
 
 log = logging.getLogger("runstream.forks")
 
@@ -133,7 +133,7 @@ def _with_earlier_rounds(store: ProjectionStore, run: RunState,
 @dataclasses.dataclass(frozen=True, slots=True)
 class _RawHistory:
     """The projection's history index with the records' bytes read from the journal: what
-    engine.history's replay asks of a read-model view (`history(run_id)`)."""
+    engine.timetravel.history's replay asks of a read-model view (`history(run_id)`)."""
 
     store: ProjectionStore
     raws: dict[int, bytes]

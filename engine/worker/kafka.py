@@ -5,9 +5,9 @@ from __future__ import annotations
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import MessageSizeTooLargeError
 
-from engine.connection import KafkaSecurity, kafka_options
-from engine.journal import MAX_RECORD_BYTES
-from engine.worker.committer import MAX_BATCH_BYTES
+from runstream.engine.journal import MAX_RECORD_BYTES
+from runstream.engine.kafka.connection import KafkaSecurity, kafka_options
+from runstream.engine.worker.committer import MAX_BATCH_BYTES
 
 # A dead letter's copy: the original value (up to the journal's own limit, a little over
 # MAX_RECORD_BYTES) plus its headers.

@@ -18,14 +18,14 @@ import time
 from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING
 
-from engine.journal import events as ev
-from engine.observability.metrics import WorkerMetrics
-from projections.projector import Outcome
-from projections.state import TERMINAL_STATUSES, RunState, RunStatus, Verdict
-from projections.store import ProjectionStore
+from runstream.engine.journal import events as ev
+from runstream.engine.observability.metrics import WorkerMetrics
+from runstream.projections.projector import Outcome
+from runstream.projections.state import TERMINAL_STATUSES, RunState, RunStatus, Verdict
+from runstream.projections.store import ProjectionStore
 
 if TYPE_CHECKING:
-    from engine.worker.worker import Worker
+    from runstream.engine.worker.worker import Worker
 
 log = logging.getLogger("runstream.metrics")
 

@@ -9,7 +9,7 @@ takes it out of the index. Request ids are deterministic, so a re-send is a dupl
 receiver ignores.
 
 A request that can never be sent (an old-shape body, an encode error, too large for one
-record) is given up instead of re-sent on every claim: engine.outbox_fallback decides what
+record) is given up instead of re-sent on every claim: projections.outbox_fallback decides what
 answers in its place (a failed spawn, a minimal wake, evidence), the request is copied to
 the dead-letter topic, and it is acknowledged with the others once the copy and its
 replacement are.
@@ -22,20 +22,27 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from engine.errors import WorkerFatal
-from engine.journal import TYPE_HEADER, EncodeError, JournalRecord
-from engine.journal import events as ev
-from engine.outbox_fallback import GiveUp, Note, OldShape, UnsendableReason, give_up, request_of
-from engine.reader import partition_for
-from engine.worker.committer import RecordTooLarge
-from engine.worker.deadletters import DeadLetterCopier, Polled
-from engine.worker.executor import decision, now_ms
-from engine.worker.ownership import Ownership
-from projections.poison import Poison
-from projections.state import OutboxItem
+from runstream.engine.errors import WorkerFatal
+from runstream.engine.journal import TYPE_HEADER, EncodeError, JournalRecord
+from runstream.engine.journal import events as ev
+from runstream.engine.kafka.reader import partition_for
+from runstream.engine.worker.committer import RecordTooLarge
+from runstream.engine.worker.deadletters import DeadLetterCopier, Polled
+from runstream.engine.worker.executor import decision, now_ms
+from runstream.engine.worker.ownership import Ownership
+from runstream.projections.outbox_fallback import (
+    GiveUp,
+    Note,
+    OldShape,
+    UnsendableReason,
+    give_up,
+    request_of,
+)
+from runstream.projections.poison import Poison
+from runstream.projections.state import OutboxItem
 
 if TYPE_CHECKING:
-    from engine.worker.worker import Worker
+    from runstream.engine.worker.worker import Worker
 
 log = logging.getLogger("runstream.outbox")
 

@@ -1,6 +1,6 @@
 """What the owner does when a record changes one of its runs.
 
-The decisions are pure (engine.decide); this module applies them: wake a run whose wait is
+The decisions are pure (projections.decide); this module applies them: wake a run whose wait is
 satisfied (a signal arrived, a child settled, an operator asked, a cancel came), cancel a
 run that has no handler to interrupt, start a run that became runnable, and hand the
 requests a decision caused to the outbox.
@@ -11,7 +11,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from engine.decide import (
+from runstream.engine.errors import WorkerFatal, journal_text
+from runstream.engine.flow.runner import exit_reason
+from runstream.engine.journal import EncodeError
+from runstream.engine.journal import events as ev
+from runstream.engine.worker.forks import ForkAnswers
+from runstream.engine.worker.ownership import Ownership
+from runstream.projections.decide import (
     CancelNow,
     Resolve,
     Wake,
@@ -22,18 +28,12 @@ from engine.decide import (
     resolution_records,
     wait_entry_position,
 )
-from engine.errors import WorkerFatal, journal_text
-from engine.journal import EncodeError
-from engine.journal import events as ev
-from engine.runner import exit_reason
-from engine.worker.forks import ForkAnswers
-from engine.worker.ownership import Ownership
-from projections.forks import is_copying
-from projections.projector import Outcome
-from projections.state import JournalEntry, RunState, RunStatus
+from runstream.projections.forks import is_copying
+from runstream.projections.projector import Outcome
+from runstream.projections.state import JournalEntry, RunState, RunStatus
 
 if TYPE_CHECKING:
-    from engine.worker.worker import Worker
+    from runstream.engine.worker.worker import Worker
 
 log = logging.getLogger("runstream.worker")
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from engine.journal.events import RECORD_CLASSES
-from projections.poison import type_header
+from runstream.engine.journal.events import RECORD_CLASSES
+from runstream.projections.poison import type_header
 
 # Longest a read-back waits for the producer to be quiet: a run's steps follow each other
 # within a few ms, and a create behind the read-back waits no longer than this.

@@ -14,10 +14,10 @@ import os
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
-from projections.state import JournalEntry, Wait
+from runstream.projections.state import JournalEntry, Wait
 
 if TYPE_CHECKING:
-    from engine.worker.executor import RunExecution
+    from runstream.engine.worker.executor import RunExecution
 
 DEFAULT_STICKY_SIZE = 1024
 
@@ -71,7 +71,7 @@ class StickyCache:
         execution.dropped = "evicted from the sticky cache: unwinding without side effects"
         execution.worker.executions.pop(execution.run.run_id, None)
         if execution.parked is not None and not execution.parked.done():
-            from engine.runner import Dropped
+            from runstream.engine.flow.runner import Dropped
 
             execution.parked.set_exception(Dropped())
 

@@ -19,8 +19,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from engine.errors import WorkerFatal
-from engine.observability.metrics import WorkerMetrics
+from runstream.engine.errors import WorkerFatal
+from runstream.engine.observability.metrics import WorkerMetrics
 
 log = logging.getLogger("runstream.worker")
 

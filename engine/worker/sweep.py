@@ -8,7 +8,7 @@ was claiming for. So the sweep is a task that takes SWEEP_BATCH runs at a time a
 the loop between batches (as the reference driver does). Each batch reads the runs as
 they are then (the store's scan is lazy), so a run changed meanwhile is judged as it
 stands. A suspended run that needs nothing costs its decode and one pure decision
-(engine.decide.decide_waiting), nothing else: no task, no record.
+(projections.decide.decide_waiting), nothing else: no task, no record.
 
 While the sweep goes on, the partition's records are applied and reacted to as usual; a
 run the owner already acts on since the claim (an execution here, or decisions of ours not
@@ -25,16 +25,16 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from engine.context import RunReleased
-from engine.decide import needs_activation, unanswered_creates
-from engine.errors import WorkerFatal
-from engine.worker.ownership import Ownership, OwnershipState
-from projections.forks import fork_asks, is_copying
-from projections.state import RunState, RunStatus
-from projections.store import ProjectionStore
+from runstream.engine.errors import WorkerFatal
+from runstream.engine.flow.context import RunReleased
+from runstream.engine.worker.ownership import Ownership, OwnershipState
+from runstream.projections.decide import needs_activation, unanswered_creates
+from runstream.projections.forks import fork_asks, is_copying
+from runstream.projections.state import RunState, RunStatus
+from runstream.projections.store import ProjectionStore
 
 if TYPE_CHECKING:
-    from engine.worker.worker import Worker
+    from runstream.engine.worker.worker import Worker
 
 log = logging.getLogger("runstream.worker")
 

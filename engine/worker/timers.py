@@ -19,12 +19,12 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from engine.errors import WorkerFatal
-from engine.journal import events as ev
-from engine.worker.executor import now_ms
+from runstream.engine.errors import WorkerFatal
+from runstream.engine.journal import events as ev
+from runstream.engine.worker.executor import now_ms
 
 if TYPE_CHECKING:
-    from engine.worker.worker import Worker
+    from runstream.engine.worker.worker import Worker
 
 log = logging.getLogger("runstream.timers")
 

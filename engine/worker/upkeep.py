@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
-from engine.errors import WorkerFatal
-from engine.journal import events as ev
-from engine.worker.executor import decision
-from engine.worker.ownership import Ownership, OwnershipState
+from runstream.engine.errors import WorkerFatal
+from runstream.engine.journal import events as ev
+from runstream.engine.worker.executor import decision
+from runstream.engine.worker.ownership import Ownership, OwnershipState
 
 if TYPE_CHECKING:
-    from engine.worker.worker import Worker
+    from runstream.engine.worker.worker import Worker
 
 log = logging.getLogger("runstream.worker")
 

@@ -20,49 +20,49 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from engine.config import (
+from runstream.engine.config import (
     dead_letter_topic,
     journal_topic,
     resolve_bootstrap,
     resolve_namespace,
     worker_group,
 )
-from engine.connection import KafkaSecurity
-from engine.context import RunReleased
-from engine.errors import WorkerFatal
-from engine.flow import Flow
-from engine.journal import JournalRecord
-from engine.journal import events as ev
-from engine.observability.metrics import WorkerMetrics
-from engine.reader import partition_count
-from engine.relay import Relay
-from engine.worker.activation import Activator
-from engine.worker.admission import Admission
-from engine.worker.claims import Claims, Rebalance
-from engine.worker.committer import Committer
-from engine.worker.confirmations import Confirmations
-from engine.worker.connect import Reconnector
-from engine.worker.deadletters import DeadLetterCopier, Polled, examine_poll, polled
-from engine.worker.executor import NotCalled, RunExecution, decision
-from engine.worker.kafka import (
+from runstream.engine.errors import WorkerFatal
+from runstream.engine.flow.context import RunReleased
+from runstream.engine.flow.definition import Flow
+from runstream.engine.journal import JournalRecord
+from runstream.engine.journal import events as ev
+from runstream.engine.kafka.connection import KafkaSecurity
+from runstream.engine.kafka.reader import partition_count
+from runstream.engine.observability.metrics import WorkerMetrics
+from runstream.engine.worker.activation import Activator
+from runstream.engine.worker.admission import Admission
+from runstream.engine.worker.claims import Claims, Rebalance
+from runstream.engine.worker.committer import Committer
+from runstream.engine.worker.confirmations import Confirmations
+from runstream.engine.worker.connect import Reconnector
+from runstream.engine.worker.deadletters import DeadLetterCopier, Polled, examine_poll, polled
+from runstream.engine.worker.executor import NotCalled, RunExecution, decision
+from runstream.engine.worker.kafka import (
     DEAD_LETTER_REQUEST_BYTES,
     make_consumer,
     make_producer,
 )
-from engine.worker.observe import WorkerObserver
-from engine.worker.outbox import OutboxSender
-from engine.worker.ownership import Ownership, OwnershipState
-from engine.worker.reactions import Reactions
-from engine.worker.readback import READ_BACK_DEFER_S, decisions_only
-from engine.worker.shutdown import CLOSE_TIMEOUT_S, bounded
-from engine.worker.sticky import StickyCache, sticky_size
-from engine.worker.supervise import supervise
-from engine.worker.timers import TimerSweeper
-from engine.worker.upkeep import Upkeep
-from engine.worker.watchdog import LoopWatchdog
-from projections.projector import CopyFirst, Projector
-from projections.state import RunState, Verdict
-from projections.store import ProjectionStore
+from runstream.engine.worker.observe import WorkerObserver
+from runstream.engine.worker.outbox import OutboxSender
+from runstream.engine.worker.ownership import Ownership, OwnershipState
+from runstream.engine.worker.reactions import Reactions
+from runstream.engine.worker.readback import READ_BACK_DEFER_S, decisions_only
+from runstream.engine.worker.relay import Relay
+from runstream.engine.worker.shutdown import CLOSE_TIMEOUT_S, bounded
+from runstream.engine.worker.sticky import StickyCache, sticky_size
+from runstream.engine.worker.supervise import supervise
+from runstream.engine.worker.timers import TimerSweeper
+from runstream.engine.worker.upkeep import Upkeep
+from runstream.engine.worker.watchdog import LoopWatchdog
+from runstream.projections.projector import CopyFirst, Projector
+from runstream.projections.state import RunState, Verdict
+from runstream.projections.store import ProjectionStore
 
 log = logging.getLogger("runstream.worker")
 
@@ -106,7 +106,7 @@ class Worker:
         self.topic = journal_topic(self.namespace)
         self.group_id = worker_group(self.namespace)
         self.data_dir = Path(data_dir)
-        self.security = security  # None: from RUNSTREAM_* (engine.connection)
+        self.security = security  # None: from RUNSTREAM_* (engine.kafka.connection)
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.source_id = ""
         self.concurrency = concurrency
@@ -153,7 +153,7 @@ class Worker:
         self.watchdog = LoopWatchdog(session_timeout_ms / 1000 * STALL_FRACTION)
         self.reconnector = Reconnector(self.bootstrap, security, self.name,
                                        lambda: self._stopping or self._abandoned)
-        # Forwards <ns>.requests into the journal when the namespace relays (engine.relay).
+        # Forwards <ns>.requests into the journal when the namespace relays (engine.worker.relay).
         self.relay = (Relay(self.bootstrap, self.namespace, security, None, name=self.name)
                       if relay else None)
 

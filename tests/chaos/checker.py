@@ -8,7 +8,7 @@ import collections
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from projections.state import RunState
+from runstream.projections.state import RunState
 from tests.chaos.flows import CHILD_STEPS, PARENT_STEPS, chaos, chaos_child
 from tests.chaos.journal_facts import JournalFacts, Quarantine
 from tests.chaos.windows import FaultWindow, cut_off_by, fault_in_effect

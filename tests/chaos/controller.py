@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.broker import BrokerCluster
+from runstream.engine.broker import BrokerCluster
 from tests.chaos.processes import ChaosWorker, restart_broker
 from tests.chaos.schedule import BROKER, JOIN, KILL, PAUSE, RESTART, Fault
 from tests.chaos.windows import ANY_OWNER, FaultEvent

@@ -12,7 +12,7 @@ import os
 import time
 from typing import Any
 
-from engine import Flow, FlowContext
+from runstream import Flow, FlowContext
 
 LEDGER_ENV = "RUNSTREAM_CHAOS_LEDGER"
 SIGNAL_NAME = "go"

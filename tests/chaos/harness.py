@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.admin import ensure_topics
-from engine.broker import BrokerCluster
+from runstream.engine.broker import BrokerCluster
+from runstream.engine.kafka.admin import ensure_topics
 from tests.chaos.checker import CheckReport, check_journal, read_ledger
 from tests.chaos.controller import Controller, WorkerPool
 from tests.chaos.journal_facts import read_journal

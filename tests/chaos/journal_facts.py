@@ -9,12 +9,12 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
-from engine.config import journal_topic
-from engine.journal import events as ev
-from engine.reader import read_partitions
-from projections.memory import MemoryProjection
-from projections.projector import Outcome
-from projections.state import RunStatus, Verdict
+from runstream.engine.config import journal_topic
+from runstream.engine.journal import events as ev
+from runstream.engine.kafka.reader import read_partitions
+from runstream.projections.memory import MemoryProjection
+from runstream.projections.projector import Outcome
+from runstream.projections.state import RunStatus, Verdict
 
 TERMINAL = (ev.RunCompleted, ev.RunFailed, ev.RunCancelled)
 MOVING = (RunStatus.pending, RunStatus.running)  # statuses in which a run needs an owner

@@ -16,11 +16,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.client import Client
-from engine.journal import Envelope
-from engine.journal import events as ev
-from engine.readmodel import ReadModel
-from projections.state import RunState, RunStatus
+from runstream.engine.client.client import Client
+from runstream.engine.journal import Envelope
+from runstream.engine.journal import events as ev
+from runstream.engine.readmodel.model import ReadModel
+from runstream.projections.state import RunState, RunStatus
 from tests.chaos.flows import SIGNAL_NAME, chaos
 
 log = logging.getLogger("runstream.chaos.load")
@@ -150,7 +150,7 @@ async def signal_waiting(client: Client, model: ReadModel, report: LoadReport) -
 
 
 def _count_finished(view: object) -> int:
-    from engine.readmodel_view import View
+    from runstream.engine.readmodel.view import View
 
     assert isinstance(view, View)
     finished = 0

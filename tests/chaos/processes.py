@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.broker import BrokerCluster, BrokerError
+from runstream.engine.broker import BrokerCluster, BrokerError
 from tests.chaos.flows import LEDGER_ENV
 from tests.integration.support import stop_process
 from tests.integration.test_cluster import _free_base_port
@@ -66,7 +66,7 @@ class ChaosWorker:
         env = {**os.environ, LEDGER_ENV: str(self.ledger)}
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "engine.cli", "worker", "--app", APP,
+                [sys.executable, "-m", "runstream.engine.cli", "worker", "--app", APP,
                  "--data-dir", str(self.data_dir), "--bootstrap", self.bootstrap,
                  "--namespace", self.namespace, "--name", self.name,
                  "--session-timeout-ms", str(self.session_timeout_ms),

@@ -6,7 +6,7 @@ rebuild's state for that partition. A session leaves many stores (every slot's d
 the driver's read model): instead of one `runstream projection verify` each (a fold of the
 whole journal per store), they share ONE fold that notes the running hash at every offset
 any of them reached. A store whose hash differs is then verified in full
-(engine.integrity.verify, key by key), which names the run and fields that differ.
+(engine.ops.verify.verify, key by key), which names the run and fields that differ.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.config import journal_topic
-from engine.integrity import NothingToVerify, live_store, verify, worker_store_path
-from engine.shards import shard_count, shard_specs
-from projections.rebuild import FoldResult, FoldSpec, fold_into
+from runstream.engine.config import journal_topic
+from runstream.engine.ops.shards import shard_count, shard_specs
+from runstream.engine.ops.verify import NothingToVerify, live_store, verify, worker_store_path
+from runstream.projections.rebuild import FoldResult, FoldSpec, fold_into
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +73,7 @@ def _fold_one(spec: FoldSpec) -> FoldResult:
 
 async def _fold_in_processes(specs: list[FoldSpec]) -> list[FoldResult]:
     """Each shard folded in its own process, results returned through a process pool.
-    Not engine.shards.fold_shards: its parent reads results from a multiprocessing queue
+    Not engine.ops.shards.fold_shards: its parent reads results from a multiprocessing queue
     with a 1 s timeout and calls a shard that exited before its result was read "ended
     without its result", which happens when the result arrives just after a timeout (seen
     here: "fold process runstream-fold-1 ended without its result", exit code 0)."""

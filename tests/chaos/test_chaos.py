@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.broker import BrokerError, find_java
+from runstream.engine.broker import BrokerError, find_java
 from tests.chaos.harness import ChaosConfig, run_session
 from tests.chaos.schedule import KINDS
 

@@ -5,8 +5,8 @@ effect until the worker it waits for claimed again, not only at the instant it f
 
 from __future__ import annotations
 
-from engine.journal import encode
-from engine.journal import events as ev
+from runstream.engine.journal import encode
+from runstream.engine.journal import events as ev
 from tests.builders import Writer, create
 from tests.chaos.checker import CheckReport, Execution, check_quarantines
 from tests.chaos.journal_facts import JournalFacts

@@ -9,7 +9,7 @@ from __future__ import annotations
 import collections
 from typing import Any
 
-from engine import Flow, FlowContext
+from runstream import Flow, FlowContext
 
 STEP_CALLS: collections.Counter[str] = collections.Counter()
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import collections
 from typing import Any
 
-from engine import Flow, FlowContext
+from runstream import Flow, FlowContext
 
 # (tag, step name) -> how many times the step's function really ran. Bound: the steps the
 # tests run (a few hundred per test).

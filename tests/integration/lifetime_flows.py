@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine import Cancelled, Flow, FlowContext, Handoff
+from runstream import Cancelled, Flow, FlowContext, Handoff
 
 capped = Flow("h-capped", capabilities={"payments.read"})
 looper = Flow("h-looper", max_rounds=3)

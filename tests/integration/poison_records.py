@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 from aiokafka import AIOKafkaProducer
 
-from engine.journal import MAX_RECORD_BYTES, encode
-from engine.journal import events as ev
-from projections.poison import REASONS
+from runstream.engine.journal import MAX_RECORD_BYTES, encode
+from runstream.engine.journal import events as ev
+from runstream.projections.poison import REASONS
 from tests.builders import Writer, create
 
 KINDS = REASONS  # one poison record per kind of dead letter

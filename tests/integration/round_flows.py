@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from engine import Flow, FlowContext, Handoff, idempotency_key
+from runstream import Flow, FlowContext, Handoff, idempotency_key
 
 relay = Flow("relay", max_rounds=3)
 to_strict = Flow("to-strict")

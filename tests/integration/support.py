@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.journal import events as ev
-from projections.memory import MemoryProjection
+from runstream.engine.journal import events as ev
+from runstream.projections.memory import MemoryProjection
 
 
 @dataclass
@@ -26,7 +26,7 @@ class WorkerProcess:
     data_dir: Path
     name: str
     effects_file: Path
-    app: str = "engine.demo.flows:flows"
+    app: str = "runstream.engine.demo.flows:flows"
     session_timeout_ms: int = 6_000
     concurrency: int = 64
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
@@ -35,7 +35,7 @@ class WorkerProcess:
         env = {**os.environ, "RUNSTREAM_EFFECTS_FILE": str(self.effects_file)}
         log = open(self.data_dir.parent / f"{self.name}.log", "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "engine.cli", "worker", "--app", self.app,
+            [sys.executable, "-m", "runstream.engine.cli", "worker", "--app", self.app,
              "--data-dir", str(self.data_dir), "--bootstrap", self.bootstrap,
              "--namespace", self.namespace, "--name", self.name,
              "--session-timeout-ms", str(self.session_timeout_ms),
@@ -98,8 +98,8 @@ def effects_by_pid(path: Path) -> dict[tuple[str, str], list[int]]:
 
 async def fold(bootstrap: str, namespace: str, *, history: bool = True) -> MemoryProjection:
     """The whole journal folded from offset 0 in memory: the tests' reference state."""
-    from engine.config import journal_topic
-    from engine.reader import read_partitions
+    from runstream.engine.config import journal_topic
+    from runstream.engine.kafka.reader import read_partitions
 
     projection = MemoryProjection(keep_history=history)
     async for raw in read_partitions(bootstrap, journal_topic(namespace)):
@@ -124,9 +124,9 @@ async def wait_for_owners(bootstrap: str, namespace: str, owners: set[str], part
 
 async def claims(bootstrap: str, namespace: str) -> list[tuple[int, int, ev.PartitionEpochClaimed]]:
     """Every claim in the journal: (partition, offset, record)."""
-    from engine.config import journal_topic
-    from engine.journal import decode
-    from engine.reader import read_partitions
+    from runstream.engine.config import journal_topic
+    from runstream.engine.journal import decode
+    from runstream.engine.kafka.reader import read_partitions
 
     found = []
     async for raw in read_partitions(bootstrap, journal_topic(namespace)):
@@ -139,8 +139,8 @@ async def claims(bootstrap: str, namespace: str) -> list[tuple[int, int, ev.Part
 async def end_offsets(bootstrap: str, namespace: str) -> dict[int, int]:
     from aiokafka import TopicPartition
 
-    from engine.config import journal_topic
-    from engine.reader import partition_count, reader_consumer
+    from runstream.engine.config import journal_topic
+    from runstream.engine.kafka.reader import partition_count, reader_consumer
 
     topic = journal_topic(namespace)
     consumer = reader_consumer(bootstrap)
@@ -157,7 +157,7 @@ async def end_offsets(bootstrap: str, namespace: str) -> dict[int, int]:
 async def status_or_none(client: Any, run_id: str) -> Any:
     """The run's status, or None while it does not exist yet (a child whose create request
     is still on its way through the parent's outbox)."""
-    from engine.errors import RunNotFound
+    from runstream.engine.errors import RunNotFound
 
     try:
         return await client.status(run_id)

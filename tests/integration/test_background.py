@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from engine import Client, Flow, FlowContext, Worker
-from engine.errors import WorkerFatal
-from engine.worker import supervise
+from runstream import Client, Flow, FlowContext, Worker
+from runstream.engine.errors import WorkerFatal
+from runstream.engine.worker import supervise
 
 nap: Flow[Any, Any] = Flow("nap")
 

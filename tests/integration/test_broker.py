@@ -11,8 +11,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from engine.admin import delete_topics, ensure_topics, topic_configs
-from engine.config import dead_letter_topic, journal_topic, owners_topic
+from runstream.engine.config import dead_letter_topic, journal_topic, owners_topic
+from runstream.engine.kafka.admin import delete_topics, ensure_topics, topic_configs
 
 pytestmark = pytest.mark.integration
 

@@ -28,15 +28,15 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
-from engine import Client
-from engine.admin import ensure_topics
-from engine.broker import BrokerCluster
-from engine.config import journal_topic
-from engine.demo.flows import CheckoutOut, checkout
-from engine.handle import RunHandle
-from engine.journal import events as ev
-from projections.memory import MemoryProjection
-from projections.state import Verdict
+from runstream import Client
+from runstream.engine.broker import BrokerCluster
+from runstream.engine.client.handle import RunHandle
+from runstream.engine.config import journal_topic
+from runstream.engine.demo.flows import CheckoutOut, checkout
+from runstream.engine.journal import events as ev
+from runstream.engine.kafka.admin import ensure_topics
+from runstream.projections.memory import MemoryProjection
+from runstream.projections.state import Verdict
 from tests.integration.support import WorkerProcess, fold, wait_for_owners
 from tests.integration.test_cluster import (
     _partitions,

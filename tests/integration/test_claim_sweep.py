@@ -22,12 +22,12 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from engine import Flow, FlowContext, Worker
-from engine.admin import delete_topics, ensure_topics
-from engine.journal import Envelope, JournalRecord, encode
-from engine.journal import events as ev
-from engine.worker.kafka import group_generation
-from projections.state import RunStatus
+from runstream import Flow, FlowContext, Worker
+from runstream.engine.journal import Envelope, JournalRecord, encode
+from runstream.engine.journal import events as ev
+from runstream.engine.kafka.admin import delete_topics, ensure_topics
+from runstream.engine.worker.kafka import group_generation
+from runstream.projections.state import RunStatus
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

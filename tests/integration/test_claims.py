@@ -18,15 +18,15 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.protocol.admin import DeleteGroupsRequest
 
-from engine import Client, Worker
-from engine.config import journal_topic, worker_group
-from engine.demo.flows import checkout
-from engine.journal import Envelope, encode
-from engine.journal import events as ev
-from engine.reader import partition_for
-from engine.worker.kafka import group_generation
-from engine.worker.ownership import OwnershipState
-from projections.state import Verdict
+from runstream import Client, Worker
+from runstream.engine.config import journal_topic, worker_group
+from runstream.engine.demo.flows import checkout
+from runstream.engine.journal import Envelope, encode
+from runstream.engine.journal import events as ev
+from runstream.engine.kafka.reader import partition_for
+from runstream.engine.worker.kafka import group_generation
+from runstream.engine.worker.ownership import OwnershipState
+from runstream.projections.state import Verdict
 from tests.integration.support import fold
 
 PARTITIONS = 4

@@ -10,8 +10,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine import Worker
-from engine.demo.flows import checkout
+from runstream import Worker
+from runstream.engine.demo.flows import checkout
 
 
 @dataclass
@@ -26,7 +26,7 @@ async def cli(*args: str, bootstrap: str, namespace: str, cache: Path | None = N
     # Queries keep their read model under `cache` (RUNSTREAM_CACHE_DIR), not in ~/.cache.
     env = {**os.environ, "RUNSTREAM_CACHE_DIR": str(cache)} if cache else None
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "engine.cli", *args, "--bootstrap", bootstrap,
+        sys.executable, "-m", "runstream.engine.cli", *args, "--bootstrap", bootstrap,
         "--namespace", namespace,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
     out, err = await asyncio.wait_for(proc.communicate(), timeout=120)

@@ -16,8 +16,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from engine import Client, Flow, FlowContext, Handoff, RunStatus, Worker
-from engine.views import SKIP_RESULT_PLACEHOLDER
+from runstream import Client, Flow, FlowContext, Handoff, RunStatus, Worker
+from runstream.engine.readmodel.describe import SKIP_RESULT_PLACEHOLDER
 from tests.integration.test_cli import Result, cli, one_line_error
 
 relay: Flow[Any, Any] = Flow("relay")

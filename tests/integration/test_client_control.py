@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import CancelRefused, Client, ResumeRefused, RunNotFound, SignalRefused
-from projections.state import MAX_SIGNALS
+from runstream import CancelRefused, Client, ResumeRefused, RunNotFound, SignalRefused
+from runstream.projections.state import MAX_SIGNALS
 from tests.integration.test_cli import cli, one_line_error
 
 

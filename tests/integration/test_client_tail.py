@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from engine import Client, RunHandle, Worker
-from engine import tail as tail_module
-from engine.demo.flows import checkout
-from projections.state import RunStatus
+from runstream import Client, RunHandle, Worker
+from runstream.engine.client import tail as tail_module
+from runstream.engine.demo.flows import checkout
+from runstream.projections.state import RunStatus
 
 
 @asynccontextmanager

@@ -12,8 +12,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
-from engine.admin import ensure_topics
-from engine.broker import BrokerCluster, BrokerError, find_java
+from runstream.engine.broker import BrokerCluster, BrokerError, find_java
+from runstream.engine.kafka.admin import ensure_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

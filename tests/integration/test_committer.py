@@ -8,13 +8,13 @@ import uuid
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from engine.errors import WorkerFatal
-from engine.journal import JournalRecord, decode
-from engine.journal import events as ev
-from engine.reader import read_partitions
-from engine.worker.committer import Committer
-from engine.worker.executor import decision
-from engine.worker.kafka import make_producer
+from runstream.engine.errors import WorkerFatal
+from runstream.engine.journal import JournalRecord, decode
+from runstream.engine.journal import events as ev
+from runstream.engine.kafka.reader import read_partitions
+from runstream.engine.worker.committer import Committer
+from runstream.engine.worker.executor import decision
+from runstream.engine.worker.kafka import make_producer
 
 
 def _step(run_id: str, position: int) -> JournalRecord:

@@ -20,26 +20,26 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from click.testing import CliRunner
 
-from engine import Client, RunStatus, Worker
-from engine.admin import (
+from runstream import Client, RunStatus, Worker
+from runstream.engine.cli import cli
+from runstream.engine.config import dead_letter_topic, requests_topic
+from runstream.engine.demo.flows import checkout
+from runstream.engine.journal import encode
+from runstream.engine.journal import events as ev
+from runstream.engine.kafka.admin import (
     DEAD_LETTER_MAX_MESSAGE_BYTES,
     ensure_requests_topics,
     ensure_topics,
     topic_configs,
 )
-from engine.cli import cli
-from engine.config import dead_letter_topic, requests_topic
-from engine.deadletters import DeadLetterList, list_dead_letters
-from engine.demo.flows import checkout
-from engine.journal import encode
-from engine.journal import events as ev
-from engine.operations import read_model_of
-from engine.reader import read_partitions
-from engine.relay import Relay
-from engine.worker.deadletters import copy_headers, polled
-from projections.poison import DEAD_LETTER_TYPE_PREFIX, Poison
-from projections.rebuild import FoldSpec, fold_into
-from projections.store import HistoryEntry, ProjectionStore
+from runstream.engine.kafka.reader import read_partitions
+from runstream.engine.ops.deadletters import DeadLetterList, list_dead_letters
+from runstream.engine.readmodel.lookups import read_model_of
+from runstream.engine.worker.deadletters import copy_headers, polled
+from runstream.engine.worker.relay import Relay
+from runstream.projections.poison import DEAD_LETTER_TYPE_PREFIX, Poison
+from runstream.projections.rebuild import FoldSpec, fold_into
+from runstream.projections.store import HistoryEntry, ProjectionStore
 from tests.builders import Writer, create
 from tests.conftest import TEST_JOURNAL_PARTITIONS
 from tests.integration.poison_records import KINDS, Bad, make_bad, produce_bad

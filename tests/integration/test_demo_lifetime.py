@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from engine import Client, RunStatus, Worker
-from engine.demo.flows import flows, settle
-from engine.demo.lifetime import show_lifetime
+from runstream import Client, RunStatus, Worker
+from runstream.engine.demo.flows import flows, settle
+from runstream.engine.demo.lifetime import show_lifetime
 
 
 async def test_the_demo_s_whole_life_section_shows_what_the_runs_did(

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from engine import Client, RunStatus, Worker
-from engine.dryrun import DryRunReport, FlowNotInApp, dry_run, format_dry_run
-from engine.operations import AppNotFound
+from runstream import Client, RunStatus, Worker
+from runstream.engine.flow.apps import AppNotFound
+from runstream.engine.timetravel.dryrun import DryRunReport, FlowNotInApp, dry_run, format_dry_run
 from tests.integration import dryrun_flows
 from tests.integration.dryrun_flows import STEP_CALLS, order
 

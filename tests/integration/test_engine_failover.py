@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from engine import Client
-from engine.config import journal_topic
-from engine.demo.flows import checkout
-from engine.journal import JournalRecord, decode
-from engine.journal import events as ev
-from engine.reader import read_partitions
-from projections.memory import MemoryProjection
-from projections.state import Verdict
+from runstream import Client
+from runstream.engine.config import journal_topic
+from runstream.engine.demo.flows import checkout
+from runstream.engine.journal import JournalRecord, decode
+from runstream.engine.journal import events as ev
+from runstream.engine.kafka.reader import read_partitions
+from runstream.projections.memory import MemoryProjection
+from runstream.projections.state import Verdict
 from tests.integration.support import (
     WorkerProcess,
     claims,

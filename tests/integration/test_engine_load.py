@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from engine import Client
-from engine.config import journal_topic
-from engine.demo.flows import CheckoutOut, checkout
-from engine.journal import events as ev
-from projections.rebuild import rebuild_and_verify
-from projections.store import ProjectionStore
+from runstream import Client
+from runstream.engine.config import journal_topic
+from runstream.engine.demo.flows import CheckoutOut, checkout
+from runstream.engine.journal import events as ev
+from runstream.projections.rebuild import rebuild_and_verify
+from runstream.projections.store import ProjectionStore
 from tests.integration.support import WorkerProcess, effects, fold, wait_for_owners
 
 RUNS = 1000

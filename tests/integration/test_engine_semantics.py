@@ -15,7 +15,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from pydantic import BaseModel
 
-from engine import (
+from runstream import (
     Client,
     CreateRejected,
     Flow,
@@ -28,9 +28,9 @@ from engine import (
     RunStatus,
     Worker,
 )
-from engine.demo.flows import checkout
-from engine.reader import read_partitions
-from engine.views import run_view
+from runstream.engine.demo.flows import checkout
+from runstream.engine.kafka.reader import read_partitions
+from runstream.engine.readmodel.describe import run_view
 from tests.integration.support import fold
 
 
@@ -287,8 +287,8 @@ async def test_irreversible_step_with_unknown_outcome_is_quarantined_not_repeate
 async def test_worker_refuses_a_projection_from_a_recreated_topic(
     bootstrap: str, namespace: str, journal: str, tmp_path: Path
 ) -> None:
-    from engine.admin import delete_topics, ensure_topics
-    from engine.errors import WorkerFatal
+    from runstream.engine.errors import WorkerFatal
+    from runstream.engine.kafka.admin import delete_topics, ensure_topics
 
     async with worker(bootstrap, namespace, tmp_path / "w", [checkout]), \
             client(bootstrap, namespace, [checkout]) as c:
@@ -312,8 +312,8 @@ async def test_oversized_payloads_are_refused_and_the_worker_lives_on(
 ) -> None:
     import time
 
-    from engine.journal import Envelope, encode
-    from engine.journal import events as ev
+    from runstream.engine.journal import Envelope, encode
+    from runstream.engine.journal import events as ev
 
     huge = {"order_id": "x" * 899_900, "amount": 1}
     async with worker(bootstrap, namespace, tmp_path / "w", [checkout]), \

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from engine import operations
-from engine.journal import events as ev
+from runstream.engine.cli import operations
+from runstream.engine.journal import events as ev
 from tests.builders import Writer, create, created
 from tests.integration.test_cli import cli, one_line_error
 from tests.integration.test_read_model import Journal, claim, run_in

@@ -17,20 +17,25 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from engine import Client, RunStatus, Worker
-from engine.config import journal_topic
-from engine.decide import fork_decisions
-from engine.fork import MAX_PART_BYTES, ForkNeedsForce, ForkTargetExists, fork_run
-from engine.fork_source import answer_fork
-from engine.history import HistoryRow
-from engine.journal import Envelope, JournalRecord, encode
-from engine.journal import events as ev
-from engine.operations import run_history, run_status
-from engine.reader import partition_for, read_partitions
-from engine.worker.outbox import request_record
-from projections.forks import fork_asks
-from projections.state import RunState, Verdict
-from projections.store import HistoryEntry
+from runstream import Client, RunStatus, Worker
+from runstream.engine.cli.operations import run_history, run_status
+from runstream.engine.config import journal_topic
+from runstream.engine.journal import Envelope, JournalRecord, encode
+from runstream.engine.journal import events as ev
+from runstream.engine.kafka.reader import partition_for, read_partitions
+from runstream.engine.timetravel.fork import (
+    MAX_PART_BYTES,
+    ForkNeedsForce,
+    ForkTargetExists,
+    fork_run,
+)
+from runstream.engine.timetravel.fork_source import answer_fork
+from runstream.engine.timetravel.history import HistoryRow
+from runstream.engine.worker.outbox import request_record
+from runstream.projections.decide import fork_decisions
+from runstream.projections.forks import fork_asks
+from runstream.projections.state import RunState, Verdict
+from runstream.projections.store import HistoryEntry
 from tests.integration.fork_flows import bulky, calls, counted, family, flows, risky
 from tests.integration.support import fold, status_or_none
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from aiokafka import TopicPartition
 
-from engine import Client
-from engine.errors import InvalidInput
-from engine.limits import NameInvalid, PayloadTooLarge, RunIdInvalid
-from engine.reader import reader_consumer
+from runstream import Client
+from runstream.engine.errors import InvalidInput
+from runstream.engine.journal.input_limits import NameInvalid, PayloadTooLarge, RunIdInvalid
+from runstream.engine.kafka.reader import reader_consumer
 from tests.conftest import TEST_JOURNAL_PARTITIONS
 from tests.integration.test_cli import cli, one_line_error
 

@@ -20,8 +20,7 @@ import fastavro
 import pytest
 from aiokafka import AIOKafkaProducer
 
-import projections.store
-from engine import (
+from runstream import (
     CapabilityRefused,
     Client,
     Flow,
@@ -31,8 +30,9 @@ from engine import (
     RunStatus,
     Worker,
 )
-from engine.journal import events as ev
-from engine.reader import run_partition
+from runstream.engine.journal import events as ev
+from runstream.engine.kafka.reader import run_partition
+from runstream.projections import store
 from tests.integration.lifetime_flows import (
     EFFECTS,
     capped,
@@ -213,8 +213,8 @@ async def test_a_settled_run_s_create_re_applied_after_the_index_forgot_it_is_no
 ) -> None:
     """The request index keeps the last REQUEST_RETENTION offsets: made tiny here, so the
     run's create request is forgotten, then the same request arrives again."""
-    monkeypatch.setattr(projections.store, "REQUEST_RETENTION", 2)
-    monkeypatch.setattr(projections.store, "PRUNE_EVERY", 1)
+    monkeypatch.setattr(store, "REQUEST_RETENTION", 2)
+    monkeypatch.setattr(store, "PRUNE_EVERY", 1)
     value = _create_request_bytes("again", tidy.name, {"cleanup_sleep": 0})
     async with worker(bootstrap, namespace, tmp_path / "w"), \
             doors(bootstrap, namespace, journal, tmp_path) as (c, _):
@@ -252,8 +252,8 @@ async def test_a_create_beyond_a_full_inbox_is_refused_and_its_client_told(
     """Item 9: creates for one run pile up while no worker runs; the claimant folds them,
     the reducer refuses those beyond the inbox bound, and the owner answers each: the
     client raises CreateRejected instead of waiting forever."""
-    from engine import CreateRejected
-    from projections.state import MAX_INBOX
+    from runstream import CreateRejected
+    from runstream.projections.state import MAX_INBOX
 
     async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows) as c:
         handles = [await c.create_run(tidy, {"cleanup_sleep": 0}, run_id="crowded")

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine import Client, Flow, FlowContext, RunFailed, Worker
-from projections.state import RunStatus
-from projections.store import ProjectionStore
+from runstream import Client, Flow, FlowContext, RunFailed, Worker
+from runstream.projections.state import RunStatus
+from runstream.projections.store import ProjectionStore
 from tests.integration.support import fold
 
 done: Flow[Any, Any] = Flow("done")

@@ -18,9 +18,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine import Client, Flow, FlowContext, RunFailed, Worker
-from engine.journal import events as ev
-from projections.state import Verdict
+from runstream import Client, Flow, FlowContext, RunFailed, Worker
+from runstream.engine.journal import events as ev
+from runstream.projections.state import Verdict
 from tests.integration.support import fold
 
 two_steps = Flow("two-steps")

@@ -1,6 +1,6 @@
 """An outbox request that can never be sent no longer wedges its partition: against the real
 broker with a real Worker, it is dead-lettered with its reason, acknowledged, and whoever
-waits for it is answered (engine.outbox_fallback), while the partition's other runs go on."""
+waits for it is answered (projections.outbox_fallback), while the partition's other runs go on."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 from rocksdict import Options, Rdict
 
-from engine import ChildFailed, Client, Flow, FlowContext, RunStatus, Worker
-from engine.deadletters import DeadLetterRow, list_dead_letters
-from engine.journal import Envelope, encode
-from engine.journal import events as ev
-from engine.limits import PAYLOAD_ENV
-from engine.reader import run_partition
-from engine.worker.committer import MAX_RECORD_BYTES
-from projections import keys
-from projections.state import OutboxItem, encode_state
+from runstream import ChildFailed, Client, Flow, FlowContext, RunStatus, Worker
+from runstream.engine.journal import Envelope, encode
+from runstream.engine.journal import events as ev
+from runstream.engine.journal.input_limits import PAYLOAD_ENV
+from runstream.engine.kafka.reader import run_partition
+from runstream.engine.ops.deadletters import DeadLetterRow, list_dead_letters
+from runstream.engine.worker.committer import MAX_RECORD_BYTES
+from runstream.projections import keys
+from runstream.projections.state import OutboxItem, encode_state
 from tests.conftest import TEST_JOURNAL_PARTITIONS
 from tests.integration.support import status_or_none
 

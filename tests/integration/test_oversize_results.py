@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from engine import Client, Flow, FlowContext, RunFailed, StepFailed, Worker
-from engine.journal import MAX_RECORD_BYTES, decode
-from engine.journal import events as ev
-from engine.reader import read_partitions
+from runstream import Client, Flow, FlowContext, RunFailed, StepFailed, Worker
+from runstream.engine.journal import MAX_RECORD_BYTES, decode
+from runstream.engine.journal import events as ev
+from runstream.engine.kafka.reader import read_partitions
 
 pytestmark = pytest.mark.integration
 

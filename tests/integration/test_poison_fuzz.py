@@ -15,8 +15,8 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
 
-from engine import Client, Worker
-from engine.demo.flows import checkout
+from runstream import Client, Worker
+from runstream.engine.demo.flows import checkout
 from tests.integration.poison_records import KINDS, make_bad
 from tests.integration.test_dead_letters import dead_letters_when
 

@@ -16,17 +16,17 @@ from types import TracebackType
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from engine import operations
-from engine.admin import delete_topics, ensure_topics
-from engine.errors import RunNotFound
-from engine.history import run_history, state_at
-from engine.journal import JournalRecord, encode
-from engine.journal import events as ev
-from engine.reader import RawRecord, partition_for, read_partitions
-from engine.readmodel import ReadModel, ReadModelAhead, View, read_model_dir
-from engine.timetravel import Point
-from projections.memory import MemoryProjection
-from projections.state import RunStatus, Verdict, to_builtins
+from runstream.engine.cli import operations
+from runstream.engine.errors import RunNotFound
+from runstream.engine.journal import JournalRecord, encode
+from runstream.engine.journal import events as ev
+from runstream.engine.kafka.admin import delete_topics, ensure_topics
+from runstream.engine.kafka.reader import RawRecord, partition_for, read_partitions
+from runstream.engine.readmodel.model import ReadModel, ReadModelAhead, View, read_model_dir
+from runstream.engine.timetravel.history import run_history, state_at
+from runstream.engine.timetravel.points import Point
+from runstream.projections.memory import MemoryProjection
+from runstream.projections.state import RunStatus, Verdict, to_builtins
 from tests.builders import Writer, create, created, request
 from tests.conftest import TEST_JOURNAL_PARTITIONS
 
@@ -231,7 +231,7 @@ async def test_processes_share_one_cache_dir(
 
     async def status(run_id: str) -> dict[str, object]:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "engine.cli", "run", "status", run_id, "--json",
+            sys.executable, "-m", "runstream.engine.cli", "run", "status", run_id, "--json",
             "--cache-dir", str(root), "--bootstrap", bootstrap, "--namespace", namespace,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             env={**os.environ, "TMPDIR": str(scratch)})
@@ -341,7 +341,7 @@ async def test_partition_history_shows_claims_with_their_verdicts(
 
     async def cli(*args: str) -> tuple[int, str, str]:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "engine.cli", *args, "--cache-dir", str(root),
+            sys.executable, "-m", "runstream.engine.cli", *args, "--cache-dir", str(root),
             "--bootstrap", bootstrap, "--namespace", namespace,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         out, err = await asyncio.wait_for(proc.communicate(), timeout=120)

@@ -1,5 +1,5 @@
 """Relay mode against a real broker: clients write only `<ns>.requests[.<authority>]`, the
-relay (engine.relay, run here next to in-process workers) forwards requests into the
+relay (engine.worker.relay, run here next to in-process workers) forwards requests into the
 journal and nothing else."""
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
-from engine import Client, Flow, FlowContext, RunCancelled, RunFailed, Worker
-from engine.admin import ensure_requests_topics
-from engine.config import dead_letter_topic, requests_topic
-from engine.journal import Envelope, decode, encode
-from engine.journal import events as ev
-from engine.reader import read_partitions, run_partition
-from engine.relay import REASON_HEADER, Relay
+from runstream import Client, Flow, FlowContext, RunCancelled, RunFailed, Worker
+from runstream.engine.config import dead_letter_topic, requests_topic
+from runstream.engine.journal import Envelope, decode, encode
+from runstream.engine.journal import events as ev
+from runstream.engine.kafka.admin import ensure_requests_topics
+from runstream.engine.kafka.reader import read_partitions, run_partition
+from runstream.engine.worker.relay import REASON_HEADER, Relay
 from tests.conftest import TEST_JOURNAL_PARTITIONS
 
 AUTHORITIES = {"team": frozenset({"email"})}

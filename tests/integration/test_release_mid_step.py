@@ -23,11 +23,11 @@ from typing import Any
 
 import pytest
 
-from engine import Client, Flow, FlowContext, RunStatus, Worker
-from engine.journal import events as ev
-from engine.worker.executor import NOT_CALLED, RunExecution
-from engine.worker.ownership import OwnershipState
-from projections.state import RunState
+from runstream import Client, Flow, FlowContext, RunStatus, Worker
+from runstream.engine.journal import events as ev
+from runstream.engine.worker.executor import NOT_CALLED, RunExecution
+from runstream.engine.worker.ownership import OwnershipState
+from runstream.projections.state import RunState
 from tests.integration.support import fold
 
 pytestmark = pytest.mark.integration

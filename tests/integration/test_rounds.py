@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from engine import (
+from runstream import (
     CapabilityRefused,
     Client,
     Flow,
@@ -26,7 +26,7 @@ from engine import (
     RunStatus,
     Worker,
 )
-from engine.journal import events as ev
+from runstream.engine.journal import events as ev
 from tests.integration.round_flows import (
     breeder,
     charger,

@@ -23,15 +23,11 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import TopicAuthorizationFailedError
 
-from engine import Client
-from engine.acl import grant_role, role_bindings
-from engine.admin import ensure_requests_topics, ensure_topics
-from engine.broker import BrokerCluster, BrokerError, find_java
-from engine.config import journal_topic, requests_topic
-from engine.connection import ENVIRONMENT, KafkaSecurity, access_denied, kafka_options
-from engine.deadletters import DeadLetterRow, list_dead_letters
-from engine.demo.flows import CheckoutIn, PackingIn, checkout, packing, refund
-from engine.errors import (
+from runstream import Client
+from runstream.engine.broker import BrokerCluster, BrokerError, find_java
+from runstream.engine.config import journal_topic, requests_topic
+from runstream.engine.demo.flows import CheckoutIn, PackingIn, checkout, packing, refund
+from runstream.engine.errors import (
     CancelRefused,
     InvalidInput,
     ResumeRefused,
@@ -39,12 +35,21 @@ from engine.errors import (
     RunstreamError,
     SignalRefused,
 )
-from engine.fork import ForkRefused, fork_run
-from engine.journal import Envelope, decode, encode
-from engine.journal import events as ev
-from engine.reader import read_partitions, run_partition
-from projections.forks import entry_json
-from projections.state import JournalEntry, RunStatus
+from runstream.engine.journal import Envelope, decode, encode
+from runstream.engine.journal import events as ev
+from runstream.engine.kafka.acl import grant_role, role_bindings
+from runstream.engine.kafka.admin import ensure_requests_topics, ensure_topics
+from runstream.engine.kafka.connection import (
+    ENVIRONMENT,
+    KafkaSecurity,
+    access_denied,
+    kafka_options,
+)
+from runstream.engine.kafka.reader import read_partitions, run_partition
+from runstream.engine.ops.deadletters import DeadLetterRow, list_dead_letters
+from runstream.engine.timetravel.fork import ForkRefused, fork_run
+from runstream.projections.forks import entry_json
+from runstream.projections.state import JournalEntry, RunStatus
 from tests.integration.support import stop_process
 from tests.integration.test_cluster import _free_base_port
 
@@ -118,7 +123,7 @@ def test_the_client_role_never_writes_the_journal() -> None:
 
 def _cli(arguments: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if k not in ENVIRONMENT.values()}
-    return subprocess.run([sys.executable, "-m", "engine.cli", *arguments],
+    return subprocess.run([sys.executable, "-m", "runstream.engine.cli", *arguments],
                           env={**clean, **env}, capture_output=True, text=True,
                           timeout=CLI_TIMEOUT_S, check=False)
 
@@ -139,8 +144,8 @@ def _start_worker(bootstrap: str, namespace: str, settings: KafkaSecurity, tmp_p
     environment variable, as recommended: argv is visible to every local user)."""
     with open(tmp_path / "worker.log", "wb") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "engine.cli", *_security_flags(settings), "worker",
-             "--app", "engine.demo.flows:flows", "--data-dir", str(tmp_path / "w"),
+            [sys.executable, "-m", "runstream.engine.cli", *_security_flags(settings), "worker",
+             "--app", "runstream.engine.demo.flows:flows", "--data-dir", str(tmp_path / "w"),
              "--bootstrap", bootstrap, "--namespace", namespace, "--name", "secure-w",
              "--session-timeout-ms", "6000", "--drain-timeout", "2"],
             stdout=log, stderr=subprocess.STDOUT,

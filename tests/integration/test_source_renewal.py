@@ -10,10 +10,10 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from engine import Client, Flow, FlowContext, RunFailed, Worker
-from engine.demo.flows import checkout
-from engine.journal import events as ev
-from projections.state import Verdict
+from runstream import Client, Flow, FlowContext, RunFailed, Worker
+from runstream.engine.demo.flows import checkout
+from runstream.engine.journal import events as ev
+from runstream.projections.state import Verdict
 from tests.integration.support import fold
 
 huge: Flow[Any, str] = Flow("huge")

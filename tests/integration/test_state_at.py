@@ -20,16 +20,16 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from engine import Client, Worker
-from engine.cli.state import state
-from engine.demo.flows import checkout
-from engine.errors import InvalidInput
-from engine.journal import decode
-from engine.journal import events as ev
-from engine.reader import RawRecord, read_partitions
-from engine.readmodel import APPLY_GROUP, ReadModel
-from engine.readmodel_kafka import JournalSource
-from engine.system_state import (
+from runstream import Client, Worker
+from runstream.engine.cli.state import state
+from runstream.engine.demo.flows import checkout
+from runstream.engine.errors import InvalidInput
+from runstream.engine.journal import decode
+from runstream.engine.journal import events as ev
+from runstream.engine.kafka.reader import RawRecord, read_partitions
+from runstream.engine.readmodel.model import APPLY_GROUP, ReadModel
+from runstream.engine.readmodel.source import JournalSource
+from runstream.engine.timetravel.cut import (
     SystemState,
     all_runs,
     iso,
@@ -37,9 +37,9 @@ from engine.system_state import (
     system_state_at,
     take_cut,
 )
-from projections.checkpoints import list_checkpoints, nearest_checkpoint
-from projections.memory import MemoryProjection
-from projections.state import RunStatus
+from runstream.projections.checkpoints import list_checkpoints, nearest_checkpoint
+from runstream.projections.memory import MemoryProjection
+from runstream.projections.state import RunStatus
 from tests.integration.waiting_flows import sleeper
 
 RUNS = 2000

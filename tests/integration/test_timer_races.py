@@ -20,11 +20,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine import Client, Flow, FlowContext, WaitTimeout, Worker
-from engine.journal import events as ev
-from engine.worker.deadletters import Polled
-from engine.worker.timers import MAX_IN_FLIGHT
-from projections.state import RunStatus, Verdict
+from runstream import Client, Flow, FlowContext, WaitTimeout, Worker
+from runstream.engine.journal import events as ev
+from runstream.engine.worker.deadletters import Polled
+from runstream.engine.worker.timers import MAX_IN_FLIGHT
+from runstream.projections.state import RunStatus, Verdict
 
 racer: Flow[Any, Any] = Flow("racer")
 nap: Flow[Any, Any] = Flow("nap")

@@ -13,13 +13,13 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from engine import Client, Worker
-from engine.config import journal_topic
-from engine.reader import partition_count, reader_consumer
-from engine.readmodel import ReadModel
-from engine.timetravel import Point, run_at, run_diff, run_tree
-from projections.memory import MemoryProjection
-from projections.state import JournalEntry, RunState
+from runstream import Client, Worker
+from runstream.engine.config import journal_topic
+from runstream.engine.kafka.reader import partition_count, reader_consumer
+from runstream.engine.readmodel.model import ReadModel
+from runstream.engine.timetravel.points import Point, run_at, run_diff, run_tree
+from runstream.projections.memory import MemoryProjection
+from runstream.projections.state import JournalEntry, RunState
 from tests.integration.test_cli import cli, one_line_error
 from tests.integration.timetravel_flows import flows, traveller
 

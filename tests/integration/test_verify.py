@@ -14,16 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from engine import Client, integrity
-from engine.demo.flows import checkout
-from engine.journal import events as ev
-from engine.reader import partition_for
-from engine.readmodel import ReadModel, read_model_dir
-from projections import keys
-from projections.checkpoints import list_checkpoints
-from projections.manifest import CheckpointPolicy
-from projections.state import RunState, Verdict, encode_state, replace
-from projections.store import ProjectionStore
+from runstream import Client
+from runstream.engine.demo.flows import checkout
+from runstream.engine.journal import events as ev
+from runstream.engine.kafka.reader import partition_for
+from runstream.engine.ops import verify as integrity
+from runstream.engine.readmodel.model import ReadModel, read_model_dir
+from runstream.projections import keys
+from runstream.projections.checkpoints import list_checkpoints
+from runstream.projections.manifest import CheckpointPolicy
+from runstream.projections.state import RunState, Verdict, encode_state, replace
+from runstream.projections.store import ProjectionStore
 from tests.builders import Writer
 from tests.integration.support import WorkerProcess
 from tests.integration.test_read_model import PARTITIONS, Journal, run_in
@@ -37,7 +38,7 @@ async def writer(bootstrap: str, journal: str) -> AsyncIterator[Journal]:
 
 async def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "engine.cli", *args, stdout=asyncio.subprocess.PIPE,
+        sys.executable, "-m", "runstream.engine.cli", *args, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, env={**os.environ, **(env or {})})
     out, err = await asyncio.wait_for(proc.communicate(), timeout=180)
     assert proc.returncode is not None

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from engine import (
+from runstream import (
     CancelRefused,
     Client,
     ResumeRefused,
@@ -23,7 +23,7 @@ from engine import (
     SignalRefused,
     Worker,
 )
-from engine.journal import events as ev
+from runstream.engine.journal import events as ev
 from tests.integration.support import fold, status_or_none
 from tests.integration.test_cli import Result, cli, one_line_error
 from tests.integration.waiting_flows import (

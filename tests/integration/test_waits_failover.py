@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import Client, RunCancelled, RunStatus, Worker
-from engine.journal import events as ev
+from runstream import Client, RunCancelled, RunStatus, Worker
+from runstream.engine.journal import events as ev
 from tests.integration.support import WorkerProcess, fold, status_or_none, wait_for_owners
 from tests.integration.waiting_flows import (
     approval,

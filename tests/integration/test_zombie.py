@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from engine import Client
-from engine.journal import events as ev
-from projections.state import Verdict
+from runstream import Client
+from runstream.engine.journal import events as ev
+from runstream.projections.state import Verdict
 from tests.integration.support import WorkerProcess, fold, wait_for_owners
 from tests.integration.zombie_flows import five_steps
 

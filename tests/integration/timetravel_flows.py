@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine import Flow, FlowContext, Handoff
+from runstream import Flow, FlowContext, Handoff
 
 traveller = Flow("traveller", max_rounds=3)
 doubler = Flow("doubler")

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from engine import Flow, FlowContext, WaitTimeout
-from engine.errors import ChildCancelled, ChildFailed
+from runstream import Flow, FlowContext, WaitTimeout
+from runstream.engine.errors import ChildCancelled, ChildFailed
 
 sleeper = Flow("sleeper")
 sleep_until = Flow("sleep-until")

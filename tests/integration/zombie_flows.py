@@ -8,7 +8,7 @@ import os
 import time
 from typing import Any
 
-from engine import Flow, FlowContext
+from runstream import Flow, FlowContext
 
 STEPS = ("s1", "s2", "s3", "s4", "s5")
 STEP_SECONDS = 1.0

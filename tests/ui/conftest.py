@@ -22,14 +22,14 @@ import pytest
 from aiohttp import web
 from aiokafka import AIOKafkaProducer
 
-from engine import Client, RunFailed, RunStatus, Worker
-from engine.admin import delete_topics, ensure_topics
-from engine.config import journal_topic
-from engine.journal import encode
-from engine.journal import events as ev
-from engine.reader import partition_for
-from engine.readmodel import ReadModel, View
-from engine.ui import UiSettings, create_app
+from runstream import Client, RunFailed, RunStatus, Worker
+from runstream.engine.config import journal_topic
+from runstream.engine.journal import encode
+from runstream.engine.journal import events as ev
+from runstream.engine.kafka.admin import delete_topics, ensure_topics
+from runstream.engine.kafka.reader import partition_for
+from runstream.engine.readmodel.model import ReadModel, View
+from runstream.engine.ui import UiSettings, create_app
 from tests.builders import Writer
 from tests.conftest import in_ci
 from tests.integration.support import status_or_none

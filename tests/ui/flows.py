@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine import Flow, FlowContext, Handoff
+from runstream import Flow, FlowContext, Handoff
 
 order = Flow("order")
 batch = Flow("batch", max_rounds=4)

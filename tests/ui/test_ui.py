@@ -21,11 +21,11 @@ from typing import Any
 
 from aiohttp import ClientSession
 
-from engine.history import run_history, state_at
-from engine.readmodel import View
-from engine.ui import UiSettings
-from engine.ui.queries import RunFilter, list_runs
-from projections.state import RunState, RunStatus, round_run_id
+from runstream.engine.readmodel.model import View
+from runstream.engine.timetravel.history import run_history, state_at
+from runstream.engine.ui import UiSettings
+from runstream.engine.ui.queries import RunFilter, list_runs
+from runstream.projections.state import RunState, RunStatus, round_run_id
 from tests.ui.conftest import Scene, Tab, serve
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.broker import BrokerCluster
-from engine.broker.layout import FLUSH_MESSAGES, flush_settings, read_property
+from runstream.engine.broker import BrokerCluster
+from runstream.engine.broker.layout import FLUSH_MESSAGES, flush_settings, read_property
 
 
 def test_flush_settings_every_write_or_kafka_default() -> None:

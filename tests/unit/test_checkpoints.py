@@ -10,21 +10,21 @@ from pathlib import Path
 
 import pytest
 
-from engine.journal import JournalRecord, encode
-from engine.journal import events as ev
-from projections import keys
-from projections.checkpoints import (
+from runstream.engine.journal import JournalRecord, encode
+from runstream.engine.journal import events as ev
+from runstream.projections import keys
+from runstream.projections.checkpoints import (
     CheckpointInfo,
     list_checkpoints,
     nearest_checkpoint,
     open_scratch,
 )
-from projections.manifest import CheckpointPolicy, thinned
-from projections.projector import Projector
-from projections.rebuild import compare
-from projections.state import RunState, Verdict, decode_state, encode_state, replace
-from projections.store import ProjectionStore
-from projections.writes import EMPTY_HASH
+from runstream.projections.manifest import CheckpointPolicy, thinned
+from runstream.projections.projector import Projector
+from runstream.projections.rebuild import compare
+from runstream.projections.state import RunState, Verdict, decode_state, encode_state, replace
+from runstream.projections.store import ProjectionStore
+from runstream.projections.writes import EMPTY_HASH
 from tests.builders import Writer, create, created
 
 Raw = tuple[int, int, bytes, list[tuple[str, bytes]]]  # partition, offset, value, headers
@@ -265,8 +265,8 @@ def test_a_store_written_before_hashes_keeps_no_hash(tmp_path: Path) -> None:
 
 
 def test_differences_are_decoded_into_runs_entries_and_index_keys(tmp_path: Path) -> None:
-    from engine.integrity_diff import first_differences
-    from engine.shards import split_partitions
+    from runstream.engine.ops.shards import split_partitions
+    from runstream.engine.ops.verify_diff import first_differences
 
     raws = journal()
     with folded(tmp_path / "live", raws) as live, \

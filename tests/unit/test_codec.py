@@ -17,7 +17,7 @@ from typing import Any
 import fastavro
 import pytest
 
-from engine.journal import (
+from runstream.engine.journal import (
     FRAME_SIZE,
     RECORD_CLASSES,
     Codec,

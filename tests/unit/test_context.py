@@ -15,13 +15,19 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from engine.context import FlowContext, Quarantined, RunReleased, Suspend, args_digest
-from engine.errors import NonDeterminism, StepFailed
-from engine.flow import RetryPolicy
-from engine.journal import JournalRecord
-from engine.journal import events as ev
-from projections.memory import MemoryProjection
-from projections.state import JournalEntry, RunState, RunStatus, Verdict, Wait
+from runstream.engine.errors import NonDeterminism, StepFailed
+from runstream.engine.flow.context import (
+    FlowContext,
+    Quarantined,
+    RunReleased,
+    Suspend,
+    args_digest,
+)
+from runstream.engine.flow.definition import RetryPolicy
+from runstream.engine.journal import JournalRecord
+from runstream.engine.journal import events as ev
+from runstream.projections.memory import MemoryProjection
+from runstream.projections.state import JournalEntry, RunState, RunStatus, Verdict, Wait
 from tests.builders import Writer, create, created
 
 RUN = "r1"
@@ -374,7 +380,7 @@ async def test_retry_waits_the_policy_delay_and_journals_it(
     async def fake_sleep(delay: float) -> None:
         slept.append(delay)
 
-    monkeypatch.setattr("engine.context.asyncio.sleep", fake_sleep)
+    monkeypatch.setattr("runstream.engine.flow.context.asyncio.sleep", fake_sleep)
     port, calls = MemoryPort(), []
     policy = RetryPolicy(max_attempts=4, backoff=0.5, multiplier=2.0, max_backoff=1.5)
     await port.context().step("charge", flaky(3, calls), 1, retry=policy)

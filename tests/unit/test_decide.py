@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from engine.decide import (
+from runstream.engine.errors import PayloadInvalid
+from runstream.engine.flow.definition import Flow
+from runstream.engine.journal import JournalRecord
+from runstream.engine.journal import events as ev
+from runstream.projections.decide import (
     FLOW_NOT_REGISTERED,
     Activation,
     Create,
@@ -20,12 +24,8 @@ from engine.decide import (
     plan_activation,
     unanswered_creates,
 )
-from engine.errors import PayloadInvalid
-from engine.flow import Flow
-from engine.journal import JournalRecord
-from engine.journal import events as ev
-from projections.memory import MemoryProjection
-from projections.state import InboxItem, RunState, RunStatus, replace
+from runstream.projections.memory import MemoryProjection
+from runstream.projections.state import InboxItem, RunState, RunStatus, replace
 from tests.builders import Writer, create, created, request
 
 NAMES = {"src-a": "worker-a", "src-b": "worker-b"}

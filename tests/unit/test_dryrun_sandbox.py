@@ -10,11 +10,17 @@ from typing import Any
 
 import pytest
 
-from engine.context import FlowContext, args_digest
-from engine.dryrun import DryRunReport, NoDecision, dry_run, format_dry_run, replay_against
-from engine.errors import InvalidInput, StepFailed
-from engine.flow import Flow, Handoff, dump_json
-from projections.state import JournalEntry, RunState, RunStatus, Signal, Wait
+from runstream.engine.errors import InvalidInput, StepFailed
+from runstream.engine.flow.context import FlowContext, args_digest
+from runstream.engine.flow.definition import Flow, Handoff, dump_json
+from runstream.engine.timetravel.dryrun import (
+    DryRunReport,
+    NoDecision,
+    dry_run,
+    format_dry_run,
+    replay_against,
+)
+from runstream.projections.state import JournalEntry, RunState, RunStatus, Signal, Wait
 
 CALLS: list[str] = []  # every step function call: the dry run must leave it empty
 NOW_MS = 1_800_000_000_000

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from engine.journal import codegen, events
-from engine.journal.registry import SchemaRegistry, find_schema_dir
+from runstream.engine.journal import codegen, events
+from runstream.engine.journal.schema_ids import SchemaRegistry, find_schema_dir
 
 REGISTRY = SchemaRegistry.load()
 

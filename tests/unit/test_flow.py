@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, Field
 
-from engine.context import FlowContext
-from engine.errors import PayloadInvalid
-from engine.flow import NO_RETRY, Flow, RetryPolicy, dump_json
+from runstream.engine.errors import PayloadInvalid
+from runstream.engine.flow.context import FlowContext
+from runstream.engine.flow.definition import NO_RETRY, Flow, RetryPolicy, dump_json
 
 
 class Item(BaseModel):

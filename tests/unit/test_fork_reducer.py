@@ -12,22 +12,29 @@ from typing import Any
 
 import pytest
 
-from engine.decide import fork_decisions
-from engine.fork_source import (
+from runstream.engine.journal import Envelope, encode
+from runstream.engine.journal import events as ev
+from runstream.engine.timetravel.fork_source import (
     MAX_PART_BYTES,
     ForkPlan,
     part_bodies,
     residue,
     settled_prefix,
 )
-from engine.history import replay_run
-from engine.journal import Envelope, encode
-from engine.journal import events as ev
-from projections.forks import entry_from_json, entry_json, is_settled
-from projections.memory import MemoryProjection
-from projections.projector import Outcome, Projector
-from projections.state import ChildLink, JournalEntry, RunState, RunStatus, Verdict, replace
-from projections.store import ProjectionStore
+from runstream.engine.timetravel.history import replay_run
+from runstream.projections.decide import fork_decisions
+from runstream.projections.forks import entry_from_json, entry_json, is_settled
+from runstream.projections.memory import MemoryProjection
+from runstream.projections.projector import Outcome, Projector
+from runstream.projections.state import (
+    ChildLink,
+    JournalEntry,
+    RunState,
+    RunStatus,
+    Verdict,
+    replace,
+)
+from runstream.projections.store import ProjectionStore
 from tests.builders import PartitionLog, Writer, create, request
 from tests.unit.test_replay_fixtures import JOURNALS, load
 
@@ -85,7 +92,7 @@ class Log(PartitionLog):
         return super().run(run_id)
 
     def owner_decides(self, writer: Writer | None = None) -> list[Outcome]:
-        """What the owner decides (engine.decide.fork_decisions), applied in order, one part
+        """What the owner decides (projections.decide.fork_decisions), applied in order, one part
         at a time until it has nothing more to decide."""
         store = self.projection.store
         outcomes: list[Outcome] = []

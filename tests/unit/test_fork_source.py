@@ -11,20 +11,27 @@ from typing import Any
 
 import pytest
 
-from engine.decide import FIRST_SHAPE_FORK, fork_decisions
-from engine.errors import RunFailed
-from engine.fork_source import answer_fork, within_limits
-from engine.journal import decode, encode
-from engine.journal import events as ev
-from engine.reader import run_partition
-from engine.relay import AUTHORITY_HEADER, Forward, Incoming, Refuse, judge
-from engine.testing import TestEnvironment
-from projections.forks import ForkAsk, entry_json, fork_asks
-from projections.memory import MemoryProjection
-from projections.projector import Outcome, Projector
-from projections.requests import covers, describe_refusal
-from projections.state import MAX_INBOX, JournalEntry, RunState, RunStatus, Verdict, replace
-from projections.store import HistoryEntry, ProjectionStore
+from runstream.engine.errors import RunFailed
+from runstream.engine.journal import decode, encode
+from runstream.engine.journal import events as ev
+from runstream.engine.kafka.reader import run_partition
+from runstream.engine.testing import TestEnvironment
+from runstream.engine.timetravel.fork_source import answer_fork, within_limits
+from runstream.engine.worker.relay import AUTHORITY_HEADER, Forward, Incoming, Refuse, judge
+from runstream.projections.decide import FIRST_SHAPE_FORK, fork_decisions
+from runstream.projections.forks import ForkAsk, entry_json, fork_asks
+from runstream.projections.memory import MemoryProjection
+from runstream.projections.projector import Outcome, Projector
+from runstream.projections.requests import covers, describe_refusal
+from runstream.projections.state import (
+    MAX_INBOX,
+    JournalEntry,
+    RunState,
+    RunStatus,
+    Verdict,
+    replace,
+)
+from runstream.projections.store import HistoryEntry, ProjectionStore
 from tests.builders import PartitionLog, create, request
 from tests.integration.fork_flows import flows as fork_flows
 from tests.integration.fork_flows import risky
@@ -373,7 +380,7 @@ def test_a_fork_ask_to_a_source_with_a_full_inbox_is_refused_with_a_reason() -> 
 async def test_a_fork_of_a_cancelled_run_ends_its_prefix_where_the_cancel_was_delivered() -> None:
     """The fork has no cancel: what the source journaled from the delivery on was the
     cancel's cleanup, not copied (a copied Cancelled entry would replay as a failure)."""
-    from engine.fork_source import plan_fork
+    from runstream.engine.timetravel.fork_source import plan_fork
     from tests.integration.lifetime_flows import flows, tidy
 
     async with TestEnvironment(flows) as env:

@@ -1,15 +1,15 @@
 """Issue 16, items 1-4 and 8, in TestEnvironment: the same owner decisions the worker makes
-(engine.decide), for the scenarios tests/integration/test_lifetime.py runs on the broker."""
+(projections.decide), for the scenarios tests/integration/test_lifetime.py runs on the broker."""
 
 from __future__ import annotations
 
 import pytest
 
-from engine import CapabilityRefused, RunCancelled, RunFailed, RunStatus
-from engine.decide import Create, Duplicate, decide_create
-from engine.journal import events as ev
-from engine.testing import TestEnvironment
-from projections.state import MAX_INBOX, InboxItem, RunState, Verdict
+from runstream import CapabilityRefused, RunCancelled, RunFailed, RunStatus
+from runstream.engine.journal import events as ev
+from runstream.engine.testing import TestEnvironment
+from runstream.projections.decide import Create, Duplicate, decide_create
+from runstream.projections.state import MAX_INBOX, InboxItem, RunState, Verdict
 from tests.builders import PartitionLog, create
 from tests.integration.lifetime_flows import (
     EFFECTS,

@@ -1,4 +1,5 @@
-"""Input limits (engine.limits) and the relay's judgement of what it forwards (engine.relay):
+"""Input limits (engine.journal.input_limits) and the relay's judgement of what it
+forwards (engine.worker.relay):
 pure functions, no broker."""
 
 from __future__ import annotations
@@ -8,11 +9,10 @@ import json
 
 import pytest
 
-from engine.errors import InvalidInput, InvalidRunId, PayloadInvalid
-from engine.fork import fork_run_id
-from engine.journal import decode, encode
-from engine.journal import events as ev
-from engine.limits import (
+from runstream.engine.errors import InvalidInput, InvalidRunId, PayloadInvalid
+from runstream.engine.journal import decode, encode
+from runstream.engine.journal import events as ev
+from runstream.engine.journal.input_limits import (
     MAX_ADDRESSED_RUN_ID_CHARS,
     MAX_NAME_CHARS,
     MAX_RECORD_BYTES,
@@ -28,8 +28,9 @@ from engine.limits import (
     encode_request,
     max_payload_bytes,
 )
-from engine.reader import run_partition
-from engine.relay import (
+from runstream.engine.kafka.reader import run_partition
+from runstream.engine.timetravel.fork import fork_run_id
+from runstream.engine.worker.relay import (
     AUTHORITY_HEADER,
     Forward,
     Incoming,

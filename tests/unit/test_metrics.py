@@ -10,8 +10,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine.observability.metrics import LATENCY_BUCKETS, WorkerMetrics
-from projections.state import Verdict
+from runstream.engine.observability.metrics import LATENCY_BUCKETS, WorkerMetrics
+from runstream.projections.state import Verdict
 
 Labels = tuple[tuple[str, str], ...]
 

@@ -1,4 +1,4 @@
-"""Outbox requests that can never be sent are given up and answered (engine.outbox_fallback),
+"""Outbox requests that can never be sent are given up and answered (projections.outbox_fallback),
 in the TestEnvironment as in a worker; a child's payload is held to a client's limit."""
 
 from __future__ import annotations
@@ -8,18 +8,18 @@ from typing import Any
 
 import pytest
 
-from engine import ChildFailed, Flow, FlowContext, RunFailed
-from engine.journal import events as ev
-from engine.limits import PAYLOAD_ENV
-from engine.outbox_fallback import (
+from runstream import ChildFailed, Flow, FlowContext, RunFailed
+from runstream.engine.journal import events as ev
+from runstream.engine.journal.input_limits import PAYLOAD_ENV
+from runstream.engine.testing import TestEnvironment
+from runstream.projections.outbox_fallback import (
     CANCEL_UNDELIVERABLE,
     RESULT_UNDELIVERABLE,
     OldShape,
     give_up,
     request_of,
 )
-from engine.testing import TestEnvironment
-from projections.state import OutboxItem
+from runstream.projections.state import OutboxItem
 
 child = Flow("big-child")
 parent = Flow("big-parent")

@@ -6,12 +6,12 @@ import struct
 
 import pytest
 
-from engine.journal import MAX_RECORD_BYTES, encode
-from engine.journal import events as ev
-from projections.memory import MemoryProjection, MemoryStore
-from projections.poison import KEY_UNKNOWN, Poison, examine
-from projections.projector import CopyFirst, Projector
-from projections.state import Verdict
+from runstream.engine.journal import MAX_RECORD_BYTES, encode
+from runstream.engine.journal import events as ev
+from runstream.projections.memory import MemoryProjection, MemoryStore
+from runstream.projections.poison import KEY_UNKNOWN, Poison, examine
+from runstream.projections.projector import CopyFirst, Projector
+from runstream.projections.state import Verdict
 from tests.builders import Writer, create
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.journal import TYPE_HEADER
-from engine.worker.readback import DECISION_TYPES, decisions_only
+from runstream.engine.journal import TYPE_HEADER
+from runstream.engine.worker.readback import DECISION_TYPES, decisions_only
 
 
 @dataclass

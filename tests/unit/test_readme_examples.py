@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 
-from engine.demo.flows import checkout, order, packing
-from engine.testing import TestEnvironment
+from runstream.engine.demo.flows import checkout, order, packing
+from runstream.engine.testing import TestEnvironment
 
 
 async def test_checkout(runstream_env: Callable[..., TestEnvironment]) -> None:

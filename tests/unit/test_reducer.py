@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from engine.journal import JournalRecord
-from engine.journal import events as ev
-from projections.memory import MemoryProjection
-from projections.reducer import apply
-from projections.state import PartitionState, RunStatus, Verdict
+from runstream.engine.journal import JournalRecord
+from runstream.engine.journal import events as ev
+from runstream.projections.memory import MemoryProjection
+from runstream.projections.reducer import apply
+from runstream.projections.state import PartitionState, RunStatus, Verdict
 from tests.builders import Writer, create, created
 
 
@@ -244,7 +244,7 @@ def test_run_created_without_a_request_lives_in_its_partition() -> None:
 
 def test_repeated_creates_do_not_grow_the_run_state() -> None:
     """Defect 7: get-or-create repeated a thousand times keeps the run's state the same size."""
-    from projections.state import encode_state
+    from runstream.projections.state import encode_state
 
     writer = Writer("a")
     projection = fold(happy_log(writer))

@@ -15,7 +15,7 @@ import fastavro
 import pytest
 from fastavro.read import SchemaResolutionError
 
-from engine.journal import (
+from runstream.engine.journal import (
     Codec,
     RunFailed,
     SchemaRegistry,

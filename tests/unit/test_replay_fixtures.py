@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from engine.journal import JournalRecord, record_from_dict
-from engine.journal import events as ev
-from projections.memory import MemoryProjection
-from projections.projector import Projector
-from projections.state import RunStatus, Verdict, to_builtins
-from projections.store import ProjectionStore
+from runstream.engine.journal import JournalRecord, record_from_dict
+from runstream.engine.journal import events as ev
+from runstream.projections.memory import MemoryProjection
+from runstream.projections.projector import Projector
+from runstream.projections.state import RunStatus, Verdict, to_builtins
+from runstream.projections.store import ProjectionStore
 
 JOURNALS = Path(__file__).parent.parent / "fixtures" / "journals"
 # Fixtures recorded before the state moved to msgpack with journal entries under their own

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from engine.journal.registry import SchemaRegistry
-from engine.schema_registry import (
+from runstream.engine.journal.schema_ids import SchemaRegistry
+from runstream.engine.kafka.confluent_registry import (
     HttpAnswer,
     HttpCall,
     Registration,

@@ -6,8 +6,8 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from engine.views import iso_time, run_view, status_note
-from projections.state import ChildLink, Evidence, RunState, RunStatus, Signal, Wait
+from runstream.engine.readmodel.describe import iso_time, run_view, status_note
+from runstream.projections.state import ChildLink, Evidence, RunState, RunStatus, Signal, Wait
 
 DUE_MS = int(datetime(2026, 11, 30, 10, 0, tzinfo=UTC).timestamp() * 1000)
 

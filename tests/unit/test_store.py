@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from engine.journal import JournalRecord
-from engine.journal import events as ev
-from projections import store as rocks
-from projections.memory import MemoryProjection, MemoryStore
-from projections.projector import Projector
-from projections.state import RunStatus, Verdict
-from projections.store import ProjectionStore
+from runstream.engine.journal import JournalRecord
+from runstream.engine.journal import events as ev
+from runstream.projections import store as rocks
+from runstream.projections.memory import MemoryProjection, MemoryStore
+from runstream.projections.projector import Projector
+from runstream.projections.state import RunStatus, Verdict
+from runstream.projections.store import ProjectionStore
 from tests.builders import Writer, create, created
 
 
@@ -76,7 +76,7 @@ def test_request_ids_are_forgotten_after_the_retention_in_both_stores(
 
 def test_request_ids_are_deduplicated_within_their_partition(tmp_path: Path) -> None:
     """Id-less requests get the synthetic id offset-N, which repeats across partitions."""
-    from engine.journal import Envelope
+    from runstream.engine.journal import Envelope
 
     def idless(run_id: str) -> JournalRecord:
         record = create(run_id, "unused")

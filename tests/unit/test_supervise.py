@@ -9,9 +9,9 @@ import asyncio
 
 import pytest
 
-from engine.errors import WorkerFatal
-from engine.observability.metrics import WorkerMetrics
-from engine.worker import supervise as sv
+from runstream.engine.errors import WorkerFatal
+from runstream.engine.observability.metrics import WorkerMetrics
+from runstream.engine.worker import supervise as sv
 
 
 class Body:

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from engine import system_state
-from engine.cli.state import format_state
-from engine.errors import InvalidInput
-from engine.journal import JournalRecord
-from engine.journal import events as ev
-from engine.readmodel_view import View
-from engine.system_state import (
+from runstream.engine.timetravel import cut as system_state
+from runstream.engine.cli.state import format_state
+from runstream.engine.errors import InvalidInput
+from runstream.engine.journal import JournalRecord
+from runstream.engine.journal import events as ev
+from runstream.engine.readmodel.view import View
+from runstream.engine.timetravel.cut import (
     ChangedRun,
     Cut,
     StartPoint,
@@ -25,9 +25,9 @@ from engine.system_state import (
     compare,
     parse_instant,
 )
-from projections.projector import Projector
-from projections.state import RunStatus
-from projections.store import ProjectionStore
+from runstream.projections.projector import Projector
+from runstream.projections.state import RunStatus
+from runstream.projections.store import ProjectionStore
 from tests.builders import Writer, create, created
 
 PARTITIONS = 2

@@ -1,4 +1,4 @@
-"""engine.testing: users' flows run in-process through the engine's reducer, context and
+"""runstream.engine.testing: users' flows run in-process through the engine's reducer, context and
 decisions, with a virtual clock. No broker."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from engine import (
+from runstream import (
     ChildCancelled,
     ChildFailed,
     Flow,
@@ -22,11 +22,11 @@ from engine import (
     SignalRefused,
     WaitTimeout,
 )
-from engine.demo.flows import checkout
-from engine.fork import ForkNeedsForce
-from engine.journal import events as ev
-from engine.testing import EnvironmentIdle, TestEnvironment
-from projections.state import Verdict
+from runstream.engine.demo.flows import checkout
+from runstream.engine.journal import events as ev
+from runstream.engine.testing import EnvironmentIdle, TestEnvironment
+from runstream.engine.timetravel.fork import ForkNeedsForce
+from runstream.projections.state import Verdict
 from tests.integration.fork_flows import calls, counted, family, risky
 from tests.integration.fork_flows import flows as fork_flows
 from tests.integration.waiting_flows import (
@@ -297,8 +297,8 @@ async def test_a_quarantined_run_is_cancelled_without_running() -> None:
 
 
 async def test_handoff_rounds_and_a_quarantine_resolution_in_the_environment() -> None:
-    from engine import HandedOff, Handoff
-    from engine.context import idempotency_key
+    from runstream import HandedOff, Handoff
+    from runstream.engine.flow.context import idempotency_key
 
     relay = Flow("relay-env", max_rounds=3)
 

@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from engine.observability.tracing import (
+from runstream.engine.observability.tracing import (
     TRACER_NAME,
     activation_span,
     carrier,
@@ -181,7 +181,7 @@ def test_without_a_tracer_provider_every_helper_is_a_no_op() -> None:
 def test_the_api_keeps_its_provider_where_the_fast_check_reads_it() -> None:
     # engine.observability.tracing reads this global instead of calling
     # get_tracer_provider() (an os.environ lookup) on every step: it must still exist.
-    from engine.observability import tracing
+    from runstream.engine.observability import tracing
 
     assert hasattr(trace, tracing.PROVIDER_GLOBAL)
     provider = getattr(trace, tracing.PROVIDER_GLOBAL)

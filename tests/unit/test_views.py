@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from engine.journal import events as ev
-from engine.views import run_view, status_note
+from runstream.engine.journal import events as ev
+from runstream.engine.readmodel.describe import run_view, status_note
 from tests.builders import Writer, create, created
 from tests.unit.test_reducer import fold
 

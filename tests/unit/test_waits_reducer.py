@@ -1,5 +1,5 @@
 """Durable waiting, child runs and cancellation in the pure reducer and the owner's pure
-decisions (engine.decide). No broker: records come from tests.builders and are folded by
+decisions (projections.decide). No broker: records come from tests.builders and are folded by
 MemoryProjection, whose store keeps the same timer and outbox indexes as RocksDB."""
 
 from __future__ import annotations
@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from engine.decide import (
+from runstream.engine.journal import JournalRecord
+from runstream.engine.journal import events as ev
+from runstream.projections.decide import (
     CHILD_CANCELLED,
     CHILD_FAILED,
     CancelNow,
@@ -19,11 +21,9 @@ from engine.decide import (
     decide_waiting,
     exit_policy,
 )
-from engine.journal import JournalRecord
-from engine.journal import events as ev
-from projections.memory import MemoryProjection
-from projections.requests import describe_refusal
-from projections.state import (
+from runstream.projections.memory import MemoryProjection
+from runstream.projections.requests import describe_refusal
+from runstream.projections.state import (
     MAX_SIGNALS,
     ChildLink,
     JournalEntry,
@@ -35,8 +35,8 @@ from projections.state import (
     Wait,
     replace,
 )
-from projections.store import DueTimer
-from projections.transitions import CANCEL_DELIVERED, WAIT_TIMEOUT
+from runstream.projections.store import DueTimer
+from runstream.projections.transitions import CANCEL_DELIVERED, WAIT_TIMEOUT
 from tests.builders import Writer, create, created, request
 
 DUE = 1_800_000_000_000  # a timer's due time (record times come from the builders' clock)
@@ -679,7 +679,7 @@ def test_a_run_that_ends_holds_no_wait_no_signal_and_no_timer() -> None:
     assert log.run("r2").signals == ()
 
 
-# -- engine.decide ---------------------------------------------------------------------------
+# -- projections.decide ---------------------------------------------------------------------------
 
 
 def state(**fields: Any) -> RunState:

@@ -9,10 +9,9 @@ from typing import Any
 
 import pytest
 
-from engine.flow import HandedOff
-from engine.history import HistoryRow
-from engine.operations import InvalidInput, parse_resolution
-from engine.views import (
+from runstream.engine.cli.operations import InvalidInput, parse_resolution
+from runstream.engine.flow.definition import HandedOff
+from runstream.engine.readmodel.describe import (
     handed_off_line,
     handed_off_view,
     resolve_commands,
@@ -21,7 +20,8 @@ from engine.views import (
     why_lines,
     why_report,
 )
-from projections.state import Evidence, RunState, RunStatus, Wait
+from runstream.engine.timetravel.history import HistoryRow
+from runstream.projections.state import Evidence, RunState, RunStatus, Wait
 
 DIGEST = "ab12cd34"
 

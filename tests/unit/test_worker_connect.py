@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator
 import pytest
 from aiokafka.errors import KafkaConnectionError, TopicAuthorizationFailedError
 
-from engine.connection import KafkaSecurity
-from engine.errors import AccessDenied, BrokerConnectionFailed
-from engine.reader import TopicMissing
-from engine.worker import connect
-from engine.worker.connect import Reconnector, diagnose_failure
+from runstream.engine.errors import AccessDenied, BrokerConnectionFailed
+from runstream.engine.kafka.connection import KafkaSecurity
+from runstream.engine.kafka.reader import TopicMissing
+from runstream.engine.worker import connect
+from runstream.engine.worker.connect import Reconnector, diagnose_failure
 
 
 def _closed_port() -> int:

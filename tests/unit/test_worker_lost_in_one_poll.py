@@ -19,12 +19,12 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
 
-from engine.demo.flows import checkout
-from engine.worker.claims import Claims
-from engine.worker.committer import Committer
-from engine.worker.ownership import Ownership, OwnershipState
-from engine.worker.worker import Worker
-from projections.state import RunState
+from runstream.engine.demo.flows import checkout
+from runstream.engine.worker.claims import Claims
+from runstream.engine.worker.committer import Committer
+from runstream.engine.worker.ownership import Ownership, OwnershipState
+from runstream.engine.worker.worker import Worker
+from runstream.projections.state import RunState
 
 
 async def _no_producer() -> AIOKafkaProducer:

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from aiokafka.errors import KafkaConnectionError
 
-from engine.demo.flows import checkout
-from engine.worker.shutdown import bounded
-from engine.worker.worker import Worker
+from runstream.engine.demo.flows import checkout
+from runstream.engine.worker.shutdown import bounded
+from runstream.engine.worker.worker import Worker
 
 
 def _closed_port() -> int:

@@ -1,0 +1,304 @@
+"""Application functions behind the CLI: one per command, no click in here."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runstream.engine.client.client import Client, round_zero
+from runstream.engine.config import journal_topic, resolve_bootstrap, resolve_namespace
+from runstream.engine.errors import InvalidInput, RunNotFound
+from runstream.engine.flow.apps import AppNotFound as AppNotFound  # the CLI's
+from runstream.engine.flow.apps import load_flows as load_flows
+from runstream.engine.readmodel.describe import (
+    run_view,
+    why_report,
+)
+from runstream.engine.readmodel.lookups import addressed_run, read_model_of, view_of
+from runstream.engine.timetravel.fencing import DEFAULT_LIMIT, Ledger, fencing_ledger
+from runstream.engine.timetravel.history import HistoryRow, PartitionRow
+from runstream.engine.timetravel.history import partition_history as _partition_history
+from runstream.engine.timetravel.history import run_history as _run_history
+from runstream.engine.timetravel.points import Point, RunDiff, RunTree, run_at
+from runstream.engine.timetravel.points import parse_time as parse_time  # the CLI's and UI's
+from runstream.engine.timetravel.points import run_diff as _run_diff
+from runstream.engine.timetravel.points import run_tree as _run_tree
+from runstream.engine.worker import Worker
+from runstream.projections.rebuild import RebuildReport, rebuild_and_verify
+from runstream.projections.state import RunStatus, to_builtins
+
+
+async def create_run(
+    *, bootstrap: str | None, namespace: str | None, flow: str, payload: Any,
+    run_id: str | None, wait: bool, timeout: float,
+) -> dict[str, Any]:
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
+        handle = await client.create_run(flow, payload, run_id=run_id)
+        out: dict[str, Any] = {"run_id": handle.run_id, "partition": handle.partition,
+                               "offset": handle.request_offset}
+        if wait:
+            out["result"] = await handle.result(timeout=timeout)
+            out["status"] = "completed"
+        return out
+
+
+async def signal_run(
+    *, bootstrap: str | None, namespace: str | None, run_id: str, name: str, payload: Any,
+    request_id: str | None = None, read_model_dir: Path | None = None,
+) -> dict[str, Any]:
+    """Send a signal; the run took it (or this request id before) when this returns."""
+    async with _client(bootstrap, namespace, read_model_dir) as client:
+        offset = await client.signal(run_id, name, payload, request_id=request_id)
+        return {"run_id": run_id, "signal": name, "offset": offset, "accepted": True}
+
+
+async def cancel_run(
+    *, bootstrap: str | None, namespace: str | None, run_id: str, reason: str,
+    read_model_dir: Path | None = None,
+) -> dict[str, Any]:
+    """Ask for a run to be cancelled; it stops at its next durable call."""
+    async with _client(bootstrap, namespace, read_model_dir) as client:
+        await client.cancel(run_id, reason=reason)
+        run = await client.describe(run_id)
+        return {"run_id": run_id, "status": run.status.value,
+                "cancel_requested": run.cancel_requested,
+                "cancel_requested_by": run.cancel_requested_by}
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """An operator's resolution of a quarantine, as `run resume` takes it."""
+
+    resolution: str  # retry | skip
+    position: int
+    digest: str
+    result: Any = None  # skip: the step's outcome
+
+
+def parse_resolution(resolution: str | None, position: int | None, digest: str | None,
+                     result_json: str | None) -> Resolution | None:
+    """`run resume`'s resolution options checked together: None for a plain wake (no
+    option given); InvalidInput for a missing, extra or malformed one."""
+    if resolution is None:
+        given = [name for name, value in (("--position", position), ("--digest", digest),
+                                          ("--result", result_json)) if value is not None]
+        if given:
+            raise InvalidInput(f"{', '.join(given)} only go with --resolution retry|skip "
+                               f"(resolving a quarantine)")
+        return None
+    if resolution not in ("retry", "skip"):
+        raise InvalidInput(f"--resolution must be retry or skip, not {resolution!r}")
+    missing = [name for name, value in (("--position", position), ("--digest", digest))
+               if value is None]
+    if missing:
+        raise InvalidInput(f"--resolution {resolution} needs {' and '.join(missing)}: the "
+                           f"quarantined step's (`runstream run status ID` shows them)")
+    assert position is not None and digest is not None
+    if resolution == "retry":
+        if result_json is not None:
+            raise InvalidInput("--result goes with --resolution skip only: retry runs the "
+                               "step again")
+        return Resolution("retry", position, digest)
+    if result_json is None:
+        raise InvalidInput("--resolution skip needs --result: the step's outcome as JSON, "
+                           "recorded as if the step had returned it")
+    try:
+        result = json.loads(result_json)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"--result is not valid JSON ({exc.msg} at column {exc.colno})"
+                           ) from None
+    return Resolution("skip", position, digest, result)
+
+
+async def resume_run(*, bootstrap: str | None, namespace: str | None, run_id: str,
+                     resolution: Resolution | None = None,
+                     read_model_dir: Path | None = None) -> dict[str, Any]:
+    """End a run's timer or signal wait now (an operator wake), or, with `resolution`,
+    resolve its quarantine."""
+    async with _client(bootstrap, namespace, read_model_dir) as client:
+        if resolution is None:
+            await client.resume(run_id)
+            return {"run_id": run_id, "resume_requested": True}
+        await client.resume(run_id, resolution=resolution.resolution,
+                            position=resolution.position, digest=resolution.digest,
+                            result=resolution.result)
+    out: dict[str, Any] = {"run_id": run_id, "resume_requested": True,
+                           "resolution": resolution.resolution,
+                           "position": resolution.position, "digest": resolution.digest}
+    if resolution.resolution == "skip":
+        out["result"] = resolution.result
+    return out
+
+
+def _client(bootstrap: str | None, namespace: str | None,
+            read_model_dir: Path | None) -> Client:
+    """A client whose read model is in `read_model_dir` (None: its default directory)."""
+    return Client(bootstrap_servers=bootstrap, namespace=namespace,
+                  read_model_dir=read_model_dir)
+
+
+async def run_status(
+    *, bootstrap: str | None, namespace: str | None, run_id: str,
+    read_model_dir: Path | None = None, why: bool = False,
+) -> dict[str, Any]:
+    """The run's view (`run status --json`); with `why`, also its "why" (why_report)."""
+    async with read_model_of(bootstrap, namespace, read_model_dir) as model:
+        view = await view_of(model, round_zero(run_id))
+        target = addressed_run(view, run_id)
+        run = view.run(target)
+        if run is None:
+            raise RunNotFound(run_id)
+        out = run_view(run, namespace=resolve_namespace(namespace))
+        if why:
+            out["why"] = why_report(run, _run_history(view, target))
+        return out
+
+
+async def run_result(
+    *, bootstrap: str | None, namespace: str | None, run_id: str, timeout: float,
+    follow: bool = False,
+) -> Any:
+    """The run's result; a round that handed off gives HandedOff (see handed_off_view),
+    unless `follow`, which waits for the lineage's last round's result."""
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
+        return await client.get_handle(run_id).result(timeout=timeout, follow=follow)
+
+
+async def list_runs(
+    *, bootstrap: str | None, namespace: str | None, status: str | None,
+    limit: int | None = None, after: str | None = None, read_model_dir: Path | None = None,
+) -> list[dict[str, Any]]:
+    """Runs ordered by (partition, run id); `after` is the last run id of the previous page."""
+    chosen = RunStatus(status) if status else None
+    async with read_model_of(bootstrap, namespace, read_model_dir) as model:
+        view = await model.catch_up()
+        return [run_view(r) for r in view.runs(status=chosen, limit=limit, after=after)]
+
+
+async def serve_worker(
+    *, bootstrap: str | None, namespace: str | None, app: str, data_dir: Path,
+    concurrency: int, name: str | None, session_timeout_ms: int = 10_000,
+    drain_timeout: float = 10.0, metrics_port: int | None = None,
+) -> None:
+    """Run a worker until SIGINT/SIGTERM, then shut it down gracefully."""
+    worker = Worker(flows=load_flows(app), data_dir=data_dir, bootstrap_servers=bootstrap,
+                    namespace=namespace, concurrency=concurrency, name=name,
+                    session_timeout_ms=session_timeout_ms, drain_timeout=drain_timeout,
+                    metrics_port=metrics_port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await worker.serve_until(stop)
+
+
+async def rebuild(
+    *, bootstrap: str | None, namespace: str | None, data_dir: Path, replace: bool
+) -> RebuildReport:
+    return await rebuild_and_verify(
+        data_dir, bootstrap=resolve_bootstrap(bootstrap),
+        topic=journal_topic(resolve_namespace(namespace)), replace=replace,
+    )
+
+
+async def run_history(
+    *, bootstrap: str | None, namespace: str | None, run_id: str,
+    read_model_dir: Path | None = None,
+) -> list[HistoryRow]:
+    """Every record of the run (`<lineage>~0` names round 0, the lineage id itself)."""
+    run_id = round_zero(run_id)
+    async with read_model_of(bootstrap, namespace, read_model_dir) as model:
+        view = await view_of(model, run_id)
+        return _run_history(view, run_id)
+
+
+async def run_tree(
+    *, bootstrap: str | None, namespace: str | None, run_id: str,
+    read_model_dir: Path | None = None,
+) -> RunTree:
+    """The run's history with its later rounds and its children (every partition caught up:
+    a child's lineage may live in another)."""
+    async with read_model_of(bootstrap, namespace, read_model_dir) as model:
+        await view_of(model, run_id)
+        view = await model.catch_up()
+        return _run_tree(view, round_zero(run_id))
+
+
+async def run_state_at(
+    *, bootstrap: str | None, namespace: str | None, run_id: str, point: Point,
+    read_model_dir: Path | None = None,
+) -> dict[str, Any]:
+    """The run's state right after its last record at or before `point`, with its journal
+    entries then."""
+    run_id = round_zero(run_id)
+    async with read_model_of(bootstrap, namespace, read_model_dir) as model:
+        view = await view_of(model, run_id)
+        past = run_at(view, run_id, point)
+    out = run_view(past.run)
+    out["at"] = point.describe()
+    out["journal"] = [to_builtins(entry) for entry in past.entries]
+    return out
+
+
+async def run_diff(
+    *, bootstrap: str | None, namespace: str | None, run_id: str, start: Point, end: Point,
+    read_model_dir: Path | None = None,
+) -> RunDiff:
+    """What changed in the run's state between two points, and which records changed it."""
+    run_id = round_zero(run_id)
+    async with read_model_of(bootstrap, namespace, read_model_dir) as model:
+        view = await view_of(model, run_id)
+        return _run_diff(view, run_id, start, end)
+
+
+async def fenced_writes(
+    *, bootstrap: str | None, namespace: str | None, run_id: str | None = None,
+    since: str | None = None, limit: int = DEFAULT_LIMIT, read_model_dir: Path | None = None,
+) -> Ledger:
+    """Every write turned away for a stale epoch, a stale claim or a repeated sequence."""
+    since_ms = parse_time(since) if since is not None else None
+    async with read_model_of(bootstrap, namespace, read_model_dir) as model:
+        view = await (view_of(model, run_id) if run_id is not None else model.catch_up())
+        return fencing_ledger(view, model.partitions, run_id=run_id, since_ms=since_ms,
+                              limit=limit)
+
+
+async def partition_history(
+    *, bootstrap: str | None, namespace: str | None, partition: int,
+    read_model_dir: Path | None = None,
+) -> list[PartitionRow]:
+    """The partition's own records: claims with their verdicts, heartbeats, dead letters."""
+    async with read_model_of(bootstrap, namespace, read_model_dir) as model:
+        if not 0 <= partition < model.partitions:
+            raise InvalidInput(f"partition {partition} does not exist: the journal has "
+                               f"partitions 0..{model.partitions - 1}")
+        view = await model.catch_up([partition])
+        return _partition_history(view, partition)
+
+
+def demo(*, bootstrap: str | None, runs: int, workers: int, keep_broker: bool) -> None:
+    """Broker up (started here if none answers), then the demo, then the broker down again
+    if this call started it."""
+    from runstream.engine.broker import BrokerCluster, is_answering, state_root
+    from runstream.engine.demo.driver import run_demo
+
+    address = resolve_bootstrap(bootstrap)
+    cluster = None
+    if not is_answering(address):
+        if bootstrap is not None:
+            raise InvalidInput(f"no Kafka broker answers at {address}")
+        cluster = BrokerCluster()
+        print("starting the local Kafka broker (its jars are fetched once, on first use)...")
+        address = cluster.start()
+    try:
+        asyncio.run(run_demo(bootstrap=address, runs=runs, workers=workers,
+                             state_dir=state_root() / "demo"))
+    finally:
+        if cluster is not None and not keep_broker:
+            cluster.stop()
+            print("stopped the broker this demo started; its data stays: "
+                  "`runstream broker start` brings it back to explore the demo's runs")

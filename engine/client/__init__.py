@@ -1,0 +1,3 @@
+"""The client: `Client` creates runs and reads them, `RunHandle` waits for one, and the
+shared tail reader follows the journal for their decisions. No server needed.
+"""

@@ -1,0 +1,432 @@
+"""The client: create runs, wait for their results, read their state. No server needed."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from runstream.engine.client.handle import RunHandle
+from runstream.engine.client.tail import JournalTail
+from runstream.engine.config import journal_topic, resolve_bootstrap, resolve_namespace
+from runstream.engine.errors import (
+    CancelRefused,
+    CapabilityRefused,
+    ResumeRefused,
+    RunNotFound,
+    RunstreamError,
+    SignalRefused,
+)
+from runstream.engine.flow.definition import Flow, dump_json
+from runstream.engine.journal import Envelope, JournalRecord, decode
+from runstream.engine.journal import events as ev
+from runstream.engine.journal.input_limits import (
+    MAX_NAME_CHARS,
+    check_name,
+    check_payload,
+    check_run_id,
+    check_text,
+    encode_request,
+    resolve_authority_name,
+)
+from runstream.engine.kafka.connection import KafkaSecurity
+from runstream.engine.kafka.reader import run_partition
+from runstream.engine.kafka.requests_topic import RequestProducer, Route
+from runstream.engine.observability.tracing import carrier, create_span
+from runstream.engine.readmodel.model import ReadModel, default_read_model_dir
+from runstream.projections.capabilities import narrow
+from runstream.projections.requests import describe_refusal
+from runstream.projections.state import (
+    ROUND_SEPARATOR,
+    JournalEntry,
+    RunState,
+    RunStatus,
+    Verdict,
+    lineage_of,
+)
+from runstream.projections.store import HistoryEntry
+
+# How long a relayed request may take to reach the journal (the relay runs in the workers).
+RELAY_TIMEOUT = 60.0
+
+UNSAFE_CANCEL = (
+    "unsafe_interrupt_unsupported: runstream has exactly one cancellation path, and it is "
+    "durable: a cancel request is journaled, and the run is interrupted at its next durable "
+    "call (its finally blocks run, durable calls in them are journaled as cleanup); there is "
+    "no way to interrupt code between durable calls. Call cancel() without unsafe=True"
+)
+
+
+class RequestNotRelayed(RunstreamError):
+    """A request sent to the requests topic did not reach the journal in time."""
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """Where a request went: its journal partition, and its journal offset (direct) or the
+    partition's end offset read before it was sent (relayed: it lands at or past it)."""
+
+    partition: int
+    offset: int
+    relayed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RequestAnswer:
+    """A request this client produced, and what the reducer made of it (read model)."""
+
+    record: JournalRecord
+    partition: int
+    offset: int
+    verdict: Verdict | None  # None: the read model holds no record at that offset
+    run: RunState | None  # the run as the read model sees it now
+
+    @property
+    def run_missing(self) -> bool:
+        """The run did not exist when the request reached it (verdict `ignored`, no run)."""
+        if self.verdict not in (None, Verdict.ignored):
+            return False
+        return self.run is None or self.run.request_offset > self.offset
+
+
+class Client:
+    """Talks to one namespace's journal. Use as `async with Client(...) as client:`."""
+
+    def __init__(
+        self,
+        *,
+        bootstrap_servers: str | None = None,
+        namespace: str | None = None,
+        flows: Iterable[Flow[Any, Any]] = (),
+        read_model_dir: str | Path | None = None,
+        authority: Iterable[str] | None = None,
+        authority_name: str | None = None,
+        security: KafkaSecurity | None = None,
+        relay_timeout: float = RELAY_TIMEOUT,
+    ) -> None:
+        """`authority`: the capabilities this client may create and act on runs with (None:
+        any), a guard against mistakes. `authority_name`: when the namespace relays
+        requests (`<ns>.requests` exists), send them to `<ns>.requests.<authority_name>`,
+        whose relay narrows new runs to that authority's configured capabilities: what
+        the broker's ACLs let this principal write decides its authority, not the client
+        (None: RUNSTREAM_AUTHORITY_NAME, else the unrestricted `<ns>.requests`).
+        `security`: SASL/TLS settings (None: from RUNSTREAM_* variables)."""
+        self.bootstrap = resolve_bootstrap(bootstrap_servers)
+        self.namespace = resolve_namespace(namespace)
+        self.topic = journal_topic(self.namespace)
+        self.flows = {flow.name: flow for flow in flows}
+        self.authority = None if authority is None else frozenset(authority)
+        self.security = security
+        self.relay_timeout = relay_timeout
+        self.read_model_dir = (Path(read_model_dir) if read_model_dir is not None
+                               else default_read_model_dir(self.bootstrap, self.namespace))
+        self._requests = RequestProducer(self.bootstrap, self.namespace, security,
+                                         resolve_authority_name(authority_name))
+        self._read_model: ReadModel | None = None
+        self._tail = JournalTail(self.bootstrap, self.topic, self.read_model, security)
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        try:
+            async with self._lock:
+                await self._requests.start()
+            await self._tail.start()
+        except BaseException:
+            await self.close()
+            raise
+
+    async def route(self) -> Route:
+        """Where this client's requests go (the journal, or a requests topic)."""
+        await self.start()
+        assert self._requests.route is not None
+        return self._requests.route
+
+    async def close(self) -> None:
+        await self._tail.close()
+        await self._requests.stop()
+        if self._read_model is not None:
+            await self._read_model.close()
+            self._read_model = None
+
+    async def read_model(self) -> ReadModel:
+        """The namespace's read model (opened on first use, shared by every query)."""
+        async with self._lock:
+            if self._read_model is None:
+                model = ReadModel(bootstrap=self.bootstrap, topic=self.topic,
+                                  path=self.read_model_dir, security=self.security)
+                await model.open()
+                self._read_model = model
+            return self._read_model
+
+    async def __aenter__(self) -> Client:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def create_run(
+        self, flow: Flow[Any, Any] | str, payload: Any = None, *, run_id: str | None = None
+    ) -> RunHandle:
+        """Append a create-run request; returns once Kafka has acknowledged it (relayed: once
+        the requests topic has). Invalid input (journal.input_limits) is refused before anything
+        is sent."""
+        check_name("flow", flow if isinstance(flow, str) else flow.name)
+        run_id = check_run_id(run_id, new=True) if run_id else uuid.uuid4().hex
+        flow_name, payload_json = self._payload_json(flow, payload)
+        check_payload(f"the payload of flow {flow_name!r}", payload_json)
+        known = self.flows.get(flow_name) if isinstance(flow, str) else flow
+        ceiling = self._ceiling_for(known)
+        request_id = uuid.uuid4().hex
+        with create_span(run_id, flow_name):
+            record = ev.RunCreateRequested(
+                envelope=Envelope(type=ev.RunCreateRequested.TYPE, run_id=run_id,
+                                  lineage_id=run_id, request_id=request_id,
+                                  timestamp_ms=int(time.time() * 1000)),
+                flow=flow_name, payload_json=payload_json,
+                ceiling=None if ceiling is None else list(ceiling),
+                max_rounds=known.max_rounds if known is not None else 0,
+                trace_context=carrier())
+            placed = await self._place(record, [(k, v.encode())
+                                                for k, v in record.trace_context.items()])
+        return RunHandle(self, run_id=run_id, flow=flow_name, partition=placed.partition,
+                         request_offset=placed.offset, request_id=request_id)
+
+    def _ceiling_for(self, flow: Flow[Any, Any] | None) -> tuple[str, ...] | None:
+        """A new run's ceiling: the flow's capabilities, which this client's authority must
+        cover; a flow the client does not know gets the authority itself."""
+        capabilities = flow.capabilities if flow is not None else None
+        if flow is not None and self.authority is not None and capabilities is not None:
+            missing = tuple(sorted(set(capabilities) - self.authority))
+            if missing:
+                raise CapabilityRefused(
+                    f"flow {flow.name!r} needs capabilities {', '.join(missing)}, outside this "
+                    f"client's authority", missing=missing)
+        return narrow(self.authority, capabilities)
+
+    def check_authority(self, run: RunState) -> None:
+        """Refuse to act on a run whose ceiling this client's authority does not cover."""
+        if self.authority is None:
+            return
+        if run.ceiling is None:
+            raise CapabilityRefused(
+                f"run {run.run_id} may use any capability; this client's authority is "
+                f"limited to {', '.join(sorted(self.authority)) or 'nothing'}")
+        missing = tuple(sorted(set(run.ceiling) - self.authority))
+        if missing:
+            raise CapabilityRefused(f"run {run.run_id} may use {', '.join(missing)}, outside "
+                                    f"this client's authority", missing=missing)
+
+    async def signal(self, run_id: str, name: str, payload: Any = None, *,
+                     request_id: str | None = None) -> int:
+        """Send signal `name` to a run; returns the request's offset once the run took it (or
+        took the same request id before). Raises SignalRefused (the run has ended, or its
+        signal buffer is full: nothing is delivered), RunNotFound, or an InvalidInput
+        (engine.journal.input_limits: a bad run id or name, a payload too big; nothing is sent)."""
+        check_run_id(run_id)
+        check_name("signal", name)
+        if request_id is not None:
+            check_text("a request id", request_id, MAX_NAME_CHARS)
+        payload_json = check_payload(f"the payload of signal {name!r}", dump_json(payload))
+        answer = await self._request(ev.RunSignalSent(
+            envelope=_envelope(ev.RunSignalSent.TYPE, run_id, request_id), name=name,
+            payload_json=payload_json))
+        if answer.verdict is Verdict.refused:
+            raise SignalRefused(run_id, name, describe_refusal(answer.run, answer.record))
+        return answer.offset
+
+    async def cancel(self, run_id: str, *, reason: str = "", unsafe: bool = False) -> None:
+        """Ask for a run to be cancelled: it is interrupted at its next durable call (its
+        finally blocks run). Returns once the run took the request, or had one already.
+        Raises CancelRefused (the run has ended, or this client's relayed authority does not
+        cover it; or unsafe=True, which sends nothing) or RunNotFound."""
+        if unsafe:
+            raise CancelRefused(UNSAFE_CANCEL)
+        check_run_id(run_id)
+        check_text("a cancel's reason", reason)
+        answer = await self._request(ev.RunCancelRequested(
+            envelope=_envelope(ev.RunCancelRequested.TYPE, run_id), reason=reason,
+            requested_by=requester()))
+        if answer.verdict is Verdict.refused:
+            raise CancelRefused(f"run {run_id} cannot be cancelled: "
+                                f"{describe_refusal(answer.run, answer.record)}")
+
+    async def resume(self, run_id: str, *, resolution: str | None = None,
+                     position: int | None = None, digest: str | None = None,
+                     result: Any = None) -> None:
+        """Wake a waiting run now: end its timer or signal wait (an operator wake), or, with
+        `resolution`, resolve its quarantine: "retry" runs the step again, "skip" records
+        `result` as the step's outcome. `position` and `digest` name the quarantined step
+        (`run status` shows them). Raises ResumeRefused or RunNotFound."""
+        if resolution not in (None, "retry", "skip"):
+            raise ResumeRefused(run_id, f"resolution must be retry or skip, not {resolution!r}")
+        check_run_id(run_id)
+        result_json = (check_payload("the skipped step's result", dump_json(result))
+                       if resolution == "skip" else None)
+        answer = await self._request(ev.RunResumeRequested(
+            envelope=_envelope(ev.RunResumeRequested.TYPE, run_id), operator=requester(),
+            resolution=resolution, position=position, digest=digest,
+            result_json=result_json))
+        if answer.verdict is Verdict.refused:
+            raise ResumeRefused(run_id, describe_refusal(answer.run, answer.record))
+
+    async def _request(self, record: JournalRecord) -> RequestAnswer:
+        """Produce a request to a run (keyed by its lineage, as create_run does), then read
+        the reducer's verdict on it from the read model caught up to include it. RunNotFound
+        if the run did not exist when the request reached it."""
+        run_id = record.envelope.run_id
+        if self.authority is not None:
+            self.check_authority(await self.describe(run_id))
+        [(partition, offset)] = await self.send_requests([record])
+        answer = await self.answer(record, partition, offset)
+        if answer.run_missing:
+            raise RunNotFound(run_id)
+        return answer
+
+    async def send_requests(self, records: list[JournalRecord]) -> list[tuple[int, int]]:
+        """Produce requests in order, each keyed by its run's lineage (so one run's requests
+        reach its partition in this order); their journal (partition, offset) once
+        acknowledged, and, when relayed, once the relay has put them in the journal."""
+        sent = [await self._place(record) for record in records]
+        return [(p.partition, await self._journal_offset(p, record))
+                for p, record in zip(sent, records, strict=True)]
+
+    async def _place(self, record: JournalRecord,
+                     extra_headers: list[tuple[str, bytes]] | None = None) -> Placed:
+        """Produce one request to its lineage's partition: of the journal (direct), or of
+        the requests topic, which the relay forwards to the same journal partition."""
+        route = await self.route()
+        key = lineage_of(record.envelope.run_id).encode()
+        value, headers = encode_request(record, key, extra_headers)
+        partition = run_partition(record.envelope.run_id, route.partitions)
+        if not route.relayed:
+            return Placed(partition, await self._requests.send(partition, key, value, headers),
+                          relayed=False)
+        # The relay can only append after this: a result read from here cannot miss it.
+        start = await self._tail.read_from(partition)
+        if record.envelope.request_id:
+            self._tail.expect(record.envelope.request_id)
+        await self._requests.send(partition, key, value, headers)
+        return Placed(partition, start, relayed=True)
+
+    async def _journal_offset(self, placed: Placed, record: JournalRecord) -> int:
+        """The request's offset in the journal (waiting for the relay when relayed)."""
+        if not placed.relayed:
+            return placed.offset
+        env = record.envelope
+        assert env.request_id is not None
+        try:
+            return await asyncio.wait_for(self._tail.placed(
+                placed.partition, placed.offset, env.request_id, env.run_id),
+                self.relay_timeout)
+        except TimeoutError:
+            raise RequestNotRelayed(
+                f"{record.TYPE} for run {env.run_id} was sent to "
+                f"{(await self.route()).topic} but did not reach the journal within "
+                f"{self.relay_timeout:g}s: is a worker (which runs the relay) up?") from None
+
+    async def answer(self, record: JournalRecord, partition: int, offset: int
+                     ) -> RequestAnswer:
+        """The reducer's verdict on a request this client produced at (partition, offset),
+        from the read model caught up to include it, and the run as it stands then."""
+        run_id = record.envelope.run_id
+        view = await (await self.read_model()).catch_up([partition])
+        target = view.addressed(run_id)  # a request naming a lineage reaches its last round
+        entry = (_history_at(view.history(run_id), partition, offset)
+                 or _history_at(view.history(target), partition, offset))
+        if entry is not None and entry.raw is not None:
+            # As the journal holds it: a relayed request carries its authority, which
+            # explains a refusal (projections.requests.describe_refusal).
+            record = decode(entry.raw)
+        return RequestAnswer(record, partition, offset,
+                             entry.verdict if entry is not None else None, view.run(target))
+
+    def get_handle(self, run_id: str, *, flow: Flow[Any, Any] | str | None = None) -> RunHandle:
+        """Attach to an existing run without creating it."""
+        check_run_id(run_id)
+        name = flow.name if isinstance(flow, Flow) else flow
+        return RunHandle(self, run_id=run_id, flow=name, partition=None, request_offset=0,
+                         request_id=None)
+
+    async def status(self, run_id: str) -> RunStatus:
+        return (await self.describe(run_id)).status
+
+    async def describe(self, run_id: str) -> RunState:
+        """The run's projected state, from the read model caught up to now. A lineage's id
+        names its latest round; `<lineage>~<n>` names round n."""
+        view = await (await self.read_model()).catch_up([await self.partition_of(run_id)])
+        exact = round_zero(run_id)  # `<lineage>~0` names round 0 itself
+        run = view.run(exact if exact != run_id else view.addressed(run_id))
+        if run is None:
+            raise RunNotFound(run_id)
+        return run
+
+    async def journal(self, run_id: str) -> tuple[JournalEntry, ...]:
+        """The run's journal entries (its durable steps and values), in position order."""
+        view = await (await self.read_model()).catch_up([await self.partition_of(run_id)])
+        if view.run(run_id) is None:
+            raise RunNotFound(run_id)
+        return view.entries(run_id)
+
+    async def list_runs(self, *, status: RunStatus | None = None, limit: int | None = None,
+                        after: str | None = None) -> list[RunState]:
+        """Runs of the namespace (with `status`), a page of `limit` after cursor `after`."""
+        view = await (await self.read_model()).catch_up()
+        return view.runs(status=status, limit=limit, after=after)
+
+    async def partition_history(self, partition: int) -> list[HistoryEntry]:
+        """The partition's own records: claims with their verdicts, heartbeats, dead letters."""
+        view = await (await self.read_model()).catch_up([partition])
+        return view.partition_history(partition)
+
+    async def partition_of(self, run_id: str) -> int:
+        await self._tail.start()
+        return run_partition(run_id, self._tail.partitions)
+
+    def _payload_json(self, flow: Flow[Any, Any] | str, payload: Any) -> tuple[str, str]:
+        if isinstance(flow, str):
+            known = self.flows.get(flow)
+            if known is None:
+                if isinstance(payload, BaseModel):
+                    payload = payload.model_dump(mode="json")
+                return flow, dump_json(payload)
+            flow = known
+        return flow.name, flow.dump_payload(payload)
+
+    def flow_named(self, name: str | None) -> Flow[Any, Any] | None:
+        return self.flows.get(name) if name else None
+
+
+def requester() -> str:
+    """Who a request from this machine says asked for it."""
+    return f"client@{socket.gethostname()}"
+
+
+def round_zero(run_id: str) -> str:
+    """`<lineage>~0` is the lineage's first round, whose run id is the lineage id."""
+    return lineage_of(run_id) if run_id.endswith(f"{ROUND_SEPARATOR}0") else run_id
+
+
+def _envelope(record_type: str, run_id: str, request_id: str | None = None) -> Envelope:
+    """A request's envelope, keyed by the run's lineage as in create_run."""
+    return Envelope(type=record_type, run_id=run_id, lineage_id=lineage_of(run_id),
+                    request_id=request_id or uuid.uuid4().hex,
+                    timestamp_ms=int(time.time() * 1000))
+
+
+def _history_at(history: list[HistoryEntry], partition: int,
+                offset: int) -> HistoryEntry | None:
+    """The entry at (partition, offset); history is in log order, the request near its end."""
+    for entry in reversed(history):
+        if entry.partition == partition and entry.offset == offset:
+            return entry
+        if entry.partition == partition and entry.offset < offset:
+            return None
+    return None

@@ -1,0 +1,122 @@
+"""A handle on one run: wait for its admission and its result (following handoffs)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from runstream.engine.errors import (
+    CreateRejected,
+    IdentityConflict,
+    ResultTimeout,
+    RunCancelled,
+    RunFailed,
+)
+from runstream.engine.flow.definition import HandedOff
+from runstream.engine.journal import JournalRecord
+from runstream.engine.journal import events as ev
+from runstream.projections.state import ROUND_SEPARATOR, RunStatus
+
+if TYPE_CHECKING:
+    from runstream.engine.client.client import Client
+
+
+@dataclass
+class RunHandle:
+    """A created or attached run: wait for its admission and its result."""
+
+    client: Client
+    run_id: str
+    flow: str | None
+    partition: int | None
+    request_offset: int
+    request_id: str | None
+    _from_offset: int | None = None
+
+    async def admitted(self, timeout: float | None = None) -> None:
+        """Wait until the owner admitted the run; raises IdentityConflict or CreateRejected."""
+        await asyncio.wait_for(self._admission(), timeout)
+
+    async def _admission(self) -> int:
+        if self._from_offset is not None:
+            return self._from_offset
+        tail = self.client._tail
+        partition = await self._partition()
+        if self.request_id is None and ROUND_SEPARATOR in self.run_id:
+            # A later round is created by its predecessor's handoff, never by a request.
+            self._from_offset = 0
+            return self._from_offset
+        if self.request_id is None:
+            created = await tail.created(partition, 0, self.run_id)  # read model, then tail
+            created_by = ev.RunCreated | ev.RunForked
+            self._from_offset = created.request_offset if isinstance(created, created_by) else 0
+            return self._from_offset
+        answer = await tail.admission(partition, self.request_offset, self.request_id,
+                                      self.run_id)
+        if isinstance(answer, ev.RunCreateRejected):
+            raise _rejection(self.run_id, answer)
+        assert isinstance(answer, ev.RunCreated)
+        self._from_offset = answer.request_offset
+        return self._from_offset
+
+    async def result(self, timeout: float | None = None, *, follow: bool = False) -> Any:
+        """The run's result; raises RunFailed, RunCancelled, or the admission error. A round
+        that handed off returns HandedOff naming the next round; with `follow=True`, the
+        lineage's last round's result instead."""
+        try:
+            return await asyncio.wait_for(self._result(follow), timeout)
+        except TimeoutError:
+            seen = self.client._tail.last_type.get(self.run_id, "nothing yet")
+            raise ResultTimeout(self.run_id, timeout or 0, seen) from None
+
+    async def _result(self, follow: bool) -> Any:
+        if self.client.authority is not None:
+            self.client.check_authority(await self.client.describe(self.run_id))
+        handle: RunHandle = self
+        while True:
+            record = await handle._settlement()
+            if not isinstance(record, ev.RunHandedOff):
+                return handle._outcome(record)
+            if (await self.client.describe(handle.run_id)).status is RunStatus.cancelled:
+                raise RunCancelled(handle.run_id, "cancelled as it handed off")
+            if not follow:
+                return HandedOff(record.next_run_id, record.round)
+            handle = RunHandle(self.client, run_id=record.next_run_id, flow=None,
+                               partition=await handle._partition(), request_offset=0,
+                               request_id=None, _from_offset=handle._from_offset)
+
+    async def _settlement(self) -> JournalRecord:
+        from_offset = await self._admission()
+        return await self.client._tail.settlement(await self._partition(), from_offset,
+                                                  self.run_id)
+
+    def _outcome(self, record: JournalRecord) -> Any:
+        if isinstance(record, ev.RunCompleted):
+            flow = self.client.flow_named(self.flow)
+            return flow.load_result(record.result_json) if flow else json.loads(record.result_json)
+        if isinstance(record, ev.RunFailed):
+            raise RunFailed(self.run_id, record.error_type, record.error_message)
+        if isinstance(record, ev.LineageExhausted):
+            raise RunFailed(self.run_id, "LineageExhausted",
+                            f"round {record.rounds} handed off again, past the lineage's "
+                            f"budget of {record.budget} rounds")
+        if isinstance(record, ev.RoundInvalid):
+            raise RunFailed(self.run_id, "RoundInvalid", record.reason)
+        assert isinstance(record, ev.RunCancelled)
+        raise RunCancelled(self.run_id, record.reason)
+
+    async def status(self) -> RunStatus:
+        return await self.client.status(self.run_id)
+
+    async def _partition(self) -> int:
+        if self.partition is None:
+            self.partition = await self.client.partition_of(self.run_id)
+        return self.partition
+
+
+def _rejection(run_id: str, answer: ev.RunCreateRejected) -> Exception:
+    if answer.reason == "identity-conflict":
+        return IdentityConflict(run_id, answer.field, answer.existing_value, answer.requested_value)
+    return CreateRejected(run_id, answer.reason, answer.requested_value)

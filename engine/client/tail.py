@@ -1,0 +1,369 @@
+"""Waiting for decisions without a server: one shared reader follows the journal forward.
+
+A client's handles wait here for the decision that admits their run and the one that
+settles it. Every partition the tail follows starts from the read model's state (its
+partition state and its answers up to where it has applied), and from there the tail folds
+the partition's own state through the reducer, so it judges claims (generation, lease) and
+fences decisions exactly as every other reader does. An answer the tail passed before anyone
+waited for it comes from a bounded cache, or, once evicted, from the read model again:
+a waiter never waits for an answer that is already in the log. A partition nobody waits on
+is paused where it stands and read on from there by its next waiter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from runstream.engine.journal import JournalRecord, decode
+from runstream.engine.journal import events as ev
+from runstream.engine.kafka.connection import KafkaSecurity, start_client
+from runstream.engine.kafka.reader import partition_count, reader_consumer
+from runstream.projections.poison import Poison, examine
+from runstream.projections.reducer import apply, apply_dead_letter
+from runstream.projections.state import PartitionState, Verdict
+
+if TYPE_CHECKING:
+    from runstream.engine.readmodel.model import ReadModel, View
+
+log = logging.getLogger("runstream.tail")
+
+# What ends a round (a handoff too: its round is completed, the lineage goes on).
+TERMINAL_TYPES = frozenset({ev.RunCompleted.TYPE, ev.RunFailed.TYPE, ev.RunCancelled.TYPE,
+                            ev.RunHandedOff.TYPE, ev.LineageExhausted.TYPE,
+                            ev.RoundInvalid.TYPE})
+ADMISSION_TYPES = frozenset({ev.RunCreated.TYPE, ev.RunCreateRejected.TYPE})
+REQUEST_TYPES = frozenset({ev.RunCreateRequested.TYPE, ev.RunSignalSent.TYPE,
+                           ev.RunCancelRequested.TYPE, ev.RunResumeRequested.TYPE,
+                           ev.RunWakeRequested.TYPE, ev.RunForkRequested.TYPE})
+# What makes a run exist: a create request admitted, or a fork request admitted.
+CREATION_TYPES = frozenset({ev.RunCreated.TYPE, ev.RunForked.TYPE})
+# Answers the tail keeps after passing them (admission and settlement of recent runs); an
+# evicted one is looked up in the read model instead.
+ANSWER_CACHE = 100_000
+LAST_TYPES = 10_000  # the latest record type per run, for ResultTimeout's message
+
+ReadModelFactory = Callable[[], Awaitable["ReadModel"]]
+
+
+@dataclass
+class _PartitionTail:
+    start: int  # the read model had applied everything before this offset
+    state: PartitionState  # the partition's own state, folded by the reducer
+    evicted_up_to: int = -1  # highest offset of an answer dropped from the cache
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    partition: int
+    offset: int
+    record: JournalRecord
+
+
+@dataclass
+class _Waiter:
+    key: str
+    from_offset: int
+    future: asyncio.Future[_Answer] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+
+class JournalTail:
+    """Follows the partitions someone waits on; answers admission and settlement.
+
+    It also finds where a relayed request landed in the journal (`placed`): the client
+    names the request ids it sent (`expect`) before sending them.
+
+    Bounds: `_tails` and `_waiting` one entry per partition; `_answers` ANSWER_CACHE;
+    `_waiters` the callers waiting right now; `_expected` the relayed requests in flight;
+    `last_type` LAST_TYPES.
+    """
+
+    def __init__(self, bootstrap: str, topic: str, read_model: ReadModelFactory,
+                 security: KafkaSecurity | None = None) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.security = security
+        self._expected: set[str] = set()
+        self._read_model = read_model
+        self._consumer: AIOKafkaConsumer | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._tails: dict[int, _PartitionTail] = {}
+        self._answers: OrderedDict[str, _Answer] = OrderedDict()
+        self._waiters: dict[str, list[_Waiter]] = {}
+        self._waiting: dict[int, int] = {}  # partition -> waiters on it now
+        self.last_type: OrderedDict[str, str] = OrderedDict()
+        self._lock = asyncio.Lock()
+        self.partitions = 0
+        # Read-model catch-ups are shared: a waiter needs one that started after it
+        # registered, and one catch-up serves every waiter registered before it started.
+        self._ticket = 0
+        self._wanted: set[int] = set()  # partitions waiters want in the next catch-up
+        self._catching: asyncio.Task[View] | None = None
+        self._catching_ticket = 0
+        self._catching_partitions: frozenset[int] = frozenset()
+
+    async def start(self) -> None:
+        if self._consumer is not None:
+            return  # started: every wait calls this, and the lock is not free
+        async with self._lock:
+            if self._consumer is not None:
+                return
+            consumer = reader_consumer(self.bootstrap, client_id="runstream-client-tail",
+                                       security=self.security)
+            await start_client(consumer, self.bootstrap, self.security)
+            try:
+                self.partitions = await partition_count(consumer, self.topic, self.bootstrap)
+            except BaseException:
+                await consumer.stop()
+                raise
+            tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
+            consumer.assign(tps)
+            consumer.pause(*tps)
+            self._consumer = consumer
+            self._task = asyncio.create_task(self._follow(), name="runstream-tail")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._consumer is not None:
+            await self._consumer.stop()
+        self._consumer = None
+        self._task = None
+
+    async def admission(self, partition: int, from_offset: int, request_id: str,
+                        run_id: str) -> JournalRecord:
+        """The decision (created or rejected) that answers create request `request_id`."""
+        return (await self._wait(f"req:{request_id}", partition, from_offset, run_id)).record
+
+    async def created(self, partition: int, from_offset: int, run_id: str) -> JournalRecord:
+        return (await self._wait(f"created:{run_id}", partition, from_offset, run_id)).record
+
+    async def settlement(self, partition: int, from_offset: int, run_id: str) -> JournalRecord:
+        """The decision that ended run `run_id`: completed, failed or cancelled."""
+        return (await self._wait(f"end:{run_id}", partition, from_offset, run_id)).record
+
+    async def end_offset(self, partition: int) -> int:
+        """The journal partition's end offset now: a request sent after this call lands
+        at or past it."""
+        await self.start()
+        assert self._consumer is not None
+        tp = TopicPartition(self.topic, partition)
+        return int((await self._consumer.end_offsets([tp]))[tp])
+
+    async def read_from(self, partition: int) -> int:
+        """An offset at or below the journal partition's end now, so a request sent after
+        this call lands at or past it: where the tail has read to when it follows the
+        partition (no broker round trip: the tail's long polls would delay one), else the
+        partition's end offset."""
+        tail = self._tails.get(partition)
+        if tail is not None:
+            return tail.state.next_offset
+        return await self.end_offset(partition)
+
+    def expect(self, request_id: str) -> None:
+        """Watch for relayed request `request_id` (call before sending it)."""
+        self._expected.add(request_id)
+
+    async def placed(self, partition: int, from_offset: int, request_id: str,
+                     run_id: str) -> int:
+        """The journal offset (at or past `from_offset`) where the relay put request
+        `request_id`, named with `expect` before it was sent."""
+        try:
+            return (await self._wait(f"seen:{request_id}", partition, from_offset,
+                                     run_id)).offset
+        finally:
+            self._expected.discard(request_id)
+
+    async def _wait(self, key: str, partition: int, from_offset: int, run_id: str
+                    ) -> _Answer:
+        await self.start()
+        known = self._answers.get(key)
+        if known is not None and known.offset >= from_offset:
+            return known
+        waiter = _Waiter(key, from_offset)
+        self._waiters.setdefault(key, []).append(waiter)
+        ticket = self._next_ticket()
+        self._hold(partition)
+        try:
+            tail = self._tails.get(partition)
+            if tail is None or from_offset <= max(tail.start - 1, tail.evicted_up_to):
+                # The answer may lie where only the read model has it.
+                view = await self._view_after(ticket, partition)
+                self._follow_from(view, partition)
+                found = _answer_in(view, key, run_id, partition, from_offset)
+                if found is not None:
+                    return found
+            return await waiter.future
+        finally:
+            self._release(partition)
+            waiters = self._waiters.get(key, [])
+            if waiter in waiters:
+                waiters.remove(waiter)
+            if not waiters:
+                self._waiters.pop(key, None)
+
+    def _hold(self, partition: int) -> None:
+        """A waiter on `partition`: follow it (again) from where the tail stopped."""
+        self._waiting[partition] = self._waiting.get(partition, 0) + 1
+        if partition in self._tails and self._consumer is not None:
+            self._consumer.resume(TopicPartition(self.topic, partition))
+
+    def _release(self, partition: int) -> None:
+        """Its last waiter gone, the partition is paused: fetching a partition nobody waits
+        on costs every fetch round trip (aiokafka sends full fetch requests, the broker
+        answers for each partition in them) for answers nobody reads. Its position stays,
+        so the next waiter reads on from there, passing nothing."""
+        left = self._waiting.get(partition, 1) - 1
+        if left > 0:
+            self._waiting[partition] = left
+            return
+        self._waiting.pop(partition, None)
+        if partition in self._tails and self._consumer is not None:
+            self._consumer.pause(TopicPartition(self.topic, partition))
+
+    def _next_ticket(self) -> int:
+        self._ticket += 1
+        return self._ticket
+
+    async def _view_after(self, ticket: int, partition: int) -> View:
+        """A read-model view from a catch-up that started after `ticket` and covers
+        `partition`: shared by every waiter it covers, so many waiters cost one."""
+        self._wanted.add(partition)
+        while True:
+            task = self._catching
+            if (task is not None and self._catching_ticket > ticket
+                    and partition in self._catching_partitions):
+                return await asyncio.shield(task)
+            if task is not None and not task.done():
+                await asyncio.wait({task})
+                continue
+            self._catching_ticket = self._next_ticket()
+            self._catching_partitions = frozenset(self._wanted)
+            self._wanted = set()
+            self._catching = asyncio.create_task(self._catch_up(self._catching_partitions))
+
+    async def _catch_up(self, partitions: frozenset[int]) -> View:
+        model = await self._read_model()
+        return await model.catch_up(sorted(partitions))
+
+    def _follow_from(self, view: View, partition: int) -> None:
+        """Start following `partition` where the read model stands, if not yet."""
+        if partition in self._tails:
+            return
+        assert self._consumer is not None
+        state = view.partition(partition)
+        self._tails[partition] = _PartitionTail(start=state.next_offset, state=state)
+        tp = TopicPartition(self.topic, partition)
+        self._consumer.seek(tp, state.next_offset)
+        self._consumer.resume(tp)
+
+    async def _follow(self) -> None:
+        assert self._consumer is not None
+        while True:
+            try:
+                batches = await self._consumer.getmany(timeout_ms=500, max_records=5000)
+            except KafkaError as exc:  # a broker restart or leader move: keep following
+                log.warning("reading %s failed, retrying: %r", self.topic, exc)
+                await asyncio.sleep(1.0)
+                continue
+            for tp, messages in batches.items():
+                tail = self._tails.get(tp.partition)
+                for m in messages:
+                    if tail is not None and m.offset >= tail.state.next_offset:
+                        self._on_record(tail, m.offset, m.key, m.value, m.headers,
+                                        m.timestamp)
+
+    def _on_record(self, tail: _PartitionTail, offset: int, key: bytes | None,
+                   value: bytes | None, headers: Sequence[tuple[str, bytes]],
+                   timestamp_ms: int) -> None:
+        # Poison as the projections judge it from the record alone (a decision about a run
+        # that never existed needs the whole partition: it answers no one's wait anyway).
+        record = examine(value, headers, key)
+        if isinstance(record, Poison):
+            tail.state = apply_dead_letter(tail.state, offset)
+            return
+        # The partition-level effect only (no run state): claims judged by generation and
+        # lease, decisions fenced by epoch and owner, duplicates by sequence.
+        applied = apply(tail.state, None, record, offset, timestamp_ms=timestamp_ms)
+        tail.state = applied.partition
+        env = record.envelope
+        if record.KIND == "request" and env.request_id in self._expected:
+            self._found(f"seen:{env.request_id}", _Answer(tail.state.partition, offset, record))
+        if record.KIND != "decision" or applied.verdict in _NOT_ACCEPTED:
+            return
+        if env.run_id:
+            self._remember_type(env.run_id, record.TYPE)
+        answer = _Answer(tail.state.partition, offset, record)
+        if record.TYPE in ADMISSION_TYPES and env.request_id:
+            self._found(f"req:{env.request_id}", answer)
+        if isinstance(record, ev.RunCreated | ev.RunForked):  # a fork is created by its owner
+            self._found(f"created:{env.run_id}", answer)
+        if record.TYPE in TERMINAL_TYPES:
+            self._found(f"end:{env.run_id}", answer)
+
+    def _found(self, key: str, answer: _Answer) -> None:
+        if key not in self._answers:  # the first accepted answer stands, as in the reducer
+            self._answers[key] = answer
+            while len(self._answers) > ANSWER_CACHE:
+                _, dropped = self._answers.popitem(last=False)
+                tail = self._tails[dropped.partition]
+                tail.evicted_up_to = max(tail.evicted_up_to, dropped.offset)
+        for waiter in self._waiters.get(key, []):
+            if answer.offset >= waiter.from_offset and not waiter.future.done():
+                waiter.future.set_result(answer)
+
+    def _remember_type(self, run_id: str, record_type: str) -> None:
+        self.last_type[run_id] = record_type
+        self.last_type.move_to_end(run_id)
+        while len(self.last_type) > LAST_TYPES:
+            self.last_type.popitem(last=False)
+
+
+_NOT_ACCEPTED = frozenset({Verdict.fenced, Verdict.duplicate, Verdict.rejected})
+
+
+def _answer_in(view: View, key: str, run_id: str, partition: int,
+               from_offset: int) -> _Answer | None:
+    """The answer to `key` among the run's records in the read model, if any."""
+    kind, _, ident = key.partition(":")
+    if kind == "seen":
+        return _request_in(view, ident, run_id, partition, from_offset)
+    for item in view.history(run_id):
+        if item.verdict is not Verdict.applied or item.offset < from_offset or item.raw is None:
+            continue
+        wanted = ((kind == "req" and item.type in ADMISSION_TYPES)
+                  or (kind == "created" and item.type in CREATION_TYPES)
+                  or (kind == "end" and item.type in TERMINAL_TYPES))
+        if not wanted:
+            continue
+        record = decode(item.raw)
+        if kind != "req" and record.envelope.run_id != run_id:
+            continue  # the previous round's handoff, kept in this round's history too
+        if kind != "req" or record.envelope.request_id == ident:
+            return _Answer(item.partition, item.offset, record)
+    return None
+
+
+def _request_in(view: View, request_id: str, run_id: str, partition: int,
+                from_offset: int) -> _Answer | None:
+    """The first record of request `request_id` at or past `from_offset`, whatever its
+    verdict (a request naming a lineage is kept in its latest round's history)."""
+    for name in dict.fromkeys((run_id, view.addressed(run_id))):
+        for item in view.history(name):
+            if (item.partition != partition or item.offset < from_offset or item.raw is None
+                    or item.type not in REQUEST_TYPES):
+                continue
+            record = decode(item.raw)
+            if record.envelope.request_id == request_id:
+                return _Answer(item.partition, item.offset, record)
+    return None

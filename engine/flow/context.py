@@ -1,0 +1,364 @@
+"""FlowContext: what a flow handler uses to do durable work.
+
+A handler re-executes from the top on every activation. Each durable call takes the next
+position; when the journal already holds that position, its recorded outcome is returned
+(or raised) without running anything again. Steps and journaled values are here; waits
+(timers, signals, children) are in engine.flow.waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import json
+import logging
+import time
+import typing
+import uuid as uuid_mod
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from datetime import UTC, datetime
+from typing import Any, TypeVar, cast, overload
+
+from pydantic import TypeAdapter
+
+from runstream.engine.errors import CapabilityRefused, NonDeterminism, StepFailed, journal_text
+from runstream.engine.flow.definition import NO_RETRY, RetryPolicy, dump_json
+from runstream.engine.flow.port import NOT_CALLED, JournalPort, Quarantined, RunReleased, Suspend
+from runstream.engine.flow.waits import ChildRun, WaitingCalls
+from runstream.engine.journal import events as ev
+from runstream.engine.observability.tracing import step_span
+from runstream.projections.state import ChildLink, JournalEntry, RunState
+from runstream.projections.transitions import idempotency_key as idempotency_key_of
+
+__all__ = ["CallObserver", "ChildRun", "FlowContext", "JournalPort", "Quarantined",
+           "RunReleased", "Suspend", "args_digest", "idempotency_key"]
+
+# The idempotency key of the step whose function runs now, per task (concurrent steps in
+# separate tasks each see their own).
+_STEP_KEY: ContextVar[str | None] = ContextVar("runstream_step_key", default=None)
+
+
+def idempotency_key() -> str:
+    """Inside a step function: the step's idempotency key, the same for every attempt
+    (derived from the run id and the step's journal position). Pass it to the external
+    system so that a retry, after a quarantine too, is recognised there."""
+    key = _STEP_KEY.get()
+    if key is None:
+        raise RuntimeError("runstream.idempotency_key() is available only inside a step function")
+    return key
+
+T = TypeVar("T")
+log = logging.getLogger("runstream.context")
+
+# A step's positional and keyword arguments, as the handler passed them.
+StepArguments = tuple[tuple[Any, ...], dict[str, Any]]
+# Told of every journal position the handler takes, before the context decides anything
+# there: (position, kind, name, the step's arguments or None for other calls). A dry run
+# (engine.timetravel.dryrun) watches the handler with it; workers leave it None.
+CallObserver = Callable[[int, str, str, StepArguments | None], None]
+
+
+def args_digest(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """The digest a step journals of its arguments (first 16 hex digits of the sha256 of
+    their canonical JSON), so that a dry run can tell when new code calls a step with other
+    arguments. Values JSON cannot hold are taken by their repr: stable for plain values and
+    dataclasses, not for objects whose repr shows an address."""
+    if not args and not kwargs:
+        return _NO_ARGUMENTS_DIGEST
+    try:
+        text = _CANONICAL.encode([args, kwargs])
+    except (TypeError, ValueError):  # keys JSON cannot sort or hold, a reference cycle
+        text = repr((args, sorted(kwargs.items())))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+# Built once: json.dumps with options builds an encoder per call, which costs more than the
+# hashing (a step's digest is about 3 µs this way).
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=repr)
+_NO_ARGUMENTS_DIGEST = hashlib.sha256(b"[[],{}]").hexdigest()[:16]
+
+
+class FlowContext(WaitingCalls):
+    """Passed to every flow handler. Durable calls are journaled and replayed."""
+
+    def __init__(
+        self, *, run: RunState, journal: tuple[JournalEntry, ...], port: JournalPort
+    ) -> None:
+        self.run_id = run.run_id
+        self.flow = run.flow
+        self._ancestors = run.ancestors
+        self._ceiling = run.ceiling
+        self._entries = {entry.position: entry for entry in journal}
+        self._port = port
+        self._position = 0
+        self._spawns = 0  # spawns made so far in the handler (replayed ones included)
+        self._taken: set[str] = set()  # signal request ids this execution delivered
+        # Children this execution spawned (MAX_OPEN_CHILDREN at most): the parent-exit
+        # policy covers them even before the worker's projection applied their spawn.
+        self.spawned: list[ChildLink] = []
+        self.cancel_delivered = False
+        # Where the journal says the cancel reached the handler: a replay raises it there.
+        self._cancel_delivered_at = run.cancel_delivered_at
+        # Typed result loaders of the children spawned with a Flow: one per spawn at most.
+        self._loaders_by_child: dict[str, Callable[[str], Any]] = {}
+        self.nondeterminism: NonDeterminism | None = None
+        self.observer: CallObserver | None = None
+
+    @overload
+    async def step(
+        self, name: str, fn: Callable[..., Awaitable[T]], *args: Any,
+        retry: RetryPolicy | None = None, irreversible: bool = False,
+        requires: str | None = None, **kwargs: Any,
+    ) -> T: ...
+
+    @overload
+    async def step(
+        self, name: str, fn: Callable[..., T], *args: Any,
+        retry: RetryPolicy | None = None, irreversible: bool = False,
+        requires: str | None = None, **kwargs: Any,
+    ) -> T: ...
+
+    async def step(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        retry: RetryPolicy | None = None,
+        irreversible: bool = False,
+        requires: str | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run `fn(*args, **kwargs)` once, durably; on replay return its journaled result.
+
+        `requires`: a capability the step uses; the run fails (CapabilityRefused) when its
+        ceiling does not include it. Inside `fn`, `engine.idempotency_key()` is the same for
+        every attempt of this step: pass it to the external system."""
+        position = self._next_position(name, "step", (args, kwargs))
+        if requires is not None:
+            self._check_capability(name, requires)
+        adapter = _result_adapter(fn)
+        entry = self._entries.get(position)
+        if entry is not None and entry.status == "completed":
+            return cast(Any, adapter.validate_json(entry.result_json or "null"))
+        if entry is not None and entry.status == "failed":
+            raise StepFailed(name, entry.error_type or "Error", entry.error_message or "",
+                             entry.attempts)
+        if entry is not None and entry.status == "started" and entry.irreversible:
+            entry = self._not_called_or_quarantine(position, name, entry)
+        self._check_cancel(position, name)
+        attempt = entry.attempts + 1 if entry is not None else 1
+        policy = retry or NO_RETRY
+        # Before the first attempt: a function that mutates its arguments must not change
+        # the digest its later attempts journal.
+        digest = args_digest(args, kwargs)
+        while True:
+            await self._port.barrier()
+            self._port.ensure_active()
+            if irreversible:
+                # Acknowledged is not enough: a paused, superseded owner's write is acked too,
+                # and fenced. Only an applied StepStarted proves we still own the run.
+                await self._port.send_confirmed(ev.StepStarted, position=position, name=name,
+                                                attempt=attempt, irreversible=True)
+            try:
+                value = await self._call(name, position, fn, args, kwargs)
+            except Exception as exc:
+                if irreversible and not policy.proves_no_effect(exc):
+                    started = JournalEntry(position=position, name=name, attempts=attempt - 1,
+                                           irreversible=True)
+                    raise Quarantined(started, exc) from exc
+                attempt = await self._attempt_failed(position, name, attempt, policy, exc,
+                                                     digest)
+                continue
+            result_json = dump_json(value, adapter)
+            self._port.send(ev.StepCompleted, position=position, name=name, kind="step",
+                            result_json=result_json, attempt=attempt, args_digest=digest)
+            # Return what a replay would return, so first run and replay cannot differ.
+            return cast(Any, adapter.validate_json(result_json))
+
+    def _not_called_or_quarantine(self, position: int, name: str,
+                                  entry: JournalEntry) -> JournalEntry:
+        """A started irreversible step with no outcome is quarantined (its effect may have
+        happened), unless this worker knows its function was never called: then that
+        attempt is journaled not called and the step runs again."""
+        attempt = entry.attempts + 1
+        if not self._port.never_called(position, attempt):
+            raise Quarantined(entry)
+        self._port.ensure_active()
+        self._port.send(ev.StepFailed, position=position, name=name, attempt=attempt,
+                        error_type=NOT_CALLED, will_retry=True, retry_delay_ms=0,
+                        error_message=f"not called: attempt {attempt}'s step.started was "
+                                      f"never confirmed, and its function never ran")
+        return JournalEntry(position=position, name=name, status="retrying",
+                            attempts=attempt, irreversible=True)
+
+    async def _call(self, name: str, position: int, fn: Callable[..., Any],
+                    args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """One attempt of a step's function: in a span, with its idempotency key set, timed
+        for the metrics."""
+        token = _STEP_KEY.set(idempotency_key_of(self.run_id, position))
+        started = time.perf_counter()
+        ok = False
+        try:
+            with step_span(name, position):
+                value = fn(*args, **kwargs)
+                if inspect.isawaitable(value):
+                    value = await value
+            ok = True
+            return value
+        finally:
+            _STEP_KEY.reset(token)
+            self._observe(name, time.perf_counter() - started, ok)
+
+    def _observe(self, name: str, seconds: float, ok: bool) -> None:
+        try:
+            self._port.on_step(name, seconds, ok)
+        except Exception:  # metrics never change what a step did
+            log.warning("recording step %r of run %s failed", name, self.run_id, exc_info=True)
+
+    def _check_capability(self, name: str, capability: str) -> None:
+        if self._ceiling is not None and capability not in self._ceiling:
+            allowed = ", ".join(self._ceiling) or "nothing"
+            raise CapabilityRefused(
+                f"step {name!r} of run {self.run_id} requires capability {capability!r}, "
+                f"outside the run's ceiling ({allowed})", capability=capability, step=name)
+
+    def patched(self, change_id: str) -> bool:
+        """True for runs that reach this point under code that has the change, False for
+        runs journaled before it (their replay keeps the old branch). The marker takes a
+        position only in runs that take the new branch, so it never shifts the positions of
+        steps journaled before the change existed (Temporal's `workflow.patched`)."""
+        entry = self._entries.get(self._position)
+        if entry is not None:
+            if entry.kind == "patch" and entry.name == change_id:
+                self._observe_call(self._position, "patch", change_id)
+                self._position += 1
+                return True
+            return False
+        position = self._position
+        self._position += 1
+        self._observe_call(position, "patch", change_id)
+        self._port.ensure_active()
+        self._port.send(ev.StepCompleted, position=position, name=change_id, kind="patch",
+                        result_json="true", attempt=1)
+        return True
+
+    def deprecate_patch(self, change_id: str) -> None:
+        """The old branch of `change_id` is gone: runs that took the new one replay past its
+        marker; new runs write none."""
+        entry = self._entries.get(self._position)
+        if entry is not None and entry.kind == "patch" and entry.name == change_id:
+            self._observe_call(self._position, "patch", change_id)
+            self._position += 1
+
+    async def _attempt_failed(
+        self, position: int, name: str, attempt: int, policy: RetryPolicy, exc: Exception,
+        digest: str,
+    ) -> int:
+        will_retry = attempt < policy.max_attempts
+        delay = policy.delay_after(attempt) if will_retry else 0.0
+        self._port.send(
+            ev.StepFailed, position=position, name=name, attempt=attempt,
+            error_type=type(exc).__name__, error_message=journal_text(str(exc)),
+            will_retry=will_retry, retry_delay_ms=int(delay * 1000), args_digest=digest,
+        )
+        if not will_retry:
+            await self._port.barrier()  # the handler may act on the failure: make it durable
+            raise StepFailed(name, type(exc).__name__, str(exc), attempt) from exc
+        await asyncio.sleep(delay)
+        return attempt + 1
+
+    async def now(self) -> datetime:
+        """The current time, journaled: a replay sees the same instant."""
+        millis = await self._journaled_value("now", lambda: json.dumps(self._port.now_ms()))
+        return datetime.fromtimestamp(int(millis) / 1000, tz=UTC)
+
+    async def uuid(self) -> uuid_mod.UUID:
+        """A random UUID, journaled: a replay sees the same value."""
+        text = await self._journaled_value("uuid", lambda: json.dumps(str(uuid_mod.uuid4())))
+        return uuid_mod.UUID(json.loads(text))
+
+    async def _journaled_value(self, kind: str, make: Callable[[], str]) -> str:
+        position = self._next_position(kind, kind)
+        entry = self._entries.get(position)
+        if entry is not None and entry.status == "completed" and entry.result_json is not None:
+            return entry.result_json
+        self._check_cancel(position, kind)
+        self._port.ensure_active()
+        value = make()
+        self._port.send(ev.StepCompleted, position=position, name=kind, kind=kind,
+                        result_json=value, attempt=1)
+        return value
+
+    def _next_position(self, name: str, kind: str,
+                       arguments: StepArguments | None = None) -> int:
+        position = self._position
+        self._position += 1
+        if self.observer is not None:
+            self._observe_call(position, kind, name, arguments)
+        entry = self._entries.get(position)
+        # At the position where the cancel was delivered: raised again, unless the code
+        # asks for another call there than the one the cancel met (a durable call that met
+        # it is journaled as kind "cancel", with the call's name).
+        delivered = entry is not None and position == self._cancel_delivered_at
+        if delivered and entry is not None and entry.name == name and (
+                entry.kind in (kind, "cancel")):
+            self._replay_cancel(entry)
+        if entry is not None and (entry.name != name or entry.kind != kind):
+            error = NonDeterminism(
+                f"run {self.run_id}: the handler asked for {kind} {name!r} at position "
+                f"{position}, but the journal holds {entry.kind} {entry.name!r} there; "
+                f"the flow's code changed under a running run (version the flow instead)"
+            )
+            self.nondeterminism = error
+            raise error
+        return position
+
+    def _observe_call(self, position: int, kind: str, name: str,
+                      arguments: StepArguments | None = None) -> None:
+        if self.observer is not None:
+            self.observer(position, kind, name, arguments)
+
+
+# One adapter per result type: bounded by the distinct return annotations of the flows'
+# step functions (code, not data).
+_ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
+_ANY_ADAPTER: TypeAdapter[Any] = TypeAdapter(Any)
+
+
+def _result_adapter(fn: Callable[..., Any]) -> TypeAdapter[Any]:
+    """The step result's type from fn's return annotation, so replays return that type."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return _adapter_for(fn)
+    # Keyed by the function's code and globals: resolving string annotations costs more
+    # than a step's own bookkeeping. A lambda made per call shares its code object.
+    key = (code, id(getattr(fn, "__globals__", None)))
+    adapter = _BY_CODE.get(key)
+    if adapter is None:
+        if len(_BY_CODE) >= MAX_CACHED_FUNCTIONS:
+            _BY_CODE.clear()
+        adapter = _BY_CODE[key] = _adapter_for(fn)
+    return adapter
+
+
+MAX_CACHED_FUNCTIONS = 4096
+_BY_CODE: dict[tuple[object, int], TypeAdapter[Any]] = {}  # MAX_CACHED_FUNCTIONS at most
+
+
+def _adapter_for(fn: Callable[..., Any]) -> TypeAdapter[Any]:
+    try:
+        hint = typing.get_type_hints(fn).get("return", Any)
+    except Exception:
+        return _ANY_ADAPTER
+    if hint is None or hint is type(None):
+        hint = Any
+    adapter = _ADAPTERS.get(hint)
+    if adapter is None:
+        try:
+            adapter = TypeAdapter(hint)
+        except Exception:
+            adapter = _ANY_ADAPTER
+        _ADAPTERS[hint] = adapter
+    return adapter

@@ -1,0 +1,89 @@
+"""The seam between a flow's context and whoever journals its decisions (a worker's
+execution, the test environment), and the control-flow exceptions that cross it."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from runstream.engine.journal import events as ev
+from runstream.projections.state import JournalEntry, RunState, Wait
+
+# The error type of a step.failed that says an irreversible step's function was never
+# called for that attempt (its step.started was not confirmed): it is retried, never
+# quarantined.
+NOT_CALLED = "NotCalled"
+
+
+class RunReleased(BaseException):
+    """The worker is giving this run up (rebalance, shutdown, fencing).
+
+    A BaseException so that a handler's `except Exception` cannot swallow it.
+    """
+
+
+class Quarantined(BaseException):
+    """An irreversible step started and its outcome is unknown: an operator must decide."""
+
+    def __init__(self, entry: JournalEntry, cause: BaseException | None = None) -> None:
+        if cause is None:
+            why = f"started (attempt {entry.attempts + 1}) with no recorded outcome"
+        else:
+            why = (f"raised {type(cause).__name__}: {cause} (attempt {entry.attempts + 1}), "
+                   f"which does not prove the effect did not happen")
+        super().__init__(f"irreversible step {entry.name!r} at position {entry.position} {why}")
+        self.entry = entry
+        self.cause = cause
+
+
+class Suspend(BaseException):
+    """The handler waits: the executor journals `run.suspended` and drops the handler."""
+
+    def __init__(self, wait: Wait) -> None:
+        super().__init__(f"waiting: {wait.kind} at position {wait.position}")
+        self.wait = wait
+
+
+class JournalPort(Protocol):
+    """The executor side of a context: journals decisions for this run.
+
+    Decisions go out without waiting; `barrier` waits until the step outcomes sent so far
+    are acknowledged by the broker, so that no step's effect depends on a predecessor's
+    result that could still be lost, and nothing else waits (one round trip per step).
+    """
+
+    def send(self, cls: type[ev.JournalRecord], **body: Any) -> None:
+        """Queue one decision about this run (a step outcome or journaled value)."""
+
+    async def barrier(self) -> None:
+        """Return once every step outcome sent so far is acknowledged."""
+
+    async def send_confirmed(self, cls: type[ev.JournalRecord], **body: Any) -> None:
+        """Send, and return only once this worker's projection has applied the record (not
+        fenced): the gate before an irreversible effect."""
+
+    def ensure_active(self) -> None:
+        """Raise RunReleased if the worker no longer executes this run."""
+
+    def on_step(self, name: str, seconds: float, ok: bool) -> None:
+        """One attempt of a step's function took `seconds` (for metrics)."""
+
+    def never_called(self, position: int, attempt: int) -> bool:
+        """Whether this worker knows that attempt `attempt` of the irreversible step at
+        `position`, journaled started, never had its function called (its step.started was
+        never confirmed, and the source that could have said so failed): a retry, not a
+        quarantine."""
+
+    def now_ms(self) -> int:
+        """The current time (the wall clock, or a test environment's virtual clock)."""
+
+    def run_state(self) -> RunState:
+        """The run as the owner's projection holds it now: signals, cancel, children."""
+
+    def entry(self, position: int) -> JournalEntry | None:
+        """The run's journal entry at `position` as projected now (a child's outcome
+        arrives in its spawn's entry while the parent runs)."""
+
+    async def suspend(self, wait: Wait) -> JournalEntry | None:
+        """Journal the wait. Raises Suspend (the handler is dropped and replayed when the
+        wait ends), or, with a sticky cache, returns the wait's outcome entry once woken
+        (None: woken without an outcome, e.g. for a cancel)."""

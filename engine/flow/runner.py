@@ -1,0 +1,255 @@
+"""Running a flow's handler against its journal and settling the outcome.
+
+Shared by the worker's executions (engine.worker.executor) and the in-process test
+environment (engine.testing), so both journal the same decisions for the same handler:
+completion, failure, cancellation (with the parent-exit policy for open children),
+suspension and quarantine.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from abc import ABC, abstractmethod
+from typing import Any
+
+from runstream.engine.errors import Cancelled, CapabilityRefused, PayloadInvalid, journal_text
+from runstream.engine.flow.context import FlowContext, Quarantined, RunReleased, Suspend
+from runstream.engine.flow.definition import Flow, Handoff, dump_json
+from runstream.engine.journal import EncodeError, JournalRecord
+from runstream.engine.journal import events as ev
+from runstream.engine.observability.tracing import activation_span
+from runstream.projections.capabilities import narrow
+from runstream.projections.decide import (
+    HANDLER_ENDED_UNDER_CANCEL,
+    Exhausted,
+    Invalid,
+    decide_handoff,
+    exit_policy,
+    settlement_under_cancel,
+)
+from runstream.projections.state import ChildLink, JournalEntry, RunState, Wait
+
+log = logging.getLogger("runstream.runner")
+
+
+class Dropped(BaseException):
+    """The handler is dropped without settling (evicted from a cache, a crash injected in a
+    test): it unwinds without journaling anything, and the run continues by replay."""
+
+
+class HandlerRunner(ABC):
+    """Runs one activation of a run's handler; subclasses are its journal port."""
+
+    run: RunState
+    settled: bool
+    _ctx: FlowContext | None
+
+    @abstractmethod
+    def send(self, cls: type[JournalRecord], **body: Any) -> None: ...
+
+    @abstractmethod
+    async def barrier(self) -> None: ...
+
+    @abstractmethod
+    async def send_confirmed(self, cls: type[JournalRecord], **body: Any) -> None: ...
+
+    @abstractmethod
+    def ensure_active(self) -> None: ...
+
+    @abstractmethod
+    def now_ms(self) -> int: ...
+
+    @abstractmethod
+    async def suspend(self, wait: Wait) -> JournalEntry | None: ...
+
+    @abstractmethod
+    def run_state(self) -> RunState: ...
+
+    @abstractmethod
+    def entry(self, position: int) -> JournalEntry | None: ...
+
+    @abstractmethod
+    def journal(self) -> tuple[JournalEntry, ...]:
+        """The run's journal entries as projected when the activation starts."""
+
+    def on_step(self, name: str, seconds: float, ok: bool) -> None:
+        """One attempt of a step's function ended (the worker counts it in its metrics)."""
+        return None
+
+    def never_called(self, position: int, attempt: int) -> bool:
+        """Only a worker that saw the attempt go unconfirmed knows (engine.worker)."""
+        return False
+
+    @abstractmethod
+    def flow_named(self, name: str) -> Flow[Any, Any] | None:
+        """The flow this owner registers under `name`, if any."""
+
+    async def run_handler(self, flow: Flow[Any, Any]) -> None:
+        state = self.run_state()
+        with activation_span(state.run_id, state.flow, state.activations,
+                             dict(state.trace_context) or None):
+            await self._run_handler(flow, state)
+
+    async def _run_handler(self, flow: Flow[Any, Any], state: RunState) -> None:
+        run = self.run
+        ctx = self._ctx = FlowContext(run=state, journal=self.journal(), port=self)
+        try:
+            payload = flow.load_payload(run.payload_json)
+            value = await flow.fn(ctx, payload)
+            if isinstance(value, Handoff):
+                await self._handoff(value)
+                return
+            result_json = flow.dump_result(value)
+        except (RunReleased, Suspend, Dropped):
+            return
+        except Cancelled as cancel:
+            requested_by = self.run_state().cancel_requested_by
+            await self._exit(ev.RunCancelled, {"reason": cancel.reason,
+                                               "requested_by": requested_by})
+            return
+        except Quarantined as quarantine:
+            await self._quarantine(quarantine)
+            return
+        except PayloadInvalid as exc:
+            await self._fail(exc, "PayloadInvalid")
+            return
+        except CapabilityRefused as exc:
+            self._evidence("capability-refused", str(exc),
+                           {"capability": exc.capability, "step": exc.step})
+            await self._fail(exc)
+            return
+        except Exception as exc:
+            await self._fail(ctx.nondeterminism or exc)
+            return
+        if ctx.nondeterminism is not None:
+            await self._fail(ctx.nondeterminism)
+            return
+        try:
+            # The last step's outcome and the completion ride in the same produce request.
+            await self._exit(ev.RunCompleted, {"result_json": result_json})
+        except EncodeError as exc:  # e.g. a result over the record size limit
+            await self._fail(exc, "ResultTooLarge")
+
+    async def _exit(self, cls: type[JournalRecord], body: dict[str, Any]) -> None:
+        """Settle the run; its open children first get the parent-exit policy. While a
+        cancel is pending, any settlement becomes the cancellation."""
+        self.settled = True  # before anything is sent: it may land even if we stop
+        if cls is not ev.RunCancelled:
+            cls, body = self._cancel_instead(cls, body)
+        policy = exit_policy(self._open_children())
+        if policy.cancelled or policy.detached:
+            self.send(ev.ChildPolicyApplied, cancelled=policy.cancelled,
+                      detached=policy.detached, reason=exit_reason(cls, body))
+        if cls is ev.RunCancelled:
+            body = {**body, "cascaded": policy.cancelled}
+        self.send(cls, **body)
+        await self.barrier()
+
+    def _cancel_instead(self, cls: type[JournalRecord], body: dict[str, Any]
+                        ) -> tuple[type[JournalRecord], dict[str, Any]]:
+        """The settlement to journal: `cls` itself, or, with a cancel pending, the
+        cancellation, with evidence of what the handler did instead."""
+        outcome = {ev.RunCompleted: "returned", ev.RunFailed: "failed"}.get(cls, "handed off")
+        instead = settlement_under_cancel(self.run_state(), outcome)
+        if instead is None:
+            return cls, body
+        self._evidence(HANDLER_ENDED_UNDER_CANCEL, instead.evidence, {"outcome": outcome})
+        return ev.RunCancelled, {"reason": instead.reason, "requested_by": instead.requested_by}
+
+    async def _handoff(self, handoff: Handoff) -> None:
+        """End the round: hand off to the next one, or end the lineage when its budget is
+        used up or the handoff cannot be honoured."""
+        run = self.run_state()
+        # A cancel pending wins over a next round in the reducer (projections.transitions
+        # _handed_off), for every reader alike: no need to decide it here too.
+        given = handoff.flow if isinstance(handoff.flow, Flow) else None
+        name = given.name if given is not None else (handoff.flow or run.flow)
+        assert isinstance(name, str)
+        target = self.flow_named(name) or given
+        payload_json, error = None, None
+        try:
+            payload_json = (target.dump_payload(handoff.payload) if target is not None
+                            else dump_json(handoff.payload))
+        except PayloadInvalid as exc:
+            error = str(exc)
+        except Exception as exc:  # not JSON at all
+            error = f"the handoff's payload cannot be journaled: {type(exc).__name__}: {exc}"
+        ceiling = narrow(None, target.capabilities) if target is not None else None
+        decided = decide_handoff(run, name, payload_json, error, ceiling)
+        if isinstance(decided, Exhausted):
+            await self._exit(ev.LineageExhausted, {"rounds": decided.rounds,
+                                                   "budget": decided.budget})
+        elif isinstance(decided, Invalid):
+            await self._exit(ev.RoundInvalid, {"reason": journal_text(decided.reason)})
+        else:
+            self.settled = True
+            self.send(ev.RunHandedOff, next_run_id=decided.next_run_id, round=decided.round,
+                      payload_json=decided.payload_json, flow=decided.flow,
+                      max_rounds=decided.max_rounds,
+                      ceiling=None if decided.ceiling is None else list(decided.ceiling),
+                      trace_context=dict(run.trace_context))
+            await self.barrier()
+
+    def _evidence(self, kind: str, message: str, attributes: dict[str, str]) -> None:
+        """Journal evidence for an operator; evidence that cannot be written (an encoding
+        problem, a record over the size limit) never changes what happens to the run."""
+        try:
+            self.send(ev.EvidenceRecorded, kind=kind, message=journal_text(message),
+                      attributes=attributes)
+        except EncodeError as exc:
+            log.warning("run %s: evidence %s not journaled: %s", self.run.run_id, kind, exc)
+
+    def _open_children(self) -> list[ChildLink]:
+        """Children spawned and not settled: the projection's, plus spawns this activation
+        sent that the projection has not applied yet (their spawn entries are missing)."""
+        links = {link.run_id: link for link in self.run_state().children}
+        for link in self._ctx.spawned if self._ctx is not None else ():
+            if link.run_id not in links:
+                spawn = self.entry(link.position)
+                if spawn is None or spawn.child_status is None:
+                    links[link.run_id] = link
+        return list(links.values())
+
+    async def _fail(self, exc: BaseException, error_type: str | None = None) -> None:
+        trace = "".join(traceback.format_exception(exc, limit=20))
+        await self._exit(ev.RunFailed, {
+            "error_type": error_type or type(exc).__name__,
+            "error_message": journal_text(str(exc)),
+            "traceback": journal_text(trace[-8000:], limit=8000),
+        })
+
+    async def _quarantine(self, quarantine: Quarantined) -> None:
+        message = (
+            f"{quarantine}; it may or may not have taken effect. Check the effect, then "
+            f"resume the run with the step's outcome"
+        )
+        self.settled = True
+        attributes = {"step": quarantine.entry.name, "position": str(quarantine.entry.position)}
+        if quarantine.cause is not None:
+            attributes["error_type"] = type(quarantine.cause).__name__
+        self._evidence("quarantine", message, attributes)
+        self.send(ev.RunSuspended, reason="quarantine", position=quarantine.entry.position,
+                  detail=journal_text(message))
+        await self.barrier()
+
+
+
+def suspension(wait: Wait) -> dict[str, Any]:
+    """The fields of the run.suspended record that journals `wait`."""
+    return {"reason": wait.kind, "position": wait.position, "wake_at_ms": wait.due_ms,
+            "event_name": wait.event_name, "child_run_id": wait.child_run_id,
+            "child_position": wait.child_position}
+
+
+def exit_reason(cls: type[JournalRecord], body: dict[str, Any]) -> str:
+    """How a parent ended, in the words its cancelled children get."""
+    if cls is ev.RunCancelled:
+        return f"cancelled ({body.get('reason') or 'no reason given'})"
+    if cls is ev.RunFailed:
+        return f"failed ({body.get('error_type')})"
+    if cls is ev.LineageExhausted:
+        return "failed (LineageExhausted)"
+    if cls is ev.RoundInvalid:
+        return "failed (RoundInvalid)"
+    return "completed"

@@ -1,0 +1,273 @@
+"""The waiting calls of a flow context: timers, signals, child runs, and cancellation.
+
+A wait takes a journal position like a step. When its outcome is journaled, a replay
+returns it; when it can be satisfied at once (a buffered signal, a settled child, a timer
+already due) it is journaled as satisfied and the run keeps running; otherwise the run
+suspends (`run.suspended`) and continues when the owner journals its outcome.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from runstream.engine.errors import (
+    Cancelled,
+    ChildCancelled,
+    ChildFailed,
+    FlowCycleDetected,
+    SpawnRefused,
+    WaitTimeout,
+)
+from runstream.engine.flow.definition import Flow, dump_json
+from runstream.engine.flow.port import JournalPort
+from runstream.engine.journal import events as ev
+from runstream.engine.journal.input_limits import PayloadTooLarge, check_payload
+from runstream.engine.observability.tracing import carrier
+from runstream.projections.capabilities import narrow
+from runstream.projections.decide import CHILD_CANCELLED, cancel_wake_reason, child_wake
+from runstream.projections.state import (
+    MAX_DEPTH,
+    MAX_OPEN_CHILDREN,
+    ChildLink,
+    JournalEntry,
+    Signal,
+    Wait,
+)
+from runstream.projections.transitions import CANCEL_DELIVERED, wait_entry_name
+
+
+class WaitingCalls:
+    """Mixed into FlowContext, which provides the journal position counter and the port."""
+
+    run_id: str
+    _ancestors: tuple[str, ...]
+    _ceiling: tuple[str, ...] | None
+    _entries: dict[int, JournalEntry]
+    _port: JournalPort
+    _spawns: int
+    _taken: set[str]
+    spawned: list[ChildLink]
+    cancel_delivered: bool
+    _cancel_delivered_at: int | None
+    _loaders_by_child: dict[str, Callable[[str], Any]]
+
+    def _next_position(self, name: str, kind: str) -> int:
+        raise NotImplementedError
+
+    async def sleep(self, duration: float | timedelta) -> None:
+        """Wait durably for `duration` (seconds or a timedelta): the run is suspended and a
+        timer wakes it, on whichever worker owns its partition then."""
+        millis = _millis(duration)
+        await self._timer(lambda now: now + millis)
+
+    async def sleep_until(self, when: datetime) -> None:
+        """Wait durably until `when` (a naive datetime is UTC); a past instant returns at once."""
+        instant = when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+        due = int(instant.timestamp() * 1000)
+        await self._timer(lambda _now: due)
+
+    async def _timer(self, due_of: Callable[[int], int]) -> None:
+        position = self._next_position("sleep", "sleep")
+        entry = self._entries.get(position)
+        if entry is not None and entry.status == "completed":
+            return
+        self._check_cancel(position, "sleep")
+        now = self._port.now_ms()
+        due = entry.due_ms if entry is not None and entry.due_ms is not None else due_of(now)
+        if due <= now:
+            self._port.ensure_active()
+            self._port.send(ev.StepCompleted, position=position, name="sleep", kind="sleep",
+                            result_json="null", attempt=1)
+            return
+        await self._wait(Wait(kind="timer", position=position, due_ms=due))
+
+    async def wait_for(self, name: str, *, timeout: float | timedelta | None = None) -> Any:
+        """The payload of the next signal `name` sent to this run (one signal per wait, in
+        the order they arrived). Raises WaitTimeout when `timeout` passes first, or when an
+        operator ends the wait (`client.resume`)."""
+        position = self._next_position(name, "wait")
+        entry = self._entries.get(position)
+        if entry is not None and entry.status in ("completed", "failed"):
+            return self._outcome(entry)
+        self._check_cancel(position, name)
+        signal = self._take_signal(name)
+        if signal is not None:
+            self._resumed_inline(position, "event", name, signal_request_id=signal.request_id,
+                                 result_json=signal.payload_json)
+            return json.loads(signal.payload_json)
+        now = self._port.now_ms()
+        due = entry.due_ms if entry is not None else (
+            None if timeout is None else now + _millis(timeout))
+        if due is not None and due <= now:
+            timed_out = WaitTimeout(name)
+            self._resumed_inline(position, "timer", name, error_type=timed_out.__class__.__name__,
+                                 error_message=str(timed_out))
+            raise timed_out
+        return await self._wait(Wait(kind="event", position=position, due_ms=due,
+                                     event_name=name))
+
+    def _take_signal(self, name: str) -> Signal | None:
+        for signal in self._port.run_state().signals:
+            if signal.name == name and signal.request_id not in self._taken:
+                self._taken.add(signal.request_id)
+                return signal
+        return None
+
+    def _resumed_inline(self, position: int, reason: str, name: str, **outcome: Any) -> None:
+        """A wait satisfied without suspending (a buffered signal, a settled child, a timeout
+        already past): journaled like a wake, and the run keeps running."""
+        self._port.ensure_active()
+        self._port.send(ev.RunResumed, reason=reason, position=position, name=name,
+                        detail="satisfied at once", **outcome)
+
+    async def spawn(
+        self, flow: Flow[Any, Any] | str, payload: Any = None, *, run_id: str | None = None,
+        detach: bool = False,
+    ) -> ChildRun:
+        """Start a child run of `flow` (its own lineage, maybe in another partition).
+
+        Its run id defaults to one derived from this run and the spawn's journal position.
+        When this run ends, a linked child still running is cancelled; a detached one keeps
+        running. Await `child.result()` for its outcome."""
+        name = flow.name if isinstance(flow, Flow) else flow
+        loader = flow.load_result if isinstance(flow, Flow) else None
+        position = self._next_position(name, "spawn")
+        entry = self._entries.get(position)
+        self._spawns += 1
+        if entry is not None and entry.status == "completed":
+            return ChildRun(self, json.loads(entry.result_json or "null"), position, loader)
+        self._check_cancel(position, name)
+        child_id = run_id or f"{self.run_id}.{position}"
+        self._check_spawn(child_id)
+        payload_json = flow.dump_payload(payload) if isinstance(flow, Flow) else dump_json(payload)
+        try:  # the limit a client's create is held to (its create request carries it)
+            check_payload(f"the payload of child {child_id!r}", payload_json)
+        except PayloadTooLarge as exc:
+            raise SpawnRefused(f"run {self.run_id} cannot spawn {child_id}: {exc}") from exc
+        # A child spawned once a cancel is under way is linked whatever it asked: it is
+        # cancelled with its parent.
+        linked = not detach or self.cancel_delivered or (
+            self._port.run_state().cancel_requested is not None)
+        self._port.ensure_active()
+        caps = flow.capabilities if isinstance(flow, Flow) else None
+        ceiling = narrow(self._ceiling, caps)  # a child's ceiling is at most its parent's
+        self._port.send(ev.ChildSpawned, child_run_id=child_id, child_lineage_id=child_id,
+                        flow=name, position=position, payload_json=payload_json,
+                        parent_exit_policy="cancel" if linked else "detach",
+                        ceiling=None if ceiling is None else list(ceiling),
+                        trace_context=carrier())
+        self.spawned.append(ChildLink(run_id=child_id, lineage_id=child_id, position=position,
+                                      detached=not linked))
+        return ChildRun(self, child_id, position, loader)
+
+    def _check_spawn(self, child_id: str) -> None:
+        path = [*self._ancestors, self.run_id]
+        if child_id in path:
+            raise FlowCycleDetected([*path[path.index(child_id):], child_id])
+        if len(path) >= MAX_DEPTH:
+            raise SpawnRefused(f"run {self.run_id} is {len(path)} levels deep; a tree of runs "
+                               f"goes {MAX_DEPTH} deep at most")
+        if self._spawns > MAX_OPEN_CHILDREN:
+            raise SpawnRefused(f"run {self.run_id} has spawned {MAX_OPEN_CHILDREN} children, "
+                               f"the most one run may (hand off to a new round instead)")
+
+    async def _child_result(self, child_id: str, spawn_position: int) -> Any:
+        position = self._next_position(child_id, "child")
+        entry = self._entries.get(position)
+        if entry is not None and entry.status in ("completed", "failed"):
+            return self._outcome(entry)
+        self._check_cancel(position, child_id)
+        spawn = self._port.entry(spawn_position)
+        if spawn is not None and spawn.child_status is not None:
+            wake = child_wake(position, child_id, spawn)
+            self._resumed_inline(position, "child", child_id, result_json=wake.result_json,
+                                 error_type=wake.error_type, error_message=wake.error_message)
+            return self._outcome(JournalEntry(
+                position=position, name=child_id, kind="child",
+                status="failed" if wake.error_type else "completed",
+                result_json=wake.result_json, error_type=wake.error_type,
+                error_message=wake.error_message))
+        return await self._wait(Wait(kind="child", position=position, child_run_id=child_id,
+                                     child_position=spawn_position))
+
+    async def _wait(self, wait: Wait) -> Any:
+        """Suspend until the wait ends; with a sticky handler, go on with its outcome."""
+        while True:
+            await self._port.barrier()
+            outcome = await self._port.suspend(wait)
+            if outcome is not None and outcome.error_type == CANCEL_DELIVERED:
+                self._replay_cancel(outcome)  # the owner ended the wait for a cancel
+            if outcome is not None and outcome.status in ("completed", "failed"):
+                return self._outcome(outcome)
+            # Woken for a cancel (a wake written before cancels were delivered at a
+            # position); anything else: wait again.
+            self._check_cancel(wait.position, wait_entry_name(wait))
+
+    def _outcome(self, entry: JournalEntry) -> Any:
+        """What a finished wait returns or raises, from its journal entry."""
+        if entry.kind == "sleep":
+            return None
+        if entry.status == "completed":
+            loader = self._loaders_by_child.get(entry.name) if entry.kind == "child" else None
+            text = entry.result_json or "null"
+            return loader(text) if loader is not None else json.loads(text)
+        message = entry.error_message or ""
+        if entry.kind == "wait":
+            raise WaitTimeout(entry.name, message)
+        if entry.error_type == CHILD_CANCELLED:
+            raise ChildCancelled(entry.name, message)
+        error_type, _, detail = message.partition(": ")
+        raise ChildFailed(entry.name, error_type or "Error", detail)
+
+    def _check_cancel(self, position: int | None, name: str) -> None:
+        """The first durable call after a cancel request (one not replayed from the journal)
+        raises Cancelled, and journals that it did at its position (a replay raises it
+        there, and the owner knows not to end a cleanup wait for the same cancel); calls
+        after it, in `finally` blocks, are journaled as cleanup."""
+        if self.cancel_delivered or self._cancel_delivered_at is not None:
+            return
+        run = self._port.run_state()
+        reason = run.cancel_requested
+        if reason is None:
+            return
+        self.cancel_delivered = True
+        if position is not None and run.cancel_delivered_at is None:
+            self._port.send(ev.RunResumed, reason=cancel_wake_reason(run), position=position,
+                            name=name, error_type=CANCEL_DELIVERED, error_message=reason,
+                            detail="the cancel reached the handler here")
+        raise Cancelled(reason)
+
+    def _replay_cancel(self, entry: JournalEntry) -> None:
+        """The journal says the cancel reached the handler at `entry`: raise it again here
+        (once per execution; cleanup after it runs normally)."""
+        self.cancel_delivered = True
+        self._cancel_delivered_at = entry.position
+        raise Cancelled(entry.error_message or "cancelled")
+
+
+class ChildRun:
+    """A child run spawned by `ctx.spawn`: its id, and its outcome once it settles."""
+
+    def __init__(self, ctx: WaitingCalls, run_id: str, position: int,
+                 loader: Callable[[str], Any] | None) -> None:
+        self.run_id = run_id
+        self._ctx = ctx
+        self._position = position
+        if loader is not None:
+            ctx._loaders_by_child[run_id] = loader
+
+    async def result(self) -> Any:
+        """The child's result; suspends the parent until the child settles. Raises
+        ChildFailed or ChildCancelled with the child's error."""
+        return await self._ctx._child_result(self.run_id, self._position)
+
+    def __repr__(self) -> str:
+        return f"ChildRun({self.run_id!r})"
+
+
+def _millis(duration: float | timedelta) -> int:
+    seconds = duration.total_seconds() if isinstance(duration, timedelta) else float(duration)
+    return max(0, int(seconds * 1000))

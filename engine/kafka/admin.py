@@ -1,0 +1,401 @@
+"""Create, idempotently, and check a namespace's topics with aiokafka's admin client.
+
+`<ns>.journal`      every fact about every run: infinite retention, delete policy (never
+                    compacted: two records of a run share a key and both must stay).
+`<ns>.owners`       which worker owns which partition and where to query it: compacted,
+                    keyed by partition, one partition (it is tiny).
+`<ns>.dead-letter`  records no worker could handle: kept forever, one partition so an operator
+                    reads them in the order they were set aside; max.message.bytes 2 MiB, so
+                    a journal record at its size limit is copied whole with its headers.
+
+A second `ensure_topics` finds the topics existing and compares their partition count,
+replication factor (when one was asked for) and managed configs with what it would have
+created; differences are reported, never "fixed" (changing a journal's partition count would
+move lineages between partitions).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import KafkaConnectionError, KafkaError, for_code
+
+from runstream.engine.config import (
+    DEFAULT_PARTITIONS,
+    dead_letter_topic,
+    journal_topic,
+    owners_topic,
+    requests_topic,
+    resolve_bootstrap,
+    resolve_namespace,
+)
+from runstream.engine.kafka.connection import KafkaSecurity, access_denied, diagnose, kafka_options
+
+OWNERS_PARTITIONS = 1
+DEAD_LETTER_PARTITIONS = 1
+_TOPIC_ALREADY_EXISTS = 36
+_UNKNOWN_TOPIC = 3  # UnknownTopicOrPartition
+# TopicAuthorizationFailed, GroupAuthorizationFailed, ClusterAuthorizationFailed
+_DENIED_CODES = (29, 30, 31)
+_KEEP_FOREVER = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"}
+# Record timestamps from the broker's clock, monotonic per partition: claim leases and time
+# travel by time compare them, so no writer's clock may decide them.
+_BROKER_TIME = {"message.timestamp.type": "LogAppendTime"}
+_MIN_ISR = "min.insync.replicas"
+# A dead letter's copy is the journal record whole (up to the journal's own size limit,
+# about 1 MiB by the broker's default) plus the headers saying why: twice that is room.
+DEAD_LETTER_MAX_MESSAGE_BYTES = 2 * 1024 * 1024
+# A request is relayed within moments; the journal keeps it forever, so 30 days is plenty.
+REQUESTS_CONFIGS = {"retention.ms": str(30 * 24 * 3600 * 1000), "cleanup.policy": "delete"}
+_MAX_MESSAGE = "max.message.bytes"
+_MANAGED_KEYS = [*_KEEP_FOREVER, _MIN_ISR, _MAX_MESSAGE]
+
+
+class TopicsError(Exception):
+    """The topics could not be created or inspected; the message is one line."""
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    replication_factor: int
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TopicResult:
+    name: str
+    created: bool
+    partitions: int
+    replication_factor: int
+    configs: dict[str, str]  # the broker's values of the configs runstream manages
+    mismatches: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatches
+
+    def summary(self) -> str:
+        """One line: created / exists (and matches) / exists but differs: …"""
+        if self.mismatches:
+            return f"{self.name} exists but differs: " + "; ".join(self.mismatches)
+        verb = "created" if self.created else "exists"
+        noun = "partition" if self.partitions == 1 else "partitions"
+        return (f"{verb} {self.name} ({self.partitions} {noun}, "
+                f"replication factor {self.replication_factor})")
+
+
+@dataclass(frozen=True)
+class TopicReport:
+    bootstrap: str
+    namespace: str
+    topics: tuple[TopicResult, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(t.ok for t in self.topics)
+
+    @property
+    def journal(self) -> TopicResult:
+        return self.topic(journal_topic(self.namespace))
+
+    def topic(self, name: str) -> TopicResult:
+        for result in self.topics:
+            if result.name == name:
+                return result
+        raise KeyError(name)
+
+    def mismatches(self) -> list[str]:
+        return [t.summary() for t in self.topics if not t.ok]
+
+    def lines(self) -> list[str]:
+        return [t.summary() for t in self.topics]
+
+
+def min_insync_replicas(replication_factor: int) -> int:
+    """A majority of the replicas, and 1 when there are fewer than 3.
+
+    With RF 2 a majority (2) would stop every write when one broker is down, which is worse
+    than the risk it removes on a two-broker cluster.
+    """
+    return 1 if replication_factor < 3 else replication_factor // 2 + 1
+
+
+def topic_specs(namespace: str, partitions: int, replication_factor: int) -> list[TopicSpec]:
+    min_isr = {_MIN_ISR: str(min_insync_replicas(replication_factor))}
+    return [
+        TopicSpec(journal_topic(namespace), partitions, replication_factor,
+                  {**_KEEP_FOREVER, **_BROKER_TIME, **min_isr}),
+        TopicSpec(owners_topic(namespace), OWNERS_PARTITIONS, replication_factor,
+                  {"cleanup.policy": "compact", **min_isr}),
+        TopicSpec(dead_letter_topic(namespace), DEAD_LETTER_PARTITIONS, replication_factor,
+                  {**_KEEP_FOREVER, **min_isr,
+                   _MAX_MESSAGE: str(DEAD_LETTER_MAX_MESSAGE_BYTES)}),
+    ]
+
+
+async def ensure_topics(
+    bootstrap: str | None = None,
+    namespace: str | None = None,
+    partitions: int = DEFAULT_PARTITIONS,
+    replication_factor: int | None = None,
+    *,
+    request_timeout: float = 30.0,
+    security: KafkaSecurity | None = None,
+) -> TopicReport:
+    """Create the namespace's topics unless they exist; report what exists and any mismatch.
+
+    `replication_factor=None` means min(3, brokers in the cluster); an existing topic's
+    replication factor is then not compared. Returns once every partition has a leader, so
+    callers can produce immediately.
+    """
+    bootstrap = resolve_bootstrap(bootstrap)
+    namespace = resolve_namespace(namespace)
+    if partitions < 1:
+        raise TopicsError(f"partitions must be at least 1, not {partitions}")
+    deadline = time.monotonic() + request_timeout
+    async with _admin(bootstrap, request_timeout, security) as admin:
+        brokers = len((await admin.describe_cluster())["brokers"])
+        rf = replication_factor or min(3, brokers)
+        if rf < 1 or rf > brokers:
+            raise TopicsError(
+                f"replication factor {rf} needs {rf} brokers; {bootstrap} has {brokers}"
+            )
+        specs = topic_specs(namespace, partitions, rf)
+        created = await _create(admin, specs, request_timeout)
+        layout = await _wait_for_leaders(admin, [s.name for s in specs], deadline)
+        configs = await _describe_configs(admin, [s.name for s in specs], deadline=deadline)
+    results = tuple(
+        _compare(spec, spec.name in created, layout[spec.name], configs[spec.name],
+                 check_rf=replication_factor is not None)
+        for spec in specs
+    )
+    return TopicReport(bootstrap, namespace, results)
+
+
+@dataclass(frozen=True)
+class RequestsTopic:
+    name: str
+    created: bool
+    partitions: int
+
+    def summary(self) -> str:
+        return (f"{'created' if self.created else 'exists'} {self.name} "
+                f"({self.partitions} partitions, as the journal)")
+
+
+async def ensure_requests_topics(
+    bootstrap: str, namespace: str, authorities: list[str], *,
+    replication_factor: int | None = None, security: KafkaSecurity | None = None,
+    request_timeout: float = 30.0,
+) -> list[RequestsTopic]:
+    """Create `<ns>.requests` and `<ns>.requests.<authority>` for each authority, with the
+    journal's partition count, unless they exist; an existing one must have that count (a
+    request must land in its run's journal partition)."""
+    names = [requests_topic(namespace)] + [requests_topic(namespace, a) for a in authorities]
+    deadline = time.monotonic() + request_timeout
+    async with _admin(bootstrap, request_timeout, security) as admin:
+        [journal] = await admin.describe_topics([journal_topic(namespace)])
+        if journal["error_code"] != 0 or not journal["partitions"]:
+            raise TopicsError(f"{journal_topic(namespace)} does not exist: the requests "
+                              "topics take its partition count, so create it first")
+        partitions = len(journal["partitions"])
+        rf = replication_factor or min(3, len((await admin.describe_cluster())["brokers"]))
+        configs = {**REQUESTS_CONFIGS, _MIN_ISR: str(min_insync_replicas(rf))}
+        created = await _create(admin, [TopicSpec(name, partitions, rf, configs)
+                                        for name in names], request_timeout)
+        layout = await _wait_for_leaders(admin, names, deadline)
+    for name in names:
+        if layout[name].partitions != partitions:
+            raise TopicsError(f"{name} exists with {layout[name].partitions} partitions, the "
+                              f"journal has {partitions}: delete and recreate {name}")
+    return [RequestsTopic(name, name in created, partitions) for name in names]
+
+
+async def topic_configs(
+    bootstrap: str, topic: str, request_timeout: float = 30.0,
+    *, security: KafkaSecurity | None = None,
+) -> dict[str, str]:
+    """Every config of `topic` as the broker reports it (defaults included)."""
+    async with _admin(bootstrap, request_timeout, security) as admin:
+        return (await _describe_configs(admin, [topic], keys=None))[topic]
+
+
+@contextlib.asynccontextmanager
+async def admin_client(bootstrap: str, request_timeout: float = 30.0,
+                       security: KafkaSecurity | None = None) -> AsyncIterator[Any]:
+    """A started AIOKafkaAdminClient; its failures become one-line TopicsError.
+
+    `security` None: SASL/TLS settings from the RUNSTREAM_* environment.
+    """
+    admin = AIOKafkaAdminClient(
+        **kafka_options(security),
+        bootstrap_servers=bootstrap,
+        client_id="runstream-admin",
+        request_timeout_ms=int(request_timeout * 1000),
+    )
+    try:
+        await admin.start()
+    except KafkaConnectionError as exc:
+        await admin.close()
+        raise TopicsError(str(await diagnose(bootstrap, security))) from exc
+    except KafkaError as exc:
+        await admin.close()
+        raise TopicsError(f"no Kafka broker answers at {bootstrap}: {exc}") from exc
+    try:
+        yield admin
+    except KafkaError as exc:
+        denied = access_denied(exc, security)
+        raise TopicsError(str(denied) if denied else
+                          f"{bootstrap}: {type(exc).__name__}: {exc}") from exc
+    finally:
+        await admin.close()
+
+
+_admin = admin_client
+
+
+async def _create(admin: Any, specs: list[TopicSpec], request_timeout: float) -> set[str]:
+    """Create what is missing; return the names created by this call."""
+    response = await admin.create_topics(
+        [NewTopic(s.name, s.partitions, s.replication_factor, topic_configs=dict(s.configs))
+         for s in specs],
+        timeout_ms=int(request_timeout * 1000),
+    )
+    created: set[str] = set()
+    for entry in response.to_object()["topic_errors"]:
+        code = entry["error_code"]
+        if code == 0:
+            created.add(entry["topic"])
+        elif code in _DENIED_CODES:
+            raise TopicsError(
+                f"not authorized to create {entry['topic']}: {for_code(code).__name__}; "
+                "create topics as an administrator (the broker's super user)")
+        elif code != _TOPIC_ALREADY_EXISTS:
+            raise TopicsError(
+                f"cannot create {entry['topic']}: {for_code(code).__name__}: "
+                f"{entry.get('error_message') or ''}".rstrip(": ")
+            )
+    return created
+
+
+@dataclass(frozen=True)
+class _Layout:
+    partitions: int
+    replication_factor: int
+
+
+async def _wait_for_leaders(
+    admin: Any, names: list[str], deadline: float
+) -> dict[str, _Layout]:
+    # A just-created topic can be missing from a broker's metadata for a moment, or have
+    # partitions without a leader yet; producing then would fail or wait.
+    while True:
+        problems: list[str] = []
+        layout: dict[str, _Layout] = {}
+        for topic in await admin.describe_topics(names):
+            name, parts = topic["topic"], topic["partitions"]
+            if topic["error_code"] != 0 or not parts:
+                problems.append(f"{name}: {for_code(topic['error_code']).__name__}")
+                continue
+            leaderless = [p["partition"] for p in parts if p["leader"] < 0]
+            if leaderless:
+                problems.append(f"{name}: partitions {leaderless} have no leader")
+                continue
+            layout[name] = _Layout(len(parts), len(parts[0]["replicas"]))
+        if not problems:
+            return layout
+        if time.monotonic() > deadline:
+            raise TopicsError("topics not ready in time: " + "; ".join(problems))
+        await asyncio.sleep(0.1)
+
+
+async def _describe_configs(
+    admin: Any, names: list[str], keys: list[str] | None = _MANAGED_KEYS,
+    *, deadline: float | None = None,
+) -> dict[str, dict[str, str]]:
+    """Configs of each topic: only `keys`, or all of them when `keys` is None.
+
+    Until `deadline`, a topic the answering broker does not know yet is asked for again:
+    describe_configs goes to any node of a cluster, and a node learns of a topic just
+    created by another one a moment later.
+    """
+    wanted = None if keys is None else dict.fromkeys(keys)
+    found: dict[str, dict[str, str]] = {}
+    while True:
+        missing: list[str] = []
+        resources = [ConfigResource(ConfigResourceType.TOPIC, name, wanted)
+                     for name in names if name not in found]
+        for response in await admin.describe_configs(resources):
+            for resource in response.to_object()["resources"]:
+                name, code = resource["resource_name"], resource["error_code"]
+                if code == _UNKNOWN_TOPIC and deadline is not None:
+                    missing.append(name)
+                    continue
+                if code != 0:
+                    raise TopicsError(
+                        f"cannot read the configs of {name}: {for_code(code).__name__}"
+                    )
+                found[name] = {
+                    e["config_names"]: e["config_value"]
+                    for e in resource["config_entries"]
+                    if e["config_value"] is not None
+                }
+        if not missing:
+            return found
+        if deadline is None or time.monotonic() > deadline:
+            raise TopicsError(f"cannot read the configs of {', '.join(missing)}: "
+                              "UnknownTopicOrPartitionError")
+        await asyncio.sleep(0.1)
+
+
+def _compare(
+    spec: TopicSpec, created: bool, layout: _Layout, configs: dict[str, str], *, check_rf: bool
+) -> TopicResult:
+    mismatches: list[str] = []
+    if layout.partitions != spec.partitions:
+        mismatches.append(f"{layout.partitions} partitions (want {spec.partitions})")
+    if check_rf and layout.replication_factor != spec.replication_factor:
+        mismatches.append(f"replication factor {layout.replication_factor} "
+                          f"(want {spec.replication_factor})")
+    for key, want in spec.configs.items():
+        if key == _MIN_ISR and not check_rf:
+            # Judge min ISR against the replication factor the topic really has.
+            want = str(min_insync_replicas(layout.replication_factor))
+        have = configs.get(key)
+        # A key the broker does not report (some Kafka-compatible brokers omit some) is not
+        # a mismatch; a different value is.
+        if have is not None and have != want:
+            mismatches.append(f"{key}={have} (want {want})")
+    return TopicResult(
+        name=spec.name, created=created, partitions=layout.partitions,
+        replication_factor=layout.replication_factor,
+        configs={k: configs[k] for k in spec.configs if k in configs},
+        mismatches=tuple(mismatches),
+    )
+
+
+async def delete_topics(
+    bootstrap: str, namespace: str, request_timeout: float = 30.0,
+    *, security: KafkaSecurity | None = None,
+) -> list[str]:
+    """Delete the namespace's topics (tests clean up with this); return those deleted."""
+    names = [s.name for s in topic_specs(namespace, 1, 1)]
+    async with _admin(bootstrap, request_timeout, security) as admin:
+        response = await admin.delete_topics(names, timeout_ms=int(request_timeout * 1000))
+    deleted = []
+    for entry in response.to_object()["topic_error_codes"]:
+        code = entry["error_code"]
+        if code == 0:
+            deleted.append(entry["topic"])
+        elif code != _UNKNOWN_TOPIC:
+            raise TopicsError(f"cannot delete {entry['topic']}: {for_code(code).__name__}")
+    return deleted

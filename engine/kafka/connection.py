@@ -1,0 +1,270 @@
+"""How runstream authenticates to and encrypts its connections to the brokers.
+
+One `KafkaSecurity` describes SASL and TLS settings. It comes from keyword arguments
+(`Client(security=...)`, `Worker(security=...)`), from CLI options (`--security-protocol`,
+`--sasl-mechanism`, `--sasl-username`, `--sasl-password`, `--ssl-cafile`, `--ssl-certfile`,
+`--ssl-keyfile`), or from the matching `RUNSTREAM_*` environment variables, in that order.
+
+`kafka_options(security)` turns it into the keyword arguments every aiokafka client takes;
+every place that creates a producer, consumer or admin client passes them through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import ssl
+from dataclasses import dataclass, fields
+from typing import Any
+
+from aiokafka.conn import create_conn
+from aiokafka.errors import (
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    IllegalSaslStateError,
+    KafkaConnectionError,
+    KafkaError,
+    SaslAuthenticationFailed,
+    TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailed,
+    UnsupportedSaslMechanismError,
+)
+from aiokafka.protocol.metadata import MetadataRequest
+
+from runstream.engine.errors import AccessDenied, BrokerConnectionFailed, InvalidInput
+
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+# Field name -> environment variable that supplies it when no option does.
+ENVIRONMENT = {
+    "security_protocol": "RUNSTREAM_SECURITY_PROTOCOL",
+    "sasl_mechanism": "RUNSTREAM_SASL_MECHANISM",
+    "sasl_username": "RUNSTREAM_SASL_USERNAME",
+    "sasl_password": "RUNSTREAM_SASL_PASSWORD",
+    "ssl_cafile": "RUNSTREAM_SSL_CAFILE",
+    "ssl_certfile": "RUNSTREAM_SSL_CERTFILE",
+    "ssl_keyfile": "RUNSTREAM_SSL_KEYFILE",
+}
+
+
+@dataclass(frozen=True)
+class KafkaSecurity:
+    """SASL and TLS settings for every connection to the brokers (all optional)."""
+
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = None
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.security_protocol not in PROTOCOLS:
+            raise InvalidInput(f"security protocol {self.security_protocol!r} is not one of "
+                               f"{', '.join(PROTOCOLS)}")
+        if self.sasl_mechanism is not None and self.sasl_mechanism not in MECHANISMS:
+            raise InvalidInput(f"SASL mechanism {self.sasl_mechanism!r} is not one of "
+                               f"{', '.join(MECHANISMS)}")
+        if self.uses_sasl and not (self.sasl_username and self.sasl_password is not None):
+            raise InvalidInput(f"{self.security_protocol} needs a SASL username and password "
+                               "(--sasl-username/--sasl-password or RUNSTREAM_SASL_USERNAME/"
+                               "RUNSTREAM_SASL_PASSWORD)")
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.security_protocol.startswith("SASL_")
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    @classmethod
+    def from_env(cls, **explicit: str | None) -> KafkaSecurity:
+        """Explicit values (None: not given) over `RUNSTREAM_*` variables over defaults."""
+        values: dict[str, str] = {}
+        for spec in fields(cls):
+            value = explicit.get(spec.name)
+            if value is None:
+                value = os.environ.get(ENVIRONMENT[spec.name]) or None
+            if value is not None:
+                values[spec.name] = value
+        if "security_protocol" in values:
+            values["security_protocol"] = values["security_protocol"].upper()
+        if "sasl_mechanism" in values:
+            values["sasl_mechanism"] = values["sasl_mechanism"].upper()
+        return cls(**values)
+
+    def to_env(self) -> dict[str, str]:
+        """The `RUNSTREAM_*` variables that reproduce these settings in a child process."""
+        return {ENVIRONMENT[spec.name]: str(getattr(self, spec.name))
+                for spec in fields(self) if getattr(self, spec.name) is not None}
+
+
+def resolve_security(explicit: KafkaSecurity | None = None) -> KafkaSecurity:
+    return explicit if explicit is not None else KafkaSecurity.from_env()
+
+
+def kafka_options(security: KafkaSecurity | None = None) -> dict[str, Any]:
+    """Keyword arguments for AIOKafkaProducer/AIOKafkaConsumer/AIOKafkaAdminClient."""
+    settings = resolve_security(security)
+    options: dict[str, Any] = {"security_protocol": settings.security_protocol}
+    if settings.uses_sasl:
+        options["sasl_mechanism"] = settings.sasl_mechanism or "PLAIN"
+        options["sasl_plain_username"] = settings.sasl_username
+        options["sasl_plain_password"] = settings.sasl_password
+    if settings.uses_tls:
+        options["ssl_context"] = _ssl_context(settings)
+    return options
+
+
+def _ssl_context(settings: KafkaSecurity) -> ssl.SSLContext:
+    """Verifies the broker against `ssl_cafile` (else the system's CAs); a client certificate
+    is presented when `ssl_certfile` is given (mutual TLS)."""
+    context = ssl.create_default_context(cafile=settings.ssl_cafile)
+    if settings.ssl_certfile:
+        context.load_cert_chain(settings.ssl_certfile, settings.ssl_keyfile)
+    return context
+
+
+# ---- why a connection fails, in one line ------------------------------------------------------
+
+DIAGNOSIS_TIMEOUT_S = 10.0  # a listener that neither answers nor closes within this is reported
+_DENIED = {
+    TopicAuthorizationFailedError: "topic",
+    GroupAuthorizationFailedError: "consumer group",
+    ClusterAuthorizationFailedError: "cluster operation",
+    TransactionalIdAuthorizationFailed: "transactional id",
+}
+
+
+def principal(security: KafkaSecurity | None = None) -> str:
+    settings = resolve_security(security)
+    return f"User:{settings.sasl_username}" if settings.uses_sasl else "User:ANONYMOUS"
+
+
+def access_denied(error: KafkaError, security: KafkaSecurity | None = None
+                  ) -> AccessDenied | None:
+    """An authorization error from the broker as one line, or None for any other error."""
+    for kind, what in _DENIED.items():
+        if isinstance(error, kind):
+            detail = str(error).split(": ", 1)[-1] if ": " in str(error) else ""
+            target = f" ({detail})" if detail and detail != kind.__name__ else ""
+            return AccessDenied(
+                f"not authorized: the broker's ACLs do not allow {principal(security)} this "
+                f"{what}{target}; an administrator can grant it with `runstream acl grant`")
+    return None
+
+
+async def diagnose(bootstrap: str, security: KafkaSecurity | None = None,
+                   timeout: float = DIAGNOSIS_TIMEOUT_S) -> BrokerConnectionFailed:
+    """Why no client could connect to `bootstrap` with these settings, as one line.
+
+    aiokafka reports a failed bootstrap as "Unable to bootstrap" and only logs the cause, so
+    this connects once more to each address, directly, within `timeout`, and explains the
+    first failure in terms of the settings to change.
+    """
+    settings = resolve_security(security)
+    reasons: list[str] = []
+    for address in [a.strip() for a in bootstrap.split(",") if a.strip()]:
+        host, _, port = address.rpartition(":")
+        try:
+            await asyncio.wait_for(probe(host or address, int(port or 9092), settings),
+                                   timeout)
+        except (OSError, KafkaError, ValueError) as exc:  # TimeoutError is an OSError
+            reasons.append(explain(exc, address, settings, timeout))
+            continue
+        reasons.append(f"{address} accepted a connection just now; it failed before: "
+                       "the broker may have been restarting")
+    return BrokerConnectionFailed(reasons[0] if reasons else f"empty bootstrap {bootstrap!r}")
+
+
+async def probe(host: str, port: int, settings: KafkaSecurity, *,
+                timeout: float = DIAGNOSIS_TIMEOUT_S, client_id: str = "runstream-diagnose"
+                ) -> None:
+    """One connection with these settings and one metadata request, as a client makes them;
+    raises what that raised (the input of `explain`)."""
+    connection = await create_conn(host, port, client_id=client_id,
+                                   request_timeout_ms=int(timeout * 1000),
+                                   **kafka_options(settings))
+    try:
+        await connection.send(MetadataRequest([]))
+    finally:
+        connection.close()
+
+
+def explain(error: BaseException, address: str, settings: KafkaSecurity,
+            timeout: float = DIAGNOSIS_TIMEOUT_S) -> str:
+    """One line: what `error` (from connecting to `address` with `settings`) means."""
+    protocol = settings.security_protocol
+    if isinstance(error, SaslAuthenticationFailed):
+        return (f"SASL authentication failed at {address} for user "
+                f"{settings.sasl_username!r} ({settings.sasl_mechanism or 'PLAIN'}): check "
+                "--sasl-username/--sasl-password (RUNSTREAM_SASL_USERNAME/_PASSWORD)")
+    if isinstance(error, UnsupportedSaslMechanismError):
+        return (f"{address} does not enable SASL mechanism {settings.sasl_mechanism}: "
+                f"choose another with --sasl-mechanism ({', '.join(MECHANISMS)})")
+    if isinstance(error, IllegalSaslStateError):
+        return (f"{address} does not speak SASL on this listener: use --security-protocol "
+                f"{'SSL' if settings.uses_tls else 'PLAINTEXT'}")
+    if isinstance(error, ssl.SSLCertVerificationError):
+        return (f"TLS verification of {address} failed ({error.verify_message}): pass the CA "
+                "that signed the broker's certificate with --ssl-cafile (RUNSTREAM_SSL_CAFILE)")
+    if settings.uses_tls and isinstance(error, (ssl.SSLError, ConnectionResetError,
+                                                BrokenPipeError)):
+        return (f"{address} broke off the TLS handshake ({protocol}): the listener is "
+                "probably not TLS; use --security-protocol PLAINTEXT or SASL_PLAINTEXT")
+    if isinstance(error, ConnectionRefusedError):
+        return (f"nothing listens at {address}: start a broker (`runstream broker start`) or "
+                "set --bootstrap / RUNSTREAM_BOOTSTRAP")
+    if isinstance(error, TimeoutError):
+        return (f"{address} did not complete a {protocol} connection within {timeout:g}s: "
+                "check --security-protocol and the address")
+    if isinstance(error, KafkaConnectionError):
+        return _closed(address, settings)
+    return f"cannot connect to {address} with {protocol}: {type(error).__name__}: {error}"
+
+
+def _closed(address: str, settings: KafkaSecurity) -> str:
+    """The broker hung up without a word: what the listener probably wants instead."""
+    if not settings.uses_tls:
+        want = "SASL_SSL or SSL with --ssl-cafile"
+        return (f"{address} closed a {settings.security_protocol} connection: the listener "
+                f"probably requires TLS (--security-protocol {want})")
+    if not settings.uses_sasl:
+        return (f"{address} closed the connection after TLS: the listener probably requires "
+                "SASL (--security-protocol SASL_SSL with --sasl-username/--sasl-password)")
+    return f"{address} closed the {settings.security_protocol} connection"
+
+
+_HOSTS = re.compile(r"\('([^']+)', (\d+)")
+
+
+def bootstrap_of(error: KafkaConnectionError) -> str | None:
+    """The addresses in aiokafka's "Unable to bootstrap from [(host, port, family)]"."""
+    found = _HOSTS.findall(str(error))
+    return ",".join(f"{host}:{port}" for host, port in found) or None
+
+
+async def start_client(client: Any, bootstrap: str, security: KafkaSecurity | None = None
+                       ) -> None:
+    """`await client.start()` for an aiokafka producer, consumer or admin client; a failed
+    bootstrap becomes BrokerConnectionFailed saying why (after releasing the client)."""
+    try:
+        await client.start()
+    except KafkaConnectionError as exc:
+        await _close(client)
+        raise await diagnose(bootstrap, security) from exc
+    except BaseException:
+        await _close(client)
+        raise
+
+
+async def _close(client: Any) -> None:
+    closing = getattr(client, "stop", None) or client.close
+    try:
+        await closing()
+    except (KafkaError, OSError):
+        pass  # already broken: its sockets are what we release

@@ -1,0 +1,193 @@
+"""What differs between a live projection and its rebuild, key by key, in words.
+
+Each differing key is decoded by its prefix (projections.keys): a run's state, a journal
+entry, a partition's state, an outbox item or a history item are compared field by field;
+an index key is present on one side only. The run id and partition come from the key, or
+from the run's state on either side.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from runstream.projections.rebuild import Difference, compare_items
+from runstream.projections.state import (
+    JournalEntry,
+    OutboxItem,
+    PartitionState,
+    RunState,
+    decode_state,
+    to_builtins,
+)
+from runstream.projections.store import ProjectionStore
+from runstream.projections.writes import decode_history
+
+# Keys not compared key by key: the running hashes, checked on their own (a store written
+# before hashes existed has none), and for such a store the fencing index, which came with
+# them.
+HASHES = (b"v/",)
+BEFORE_HASHES = (b"v/", b"f/")
+# prefix -> (what it holds, the '/'-separated field holding the partition, the run id's)
+_INDEXES: dict[bytes, tuple[str, int | None, int | None]] = {
+    b"s/": ("status index", 2, 3), b"i/": ("request index of runs", 1, 2),
+    b"w/": ("wait index", 1, 3), b"t/": ("timer index", 1, 3), b"q/": ("request ids", 1, None),
+    b"o/": ("request ids by offset", 1, None), b"d/": ("dead letter", 1, None),
+    b"f/": ("fencing index", 1, None), b"l/": ("lineage's latest round", None, 1),
+    b"p/": ("partition state", 1, None), b"x/": ("outbox", 1, None),
+    b"g/": ("partition history", 1, None),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class FieldDiff:
+    field: str
+    live: Any
+    rebuilt: Any
+
+
+@dataclass(frozen=True, slots=True)
+class KeyDiff:
+    key: str  # printable: NUL shown as "/"
+    what: str  # run state | journal entry | partition state | history | an index ...
+    run_id: str | None
+    partition: int | None
+    position: int | None  # a journal entry's
+    live_present: bool
+    rebuilt_present: bool
+    fields: list[FieldDiff]  # values that differ (empty: the key is on one side only)
+
+    def describe(self) -> str:
+        subject = f"run {self.run_id} " if self.run_id else ""
+        if self.position is not None:
+            subject += f"step {self.position} "
+        if not (self.live_present and self.rebuilt_present):
+            side = "live store only" if self.live_present else "rebuild only"
+            return f"{subject}{self.what}: {self.key} is in the {side}"
+        changes = "; ".join(f"{f.field}: live {f.live!r}, rebuilt {f.rebuilt!r}"
+                            for f in self.fields)
+        return f"{subject}{self.what}: {changes}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "what": self.what, "run_id": self.run_id,
+                "partition": self.partition, "position": self.position,
+                "live_present": self.live_present, "rebuilt_present": self.rebuilt_present,
+                "fields": [{"field": f.field, "live": f.live, "rebuilt": f.rebuilt}
+                           for f in self.fields],
+                "description": self.describe()}
+
+
+def first_differences(live: ProjectionStore, rebuilt: list[ProjectionStore], limit: int,
+                      *, before_hashes: bool = False) -> tuple[int, list[KeyDiff]]:
+    """(keys of the live store compared, its first `limit` differing keys, decoded) against
+    the rebuilt shards, merged. `before_hashes`: the live store was written (in part)
+    before running hashes and the fencing index existed."""
+    skip = BEFORE_HASHES if before_hashes else HASHES
+    shards = heapq.merge(*(store.items(skip=skip) for store in rebuilt))
+    compared, differences = compare_items(live.items(skip=skip), shards, limit)
+    return compared, [_decoded(d, live, rebuilt) for d in differences]
+
+
+def _decoded(difference: Difference, live: ProjectionStore, rebuilt: list[ProjectionStore]
+             ) -> KeyDiff:
+    key = difference.key
+    shown = key.replace(b"\x00", b"/").decode(errors="backslashreplace")
+    present = (difference.live is not None, difference.rebuilt is not None)
+    if key.startswith((b"r/", b"j/", b"h/")):
+        run = key[2:].split(b"\x00", 1)[0].decode(errors="backslashreplace")
+        partition = _run_partition(run, live, rebuilt)
+        what, position, fields = _run_key(key, difference)
+        if key.startswith(b"h/"):
+            partition = int(key.split(b"\x00", 1)[1].split(b"/")[0])
+        return KeyDiff(shown, what, run, partition, position, *present, fields)
+    what, partition_field, run_field = _INDEXES.get(key[:2], ("key", None, None))
+    parts = key.split(b"/")
+    partition = _int(parts, partition_field)
+    run_id = _text(parts, run_field)
+    if key.startswith(b"f/"):
+        run_id = (difference.live or difference.rebuilt or b"").decode() or None
+    fields = _fields_of(key, difference)
+    return KeyDiff(shown, what, run_id, partition, None, *present, fields)
+
+
+def _run_key(key: bytes, difference: Difference) -> tuple[str, int | None, list[FieldDiff]]:
+    if key.startswith(b"r/"):
+        return "run state", None, _struct_fields(RunState, difference)
+    if key.startswith(b"j/"):
+        position = int(key.split(b"\x00", 1)[1])
+        return "journal entry", position, _struct_fields(JournalEntry, difference)
+    return "history item", None, _history_fields(difference)
+
+
+def _fields_of(key: bytes, difference: Difference) -> list[FieldDiff]:
+    if key.startswith(b"p/"):
+        return _struct_fields(PartitionState, difference)
+    if key.startswith(b"x/"):
+        return _struct_fields(OutboxItem, difference)
+    if key.startswith(b"g/"):
+        return _history_fields(difference)
+    if difference.live is not None and difference.rebuilt is not None:
+        return [FieldDiff("value", _shown(difference.live), _shown(difference.rebuilt))]
+    return []
+
+
+def _struct_fields(cls: type[Any], difference: Difference) -> list[FieldDiff]:
+    if difference.live is None or difference.rebuilt is None:
+        return []
+    try:
+        left = to_builtins(decode_state(cls, difference.live))
+        right = to_builtins(decode_state(cls, difference.rebuilt))
+    except msgspec.DecodeError:  # bytes that are no such state: show them as they are
+        return [FieldDiff("value", _shown(difference.live), _shown(difference.rebuilt))]
+    return [FieldDiff(name, left[name], right[name]) for name in left
+            if left[name] != right[name]]
+
+
+def _history_fields(difference: Difference) -> list[FieldDiff]:
+    if difference.live is None or difference.rebuilt is None:
+        return []
+    try:
+        left = decode_history(0, 0, difference.live)
+        right = decode_history(0, 0, difference.rebuilt)
+    except (msgspec.DecodeError, ValueError):
+        return [FieldDiff("value", _shown(difference.live), _shown(difference.rebuilt))]
+    names = ("verdict", "type", "timestamp_ms", "raw")
+    return [FieldDiff(name, _shown(getattr(left, name)), _shown(getattr(right, name)))
+            for name in names if getattr(left, name) != getattr(right, name)]
+
+
+def _run_partition(run_id: str, live: ProjectionStore, rebuilt: list[ProjectionStore]
+                   ) -> int | None:
+    for store in (live, *rebuilt):
+        run = store.run(run_id)
+        if run is not None:
+            return run.partition
+    return None
+
+
+def _int(parts: list[bytes], index: int | None) -> int | None:
+    if index is None or index >= len(parts):
+        return None
+    try:
+        return int(parts[index])
+    except ValueError:
+        return None
+
+
+def _text(parts: list[bytes], index: int | None) -> str | None:
+    if index is None or index >= len(parts):
+        return None
+    return parts[index].split(b"\x00", 1)[0].decode(errors="backslashreplace")
+
+
+def _shown(value: Any) -> Any:
+    """A value as JSON can hold it: bytes as text when they are, else as hex."""
+    if isinstance(value, bytes):
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            return value.hex()
+    return value.value if hasattr(value, "value") else value

@@ -1,0 +1,277 @@
+"""The read model: a RocksDB projection of a whole namespace that answers queries.
+
+It catches up incrementally from the offsets it stored, so no query replays the journal from
+offset 0 (ARCHITECTURE.md, Queries): the first query in a fresh directory folds the journal
+once, later ones fold only what was appended since.
+
+Several processes share one directory (CLI calls, a UI, clients). The first to take an
+exclusive flock on `<path>/writer.lock` is the primary: it opens the store for writing and
+applies records through a Projector. The others open a RocksDB secondary instance (each in
+its own temporary directory, removed on close), refresh it with catch_up_with_primary(), and
+fold what the primary has not applied yet (from the stored next offset of each partition to
+the end offsets) into an in-memory overlay, so their View is exact all the same. A secondary
+that finds the lock free at a later catch-up becomes the primary; the lock is released when
+the primary closes (or its process dies).
+
+The primary records a checkpoint every `checkpoint_every` applied records (env
+RUNSTREAM_CHECKPOINT_EVERY, default projections.manifest.DEFAULT_EVERY): a RocksDB checkpoint
+directory under `<path>/checkpoints/` and a manifest entry with every partition's offset and
+running hash, keeping the newest `checkpoint_keep` (RUNSTREAM_CHECKPOINT_KEEP). Time travel
+starts from the nearest one; `projection verify` checks a rebuild against each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import hashlib
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Literal
+
+from runstream.engine.config import cache_root
+from runstream.engine.errors import RunstreamError
+from runstream.engine.kafka.connection import KafkaSecurity
+from runstream.engine.readmodel.source import JournalSource
+from runstream.engine.readmodel.view import OverlayStore, View
+from runstream.projections.manifest import CheckpointPolicy
+from runstream.projections.projector import Projector
+from runstream.projections.store import ProjectionStore
+
+__all__ = ["ReadModel", "ReadModelAhead", "View", "default_read_model_dir", "read_model_dir"]
+
+LOCK_FILE = "writer.lock"
+# Records the primary applies per RocksDB write while catching up.
+APPLY_GROUP = 1000
+# How long a secondary waits for a primary that holds the lock to create the store.
+STORE_APPEARS_TIMEOUT = 10.0
+
+Role = Literal["primary", "secondary"]
+
+
+def read_model_dir(bootstrap: str, namespace: str, root: Path | None = None) -> Path:
+    """`<root>/readmodel/<sha256(bootstrap)[:12]>/<namespace>`; root defaults to the cache."""
+    digest = hashlib.sha256(bootstrap.encode()).hexdigest()[:12]
+    return (root if root is not None else cache_root()) / "readmodel" / digest / namespace
+
+
+def default_read_model_dir(bootstrap: str, namespace: str) -> Path:
+    """~/.cache/runstream/readmodel/<sha256(bootstrap)[:12]>/<namespace>; RUNSTREAM_CACHE_DIR
+    (or XDG_CACHE_HOME) overrides the root."""
+    return read_model_dir(bootstrap, namespace)
+
+
+class ReadModelAhead(RunstreamError):
+    """The stored projection is past the end of the topic: it was built from another log."""
+
+
+class _WriterLock:
+    """An exclusive, non-blocking flock on `<dir>/writer.lock`, held while primary."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def try_acquire(self) -> bool:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+class ReadModel:
+    """A namespace's read model in `path`: `async with ReadModel(...) as model:` then
+    `view = await model.catch_up()`.
+
+    Bounds: in memory, the primary's Projector (one PartitionState per partition, at most
+    RUN_CACHE runs) and at most one retired secondary store; a secondary's overlay lives in
+    the View each catch-up returns and holds only the records its primary had not applied.
+    A catch-up holds one RocksDB batch of at most APPLY_GROUP records.
+    """
+
+    def __init__(self, *, bootstrap: str, topic: str, path: Path | None = None,
+                 checkpoint_every: int | None = None, checkpoint_keep: int | None = None,
+                 security: KafkaSecurity | None = None) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.security = security  # None: from the RUNSTREAM_* environment
+        namespace = topic.removesuffix(".journal")
+        self.path = Path(path) if path is not None else default_read_model_dir(bootstrap,
+                                                                               namespace)
+        self.records_consumed = 0  # records read from Kafka by this object
+        try:
+            self.checkpoints = CheckpointPolicy.from_env(
+                every=checkpoint_every, keep=checkpoint_keep, directories=True)
+        except ValueError as exc:  # a malformed RUNSTREAM_CHECKPOINT_* variable
+            raise RunstreamError(str(exc)) from None
+        self._source = JournalSource(bootstrap, topic, security=security)
+        self._lock = _WriterLock(self.path / LOCK_FILE)
+        self._store: ProjectionStore | None = None
+        self._projector: Projector | None = None  # the primary's
+        self._secondary_dir: Path | None = None
+        self._retired: list[ProjectionStore] = []  # a secondary's store, after promotion
+        self._catching_up = asyncio.Lock()
+
+    @property
+    def partitions(self) -> int:
+        """The partition count of the topic (known once open)."""
+        return self._source.partitions
+
+    @property
+    def role(self) -> Role:
+        return "primary" if self._projector is not None else "secondary"
+
+    async def __aenter__(self) -> ReadModel:
+        await self.open()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        """Connect to the topic, then open the store as primary or as a secondary."""
+        if self._store is not None:
+            return
+        await self._source.start()
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            if self._lock.try_acquire():
+                self._open_primary()
+            else:
+                await self._open_secondary()
+        except BaseException:
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        """Close the store (releasing the writer lock, removing a secondary's directory)."""
+        for store in (self._store, *self._retired):
+            if store is not None:
+                store.close()
+        self._store, self._projector, self._retired = None, None, []
+        self._lock.release()
+        if self._secondary_dir is not None:
+            shutil.rmtree(self._secondary_dir, ignore_errors=True)
+            self._secondary_dir = None
+        await self._source.close()
+
+    def _open_primary(self) -> None:
+        self._store = ProjectionStore(self.path, keep_records=True,
+                                      checkpoints=self.checkpoints)
+        self._projector = Projector(self._store)
+
+    async def _open_secondary(self) -> None:
+        self._secondary_dir = Path(tempfile.mkdtemp(prefix="runstream-readmodel-"))
+        deadline = time.monotonic() + STORE_APPEARS_TIMEOUT
+        while True:
+            try:
+                self._store = ProjectionStore(self.path, access="secondary",
+                                              secondary_path=self._secondary_dir,
+                                              keep_records=True)
+                return
+            except Exception as exc:  # rocksdict raises a bare Exception
+                if (self.path / "CURRENT").exists() or time.monotonic() > deadline:
+                    raise RunstreamError(f"cannot open the read model in {self.path} next to "
+                                         f"the process that writes it: {exc}") from None
+                await asyncio.sleep(0.05)  # the primary is creating the store right now
+
+    def _try_promote(self) -> None:
+        """A secondary whose primary has gone takes the lock and becomes the primary; its
+        secondary store stays open until close(), for Views still reading it."""
+        if self._projector is not None or not self._lock.try_acquire():
+            return
+        try:
+            primary = ProjectionStore(self.path, keep_records=True,
+                                      checkpoints=self.checkpoints)
+        except Exception:  # rocksdict raises a bare Exception; stay a secondary this time
+            self._lock.release()
+            return
+        assert self._store is not None
+        self._retired.append(self._store)
+        self._store, self._projector = primary, Projector(primary)
+
+    async def catch_up(self, partitions: list[int] | None = None) -> View:
+        """Read the end offsets of `partitions` (default: all) once, apply every record up to
+        them, and return a View of the result."""
+        if self._store is None:
+            await self.open()
+        async with self._catching_up:
+            self._try_promote()
+            store = self._store
+            assert store is not None
+            if self._projector is None:
+                store.catch_up_with_primary()  # before the end offsets: never past them
+            chosen = self._chosen(partitions)
+            ends = await self._source.end_offsets(chosen)
+            self._check_not_ahead(store, ends)
+            starts = {p: store.partition(p).next_offset for p in chosen}
+            if self._projector is not None:
+                await self._apply(store, self._projector, starts, ends)
+                return View(store, None, self.partitions)
+            overlay = OverlayStore(store)
+            projector = Projector(overlay)
+            async for raw in self._source.read(starts, ends):
+                projector.apply_raw(raw.partition, raw.offset, raw.value, raw.headers,
+                                    raw.timestamp_ms, key=raw.key)
+                self.records_consumed += 1
+            return View(store, overlay, self.partitions)
+
+    def _chosen(self, partitions: list[int] | None) -> list[int]:
+        if partitions is None:
+            return list(range(self.partitions))
+        unknown = sorted(p for p in partitions if not 0 <= p < self.partitions)
+        if unknown:
+            raise RunstreamError(f"{self.topic} has partitions 0..{self.partitions - 1}, "
+                                 f"not {unknown}")
+        return sorted(set(partitions))
+
+    async def _apply(self, store: ProjectionStore, projector: Projector,
+                     starts: dict[int, int], ends: dict[int, int]) -> None:
+        """The primary's fold: one RocksDB write per APPLY_GROUP records (each record atomic
+        in it); secondaries see the records through RocksDB's write-ahead log. The store
+        takes a due checkpoint right after one of those writes, at a group boundary."""
+        applied = 0
+        with store.group():
+            async for raw in self._source.read(starts, ends):
+                if applied and applied % APPLY_GROUP == 0:
+                    store.flush()
+                projector.apply_raw(raw.partition, raw.offset, raw.value, raw.headers,
+                                    raw.timestamp_ms, key=raw.key)
+                applied += 1
+                self.records_consumed += 1
+
+    def _check_not_ahead(self, store: ProjectionStore, ends: dict[int, int]) -> None:
+        """A projection past the end of its partition (or of a partition the topic no longer
+        has) was built from another log: answering from it would be garbage."""
+        for state in store.partitions():
+            end = ends.get(state.partition)
+            if state.partition >= self.partitions:
+                raise ReadModelAhead(
+                    f"the read model in {self.path} holds partition {state.partition}, but "
+                    f"{self.topic} has {self.partitions} partitions: {self._recreated}")
+            if end is not None and state.next_offset > end:
+                raise ReadModelAhead(
+                    f"the read model in {self.path} has applied partition {state.partition} "
+                    f"up to offset {state.next_offset}, but {self.topic} ends at {end}: "
+                    f"{self._recreated}")
+
+    @property
+    def _recreated(self) -> str:
+        return (f"the topic was recreated; delete {self.path} (or use another --cache-dir) "
+                f"and query again")
+

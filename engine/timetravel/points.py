@@ -1,0 +1,316 @@
+"""Time travel over one run: points of its history, its tree of rounds and children, and
+what changed in its state between two points (and which records changed it).
+
+Everything here reads the read model's per-run history index (timetravel/history.py) and replays
+it through the pure reducer; nothing scans the topic.
+
+A point is `record:K` (the K-th row of `run history`, from 1, requests and fenced records
+included), `offset:N` (right after offset N of the run's partition), or an ISO-8601 instant
+(log time; UTC when it names no zone).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from runstream.engine.errors import InvalidInput, RunNotFound
+from runstream.engine.readmodel.model import View
+from runstream.engine.timetravel.history import (
+    HistoryRow,
+    PastRun,
+    RunAbsentAt,
+    history_rows,
+    iso,
+    replay_run,
+    replay_steps,
+)
+from runstream.projections.state import JournalEntry, RunState, to_builtins
+from runstream.projections.store import HistoryEntry
+
+# A tree shows at most this many runs (rounds and children, all levels): a fan-out of
+# thousands is summarised by its count, not printed.
+MAX_TREE_RUNS = 64
+
+PointKind = Literal["record", "offset", "time"]
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    kind: PointKind
+    value: int  # a row number (from 1), an offset, or milliseconds since the epoch
+
+    def describe(self) -> str:
+        if self.kind == "time":
+            return iso(self.value)
+        return f"{self.kind}:{self.value}"
+
+
+def parse_time(text: str) -> int:
+    """An ISO-8601 time (UTC when it names no zone) as milliseconds since the epoch."""
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidInput(f"{text!r} is not an ISO-8601 time") from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return int(parsed.timestamp() * 1000)
+
+
+def parse_point(text: str) -> Point:
+    """`record:K`, `offset:N`, `time:ISO` or a bare ISO-8601 instant."""
+    kind, _, rest = text.partition(":")
+    if kind in ("record", "offset") and rest:
+        try:
+            number = int(rest)
+        except ValueError:
+            raise InvalidInput(f"{text!r}: {kind}: takes a whole number") from None
+        if number < (1 if kind == "record" else 0):
+            raise InvalidInput(f"{text!r}: records count from 1, offsets from 0")
+        return Point("record" if kind == "record" else "offset", number)
+    if kind == "time" and rest:
+        return Point("time", parse_time(rest))
+    try:
+        return Point("time", parse_time(text))
+    except InvalidInput:
+        raise InvalidInput(f"{text!r} is not a point: give record:K, offset:N or an "
+                           f"ISO-8601 time such as 2026-01-01T12:00:00Z") from None
+
+
+def rows_at(items: list[HistoryEntry], point: Point) -> int:
+    """How many of the run's history items (rows) stand at or before `point`."""
+    if point.kind == "record":
+        if point.value > len(items):
+            raise InvalidInput(f"record:{point.value} is past the run's history: it has "
+                               f"{len(items)} records")
+        return point.value
+    if point.kind == "offset":
+        return sum(1 for item in items if item.offset <= point.value)
+    return sum(1 for item in items if item.timestamp_ms <= point.value)
+
+
+def run_at(view: View, run_id: str, point: Point) -> PastRun:
+    """The run's state right after the last of its records at or before `point`."""
+    items = _items(view, run_id)
+    count = rows_at(items, point)
+    run, entries = replay_run(items[:count], view=view)
+    if run is None:
+        raise RunAbsentAt(run_id, point.describe(), items[0], items[-1])
+    return PastRun(run, tuple(entries[p] for p in sorted(entries)))
+
+
+def _items(view: View, run_id: str) -> list[HistoryEntry]:
+    items = view.history(run_id)
+    if not items:
+        raise RunNotFound(run_id)
+    return items
+
+
+# --- diff -------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Cause:
+    """A record that changed a field: its row in `run history`, offset and type."""
+
+    record: int
+    offset: int
+    type: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"record": self.record, "offset": self.offset, "type": self.type}
+
+
+@dataclass(frozen=True, slots=True)
+class FieldChange:
+    field: str  # a RunState field, or journal[<position>] for a journal entry
+    before: Any
+    after: Any
+    changed_by: tuple[Cause, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"field": self.field, "before": self.before, "after": self.after,
+                "changed_by": [cause.as_dict() for cause in self.changed_by]}
+
+
+@dataclass(frozen=True, slots=True)
+class RunDiff:
+    run_id: str
+    start: Point
+    end: Point
+    start_records: int  # rows at or before start
+    end_records: int
+    changes: tuple[FieldChange, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "from": self.start.describe(),
+                "to": self.end.describe(), "from_records": self.start_records,
+                "to_records": self.end_records,
+                "changes": [change.as_dict() for change in self.changes]}
+
+
+def run_diff(view: View, run_id: str, start: Point, end: Point) -> RunDiff:
+    """Field by field, what changed in the run between two points, and the records that
+    changed each field on the way (a field changed and changed back is not listed).
+
+    Cost: the run's history replayed once, each step compared with the one before
+    (O(records x fields)); bounded by the run's history.
+    """
+    items = _items(view, run_id)
+    first, last = rows_at(items, start), rows_at(items, end)
+    if first > last:
+        raise InvalidInput(f"{start.describe()} comes after {end.describe()} in the run's "
+                           f"history (record {first} > record {last})")
+    before: dict[str, Any] = {}
+    touched: dict[str, list[Cause]] = {}
+    previous: dict[str, Any] = {}
+    for number, (run, entries) in enumerate(replay_steps(items[:last], view=view), start=1):
+        now = _flatten(run, entries)
+        if number == first:
+            before = now
+        if number > first:
+            for name in now.keys() | previous.keys():
+                if now.get(name) != previous.get(name):
+                    item = items[number - 1]
+                    touched.setdefault(name, []).append(Cause(number, item.offset, item.type))
+        previous = now
+    after = previous
+    changes = tuple(FieldChange(name, before.get(name), after.get(name),
+                                tuple(touched.get(name, ())))
+                    for name in sorted(before.keys() | after.keys(), key=_field_order)
+                    if before.get(name) != after.get(name))
+    return RunDiff(run_id, start, end, first, last, changes)
+
+
+def _flatten(run: RunState | None, entries: dict[int, JournalEntry]) -> dict[str, Any]:
+    if run is None:
+        return {}
+    flat = {name: value for name, value in to_builtins(run).items()}
+    for position, entry in entries.items():
+        flat[f"journal[{position}]"] = to_builtins(entry)
+    return flat
+
+
+def _field_order(name: str) -> tuple[int, int, str]:
+    if name.startswith("journal["):
+        return (1, int(name[8:-1]), name)
+    return (0, 0, name)
+
+
+def format_diff(diff: RunDiff) -> list[str]:
+    head = (f"{diff.run_id}: {len(diff.changes)} field(s) changed from {diff.start.describe()} "
+            f"(record {diff.start_records}) to {diff.end.describe()} "
+            f"(record {diff.end_records})")
+    lines = [head]
+    for change in diff.changes:
+        lines.append(f"  {change.field}: {_brief(change.before)} -> {_brief(change.after)}")
+        for cause in change.changed_by:
+            lines.append(f"      by record {cause.record} (offset {cause.offset}, "
+                         f"{cause.type})")
+    return lines
+
+
+def _brief(value: Any, limit: int = 80) -> str:
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# --- tree -------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class TreeNode:
+    """One run of a tree: the run asked for, a later round of it, or a child."""
+
+    run_id: str
+    relation: Literal["run", "round", "child"]
+    flow: str | None
+    status: str | None
+    round: int
+    spawned_at: int | None  # a child: its spawn's position in the parent
+    rows: list[HistoryRow]
+    children: list[TreeNode] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "relation": self.relation, "flow": self.flow,
+                "status": self.status, "round": self.round, "spawned_at": self.spawned_at,
+                "records": [row.as_dict() for row in self.rows],
+                "children": [child.as_dict() for child in self.children]}
+
+
+@dataclass(frozen=True, slots=True)
+class RunTree:
+    roots: list[TreeNode]  # the run, then each later round of its lineage
+    omitted: int  # runs past MAX_TREE_RUNS
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"rounds": [node.as_dict() for node in self.roots], "omitted": self.omitted}
+
+
+def run_tree(view: View, run_id: str, *, limit: int = MAX_TREE_RUNS) -> RunTree:
+    """The run's history with its later rounds (each handoff's next round) and, under each
+    round, the children it spawned, recursively; at most `limit` runs."""
+    seen: set[str] = set()
+    budget = [limit, 0]  # runs left to show, runs omitted
+    roots: list[TreeNode] = []
+    current: str | None = run_id
+    relation: Literal["run", "round"] = "run"
+    while current is not None and current not in seen:
+        node = _node(view, current, relation, None, seen, budget)
+        if node is None:
+            break
+        roots.append(node)
+        run = view.run(current)
+        current, relation = (run.handed_off_to if run is not None else None), "round"
+    if not roots:
+        raise RunNotFound(run_id)
+    return RunTree(roots, budget[1])
+
+
+def _node(view: View, run_id: str, relation: Literal["run", "round", "child"],
+          spawned_at: int | None, seen: set[str], budget: list[int]) -> TreeNode | None:
+    if budget[0] <= 0:
+        budget[1] += 1
+        return None
+    items = view.history(run_id)
+    if not items and relation != "child":
+        return None
+    seen.add(run_id)
+    budget[0] -= 1
+    run = view.run(run_id)
+    node = TreeNode(run_id, relation, run.flow if run else None,
+                    run.status.value if run else None, run.round if run else 0, spawned_at,
+                    history_rows(items))
+    for position, child_id in _spawned(view, run_id):
+        if child_id not in seen:
+            child = _node(view, child_id, "child", position, seen, budget)
+            if child is not None:
+                node.children.append(child)
+    return node
+
+
+def _spawned(view: View, run_id: str) -> Iterator[tuple[int, str]]:
+    for entry in view.entries(run_id):
+        if entry.kind == "spawn" and entry.result_json:
+            yield entry.position, str(json.loads(entry.result_json))
+
+
+def format_tree(tree: RunTree, format_rows: Any) -> list[str]:
+    """Text lines: each round's header and records, children indented under it."""
+    lines: list[str] = []
+    for node in tree.roots:
+        _format_node(node, format_rows, "", lines)
+    if tree.omitted:
+        lines.append(f"... and {tree.omitted} more run(s) not shown")
+    return lines
+
+
+def _format_node(node: TreeNode, format_rows: Any, indent: str, lines: list[str]) -> None:
+    where = {"run": f"round {node.round}", "round": f"round {node.round} (handed off to)",
+             "child": f"child spawned at position {node.spawned_at}"}[node.relation]
+    lines.append(f"{indent}{node.run_id}  {node.flow or '?'}  {node.status or 'not created'}"
+                 f"  [{where}]")
+    lines.extend(f"{indent}  {line}" for line in format_rows(node.rows))
+    for child in node.children:
+        _format_node(child, format_rows, indent + "    ", lines)

@@ -1,0 +1,146 @@
+"""runstream: a durable execution engine whose only source of truth is a Kafka topic.
+
+    from runstream import Client, Flow, FlowContext, Worker
+    from runstream.testing import TestEnvironment
+
+This module is the package users import: it re-exports what they use. The names are
+imported on first use (PEP 562), not when the package is, so `import runstream.testing`
+or `import runstream.engine.journal` does not pull in the client, the worker and aiokafka.
+
+The code lives in two packages: `runstream.projections` (everything pure, plus its
+storage) and `runstream.engine` (I/O and the faces users touch); see docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from runstream.engine.client.client import Client
+    from runstream.engine.client.handle import RunHandle
+    from runstream.engine.errors import (
+        Cancelled,
+        CancelRefused,
+        CapabilityRefused,
+        ChildCancelled,
+        ChildFailed,
+        CreateRejected,
+        FlowCycleDetected,
+        IdentityConflict,
+        InvalidInput,
+        InvalidRunId,
+        NonDeterminism,
+        PayloadInvalid,
+        ResultTimeout,
+        ResumeRefused,
+        RunCancelled,
+        RunFailed,
+        RunNotFound,
+        RunstreamError,
+        SignalRefused,
+        SpawnRefused,
+        StepFailed,
+        WaitTimeout,
+    )
+    from runstream.engine.flow.context import ChildRun, FlowContext, idempotency_key
+    from runstream.engine.flow.definition import Flow, HandedOff, Handoff, RetryPolicy
+    from runstream.engine.timetravel.dryrun import FlowNotInApp, NoDecision
+    from runstream.engine.timetravel.fork import ForkNeedsForce, ForkTargetExists, ForkTooLarge
+    from runstream.engine.worker import Worker
+    from runstream.projections.state import RunStatus
+
+_EXPORTS = {
+    "Client": "runstream.engine.client.client",
+    "ChildRun": "runstream.engine.flow.context",
+    "FlowContext": "runstream.engine.flow.context",
+    "idempotency_key": "runstream.engine.flow.context",
+    "CancelRefused": "runstream.engine.errors",
+    "Cancelled": "runstream.engine.errors",
+    "CapabilityRefused": "runstream.engine.errors",
+    "ChildCancelled": "runstream.engine.errors",
+    "ChildFailed": "runstream.engine.errors",
+    "CreateRejected": "runstream.engine.errors",
+    "FlowCycleDetected": "runstream.engine.errors",
+    "IdentityConflict": "runstream.engine.errors",
+    "InvalidRunId": "runstream.engine.errors",
+    "NonDeterminism": "runstream.engine.errors",
+    "PayloadInvalid": "runstream.engine.errors",
+    "ResultTimeout": "runstream.engine.errors",
+    "ResumeRefused": "runstream.engine.errors",
+    "RunCancelled": "runstream.engine.errors",
+    "RunFailed": "runstream.engine.errors",
+    "RunNotFound": "runstream.engine.errors",
+    "RunstreamError": "runstream.engine.errors",
+    "SignalRefused": "runstream.engine.errors",
+    "SpawnRefused": "runstream.engine.errors",
+    "StepFailed": "runstream.engine.errors",
+    "WaitTimeout": "runstream.engine.errors",
+    "InvalidInput": "runstream.engine.errors",
+    "FlowNotInApp": "runstream.engine.timetravel.dryrun",
+    "NoDecision": "runstream.engine.timetravel.dryrun",
+    "ForkNeedsForce": "runstream.engine.timetravel.fork",
+    "ForkTargetExists": "runstream.engine.timetravel.fork",
+    "ForkTooLarge": "runstream.engine.timetravel.fork",
+    "Flow": "runstream.engine.flow.definition",
+    "HandedOff": "runstream.engine.flow.definition",
+    "Handoff": "runstream.engine.flow.definition",
+    "RetryPolicy": "runstream.engine.flow.definition",
+    "RunHandle": "runstream.engine.client.handle",
+    "Worker": "runstream.engine.worker",
+    "RunStatus": "runstream.projections.state",
+}
+
+__all__ = [
+    "CancelRefused",
+    "Cancelled",
+    "CapabilityRefused",
+    "ChildCancelled",
+    "ChildFailed",
+    "ChildRun",
+    "Client",
+    "CreateRejected",
+    "Flow",
+    "FlowContext",
+    "FlowCycleDetected",
+    "FlowNotInApp",
+    "ForkNeedsForce",
+    "ForkTargetExists",
+    "ForkTooLarge",
+    "HandedOff",
+    "Handoff",
+    "IdentityConflict",
+    "InvalidInput",
+    "InvalidRunId",
+    "NoDecision",
+    "NonDeterminism",
+    "PayloadInvalid",
+    "ResultTimeout",
+    "ResumeRefused",
+    "RetryPolicy",
+    "RunCancelled",
+    "RunFailed",
+    "RunHandle",
+    "RunNotFound",
+    "RunStatus",
+    "RunstreamError",
+    "SignalRefused",
+    "SpawnRefused",
+    "StepFailed",
+    "WaitTimeout",
+    "Worker",
+    "idempotency_key",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'runstream' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
