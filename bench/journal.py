@@ -24,7 +24,7 @@ from aiokafka import AIOKafkaProducer
 from runstream.engine.journal import Envelope, JournalRecord, encode
 from runstream.engine.journal import events as ev
 from runstream.engine.kafka.connection import kafka_options
-from runstream.engine.kafka.reader import partition_for
+from runstream.projections.partitioning import partition_for
 
 RECORDS_PER_RUN = 7
 STEPS = ("reserve", "charge", "receipt")

@@ -31,8 +31,8 @@ from bench.report import CpuLine, Row, Section, percentile
 from bench.system import CpuMeter, measure_cpu
 from runstream import Client
 from runstream.engine.config import journal_topic
-from runstream.engine.kafka.reader import partition_for
 from runstream.engine.readmodel.model import read_model_dir
+from runstream.projections.partitioning import partition_for
 from runstream.projections.state import RunStatus
 
 PENDING = "pending: read model not landed"

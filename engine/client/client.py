@@ -37,11 +37,11 @@ from runstream.engine.journal.input_limits import (
     resolve_authority_name,
 )
 from runstream.engine.kafka.connection import KafkaSecurity
-from runstream.engine.kafka.reader import run_partition
 from runstream.engine.kafka.requests_topic import RequestProducer, Route
 from runstream.engine.observability.tracing import carrier, create_span
 from runstream.engine.readmodel.model import ReadModel, default_read_model_dir
 from runstream.projections.capabilities import narrow
+from runstream.projections.partitioning import run_partition
 from runstream.projections.requests import describe_refusal
 from runstream.projections.state import (
     ROUND_SEPARATOR,

@@ -10,11 +10,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.partitioner import murmur2
 
 from runstream.engine.errors import AccessDenied, RunstreamError
 from runstream.engine.kafka.connection import KafkaSecurity, kafka_options, start_client
-from runstream.projections.state import lineage_of
 
 
 class TopicMissing(RunstreamError):
@@ -23,17 +21,6 @@ class TopicMissing(RunstreamError):
             f"topic {topic!r} does not exist on {bootstrap}: create it with "
             f"`runstream topics create` (or check --namespace / RUNSTREAM_NAMESPACE)"
         )
-
-
-def run_partition(run_id: str, partitions: int) -> int:
-    """The partition of a run: its lineage's (every round of a lineage shares one)."""
-    return partition_for(lineage_of(run_id), partitions)
-
-
-def partition_for(key: str, partitions: int) -> int:
-    """The partition Kafka's default partitioner gives `key` (murmur2, as the Java client)."""
-    hashed: int = murmur2(key.encode())
-    return (hashed & 0x7FFFFFFF) % partitions
 
 
 # Not frozen: a frozen dataclass's __init__ sets each field through object.__setattr__,

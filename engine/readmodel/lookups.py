@@ -9,8 +9,8 @@ from runstream.engine.client.client import round_zero
 from runstream.engine.config import journal_topic, resolve_bootstrap, resolve_namespace
 from runstream.engine.errors import RunNotFound
 from runstream.engine.kafka.connection import KafkaSecurity
-from runstream.engine.kafka.reader import run_partition
 from runstream.engine.readmodel.model import ReadModel, View
+from runstream.projections.partitioning import run_partition
 
 
 def read_model_of(bootstrap: str | None, namespace: str | None,

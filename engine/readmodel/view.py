@@ -12,8 +12,8 @@ import heapq
 import itertools
 from collections.abc import Iterable, Iterator
 
-from runstream.engine.kafka.reader import run_partition
 from runstream.projections.memory import MemoryStore
+from runstream.projections.partitioning import run_partition
 from runstream.projections.state import (
     JournalEntry,
     PartitionState,

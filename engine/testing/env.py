@@ -32,7 +32,6 @@ from runstream.engine.flow.definition import Flow, HandedOff, dump_json
 from runstream.engine.flow.runner import exit_reason
 from runstream.engine.journal import Envelope, JournalRecord, encode
 from runstream.engine.journal import events as ev
-from runstream.engine.kafka.reader import run_partition
 from runstream.engine.testing.execution import TestExecution
 from runstream.engine.timetravel.fork import (
     ForkNeedsForce,
@@ -63,6 +62,7 @@ from runstream.projections.decide import (
 from runstream.projections.forks import fork_asks, is_copying
 from runstream.projections.memory import HistoryItem, MemoryProjection
 from runstream.projections.outbox_fallback import GiveUp, checked_request
+from runstream.projections.partitioning import run_partition
 from runstream.projections.requests import describe_refusal
 from runstream.projections.state import JournalEntry, OutboxItem, RunState, RunStatus, Verdict
 from runstream.projections.store import HistoryEntry

@@ -30,7 +30,6 @@ from runstream.engine.errors import RunNotFound, RunstreamError
 from runstream.engine.journal import Envelope, decode
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import MAX_RUN_ID_CHARS, check_run_id
-from runstream.engine.kafka.reader import run_partition
 from runstream.engine.readmodel.model import ReadModel, View
 from runstream.engine.timetravel.fork_source import (
     MAX_PART_BYTES,
@@ -42,6 +41,7 @@ from runstream.engine.timetravel.fork_source import (
     residue,
     settled_prefix,
 )
+from runstream.projections.partitioning import run_partition
 from runstream.projections.requests import describe_refusal
 from runstream.projections.state import ROUND_SEPARATOR, RunState, Verdict, lineage_of
 

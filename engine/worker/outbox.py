@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.journal import TYPE_HEADER, EncodeError, JournalRecord
 from runstream.engine.journal import events as ev
-from runstream.engine.kafka.reader import partition_for
 from runstream.engine.worker.committer import RecordTooLarge
 from runstream.engine.worker.deadletters import DeadLetterCopier, Polled
 from runstream.engine.worker.executor import decision, now_ms
@@ -38,6 +37,7 @@ from runstream.projections.outbox_fallback import (
     give_up,
     request_of,
 )
+from runstream.projections.partitioning import partition_for
 from runstream.projections.poison import Poison
 from runstream.projections.state import OutboxItem
 

@@ -22,7 +22,7 @@ from runstream.engine.cli.operations import run_history, run_status
 from runstream.engine.config import journal_topic
 from runstream.engine.journal import Envelope, JournalRecord, encode
 from runstream.engine.journal import events as ev
-from runstream.engine.kafka.reader import partition_for, read_partitions
+from runstream.engine.kafka.reader import read_partitions
 from runstream.engine.timetravel.fork import (
     MAX_PART_BYTES,
     ForkNeedsForce,
@@ -34,6 +34,7 @@ from runstream.engine.timetravel.history import HistoryRow
 from runstream.engine.worker.outbox import request_record
 from runstream.projections.decide import fork_decisions
 from runstream.projections.forks import fork_asks
+from runstream.projections.partitioning import partition_for
 from runstream.projections.state import RunState, Verdict
 from runstream.projections.store import HistoryEntry
 from tests.integration.fork_flows import bulky, calls, counted, family, flows, risky

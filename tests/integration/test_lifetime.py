@@ -31,8 +31,8 @@ from runstream import (
     Worker,
 )
 from runstream.engine.journal import events as ev
-from runstream.engine.kafka.reader import run_partition
 from runstream.projections import store
+from runstream.projections.partitioning import run_partition
 from tests.integration.lifetime_flows import (
     EFFECTS,
     capped,

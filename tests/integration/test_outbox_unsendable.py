@@ -16,10 +16,10 @@ from runstream import ChildFailed, Client, Flow, FlowContext, RunStatus, Worker
 from runstream.engine.journal import Envelope, encode
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import PAYLOAD_ENV
-from runstream.engine.kafka.reader import run_partition
 from runstream.engine.ops.deadletters import DeadLetterRow, list_dead_letters
 from runstream.engine.worker.committer import MAX_RECORD_BYTES
 from runstream.projections import keys
+from runstream.projections.partitioning import run_partition
 from runstream.projections.state import OutboxItem, encode_state
 from tests.conftest import TEST_JOURNAL_PARTITIONS
 from tests.integration.support import status_or_none

@@ -21,11 +21,12 @@ from runstream.engine.errors import RunNotFound
 from runstream.engine.journal import JournalRecord, encode
 from runstream.engine.journal import events as ev
 from runstream.engine.kafka.admin import delete_topics, ensure_topics
-from runstream.engine.kafka.reader import RawRecord, partition_for, read_partitions
+from runstream.engine.kafka.reader import RawRecord, read_partitions
 from runstream.engine.readmodel.model import ReadModel, ReadModelAhead, View, read_model_dir
 from runstream.engine.timetravel.history import run_history, state_at
 from runstream.engine.timetravel.points import Point
 from runstream.projections.memory import MemoryProjection
+from runstream.projections.partitioning import partition_for
 from runstream.projections.state import RunStatus, Verdict, to_builtins
 from tests.builders import Writer, create, created, request
 from tests.conftest import TEST_JOURNAL_PARTITIONS

@@ -22,8 +22,9 @@ from runstream.engine.config import dead_letter_topic, requests_topic
 from runstream.engine.journal import Envelope, decode, encode
 from runstream.engine.journal import events as ev
 from runstream.engine.kafka.admin import ensure_requests_topics
-from runstream.engine.kafka.reader import read_partitions, run_partition
+from runstream.engine.kafka.reader import read_partitions
 from runstream.engine.worker.relay import REASON_HEADER, Relay
+from runstream.projections.partitioning import run_partition
 from tests.conftest import TEST_JOURNAL_PARTITIONS
 
 AUTHORITIES = {"team": frozenset({"email"})}

@@ -17,12 +17,12 @@ import pytest
 from runstream import Client
 from runstream.engine.demo.flows import checkout
 from runstream.engine.journal import events as ev
-from runstream.engine.kafka.reader import partition_for
 from runstream.engine.ops import verify as integrity
 from runstream.engine.readmodel.model import ReadModel, read_model_dir
 from runstream.projections import keys
 from runstream.projections.checkpoints import list_checkpoints
 from runstream.projections.manifest import CheckpointPolicy
+from runstream.projections.partitioning import partition_for
 from runstream.projections.state import RunState, Verdict, encode_state, replace
 from runstream.projections.store import ProjectionStore
 from tests.builders import Writer

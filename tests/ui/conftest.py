@@ -27,9 +27,9 @@ from runstream.engine.config import journal_topic
 from runstream.engine.journal import encode
 from runstream.engine.journal import events as ev
 from runstream.engine.kafka.admin import delete_topics, ensure_topics
-from runstream.engine.kafka.reader import partition_for
 from runstream.engine.readmodel.model import ReadModel, View
 from runstream.engine.ui import UiSettings, create_app
+from runstream.projections.partitioning import partition_for
 from tests.builders import Writer
 from tests.conftest import in_ci
 from tests.integration.support import status_or_none

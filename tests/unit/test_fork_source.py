@@ -14,13 +14,13 @@ import pytest
 from runstream.engine.errors import RunFailed
 from runstream.engine.journal import decode, encode
 from runstream.engine.journal import events as ev
-from runstream.engine.kafka.reader import run_partition
 from runstream.engine.testing import TestEnvironment
 from runstream.engine.timetravel.fork_source import answer_fork, within_limits
 from runstream.engine.worker.relay import AUTHORITY_HEADER, Forward, Incoming, Refuse, judge
 from runstream.projections.decide import FIRST_SHAPE_FORK, fork_decisions
 from runstream.projections.forks import ForkAsk, entry_json, fork_asks
 from runstream.projections.memory import MemoryProjection
+from runstream.projections.partitioning import run_partition
 from runstream.projections.projector import Outcome, Projector
 from runstream.projections.requests import covers, describe_refusal
 from runstream.projections.state import (

@@ -28,7 +28,6 @@ from runstream.engine.journal.input_limits import (
     encode_request,
     max_payload_bytes,
 )
-from runstream.engine.kafka.reader import run_partition
 from runstream.engine.timetravel.fork import fork_run_id
 from runstream.engine.worker.relay import (
     AUTHORITY_HEADER,
@@ -38,6 +37,7 @@ from runstream.engine.worker.relay import (
     judge,
     load_authorities,
 )
+from runstream.projections.partitioning import run_partition
 from tests.builders import Writer, request
 
 NS = "ns"

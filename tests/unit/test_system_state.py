@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from runstream.engine.timetravel import cut as system_state
 from runstream.engine.cli.state import format_state
 from runstream.engine.errors import InvalidInput
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.readmodel.view import View
+from runstream.engine.timetravel import cut as system_state
 from runstream.engine.timetravel.cut import (
     ChangedRun,
     Cut,

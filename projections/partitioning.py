@@ -1,0 +1,51 @@
+"""Which partition holds a run: its lineage id hashed as Kafka's default partitioner does.
+
+Every writer (client, worker, relay, fork) and every reader (tail, read model, time travel)
+must agree on this, so it is one pure function here, not a call into a Kafka client: the
+hash is Kafka's murmur2 (org.apache.kafka.common.utils.Utils.murmur2, seed 0x9747b28c), and
+the partition is `(hash & 0x7fffffff) % partitions`, as the Java client's
+BuiltInPartitioner computes it for a keyed record.
+"""
+
+from __future__ import annotations
+
+from runstream.projections.state import lineage_of
+
+_SEED = 0x9747B28C
+_M = 0x5BD1E995
+_MASK = 0xFFFFFFFF
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's 32-bit murmur2 of `data`, as an unsigned int."""
+    length = len(data)
+    h = (_SEED ^ length) & _MASK
+    whole = length - length % 4
+    for i in range(0, whole, 4):
+        k = int.from_bytes(data[i:i + 4], "little")
+        k = (k * _M) & _MASK
+        k ^= k >> 24
+        k = (k * _M) & _MASK
+        h = ((h * _M) & _MASK) ^ k
+    tail = data[whole:]
+    if len(tail) >= 3:
+        h ^= tail[2] << 16
+    if len(tail) >= 2:
+        h ^= tail[1] << 8
+    if tail:
+        h ^= tail[0]
+        h = (h * _M) & _MASK
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    h ^= h >> 15
+    return h
+
+
+def partition_for(key: str, partitions: int) -> int:
+    """The partition Kafka's default partitioner gives the record key `key`."""
+    return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+
+
+def run_partition(run_id: str, partitions: int) -> int:
+    """The partition of a run: its lineage's (every round of a lineage shares one)."""
+    return partition_for(lineage_of(run_id), partitions)
