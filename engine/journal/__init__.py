@@ -1,7 +1,7 @@
 """The journal: typed records, their Avro schemas and the Kafka wire codec.
 
-`events` is generated from `schemas/` (`python -m engine.journal.codegen`); `registry` holds the
-fixed Confluent schema ids; `codec` turns records into Kafka values and headers and back.
+`events` is generated from `schemas/` (`python -m runstream.engine.journal.codegen`);
+`schema_ids` holds the fixed Confluent schema ids; `codec` turns records into Kafka values and headers and back.
 """
 
 from runstream.engine.journal.codec import (

@@ -36,7 +36,7 @@ MAGIC_BYTE = 0
 TYPE_HEADER = "rs-type"
 FRAME_SIZE = 5  # magic byte + 4-byte schema id
 _FRAME = struct.Struct(">BI")
-_STALE = "engine/journal/events.py is stale: run `python -m engine.journal.codegen`"
+_STALE = "engine/journal/events.py is stale: run `python -m runstream.engine.journal.codegen`"
 
 DecodeReason = Literal[
     "empty",  # None (a tombstone) or b""
@@ -95,8 +95,9 @@ FieldSpec = tuple[str, frozenset[type], Callable[[Any], bool], str]
 
 
 def _field_specs(avro_fields: list[Schema]) -> tuple[FieldSpec, ...]:
-    # Imported here, not at the top: the package imports this module, and a module-level import
-    # would make `python -m engine.journal.codegen` load codegen twice (runpy warns about it).
+    # Imported here, not at the top: the package imports this module, and a module-level
+    # import would make `python -m runstream.engine.journal.codegen` load codegen twice
+    # (runpy warns about it).
     from runstream.engine.journal.codegen import python_type
 
     specs = []

@@ -1,6 +1,6 @@
 """Generate `engine/journal/events.py` from the Avro schemas, the single definition of records.
 
-Run `python -m engine.journal.codegen` after changing anything under `schemas/`;
+Run `python -m runstream.engine.journal.codegen` after changing anything under `schemas/`;
 `--check` exits 1 (writing nothing) when the committed file is stale, for CI.
 The output is deterministic (no timestamps, no paths) so it can be compared byte for byte.
 """
@@ -24,9 +24,9 @@ LINE_LENGTH = 100
 
 HEADER = '''\
 # GENERATED FILE: DO NOT EDIT.
-# Made by `python -m engine.journal.codegen` from schemas/registry.json and the .avsc files it
-# names. Change the schemas, then regenerate; tests/unit/test_events_generated.py fails (and
-# `python -m engine.journal.codegen --check` exits 1) while this file is stale.
+# Made by `python -m runstream.engine.journal.codegen` from schemas/registry.json and the
+# .avsc files it names. Change the schemas, then regenerate; tests/unit/test_events_generated.py fails (and
+# `python -m runstream.engine.journal.codegen --check` exits 1) while this file is stale.
 """Typed journal records: one frozen class per Avro record type in schemas/registry.json."""
 
 '''
@@ -320,7 +320,8 @@ def generate(registry: SchemaRegistry) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m engine.journal.codegen", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m runstream.engine.journal.codegen",
+                                     description=__doc__)
     parser.add_argument("--schemas", type=Path, help="schema directory (default: located)")
     parser.add_argument("--output", type=Path, default=OUTPUT, help=f"default: {OUTPUT}")
     parser.add_argument("--check", action="store_true", help="exit 1 if the output is stale")
@@ -330,7 +331,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     existing = output.read_text(encoding="utf-8") if output.exists() else None
     if args.check:
         if existing != source:
-            print(f"{output} is stale: run python -m engine.journal.codegen", file=sys.stderr)
+            print(f"{output} is stale: run python -m runstream.engine.journal.codegen",
+                  file=sys.stderr)
             return 1
         print(f"{output} is up to date")
         return 0

@@ -19,7 +19,7 @@ REGISTRY = SchemaRegistry.load()
 def test_committed_events_py_is_freshly_generated() -> None:
     committed = Path(events.__file__).read_text(encoding="utf-8")
     assert committed == codegen.generate(REGISTRY), (
-        "engine/journal/events.py is stale: run `python -m engine.journal.codegen`"
+        "engine/journal/events.py is stale: run `python -m runstream.engine.journal.codegen`"
     )
 
 
