@@ -1,7 +1,8 @@
 """The journal: typed records, their Avro schemas and the Kafka wire codec.
 
 `events` is generated from `schemas/` (`python -m runstream.engine.journal.codegen`);
-`schema_ids` holds the fixed Confluent schema ids; `codec` turns records into Kafka values and headers and back.
+`schema_ids` holds the fixed Confluent schema ids; `codec` turns records into Kafka values
+and headers and back.
 """
 
 from runstream.engine.journal.codec import (

@@ -1,7 +1,8 @@
 # GENERATED FILE: DO NOT EDIT.
 # Made by `python -m runstream.engine.journal.codegen` from schemas/registry.json and the
-# .avsc files it names. Change the schemas, then regenerate; tests/unit/test_events_generated.py fails (and
-# `python -m runstream.engine.journal.codegen --check` exits 1) while this file is stale.
+# .avsc files it names. Change the schemas, then regenerate;
+# tests/unit/test_events_generated.py fails (and `python -m
+# runstream.engine.journal.codegen --check` exits 1) while this file is stale.
 """Typed journal records: one frozen class per Avro record type in schemas/registry.json."""
 
 from dataclasses import dataclass
