@@ -15,7 +15,6 @@ the number of copies.
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -25,6 +24,7 @@ from runstream.engine.errors import InvalidInput
 from runstream.engine.journal import TYPE_HEADER
 from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.kafka.reader import RawRecord, read_partitions
+from runstream.engine.timetext import iso_time
 from runstream.engine.worker.deadletters import (
     CAUSE_HEADER,
     DETAIL_HEADER,
@@ -153,8 +153,7 @@ def _relay_row(raw: RawRecord, headers: dict[str, str]) -> DeadLetterRow | None:
 
 
 def iso(ms: int) -> str:
-    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).isoformat(
-        timespec="milliseconds").replace("+00:00", "Z")
+    return iso_time(ms)
 
 
 def format_rows(found: DeadLetterList) -> list[str]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import shlex
 from collections import Counter
-from datetime import UTC, datetime
 from typing import Any
 
+from runstream.engine import timetext
 from runstream.engine.config import DEFAULT_NAMESPACE
 from runstream.engine.flow.definition import HandedOff
 from runstream.engine.timetravel.history import HistoryRow
@@ -117,9 +117,7 @@ def wait_view(wait: Wait) -> dict[str, Any]:
 
 def iso_time(ms: int) -> str:
     """Milliseconds since the epoch as ISO-8601 UTC, e.g. 2026-11-30T10:00:00Z."""
-    moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
-    text = moment.isoformat(timespec="milliseconds" if ms % 1000 else "seconds")
-    return text.replace("+00:00", "Z")
+    return timetext.iso_time(ms, precision="auto")
 
 
 def status_note(run: RunState) -> str | None:

@@ -5,12 +5,12 @@ code makes, a record it would send, a wait it would suspend on, or how a run end
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from runstream.engine.flow.context import StepArguments
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
+from runstream.engine.timetext import iso_time
 from runstream.projections.state import JournalEntry, RunState, RunStatus, Wait
 
 PREVIEW = 80  # characters of arguments, results and payloads shown to people
@@ -172,4 +172,4 @@ def _short(text: str, limit: int = PREVIEW) -> str:
 
 
 def _iso(millis: int) -> str:
-    return datetime.fromtimestamp(millis / 1000, tz=UTC).isoformat(timespec="seconds")
+    return iso_time(millis, precision="s", zone="+00:00")

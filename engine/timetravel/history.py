@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from runstream.engine.errors import RunNotFound, RunstreamError
 from runstream.engine.journal import DecodeError, JournalRecord, decode, record_to_dict
 from runstream.engine.journal import events as ev
 from runstream.engine.readmodel.model import View
+from runstream.engine.timetext import iso_time
 from runstream.projections.reducer import apply
 from runstream.projections.state import (
     JournalEntry,
@@ -243,11 +243,12 @@ def _worth_showing(value: Any) -> bool:
 
 def iso(timestamp_ms: int) -> str:
     """A log time as ISO-8601 UTC with milliseconds (what time-travel output shows)."""
-    return datetime.fromtimestamp(timestamp_ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
+    return iso_time(timestamp_ms, zone="+00:00")
 
 
 def _clock(timestamp_ms: int) -> str:
-    return datetime.fromtimestamp(timestamp_ms / 1000, tz=UTC).strftime("%H:%M:%S.%f")[:-3]
+    """A history row's log time of day, to the millisecond."""
+    return iso_time(timestamp_ms, date=False, zone="")
 
 
 def format_history(rows: list[HistoryRow]) -> list[str]:

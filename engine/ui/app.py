@@ -19,6 +19,7 @@ from runstream.engine.config import journal_topic
 from runstream.engine.errors import InvalidInput, RunNotFound, RunstreamError
 from runstream.engine.readmodel.describe import run_view
 from runstream.engine.readmodel.model import ReadModel, View
+from runstream.engine.timetext import iso_time
 from runstream.engine.timetravel.cut import SystemState, parse_instant, state_of_model
 from runstream.engine.ui import pages, run_page
 from runstream.engine.ui.dry_run import DryRunner, dry_run_fragment
@@ -171,7 +172,7 @@ async def system_api(request: web.Request) -> web.Response:
 
 
 def _now_text() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+    return iso_time(int(time.time() * 1000), precision="s", zone="")
 
 
 @web.middleware

@@ -7,10 +7,11 @@ through `esc` (or `attr`), so a run id or a payload can never inject markup.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from html import escape
 from typing import Any
 from urllib.parse import urlencode
+
+from runstream.engine.timetext import iso_time
 
 STATIC_VERSION = "3"  # bumped when ui.css or ui.js change, so browsers fetch them again
 
@@ -39,14 +40,13 @@ def clock(ms: int | None) -> str:
     """Milliseconds since the epoch as `2026-11-30 10:00:00.123Z` (UTC)."""
     if ms is None:
         return ""
-    moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
-    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d}Z"
+    return iso_time(ms, sep=" ")
 
 
 def time_tag(ms: int | None) -> str:
     if ms is None:
         return ""
-    iso = datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
+    iso = iso_time(ms, zone="+00:00")
     return f'<time datetime="{esc(iso)}">{esc(clock(ms))}</time>'
 
 
@@ -54,7 +54,7 @@ def input_time(ms: int | None) -> str:
     """The value a `datetime-local` input shows for `ms` (UTC, to the second)."""
     if ms is None:
         return ""
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return iso_time(ms, precision="s", zone="")
 
 
 def short_json(value: Any, limit: int = 120) -> str:

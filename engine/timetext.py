@@ -1,0 +1,38 @@
+"""Times shown to people: one formatter of epoch milliseconds as ISO-8601 UTC text.
+
+Every view that prints or renders a time (the CLI's tables and JSON, the UI's pages, run
+descriptions, history, time-travel reports, dead letters) calls `iso_time`; each one picks
+how much it shows with the keywords, so the same instant reads the same everywhere:
+
+    iso_time(ms)                                 2026-11-30T10:00:00.250Z
+    iso_time(ms, zone="+00:00")                  2026-11-30T10:00:00.250+00:00
+    iso_time(ms, precision="auto")               2026-11-30T10:00:00Z (ms only when not 0)
+    iso_time(ms, precision="s", zone="")         2026-11-30T10:00:00 (a datetime-local input)
+    iso_time(ms, sep=" ")                        2026-11-30 10:00:00.250Z
+    iso_time(ms, date=False, zone="")            10:00:00.250 (a column of one day's rows)
+
+Pure and standard library only, so any layer may import it.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Literal
+
+Precision = Literal["ms", "s", "auto"]
+"""Milliseconds always, seconds only, or milliseconds only when the instant has some."""
+Zone = Literal["Z", "+00:00", ""]
+"""How UTC is written: `Z`, Python's `+00:00`, or not at all (a local-time input field)."""
+
+
+def iso_time(ms: int, *, precision: Precision = "ms", zone: Zone = "Z", sep: str = "T",
+             date: bool = True) -> str:
+    """Milliseconds since the epoch as ISO-8601 UTC text (see the module docstring).
+
+    Exact in integers: the milliseconds shown are `ms % 1000`, never a float's rounding."""
+    seconds, millis = divmod(int(ms), 1000)
+    moment = datetime.fromtimestamp(seconds, tz=UTC)
+    text = moment.strftime(f"%Y-%m-%d{sep}%H:%M:%S" if date else "%H:%M:%S")
+    if precision == "ms" or (precision == "auto" and millis):
+        text += f".{millis:03d}"
+    return text + zone
