@@ -3,12 +3,19 @@
     from runstream import Client, Flow, FlowContext, Worker
     from runstream.testing import TestEnvironment
 
-This module is the package users import: it re-exports what they use. The names are
-imported on first use (PEP 562), not when the package is, so `import runstream.testing`
-or `import runstream.engine.journal` does not pull in the client, the worker and aiokafka.
+`import runstream` works too: `runstream.idempotency_key()` inside a step,
+`except runstream.Cancelled:` in a handler's cleanup.
 
-The code lives in two packages: `runstream.projections` (everything pure, plus its
-storage) and `runstream.engine` (I/O and the faces users touch); see docs/architecture.md.
+This module is the package users import: it re-exports what they use (the client, flows,
+the worker, the errors they catch). The names are imported on first use (PEP 562), not when
+the package is, so `import runstream.testing` or `import runstream.engine.journal` does not
+pull in the client, the worker and aiokafka.
+
+The code lives in two packages: `runstream.projections` (everything pure, plus its storage)
+and `runstream.engine` (I/O and the faces users touch); see docs/architecture.md. This
+facade may import any of them; no library package imports it (the demo's flows do, written
+as users write theirs), and nothing imports the deprecated top-level names `engine` and
+`projections` (runstream._legacy).
 """
 
 from __future__ import annotations

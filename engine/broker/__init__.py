@@ -1,4 +1,10 @@
-"""A local Apache Kafka broker (KRaft) for development and CI: `runstream broker start`."""
+"""A local Apache Kafka broker (KRaft) for development and CI: `runstream broker start`.
+
+The launcher, the data-directory layout, the readiness probe, the broker's security
+(SASL_SSL, its own CA) and the toolchain that fetches the Kafka jars.
+
+May import: `engine.config` only; it knows nothing of journals or runs.
+"""
 
 from runstream.engine.broker.launcher import BrokerCluster, NodeStatus
 from runstream.engine.broker.layout import DEFAULT_HOST, NodeSpec, default_data_dir, new_cluster_id

@@ -1,4 +1,9 @@
-"""The `runstream` command line: thin click commands, each calling one application function."""
+"""The `runstream` command line: thin click commands, one module per command group, each
+calling one application function (`operations` is the CLI's application layer).
+
+May import anything of runstream: it is the top of the stack, and nothing outside it
+imports it (not even the UI).
+"""
 
 from __future__ import annotations
 

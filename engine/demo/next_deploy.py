@@ -1,5 +1,5 @@
 """The demo's flows as a change about to be deployed would leave them: checkout charges the
-amount in cents. `runstream run fork ID --dry-run --app engine.demo.next_deploy:flows`
+amount in cents. `runstream run fork ID --dry-run --app runstream.engine.demo.next_deploy:flows`
 shows which recorded runs would decide differently under it."""
 
 from __future__ import annotations

@@ -133,7 +133,7 @@ class FlowContext(WaitingCalls):
         """Run `fn(*args, **kwargs)` once, durably; on replay return its journaled result.
 
         `requires`: a capability the step uses; the run fails (CapabilityRefused) when its
-        ceiling does not include it. Inside `fn`, `engine.idempotency_key()` is the same for
+        ceiling does not include it. Inside `fn`, `runstream.idempotency_key()` is the same for
         every attempt of this step: pass it to the external system."""
         position = self._next_position(name, "step", (args, kwargs))
         if requires is not None:

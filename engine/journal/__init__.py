@@ -1,8 +1,12 @@
-"""The journal: typed records, their Avro schemas and the Kafka wire codec.
+"""The journal's records: typed records, their Avro schemas and the Kafka wire codec.
 
 `events` is generated from `schemas/` (`python -m runstream.engine.journal.codegen`);
-`schema_ids` holds the fixed Confluent schema ids; `codec` turns records into Kafka values
-and headers and back.
+`schema_ids` holds the fixed Confluent schema ids (`schemas/registry.json`); `codec` turns
+records into Kafka values and headers and back; `input_limits` and `record_size` are the
+limits on ids, names, payloads and records that every writer checks before producing.
+
+May import: `engine.errors` only (and fastavro, msgspec). Everything else imports it:
+it is the bottom of the stack, below `projections`.
 """
 
 from runstream.engine.journal.codec import (

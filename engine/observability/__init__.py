@@ -2,8 +2,10 @@
 
 `engine.observability.metrics` holds `WorkerMetrics` (one Prometheus registry per worker);
 `engine.observability.tracing` holds the span helpers (OpenTelemetry API only: no-ops until
-the user installs and configures the SDK). Neither imports the rest of the engine, so both
-can be imported first, from anywhere, without an import cycle.
+the user installs and configures the SDK).
+
+May import: nothing of runstream, so both can be imported first, from anywhere, without an
+import cycle.
 """
 
 from __future__ import annotations

@@ -1,4 +1,9 @@
-"""Time travel: a run's history and its state at any past point, points and trees of
-rounds and children, the namespace at a cut (`state --at`), forks, the fencing ledger and
-the counterfactual dry run.
+"""Time travel: a run's history with verdicts (`history`), points in it (`points`: record,
+offset or instant), the namespace at a consistent cut (`cut`, `state --at`), forks (`fork`,
+`fork_source`: the I/O half; the planning is pure, in projections), the fencing ledger
+(`fencing`) and the counterfactual dry run (`dryrun`, `dryrun_report`).
+
+May import: `engine.worker`, `engine.client`, `engine.readmodel`, `engine.flow`,
+`engine.kafka`, `projections`, `engine.journal`, `engine.errors`, `engine.config`,
+`engine.timetext`; never the CLI or the UI, which show what it answers.
 """

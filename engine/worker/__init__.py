@@ -1,8 +1,17 @@
-"""The worker: consumer-group member, projection owner, run executor.
+"""The worker: consumer-group member, projection owner, run executor, and the requests relay.
 
-`Worker` is imported on first use (PEP 562), as in `engine`: a module that needs one of the
-worker's small parts (the dead-letter headers, the read-back rule) does not load the whole
-worker, its metrics and its tracing with it. The CLI's start-up pays for that otherwise.
+`worker` (Worker) wires the parts: ownership and claims, admission and activation, the
+reactions to applied records, the executor and committer, read-back, timers and sweeps,
+the outbox, forks, dead letters, the relay, upkeep, the watchdog, supervision and shutdown
+(planned: `owner`, the narrow Owner protocol those helpers take instead of the Worker).
+
+`Worker` is imported on first use (PEP 562), as in `runstream`: a module that needs one of
+the worker's small parts (the dead-letter headers, the read-back rule) does not load the
+whole worker, its metrics and its tracing with it. The CLI's start-up pays for that otherwise.
+
+May import: `engine.readmodel`, `engine.flow`, `engine.kafka`, `engine.observability`,
+`projections`, `engine.journal`, `engine.errors`, `engine.config`; not the client, time
+travel, ops or any face above them.
 """
 
 from __future__ import annotations

@@ -108,7 +108,7 @@ async def test_read_committed_sees_only_committed_transactions(
 
 async def _runstream(*args: str) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", "from engine.cli import main; main()", *args,
+        sys.executable, "-c", "from runstream.engine.cli import main; main()", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(proc.communicate(), timeout=120)

@@ -306,8 +306,8 @@ async def test_the_json_endpoints(scene: Scene) -> None:
 
 
 # `runstream ui` itself, in a process of its own: the command as the CLI group runs it.
-UI_COMMAND = ("import click; from engine.cli.errors import run_cli; from engine.cli.ui import ui; "
-              "run_cli(click.Group(commands=[ui]))")
+UI_COMMAND = ("import click; from runstream.engine.cli.errors import run_cli; "
+              "from runstream.engine.cli.ui import ui; run_cli(click.Group(commands=[ui]))")
 
 
 async def test_the_ui_command_serves_until_interrupted(scene: Scene, tmp_path: Path) -> None:

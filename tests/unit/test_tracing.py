@@ -156,7 +156,7 @@ def test_without_a_tracer_provider_every_helper_is_a_no_op() -> None:
     # In a fresh interpreter: this process already has a TracerProvider.
     script = (
         "from opentelemetry import trace\n"
-        "from engine.observability.tracing import activation_span, carrier, create_span,"
+        "from runstream.engine.observability.tracing import activation_span, carrier, create_span,"
         " step_span\n"
         "with create_span('r1', 'f') as span:\n"
         "    assert not span.is_recording()\n"
@@ -193,7 +193,7 @@ def test_spans_start_once_a_provider_is_set_after_the_first_check() -> None:
     code = (
         "from opentelemetry import trace\n"
         "from opentelemetry.sdk.trace import TracerProvider\n"
-        "from engine.observability.tracing import step_span\n"
+        "from runstream.engine.observability.tracing import step_span\n"
         "with step_span('a', 0) as s: assert not s.get_span_context().is_valid\n"
         "trace.set_tracer_provider(TracerProvider())\n"
         "with step_span('a', 0) as s: assert s.get_span_context().is_valid\n"
