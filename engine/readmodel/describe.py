@@ -7,9 +7,9 @@ import shlex
 from collections import Counter
 from typing import Any
 
-from runstream.engine import timetext
 from runstream.engine.config import DEFAULT_NAMESPACE
 from runstream.engine.flow.definition import HandedOff
+from runstream.engine.timetext import iso_time as format_iso_time
 from runstream.engine.timetravel.history import HistoryRow
 from runstream.projections.decide import FLOW_NOT_REGISTERED
 from runstream.projections.state import RunState, RunStatus, Wait, to_builtins
@@ -117,7 +117,7 @@ def wait_view(wait: Wait) -> dict[str, Any]:
 
 def iso_time(ms: int) -> str:
     """Milliseconds since the epoch as ISO-8601 UTC, e.g. 2026-11-30T10:00:00Z."""
-    return timetext.iso_time(ms, precision="auto")
+    return format_iso_time(ms, precision="auto")
 
 
 def status_note(run: RunState) -> str | None:

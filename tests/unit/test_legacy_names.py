@@ -105,7 +105,7 @@ def test_runstream_itself_imports_no_old_name(tmp_path: Path) -> None:
         from runstream.testing import TestEnvironment
         import runstream.engine.cli, runstream.engine.ui.app, runstream.engine.demo.driver
         print(sorted(m for m in sys.modules if m.split(".")[0] in ("engine", "projections")))
-    """, tmp_path, "-W", "error::DeprecationWarning:runstream")
+    """, tmp_path)
     assert out.strip() == "[]"
 
 
