@@ -56,6 +56,11 @@ async def run_greet(ctx: FlowContext, p: dict) -> dict:
 
 flows = [greet]
 '''
+RAISES = '''\
+import sys
+print("runstream imported the application's own module", __name__, file=sys.stderr)
+raise RuntimeError(f"the application's {__name__} was imported by runstream")
+'''
 LEGACY_FLOWS = '''\
 from engine import Flow, FlowContext     # the deprecated name, as written before 0.2
 
@@ -75,6 +80,7 @@ class Installed:
     venv: Path
     wheel: Path
     app_dir: Path     # holds the application's own engine.py and projections/
+    hostile_dir: Path  # its engine.py and projections/ raise when imported at all
     legacy_dir: Path  # no engine.py: `from engine import ...` means runstream's old name
 
     @property
@@ -113,14 +119,17 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     _run([base / "venv" / "bin" / "python", "-m", "pip", "install", "-q",
           "--disable-pip-version-check", wheel], cwd=base, timeout=INSTALL_TIMEOUT,
          env=_clean_env())
-    app_dir, legacy_dir = base / "app", base / "legacy"
+    app_dir, hostile_dir, legacy_dir = base / "app", base / "hostile", base / "legacy"
+    (hostile_dir / "projections").mkdir(parents=True)
+    (hostile_dir / "engine.py").write_text(RAISES)
+    (hostile_dir / "projections" / "__init__.py").write_text(RAISES)
     (app_dir / "projections").mkdir(parents=True)
     (app_dir / "engine.py").write_text(APP_ENGINE)
     (app_dir / "projections" / "__init__.py").write_text(APP_PROJECTIONS)
     (app_dir / "myapp.py").write_text(APP_FLOWS)
     legacy_dir.mkdir()
     (legacy_dir / "oldapp.py").write_text(LEGACY_FLOWS)
-    yield Installed(base / "venv", wheel, app_dir, legacy_dir)
+    yield Installed(base / "venv", wheel, app_dir, hostile_dir, legacy_dir)
 
 
 def _python(installed: Installed, cwd: Path, code: str) -> str:
@@ -181,11 +190,32 @@ def test_a_flow_runs_in_the_test_environment_from_the_app_directory(
     assert json.loads(out) == {"text": "hello ada", "store": "app-store"}
 
 
+def test_nothing_imports_an_engine_or_projections_that_raises(installed: Installed) -> None:
+    out = _python(installed, installed.hostile_dir, """
+        import asyncio
+        import runstream
+        from runstream import Client, Flow, FlowContext, Worker
+        from runstream.testing import TestEnvironment
+        import runstream.engine.cli, runstream.engine.ui.app, runstream.engine.demo.driver
+        echo = Flow("echo")
+
+        @echo.handler
+        async def run_echo(ctx: FlowContext, p: dict) -> dict:
+            return {"echo": await ctx.step("copy", dict, p)}
+
+        async def main():
+            async with TestEnvironment([echo]) as env:
+                print(await env.run(echo, {"a": 1}))
+        asyncio.run(main())
+    """)
+    assert out.strip() == "{'echo': {'a': 1}}"
+
+
 def test_the_installed_script_and_python_m_runstream_answer_help(installed: Installed) -> None:
     for command in ([installed.script, "--help"], [installed.python, "-m", "runstream", "--help"]):
-        done = _run(command, cwd=installed.app_dir, env=_clean_env())
+        done = _run(command, cwd=installed.hostile_dir, env=_clean_env(PYTHONPATH="."))
         assert "worker" in done.stdout and "Usage:" in done.stdout, done.stdout
-        assert "Traceback" not in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr and "imported" not in done.stderr, done.stderr
 
 
 def test_the_old_names_are_aliases_with_one_deprecation_warning(installed: Installed) -> None:
