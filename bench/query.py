@@ -8,7 +8,7 @@ the whole journal for a first call; one ListOffsets of every partition's end (wh
 up-to-date read must ask the broker) for later calls. On a one-partition journal the two
 first calls are the same catch-up, measured once. Then `run status ID --json` as two
 processes on the caught-up read model, against the bare start-up of
-`python -m engine.cli --help`.
+`python -m runstream --help`.
 """
 
 from __future__ import annotations
@@ -198,7 +198,7 @@ def cli_status_rows(ctx: Context, section: Section, namespace: str, run_id: str,
     """`run status ID --json` as two processes in turn, on a read model caught up already:
     what a query costs from a shell once the cache is warm (the first call's catch-up is
     the in-process figure above)."""
-    argv = python("-m", "runstream.engine.cli", "run", "status", run_id, "--json",
+    argv = python("-m", "runstream", "run", "status", run_id, "--json",
                   "--bootstrap", ctx.bootstrap, "--namespace", namespace)
     for attempt in ("first", "second"):
         with measure_cpu(f"{tag} CLI run status ({attempt} process)",
@@ -206,17 +206,17 @@ def cli_status_rows(ctx: Context, section: Section, namespace: str, run_id: str,
             timing = time_process(argv, timeout, env=_cli_env(root))
             meter.extra["cli process"] = timing.cpu_ms
         section.add(_cli_row(f"{tag} CLI run status --json ({attempt} process)", timing,
-                             help_s, "python -m engine.cli --help",
+                             help_s, "python -m runstream --help",
                              "wall time of the process; read model caught up"))
 
 
 def cli_startup(section: Section) -> float:
-    """Wall seconds of `python -m engine.cli --help` (best of 3), beside bare Python."""
+    """Wall seconds of `python -m runstream --help` (best of 3), beside bare Python."""
     bare = min(time_process(python("-c", "pass"), 60).seconds for _ in range(3))
-    runs = [time_process(python("-m", "runstream.engine.cli", "--help"), 60) for _ in range(3)]
+    runs = [time_process(python("-m", "runstream", "--help"), 60) for _ in range(3)]
     best = min(runs, key=lambda t: t.seconds)
     section.add(Row("python -c pass", bare, "s", note="best of 3"),
-                _cli_row("python -m engine.cli --help", best, bare, "python -c pass",
+                _cli_row("python -m runstream --help", best, bare, "python -c pass",
                          "best of 3: imports and start-up"))
     return best.seconds
 

@@ -192,7 +192,7 @@ def _cli_rows(ctx: Context, section: Section, namespace: str, cache: Path, run_i
         ("CLI run at --time --json", ["run", "at", run_id, "--time", iso(at_ms), "--json"]),
         ("CLI state --at --json", ["state", "--at", iso(at_ms), "--json"]),
     ):
-        section.add(_process_row(figure, time_process(python("-m", "runstream.engine.cli", *argv,
+        section.add(_process_row(figure, time_process(python("-m", "runstream", *argv,
                                                              *common), 600)))
 
 

@@ -1,4 +1,4 @@
-"""Worker processes (`python -m engine.cli worker`) and waiting until they own the journal."""
+"""Worker processes (`runstream worker`) and waiting until they own the journal."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ class WorkerPool:
     def start_one(self, name: str) -> None:
         with open(self.root / f"{name}.log", "ab") as log:
             self.procs[name] = subprocess.Popen(
-                [sys.executable, "-m", "runstream.engine.cli", "worker", "--app", self.app,
+                [sys.executable, "-m", "runstream", "worker", "--app", self.app,
                  "--data-dir", str(self.root / name), "--bootstrap", self.bootstrap,
                  "--namespace", self.namespace, "--name", name,
                  "--concurrency", str(self.concurrency),

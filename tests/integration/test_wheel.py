@@ -250,8 +250,8 @@ async def test_a_worker_of_the_installed_script_runs_app_and_legacy_flows(
         installed: Installed, bootstrap: str, namespace: str, journal: str) -> None:
     scratch = installed.venv.parent / namespace
     env = _clean_env(RUNSTREAM_BOOTSTRAP=bootstrap, RUNSTREAM_NAMESPACE=namespace,
-                     RUNSTREAM_CACHE_DIR=str(scratch / "cache"),
-                     PYTHONPATH=".")  # the app directory: where `--app myapp:flows` is found
+                     RUNSTREAM_CACHE_DIR=str(scratch / "cache"))
+    # No PYTHONPATH: `--app myapp:flows` is found in the directory the worker starts in.
     # One worker at a time: a worker owns partitions for every flow of the namespace, so two
     # with different apps would leave each other's runs pending.
     greeted, log = _run_one(installed, env, scratch, installed.app_dir, "myapp:flows",
