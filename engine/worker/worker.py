@@ -3,7 +3,8 @@
 It projects every record of its partitions into RocksDB, claims each assigned partition
 with an epoch record carrying the assignment's group generation, decides requests once its
 claim is applied, and executes runs. A rejected claim (an older generation than the owner's)
-leaves the partition alone until the group assigns it again.
+leaves the partition alone until the group assigns it again. Its helpers see it only
+through the narrow protocols of engine.worker.owner.
 """
 
 from __future__ import annotations
@@ -326,7 +327,7 @@ class Worker:
 
     @property
     def stopping(self) -> bool:
-        """A stop began (or the consume loop failed): nothing new is started."""
+        """A stop began (or the consume loop failed): waits end, nothing new is claimed."""
         return self._stopping
 
     @property
