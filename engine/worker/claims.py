@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
 
 from aiokafka import ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
@@ -19,14 +19,12 @@ from aiokafka.errors import KafkaError
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.flow.context import RunReleased
 from runstream.engine.journal import events as ev
-from runstream.engine.worker.executor import RunExecution, decision
+from runstream.engine.worker.executor import decision
 from runstream.engine.worker.kafka import group_generation
+from runstream.engine.worker.owner import ClaimsOwner, Execution
 from runstream.engine.worker.ownership import Ownership, OwnershipState
 from runstream.projections.projector import Outcome
 from runstream.projections.state import Verdict
-
-if TYPE_CHECKING:
-    from runstream.engine.worker.worker import Worker
 
 log = logging.getLogger("runstream.worker")
 
@@ -36,15 +34,15 @@ MAX_LOGGED_RUNS = 10  # run ids named in one log line
 
 
 class Claims:
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
+    def __init__(self, owner: ClaimsOwner) -> None:
+        self.owner = owner
         self._release_lock = asyncio.Lock()
 
     # claims
 
     def on_claim(self, partition: int, record: ev.PartitionEpochClaimed,
                  outcome: Outcome) -> None:
-        w = self.worker
+        w = self.owner
         if outcome.verdict is Verdict.applied:
             w.activator.owner_seen(record.envelope.source_id or "", record.owner)
         own = w.owned.get(partition)
@@ -67,6 +65,13 @@ class Claims:
         elif own.state is OwnershipState.ready and outcome.verdict is Verdict.applied:
             self.lose(own, f"{record.owner} claimed it at epoch {outcome.partition.epoch}")
 
+    def source_failed(self) -> None:
+        """The producer failed: from now on nothing is decided or executed under this source
+        (the consume loop renews it at its next turn: renew_source)."""
+        for own in self.owner.owned.values():
+            own.state = OwnershipState.lost
+        self.owner.confirmations.abandon()
+
     def reject(self, own: Ownership, outcome: Outcome) -> None:
         state = outcome.partition
         log.warning(
@@ -75,16 +80,16 @@ class Claims:
             "or that owner stays silent for its whole lease", own.partition, own.generation,
             state.owner_name, state.generation)
         own.state = OwnershipState.rejected
-        self.worker.upkeep.reclaim_after_lease(own)
+        self.owner.upkeep.reclaim_after_lease(own)
 
     async def claim(self, partitions: list[int]) -> None:
-        w = self.worker
-        assert w._consumer is not None and w.projector is not None
+        w, consumer = self.owner, self.owner.consumer
+        assert consumer is not None and w.projector is not None
         # Read before any await: a failed heartbeat may reset it while we wait.
         try:
-            generation = group_generation(w._consumer)
+            generation = group_generation(consumer)
         except RuntimeError as exc:  # aiokafka swallows a listener's exception
-            w._fatal = WorkerFatal(str(exc))
+            w.fail_next_turn(WorkerFatal(str(exc)))
             return
         if generation < 0:
             log.warning("no group generation for partitions %s: a rejoin is under way, "
@@ -94,11 +99,11 @@ class Claims:
             await self.check_not_ahead(partitions)
         except WorkerFatal as exc:
             # aiokafka swallows a listener's exception: hand it to the consume loop instead.
-            w._fatal = exc
+            w.fail_next_turn(exc)
             return
         for partition in partitions:
             state = w.projector.partition(partition)
-            w._consumer.seek(TopicPartition(w.topic, partition), state.next_offset)
+            consumer.seek(TopicPartition(w.topic, partition), state.next_offset)
             log.info("partition %d: projection restored at offset %d (epoch %d); claiming "
                      "at generation %d", partition, state.next_offset, state.epoch, generation)
             # Sent after any earlier stall: the claim, once applied, confirms ownership.
@@ -110,7 +115,7 @@ class Claims:
 
     def write_claim(self, own: Ownership, epoch: int) -> None:
         """Queue the claim; if this source has failed, the renewal claims again."""
-        w = self.worker
+        w = self.owner
         record = decision(
             ev.PartitionEpochClaimed, run_id="", lineage_id=f"partition/{own.partition}",
             epoch=epoch, source_id=w.source_id, request_id=own.claim_id,
@@ -129,15 +134,15 @@ class Claims:
 
         The end offsets are asked again while the broker does not answer (a restart): the
         rebalance that called us waits, and no claim is written before the check."""
-        w = self.worker
-        assert w._consumer is not None and w.projector is not None
+        w, consumer = self.owner, self.owner.consumer
+        assert consumer is not None and w.projector is not None
         tps = [TopicPartition(w.topic, p) for p in partitions]
         while True:
             try:
-                ends = await w._consumer.end_offsets(tps)
+                ends = await consumer.end_offsets(tps)
                 break
             except KafkaError as exc:
-                if w._stopping:
+                if w.stopping:
                     raise WorkerFatal(f"stopping: {exc!r}") from exc
                 log.warning("end offsets of %s unavailable (%r); asking again", partitions, exc)
                 await asyncio.sleep(END_OFFSETS_RETRY_S)
@@ -154,7 +159,7 @@ class Claims:
         """Our producer failed: stop every run, take a new source id, claim again (under the
         same generation, which the reducer accepts from the assigned member). While the
         broker is down the new producer cannot start: that waits (engine.worker.connect)."""
-        w = self.worker
+        w = self.owner
         log.warning("worker %s: source %s ended; renewing and claiming %s again", w.name,
                     w.source_id[:8], sorted(w.owned))
         failed = w.committer
@@ -167,12 +172,7 @@ class Claims:
         w.confirmations.abandon()  # the old source's records are applied or lost
         w.sticky.evict_partitions(None)
         await self.cancel_executions(list(w.executions.values()))
-        # Its in-flight requests may take a request timeout to fail: close it aside, so the
-        # consume loop (and the new source's claims) need not wait for it.
-        closing = asyncio.create_task(failed.close(), name="runstream-old-source")
-        w._retiring.add(closing)
-        closing.add_done_callback(w._retiring.discard)
-        await w.reconnector.until_done("starting a new source's producer", w._new_source)
+        await w.replace_source(failed)
         assert w.projector is not None
         for own in list(w.owned.values()):
             renewed = Ownership(partition=own.partition, claim_id=uuid.uuid4().hex,
@@ -189,7 +189,7 @@ class Claims:
             await self._release_now(partitions, cause=cause)
 
     async def _release_now(self, partitions: list[int], *, cause: str) -> None:
-        w = self.worker
+        w = self.owner
         owns = [w.owned.pop(p) for p in partitions if p in w.owned]
         if not owns:
             return
@@ -225,7 +225,7 @@ class Claims:
         log.info("released partitions %s (%s)", [o.partition for o in owns], cause)
 
     def lose(self, own: Ownership, why: str) -> None:
-        w = self.worker
+        w = self.owner
         log.warning("partition %d lost: %s; stopping its runs", own.partition, why)
         w.metrics.claim("lost")
         w.metrics.forget_partition(own.partition)
@@ -237,7 +237,7 @@ class Claims:
                 execution.task.cancel()
 
     @staticmethod
-    async def cancel_executions(executions: list[RunExecution]) -> None:
+    async def cancel_executions(executions: Iterable[Execution]) -> None:
         tasks = [e.task for e in executions if e.task is not None]
         for task in tasks:
             task.cancel()
@@ -250,7 +250,7 @@ class Claims:
         """Return when `own` is confirmed since the latest stall of the event loop; raise
         RunReleased when a heartbeat sent now is not applied (someone claimed meanwhile).
         One heartbeat per partition and stall, shared by every run that asks."""
-        stalls = self.worker.watchdog.observe()
+        stalls = self.owner.watchdog.observe()
         if own.confirmed_stalls >= stalls:
             return
         if own.confirming is None or own.confirming.done():
@@ -262,7 +262,7 @@ class Claims:
                               f"a stall of the event loop)")
 
     async def _heartbeat_applied(self, own: Ownership, stalls: int) -> bool:
-        w = self.worker
+        w = self.owner
         record = decision(ev.PartitionHeartbeat, run_id="",
                           lineage_id=f"partition/{own.partition}", epoch=own.epoch,
                           source_id=w.source_id, body={"partition": own.partition})
@@ -287,12 +287,12 @@ class Claims:
 class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     """The group's assignment changes, handed to the worker's claims."""
 
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
+    def __init__(self, claims: Claims) -> None:
+        self.claims = claims
 
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        await self.worker.claims.release([tp.partition for tp in revoked], cause="rebalance")
+        await self.claims.release([tp.partition for tp in revoked], cause="rebalance")
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        if not self.worker._stopping:
-            await self.worker.claims.claim([tp.partition for tp in assigned])
+        if not self.claims.owner.stopping:
+            await self.claims.claim([tp.partition for tp in assigned])

@@ -5,11 +5,15 @@ Two bounded maps: the verdicts someone awaits (an irreversible step waits until 
 the last decision sent about it (bounded by the runs with decisions in flight). The owner
 reacts to a run's state only once the run has no decision of ours in flight, so it never
 acts on a state its own records are about to change.
+
+And what it knows of the decisions it never saw confirmed (NotCalled): irreversible step
+attempts whose `step.started` went unconfirmed, so their function was never called.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 
 from runstream.engine.journal import JournalRecord
 from runstream.projections.state import Verdict
@@ -59,3 +63,24 @@ class Confirmations:
         for run_id in [r for r, (p, _) in self._in_flight.items()
                        if partitions is None or p in partitions]:
             del self._in_flight[run_id]
+
+
+MAX_NOT_CALLED = 10_000
+
+
+class NotCalled:
+    """Irreversible step attempts this worker sent `step.started` for and never called,
+    unable to journal so under the source that sent them (it failed, or the partition was
+    lost): the latest MAX_NOT_CALLED (run id, position, attempt). Only this process knows;
+    another owner quarantines such a step, as it must."""
+
+    def __init__(self) -> None:
+        self._attempts: OrderedDict[tuple[str, int, int], None] = OrderedDict()
+
+    def remember(self, run_id: str, position: int, attempt: int) -> None:
+        self._attempts[(run_id, position, attempt)] = None
+        while len(self._attempts) > MAX_NOT_CALLED:
+            self._attempts.popitem(last=False)
+
+    def known(self, run_id: str, position: int, attempt: int) -> bool:
+        return (run_id, position, attempt) in self._attempts

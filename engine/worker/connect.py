@@ -49,6 +49,8 @@ FIRST_DELAY_S = 0.5
 MAX_DELAY_S = 5.0  # the backoff's cap: a broker back up is noticed within this
 PROBE_TIMEOUT_S = 5.0
 SUSPECT_STRIKES = 3
+# A stop while connecting cancels the start again this often until it ended (abandon).
+ABANDON_RETRY_S = 0.5
 # Never the broker's fault, whatever it is doing: the settings are wrong.
 _WRONG_SETTINGS = (SaslAuthenticationFailed, UnsupportedSaslMechanismError,
                    IllegalSaslStateError, ssl.SSLCertVerificationError)
@@ -133,3 +135,16 @@ class Reconnector:
                         self.name, what, time.monotonic() - began, found.line, delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_DELAY_S)
+
+
+async def abandon(running: asyncio.Task[None], started: Callable[[], bool]) -> None:
+    """A stop came while `running` still connects: end the wait for the brokers. One
+    cancel is not enough: aiokafka's AIOKafkaClient.close() (which a failed attempt calls)
+    awaits its metadata task under contextlib.suppress(CancelledError), so a cancel landing
+    there is swallowed and the wait went on (found by the chaos harness: a SIGTERM during a
+    broker restart left the worker running until SIGKILL). So the reconnector also sees the
+    stop after the attempt (its `stopping`), and the cancel is repeated until the start
+    ended or `started()` (it got through)."""
+    while not started() and not running.done():
+        running.cancel()
+        await asyncio.wait({running}, timeout=ABANDON_RETRY_S)

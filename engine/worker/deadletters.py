@@ -21,7 +21,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+
+from aiokafka import AIOKafkaProducer
 
 from runstream.engine.observability.metrics import WorkerMetrics
 from runstream.engine.worker.kafka import send_acked
@@ -36,9 +37,6 @@ from runstream.projections.poison import (
 )
 from runstream.projections.projector import Projector
 from runstream.projections.state import lineage_of
-
-if TYPE_CHECKING:
-    from aiokafka import AIOKafkaProducer
 
 log = logging.getLogger("runstream.worker.deadletters")
 
@@ -108,6 +106,12 @@ class DeadLetterCopier:
         self._producer: AIOKafkaProducer | None = None
         self.copied: set[tuple[int, int]] = set()  # acknowledged, this poll's: bounded by it
         self.copies = 0  # acknowledged copies, all polls
+
+    def alike(self) -> DeadLetterCopier:
+        """A copier of its own to the same topic, its producer made the same way: what it
+        copies never gates this one's poll (the outbox's given-up requests)."""
+        return DeadLetterCopier(self._make_producer, topic=self.topic,
+                                source_topic=self.source_topic, metrics=self.metrics)
 
     def gate(self, partition: int, offset: int) -> bool:
         return (partition, offset) in self.copied

@@ -6,9 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from runstream.engine.errors import StepFailed, WorkerFatal
 from runstream.engine.flow.context import FlowContext, RunReleased, Suspend
@@ -18,12 +17,10 @@ from runstream.engine.flow.runner import HandlerRunner, suspension
 from runstream.engine.journal import Envelope, JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.worker.committer import MAX_RECORD_BYTES, RecordTooLarge
+from runstream.engine.worker.owner import ExecutionOwner
 from runstream.engine.worker.ownership import Ownership, OwnershipState
 from runstream.projections.decide import Activation, plan_activation
 from runstream.projections.state import JournalEntry, RunState, Verdict, Wait
-
-if TYPE_CHECKING:
-    from runstream.engine.worker.worker import Worker
 
 log = logging.getLogger("runstream.executor")
 
@@ -63,32 +60,12 @@ class Evicted(BaseException):
     the run continues by replay when its wait ends."""
 
 
-MAX_NOT_CALLED = 10_000
-
-
-class NotCalled:
-    """Irreversible step attempts this worker sent `step.started` for and never called,
-    unable to journal so under the source that sent them (it failed, or the partition was
-    lost): the latest MAX_NOT_CALLED (run id, position, attempt). Only this process knows;
-    another owner quarantines such a step, as it must."""
-
-    def __init__(self) -> None:
-        self._attempts: OrderedDict[tuple[str, int, int], None] = OrderedDict()
-
-    def remember(self, run_id: str, position: int, attempt: int) -> None:
-        self._attempts[(run_id, position, attempt)] = None
-        while len(self._attempts) > MAX_NOT_CALLED:
-            self._attempts.popitem(last=False)
-
-    def known(self, run_id: str, position: int, attempt: int) -> bool:
-        return (run_id, position, attempt) in self._attempts
-
-
 @dataclass(eq=False)
 class RunExecution(HandlerRunner):
-    """The worker's handle on one executing run; also the flow context's journal port."""
+    """The worker's handle on one executing run; also the flow context's journal port.
+    `owner`: what it asks of the worker that executes it (engine.worker.owner)."""
 
-    worker: Worker
+    owner: ExecutionOwner
     ownership: Ownership
     run: RunState
     plan: Activation
@@ -113,7 +90,7 @@ class RunExecution(HandlerRunner):
         if self.dropped is not None:
             raise RunReleased(self.dropped)
         try:
-            return self.worker.enqueue(self.ownership, self.run, cls, **body)
+            return self.owner.enqueue(self.ownership, self.run, cls, **body)
         except WorkerFatal as exc:  # the source ended: the worker renews it and claims again
             raise RunReleased(str(exc)) from None
 
@@ -148,12 +125,12 @@ class RunExecution(HandlerRunner):
                 await outcome
             except WorkerFatal as exc:
                 raise RunReleased(str(exc)) from None
-        await self.worker.claims.confirm(self.ownership)
+        await self.owner.claims.confirm(self.ownership)
 
     async def send_confirmed(self, cls: type[JournalRecord], **body: Any) -> None:
         acked = self._enqueue(cls, body)
         partition = self.ownership.partition
-        verdict_of = self.worker.confirmations.expect(partition, self.worker.committer.last_seq)
+        verdict_of = self.owner.confirmations.expect(partition, self.owner.committer.last_seq)
         try:
             try:
                 await acked
@@ -181,25 +158,25 @@ class RunExecution(HandlerRunner):
         own = self.ownership
         if cls is not ev.StepStarted:
             return
-        if own.state is not OwnershipState.draining or self.worker.committer.failure is not None:
+        if own.state is not OwnershipState.draining or self.owner.committer.failure is not None:
             # Nothing of ours under this source can apply any more; should this worker
             # execute the run again (a renewed source, the partition back), it knows.
-            self.worker.not_called.remember(self.run.run_id, body["position"], body["attempt"])
+            self.owner.not_called.remember(self.run.run_id, body["position"], body["attempt"])
             return
         message = (f"not called: {why} while partition {own.partition} was being released "
-                   f"by {self.worker.name}, before its step.started was applied")
+                   f"by {self.owner.name}, before its step.started was applied")
         try:
-            self.worker.enqueue(own, self.run, ev.StepFailed, position=body["position"],
-                                name=body["name"], attempt=body["attempt"],
-                                error_type=NOT_CALLED, error_message=message, will_retry=True,
-                                retry_delay_ms=0)
+            self.owner.enqueue(own, self.run, ev.StepFailed, position=body["position"],
+                               name=body["name"], attempt=body["attempt"],
+                               error_type=NOT_CALLED, error_message=message, will_retry=True,
+                               retry_delay_ms=0)
         except WorkerFatal:  # the source failed meanwhile: remembered as above
-            self.worker.not_called.remember(self.run.run_id, body["position"], body["attempt"])
+            self.owner.not_called.remember(self.run.run_id, body["position"], body["attempt"])
             return
         log.info("run %s: irreversible step %r %s", self.run.run_id, body["name"], message)
 
     def never_called(self, position: int, attempt: int) -> bool:
-        return self.worker.not_called.known(self.run.run_id, position, attempt)
+        return self.owner.not_called.known(self.run.run_id, position, attempt)
 
     def ensure_active(self) -> None:
         if self.dropped is not None:
@@ -213,14 +190,14 @@ class RunExecution(HandlerRunner):
     def run_state(self) -> RunState:
         """The run as the projection holds it, or as this execution started it while the
         projection has not applied its admission (and limits) yet."""
-        current = self.worker.current_run(self.run.run_id)
+        current = self.owner.current_run(self.run.run_id)
         if current is None or (self.run.limits_fixed and not current.limits_fixed):
             return self.run
         return current
 
     def entry(self, position: int) -> JournalEntry | None:
-        assert self.worker.store is not None
-        return self.worker.store.entry(self.run.run_id, position)
+        assert self.owner.store is not None
+        return self.owner.store.entry(self.run.run_id, position)
 
     async def suspend(self, wait: Wait) -> JournalEntry | None:
         self.ensure_active()
@@ -228,7 +205,7 @@ class RunExecution(HandlerRunner):
         self.suspending = True
         self.send(ev.RunSuspended, **suspension(wait))
         await self.barrier()
-        if not self.worker.sticky.park(self, wait):
+        if not self.owner.sticky.park(self, wait):
             self.dropped = "suspended: the handler unwinds without side effects"
             raise Suspend(wait)
         self.suspending = False
@@ -245,7 +222,7 @@ class RunExecution(HandlerRunner):
         await self._take_slot()
         self.settled = False
         self.activated = False
-        plan = plan_activation(self.run_state(), self.worker.activator.owner_name)
+        plan = plan_activation(self.run_state(), self.owner.activator.owner_name)
         self.plan = Activation(plan.mode, f"{plan.evidence}; continued in memory (sticky cache)",
                                plan.previous_owner, plan.previous_epoch)
         self.activate()
@@ -268,13 +245,13 @@ class RunExecution(HandlerRunner):
         })
 
     async def _take_slot(self) -> None:
-        await self.worker.admission.acquire(self.run.flow)
+        await self.owner.admission.acquire(self.run.flow)
         self._holds_slot = True
 
     def _release_slot(self) -> None:
         if self._holds_slot:
             self._holds_slot = False
-            self.worker.admission.release()
+            self.owner.admission.release()
 
     async def execute(self, flow: Flow[Any, Any]) -> None:
         await self._take_slot()
@@ -286,15 +263,15 @@ class RunExecution(HandlerRunner):
             self._release_slot()
 
     def on_step(self, name: str, seconds: float, ok: bool) -> None:
-        self.worker.metrics.step(self.run.flow, name, seconds, ok)
+        self.owner.metrics.step(self.run.flow, name, seconds, ok)
 
     def flow_named(self, name: str) -> Flow[Any, Any] | None:
-        return self.worker.flows.get(name)
+        return self.owner.flows.get(name)
 
     def journal(self) -> tuple[JournalEntry, ...]:
-        assert self.worker.store is not None
+        assert self.owner.store is not None
         if self.run_state().steps == 0:
             # A new run has no entries: skip the scan, which would also write the poll's
             # pending batch early (one RocksDB write per activation instead of per poll).
             return ()
-        return self.worker.store.entries(self.run.run_id)
+        return self.owner.store.entries(self.run.run_id)

@@ -16,16 +16,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection, Iterable
-from typing import TYPE_CHECKING
 
 from runstream.engine.journal import events as ev
 from runstream.engine.observability.metrics import WorkerMetrics
+from runstream.engine.worker.owner import ObservedOwner
 from runstream.projections.projector import Outcome
 from runstream.projections.state import TERMINAL_STATUSES, RunState, RunStatus, Verdict
 from runstream.projections.store import ProjectionStore
-
-if TYPE_CHECKING:
-    from runstream.engine.worker.worker import Worker
 
 log = logging.getLogger("runstream.metrics")
 
@@ -101,11 +98,11 @@ def _add(counts: dict[tuple[int, str, str], int], key: tuple[int, str, str], amo
 
 
 class WorkerObserver:
-    def __init__(self, worker: Worker, metrics: WorkerMetrics) -> None:
-        self.worker = worker
+    def __init__(self, owner: ObservedOwner, metrics: WorkerMetrics) -> None:
+        self.owner = owner
         self.metrics = metrics
         self._lag_at = 0.0
-        self.gauges = RunGauges(worker.flows)
+        self.gauges = RunGauges(owner.flows)
         metrics.runs_gauges(self._run_counts)
 
     def applied(self, outcome: Outcome, ours: bool) -> None:
@@ -137,7 +134,7 @@ class WorkerObserver:
     def _gauges(self, outcome: Outcome, ours: bool) -> None:
         partition = outcome.partition.partition
         if isinstance(outcome.record, ev.PartitionEpochClaimed):
-            store = self.worker.store
+            store = self.owner.store
             if ours and store is not None:  # the store holds all before the claim: count it
                 self.gauges.load(partition, _runs_of(store, partition))
             return
@@ -149,7 +146,7 @@ class WorkerObserver:
     def consumer_lag(self) -> None:
         """Refresh the lag gauges (end offset minus what the projection applied)."""
         now = time.monotonic()
-        consumer, projector = self.worker.consumer, self.worker.projector
+        consumer, projector = self.owner.consumer, self.owner.projector
         if now - self._lag_at < LAG_EVERY_S or consumer is None or projector is None:
             return
         for tp in consumer.assignment():
@@ -164,7 +161,7 @@ class WorkerObserver:
     def _run_counts(self) -> tuple[Counts, Counts]:
         """Runs of the owned partitions by (flow, status), and suspended ones by (flow,
         reason): sums of counts kept as records apply (read on the scraping thread)."""
-        return self.gauges.totals(set(self.worker.owned))
+        return self.gauges.totals(set(self.owner.owned))
 
 
 def _runs_of(store: ProjectionStore, partition: int) -> Iterable[RunState]:

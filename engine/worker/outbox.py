@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.journal import TYPE_HEADER, EncodeError, JournalRecord
@@ -28,6 +27,7 @@ from runstream.engine.journal import events as ev
 from runstream.engine.worker.committer import RecordTooLarge
 from runstream.engine.worker.deadletters import DeadLetterCopier, Polled
 from runstream.engine.worker.executor import decision, now_ms
+from runstream.engine.worker.owner import OutboxOwner
 from runstream.engine.worker.ownership import Ownership
 from runstream.projections.outbox_fallback import (
     GiveUp,
@@ -40,9 +40,6 @@ from runstream.projections.outbox_fallback import (
 from runstream.projections.partitioning import partition_for
 from runstream.projections.poison import Poison
 from runstream.projections.state import OutboxItem
-
-if TYPE_CHECKING:
-    from runstream.engine.worker.worker import Worker
 
 log = logging.getLogger("runstream.outbox")
 
@@ -61,8 +58,8 @@ def resend_order(items: list[OutboxItem]) -> list[OutboxItem]:
 
 
 class OutboxSender:
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
+    def __init__(self, owner: OutboxOwner) -> None:
+        self.owner = owner
         # Per partition, the items to send after this poll: bounded by the outbox index.
         self._pending: dict[int, dict[str, OutboxItem]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -78,14 +75,14 @@ class OutboxSender:
 
     def resend(self, own: Ownership) -> None:
         """On a claim: everything the partition's outbox still holds."""
-        assert self.worker.store is not None
-        self.add(own, resend_order(self.worker.store.outbox(own.partition)))
+        assert self.owner.store is not None
+        self.add(own, resend_order(self.owner.store.outbox(own.partition)))
 
     def flush(self) -> None:
         """Send what this poll's decisions caused; acknowledge each batch once acked."""
         pending, self._pending = self._pending, {}
         for partition, items in pending.items():
-            own = self.worker.owned.get(partition)
+            own = self.owner.owned.get(partition)
             if own is None or not own.executing:
                 continue  # the next owner re-sends them on its claim
             try:
@@ -123,8 +120,8 @@ class OutboxSender:
         """Queue `item`'s request (its future joins `acks`), or why it never can be."""
         try:
             record = request_record(item)
-            acks.append(self.worker.committer.enqueue(
-                partition_for(item.lineage_id, self.worker.partitions), record, stamp=False))
+            acks.append(self.owner.committer.enqueue(
+                partition_for(item.lineage_id, self.owner.partitions), record, stamp=False))
         except OldShape as exc:
             return "old-shape", str(exc)
         except RecordTooLarge as exc:
@@ -135,11 +132,11 @@ class OutboxSender:
 
     def _note(self, own: Ownership, note: Note) -> list[asyncio.Future[None]]:
         """Evidence on the sender run, when it still is a run of this partition."""
-        run = self.worker.current_run(note.run_id)
+        run = self.owner.current_run(note.run_id)
         if run is None or run.partition != own.partition:
             return []
-        return [self.worker.enqueue(own, run, ev.EvidenceRecorded, kind=note.kind,
-                                    message=note.message, attributes=note.attributes)]
+        return [self.owner.enqueue(own, run, ev.EvidenceRecorded, kind=note.kind,
+                                   message=note.message, attributes=note.attributes)]
 
     async def _acknowledge(self, own: Ownership, request_ids: list[str],
                            acks: list[asyncio.Future[None]],
@@ -154,11 +151,11 @@ class OutboxSender:
         for start in range(0, len(request_ids), MAX_IDS_PER_RECORD):
             record = decision(
                 ev.PartitionOutboxSent, run_id="", lineage_id=f"partition/{own.partition}",
-                epoch=own.epoch, source_id=self.worker.source_id,
+                epoch=own.epoch, source_id=self.owner.source_id,
                 body={"partition": own.partition,
                       "request_ids": request_ids[start:start + MAX_IDS_PER_RECORD]})
             try:
-                self.worker.committer.enqueue(own.partition, record)
+                self.owner.committer.enqueue(own.partition, record)
             except WorkerFatal:
                 return
 
@@ -167,17 +164,15 @@ class OutboxSender:
         and return once the broker acknowledged them: until then no `partition.outbox-sent`
         takes them out of the index. Its own copier: the journal's gates on what it copied
         during a poll, which these copies must not touch; closed after each use (rare)."""
-        w = self.worker
-        assert w.projector is not None
-        offset = w.projector.partition(own.partition).next_offset
+        owner = self.owner
+        assert owner.projector is not None
+        offset = owner.projector.partition(own.partition).next_offset
         letters = [outbox_letter(own.partition, offset, gone) for gone in given_up]
         async with self._letters_lock:
             if self._letters is None:
-                self._letters = DeadLetterCopier(
-                    w._make_dead_letter_producer, topic=w.dead_letters.topic,
-                    source_topic=w.topic, metrics=w.metrics)
+                self._letters = owner.dead_letters.alike()
             try:
-                await self._letters.copy(letters, lambda: w._stopping)
+                await self._letters.copy(letters, lambda: owner.stopping)
             finally:
                 self._letters.new_poll()
                 await self._letters.close()

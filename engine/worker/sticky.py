@@ -12,29 +12,47 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
-from runstream.projections.state import JournalEntry, Wait
-
-if TYPE_CHECKING:
-    from runstream.engine.worker.executor import RunExecution
+from runstream.engine.worker.ownership import Ownership
+from runstream.projections.state import JournalEntry, RunState, Wait
 
 DEFAULT_STICKY_SIZE = 1024
 
 
-class StickyCache:
-    """At most `size` parked handlers, least recently parked evicted first (0: off)."""
+class Parked(Protocol):
+    """A run execution as the cache holds it (engine.worker.executor.RunExecution)."""
 
-    def __init__(self, size: int) -> None:
+    # What the cache sets: the future its wake resolves, the wait, why it is dropped.
+    parked: asyncio.Future[JournalEntry | None] | None
+    parked_wait: Wait | None
+    dropped: str | None
+
+    @property
+    def ownership(self) -> Ownership:
+        """Evicted with its partition; never parked once that is no longer executed."""
+
+    @property
+    def run(self) -> RunState:
+        """Parked and woken by its run id."""
+
+
+class StickyCache:
+    """At most `size` parked handlers, least recently parked evicted first (0: off).
+    `forget(run_id)` is called for each evicted one: its execution ended here."""
+
+    def __init__(self, size: int, *, forget: Callable[[str], object]) -> None:
         self.size = size
-        self._parked: OrderedDict[str, RunExecution] = OrderedDict()
+        self._forget = forget
+        self._parked: OrderedDict[str, Parked] = OrderedDict()
         self.hits = 0
         self.evictions = 0
 
     def __len__(self) -> int:
         return len(self._parked)
 
-    def park(self, execution: RunExecution, wait: Wait) -> bool:
+    def park(self, execution: Parked, wait: Wait) -> bool:
         """Keep `execution` parked on `wait`; False when the cache is off or its partition
         is no longer executed here. A run that suspends while its partition is released
         reaches this after the release evicted the partition's handlers: parked then, it
@@ -66,10 +84,10 @@ class StickyCache:
                 del self._parked[run_id]
                 self._evict(execution)
 
-    def _evict(self, execution: RunExecution) -> None:
+    def _evict(self, execution: Parked) -> None:
         self.evictions += 1
         execution.dropped = "evicted from the sticky cache: unwinding without side effects"
-        execution.worker.executions.pop(execution.run.run_id, None)
+        self._forget(execution.run.run_id)
         if execution.parked is not None and not execution.parked.done():
             from runstream.engine.flow.runner import Dropped
 

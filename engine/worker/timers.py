@@ -17,14 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
 
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.journal import events as ev
 from runstream.engine.worker.executor import now_ms
-
-if TYPE_CHECKING:
-    from runstream.engine.worker.worker import Worker
+from runstream.engine.worker.owner import TimerOwner
 
 log = logging.getLogger("runstream.timers")
 
@@ -36,8 +33,8 @@ IDLE_SWEEP_S = 1.0  # the longest a sweep waits when no timer is known to fall d
 
 
 class TimerSweeper:
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
+    def __init__(self, owner: TimerOwner) -> None:
+        self.owner = owner
         self._poke = asyncio.Event()
         # run id -> (partition, position) of its fired timer: MAX_IN_FLIGHT at most.
         self._in_flight: dict[str, tuple[int, int]] = {}
@@ -83,13 +80,13 @@ class TimerSweeper:
     def _sweep(self) -> tuple[list[asyncio.Future[None]], int | None]:
         """Fire up to BATCH due timers per executing partition; also say when the next one
         not yet fired falls due."""
-        store, worker = self.worker.store, self.worker
+        store, owner = self.owner.store, self.owner
         if store is None:
             return [], None
         sent: list[asyncio.Future[None]] = []
         next_due: int | None = None
         now = now_ms()
-        executing = [own for own in list(worker.owned.values()) if own.executing]
+        executing = [own for own in list(owner.owned.values()) if own.executing]
         self._forget_unowned({own.partition for own in executing})
         for own in executing:
             for timer in store.due_timers(own.partition, now, BATCH + len(self._in_flight)):
@@ -101,8 +98,8 @@ class TimerSweeper:
                 if run is None:
                     continue
                 try:
-                    sent.append(worker.enqueue(own, run, ev.TimerFired,
-                                               position=timer.position, due_ms=timer.due_ms))
+                    sent.append(owner.enqueue(own, run, ev.TimerFired,
+                                              position=timer.position, due_ms=timer.due_ms))
                 except WorkerFatal:  # the source failed: its renewal claims, then resets us
                     self.fired += len(sent)
                     return sent, None

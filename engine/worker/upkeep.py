@@ -8,7 +8,6 @@ import contextlib
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING
 
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
@@ -16,10 +15,8 @@ from aiokafka.errors import KafkaError
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.journal import events as ev
 from runstream.engine.worker.executor import decision
+from runstream.engine.worker.owner import UpkeepOwner
 from runstream.engine.worker.ownership import Ownership, OwnershipState
-
-if TYPE_CHECKING:
-    from runstream.engine.worker.worker import Worker
 
 log = logging.getLogger("runstream.worker")
 
@@ -28,8 +25,8 @@ LEASE_MARGIN_MS = 1000  # past the lease's end before claiming again (clocks dif
 
 
 class Upkeep:
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
+    def __init__(self, owner: UpkeepOwner) -> None:
+        self.owner = owner
         self._committed_at = 0.0
 
     async def commit_offsets(self) -> None:
@@ -41,10 +38,10 @@ class Upkeep:
         if now - self._committed_at < OFFSETS_INTERVAL:
             return
         self._committed_at = now
-        consumer, projector = self.worker._consumer, self.worker.projector
+        consumer, projector = self.owner.consumer, self.owner.projector
         assert consumer is not None and projector is not None
-        offsets = {TopicPartition(self.worker.topic, p): projector.partition(p).next_offset
-                   for p, own in self.worker.owned.items() if own.executing}
+        offsets = {TopicPartition(self.owner.topic, p): projector.partition(p).next_offset
+                   for p, own in self.owner.owned.items() if own.executing}
         if not offsets:
             return
         try:
@@ -57,8 +54,8 @@ class Upkeep:
         it is gone (its group was deleted and generations restarted), and no rebalance may
         ever come to give us another chance. A live owner heartbeats well within its lease,
         so against one this never fires (it re-arms instead)."""
-        assert self.worker.projector is not None
-        state = self.worker.projector.partition(own.partition)
+        assert self.owner.projector is not None
+        state = self.owner.projector.partition(own.partition)
         if state.lease_ms <= 0:
             return  # an owner without a lease keeps the partition until a newer generation
         due_ms = state.owner_last_write_ms + state.lease_ms + LEASE_MARGIN_MS
@@ -66,12 +63,12 @@ class Upkeep:
         asyncio.get_running_loop().call_later(delay, self._lease_due, own)
 
     def _lease_due(self, own: Ownership) -> None:
-        if self.worker._stopping or self.worker.owned.get(own.partition) is not own:
+        if self.owner.stopping or self.owner.owned.get(own.partition) is not own:
             return
         if own.state is not OwnershipState.rejected:
             return
-        assert self.worker.projector is not None
-        state = self.worker.projector.partition(own.partition)
+        assert self.owner.projector is not None
+        state = self.owner.projector.partition(own.partition)
         if time.time() * 1000 - state.owner_last_write_ms <= state.lease_ms:
             self.reclaim_after_lease(own)  # the owner wrote meanwhile: wait again
             return
@@ -79,21 +76,21 @@ class Upkeep:
                  own.partition, state.owner_name)
         own.claim_id = uuid.uuid4().hex
         own.state = OwnershipState.claiming
-        self.worker._write_claim(own, state.epoch)
+        self.owner.claims.write_claim(own, state.epoch)
 
     async def heartbeats(self) -> None:
         """Renew the lease of every partition we own but have not written to lately."""
-        interval_ms = max(self.worker.lease_ms // 4, 1)
+        interval_ms = max(self.owner.lease_ms // 4, 1)
         while True:
             await asyncio.sleep(min(interval_ms / 4000, 60.0))
-            assert self.worker.projector is not None
+            assert self.owner.projector is not None
             now_ms = int(time.time() * 1000)
-            for own in list(self.worker.owned.values()):
-                state = self.worker.projector.partition(own.partition)
+            for own in list(self.owner.owned.values()):
+                state = self.owner.projector.partition(own.partition)
                 if own.executing and now_ms - state.owner_last_write_ms >= interval_ms:
                     record = decision(
                         ev.PartitionHeartbeat, run_id="",
                         lineage_id=f"partition/{own.partition}", epoch=own.epoch,
-                        source_id=self.worker.source_id, body={"partition": own.partition})
+                        source_id=self.owner.source_id, body={"partition": own.partition})
                     with contextlib.suppress(WorkerFatal):  # renewal is under way
-                        self.worker.committer.enqueue(own.partition, record)
+                        self.owner.committer.enqueue(own.partition, record)

@@ -3,7 +3,8 @@
 It projects every record of its partitions into RocksDB, claims each assigned partition
 with an epoch record carrying the assignment's group generation, decides requests once its
 claim is applied, and executes runs. A rejected claim (an older generation than the owner's)
-leaves the partition alone until the group assigns it again.
+leaves the partition alone until the group assigns it again. Its helpers see it only
+through the narrow protocols of engine.worker.owner.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import socket
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer
 
 from runstream.engine.config import (
     dead_letter_topic,
@@ -39,10 +41,10 @@ from runstream.engine.worker.activation import Activator
 from runstream.engine.worker.admission import Admission
 from runstream.engine.worker.claims import Claims, Rebalance
 from runstream.engine.worker.committer import Committer
-from runstream.engine.worker.confirmations import Confirmations
-from runstream.engine.worker.connect import Reconnector
+from runstream.engine.worker.confirmations import Confirmations, NotCalled
+from runstream.engine.worker.connect import Reconnector, abandon
 from runstream.engine.worker.deadletters import DeadLetterCopier, Polled, examine_poll, polled
-from runstream.engine.worker.executor import NotCalled, RunExecution, decision
+from runstream.engine.worker.executor import RunExecution, decision
 from runstream.engine.worker.kafka import (
     DEAD_LETTER_REQUEST_BYTES,
     make_consumer,
@@ -74,9 +76,6 @@ DEFAULT_LEASE_MS = 20 * 60 * 1000
 # A stall of the event loop longer than this fraction of the session timeout makes each
 # partition confirm its ownership before its runs' next step (engine.worker.watchdog).
 STALL_FRACTION = 1 / 3
-# A stop while connecting cancels the start again this often until it ended (see
-# Worker._abandon_start).
-ABANDON_RETRY_S = 0.5
 
 
 class Worker:
@@ -112,7 +111,8 @@ class Worker:
         self.concurrency = concurrency
         self.admission = Admission(concurrency)  # slots, round-robin across flows
         # Suspended runs' handlers kept in memory (RUNSTREAM_STICKY_CACHE overrides; 0: off).
-        self.sticky = StickyCache(sticky_size(sticky_cache))
+        self.sticky = StickyCache(sticky_size(sticky_cache),
+                                  forget=lambda run_id: self.executions.pop(run_id, None))
         self.partitions = 0  # of the journal topic, for requests to other partitions
         self.session_timeout_ms = session_timeout_ms
         self.drain_timeout = drain_timeout
@@ -136,9 +136,14 @@ class Worker:
         self.reactions = Reactions(self)
         self.timers = TimerSweeper(self)
         self.outbox = OutboxSender(self)
+        # Each source's producer, and the dead-letter copier's (engine.worker.kafka).
+        self._make_producer = partial(make_producer, self.bootstrap, name=self.name,
+                                      security=security)
         self.dead_letters = DeadLetterCopier(
-            self._make_dead_letter_producer, topic=dead_letter_topic(self.namespace),
-            source_topic=self.topic, metrics=self.metrics)
+            partial(make_producer, self.bootstrap, name=f"{self.name}-dead-letters",
+                    security=security, max_request_size=DEAD_LETTER_REQUEST_BYTES),
+            topic=dead_letter_topic(self.namespace), source_topic=self.topic,
+            metrics=self.metrics)
         self._stopping = False
         self._abandoned = False  # a stop came while still connecting (serve_until)
         self._tasks: list[asyncio.Task[None]] = []
@@ -170,7 +175,7 @@ class Worker:
             self.metrics_port = self.metrics.serve(self.metrics_port)
             log.info("worker %s: metrics on http://127.0.0.1:%d/metrics", self.name,
                      self.metrics_port)
-        self._consumer.subscribe([self.topic], listener=Rebalance(self))
+        self._consumer.subscribe([self.topic], listener=Rebalance(self.claims))
         consume = asyncio.create_task(self._consume(), name="runstream-consume")
         consume.add_done_callback(self._on_loop_done)
         heartbeat = self._background("heartbeat", self.upkeep.heartbeats)
@@ -190,6 +195,11 @@ class Worker:
         which stops the worker (_on_loop_done)."""
         if self._fatal is None:
             self._fatal = fatal
+
+    def fail_next_turn(self, fatal: WorkerFatal) -> None:
+        """The consume loop raises `fatal` at its next turn (a rebalance listener's failure,
+        which aiokafka would swallow), which stops the worker."""
+        self._fatal = fatal
 
     async def _connect(self) -> None:
         """One attempt: a source's producer, the group's consumer, the relay; whatever
@@ -225,40 +235,29 @@ class Worker:
             raise running.exception()  # type: ignore[misc]
 
     async def _abandon_start(self, running: asyncio.Task[None]) -> None:
-        """Still connecting: end the wait for the brokers. One cancel is not enough:
-        aiokafka's AIOKafkaClient.close() (which a failed attempt calls) awaits its metadata
-        task under contextlib.suppress(CancelledError), so a cancel landing there is
-        swallowed and the wait went on (found by the chaos harness: a SIGTERM during a broker
-        restart left the worker running until SIGKILL). So the reconnector also sees
-        `_abandoned` after the attempt, and the cancel is repeated until the start ended."""
+        """Still connecting: end the wait for the brokers (engine.worker.connect.abandon);
+        the reconnector sees `_abandoned` after the attempt."""
         self._abandoned = True
-        while not self._tasks and not running.done():
-            running.cancel()
-            await asyncio.wait({running}, timeout=ABANDON_RETRY_S)
+        await abandon(running, lambda: bool(self._tasks))
 
     async def _new_source(self) -> None:
         """A new writer incarnation: a fresh source id with its own idempotent producer. The
         worker switches to it only once its producer started."""
         source_id = uuid.uuid4().hex
         committer = Committer(self._make_producer, topic=self.topic, source_id=source_id,
-                              on_failure=self._source_failed)
+                              on_failure=self.claims.source_failed)
         await committer.start()
         self.source_id, self._committer = source_id, committer
 
-    def _source_failed(self) -> None:
-        """The producer failed: from now on nothing is decided or executed under this source
-        (the consume loop renews it at its next turn)."""
-        for own in self.owned.values():
-            own.state = OwnershipState.lost
-        self.confirmations.abandon()
-
-    async def _make_producer(self) -> AIOKafkaProducer:
-        return await make_producer(self.bootstrap, name=self.name, security=self.security)
-
-    async def _make_dead_letter_producer(self) -> AIOKafkaProducer:
-        return await make_producer(self.bootstrap, name=f"{self.name}-dead-letters",
-                                   security=self.security,
-                                   max_request_size=DEAD_LETTER_REQUEST_BYTES)
+    async def replace_source(self, failed: Committer) -> None:
+        """A new source in place of `failed` (engine.worker.claims.Claims.renew_source),
+        waiting for the brokers while they do not answer. Its in-flight requests may take a
+        request timeout to fail: it is closed aside, so the consume loop (and the new
+        source's claims) need not wait for it."""
+        closing = asyncio.create_task(failed.close(), name="runstream-old-source")
+        self._retiring.add(closing)
+        closing.add_done_callback(self._retiring.discard)
+        await self.reconnector.until_done("starting a new source's producer", self._new_source)
 
     def _on_loop_done(self, task: asyncio.Task[None]) -> None:
         if task.cancelled() or task.exception() is None or self._stopping:
@@ -280,7 +279,7 @@ class Worker:
         if self._stopping:
             return
         self._stopping = True
-        await self._bounded(self._release(list(self.owned), cause="shutdown"),
+        await self._bounded(self.claims.release(list(self.owned), cause="shutdown"),
                             "releasing its runs", self.drain_timeout + CLOSE_TIMEOUT_S)
         await self._close()
         log.info("worker %s stopped", self.name)
@@ -325,6 +324,11 @@ class Worker:
     @property
     def consumer(self) -> AIOKafkaConsumer | None:
         return self._consumer
+
+    @property
+    def stopping(self) -> bool:
+        """A stop began (or the consume loop failed): waits end, nothing new is claimed."""
+        return self._stopping
 
     @property
     def committer(self) -> Committer:
@@ -436,14 +440,3 @@ class Worker:
     def current_run(self, run_id: str) -> RunState | None:
         """The run as this worker's projection holds it now."""
         return self.projector.run(run_id) if self.projector is not None else None
-
-    # ownership changes (engine.worker.claims); the names tests and upkeep use
-
-    async def _claim(self, partitions: list[int]) -> None:
-        await self.claims.claim(partitions)
-
-    def _write_claim(self, own: Ownership, epoch: int) -> None:
-        self.claims.write_claim(own, epoch)
-
-    async def _release(self, partitions: list[int], *, cause: str) -> None:
-        await self.claims.release(partitions, cause=cause)

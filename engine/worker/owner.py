@@ -1,0 +1,384 @@
+"""What the worker's helpers may ask of the worker that holds them: one narrow protocol per
+helper, each naming only what that helper uses.
+
+The helpers (engine.worker.claims, upkeep, timers, outbox, observe, executor) are parts of
+one Worker (engine.worker.worker), which builds them and satisfies these protocols with
+public attributes, properties and methods. A helper holds its protocol, never the Worker:
+it cannot reach the worker's private state, and no helper imports engine.worker.worker.
+What a helper needs of another helper is a protocol here too (ClaimWriter, LeaseKeeper,
+OwnershipConfirmer, ...), reached through the worker's attribute at the time of the call,
+so a test that replaces a helper's method sees every call.
+
+This module imports only the worker's leaf modules (value types and parts that hold no
+worker: ownership, committer, confirmations, admission, watchdog, sticky, deadletters), so
+every helper can import it and no import cycle hides behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from aiokafka import AIOKafkaConsumer
+
+from runstream.engine.errors import WorkerFatal
+from runstream.engine.flow.definition import Flow
+from runstream.engine.journal import JournalRecord
+from runstream.engine.observability.metrics import WorkerMetrics
+from runstream.engine.worker.admission import Admission
+from runstream.engine.worker.committer import Committer
+from runstream.engine.worker.confirmations import Confirmations, NotCalled
+from runstream.engine.worker.deadletters import DeadLetterCopier
+from runstream.engine.worker.ownership import Ownership
+from runstream.engine.worker.sticky import StickyCache
+from runstream.engine.worker.watchdog import LoopWatchdog
+from runstream.projections.projector import Projector
+from runstream.projections.state import RunState
+from runstream.projections.store import ProjectionStore
+
+# What one helper asks of another (each satisfied by that helper's class).
+
+
+class ClaimWriter(Protocol):
+    """The worker's claims (engine.worker.claims.Claims), as its upkeep uses them."""
+
+    def write_claim(self, own: Ownership, epoch: int) -> None:
+        """Queue a claim of `own`'s partition over `epoch` (a lease ran out: claim again)."""
+
+
+class LeaseKeeper(Protocol):
+    """The worker's upkeep (engine.worker.upkeep.Upkeep), as its claims use it."""
+
+    def reclaim_after_lease(self, own: Ownership) -> None:
+        """Our claim was rejected: claim again once the owner stayed silent for its lease."""
+
+
+class OwnershipConfirmer(Protocol):
+    """The worker's claims, as a run execution uses them before each step."""
+
+    async def confirm(self, own: Ownership) -> None:
+        """Return once `own` is confirmed since the event loop's latest stall."""
+
+
+class ClaimActivation(Protocol):
+    """The worker's activator (engine.worker.activation.Activator), as its claims use it."""
+
+    def owner_seen(self, source_id: str, name: str) -> None:
+        """An applied claim names the owner of `source_id` (for later evidence)."""
+
+    def activate_partition(self, own: Ownership, store: ProjectionStore) -> None:
+        """Our claim applied: re-send the outbox, answer and start what waits."""
+
+
+class OwnerNames(Protocol):
+    """The worker's activator, as a run execution uses it for its activation's evidence."""
+
+    def owner_name(self, source_id: str) -> str:
+        """The name of the owner that wrote under `source_id`, as far as we know it."""
+
+
+class Execution(Protocol):
+    """A run executing here (engine.worker.executor.RunExecution), as the claims see it
+    when they release, lose or renew its partition."""
+
+    @property
+    def ownership(self) -> Ownership:
+        """The ownership it executes under: released with it."""
+
+    @property
+    def run(self) -> RunState:
+        """Its run as the execution started it (the id, for release records and logs)."""
+
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        """Its task, drained or cancelled."""
+
+    @property
+    def activated(self) -> bool:
+        """Its activation was sent: a release must be journaled unless it settled."""
+
+    @property
+    def settled(self) -> bool:
+        """Nothing to release: settled, suspended, or never activated."""
+
+
+# What each helper asks of the worker.
+
+
+class TimerOwner(Protocol):
+    """What the timer sweeper (engine.worker.timers) uses."""
+
+    @property
+    def owned(self) -> dict[int, Ownership]:
+        """The partitions assigned here: due timers are fired in the executing ones."""
+
+    @property
+    def store(self) -> ProjectionStore | None:
+        """The projection: its timer index and the runs it names (None: not started)."""
+
+    def enqueue(self, own: Ownership, run: RunState, cls: type[JournalRecord],
+                **body: Any) -> asyncio.Future[None]:
+        """Queue a decision about `run` under `own`'s epoch: a `timer.fired`."""
+
+
+class OutboxOwner(Protocol):
+    """What the outbox sender (engine.worker.outbox) uses."""
+
+    @property
+    def owned(self) -> dict[int, Ownership]:
+        """The partitions assigned here: only the executing ones send their outbox."""
+
+    @property
+    def store(self) -> ProjectionStore | None:
+        """The projection: its outbox index, re-sent whole on a claim."""
+
+    @property
+    def projector(self) -> Projector | None:
+        """The partition's next offset, the place of a given-up request's dead letter."""
+
+    @property
+    def partitions(self) -> int:
+        """The journal's partition count: a request goes to its lineage's partition."""
+
+    @property
+    def source_id(self) -> str:
+        """This source's id, on each `partition.outbox-sent`."""
+
+    @property
+    def committer(self) -> Committer:
+        """The producer requests and their acknowledgements are queued on."""
+
+    @property
+    def dead_letters(self) -> DeadLetterCopier:
+        """The journal's copier: a given-up request's copier is made alike."""
+
+    @property
+    def stopping(self) -> bool:
+        """A stop began: retrying a dead letter's copy ends."""
+
+    def enqueue(self, own: Ownership, run: RunState, cls: type[JournalRecord],
+                **body: Any) -> asyncio.Future[None]:
+        """Queue a decision: evidence on a run whose request was given up."""
+
+    def current_run(self, run_id: str) -> RunState | None:
+        """The run that sent a given-up request, if it still is one of ours."""
+
+
+class UpkeepOwner(Protocol):
+    """What the upkeep (engine.worker.upkeep: heartbeats, offsets, lease reclaims) uses."""
+
+    @property
+    def owned(self) -> dict[int, Ownership]:
+        """The partitions assigned here: heartbeats and offsets of the executing ones."""
+
+    @property
+    def projector(self) -> Projector | None:
+        """Each partition's next offset, owner, last write and lease."""
+
+    @property
+    def consumer(self) -> AIOKafkaConsumer | None:
+        """The group member whose offsets are committed."""
+
+    @property
+    def topic(self) -> str:
+        """The journal topic the offsets are of."""
+
+    @property
+    def lease_ms(self) -> int:
+        """Our lease: heartbeats are sent a quarter of it after our last write."""
+
+    @property
+    def source_id(self) -> str:
+        """This source's id, on each heartbeat."""
+
+    @property
+    def committer(self) -> Committer:
+        """The producer heartbeats are queued on."""
+
+    @property
+    def stopping(self) -> bool:
+        """A stop began: a lease that runs out claims nothing any more."""
+
+    @property
+    def claims(self) -> ClaimWriter:
+        """Writes the claim once a silent owner's lease ran out."""
+
+
+class ObservedOwner(Protocol):
+    """What the metrics observer (engine.worker.observe) uses."""
+
+    @property
+    def flows(self) -> Mapping[str, Flow[Any, Any]]:
+        """The registered flows: the gauges' flow labels (others are `other`)."""
+
+    @property
+    def owned(self) -> dict[int, Ownership]:
+        """The partitions assigned here: a scrape adds up their gauges."""
+
+    @property
+    def store(self) -> ProjectionStore | None:
+        """The runs of a partition, counted when our claim of it applies."""
+
+    @property
+    def projector(self) -> Projector | None:
+        """What each partition applied: the consumer lag's other end."""
+
+    @property
+    def consumer(self) -> AIOKafkaConsumer | None:
+        """The assignment and its end offsets, for the consumer lag."""
+
+
+class ClaimsOwner(Protocol):
+    """What the claims (engine.worker.claims: claim, renew, release, lose, confirm) use."""
+
+    @property
+    def name(self) -> str:
+        """This worker's name: the owner its claims name, and log lines."""
+
+    @property
+    def topic(self) -> str:
+        """The journal topic: the claimed partitions are sought in it."""
+
+    @property
+    def data_dir(self) -> Path:
+        """Named when the projection is ahead of its topic (the topic was recreated)."""
+
+    @property
+    def lease_ms(self) -> int:
+        """The lease each claim carries."""
+
+    @property
+    def drain_timeout(self) -> float:
+        """How long a release waits for its partitions' executions."""
+
+    @property
+    def owned(self) -> dict[int, Ownership]:
+        """The partitions assigned here: the claims add, replace and drop them."""
+
+    @property
+    def store(self) -> ProjectionStore | None:
+        """The projection a claim's activation answers from."""
+
+    @property
+    def projector(self) -> Projector | None:
+        """Each partition's restored offset and epoch: where to seek and claim over."""
+
+    @property
+    def consumer(self) -> AIOKafkaConsumer | None:
+        """The group member: its generation, seeks and end offsets."""
+
+    @property
+    def source_id(self) -> str:
+        """This source's id, on claims and heartbeats."""
+
+    @property
+    def committer(self) -> Committer:
+        """This source's producer: claims, heartbeats and releases are queued on it; its
+        failure is why a source is renewed."""
+
+    @property
+    def stopping(self) -> bool:
+        """A stop began: asking again for end offsets ends."""
+
+    @property
+    def watchdog(self) -> LoopWatchdog:
+        """The event loop's stalls, after which ownership is confirmed."""
+
+    @property
+    def metrics(self) -> WorkerMetrics:
+        """Claims' verdicts, and the gauges of a lost partition forgotten."""
+
+    @property
+    def confirmations(self) -> Confirmations:
+        """Our decisions in flight: abandoned with an ownership; a heartbeat's verdict."""
+
+    @property
+    def sticky(self) -> StickyCache:
+        """Parked handlers, evicted with their partitions."""
+
+    @property
+    def executions(self) -> Mapping[str, Execution]:
+        """The runs executing here: drained, cancelled or released with their partition."""
+
+    @property
+    def refused(self) -> OrderedDict[str, str]:
+        """Runs whose record the broker refused: a renewal remembers the failed source's."""
+
+    @property
+    def activator(self) -> ClaimActivation:
+        """Told of every applied claim; activates a partition once ours applied."""
+
+    @property
+    def upkeep(self) -> LeaseKeeper:
+        """Claims again after a rejected claim's lease ran out."""
+
+    def enqueue(self, own: Ownership, run: RunState, cls: type[JournalRecord],
+                **body: Any) -> asyncio.Future[None]:
+        """Queue a decision: a `run.released` for a run of a released partition."""
+
+    def fail_next_turn(self, fatal: WorkerFatal) -> None:
+        """The consume loop raises `fatal` at its next turn, which stops the worker: aiokafka
+        swallows the exception of a rebalance listener, where the claims run."""
+
+    async def replace_source(self, failed: Committer) -> None:
+        """Close the `failed` source's producer aside and start a new source, waiting for
+        the brokers while they do not answer."""
+
+
+class ExecutionOwner(Protocol):
+    """What a run execution (engine.worker.executor.RunExecution) uses."""
+
+    @property
+    def name(self) -> str:
+        """This worker's name, in the `step.failed` of an attempt not called."""
+
+    @property
+    def flows(self) -> Mapping[str, Flow[Any, Any]]:
+        """The registered flows: a child's flow by name."""
+
+    @property
+    def store(self) -> ProjectionStore | None:
+        """The run's journal entries, replayed by its handler."""
+
+    @property
+    def metrics(self) -> WorkerMetrics:
+        """Each step's duration and outcome."""
+
+    @property
+    def admission(self) -> Admission:
+        """The execution slots, taken while the handler runs."""
+
+    @property
+    def committer(self) -> Committer:
+        """This source's producer: the sequence an irreversible step's confirmation awaits;
+        its failure, after which nothing of ours can apply."""
+
+    @property
+    def confirmations(self) -> Confirmations:
+        """The verdict an irreversible step's `step.started` awaits."""
+
+    @property
+    def not_called(self) -> NotCalled:
+        """Irreversible attempts this worker knows it never called."""
+
+    @property
+    def sticky(self) -> StickyCache:
+        """Where a suspended handler parks."""
+
+    @property
+    def activator(self) -> OwnerNames:
+        """The previous owner's name, for a continued activation's evidence."""
+
+    @property
+    def claims(self) -> OwnershipConfirmer:
+        """Confirms ownership after a stall, before each step."""
+
+    def enqueue(self, own: Ownership, run: RunState, cls: type[JournalRecord],
+                **body: Any) -> asyncio.Future[None]:
+        """Queue a decision about the run under its ownership's epoch."""
+
+    def current_run(self, run_id: str) -> RunState | None:
+        """The run as the projection holds it now."""
