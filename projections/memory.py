@@ -11,11 +11,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from runstream.engine.journal import JournalRecord
-from runstream.projections import store as rocks
+from runstream.projections import stored
 from runstream.projections.poison import KEY_UNKNOWN, RecordKey
 from runstream.projections.projector import Outcome, Projector, Store
 from runstream.projections.state import JournalEntry, OutboxItem, PartitionState, RunState, Verdict
-from runstream.projections.store import DueTimer, RecordWrite
+from runstream.projections.stored import DueTimer, RecordWrite
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,8 +137,8 @@ class MemoryStore:
         if change.request_id is not None:
             self._requests.add((change.partition.partition, change.request_id))
             log.append((change.offset, change.request_id))
-        if change.offset % rocks.PRUNE_EVERY == 0:
-            while log and log[0][0] < change.offset - rocks.REQUEST_RETENTION:
+        if change.offset % stored.PRUNE_EVERY == 0:
+            while log and log[0][0] < change.offset - stored.REQUEST_RETENTION:
                 self._requests.discard((change.partition.partition, log.popleft()[1]))
 
 

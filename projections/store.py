@@ -47,7 +47,6 @@ import itertools
 import shutil
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -61,7 +60,7 @@ from rocksdict import (
     WriteOptions,
 )
 
-from runstream.projections import keys
+from runstream.projections import keys, stored
 from runstream.projections.manifest import (
     CheckpointInfo,
     CheckpointPolicy,
@@ -77,31 +76,20 @@ from runstream.projections.state import (
     decode_state,
     encode_state,
 )
+from runstream.projections.stored import DueTimer, HistoryEntry, RecordWrite
 from runstream.projections.writes import (
     EMPTY_HASH,
-    HistoryEntry,
-    RecordWrite,
     chain,
     decode_history,
     encode_history,
     put_record,
 )
 
+# DueTimer, HistoryEntry and RecordWrite live in projections.stored (rocksdict-free); named
+# here too until engine.testing and engine.worker import them from there.
 __all__ = ["DueTimer", "HistoryEntry", "ProjectionStore", "RecordWrite", "encode_history"]
 
-# A request id re-sent within this many offsets of its partition is recognised as a
-# duplicate; producers re-send within seconds, so a million records is ample.
-REQUEST_RETENTION = 1_000_000
-PRUNE_EVERY = 4096
-
 Access = Literal["primary", "secondary"]
-
-
-@dataclass(frozen=True, slots=True)
-class DueTimer:
-    due_ms: int
-    run_id: str
-    position: int
 
 
 class ProjectionStore:
@@ -425,8 +413,8 @@ class ProjectionStore:
             self._pending_runs.add(change.next_round.run_id)
         if previous is not None:
             self._hashes[number] = chain(previous, change, encoded)
-        if change.offset % PRUNE_EVERY == 0:
-            self._prune_requests(batch, number, change.offset - REQUEST_RETENTION)
+        if change.offset % stored.PRUNE_EVERY == 0:
+            self._prune_requests(batch, number, change.offset - stored.REQUEST_RETENTION)
         self._since_checkpoint += 1
         if not self._grouping:
             self.flush()

@@ -10,7 +10,7 @@ from typing import Any
 
 from runstream.engine.config import DEFAULT_NAMESPACE
 from runstream.engine.flow.definition import HandedOff
-from runstream.engine.timetravel.history import HistoryRow
+from runstream.engine.readmodel.rows import HistoryRow
 from runstream.projections.decide import FLOW_NOT_REGISTERED
 from runstream.projections.state import RunState, RunStatus, Wait, to_builtins
 
