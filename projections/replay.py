@@ -127,8 +127,10 @@ def _replay_one(item: HistoryEntry, run: RunState | None,
 
 
 def record_of(item: HistoryEntry) -> JournalRecord:
-    """The record a history item holds the bytes of (a read model's, or an owner's with
-    the bytes read from its journal)."""
+    """The record of a history item: decoded already (the in-memory projection's), or from
+    its bytes (a read model's, or an owner's with the bytes read from its journal)."""
+    if item.record is not None:
+        return item.record
     if item.raw is None:
         raise RunstreamError(f"the read model holds no record bytes for offset {item.offset} "
                              f"of partition {item.partition}: delete its directory and query "

@@ -2,8 +2,8 @@
 
 `RecordWrite` is what one applied record changes (the Projector makes it, a store writes it:
 projections.store's RocksDB, or projections.memory's dicts); `HistoryEntry` is one item of a
-run's or a partition's history index as stored (its verdict, type, log time and, in a read
-model, the record's bytes): the one history row type of this layer; `DueTimer` is one entry
+run's or a partition's history (its verdict, type, log time and the record: its bytes in a
+read model, decoded in memory), the one history type of this layer; `DueTimer` is one entry
 of the timer index. The request index's bounds are here because both stores prune alike.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from runstream.engine.journal import JournalRecord
 from runstream.projections.state import (
     JournalEntry,
     OutboxItem,
@@ -28,6 +29,11 @@ PRUNE_EVERY = 4096
 
 @dataclass(frozen=True, slots=True)
 class HistoryEntry:
+    """What the reducer did with one record of a run's or a partition's history: its
+    verdict, type and log time, and the record itself as the holder keeps it: its bytes in
+    a store (`raw`, read models only), decoded in the in-memory projection (`record`; None
+    for a dead letter, which has its `error` and `reason` instead)."""
+
     partition: int
     offset: int
     verdict: Verdict
@@ -38,6 +44,9 @@ class HistoryEntry:
     # history, read models only): that round's time travel starts from it, not from a
     # replay of the rounds before.
     seed: bytes | None = None
+    record: JournalRecord | None = None  # decoded (projections.memory)
+    error: str | None = None  # a dead letter's decode error (projections.memory)
+    reason: str | None = None  # a dead letter's (projections.poison.DeadLetterReason)
 
 
 @dataclass(slots=True)
