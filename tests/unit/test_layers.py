@@ -102,3 +102,26 @@ def test_a_forbidden_import_breaks_its_contract(tmp_path: Path, module: str, add
     for contract in broken:
         assert f"{contract} BROKEN" in out, (contract, out)
     assert detail in out, out
+
+
+# Split by the owner-path change (issue 17) that is editing them now: listed here until then,
+# so that no other module can grow past the limit meanwhile.
+_BEING_SPLIT = {"projections/decide.py", "engine/testing/env.py"}
+MAX_MODULE_LINES = 450
+MAX_ENGINE_MODULES = 8  # directly in engine/: the rest live in its packages
+
+
+def test_no_module_is_over_450_lines() -> None:
+    generated = {"engine/journal/events.py"}
+    paths = [*(ROOT / "engine").rglob("*.py"), *(ROOT / "projections").rglob("*.py"),
+             *(ROOT / "runstream").glob("*.py")]  # (runstream/engine links to engine/)
+    long = {str(path.relative_to(ROOT)): len(path.read_text().splitlines()) for path in paths
+            if str(path.relative_to(ROOT)) not in generated}
+    assert len(long) > 100  # every module was read
+    over = {name: lines for name, lines in long.items() if lines > MAX_MODULE_LINES}
+    assert set(over) <= _BEING_SPLIT, over
+
+
+def test_engine_holds_at_most_8_modules_directly() -> None:
+    modules = sorted(path.name for path in (ROOT / "engine").glob("*.py"))
+    assert len(modules) <= MAX_ENGINE_MODULES, modules
