@@ -29,6 +29,7 @@ TESTING_LIGHT = ("the test environment (and its pytest plugin) imports no Kafka 
                  "rocksdict or aiohttp")
 LAYERS = "the stack runs one way: cli, faces, engine packages, projections, journal, errors"
 ACYCLIC = "no import cycle between two packages (cycles inside one package are allowed)"
+PLACED = "every package and module of engine has its place in the stack"
 TYPE_CHECKING_IMPORT = ("from typing import TYPE_CHECKING as _TYPE_CHECKING\n"
                         "if _TYPE_CHECKING:\n"
                         "    from runstream.engine.client.client import Client  # noqa: F401\n")
@@ -62,7 +63,7 @@ def test_the_tree_keeps_every_contract() -> None:
     assert code == 0, out
     assert "0 broken" in out
     for contract in (PROJECTIONS_PURE, NO_CLI, PURE_CORE, ROCKSDICT, TESTING_LIGHT, LAYERS,
-                     ACYCLIC):
+                     ACYCLIC, PLACED):
         assert f"{contract} KEPT" in out, contract
 
 
@@ -102,6 +103,17 @@ def test_a_forbidden_import_breaks_its_contract(tmp_path: Path, module: str, add
     for contract in broken:
         assert f"{contract} BROKEN" in out, (contract, out)
     assert detail in out, out
+
+
+def test_a_new_engine_package_must_be_placed_in_the_stack(tmp_path: Path) -> None:
+    tree = _copy_tree(tmp_path)
+    package = tree / "runstream" / "engine" / "scheduler"
+    package.mkdir()
+    (package / "__init__.py").write_text('"""A package nobody placed."""\n')
+    code, out = _lint(tree)
+    assert code != 0, out
+    assert f"{PLACED} BROKEN" in out, out
+    assert "runstream.engine.scheduler" in out, out
 
 
 # Split by the owner-path change (issue 17) that is editing them now: listed here until then,
