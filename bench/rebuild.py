@@ -1,6 +1,6 @@
 """Folding a journal into a fresh RocksDB projection, against raw consume + decode of it.
 
-The journal is generated (see bench/journal.py); `projections.rebuild.rebuild_into` folds
+The journal is generated (see bench/journal.py); `engine.ops.rebuild.rebuild_into` folds
 it from offset 0. Limit: one aiokafka consumer reading the same records and decoding each.
 """
 
@@ -18,7 +18,7 @@ from bench.raw import consume_and_decode
 from bench.report import Row, Section
 from bench.system import measure_cpu
 from runstream.engine.config import journal_topic
-from runstream.projections.rebuild import rebuild_into
+from runstream.engine.ops.rebuild import rebuild_into
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -24,13 +24,14 @@ from bench.report import Row, Section
 from bench.system import measure_cpu
 from runstream.engine.config import journal_topic
 from runstream.engine.ops import verify as integrity
+from runstream.engine.ops.rebuild import rebuild_into
 from runstream.engine.readmodel.model import ReadModel
 from runstream.projections.manifest import CheckpointPolicy
 from runstream.projections.memory import MemoryStore
 from runstream.projections.projector import Projector
-from runstream.projections.rebuild import rebuild_into
 from runstream.projections.store import ProjectionStore
-from runstream.projections.writes import EMPTY_HASH, RecordWrite, chain, put_record
+from runstream.projections.stored import RecordWrite
+from runstream.projections.writes import EMPTY_HASH, chain, put_record
 
 CHECKPOINT_SAMPLES = 5
 

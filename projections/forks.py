@@ -8,7 +8,7 @@ a settled run is forked too) as an item whose `payload_json` holds the fork's pa
 (ForkAsk) and whose `part` counts the parts answered so far, unless its authority does not
 cover the source (projections.requests.covers), or it is malformed: then it is refused.
 The source's owner reads the source's records up to the point from its own journal
-(engine.timetravel.fork_source) and answers with `run.fork-answered` decisions, one per part (or one
+(projections.fork_plan) and answers with `run.fork-answered` decisions, one per part (or one
 refusal); each applied part enters the outbox as a `run.fork-part` request to the new run's
 partition (an owner-to-owner request: the relay refuses it from every requests topic), and
 the last one answers the fork request.

@@ -11,21 +11,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from runstream.engine.journal import JournalRecord
-from runstream.projections import store as rocks
+from runstream.projections import stored
 from runstream.projections.poison import KEY_UNKNOWN, RecordKey
 from runstream.projections.projector import Outcome, Projector, Store
 from runstream.projections.state import JournalEntry, OutboxItem, PartitionState, RunState, Verdict
-from runstream.projections.store import DueTimer, RecordWrite
+from runstream.projections.stored import DueTimer, HistoryEntry, RecordWrite
 
-
-@dataclass(frozen=True, slots=True)
-class HistoryItem:
-    partition: int
-    offset: int
-    verdict: Verdict
-    record: JournalRecord | None
-    error: str | None = None
-    reason: str | None = None  # a dead letter's (projections.poison.DeadLetterReason)
+# The in-memory history holds projections.stored.HistoryEntry items, with `record` decoded
+# (the name HistoryItem stays until engine.testing says HistoryEntry).
+HistoryItem = HistoryEntry
 
 
 class MemoryStore:
@@ -137,8 +131,8 @@ class MemoryStore:
         if change.request_id is not None:
             self._requests.add((change.partition.partition, change.request_id))
             log.append((change.offset, change.request_id))
-        if change.offset % rocks.PRUNE_EVERY == 0:
-            while log and log[0][0] < change.offset - rocks.REQUEST_RETENTION:
+        if change.offset % stored.PRUNE_EVERY == 0:
+            while log and log[0][0] < change.offset - stored.REQUEST_RETENTION:
                 self._requests.discard((change.partition.partition, log.popleft()[1]))
 
 
@@ -156,9 +150,9 @@ class MemoryProjection:
 
     keep_history: bool = False
     store: MemoryStore = field(default_factory=MemoryStore)
-    history: dict[str, list[HistoryItem]] = field(default_factory=dict)
-    partition_history: dict[int, list[HistoryItem]] = field(default_factory=dict)
-    dead_letters: list[HistoryItem] = field(default_factory=list)
+    history: dict[str, list[HistoryEntry]] = field(default_factory=dict)
+    partition_history: dict[int, list[HistoryEntry]] = field(default_factory=dict)
+    dead_letters: list[HistoryEntry] = field(default_factory=list)
     projector: Projector = field(init=False)
 
     def __post_init__(self) -> None:
@@ -192,13 +186,15 @@ class MemoryProjection:
             return outcome.verdict
         if outcome.verdict is Verdict.dead_letter:
             poison = outcome.poison
-            item = HistoryItem(partition, offset, outcome.verdict, None, str(outcome.error),
-                               poison.reason if poison is not None else None)
+            item = HistoryEntry(partition, offset, outcome.verdict,
+                                poison.record_type if poison is not None else "",
+                                timestamp_ms or 0, error=str(outcome.error),
+                                reason=poison.reason if poison is not None else None)
             self.dead_letters.append(item)
             if self.keep_history:
                 self.partition_history.setdefault(partition, []).append(item)
             return outcome.verdict
-        return self._remember(outcome)
+        return self._remember(outcome, timestamp_ms)
 
     def apply_record(self, partition: int, offset: int, record: JournalRecord,
                      timestamp_ms: int | None = None) -> Verdict:
@@ -208,14 +204,17 @@ class MemoryProjection:
               timestamp_ms: int | None = None) -> Outcome:
         """Fold one record; the whole outcome (run, verdict, outbox requests)."""
         outcome = self.projector.apply_record(partition, offset, record, timestamp_ms)
-        self._remember(outcome)
+        self._remember(outcome, timestamp_ms)
         return outcome
 
-    def _remember(self, outcome: Outcome) -> Verdict:
+    def _remember(self, outcome: Outcome, timestamp_ms: int | None) -> Verdict:
+        """Keep the record's history item (`timestamp_ms`: its log time; None: the
+        envelope's, as the Projector takes it)."""
         record = outcome.record
         if self.keep_history and record is not None and not outcome.redelivered:
-            item = HistoryItem(outcome.partition.partition, outcome.offset, outcome.verdict,
-                               record)
+            when = record.envelope.timestamp_ms if timestamp_ms is None else timestamp_ms
+            item = HistoryEntry(outcome.partition.partition, outcome.offset, outcome.verdict,
+                                record.TYPE, when, record=record)
             run_id = record.envelope.run_id
             if run_id:
                 self.history.setdefault(run_id, []).append(item)

@@ -29,8 +29,8 @@ from runstream.engine.errors import journal_text
 from runstream.engine.journal import EncodeError, Envelope, JournalRecord, encode
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.events import RECORD_CLASSES
+from runstream.projections.outbox_requests import refused_spawn
 from runstream.projections.state import InboxItem, OutboxItem, RunStatus, lineage_of
-from runstream.projections.transitions import refused_spawn
 
 UnsendableReason = Literal["old-shape", "encode-error", "too-large"]
 RESULT_UNDELIVERABLE = "ResultUndeliverable"  # the error type a replaced wake carries

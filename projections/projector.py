@@ -30,7 +30,7 @@ from runstream.projections.poison import (
 )
 from runstream.projections.reducer import apply, apply_dead_letter, request_id_of
 from runstream.projections.state import JournalEntry, OutboxItem, PartitionState, RunState, Verdict
-from runstream.projections.store import RecordWrite
+from runstream.projections.stored import RecordWrite
 from runstream.projections.transitions import entry_position
 
 # Run states the projector keeps decoded between records (a run's records come in bursts).

@@ -30,6 +30,7 @@ from runstream.projections.forks import (
     apply_fork_request,
     apply_forked,
 )
+from runstream.projections.outbox_requests import refused_spawn
 from runstream.projections.requests import apply_run_request
 from runstream.projections.state import (
     MAX_DEPTH,
@@ -45,7 +46,7 @@ from runstream.projections.state import (
     Verdict,
     replace,
 )
-from runstream.projections.transitions import refused_spawn, transition
+from runstream.projections.transitions import transition
 
 
 # Not frozen: a frozen dataclass's __init__ sets each field through object.__setattr__,

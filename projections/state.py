@@ -273,6 +273,11 @@ def lineage_of(run_id: str) -> str:
     return run_id.split(ROUND_SEPARATOR, 1)[0]
 
 
+def round_zero(run_id: str) -> str:
+    """`<lineage>~0` is the lineage's first round, whose run id is the lineage id."""
+    return lineage_of(run_id) if run_id.endswith(f"{ROUND_SEPARATOR}0") else run_id
+
+
 S = TypeVar("S", bound=_Frozen)
 
 

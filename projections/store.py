@@ -1,4 +1,5 @@
 """The RocksDB projection (rocksdict, raw bytes, byte-ordered keys): the thin storage driver.
+Its index queries (timers, waits, status, inbox, outbox, history) are projections.store_reads'.
 
 Key layout (ASCII prefixes, zero-padded numbers so byte order is numeric order):
   p/<partition:05d>                          -> PartitionState (includes next_offset)
@@ -47,7 +48,6 @@ import itertools
 import shutil
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -61,7 +61,7 @@ from rocksdict import (
     WriteOptions,
 )
 
-from runstream.projections import keys
+from runstream.projections import keys, stored
 from runstream.projections.manifest import (
     CheckpointInfo,
     CheckpointPolicy,
@@ -70,41 +70,30 @@ from runstream.projections.manifest import (
 )
 from runstream.projections.state import (
     JournalEntry,
-    OutboxItem,
     PartitionState,
     RunState,
     RunStatus,
     decode_state,
     encode_state,
 )
+from runstream.projections.store_reads import IndexReads
+from runstream.projections.stored import DueTimer, HistoryEntry, RecordWrite
 from runstream.projections.writes import (
     EMPTY_HASH,
-    HistoryEntry,
-    RecordWrite,
     chain,
     decode_history,
     encode_history,
     put_record,
 )
 
+# DueTimer, HistoryEntry and RecordWrite live in projections.stored (rocksdict-free); named
+# here too until engine.testing and engine.worker import them from there.
 __all__ = ["DueTimer", "HistoryEntry", "ProjectionStore", "RecordWrite", "encode_history"]
-
-# A request id re-sent within this many offsets of its partition is recognised as a
-# duplicate; producers re-send within seconds, so a million records is ample.
-REQUEST_RETENTION = 1_000_000
-PRUNE_EVERY = 4096
 
 Access = Literal["primary", "secondary"]
 
 
-@dataclass(frozen=True, slots=True)
-class DueTimer:
-    due_ms: int
-    run_id: str
-    position: int
-
-
-class ProjectionStore:
+class ProjectionStore(IndexReads):
     """A projection of some partitions: a worker's, or a whole namespace's read model.
 
     `access="secondary"` opens a read-only follower of another process's primary (RocksDB
@@ -248,20 +237,6 @@ class ProjectionStore:
         found: Iterable[Any] = self._db.keys(from_key=prefix, read_opt=read)  # raw: bytes
         return next(iter(found), None) is not None
 
-    def runs_in_partition(self, partition: int, status: RunStatus) -> Iterator[RunState]:
-        for key, _ in self._scan(keys.status_prefix(status) + b"%05d/" % partition):
-            run = self.run(key.split(b"/", 3)[3].decode())
-            if run is not None:
-                yield run
-
-    def status_index(self, status: RunStatus) -> Iterator[tuple[int, str]]:
-        """(partition, run id) of every run with `status`, in index order, keys alone (no
-        run decoded: what a whole-namespace comparison walks)."""
-        prefix = keys.status_prefix(status)
-        for key, _ in self._scan(prefix):
-            partition, run_id = key[len(prefix):].split(b"/", 1)
-            yield int(partition), run_id.decode()
-
     def status_members(self, status: RunStatus) -> set[bytes]:
         """The runs with `status` as b"<partition:05d>/<run id>", keys alone, as one set:
         what a whole-namespace comparison takes set differences of (~0.3 us a run)."""
@@ -273,37 +248,6 @@ class ProjectionStore:
         found: Iterable[Any] = self._db.keys(from_key=prefix, read_opt=read)  # raw: bytes
         return {key[cut:] for key in found}
 
-    def run_ids_by_status(self, status: RunStatus, *, after: str | None = None
-                          ) -> Iterator[str]:
-        """Run ids with `status`, all partitions, in index order (partition, run id);
-        `after` is the index key tail ("<partition:05d>/<run_id>") to resume after."""
-        prefix = keys.status_prefix(status)
-        start = prefix + after.encode() + b"\x00" if after else prefix
-        for key, _ in self._scan(prefix, start=start):
-            yield key.split(b"/", 3)[3].decode()
-
-    def runs_with_requests(self, partition: int) -> Iterator[RunState]:
-        """Runs of `partition` holding requests no decision has answered yet."""
-        for key, _ in self._scan(b"i/%05d/" % partition):
-            run = self.run(key.split(b"/", 2)[2].decode())
-            if run is not None:
-                yield run
-
-    def history(self, run_id: str) -> list[HistoryEntry]:
-        entries = []
-        prefix = keys.history_prefix(run_id)
-        for key, value in self._scan(prefix):
-            partition, offset = key[len(prefix):].split(b"/")
-            entries.append(decode_history(int(partition), int(offset), value))
-        return entries
-
-    def partition_history(self, partition: int) -> list[HistoryEntry]:
-        """The partition's own records (claims, heartbeats) and its dead letters."""
-        entries = []
-        for key, value in self._scan(b"g/%05d/" % partition):
-            entries.append(decode_history(partition, int(key.split(b"/")[2]), value))
-        return entries
-
     def history_entry(self, run_id: str | None, partition: int, offset: int
                       ) -> HistoryEntry | None:
         """One record's history item: the run's (run_id) or the partition's own (None)."""
@@ -313,58 +257,12 @@ class ProjectionStore:
         value: bytes | None = self._db.get(key)
         return None if value is None else decode_history(partition, offset, value)
 
-    def fenced(self, partition: int) -> list[tuple[int, str | None]]:
-        """(offset, run id or None for a partition record) of every record of `partition`
-        the reducer fenced, rejected or found a duplicate of, in offset order."""
-        prefix = keys.fenced_prefix(partition)
-        return [(int(key[len(prefix):]), value.decode() or None)
-                for key, value in self._scan(prefix)]
-
     def running_hash(self, partition: int) -> str:
         """The partition's running hash (hex) after every record written so far, pending
         ones included; "" when the store was written before hashes existed."""
         value = self._hash_of(partition)
         return "" if value is None else value.hex()
 
-
-    def due_timers(self, partition: int, until_ms: int, limit: int) -> list[DueTimer]:
-        """Up to `limit` timers of `partition` due at or before `until_ms`, in due order."""
-        found: list[DueTimer] = []
-        prefix = keys.timer_prefix(partition)
-        for key, _ in self._scan(prefix):
-            due, rest = key[len(prefix):].split(b"/", 1)
-            if int(due) > until_ms or len(found) >= limit:
-                break
-            run_id, position = rest.split(b"\x00")
-            found.append(DueTimer(int(due), run_id.decode(), int(position)))
-        return found
-
-    def next_due_ms(self, partition: int) -> int | None:
-        """When the earliest timer of `partition` falls due (None: no timer)."""
-        for timer in self.due_timers(partition, 10**15 - 1, 1):
-            return timer.due_ms
-        return None
-
-    def runs_waiting(self, partition: int, kind: str) -> Iterator[str]:
-        """Ids of the suspended runs of `partition` waiting for `kind` (timer, event, child,
-        quarantine)."""
-        prefix = b"w/%05d/%s/" % (partition, kind.encode())
-        for key, _ in self._scan(prefix):
-            yield key[len(prefix):].decode()
-
-    def count_status(self, partition: int, status: RunStatus) -> int:
-        """Runs of `partition` with `status` (written ones: no flush, so any thread)."""
-        prefix = keys.status_prefix(status) + b"%05d/" % partition
-        return sum(1 for _ in self._scan_committed(prefix))
-
-    def count_waiting(self, partition: int, kind: str) -> int:
-        """Suspended runs of `partition` waiting for `kind` (written ones, any thread)."""
-        return sum(1 for _ in self._scan_committed(b"w/%05d/%s/" % (partition, kind.encode())))
-
-    def outbox(self, partition: int) -> list[OutboxItem]:
-        """Requests decisions of `partition` caused that no `partition.outbox-sent` has
-        acknowledged yet."""
-        return [decode_state(OutboxItem, v) for _, v in self._scan(keys.outbox_prefix(partition))]
 
     def items(self, *, skip: tuple[bytes, ...] = ()) -> Iterator[tuple[bytes, bytes]]:
         """Every key and value in byte order, but those under the `skip` prefixes: what a
@@ -384,13 +282,6 @@ class ProjectionStore:
         # Raw mode: keys and values are bytes (the stub allows any key type).
         return cast(Iterator[tuple[bytes, bytes]],
                     self._db.items(from_key=start, read_opt=read))
-
-    def dead_letters(self) -> list[tuple[int, int, bytes]]:
-        found = []
-        for key, value in self._scan(b"d/"):
-            _, partition, offset = key.split(b"/")
-            found.append((int(partition), int(offset), value))
-        return found
 
     def _scan(self, prefix: bytes, *, start: bytes | None = None
               ) -> Iterator[tuple[bytes, bytes]]:
@@ -425,8 +316,8 @@ class ProjectionStore:
             self._pending_runs.add(change.next_round.run_id)
         if previous is not None:
             self._hashes[number] = chain(previous, change, encoded)
-        if change.offset % PRUNE_EVERY == 0:
-            self._prune_requests(batch, number, change.offset - REQUEST_RETENTION)
+        if change.offset % stored.PRUNE_EVERY == 0:
+            self._prune_requests(batch, number, change.offset - stored.REQUEST_RETENTION)
         self._since_checkpoint += 1
         if not self._grouping:
             self.flush()

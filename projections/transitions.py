@@ -3,7 +3,8 @@
 Records that write a journal entry get the entry standing at their position now
 (`previous`), so no handler needs the run's whole journal. Decisions whose effect reaches
 another run (a spawn, a settlement with a parent, a cancel's cascade) also return the
-requests that effect needs, for the outbox (ARCHITECTURE.md, Execution).
+requests that effect needs, for the outbox (ARCHITECTURE.md, Execution), built by
+projections.outbox_requests.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runstream.engine.journal import events as ev
+from runstream.projections.outbox_requests import cancels, parent_wake
 from runstream.projections.state import (
     ChildLink,
     InboxItem,
@@ -283,25 +285,15 @@ def _child_spawned(run: RunState, record: Any, epoch: int, previous: Any) -> Cha
     if run.cancel_requested is not None:
         # Spawned by a parent that is being cancelled (from a `finally`): the child is
         # cancelled at once, not when the parent's cleanup ends.
-        outbox += _cancels(run, [record.child_run_id],
+        outbox += cancels(run, [record.child_run_id],
                            f"parent {run.run_id} is being cancelled")
     return Change({"children": (*run.children, link)}, entry, outbox)
 
 
 def _policy_applied(run: RunState, record: Any, epoch: int, _: Any) -> Change:
     assert isinstance(record, ev.ChildPolicyApplied)
-    return Change({}, outbox=_cancels(run, record.cancelled,
+    return Change({}, outbox=cancels(run, record.cancelled,
                                       f"parent {run.run_id} ended: {record.reason}"))
-
-
-def _cancels(run: RunState, child_ids: list[str], reason: str) -> tuple[OutboxItem, ...]:
-    lineages = {link.run_id: link.lineage_id for link in run.children}
-    return tuple(
-        OutboxItem(request_id=f"cancel/{run.run_id}/{child}", type=ev.RunCancelRequested.TYPE,
-                   run_id=child, lineage_id=lineages.get(child, child),
-                   body_json=json.dumps({"reason": reason, "requested_by": run.run_id}))
-        for child in child_ids
-    )
 
 
 def _settled(run: RunState, status: RunStatus, changes: Changes) -> Change:
@@ -309,21 +301,8 @@ def _settled(run: RunState, status: RunStatus, changes: Changes) -> Change:
     no wait or signal, and wakes its parent through the outbox."""
     changes.update(status=status, wait=None, signals=(), resume_requested=False,
                    inbox=_unanswered_creates(run))
-    outbox: tuple[OutboxItem, ...] = ()
-    if run.parent_run_id is not None:
-        after = {**changes}
-        wake = OutboxItem(
-            request_id=f"wake/{run.run_id}", type=ev.RunWakeRequested.TYPE,
-            run_id=run.parent_run_id, lineage_id=run.parent_lineage_id or run.parent_run_id,
-            body_json=json.dumps({
-                "child_run_id": run.run_id, "child_status": status.value,
-                "result_json": after.get("result_json"),
-                "error_type": after.get("error_type"),
-                "error_message": after.get("error_message"),
-                "position": run.parent_position,
-            }))
-        outbox = (*outbox, wake)
-    return Change(changes, outbox=outbox)
+    wake = parent_wake(run, status, changes)
+    return Change(changes, outbox=() if wake is None else (wake,))
 
 
 def _completed(run: RunState, record: Any, epoch: int, _: Any) -> Change:
@@ -355,7 +334,7 @@ def _handed_off(run: RunState, record: Any, epoch: int, _: Any) -> Change:
         cancel = _settled(run, RunStatus.cancelled, {"error_type": "RunCancelled",
                                                      "error_message": run.cancel_requested})
         linked = [c.run_id for c in run.children if not c.detached]
-        cancel.outbox = (*cancel.outbox, *_cancels(
+        cancel.outbox = (*cancel.outbox, *cancels(
             run, linked, f"parent {run.run_id} ended: cancelled ({run.cancel_requested})"))
         return cancel
     now = record.envelope.timestamp_ms
@@ -442,19 +421,3 @@ def entry_position(record: ev.JournalRecord) -> int | None:
         position: int | None = record.position
         return position
     return None
-
-
-def refused_spawn(child_run_id: str, item: InboxItem, why: str) -> OutboxItem | None:
-    """The wake that fails a parent's spawn the owner answered without making the run its
-    child (the id exists already, or the request was rejected): the parent would otherwise
-    wait for a child that never settles for it."""
-    if item.parent_run_id is None:
-        return None
-    return OutboxItem(
-        request_id=f"wake/{child_run_id}/{item.request_id}", type=ev.RunWakeRequested.TYPE,
-        run_id=item.parent_run_id, lineage_id=item.parent_lineage_id or item.parent_run_id,
-        body_json=json.dumps({
-            "child_run_id": child_run_id, "child_status": RunStatus.failed.value,
-            "result_json": None, "error_type": "SpawnRefused", "error_message": why,
-            "position": item.parent_position,
-        }))

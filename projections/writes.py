@@ -1,4 +1,4 @@
-"""What one applied record writes: the RecordWrite, its history item, its keys, its hash.
+"""What one applied record writes: its RecordWrite's keys, its history item, its hash.
 
 Used by projections.store, which puts all of it into one RocksDB WriteBatch per record (or
 per group of records). No RocksDB here: a batch is anything with put() and delete().
@@ -22,14 +22,8 @@ from typing import Protocol
 import msgspec
 
 from runstream.projections import keys
-from runstream.projections.state import (
-    JournalEntry,
-    OutboxItem,
-    PartitionState,
-    RunState,
-    Verdict,
-    encode_state,
-)
+from runstream.projections.state import RunState, Verdict, encode_state
+from runstream.projections.stored import HistoryEntry, RecordWrite
 
 HASH_BYTES = 16
 EMPTY_HASH = bytes(HASH_BYTES)  # a partition before its first record
@@ -37,20 +31,6 @@ UNCHANGED = b"="  # the record left its run as it was
 # Verdicts that land in the fencing index: records written to the log but not applied.
 FENCED_VERDICTS = frozenset({Verdict.fenced, Verdict.rejected, Verdict.duplicate})
 _VERDICTS = {verdict: verdict.value.encode() for verdict in Verdict}  # hashed as bytes
-
-
-@dataclass(frozen=True, slots=True)
-class HistoryEntry:
-    partition: int
-    offset: int
-    verdict: Verdict
-    type: str
-    timestamp_ms: int
-    raw: bytes | None = None  # the record's Kafka value (read models keep it)
-    # The state of the round this record created (a handoff's item in the next round's
-    # history, read models only): that round's time travel starts from it, not from a
-    # replay of the rounds before.
-    seed: bytes | None = None
 
 
 class _StoredItem(msgspec.Struct, array_like=True):
@@ -78,27 +58,6 @@ def decode_history(partition: int, offset: int, value: bytes) -> HistoryEntry:
     item = _HISTORY_DECODER.decode(value)
     return HistoryEntry(partition, offset, Verdict(item.verdict), item.type, item.timestamp_ms,
                         item.raw, item.seed)
-
-
-@dataclass(slots=True)
-class RecordWrite:
-    """What one applied record changes; ProjectionStore.write turns it into one batch."""
-
-    partition: PartitionState
-    offset: int
-    timestamp_ms: int
-    verdict: Verdict
-    record_type: str
-    run_id: str | None = None
-    before: RunState | None = None
-    after: RunState | None = None
-    entry: JournalEntry | None = None
-    request_id: str | None = None  # an applied request: enters the request index
-    raw: bytes | None = None  # kept in history when the store keeps records
-    dead_letter: bool = False
-    outbox: tuple[OutboxItem, ...] = ()  # requests this record caused, to send
-    outbox_done: tuple[str, ...] = ()  # outbox request ids acknowledged
-    next_round: RunState | None = None  # a handoff's next round, created by this record
 
 
 class Batch(Protocol):

@@ -53,8 +53,8 @@ if TYPE_CHECKING:
     from runstream.engine.flow.context import ChildRun, FlowContext, idempotency_key
     from runstream.engine.flow.definition import Flow, HandedOff, Handoff, RetryPolicy
     from runstream.engine.timetravel.dryrun import FlowNotInApp, NoDecision
-    from runstream.engine.timetravel.fork import ForkNeedsForce, ForkTargetExists, ForkTooLarge
     from runstream.engine.worker import Worker
+    from runstream.projections.fork_plan import ForkNeedsForce, ForkTargetExists, ForkTooLarge
     from runstream.projections.state import RunStatus
 
 _EXPORTS = {
@@ -86,9 +86,9 @@ _EXPORTS = {
     "InvalidInput": "runstream.engine.errors",
     "FlowNotInApp": "runstream.engine.timetravel.dryrun",
     "NoDecision": "runstream.engine.timetravel.dryrun",
-    "ForkNeedsForce": "runstream.engine.timetravel.fork",
-    "ForkTargetExists": "runstream.engine.timetravel.fork",
-    "ForkTooLarge": "runstream.engine.timetravel.fork",
+    "ForkNeedsForce": "runstream.projections.fork_plan",
+    "ForkTargetExists": "runstream.projections.fork_plan",
+    "ForkTooLarge": "runstream.projections.fork_plan",
     "Flow": "runstream.engine.flow.definition",
     "HandedOff": "runstream.engine.flow.definition",
     "Handoff": "runstream.engine.flow.definition",

@@ -6,7 +6,7 @@
 # Uses the broker at $RUNSTREAM_BOOTSTRAP (default 127.0.0.1:9092). If nothing answers there,
 # starts the local single-node broker (`runstream broker start`) and stops it on exit, pass or
 # fail. The exit code is pytest's; "no tests collected" (5) counts as a failure, and so does a
-# lint or type error when the tests pass.
+# lint, type or import-contract (.importlinter) error when the tests pass.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -64,10 +64,11 @@ else
     broker_start_pid=$!
 fi
 
-# Lint and type errors fail the run, after the tests have run (so one run shows both).
+# Lint, type and layer errors fail the run, after the tests have run (so one run shows both).
 checks_failed=0
 step ruff ruff check engine projections tests bench runstream/*.py || checks_failed=1
 step mypy mypy || checks_failed=1
+step lint-imports lint-imports --no-cache --no-logo || checks_failed=1  # .importlinter
 
 if [ -n "$broker_start_pid" ]; then
     if ! wait "$broker_start_pid"; then
@@ -91,6 +92,6 @@ if [ "$pytest_rc" -ne 0 ]; then
     exit "$pytest_rc"
 fi
 if [ "$checks_failed" -ne 0 ]; then
-    echo "error: tests passed but ruff or mypy failed (see above)" >&2
+    echo "error: tests passed but ruff, mypy or lint-imports failed (see above)" >&2
     exit 1
 fi

@@ -9,18 +9,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runstream.engine.client.client import Client, round_zero
+from runstream.engine.client.client import Client
 from runstream.engine.config import journal_topic, resolve_bootstrap, resolve_namespace
 from runstream.engine.errors import InvalidInput, RunNotFound
 from runstream.engine.flow.apps import AppNotFound as AppNotFound  # the CLI's
 from runstream.engine.flow.apps import load_flows as load_flows
+from runstream.engine.ops.rebuild import RebuildReport, rebuild_and_verify
 from runstream.engine.readmodel.describe import (
     run_view,
     why_report,
 )
 from runstream.engine.readmodel.lookups import addressed_run, read_model_of, view_of
+from runstream.engine.readmodel.rows import HistoryRow
 from runstream.engine.timetravel.fencing import DEFAULT_LIMIT, Ledger, fencing_ledger
-from runstream.engine.timetravel.history import HistoryRow, PartitionRow
+from runstream.engine.timetravel.history import PartitionRow
 from runstream.engine.timetravel.history import partition_history as _partition_history
 from runstream.engine.timetravel.history import run_history as _run_history
 from runstream.engine.timetravel.points import Point, RunDiff, RunTree, run_at
@@ -28,8 +30,7 @@ from runstream.engine.timetravel.points import parse_time as parse_time  # the C
 from runstream.engine.timetravel.points import run_diff as _run_diff
 from runstream.engine.timetravel.points import run_tree as _run_tree
 from runstream.engine.worker import Worker
-from runstream.projections.rebuild import RebuildReport, rebuild_and_verify
-from runstream.projections.state import RunStatus, to_builtins
+from runstream.projections.state import RunStatus, round_zero, to_builtins
 
 
 async def create_run(

@@ -44,14 +44,14 @@ from runstream.projections.capabilities import narrow
 from runstream.projections.partitioning import run_partition
 from runstream.projections.requests import describe_refusal
 from runstream.projections.state import (
-    ROUND_SEPARATOR,
     JournalEntry,
     RunState,
     RunStatus,
     Verdict,
     lineage_of,
+    round_zero,
 )
-from runstream.projections.store import HistoryEntry
+from runstream.projections.stored import HistoryEntry
 
 # How long a relayed request may take to reach the journal (the relay runs in the workers).
 RELAY_TIMEOUT = 60.0
@@ -407,11 +407,6 @@ class Client:
 def requester() -> str:
     """Who a request from this machine says asked for it."""
     return f"client@{socket.gethostname()}"
-
-
-def round_zero(run_id: str) -> str:
-    """`<lineage>~0` is the lineage's first round, whose run id is the lineage id."""
-    return lineage_of(run_id) if run_id.endswith(f"{ROUND_SEPARATOR}0") else run_id
 
 
 def _envelope(record_type: str, run_id: str, request_id: str | None = None) -> Envelope:

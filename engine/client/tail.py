@@ -17,7 +17,6 @@ import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
@@ -26,12 +25,10 @@ from runstream.engine.journal import JournalRecord, decode
 from runstream.engine.journal import events as ev
 from runstream.engine.kafka.connection import KafkaSecurity, start_client
 from runstream.engine.kafka.reader import partition_count, reader_consumer
+from runstream.engine.readmodel.model import ReadModel, View
 from runstream.projections.poison import Poison, examine
 from runstream.projections.reducer import apply, apply_dead_letter
 from runstream.projections.state import PartitionState, Verdict
-
-if TYPE_CHECKING:
-    from runstream.engine.readmodel.model import ReadModel, View
 
 log = logging.getLogger("runstream.tail")
 
@@ -50,7 +47,7 @@ CREATION_TYPES = frozenset({ev.RunCreated.TYPE, ev.RunForked.TYPE})
 ANSWER_CACHE = 100_000
 LAST_TYPES = 10_000  # the latest record type per run, for ResultTimeout's message
 
-ReadModelFactory = Callable[[], Awaitable["ReadModel"]]
+ReadModelFactory = Callable[[], Awaitable[ReadModel]]
 
 
 @dataclass

@@ -2,8 +2,10 @@
 
 `events` is generated from `schemas/` (`python -m runstream.engine.journal.codegen`);
 `schema_ids` holds the fixed Confluent schema ids (`schemas/registry.json`); `codec` turns
-records into Kafka values and headers and back; `input_limits` and `record_size` are the
-limits on ids, names, payloads and records that every writer checks before producing.
+records into Kafka values and headers and back (`codec_errors`: what it raises;
+`record_dict`: a record as a plain dict); `input_limits` and `record_size` are the limits on
+ids, names, payloads and records that every writer checks before producing; `timetext` is
+the one formatter of the journal's times as people read them.
 
 May import: `engine.errors` only (and fastavro, msgspec). Everything else imports it:
 it is the bottom of the stack, below `projections`.
@@ -14,18 +16,15 @@ from runstream.engine.journal.codec import (
     MAGIC_BYTE,
     TYPE_HEADER,
     Codec,
-    CodecError,
-    DecodeError,
-    DecodeReason,
-    EncodeError,
     decode,
     default_codec,
     encode,
     record_from_dict,
-    record_to_dict,
 )
+from runstream.engine.journal.codec_errors import CodecError, DecodeError, DecodeReason, EncodeError
 from runstream.engine.journal.events import *  # noqa: F403  (every record class; the list is generated)
 from runstream.engine.journal.events import __all__ as _events_all
+from runstream.engine.journal.record_dict import record_to_dict
 from runstream.engine.journal.record_size import MAX_RECORD_BYTES
 from runstream.engine.journal.schema_ids import (
     SchemaRegistry,

@@ -8,23 +8,32 @@ cross-checks it against the schema id.
 Everything that can be prepared is prepared once per Codec: parsed schemas, per-type field
 checks, the 5-byte frame prefix. decode() turns any bad input into a DecodeError with a
 machine-readable `reason`: one poisoned record must not crash a partition reader with an
-arbitrary exception type.
+arbitrary exception type. (Its errors are engine.journal.codec_errors'; a record as a plain
+dict, engine.journal.record_dict's.)
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import io
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from fastavro import schemaless_reader, schemaless_writer
 from fastavro.read import SchemaResolutionError
 
+from runstream.engine.journal.codec_errors import (
+    CodecError,
+    DecodeError,
+    DecodeReason,
+    EncodeError,
+    short_repr,
+)
 from runstream.engine.journal.events import RECORD_CLASSES, Envelope, JournalRecord
+from runstream.engine.journal.record_dict import field_names, record_from_datum
+from runstream.engine.journal.record_dict import record_to_dict as record_to_dict
 from runstream.engine.journal.schema_ids import (
     ENVELOPE_FIELD,
     Schema,
@@ -37,57 +46,6 @@ TYPE_HEADER = "rs-type"
 FRAME_SIZE = 5  # magic byte + 4-byte schema id
 _FRAME = struct.Struct(">BI")
 _STALE = "engine/journal/events.py is stale: run `python -m runstream.engine.journal.codegen`"
-
-DecodeReason = Literal[
-    "empty",  # None (a tombstone) or b""
-    "not-bytes",  # not a bytes-like value at all
-    "bad-magic",  # first byte is not 0: not Confluent-framed
-    "truncated",  # the frame or the Avro datum ends early
-    "unknown-schema-id",  # the id is not in the registry
-    "header-mismatch",  # the rs-type header names another type than the schema id
-    "type-mismatch",  # envelope.type names another type than the schema id
-    "incompatible-schema",  # the writer schema cannot be resolved to the reader schema
-    "malformed-avro",  # not valid Avro for its schema, or trailing bytes after the datum
-]
-
-
-class CodecError(ValueError):
-    """A journal record could not be encoded, decoded or converted."""
-
-
-class EncodeError(CodecError):
-    """A record cannot be encoded: wrong field type, unknown class, type not in the registry."""
-
-    def __init__(self, message: str, record_type: str | None = None) -> None:
-        super().__init__(message, record_type)  # everything in args, so the error pickles
-        self.record_type = record_type
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-
-class DecodeError(CodecError):
-    """Bytes that are not a valid journal record; `reason` says how they failed."""
-
-    def __init__(
-        self,
-        reason: DecodeReason,
-        detail: str,
-        schema_id: int | None = None,
-        record_type: str | None = None,
-    ) -> None:
-        super().__init__(reason, detail, schema_id, record_type)  # all in args: it pickles
-        self.reason: DecodeReason = reason
-        self.detail = detail
-        self.schema_id = schema_id
-        self.record_type = record_type
-
-    def __str__(self) -> str:
-        known = [f"schema id {self.schema_id}"] if self.schema_id is not None else []
-        known += [f"type {self.record_type}"] if self.record_type is not None else []
-        where = f" ({', '.join(known)})" if known else ""
-        return f"cannot decode journal record{where}: {self.detail} [{self.reason}]"
-
 
 # Field name, classes accepted without a call, the strict check, what it expects (for messages);
 # see codegen.PyType for why there are two levels.
@@ -105,11 +63,6 @@ def _field_specs(avro_fields: list[Schema]) -> tuple[FieldSpec, ...]:
         py = python_type(f["type"], f["name"])
         specs.append((f["name"], py.fast, py.check, py.expected))
     return tuple(specs)
-
-
-def _short_repr(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 # -- plans: everything decided once per record type or schema id ----------------------------------
@@ -141,13 +94,9 @@ class _DecodePlan:
         return DecodeError(reason, detail, self.schema_id, self.record_type)
 
 
-def _field_names(cls: type[Any]) -> list[str]:
-    return [f.name for f in dataclasses.fields(cls)]
-
-
 def _check_class_matches(cls: type[Any], avro_fields: list[Schema]) -> None:
     """Refuse to run with an events.py generated from other schemas than the registry's."""
-    expected, actual = [f["name"] for f in avro_fields], _field_names(cls)
+    expected, actual = [f["name"] for f in avro_fields], field_names(cls)
     if actual != expected:
         raise CodecError(f"{cls.__name__} fields {actual} != schema fields {expected}: {_STALE}")
 
@@ -205,7 +154,7 @@ class Codec:
         if isinstance(record_type, str) and RECORD_CLASSES.get(record_type) is record.__class__:
             where = self._registry.directory
             return EncodeError(f"type {record_type} is not in the registry {where}", record_type)
-        return EncodeError(f"not a journal record: {_short_repr(record)}")
+        return EncodeError(f"not a journal record: {short_repr(record)}")
 
     def decode(
         self, value: bytes | None, headers: Sequence[tuple[str, bytes]] | None = None
@@ -246,7 +195,7 @@ class Codec:
     def record_from_dict(self, data: Mapping[str, Any]) -> JournalRecord:
         """A record from its Avro datum dict, type-checked like encode(); omitted fields that
         have defaults get them."""
-        record = _record_from_dict(data)
+        record = record_from_datum(data)
         plan = self._encode_plans.get(record.__class__)
         if plan is not None:
             try:
@@ -278,7 +227,7 @@ def _fields_datum(
     for name, fast, check, expected in specs:
         value = getattr(obj, name)
         if (strict or value.__class__ not in fast) and not check(value):
-            got = f"{type(value).__name__} {_short_repr(value)}"
+            got = f"{type(value).__name__} {short_repr(value)}"
             raise plan.error(f"{prefix}{name} must be {expected}, got {got}")
         datum[name] = value
     return datum
@@ -305,9 +254,9 @@ def _check_headers(plan: _DecodePlan, headers: Sequence[tuple[str, bytes]]) -> N
         try:
             key, header_value = header
         except (TypeError, ValueError):
-            raise plan.error("header-mismatch", f"malformed header {_short_repr(header)}") from None
+            raise plan.error("header-mismatch", f"malformed header {short_repr(header)}") from None
         if key == TYPE_HEADER and header_value != plan.type_bytes:
-            got = _short_repr(header_value)
+            got = short_repr(header_value)
             raise plan.error("header-mismatch", f"the {TYPE_HEADER} header is {got}")
 
 
@@ -361,7 +310,7 @@ Setters = tuple[tuple[str, Callable[[Any, Any], None]], ...]
 
 
 def _setters(cls: type[Any]) -> Setters:
-    return tuple((name, getattr(cls, name).__set__) for name in _field_names(cls))
+    return tuple((name, getattr(cls, name).__set__) for name in field_names(cls))
 
 
 def _instantiate(cls: type[Any], setters: Setters, values: dict[str, Any]) -> Any:
@@ -384,56 +333,13 @@ _RECORD_SETTERS = {cls: _setters(cls) for cls in RECORD_CLASSES.values()}
 def _build(plan: _DecodePlan, datum: dict[str, Any]) -> JournalRecord:
     envelope = datum[ENVELOPE_FIELD]
     if envelope["type"] != plan.record_type:
-        raise plan.error("type-mismatch", f"envelope.type is {_short_repr(envelope['type'])}")
+        raise plan.error("type-mismatch", f"envelope.type is {short_repr(envelope['type'])}")
     try:
         datum[ENVELOPE_FIELD] = _instantiate(Envelope, _ENVELOPE_SETTERS, envelope)
         record: JournalRecord = _instantiate(plan.cls, _RECORD_SETTERS[plan.cls], datum)
     except KeyError as exc:  # only if events.py and the reader schema disagree
         raise plan.error("incompatible-schema", f"no value for {exc}; {_STALE}") from exc
     return record
-
-
-# -- dict form ------------------------------------------------------------------------------------
-
-_FIELD_NAMES: dict[type[Any], list[str]] = {
-    cls: _field_names(cls) for cls in (Envelope, *RECORD_CLASSES.values())
-}
-
-
-def _copy_value(value: Any) -> Any:
-    # Maps and arrays are the only mutable field values; copy them so that a dict and a
-    # record never alias.
-    if isinstance(value, dict):
-        return dict(value)
-    return list(value) if isinstance(value, list) else value
-
-
-def record_to_dict(record: JournalRecord) -> dict[str, Any]:
-    """The record's Avro datum as a plain dict (JSON-serialisable), the envelope nested."""
-    cls = record.__class__
-    if RECORD_CLASSES.get(getattr(cls, "TYPE", "")) is not cls:
-        raise CodecError(f"not a journal record: {_short_repr(record)}")
-    envelope = record.envelope
-    result = {name: getattr(envelope, name) for name in _FIELD_NAMES[Envelope]}
-    return {
-        name: result if name == ENVELOPE_FIELD else _copy_value(getattr(record, name))
-        for name in _FIELD_NAMES[cls]
-    }
-
-
-def _record_from_dict(data: Mapping[str, Any]) -> JournalRecord:
-    envelope_data = data.get(ENVELOPE_FIELD) if isinstance(data, Mapping) else None
-    if not isinstance(envelope_data, Mapping):
-        raise CodecError("a record dict needs an 'envelope' mapping")
-    record_type = envelope_data.get("type")
-    cls = RECORD_CLASSES.get(record_type) if isinstance(record_type, str) else None
-    if cls is None:
-        raise CodecError(f"unknown record type {record_type!r} in envelope.type")
-    body = {k: _copy_value(v) for k, v in data.items() if k != ENVELOPE_FIELD}
-    try:
-        return cls(envelope=Envelope(**envelope_data), **body)
-    except TypeError as exc:  # missing required or unknown fields
-        raise CodecError(f"{record_type}: {exc}") from None
 
 
 # -- the default codec ----------------------------------------------------------------------------

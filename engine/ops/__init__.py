@@ -1,9 +1,9 @@
-"""Operating a namespace: verify a projection against its rebuild and diff the two (`verify`,
-`verify_diff`), fold partitions in parallel (`shards`), list dead letters (`deadletters`);
-planned: `rebuild`, the Kafka half of a rebuild (reading the records that
-`projections.rebuild` folds).
+"""Operating a namespace: rebuild a projection from the journal (`rebuild`: the Kafka reading;
+the fold is `projections.rebuild`'s), verify a projection against its rebuild and diff the
+two (`verify`, `verify_diff`), fold partitions in parallel (`shards`), list dead letters
+(`deadletters`).
 
 May import: `engine.worker`, `engine.client`, `engine.readmodel`, `engine.flow`,
-`engine.kafka`, `projections`, `engine.journal`, `engine.errors`, `engine.config`,
-`engine.timetext`; never the CLI or the UI.
+`engine.kafka`, `projections`, `engine.journal`, `engine.errors`, `engine.config`; never
+the CLI or the UI.
 """

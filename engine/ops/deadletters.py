@@ -22,9 +22,9 @@ from typing import Any, Literal
 from runstream.engine.config import dead_letter_topic, resolve_bootstrap, resolve_namespace
 from runstream.engine.errors import InvalidInput
 from runstream.engine.journal import TYPE_HEADER
+from runstream.engine.journal.timetext import iso_time
 from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.kafka.reader import RawRecord, read_partitions
-from runstream.engine.timetext import iso_time
 from runstream.engine.worker.deadletters import (
     CAUSE_HEADER,
     DETAIL_HEADER,

@@ -9,8 +9,8 @@ from typing import Any
 
 from runstream.engine.config import DEFAULT_NAMESPACE
 from runstream.engine.flow.definition import HandedOff
-from runstream.engine.timetext import iso_time as format_iso_time
-from runstream.engine.timetravel.history import HistoryRow
+from runstream.engine.journal.timetext import iso_time as format_iso_time
+from runstream.engine.readmodel.rows import HistoryRow
 from runstream.projections.decide import FLOW_NOT_REGISTERED
 from runstream.projections.state import RunState, RunStatus, Wait, to_builtins
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runstream.engine.client.client import round_zero
 from runstream.engine.config import journal_topic, resolve_bootstrap, resolve_namespace
 from runstream.engine.errors import RunNotFound
 from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.readmodel.model import ReadModel, View
 from runstream.projections.partitioning import run_partition
+from runstream.projections.state import round_zero
 
 
 def read_model_of(bootstrap: str | None, namespace: str | None,

@@ -21,7 +21,8 @@ from runstream.projections.state import (
     RunStatus,
     encode_state,
 )
-from runstream.projections.store import HistoryEntry, ProjectionStore, RecordWrite
+from runstream.projections.store import ProjectionStore
+from runstream.projections.stored import HistoryEntry, RecordWrite
 from runstream.projections.writes import FENCED_VERDICTS
 
 

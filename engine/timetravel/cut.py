@@ -30,9 +30,6 @@ from runstream.engine.errors import InvalidInput, RunstreamError
 from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.readmodel.model import ReadModel, View
 from runstream.engine.readmodel.source import JournalSource
-from runstream.engine.timetravel.history import (
-    iso as iso,  # re-exported: the UI and bench use it from here
-)
 from runstream.engine.timetravel.points import parse_time
 from runstream.projections.checkpoints import (
     CheckpointGone,
@@ -42,6 +39,9 @@ from runstream.projections.checkpoints import (
     open_scratch,
 )
 from runstream.projections.projector import Projector
+from runstream.projections.replay import (
+    iso as iso,  # re-exported: the UI and bench use it from here
+)
 from runstream.projections.state import RunState, RunStatus
 from runstream.projections.store import ProjectionStore
 

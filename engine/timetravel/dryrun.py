@@ -24,7 +24,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from runstream.engine.client.client import round_zero
 from runstream.engine.errors import InvalidInput, RunNotFound, RunstreamError
 from runstream.engine.flow.apps import load_flows
 from runstream.engine.flow.context import FlowContext, RunReleased, StepArguments, args_digest
@@ -47,7 +46,7 @@ from runstream.engine.timetravel.dryrun_report import (
     sent_intent,
     wait_intent,
 )
-from runstream.projections.state import JournalEntry, RunState, Wait
+from runstream.projections.state import JournalEntry, RunState, Wait, round_zero
 from runstream.projections.transitions import CANCEL_DELIVERED
 
 APP_ENV = "RUNSTREAM_APP"

@@ -10,7 +10,7 @@ from typing import Any
 from runstream.engine.flow.context import StepArguments
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
-from runstream.engine.timetext import iso_time
+from runstream.engine.journal.timetext import iso_time
 from runstream.projections.state import JournalEntry, RunState, RunStatus, Wait
 
 PREVIEW = 80  # characters of arguments, results and payloads shown to people

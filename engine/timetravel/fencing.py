@@ -17,15 +17,15 @@ from typing import Any
 from runstream.engine.errors import RunNotFound
 from runstream.engine.journal import DecodeError, decode
 from runstream.engine.readmodel.model import View
+from runstream.engine.readmodel.rows import history_rows
 from runstream.engine.timetravel.history import (  # the history's own row formatting
     PartitionRow,
     _clock,
     _short,
-    history_rows,
     partition_history,
 )
 from runstream.projections.state import Verdict
-from runstream.projections.store import HistoryEntry
+from runstream.projections.stored import HistoryEntry
 
 TURNED_AWAY = (Verdict.fenced, Verdict.rejected, Verdict.duplicate)
 # At most this many writes are listed (oldest first after --since); the total is counted.

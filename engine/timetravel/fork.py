@@ -1,7 +1,7 @@
 """Fork a run: a new run whose journal starts as a copy of another run's first entries.
 
 `fork_run` (behind `runstream run fork ID --at record:K [--as NEW_ID] [--force]`) reads the
-source's history from the read model and plans the fork there (engine.timetravel.fork_source) to
+source's history from the read model and plans the fork there (projections.fork_plan) to
 refuse early what its owner would refuse: a row past the history, a run that did not exist
 at that row, a target id taken, residue without `force`. History row K counts from 1,
 requests and fenced records included, as `run history` prints them.
@@ -20,22 +20,24 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runstream.engine.client.client import Client, requester, round_zero
+from runstream.engine.client.client import Client, requester
 from runstream.engine.errors import RunNotFound, RunstreamError
-from runstream.engine.journal import Envelope, decode
+from runstream.engine.journal import decode
 from runstream.engine.journal import events as ev
-from runstream.engine.journal.input_limits import MAX_RUN_ID_CHARS, check_run_id
+from runstream.engine.journal.input_limits import check_run_id
 from runstream.engine.readmodel.model import ReadModel, View
-from runstream.engine.timetravel.fork_source import (
+from runstream.projections.fork_plan import (
     MAX_PART_BYTES,
     ForkNeedsForce,
     ForkPlan,
+    ForkTargetExists,
     ForkTooLarge,
+    fork_request,
+    fork_run_id,
     part_bodies,
     plan_fork,
     residue,
@@ -43,8 +45,10 @@ from runstream.engine.timetravel.fork_source import (
 )
 from runstream.projections.partitioning import run_partition
 from runstream.projections.requests import describe_refusal
-from runstream.projections.state import ROUND_SEPARATOR, RunState, Verdict, lineage_of
+from runstream.projections.state import RunState, Verdict, round_zero
 
+# The pure names (planning, the request, its errors) are projections.fork_plan's, named here
+# too for callers that fork through the read model.
 __all__ = ["MAX_PART_BYTES", "ForkNeedsForce", "ForkPlan", "ForkRefused", "ForkResult",
            "ForkTargetExists", "ForkTooLarge", "fork_request", "fork_run", "fork_run_id",
            "plan_fork", "residue", "settled_prefix"]
@@ -66,15 +70,6 @@ class ForkRefused(RunstreamError):
 
 class ForkNotAnswered(RunstreamError):
     """The fork request is in the journal, but its owners have not answered it in time."""
-
-
-class ForkTargetExists(RunstreamError):
-    """The new run's id belongs to a run already."""
-
-    def __init__(self, run_id: str) -> None:
-        super().__init__(f"run {run_id!r} exists already: a fork needs a new run id "
-                         f"(--as NEW_ID, or none for a generated one)")
-        self.run_id = run_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,30 +196,3 @@ async def _source_view(model: ReadModel, run_id: str) -> View:
         if not view.history(run_id):
             raise RunNotFound(run_id)
     return view
-
-
-def fork_run_id(source_run_id: str, new_run_id: str | None) -> str:
-    """The new run's id: the one asked for (engine.journal.input_limits' rules for a new id), or
-    `<source>-fork-<8 hex>`, its source part cut so that the id stays within
-    MAX_RUN_ID_CHARS (a fork of a fork of ... stays valid)."""
-    if new_run_id is None:
-        suffix = f"-fork-{uuid.uuid4().hex[:8]}"
-        base = source_run_id.replace(ROUND_SEPARATOR, "-round-")
-        return base[: MAX_RUN_ID_CHARS - len(suffix)] + suffix
-    return check_run_id(new_run_id, new=True)
-
-
-def fork_request(plan: ForkPlan, new_run_id: str, *, forced: bool, requested_by: str,
-                 now_ms: int | None = None) -> ev.RunForkRequested:
-    """The client's fork request: to the source run (its partition), naming the point and
-    the new run, and nothing of the journal."""
-    source = plan.source.run_id
-    when = int(time.time() * 1000) if now_ms is None else now_ms
-    return ev.RunForkRequested(
-        envelope=Envelope(type=ev.RunForkRequested.TYPE, run_id=source,
-                          lineage_id=lineage_of(source),
-                          request_id=f"fork/{new_run_id}/{uuid.uuid4().hex[:12]}",
-                          timestamp_ms=when),
-        source_run_id=source, source_offset=plan.source_offset,
-        source_record=plan.source_record, target_run_id=new_run_id, forced=forced,
-        requested_by=requested_by)

@@ -19,17 +19,10 @@ from typing import Any, Literal
 
 from runstream.engine.errors import InvalidInput, RunNotFound
 from runstream.engine.readmodel.model import View
-from runstream.engine.timetravel.history import (
-    HistoryRow,
-    PastRun,
-    RunAbsentAt,
-    history_rows,
-    iso,
-    replay_run,
-    replay_steps,
-)
+from runstream.engine.readmodel.rows import HistoryRow, history_rows
+from runstream.projections.replay import PastRun, RunAbsentAt, iso, replay_run, replay_steps
 from runstream.projections.state import JournalEntry, RunState, to_builtins
-from runstream.projections.store import HistoryEntry
+from runstream.projections.stored import HistoryEntry
 
 # A tree shows at most this many runs (rounds and children, all levels): a fan-out of
 # thousands is summarised by its count, not printed.

@@ -3,7 +3,7 @@ the system page, server-rendered from the namespace's read model by aiohttp; a l
 JavaScript (static/ui.js, no build step) moves the slider.
 
 May import every library package (`engine.timetravel`, `engine.ops`, `engine.readmodel`,
-`engine.flow`, ..., `projections`, `engine.timetext`); only the CLI imports it.
+`engine.flow`, ..., `projections`, `engine.journal.timetext`); only the CLI imports it.
 """
 
 from runstream.engine.ui.app import UiSettings, create_app

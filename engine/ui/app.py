@@ -17,9 +17,9 @@ from aiokafka.errors import KafkaConnectionError
 
 from runstream.engine.config import journal_topic
 from runstream.engine.errors import InvalidInput, RunNotFound, RunstreamError
+from runstream.engine.journal.timetext import iso_time
 from runstream.engine.readmodel.describe import run_view
 from runstream.engine.readmodel.model import ReadModel, View
-from runstream.engine.timetext import iso_time
 from runstream.engine.timetravel.cut import SystemState, parse_instant, state_of_model
 from runstream.engine.ui import pages, run_page
 from runstream.engine.ui.dry_run import DryRunner, dry_run_fragment

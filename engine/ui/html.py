@@ -11,7 +11,7 @@ from html import escape
 from typing import Any
 from urllib.parse import urlencode
 
-from runstream.engine.timetext import iso_time
+from runstream.engine.journal.timetext import iso_time
 
 STATIC_VERSION = "3"  # bumped when ui.css or ui.js change, so browsers fetch them again
 

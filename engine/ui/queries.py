@@ -14,8 +14,9 @@ from typing import Any
 from runstream.engine.errors import InvalidInput, RunNotFound
 from runstream.engine.readmodel.describe import run_view
 from runstream.engine.readmodel.model import View
-from runstream.engine.timetravel.history import HistoryRow, RunAbsentAt, history_rows
+from runstream.engine.readmodel.rows import HistoryRow, history_rows
 from runstream.engine.timetravel.points import Point, parse_time, run_at, run_diff
+from runstream.projections.replay import RunAbsentAt
 from runstream.projections.state import RunState, RunStatus, round_run_id, to_builtins
 
 PAGE_SIZE = 50  # runs on one page of the list, unless the query asks for another number

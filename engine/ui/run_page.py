@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from runstream.engine.readmodel.describe import VERDICTS, run_view
-from runstream.engine.timetravel.history import HistoryRow
+from runstream.engine.readmodel.rows import HistoryRow
 from runstream.engine.ui.html import (
     clock,
     esc,

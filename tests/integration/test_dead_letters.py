@@ -34,12 +34,13 @@ from runstream.engine.kafka.admin import (
 )
 from runstream.engine.kafka.reader import read_partitions
 from runstream.engine.ops.deadletters import DeadLetterList, list_dead_letters
+from runstream.engine.ops.rebuild import FoldSpec, fold_into
 from runstream.engine.readmodel.lookups import read_model_of
 from runstream.engine.worker.deadletters import copy_headers, polled
 from runstream.engine.worker.relay import Relay
 from runstream.projections.poison import DEAD_LETTER_TYPE_PREFIX, Poison
-from runstream.projections.rebuild import FoldSpec, fold_into
-from runstream.projections.store import HistoryEntry, ProjectionStore
+from runstream.projections.store import ProjectionStore
+from runstream.projections.stored import HistoryEntry
 from tests.builders import Writer, create
 from tests.conftest import TEST_JOURNAL_PARTITIONS
 from tests.integration.poison_records import KINDS, Bad, make_bad, produce_bad

@@ -11,7 +11,7 @@ from runstream import Client
 from runstream.engine.config import journal_topic
 from runstream.engine.demo.flows import CheckoutOut, checkout
 from runstream.engine.journal import events as ev
-from runstream.projections.rebuild import rebuild_and_verify
+from runstream.engine.ops.rebuild import rebuild_and_verify
 from runstream.projections.store import ProjectionStore
 from tests.integration.support import WorkerProcess, effects, fold, wait_for_owners
 

@@ -23,20 +23,20 @@ from runstream.engine.config import journal_topic
 from runstream.engine.journal import Envelope, JournalRecord, encode
 from runstream.engine.journal import events as ev
 from runstream.engine.kafka.reader import read_partitions
+from runstream.engine.readmodel.rows import HistoryRow
 from runstream.engine.timetravel.fork import (
     MAX_PART_BYTES,
     ForkNeedsForce,
     ForkTargetExists,
     fork_run,
 )
-from runstream.engine.timetravel.fork_source import answer_fork
-from runstream.engine.timetravel.history import HistoryRow
 from runstream.engine.worker.outbox import request_record
 from runstream.projections.decide import fork_decisions
+from runstream.projections.fork_plan import answer_fork
 from runstream.projections.forks import fork_asks
 from runstream.projections.partitioning import partition_for
 from runstream.projections.state import RunState, Verdict
-from runstream.projections.store import HistoryEntry
+from runstream.projections.stored import HistoryEntry
 from tests.integration.fork_flows import bulky, calls, counted, family, flows, risky
 from tests.integration.support import fold, status_or_none
 

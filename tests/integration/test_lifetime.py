@@ -31,7 +31,7 @@ from runstream import (
     Worker,
 )
 from runstream.engine.journal import events as ev
-from runstream.projections import store
+from runstream.projections import stored as store
 from runstream.projections.partitioning import run_partition
 from tests.integration.lifetime_flows import (
     EFFECTS,

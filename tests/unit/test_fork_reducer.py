@@ -14,18 +14,18 @@ import pytest
 
 from runstream.engine.journal import Envelope, encode
 from runstream.engine.journal import events as ev
-from runstream.engine.timetravel.fork_source import (
+from runstream.projections.decide import fork_decisions
+from runstream.projections.fork_plan import (
     MAX_PART_BYTES,
     ForkPlan,
     part_bodies,
     residue,
     settled_prefix,
 )
-from runstream.engine.timetravel.history import replay_run
-from runstream.projections.decide import fork_decisions
 from runstream.projections.forks import entry_from_json, entry_json, is_settled
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.projector import Outcome, Projector
+from runstream.projections.replay import replay_run
 from runstream.projections.state import (
     ChildLink,
     JournalEntry,

@@ -15,9 +15,9 @@ from runstream.engine.errors import RunFailed
 from runstream.engine.journal import decode, encode
 from runstream.engine.journal import events as ev
 from runstream.engine.testing import TestEnvironment
-from runstream.engine.timetravel.fork_source import answer_fork, within_limits
 from runstream.engine.worker.relay import AUTHORITY_HEADER, Forward, Incoming, Refuse, judge
 from runstream.projections.decide import FIRST_SHAPE_FORK, fork_decisions
+from runstream.projections.fork_plan import answer_fork, within_limits
 from runstream.projections.forks import ForkAsk, entry_json, fork_asks
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.partitioning import run_partition
@@ -31,7 +31,8 @@ from runstream.projections.state import (
     Verdict,
     replace,
 )
-from runstream.projections.store import HistoryEntry, ProjectionStore
+from runstream.projections.store import ProjectionStore
+from runstream.projections.stored import HistoryEntry
 from tests.builders import PartitionLog, create, request
 from tests.integration.fork_flows import flows as fork_flows
 from tests.integration.fork_flows import risky
@@ -380,7 +381,7 @@ def test_a_fork_ask_to_a_source_with_a_full_inbox_is_refused_with_a_reason() -> 
 async def test_a_fork_of_a_cancelled_run_ends_its_prefix_where_the_cancel_was_delivered() -> None:
     """The fork has no cancel: what the source journaled from the delivery on was the
     cancel's cleanup, not copied (a copied Cancelled entry would replay as a failure)."""
-    from runstream.engine.timetravel.fork_source import plan_fork
+    from runstream.projections.fork_plan import plan_fork
     from tests.integration.lifetime_flows import flows, tidy
 
     async with TestEnvironment(flows) as env:

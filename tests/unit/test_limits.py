@@ -28,7 +28,6 @@ from runstream.engine.journal.input_limits import (
     encode_request,
     max_payload_bytes,
 )
-from runstream.engine.timetravel.fork import fork_run_id
 from runstream.engine.worker.relay import (
     AUTHORITY_HEADER,
     Forward,
@@ -37,6 +36,7 @@ from runstream.engine.worker.relay import (
     judge,
     load_authorities,
 )
+from runstream.projections.fork_plan import fork_run_id
 from runstream.projections.partitioning import run_partition
 from tests.builders import Writer, request
 

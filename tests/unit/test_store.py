@@ -10,7 +10,7 @@ import pytest
 
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
-from runstream.projections import store as rocks
+from runstream.projections import stored as rocks
 from runstream.projections.memory import MemoryProjection, MemoryStore
 from runstream.projections.projector import Projector
 from runstream.projections.state import RunStatus, Verdict

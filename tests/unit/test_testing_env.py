@@ -25,7 +25,7 @@ from runstream import (
 from runstream.engine.demo.flows import checkout
 from runstream.engine.journal import events as ev
 from runstream.engine.testing import EnvironmentIdle, TestEnvironment
-from runstream.engine.timetravel.fork import ForkNeedsForce
+from runstream.projections.fork_plan import ForkNeedsForce
 from runstream.projections.state import Verdict
 from tests.integration.fork_flows import calls, counted, family, risky
 from tests.integration.fork_flows import flows as fork_flows

@@ -1,4 +1,4 @@
-"""engine/timetext.py: the one formatter of times shown to people.
+"""engine/journal/timetext.py: the one formatter of times shown to people.
 
 Each form is checked against literal text, and against the expression each view used before
 it called `iso_time` (so no view's output changed), over instants with and without
@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from runstream.engine.timetext import iso_time
+from runstream.engine.journal.timetext import iso_time
 
 DUE_MS = 1_796_032_800_000  # 2026-11-30T10:00:00Z
 

@@ -35,7 +35,7 @@ from runstream.projections.state import (
     Wait,
     replace,
 )
-from runstream.projections.store import DueTimer
+from runstream.projections.stored import DueTimer
 from runstream.projections.transitions import CANCEL_DELIVERED, WAIT_TIMEOUT
 from tests.builders import Writer, create, created, request
 

@@ -20,7 +20,7 @@ from runstream.engine.readmodel.describe import (
     why_lines,
     why_report,
 )
-from runstream.engine.timetravel.history import HistoryRow
+from runstream.engine.readmodel.rows import HistoryRow
 from runstream.projections.state import Evidence, RunState, RunStatus, Wait
 
 DIGEST = "ab12cd34"

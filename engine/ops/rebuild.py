@@ -1,0 +1,112 @@
+"""Rebuild a projection from the journal: the records read from Kafka, folded by
+projections.rebuild.
+
+`fold_into` reads partitions from offset 0 up to given offsets into a fresh store
+(`projection rebuild`, `projection verify` and its parallel shards, engine.ops.shards);
+`rebuild_and_verify` rebuilds a worker's projection next to it and compares the two.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runstream.engine.kafka.connection import KafkaSecurity
+from runstream.engine.kafka.reader import read_partitions
+from runstream.projections.manifest import CheckpointPolicy
+from runstream.projections.rebuild import (
+    FoldResult,
+    Progress,
+    RebuildReport,
+    compare,
+    fold_records,
+)
+from runstream.projections.store import ProjectionStore
+
+__all__ = ["FoldResult", "FoldSpec", "RebuildReport", "fold_into", "rebuild_and_verify",
+           "rebuild_into"]
+
+
+@dataclass(frozen=True, slots=True)
+class FoldSpec:
+    """What to fold: `partitions` of `topic` from offset 0 up to `until` (exclusive; the
+    partition's end when absent), into a fresh store at `path`."""
+
+    bootstrap: str
+    topic: str
+    path: Path
+    partitions: list[int] | None = None  # None: every partition of the topic
+    until: dict[int, int] | None = None
+    keep_records: bool = False
+    checkpoints: CheckpointPolicy = field(default_factory=CheckpointPolicy.never)
+    scratch: bool = False  # thrown away after use: no write-ahead log
+    # partition -> offsets at which to note the running hash (before the record there)
+    hash_offsets: dict[int, list[int]] = field(default_factory=dict)
+    security: KafkaSecurity | None = None  # None: SASL/TLS from the RUNSTREAM_* environment
+
+
+async def fold_into(spec: FoldSpec, progress: Progress | None = None) -> FoldResult:
+    """Fold the journal from offset 0 into a fresh store at `spec.path`."""
+    ProjectionStore.destroy(spec.path)
+    store = ProjectionStore(spec.path, keep_records=spec.keep_records,
+                            checkpoints=spec.checkpoints, scratch=spec.scratch)
+    try:
+        records = read_partitions(spec.bootstrap, spec.topic, spec.partitions,
+                                  until=spec.until, security=spec.security)
+        result = await fold_records(store, records, hash_offsets=spec.hash_offsets,
+                                    progress=progress)
+    finally:
+        store.close()
+    if progress is not None:
+        progress(result.records)
+    return result
+
+
+async def rebuild_into(
+    path: Path,
+    *,
+    bootstrap: str,
+    topic: str,
+    partitions: list[int] | None = None,
+    until: dict[int, int] | None = None,
+    progress: Progress | None = None,
+    checkpoints: CheckpointPolicy | None = None,
+    security: KafkaSecurity | None = None,
+) -> tuple[int, dict[int, int]]:
+    """Fold the journal from offset 0 into a fresh store at `path` (recording checkpoints as
+    a worker's store would, unless `checkpoints` says otherwise)."""
+    spec = FoldSpec(bootstrap, topic, path, partitions, until,
+                    checkpoints=checkpoints or CheckpointPolicy.from_env(), security=security)
+    result = await fold_into(spec, progress)
+    return result.records, result.reached
+
+
+async def rebuild_and_verify(
+    data_dir: Path, *, bootstrap: str, topic: str, replace: bool,
+    progress: Progress | None = None, security: KafkaSecurity | None = None,
+) -> RebuildReport:
+    """Rebuild the worker projection in `data_dir` from offset 0 up to the offsets it holds,
+    compare it with the live one, and optionally put the rebuilt one in its place."""
+    live_path = data_dir / "projection"
+    scratch = data_dir / "projection.rebuild"
+    live = ProjectionStore(live_path, checkpoints=CheckpointPolicy.never())
+    try:
+        until = {p.partition: p.next_offset for p in live.partitions()}
+        count, reached = await rebuild_into(
+            scratch, bootstrap=bootstrap, topic=topic, partitions=sorted(until) or None,
+            until=until or None, progress=progress, security=security,
+        )
+        rebuilt = ProjectionStore(scratch, checkpoints=CheckpointPolicy.never())
+        try:
+            compared, differences = compare(live, rebuilt)
+        finally:
+            rebuilt.close()
+    finally:
+        live.close()
+    if replace:
+        shutil.rmtree(live_path)
+        scratch.rename(live_path)
+    else:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return RebuildReport(count, reached, differences, compared)

@@ -1,0 +1,53 @@
+"""A run's history as people read it: one HistoryRow per record (`run history`, the UI's
+timeline, `run status --why`), made from the read model's history items. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from runstream.engine.journal import JournalRecord, record_to_dict
+from runstream.projections.replay import record_of
+from runstream.projections.stored import HistoryEntry
+
+_DETAIL_FIELDS = ("name", "position", "attempt", "mode", "evidence", "cause", "reason",
+                  "error_type", "error_message", "result_json", "kind", "message", "flow",
+                  "duplicate", "will_retry", "wake_at_ms", "due_ms", "event_name",
+                  "child_run_id", "child_status", "payload_json", "parent_exit_policy",
+                  "cascaded", "cancelled", "detached", "requested_by", "operator")
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRow:
+    partition: int
+    offset: int
+    timestamp_ms: int  # the record's log time (what `run at --time` compares with)
+    type: str
+    verdict: str
+    source: str | None
+    epoch: int | None
+    detail: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"partition": self.partition, "offset": self.offset,
+                "timestamp_ms": self.timestamp_ms, "type": self.type, "verdict": self.verdict,
+                "source": self.source, "epoch": self.epoch, "detail": self.detail}
+
+
+def history_rows(items: Iterable[HistoryEntry]) -> list[HistoryRow]:
+    """The rows `run history` prints for these history items."""
+    return [_row(item, record_of(item)) for item in items]
+
+
+def _row(item: HistoryEntry, record: JournalRecord) -> HistoryRow:
+    body = record_to_dict(record)
+    detail = {k: body[k] for k in _DETAIL_FIELDS if _worth_showing(body.get(k))}
+    env = record.envelope
+    return HistoryRow(item.partition, item.offset, item.timestamp_ms, record.TYPE,
+                      item.verdict.value, env.source_id, env.epoch, detail)
+
+
+def _worth_showing(value: Any) -> bool:
+    return value is not None and value is not False and value != ""

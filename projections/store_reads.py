@@ -1,0 +1,129 @@
+"""What a projection store answers from its key layout (projections.keys): the status,
+wait, timer, inbox and outbox indexes and the history, read over two scans.
+
+ProjectionStore (projections.store) supplies the scans over RocksDB and mixes these in; no
+RocksDB here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from runstream.projections import keys
+from runstream.projections.state import OutboxItem, RunState, RunStatus, decode_state
+from runstream.projections.stored import DueTimer, HistoryEntry
+from runstream.projections.writes import decode_history
+
+
+class IndexReads:
+    """The index queries of a store whose `_scan` reads what is written and pending (it
+    flushes first) and whose `_scan_committed` reads only what is written."""
+
+    def run(self, run_id: str) -> RunState | None:
+        raise NotImplementedError
+
+    def _scan(self, prefix: bytes, *, start: bytes | None = None
+              ) -> Iterator[tuple[bytes, bytes]]:
+        raise NotImplementedError
+
+    def _scan_committed(self, prefix: bytes, *, start: bytes | None = None
+                        ) -> Iterator[tuple[bytes, bytes]]:
+        raise NotImplementedError
+
+    def runs_in_partition(self, partition: int, status: RunStatus) -> Iterator[RunState]:
+        for key, _ in self._scan(keys.status_prefix(status) + b"%05d/" % partition):
+            run = self.run(key.split(b"/", 3)[3].decode())
+            if run is not None:
+                yield run
+
+    def status_index(self, status: RunStatus) -> Iterator[tuple[int, str]]:
+        """(partition, run id) of every run with `status`, in index order, keys alone (no
+        run decoded: what a whole-namespace comparison walks)."""
+        prefix = keys.status_prefix(status)
+        for key, _ in self._scan(prefix):
+            partition, run_id = key[len(prefix):].split(b"/", 1)
+            yield int(partition), run_id.decode()
+
+    def run_ids_by_status(self, status: RunStatus, *, after: str | None = None
+                          ) -> Iterator[str]:
+        """Run ids with `status`, all partitions, in index order (partition, run id);
+        `after` is the index key tail ("<partition:05d>/<run_id>") to resume after."""
+        prefix = keys.status_prefix(status)
+        start = prefix + after.encode() + b"\x00" if after else prefix
+        for key, _ in self._scan(prefix, start=start):
+            yield key.split(b"/", 3)[3].decode()
+
+    def runs_with_requests(self, partition: int) -> Iterator[RunState]:
+        """Runs of `partition` holding requests no decision has answered yet."""
+        for key, _ in self._scan(b"i/%05d/" % partition):
+            run = self.run(key.split(b"/", 2)[2].decode())
+            if run is not None:
+                yield run
+
+    def history(self, run_id: str) -> list[HistoryEntry]:
+        entries = []
+        prefix = keys.history_prefix(run_id)
+        for key, value in self._scan(prefix):
+            partition, offset = key[len(prefix):].split(b"/")
+            entries.append(decode_history(int(partition), int(offset), value))
+        return entries
+
+    def partition_history(self, partition: int) -> list[HistoryEntry]:
+        """The partition's own records (claims, heartbeats) and its dead letters."""
+        entries = []
+        for key, value in self._scan(b"g/%05d/" % partition):
+            entries.append(decode_history(partition, int(key.split(b"/")[2]), value))
+        return entries
+
+    def fenced(self, partition: int) -> list[tuple[int, str | None]]:
+        """(offset, run id or None for a partition record) of every record of `partition`
+        the reducer fenced, rejected or found a duplicate of, in offset order."""
+        prefix = keys.fenced_prefix(partition)
+        return [(int(key[len(prefix):]), value.decode() or None)
+                for key, value in self._scan(prefix)]
+
+    def due_timers(self, partition: int, until_ms: int, limit: int) -> list[DueTimer]:
+        """Up to `limit` timers of `partition` due at or before `until_ms`, in due order."""
+        found: list[DueTimer] = []
+        prefix = keys.timer_prefix(partition)
+        for key, _ in self._scan(prefix):
+            due, rest = key[len(prefix):].split(b"/", 1)
+            if int(due) > until_ms or len(found) >= limit:
+                break
+            run_id, position = rest.split(b"\x00")
+            found.append(DueTimer(int(due), run_id.decode(), int(position)))
+        return found
+
+    def next_due_ms(self, partition: int) -> int | None:
+        """When the earliest timer of `partition` falls due (None: no timer)."""
+        for timer in self.due_timers(partition, 10**15 - 1, 1):
+            return timer.due_ms
+        return None
+
+    def runs_waiting(self, partition: int, kind: str) -> Iterator[str]:
+        """Ids of the suspended runs of `partition` waiting for `kind` (timer, event, child,
+        quarantine)."""
+        prefix = b"w/%05d/%s/" % (partition, kind.encode())
+        for key, _ in self._scan(prefix):
+            yield key[len(prefix):].decode()
+
+    def count_status(self, partition: int, status: RunStatus) -> int:
+        """Runs of `partition` with `status` (written ones: no flush, so any thread)."""
+        prefix = keys.status_prefix(status) + b"%05d/" % partition
+        return sum(1 for _ in self._scan_committed(prefix))
+
+    def count_waiting(self, partition: int, kind: str) -> int:
+        """Suspended runs of `partition` waiting for `kind` (written ones, any thread)."""
+        return sum(1 for _ in self._scan_committed(b"w/%05d/%s/" % (partition, kind.encode())))
+
+    def outbox(self, partition: int) -> list[OutboxItem]:
+        """Requests decisions of `partition` caused that no `partition.outbox-sent` has
+        acknowledged yet."""
+        return [decode_state(OutboxItem, v) for _, v in self._scan(keys.outbox_prefix(partition))]
+
+    def dead_letters(self) -> list[tuple[int, int, bytes]]:
+        found = []
+        for key, value in self._scan(b"d/"):
+            _, partition, offset = key.split(b"/")
+            found.append((int(partition), int(offset), value))
+        return found

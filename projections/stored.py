@@ -1,0 +1,78 @@
+"""What a projection's store holds and hands out, as plain values (no storage here).
+
+`RecordWrite` is what one applied record changes (the Projector makes it, a store writes it:
+projections.store's RocksDB, or projections.memory's dicts); `HistoryEntry` is one item of a
+run's or a partition's history (its verdict, type, log time and the record: its bytes in a
+read model, decoded in memory), the one history type of this layer; `DueTimer` is one entry
+of the timer index. The request index's bounds are here because both stores prune alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runstream.engine.journal import JournalRecord
+from runstream.projections.state import (
+    JournalEntry,
+    OutboxItem,
+    PartitionState,
+    RunState,
+    Verdict,
+)
+
+# A request id re-sent within this many offsets of its partition is recognised as a
+# duplicate; producers re-send within seconds, so a million records is ample. Both stores
+# read these at each write (tests make them small).
+REQUEST_RETENTION = 1_000_000
+PRUNE_EVERY = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    """What the reducer did with one record of a run's or a partition's history: its
+    verdict, type and log time, and the record itself as the holder keeps it: its bytes in
+    a store (`raw`, read models only), decoded in the in-memory projection (`record`; None
+    for a dead letter, which has its `error` and `reason` instead)."""
+
+    partition: int
+    offset: int
+    verdict: Verdict
+    type: str
+    timestamp_ms: int
+    raw: bytes | None = None  # the record's Kafka value (read models keep it)
+    # The state of the round this record created (a handoff's item in the next round's
+    # history, read models only): that round's time travel starts from it, not from a
+    # replay of the rounds before.
+    seed: bytes | None = None
+    record: JournalRecord | None = None  # decoded (projections.memory)
+    error: str | None = None  # a dead letter's decode error (projections.memory)
+    reason: str | None = None  # a dead letter's (projections.poison.DeadLetterReason)
+
+
+@dataclass(slots=True)
+class RecordWrite:
+    """What one applied record changes; ProjectionStore.write turns it into one batch."""
+
+    partition: PartitionState
+    offset: int
+    timestamp_ms: int
+    verdict: Verdict
+    record_type: str
+    run_id: str | None = None
+    before: RunState | None = None
+    after: RunState | None = None
+    entry: JournalEntry | None = None
+    request_id: str | None = None  # an applied request: enters the request index
+    raw: bytes | None = None  # kept in history when the store keeps records
+    dead_letter: bool = False
+    outbox: tuple[OutboxItem, ...] = ()  # requests this record caused, to send
+    outbox_done: tuple[str, ...] = ()  # outbox request ids acknowledged
+    next_round: RunState | None = None  # a handoff's next round, created by this record
+
+
+
+@dataclass(frozen=True, slots=True)
+class DueTimer:
+    due_ms: int
+    run_id: str
+    position: int
