@@ -3,8 +3,9 @@
 Like Temporal's time-skipping test environment or Kafka Streams' TopologyTestDriver, it
 drives the engine's own parts: records go through the reducer and the in-memory
 projection, handlers run through the same FlowContext and handler runner as a worker's,
-and the owner's decisions (create, wake, cancel, exit policy) come from projections.decide. What
-it replaces is Kafka: one in-memory log per partition, written and folded at once.
+and the owner's reactions (create or reject, limits, wake, cancel, exit policy, quarantine
+resolution, fork copy and answer) come from projections.owner, as a worker's do. What it
+replaces is Kafka: one in-memory log per partition, written and folded at once.
 
 The clock is virtual. Whenever every run is waiting, it jumps to the next due timer, so a
 flow that sleeps for 30 days completes in milliseconds.
@@ -20,7 +21,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from runstream.engine.errors import (
-    PayloadInvalid,
     ResumeRefused,
     RunCancelled,
     RunFailed,
@@ -29,7 +29,6 @@ from runstream.engine.errors import (
     SignalRefused,
 )
 from runstream.engine.flow.definition import Flow, HandedOff, dump_json
-from runstream.engine.flow.runner import exit_reason
 from runstream.engine.journal import Envelope, JournalRecord, encode
 from runstream.engine.journal import events as ev
 from runstream.engine.testing.execution import TestExecution
@@ -40,28 +39,21 @@ from runstream.engine.timetravel.fork import (
     fork_run_id,
 )
 from runstream.engine.timetravel.fork_source import answer_fork, plan_fork
-from runstream.engine.worker.committer import MAX_RECORD_BYTES
-from runstream.projections.decide import (
-    CancelNow,
-    Create,
-    Duplicate,
-    Resolve,
-    Wake,
-    cancel_on_pending,
-    creation_limits,
-    decide_create,
-    decide_waiting,
-    exit_policy,
-    fork_decisions,
-    inbox_full_rejection,
-    limits_to_fix,
-    resolution_records,
-    unanswered_creates,
-    wait_entry_position,
-)
-from runstream.projections.forks import fork_asks, is_copying
 from runstream.projections.memory import HistoryItem, MemoryProjection
 from runstream.projections.outbox_fallback import GiveUp, checked_request
+from runstream.projections.owner import (
+    AnswerFork,
+    FlowMissing,
+    OwnerView,
+    Reaction,
+    Resume,
+    Start,
+    Write,
+    on_claim,
+    on_claim_requests,
+    on_record,
+    start,
+)
 from runstream.projections.partitioning import run_partition
 from runstream.projections.requests import describe_refusal
 from runstream.projections.state import JournalEntry, OutboxItem, RunState, RunStatus, Verdict
@@ -71,6 +63,11 @@ DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
 # Records one drive may write before the environment calls it a livelock (a flow that
 # loops forever without waiting).
 MAX_RECORDS_PER_DRIVE = 1_000_000
+# The largest record a worker sends (engine.worker.committer.MAX_RECORD_BYTES, which this
+# module does not import: the committer loads the Kafka client). tests/unit/
+# test_testing_light.py checks that the two agree.
+MAX_SENT_RECORD_BYTES = 900_000
+OWNER_NAME = "test-environment"
 
 
 class EnvironmentIdle(RunstreamError):
@@ -98,7 +95,9 @@ class TestEnvironment:
         self._executions: dict[str, TestExecution] = {}
         self._runnable: dict[str, bool] = {}  # run id -> claimed (a stolen running run)
         self._crashes: set[tuple[str, int]] = set()
-        self._fork_answers: set[str] = set()  # fork requests answered (bound: forks asked)
+        # Keys answered under the current owner (a worker's Ownership.decided), forgotten
+        # as their records are folded: bound, the owner's decisions not folded yet.
+        self._decided: set[str] = set()
         self.crashes = 0
         # Outbox requests that could never be sent (projections.outbox_fallback), as a worker
         # dead-letters them: bounded by the runs the test makes.
@@ -293,34 +292,32 @@ class TestEnvironment:
         offset = self._offsets[partition]
         self._offsets[partition] += 1
         outcome = self.projection.apply(partition, offset, record, self.clock_ms)
-        if outcome.verdict is Verdict.refused and outcome.run is not None:
-            # Creates a full inbox refused: the owner answers (engine.worker.activation).
-            for request_id in outcome.run.refused_creates:
-                self.decide(outcome.run, ev.RunCreateRejected,
-                            **inbox_full_rejection(outcome.run, request_id))
-        if outcome.verdict is not Verdict.applied:
-            return outcome.verdict
-        for item in outcome.outbox:
-            self._send_request(item)
-        if outcome.outbox:
-            self._partition_decision(partition, ev.PartitionOutboxSent,
-                                     request_ids=[item.request_id for item in outcome.outbox])
-        if outcome.run is not None:
-            self._react(outcome.run, record)
-        if outcome.next_round is not None:
-            self._react(outcome.next_round, record)
+        envelope = record.envelope
+        ours = bool(self._source) and envelope.source_id == self._source
+        if ours and envelope.request_id:
+            self._decided.discard(envelope.request_id)  # the projection dedupes now
+        if outcome.verdict is Verdict.applied:
+            for item in outcome.outbox:
+                self._send_request(item)
+            if outcome.outbox:
+                self._partition_decision(partition, ev.PartitionOutboxSent,
+                                         request_ids=[item.request_id for item in outcome.outbox])
+        drained = ours and bool(envelope.run_id) and not self._in_flight(envelope.run_id)
+        self._act(on_record(self._view(), outcome.run, record, outcome.verdict,
+                            next_round=outcome.next_round, drained=drained))
         return outcome.verdict
 
     def _send_request(self, item: OutboxItem) -> None:
         """An outbox request to its run's log, or, when it can never be sent, what answers
         in its place (the same decision a worker makes: engine.worker.outbox)."""
-        checked = checked_request(item, self.clock_ms, MAX_RECORD_BYTES)
+        checked = checked_request(item, self.clock_ms, MAX_SENT_RECORD_BYTES)
         if not isinstance(checked, GiveUp):
             self._append(self.partition_of(item.lineage_id), checked)
             return
         self.given_up.append(checked)
         if checked.replacement is not None:
-            replacement = checked_request(checked.replacement, self.clock_ms, MAX_RECORD_BYTES)
+            replacement = checked_request(checked.replacement, self.clock_ms,
+                                          MAX_SENT_RECORD_BYTES)
             if not isinstance(replacement, GiveUp):
                 self._append(self.partition_of(checked.replacement.lineage_id), replacement)
         note = checked.evidence
@@ -341,17 +338,26 @@ class TestEnvironment:
         return self.projection.partition(partition).epoch
 
     def _new_owner(self) -> None:
-        """A (new) worker claims every partition: epochs move on, old handlers are fenced."""
+        """A (new) worker claims every partition: epochs move on, old handlers are fenced,
+        and the claim's sweep (engine.worker.sweep) answers and starts what it finds."""
         self._source = uuid.uuid4().hex
         self._seq = 0
+        self._decided = set()
         for partition in range(self.partitions):
             epoch = self._epoch(partition)
             self._partition_decision(partition, ev.PartitionEpochClaimed, epoch=epoch + 1,
-                                     owner="test-environment")
+                                     owner=OWNER_NAME)
+        self._sweep(lambda run: bool(run.inbox), on_claim_requests)
         for status in (RunStatus.pending, RunStatus.running, RunStatus.suspended):
-            for run in list(self.projection.runs.values()):
-                if run.status is status:
-                    self._react(run, None, claiming=True)
+            self._sweep(_in_status(status), on_claim)
+
+    def _sweep(self, which: Callable[[RunState], bool],
+               react: Callable[[OwnerView, RunState], list[Reaction]]) -> None:
+        """`react` to each run `which` selects, each as it stands when its turn comes."""
+        for run_id in [run.run_id for run in self.projection.runs.values() if which(run)]:
+            run = self.projection.store.run(run_id)
+            if run is not None and which(run):
+                self._act(react(self._view(), run))
 
     def _crash(self) -> None:
         self.crashes += 1
@@ -359,100 +365,51 @@ class TestEnvironment:
             execution.crashed = True
         self._new_owner()
 
-    # -- the owner's reactions (engine.worker.reactions, without Kafka) ----------------------
+    # -- the owner: projections.owner's reactions, carried out on this log -----------------
 
-    def _react(self, run: RunState, record: JournalRecord | None, *,
-               claiming: bool = False) -> None:
-        self._answer_forks(run)
-        for item in unanswered_creates(run):
-            self._answer_create(run, item.request_id, item.flow, item.payload_json)
-            return
-        if is_copying(run):
-            self._copy_fork(run, record)
-        elif run.status is RunStatus.suspended:
-            position = wait_entry_position(run)
-            entry = None if position is None else self.projection.store.entry(
-                run.run_id, position)
-            action = decide_waiting(run, entry)
-            if isinstance(action, Wake):
-                self.decide(run, ev.RunResumed, reason=action.reason, position=action.position,
-                            name=action.name, signal_request_id=action.signal_request_id,
-                            result_json=action.result_json, error_type=action.error_type,
-                            error_message=action.error_message, detail=f"woken: {action.reason}")
-            elif isinstance(action, CancelNow):
-                self._cancel_now(run, action)
-            elif isinstance(action, Resolve):
-                for cls, body in resolution_records(action):
-                    self.decide(run, cls, **body)
-                self.decide(run, ev.RunResumed, reason="operator",
-                            detail=f"quarantine resolved: {action.resolution}")
-        elif run.status is RunStatus.pending and run.admitted:
-            cancel = cancel_on_pending(run)
-            if cancel is not None:
-                self._cancel_now(run, cancel)
-            else:
-                self._runnable.setdefault(run.run_id, False)
-        elif run.status is RunStatus.running and claiming:
-            self._runnable[run.run_id] = True
+    def _view(self) -> OwnerView:
+        return OwnerView(flows=self.flows, owner=OWNER_NAME, entry=self.projection.store.entry,
+                         decided=self._decided, in_flight=self._in_flight,
+                         executing=self._executing)
 
-    def _answer_forks(self, run: RunState) -> None:
-        """The source's owner answers fork requests naming `run` (engine.worker.forks)."""
-        for ask in fork_asks(run):
-            if ask.request_id in self._fork_answers:
-                continue
-            self._fork_answers.add(ask.request_id)
-            view = _RawView(self)
-            for cls, body in answer_fork(run, ask, view.history(run.run_id),
-                                         self.journal(run.run_id), view=view):
-                self.decide(run, cls, **body)
+    def _in_flight(self, run_id: str) -> bool:
+        """Decisions of this owner about the run queued and not folded yet (a worker's
+        confirmations: the owner reacts once its own records are applied)."""
+        return any(record.envelope.run_id == run_id and record.envelope.source_id == self._source
+                   for _, record in self._queue)
 
-    def _copy_fork(self, run: RunState, record: JournalRecord | None) -> None:
-        """A fork's owner admits it and copies its prefix one part at a time
-        (engine.worker.reactions): on a request part, on a claim, and once a part's last
-        copy is applied; the other copies were decided with their part."""
-        part_done = isinstance(record, ev.JournalEntryCopied) and (
-            run.steps == record.position + 1)
-        if run.cancel_requested is not None and not isinstance(record, ev.JournalEntryCopied):
-            self._cancel_now(run, CancelNow(run.cancel_requested, run.cancel_requested_by))
-        elif record is None or part_done or isinstance(record, ev.RunForkPart):
-            store = self.projection.store
-            for cls, body in fork_decisions(run, lambda p: store.entry(run.run_id, p)):
-                self.decide(run, cls, **body)
+    def _executing(self, run_id: str) -> bool:
+        execution = self._executions.get(run_id)
+        return (execution is not None and not execution.crashed and execution.task is not None
+                and not execution.task.done())
 
-    def _answer_create(self, run: RunState, request_id: str, flow: str | None,
-                       payload: str | None) -> None:
-        item = next(i for i in run.inbox if i.request_id == request_id)
-        answer = decide_create(run, item, self._check_payload)
-        if isinstance(answer, Create | Duplicate):
-            offset = answer.request_offset if isinstance(answer, Duplicate) else item.offset
-            self.decide(run, ev.RunCreated, request_id=request_id, flow=run.flow,
-                        payload_json=run.payload_json, request_offset=offset,
-                        duplicate=isinstance(answer, Duplicate),
-                        parent_run_id=run.parent_run_id, round=run.round,
-                        **creation_limits(run, self.flows.get(run.flow)))
-            return
-        self.decide(run, ev.RunCreateRejected, request_id=request_id, reason=answer.reason,
-                    field=answer.field, existing_value=answer.existing,
-                    requested_value=answer.requested)
-
-    def _check_payload(self, flow_name: str, payload_json: str) -> str | None:
-        flow = self.flows.get(flow_name)
-        if flow is None:
-            return None
-        try:
-            flow.load_payload(payload_json)
-        except PayloadInvalid as exc:
-            return str(exc)
-        return None
-
-    def _cancel_now(self, run: RunState, cancel: CancelNow) -> None:
-        policy = exit_policy(run.children)
-        if policy.cancelled or policy.detached:
-            self.decide(run, ev.ChildPolicyApplied, cancelled=policy.cancelled,
-                        detached=policy.detached,
-                                reason=exit_reason(ev.RunCancelled, {"reason": cancel.reason}))
-        self.decide(run, ev.RunCancelled, reason=cancel.reason,
-                    requested_by=cancel.requested_by, cascaded=policy.cancelled)
+    def _act(self, reactions: Iterable[Reaction], *, launch: bool = False) -> None:
+        """What projections.owner says to do: records appended (and folded after the one
+        that caused them); a run to start is marked runnable, and started when the
+        environment is driven (`launch`: now, from _start_runnable)."""
+        for reaction in reactions:
+            if isinstance(reaction, Write):
+                if reaction.key is not None:
+                    self._decided.add(reaction.key)
+                for cls, body in reaction.records:
+                    self.decide(reaction.run, cls, **body)
+                self._act(reaction.then, launch=launch)
+            elif isinstance(reaction, Start | FlowMissing):  # (FlowMissing: _launch raises)
+                run_id = reaction.run.run_id
+                if launch:
+                    self._launch(run_id)
+                else:
+                    self._runnable[run_id] = reaction.claimed or self._runnable.get(run_id,
+                                                                                    False)
+            elif isinstance(reaction, AnswerFork):
+                self._decided.add(reaction.key)
+                view = _RawView(self)
+                for cls, body in answer_fork(reaction.run, reaction.ask,
+                                             view.history(reaction.run.run_id),
+                                             self.journal(reaction.run.run_id), view=view):
+                    self.decide(reaction.run, cls, **body)
+            elif isinstance(reaction, Resume):
+                self._act(reaction.otherwise)  # no handler is parked here: a wake replays
 
     # -- driving -----------------------------------------------------------------------------
 
@@ -479,25 +436,27 @@ class TestEnvironment:
                 raise EnvironmentIdle(self._idle_message())
 
     def _start_runnable(self) -> None:
+        """Start the handlers of the runs marked runnable, each as projections.owner.start
+        says now (the flows registered may have changed since it was marked)."""
         for run_id in list(self._runnable):
             current = self._executions.get(run_id)
             if current is not None and current.task is not None and not current.task.done():
                 continue  # its previous handler still unwinds: start after it
-            claiming = self._runnable.pop(run_id)
+            claimed = self._runnable.pop(run_id)
             run = self.describe(run_id)
-            if not (run.status is RunStatus.pending or claiming) or run.status.is_terminal:
+            if not (run.status is RunStatus.pending or claimed) or run.status.is_terminal:
                 continue
-            flow = self.flows.get(run.flow)
-            if flow is None:
-                raise EnvironmentIdle(f"run {run_id} is of flow {run.flow!r}, which this "
-                                      f"environment does not register")
-            fix = limits_to_fix(run, flow)
-            if fix is not None:  # admitted without the flow: fixed before it runs
-                self.decide(run, ev.RunLimitsFixed, **fix)
-                run = self.describe(run_id)
-            execution = TestExecution(self, run)
-            self._executions[run_id] = execution
-            execution.task = asyncio.create_task(execution.execute(flow))
+            self._act(start(self._view(), run, claimed=claimed), launch=True)
+
+    def _launch(self, run_id: str) -> None:
+        run = self.describe(run_id)
+        flow = self.flows.get(run.flow)
+        if flow is None:
+            raise EnvironmentIdle(f"run {run_id} is of flow {run.flow!r}, which this "
+                                  f"environment does not register")
+        execution = TestExecution(self, run)
+        self._executions[run_id] = execution
+        execution.task = asyncio.create_task(execution.execute(flow))
 
     def _fire_next_timers(self, until_ms: int | None) -> bool:
         """Jump to the earliest due timer and fire every timer due then, in due order."""
@@ -535,6 +494,10 @@ class _RawView:
 
     def history(self, run_id: str) -> list[HistoryEntry]:
         return self.env._raw_history(run_id)
+
+
+def _in_status(status: RunStatus) -> Callable[[RunState], bool]:
+    return lambda run: run.status is status
 
 
 def _envelope(cls: type[JournalRecord], run_id: str, request_id: str | None, now_ms: int, *,

@@ -24,6 +24,7 @@ from runstream.engine.kafka.reader import read_partitions
 from runstream.engine.timetravel.fork_source import MAX_PART_BYTES, answer_fork
 from runstream.engine.worker.ownership import Ownership
 from runstream.projections.forks import ForkAsk, fork_asks
+from runstream.projections.owner import AnswerFork
 from runstream.projections.state import RunState, round_run_id
 from runstream.projections.store import HistoryEntry, ProjectionStore
 
@@ -45,17 +46,14 @@ class ForkAnswers:
         self.max_part_bytes = MAX_PART_BYTES  # (smaller only in tests and fixtures)
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def answer(self, own: Ownership, run: RunState) -> None:
-        """Answer the run's unanswered fork requests (once per request and ownership)."""
-        for ask in fork_asks(run):
-            key = f"fork-answer/{ask.request_id}"
-            if key in own.decided:
-                continue
-            own.decided.add(key)
-            task = asyncio.create_task(self._answer(own, run.run_id, ask),
-                                       name=f"runstream-fork-{ask.request_id}")
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+    def answer(self, own: Ownership, fork: AnswerFork) -> None:
+        """Answer one fork request naming a run we own (projections.owner decides which, once
+        per request and ownership): read the source's records, then decide, in a task."""
+        own.decided.add(fork.key)
+        task = asyncio.create_task(self._answer(own, fork.run.run_id, fork.ask),
+                                   name=f"runstream-fork-{fork.ask.request_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def stop(self) -> None:
         for task in list(self._tasks):
