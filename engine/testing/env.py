@@ -29,9 +29,10 @@ from runstream.engine.errors import (
     SignalRefused,
 )
 from runstream.engine.flow.definition import Flow, HandedOff, dump_json
-from runstream.engine.journal import Envelope, JournalRecord, encode
+from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.testing.execution import TestExecution
+from runstream.engine.testing.log import MemoryLog, RawView, envelope
 from runstream.engine.timetravel.fork import (
     ForkNeedsForce,
     ForkTargetExists,
@@ -39,7 +40,7 @@ from runstream.engine.timetravel.fork import (
     fork_run_id,
 )
 from runstream.engine.timetravel.fork_source import answer_fork, plan_fork
-from runstream.projections.memory import HistoryItem, MemoryProjection
+from runstream.projections.memory import HistoryItem
 from runstream.projections.outbox_fallback import GiveUp, checked_request
 from runstream.projections.owner import (
     AnswerFork,
@@ -54,10 +55,9 @@ from runstream.projections.owner import (
     on_record,
     start,
 )
-from runstream.projections.partitioning import run_partition
+from runstream.projections.projector import Outcome
 from runstream.projections.requests import describe_refusal
 from runstream.projections.state import JournalEntry, OutboxItem, RunState, RunStatus, Verdict
-from runstream.projections.store import HistoryEntry
 
 DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
 # Records one drive may write before the environment calls it a livelock (a flow that
@@ -85,13 +85,10 @@ class TestEnvironment:
                  start: datetime = DEFAULT_START) -> None:
         self.flows = {flow.name: flow for flow in flows}
         self.partitions = partitions
-        self.projection = MemoryProjection(keep_history=True)
         self.clock_ms = int(start.timestamp() * 1000)
-        self._offsets = [0] * partitions
-        self._source = ""
-        self._seq = 0
-        self._draining = False
-        self._queue: list[tuple[int, JournalRecord]] = []
+        self.log = MemoryLog(partitions, lambda: self.clock_ms, self._folded)
+        self.projection = self.log.projection
+        self._offsets = self.log.offsets  # (the same list: a test may write around the log)
         self._executions: dict[str, TestExecution] = {}
         self._runnable: dict[str, bool] = {}  # run id -> claimed (a stolen running run)
         self._crashes: set[tuple[str, int]] = set()
@@ -149,7 +146,7 @@ class TestEnvironment:
                                 payload_json=dump_json(payload))
         if outcome == Verdict.refused:
             run = self.describe(run_id)
-            record = ev.RunSignalSent(envelope=_envelope(ev.RunSignalSent, run_id, None, 0),
+            record = ev.RunSignalSent(envelope=envelope(ev.RunSignalSent, run_id, None, 0),
                                       name=name)
             raise SignalRefused(run_id, name, describe_refusal(run, record))
 
@@ -170,7 +167,7 @@ class TestEnvironment:
             result_json=dump_json(result) if resolution == "skip" else None)
         if verdict == Verdict.refused:
             record = ev.RunResumeRequested(
-                envelope=_envelope(ev.RunResumeRequested, run_id, None, 0), operator="test",
+                envelope=envelope(ev.RunResumeRequested, run_id, None, 0), operator="test",
                 resolution=resolution, position=position, digest=digest)
             raise ResumeRefused(run_id, describe_refusal(run, record))
 
@@ -189,15 +186,15 @@ class TestEnvironment:
                    force: bool = False) -> str:
         """Fork `run_id` at row `at_record` of its history (engine.timetravel.fork); returns the new
         run's id (it starts when the environment is driven). Raises ForkNeedsForce."""
-        items = self._raw_history(run_id)
+        items = self.log.raw_history(run_id)
         plan = plan_fork(run_id, items, at_record, self.journal(run_id))
         if plan.warnings and not force:
             raise ForkNeedsForce(run_id, at_record, plan.warnings)
         target = fork_run_id(run_id, new_run_id)
         if self.projection.store.run(target) is not None:
             raise ForkTargetExists(target)
-        # One request to the source's partition; its owner answers it (_answer_forks).
-        self._append(self.partition_of(run_id), fork_request(
+        # One request to the source's partition; its owner answers it (AnswerFork).
+        self.log.append(self.partition_of(run_id), fork_request(
             plan, target, forced=bool(plan.warnings), requested_by="test", now_ms=self.clock_ms))
         return target
 
@@ -222,13 +219,6 @@ class TestEnvironment:
         """Every record of the run, in log order, with the reducer's verdict."""
         return list(self.projection.history.get(run_id, []))
 
-    def _raw_history(self, run_id: str) -> list[HistoryEntry]:
-        """The run's history as a worker's projection indexes it, with each record's bytes
-        (what engine.timetravel.fork_source replays; also its `view` for earlier rounds)."""
-        return [HistoryEntry(i.partition, i.offset, i.verdict, i.record.TYPE,
-                             i.record.envelope.timestamp_ms, encode(i.record)[0])
-                for i in self.history(run_id) if i.record is not None]
-
     async def close(self) -> None:
         for execution in self._executions.values():
             execution.crashed = True
@@ -244,19 +234,15 @@ class TestEnvironment:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    # -- the log -----------------------------------------------------------------------------
+    # -- the log (engine.testing.log) ---------------------------------------------------------
 
     def partition_of(self, run_id: str) -> int:
-        return run_partition(run_id, self.partitions)
+        return self.log.partition_of(run_id)
 
     def decide(self, run: RunState, cls: type[JournalRecord], *,
                request_id: str | None = None, **body: Any) -> Verdict:
         """Write one decision of the current owner about `run` (applied at once)."""
-        self._seq += 1
-        envelope = _envelope(cls, run.run_id, request_id, self.clock_ms, lineage=run.lineage_id,
-                             epoch=self._epoch(run.partition), source=self._source,
-                             seq=self._seq)
-        return self._append(run.partition, cls(envelope=envelope, **body))
+        return self.log.decide(run, cls, request_id=request_id, **body)
 
     def crash_point(self, run_id: str, position: int | None) -> bool:
         if position is None or (run_id, position) not in self._crashes:
@@ -267,86 +253,50 @@ class TestEnvironment:
 
     def _request(self, cls: type[JournalRecord], run_id: str, *,
                  request_id: str | None = None, **body: Any) -> Verdict:
-        envelope = _envelope(cls, run_id, request_id or uuid.uuid4().hex, self.clock_ms)
-        return self._append(self.partition_of(run_id), cls(envelope=envelope, **body))
+        return self.log.request(cls, run_id, request_id=request_id, **body)
 
-    def _append(self, partition: int, record: JournalRecord) -> Verdict:
-        """Queue a record on its partition's log; fold (and react to) the queue unless a
-        fold is under way (a reaction's records are folded after the one that caused it)."""
-        self._queue.append((partition, record))
-        if self._draining:
-            return Verdict.applied  # decided later, in log order
-        self._draining = True
-        first: Verdict | None = None
-        try:
-            while self._queue:
-                number, queued = self._queue.pop(0)
-                verdict = self._fold(number, queued)
-                first = verdict if first is None else first
-        finally:
-            self._draining = False
-        assert first is not None
-        return first
-
-    def _fold(self, partition: int, record: JournalRecord) -> Verdict:
-        offset = self._offsets[partition]
-        self._offsets[partition] += 1
-        outcome = self.projection.apply(partition, offset, record, self.clock_ms)
+    def _folded(self, partition: int, record: JournalRecord, outcome: Outcome) -> None:
+        """A record folded: its outbox is sent, and the owner reacts (projections.owner)."""
         envelope = record.envelope
-        ours = bool(self._source) and envelope.source_id == self._source
+        ours = self.log.ours(record)
         if ours and envelope.request_id:
             self._decided.discard(envelope.request_id)  # the projection dedupes now
-        if outcome.verdict is Verdict.applied:
+        if outcome.verdict is Verdict.applied and outcome.outbox:
             for item in outcome.outbox:
                 self._send_request(item)
-            if outcome.outbox:
-                self._partition_decision(partition, ev.PartitionOutboxSent,
-                                         request_ids=[item.request_id for item in outcome.outbox])
-        drained = ours and bool(envelope.run_id) and not self._in_flight(envelope.run_id)
+            self.log.partition_decision(partition, ev.PartitionOutboxSent,
+                                        request_ids=[item.request_id for item in outcome.outbox])
+        drained = ours and bool(envelope.run_id) and not self.log.in_flight(envelope.run_id)
         self._act(on_record(self._view(), outcome.run, record, outcome.verdict,
                             next_round=outcome.next_round, drained=drained))
-        return outcome.verdict
 
     def _send_request(self, item: OutboxItem) -> None:
         """An outbox request to its run's log, or, when it can never be sent, what answers
         in its place (the same decision a worker makes: engine.worker.outbox)."""
         checked = checked_request(item, self.clock_ms, MAX_SENT_RECORD_BYTES)
         if not isinstance(checked, GiveUp):
-            self._append(self.partition_of(item.lineage_id), checked)
+            self.log.append(self.partition_of(item.lineage_id), checked)
             return
         self.given_up.append(checked)
         if checked.replacement is not None:
             replacement = checked_request(checked.replacement, self.clock_ms,
                                           MAX_SENT_RECORD_BYTES)
             if not isinstance(replacement, GiveUp):
-                self._append(self.partition_of(checked.replacement.lineage_id), replacement)
+                self.log.append(self.partition_of(checked.replacement.lineage_id), replacement)
         note = checked.evidence
         sender = None if note is None else self.projection.runs.get(note.run_id)
         if note is not None and sender is not None:
             self.decide(sender, ev.EvidenceRecorded, kind=note.kind, message=note.message,
                         attributes=note.attributes)
 
-    def _partition_decision(self, number: int, cls: type[JournalRecord], **body: Any) -> None:
-        """A decision about partition `number` itself (claims, outbox acknowledgements)."""
-        self._seq += 1
-        envelope = _envelope(cls, "", None, self.clock_ms, lineage=f"partition/{number}",
-                             epoch=self._epoch(number), source=self._source, seq=self._seq)
-        make: Any = cls  # a partition record type: each has a `partition` field
-        self._append(number, make(envelope=envelope, partition=number, **body))
-
-    def _epoch(self, partition: int) -> int:
-        return self.projection.partition(partition).epoch
-
     def _new_owner(self) -> None:
         """A (new) worker claims every partition: epochs move on, old handlers are fenced,
         and the claim's sweep (engine.worker.sweep) answers and starts what it finds."""
-        self._source = uuid.uuid4().hex
-        self._seq = 0
+        self.log.new_source()
         self._decided = set()
         for partition in range(self.partitions):
-            epoch = self._epoch(partition)
-            self._partition_decision(partition, ev.PartitionEpochClaimed, epoch=epoch + 1,
-                                     owner=OWNER_NAME)
+            self.log.partition_decision(partition, ev.PartitionEpochClaimed,
+                                        epoch=self.log.epoch(partition) + 1, owner=OWNER_NAME)
         self._sweep(lambda run: bool(run.inbox), on_claim_requests)
         for status in (RunStatus.pending, RunStatus.running, RunStatus.suspended):
             self._sweep(_in_status(status), on_claim)
@@ -369,14 +319,8 @@ class TestEnvironment:
 
     def _view(self) -> OwnerView:
         return OwnerView(flows=self.flows, owner=OWNER_NAME, entry=self.projection.store.entry,
-                         decided=self._decided, in_flight=self._in_flight,
+                         decided=self._decided, in_flight=self.log.in_flight,
                          executing=self._executing)
-
-    def _in_flight(self, run_id: str) -> bool:
-        """Decisions of this owner about the run queued and not folded yet (a worker's
-        confirmations: the owner reacts once its own records are applied)."""
-        return any(record.envelope.run_id == run_id and record.envelope.source_id == self._source
-                   for _, record in self._queue)
 
     def _executing(self, run_id: str) -> bool:
         execution = self._executions.get(run_id)
@@ -391,8 +335,9 @@ class TestEnvironment:
             if isinstance(reaction, Write):
                 if reaction.key is not None:
                     self._decided.add(reaction.key)
-                for cls, body in reaction.records:
-                    self.decide(reaction.run, cls, **body)
+                with self.log.held():
+                    for cls, body in reaction.records:
+                        self.decide(reaction.run, cls, **body)
                 self._act(reaction.then, launch=launch)
             elif isinstance(reaction, Start | FlowMissing):  # (FlowMissing: _launch raises)
                 run_id = reaction.run.run_id
@@ -403,11 +348,13 @@ class TestEnvironment:
                                                                                     False)
             elif isinstance(reaction, AnswerFork):
                 self._decided.add(reaction.key)
-                view = _RawView(self)
-                for cls, body in answer_fork(reaction.run, reaction.ask,
-                                             view.history(reaction.run.run_id),
-                                             self.journal(reaction.run.run_id), view=view):
-                    self.decide(reaction.run, cls, **body)
+                view = RawView(self.log)
+                answers = answer_fork(reaction.run, reaction.ask,
+                                      view.history(reaction.run.run_id),
+                                      self.journal(reaction.run.run_id), view=view)
+                with self.log.held():
+                    for cls, body in answers:
+                        self.decide(reaction.run, cls, **body)
             elif isinstance(reaction, Resume):
                 self._act(reaction.otherwise)  # no handler is parked here: a wake replays
 
@@ -486,23 +433,5 @@ class TestEnvironment:
                 + " (send a signal, resume or cancel)")
 
 
-class _RawView:
-    """The environment's history with record bytes, as timetravel.history's replay reads a view."""
-
-    def __init__(self, env: TestEnvironment) -> None:
-        self.env = env
-
-    def history(self, run_id: str) -> list[HistoryEntry]:
-        return self.env._raw_history(run_id)
-
-
 def _in_status(status: RunStatus) -> Callable[[RunState], bool]:
     return lambda run: run.status is status
-
-
-def _envelope(cls: type[JournalRecord], run_id: str, request_id: str | None, now_ms: int, *,
-              lineage: str | None = None, epoch: int | None = None, source: str | None = None,
-              seq: int | None = None) -> Envelope:
-    return Envelope(type=cls.TYPE, run_id=run_id, lineage_id=lineage or run_id,
-                    request_id=request_id, epoch=epoch, source_id=source, source_seq=seq,
-                    timestamp_ms=now_ms)
