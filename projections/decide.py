@@ -1,12 +1,15 @@
-"""Pure decision logic of a partition owner: no I/O, no clock.
+"""Pure decision logic of a partition owner about requests: no I/O, no clock.
 
-Given projected state and a request, say what the owner decides. The worker turns these
-answers into journal records.
+Given projected state and a request, say what the owner decides: a create admitted,
+repeated or rejected (and the limits a run is created with), why a run is activated, what a
+round's handoff becomes, and what a fork's owner copies. What ends a wait (wakes, cancels,
+quarantine resolutions, exit policy) is projections.wakes; which of these answers follow an
+applied record is projections.owner.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +17,6 @@ from runstream.engine.journal import events as ev
 from runstream.projections.capabilities import narrow
 from runstream.projections.forks import entry_from_json, fork_parts, is_first_shape_part
 from runstream.projections.state import (
-    ChildLink,
     InboxItem,
     JournalEntry,
     RunState,
@@ -22,11 +24,8 @@ from runstream.projections.state import (
     replace,
     round_run_id,
 )
-from runstream.projections.transitions import CANCEL_DELIVERED, WAIT_TIMEOUT, wait_entry_name
 
 FLOW_NOT_REGISTERED = "flow-not-registered"
-CHILD_FAILED = "ChildFailed"
-CHILD_CANCELLED = "ChildCancelled"
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,137 +175,7 @@ def flow_missing_message(flow: str, owner: str) -> str:
     )
 
 
-# -- waits, wakes and exits ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Wake:
-    """End the run's current wait (run.resumed): with the wait's outcome, or, for a cancel,
-    only make the run runnable so its handler is interrupted and its `finally` blocks run."""
-
-    reason: str  # event | child | operator | parent (timers fire through timer.fired)
-    position: int | None
-    name: str | None = None
-    signal_request_id: str | None = None
-    result_json: str | None = None
-    error_type: str | None = None
-    error_message: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class CancelNow:
-    """Cancel without running the handler: it never ran, or it is parked in quarantine."""
-
-    reason: str
-    requested_by: str | None
-
-
-def decide_waiting(run: RunState, spawn: JournalEntry | None
-                   ) -> Wake | CancelNow | Resolve | None:
-    """What ends a suspended run's wait now, if anything. `spawn` is the journal entry the
-    wait depends on: a child wait's spawn (its outcome arrives there), or a quarantine's
-    started step."""
-    wait = run.wait
-    if run.cancel_requested is not None:
-        if wait is None or wait.kind == "quarantine":
-            return CancelNow(run.cancel_requested, run.cancel_requested_by)
-        if run.cancel_delivered_at is None:
-            # Woken to meet the cancel in its handler: the wait ends Cancelled, once; the
-            # reason says who asked. A wait in cleanup after that waits normally.
-            return Wake(cancel_wake_reason(run), wait.position, wait_entry_name(wait),
-                        error_type=CANCEL_DELIVERED, error_message=run.cancel_requested)
-    if wait is not None and wait.kind == "quarantine":
-        # Only an operator's resolution (or a cancel) moves a quarantined run.
-        if run.resolution is None or wait.position is None or spawn is None:
-            return None
-        return Resolve(run.resolution, wait.position, spawn.name, spawn.attempts + 1,
-                       run.resolution_result_json)
-    if wait is None:
-        return None
-    if run.resume_requested and wait.kind in ("timer", "event"):
-        if wait.kind == "timer":
-            return Wake("operator", wait.position, "sleep", result_json="null")
-        return Wake("operator", wait.position, wait.event_name, error_type=WAIT_TIMEOUT,
-                    error_message="an operator ended the wait")
-    if wait.kind == "event":
-        signal = next((s for s in run.signals if s.name == wait.event_name), None)
-        if signal is not None:
-            return Wake("event", wait.position, signal.name, signal.request_id,
-                        signal.payload_json)
-    if wait.kind == "child" and spawn is not None and spawn.child_status is not None:
-        return child_wake(wait.position, wait.child_run_id or "", spawn)
-    return None
-
-
-def cancel_wake_reason(run: RunState) -> str:
-    """Who a cancel came from, as a wake's reason: the run's parent, or an operator."""
-    by_parent = run.cancel_requested_by is not None and (
-        run.cancel_requested_by == run.parent_run_id)
-    return "parent" if by_parent else "operator"
-
-
-@dataclass(frozen=True, slots=True)
-class CancelInstead:
-    """A settlement decided while a cancel is pending: the run ends cancelled instead,
-    and the evidence says what the handler did."""
-
-    reason: str
-    requested_by: str | None
-    evidence: str
-
-
-HANDLER_ENDED_UNDER_CANCEL = "settled-under-cancel"
-
-
-def settlement_under_cancel(run: RunState, outcome: str) -> CancelInstead | None:
-    """Any settlement while a cancel is pending becomes a cancellation (the run driver's
-    rule). `outcome` says what the handler did (returned, handed off, failed); None when
-    no cancel is pending."""
-    reason = run.cancel_requested
-    if reason is None:
-        return None
-    if run.cancel_delivered_at is not None:
-        where = f"after the cancel was delivered (at position {run.cancel_delivered_at})"
-    else:
-        where = "while a cancel was pending, before it reached a durable call"
-    return CancelInstead(reason, run.cancel_requested_by,
-                         f"the handler {outcome} {where}: the run ends cancelled ({reason}), "
-                         f"and what the handler decided is not its outcome")
-
-
-def child_wake(position: int | None, child_run_id: str, spawn: JournalEntry) -> Wake:
-    """The wake that hands a settled child's outcome to the wait at `position`."""
-    if spawn.child_status == RunStatus.completed.value:
-        return Wake("child", position, child_run_id, result_json=spawn.child_result_json)
-    if spawn.child_status == RunStatus.cancelled.value:
-        return Wake("child", position, child_run_id, error_type=CHILD_CANCELLED,
-                    error_message=spawn.error_message or "cancelled")
-    return Wake("child", position, child_run_id, error_type=CHILD_FAILED,
-                error_message=f"{spawn.error_type or 'Error'}: {spawn.error_message or ''}")
-
-
-def cancel_on_pending(run: RunState) -> CancelNow | None:
-    """A pending run with a cancel request and no handler to interrupt yet is cancelled at
-    once; one that ran before is activated, so its handler meets the cancel."""
-    if run.cancel_requested is None or not run.admitted or run.activations > 0:
-        return None
-    return CancelNow(run.cancel_requested, run.cancel_requested_by)
-
-
-@dataclass(frozen=True, slots=True)
-class ExitPolicy:
-    cancelled: list[str]  # linked children still open: cancel requests go to them
-    detached: list[str]  # detached children still open: they keep running
-
-
-def exit_policy(open_children: Iterable[ChildLink]) -> ExitPolicy:
-    """The parent-exit policy for the children a run leaves behind."""
-    links = list(open_children)
-    return ExitPolicy([c.run_id for c in links if not c.detached],
-                      [c.run_id for c in links if c.detached])
-
-
-# -- handoff rounds and quarantine resolutions --------------------------------------------------
+# -- handoff rounds and run limits -------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,41 +217,6 @@ def decide_handoff(run: RunState, flow: str, payload_json: str | None, error: st
                      round=run.round + 1, flow=flow, payload_json=payload_json,
                      max_rounds=run.max_rounds, ceiling=ceiling)
 
-
-@dataclass(frozen=True, slots=True)
-class Resolve:
-    """An operator's resolution of a quarantine: record the step's outcome (skip), or let
-    it run again (retry), then wake the run."""
-
-    resolution: str  # retry | skip
-    position: int
-    name: str
-    attempt: int
-    result_json: str | None
-
-
-def wait_entry_position(run: RunState) -> int | None:
-    """The journal position whose entry `decide_waiting` needs: a child wait's spawn, or a
-    quarantine's started step."""
-    wait = run.wait
-    if wait is None:
-        return None
-    if wait.kind == "child":
-        return wait.child_position
-    return wait.position if wait.kind == "quarantine" else None
-
-
-def resolution_records(resolve: Resolve) -> list[tuple[type[Any], dict[str, Any]]]:
-    """The step record a resolution journals before the wake: the given outcome (skip), or
-    a failed attempt that will be retried (retry)."""
-    if resolve.resolution == "skip":
-        return [(ev.StepCompleted, {"position": resolve.position, "name": resolve.name,
-                                    "kind": "step", "attempt": resolve.attempt,
-                                    "result_json": resolve.result_json or "null"})]
-    return [(ev.StepFailed, {"position": resolve.position, "name": resolve.name,
-                             "attempt": resolve.attempt, "error_type": "QuarantineResolved",
-                             "error_message": "an operator chose to retry the step",
-                             "will_retry": True, "retry_delay_ms": 0})]
 
 
 def creation_limits(run: RunState, flow: Any) -> dict[str, Any]:

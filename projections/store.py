@@ -77,18 +77,15 @@ from runstream.projections.state import (
     encode_state,
 )
 from runstream.projections.store_reads import IndexReads
-from runstream.projections.stored import DueTimer, HistoryEntry, RecordWrite
+from runstream.projections.stored import HistoryEntry, RecordWrite
 from runstream.projections.writes import (
     EMPTY_HASH,
     chain,
     decode_history,
-    encode_history,
     put_record,
 )
 
-# DueTimer, HistoryEntry and RecordWrite live in projections.stored (rocksdict-free); named
-# here too until engine.testing and engine.worker import them from there.
-__all__ = ["DueTimer", "HistoryEntry", "ProjectionStore", "RecordWrite", "encode_history"]
+__all__ = ["ProjectionStore"]
 
 Access = Literal["primary", "secondary"]
 

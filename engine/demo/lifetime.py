@@ -13,8 +13,8 @@ import click
 from runstream.engine.client.client import Client
 from runstream.engine.demo.flows import BatchIn, settle
 from runstream.engine.errors import RunCancelled, RunFailed, RunNotFound
-from runstream.projections.decide import HANDLER_ENDED_UNDER_CANCEL
 from runstream.projections.state import RunStatus
+from runstream.projections.wakes import HANDLER_ENDED_UNDER_CANCEL
 
 Echo = Callable[[str], None]
 WAIT_S = 20.0  # how long a run may take to reach its wait before the demo gives up

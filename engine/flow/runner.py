@@ -20,15 +20,14 @@ from runstream.engine.journal import EncodeError, JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.observability.tracing import activation_span
 from runstream.projections.capabilities import narrow
-from runstream.projections.decide import (
+from runstream.projections.decide import Exhausted, Invalid, decide_handoff
+from runstream.projections.state import ChildLink, JournalEntry, RunState, Wait
+from runstream.projections.wakes import (
     HANDLER_ENDED_UNDER_CANCEL,
-    Exhausted,
-    Invalid,
-    decide_handoff,
     exit_policy,
+    exit_reason,
     settlement_under_cancel,
 )
-from runstream.projections.state import ChildLink, JournalEntry, RunState, Wait
 
 log = logging.getLogger("runstream.runner")
 
@@ -241,15 +240,3 @@ def suspension(wait: Wait) -> dict[str, Any]:
             "event_name": wait.event_name, "child_run_id": wait.child_run_id,
             "child_position": wait.child_position}
 
-
-def exit_reason(cls: type[JournalRecord], body: dict[str, Any]) -> str:
-    """How a parent ended, in the words its cancelled children get."""
-    if cls is ev.RunCancelled:
-        return f"cancelled ({body.get('reason') or 'no reason given'})"
-    if cls is ev.RunFailed:
-        return f"failed ({body.get('error_type')})"
-    if cls is ev.LineageExhausted:
-        return "failed (LineageExhausted)"
-    if cls is ev.RoundInvalid:
-        return "failed (RoundInvalid)"
-    return "completed"

@@ -27,7 +27,6 @@ from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import PayloadTooLarge, check_payload
 from runstream.engine.observability.tracing import carrier
 from runstream.projections.capabilities import narrow
-from runstream.projections.decide import CHILD_CANCELLED, cancel_wake_reason, child_wake
 from runstream.projections.state import (
     MAX_DEPTH,
     MAX_OPEN_CHILDREN,
@@ -37,6 +36,7 @@ from runstream.projections.state import (
     Wait,
 )
 from runstream.projections.transitions import CANCEL_DELIVERED, wait_entry_name
+from runstream.projections.wakes import CHILD_CANCELLED, cancel_wake_reason, child_wake
 
 
 class WaitingCalls:

@@ -3,8 +3,9 @@
 Like Temporal's time-skipping test environment or Kafka Streams' TopologyTestDriver, it
 drives the engine's own parts: records go through the reducer and the in-memory
 projection, handlers run through the same FlowContext and handler runner as a worker's,
-and the owner's decisions (create, wake, cancel, exit policy) come from projections.decide. What
-it replaces is Kafka: one in-memory log per partition, written and folded at once.
+and the owner's reactions (create or reject, limits, wake, cancel, exit policy, quarantine
+resolution, fork copy and answer) come from projections.owner, as a worker's do. What it
+replaces is Kafka: one in-memory log per partition, written and folded at once.
 
 The clock is virtual. Whenever every run is waiting, it jumps to the next due timer, so a
 flow that sleeps for 30 days completes in milliseconds.
@@ -20,7 +21,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from runstream.engine.errors import (
-    PayloadInvalid,
     ResumeRefused,
     RunCancelled,
     RunFailed,
@@ -29,48 +29,46 @@ from runstream.engine.errors import (
     SignalRefused,
 )
 from runstream.engine.flow.definition import Flow, HandedOff, dump_json
-from runstream.engine.flow.runner import exit_reason
-from runstream.engine.journal import Envelope, JournalRecord, encode
+from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.testing.execution import TestExecution
-from runstream.engine.timetravel.fork import (
+from runstream.engine.testing.log import MemoryLog, RawView, envelope
+from runstream.projections.fork_plan import (
     ForkNeedsForce,
     ForkTargetExists,
+    answer_fork,
     fork_request,
     fork_run_id,
+    plan_fork,
 )
-from runstream.engine.timetravel.fork_source import answer_fork, plan_fork
-from runstream.engine.worker.committer import MAX_RECORD_BYTES
-from runstream.projections.decide import (
-    CancelNow,
-    Create,
-    Duplicate,
-    Resolve,
-    Wake,
-    cancel_on_pending,
-    creation_limits,
-    decide_create,
-    decide_waiting,
-    exit_policy,
-    fork_decisions,
-    inbox_full_rejection,
-    limits_to_fix,
-    resolution_records,
-    unanswered_creates,
-    wait_entry_position,
-)
-from runstream.projections.forks import fork_asks, is_copying
-from runstream.projections.memory import HistoryItem, MemoryProjection
+from runstream.projections.memory import HistoryItem
 from runstream.projections.outbox_fallback import GiveUp, checked_request
-from runstream.projections.partitioning import run_partition
+from runstream.projections.owner import (
+    AnswerFork,
+    FlowMissing,
+    OwnerView,
+    Reaction,
+    Resume,
+    Start,
+    Write,
+    on_claim,
+    on_claim_requests,
+    on_record,
+    start,
+)
+from runstream.projections.projector import Outcome
 from runstream.projections.requests import describe_refusal
 from runstream.projections.state import JournalEntry, OutboxItem, RunState, RunStatus, Verdict
-from runstream.projections.store import HistoryEntry
 
 DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
 # Records one drive may write before the environment calls it a livelock (a flow that
 # loops forever without waiting).
 MAX_RECORDS_PER_DRIVE = 1_000_000
+# The largest record a worker sends (engine.worker.committer.MAX_RECORD_BYTES, which this
+# module does not import: the committer loads the Kafka client). tests/unit/
+# test_testing_light.py checks that the two agree.
+MAX_SENT_RECORD_BYTES = 900_000
+OWNER_NAME = "test-environment"
 
 
 class EnvironmentIdle(RunstreamError):
@@ -88,17 +86,16 @@ class TestEnvironment:
                  start: datetime = DEFAULT_START) -> None:
         self.flows = {flow.name: flow for flow in flows}
         self.partitions = partitions
-        self.projection = MemoryProjection(keep_history=True)
         self.clock_ms = int(start.timestamp() * 1000)
-        self._offsets = [0] * partitions
-        self._source = ""
-        self._seq = 0
-        self._draining = False
-        self._queue: list[tuple[int, JournalRecord]] = []
+        self.log = MemoryLog(partitions, lambda: self.clock_ms, self._folded)
+        self.projection = self.log.projection
+        self._offsets = self.log.offsets  # (the same list: a test may write around the log)
         self._executions: dict[str, TestExecution] = {}
         self._runnable: dict[str, bool] = {}  # run id -> claimed (a stolen running run)
         self._crashes: set[tuple[str, int]] = set()
-        self._fork_answers: set[str] = set()  # fork requests answered (bound: forks asked)
+        # Keys answered under the current owner (a worker's Ownership.decided), forgotten
+        # as their records are folded: bound, the owner's decisions not folded yet.
+        self._decided: set[str] = set()
         self.crashes = 0
         # Outbox requests that could never be sent (projections.outbox_fallback), as a worker
         # dead-letters them: bounded by the runs the test makes.
@@ -150,7 +147,7 @@ class TestEnvironment:
                                 payload_json=dump_json(payload))
         if outcome == Verdict.refused:
             run = self.describe(run_id)
-            record = ev.RunSignalSent(envelope=_envelope(ev.RunSignalSent, run_id, None, 0),
+            record = ev.RunSignalSent(envelope=envelope(ev.RunSignalSent, run_id, None, 0),
                                       name=name)
             raise SignalRefused(run_id, name, describe_refusal(run, record))
 
@@ -171,7 +168,7 @@ class TestEnvironment:
             result_json=dump_json(result) if resolution == "skip" else None)
         if verdict == Verdict.refused:
             record = ev.RunResumeRequested(
-                envelope=_envelope(ev.RunResumeRequested, run_id, None, 0), operator="test",
+                envelope=envelope(ev.RunResumeRequested, run_id, None, 0), operator="test",
                 resolution=resolution, position=position, digest=digest)
             raise ResumeRefused(run_id, describe_refusal(run, record))
 
@@ -190,15 +187,15 @@ class TestEnvironment:
                    force: bool = False) -> str:
         """Fork `run_id` at row `at_record` of its history (engine.timetravel.fork); returns the new
         run's id (it starts when the environment is driven). Raises ForkNeedsForce."""
-        items = self._raw_history(run_id)
+        items = self.log.raw_history(run_id)
         plan = plan_fork(run_id, items, at_record, self.journal(run_id))
         if plan.warnings and not force:
             raise ForkNeedsForce(run_id, at_record, plan.warnings)
         target = fork_run_id(run_id, new_run_id)
         if self.projection.store.run(target) is not None:
             raise ForkTargetExists(target)
-        # One request to the source's partition; its owner answers it (_answer_forks).
-        self._append(self.partition_of(run_id), fork_request(
+        # One request to the source's partition; its owner answers it (AnswerFork).
+        self.log.append(self.partition_of(run_id), fork_request(
             plan, target, forced=bool(plan.warnings), requested_by="test", now_ms=self.clock_ms))
         return target
 
@@ -223,13 +220,6 @@ class TestEnvironment:
         """Every record of the run, in log order, with the reducer's verdict."""
         return list(self.projection.history.get(run_id, []))
 
-    def _raw_history(self, run_id: str) -> list[HistoryEntry]:
-        """The run's history as a worker's projection indexes it, with each record's bytes
-        (what engine.timetravel.fork_source replays; also its `view` for earlier rounds)."""
-        return [HistoryEntry(i.partition, i.offset, i.verdict, i.record.TYPE,
-                             i.record.envelope.timestamp_ms, encode(i.record)[0])
-                for i in self.history(run_id) if i.record is not None]
-
     async def close(self) -> None:
         for execution in self._executions.values():
             execution.crashed = True
@@ -245,19 +235,15 @@ class TestEnvironment:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    # -- the log -----------------------------------------------------------------------------
+    # -- the log (engine.testing.log) ---------------------------------------------------------
 
     def partition_of(self, run_id: str) -> int:
-        return run_partition(run_id, self.partitions)
+        return self.log.partition_of(run_id)
 
     def decide(self, run: RunState, cls: type[JournalRecord], *,
                request_id: str | None = None, **body: Any) -> Verdict:
         """Write one decision of the current owner about `run` (applied at once)."""
-        self._seq += 1
-        envelope = _envelope(cls, run.run_id, request_id, self.clock_ms, lineage=run.lineage_id,
-                             epoch=self._epoch(run.partition), source=self._source,
-                             seq=self._seq)
-        return self._append(run.partition, cls(envelope=envelope, **body))
+        return self.log.decide(run, cls, request_id=request_id, **body)
 
     def crash_point(self, run_id: str, position: int | None) -> bool:
         if position is None or (run_id, position) not in self._crashes:
@@ -268,90 +254,61 @@ class TestEnvironment:
 
     def _request(self, cls: type[JournalRecord], run_id: str, *,
                  request_id: str | None = None, **body: Any) -> Verdict:
-        envelope = _envelope(cls, run_id, request_id or uuid.uuid4().hex, self.clock_ms)
-        return self._append(self.partition_of(run_id), cls(envelope=envelope, **body))
+        return self.log.request(cls, run_id, request_id=request_id, **body)
 
-    def _append(self, partition: int, record: JournalRecord) -> Verdict:
-        """Queue a record on its partition's log; fold (and react to) the queue unless a
-        fold is under way (a reaction's records are folded after the one that caused it)."""
-        self._queue.append((partition, record))
-        if self._draining:
-            return Verdict.applied  # decided later, in log order
-        self._draining = True
-        first: Verdict | None = None
-        try:
-            while self._queue:
-                number, queued = self._queue.pop(0)
-                verdict = self._fold(number, queued)
-                first = verdict if first is None else first
-        finally:
-            self._draining = False
-        assert first is not None
-        return first
-
-    def _fold(self, partition: int, record: JournalRecord) -> Verdict:
-        offset = self._offsets[partition]
-        self._offsets[partition] += 1
-        outcome = self.projection.apply(partition, offset, record, self.clock_ms)
-        if outcome.verdict is Verdict.refused and outcome.run is not None:
-            # Creates a full inbox refused: the owner answers (engine.worker.activation).
-            for request_id in outcome.run.refused_creates:
-                self.decide(outcome.run, ev.RunCreateRejected,
-                            **inbox_full_rejection(outcome.run, request_id))
-        if outcome.verdict is not Verdict.applied:
-            return outcome.verdict
-        for item in outcome.outbox:
-            self._send_request(item)
-        if outcome.outbox:
-            self._partition_decision(partition, ev.PartitionOutboxSent,
-                                     request_ids=[item.request_id for item in outcome.outbox])
-        if outcome.run is not None:
-            self._react(outcome.run, record)
-        if outcome.next_round is not None:
-            self._react(outcome.next_round, record)
-        return outcome.verdict
+    def _folded(self, partition: int, record: JournalRecord, outcome: Outcome) -> None:
+        """A record folded: its outbox is sent, and the owner reacts (projections.owner)."""
+        envelope = record.envelope
+        ours = self.log.ours(record)
+        if ours and envelope.request_id:
+            self._decided.discard(envelope.request_id)  # the projection dedupes now
+        if outcome.verdict is Verdict.applied and outcome.outbox:
+            for item in outcome.outbox:
+                self._send_request(item)
+            self.log.partition_decision(partition, ev.PartitionOutboxSent,
+                                        request_ids=[item.request_id for item in outcome.outbox])
+        drained = ours and bool(envelope.run_id) and not self.log.in_flight(envelope.run_id)
+        self._act(on_record(self._view(), outcome.run, record, outcome.verdict,
+                            next_round=outcome.next_round, drained=drained))
 
     def _send_request(self, item: OutboxItem) -> None:
         """An outbox request to its run's log, or, when it can never be sent, what answers
         in its place (the same decision a worker makes: engine.worker.outbox)."""
-        checked = checked_request(item, self.clock_ms, MAX_RECORD_BYTES)
+        checked = checked_request(item, self.clock_ms, MAX_SENT_RECORD_BYTES)
         if not isinstance(checked, GiveUp):
-            self._append(self.partition_of(item.lineage_id), checked)
+            self.log.append(self.partition_of(item.lineage_id), checked)
             return
         self.given_up.append(checked)
         if checked.replacement is not None:
-            replacement = checked_request(checked.replacement, self.clock_ms, MAX_RECORD_BYTES)
+            replacement = checked_request(checked.replacement, self.clock_ms,
+                                          MAX_SENT_RECORD_BYTES)
             if not isinstance(replacement, GiveUp):
-                self._append(self.partition_of(checked.replacement.lineage_id), replacement)
+                self.log.append(self.partition_of(checked.replacement.lineage_id), replacement)
         note = checked.evidence
         sender = None if note is None else self.projection.runs.get(note.run_id)
         if note is not None and sender is not None:
             self.decide(sender, ev.EvidenceRecorded, kind=note.kind, message=note.message,
                         attributes=note.attributes)
 
-    def _partition_decision(self, number: int, cls: type[JournalRecord], **body: Any) -> None:
-        """A decision about partition `number` itself (claims, outbox acknowledgements)."""
-        self._seq += 1
-        envelope = _envelope(cls, "", None, self.clock_ms, lineage=f"partition/{number}",
-                             epoch=self._epoch(number), source=self._source, seq=self._seq)
-        make: Any = cls  # a partition record type: each has a `partition` field
-        self._append(number, make(envelope=envelope, partition=number, **body))
-
-    def _epoch(self, partition: int) -> int:
-        return self.projection.partition(partition).epoch
-
     def _new_owner(self) -> None:
-        """A (new) worker claims every partition: epochs move on, old handlers are fenced."""
-        self._source = uuid.uuid4().hex
-        self._seq = 0
+        """A (new) worker claims every partition: epochs move on, old handlers are fenced,
+        and the claim's sweep (engine.worker.sweep) answers and starts what it finds."""
+        self.log.new_source()
+        self._decided = set()
         for partition in range(self.partitions):
-            epoch = self._epoch(partition)
-            self._partition_decision(partition, ev.PartitionEpochClaimed, epoch=epoch + 1,
-                                     owner="test-environment")
+            self.log.partition_decision(partition, ev.PartitionEpochClaimed,
+                                        epoch=self.log.epoch(partition) + 1, owner=OWNER_NAME)
+        self._sweep(lambda run: bool(run.inbox), on_claim_requests)
         for status in (RunStatus.pending, RunStatus.running, RunStatus.suspended):
-            for run in list(self.projection.runs.values()):
-                if run.status is status:
-                    self._react(run, None, claiming=True)
+            self._sweep(_in_status(status), on_claim)
+
+    def _sweep(self, which: Callable[[RunState], bool],
+               react: Callable[[OwnerView, RunState], list[Reaction]]) -> None:
+        """`react` to each run `which` selects, each as it stands when its turn comes."""
+        for run_id in [run.run_id for run in self.projection.runs.values() if which(run)]:
+            run = self.projection.store.run(run_id)
+            if run is not None and which(run):
+                self._act(react(self._view(), run))
 
     def _crash(self) -> None:
         self.crashes += 1
@@ -359,100 +316,48 @@ class TestEnvironment:
             execution.crashed = True
         self._new_owner()
 
-    # -- the owner's reactions (engine.worker.reactions, without Kafka) ----------------------
+    # -- the owner: projections.owner's reactions, carried out on this log -----------------
 
-    def _react(self, run: RunState, record: JournalRecord | None, *,
-               claiming: bool = False) -> None:
-        self._answer_forks(run)
-        for item in unanswered_creates(run):
-            self._answer_create(run, item.request_id, item.flow, item.payload_json)
-            return
-        if is_copying(run):
-            self._copy_fork(run, record)
-        elif run.status is RunStatus.suspended:
-            position = wait_entry_position(run)
-            entry = None if position is None else self.projection.store.entry(
-                run.run_id, position)
-            action = decide_waiting(run, entry)
-            if isinstance(action, Wake):
-                self.decide(run, ev.RunResumed, reason=action.reason, position=action.position,
-                            name=action.name, signal_request_id=action.signal_request_id,
-                            result_json=action.result_json, error_type=action.error_type,
-                            error_message=action.error_message, detail=f"woken: {action.reason}")
-            elif isinstance(action, CancelNow):
-                self._cancel_now(run, action)
-            elif isinstance(action, Resolve):
-                for cls, body in resolution_records(action):
-                    self.decide(run, cls, **body)
-                self.decide(run, ev.RunResumed, reason="operator",
-                            detail=f"quarantine resolved: {action.resolution}")
-        elif run.status is RunStatus.pending and run.admitted:
-            cancel = cancel_on_pending(run)
-            if cancel is not None:
-                self._cancel_now(run, cancel)
-            else:
-                self._runnable.setdefault(run.run_id, False)
-        elif run.status is RunStatus.running and claiming:
-            self._runnable[run.run_id] = True
+    def _view(self) -> OwnerView:
+        return OwnerView(flows=self.flows, owner=OWNER_NAME, entry=self.projection.store.entry,
+                         decided=self._decided, in_flight=self.log.in_flight,
+                         executing=self._executing)
 
-    def _answer_forks(self, run: RunState) -> None:
-        """The source's owner answers fork requests naming `run` (engine.worker.forks)."""
-        for ask in fork_asks(run):
-            if ask.request_id in self._fork_answers:
-                continue
-            self._fork_answers.add(ask.request_id)
-            view = _RawView(self)
-            for cls, body in answer_fork(run, ask, view.history(run.run_id),
-                                         self.journal(run.run_id), view=view):
-                self.decide(run, cls, **body)
+    def _executing(self, run_id: str) -> bool:
+        execution = self._executions.get(run_id)
+        return (execution is not None and not execution.crashed and execution.task is not None
+                and not execution.task.done())
 
-    def _copy_fork(self, run: RunState, record: JournalRecord | None) -> None:
-        """A fork's owner admits it and copies its prefix one part at a time
-        (engine.worker.reactions): on a request part, on a claim, and once a part's last
-        copy is applied; the other copies were decided with their part."""
-        part_done = isinstance(record, ev.JournalEntryCopied) and (
-            run.steps == record.position + 1)
-        if run.cancel_requested is not None and not isinstance(record, ev.JournalEntryCopied):
-            self._cancel_now(run, CancelNow(run.cancel_requested, run.cancel_requested_by))
-        elif record is None or part_done or isinstance(record, ev.RunForkPart):
-            store = self.projection.store
-            for cls, body in fork_decisions(run, lambda p: store.entry(run.run_id, p)):
-                self.decide(run, cls, **body)
-
-    def _answer_create(self, run: RunState, request_id: str, flow: str | None,
-                       payload: str | None) -> None:
-        item = next(i for i in run.inbox if i.request_id == request_id)
-        answer = decide_create(run, item, self._check_payload)
-        if isinstance(answer, Create | Duplicate):
-            offset = answer.request_offset if isinstance(answer, Duplicate) else item.offset
-            self.decide(run, ev.RunCreated, request_id=request_id, flow=run.flow,
-                        payload_json=run.payload_json, request_offset=offset,
-                        duplicate=isinstance(answer, Duplicate),
-                        parent_run_id=run.parent_run_id, round=run.round,
-                        **creation_limits(run, self.flows.get(run.flow)))
-            return
-        self.decide(run, ev.RunCreateRejected, request_id=request_id, reason=answer.reason,
-                    field=answer.field, existing_value=answer.existing,
-                    requested_value=answer.requested)
-
-    def _check_payload(self, flow_name: str, payload_json: str) -> str | None:
-        flow = self.flows.get(flow_name)
-        if flow is None:
-            return None
-        try:
-            flow.load_payload(payload_json)
-        except PayloadInvalid as exc:
-            return str(exc)
-        return None
-
-    def _cancel_now(self, run: RunState, cancel: CancelNow) -> None:
-        policy = exit_policy(run.children)
-        if policy.cancelled or policy.detached:
-            self.decide(run, ev.ChildPolicyApplied, cancelled=policy.cancelled,
-                        detached=policy.detached,
-                                reason=exit_reason(ev.RunCancelled, {"reason": cancel.reason}))
-        self.decide(run, ev.RunCancelled, reason=cancel.reason,
-                    requested_by=cancel.requested_by, cascaded=policy.cancelled)
+    def _act(self, reactions: Iterable[Reaction], *, launch: bool = False) -> None:
+        """What projections.owner says to do: records appended (and folded after the one
+        that caused them); a run to start is marked runnable, and started when the
+        environment is driven (`launch`: now, from _start_runnable)."""
+        for reaction in reactions:
+            if isinstance(reaction, Write):
+                if reaction.key is not None:
+                    self._decided.add(reaction.key)
+                with self.log.held():
+                    for cls, body in reaction.records:
+                        self.decide(reaction.run, cls, **body)
+                self._act(reaction.then, launch=launch)
+            elif isinstance(reaction, Start | FlowMissing):  # (FlowMissing: _launch raises)
+                run_id = reaction.run.run_id
+                if launch:
+                    self._launch(run_id)
+                else:
+                    self._runnable[run_id] = reaction.claimed or self._runnable.get(run_id,
+                                                                                    False)
+            elif isinstance(reaction, AnswerFork):
+                self._decided.add(reaction.key)
+                view = RawView(self.log)
+                answers = answer_fork(reaction.run, reaction.ask,
+                                      view.history(reaction.run.run_id),
+                                      self.journal(reaction.run.run_id), view=view)
+                with self.log.held():
+                    for cls, body in answers:
+                        self.decide(reaction.run, cls, **body)
+            elif isinstance(reaction, Resume):
+                self._act(reaction.otherwise)  # no handler is parked here: a wake replays
 
     # -- driving -----------------------------------------------------------------------------
 
@@ -479,25 +384,27 @@ class TestEnvironment:
                 raise EnvironmentIdle(self._idle_message())
 
     def _start_runnable(self) -> None:
+        """Start the handlers of the runs marked runnable, each as projections.owner.start
+        says now (the flows registered may have changed since it was marked)."""
         for run_id in list(self._runnable):
             current = self._executions.get(run_id)
             if current is not None and current.task is not None and not current.task.done():
                 continue  # its previous handler still unwinds: start after it
-            claiming = self._runnable.pop(run_id)
+            claimed = self._runnable.pop(run_id)
             run = self.describe(run_id)
-            if not (run.status is RunStatus.pending or claiming) or run.status.is_terminal:
+            if not (run.status is RunStatus.pending or claimed) or run.status.is_terminal:
                 continue
-            flow = self.flows.get(run.flow)
-            if flow is None:
-                raise EnvironmentIdle(f"run {run_id} is of flow {run.flow!r}, which this "
-                                      f"environment does not register")
-            fix = limits_to_fix(run, flow)
-            if fix is not None:  # admitted without the flow: fixed before it runs
-                self.decide(run, ev.RunLimitsFixed, **fix)
-                run = self.describe(run_id)
-            execution = TestExecution(self, run)
-            self._executions[run_id] = execution
-            execution.task = asyncio.create_task(execution.execute(flow))
+            self._act(start(self._view(), run, claimed=claimed), launch=True)
+
+    def _launch(self, run_id: str) -> None:
+        run = self.describe(run_id)
+        flow = self.flows.get(run.flow)
+        if flow is None:
+            raise EnvironmentIdle(f"run {run_id} is of flow {run.flow!r}, which this "
+                                  f"environment does not register")
+        execution = TestExecution(self, run)
+        self._executions[run_id] = execution
+        execution.task = asyncio.create_task(execution.execute(flow))
 
     def _fire_next_timers(self, until_ms: int | None) -> bool:
         """Jump to the earliest due timer and fire every timer due then, in due order."""
@@ -527,19 +434,5 @@ class TestEnvironment:
                 + " (send a signal, resume or cancel)")
 
 
-class _RawView:
-    """The environment's history with record bytes, as timetravel.history's replay reads a view."""
-
-    def __init__(self, env: TestEnvironment) -> None:
-        self.env = env
-
-    def history(self, run_id: str) -> list[HistoryEntry]:
-        return self.env._raw_history(run_id)
-
-
-def _envelope(cls: type[JournalRecord], run_id: str, request_id: str | None, now_ms: int, *,
-              lineage: str | None = None, epoch: int | None = None, source: str | None = None,
-              seq: int | None = None) -> Envelope:
-    return Envelope(type=cls.TYPE, run_id=run_id, lineage_id=lineage or run_id,
-                    request_id=request_id, epoch=epoch, source_id=source, source_seq=seq,
-                    timestamp_ms=now_ms)
+def _in_status(status: RunStatus) -> Callable[[RunState], bool]:
+    return lambda run: run.status is status

@@ -1,7 +1,8 @@
 """An owner's answers to requests, and the start of run executions.
 
-The decisions themselves are pure (projections.decide); this module turns them into journal
-records through the worker and starts executions for the runs that need one.
+What to answer and whether a run starts is decided by projections.owner (one owner path with
+the TestEnvironment); this module asks it for the worker (engine.worker.reactions carries
+the answers out) and starts executions for the runs it says to start.
 """
 
 from __future__ import annotations
@@ -11,31 +12,16 @@ import logging
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from runstream.engine.errors import PayloadInvalid, WorkerFatal, journal_text
+from runstream.engine.errors import WorkerFatal
 from runstream.engine.flow.context import RunReleased
 from runstream.engine.flow.definition import Flow
-from runstream.engine.journal import EncodeError
-from runstream.engine.journal import events as ev
-from runstream.engine.worker.committer import BLAME_AT_BYTES
 from runstream.engine.worker.executor import RunExecution, now_ms
 from runstream.engine.worker.ownership import Ownership
 from runstream.engine.worker.sweep import ClaimSweeps
-from runstream.projections.decide import (
-    FLOW_NOT_REGISTERED,
-    CancelNow,
-    Create,
-    Duplicate,
-    Reject,
-    as_admitted,
-    creation_limits,
-    decide_create,
-    flow_missing_message,
-    inbox_full_rejection,
-    limits_to_fix,
-    plan_activation,
-    unanswered_creates,
-)
-from runstream.projections.state import InboxItem, RunState
+from runstream.projections import owner
+from runstream.projections.decide import plan_activation
+from runstream.projections.owner import Start
+from runstream.projections.state import RunState
 from runstream.projections.store import ProjectionStore
 
 if TYPE_CHECKING:
@@ -69,109 +55,40 @@ class Activator:
         start what should run, in a sweep that yields the loop (engine.worker.sweep)."""
         self.worker.outbox.resend(own)
         self.worker.timers.reset()
-        self.sweeps.start(own, store, self._answer_creates)
+        self.sweeps.start(own, store, self._answer_requests)
 
-    def _answer_creates(self, own: Ownership, run: RunState) -> None:
-        """A run holding requests at the claim: its creates (in any status: a repeat of a
-        settled run) and the fork requests naming it as their source."""
-        for item in unanswered_creates(run):
-            self.decide_create(own, run, item)
-        self.answer_refused(own, run)  # creates refused while the inbox was full
-        self.worker.reactions.forks.answer(own, run)
+    def _answer_requests(self, own: Ownership, run: RunState) -> None:
+        """A run holding requests at the claim (projections.owner.on_claim_requests)."""
+        reactions = self.worker.reactions
+        reactions.act(own, owner.on_claim_requests(reactions.view(own), run))
 
     def answer_refused(self, own: Ownership, run: RunState) -> None:
         """Creates the reducer refused (the run's inbox is full) are kept in the run until
         answered: as they are refused, or, refused before our claim, by the claim sweep."""
-        for request_id in run.refused_creates:
-            if request_id not in own.decided:
-                own.decided.add(request_id)
-                self.worker.enqueue(own, run, ev.RunCreateRejected,
-                                    **inbox_full_rejection(run, request_id))
+        reactions = self.worker.reactions
+        reactions.act(own, owner.answer_refused(reactions.view(own), run))
 
     def on_create_request(self, own: Ownership, run: RunState, request_id: str | None) -> None:
-        for item in unanswered_creates(run):
-            if item.request_id == request_id:
-                self.decide_create(own, run, item)
-
-    def decide_create(self, own: Ownership, run: RunState, item: InboxItem) -> None:
-        if item.request_id in own.decided:
-            return
-        own.decided.add(item.request_id)
-        answer = decide_create(run, item, self._check_payload)
-        if isinstance(answer, Reject):
-            self.worker.enqueue(own, run, ev.RunCreateRejected, request_id=item.request_id,
-                                reason=answer.reason, field=answer.field,
-                                existing_value=answer.existing, requested_value=answer.requested)
-            return
-        offset = answer.request_offset if isinstance(answer, Duplicate) else item.offset
-        if (isinstance(answer, Create) and run.run_id in self.worker.refused
-                and len(run.payload_json) >= BLAME_AT_BYTES):
-            # Its run.created (which carries the payload) was the refused record: sending
-            # it again would be refused again. A smaller one is created and then failed.
-            refusal = self.worker.refused.pop(run.run_id)
-            self.worker.enqueue(own, run, ev.RunCreateRejected, request_id=item.request_id,
-                                reason="too-large", field="payload", existing_value="",
-                                requested_value=journal_text(refusal, 500))
-            return
-        limits = creation_limits(run, self.worker.flows.get(run.flow))
-        try:
-            self.worker.enqueue(own, run, ev.RunCreated, request_id=item.request_id,
-                                flow=run.flow, payload_json=run.payload_json,
-                                request_offset=offset, duplicate=isinstance(answer, Duplicate),
-                                parent_run_id=run.parent_run_id, round=run.round, **limits)
-        except EncodeError as exc:  # a request near the size limit: refuse it, stay alive
-            self.worker.enqueue(own, run, ev.RunCreateRejected, request_id=item.request_id,
-                                reason="too-large", field="payload", existing_value="",
-                                requested_value=journal_text(str(exc), 500))
-            return
-        if isinstance(answer, Create):
-            # Under the limits just journaled, not the request's: the execution may start
-            # before the projection has applied the run.created.
-            self.start(own, as_admitted(run, limits))
-
-    def _check_payload(self, flow_name: str, payload_json: str) -> str | None:
-        flow = self.worker.flows.get(flow_name)
-        if flow is None:
-            return None  # validated by an owner that registers the flow, at activation
-        try:
-            flow.load_payload(payload_json)
-        except PayloadInvalid as exc:
-            return str(exc)
-        return None
+        reactions = self.worker.reactions
+        reactions.act(own, owner.on_create_request(reactions.view(own), run, request_id))
 
     def start(self, own: Ownership, run: RunState, *, woken: bool = False) -> None:
-        """Execute `run` unless it executes here already. `woken`: its wait just ended (a
-        wake applied), so an execution still unwinding from that suspension restarts it."""
-        if run.status.is_terminal:
-            return  # a settled run is never activated again
+        """Start `run` as projections.owner.start says (failed, cancelled, its limits fixed
+        first, left pending without its flow), unless it executes here already."""
+        reactions = self.worker.reactions
+        reactions.act(own, owner.start(reactions.view(own), run, woken=woken))
+
+    def launch(self, own: Ownership, start: Start) -> None:
+        """Execute `start.run` unless it executes here already. `woken`: its wait just ended
+        (a wake applied), so an execution still unwinding from that suspension restarts it."""
+        run = start.run
         executions = self.worker.executions
         existing = executions.get(run.run_id)
         if existing is not None:
-            if woken and existing.suspending:
+            if start.woken and existing.suspending:
                 existing.restart = True
             return
-        refusal = self.worker.refused.pop(run.run_id, None)
-        if refusal is not None:
-            log.error("run %s fails: the broker refused its record (%s)", run.run_id, refusal)
-            self.worker.enqueue(own, run, ev.RunFailed, error_type="RecordRefused",
-                                error_message=journal_text(
-                                    f"the broker refused a decision of this run: {refusal}"),
-                                traceback="")
-            return
-        if run.cancel_requested is not None and run.activations == 0:
-            # Cancelled before it ever ran: nothing to interrupt, no handler to start.
-            self.worker.reactions.cancel_now(
-                own, run, CancelNow(run.cancel_requested, run.cancel_requested_by))
-            return
-        flow = self.worker.flows.get(run.flow)
-        if flow is None:
-            self._flow_missing(own, run)
-            return
-        fix = limits_to_fix(run, flow)
-        if fix is not None:
-            # Admitted by an owner without the flow: its limits are fixed before it runs.
-            self.worker.enqueue(own, run, ev.RunLimitsFixed, **fix)
-            run = as_admitted(run, fix)
+        flow = self.worker.flows[run.flow]  # (projections.owner.start: registered)
         plan = plan_activation(run, self.owner_name, now_ms())
         execution = RunExecution(self.worker, own, run, plan)
         if len(executions) < self.worker.concurrency:
@@ -219,13 +136,3 @@ class Activator:
         if (execution.restart and run is not None and own.executing
                 and not self.worker._stopping):
             self.worker.reactions.react(own, run)
-
-    def _flow_missing(self, own: Ownership, run: RunState) -> None:
-        if run.run_id in own.warned:
-            return
-        own.warned.add(run.run_id)
-        message = flow_missing_message(run.flow, self.worker.name)
-        log.warning("run %s stays pending: %s", run.run_id, message)
-        if not run.has_evidence(FLOW_NOT_REGISTERED):
-            self.worker.enqueue(own, run, ev.EvidenceRecorded, kind=FLOW_NOT_REGISTERED,
-                                message=message, attributes={"flow": run.flow})

@@ -3,7 +3,7 @@
 A client's fork request waits in the source run's inbox (projections.forks). Its owner reads
 the source's records up to the point from the journal, by the offsets its projection's
 history index holds (the projection keeps no record bytes), and decides the answer through
-the pure timetravel.fork_source.answer_fork: `run.fork-answered` decisions, each of which, once
+the pure projections.fork_plan.answer_fork: `run.fork-answered` decisions, each of which, once
 applied, puts one `run.fork-part` request to the new run's partition in the outbox. Asked
 on the request's application and again on every claim (a request still in the inbox was not
 answered, or not wholly: the reducer ignores a part answered already).
@@ -21,11 +21,13 @@ from aiokafka.errors import KafkaError
 from runstream.engine.errors import RunstreamError, WorkerFatal
 from runstream.engine.journal import events as ev
 from runstream.engine.kafka.reader import read_partitions
-from runstream.engine.timetravel.fork_source import MAX_PART_BYTES, answer_fork
 from runstream.engine.worker.ownership import Ownership
+from runstream.projections.fork_plan import MAX_PART_BYTES, answer_fork
 from runstream.projections.forks import ForkAsk, fork_asks
+from runstream.projections.owner import AnswerFork
 from runstream.projections.state import RunState, round_run_id
-from runstream.projections.store import HistoryEntry, ProjectionStore
+from runstream.projections.store import ProjectionStore
+from runstream.projections.stored import HistoryEntry
 
 if TYPE_CHECKING:
     from runstream.engine.worker.worker import Worker
@@ -45,17 +47,14 @@ class ForkAnswers:
         self.max_part_bytes = MAX_PART_BYTES  # (smaller only in tests and fixtures)
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def answer(self, own: Ownership, run: RunState) -> None:
-        """Answer the run's unanswered fork requests (once per request and ownership)."""
-        for ask in fork_asks(run):
-            key = f"fork-answer/{ask.request_id}"
-            if key in own.decided:
-                continue
-            own.decided.add(key)
-            task = asyncio.create_task(self._answer(own, run.run_id, ask),
-                                       name=f"runstream-fork-{ask.request_id}")
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+    def answer(self, own: Ownership, fork: AnswerFork) -> None:
+        """Answer one fork request naming a run we own (projections.owner decides which, once
+        per request and ownership): read the source's records, then decide, in a task."""
+        own.decided.add(fork.key)
+        task = asyncio.create_task(self._answer(own, fork.run.run_id, fork.ask),
+                                   name=f"runstream-fork-{fork.ask.request_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def stop(self) -> None:
         for task in list(self._tasks):

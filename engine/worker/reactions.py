@@ -1,36 +1,37 @@
 """What the owner does when a record changes one of its runs.
 
-The decisions are pure (projections.decide); this module applies them: wake a run whose wait is
-satisfied (a signal arrived, a child settled, an operator asked, a cancel came), cancel a
-run that has no handler to interrupt, start a run that became runnable, and hand the
-requests a decision caused to the outbox.
+Which decisions follow is decided by projections.owner (the one owner path, which the
+TestEnvironment calls too); this module carries its reactions out on a worker: the records
+are enqueued to the worker's source, under the partition's epoch, each key remembered in the
+ownership's `decided`; a run to start goes to the Activator; a fork asked of a run we own,
+to ForkAnswers; a woken run's parked handler is continued from the sticky cache.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from runstream.engine.errors import WorkerFatal, journal_text
-from runstream.engine.flow.runner import exit_reason
+from runstream.engine.errors import WorkerFatal
 from runstream.engine.journal import EncodeError
 from runstream.engine.journal import events as ev
+from runstream.engine.worker.committer import BLAME_AT_BYTES
 from runstream.engine.worker.forks import ForkAnswers
 from runstream.engine.worker.ownership import Ownership
-from runstream.projections.decide import (
-    CancelNow,
-    Resolve,
-    Wake,
-    cancel_on_pending,
-    decide_waiting,
-    exit_policy,
-    fork_decisions,
-    resolution_records,
-    wait_entry_position,
+from runstream.projections import owner
+from runstream.projections.owner import (
+    AnswerFork,
+    FlowMissing,
+    OwnerView,
+    Reaction,
+    Refusal,
+    Resume,
+    Start,
+    Write,
 )
-from runstream.projections.forks import is_copying
 from runstream.projections.projector import Outcome
-from runstream.projections.state import JournalEntry, RunState, RunStatus
+from runstream.projections.state import JournalEntry, RunState, Verdict
 
 if TYPE_CHECKING:
     from runstream.engine.worker.worker import Worker
@@ -43,122 +44,108 @@ class Reactions:
         self.worker = worker
         self.forks = ForkAnswers(worker)  # fork requests naming our runs as their source
 
+    def view(self, own: Ownership) -> OwnerView:
+        """What projections.owner needs to know of this worker, under `own`."""
+        w = self.worker
+        return OwnerView(flows=w.flows, owner=w.name, entry=self._entry, decided=own.decided,
+                         in_flight=w.confirmations.in_flight,
+                         executing=lambda run_id: run_id in w.executions,
+                         refusal=self._refusal)
+
     def on_applied(self, own: Ownership, outcome: Outcome) -> None:
         """An applied record of a partition this worker executes."""
         record, run = outcome.record, outcome.run
+        assert record is not None
         if outcome.outbox:
             self.worker.outbox.add(own, outcome.outbox)
-        if outcome.next_round is not None:
-            self.react(own, outcome.next_round)  # a handoff's next round starts here
         if isinstance(record, ev.TimerFired | ev.RunSuspended):
             self.worker.timers.applied(record.envelope.run_id)
             if isinstance(record, ev.RunSuspended) and record.wake_at_ms is not None:
                 self.worker.timers.poke()
-        if run is None:
-            return
-        if isinstance(record, ev.RunForkRequested):
-            self.forks.answer(own, run)  # (a request of the first shape holds no ask)
-        woken = (isinstance(record, ev.TimerFired | ev.RunResumed)
-                 and run.status is RunStatus.pending)
-        if woken and self.worker.sticky.wake(run.run_id, self._wait_outcome(run, record)):
-            return
-        self.react(own, run, woken=woken)
-
-    def react(self, own: Ownership, run: RunState, *, claiming: bool = False,
-              woken: bool = False) -> None:
-        """Act on `run` as it stands. A running run is started only when claiming (stolen
-        from a previous owner); otherwise its execution is here already. `woken`: a wake of
-        the run was just applied. A run with decisions of ours still unapplied is left
-        alone: the last of them, once applied, brings it here again."""
-        if self.worker.confirmations.in_flight(run.run_id) and not claiming:
-            return
         try:
-            if is_copying(run):
-                self._copy_fork(own, run)
-            elif run.status is RunStatus.suspended:
-                action = decide_waiting(run, self._wait_entry(run))
-                if isinstance(action, Wake):
-                    self._wake(own, run, action)
-                elif isinstance(action, CancelNow):
-                    self.cancel_now(own, run, action)
-                elif isinstance(action, Resolve):
-                    self._resolve(own, run, action)
-            elif run.status is RunStatus.pending:
-                cancel = cancel_on_pending(run)
-                if cancel is not None:
-                    self.cancel_now(own, run, cancel)
-                elif run.admitted:  # (a run not admitted yet starts once its create is)
-                    self.worker.activator.start(own, run, woken=woken)
-            elif run.status is RunStatus.running and claiming:
-                self.worker.activator.start(own, run)
+            self.act(own, owner.on_record(self.view(own), run, record, Verdict.applied,
+                                          next_round=outcome.next_round))
         except WorkerFatal:  # the source failed: its renewal claims again and re-decides
             pass
 
-    def _copy_fork(self, own: Ownership, run: RunState) -> None:
-        """A forked run whose prefix is not complete: admit it, copy what is held (once:
-        the run is not reacted to again until these decisions are applied), or cancel it
-        (nothing ran yet)."""
-        if run.cancel_requested is not None:
-            self.cancel_now(own, run, CancelNow(run.cancel_requested, run.cancel_requested_by))
-            return
-        assert self.worker.store is not None
-        store = self.worker.store
-        for cls, body in fork_decisions(run, lambda p: store.entry(run.run_id, p)):
+    def react(self, own: Ownership, run: RunState, *, claiming: bool = False,
+              woken: bool = False) -> None:
+        """Act on `run` as it stands (projections.owner.react)."""
+        try:
+            self.act(own, owner.react(self.view(own), run, claiming=claiming, woken=woken))
+        except WorkerFatal:  # the source failed: its renewal claims again and re-decides
+            pass
+
+    def on_claim(self, own: Ownership, run: RunState) -> None:
+        """The claim's sweep reaches `run` (projections.owner.on_claim)."""
+        try:
+            self.act(own, owner.on_claim(self.view(own), run))
+        except WorkerFatal:  # the source failed: its renewal claims again and re-decides
+            pass
+
+    def act(self, own: Ownership, reactions: Iterable[Reaction]) -> None:
+        """Carry out `reactions` in order (raises WorkerFatal when the source failed)."""
+        for reaction in reactions:
+            if isinstance(reaction, Write):
+                if self._write(own, reaction):
+                    self.act(own, reaction.then)
+            elif isinstance(reaction, Start):
+                self.worker.activator.launch(own, reaction)
+            elif isinstance(reaction, AnswerFork):
+                self.forks.answer(own, reaction)
+            elif isinstance(reaction, Resume):
+                if not self.worker.sticky.wake(reaction.run.run_id,
+                                               self._outcome_at(reaction)):
+                    self.act(own, reaction.otherwise)
+            elif isinstance(reaction, FlowMissing):
+                self._flow_missing(own, reaction)
+
+    def _write(self, own: Ownership, write: Write) -> bool:
+        """Enqueue the write's records; False when one was too large to send (answered in
+        its place, and the rest of the write, and what follows it, is not done)."""
+        if write.key is not None:
+            own.decided.add(write.key)
+        run = write.run
+        if write.uses_refusal:
+            refusal = self.worker.refused.pop(run.run_id, None)
+            if refusal is not None and any(c is ev.RunFailed for c, _ in write.records):
+                log.error("run %s fails: the broker refused its record (%s)", run.run_id,
+                          refusal)
+        for cls, body in write.records:
             try:
-                self.worker.enqueue(own, run, cls, **body)
-            except EncodeError as exc:  # an entry that no longer fits one record
-                log.error("fork %s cannot copy its prefix: %s", run.run_id, exc)
-                self.worker.enqueue(own, run, ev.RunFailed, error_type="ForkTooLarge",
-                                    error_message=journal_text(str(exc)), traceback="")
-                return
+                self.worker.enqueue(own, run, cls, **dict(body))
+            except EncodeError as exc:  # a record near the size limit: answered, stay alive
+                answer = owner.too_large_answer((cls, body), str(exc))
+                if answer is None:
+                    raise
+                if cls is ev.JournalEntryCopied:
+                    log.error("fork %s cannot copy its prefix: %s", run.run_id, exc)
+                self.worker.enqueue(own, run, answer[0], **answer[1])
+                return False
+            if cls is ev.RunCancelled:
+                log.info("run %s cancelled (%s)", run.run_id, body["reason"])
+        return True
 
-    def _wait_entry(self, run: RunState) -> JournalEntry | None:
+    def _flow_missing(self, own: Ownership, missing: FlowMissing) -> None:
+        if missing.run.run_id not in own.warned:
+            own.warned.add(missing.run.run_id)
+            log.warning("run %s stays pending: %s", missing.run.run_id, missing.message)
+
+    def _entry(self, run_id: str, position: int) -> JournalEntry | None:
         assert self.worker.store is not None
-        position = wait_entry_position(run)
-        return None if position is None else self.worker.store.entry(run.run_id, position)
+        return self.worker.store.entry(run_id, position)
 
-    def _resolve(self, own: Ownership, run: RunState, resolve: Resolve) -> None:
-        """An operator resolved the quarantine: the step's outcome (skip) or its next
-        attempt (retry) is journaled, then the run is woken to go on from there."""
-        key = f"resolve/{run.run_id}/{resolve.position}"
-        if key in own.decided:
-            return
-        own.decided.add(key)
-        for cls, body in resolution_records(resolve):
-            self.worker.enqueue(own, run, cls, **body)
-        self.worker.enqueue(own, run, ev.RunResumed, request_id=key, reason="operator",
-                            detail=f"quarantine resolved: {resolve.resolution}")
-
-    def _wait_outcome(self, run: RunState, record: object) -> JournalEntry | None:
-        position = getattr(record, "position", None)
-        if position is None:
+    def _refusal(self, run_id: str) -> Refusal | None:
+        """The broker's refusal of a record of the run, if any (worker.refused)."""
+        message = self.worker.refused.get(run_id)
+        if message is None:
             return None
-        assert self.worker.store is not None
-        return self.worker.store.entry(run.run_id, position)
+        run = self.worker.current_run(run_id)
+        payload = 0 if run is None else len(run.payload_json)
+        return Refusal(message, may_be_creation=payload >= BLAME_AT_BYTES)
 
-    def _wake(self, own: Ownership, run: RunState, wake: Wake) -> None:
-        key = f"wake/{run.run_id}/{wake.position}/{wake.reason}"
-        if key in own.decided:
-            return  # sent already; the projection has not applied it yet
-        own.decided.add(key)
-        self.worker.enqueue(own, run, ev.RunResumed, request_id=key, reason=wake.reason,
-                            position=wake.position, name=wake.name,
-                            signal_request_id=wake.signal_request_id,
-                            result_json=wake.result_json, error_type=wake.error_type,
-                            error_message=wake.error_message,
-                            detail=f"woken: {wake.reason}")
-
-    def cancel_now(self, own: Ownership, run: RunState, cancel: CancelNow) -> None:
-        """Cancel a run with no handler to interrupt; its open children get the policy."""
-        key = f"cancel/{run.run_id}"
-        if key in own.decided:
-            return
-        own.decided.add(key)
-        policy = exit_policy(run.children)
-        if policy.cancelled or policy.detached:
-            self.worker.enqueue(own, run, ev.ChildPolicyApplied, cancelled=policy.cancelled,
-                                detached=policy.detached,
-                                reason=exit_reason(ev.RunCancelled, {"reason": cancel.reason}))
-        self.worker.enqueue(own, run, ev.RunCancelled, request_id=key, reason=cancel.reason,
-                            requested_by=cancel.requested_by, cascaded=policy.cancelled)
-        log.info("run %s cancelled (%s)", run.run_id, cancel.reason)
+    def _outcome_at(self, resume: Resume) -> JournalEntry | None:
+        """The woken wait's outcome, for a parked handler: the entry at the wake's position."""
+        if resume.position is None:
+            return None
+        return self._entry(resume.run.run_id, resume.position)

@@ -8,7 +8,7 @@ was claiming for. So the sweep is a task that takes SWEEP_BATCH runs at a time a
 the loop between batches (as the reference driver does). Each batch reads the runs as
 they are then (the store's scan is lazy), so a run changed meanwhile is judged as it
 stands. A suspended run that needs nothing costs its decode and one pure decision
-(projections.decide.decide_waiting), nothing else: no task, no record.
+(projections.owner.on_claim), nothing else: no task, no record.
 
 While the sweep goes on, the partition's records are applied and reacted to as usual; a
 run the owner already acts on since the claim (an execution here, or decisions of ours not
@@ -28,8 +28,6 @@ from typing import TYPE_CHECKING
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.flow.context import RunReleased
 from runstream.engine.worker.ownership import Ownership, OwnershipState
-from runstream.projections.decide import needs_activation, unanswered_creates
-from runstream.projections.forks import fork_asks, is_copying
 from runstream.projections.state import RunState, RunStatus
 from runstream.projections.store import ProjectionStore
 
@@ -55,7 +53,7 @@ class ClaimSweeps:
               answer: Callable[[Ownership, RunState], None]) -> asyncio.Task[None]:
         """Sweep `own`'s partition in a task; `answer` answers what a run holds: its
         unanswered creates, the creates its full inbox refused, and fork requests naming
-        it as their source (Activator._answer_creates)."""
+        it as their source (Activator._answer_requests)."""
         previous = self._tasks.pop(own.partition, None)
         if previous is not None:
             previous.cancel()
@@ -128,12 +126,9 @@ class ClaimSweeps:
     def _requests(self, own: Ownership, run: RunState,
                   answer: Callable[[Ownership, RunState], None]) -> None:
         # Creates in any status (a repeat of a settled run), creates refused while its inbox
-        # was full, and fork requests naming the run as their source.
-        if unanswered_creates(run) or fork_asks(run) or run.refused_creates:
-            answer(own, run)
-        if is_copying(run):  # a fork whose prefix the previous owner did not finish
-            self.worker.reactions.react(own, run, claiming=True)
+        # was full, fork requests naming the run as their source, and a fork whose prefix
+        # the previous owner did not finish (projections.owner.on_claim_requests).
+        answer(own, run)
 
     def _react(self, own: Ownership, run: RunState) -> None:
-        if run.status is RunStatus.suspended or needs_activation(run):
-            self.worker.reactions.react(own, run, claiming=True)
+        self.worker.reactions.on_claim(own, run)  # (projections.owner.on_claim)

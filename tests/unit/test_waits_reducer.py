@@ -11,16 +11,6 @@ import pytest
 
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
-from runstream.projections.decide import (
-    CHILD_CANCELLED,
-    CHILD_FAILED,
-    CancelNow,
-    ExitPolicy,
-    Wake,
-    cancel_on_pending,
-    decide_waiting,
-    exit_policy,
-)
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.requests import describe_refusal
 from runstream.projections.state import (
@@ -37,6 +27,16 @@ from runstream.projections.state import (
 )
 from runstream.projections.stored import DueTimer
 from runstream.projections.transitions import CANCEL_DELIVERED, WAIT_TIMEOUT
+from runstream.projections.wakes import (
+    CHILD_CANCELLED,
+    CHILD_FAILED,
+    CancelNow,
+    ExitPolicy,
+    Wake,
+    cancel_on_pending,
+    decide_waiting,
+    exit_policy,
+)
 from tests.builders import Writer, create, created, request
 
 DUE = 1_800_000_000_000  # a timer's due time (record times come from the builders' clock)

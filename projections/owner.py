@@ -1,0 +1,427 @@
+"""The owner's reactions: which decisions follow an applied record. Pure: no I/O, no clock.
+
+A partition's owner answers what its projection applies: a create request (admitted,
+repeated or rejected, with the ceiling and round budget of the flow it registers), a wait
+that can end (wake, cancel, quarantine resolution), a run to cancel without running (and
+the exit policy for the children it leaves), a fork to copy, a fork asked of a source run,
+a run to start. Both owners call these functions and act on the reactions they return: the
+worker (engine.worker.reactions and engine.worker.activation: records enqueued to its
+source, handlers run as tasks) and the TestEnvironment (engine.testing: records appended to
+an in-memory log and folded at once). They differ only in how records reach the log and how
+handlers run.
+
+What the owner knows beside the run comes in an `OwnerView`: the flows it registers, the
+journal entries it holds, the decisions it sent and has not seen applied yet (`in_flight`:
+the last of them, once applied, brings the run back here), the answers it gave under this
+ownership (`decided`, by key: a key is sent once), and the runs it executes.
+
+Entry points: `on_record` (an applied record of a partition the owner executes; the worker's
+dispatch in engine.worker.worker follows the same branches), `on_create_request`,
+`answer_refused`, `on_claim_requests` and `on_claim` (the claim-time sweep), `react`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from runstream.engine.errors import PayloadInvalid, journal_text
+from runstream.engine.journal import events as ev
+from runstream.projections.decide import (
+    FLOW_NOT_REGISTERED,
+    Create,
+    Duplicate,
+    Reject,
+    as_admitted,
+    creation_limits,
+    decide_create,
+    flow_missing_message,
+    fork_decisions,
+    inbox_full_rejection,
+    limits_to_fix,
+    needs_activation,
+    unanswered_creates,
+)
+from runstream.projections.forks import ForkAsk, fork_asks, is_copying
+from runstream.projections.state import InboxItem, JournalEntry, RunState, RunStatus, Verdict
+from runstream.projections.wakes import (
+    CancelNow,
+    Resolve,
+    Wake,
+    cancel_on_pending,
+    decide_waiting,
+    exit_policy,
+    exit_reason,
+    resolution_records,
+    wait_entry_position,
+)
+
+Record = tuple[type[ev.JournalRecord], dict[str, Any]]  # a decision's class and body
+
+
+class RegisteredFlow(Protocol):
+    """What the owner's reactions need of a flow it registers (engine.flow.Flow is one)."""
+
+    @property
+    def capabilities(self) -> frozenset[str] | None: ...
+
+    @property
+    def max_rounds(self) -> int: ...
+
+    def load_payload(self, payload_json: str) -> object:
+        """The payload as the flow takes it; raises PayloadInvalid."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """The broker refused a record of the run (too large, corrupt): `message` says why.
+    `may_be_creation`: its payload is large enough that the refused record may have been
+    its run.created, which carries the payload (sending it again is refused again)."""
+
+    message: str
+    may_be_creation: bool
+
+
+def _no_refusal(run_id: str) -> Refusal | None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerView:
+    """What the owner knows beside the run. Callables, so that a caller answers from its
+    own state (a worker's store and confirmations, the environment's log) as it is now."""
+
+    flows: Mapping[str, RegisteredFlow]
+    owner: str  # the owner's name, for evidence
+    entry: Callable[[str, int], JournalEntry | None]  # (run id, position) -> its entry
+    decided: Container[str]  # keys answered under this ownership
+    in_flight: Callable[[str], bool]  # run id -> decisions of ours not applied yet
+    executing: Callable[[str], bool]  # run id -> an execution of the run is here
+    refusal: Callable[[str], Refusal | None] = _no_refusal
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Start (or resume) the run's handler, unless it executes here already. `run` is the
+    run as the decisions just written make it. `woken`: its wait just ended, so an
+    execution still unwinding from that suspension starts it again. `claimed`: a running
+    run taken over at a claim."""
+
+    run: RunState
+    woken: bool = False
+    claimed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """Journal `records` about `run`, in order, and remember `key` as decided. `then`
+    follows only when every record was written (a record too large to send is answered in
+    its place: `too_large_answer`, and what follows it is not done). `uses_refusal`: the
+    answer to the broker's refusal of a record of the run (the owner forgets the refusal)."""
+
+    run: RunState
+    records: tuple[Record, ...]
+    key: str | None = None
+    then: tuple[Reaction, ...] = ()
+    uses_refusal: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerFork:
+    """Answer a fork request naming `run` as its source: reading the source's records up to
+    the point is the owner's (projections.fork_plan.answer_fork decides)."""
+
+    run: RunState
+    ask: ForkAsk
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class FlowMissing:
+    """The run's flow is not registered here: it cannot start (a worker warns and leaves
+    it pending; the test environment cannot run it)."""
+
+    run: RunState
+    message: str
+    claimed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """A wake of `run` was applied: continue its handler parked on the wait (a worker's
+    sticky cache) with the outcome at `position`, if it is parked here; else `otherwise`."""
+
+    run: RunState
+    position: int | None
+    otherwise: tuple[Reaction, ...] = ()
+
+
+Reaction = Write | Start | AnswerFork | FlowMissing | Resume
+
+
+# -- entry points ---------------------------------------------------------------------------
+
+
+def on_record(view: OwnerView, run: RunState | None, record: ev.JournalRecord,
+              verdict: Verdict, *, next_round: RunState | None = None,
+              drained: bool = False) -> list[Reaction]:
+    """What follows `record`, judged `verdict`, about `run` (as it stands after it), in a
+    partition the owner executes. `next_round`: the round a handoff just created.
+    `drained`: the record was the last decision of ours about the run not yet applied."""
+    if run is None and next_round is None:
+        return []
+    if verdict is Verdict.refused and isinstance(record, ev.RunCreateRequested):
+        return answer_refused(view, run) if run is not None else []
+    if verdict is not Verdict.applied:
+        return react(view, run) if drained and run is not None else []  # e.g. a stale wake
+    if isinstance(record, ev.RunCreateRequested):
+        return [] if run is None else on_create_request(view, run, record.envelope.request_id)
+    reactions = [] if next_round is None else react(view, next_round)
+    if run is None:
+        return reactions
+    if isinstance(record, ev.RunForkRequested):
+        reactions += fork_answers(view, run)
+    if isinstance(record, ev.TimerFired | ev.RunResumed) and run.status is RunStatus.pending:
+        otherwise = tuple(react(view, run, woken=True))
+        return [*reactions, Resume(run, getattr(record, "position", None), otherwise)]
+    return reactions + react(view, run)
+
+
+def on_create_request(view: OwnerView, run: RunState, request_id: str | None
+                      ) -> list[Reaction]:
+    """A create request applied: answer it (and start the run it admits)."""
+    return [reaction for item in unanswered_creates(run) if item.request_id == request_id
+            for reaction in _answer_create(view, run, item)]
+
+
+def on_claim_requests(view: OwnerView, run: RunState) -> list[Reaction]:
+    """At a claim, a run holding requests: its creates (in any status: a repeat of a settled
+    run), the creates its full inbox refused, the fork requests naming it as their source;
+    and a fork whose prefix the previous owner did not finish copying."""
+    reactions = answer_requests(view, run)
+    if is_copying(run):
+        reactions += react(view, run, claiming=True)
+    return reactions
+
+
+def on_claim(view: OwnerView, run: RunState) -> list[Reaction]:
+    """At a claim, a run that may need its owner: a wait that may end, a run to start."""
+    if run.status is RunStatus.suspended or needs_activation(run):
+        return react(view, run, claiming=True)
+    return []
+
+
+def answer_requests(view: OwnerView, run: RunState) -> list[Reaction]:
+    reactions = [reaction for item in unanswered_creates(run)
+                 for reaction in _answer_create(view, run, item)]
+    return reactions + answer_refused(view, run) + fork_answers(view, run)
+
+
+def react(view: OwnerView, run: RunState, *, claiming: bool = False,
+          woken: bool = False) -> list[Reaction]:
+    """Act on `run` as it stands. A running run is started only when claiming (taken over
+    from a previous owner); otherwise its execution is here already. A run with decisions
+    of ours still unapplied is left alone: the last of them, once applied, brings it here
+    again (unless claiming: the decisions of a previous ownership count for nothing)."""
+    if view.in_flight(run.run_id) and not claiming:
+        return []
+    if is_copying(run):
+        return _copy_fork(view, run)
+    if run.status is RunStatus.suspended:
+        return _end_wait(view, run)
+    if run.status is RunStatus.pending:
+        cancel = cancel_on_pending(run)
+        if cancel is not None:
+            return cancel_now(view, run, cancel)
+        return start(view, run, woken=woken) if run.admitted else []
+    if run.status is RunStatus.running and claiming:
+        return start(view, run, claimed=True)
+    return []
+
+
+# -- creates --------------------------------------------------------------------------------
+
+
+def _answer_create(view: OwnerView, run: RunState, item: InboxItem) -> list[Reaction]:
+    """One create request, once per ownership: rejected, or run.created (a first create, or
+    a repeat answered with the existing run) under the registered flow's limits."""
+    key = item.request_id
+    if key in view.decided:
+        return []
+    answer = decide_create(run, item, lambda flow, payload: check_payload(
+        view.flows, flow, payload))
+    if isinstance(answer, Reject):
+        return [Write(run, ((ev.RunCreateRejected, {
+            "request_id": key, "reason": answer.reason, "field": answer.field,
+            "existing_value": answer.existing, "requested_value": answer.requested}),), key)]
+    refusal = view.refusal(run.run_id)
+    if isinstance(answer, Create) and refusal is not None and refusal.may_be_creation:
+        # Its run.created (which carries the payload) was the refused record: sending it
+        # again would be refused again. A smaller one is created and then failed.
+        return [Write(run, ((ev.RunCreateRejected, _too_large(key, refusal.message)),), key,
+                      uses_refusal=True)]
+    offset = answer.request_offset if isinstance(answer, Duplicate) else item.offset
+    limits = creation_limits(run, view.flows.get(run.flow))
+    created: Record = (ev.RunCreated, {
+        "request_id": key, "flow": run.flow, "payload_json": run.payload_json,
+        "request_offset": offset, "duplicate": isinstance(answer, Duplicate),
+        "parent_run_id": run.parent_run_id, "round": run.round, **limits})
+    # Started under the limits just journaled, not the request's: the execution may start
+    # before the projection has applied the run.created.
+    then = tuple(start(view, as_admitted(run, limits))) if isinstance(answer, Create) else ()
+    return [Write(run, (created,), key, then=then)]
+
+
+def check_payload(flows: Mapping[str, RegisteredFlow], flow_name: str,
+                  payload_json: str) -> str | None:
+    """Why the registered flow refuses the payload (None: it takes it, or the flow is not
+    registered here: an owner that registers it validates it, at activation)."""
+    flow = flows.get(flow_name)
+    if flow is None:
+        return None
+    try:
+        flow.load_payload(payload_json)
+    except PayloadInvalid as exc:
+        return str(exc)
+    return None
+
+
+def answer_refused(view: OwnerView, run: RunState) -> list[Reaction]:
+    """Creates the reducer refused (the run's inbox is full), kept in the run until
+    answered: as they are refused, or, refused before a claim, by the claim's sweep."""
+    return [Write(run, ((ev.RunCreateRejected, inbox_full_rejection(run, request_id)),),
+                  request_id)
+            for request_id in run.refused_creates if request_id not in view.decided]
+
+
+def _too_large(request_id: str, why: str) -> dict[str, Any]:
+    return {"request_id": request_id, "reason": "too-large", "field": "payload",
+            "existing_value": "", "requested_value": journal_text(why, 500)}
+
+
+def too_large_answer(record: Record, why: str) -> Record | None:
+    """What a record too large to send is answered with (None: no answer, the error
+    stands): a create refused, a fork whose prefix cannot be copied failed."""
+    cls, body = record
+    if cls is ev.RunCreated:
+        return ev.RunCreateRejected, _too_large(body["request_id"], why)
+    if cls is ev.JournalEntryCopied:
+        return ev.RunFailed, {"error_type": "ForkTooLarge", "traceback": "",
+                              "error_message": journal_text(why)}
+    return None
+
+
+# -- starting, waits, cancels -----------------------------------------------------------------
+
+
+def start(view: OwnerView, run: RunState, *, woken: bool = False,
+          claimed: bool = False) -> list[Reaction]:
+    """Start `run` unless it executes here: failed if the broker refused a record of it,
+    cancelled if it never ran and a cancel waits, left pending if its flow is not
+    registered here, its limits fixed first if it was admitted by an owner without it."""
+    if run.status.is_terminal:
+        return []  # a settled run is never activated again
+    if view.executing(run.run_id):
+        return [Start(run, woken, claimed)]
+    refusal = view.refusal(run.run_id)
+    if refusal is not None:
+        why = f"the broker refused a decision of this run: {refusal.message}"
+        return [Write(run, ((ev.RunFailed, {"error_type": "RecordRefused", "traceback": "",
+                                            "error_message": journal_text(why)}),),
+                      uses_refusal=True)]
+    if run.cancel_requested is not None and run.activations == 0:
+        # Cancelled before it ever ran: nothing to interrupt, no handler to start.
+        return cancel_now(view, run, CancelNow(run.cancel_requested, run.cancel_requested_by))
+    if run.flow not in view.flows:
+        return _flow_missing(view, run, claimed)
+    fix = limits_to_fix(run, view.flows[run.flow])
+    if fix is not None:
+        # Admitted by an owner without the flow: its limits are fixed before it runs.
+        admitted = as_admitted(run, fix)
+        return [Write(run, ((ev.RunLimitsFixed, fix),),
+                      then=(Start(admitted, woken, claimed),))]
+    return [Start(run, woken, claimed)]
+
+
+def _flow_missing(view: OwnerView, run: RunState, claimed: bool) -> list[Reaction]:
+    message = flow_missing_message(run.flow, view.owner)
+    reactions: list[Reaction] = [FlowMissing(run, message, claimed)]
+    key = f"flow-missing/{run.run_id}"
+    if not run.has_evidence(FLOW_NOT_REGISTERED) and key not in view.decided:
+        reactions.append(Write(run, ((ev.EvidenceRecorded, {
+            "kind": FLOW_NOT_REGISTERED, "message": message,
+            "attributes": {"flow": run.flow}}),), key))
+    return reactions
+
+
+def _end_wait(view: OwnerView, run: RunState) -> list[Reaction]:
+    """A suspended run: woken, cancelled without running, or its quarantine resolved."""
+    position = wait_entry_position(run)
+    entry = None if position is None else view.entry(run.run_id, position)
+    action = decide_waiting(run, entry)
+    if isinstance(action, Wake):
+        return _wake(view, run, action)
+    if isinstance(action, CancelNow):
+        return cancel_now(view, run, action)
+    if isinstance(action, Resolve):
+        return _resolve(view, run, action)
+    return []
+
+
+def _wake(view: OwnerView, run: RunState, wake: Wake) -> list[Reaction]:
+    key = f"wake/{run.run_id}/{wake.position}/{wake.reason}"
+    if key in view.decided:
+        return []  # sent already; the projection has not applied it yet
+    return [Write(run, ((ev.RunResumed, {
+        "request_id": key, "reason": wake.reason, "position": wake.position,
+        "name": wake.name, "signal_request_id": wake.signal_request_id,
+        "result_json": wake.result_json, "error_type": wake.error_type,
+        "error_message": wake.error_message, "detail": f"woken: {wake.reason}"}),), key)]
+
+
+def _resolve(view: OwnerView, run: RunState, resolve: Resolve) -> list[Reaction]:
+    """An operator resolved the quarantine: the step's outcome (skip) or its next attempt
+    (retry) is journaled, then the run is woken to go on from there."""
+    key = f"resolve/{run.run_id}/{resolve.position}"
+    if key in view.decided:
+        return []
+    resumed: Record = (ev.RunResumed, {"request_id": key, "reason": "operator",
+                                       "detail": f"quarantine resolved: {resolve.resolution}"})
+    return [Write(run, (*resolution_records(resolve), resumed), key)]
+
+
+def cancel_now(view: OwnerView, run: RunState, cancel: CancelNow) -> list[Reaction]:
+    """Cancel a run with no handler to interrupt; its open children get the exit policy."""
+    key = f"cancel/{run.run_id}"
+    if key in view.decided:
+        return []
+    policy = exit_policy(run.children)
+    records: list[Record] = []
+    if policy.cancelled or policy.detached:
+        records.append((ev.ChildPolicyApplied, {
+            "cancelled": policy.cancelled, "detached": policy.detached,
+            "reason": exit_reason(ev.RunCancelled, {"reason": cancel.reason})}))
+    records.append((ev.RunCancelled, {"request_id": key, "reason": cancel.reason,
+                                      "requested_by": cancel.requested_by,
+                                      "cascaded": policy.cancelled}))
+    return [Write(run, tuple(records), key)]
+
+
+# -- forks ------------------------------------------------------------------------------------
+
+
+def fork_answers(view: OwnerView, run: RunState) -> list[Reaction]:
+    """The fork requests naming `run` as their source, each once per ownership."""
+    return [AnswerFork(run, ask, f"fork-answer/{ask.request_id}") for ask in fork_asks(run)
+            if f"fork-answer/{ask.request_id}" not in view.decided]
+
+
+def _copy_fork(view: OwnerView, run: RunState) -> list[Reaction]:
+    """A forked run whose prefix is not complete: admit it and copy what is held (gated by
+    `in_flight`: not again until these are applied), or cancel it (nothing ran yet)."""
+    if run.cancel_requested is not None:
+        return cancel_now(view, run, CancelNow(run.cancel_requested, run.cancel_requested_by))
+    records = fork_decisions(run, lambda position: view.entry(run.run_id, position))
+    return [Write(run, tuple(records))] if records else []
