@@ -31,6 +31,7 @@ from runstream.engine.errors import (
 from runstream.engine.flow.definition import Flow, HandedOff, dump_json
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
+from runstream.engine.journal.record_size import MAX_SENT_RECORD_BYTES
 from runstream.engine.testing.execution import TestExecution
 from runstream.engine.testing.log import MemoryLog, RawView, envelope
 from runstream.projections.fork_plan import (
@@ -64,10 +65,6 @@ DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
 # Records one drive may write before the environment calls it a livelock (a flow that
 # loops forever without waiting).
 MAX_RECORDS_PER_DRIVE = 1_000_000
-# The largest record a worker sends (engine.worker.committer.MAX_RECORD_BYTES, which this
-# module does not import: the committer loads the Kafka client). tests/unit/
-# test_testing_light.py checks that the two agree.
-MAX_SENT_RECORD_BYTES = 900_000
 OWNER_NAME = "test-environment"
 
 

@@ -33,13 +33,12 @@ from aiokafka.errors import (
 
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.journal import EncodeError, JournalRecord, encode
+from runstream.engine.journal.record_size import MAX_SENT_RECORD_BYTES
 
 log = logging.getLogger("runstream.committer")
 
 ProducerFactory = Callable[[], Awaitable[AIOKafkaProducer]]
 
-# Kafka's default max.message.bytes is 1 MiB; stay clear of it, headers and batch overhead.
-MAX_RECORD_BYTES = 900_000
 MAX_BATCH_BYTES = 1024 * 1024  # the producer's batch size (make_producer)
 
 
@@ -127,11 +126,11 @@ class Committer:
         except EncodeError:
             self._seq -= unstamp  # never sent: keep the sequence dense
             raise
-        if len(value) > MAX_RECORD_BYTES:
+        if len(value) > MAX_SENT_RECORD_BYTES:
             self._seq -= unstamp
             raise RecordTooLarge(
                 f"{record.TYPE} for run {record.envelope.run_id} is {len(value)} bytes; "
-                f"the limit is {MAX_RECORD_BYTES} bytes per journal record",
+                f"the limit is {MAX_SENT_RECORD_BYTES} bytes per journal record",
                 record_type=record.TYPE, size=len(value),
             )
         pending = _Pending(partition, stamped.envelope.run_id,

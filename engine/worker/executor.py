@@ -16,7 +16,8 @@ from runstream.engine.flow.port import NOT_CALLED
 from runstream.engine.flow.runner import HandlerRunner, suspension
 from runstream.engine.journal import Envelope, JournalRecord
 from runstream.engine.journal import events as ev
-from runstream.engine.worker.committer import MAX_RECORD_BYTES, RecordTooLarge
+from runstream.engine.journal.record_size import MAX_SENT_RECORD_BYTES
+from runstream.engine.worker.committer import RecordTooLarge
 from runstream.engine.worker.owner import ExecutionOwner
 from runstream.engine.worker.ownership import Ownership, OwnershipState
 from runstream.projections.decide import Activation, plan_activation
@@ -107,7 +108,7 @@ class RunExecution(HandlerRunner):
         (the same function would return the same result), and the flow gets StepFailed,
         as it would on replay."""
         size = len(str(body.get("result_json") or "").encode())
-        message = (f"result is {size} bytes; the limit is {MAX_RECORD_BYTES} bytes per "
+        message = (f"result is {size} bytes; the limit is {MAX_SENT_RECORD_BYTES} bytes per "
                    f"journal record ({exc})")
         self._last_outcome = self._enqueue(ev.StepFailed, {
             "position": body["position"], "name": body["name"], "attempt": body["attempt"],

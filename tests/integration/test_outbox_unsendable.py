@@ -16,8 +16,8 @@ from runstream import ChildFailed, Client, Flow, FlowContext, RunStatus, Worker
 from runstream.engine.journal import Envelope, encode
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import PAYLOAD_ENV
+from runstream.engine.journal.record_size import MAX_SENT_RECORD_BYTES as MAX_RECORD_BYTES
 from runstream.engine.ops.deadletters import DeadLetterRow, list_dead_letters
-from runstream.engine.worker.committer import MAX_RECORD_BYTES
 from runstream.projections import keys
 from runstream.projections.partitioning import run_partition
 from runstream.projections.state import OutboxItem, encode_state

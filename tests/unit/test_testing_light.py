@@ -5,9 +5,11 @@ count; on failure it prints the chain of imports that brought the module in."""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 HEAVY = ("aiokafka", "rocksdict", "aiohttp")
 
@@ -65,8 +67,23 @@ def test_the_pytest_plugin_loads_nothing_until_its_fixture_is_used() -> None:
                                "runstream.engine.testing.plugin"]
 
 
-def test_the_environment_sends_records_no_larger_than_a_worker_does() -> None:
-    from runstream.engine.testing import env
-    from runstream.engine.worker import committer
+def test_the_send_limit_has_one_definition_the_worker_and_environment_share() -> None:
+    """A worker's committer and the TestEnvironment bound what they send by the one
+    MAX_SENT_RECORD_BYTES of engine.journal.record_size: no module defines its own copy
+    (a name assigned that value, or the name assigned anything)."""
+    import runstream
+    from runstream.engine.journal import record_size
 
-    assert env.MAX_SENT_RECORD_BYTES == committer.MAX_RECORD_BYTES
+    limit = record_size.MAX_SENT_RECORD_BYTES
+    root = Path(runstream.__file__).parent
+    found = []
+    for path in sorted([*(root / "engine").rglob("*.py"), *(root / "projections").rglob("*.py")]):
+        for node in ast.parse(path.read_text()).body:
+            if not isinstance(node, ast.Assign | ast.AnnAssign) or node.value is None:
+                continue
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = {t.id for t in targets if isinstance(t, ast.Name)}
+            value = node.value.value if isinstance(node.value, ast.Constant) else None
+            if "MAX_SENT_RECORD_BYTES" in names or (names and value == limit):
+                found.append(path.relative_to(root).as_posix())
+    assert found == ["engine/journal/record_size.py"]
