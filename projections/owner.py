@@ -15,8 +15,8 @@ journal entries it holds, the decisions it sent and has not seen applied yet (`i
 the last of them, once applied, brings the run back here), the answers it gave under this
 ownership (`decided`, by key: a key is sent once), and the runs it executes.
 
-Entry points: `on_record` (an applied record of a partition the owner executes; the worker's
-dispatch in engine.worker.worker follows the same branches), `on_create_request`,
+Entry points: `on_record` (a judged record of a partition the owner executes: the worker
+hands every such record to it, through engine.worker.reactions), `on_create_request`,
 `answer_refused`, `on_claim_requests` and `on_claim` (the claim-time sweep), `react`.
 """
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.flow.context import RunReleased
 from runstream.engine.flow.definition import Flow
 from runstream.engine.worker.executor import RunExecution, now_ms
+from runstream.engine.worker.owner_runs import ActivationOwner
 from runstream.engine.worker.ownership import Ownership
 from runstream.engine.worker.sweep import ClaimSweeps
 from runstream.projections import owner
@@ -24,22 +25,21 @@ from runstream.projections.owner import Start
 from runstream.projections.state import RunState
 from runstream.projections.store import ProjectionStore
 
-if TYPE_CHECKING:
-    from runstream.engine.worker.worker import Worker
-
 log = logging.getLogger("runstream.worker")
 
 MAX_OWNER_NAMES = 1024
 
 
 class Activator:
-    """Answers create requests once per request and starts each run at most once."""
+    """Answers a claim's requests and starts each run at most once: it holds the runs
+    executing here (the worker's `executions`)."""
 
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
+    def __init__(self, owner: ActivationOwner) -> None:
+        self.owner = owner
+        self.executions: dict[str, RunExecution] = {}  # bounded by the owned runs
         # Names of the owners whose claims we applied, for evidence: the latest 1024.
         self._owner_names: OrderedDict[str, str] = OrderedDict()
-        self.sweeps = ClaimSweeps(worker)  # the claim-time sweeps, one per partition
+        self.sweeps = ClaimSweeps(owner)  # the claim-time sweeps, one per partition
 
     def owner_seen(self, source_id: str, name: str) -> None:
         self._owner_names[source_id] = name
@@ -53,45 +53,35 @@ class Activator:
     def activate_partition(self, own: Ownership, store: ProjectionStore) -> None:
         """Right after our claim: re-send the outbox, then answer what is unanswered and
         start what should run, in a sweep that yields the loop (engine.worker.sweep)."""
-        self.worker.outbox.resend(own)
-        self.worker.timers.reset()
+        self.owner.outbox.resend(own)
+        self.owner.timers.reset()
         self.sweeps.start(own, store, self._answer_requests)
 
     def _answer_requests(self, own: Ownership, run: RunState) -> None:
         """A run holding requests at the claim (projections.owner.on_claim_requests)."""
-        reactions = self.worker.reactions
+        reactions = self.owner.reactions
         reactions.act(own, owner.on_claim_requests(reactions.view(own), run))
-
-    def answer_refused(self, own: Ownership, run: RunState) -> None:
-        """Creates the reducer refused (the run's inbox is full) are kept in the run until
-        answered: as they are refused, or, refused before our claim, by the claim sweep."""
-        reactions = self.worker.reactions
-        reactions.act(own, owner.answer_refused(reactions.view(own), run))
-
-    def on_create_request(self, own: Ownership, run: RunState, request_id: str | None) -> None:
-        reactions = self.worker.reactions
-        reactions.act(own, owner.on_create_request(reactions.view(own), run, request_id))
 
     def start(self, own: Ownership, run: RunState, *, woken: bool = False) -> None:
         """Start `run` as projections.owner.start says (failed, cancelled, its limits fixed
         first, left pending without its flow), unless it executes here already."""
-        reactions = self.worker.reactions
+        reactions = self.owner.reactions
         reactions.act(own, owner.start(reactions.view(own), run, woken=woken))
 
     def launch(self, own: Ownership, start: Start) -> None:
         """Execute `start.run` unless it executes here already. `woken`: its wait just ended
         (a wake applied), so an execution still unwinding from that suspension restarts it."""
         run = start.run
-        executions = self.worker.executions
+        executions = self.executions
         existing = executions.get(run.run_id)
         if existing is not None:
             if start.woken and existing.suspending:
                 existing.restart = True
             return
-        flow = self.worker.flows[run.flow]  # (projections.owner.start: registered)
+        flow = self.owner.flows[run.flow]  # (projections.owner.start: registered)
         plan = plan_activation(run, self.owner_name, now_ms())
-        execution = RunExecution(self.worker, own, run, plan)
-        if len(executions) < self.worker.concurrency:
+        execution = RunExecution(self.owner, own, run, plan)
+        if len(executions) < self.owner.concurrency:
             # A slot will be free for it (the executions started so far hold or wait for
             # fewer than all of them): activate in this turn of the loop, so that the
             # activation shares a produce request with the run's creation. The others are
@@ -122,17 +112,17 @@ class Activator:
     def _forget(self, execution: RunExecution) -> None:
         """`execution` ended: the run may be started again (idempotent)."""
         run_id = execution.run.run_id
-        current = self.worker.executions.get(run_id)
+        current = self.executions.get(run_id)
         if current is not None and current is not execution:
             return  # a newer execution of the run (e.g. _runnable_again's) holds it
-        self.worker.executions.pop(run_id, None)
+        self.executions.pop(run_id, None)
         execution.ownership.run_ids.discard(run_id)
 
     def _runnable_again(self, execution: RunExecution) -> None:
         """A wake applied while this execution was still unwinding from its suspension found
         it here and did not start the run: start it now."""
         own = execution.ownership
-        run = self.worker.current_run(execution.run.run_id)
+        run = self.owner.current_run(execution.run.run_id)
         if (execution.restart and run is not None and own.executing
-                and not self.worker._stopping):
-            self.worker.reactions.react(own, run)
+                and not self.owner.stopping):
+            self.owner.reactions.react(own, run)

@@ -20,8 +20,9 @@ from runstream.engine.errors import WorkerFatal
 from runstream.engine.flow.context import RunReleased
 from runstream.engine.journal import events as ev
 from runstream.engine.worker.executor import decision
+from runstream.engine.worker.helper_protocols import Execution
 from runstream.engine.worker.kafka import group_generation
-from runstream.engine.worker.owner import ClaimsOwner, Execution
+from runstream.engine.worker.owner import ClaimsOwner
 from runstream.engine.worker.ownership import Ownership, OwnershipState
 from runstream.projections.projector import Outcome
 from runstream.projections.state import Verdict

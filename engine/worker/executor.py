@@ -18,7 +18,7 @@ from runstream.engine.journal import Envelope, JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.record_size import MAX_SENT_RECORD_BYTES
 from runstream.engine.worker.committer import RecordTooLarge
-from runstream.engine.worker.owner import ExecutionOwner
+from runstream.engine.worker.owner_runs import ExecutionOwner
 from runstream.engine.worker.ownership import Ownership, OwnershipState
 from runstream.projections.decide import Activation, plan_activation
 from runstream.projections.state import JournalEntry, RunState, Verdict, Wait

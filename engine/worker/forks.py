@@ -14,13 +14,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from typing import TYPE_CHECKING
 
 from aiokafka.errors import KafkaError
 
 from runstream.engine.errors import RunstreamError, WorkerFatal
 from runstream.engine.journal import events as ev
 from runstream.engine.kafka.reader import read_partitions
+from runstream.engine.worker.owner_runs import ForkOwner
 from runstream.engine.worker.ownership import Ownership
 from runstream.projections.fork_plan import MAX_PART_BYTES, answer_fork
 from runstream.projections.forks import ForkAsk, fork_asks
@@ -28,9 +28,6 @@ from runstream.projections.owner import AnswerFork
 from runstream.projections.state import RunState, round_run_id
 from runstream.projections.store import ProjectionStore
 from runstream.projections.stored import HistoryEntry
-
-if TYPE_CHECKING:
-    from runstream.engine.worker.worker import Worker
 
 log = logging.getLogger("runstream.forks")
 
@@ -42,8 +39,8 @@ class ForkAnswers:
     """Bounds: one task per fork request being answered (at most the unanswered fork
     requests of the partitions we own, MAX_INBOX per run)."""
 
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
+    def __init__(self, owner: ForkOwner) -> None:
+        self.owner = owner
         self.max_part_bytes = MAX_PART_BYTES  # (smaller only in tests and fixtures)
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -62,10 +59,10 @@ class ForkAnswers:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _answer(self, own: Ownership, run_id: str, ask: ForkAsk) -> None:
-        store = self.worker.store
+        store = self.owner.store
         if store is None:
             return
-        source = self.worker.current_run(run_id)
+        source = self.owner.current_run(run_id)
         if source is None:
             return
         items = store.history(run_id)[:max(ask.source_record, 0)]
@@ -73,7 +70,7 @@ class ForkAnswers:
         raws = await self._read(own, sorted({item.offset for item in needed}))
         if raws is None or not own.executing:
             return  # the next claim answers it
-        source = self.worker.current_run(run_id)
+        source = self.owner.current_run(run_id)
         if source is None or not any(a.request_id == ask.request_id for a in fork_asks(source)):
             return  # answered meanwhile
         history = _RawHistory(store, raws)
@@ -81,7 +78,7 @@ class ForkAnswers:
                                 view=history, max_part_bytes=self.max_part_bytes)
         try:
             for cls, body in decisions:
-                self.worker.enqueue(own, source, cls, **body)
+                self.owner.enqueue(own, source, cls, **body)
         except WorkerFatal:  # the source renews and claims again, and its claim answers
             return
         refused = [b["refused"] for c, b in decisions if c is ev.RunForkAnswered
@@ -99,10 +96,10 @@ class ForkAnswers:
             found: dict[int, bytes] = {}
             try:
                 async for raw in read_partitions(
-                        self.worker.bootstrap, self.worker.topic, [own.partition],
+                        self.owner.bootstrap, self.owner.topic, [own.partition],
                         start={own.partition: offsets[0]},
                         until={own.partition: offsets[-1] + 1},
-                        security=self.worker.security):
+                        security=self.owner.security):
                     if raw.offset in wanted and raw.value is not None:
                         found[raw.offset] = raw.value
             except (KafkaError, RunstreamError, TimeoutError) as exc:

@@ -1,17 +1,19 @@
 """What the worker's helpers may ask of the worker that holds them: one narrow protocol per
 helper, each naming only what that helper uses.
 
-The helpers (engine.worker.claims, upkeep, timers, outbox, observe, executor) are parts of
-one Worker (engine.worker.worker), which builds them and satisfies these protocols with
-public attributes, properties and methods. A helper holds its protocol, never the Worker:
-it cannot reach the worker's private state, and no helper imports engine.worker.worker.
-What a helper needs of another helper is a protocol here too (ClaimWriter, LeaseKeeper,
-OwnershipConfirmer, ...), reached through the worker's attribute at the time of the call,
-so a test that replaces a helper's method sees every call.
+The helpers that keep partitions (engine.worker.claims, upkeep, timers, outbox, observe)
+take the protocols here; those that decide and execute runs (executor, reactions, forks,
+activation, sweep) take those of engine.worker.owner_runs. They are parts of one Worker
+(engine.worker.worker), which builds them and satisfies these protocols with public
+attributes, properties and methods. A helper holds its protocol, never the Worker: it
+cannot reach the worker's private state, and no helper imports engine.worker.worker. What
+a helper needs of another helper is a protocol of engine.worker.helper_protocols
+(ClaimWriter, LeaseKeeper, ClaimActivation, ...), reached through the worker's attribute at
+the time of the call, so a test that replaces a helper's method sees every call.
 
 This module imports only the worker's leaf modules (value types and parts that hold no
-worker: ownership, committer, confirmations, admission, watchdog, sticky, deadletters), so
-every helper can import it and no import cycle hides behind it.
+worker: ownership, committer, confirmations, watchdog, sticky, deadletters,
+helper_protocols), so every helper can import it and no import cycle hides behind it.
 """
 
 from __future__ import annotations
@@ -28,82 +30,21 @@ from runstream.engine.errors import WorkerFatal
 from runstream.engine.flow.definition import Flow
 from runstream.engine.journal import JournalRecord
 from runstream.engine.observability.metrics import WorkerMetrics
-from runstream.engine.worker.admission import Admission
 from runstream.engine.worker.committer import Committer
-from runstream.engine.worker.confirmations import Confirmations, NotCalled
+from runstream.engine.worker.confirmations import Confirmations
 from runstream.engine.worker.deadletters import DeadLetterCopier
+from runstream.engine.worker.helper_protocols import (
+    ClaimActivation,
+    ClaimWriter,
+    Execution,
+    LeaseKeeper,
+)
 from runstream.engine.worker.ownership import Ownership
 from runstream.engine.worker.sticky import StickyCache
 from runstream.engine.worker.watchdog import LoopWatchdog
 from runstream.projections.projector import Projector
 from runstream.projections.state import RunState
 from runstream.projections.store import ProjectionStore
-
-# What one helper asks of another (each satisfied by that helper's class).
-
-
-class ClaimWriter(Protocol):
-    """The worker's claims (engine.worker.claims.Claims), as its upkeep uses them."""
-
-    def write_claim(self, own: Ownership, epoch: int) -> None:
-        """Queue a claim of `own`'s partition over `epoch` (a lease ran out: claim again)."""
-
-
-class LeaseKeeper(Protocol):
-    """The worker's upkeep (engine.worker.upkeep.Upkeep), as its claims use it."""
-
-    def reclaim_after_lease(self, own: Ownership) -> None:
-        """Our claim was rejected: claim again once the owner stayed silent for its lease."""
-
-
-class OwnershipConfirmer(Protocol):
-    """The worker's claims, as a run execution uses them before each step."""
-
-    async def confirm(self, own: Ownership) -> None:
-        """Return once `own` is confirmed since the event loop's latest stall."""
-
-
-class ClaimActivation(Protocol):
-    """The worker's activator (engine.worker.activation.Activator), as its claims use it."""
-
-    def owner_seen(self, source_id: str, name: str) -> None:
-        """An applied claim names the owner of `source_id` (for later evidence)."""
-
-    def activate_partition(self, own: Ownership, store: ProjectionStore) -> None:
-        """Our claim applied: re-send the outbox, answer and start what waits."""
-
-
-class OwnerNames(Protocol):
-    """The worker's activator, as a run execution uses it for its activation's evidence."""
-
-    def owner_name(self, source_id: str) -> str:
-        """The name of the owner that wrote under `source_id`, as far as we know it."""
-
-
-class Execution(Protocol):
-    """A run executing here (engine.worker.executor.RunExecution), as the claims see it
-    when they release, lose or renew its partition."""
-
-    @property
-    def ownership(self) -> Ownership:
-        """The ownership it executes under: released with it."""
-
-    @property
-    def run(self) -> RunState:
-        """Its run as the execution started it (the id, for release records and logs)."""
-
-    @property
-    def task(self) -> asyncio.Task[None] | None:
-        """Its task, drained or cancelled."""
-
-    @property
-    def activated(self) -> bool:
-        """Its activation was sent: a release must be journaled unless it settled."""
-
-    @property
-    def settled(self) -> bool:
-        """Nothing to release: settled, suspended, or never activated."""
-
 
 # What each helper asks of the worker.
 
@@ -326,59 +267,3 @@ class ClaimsOwner(Protocol):
     async def replace_source(self, failed: Committer) -> None:
         """Close the `failed` source's producer aside and start a new source, waiting for
         the brokers while they do not answer."""
-
-
-class ExecutionOwner(Protocol):
-    """What a run execution (engine.worker.executor.RunExecution) uses."""
-
-    @property
-    def name(self) -> str:
-        """This worker's name, in the `step.failed` of an attempt not called."""
-
-    @property
-    def flows(self) -> Mapping[str, Flow[Any, Any]]:
-        """The registered flows: a child's flow by name."""
-
-    @property
-    def store(self) -> ProjectionStore | None:
-        """The run's journal entries, replayed by its handler."""
-
-    @property
-    def metrics(self) -> WorkerMetrics:
-        """Each step's duration and outcome."""
-
-    @property
-    def admission(self) -> Admission:
-        """The execution slots, taken while the handler runs."""
-
-    @property
-    def committer(self) -> Committer:
-        """This source's producer: the sequence an irreversible step's confirmation awaits;
-        its failure, after which nothing of ours can apply."""
-
-    @property
-    def confirmations(self) -> Confirmations:
-        """The verdict an irreversible step's `step.started` awaits."""
-
-    @property
-    def not_called(self) -> NotCalled:
-        """Irreversible attempts this worker knows it never called."""
-
-    @property
-    def sticky(self) -> StickyCache:
-        """Where a suspended handler parks."""
-
-    @property
-    def activator(self) -> OwnerNames:
-        """The previous owner's name, for a continued activation's evidence."""
-
-    @property
-    def claims(self) -> OwnershipConfirmer:
-        """Confirms ownership after a stall, before each step."""
-
-    def enqueue(self, own: Ownership, run: RunState, cls: type[JournalRecord],
-                **body: Any) -> asyncio.Future[None]:
-        """Queue a decision about the run under its ownership's epoch."""
-
-    def current_run(self, run_id: str) -> RunState | None:
-        """The run as the projection holds it now."""

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from runstream.engine.errors import WorkerFatal
+from runstream.engine.flow.context import RunReleased
 from runstream.engine.journal import EncodeError
 from runstream.engine.journal import events as ev
 from runstream.engine.worker.committer import BLAME_AT_BYTES
 from runstream.engine.worker.forks import ForkAnswers
-from runstream.engine.worker.ownership import Ownership
+from runstream.engine.worker.owner_runs import ReactionsOwner
+from runstream.engine.worker.ownership import Ownership, OwnershipState
 from runstream.projections import owner
 from runstream.projections.owner import (
     AnswerFork,
@@ -33,40 +34,44 @@ from runstream.projections.owner import (
 from runstream.projections.projector import Outcome
 from runstream.projections.state import JournalEntry, RunState, Verdict
 
-if TYPE_CHECKING:
-    from runstream.engine.worker.worker import Worker
-
 log = logging.getLogger("runstream.worker")
 
 
 class Reactions:
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-        self.forks = ForkAnswers(worker)  # fork requests naming our runs as their source
+    def __init__(self, owner: ReactionsOwner) -> None:
+        self.owner = owner
+        self.forks = ForkAnswers(owner)  # fork requests naming our runs as their source
 
     def view(self, own: Ownership) -> OwnerView:
         """What projections.owner needs to know of this worker, under `own`."""
-        w = self.worker
+        w = self.owner
         return OwnerView(flows=w.flows, owner=w.name, entry=self._entry, decided=own.decided,
                          in_flight=w.confirmations.in_flight,
                          executing=lambda run_id: run_id in w.executions,
                          refusal=self._refusal)
 
-    def on_applied(self, own: Ownership, outcome: Outcome) -> None:
-        """An applied record of a partition this worker executes."""
-        record, run = outcome.record, outcome.run
+    def on_record(self, own: Ownership, outcome: Outcome, *, drained: bool) -> None:
+        """A record of a partition this worker executes, judged (projections.owner.on_record
+        chooses what follows). `drained`: it was the last decision of ours about its run not
+        yet applied."""
+        record = outcome.record
         assert record is not None
-        if outcome.outbox:
-            self.worker.outbox.add(own, outcome.outbox)
-        if isinstance(record, ev.TimerFired | ev.RunSuspended):
-            self.worker.timers.applied(record.envelope.run_id)
-            if isinstance(record, ev.RunSuspended) and record.wake_at_ms is not None:
-                self.worker.timers.poke()
+        if outcome.verdict is Verdict.applied:
+            self._applied(own, record, outcome)
         try:
-            self.act(own, owner.on_record(self.view(own), run, record, Verdict.applied,
-                                          next_round=outcome.next_round))
-        except WorkerFatal:  # the source failed: its renewal claims again and re-decides
-            pass
+            self.act(own, owner.on_record(self.view(own), outcome.run, record, outcome.verdict,
+                                          next_round=outcome.next_round, drained=drained))
+        except (WorkerFatal, RunReleased):  # the source failed: its renewal decides again
+            own.state = OwnershipState.lost
+
+    def _applied(self, own: Ownership, record: ev.JournalRecord, outcome: Outcome) -> None:
+        """The outbox and the timers learn of an applied record."""
+        if outcome.outbox:
+            self.owner.outbox.add(own, outcome.outbox)
+        if isinstance(record, ev.TimerFired | ev.RunSuspended):
+            self.owner.timers.applied(record.envelope.run_id)
+            if isinstance(record, ev.RunSuspended) and record.wake_at_ms is not None:
+                self.owner.timers.poke()
 
     def react(self, own: Ownership, run: RunState, *, claiming: bool = False,
               woken: bool = False) -> None:
@@ -90,11 +95,11 @@ class Reactions:
                 if self._write(own, reaction):
                     self.act(own, reaction.then)
             elif isinstance(reaction, Start):
-                self.worker.activator.launch(own, reaction)
+                self.owner.activator.launch(own, reaction)
             elif isinstance(reaction, AnswerFork):
                 self.forks.answer(own, reaction)
             elif isinstance(reaction, Resume):
-                if not self.worker.sticky.wake(reaction.run.run_id,
+                if not self.owner.sticky.wake(reaction.run.run_id,
                                                self._outcome_at(reaction)):
                     self.act(own, reaction.otherwise)
             elif isinstance(reaction, FlowMissing):
@@ -107,20 +112,20 @@ class Reactions:
             own.decided.add(write.key)
         run = write.run
         if write.uses_refusal:
-            refusal = self.worker.refused.pop(run.run_id, None)
+            refusal = self.owner.refused.pop(run.run_id, None)
             if refusal is not None and any(c is ev.RunFailed for c, _ in write.records):
                 log.error("run %s fails: the broker refused its record (%s)", run.run_id,
                           refusal)
         for cls, body in write.records:
             try:
-                self.worker.enqueue(own, run, cls, **dict(body))
+                self.owner.enqueue(own, run, cls, **dict(body))
             except EncodeError as exc:  # a record near the size limit: answered, stay alive
                 answer = owner.too_large_answer((cls, body), str(exc))
                 if answer is None:
                     raise
                 if cls is ev.JournalEntryCopied:
                     log.error("fork %s cannot copy its prefix: %s", run.run_id, exc)
-                self.worker.enqueue(own, run, answer[0], **answer[1])
+                self.owner.enqueue(own, run, answer[0], **answer[1])
                 return False
             if cls is ev.RunCancelled:
                 log.info("run %s cancelled (%s)", run.run_id, body["reason"])
@@ -132,15 +137,15 @@ class Reactions:
             log.warning("run %s stays pending: %s", missing.run.run_id, missing.message)
 
     def _entry(self, run_id: str, position: int) -> JournalEntry | None:
-        assert self.worker.store is not None
-        return self.worker.store.entry(run_id, position)
+        assert self.owner.store is not None
+        return self.owner.store.entry(run_id, position)
 
     def _refusal(self, run_id: str) -> Refusal | None:
         """The broker's refusal of a record of the run, if any (worker.refused)."""
-        message = self.worker.refused.get(run_id)
+        message = self.owner.refused.get(run_id)
         if message is None:
             return None
-        run = self.worker.current_run(run_id)
+        run = self.owner.current_run(run_id)
         payload = 0 if run is None else len(run.payload_json)
         return Refusal(message, may_be_creation=payload >= BLAME_AT_BYTES)
 

@@ -23,16 +23,13 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
 
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.flow.context import RunReleased
+from runstream.engine.worker.owner_runs import ClaimSweepOwner
 from runstream.engine.worker.ownership import Ownership, OwnershipState
 from runstream.projections.state import RunState, RunStatus
 from runstream.projections.store import ProjectionStore
-
-if TYPE_CHECKING:
-    from runstream.engine.worker.worker import Worker
 
 log = logging.getLogger("runstream.worker")
 
@@ -44,8 +41,8 @@ class ClaimSweeps:
     """One sweep task per partition claimed and not yet swept: bounded by the partitions
     the worker owns (a new claim of a partition cancels its previous sweep)."""
 
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
+    def __init__(self, owner: ClaimSweepOwner) -> None:
+        self.owner = owner
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self.swept = 0  # runs looked at by sweeps, all partitions (for tests and logs)
 
@@ -114,13 +111,13 @@ class ClaimSweeps:
         return done
 
     def _current(self, own: Ownership, store: ProjectionStore) -> bool:
-        w = self.worker
+        w = self.owner
         return (own.executing and w.owned.get(own.partition) is own and w.store is store
-                and not w._stopping)
+                and not w.stopping)
 
     def _handled(self, run: RunState) -> bool:
         """Acted on since the claim: left to that (see the module's docstring)."""
-        w = self.worker
+        w = self.owner
         return run.run_id in w.executions or w.confirmations.in_flight(run.run_id)
 
     def _requests(self, own: Ownership, run: RunState,
@@ -131,4 +128,4 @@ class ClaimSweeps:
         answer(own, run)
 
     def _react(self, own: Ownership, run: RunState) -> None:
-        self.worker.reactions.on_claim(own, run)  # (projections.owner.on_claim)
+        self.owner.reactions.on_claim(own, run)  # (projections.owner.on_claim)

@@ -30,7 +30,6 @@ from runstream.engine.config import (
     worker_group,
 )
 from runstream.engine.errors import WorkerFatal
-from runstream.engine.flow.context import RunReleased
 from runstream.engine.flow.definition import Flow
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
@@ -52,7 +51,7 @@ from runstream.engine.worker.kafka import (
 )
 from runstream.engine.worker.observe import WorkerObserver
 from runstream.engine.worker.outbox import OutboxSender
-from runstream.engine.worker.ownership import Ownership, OwnershipState
+from runstream.engine.worker.ownership import Ownership
 from runstream.engine.worker.reactions import Reactions
 from runstream.engine.worker.readback import READ_BACK_DEFER_S, decisions_only
 from runstream.engine.worker.relay import Relay
@@ -118,7 +117,6 @@ class Worker:
         self.drain_timeout = drain_timeout
         self.lease_ms = lease_ms
         self.owned: dict[int, Ownership] = {}  # one per assigned partition
-        self.executions: dict[str, RunExecution] = {}  # bounded by the owned runs
         self.confirmations = Confirmations()  # our decisions between sent and applied
         self.metrics = metrics or WorkerMetrics()
         self.metrics_port = metrics_port  # serve /metrics there when set (0: any port)
@@ -326,6 +324,11 @@ class Worker:
         return self._consumer
 
     @property
+    def executions(self) -> dict[str, RunExecution]:
+        """The runs executing here, bounded by the owned runs (the activator holds them)."""
+        return self.activator.executions
+
+    @property
     def stopping(self) -> bool:
         """A stop began (or the consume loop failed): waits end, nothing new is claimed."""
         return self._stopping
@@ -407,24 +410,8 @@ class Worker:
                 own.decided.discard(record.envelope.request_id)  # the projection dedupes now
         if isinstance(record, ev.PartitionEpochClaimed):
             self.claims.on_claim(partition, record, outcome)
-            return
-        if own is None or not own.executing:
-            return  # (creates a full inbox refused meanwhile: the claim sweep answers them)
-        if (outcome.verdict is Verdict.refused and isinstance(record, ev.RunCreateRequested)
-                and outcome.run is not None):
-            self.activator.answer_refused(own, outcome.run)
-            return
-        if outcome.verdict is not Verdict.applied:
-            if drained and outcome.run is not None:  # e.g. a stale wake, ignored
-                self.reactions.react(own, outcome.run)
-            return
-        if isinstance(record, ev.RunCreateRequested) and outcome.run is not None:
-            try:
-                self.activator.on_create_request(own, outcome.run, record.envelope.request_id)
-            except (WorkerFatal, RunReleased):  # the source failed: renewal decides it again
-                own.state = OwnershipState.lost
-            return
-        self.reactions.on_applied(own, outcome)
+        elif own is not None and own.executing:  # (else the next claim's sweep answers it)
+            self.reactions.on_record(own, outcome, drained=drained)
 
     def enqueue(
         self, own: Ownership, run: RunState, cls: type[JournalRecord], **body: Any

@@ -8,22 +8,23 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import runstream.engine.worker as worker_package
 
 WORKER_DIR = Path(worker_package.__file__).parent
 WORKER_MODULE = "runstream.engine.worker.worker"
 # The Worker itself, and the package's lazy export of it.
 MAY_IMPORT_WORKER = {"worker.py", "__init__.py"}
-# Still holding the whole Worker until their rewrite (issue 17, the owner path) converts
-# them to a protocol of engine.worker.owner; remove each once it no longer does.
-NOT_YET_CONVERTED = {"activation.py", "forks.py", "reactions.py", "sweep.py"}
 # aiokafka keeps the group generation only in its private coordinator (a thin driver's
 # documented exception: engine.worker.kafka.group_generation).
 PRIVATE_READS_ALLOWED = {("kafka.py", "_coordinator")}
+# What the helpers ask of the worker (owner, owner_runs) and of one another.
+PROTOCOL_MODULES = ("owner.py", "owner_runs.py", "helper_protocols.py")
 
 
 def _modules(directory: Path) -> list[Path]:
-    return sorted(p for p in directory.glob("*.py") if p.name not in NOT_YET_CONVERTED)
+    return sorted(directory.glob("*.py"))
 
 
 def worker_imports(directory: Path) -> list[str]:
@@ -63,9 +64,10 @@ def test_no_module_reaches_another_objects_private_state() -> None:
     assert foreign_private_reads(WORKER_DIR) == []
 
 
-def test_the_owner_protocols_import_no_helper_that_holds_them() -> None:
-    """engine.worker.owner imports only leaf modules, so no cycle hides behind it."""
-    tree = ast.parse((WORKER_DIR / "owner.py").read_text())
+@pytest.mark.parametrize("module", PROTOCOL_MODULES)
+def test_the_owner_protocols_import_no_helper_that_holds_them(module: str) -> None:
+    """The protocol modules import only leaf modules, so no cycle hides behind them."""
+    tree = ast.parse((WORKER_DIR / module).read_text())
     imported = {node.module for node in ast.walk(tree)
                 if isinstance(node, ast.ImportFrom) and node.module}
     helpers = {f"runstream.engine.worker.{name}" for name in (
