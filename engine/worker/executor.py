@@ -64,7 +64,7 @@ class Evicted(BaseException):
 @dataclass(eq=False)
 class RunExecution(HandlerRunner):
     """The worker's handle on one executing run; also the flow context's journal port.
-    `owner`: what it asks of the worker that executes it (engine.worker.owner)."""
+    `owner`: what it asks of the worker that executes it (engine.worker.owner_runs)."""
 
     owner: ExecutionOwner
     ownership: Ownership

@@ -2,10 +2,10 @@
 by that helper's class (the claims, upkeep, activator, reactions, timer sweeper, outbox
 sender and run executions of engine.worker).
 
-The protocols of engine.worker.owner, what each helper asks of the worker, name these as
-the types of the worker's attributes that hold the other helpers; a helper reaches another
-through that attribute at the time of the call, so a test that replaces a helper's method
-sees every call. Like engine.worker.owner, this module imports only leaf modules (value
+The protocols of engine.worker.owner and owner_runs (what each helper asks of the worker)
+name these as the types of the worker's attributes that hold the other helpers; a helper
+reaches another through that attribute at the time of the call, so a test that replaces a
+helper's method sees every call. Like them, this module imports only leaf modules (value
 types, the pure projections.owner), never a helper that holds these protocols, so no import
 cycle hides behind it.
 """

@@ -4,7 +4,7 @@ It projects every record of its partitions into RocksDB, claims each assigned pa
 with an epoch record carrying the assignment's group generation, decides requests once its
 claim is applied, and executes runs. A rejected claim (an older generation than the owner's)
 leaves the partition alone until the group assigns it again. Its helpers see it only
-through the narrow protocols of engine.worker.owner.
+through the narrow protocols of engine.worker.owner and owner_runs.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""The worker's helpers hold narrow protocols (engine.worker.owner), not the Worker: no
-helper module imports engine.worker.worker (not even under TYPE_CHECKING), and no module of
-the package reaches another object's underscore attributes. That the Worker satisfies each
-protocol is checked by mypy where it hands itself to its helpers."""
+"""The worker's helpers hold narrow protocols (engine.worker.owner, owner_runs and
+helper_protocols), not the Worker: no helper module imports engine.worker.worker (not even
+under TYPE_CHECKING), and no module of the package reaches another object's underscore
+attributes. That the Worker satisfies each protocol is checked by mypy where it hands
+itself to its helpers."""
 
 from __future__ import annotations
 
