@@ -30,7 +30,7 @@ from runstream.projections.manifest import CheckpointPolicy
 from runstream.projections.memory import MemoryStore
 from runstream.projections.projector import Projector
 from runstream.projections.store import ProjectionStore
-from runstream.projections.stored import RecordWrite
+from runstream.projections.values import RecordWrite
 from runstream.projections.writes import EMPTY_HASH, chain, put_record
 
 CHECKPOINT_SAMPLES = 5

@@ -15,7 +15,7 @@ from typing import Any
 
 from runstream.engine.journal import events as ev
 from runstream.projections.capabilities import narrow
-from runstream.projections.forks import entry_from_json, fork_parts, is_first_shape_part
+from runstream.projections.fork_transitions import entry_from_json, fork_parts, is_first_shape_part
 from runstream.projections.state import (
     InboxItem,
     JournalEntry,

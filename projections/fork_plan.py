@@ -2,7 +2,7 @@
 client's request for one. Pure: no I/O (the request's id and time are its only entropy).
 
 A client's fork request names the source run, the point (history row K and its offset) and
-the new run, and nothing else (projections.forks). The source's owner reads the source's
+the new run, and nothing else (projections.fork_transitions). The source's owner reads the source's
 records up to the point from its own journal (engine.worker.forks; engine.testing reads its
 in-memory log) and answers here: `plan_fork` replays them through the reducer to the state
 right after row K, whose settled entries from position 0 up to the first unsettled one are
@@ -33,7 +33,7 @@ from runstream.engine.errors import InvalidInput, RunNotFound, RunstreamError
 from runstream.engine.journal import Envelope, encode
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import MAX_RECORD_BYTES, MAX_RUN_ID_CHARS, check_run_id
-from runstream.projections.forks import ForkAsk, entry_json, is_settled
+from runstream.projections.fork_transitions import ForkAsk, entry_json, is_settled
 from runstream.projections.replay import HistoryView, RunAbsentAt, replay_run
 from runstream.projections.state import (
     ROUND_SEPARATOR,
@@ -42,7 +42,7 @@ from runstream.projections.state import (
     lineage_of,
     replace,
 )
-from runstream.projections.stored import HistoryEntry
+from runstream.projections.values import HistoryEntry
 
 # What one part may take, encoded: well under a journal record's limit
 # (engine.journal.input_limits.MAX_RECORD_BYTES), which the broker's 1 MiB default leaves room for.

@@ -11,13 +11,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from runstream.engine.journal import JournalRecord
-from runstream.projections import stored
+from runstream.projections import values
 from runstream.projections.poison import KEY_UNKNOWN, RecordKey
 from runstream.projections.projector import Outcome, Projector, Store
 from runstream.projections.state import JournalEntry, OutboxItem, PartitionState, RunState, Verdict
-from runstream.projections.stored import DueTimer, HistoryEntry, RecordWrite
+from runstream.projections.values import DueTimer, HistoryEntry, RecordWrite
 
-# The in-memory history holds projections.stored.HistoryEntry items, with `record` decoded
+# The in-memory history holds projections.values.HistoryEntry items, with `record` decoded
 # (the name HistoryItem stays until engine.testing says HistoryEntry).
 HistoryItem = HistoryEntry
 
@@ -131,8 +131,8 @@ class MemoryStore:
         if change.request_id is not None:
             self._requests.add((change.partition.partition, change.request_id))
             log.append((change.offset, change.request_id))
-        if change.offset % stored.PRUNE_EVERY == 0:
-            while log and log[0][0] < change.offset - stored.REQUEST_RETENTION:
+        if change.offset % values.PRUNE_EVERY == 0:
+            while log and log[0][0] < change.offset - values.REQUEST_RETENTION:
                 self._requests.discard((change.partition.partition, log.popleft()[1]))
 
 

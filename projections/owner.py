@@ -43,7 +43,7 @@ from runstream.projections.decide import (
     needs_activation,
     unanswered_creates,
 )
-from runstream.projections.forks import ForkAsk, fork_asks, is_copying
+from runstream.projections.fork_transitions import ForkAsk, fork_asks, is_copying
 from runstream.projections.state import InboxItem, JournalEntry, RunState, RunStatus, Verdict
 from runstream.projections.wakes import (
     CancelNow,

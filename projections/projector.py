@@ -30,8 +30,8 @@ from runstream.projections.poison import (
 )
 from runstream.projections.reducer import apply, apply_dead_letter, request_id_of
 from runstream.projections.state import JournalEntry, OutboxItem, PartitionState, RunState, Verdict
-from runstream.projections.stored import RecordWrite
 from runstream.projections.transitions import entry_position
+from runstream.projections.values import RecordWrite
 
 # Run states the projector keeps decoded between records (a run's records come in bursts).
 RUN_CACHE = 4096
@@ -167,7 +167,7 @@ class Projector:
         position = entry_position(record)
         entry = None
         # No entry can stand at or past `steps`, but for a fork's copies, which move `steps`
-        # once per part (projections.forks).
+        # once per part (projections.fork_transitions).
         copy = isinstance(record, ev.JournalEntryCopied)
         if before is not None and position is not None and (position < before.steps or copy):
             entry = self.store.entry(before.run_id, position)

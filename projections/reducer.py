@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runstream.engine.journal import events as ev
-from runstream.projections.forks import (
+from runstream.projections.fork_transitions import (
     apply_copied,
     apply_fork_answered,
     apply_fork_ask,

@@ -1,7 +1,7 @@
 """A run's state at a past point: its history items folded through the reducer. Pure.
 
 A run's history is every record of the run, in log order, with the verdict the reducer gave
-it (projections.stored.HistoryEntry, as a read model or an owner's projection indexes it).
+it (projections.values.HistoryEntry, as a read model or an owner's projection indexes it).
 Its state at a point is that history replayed up to the point: the stored verdicts already
 encode fencing and deduplication, so each applied record is replayed under its own (epoch,
 source) and gives the same state the full fold of the partition had there. Used by time
@@ -27,8 +27,8 @@ from runstream.projections.state import (
     Verdict,
     decode_state,
 )
-from runstream.projections.stored import HistoryEntry
 from runstream.projections.transitions import entry_position
+from runstream.projections.values import HistoryEntry
 
 
 class HistoryView(Protocol):

@@ -1,5 +1,5 @@
 """The RocksDB projection (rocksdict, raw bytes, byte-ordered keys): the thin storage driver.
-Its index queries (timers, waits, status, inbox, outbox, history) are projections.store_reads'.
+Its index queries (timers, waits, status, inbox, outbox, history) are projections.indexes'.
 
 Key layout (ASCII prefixes, zero-padded numbers so byte order is numeric order):
   p/<partition:05d>                          -> PartitionState (includes next_offset)
@@ -61,7 +61,8 @@ from rocksdict import (
     WriteOptions,
 )
 
-from runstream.projections import keys, stored
+from runstream.projections import keys, values
+from runstream.projections.indexes import IndexReads
 from runstream.projections.manifest import (
     CheckpointInfo,
     CheckpointPolicy,
@@ -76,8 +77,7 @@ from runstream.projections.state import (
     decode_state,
     encode_state,
 )
-from runstream.projections.store_reads import IndexReads
-from runstream.projections.stored import HistoryEntry, RecordWrite
+from runstream.projections.values import HistoryEntry, RecordWrite
 from runstream.projections.writes import (
     EMPTY_HASH,
     chain,
@@ -313,8 +313,8 @@ class ProjectionStore(IndexReads):
             self._pending_runs.add(change.next_round.run_id)
         if previous is not None:
             self._hashes[number] = chain(previous, change, encoded)
-        if change.offset % stored.PRUNE_EVERY == 0:
-            self._prune_requests(batch, number, change.offset - stored.REQUEST_RETENTION)
+        if change.offset % values.PRUNE_EVERY == 0:
+            self._prune_requests(batch, number, change.offset - values.REQUEST_RETENTION)
         self._since_checkpoint += 1
         if not self._grouping:
             self.flush()

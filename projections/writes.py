@@ -23,7 +23,7 @@ import msgspec
 
 from runstream.projections import keys
 from runstream.projections.state import RunState, Verdict, encode_state
-from runstream.projections.stored import HistoryEntry, RecordWrite
+from runstream.projections.values import HistoryEntry, RecordWrite
 
 HASH_BYTES = 16
 EMPTY_HASH = bytes(HASH_BYTES)  # a partition before its first record

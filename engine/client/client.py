@@ -51,7 +51,7 @@ from runstream.projections.state import (
     lineage_of,
     round_zero,
 )
-from runstream.projections.stored import HistoryEntry
+from runstream.projections.values import HistoryEntry
 
 # How long a relayed request may take to reach the journal (the relay runs in the workers).
 RELAY_TIMEOUT = 60.0

@@ -13,7 +13,7 @@ from runstream.engine.errors import InvalidInput
 from runstream.engine.journal import Envelope, encode
 from runstream.engine.journal import events as ev
 from runstream.engine.ops.deadletters import DeadLetterList, format_rows, list_dead_letters
-from runstream.engine.worker.kafka import make_producer, send_acked
+from runstream.engine.worker.kafka_driver import make_producer, send_acked
 
 Echo = Callable[[str], None]
 DEAD_LETTERS_TIMEOUT_S = 60.0

@@ -1,5 +1,5 @@
 """Operating a namespace: rebuild a projection from the journal (`rebuild`: the Kafka reading;
-the fold is `projections.rebuild`'s), verify a projection against its rebuild and diff the
+the fold is `projections.fold`'s), verify a projection against its rebuild and diff the
 two (`verify`, `verify_diff`), fold partitions in parallel (`shards`), list dead letters
 (`deadletters`).
 

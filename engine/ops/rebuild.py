@@ -1,5 +1,5 @@
 """Rebuild a projection from the journal: the records read from Kafka, folded by
-projections.rebuild.
+projections.fold.
 
 `fold_into` reads partitions from offset 0 up to given offsets into a fresh store
 (`projection rebuild`, `projection verify` and its parallel shards, engine.ops.shards);
@@ -14,14 +14,14 @@ from pathlib import Path
 
 from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.kafka.reader import read_partitions
-from runstream.projections.manifest import CheckpointPolicy
-from runstream.projections.rebuild import (
+from runstream.projections.fold import (
     FoldResult,
     Progress,
     RebuildReport,
     compare,
     fold_records,
 )
+from runstream.projections.manifest import CheckpointPolicy
 from runstream.projections.store import ProjectionStore
 
 __all__ = ["FoldResult", "FoldSpec", "RebuildReport", "fold_into", "rebuild_and_verify",

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from runstream.projections.rebuild import Difference, compare_items
+from runstream.projections.fold import Difference, compare_items
 from runstream.projections.state import (
     JournalEntry,
     OutboxItem,

@@ -10,7 +10,7 @@ from typing import Any
 
 from runstream.engine.journal import JournalRecord, record_to_dict
 from runstream.projections.replay import record_of
-from runstream.projections.stored import HistoryEntry
+from runstream.projections.values import HistoryEntry
 
 _DETAIL_FIELDS = ("name", "position", "attempt", "mode", "evidence", "cause", "reason",
                   "error_type", "error_message", "result_json", "kind", "message", "flow",

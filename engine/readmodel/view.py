@@ -22,7 +22,7 @@ from runstream.projections.state import (
     encode_state,
 )
 from runstream.projections.store import ProjectionStore
-from runstream.projections.stored import HistoryEntry, RecordWrite
+from runstream.projections.values import HistoryEntry, RecordWrite
 from runstream.projections.writes import FENCED_VERDICTS
 
 

@@ -20,7 +20,7 @@ from runstream.projections.memory import MemoryProjection
 from runstream.projections.partitioning import run_partition
 from runstream.projections.projector import Outcome
 from runstream.projections.state import RunState, Verdict
-from runstream.projections.stored import HistoryEntry
+from runstream.projections.values import HistoryEntry
 
 Fold = Callable[[int, JournalRecord, Outcome], None]  # (partition, record, its outcome)
 

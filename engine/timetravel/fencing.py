@@ -25,7 +25,7 @@ from runstream.engine.timetravel.history import (  # the history's own row forma
     partition_history,
 )
 from runstream.projections.state import Verdict
-from runstream.projections.stored import HistoryEntry
+from runstream.projections.values import HistoryEntry
 
 TURNED_AWAY = (Verdict.fenced, Verdict.rejected, Verdict.duplicate)
 # At most this many writes are listed (oldest first after --since); the total is counted.

@@ -10,8 +10,8 @@ The fork is then ONE request to the SOURCE run's partition: the source run, the 
 K and its offset) and the new run's id, and no journal content, so a principal that may
 only send requests cannot put a forged entry (a step "completed" with any result) in
 anyone's journal. The source's owner reads the prefix from its own journal and sends it, in
-parts under the record size limit, to the new run's partition (projections.forks); the new
-run's owner copies it as its own decisions; the run then replays the prefix, executing
+parts under the record size limit, to the new run's partition (projections.fork_transitions); the
+new run's owner copies it as its own decisions; the run then replays the prefix, executing
 nothing in it, and goes on live from there. `fork_run` waits for that answer (`wait`), which
 needs a worker, and raises ForkRefused with the owner's reason when it refuses.
 """

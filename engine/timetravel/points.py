@@ -22,7 +22,7 @@ from runstream.engine.readmodel.model import View
 from runstream.engine.readmodel.rows import HistoryRow, history_rows
 from runstream.projections.replay import PastRun, RunAbsentAt, iso, replay_run, replay_steps
 from runstream.projections.state import JournalEntry, RunState, to_builtins
-from runstream.projections.stored import HistoryEntry
+from runstream.projections.values import HistoryEntry
 
 # A tree shows at most this many runs (rounds and children, all levels): a fan-out of
 # thousands is summarised by its count, not printed.

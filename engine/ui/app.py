@@ -22,7 +22,7 @@ from runstream.engine.readmodel.describe import run_view
 from runstream.engine.readmodel.model import ReadModel, View
 from runstream.engine.timetravel.cut import SystemState, parse_instant, state_of_model
 from runstream.engine.ui import pages, run_page
-from runstream.engine.ui.dry_run import DryRunner, dry_run_fragment
+from runstream.engine.ui.dryrun_page import DryRunner, dry_run_fragment
 from runstream.engine.ui.html import error_page, esc
 from runstream.engine.ui.queries import (
     list_runs,

@@ -16,8 +16,8 @@ from runstream.engine.errors import WorkerFatal
 from runstream.engine.flow.context import RunReleased
 from runstream.engine.flow.definition import Flow
 from runstream.engine.worker.executor import RunExecution, now_ms
-from runstream.engine.worker.owner_runs import ActivationOwner
 from runstream.engine.worker.ownership import Ownership
+from runstream.engine.worker.run_protocols import ActivationOwner
 from runstream.engine.worker.sweep import ClaimSweeps
 from runstream.projections import owner
 from runstream.projections.decide import plan_activation

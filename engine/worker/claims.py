@@ -21,9 +21,9 @@ from runstream.engine.flow.context import RunReleased
 from runstream.engine.journal import events as ev
 from runstream.engine.worker.executor import decision
 from runstream.engine.worker.helper_protocols import Execution
-from runstream.engine.worker.kafka import group_generation
-from runstream.engine.worker.owner import ClaimsOwner
+from runstream.engine.worker.kafka_driver import group_generation
 from runstream.engine.worker.ownership import Ownership, OwnershipState
+from runstream.engine.worker.partition_protocols import ClaimsOwner
 from runstream.projections.projector import Outcome
 from runstream.projections.state import Verdict
 

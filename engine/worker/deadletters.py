@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaProducer
 
 from runstream.engine.observability.metrics import WorkerMetrics
-from runstream.engine.worker.kafka import send_acked
+from runstream.engine.worker.kafka_driver import send_acked
 from runstream.projections.poison import (
     Examined,
     Poison,

@@ -18,8 +18,8 @@ from runstream.engine.journal import Envelope, JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.record_size import MAX_SENT_RECORD_BYTES
 from runstream.engine.worker.committer import RecordTooLarge
-from runstream.engine.worker.owner_runs import ExecutionOwner
 from runstream.engine.worker.ownership import Ownership, OwnershipState
+from runstream.engine.worker.run_protocols import ExecutionOwner
 from runstream.projections.decide import Activation, plan_activation
 from runstream.projections.state import JournalEntry, RunState, Verdict, Wait
 
@@ -64,7 +64,7 @@ class Evicted(BaseException):
 @dataclass(eq=False)
 class RunExecution(HandlerRunner):
     """The worker's handle on one executing run; also the flow context's journal port.
-    `owner`: what it asks of the worker that executes it (engine.worker.owner_runs)."""
+    `owner`: what it asks of the worker that executes it (engine.worker.run_protocols)."""
 
     owner: ExecutionOwner
     ownership: Ownership

@@ -1,7 +1,7 @@
 """The source side of forks in the worker: answer each fork request naming a run we own.
 
-A client's fork request waits in the source run's inbox (projections.forks). Its owner reads
-the source's records up to the point from the journal, by the offsets its projection's
+A client's fork request waits in the source run's inbox (projections.fork_transitions). Its owner
+reads the source's records up to the point from the journal, by the offsets its projection's
 history index holds (the projection keeps no record bytes), and decides the answer through
 the pure projections.fork_plan.answer_fork: `run.fork-answered` decisions, each of which, once
 applied, puts one `run.fork-part` request to the new run's partition in the outbox. Asked
@@ -20,14 +20,14 @@ from aiokafka.errors import KafkaError
 from runstream.engine.errors import RunstreamError, WorkerFatal
 from runstream.engine.journal import events as ev
 from runstream.engine.kafka.reader import read_partitions
-from runstream.engine.worker.owner_runs import ForkOwner
 from runstream.engine.worker.ownership import Ownership
+from runstream.engine.worker.run_protocols import ForkOwner
 from runstream.projections.fork_plan import MAX_PART_BYTES, answer_fork
-from runstream.projections.forks import ForkAsk, fork_asks
+from runstream.projections.fork_transitions import ForkAsk, fork_asks
 from runstream.projections.owner import AnswerFork
 from runstream.projections.state import RunState, round_run_id
 from runstream.projections.store import ProjectionStore
-from runstream.projections.stored import HistoryEntry
+from runstream.projections.values import HistoryEntry
 
 log = logging.getLogger("runstream.forks")
 

@@ -2,8 +2,8 @@
 by that helper's class (the claims, upkeep, activator, reactions, timer sweeper, outbox
 sender and run executions of engine.worker).
 
-The protocols of engine.worker.owner and owner_runs (what each helper asks of the worker)
-name these as the types of the worker's attributes that hold the other helpers; a helper
+The protocols of engine.worker.partition_protocols and run_protocols (what each helper asks of the
+worker) name these as the types of the worker's attributes that hold the other helpers; a helper
 reaches another through that attribute at the time of the call, so a test that replaces a
 helper's method sees every call. Like them, this module imports only leaf modules (value
 types, the pure projections.owner), never a helper that holds these protocols, so no import

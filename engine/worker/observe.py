@@ -19,7 +19,7 @@ from collections.abc import Collection, Iterable
 
 from runstream.engine.journal import events as ev
 from runstream.engine.observability.metrics import WorkerMetrics
-from runstream.engine.worker.owner import ObservedOwner
+from runstream.engine.worker.partition_protocols import ObservedOwner
 from runstream.projections.projector import Outcome
 from runstream.projections.state import TERMINAL_STATUSES, RunState, RunStatus, Verdict
 from runstream.projections.store import ProjectionStore

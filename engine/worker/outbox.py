@@ -27,8 +27,8 @@ from runstream.engine.journal import events as ev
 from runstream.engine.worker.committer import RecordTooLarge
 from runstream.engine.worker.deadletters import DeadLetterCopier, Polled
 from runstream.engine.worker.executor import decision, now_ms
-from runstream.engine.worker.owner import OutboxOwner
 from runstream.engine.worker.ownership import Ownership
+from runstream.engine.worker.partition_protocols import OutboxOwner
 from runstream.projections.outbox_fallback import (
     GiveUp,
     Note,

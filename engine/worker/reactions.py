@@ -18,8 +18,8 @@ from runstream.engine.journal import EncodeError
 from runstream.engine.journal import events as ev
 from runstream.engine.worker.committer import BLAME_AT_BYTES
 from runstream.engine.worker.forks import ForkAnswers
-from runstream.engine.worker.owner_runs import ReactionsOwner
 from runstream.engine.worker.ownership import Ownership, OwnershipState
+from runstream.engine.worker.run_protocols import ReactionsOwner
 from runstream.projections import owner
 from runstream.projections.owner import (
     AnswerFork,

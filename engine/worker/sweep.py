@@ -26,8 +26,8 @@ from collections.abc import Callable, Iterator
 
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.flow.context import RunReleased
-from runstream.engine.worker.owner_runs import ClaimSweepOwner
 from runstream.engine.worker.ownership import Ownership, OwnershipState
+from runstream.engine.worker.run_protocols import ClaimSweepOwner
 from runstream.projections.state import RunState, RunStatus
 from runstream.projections.store import ProjectionStore
 

@@ -21,7 +21,7 @@ import logging
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.journal import events as ev
 from runstream.engine.worker.executor import now_ms
-from runstream.engine.worker.owner import TimerOwner
+from runstream.engine.worker.partition_protocols import TimerOwner
 
 log = logging.getLogger("runstream.timers")
 

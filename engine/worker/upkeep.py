@@ -15,8 +15,8 @@ from aiokafka.errors import KafkaError
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.journal import events as ev
 from runstream.engine.worker.executor import decision
-from runstream.engine.worker.owner import UpkeepOwner
 from runstream.engine.worker.ownership import Ownership, OwnershipState
+from runstream.engine.worker.partition_protocols import UpkeepOwner
 
 log = logging.getLogger("runstream.worker")
 

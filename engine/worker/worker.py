@@ -4,7 +4,7 @@ It projects every record of its partitions into RocksDB, claims each assigned pa
 with an epoch record carrying the assignment's group generation, decides requests once its
 claim is applied, and executes runs. A rejected claim (an older generation than the owner's)
 leaves the partition alone until the group assigns it again. Its helpers see it only
-through the narrow protocols of engine.worker.owner and owner_runs.
+through the narrow protocols of engine.worker.partition_protocols and run_protocols.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from runstream.engine.worker.confirmations import Confirmations, NotCalled
 from runstream.engine.worker.connect import Reconnector, abandon
 from runstream.engine.worker.deadletters import DeadLetterCopier, Polled, examine_poll, polled
 from runstream.engine.worker.executor import RunExecution, decision
-from runstream.engine.worker.kafka import (
+from runstream.engine.worker.kafka_driver import (
     DEAD_LETTER_REQUEST_BYTES,
     make_consumer,
     make_producer,
@@ -134,7 +134,7 @@ class Worker:
         self.reactions = Reactions(self)
         self.timers = TimerSweeper(self)
         self.outbox = OutboxSender(self)
-        # Each source's producer, and the dead-letter copier's (engine.worker.kafka).
+        # Each source's producer, and the dead-letter copier's (engine.worker.kafka_driver).
         self._make_producer = partial(make_producer, self.bootstrap, name=self.name,
                                       security=security)
         self.dead_letters = DeadLetterCopier(

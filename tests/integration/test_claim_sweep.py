@@ -26,7 +26,7 @@ from runstream import Flow, FlowContext, Worker
 from runstream.engine.journal import Envelope, JournalRecord, encode
 from runstream.engine.journal import events as ev
 from runstream.engine.kafka.admin import delete_topics, ensure_topics
-from runstream.engine.worker.kafka import group_generation
+from runstream.engine.worker.kafka_driver import group_generation
 from runstream.projections.state import RunStatus
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

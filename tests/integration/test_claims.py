@@ -23,7 +23,7 @@ from runstream.engine.config import journal_topic, worker_group
 from runstream.engine.demo.flows import checkout
 from runstream.engine.journal import Envelope, encode
 from runstream.engine.journal import events as ev
-from runstream.engine.worker.kafka import group_generation
+from runstream.engine.worker.kafka_driver import group_generation
 from runstream.engine.worker.ownership import OwnershipState
 from runstream.projections.partitioning import partition_for
 from runstream.projections.state import Verdict

@@ -14,7 +14,7 @@ from runstream.engine.journal import events as ev
 from runstream.engine.kafka.reader import read_partitions
 from runstream.engine.worker.committer import Committer
 from runstream.engine.worker.executor import decision
-from runstream.engine.worker.kafka import make_producer
+from runstream.engine.worker.kafka_driver import make_producer
 
 
 def _step(run_id: str, position: int) -> JournalRecord:

@@ -40,7 +40,7 @@ from runstream.engine.worker.deadletters import copy_headers, polled
 from runstream.engine.worker.relay import Relay
 from runstream.projections.poison import DEAD_LETTER_TYPE_PREFIX, Poison
 from runstream.projections.store import ProjectionStore
-from runstream.projections.stored import HistoryEntry
+from runstream.projections.values import HistoryEntry
 from tests.builders import Writer, create
 from tests.conftest import TEST_JOURNAL_PARTITIONS
 from tests.integration.poison_records import KINDS, Bad, make_bad, produce_bad

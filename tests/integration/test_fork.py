@@ -33,10 +33,10 @@ from runstream.engine.timetravel.fork import (
 from runstream.engine.worker.outbox import request_record
 from runstream.projections.decide import fork_decisions
 from runstream.projections.fork_plan import answer_fork
-from runstream.projections.forks import fork_asks
+from runstream.projections.fork_transitions import fork_asks
 from runstream.projections.partitioning import partition_for
 from runstream.projections.state import RunState, Verdict
-from runstream.projections.stored import HistoryEntry
+from runstream.projections.values import HistoryEntry
 from tests.integration.fork_flows import bulky, calls, counted, family, flows, risky
 from tests.integration.support import fold, status_or_none
 

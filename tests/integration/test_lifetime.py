@@ -31,7 +31,7 @@ from runstream import (
     Worker,
 )
 from runstream.engine.journal import events as ev
-from runstream.projections import stored
+from runstream.projections import values
 from runstream.projections.partitioning import run_partition
 from tests.integration.lifetime_flows import (
     EFFECTS,
@@ -213,8 +213,8 @@ async def test_a_settled_run_s_create_re_applied_after_the_index_forgot_it_is_no
 ) -> None:
     """The request index keeps the last REQUEST_RETENTION offsets: made tiny here, so the
     run's create request is forgotten, then the same request arrives again."""
-    monkeypatch.setattr(stored, "REQUEST_RETENTION", 2)
-    monkeypatch.setattr(stored, "PRUNE_EVERY", 1)
+    monkeypatch.setattr(values, "REQUEST_RETENTION", 2)
+    monkeypatch.setattr(values, "PRUNE_EVERY", 1)
     value = _create_request_bytes("again", tidy.name, {"cleanup_sleep": 0})
     async with worker(bootstrap, namespace, tmp_path / "w"), \
             doors(bootstrap, namespace, journal, tmp_path) as (c, _):

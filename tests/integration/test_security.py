@@ -48,7 +48,7 @@ from runstream.engine.kafka.connection import (
 from runstream.engine.kafka.reader import read_partitions
 from runstream.engine.ops.deadletters import DeadLetterRow, list_dead_letters
 from runstream.engine.timetravel.fork import ForkRefused, fork_run
-from runstream.projections.forks import entry_json
+from runstream.projections.fork_transitions import entry_json
 from runstream.projections.partitioning import run_partition
 from runstream.projections.state import JournalEntry, RunStatus
 from tests.integration.support import stop_process

@@ -19,9 +19,9 @@ from runstream.projections.checkpoints import (
     nearest_checkpoint,
     open_scratch,
 )
+from runstream.projections.fold import compare
 from runstream.projections.manifest import CheckpointPolicy, thinned
 from runstream.projections.projector import Projector
-from runstream.projections.rebuild import compare
 from runstream.projections.state import RunState, Verdict, decode_state, encode_state, replace
 from runstream.projections.store import ProjectionStore
 from runstream.projections.writes import EMPTY_HASH

@@ -22,7 +22,7 @@ from runstream.projections.fork_plan import (
     residue,
     settled_prefix,
 )
-from runstream.projections.forks import entry_from_json, entry_json, is_settled
+from runstream.projections.fork_transitions import entry_from_json, entry_json, is_settled
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.projector import Outcome, Projector
 from runstream.projections.replay import replay_run
@@ -65,7 +65,7 @@ def parts(entries: list[JournalEntry], *, max_part_bytes: int = MAX_PART_BYTES,
 def fork_parts_of(fork: ForkPlan, new_run_id: str, *, forced: bool,
                   max_part_bytes: int = MAX_PART_BYTES) -> tuple[ev.RunForkPart, ...]:
     """The run.fork-part requests the source's owner sends for `fork` (as its outbox does:
-    projections.forks.apply_fork_answered)."""
+    projections.fork_transitions.apply_fork_answered)."""
     return tuple(
         ev.RunForkPart(envelope=Envelope(type=ev.RunForkPart.TYPE, run_id=new_run_id,
                                          lineage_id=new_run_id,

@@ -18,7 +18,7 @@ from runstream.engine.testing import TestEnvironment
 from runstream.engine.worker.relay import AUTHORITY_HEADER, Forward, Incoming, Refuse, judge
 from runstream.projections.decide import FIRST_SHAPE_FORK, fork_decisions
 from runstream.projections.fork_plan import answer_fork, within_limits
-from runstream.projections.forks import ForkAsk, entry_json, fork_asks
+from runstream.projections.fork_transitions import ForkAsk, entry_json, fork_asks
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.partitioning import run_partition
 from runstream.projections.projector import Outcome, Projector
@@ -32,7 +32,7 @@ from runstream.projections.state import (
     replace,
 )
 from runstream.projections.store import ProjectionStore
-from runstream.projections.stored import HistoryEntry
+from runstream.projections.values import HistoryEntry
 from tests.builders import PartitionLog, create, request
 from tests.integration.fork_flows import flows as fork_flows
 from tests.integration.fork_flows import risky

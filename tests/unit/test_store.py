@@ -10,7 +10,7 @@ import pytest
 
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
-from runstream.projections import stored
+from runstream.projections import values
 from runstream.projections.memory import MemoryProjection, MemoryStore
 from runstream.projections.projector import Projector
 from runstream.projections.state import RunStatus, Verdict
@@ -60,8 +60,8 @@ def test_rocksdb_and_memory_fold_the_same_runs_entries_and_indexes(tmp_path: Pat
 def test_request_ids_are_forgotten_after_the_retention_in_both_stores(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(stored, "REQUEST_RETENTION", 16)
-    monkeypatch.setattr(stored, "PRUNE_EVERY", 8)
+    monkeypatch.setattr(values, "REQUEST_RETENTION", 16)
+    monkeypatch.setattr(values, "PRUNE_EVERY", 8)
     writer = Writer("a")
     records: list[JournalRecord] = [writer.claim(0)]
     records += [create(f"r{i}", f"q{i}") for i in range(40)]

@@ -25,8 +25,8 @@ from runstream.projections.state import (
     Wait,
     replace,
 )
-from runstream.projections.stored import DueTimer
 from runstream.projections.transitions import CANCEL_DELIVERED, WAIT_TIMEOUT
+from runstream.projections.values import DueTimer
 from runstream.projections.wakes import (
     CHILD_CANCELLED,
     CHILD_FAILED,

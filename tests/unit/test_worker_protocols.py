@@ -1,4 +1,4 @@
-"""The worker's helpers hold narrow protocols (engine.worker.owner, owner_runs and
+"""The worker's helpers hold narrow protocols (engine.worker.partition_protocols, run_protocols and
 helper_protocols), not the Worker: no helper module imports engine.worker.worker (not even
 under TYPE_CHECKING), and no module of the package reaches another object's underscore
 attributes. That the Worker satisfies each protocol is checked by mypy where it hands
@@ -18,10 +18,10 @@ WORKER_MODULE = "runstream.engine.worker.worker"
 # The Worker itself, and the package's lazy export of it.
 MAY_IMPORT_WORKER = {"worker.py", "__init__.py"}
 # aiokafka keeps the group generation only in its private coordinator (a thin driver's
-# documented exception: engine.worker.kafka.group_generation).
-PRIVATE_READS_ALLOWED = {("kafka.py", "_coordinator")}
-# What the helpers ask of the worker (owner, owner_runs) and of one another.
-PROTOCOL_MODULES = ("owner.py", "owner_runs.py", "helper_protocols.py")
+# documented exception: engine.worker.kafka_driver.group_generation).
+PRIVATE_READS_ALLOWED = {("kafka_driver.py", "_coordinator")}
+# What the helpers ask of the worker (partition_protocols, run_protocols) and of one another.
+PROTOCOL_MODULES = ("partition_protocols.py", "run_protocols.py", "helper_protocols.py")
 
 
 def _modules(directory: Path) -> list[Path]:

@@ -2,8 +2,8 @@
 executions (engine.worker.executor), the reactions to applied records (reactions), the
 source side of forks (forks), the activator (activation) and its claim sweeps (sweep).
 
-The same rule as engine.worker.owner, which holds the protocols of the helpers that keep
-partitions (claims, upkeep, timers, outbox, observer): one narrow protocol per helper,
+The same rule as engine.worker.partition_protocols, which holds the protocols of the helpers that
+keep partitions (claims, upkeep, timers, outbox, observer): one narrow protocol per helper,
 public names only, satisfied by the Worker; what a helper asks of another helper is a
 protocol of engine.worker.helper_protocols. A helper that builds another hands it its own
 owner, so its protocol extends the other's: ReactionsOwner extends ForkOwner (the reactions

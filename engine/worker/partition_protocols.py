@@ -3,7 +3,7 @@ helper, each naming only what that helper uses.
 
 The helpers that keep partitions (engine.worker.claims, upkeep, timers, outbox, observe)
 take the protocols here; those that decide and execute runs (executor, reactions, forks,
-activation, sweep) take those of engine.worker.owner_runs. They are parts of one Worker
+activation, sweep) take those of engine.worker.run_protocols. They are parts of one Worker
 (engine.worker.worker), which builds them and satisfies these protocols with public
 attributes, properties and methods. A helper holds its protocol, never the Worker: it
 cannot reach the worker's private state, and no helper imports engine.worker.worker. What

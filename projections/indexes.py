@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 from runstream.projections import keys
 from runstream.projections.state import OutboxItem, RunState, RunStatus, decode_state
-from runstream.projections.stored import DueTimer, HistoryEntry
+from runstream.projections.values import DueTimer, HistoryEntry
 from runstream.projections.writes import decode_history
 
 
