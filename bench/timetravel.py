@@ -42,7 +42,6 @@ from runstream.engine.readmodel.source import JournalSource
 from runstream.engine.timetravel.cut import (
     SystemState,
     all_runs,
-    iso,
     replayed,
     system_state_at,
     take_cut,
@@ -51,6 +50,7 @@ from runstream.engine.timetravel.points import Point
 from runstream.projections.checkpoints import list_checkpoints
 from runstream.projections.manifest import DEFAULT_EVERY, DEFAULT_KEEP
 from runstream.projections.memory import MemoryProjection
+from runstream.projections.replay import iso
 
 PARTITIONS = 12
 PACKING_EVERY = 10  # one run in ten sleeps (a durable timer) before its step

@@ -11,15 +11,15 @@ from typing import Any
 
 from runstream.engine.client.client import Client
 from runstream.engine.config import journal_topic, resolve_bootstrap, resolve_namespace
-from runstream.engine.errors import InvalidInput, RunNotFound
+from runstream.engine.errors import InvalidInput
 from runstream.engine.flow.apps import AppNotFound as AppNotFound  # the CLI's
 from runstream.engine.flow.apps import load_flows as load_flows
-from runstream.engine.ops.rebuild import RebuildReport, rebuild_and_verify
+from runstream.engine.ops.rebuild import rebuild_and_verify
 from runstream.engine.readmodel.describe import (
     run_view,
     why_report,
 )
-from runstream.engine.readmodel.lookups import addressed_run, read_model_of, view_of
+from runstream.engine.readmodel.lookups import addressed, read_model_of, view_of
 from runstream.engine.readmodel.rows import HistoryRow
 from runstream.engine.timetravel.fencing import DEFAULT_LIMIT, Ledger, fencing_ledger
 from runstream.engine.timetravel.history import PartitionRow
@@ -30,6 +30,7 @@ from runstream.engine.timetravel.points import parse_time as parse_time  # the C
 from runstream.engine.timetravel.points import run_diff as _run_diff
 from runstream.engine.timetravel.points import run_tree as _run_tree
 from runstream.engine.worker import Worker
+from runstream.projections.fold import RebuildReport
 from runstream.projections.state import RunStatus, round_zero, to_builtins
 
 
@@ -148,14 +149,10 @@ async def run_status(
 ) -> dict[str, Any]:
     """The run's view (`run status --json`); with `why`, also its "why" (why_report)."""
     async with read_model_of(bootstrap, namespace, read_model_dir) as model:
-        view = await view_of(model, round_zero(run_id))
-        target = addressed_run(view, run_id)
-        run = view.run(target)
-        if run is None:
-            raise RunNotFound(run_id)
+        view, run = await addressed(model, run_id)
         out = run_view(run, namespace=resolve_namespace(namespace))
         if why:
-            out["why"] = why_report(run, _run_history(view, target))
+            out["why"] = why_report(run, _run_history(view, run.run_id))
         return out
 
 

@@ -14,7 +14,8 @@ from runstream.engine.cli.options import (
     query_dir,
 )
 from runstream.engine.cli.options import print_json as _print_json
-from runstream.engine.timetravel.cut import DEFAULT_LIMIT, SystemState, iso, system_state_at
+from runstream.engine.timetravel.cut import DEFAULT_LIMIT, SystemState, system_state_at
+from runstream.projections.replay import iso
 
 
 def _progress(done: int, total: int) -> None:

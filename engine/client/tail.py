@@ -25,7 +25,8 @@ from runstream.engine.journal import JournalRecord, decode
 from runstream.engine.journal import events as ev
 from runstream.engine.kafka.connection import KafkaSecurity, start_client
 from runstream.engine.kafka.reader import partition_count, reader_consumer
-from runstream.engine.readmodel.model import ReadModel, View
+from runstream.engine.readmodel.model import ReadModel
+from runstream.engine.readmodel.view import View
 from runstream.projections.poison import Poison, examine
 from runstream.projections.reducer import apply, apply_dead_letter
 from runstream.projections.state import PartitionState, Verdict

@@ -8,11 +8,12 @@ from pathlib import Path
 
 from runstream.engine.client.client import Client
 from runstream.engine.ops.verify import verify
-from runstream.engine.readmodel.model import View
-from runstream.engine.timetravel.cut import iso, state_of_model
+from runstream.engine.readmodel.view import View
+from runstream.engine.timetravel.cut import state_of_model
 from runstream.engine.timetravel.dryrun import dry_run, format_dry_run
 from runstream.engine.timetravel.fork import fork_run
 from runstream.engine.timetravel.points import Point, format_diff, run_diff, run_tree
+from runstream.projections.replay import iso
 
 Echo = Callable[[str], None]
 

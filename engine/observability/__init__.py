@@ -5,25 +5,6 @@
 the user installs and configures the SDK).
 
 May import: nothing of runstream, so both can be imported first, from anywhere, without an
-import cycle.
+import cycle. The package itself imports neither: a flow's context needs only the span
+helpers, and importing it must not load prometheus_client as well.
 """
-
-from __future__ import annotations
-
-from runstream.engine.observability.metrics import WorkerMetrics
-from runstream.engine.observability.tracing import (
-    TRACER_NAME,
-    activation_span,
-    carrier,
-    create_span,
-    step_span,
-)
-
-__all__ = [
-    "TRACER_NAME",
-    "WorkerMetrics",
-    "activation_span",
-    "carrier",
-    "create_span",
-    "step_span",
-]

@@ -24,9 +24,6 @@ from runstream.projections.fold import (
 from runstream.projections.manifest import CheckpointPolicy
 from runstream.projections.store import ProjectionStore
 
-__all__ = ["FoldResult", "FoldSpec", "RebuildReport", "fold_into", "rebuild_and_verify",
-           "rebuild_into"]
-
 
 @dataclass(frozen=True, slots=True)
 class FoldSpec:

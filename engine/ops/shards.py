@@ -23,7 +23,8 @@ from dataclasses import replace
 from typing import Any
 
 from runstream.engine.errors import RunstreamError
-from runstream.engine.ops.rebuild import FoldResult, FoldSpec, fold_into
+from runstream.engine.ops.rebuild import FoldSpec, fold_into
+from runstream.projections.fold import FoldResult
 
 # Below this many records a spawned process (about a second to import the engine) costs more
 # than it saves: fold in this process only.

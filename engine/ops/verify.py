@@ -27,11 +27,12 @@ from typing import Any
 from runstream.engine.config import journal_topic, resolve_bootstrap, resolve_namespace
 from runstream.engine.errors import RunstreamError
 from runstream.engine.kafka.connection import KafkaSecurity
-from runstream.engine.ops.rebuild import FoldResult, FoldSpec, RebuildReport, rebuild_and_verify
+from runstream.engine.ops.rebuild import FoldSpec, rebuild_and_verify
 from runstream.engine.ops.shards import fold_shards, shard_count, shard_specs
 from runstream.engine.ops.verify_diff import KeyDiff, first_differences
 from runstream.engine.readmodel.model import default_read_model_dir
 from runstream.projections.checkpoints import CheckpointInfo, list_checkpoints
+from runstream.projections.fold import FoldResult, RebuildReport
 from runstream.projections.manifest import CheckpointPolicy
 from runstream.projections.store import ProjectionStore
 

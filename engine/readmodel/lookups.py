@@ -8,9 +8,10 @@ from pathlib import Path
 from runstream.engine.config import journal_topic, resolve_bootstrap, resolve_namespace
 from runstream.engine.errors import RunNotFound
 from runstream.engine.kafka.connection import KafkaSecurity
-from runstream.engine.readmodel.model import ReadModel, View
+from runstream.engine.readmodel.model import ReadModel
+from runstream.engine.readmodel.view import View
 from runstream.projections.partitioning import run_partition
-from runstream.projections.state import round_zero
+from runstream.projections.state import RunState, round_zero
 
 
 def read_model_of(bootstrap: str | None, namespace: str | None,
@@ -44,3 +45,13 @@ def addressed_run(view: View, run_id: str) -> str:
     a lineage id names its latest round, any other id names itself (as Client.describe)."""
     named = round_zero(run_id)
     return named if named != run_id else view.addressed(run_id)
+
+
+async def addressed(model: ReadModel, run_id: str) -> tuple[View, RunState]:
+    """The view caught up for the run a query naming `run_id` is about (addressed_run), and
+    that run's state: what `run status` and the dry run start from. RunNotFound if none."""
+    view = await view_of(model, round_zero(run_id))
+    run = view.run(addressed_run(view, run_id))
+    if run is None:
+        raise RunNotFound(run_id)
+    return view, run

@@ -42,8 +42,6 @@ from runstream.projections.manifest import CheckpointPolicy
 from runstream.projections.projector import Projector
 from runstream.projections.store import ProjectionStore
 
-__all__ = ["ReadModel", "ReadModelAhead", "View", "default_read_model_dir", "read_model_dir"]
-
 LOCK_FILE = "writer.lock"
 # Records the primary applies per RocksDB write while catching up.
 APPLY_GROUP = 1000

@@ -28,8 +28,9 @@ from typing import Any
 from runstream.engine.config import journal_topic, resolve_bootstrap, resolve_namespace
 from runstream.engine.errors import InvalidInput, RunstreamError
 from runstream.engine.kafka.connection import KafkaSecurity
-from runstream.engine.readmodel.model import ReadModel, View
+from runstream.engine.readmodel.model import ReadModel
 from runstream.engine.readmodel.source import JournalSource
+from runstream.engine.readmodel.view import View
 from runstream.engine.timetravel.points import parse_time
 from runstream.projections.checkpoints import (
     CheckpointGone,
@@ -39,9 +40,7 @@ from runstream.projections.checkpoints import (
     open_scratch,
 )
 from runstream.projections.projector import Projector
-from runstream.projections.replay import (
-    iso as iso,  # re-exported: the UI and bench use it from here
-)
+from runstream.projections.replay import iso
 from runstream.projections.state import RunState, RunStatus
 from runstream.projections.store import ProjectionStore
 

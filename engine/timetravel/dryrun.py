@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from runstream.engine.errors import InvalidInput, RunNotFound, RunstreamError
+from runstream.engine.errors import InvalidInput, RunstreamError
 from runstream.engine.flow.apps import load_flows
 from runstream.engine.flow.context import FlowContext, RunReleased, StepArguments, args_digest
 from runstream.engine.flow.definition import Flow
@@ -32,9 +32,8 @@ from runstream.engine.flow.runner import HandlerRunner
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.readmodel.lookups import (  # as run status
-    addressed_run,
+    addressed,
     read_model_of,
-    view_of,
 )
 from runstream.engine.timetravel.dryrun_report import (
     Decision,
@@ -46,7 +45,7 @@ from runstream.engine.timetravel.dryrun_report import (
     sent_intent,
     wait_intent,
 )
-from runstream.projections.state import JournalEntry, RunState, Wait, round_zero
+from runstream.projections.state import JournalEntry, RunState, Wait
 from runstream.projections.transitions import CANCEL_DELIVERED
 
 APP_ENV = "RUNSTREAM_APP"
@@ -266,11 +265,8 @@ async def dry_run(*, bootstrap: str | None, namespace: str | None, run_id: str,
                            f"package.module:flows, or set {APP_ENV}")
     flows = {flow.name: flow for flow in load_flows(app)}
     async with read_model_of(bootstrap, namespace, read_model_dir) as model:
-        view = await view_of(model, round_zero(run_id))
-        target = addressed_run(view, run_id)
-        run = view.run(target)
-        if run is None:
-            raise RunNotFound(run_id)
+        view, run = await addressed(model, run_id)
+        target = run.run_id
         entries = view.entries(target)
         next_round = view.run(run.handed_off_to) if run.handed_off_to else None
     flow = flows.get(run.flow)

@@ -16,8 +16,8 @@ from typing import Any
 
 from runstream.engine.errors import RunNotFound
 from runstream.engine.journal import DecodeError, decode
-from runstream.engine.readmodel.model import View
 from runstream.engine.readmodel.rows import history_rows
+from runstream.engine.readmodel.view import View
 from runstream.engine.timetravel.history import (  # the history's own row formatting
     PartitionRow,
     _clock,

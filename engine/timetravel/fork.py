@@ -29,29 +29,20 @@ from runstream.engine.errors import RunNotFound, RunstreamError
 from runstream.engine.journal import decode
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import check_run_id
-from runstream.engine.readmodel.model import ReadModel, View
+from runstream.engine.readmodel.lookups import view_of
+from runstream.engine.readmodel.model import ReadModel
+from runstream.engine.readmodel.view import View
 from runstream.projections.fork_plan import (
-    MAX_PART_BYTES,
     ForkNeedsForce,
-    ForkPlan,
     ForkTargetExists,
-    ForkTooLarge,
     fork_request,
     fork_run_id,
     part_bodies,
     plan_fork,
-    residue,
-    settled_prefix,
 )
 from runstream.projections.partitioning import run_partition
 from runstream.projections.requests import describe_refusal
 from runstream.projections.state import RunState, Verdict, round_zero
-
-# The pure names (planning, the request, its errors) are projections.fork_plan's, named here
-# too for callers that fork through the read model.
-__all__ = ["MAX_PART_BYTES", "ForkNeedsForce", "ForkPlan", "ForkRefused", "ForkResult",
-           "ForkTargetExists", "ForkTooLarge", "fork_request", "fork_run", "fork_run_id",
-           "plan_fork", "residue", "settled_prefix"]
 
 ANSWER_TIMEOUT = 60.0  # how long fork_run waits for the owners (a worker must be up)
 _POLL_SECONDS = 0.2
@@ -124,7 +115,7 @@ async def fork_run(
 async def _fork(client: Client, run_id: str, at_record: int, target: str, force: bool,
                 wait: bool, timeout: float) -> ForkResult:
     model = await client.read_model()
-    view = await _source_view(model, run_id)
+    view = await view_of(model, run_id)
     plan = plan_fork(run_id, view.history(run_id), at_record, view.entries(run_id), view=view)
     if plan.warnings and not force:
         raise ForkNeedsForce(run_id, at_record, plan.warnings)
@@ -187,12 +178,3 @@ def _refusal(view: View, source: str, request_id: str | None) -> str | None:
     return None
 
 
-async def _source_view(model: ReadModel, run_id: str) -> View:
-    """The read model caught up on the source's partition (every partition when the run is
-    not found there); RunNotFound when the journal holds no record of it."""
-    view = await model.catch_up([run_partition(run_id, model.partitions)])
-    if not view.history(run_id):
-        view = await model.catch_up()
-        if not view.history(run_id):
-            raise RunNotFound(run_id)
-    return view

@@ -17,24 +17,17 @@ from runstream.engine.errors import RunNotFound
 from runstream.engine.journal import DecodeError
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.timetext import iso_time
-from runstream.engine.readmodel.model import View
 from runstream.engine.readmodel.rows import HistoryRow, history_rows
+from runstream.engine.readmodel.view import View
 from runstream.projections.replay import (
     PastRun,
     RunAbsentAt,
     iso,
     record_of,
     replay_run,
-    replay_steps,
 )
 from runstream.projections.state import Verdict
 
-# PastRun, RunAbsentAt, replay_run, replay_steps and iso are projections.replay's (pure);
-# named here too for the time-travel modules that answer from a read model.
-# HistoryRow and history_rows are engine.readmodel.rows'.
-__all__ = ["HistoryRow", "PartitionRow", "PastRun", "RunAbsentAt", "format_history",
-           "format_partition_history", "history_rows", "iso", "partition_history",
-           "replay_run", "replay_steps", "run_history", "state_at"]
 
 def run_history(view: View, run_id: str) -> list[HistoryRow]:
     """Every record of the run, requests, decisions and fenced records, in log order."""

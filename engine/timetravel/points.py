@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from runstream.engine.errors import InvalidInput, RunNotFound
-from runstream.engine.readmodel.model import View
 from runstream.engine.readmodel.rows import HistoryRow, history_rows
+from runstream.engine.readmodel.view import View
 from runstream.projections.replay import PastRun, RunAbsentAt, iso, replay_run, replay_steps
 from runstream.projections.state import JournalEntry, RunState, to_builtins
 from runstream.projections.values import HistoryEntry

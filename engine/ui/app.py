@@ -19,7 +19,8 @@ from runstream.engine.config import journal_topic
 from runstream.engine.errors import InvalidInput, RunNotFound, RunstreamError
 from runstream.engine.journal.timetext import iso_time
 from runstream.engine.readmodel.describe import run_view
-from runstream.engine.readmodel.model import ReadModel, View
+from runstream.engine.readmodel.model import ReadModel
+from runstream.engine.readmodel.view import View
 from runstream.engine.timetravel.cut import SystemState, parse_instant, state_of_model
 from runstream.engine.ui import pages, run_page
 from runstream.engine.ui.dryrun_page import DryRunner, dry_run_fragment

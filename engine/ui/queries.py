@@ -13,8 +13,8 @@ from typing import Any
 
 from runstream.engine.errors import InvalidInput, RunNotFound
 from runstream.engine.readmodel.describe import run_view
-from runstream.engine.readmodel.model import View
 from runstream.engine.readmodel.rows import HistoryRow, history_rows
+from runstream.engine.readmodel.view import View
 from runstream.engine.timetravel.points import Point, parse_time, run_at, run_diff
 from runstream.projections.replay import RunAbsentAt
 from runstream.projections.state import RunState, RunStatus, round_run_id, to_builtins

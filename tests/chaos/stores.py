@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runstream.engine.config import journal_topic
-from runstream.engine.ops.rebuild import FoldResult, FoldSpec, fold_into
+from runstream.engine.ops.rebuild import FoldSpec, fold_into
 from runstream.engine.ops.shards import shard_count, shard_specs
 from runstream.engine.ops.verify import NothingToVerify, live_store, verify, worker_store_path
+from runstream.projections.fold import FoldResult
 
 
 @dataclass(frozen=True, slots=True)

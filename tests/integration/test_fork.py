@@ -24,15 +24,15 @@ from runstream.engine.journal import Envelope, JournalRecord, encode
 from runstream.engine.journal import events as ev
 from runstream.engine.kafka.reader import read_partitions
 from runstream.engine.readmodel.rows import HistoryRow
-from runstream.engine.timetravel.fork import (
+from runstream.engine.timetravel.fork import fork_run
+from runstream.engine.worker.outbox import request_record
+from runstream.projections.decide import fork_decisions
+from runstream.projections.fork_plan import (
     MAX_PART_BYTES,
     ForkNeedsForce,
     ForkTargetExists,
-    fork_run,
+    answer_fork,
 )
-from runstream.engine.worker.outbox import request_record
-from runstream.projections.decide import fork_decisions
-from runstream.projections.fork_plan import answer_fork
 from runstream.projections.fork_transitions import fork_asks
 from runstream.projections.partitioning import partition_for
 from runstream.projections.state import RunState, Verdict

@@ -22,7 +22,8 @@ from runstream.engine.journal import JournalRecord, encode
 from runstream.engine.journal import events as ev
 from runstream.engine.kafka.admin import delete_topics, ensure_topics
 from runstream.engine.kafka.reader import RawRecord, read_partitions
-from runstream.engine.readmodel.model import ReadModel, ReadModelAhead, View, read_model_dir
+from runstream.engine.readmodel.model import ReadModel, ReadModelAhead, read_model_dir
+from runstream.engine.readmodel.view import View
 from runstream.engine.timetravel.history import run_history, state_at
 from runstream.engine.timetravel.points import Point
 from runstream.projections.memory import MemoryProjection

@@ -32,13 +32,13 @@ from runstream.engine.readmodel.source import JournalSource
 from runstream.engine.timetravel.cut import (
     SystemState,
     all_runs,
-    iso,
     replayed,
     system_state_at,
     take_cut,
 )
 from runstream.projections.checkpoints import list_checkpoints, nearest_checkpoint
 from runstream.projections.memory import MemoryProjection
+from runstream.projections.replay import iso
 from runstream.projections.state import RunStatus
 from tests.integration.waiting_flows import sleeper
 

@@ -27,7 +27,8 @@ from runstream.engine.config import journal_topic
 from runstream.engine.journal import encode
 from runstream.engine.journal import events as ev
 from runstream.engine.kafka.admin import delete_topics, ensure_topics
-from runstream.engine.readmodel.model import ReadModel, View
+from runstream.engine.readmodel.model import ReadModel
+from runstream.engine.readmodel.view import View
 from runstream.engine.ui import UiSettings, create_app
 from runstream.projections.partitioning import partition_for
 from tests.builders import Writer

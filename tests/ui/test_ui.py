@@ -21,7 +21,7 @@ from typing import Any
 
 from aiohttp import ClientSession
 
-from runstream.engine.readmodel.model import View
+from runstream.engine.readmodel.view import View
 from runstream.engine.timetravel.history import run_history, state_at
 from runstream.engine.ui import UiSettings
 from runstream.engine.ui.queries import RunFilter, list_runs
