@@ -12,7 +12,7 @@ one (`partition.outbox-sent`), and answers whoever waits for it:
   create (a spawn)      the parent's spawn fails: a wake of the parent, in the parent's own
                         partition, child_status failed, error_type SpawnRefused, with the
                         request id and shape of a refused spawn's
-                        (projections.transitions.refused_spawn)
+                        (projections.outbox_requests.refused_spawn)
   wake (a child settled)  a minimal wake under the same request id: the child failed with
                         ResultUndeliverable, "result could not be delivered: ...", so the
                         parent's `child.result()` raises ChildFailed instead of waiting

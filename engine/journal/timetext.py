@@ -1,8 +1,10 @@
 """Times shown to people: one formatter of epoch milliseconds as ISO-8601 UTC text.
 
 Every view that prints or renders a time (the CLI's tables and JSON, the UI's pages, run
-descriptions, history, time-travel reports, dead letters) calls `iso_time`; each one picks
-how much it shows with the keywords, so the same instant reads the same everywhere:
+descriptions, history, time-travel reports, dead letters) calls `iso_time`, so every time
+is written by one piece of code (UTC, integer milliseconds). Each view picks the form it
+has always shown with the keywords (JSON output keeps Python's `+00:00`, the UI's inputs
+drop the zone), so no output changed when they moved here:
 
     iso_time(ms)                                 2026-11-30T10:00:00.250Z
     iso_time(ms, zone="+00:00")                  2026-11-30T10:00:00.250+00:00

@@ -2,8 +2,10 @@
 group-less journal reader (`reader`), the requests topic's producer (`requests_topic`) and
 the Confluent schema-registry client (`confluent_registry`).
 
-aiokafka lives here (and in the worker's and read model's own thin drivers): the rest of
-runstream reaches Kafka through these modules, never by calling aiokafka itself.
+These are the thin aiokafka drivers of the library; the worker has its own
+(`worker.kafka_driver`, and aiokafka's error types where the worker handles them), as do the
+read model (`readmodel.source`) and the client's tail reader. No module outside those
+drivers and the CLI's and UI's error handling imports aiokafka.
 
 May import: `projections`, `engine.journal`, `engine.errors`, `engine.config`; no other
 engine package.

@@ -2,8 +2,10 @@
 
 `worker` (Worker) wires the parts: ownership and claims, admission and activation, the
 reactions to applied records, the executor and committer, read-back, timers and sweeps,
-the outbox, forks, dead letters, the relay, upkeep, the watchdog, supervision and shutdown
-(planned: `owner`, the narrow Owner protocol those helpers take instead of the Worker).
+the outbox, forks, dead letters, the relay, upkeep, the watchdog, supervision and shutdown.
+Each helper takes a narrow protocol (`partition_protocols`, `run_protocols`,
+`helper_protocols`), never the Worker itself; what follows an applied record is
+`projections.owner`'s to decide, and `reactions` carries it out.
 
 `Worker` is imported on first use (PEP 562), as in `runstream`: a module that needs one of
 the worker's small parts (the dead-letter headers, the read-back rule) does not load the
