@@ -30,16 +30,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from runstream.engine.errors import InvalidInput, RunNotFound, RunstreamError
-from runstream.engine.journal import Envelope, encode
+from runstream.engine.journal import encode
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import MAX_RECORD_BYTES, MAX_RUN_ID_CHARS, check_run_id
+from runstream.engine.journal.records import decision_envelope, request_envelope
 from runstream.projections.fork_transitions import ForkAsk, entry_json, is_settled
 from runstream.projections.replay import HistoryView, RunAbsentAt, replay_run
 from runstream.projections.state import (
     ROUND_SEPARATOR,
     JournalEntry,
     RunState,
-    lineage_of,
     replace,
 )
 from runstream.projections.values import HistoryEntry
@@ -261,14 +261,14 @@ def _size(source: RunState, body: dict[str, Any]) -> int:
     """The larger of the part's two records: the owner's decision carrying it, and the
     run.fork-part request it becomes (a source id, epoch and sequence at their widest)."""
     decision = ev.RunForkAnswered(
-        envelope=Envelope(type=ev.RunForkAnswered.TYPE, run_id=source.run_id,
-                          lineage_id=source.lineage_id, request_id="r" * 300,
-                          epoch=2**62, source_id="s" * 64, source_seq=2**62,
-                          timestamp_ms=2**62), **body)
+        envelope=decision_envelope(ev.RunForkAnswered.TYPE, source.run_id,
+                                   lineage_id=source.lineage_id, request_id="r" * 300,
+                                   epoch=2**62, source_id="s" * 64, source_seq=2**62,
+                                   now_ms=2**62), **body)
     part = ev.RunForkPart(
-        envelope=Envelope(type=ev.RunForkPart.TYPE, run_id=body["target_run_id"],
-                          lineage_id=body["target_run_id"], request_id="r" * 300,
-                          timestamp_ms=2**62),
+        envelope=request_envelope(ev.RunForkPart.TYPE, body["target_run_id"],
+                                  lineage_id=body["target_run_id"], request_id="r" * 300,
+                                  now_ms=2**62),
         source_run_id=source.run_id,
         **{k: v for k, v in body.items() if k != "target_run_id"})
     return max(len(encode(decision)[0]), len(encode(part)[0]))
@@ -294,10 +294,9 @@ def fork_request(plan: ForkPlan, new_run_id: str, *, forced: bool, requested_by:
     source = plan.source.run_id
     when = int(time.time() * 1000) if now_ms is None else now_ms
     return ev.RunForkRequested(
-        envelope=Envelope(type=ev.RunForkRequested.TYPE, run_id=source,
-                          lineage_id=lineage_of(source),
-                          request_id=f"fork/{new_run_id}/{uuid.uuid4().hex[:12]}",
-                          timestamp_ms=when),
+        envelope=request_envelope(ev.RunForkRequested.TYPE, source,
+                                  request_id=f"fork/{new_run_id}/{uuid.uuid4().hex[:12]}",
+                                  now_ms=when),
         source_run_id=source, source_offset=plan.source_offset,
         source_record=plan.source_record, target_run_id=new_run_id, forced=forced,
         requested_by=requested_by)

@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from runstream.engine.errors import journal_text
-from runstream.engine.journal import EncodeError, Envelope, JournalRecord, encode
+from runstream.engine.journal import EncodeError, JournalRecord, encode
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.events import RECORD_CLASSES
+from runstream.engine.journal.records import request_envelope
 from runstream.projections.outbox_requests import refused_spawn
 from runstream.projections.state import InboxItem, OutboxItem, RunStatus, lineage_of
 
@@ -49,8 +50,8 @@ def request_of(item: OutboxItem, timestamp_ms: int) -> JournalRecord:
     if cls is None or cls.KIND != "request":
         raise OldShape(f"outbox entry {item.request_id!r} has type {item.type!r}, not a "
                        f"request type")
-    envelope = Envelope(type=item.type, run_id=item.run_id, lineage_id=item.lineage_id,
-                        request_id=item.request_id, timestamp_ms=timestamp_ms)
+    envelope = request_envelope(item.type, item.run_id, lineage_id=item.lineage_id,
+                                request_id=item.request_id, now_ms=timestamp_ms)
     try:
         body = json.loads(item.body_json)
         return cls(envelope=envelope, **body)

@@ -17,14 +17,15 @@ ownership (`decided`, by key: a key is sent once), and the runs it executes.
 
 Entry points: `on_record` (a judged record of a partition the owner executes: the worker
 hands every such record to it, through engine.worker.reactions), `on_create_request`,
-`answer_refused`, `on_claim_requests` and `on_claim` (the claim-time sweep), `react`.
+`answer_refused`, `swept_requests` and `swept` (the claim-time sweep: `on_claim_requests`
+and `on_claim` for a run not acted on since the claim), `react`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from runstream.engine.errors import PayloadInvalid, journal_text
 from runstream.engine.journal import events as ev
@@ -44,6 +45,8 @@ from runstream.projections.decide import (
     unanswered_creates,
 )
 from runstream.projections.fork_transitions import ForkAsk, fork_asks, is_copying
+from runstream.projections.sending import Record, too_large_body
+from runstream.projections.sending import too_large_answer as too_large_answer  # (re-export)
 from runstream.projections.state import InboxItem, JournalEntry, RunState, RunStatus, Verdict
 from runstream.projections.wakes import (
     CancelNow,
@@ -56,8 +59,6 @@ from runstream.projections.wakes import (
     resolution_records,
     wait_entry_position,
 )
-
-Record = tuple[type[ev.JournalRecord], dict[str, Any]]  # a decision's class and body
 
 
 class RegisteredFlow(Protocol):
@@ -118,8 +119,8 @@ class Start:
 class Write:
     """Journal `records` about `run`, in order, and remember `key` as decided. `then`
     follows only when every record was written (a record too large to send is answered in
-    its place: `too_large_answer`, and what follows it is not done). `uses_refusal`: the
-    answer to the broker's refusal of a record of the run (the owner forgets the refusal)."""
+    its place: projections.sending.carry_out; what follows it is not done). `uses_refusal`:
+    the answer to the broker's refusal of a record of the run (the owner forgets the refusal)."""
 
     run: RunState
     records: tuple[Record, ...]
@@ -213,6 +214,25 @@ def on_claim(view: OwnerView, run: RunState) -> list[Reaction]:
     return []
 
 
+def swept_requests(view: OwnerView, run: RunState) -> list[Reaction]:
+    """The claim's sweep of runs holding requests reaches `run`: on_claim_requests, unless
+    the owner acts on it already since the claim (`handled_since_claim`)."""
+    return [] if handled_since_claim(view, run) else on_claim_requests(view, run)
+
+
+def swept(view: OwnerView, run: RunState) -> list[Reaction]:
+    """The claim's sweep of pending, running and suspended runs reaches `run`: on_claim,
+    unless the owner acts on it already since the claim (`handled_since_claim`)."""
+    return [] if handled_since_claim(view, run) else on_claim(view, run)
+
+
+def handled_since_claim(view: OwnerView, run: RunState) -> bool:
+    """An execution of the run here, or decisions of ours about it not applied yet: the
+    sweep leaves it to that, as a non-claiming reaction would (the last of those decisions,
+    once applied, brings it back); a claiming one would start or answer it again."""
+    return view.executing(run.run_id) or view.in_flight(run.run_id)
+
+
 def answer_requests(view: OwnerView, run: RunState) -> list[Reaction]:
     reactions = [reaction for item in unanswered_creates(run)
                  for reaction in _answer_create(view, run, item)]
@@ -260,7 +280,7 @@ def _answer_create(view: OwnerView, run: RunState, item: InboxItem) -> list[Reac
     if isinstance(answer, Create) and refusal is not None and refusal.may_be_creation:
         # Its run.created (which carries the payload) was the refused record: sending it
         # again would be refused again. A smaller one is created and then failed.
-        return [Write(run, ((ev.RunCreateRejected, _too_large(key, refusal.message)),), key,
+        return [Write(run, ((ev.RunCreateRejected, too_large_body(key, refusal.message)),), key,
                       uses_refusal=True)]
     offset = answer.request_offset if isinstance(answer, Duplicate) else item.offset
     limits = creation_limits(run, view.flows.get(run.flow))
@@ -294,23 +314,6 @@ def answer_refused(view: OwnerView, run: RunState) -> list[Reaction]:
     return [Write(run, ((ev.RunCreateRejected, inbox_full_rejection(run, request_id)),),
                   request_id)
             for request_id in run.refused_creates if request_id not in view.decided]
-
-
-def _too_large(request_id: str, why: str) -> dict[str, Any]:
-    return {"request_id": request_id, "reason": "too-large", "field": "payload",
-            "existing_value": "", "requested_value": journal_text(why, 500)}
-
-
-def too_large_answer(record: Record, why: str) -> Record | None:
-    """What a record too large to send is answered with (None: no answer, the error
-    stands): a create refused, a fork whose prefix cannot be copied failed."""
-    cls, body = record
-    if cls is ev.RunCreated:
-        return ev.RunCreateRejected, _too_large(body["request_id"], why)
-    if cls is ev.JournalEntryCopied:
-        return ev.RunFailed, {"error_type": "ForkTooLarge", "traceback": "",
-                              "error_message": journal_text(why)}
-    return None
 
 
 # -- starting, waits, cancels -----------------------------------------------------------------

@@ -17,6 +17,10 @@ from typing import Any, TypeVar
 
 import msgspec
 
+# (the lineage rule lives with the envelopes that carry it; re-exported here for projections)
+from runstream.engine.journal.records import ROUND_SEPARATOR as ROUND_SEPARATOR
+from runstream.engine.journal.records import lineage_of as lineage_of
+
 
 class RunStatus(StrEnum):
     pending = "pending"
@@ -259,18 +263,10 @@ class RunState(_Frozen, frozen=True, array_like=True):
         return any(item.kind == kind for item in self.evidence)
 
 
-ROUND_SEPARATOR = "~"
-
-
 def round_run_id(lineage_id: str, round_number: int) -> str:
     """Round n of a lineage: round 0 is the lineage id itself, later ones `<lineage>~<n>`,
     so the run id alone says which partition (the lineage's) holds it."""
     return lineage_id if round_number == 0 else f"{lineage_id}{ROUND_SEPARATOR}{round_number}"
-
-
-def lineage_of(run_id: str) -> str:
-    """The lineage a run id belongs to: the Kafka key all its rounds share."""
-    return run_id.split(ROUND_SEPARATOR, 1)[0]
 
 
 def round_zero(run_id: str) -> str:

@@ -36,6 +36,7 @@ from runstream.engine.journal.input_limits import (
     encode_request,
     resolve_authority_name,
 )
+from runstream.engine.journal.records import request_envelope
 from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.kafka.requests_topic import RequestProducer, Route
 from runstream.engine.observability.tracing import carrier, create_span
@@ -187,9 +188,9 @@ class Client:
         request_id = uuid.uuid4().hex
         with create_span(run_id, flow_name):
             record = ev.RunCreateRequested(
-                envelope=Envelope(type=ev.RunCreateRequested.TYPE, run_id=run_id,
-                                  lineage_id=run_id, request_id=request_id,
-                                  timestamp_ms=int(time.time() * 1000)),
+                envelope=request_envelope(ev.RunCreateRequested.TYPE, run_id,
+                                          request_id=request_id,
+                                          now_ms=int(time.time() * 1000)),
                 flow=flow_name, payload_json=payload_json,
                 ceiling=None if ceiling is None else list(ceiling),
                 max_rounds=known.max_rounds if known is not None else 0,
@@ -411,9 +412,8 @@ def requester() -> str:
 
 def _envelope(record_type: str, run_id: str, request_id: str | None = None) -> Envelope:
     """A request's envelope, keyed by the run's lineage as in create_run."""
-    return Envelope(type=record_type, run_id=run_id, lineage_id=lineage_of(run_id),
-                    request_id=request_id or uuid.uuid4().hex,
-                    timestamp_ms=int(time.time() * 1000))
+    return request_envelope(record_type, run_id, request_id=request_id or uuid.uuid4().hex,
+                            now_ms=int(time.time() * 1000))
 
 
 def _history_at(history: list[HistoryEntry], partition: int,

@@ -10,8 +10,9 @@ from runstream.engine.client.client import Client
 from runstream.engine.config import journal_topic
 from runstream.engine.demo.flows import CheckoutIn, checkout
 from runstream.engine.errors import InvalidInput
-from runstream.engine.journal import Envelope, encode
+from runstream.engine.journal import encode
 from runstream.engine.journal import events as ev
+from runstream.engine.journal.records import decision_envelope
 from runstream.engine.ops.deadletters import DeadLetterList, format_rows, list_dead_letters
 from runstream.engine.worker.kafka_driver import make_producer, send_acked
 
@@ -22,9 +23,9 @@ DEAD_LETTERS_TIMEOUT_S = 60.0
 def _poison() -> list[tuple[str, bytes, bytes, list[tuple[str, bytes]]]]:
     """(what, key, value, headers): three records no reader can apply."""
     completed = ev.RunCompleted(
-        envelope=Envelope(type=ev.RunCompleted.TYPE, run_id="never-created",
-                          lineage_id="never-created", request_id=None, epoch=1,
-                          source_id="demo", source_seq=1, timestamp_ms=0),
+        envelope=decision_envelope(ev.RunCompleted.TYPE, "never-created",
+                                   lineage_id="never-created", epoch=1, source_id="demo",
+                                   source_seq=1, now_ms=0),
         result_json='"forged"')
     value, headers = encode(completed)
     return [

@@ -52,13 +52,14 @@ from runstream.projections.owner import (
     Resume,
     Start,
     Write,
-    on_claim,
-    on_claim_requests,
     on_record,
-    start,
+    react,
+    swept,
+    swept_requests,
 )
 from runstream.projections.projector import Outcome
 from runstream.projections.requests import describe_refusal
+from runstream.projections.sending import carry_out
 from runstream.projections.state import JournalEntry, OutboxItem, RunState, RunStatus, Verdict
 
 DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -88,7 +89,8 @@ class TestEnvironment:
         self.projection = self.log.projection
         self._offsets = self.log.offsets  # (the same list: a test may write around the log)
         self._executions: dict[str, TestExecution] = {}
-        self._runnable: dict[str, bool] = {}  # run id -> claimed (a stolen running run)
+        # run id -> the Start it was given, launched when the environment is driven
+        self._runnable: dict[str, Start] = {}
         self._crashes: set[tuple[str, int]] = set()
         # Keys answered under the current owner (a worker's Ownership.decided), forgotten
         # as their records are folded: bound, the owner's decisions not folded yet.
@@ -295,9 +297,9 @@ class TestEnvironment:
         for partition in range(self.partitions):
             self.log.partition_decision(partition, ev.PartitionEpochClaimed,
                                         epoch=self.log.epoch(partition) + 1, owner=OWNER_NAME)
-        self._sweep(lambda run: bool(run.inbox), on_claim_requests)
+        self._sweep(lambda run: bool(run.inbox), swept_requests)
         for status in (RunStatus.pending, RunStatus.running, RunStatus.suspended):
-            self._sweep(_in_status(status), on_claim)
+            self._sweep(_in_status(status), swept)
 
     def _sweep(self, which: Callable[[RunState], bool],
                react: Callable[[OwnerView, RunState], list[Reaction]]) -> None:
@@ -333,17 +335,14 @@ class TestEnvironment:
             if isinstance(reaction, Write):
                 if reaction.key is not None:
                     self._decided.add(reaction.key)
-                with self.log.held():
-                    for cls, body in reaction.records:
-                        self.decide(reaction.run, cls, **body)
-                self._act(reaction.then, launch=launch)
+                if self._write(reaction):
+                    self._act(reaction.then, launch=launch)
             elif isinstance(reaction, Start | FlowMissing):  # (FlowMissing: _launch raises)
                 run_id = reaction.run.run_id
                 if launch:
                     self._launch(run_id)
                 else:
-                    self._runnable[run_id] = reaction.claimed or self._runnable.get(run_id,
-                                                                                    False)
+                    self._runnable[run_id] = _merged(self._runnable.get(run_id), reaction)
             elif isinstance(reaction, AnswerFork):
                 self._decided.add(reaction.key)
                 view = RawView(self.log)
@@ -355,6 +354,14 @@ class TestEnvironment:
                         self.decide(reaction.run, cls, **body)
             elif isinstance(reaction, Resume):
                 self._act(reaction.otherwise)  # no handler is parked here: a wake replays
+
+    def _write(self, write: Write) -> bool:
+        """The write's records, as a worker's: False when one was over the send limit (it is
+        answered in its place, projections.sending.carry_out, and what follows is not done)."""
+        with self.log.held():
+            answered = carry_out(write.records,
+                                 lambda cls, body: self.log.send(write.run, cls, body))
+        return answered is None
 
     # -- driving -----------------------------------------------------------------------------
 
@@ -381,17 +388,17 @@ class TestEnvironment:
                 raise EnvironmentIdle(self._idle_message())
 
     def _start_runnable(self) -> None:
-        """Start the handlers of the runs marked runnable, each as projections.owner.start
-        says now (the flows registered may have changed since it was marked)."""
+        """Start the runs given a Start. A worker launches one at once; here handlers run when
+        driven, and the run may have changed since (cancelled, settled, its flow registered):
+        projections.owner.react decides as it stands, with the Start's claim and wake (as a
+        worker's Activator does for a start it deferred: _runnable_again)."""
         for run_id in list(self._runnable):
             current = self._executions.get(run_id)
             if current is not None and current.task is not None and not current.task.done():
                 continue  # its previous handler still unwinds: start after it
-            claimed = self._runnable.pop(run_id)
-            run = self.describe(run_id)
-            if not (run.status is RunStatus.pending or claimed) or run.status.is_terminal:
-                continue
-            self._act(start(self._view(), run, claimed=claimed), launch=True)
+            given = self._runnable.pop(run_id)
+            self._act(react(self._view(), self.describe(run_id), claiming=given.claimed,
+                            woken=given.woken), launch=True)
 
     def _launch(self, run_id: str) -> None:
         run = self.describe(run_id)
@@ -429,6 +436,14 @@ class TestEnvironment:
                 waiting.append(f"{run.run_id} waits for {what}")
         return ("nothing more can happen: " + ("; ".join(waiting[:5]) or "no run is waiting")
                 + " (send a signal, resume or cancel)")
+
+
+def _merged(marked: Start | None, given: Start | FlowMissing) -> Start:
+    """A run given a Start (or left pending, FlowMissing: its flow may be registered before
+    the environment is driven), merged with the one it holds: claimed or woken if either is."""
+    claimed = given.claimed or (marked is not None and marked.claimed)
+    woken = (isinstance(given, Start) and given.woken) or (marked is not None and marked.woken)
+    return Start(given.run, woken=woken, claimed=claimed)
 
 
 def _in_status(status: RunStatus) -> Callable[[RunState], bool]:

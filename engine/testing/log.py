@@ -16,6 +16,11 @@ from contextlib import contextmanager
 from typing import Any
 
 from runstream.engine.journal import Envelope, JournalRecord, encode
+from runstream.engine.journal.records import (
+    decision_envelope,
+    request_envelope,
+    too_large_to_send,
+)
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.partitioning import run_partition
 from runstream.projections.projector import Outcome
@@ -62,10 +67,26 @@ class MemoryLog:
     def decide(self, run: RunState, cls: type[JournalRecord], *,
                request_id: str | None = None, **body: Any) -> Verdict:
         """Write one decision of the current owner about `run` (applied at once)."""
+        return self.append(run.partition, self._decision(run, cls, request_id, body))
+
+    def send(self, run: RunState, cls: type[JournalRecord], body: dict[str, Any]) -> None:
+        """Write one decision as a worker's committer sends it: one over the send limit
+        raises EncodeError and is not written (projections.sending.carry_out answers it)."""
+        record = self._decision(run, cls, body.pop("request_id", None), body)
+        error = too_large_to_send(record)
+        if error is not None:
+            self._seq -= 1  # never sent: keep the sequence dense, as the committer does
+            raise error
+        self.append(run.partition, record)
+
+    def _decision(self, run: RunState, cls: type[JournalRecord], request_id: str | None,
+                  body: dict[str, Any]) -> JournalRecord:
         self._seq += 1
-        stamped = envelope(cls, run.run_id, request_id, self._clock(), lineage=run.lineage_id,
-                           epoch=self.epoch(run.partition), source=self.source, seq=self._seq)
-        return self.append(run.partition, cls(envelope=stamped, **body))
+        stamped = decision_envelope(cls.TYPE, run.run_id, lineage_id=run.lineage_id,
+                                    epoch=self.epoch(run.partition), source_id=self.source,
+                                    source_seq=self._seq, request_id=request_id,
+                                    now_ms=self._clock())
+        return cls(envelope=stamped, **body)
 
     def request(self, cls: type[JournalRecord], run_id: str, *,
                 request_id: str | None = None, **body: Any) -> Verdict:
@@ -76,8 +97,9 @@ class MemoryLog:
     def partition_decision(self, number: int, cls: type[JournalRecord], **body: Any) -> None:
         """A decision about partition `number` itself (claims, outbox acknowledgements)."""
         self._seq += 1
-        stamped = envelope(cls, "", None, self._clock(), lineage=f"partition/{number}",
-                           epoch=self.epoch(number), source=self.source, seq=self._seq)
+        stamped = decision_envelope(cls.TYPE, "", lineage_id=f"partition/{number}",
+                                    epoch=self.epoch(number), source_id=self.source,
+                                    source_seq=self._seq, now_ms=self._clock())
         make: Any = cls  # a partition record type: each has a `partition` field
         self.append(number, make(envelope=stamped, partition=number, **body))
 
@@ -143,9 +165,7 @@ class RawView:
         return self.log.raw_history(run_id)
 
 
-def envelope(cls: type[JournalRecord], run_id: str, request_id: str | None, now_ms: int, *,
-             lineage: str | None = None, epoch: int | None = None, source: str | None = None,
-             seq: int | None = None) -> Envelope:
-    return Envelope(type=cls.TYPE, run_id=run_id, lineage_id=lineage or run_id,
-                    request_id=request_id, epoch=epoch, source_id=source, source_seq=seq,
-                    timestamp_ms=now_ms)
+def envelope(cls: type[JournalRecord], run_id: str, request_id: str | None,
+             now_ms: int) -> Envelope:
+    """A request's envelope, as a client's (engine.journal.records: keyed by the lineage)."""
+    return request_envelope(cls.TYPE, run_id, request_id=request_id, now_ms=now_ms)

@@ -58,9 +58,9 @@ class Activator:
         self.sweeps.start(own, store, self._answer_requests)
 
     def _answer_requests(self, own: Ownership, run: RunState) -> None:
-        """A run holding requests at the claim (projections.owner.on_claim_requests)."""
+        """A run holding requests at the claim (projections.owner.swept_requests)."""
         reactions = self.owner.reactions
-        reactions.act(own, owner.on_claim_requests(reactions.view(own), run))
+        reactions.act(own, owner.swept_requests(reactions.view(own), run))
 
     def start(self, own: Ownership, run: RunState, *, woken: bool = False) -> None:
         """Start `run` as projections.owner.start says (failed, cancelled, its limits fixed

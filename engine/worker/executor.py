@@ -14,9 +14,10 @@ from runstream.engine.flow.context import FlowContext, RunReleased, Suspend
 from runstream.engine.flow.definition import Flow
 from runstream.engine.flow.port import NOT_CALLED
 from runstream.engine.flow.runner import HandlerRunner, suspension
-from runstream.engine.journal import Envelope, JournalRecord
+from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.record_size import MAX_SENT_RECORD_BYTES
+from runstream.engine.journal.records import decision_envelope
 from runstream.engine.worker.committer import RecordTooLarge
 from runstream.engine.worker.ownership import Ownership, OwnershipState
 from runstream.engine.worker.run_protocols import ExecutionOwner
@@ -43,16 +44,8 @@ def decision(
     body: dict[str, Any],
 ) -> JournalRecord:
     """A decision record; the committer stamps its source sequence when it sends it."""
-    envelope = Envelope(
-        type=cls.TYPE,
-        run_id=run_id,
-        lineage_id=lineage_id,
-        request_id=request_id,
-        epoch=epoch,
-        source_id=source_id,
-        source_seq=None,
-        timestamp_ms=now_ms(),
-    )
+    envelope = decision_envelope(cls.TYPE, run_id, lineage_id=lineage_id, epoch=epoch,
+                                 source_id=source_id, request_id=request_id, now_ms=now_ms())
     return cls(envelope=envelope, **body)
 
 

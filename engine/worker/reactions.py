@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import Any
 
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.flow.context import RunReleased
-from runstream.engine.journal import EncodeError
 from runstream.engine.journal import events as ev
 from runstream.engine.worker.committer import BLAME_AT_BYTES
 from runstream.engine.worker.forks import ForkAnswers
@@ -32,6 +32,7 @@ from runstream.projections.owner import (
     Write,
 )
 from runstream.projections.projector import Outcome
+from runstream.projections.sending import carry_out
 from runstream.projections.state import JournalEntry, RunState, Verdict
 
 log = logging.getLogger("runstream.worker")
@@ -82,9 +83,9 @@ class Reactions:
             pass
 
     def on_claim(self, own: Ownership, run: RunState) -> None:
-        """The claim's sweep reaches `run` (projections.owner.on_claim)."""
+        """The claim's sweep reaches `run` (projections.owner.swept)."""
         try:
-            self.act(own, owner.on_claim(self.view(own), run))
+            self.act(own, owner.swept(self.view(own), run))
         except WorkerFatal:  # the source failed: its renewal claims again and re-decides
             pass
 
@@ -116,20 +117,17 @@ class Reactions:
             if refusal is not None and any(c is ev.RunFailed for c, _ in write.records):
                 log.error("run %s fails: the broker refused its record (%s)", run.run_id,
                           refusal)
-        for cls, body in write.records:
-            try:
-                self.owner.enqueue(own, run, cls, **dict(body))
-            except EncodeError as exc:  # a record near the size limit: answered, stay alive
-                answer = owner.too_large_answer((cls, body), str(exc))
-                if answer is None:
-                    raise
-                if cls is ev.JournalEntryCopied:
-                    log.error("fork %s cannot copy its prefix: %s", run.run_id, exc)
-                self.owner.enqueue(own, run, answer[0], **answer[1])
-                return False
-            if cls is ev.RunCancelled:
-                log.info("run %s cancelled (%s)", run.run_id, body["reason"])
-        return True
+        answered = carry_out(write.records, lambda cls, body: self._send(own, run, cls, body))
+        if answered is not None and answered[0][0] is ev.JournalEntryCopied:
+            log.error("fork %s cannot copy its prefix: %s", run.run_id, answered[1])
+        return answered is None
+
+    def _send(self, own: Ownership, run: RunState, cls: type[ev.JournalRecord],
+              body: dict[str, Any]) -> None:
+        """Enqueue one record (the committer raises RecordTooLarge over the send limit)."""
+        self.owner.enqueue(own, run, cls, **body)
+        if cls is ev.RunCancelled:
+            log.info("run %s cancelled (%s)", run.run_id, body["reason"])
 
     def _flow_missing(self, own: Ownership, missing: FlowMissing) -> None:
         if missing.run.run_id not in own.warned:

@@ -8,12 +8,13 @@ was claiming for. So the sweep is a task that takes SWEEP_BATCH runs at a time a
 the loop between batches (as the reference driver does). Each batch reads the runs as
 they are then (the store's scan is lazy), so a run changed meanwhile is judged as it
 stands. A suspended run that needs nothing costs its decode and one pure decision
-(projections.owner.on_claim), nothing else: no task, no record.
+(projections.owner.swept), nothing else: no task, no record.
 
 While the sweep goes on, the partition's records are applied and reacted to as usual; a
 run the owner already acts on since the claim (an execution here, or decisions of ours not
 yet applied) is left to that, as a non-claiming reaction would: the last of those
-decisions, once applied, brings it back. The sweep stops when the ownership it was started
+decisions, once applied, brings it back (projections.owner.handled_since_claim decides it,
+for the TestEnvironment's sweep too). The sweep stops when the ownership it was started
 for ends (released, lost, a renewed source's new claim), or the worker stops.
 """
 
@@ -96,9 +97,7 @@ class ClaimSweeps:
             while self._current(own, store):
                 batch = list(itertools.islice(runs, SWEEP_BATCH))
                 for run in batch:
-                    if self._handled(run):
-                        continue
-                    act(run)
+                    act(run)  # (one acted on since the claim: projections.owner.swept skips it)
                 done += len(batch)
                 self.swept += len(batch)
                 if len(batch) < SWEEP_BATCH:
@@ -115,17 +114,12 @@ class ClaimSweeps:
         return (own.executing and w.owned.get(own.partition) is own and w.store is store
                 and not w.stopping)
 
-    def _handled(self, run: RunState) -> bool:
-        """Acted on since the claim: left to that (see the module's docstring)."""
-        w = self.owner
-        return run.run_id in w.executions or w.confirmations.in_flight(run.run_id)
-
     def _requests(self, own: Ownership, run: RunState,
                   answer: Callable[[Ownership, RunState], None]) -> None:
         # Creates in any status (a repeat of a settled run), creates refused while its inbox
         # was full, fork requests naming the run as their source, and a fork whose prefix
-        # the previous owner did not finish (projections.owner.on_claim_requests).
+        # the previous owner did not finish (projections.owner.swept_requests).
         answer(own, run)
 
     def _react(self, own: Ownership, run: RunState) -> None:
-        self.owner.reactions.on_claim(own, run)  # (projections.owner.on_claim)
+        self.owner.reactions.on_claim(own, run)  # (projections.owner.swept)
