@@ -4,7 +4,8 @@ The projected state (`state`), the pure reducer `apply(partition, run, record, o
 (`reducer`, with `transitions`, `requests`, `outbox_requests`, `fork_transitions`),
 poison-record reasons (`poison`); the owner: its reactions to an applied record (`owner`,
 one function the worker and the TestEnvironment both carry out) and its decisions
-(`decide`, `wakes`, `capabilities`, `outbox_fallback`; they return records); which
+(`decide`, `wakes`, `capabilities`, `outbox_fallback`; they return records) and how a
+write is carried out (`sending`: what answers a record too large to send); which
 partition holds a run (`partitioning`), the replay of a run's history (`replay`), fork
 planning (`fork_plan`), the fold of one record (`projector`); storage: the values a store
 holds (`values`), the RocksDB store (`store`, with `indexes`) and its writes (`writes`,

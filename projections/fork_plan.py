@@ -33,15 +33,10 @@ from runstream.engine.errors import InvalidInput, RunNotFound, RunstreamError
 from runstream.engine.journal import encode
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import MAX_RECORD_BYTES, MAX_RUN_ID_CHARS, check_run_id
-from runstream.engine.journal.records import decision_envelope, request_envelope
+from runstream.engine.journal.records import ROUND_SEPARATOR, decision_envelope, request_envelope
 from runstream.projections.fork_transitions import ForkAsk, entry_json, is_settled
 from runstream.projections.replay import HistoryView, RunAbsentAt, replay_run
-from runstream.projections.state import (
-    ROUND_SEPARATOR,
-    JournalEntry,
-    RunState,
-    replace,
-)
+from runstream.projections.state import JournalEntry, RunState, replace
 from runstream.projections.values import HistoryEntry
 
 # What one part may take, encoded: well under a journal record's limit

@@ -29,9 +29,9 @@ from runstream.engine.errors import journal_text
 from runstream.engine.journal import EncodeError, JournalRecord, encode
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.events import RECORD_CLASSES
-from runstream.engine.journal.records import request_envelope
+from runstream.engine.journal.records import lineage_of, request_envelope
 from runstream.projections.outbox_requests import refused_spawn
-from runstream.projections.state import InboxItem, OutboxItem, RunStatus, lineage_of
+from runstream.projections.state import InboxItem, OutboxItem, RunStatus
 
 UnsendableReason = Literal["old-shape", "encode-error", "too-large"]
 RESULT_UNDELIVERABLE = "ResultUndeliverable"  # the error type a replaced wake carries

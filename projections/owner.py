@@ -46,7 +46,6 @@ from runstream.projections.decide import (
 )
 from runstream.projections.fork_transitions import ForkAsk, fork_asks, is_copying
 from runstream.projections.sending import Record, too_large_body
-from runstream.projections.sending import too_large_answer as too_large_answer  # (re-export)
 from runstream.projections.state import InboxItem, JournalEntry, RunState, RunStatus, Verdict
 from runstream.projections.wakes import (
     CancelNow,
@@ -62,7 +61,7 @@ from runstream.projections.wakes import (
 
 
 class RegisteredFlow(Protocol):
-    """What the owner's reactions need of a flow it registers (engine.flow.Flow is one)."""
+    """What the owner's reactions need of a registered flow (engine.flow.definition.Flow)."""
 
     @property
     def capabilities(self) -> frozenset[str] | None: ...

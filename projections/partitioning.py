@@ -9,7 +9,7 @@ BuiltInPartitioner computes it for a keyed record.
 
 from __future__ import annotations
 
-from runstream.projections.state import lineage_of
+from runstream.engine.journal.records import lineage_of
 
 _SEED = 0x9747B28C
 _M = 0x5BD1E995

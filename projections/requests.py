@@ -20,6 +20,7 @@ import json
 from dataclasses import dataclass
 
 from runstream.engine.journal import events as ev
+from runstream.engine.journal.records import lineage_of
 from runstream.projections.state import (
     MAX_INBOX,
     MAX_SIGNALS,
@@ -29,7 +30,6 @@ from runstream.projections.state import (
     RunStatus,
     Signal,
     Verdict,
-    lineage_of,
     replace,
 )
 

@@ -18,8 +18,7 @@ from typing import Any, TypeVar
 import msgspec
 
 # (the lineage rule lives with the envelopes that carry it; re-exported here for projections)
-from runstream.engine.journal.records import ROUND_SEPARATOR as ROUND_SEPARATOR
-from runstream.engine.journal.records import lineage_of as lineage_of
+from runstream.engine.journal.records import ROUND_SEPARATOR, lineage_of
 
 
 class RunStatus(StrEnum):

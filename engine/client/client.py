@@ -36,7 +36,7 @@ from runstream.engine.journal.input_limits import (
     encode_request,
     resolve_authority_name,
 )
-from runstream.engine.journal.records import request_envelope
+from runstream.engine.journal.records import lineage_of, request_envelope
 from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.kafka.requests_topic import RequestProducer, Route
 from runstream.engine.observability.tracing import carrier, create_span
@@ -44,14 +44,7 @@ from runstream.engine.readmodel.model import ReadModel, default_read_model_dir
 from runstream.projections.capabilities import narrow
 from runstream.projections.partitioning import run_partition
 from runstream.projections.requests import describe_refusal
-from runstream.projections.state import (
-    JournalEntry,
-    RunState,
-    RunStatus,
-    Verdict,
-    lineage_of,
-    round_zero,
-)
+from runstream.projections.state import JournalEntry, RunState, RunStatus, Verdict, round_zero
 from runstream.projections.values import HistoryEntry
 
 # How long a relayed request may take to reach the journal (the relay runs in the workers).

@@ -17,7 +17,8 @@ from runstream.engine.errors import (
 from runstream.engine.flow.definition import HandedOff
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
-from runstream.projections.state import ROUND_SEPARATOR, RunStatus
+from runstream.engine.journal.records import ROUND_SEPARATOR
+from runstream.projections.state import RunStatus
 
 if TYPE_CHECKING:
     from runstream.engine.client.client import Client

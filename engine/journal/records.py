@@ -50,6 +50,10 @@ def too_large_to_send(record: JournalRecord) -> EncodeError | None:
     size = len(encode(record)[0])
     if size <= MAX_SENT_RECORD_BYTES:
         return None
-    return EncodeError(f"{record.TYPE} for run {record.envelope.run_id} is {size} bytes; "
-                       f"the limit is {MAX_SENT_RECORD_BYTES} bytes per journal record",
-                       record.TYPE)
+    return EncodeError(oversize_message(record, size), record.TYPE)
+
+
+def oversize_message(record: JournalRecord, size: int) -> str:
+    """Why `record`, `size` bytes encoded, is not sent (the worker's committer says the same)."""
+    return (f"{record.TYPE} for run {record.envelope.run_id} is {size} bytes; "
+            f"the limit is {MAX_SENT_RECORD_BYTES} bytes per journal record")

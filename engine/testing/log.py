@@ -155,7 +155,7 @@ class MemoryLog:
 
 
 class RawView:
-    """The log's history with record bytes, as engine.timetravel.history's replay reads a
+    """The log's history with record bytes, as projections.replay reads a
     read-model view (for a later round, its earlier rounds' records too)."""
 
     def __init__(self, log: MemoryLog) -> None:

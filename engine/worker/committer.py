@@ -34,6 +34,7 @@ from aiokafka.errors import (
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.journal import EncodeError, JournalRecord, encode
 from runstream.engine.journal.record_size import MAX_SENT_RECORD_BYTES
+from runstream.engine.journal.records import oversize_message
 
 log = logging.getLogger("runstream.committer")
 
@@ -129,8 +130,7 @@ class Committer:
         if len(value) > MAX_SENT_RECORD_BYTES:
             self._seq -= unstamp
             raise RecordTooLarge(
-                f"{record.TYPE} for run {record.envelope.run_id} is {len(value)} bytes; "
-                f"the limit is {MAX_SENT_RECORD_BYTES} bytes per journal record",
+                oversize_message(record, len(value)),
                 record_type=record.TYPE, size=len(value),
             )
         pending = _Pending(partition, stamped.envelope.run_id,

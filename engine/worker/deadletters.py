@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from aiokafka import AIOKafkaProducer
 
+from runstream.engine.journal.records import lineage_of
 from runstream.engine.observability.metrics import WorkerMetrics
 from runstream.engine.worker.kafka_driver import send_acked
 from runstream.projections.poison import (
@@ -36,7 +37,6 @@ from runstream.projections.poison import (
     type_header,
 )
 from runstream.projections.projector import Projector
-from runstream.projections.state import lineage_of
 
 log = logging.getLogger("runstream.worker.deadletters")
 

@@ -129,7 +129,7 @@ def _with_earlier_rounds(store: ProjectionStore, run: RunState,
 @dataclasses.dataclass(frozen=True, slots=True)
 class _RawHistory:
     """The projection's history index with the records' bytes read from the journal: what
-    engine.timetravel.history's replay asks of a read-model view (`history(run_id)`)."""
+    projections.replay asks of a read-model view (`history(run_id)`)."""
 
     store: ProjectionStore
     raws: dict[int, bytes]

@@ -97,7 +97,7 @@ class ClaimReactions(Protocol):
     them."""
 
     def on_claim(self, own: Ownership, run: RunState) -> None:
-        """The sweep reached `run`: act on it as projections.owner.on_claim says."""
+        """The sweep reached `run`: act on it as projections.owner.swept says."""
 
 
 class ActivationReactions(ClaimReactions, Protocol):

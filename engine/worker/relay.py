@@ -53,11 +53,11 @@ from runstream.engine.errors import InvalidInput
 from runstream.engine.journal import MAX_RECORD_BYTES, DecodeError, JournalRecord, decode, encode
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import check_authority_name, check_run_id
+from runstream.engine.journal.records import lineage_of
 from runstream.engine.kafka.connection import KafkaSecurity, start_client
 from runstream.engine.kafka.requests_topic import relay_consumer, relay_producer, topic_partitions
 from runstream.projections.capabilities import narrow
 from runstream.projections.partitioning import run_partition
-from runstream.projections.state import lineage_of
 
 log = logging.getLogger("runstream.relay")
 

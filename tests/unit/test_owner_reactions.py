@@ -33,8 +33,8 @@ from runstream.projections.owner import (
     on_create_request,
     on_record,
     react,
-    too_large_answer,
 )
+from runstream.projections.sending import too_large_answer
 from runstream.projections.state import (
     ChildLink,
     ForkOrigin,
