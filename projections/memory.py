@@ -17,9 +17,7 @@ from runstream.projections.projector import Outcome, Projector, Store
 from runstream.projections.state import JournalEntry, OutboxItem, PartitionState, RunState, Verdict
 from runstream.projections.values import DueTimer, HistoryEntry, RecordWrite
 
-# The in-memory history holds projections.values.HistoryEntry items, with `record` decoded
-# (the name HistoryItem stays until engine.testing says HistoryEntry).
-HistoryItem = HistoryEntry
+# The in-memory history holds projections.values.HistoryEntry items, with `record` decoded.
 
 
 class MemoryStore:

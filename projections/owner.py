@@ -269,7 +269,7 @@ def _answer_create(view: OwnerView, run: RunState, item: InboxItem) -> list[Reac
     key = item.request_id
     if key in view.decided:
         return []
-    answer = decide_create(run, item, lambda flow, payload: check_payload(
+    answer = decide_create(run, item, lambda flow, payload: payload_refusal(
         view.flows, flow, payload))
     if isinstance(answer, Reject):
         return [Write(run, ((ev.RunCreateRejected, {
@@ -293,7 +293,7 @@ def _answer_create(view: OwnerView, run: RunState, item: InboxItem) -> list[Reac
     return [Write(run, (created,), key, then=then)]
 
 
-def check_payload(flows: Mapping[str, RegisteredFlow], flow_name: str,
+def payload_refusal(flows: Mapping[str, RegisteredFlow], flow_name: str,
                   payload_json: str) -> str | None:
     """Why the registered flow refuses the payload (None: it takes it, or the flow is not
     registered here: an owner that registers it validates it, at activation)."""

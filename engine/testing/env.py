@@ -42,7 +42,6 @@ from runstream.projections.fork_plan import (
     fork_run_id,
     plan_fork,
 )
-from runstream.projections.memory import HistoryItem
 from runstream.projections.outbox_fallback import GiveUp, checked_request
 from runstream.projections.owner import (
     AnswerFork,
@@ -61,6 +60,7 @@ from runstream.projections.projector import Outcome
 from runstream.projections.requests import describe_refusal
 from runstream.projections.sending import carry_out
 from runstream.projections.state import JournalEntry, OutboxItem, RunState, RunStatus, Verdict
+from runstream.projections.values import HistoryEntry
 
 DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
 # Records one drive may write before the environment calls it a livelock (a flow that
@@ -215,7 +215,7 @@ class TestEnvironment:
     def journal(self, run_id: str) -> tuple[JournalEntry, ...]:
         return self.projection.journal(run_id)
 
-    def history(self, run_id: str) -> list[HistoryItem]:
+    def history(self, run_id: str) -> list[HistoryEntry]:
         """Every record of the run, in log order, with the reducer's verdict."""
         return list(self.projection.history.get(run_id, []))
 
