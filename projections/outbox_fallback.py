@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from runstream.engine.errors import journal_text
-from runstream.engine.journal import EncodeError, JournalRecord, encode
+from runstream.engine.journal import EncodeError, JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.events import RECORD_CLASSES
-from runstream.engine.journal.records import lineage_of, request_envelope
-from runstream.projections.outbox_requests import refused_spawn
+from runstream.engine.journal.records import lineage_of, request_envelope, too_large_to_send
+from runstream.projections.outbox_requests import refused_spawn, wake_request
 from runstream.projections.state import InboxItem, OutboxItem, RunStatus
 
 UnsendableReason = Literal["old-shape", "encode-error", "too-large"]
@@ -60,19 +60,19 @@ def request_of(item: OutboxItem, timestamp_ms: int) -> JournalRecord:
                        f"record of its type: {exc}") from exc
 
 
-def checked_request(item: OutboxItem, timestamp_ms: int, limit: int) -> JournalRecord | GiveUp:
+def checked_request(item: OutboxItem, timestamp_ms: int) -> JournalRecord | GiveUp:
     """The request to send, or `item` given up: for a writer that does not encode records
-    itself (engine.testing.env; the worker's committer encodes, and checks the size, once)."""
+    itself (engine.testing.env; the worker's committer encodes, and checks the size, once,
+    against the same limit: engine.journal.records.too_large_to_send)."""
     try:
         record = request_of(item, timestamp_ms)
-        value, _ = encode(record)
+        too_large = too_large_to_send(record)
     except OldShape as exc:
         return give_up(item, "old-shape", str(exc))
     except EncodeError as exc:
         return give_up(item, "encode-error", str(exc))
-    if len(value) > limit:
-        return give_up(item, "too-large", f"{item.type} for run {item.run_id} is {len(value)} "
-                                          f"bytes; the limit is {limit} bytes per journal record")
+    if too_large is not None:
+        return give_up(item, "too-large", str(too_large))
     return record
 
 
@@ -159,15 +159,10 @@ def _minimal_wake(item: OutboxItem, body: dict[str, Any], detail: str) -> Outbox
     child = _text(body, "child_run_id")
     if child is None:
         return None  # which child settled is unknown: no spawn entry to answer
-    return OutboxItem(
-        request_id=item.request_id, type=ev.RunWakeRequested.TYPE, run_id=item.run_id,
-        lineage_id=item.lineage_id,
-        body_json=json.dumps({
-            "child_run_id": child, "child_status": RunStatus.failed.value,
-            "result_json": None, "error_type": RESULT_UNDELIVERABLE,
-            "error_message": f"result could not be delivered: {detail}",
-            "position": _number(body, "position"),
-        }))
+    return wake_request(item.request_id, item.run_id, item.lineage_id, child_run_id=child,
+                        child_status=RunStatus.failed, position=_number(body, "position"),
+                        error_type=RESULT_UNDELIVERABLE,
+                        error_message=f"result could not be delivered: {detail}")
 
 
 def _cancel_note(item: OutboxItem, body: dict[str, Any], reason: UnsendableReason,

@@ -17,15 +17,26 @@ def parent_wake(run: RunState, status: RunStatus, changes: dict[str, Any]) -> Ou
     `changes` are the run's settling field updates (its result or error)."""
     if run.parent_run_id is None:
         return None
+    return wake_request(
+        f"wake/{run.run_id}", run.parent_run_id, run.parent_lineage_id or run.parent_run_id,
+        child_run_id=run.run_id, child_status=status, position=run.parent_position,
+        result_json=changes.get("result_json"), error_type=changes.get("error_type"),
+        error_message=changes.get("error_message"))
+
+
+def wake_request(request_id: str, run_id: str, lineage_id: str, *, child_run_id: str,
+                 child_status: RunStatus, position: int | None, result_json: str | None = None,
+                 error_type: str | None = None, error_message: str | None = None) -> OutboxItem:
+    """A `run.wake-requested` to the parent `run_id`: its child `child_run_id` ended so.
+    The one place a wake's body is written (a settled child, a refused spawn, a wake that
+    could not be delivered and is sent again without the child's outcome)."""
     return OutboxItem(
-        request_id=f"wake/{run.run_id}", type=ev.RunWakeRequested.TYPE,
-        run_id=run.parent_run_id, lineage_id=run.parent_lineage_id or run.parent_run_id,
+        request_id=request_id, type=ev.RunWakeRequested.TYPE, run_id=run_id,
+        lineage_id=lineage_id,
         body_json=json.dumps({
-            "child_run_id": run.run_id, "child_status": status.value,
-            "result_json": changes.get("result_json"),
-            "error_type": changes.get("error_type"),
-            "error_message": changes.get("error_message"),
-            "position": run.parent_position,
+            "child_run_id": child_run_id, "child_status": child_status.value,
+            "result_json": result_json, "error_type": error_type,
+            "error_message": error_message, "position": position,
         }))
 
 
@@ -46,11 +57,8 @@ def refused_spawn(child_run_id: str, item: InboxItem, why: str) -> OutboxItem | 
     wait for a child that never settles for it."""
     if item.parent_run_id is None:
         return None
-    return OutboxItem(
-        request_id=f"wake/{child_run_id}/{item.request_id}", type=ev.RunWakeRequested.TYPE,
-        run_id=item.parent_run_id, lineage_id=item.parent_lineage_id or item.parent_run_id,
-        body_json=json.dumps({
-            "child_run_id": child_run_id, "child_status": RunStatus.failed.value,
-            "result_json": None, "error_type": "SpawnRefused", "error_message": why,
-            "position": item.parent_position,
-        }))
+    return wake_request(
+        f"wake/{child_run_id}/{item.request_id}", item.parent_run_id,
+        item.parent_lineage_id or item.parent_run_id, child_run_id=child_run_id,
+        child_status=RunStatus.failed, position=item.parent_position,
+        error_type="SpawnRefused", error_message=why)

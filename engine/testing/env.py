@@ -31,7 +31,6 @@ from runstream.engine.errors import (
 from runstream.engine.flow.definition import Flow, HandedOff, dump_json
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
-from runstream.engine.journal.record_size import MAX_SENT_RECORD_BYTES
 from runstream.engine.testing.execution import TestExecution
 from runstream.engine.testing.log import MemoryLog, RawView, envelope
 from runstream.projections.fork_plan import (
@@ -273,14 +272,13 @@ class TestEnvironment:
     def _send_request(self, item: OutboxItem) -> None:
         """An outbox request to its run's log, or, when it can never be sent, what answers
         in its place (the same decision a worker makes: engine.worker.outbox)."""
-        checked = checked_request(item, self.clock_ms, MAX_SENT_RECORD_BYTES)
+        checked = checked_request(item, self.clock_ms)
         if not isinstance(checked, GiveUp):
             self.log.append(self.partition_of(item.lineage_id), checked)
             return
         self.given_up.append(checked)
         if checked.replacement is not None:
-            replacement = checked_request(checked.replacement, self.clock_ms,
-                                          MAX_SENT_RECORD_BYTES)
+            replacement = checked_request(checked.replacement, self.clock_ms)
             if not isinstance(replacement, GiveUp):
                 self.log.append(self.partition_of(checked.replacement.lineage_id), replacement)
         note = checked.evidence
