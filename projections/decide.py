@@ -250,7 +250,8 @@ def as_admitted(run: RunState, limits: dict[str, Any]) -> RunState:
     ceiling = limits.get("ceiling")
     return replace(run, admitted=True, limits_fixed=bool(limits.get("limits_fixed", True)),
                    ceiling=None if ceiling is None else tuple(sorted(ceiling)),
-                   max_rounds=limits.get("max_rounds") or run.max_rounds)
+                   max_rounds=limits.get("max_rounds") or run.max_rounds,
+                   incarnation=limits.get("incarnation", run.incarnation))
 
 
 # -- forks --------------------------------------------------------------------------------------

@@ -10,7 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from runstream.projections import keys
-from runstream.projections.state import OutboxItem, RunState, RunStatus, decode_state
+from runstream.projections.state import (
+    OutboxItem,
+    RunState,
+    RunStatus,
+    Tombstone,
+    decode_state,
+)
 from runstream.projections.values import DueTimer, HistoryEntry
 from runstream.projections.writes import decode_history
 
@@ -22,6 +28,9 @@ class IndexReads:
     def run(self, run_id: str) -> RunState | None:
         raise NotImplementedError
 
+    def _get(self, key: bytes) -> bytes | None:
+        raise NotImplementedError
+
     def _scan(self, prefix: bytes, *, start: bytes | None = None
               ) -> Iterator[tuple[bytes, bytes]]:
         raise NotImplementedError
@@ -29,6 +38,41 @@ class IndexReads:
     def _scan_committed(self, prefix: bytes, *, start: bytes | None = None
                         ) -> Iterator[tuple[bytes, bytes]]:
         raise NotImplementedError
+
+    def tombstone(self, run_id: str) -> Tombstone | None:
+        raw = self._get(keys.tombstone_key(run_id))
+        return None if raw is None else decode_state(Tombstone, raw)
+
+    def settle_indexed(self, partition: int, settled_ms: int, run_id: str) -> bool:
+        return self._get(keys.settled_key(partition, settled_ms, run_id)) is not None
+
+    def outbox_item(self, partition: int, request_id: str) -> OutboxItem | None:
+        raw = self._get(keys.outbox_key(partition, request_id))
+        return None if raw is None else decode_state(OutboxItem, raw)
+
+    def caused_requests(self, partition: int, run_id: str) -> list[str]:
+        """Request ids of the unacknowledged outbox entries records of the run caused."""
+        prefix = keys.caused_prefix(partition, run_id)
+        return [key[len(prefix):].decode() for key, _ in self._scan(prefix)]
+
+    def settled_due(self, partition: int, until_ms: int, limit: int) -> list[tuple[int, str]]:
+        """Up to `limit` (settle time, run id) of `partition`'s settled lineages, settled at
+        or before `until_ms`, oldest first: what a retention sweep considers."""
+        return _timed(self._scan(keys.settled_prefix(partition)), until_ms, limit)
+
+    def tombstones_due(self, partition: int, until_ms: int, limit: int
+                       ) -> list[tuple[int, str]]:
+        """Up to `limit` (expiry time, run id) of `partition`'s tombstones, expired at or
+        before `until_ms`, oldest first."""
+        return _timed(self._scan(keys.tombstone_prefix(partition)), until_ms, limit)
+
+    def count_tombstones(self, partition: int) -> int:
+        """Tombstones of `partition` (written ones: no flush, so any thread)."""
+        return sum(1 for _ in self._scan_committed(keys.tombstone_prefix(partition)))
+
+    def count_settled(self, partition: int) -> int:
+        """Settled lineages of `partition` held (written ones, any thread)."""
+        return sum(1 for _ in self._scan_committed(keys.settled_prefix(partition)))
 
     def runs_in_partition(self, partition: int, status: RunStatus) -> Iterator[RunState]:
         for key, _ in self._scan(keys.status_prefix(status) + b"%05d/" % partition):
@@ -127,3 +171,14 @@ class IndexReads:
             _, partition, offset = key.split(b"/")
             found.append((int(partition), int(offset), value))
         return found
+
+
+def _timed(scan: Iterator[tuple[bytes, bytes]], until_ms: int, limit: int
+           ) -> list[tuple[int, str]]:
+    found: list[tuple[int, str]] = []
+    for key, _ in scan:
+        _, _, when, run_id = key.split(b"/", 3)
+        if int(when) > until_ms or len(found) >= limit:
+            break
+        found.append((int(when), run_id.decode()))
+    return found

@@ -102,3 +102,45 @@ def fenced_prefix(partition: int) -> bytes:
 def fenced_key(partition: int, offset: int) -> bytes:
     """A record written but not applied (fenced, rejected, duplicate) -> its run id."""
     return fenced_prefix(partition) + b"%020d" % offset
+
+
+def settled_prefix(partition: int) -> bytes:
+    return b"e/%05d/" % partition
+
+
+def settled_key(partition: int, settled_ms: int, run_id: str) -> bytes:
+    """A lineage's final round, settled at log time `settled_ms`: what retention sweeps."""
+    return settled_prefix(partition) + b"%015d/%s" % (settled_ms, run_id.encode())
+
+
+def tombstone_key(run_id: str) -> bytes:
+    return b"b/" + run_id.encode()
+
+
+def tombstone_prefix(partition: int) -> bytes:
+    return b"k/%05d/" % partition
+
+
+def tombstone_index_key(partition: int, expired_ms: int, run_id: str) -> bytes:
+    """A tombstone by its expiry's log time: what drops it once it has been kept long enough."""
+    return tombstone_prefix(partition) + b"%015d/%s" % (expired_ms, run_id.encode())
+
+
+def caused_prefix(partition: int, run_id: str) -> bytes:
+    return b"y/%05d/%s\x00" % (partition, run_id.encode())
+
+
+def caused_key(partition: int, run_id: str, request_id: str) -> bytes:
+    """An unacknowledged outbox entry by the run whose record caused it."""
+    return caused_prefix(partition, run_id) + request_id.encode()
+
+
+def outbox_key(partition: int, request_id: str) -> bytes:
+    return outbox_prefix(partition) + request_id.encode()
+
+
+# The layout's version: a store written by an older layout is rebuilt from the journal
+# (projections.store), since indexes it lacks (settle times, causes) cannot be derived
+# from what it holds.
+FORMAT_KEY = b"m/format"
+STORE_FORMAT = b"2"

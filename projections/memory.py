@@ -14,8 +14,17 @@ from runstream.engine.journal import JournalRecord
 from runstream.projections import values
 from runstream.projections.poison import KEY_UNKNOWN, RecordKey
 from runstream.projections.projector import Outcome, Projector, Store
-from runstream.projections.state import JournalEntry, OutboxItem, PartitionState, RunState, Verdict
-from runstream.projections.values import DueTimer, HistoryEntry, RecordWrite
+from runstream.projections.state import (
+    JournalEntry,
+    OutboxItem,
+    PartitionState,
+    RunState,
+    Tombstone,
+    Verdict,
+    replace,
+)
+from runstream.projections.values import DueTimer, ExpiryChange, HistoryEntry, RecordWrite
+from runstream.projections.writes import settles
 
 # The in-memory history holds projections.values.HistoryEntry items, with `record` decoded.
 
@@ -41,6 +50,14 @@ class MemoryStore:
         # Every run a record folded here named (what the RocksDB history index holds keys
         # of): bounded, like `runs`, by the runs of the folded records.
         self._named: set[str] = set()
+        # The retention indexes (projections.keys.settled_key, tombstone_key): settled
+        # lineages by (partition, settle time, run id) (False: deleted here), tombstones
+        # (None: dropped here), each named run's last record: bounded like `runs`.
+        self._settled: dict[tuple[int, int, str], bool] = {}
+        self.tombstones: dict[str, Tombstone | None] = {}
+        self._last: dict[str, int] = {}
+        # Outbox entries of the base's acknowledged here (hidden): bounded by the overlay.
+        self._acked: set[tuple[int, str]] = set()
 
     def partition(self, partition: int) -> PartitionState:
         state = self.partitions.get(partition)
@@ -69,6 +86,46 @@ class MemoryStore:
         if (partition, request_id) in self._requests:
             return True
         return self.base.request_seen(partition, request_id) if self.base else False
+
+    def tombstone(self, run_id: str) -> Tombstone | None:
+        if run_id in self.tombstones:
+            return self.tombstones[run_id]
+        return self.base.tombstone(run_id) if self.base else None
+
+    def settle_indexed(self, partition: int, settled_ms: int, run_id: str) -> bool:
+        held = self._settled.get((partition, settled_ms, run_id))
+        if held is not None:
+            return held
+        return self.base.settle_indexed(partition, settled_ms, run_id) if self.base else False
+
+    def caused_requests(self, partition: int, run_id: str) -> list[str]:
+        """Request ids of the unacknowledged outbox entries records of the run caused."""
+        own = [item.request_id for item in self._outbox.get(partition, {}).values()
+               if item.cause == run_id]
+        if self.base is None:
+            return sorted(own)
+        held = [request_id for request_id in self.base.caused_requests(partition, run_id)
+                if (partition, request_id) not in self._acked]
+        return sorted({*own, *held})
+
+    def last_offset(self, run_id: str) -> int | None:
+        if run_id in self._last:
+            return self._last[run_id]
+        return self.base.last_offset(run_id) if self.base else None
+
+    def settled_due(self, partition: int, until_ms: int, limit: int) -> list[tuple[int, str]]:
+        """Settled lineages of `partition` by settle time, up to `until_ms` (a scan here: for
+        tests and the test environment)."""
+        due = sorted((ms, run_id) for (p, ms, run_id), held in self._settled.items()
+                     if held and p == partition and ms <= until_ms)
+        return due[:limit]
+
+    def tombstones_due(self, partition: int, until_ms: int, limit: int
+                       ) -> list[tuple[int, str]]:
+        due = sorted((stone.expired_ms, stone.run_id) for stone in self.tombstones.values()
+                     if stone is not None and stone.partition == partition
+                     and stone.expired_ms <= until_ms)
+        return due[:limit]
 
     def run_existed(self, run_id: str) -> bool:
         """Whether any record of the run was applied here or in `base`, even if the run is
@@ -107,9 +164,14 @@ class MemoryStore:
         self.partitions[number] = change.partition
         if change.run_id is not None:
             self._named.add(change.run_id)
+            self._last[change.run_id] = change.offset
         if change.next_round is not None:
             self._named.add(change.next_round.run_id)
+            self._last[change.next_round.run_id] = change.offset
         if change.run_id is not None and change.after is not change.before:
+            after = change.after
+            if after is not None and settles(change.before, after):
+                self._settled[(number, change.timestamp_ms, after.run_id)] = True
             self.runs[change.run_id] = change.after
             self._index_timer(number, change.run_id, change.after)
             if change.after is None:
@@ -120,9 +182,13 @@ class MemoryStore:
             self._latest[change.next_round.lineage_id] = change.next_round.run_id
         box = self._outbox.setdefault(number, {})
         for item in change.outbox:
-            box[item.request_id] = item
+            box[item.request_id] = replace(item, cause=change.run_id or "")
         for request_id in change.outbox_done:
             box.pop(request_id, None)
+            if self.base is not None:
+                self._acked.add((number, request_id))
+        if change.expiry is not None:
+            self._expire(number, change.expiry)
         if change.entry is not None and change.run_id is not None:
             self.entries.setdefault(change.run_id, {})[change.entry.position] = change.entry
         log = self._request_log.setdefault(change.partition.partition, deque())
@@ -133,6 +199,23 @@ class MemoryStore:
             while log and log[0][0] < change.offset - values.REQUEST_RETENTION:
                 self._requests.discard((change.partition.partition, log.popleft()[1]))
 
+
+    def _expire(self, partition: int, expiry: ExpiryChange) -> None:
+        """As projections.writes.put_expiry does to RocksDB keys."""
+        for lineage in expiry.expired:
+            for run, stone in zip(lineage.rounds, lineage.tombstones, strict=True):
+                self.runs[run.run_id] = None
+                self.entries.pop(run.run_id, None)
+                self._timers.pop((partition, run.run_id), None)
+                self._latest.pop(run.lineage_id, None)
+                self._named.discard(run.run_id)
+                self._last.pop(run.run_id, None)
+                self.tombstones[run.run_id] = stone
+            self._settled[(partition, lineage.settled_ms, lineage.rounds[-1].run_id)] = False
+        for stone in expiry.dropped:
+            self.tombstones[stone.run_id] = None
+            self._named.discard(stone.run_id)
+            self._last.pop(stone.run_id, None)
 
     def _index_timer(self, partition: int, run_id: str, run: RunState | None) -> None:
         wait = run.wait if run is not None else None

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from runstream.engine.journal import events as ev
-from runstream.projections.state import InboxItem, OutboxItem, RunState, RunStatus
+from runstream.projections.state import InboxItem, OutboxItem, RunState, RunStatus, incarnation_id
 
 
 def parent_wake(run: RunState, status: RunStatus, changes: dict[str, Any]) -> OutboxItem | None:
@@ -18,7 +18,8 @@ def parent_wake(run: RunState, status: RunStatus, changes: dict[str, Any]) -> Ou
     if run.parent_run_id is None:
         return None
     return wake_request(
-        f"wake/{run.run_id}", run.parent_run_id, run.parent_lineage_id or run.parent_run_id,
+        f"wake/{incarnation_id(run)}", run.parent_run_id,
+        run.parent_lineage_id or run.parent_run_id,
         child_run_id=run.run_id, child_status=status, position=run.parent_position,
         result_json=changes.get("result_json"), error_type=changes.get("error_type"),
         error_message=changes.get("error_message"))
@@ -44,7 +45,8 @@ def cancels(run: RunState, child_ids: list[str], reason: str) -> tuple[OutboxIte
     """One cancel request per child in `child_ids`, from `run`, saying why."""
     lineages = {link.run_id: link.lineage_id for link in run.children}
     return tuple(
-        OutboxItem(request_id=f"cancel/{run.run_id}/{child}", type=ev.RunCancelRequested.TYPE,
+        OutboxItem(request_id=f"cancel/{incarnation_id(run)}/{child}",
+                   type=ev.RunCancelRequested.TYPE,
                    run_id=child, lineage_id=lineages.get(child, child),
                    body_json=json.dumps({"reason": reason, "requested_by": run.run_id}))
         for child in child_ids

@@ -46,7 +46,14 @@ from runstream.projections.decide import (
 )
 from runstream.projections.fork_transitions import ForkAsk, fork_asks, is_copying
 from runstream.projections.sending import Record, too_large_body
-from runstream.projections.state import InboxItem, JournalEntry, RunState, RunStatus, Verdict
+from runstream.projections.state import (
+    InboxItem,
+    JournalEntry,
+    RunState,
+    RunStatus,
+    Verdict,
+    incarnation_id,
+)
 from runstream.projections.wakes import (
     CancelNow,
     Resolve,
@@ -283,6 +290,8 @@ def _answer_create(view: OwnerView, run: RunState, item: InboxItem) -> list[Reac
                       uses_refusal=True)]
     offset = answer.request_offset if isinstance(answer, Duplicate) else item.offset
     limits = creation_limits(run, view.flows.get(run.flow))
+    # This life of the run id begins at its create request (a repeat keeps the run's own).
+    limits["incarnation"] = run.incarnation if isinstance(answer, Duplicate) else item.offset
     created: Record = (ev.RunCreated, {
         "request_id": key, "flow": run.flow, "payload_json": run.payload_json,
         "request_offset": offset, "duplicate": isinstance(answer, Duplicate),
@@ -350,7 +359,7 @@ def start(view: OwnerView, run: RunState, *, woken: bool = False,
 def _flow_missing(view: OwnerView, run: RunState, claimed: bool) -> list[Reaction]:
     message = flow_missing_message(run.flow, view.owner)
     reactions: list[Reaction] = [FlowMissing(run, message, claimed)]
-    key = f"flow-missing/{run.run_id}"
+    key = f"flow-missing/{incarnation_id(run)}"
     if not run.has_evidence(FLOW_NOT_REGISTERED) and key not in view.decided:
         reactions.append(Write(run, ((ev.EvidenceRecorded, {
             "kind": FLOW_NOT_REGISTERED, "message": message,
@@ -373,7 +382,7 @@ def _end_wait(view: OwnerView, run: RunState) -> list[Reaction]:
 
 
 def _wake(view: OwnerView, run: RunState, wake: Wake) -> list[Reaction]:
-    key = f"wake/{run.run_id}/{wake.position}/{wake.reason}"
+    key = f"wake/{incarnation_id(run)}/{wake.position}/{wake.reason}"
     if key in view.decided:
         return []  # sent already; the projection has not applied it yet
     return [Write(run, ((ev.RunResumed, {
@@ -386,7 +395,7 @@ def _wake(view: OwnerView, run: RunState, wake: Wake) -> list[Reaction]:
 def _resolve(view: OwnerView, run: RunState, resolve: Resolve) -> list[Reaction]:
     """An operator resolved the quarantine: the step's outcome (skip) or its next attempt
     (retry) is journaled, then the run is woken to go on from there."""
-    key = f"resolve/{run.run_id}/{resolve.position}"
+    key = f"resolve/{incarnation_id(run)}/{resolve.position}"
     if key in view.decided:
         return []
     resumed: Record = (ev.RunResumed, {"request_id": key, "reason": "operator",
@@ -396,7 +405,7 @@ def _resolve(view: OwnerView, run: RunState, resolve: Resolve) -> list[Reaction]
 
 def cancel_now(view: OwnerView, run: RunState, cancel: CancelNow) -> list[Reaction]:
     """Cancel a run with no handler to interrupt; its open children get the exit policy."""
-    key = f"cancel/{run.run_id}"
+    key = f"cancel/{incarnation_id(run)}"
     if key in view.decided:
         return []
     policy = exit_policy(run.children)

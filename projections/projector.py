@@ -29,9 +29,17 @@ from runstream.projections.poison import (
     no_such_run,
 )
 from runstream.projections.reducer import apply, apply_dead_letter, request_id_of
-from runstream.projections.state import JournalEntry, OutboxItem, PartitionState, RunState, Verdict
+from runstream.projections.state import (
+    JournalEntry,
+    OutboxItem,
+    PartitionState,
+    RunState,
+    Tombstone,
+    Verdict,
+    round_run_id,
+)
 from runstream.projections.transitions import entry_position
-from runstream.projections.values import RecordWrite
+from runstream.projections.values import ExpiryChange, ExpiryFacts, LineageFacts, RecordWrite
 
 # Run states the projector keeps decoded between records (a run's records come in bursts).
 RUN_CACHE = 4096
@@ -59,6 +67,10 @@ class Store(Protocol):
     def request_seen(self, partition: int, request_id: str) -> bool: ...
     def run_existed(self, run_id: str) -> bool: ...
     def latest_round(self, lineage_id: str) -> str | None: ...
+    def tombstone(self, run_id: str) -> Tombstone | None: ...
+    def settle_indexed(self, partition: int, settled_ms: int, run_id: str) -> bool: ...
+    def caused_requests(self, partition: int, run_id: str) -> list[str]: ...
+    def last_offset(self, run_id: str) -> int | None: ...
     def write(self, change: RecordWrite) -> None: ...
 
 
@@ -78,6 +90,8 @@ class Outcome:
     outbox: tuple[OutboxItem, ...] = ()  # requests to other runs this record caused
     next_round: RunState | None = None  # a handoff's next round, created by this record
     poison: Poison | None = None  # why the record is a dead letter
+    tombstone: Tombstone | None = None  # what is left of the run it named, if it expired
+    expiry: ExpiryChange | None = None  # what a partition.runs-expired did
 
 
 class Projector:
@@ -158,7 +172,9 @@ class Projector:
         when = record.envelope.timestamp_ms if timestamp_ms is None else timestamp_ms
         run_id = record.envelope.run_id or None  # partition records belong to no run
         before = self.run(run_id) if run_id else None
-        if before is None and needs_run(record) and not self.run_existed(record.envelope.run_id):
+        tombstone = self.store.tombstone(run_id) if run_id and before is None else None
+        if (before is None and tombstone is None and needs_run(record)
+                and not self.run_existed(record.envelope.run_id)):
             return self._dead_letter(partition, offset, raw or b"", no_such_run(record), when,
                                      gate)
         if record.KIND == "request" and before is not None and before.handed_off_to:
@@ -173,24 +189,55 @@ class Projector:
             entry = self.store.entry(before.run_id, position)
         request_id = request_id_of(record, offset) if record.KIND == "request" else None
         seen = request_id is not None and self.store.request_seen(partition, request_id)
+        facts = (self._expiry_facts(partition, record)
+                 if isinstance(record, ev.PartitionRunsExpired) else None)
         applied = apply(state, before, record, offset, timestamp_ms=when, entry=entry,
-                        request_seen=seen)
+                        request_seen=seen, tombstone=tombstone, expiry=facts)
         self.store.write(RecordWrite(
             partition=applied.partition, offset=offset, timestamp_ms=when,
             verdict=applied.verdict, record_type=record.TYPE, run_id=run_id, before=before,
             after=applied.run, entry=applied.entry, raw=raw,
             request_id=request_id if applied.verdict is Verdict.applied else None,
             outbox=applied.outbox, outbox_done=applied.outbox_done,
-            next_round=applied.next_round,
+            next_round=applied.next_round, expiry=applied.expiry,
         ))
         self._partitions[partition] = applied.partition
+        if applied.expiry is not None:
+            for lineage in applied.expiry.expired:
+                for gone in lineage.rounds:
+                    self._remember(gone.run_id, None)
         if run_id:
             self._remember(run_id, applied.run)
         if applied.next_round is not None:
             self._remember(applied.next_round.run_id, applied.next_round)
         return Outcome(applied.partition, offset, record, before, applied.run, applied.verdict,
                        entry=applied.entry, outbox=applied.outbox,
-                       next_round=applied.next_round)
+                       next_round=applied.next_round, tombstone=tombstone,
+                       expiry=applied.expiry)
+
+    def _expiry_facts(self, partition: int, record: ev.PartitionRunsExpired) -> ExpiryFacts:
+        """What the store holds of the lineages and tombstones an expiry decision names:
+        a few lookups per named id, whatever the runs' lengths."""
+        lineages: dict[str, LineageFacts | None] = {}
+        for run_id, settled_ms in zip(record.expired, record.settled_ms, strict=False):
+            lineages[run_id] = self._lineage_facts(partition, run_id, settled_ms)
+        tombstones = {run_id: self.store.tombstone(run_id) for run_id in record.dropped}
+        return ExpiryFacts(lineages, tombstones)
+
+    def _lineage_facts(self, partition: int, run_id: str, settled_ms: int
+                       ) -> LineageFacts | None:
+        final = self.run(run_id)
+        if final is None or final.partition != partition:
+            return None
+        rounds = [self.run(round_run_id(final.lineage_id, n)) for n in range(final.round)]
+        held = tuple(run for run in (*rounds, final) if run is not None)
+        return LineageFacts(
+            rounds=held,
+            settle_indexed=self.store.settle_indexed(partition, settled_ms, run_id),
+            caused_unsent=any(self.store.caused_requests(partition, run.run_id)
+                              for run in held),
+            last_offsets=tuple(self.store.last_offset(run.run_id) or run.request_offset
+                               for run in held))
 
     def _latest_round(self, run: RunState, record: JournalRecord) -> tuple[str, RunState]:
         names_lineage = record.envelope.run_id == run.lineage_id

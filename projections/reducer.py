@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runstream.engine.journal import events as ev
+from runstream.projections.expiry import expire
 from runstream.projections.fork_transitions import (
     apply_copied,
     apply_fork_answered,
@@ -43,10 +44,12 @@ from runstream.projections.state import (
     OutboxItem,
     PartitionState,
     RunState,
+    Tombstone,
     Verdict,
     replace,
 )
 from runstream.projections.transitions import transition
+from runstream.projections.values import ExpiryChange, ExpiryFacts
 
 
 # Not frozen: a frozen dataclass's __init__ sets each field through object.__setattr__,
@@ -60,6 +63,7 @@ class Applied:
     outbox: tuple[OutboxItem, ...] = ()  # requests to other runs this record caused
     outbox_done: tuple[str, ...] = ()  # outbox entries (request ids) acknowledged
     next_round: RunState | None = None  # the next round a handoff created
+    expiry: ExpiryChange | None = None  # what a partition.runs-expired did
 
 
 def apply(
@@ -71,16 +75,26 @@ def apply(
     timestamp_ms: int,
     entry: JournalEntry | None = None,
     request_seen: bool = False,
+    tombstone: Tombstone | None = None,
+    expiry: ExpiryFacts | None = None,
 ) -> Applied:
     """Fold one record at `offset` (log time `timestamp_ms`) into the partition and the run.
 
-    `entry` is the run's journal entry at the record's position (step records), and
-    `request_seen` whether the request's id was applied before (requests).
+    `entry` is the run's journal entry at the record's position (step records),
+    `request_seen` whether the request's id was applied before (requests), `tombstone` what
+    is left of the run if it expired (it has no state then), `expiry` what the store holds
+    of the lineages and tombstones a partition.runs-expired names.
     """
     if record.KIND == "request":
         moved = replace(partition, next_offset=offset + 1)
+        if run is None and tombstone is not None:
+            # Expired: answered so (a create is never taken as a new life while the
+            # tombstone is kept), whether or not the request id was seen before.
+            return Applied(moved, None, Verdict.refused, outbox=_expired_spawn(
+                tombstone, record, offset))
         return _apply_request(moved, run, record, offset, request_seen, entry)
-    return _apply_decision(partition, run, record, offset, timestamp_ms, entry)
+    return _apply_decision(partition, run, record, offset, timestamp_ms, entry,
+                           tombstone is not None, expiry)
 
 
 def apply_dead_letter(partition: PartitionState, offset: int) -> PartitionState:
@@ -126,6 +140,8 @@ def _apply_decision(
     offset: int,
     timestamp_ms: int,
     entry: JournalEntry | None,
+    expired: bool = False,
+    expiry: ExpiryFacts | None = None,
 ) -> Applied:
     verdict = fence_verdict(partition, record, timestamp_ms)
     next_offset = offset + 1
@@ -154,7 +170,12 @@ def _apply_decision(
         return Applied(accepted, run, Verdict.applied)
     if isinstance(record, ev.PartitionOutboxSent):
         return Applied(accepted, run, Verdict.applied, outbox_done=tuple(record.request_ids))
-    if run is None and not isinstance(record, ev.RunCreated):
+    if isinstance(record, ev.PartitionRunsExpired):
+        swept, change = expire(accepted, record, offset, timestamp_ms,
+                               expiry or ExpiryFacts({}, {}))
+        return Applied(swept, None, Verdict.applied, expiry=change)
+    if run is None and (expired or not isinstance(record, ev.RunCreated)):
+        # (a decision about an expired run changes nothing: its run is gone)
         return Applied(accepted, run, Verdict.ignored)
     decided = _decide_run(run, record, offset, partition, entry)
     changed = decided.run is not run or decided.entry is not None or decided.outbox
@@ -181,6 +202,8 @@ def _claim(
         query_endpoint=record.query_endpoint,
         generation=record.generation,
         lease_ms=record.lease_ms or 0,
+        retention_ms=record.retention_ms or 0,
+        tombstone_retention_ms=record.tombstone_retention_ms or 0,
         owner_last_write_ms=timestamp_ms,
         last_seq=last_seq,
     )
@@ -227,6 +250,18 @@ def _apply_request(
     item = _inbox_item(record, request_id_of(record, offset), offset)
     updated = replace(run, inbox=(*run.inbox, item), updated_at_ms=record.envelope.timestamp_ms)
     return Applied(partition, updated, Verdict.applied)
+
+
+def _expired_spawn(tombstone: Tombstone, record: ev.JournalRecord,
+                   offset: int) -> tuple[OutboxItem, ...]:
+    """A parent's spawn of a run id that expired fails that parent's spawn."""
+    if not isinstance(record, ev.RunCreateRequested) or record.parent_run_id is None:
+        return ()
+    item = _inbox_item(record, request_id_of(record, offset), offset)
+    why = (f"run {tombstone.run_id} expired (it settled {tombstone.status.value}); a "
+           f"child's run id must be new")
+    wake = refused_spawn(tombstone.run_id, item, why)
+    return () if wake is None else (wake,)
 
 
 def _refused_create(run: RunState, request_id: str) -> RunState:
@@ -340,7 +375,10 @@ def _decide_run(
     fields.setdefault("inbox", _answered(run, record.envelope.request_id))
     next_round = change.next_round
     if next_round is not None:
-        next_round = replace(next_round, partition=partition.partition, request_offset=offset)
+        # A round's life begins at its handoff (a lineage begun before incarnations keeps
+        # ids without them).
+        next_round = replace(next_round, partition=partition.partition, request_offset=offset,
+                             incarnation=None if run.incarnation is None else offset)
     return _RunChange(replace(run, **fields), change.entry, change.outbox, next_round)
 
 
@@ -367,6 +405,7 @@ def _created(run: RunState | None, record: ev.RunCreated, offset: int, partition
         ceiling=None if record.ceiling is None else tuple(sorted(record.ceiling)),
         max_rounds=record.max_rounds or run.max_rounds,
         limits_fixed=record.limits_fixed,
+        incarnation=record.incarnation,
     )
 
 

@@ -76,6 +76,12 @@ class PartitionState(_Frozen, frozen=True, array_like=True):
     lease_ms: int = 0
     owner_last_write_ms: int = 0
     rejected_claims: int = 0
+    # The retention the current owner journaled in its claim (0: settled runs are kept
+    # forever), how long its tombstones are kept, and the offset below which the partition's
+    # bookkeeping (claims, heartbeats, fencing ledger, dead letters) has been trimmed.
+    retention_ms: int = 0
+    tombstone_retention_ms: int = 0
+    trimmed_before: int = 0
 
 
 class InboxItem(_Frozen, frozen=True, array_like=True):
@@ -180,6 +186,10 @@ class OutboxItem(_Frozen, frozen=True, array_like=True):
     run_id: str
     lineage_id: str
     body_json: str  # the request's fields after the envelope, as JSON
+    # The run whose record caused it, set by the store as it keeps the item (not part of
+    # the reducer's value, nor of the running hash): a run with an unacknowledged item of
+    # its own is not expired.
+    cause: str | None = None
 
 
 class Evidence(_Frozen, frozen=True, array_like=True):
@@ -257,9 +267,38 @@ class RunState(_Frozen, frozen=True, array_like=True):
     # Create requests refused because the inbox was full (MAX_INBOX at most), until the
     # owner answers each with run.create-rejected: any claimant finds them here.
     refused_creates: tuple[str, ...] = ()
+    # This life of the run id: the offset of the create request (or the handoff) that began
+    # it, journaled in run.created; None for runs created before retention existed. Ids the
+    # owner derives from the run carry it (`incarnation_id`).
+    incarnation: int | None = None
 
     def has_evidence(self, kind: str) -> bool:
         return any(item.kind == kind for item in self.evidence)
+
+
+class Tombstone(_Frozen, frozen=True, array_like=True):
+    """What is left of an expired run (one per round of an expired lineage): while it is
+    kept, every request naming the run is answered *expired* and its id is not reused; its
+    records stay on the journal, at offsets [first_offset, last_offset] of its partition."""
+
+    run_id: str
+    lineage_id: str
+    partition: int
+    status: RunStatus
+    request_id: str
+    settled_ms: int  # the lineage's settlement, log time
+    expired_ms: int  # the expiry decision's log time
+    expired_offset: int
+    first_offset: int
+    last_offset: int
+    round: int = 0
+    flow: str = ""
+
+
+def incarnation_id(run: RunState) -> str:
+    """The run id with its incarnation (`<run id>@<incarnation>`), as ids derived from the
+    run carry it; the bare run id for a run created before incarnations."""
+    return run.run_id if run.incarnation is None else f"{run.run_id}@{run.incarnation}"
 
 
 def round_run_id(lineage_id: str, round_number: int) -> str:

@@ -45,6 +45,7 @@ projection itself, bounded by the journal.
 from __future__ import annotations
 
 import itertools
+import logging
 import shutil
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -87,6 +88,8 @@ from runstream.projections.writes import (
 
 __all__ = ["ProjectionStore"]
 
+log = logging.getLogger("runstream.store")
+
 Access = Literal["primary", "secondary"]
 
 
@@ -109,6 +112,19 @@ class ProjectionStore(IndexReads):
             self.path.mkdir(parents=True, exist_ok=True)
             options.create_if_missing(True)
             self._db = Rdict(str(self.path), options)
+            if _outdated(self._db):
+                # Written by an older layout: indexes it lacks (settle times, the causes of
+                # outbox entries) cannot be derived from what it holds, so it is folded
+                # again from the journal, as a fresh store is (it is derived data).
+                log.warning("%s was written by an older runstream (store format %s, now %s): "
+                            "it is rebuilt from the journal", self.path,
+                            (self._db.get(keys.FORMAT_KEY) or b"1").decode(),
+                            keys.STORE_FORMAT.decode())
+                self._db.close()
+                Rdict.destroy(str(self.path), options)
+                self.path.mkdir(parents=True, exist_ok=True)
+                self._db = Rdict(str(self.path), options)
+            self._db[keys.FORMAT_KEY] = keys.STORE_FORMAT
             if scratch:  # thrown away after use: no write-ahead log (closing flushes)
                 unlogged = WriteOptions()
                 # A property at run time; rocksdict's stub calls it a method.
@@ -222,6 +238,19 @@ class ProjectionStore(IndexReads):
     def request_seen(self, partition: int, request_id: str) -> bool:
         return self._get(keys.request_key(partition, request_id)) is not None
 
+    def last_offset(self, run_id: str) -> int | None:
+        """The offset of the run's last history item (None: it has none): one seek."""
+        self.flush()
+        prefix = keys.history_prefix(run_id)
+        read = ReadOptions()  # both bounds: a lower bound alone finds nothing backwards
+        read.set_iterate_lower_bound(prefix)
+        read.set_iterate_upper_bound(keys.upper_bound(prefix))
+        found: Iterable[Any] = self._db.keys(from_key=keys.upper_bound(prefix), backwards=True,
+                                             read_opt=read)
+        for key in found:
+            return int(key.rsplit(b"/", 1)[1])
+        return None
+
     def run_existed(self, run_id: str) -> bool:
         """Whether any record of the run was applied here (it has a history item), even if
         the run is gone since (a rejected create). One bounded seek of the history index,
@@ -306,7 +335,9 @@ class ProjectionStore(IndexReads):
             batch = self._writer = _Pending(self._batch, self._pending)
         # The partition's state (with its next offset) is put once per batch, at flush.
         self._pending_partitions[number] = change.partition
-        encoded = put_record(batch, change, self.keep_records)
+        acknowledged = tuple(self.outbox_item(number, request_id)
+                             for request_id in change.outbox_done)
+        encoded = put_record(batch, change, self.keep_records, acknowledged)
         if change.run_id is not None:
             self._pending_runs.add(change.run_id)
         if change.next_round is not None:
@@ -363,6 +394,16 @@ class ProjectionStore(IndexReads):
             lambda path: Checkpoint(self._db).create_checkpoint(str(path)))
 
 
+def _outdated(db: Rdict) -> bool:
+    """A store holding records, of a format older than this layout's."""
+    if db.get(keys.FORMAT_KEY) == keys.STORE_FORMAT:
+        return False
+    read = ReadOptions()
+    read.set_iterate_upper_bound(keys.upper_bound(b"p/"))
+    held: Iterable[Any] = db.keys(from_key=b"p/", read_opt=read)
+    return next(iter(held), None) is not None
+
+
 class _Pending:
     """A WriteBatch that also records its writes for reads before it is written."""
 
@@ -383,3 +424,10 @@ class _Pending:
     def delete(self, key: bytes) -> None:
         self._batch.delete(key)
         self._seen[key] = None
+
+    def delete_range(self, begin: bytes, end: bytes) -> None:
+        """Keys in [begin, end): only ranges no later read of the batch looks up by key
+        (an expired run's entries and history, old bookkeeping)."""
+        self._batch.delete_range(begin, end)
+        for key in [k for k in self._seen if begin <= k < end]:
+            self._seen[key] = None

@@ -25,6 +25,7 @@ from runstream.projections.state import (
     RunState,
     RunStatus,
     Wait,
+    incarnation_id,
     replace,
 )
 
@@ -271,7 +272,7 @@ def _child_spawned(run: RunState, record: Any, epoch: int, previous: Any) -> Cha
                          status="completed", attempts=1,
                          result_json=json.dumps(record.child_run_id))
     create = OutboxItem(
-        request_id=f"spawn/{run.run_id}/{record.position}",
+        request_id=f"spawn/{incarnation_id(run)}/{record.position}",
         type=ev.RunCreateRequested.TYPE, run_id=record.child_run_id,
         lineage_id=record.child_lineage_id,
         body_json=json.dumps({
@@ -342,7 +343,7 @@ def _handed_off(run: RunState, record: Any, epoch: int, _: Any) -> Change:
     next_round = RunState(
         run_id=record.next_run_id, lineage_id=run.lineage_id, partition=run.partition,
         flow=record.flow or run.flow, payload_json=record.payload_json,
-        request_id=f"handoff/{run.run_id}", request_offset=0, created_at_ms=now,
+        request_id=f"handoff/{incarnation_id(run)}", request_offset=0, created_at_ms=now,
         updated_at_ms=now, admitted=True, parent_run_id=run.parent_run_id,
         round=record.round, parent_lineage_id=run.parent_lineage_id,
         parent_position=run.parent_position, detached=run.detached, ancestors=run.ancestors,

@@ -17,6 +17,7 @@ from runstream.projections.state import (
     OutboxItem,
     PartitionState,
     RunState,
+    Tombstone,
     Verdict,
 )
 
@@ -68,6 +69,7 @@ class RecordWrite:
     outbox: tuple[OutboxItem, ...] = ()  # requests this record caused, to send
     outbox_done: tuple[str, ...] = ()  # outbox request ids acknowledged
     next_round: RunState | None = None  # a handoff's next round, created by this record
+    expiry: ExpiryChange | None = None  # lineages expired, tombstones dropped, trim
 
 
 
@@ -76,3 +78,36 @@ class DueTimer:
     due_ms: int
     run_id: str
     position: int
+
+
+@dataclass(frozen=True, slots=True)
+class LineageFacts:
+    """What the store holds of a lineage named by an expiry decision."""
+
+    rounds: tuple[RunState, ...]  # round 0 .. the final round (the one named), in order
+    settle_indexed: bool  # the settle index holds the final round at the named time
+    caused_unsent: bool  # an outbox entry one of its rounds caused is unacknowledged
+    last_offsets: tuple[int, ...]  # each round's last record's offset, in round order
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiryFacts:
+    lineages: dict[str, LineageFacts | None]  # by the final round's id; None: not held
+    tombstones: dict[str, Tombstone | None]  # the tombstones asked to go
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiredLineage:
+    rounds: tuple[RunState, ...]
+    tombstones: tuple[Tombstone, ...]
+    settled_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiryChange:
+    """What one `partition.runs-expired` does."""
+
+    expired: tuple[ExpiredLineage, ...] = ()
+    dropped: tuple[Tombstone, ...] = ()
+    trim_from: int = 0  # partition bookkeeping in [trim_from, trim_before) goes
+    trim_before: int = 0

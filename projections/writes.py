@@ -22,8 +22,8 @@ from typing import Protocol
 import msgspec
 
 from runstream.projections import keys
-from runstream.projections.state import RunState, Verdict, encode_state
-from runstream.projections.values import HistoryEntry, RecordWrite
+from runstream.projections.state import OutboxItem, RunState, Verdict, encode_state, replace
+from runstream.projections.values import ExpiryChange, HistoryEntry, RecordWrite
 
 HASH_BYTES = 16
 EMPTY_HASH = bytes(HASH_BYTES)  # a partition before its first record
@@ -64,6 +64,7 @@ class Batch(Protocol):
     def put(self, key: bytes, value: bytes) -> None: ...
     def blind(self, key: bytes, value: bytes) -> None: ...
     def delete(self, key: bytes) -> None: ...
+    def delete_range(self, begin: bytes, end: bytes) -> None: ...
 
 
 @dataclass(slots=True)
@@ -75,8 +76,10 @@ class Encoded:
     next_round: bytes | None = None
 
 
-def put_record(batch: Batch, change: RecordWrite, keep_records: bool) -> Encoded:
-    """Everything of `change` but the partition's state, offset and hash (put at flush)."""
+def put_record(batch: Batch, change: RecordWrite, keep_records: bool,
+               acknowledged: tuple[OutboxItem | None, ...] = ()) -> Encoded:
+    """Everything of `change` but the partition's state, offset and hash (put at flush).
+    `acknowledged`: the outbox entries `change.outbox_done` names, as the store held them."""
     number = change.partition.partition
     encoded = Encoded()
     history = encode_history(change.verdict, change.record_type, change.timestamp_ms,
@@ -90,7 +93,7 @@ def put_record(batch: Batch, change: RecordWrite, keep_records: bool) -> Encoded
     if change.verdict in FENCED_VERDICTS:
         batch.blind(keys.fenced_key(number, change.offset), (change.run_id or "").encode())
     if change.after is not change.before:
-        encoded.run = put_run(batch, change.before, change.after)
+        encoded.run = put_run(batch, change.before, change.after, change.timestamp_ms)
     if change.entry is not None and change.run_id is not None:
         encoded.entry = encode_state(change.entry)
         batch.put(keys.entry_key(change.run_id, change.entry.position), encoded.entry)
@@ -98,18 +101,63 @@ def put_record(batch: Batch, change: RecordWrite, keep_records: bool) -> Encoded
         batch.put(keys.request_key(number, change.request_id), b"%d" % change.offset)
         batch.blind(keys.request_offset_key(number, change.offset), change.request_id.encode())
     if change.next_round is not None:
-        encoded.next_round = put_run(batch, None, change.next_round)
+        encoded.next_round = put_run(batch, None, change.next_round, change.timestamp_ms)
         batch.put(keys.lineage_key(change.next_round.lineage_id),
                   change.next_round.run_id.encode())
         seeded = history if not keep_records else encode_history(
             change.verdict, change.record_type, change.timestamp_ms, change.raw,
             seed=encoded.next_round)
         batch.blind(keys.history_key(change.next_round.run_id, number, change.offset), seeded)
-    for item in change.outbox:
-        batch.blind(keys.outbox_prefix(number) + item.request_id.encode(), encode_state(item))
-    for request_id in change.outbox_done:
-        batch.delete(keys.outbox_prefix(number) + request_id.encode())
+    put_outbox(batch, change, acknowledged)
+    if change.expiry is not None:
+        put_expiry(batch, number, change.expiry)
     return encoded
+
+
+def put_outbox(batch: Batch, change: RecordWrite,
+               acknowledged: tuple[OutboxItem | None, ...]) -> None:
+    """Outbox entries, each kept with the run whose record caused it (and indexed by it:
+    a run with an entry of its own unacknowledged is not expired); acknowledged ones go."""
+    number = change.partition.partition
+    cause = change.run_id or ""
+    for item in change.outbox:
+        batch.put(keys.outbox_key(number, item.request_id),
+                  encode_state(replace(item, cause=cause)))
+        batch.put(keys.caused_key(number, cause, item.request_id), b"")
+    for request_id, held in zip(change.outbox_done, acknowledged, strict=False):
+        batch.delete(keys.outbox_key(number, request_id))
+        if held is not None and held.cause is not None:
+            batch.delete(keys.caused_key(number, held.cause, request_id))
+
+
+def put_expiry(batch: Batch, partition: int, expiry: ExpiryChange) -> None:
+    """An expiry decision: each expired round's keys go (ranges, so the cost does not grow
+    with the run's length) and its tombstone comes; dropped tombstones go with the history
+    judged against them; the partition's old bookkeeping goes."""
+    for lineage in expiry.expired:
+        for run, stone in zip(lineage.rounds, lineage.tombstones, strict=True):
+            put_run(batch, run, None, 0, entries=False)
+            batch.delete_range(keys.entries_prefix(run.run_id),
+                               keys.upper_bound(keys.entries_prefix(run.run_id)))
+            _delete_history(batch, run.run_id)
+            batch.delete(keys.lineage_key(run.lineage_id))
+            value = encode_state(stone)
+            batch.put(keys.tombstone_key(run.run_id), value)
+            batch.blind(keys.tombstone_index_key(partition, stone.expired_ms, run.run_id), b"")
+        final = lineage.rounds[-1]
+        batch.delete(keys.settled_key(partition, lineage.settled_ms, final.run_id))
+    for stone in expiry.dropped:
+        batch.delete(keys.tombstone_key(stone.run_id))
+        batch.delete(keys.tombstone_index_key(partition, stone.expired_ms, stone.run_id))
+        _delete_history(batch, stone.run_id)
+    if expiry.trim_before > expiry.trim_from:
+        for key in (keys.partition_history_key, keys.fenced_key, keys.dead_letter_key):
+            batch.delete_range(key(partition, expiry.trim_from), key(partition, expiry.trim_before))
+
+
+def _delete_history(batch: Batch, run_id: str) -> None:
+    prefix = keys.history_prefix(run_id)
+    batch.delete_range(prefix, keys.upper_bound(prefix))
 
 
 def chain(previous: bytes, change: RecordWrite, encoded: Encoded) -> bytes:
@@ -126,11 +174,19 @@ def chain(previous: bytes, change: RecordWrite, encoded: Encoded) -> bytes:
         parts.append(change.raw or b"")
     if change.run_id is None:  # claims, heartbeats, outbox-sent: the partition's own state
         parts.append(encode_state(change.partition))
+    if change.expiry is not None:
+        parts.extend(encode_state(stone) for lineage in change.expiry.expired
+                     for stone in lineage.tombstones)
+        parts.extend(b"-" + stone.run_id.encode() for stone in change.expiry.dropped)
     return hashlib.blake2b(b"\x1f".join(parts), digest_size=HASH_BYTES).digest()
 
 
-def put_run(batch: Batch, before: RunState | None, after: RunState | None) -> bytes:
-    """The run's key and its indexes; returns the run's new bytes (b"": deleted)."""
+def put_run(batch: Batch, before: RunState | None, after: RunState | None,
+            timestamp_ms: int, *, entries: bool = True) -> bytes:
+    """The run's key and its indexes; returns the run's new bytes (b"": deleted).
+    `timestamp_ms`: the record's log time (a lineage's settlement is indexed by it).
+    `entries`: a deleted run's journal entries go key by key (the caller deletes them as a
+    range otherwise)."""
     put_wait(batch, before, after)
     if before is not None and (after is None or after.status != before.status):
         batch.delete(keys.status_key(before.status, before.partition, before.run_id))
@@ -139,9 +195,12 @@ def put_run(batch: Batch, before: RunState | None, after: RunState | None) -> by
     if after is None:
         if before is not None:
             batch.delete(keys.run_key(before.run_id))
-            for position in range(before.steps):
+            for position in range(before.steps if entries else 0):
                 batch.delete(keys.entry_key(before.run_id, position))
         return b""
+    if settles(before, after):
+        # Put, not blind: an expiry in the same batch (a rebuild's) must see it.
+        batch.put(keys.settled_key(after.partition, timestamp_ms, after.run_id), b"")
     value = encode_state(after)
     batch.put(keys.run_key(after.run_id), value)
     if before is None or after.status != before.status:
@@ -149,6 +208,12 @@ def put_run(batch: Batch, before: RunState | None, after: RunState | None) -> by
     if after.inbox and (before is None or not before.inbox):
         batch.blind(keys.inbox_key(after.partition, after.run_id), b"")
     return value
+
+
+def settles(before: RunState | None, after: RunState) -> bool:
+    """Whether `after` settles its lineage (a round that handed off settles nothing)."""
+    return (after.status.is_terminal and after.handed_off_to is None
+            and (before is None or not before.status.is_terminal))
 
 
 def put_wait(batch: Batch, before: RunState | None, after: RunState | None) -> None:

@@ -29,7 +29,7 @@ from runstream.engine.flow.port import NOT_CALLED, JournalPort, Quarantined, Run
 from runstream.engine.flow.waits import ChildRun, WaitingCalls
 from runstream.engine.journal import events as ev
 from runstream.engine.observability.tracing import step_span
-from runstream.projections.state import ChildLink, JournalEntry, RunState
+from runstream.projections.state import ChildLink, JournalEntry, RunState, incarnation_id
 from runstream.projections.transitions import idempotency_key as idempotency_key_of
 
 __all__ = ["CallObserver", "ChildRun", "FlowContext", "JournalPort", "Quarantined",
@@ -87,6 +87,7 @@ class FlowContext(WaitingCalls):
         self, *, run: RunState, journal: tuple[JournalEntry, ...], port: JournalPort
     ) -> None:
         self.run_id = run.run_id
+        self._incarnation_id = incarnation_id(run)
         self.flow = run.flow
         self._ancestors = run.ancestors
         self._ceiling = run.ceiling

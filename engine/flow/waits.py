@@ -43,6 +43,7 @@ class WaitingCalls:
     """Mixed into FlowContext, which provides the journal position counter and the port."""
 
     run_id: str
+    _incarnation_id: str  # the run id with its incarnation: what default child ids extend
     _ancestors: tuple[str, ...]
     _ceiling: tuple[str, ...] | None
     _entries: dict[int, JournalEntry]
@@ -140,7 +141,7 @@ class WaitingCalls:
         if entry is not None and entry.status == "completed":
             return ChildRun(self, json.loads(entry.result_json or "null"), position, loader)
         self._check_cancel(position, name)
-        child_id = run_id or f"{self.run_id}.{position}"
+        child_id = run_id or f"{self._incarnation_id}.{position}"
         self._check_spawn(child_id)
         payload_json = flow.dump_payload(payload) if isinstance(flow, Flow) else dump_json(payload)
         try:  # the limit a client's create is held to (its create request carries it)

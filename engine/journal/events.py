@@ -23,6 +23,7 @@ __all__ = [
     "PartitionEpochClaimed",
     "PartitionHeartbeat",
     "PartitionOutboxSent",
+    "PartitionRunsExpired",
     "RoundInvalid",
     "RunActivated",
     "RunCancelRequested",
@@ -209,33 +210,6 @@ class EvidenceRecorded:
     kind: str
     message: str
     attributes: dict[str, str] = _field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PartitionEpochClaimed:
-    """A worker took ownership of a partition for one consumer-group assignment. The reducer applies
-    it (epoch = previous + 1) only if its generation is at least the current owner's, or the
-    owner has been silent for longer than its lease; otherwise it is rejected and changes
-    nothing.
-    """
-
-    TYPE: ClassVar[str] = "partition.epoch-claimed"
-    KIND: ClassVar[str] = "decision"
-    SCHEMA_ID: ClassVar[int] = 126
-
-    envelope: Envelope
-    partition: int
-    # Proposed epoch; the reducer assigns previous epoch + 1.
-    epoch: int
-    # Human-readable owner: host, pid, member id.
-    owner: str
-    query_endpoint: str | None = None
-    # Consumer-group generation of the assignment; null in claims written before generations
-    # (applied unconditionally, the old rule).
-    generation: int | None = None
-    # The claimant's lease window: an older-generation claim is honoured once the owner has written
-    # nothing for this long (record timestamps). Owners heartbeat idle partitions well within it.
-    lease_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -540,33 +514,6 @@ class StepFailed:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunCreated:
-    """The owner admitted a run."""
-
-    TYPE: ClassVar[str] = "run.created"
-    KIND: ClassVar[str] = "decision"
-    SCHEMA_ID: ClassVar[int] = 146
-
-    envelope: Envelope
-    flow: str
-    payload_json: str
-    # Offset of the create request that made the run.
-    request_offset: int
-    # True when the request repeated an existing run with the same identity.
-    duplicate: bool = False
-    parent_run_id: str | None = None
-    round: int = 0
-    # The capabilities the run's steps may use (null: unrestricted).
-    ceiling: list[str] | None = None
-    # The lineage's round budget (0: unlimited).
-    max_rounds: int = 0
-    # True when the admitting owner registers the flow, so the ceiling and budget above are the
-    # flow's; false: the first owner that registers the flow fixes them (run.limits-fixed) before
-    # the first activation.
-    limits_fixed: bool = False
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class RunLimitsFixed:
     """The first owner that registers the run's flow fixed its ceiling and round budget, before its
     first activation (the owner that admitted it did not register the flow).
@@ -780,6 +727,98 @@ class RunResumeRequested:
     authority_capabilities: list[str] = _field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionEpochClaimed:
+    """A worker took ownership of a partition for one consumer-group assignment. The reducer applies
+    it (epoch = previous + 1) only if its generation is at least the current owner's, or the
+    owner has been silent for longer than its lease; otherwise it is rejected and changes
+    nothing.
+    """
+
+    TYPE: ClassVar[str] = "partition.epoch-claimed"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 161
+
+    envelope: Envelope
+    partition: int
+    # Proposed epoch; the reducer assigns previous epoch + 1.
+    epoch: int
+    # Human-readable owner: host, pid, member id.
+    owner: str
+    query_endpoint: str | None = None
+    # Consumer-group generation of the assignment; null in claims written before generations
+    # (applied unconditionally, the old rule).
+    generation: int | None = None
+    # The claimant's lease window: an older-generation claim is honoured once the owner has written
+    # nothing for this long (record timestamps). Owners heartbeat idle partitions well within it.
+    lease_ms: int | None = None
+    # How long the claimant keeps a settled lineage in the projection before it expires it into a
+    # tombstone (0: forever); null in claims written before retention (kept forever).
+    retention_ms: int | None = None
+    # How long a tombstone is kept after its run expired (it goes only once the request-dedupe
+    # window has also passed it); null: as retention_ms.
+    tombstone_retention_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunCreated:
+    """The owner admitted a run."""
+
+    TYPE: ClassVar[str] = "run.created"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 162
+
+    envelope: Envelope
+    flow: str
+    payload_json: str
+    # Offset of the create request that made the run.
+    request_offset: int
+    # True when the request repeated an existing run with the same identity.
+    duplicate: bool = False
+    parent_run_id: str | None = None
+    round: int = 0
+    # The capabilities the run's steps may use (null: unrestricted).
+    ceiling: list[str] | None = None
+    # The lineage's round budget (0: unlimited).
+    max_rounds: int = 0
+    # True when the admitting owner registers the flow, so the ceiling and budget above are the
+    # flow's; false: the first owner that registers the flow fixes them (run.limits-fixed) before
+    # the first activation.
+    limits_fixed: bool = False
+    # This life of the run id: the offset of the create request that began it. Every id an owner
+    # derives from the run (spawns, wakes, cancels, handoffs, default child ids) carries it, so an
+    # id reused after its tombstone went never collides with its former life. Null in records
+    # written before retention (ids without it).
+    incarnation: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionRunsExpired:
+    """The owner's retention sweep: settled lineages that leave the projection (each round replaced
+    by a tombstone), tombstones that go, and partition bookkeeping before an offset that goes.
+    The reducer re-checks every id and skips those not eligible; the records themselves stay on
+    the journal.
+    """
+
+    TYPE: ClassVar[str] = "partition.runs-expired"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 163
+
+    envelope: Envelope
+    partition: int
+    # Lineages to expire, each named by its final round (settled, not handed off); its earlier
+    # rounds expire with it.
+    expired: list[str] = _field(default_factory=list)
+    # The log time each expired lineage settled at, as the settle index holds it (same order as
+    # expired).
+    settled_ms: list[int] = _field(default_factory=list)
+    # Run ids whose tombstones go: the id is free again.
+    dropped: list[str] = _field(default_factory=list)
+    # Partition bookkeeping (claims and heartbeats, the fencing ledger, dead letters) at offsets
+    # below this goes.
+    trim_before: int | None = None
+
+
 # Any journal record; narrow with isinstance() or match on the class.
 JournalRecord: TypeAlias = (
     RunCreateRejected
@@ -792,7 +831,6 @@ JournalRecord: TypeAlias = (
     | RoundInvalid
     | RunReleased
     | EvidenceRecorded
-    | PartitionEpochClaimed
     | PartitionHeartbeat
     | RunSuspended
     | RunResumed
@@ -807,7 +845,6 @@ JournalRecord: TypeAlias = (
     | JournalEntryCopied
     | StepCompleted
     | StepFailed
-    | RunCreated
     | RunLimitsFixed
     | RunForkPart
     | RunForkAnswered
@@ -815,6 +852,9 @@ JournalRecord: TypeAlias = (
     | RunCancelRequested
     | RunForkRequested
     | RunResumeRequested
+    | PartitionEpochClaimed
+    | RunCreated
+    | PartitionRunsExpired
 )
 
 # Record type string (the rs-type header and envelope.type) → class.
@@ -829,7 +869,6 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "round.invalid": RoundInvalid,
     "run.released": RunReleased,
     "evidence.recorded": EvidenceRecorded,
-    "partition.epoch-claimed": PartitionEpochClaimed,
     "partition.heartbeat": PartitionHeartbeat,
     "run.suspended": RunSuspended,
     "run.resumed": RunResumed,
@@ -844,7 +883,6 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "journal.entry-copied": JournalEntryCopied,
     "step.completed": StepCompleted,
     "step.failed": StepFailed,
-    "run.created": RunCreated,
     "run.limits-fixed": RunLimitsFixed,
     "run.fork-part": RunForkPart,
     "run.fork-answered": RunForkAnswered,
@@ -852,6 +890,9 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "run.cancel-requested": RunCancelRequested,
     "run.fork-requested": RunForkRequested,
     "run.resume-requested": RunResumeRequested,
+    "partition.epoch-claimed": PartitionEpochClaimed,
+    "run.created": RunCreated,
+    "partition.runs-expired": PartitionRunsExpired,
 }
 
 REQUEST_TYPES: frozenset[str] = frozenset(
@@ -877,7 +918,6 @@ DECISION_TYPES: frozenset[str] = frozenset(
         "round.invalid",
         "run.released",
         "evidence.recorded",
-        "partition.epoch-claimed",
         "partition.heartbeat",
         "run.suspended",
         "run.resumed",
@@ -890,8 +930,10 @@ DECISION_TYPES: frozenset[str] = frozenset(
         "journal.entry-copied",
         "step.completed",
         "step.failed",
-        "run.created",
         "run.limits-fixed",
         "run.fork-answered",
+        "partition.epoch-claimed",
+        "run.created",
+        "partition.runs-expired",
     }
 )

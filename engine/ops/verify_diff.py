@@ -29,8 +29,8 @@ from runstream.projections.writes import decode_history
 # Keys not compared key by key: the running hashes, checked on their own (a store written
 # before hashes existed has none), and for such a store the fencing index, which came with
 # them.
-HASHES = (b"v/",)
-BEFORE_HASHES = (b"v/", b"f/")
+HASHES = (b"m/", b"v/")
+BEFORE_HASHES = (b"f/", b"m/", b"v/")
 # prefix -> (what it holds, the '/'-separated field holding the partition, the run id's)
 _INDEXES: dict[bytes, tuple[str, int | None, int | None]] = {
     b"s/": ("status index", 2, 3), b"i/": ("request index of runs", 1, 2),

@@ -64,6 +64,9 @@ def _sample_value(avro_type: Any, name: str, salt: int) -> Any:
         return _sample_value(next(b for b in avro_type if b != "null"), name, salt)
     if isinstance(avro_type, dict):
         if avro_type["type"] == "array":
+            items = avro_type["items"]
+            if items != "string":
+                return [_sample_value(items, name, salt), _sample_value(items, name, salt + 1)]
             return [f"{name}-a", "zwei ✓"]
         assert avro_type["type"] == "map"
         return {"k": f"{name}-v", "clé": "välue ✓"}

@@ -45,6 +45,7 @@ from runstream.projections.state import (
     Signal,
     Verdict,
     Wait,
+    incarnation_id,
     replace,
 )
 from tests.builders import Writer, request
@@ -341,4 +342,5 @@ async def test_the_environment_journals_a_quarantine_resolution_once_as_a_worker
                    for item in env.history(run_id) if item.record is not None
                    and item.record.TYPE in (ev.StepCompleted.TYPE, ev.RunResumed.TYPE)]
         assert decided == [(ev.StepCompleted.TYPE, Verdict.applied, None),
-                           (ev.RunResumed.TYPE, Verdict.applied, f"resolve/{run_id}/0")]
+                           (ev.RunResumed.TYPE, Verdict.applied,
+                            f"resolve/{incarnation_id(env.describe(run_id))}/0")]

@@ -26,7 +26,7 @@ from runstream.engine.demo.flows import checkout
 from runstream.engine.journal import events as ev
 from runstream.engine.testing import EnvironmentIdle, TestEnvironment
 from runstream.projections.fork_plan import ForkNeedsForce
-from runstream.projections.state import Verdict
+from runstream.projections.state import Verdict, incarnation_id
 from tests.integration.fork_flows import calls, counted, family, risky
 from tests.integration.fork_flows import flows as fork_flows
 from tests.integration.waiting_flows import (
@@ -119,20 +119,30 @@ async def test_wait_timeout_and_operator_resume() -> None:
             await env.resume(napping)
 
 
+def kid(env: TestEnvironment, run_id: str, *positions: int) -> str:
+    """The default id of the child spawned at each position in turn, from `run_id` down:
+    its parent's id with the parent's incarnation, then the spawn's position."""
+    for position in positions:
+        run_id = f"{incarnation_id(env.describe(run_id))}.{position}"
+    return run_id
+
+
 async def test_children_results_failures_and_exit_policy() -> None:
     specs = [{"payload": {"value": "a"}}, {"payload": {"fail": True}},
              {"payload": {"sleep": 3600}}, {"payload": {"sleep": 60, "value": "d"},
                                             "detach": True}]
     async with TestEnvironment(flows, partitions=4) as env:
         result = await env.run(parent, {"children": specs, "await": [0, 1]}, run_id="p")
-        assert result["results"] == {"p.0": "a", "p.1": "failed: ValueError"}
+        p0, p1, p2, p3 = (kid(env, "p", n) for n in range(4))
+        assert p0.startswith("p@") and p0.endswith(".0")  # the parent's incarnation, position
+        assert result["results"] == {p0: "a", p1: "failed: ValueError"}
         [policy] = [i.record for i in env.history("p")
                     if isinstance(i.record, ev.ChildPolicyApplied)]
-        assert (policy.cancelled, policy.detached) == (["p.2"], ["p.3"])
+        assert (policy.cancelled, policy.detached) == ([p2], [p3])
         await env.sleep(120)
-        assert env.status("p.2") is RunStatus.cancelled
-        assert await env.result("p.3") == "d"
-        assert {env.describe(c).partition for c in ("p.0", "p.1", "p.2", "p.3")} != {0}
+        assert env.status(p2) is RunStatus.cancelled
+        assert await env.result(p3) == "d"
+        assert {env.describe(c).partition for c in (p0, p1, p2, p3)} != {0}
 
 
 async def test_a_failed_child_raises_child_failed_in_its_parent() -> None:
@@ -169,7 +179,8 @@ async def test_cancel_pending_running_suspended_and_a_tree() -> None:
         with pytest.raises(RunCancelled):
             await env.result(root)
         await env.run_until_idle()
-        family = ["root.0", "root.1", "root.0.0", "root.0.1", "root.1.0", "root.1.1"]
+        family = [kid(env, "root", *path) for path in ((0,), (1,), (0, 0), (0, 1), (1, 0),
+                                                        (1, 1))]
         assert {env.status(r) for r in family} == {RunStatus.cancelled}
 
 
@@ -267,7 +278,7 @@ async def test_a_child_spawned_while_its_parent_is_cancelled_is_cancelled_at_onc
         await env.cancel(run_id, reason="stop")
         with pytest.raises(RunCancelled):
             await env.result(run_id)
-        assert env.status("late.1") is RunStatus.cancelled
+        assert env.status(kid(env, "late", 1)) is RunStatus.cancelled
         assert [e.name for e in env.journal(run_id)][-1] == "noted"
         assert env.now.isoformat().startswith("2026-01-01")  # no hour-long sleep waited out
 

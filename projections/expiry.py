@@ -1,0 +1,96 @@
+"""Retention: which settled lineages leave the projection, and which tombstones go. Pure.
+
+The owner sweeps its partition's settle index (projections.keys.settled_key) and journals
+`partition.runs-expired`; every reader applies it through `expire`, which re-checks each
+named lineage against what its store holds (`LineageFacts`, looked up by the caller), so a
+lineage that became ineligible between the owner's sweep and the record (a create re-sent
+to it, a wake it caused still unacknowledged) is skipped the same way by every reader.
+
+A lineage is eligible when all of:
+- its final round is settled (completed, failed or cancelled, not handed off) and its
+  settlement, by log time, is older than the partition's journaled retention;
+- every round of it holds no unanswered request (inbox, refused creates);
+- no outbox entry any of its rounds caused is unacknowledged.
+It is replaced by one tombstone per round. A tombstone goes once it has been kept for the
+tombstone retention and the partition has moved past the request-dedupe window since the
+run's last record (so a re-sent request of its past life is answered *expired*, never
+taken as a duplicate of nothing).
+"""
+
+from __future__ import annotations
+
+from runstream.engine.journal import events as ev
+from runstream.projections import values
+from runstream.projections.state import PartitionState, RunState, Tombstone, replace
+from runstream.projections.values import (
+    ExpiredLineage,
+    ExpiryChange,
+    ExpiryFacts,
+    LineageFacts,
+)
+
+
+def tombstone_retention_ms(partition: PartitionState) -> int:
+    return partition.tombstone_retention_ms or partition.retention_ms
+
+
+def lineage_eligible(partition: PartitionState, facts: LineageFacts | None, settled_ms: int,
+                     now_ms: int) -> bool:
+    """Whether the lineage may expire at log time `now_ms` (see the module docstring)."""
+    if facts is None or not facts.rounds or partition.retention_ms <= 0:
+        return False
+    final = facts.rounds[-1]
+    if (not final.status.is_terminal or final.handed_off_to is not None
+            or not facts.settle_indexed or settled_ms + partition.retention_ms > now_ms):
+        return False
+    if facts.caused_unsent:
+        return False
+    return all(run.status.is_terminal and not run.inbox and not run.refused_creates
+               for run in facts.rounds)
+
+
+def tombstone_may_go(partition: PartitionState, tombstone: Tombstone | None, offset: int,
+                     now_ms: int) -> bool:
+    if tombstone is None or partition.retention_ms <= 0:
+        return False
+    if tombstone.expired_ms + tombstone_retention_ms(partition) > now_ms:
+        return False
+    # The request index may still hold the run's requests until the partition has moved on
+    # past its dedupe window (pruned every PRUNE_EVERY offsets).
+    window = values.REQUEST_RETENTION + values.PRUNE_EVERY
+    return offset - tombstone.last_offset > window
+
+
+def expire(partition: PartitionState, record: ev.PartitionRunsExpired, offset: int,
+           timestamp_ms: int, facts: ExpiryFacts) -> tuple[PartitionState, ExpiryChange]:
+    """Apply an accepted expiry decision: the eligible lineages, the tombstones that may go,
+    the bookkeeping trim. Ineligible ids are skipped (the record stays in history)."""
+    expired: list[ExpiredLineage] = []
+    for run_id, settled_ms in zip(record.expired, record.settled_ms, strict=False):
+        held = facts.lineages.get(run_id)
+        if held is None or not lineage_eligible(partition, held, settled_ms, timestamp_ms):
+            continue
+        stones = tuple(_tombstone(run, held, index, settled_ms, offset, timestamp_ms)
+                       for index, run in enumerate(held.rounds))
+        expired.append(ExpiredLineage(held.rounds, stones, settled_ms))
+    dropped = tuple(stone for run_id in dict.fromkeys(record.dropped)
+                    if (stone := facts.tombstones.get(run_id)) is not None
+                    and tombstone_may_go(partition, stone, offset, timestamp_ms))
+    trim_from = partition.trimmed_before
+    trim_before = trim_from
+    if record.trim_before is not None and trim_from < record.trim_before <= offset:
+        trim_before = record.trim_before
+    change = ExpiryChange(tuple(expired), dropped, trim_from, trim_before)
+    if trim_before != trim_from:
+        partition = replace(partition, trimmed_before=trim_before)
+    return partition, change
+
+
+def _tombstone(run: RunState, facts: LineageFacts, index: int, settled_ms: int, offset: int,
+               timestamp_ms: int) -> Tombstone:
+    return Tombstone(
+        run_id=run.run_id, lineage_id=run.lineage_id, partition=run.partition,
+        status=run.status, request_id=run.request_id, settled_ms=settled_ms,
+        expired_ms=timestamp_ms, expired_offset=offset, first_offset=run.request_offset,
+        last_offset=facts.last_offsets[index], round=run.round, flow=run.flow)
+
