@@ -19,7 +19,11 @@ taken as a duplicate of nothing).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, Protocol
+
 from runstream.engine.journal import events as ev
+from runstream.engine.journal.timetext import iso_time
 from runstream.projections import values
 from runstream.projections.state import PartitionState, RunState, Tombstone, replace
 from runstream.projections.values import (
@@ -94,3 +98,74 @@ def _tombstone(run: RunState, facts: LineageFacts, index: int, settled_ms: int, 
         expired_ms=timestamp_ms, expired_offset=offset, first_offset=run.request_offset,
         last_offset=facts.last_offsets[index], round=run.round, flow=run.flow)
 
+
+
+def ghost_of(tombstone: Tombstone) -> RunState:
+    """The expired run as far as an owner's answer about it needs (its ids, its partition):
+    what a decision naming it is written from."""
+    return RunState(
+        run_id=tombstone.run_id, lineage_id=tombstone.lineage_id, partition=tombstone.partition,
+        flow=tombstone.flow, payload_json="null", request_id=tombstone.request_id,
+        request_offset=tombstone.first_offset, created_at_ms=tombstone.settled_ms,
+        updated_at_ms=tombstone.expired_ms, status=tombstone.status, admitted=True,
+        round=tombstone.round)
+
+
+def expired_text(tombstone: Tombstone) -> str:
+    """When and after what the run expired, for answers and errors."""
+    return (f"expired at {iso_time(tombstone.expired_ms)}, after it settled "
+            f"{tombstone.status.value} at {iso_time(tombstone.settled_ms)}")
+
+
+# Lineages one expiry decision names at most (with their rounds, a lineage with more rounds
+# goes alone), and tombstones it drops: a record well under the size limit, and a batch
+# other records interleave with.
+SWEEP_BATCH = 256
+# Candidates a sweep looks at past the ineligible ones at the head of the settle index.
+SWEEP_LOOK = 4 * SWEEP_BATCH
+
+
+class RetentionReads(Protocol):
+    """What a sweep reads of a store (projections.store and projections.memory agree)."""
+
+    def settled_due(self, partition: int, until_ms: int, limit: int
+                    ) -> list[tuple[int, str]]: ...
+
+    def tombstones_due(self, partition: int, until_ms: int, limit: int
+                       ) -> list[tuple[int, str]]: ...
+
+    def tombstone(self, run_id: str) -> Tombstone | None: ...
+
+
+LineageLookup = Callable[[int, str, int], "LineageFacts | None"]
+
+
+def sweep_body(store: RetentionReads, partition: PartitionState, now_ms: int,
+               lineage: LineageLookup, *, batch: int = SWEEP_BATCH) -> dict[str, Any] | None:
+    """The body of the owner's next `partition.runs-expired` for `partition` at `now_ms`
+    (its clock; the reducer judges by the record's log time), or None when nothing is due.
+    `lineage(partition, run_id, settled_ms)` looks up what the store holds of a lineage
+    (projections.projector.Projector.lineage_facts), so ineligible ones are not named."""
+    if partition.retention_ms <= 0:
+        return None
+    number = partition.partition
+    expired: list[str] = []
+    settled: list[int] = []
+    rounds = 0
+    for settled_ms, run_id in store.settled_due(number, now_ms - partition.retention_ms,
+                                                SWEEP_LOOK):
+        facts = lineage(number, run_id, settled_ms)
+        if not lineage_eligible(partition, facts, settled_ms, now_ms) or facts is None:
+            continue
+        if expired and rounds + len(facts.rounds) > batch:
+            break
+        expired.append(run_id)
+        settled.append(settled_ms)
+        rounds += len(facts.rounds)
+    dropped = [run_id for _, run_id in store.tombstones_due(
+        number, now_ms - tombstone_retention_ms(partition), SWEEP_LOOK)
+        if tombstone_may_go(partition, store.tombstone(run_id), partition.next_offset, now_ms)
+    ][:batch]
+    if not expired and not dropped:
+        return None
+    return {"partition": number, "expired": expired, "settled_ms": settled, "dropped": dropped}

@@ -23,9 +23,7 @@ and `on_claim` for a run not acted on since the claim), `react`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Mapping
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Mapping
 
 from runstream.engine.errors import PayloadInvalid, journal_text
 from runstream.engine.journal import events as ev
@@ -44,13 +42,24 @@ from runstream.projections.decide import (
     needs_activation,
     unanswered_creates,
 )
-from runstream.projections.fork_transitions import ForkAsk, fork_asks, is_copying
+from runstream.projections.expiry import expired_text, ghost_of
+from runstream.projections.fork_transitions import fork_asks, is_copying
+from runstream.projections.reactions import (
+    AnswerFork,
+    FlowMissing,
+    OwnerView,
+    Reaction,
+    RegisteredFlow,
+    Resume,
+    Start,
+    Write,
+)
 from runstream.projections.sending import Record, too_large_body
 from runstream.projections.state import (
     InboxItem,
-    JournalEntry,
     RunState,
     RunStatus,
+    Tombstone,
     Verdict,
     incarnation_id,
 )
@@ -66,117 +75,18 @@ from runstream.projections.wakes import (
     wait_entry_position,
 )
 
-
-class RegisteredFlow(Protocol):
-    """What the owner's reactions need of a registered flow (engine.flow.definition.Flow)."""
-
-    @property
-    def capabilities(self) -> frozenset[str] | None: ...
-
-    @property
-    def max_rounds(self) -> int: ...
-
-    def load_payload(self, payload_json: str) -> object:
-        """The payload as the flow takes it; raises PayloadInvalid."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    """The broker refused a record of the run (too large, corrupt): `message` says why.
-    `may_be_creation`: its payload is large enough that the refused record may have been
-    its run.created, which carries the payload (sending it again is refused again)."""
-
-    message: str
-    may_be_creation: bool
-
-
-def _no_refusal(run_id: str) -> Refusal | None:
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class OwnerView:
-    """What the owner knows beside the run. Callables, so that a caller answers from its
-    own state (a worker's store and confirmations, the environment's log) as it is now."""
-
-    flows: Mapping[str, RegisteredFlow]
-    owner: str  # the owner's name, for evidence
-    entry: Callable[[str, int], JournalEntry | None]  # (run id, position) -> its entry
-    decided: Container[str]  # keys answered under this ownership
-    in_flight: Callable[[str], bool]  # run id -> decisions of ours not applied yet
-    executing: Callable[[str], bool]  # run id -> an execution of the run is here
-    refusal: Callable[[str], Refusal | None] = _no_refusal
-
-
-@dataclass(frozen=True, slots=True)
-class Start:
-    """Start (or resume) the run's handler, unless it executes here already. `run` is the
-    run as the decisions just written make it. `woken`: its wait just ended, so an
-    execution still unwinding from that suspension starts it again. `claimed`: a running
-    run taken over at a claim."""
-
-    run: RunState
-    woken: bool = False
-    claimed: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Write:
-    """Journal `records` about `run`, in order, and remember `key` as decided. `then`
-    follows only when every record was written (a record too large to send is answered in
-    its place: projections.sending.carry_out; what follows it is not done). `uses_refusal`:
-    the answer to the broker's refusal of a record of the run (the owner forgets the refusal)."""
-
-    run: RunState
-    records: tuple[Record, ...]
-    key: str | None = None
-    then: tuple[Reaction, ...] = ()
-    uses_refusal: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class AnswerFork:
-    """Answer a fork request naming `run` as its source: reading the source's records up to
-    the point is the owner's (projections.fork_plan.answer_fork decides)."""
-
-    run: RunState
-    ask: ForkAsk
-    key: str
-
-
-@dataclass(frozen=True, slots=True)
-class FlowMissing:
-    """The run's flow is not registered here: it cannot start (a worker warns and leaves
-    it pending; the test environment cannot run it)."""
-
-    run: RunState
-    message: str
-    claimed: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Resume:
-    """A wake of `run` was applied: continue its handler parked on the wait (a worker's
-    sticky cache) with the outcome at `position`, if it is parked here; else `otherwise`."""
-
-    run: RunState
-    position: int | None
-    otherwise: tuple[Reaction, ...] = ()
-
-
-Reaction = Write | Start | AnswerFork | FlowMissing | Resume
-
-
 # -- entry points ---------------------------------------------------------------------------
 
 
 def on_record(view: OwnerView, run: RunState | None, record: ev.JournalRecord,
               verdict: Verdict, *, next_round: RunState | None = None,
-              drained: bool = False) -> list[Reaction]:
+              drained: bool = False, tombstone: Tombstone | None = None) -> list[Reaction]:
     """What follows `record`, judged `verdict`, about `run` (as it stands after it), in a
     partition the owner executes. `next_round`: the round a handoff just created.
-    `drained`: the record was the last decision of ours about the run not yet applied."""
+    `drained`: the record was the last decision of ours about the run not yet applied.
+    `tombstone`: what is left of the run the record named, when it expired."""
+    if run is None and tombstone is not None:
+        return answer_expired(view, tombstone, record)
     if run is None and next_round is None:
         return []
     if verdict is Verdict.refused and isinstance(record, ev.RunCreateRequested):
@@ -314,6 +224,20 @@ def payload_refusal(flows: Mapping[str, RegisteredFlow], flow_name: str,
     except PayloadInvalid as exc:
         return str(exc)
     return None
+
+
+def answer_expired(view: OwnerView, tombstone: Tombstone, record: ev.JournalRecord
+                   ) -> list[Reaction]:
+    """A create naming an expired run is rejected, whatever its request id: the run is
+    never created again while its tombstone is kept (other requests are refused, and their
+    senders read the tombstone)."""
+    key = record.envelope.request_id
+    if not isinstance(record, ev.RunCreateRequested) or key is None or key in view.decided:
+        return []
+    return [Write(ghost_of(tombstone), ((ev.RunCreateRejected, {
+        "request_id": key, "reason": "expired", "field": "run_id",
+        "existing_value": expired_text(tombstone),
+        "requested_value": tombstone.run_id}),), key)]
 
 
 def answer_refused(view: OwnerView, run: RunState) -> list[Reaction]:

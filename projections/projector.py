@@ -220,12 +220,13 @@ class Projector:
         a few lookups per named id, whatever the runs' lengths."""
         lineages: dict[str, LineageFacts | None] = {}
         for run_id, settled_ms in zip(record.expired, record.settled_ms, strict=False):
-            lineages[run_id] = self._lineage_facts(partition, run_id, settled_ms)
+            lineages[run_id] = self.lineage_facts(partition, run_id, settled_ms)
         tombstones = {run_id: self.store.tombstone(run_id) for run_id in record.dropped}
         return ExpiryFacts(lineages, tombstones)
 
-    def _lineage_facts(self, partition: int, run_id: str, settled_ms: int
-                       ) -> LineageFacts | None:
+    def lineage_facts(self, partition: int, run_id: str, settled_ms: int
+                      ) -> LineageFacts | None:
+        """What the store holds of the lineage whose final round is `run_id`."""
         final = self.run(run_id)
         if final is None or final.partition != partition:
             return None

@@ -42,7 +42,9 @@ from runstream.projections.fork_plan import (
     plan_fork,
 )
 from runstream.projections.outbox_fallback import GiveUp, checked_request
-from runstream.projections.owner import (
+from runstream.projections.owner import on_record, react, swept, swept_requests
+from runstream.projections.projector import Outcome
+from runstream.projections.reactions import (
     AnswerFork,
     FlowMissing,
     OwnerView,
@@ -50,12 +52,7 @@ from runstream.projections.owner import (
     Resume,
     Start,
     Write,
-    on_record,
-    react,
-    swept,
-    swept_requests,
 )
-from runstream.projections.projector import Outcome
 from runstream.projections.requests import describe_refusal
 from runstream.projections.sending import carry_out
 from runstream.projections.state import JournalEntry, OutboxItem, RunState, RunStatus, Verdict
@@ -260,14 +257,15 @@ class TestEnvironment:
         ours = self.log.ours(record)
         if ours and envelope.request_id:
             self._decided.discard(envelope.request_id)  # the projection dedupes now
-        if outcome.verdict is Verdict.applied and outcome.outbox:
+        if outcome.outbox:  # (a refused spawn of an expired run id has one too)
             for item in outcome.outbox:
                 self._send_request(item)
             self.log.partition_decision(partition, ev.PartitionOutboxSent,
                                         request_ids=[item.request_id for item in outcome.outbox])
         drained = ours and bool(envelope.run_id) and not self.log.in_flight(envelope.run_id)
         self._act(on_record(self._view(), outcome.run, record, outcome.verdict,
-                            next_round=outcome.next_round, drained=drained))
+                            next_round=outcome.next_round, drained=drained,
+                            tombstone=outcome.tombstone))
 
     def _send_request(self, item: OutboxItem) -> None:
         """An outbox request to its run's log, or, when it can never be sent, what answers

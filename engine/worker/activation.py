@@ -21,7 +21,7 @@ from runstream.engine.worker.run_protocols import ActivationOwner
 from runstream.engine.worker.sweep import ClaimSweeps
 from runstream.projections import owner
 from runstream.projections.decide import plan_activation
-from runstream.projections.owner import Start
+from runstream.projections.reactions import Start
 from runstream.projections.state import RunState
 from runstream.projections.store import ProjectionStore
 

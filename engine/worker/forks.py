@@ -24,7 +24,7 @@ from runstream.engine.worker.ownership import Ownership
 from runstream.engine.worker.run_protocols import ForkOwner
 from runstream.projections.fork_plan import MAX_PART_BYTES, answer_fork
 from runstream.projections.fork_transitions import ForkAsk, fork_asks
-from runstream.projections.owner import AnswerFork
+from runstream.projections.reactions import AnswerFork
 from runstream.projections.state import RunState, round_run_id
 from runstream.projections.store import ProjectionStore
 from runstream.projections.values import HistoryEntry

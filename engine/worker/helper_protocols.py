@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from runstream.engine.worker.ownership import Ownership
-from runstream.projections.owner import OwnerView, Reaction, Start
+from runstream.projections.reactions import OwnerView, Reaction, Start
 from runstream.projections.state import OutboxItem, RunState
 from runstream.projections.store import ProjectionStore
 

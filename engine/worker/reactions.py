@@ -21,7 +21,8 @@ from runstream.engine.worker.forks import ForkAnswers
 from runstream.engine.worker.ownership import Ownership, OwnershipState
 from runstream.engine.worker.run_protocols import ReactionsOwner
 from runstream.projections import owner
-from runstream.projections.owner import (
+from runstream.projections.projector import Outcome
+from runstream.projections.reactions import (
     AnswerFork,
     FlowMissing,
     OwnerView,
@@ -31,7 +32,6 @@ from runstream.projections.owner import (
     Start,
     Write,
 )
-from runstream.projections.projector import Outcome
 from runstream.projections.sending import carry_out
 from runstream.projections.state import JournalEntry, RunState, Verdict
 
@@ -57,18 +57,19 @@ class Reactions:
         yet applied."""
         record = outcome.record
         assert record is not None
+        if outcome.outbox:  # (a spawn of an expired run id, refused, fails its parent's spawn)
+            self.owner.outbox.add(own, outcome.outbox)
         if outcome.verdict is Verdict.applied:
             self._applied(own, record, outcome)
         try:
             self.act(own, owner.on_record(self.view(own), outcome.run, record, outcome.verdict,
-                                          next_round=outcome.next_round, drained=drained))
+                                          next_round=outcome.next_round, drained=drained,
+                                          tombstone=outcome.tombstone))
         except (WorkerFatal, RunReleased):  # the source failed: its renewal decides again
             own.state = OwnershipState.lost
 
     def _applied(self, own: Ownership, record: ev.JournalRecord, outcome: Outcome) -> None:
-        """The outbox and the timers learn of an applied record."""
-        if outcome.outbox:
-            self.owner.outbox.add(own, outcome.outbox)
+        """The timers learn of an applied record."""
         if isinstance(record, ev.TimerFired | ev.RunSuspended):
             self.owner.timers.applied(record.envelope.run_id)
             if isinstance(record, ev.RunSuspended) and record.wake_at_ms is not None:

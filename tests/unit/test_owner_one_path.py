@@ -15,7 +15,7 @@ from runstream.engine.journal import events as ev
 from runstream.engine.journal.record_size import MAX_SENT_RECORD_BYTES
 from runstream.engine.testing import TestEnvironment
 from runstream.projections import owner
-from runstream.projections.owner import OwnerView, Start, Write
+from runstream.projections.reactions import OwnerView, Start, Write
 from runstream.projections.state import RunState, RunStatus, Wait, replace
 
 

@@ -20,7 +20,8 @@ from runstream.engine.worker.committer import Committer
 from runstream.engine.worker.ownership import Ownership, OwnershipState
 from runstream.engine.worker.worker import Worker
 from runstream.projections import owner
-from runstream.projections.owner import (
+from runstream.projections.owner import on_claim, on_create_request, on_record, react
+from runstream.projections.reactions import (
     AnswerFork,
     FlowMissing,
     OwnerView,
@@ -29,10 +30,6 @@ from runstream.projections.owner import (
     Resume,
     Start,
     Write,
-    on_claim,
-    on_create_request,
-    on_record,
-    react,
 )
 from runstream.projections.sending import too_large_answer
 from runstream.projections.state import (

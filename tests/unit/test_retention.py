@@ -136,7 +136,8 @@ def test_requests_to_an_expired_run_are_refused_and_decisions_change_nothing(
     signal = request(ev.RunSignalSent, run_id="a", request_id="sig", name="go",
                      payload_json="1")
     assert journal.add(signal) is Verdict.refused
-    assert journal.decide(ev.RunActivated, "a", mode="fresh", activation=1) is Verdict.ignored  # never a dead letter
+    # A decision about it is ignored, never a dead letter.
+    assert journal.decide(ev.RunActivated, "a", mode="fresh", activation=1) is Verdict.ignored
     assert journal.decide(ev.RunCreated, "a", request_id="req-b", flow="checkout",
                           payload_json="{}", request_offset=8) is Verdict.ignored
     assert journal.store.run("a") is None and journal.memory.dead_letters == []
@@ -207,7 +208,7 @@ def test_a_tombstone_goes_after_its_retention_and_the_dedupe_window_and_the_id_i
     journal.expire("a", after_ms=RETENTION_MS + 1)
     journal.expire(dropped=("a",), after_ms=RETENTION_MS + 1)  # within the dedupe window
     assert journal.store.tombstone("a") is not None
-    for n in range(6):
+    for _ in range(6):
         journal.decide(ev.PartitionHeartbeat, "", partition=0)
     journal.expire(dropped=("a",))
     assert journal.store.tombstone("a") is None and journal.memory.store.tombstone("a") is None

@@ -1,0 +1,115 @@
+"""What an owner's reactions are made of: the view it decides from (`OwnerView`) and the
+reactions projections.owner returns (`Write`, `Start`, `AnswerFork`, `FlowMissing`,
+`Resume`), which the worker and the TestEnvironment carry out. Pure values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from runstream.projections.fork_transitions import ForkAsk
+from runstream.projections.sending import Record
+from runstream.projections.state import JournalEntry, RunState
+
+
+class RegisteredFlow(Protocol):
+    """What the owner's reactions need of a registered flow (engine.flow.definition.Flow)."""
+
+    @property
+    def capabilities(self) -> frozenset[str] | None: ...
+
+    @property
+    def max_rounds(self) -> int: ...
+
+    def load_payload(self, payload_json: str) -> object:
+        """The payload as the flow takes it; raises PayloadInvalid."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """The broker refused a record of the run (too large, corrupt): `message` says why.
+    `may_be_creation`: its payload is large enough that the refused record may have been
+    its run.created, which carries the payload (sending it again is refused again)."""
+
+    message: str
+    may_be_creation: bool
+
+
+def _no_refusal(run_id: str) -> Refusal | None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerView:
+    """What the owner knows beside the run. Callables, so that a caller answers from its
+    own state (a worker's store and confirmations, the environment's log) as it is now."""
+
+    flows: Mapping[str, RegisteredFlow]
+    owner: str  # the owner's name, for evidence
+    entry: Callable[[str, int], JournalEntry | None]  # (run id, position) -> its entry
+    decided: Container[str]  # keys answered under this ownership
+    in_flight: Callable[[str], bool]  # run id -> decisions of ours not applied yet
+    executing: Callable[[str], bool]  # run id -> an execution of the run is here
+    refusal: Callable[[str], Refusal | None] = _no_refusal
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Start (or resume) the run's handler, unless it executes here already. `run` is the
+    run as the decisions just written make it. `woken`: its wait just ended, so an
+    execution still unwinding from that suspension starts it again. `claimed`: a running
+    run taken over at a claim."""
+
+    run: RunState
+    woken: bool = False
+    claimed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """Journal `records` about `run`, in order, and remember `key` as decided. `then`
+    follows only when every record was written (a record too large to send is answered in
+    its place: projections.sending.carry_out; what follows it is not done). `uses_refusal`:
+    the answer to the broker's refusal of a record of the run (the owner forgets the refusal)."""
+
+    run: RunState
+    records: tuple[Record, ...]
+    key: str | None = None
+    then: tuple[Reaction, ...] = ()
+    uses_refusal: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerFork:
+    """Answer a fork request naming `run` as its source: reading the source's records up to
+    the point is the owner's (projections.fork_plan.answer_fork decides)."""
+
+    run: RunState
+    ask: ForkAsk
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class FlowMissing:
+    """The run's flow is not registered here: it cannot start (a worker warns and leaves
+    it pending; the test environment cannot run it)."""
+
+    run: RunState
+    message: str
+    claimed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """A wake of `run` was applied: continue its handler parked on the wait (a worker's
+    sticky cache) with the outcome at `position`, if it is parked here; else `otherwise`."""
+
+    run: RunState
+    position: int | None
+    otherwise: tuple[Reaction, ...] = ()
+
+
+Reaction = Write | Start | AnswerFork | FlowMissing | Resume
