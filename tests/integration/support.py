@@ -163,3 +163,23 @@ async def status_or_none(client: Any, run_id: str) -> Any:
         return await client.status(run_id)
     except RunNotFound:
         return None
+
+
+async def child_id(client: Any, run_id: str, *positions: int, timeout: float = 60) -> str:
+    """The default id of the child spawned at each position in turn below `run_id`: its
+    parent's id with the parent's incarnation, then the spawn's position (waiting for each
+    parent to exist: a child is created through its parent's outbox)."""
+    from runstream.engine.errors import RunNotFound
+    from runstream.projections.state import incarnation_id
+
+    deadline = time.monotonic() + timeout
+    for position in positions:
+        while True:
+            try:
+                parent = await client.describe(run_id)
+                break
+            except RunNotFound:
+                assert time.monotonic() < deadline, f"run {run_id} never appeared"
+                await asyncio.sleep(0.1)
+        run_id = f"{incarnation_id(parent)}.{position}"
+    return run_id

@@ -35,7 +35,7 @@ from runstream.projections.fork_plan import (
 )
 from runstream.projections.fork_transitions import fork_asks
 from runstream.projections.partitioning import partition_for
-from runstream.projections.state import RunState, Verdict
+from runstream.projections.state import RunState, Verdict, incarnation_id
 from runstream.projections.values import HistoryEntry
 from tests.integration.fork_flows import bulky, calls, counted, family, flows, risky
 from tests.integration.support import fold, status_or_none
@@ -150,7 +150,8 @@ async def test_a_fork_before_an_irreversible_step_or_a_spawn_needs_force(
                                  completed("before"))
         with pytest.raises(ForkNeedsForce) as orphaning:
             await fork(bootstrap, namespace, tmp_path, kin.run_id, at_kin)
-        assert f"child run kin-{tag}.1" in orphaning.value.warnings[0]
+        kin_child = f"{incarnation_id(await c.describe(kin.run_id))}.1"
+        assert f"child run {kin_child}" in orphaning.value.warnings[0]
         kin_fork = await fork(bootstrap, namespace, tmp_path, kin.run_id, at_kin,
                               new_run_id=f"kin-fork-{tag}", force=True)
         done = await settled(c, kin_fork.run_id)

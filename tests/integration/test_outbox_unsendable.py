@@ -20,9 +20,9 @@ from runstream.engine.journal.record_size import MAX_SENT_RECORD_BYTES as MAX_RE
 from runstream.engine.ops.deadletters import DeadLetterRow, list_dead_letters
 from runstream.projections import keys
 from runstream.projections.partitioning import run_partition
-from runstream.projections.state import OutboxItem, encode_state
+from runstream.projections.state import OutboxItem, encode_state, incarnation_id
 from tests.conftest import TEST_JOURNAL_PARTITIONS
-from tests.integration.support import status_or_none
+from tests.integration.support import child_id, status_or_none
 
 pytestmark = pytest.mark.integration
 
@@ -75,14 +75,14 @@ def _envelope(cls: Any, run_id: str, **extra: Any) -> Envelope:
 def spawn_payload_size() -> int:
     """Characters of a child payload whose child.spawned fits one decision while its
     create request does not (both carry the payload; the create, the parent id more)."""
-    child_id = f"{PARENT}.0"
+    child_id = f"{PARENT}@10.0"  # (a parent's incarnation is its create's offset: short here)
     decided = dict(epoch=1, source_id=SOURCE, source_seq=10_000)
     base = _size(ev.ChildSpawned(
         envelope=_envelope(ev.ChildSpawned, PARENT, **decided), child_run_id=child_id,
         child_lineage_id=child_id, flow=big_child.name, position=0, payload_json="",
         parent_exit_policy="cancel", ceiling=None, trace_context={}))
     request = _size(ev.RunCreateRequested(
-        envelope=_envelope(ev.RunCreateRequested, child_id, request_id=f"spawn/{PARENT}/0"),
+        envelope=_envelope(ev.RunCreateRequested, child_id, request_id=f"spawn/{PARENT}@10/0"),
         flow=big_child.name, payload_json="", parent_run_id=PARENT, parent_lineage_id=PARENT,
         parent_exit_policy="cancel", ancestors=[PARENT], parent_position=0, ceiling=None,
         trace_context={}))
@@ -94,7 +94,7 @@ def spawn_payload_size() -> int:
 def wake_result_size() -> int:
     """Characters of a child result whose run.completed fits one decision while the wake
     carrying it to the parent does not."""
-    child_id = f"{PARENT}.0"
+    child_id = f"{PARENT}@10.0"
     base = _size(ev.RunCompleted(envelope=_envelope(
         ev.RunCompleted, child_id, epoch=1, source_id=SOURCE, source_seq=10_000),
         result_json=""))
@@ -171,13 +171,14 @@ async def test_a_spawn_whose_create_is_too_large_to_send_fails_the_parents_spawn
             answer = await run.result(timeout=60)
             assert answer["error_type"] == "SpawnRefused", answer
             assert "cannot be sent (too-large)" in answer["message"]
-            assert await status_or_none(client, f"{PARENT}.0") is None  # never created
+            kid = f"{incarnation_id(await client.describe(PARENT))}.0"
+            assert await status_or_none(client, kid) is None  # never created
             await still_runs_its_partition(client, worker, PARENT)
             await outbox_empty(worker, run_partition(PARENT, TEST_JOURNAL_PARTITIONS))
     finally:
         await worker.stop()
     row = await dead_letter(bootstrap, namespace, "too-large")
-    assert row.type == ev.RunCreateRequested.TYPE and f"spawn/{PARENT}/0" in row.detail
+    assert row.type == ev.RunCreateRequested.TYPE and f"spawn/{PARENT}@" in row.detail
 
 
 async def test_a_wake_too_large_to_send_fails_the_parents_child_result(
@@ -194,9 +195,10 @@ async def test_a_wake_too_large_to_send_fails_the_parents_child_result(
             answer = await run.result(timeout=60)
             assert answer["error_type"] == "ResultUndeliverable", answer
             assert answer["message"].startswith("result could not be delivered: ")
-            assert await client.status(f"{PARENT}.0") is RunStatus.completed
+            kid = await child_id(client, PARENT, 0)
+            assert await client.status(kid) is RunStatus.completed
             await still_runs_its_partition(client, worker, PARENT)
-            await outbox_empty(worker, run_partition(f"{PARENT}.0", TEST_JOURNAL_PARTITIONS))
+            await outbox_empty(worker, run_partition(kid, TEST_JOURNAL_PARTITIONS))
     finally:
         await worker.stop()
     row = await dead_letter(bootstrap, namespace, "too-large")
@@ -218,15 +220,18 @@ async def test_an_old_shape_outbox_body_in_the_store_is_given_up_on_the_claim(
             await client.create_run(spawner, {"flow": waiter.name, "child": None},
                                     run_id=parent_id)
 
+            kid = await child_id(client, parent_id, 0)
+            spawn_id = f"spawn/{incarnation_id(await client.describe(parent_id))}/0"
+
             async def parked() -> bool:
                 return (await status_or_none(client, parent_id) is RunStatus.suspended
-                        and await status_or_none(client, f"{parent_id}.0") is not None)
+                        and await status_or_none(client, kid) is not None)
             await until(parked, "the parent to wait for its child")
             await outbox_empty(worker, partition)
     finally:
         await worker.stop()
-    old = OutboxItem(request_id=f"spawn/{parent_id}/0", type=ev.RunCreateRequested.TYPE,
-                     run_id=f"{parent_id}.0", lineage_id=f"{parent_id}.0",
+    old = OutboxItem(request_id=spawn_id, type=ev.RunCreateRequested.TYPE,
+                     run_id=kid, lineage_id=kid,
                      body_json=json.dumps({"flow_name": waiter.name, "payload": "null",
                                            "parent_run_id": parent_id, "parent_position": 0}))
     db = Rdict(str(data_dir / "projection"), Options(raw_mode=True))

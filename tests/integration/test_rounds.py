@@ -38,7 +38,7 @@ from tests.integration.round_flows import (
     to_ghost,
     to_strict,
 )
-from tests.integration.support import WorkerProcess, fold, wait_for_owners
+from tests.integration.support import WorkerProcess, child_id, fold, wait_for_owners
 
 APP = "tests.integration.round_flows:flows"
 
@@ -134,7 +134,8 @@ async def test_capability_ceilings(
         with pytest.raises(RunFailed, match="ChildFailed") as caught:
             await greedy.result(timeout=60)
         assert "CapabilityRefused" in str(caught.value)
-        assert (await c.describe("greedy-parent.0")).ceiling == ("a",)  # within its parent's
+        kid = await child_id(c, "greedy-parent", 0)
+        assert (await c.describe(kid)).ceiling == ("a",)  # within its parent's
         async with client(bootstrap, namespace, authority={"reports"}) as narrow:
             with pytest.raises(CapabilityRefused, match="payments"):
                 await narrow.create_run(payer, {})

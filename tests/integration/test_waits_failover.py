@@ -13,7 +13,13 @@ import pytest
 
 from runstream import Client, RunCancelled, RunStatus, Worker
 from runstream.engine.journal import events as ev
-from tests.integration.support import WorkerProcess, fold, status_or_none, wait_for_owners
+from tests.integration.support import (
+    WorkerProcess,
+    child_id,
+    fold,
+    status_or_none,
+    wait_for_owners,
+)
 from tests.integration.waiting_flows import (
     approval,
     flows,
@@ -86,8 +92,8 @@ async def test_tree_cancelled_at_the_root_across_partitions_and_workers(
         async with Client(bootstrap_servers=bootstrap, namespace=namespace,
                           flows=flows) as c:
             root = await c.create_run(tree, {"depth": 2, "fanout": 2}, run_id="root")
-            kids = ["root.0", "root.1"]
-            grandkids = [f"{k}.{i}" for k in kids for i in (0, 1)]
+            kids = [await child_id(c, "root", i) for i in (0, 1)]
+            grandkids = [await child_id(c, k, i) for k in kids for i in (0, 1)]
             await wait_statuses(c, ["root", *kids, *grandkids], RunStatus.suspended)
             await c.cancel("root", reason="tear down")
             with pytest.raises(RunCancelled, match="tear down"):
@@ -104,7 +110,8 @@ async def test_tree_cancelled_at_the_root_across_partitions_and_workers(
         for kid in kids:
             [record] = [i.record for i in view.history[kid]
                         if isinstance(i.record, ev.RunCancelled)]
-            assert sorted(record.cascaded) == [f"{kid}.0", f"{kid}.1"]
+            assert sorted(record.cascaded) == sorted(
+                [g for g in grandkids if g.startswith(f"{kid}@")])
     finally:
         a.stop()
         b.stop()
@@ -176,12 +183,13 @@ async def test_children_signals_and_cancels_survive_a_killed_worker(
             await c.cancel("doomed")
             for i, handle in enumerate(parents):
                 result = await handle.result(timeout=120)
-                assert result["results"] == {f"p{i}.{k}": k for k in range(4)}
+                assert result["results"] == {await child_id(c, f"p{i}", k): k for k in range(4)}
             assert [await h.result(timeout=60) for h in waiting] == [
                 {"approved": i} for i in range(4)]
             with pytest.raises(RunCancelled):
                 await doomed.result(timeout=60)
-            await wait_statuses(c, ["doomed.0", "doomed.1"], RunStatus.cancelled)
+            doomed_kids = [await child_id(c, "doomed", k) for k in (0, 1)]
+            await wait_statuses(c, doomed_kids, RunStatus.cancelled)
         view = await fold(bootstrap, namespace)
         assert {view.partition(p).owner_name for p in range(4)} == {"b"}
         assert all(view.store.outbox(p) == [] for p in range(4))
