@@ -20,6 +20,12 @@ Key layout (ASCII prefixes, zero-padded numbers so byte order is numeric order):
   w/<partition:05d>/<kind>/<run_id>          -> b""   suspended runs by what they wait for
   x/<partition:05d>/<request_id>             -> OutboxItem   requests to send to other runs
   l/<lineage_id>                             -> the lineage's latest round's run id
+  y/<partition:05d>/<cause run id>\0<request_id> -> b""  outbox entries by the run that
+                                                caused them (they hold back its expiry)
+  e/<partition:05d>/<settled_ms:015d>/<run_id> -> b""  settled lineages by log time
+  b/<run_id>                                 -> Tombstone    what is left of an expired run
+  k/<partition:05d>/<expired_ms:015d>/<run_id> -> b""  tombstones by expiry time
+  m/format                                   -> the layout's version (an older one is rebuilt)
 States are msgpack (projections.state); a history item is msgpack
 [verdict, type, log timestamp ms, record bytes or nil] (bytes only in a read model). The
 running hash chains every applied record of the partition (projections.writes.chain), so
@@ -38,8 +44,9 @@ projections.manifest) and, for a read model, creates a RocksDB checkpoint direct
 
 Bounds: the request index keeps the last REQUEST_RETENTION offsets of each partition
 (pruned every PRUNE_EVERY offsets, by offset, so a rebuild prunes exactly as the live
-store did); the manifest keeps the policy's `keep` checkpoints. Everything else is the
-projection itself, bounded by the journal.
+store did); the manifest keeps the policy's `keep` checkpoints. Runs, their journals and
+history, and the partition's bookkeeping are bounded by the retention (projections.expiry):
+live runs plus those settled within it, and tombstones within the tombstone retention.
 """
 
 from __future__ import annotations
