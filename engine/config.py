@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+from datetime import timedelta
 from pathlib import Path
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -53,3 +55,52 @@ def requests_topic(namespace: str, authority: str | None = None) -> str:
 
 def relay_group(namespace: str) -> str:
     return f"{namespace}.relay"
+
+
+DEFAULT_RETENTION = timedelta(days=7)
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*")
+
+
+def parse_duration(text: str) -> timedelta:
+    """`5s`, `10m`, `12h`, `7d`, `250ms`, or plain seconds (`0`, `1.5`): ValueError with one
+    line otherwise."""
+    match = _DURATION.fullmatch(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a duration: write it like 5s, 10m, 12h or 7d "
+                         f"(0: forever)")
+    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2) or "s"])
+
+
+Duration = timedelta | float | int | str
+
+
+def as_duration(value: Duration) -> timedelta:
+    """A duration given as a timedelta, seconds or text (parse_duration)."""
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, str):
+        return parse_duration(value)
+    return timedelta(seconds=value)
+
+
+def resolve_retention(explicit: Duration | None = None) -> timedelta:
+    """How long settled runs stay in projections: keyword > RUNSTREAM_RETENTION > 7 days
+    (zero: forever)."""
+    if explicit is not None:
+        return as_duration(explicit)
+    env = os.environ.get("RUNSTREAM_RETENTION")
+    return parse_duration(env) if env else DEFAULT_RETENTION
+
+
+def resolve_tombstone_retention(explicit: Duration | None, retention: timedelta) -> timedelta:
+    """How long a tombstone is kept: keyword > RUNSTREAM_TOMBSTONE_RETENTION > the retention
+    (the request-dedupe window is kept on top of it: projections.expiry)."""
+    if explicit is not None:
+        return as_duration(explicit)
+    env = os.environ.get("RUNSTREAM_TOMBSTONE_RETENTION")
+    return parse_duration(env) if env else retention
+
+
+def millis(duration: timedelta) -> int:
+    return int(duration.total_seconds() * 1000)

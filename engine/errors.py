@@ -61,6 +61,17 @@ class RunNotFound(RunstreamError):
         self.run_id = run_id
 
 
+class RunExpired(RunNotFound):
+    """The run settled and expired (retention): only a tombstone is left while it is kept,
+    and its records stay on the journal."""
+
+    def __init__(self, run_id: str, detail: str) -> None:
+        RunstreamError.__init__(
+            self, f"run {run_id!r} {detail}; its records: runstream run history {run_id}")
+        self.run_id = run_id
+        self.detail = detail
+
+
 class ResultTimeout(RunstreamError, TimeoutError):
     def __init__(self, run_id: str, timeout: float, status: str) -> None:
         super().__init__(f"run {run_id} did not settle within {timeout:g}s (last seen: {status})")

@@ -119,6 +119,13 @@ class IndexReads:
             entries.append(decode_history(partition, int(key.split(b"/")[2]), value))
         return entries
 
+    def partition_history_from(self, partition: int, offset: int) -> Iterator[HistoryEntry]:
+        """The partition's own records from `offset` on, in offset order, lazily."""
+        prefix = b"g/%05d/" % partition
+        for key, value in self._scan(prefix, start=keys.partition_history_key(partition,
+                                                                               offset)):
+            yield decode_history(partition, int(key.split(b"/")[2]), value)
+
     def fenced(self, partition: int) -> list[tuple[int, str | None]]:
         """(offset, run id or None for a partition record) of every record of `partition`
         the reducer fenced, rejected or found a duplicate of, in offset order."""

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from runstream.engine.cli.options import (
     query_dir,
 )
 from runstream.engine.cli.options import print_json as _print_json
+from runstream.engine.config import parse_duration
 from runstream.engine.flow.definition import HandedOff, dump_json
 from runstream.engine.journal.input_limits import (
     AUTHORITY_NAME_ENV,
@@ -292,6 +294,14 @@ def list_runs(status: str | None, limit: int | None, after: str | None, as_json:
     click.echo(f"{len(views)} run(s)")
 
 
+def _duration(ctx: click.Context, param: click.Parameter, value: str | None
+              ) -> timedelta | None:
+    try:
+        return None if value is None else parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 @click.command()
 @click.option("--app", required=True, help="package.module:flows_list")
 @click.option("--data-dir", required=True, type=click.Path(path_type=Path))
@@ -307,12 +317,20 @@ def list_runs(status: str | None, limit: int | None, after: str | None, as_json:
 @click.option("--authorities", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help='JSON file {"authority": ["capability", ...]}: what runs created through '
               f"<namespace>.requests.<authority> may do [env {AUTHORITIES_ENV}, as JSON].")
+@click.option("--retention", callback=_duration, default=None, metavar="DURATION",
+              help="How long settled runs stay in projections before they expire into "
+              "tombstones: 5s, 10m, 12h, 7d; 0 keeps forever [env RUNSTREAM_RETENTION; "
+              "default 7d].")
+@click.option("--tombstone-retention", callback=_duration, default=None, metavar="DURATION",
+              help="How long an expired run's tombstone is kept [env "
+              "RUNSTREAM_TOMBSTONE_RETENTION; default: the retention].")
 @bootstrap_option
 @namespace_option
 def worker(app: str, data_dir: Path, concurrency: int, name: str | None,
            session_timeout_ms: int, drain_timeout: float, log_level: str,
-           metrics_port: int | None, authorities: Path | None, bootstrap: str | None,
-           namespace: str | None) -> None:
+           metrics_port: int | None, authorities: Path | None,
+           retention: timedelta | None, tombstone_retention: timedelta | None,
+           bootstrap: str | None, namespace: str | None) -> None:
     """Run a worker of the namespace's consumer group (and its requests relay)."""
     if authorities is not None:
         # Validated here, exported where the worker's relay reads it (engine.worker.relay).
@@ -323,7 +341,9 @@ def worker(app: str, data_dir: Path, concurrency: int, name: str | None,
     asyncio.run(operations.serve_worker(
         bootstrap=bootstrap, namespace=namespace, app=app, data_dir=data_dir,
         concurrency=concurrency, name=name, session_timeout_ms=session_timeout_ms,
-        drain_timeout=drain_timeout, metrics_port=metrics_port))
+        drain_timeout=drain_timeout, metrics_port=metrics_port, retention=retention,
+        tombstone_retention=tombstone_retention))
+
 
 
 @click.command("demo")

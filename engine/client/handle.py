@@ -120,4 +120,6 @@ class RunHandle:
 def _rejection(run_id: str, answer: ev.RunCreateRejected) -> Exception:
     if answer.reason == "identity-conflict":
         return IdentityConflict(run_id, answer.field, answer.existing_value, answer.requested_value)
+    if answer.reason == "expired":  # existing_value says when, after what
+        return CreateRejected(run_id, answer.reason, answer.existing_value)
     return CreateRejected(run_id, answer.reason, answer.requested_value)

@@ -20,11 +20,16 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from runstream.engine.config import (
+    Duration,
+    millis,
+    resolve_retention,
+    resolve_tombstone_retention,
+)
 from runstream.engine.errors import (
     ResumeRefused,
     RunCancelled,
     RunFailed,
-    RunNotFound,
     RunstreamError,
     SignalRefused,
 )
@@ -33,6 +38,14 @@ from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.testing.execution import TestExecution
 from runstream.engine.testing.log import MemoryLog, RawView, envelope
+from runstream.engine.testing.upkeep import (
+    expire_due,
+    expired_create,
+    idle_message,
+    in_status,
+    merged,
+    missing,
+)
 from runstream.projections.fork_plan import (
     ForkNeedsForce,
     ForkTargetExists,
@@ -77,8 +90,16 @@ class TestEnvironment:
     __test__ = False  # not a pytest test class, despite its name
 
     def __init__(self, flows: Iterable[Flow[Any, Any]], *, partitions: int = 1,
-                 start: datetime = DEFAULT_START) -> None:
+                 start: datetime = DEFAULT_START, retention: Duration | None = None,
+                 tombstone_retention: Duration | None = None) -> None:
+        """`retention`: how long settled runs stay before they expire (as a worker's
+        --retention: RUNSTREAM_RETENTION, else 7 days; 0 keeps forever), on the virtual
+        clock; `tombstone_retention` as the worker's."""
         self.flows = {flow.name: flow for flow in flows}
+        kept = resolve_retention(retention)
+        self.retention_ms = millis(kept)
+        self.tombstone_retention_ms = millis(resolve_tombstone_retention(tombstone_retention,
+                                                                         kept))
         self.partitions = partitions
         self.clock_ms = int(start.timestamp() * 1000)
         self.log = MemoryLog(partitions, lambda: self.clock_ms, self._folded)
@@ -110,7 +131,10 @@ class TestEnvironment:
         known = self.flows.get(name)
         payload_json = known.dump_payload(payload) if known else dump_json(payload)
         run_id = run_id or uuid.uuid4().hex
-        self._request(ev.RunCreateRequested, run_id, flow=name, payload_json=payload_json)
+        verdict = self._request(ev.RunCreateRequested, run_id, flow=name,
+                                payload_json=payload_json)
+        if verdict is Verdict.refused and (expired := expired_create(self.projection, run_id)):
+            raise expired
         return run_id
 
     async def run(self, flow: Flow[Any, Any] | str, payload: Any = None, *,
@@ -173,6 +197,7 @@ class TestEnvironment:
         until = self.clock_ms + int(seconds * 1000)
         await self._drive(lambda: False, until_ms=until)
         self.clock_ms = max(self.clock_ms, until)
+        expire_due(self.log, self.projection, self.partitions, self.clock_ms)
 
     async def run_until_idle(self) -> None:
         """Drive until every run waits (no time passes)."""
@@ -202,7 +227,7 @@ class TestEnvironment:
     def describe(self, run_id: str) -> RunState:
         run = self.projection.store.run(run_id)
         if run is None:
-            raise RunNotFound(run_id)
+            raise missing(self.projection, run_id)
         return run
 
     def status(self, run_id: str) -> RunStatus:
@@ -292,10 +317,12 @@ class TestEnvironment:
         self._decided = set()
         for partition in range(self.partitions):
             self.log.partition_decision(partition, ev.PartitionEpochClaimed,
-                                        epoch=self.log.epoch(partition) + 1, owner=OWNER_NAME)
+                                        epoch=self.log.epoch(partition) + 1, owner=OWNER_NAME,
+                                        retention_ms=self.retention_ms,
+                                        tombstone_retention_ms=self.tombstone_retention_ms)
         self._sweep(lambda run: bool(run.inbox), swept_requests)
         for status in (RunStatus.pending, RunStatus.running, RunStatus.suspended):
-            self._sweep(_in_status(status), swept)
+            self._sweep(in_status(status), swept)
 
     def _sweep(self, which: Callable[[RunState], bool],
                react: Callable[[OwnerView, RunState], list[Reaction]]) -> None:
@@ -338,7 +365,7 @@ class TestEnvironment:
                 if launch:
                     self._launch(run_id)
                 else:
-                    self._runnable[run_id] = _merged(self._runnable.get(run_id), reaction)
+                    self._runnable[run_id] = merged(self._runnable.get(run_id), reaction)
             elif isinstance(reaction, AnswerFork):
                 self._decided.add(reaction.key)
                 view = RawView(self.log)
@@ -381,7 +408,7 @@ class TestEnvironment:
             if not self._fire_next_timers(until_ms):
                 if until_ms is not None:
                     return
-                raise EnvironmentIdle(self._idle_message())
+                raise EnvironmentIdle(idle_message(self.projection))
 
     def _start_runnable(self) -> None:
         """Start the runs given a Start. A worker launches one at once; here handlers run when
@@ -413,6 +440,7 @@ class TestEnvironment:
         if due is None or (until_ms is not None and due > until_ms):
             return False
         self.clock_ms = max(self.clock_ms, due)
+        expire_due(self.log, self.projection, self.partitions, self.clock_ms)
         for partition in range(self.partitions):
             for timer in store.due_timers(partition, self.clock_ms, 1 << 30):
                 run = store.run(timer.run_id)
@@ -420,27 +448,3 @@ class TestEnvironment:
                     self.decide(run, ev.TimerFired, position=timer.position,
                                 due_ms=timer.due_ms)
         return True
-
-    def _idle_message(self) -> str:
-        waiting = []
-        for run in self.projection.runs.values():
-            if run.status is RunStatus.suspended and run.wait is not None:
-                wait = run.wait
-                what = {"event": f"signal {wait.event_name!r}",
-                        "child": f"child run {wait.child_run_id}",
-                        "quarantine": "an operator (quarantined)"}.get(wait.kind, wait.kind)
-                waiting.append(f"{run.run_id} waits for {what}")
-        return ("nothing more can happen: " + ("; ".join(waiting[:5]) or "no run is waiting")
-                + " (send a signal, resume or cancel)")
-
-
-def _merged(marked: Start | None, given: Start | FlowMissing) -> Start:
-    """A run given a Start (or left pending, FlowMissing: its flow may be registered before
-    the environment is driven), merged with the one it holds: claimed or woken if either is."""
-    claimed = given.claimed or (marked is not None and marked.claimed)
-    woken = (isinstance(given, Start) and given.woken) or (marked is not None and marked.woken)
-    return Start(given.run, woken=woken, claimed=claimed)
-
-
-def _in_status(status: RunStatus) -> Callable[[RunState], bool]:
-    return lambda run: run.status is status

@@ -55,6 +55,7 @@ class Activator:
         start what should run, in a sweep that yields the loop (engine.worker.sweep)."""
         self.owner.outbox.resend(own)
         self.owner.timers.reset()
+        self.owner.retention.reset()
         self.sweeps.start(own, store, self._answer_requests)
 
     def _answer_requests(self, own: Ownership, run: RunState) -> None:

@@ -117,12 +117,19 @@ class Claims:
     def write_claim(self, own: Ownership, epoch: int) -> None:
         """Queue the claim; if this source has failed, the renewal claims again."""
         w = self.owner
+        assert w.projector is not None
+        before = w.projector.partition(own.partition).retention_ms
+        if before and before != w.retention_ms:
+            log.warning("partition %d: its previous owner kept settled runs for %.0f s, this "
+                        "worker for %.0f s: all workers of a namespace should agree "
+                        "(--retention)", own.partition, before / 1000, w.retention_ms / 1000)
         record = decision(
             ev.PartitionEpochClaimed, run_id="", lineage_id=f"partition/{own.partition}",
             epoch=epoch, source_id=w.source_id, request_id=own.claim_id,
             body={"partition": own.partition, "epoch": epoch + 1, "owner": w.name,
                   "query_endpoint": None, "generation": own.generation,
-                  "lease_ms": w.lease_ms},
+                  "lease_ms": w.lease_ms, "retention_ms": w.retention_ms,
+                  "tombstone_retention_ms": w.tombstone_retention_ms},
         )
         try:
             w.committer.enqueue(own.partition, record)

@@ -142,6 +142,13 @@ class AppliedTimers(Protocol):
         """A run suspended with a timer: sweep now, it may fall due before the next sweep."""
 
 
+class JudgedExpiries(Protocol):
+    """The worker's retention sweeper (engine.worker.retention), as its reactions use it."""
+
+    def judged(self, partition: int) -> None:
+        """An expiry decision of `partition` got its verdict: the next may be sent."""
+
+
 class ClaimTimers(Protocol):
     """The worker's timer sweeper, as its activator uses it."""
 

@@ -65,6 +65,34 @@ class TimerOwner(Protocol):
         """Queue a decision about `run` under `own`'s epoch: a `timer.fired`."""
 
 
+class RetentionOwner(Protocol):
+    """What the retention sweeper (engine.worker.retention) uses."""
+
+    @property
+    def owned(self) -> dict[int, Ownership]:
+        """The partitions assigned here: the executing ones are swept."""
+
+    @property
+    def store(self) -> ProjectionStore | None:
+        """The projection: its settle and tombstone indexes (None: not started)."""
+
+    @property
+    def projector(self) -> Projector | None:
+        """Partition states and what the store holds of a lineage."""
+
+    @property
+    def retention_ms(self) -> int:
+        """The retention this worker applies (0: settled runs are kept forever)."""
+
+    @property
+    def source_id(self) -> str:
+        """This source's id, on each expiry decision."""
+
+    @property
+    def committer(self) -> Committer:
+        """Sends the expiry decisions."""
+
+
 class OutboxOwner(Protocol):
     """What the outbox sender (engine.worker.outbox) uses."""
 
@@ -190,6 +218,14 @@ class ClaimsOwner(Protocol):
     @property
     def lease_ms(self) -> int:
         """The lease each claim carries."""
+
+    @property
+    def retention_ms(self) -> int:
+        """The retention each claim carries (0: settled runs are kept forever)."""
+
+    @property
+    def tombstone_retention_ms(self) -> int:
+        """How long tombstones are kept, in each claim."""
 
     @property
     def drain_timeout(self) -> float:

@@ -57,6 +57,8 @@ class Reactions:
         yet applied."""
         record = outcome.record
         assert record is not None
+        if isinstance(record, ev.PartitionRunsExpired):
+            self.owner.retention.judged(own.partition)
         if outcome.outbox:  # (a spawn of an expired run id, refused, fails its parent's spawn)
             self.owner.outbox.add(own, outcome.outbox)
         if outcome.verdict is Verdict.applied:

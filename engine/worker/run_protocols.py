@@ -34,6 +34,7 @@ from runstream.engine.worker.helper_protocols import (
     ClaimReactions,
     ClaimTimers,
     Execution,
+    JudgedExpiries,
     Launcher,
     OwnerNames,
     OwnershipConfirmer,
@@ -169,6 +170,10 @@ class ReactionsOwner(ForkOwner, Protocol):
         """Told when a run's wait ends or a new one with a timer begins."""
 
     @property
+    def retention(self) -> JudgedExpiries:
+        """Told when an expiry decision of a partition got its verdict."""
+
+    @property
     def activator(self) -> Launcher:
         """Starts the runs projections.owner says to start."""
 
@@ -232,6 +237,10 @@ class ActivationOwner(ExecutionOwner, ClaimSweepOwner, Protocol):
     @property
     def timers(self) -> ClaimTimers:
         """Forgets the timers fired under an earlier ownership, at a claim."""
+
+    @property
+    def retention(self) -> ClaimTimers:
+        """Forgets the expiry decisions sent under an earlier ownership, at a claim."""
 
     @property
     def reactions(self) -> ActivationReactions:

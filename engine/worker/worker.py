@@ -23,10 +23,14 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer
 
 from runstream.engine.config import (
+    Duration,
     dead_letter_topic,
     journal_topic,
+    millis,
     resolve_bootstrap,
     resolve_namespace,
+    resolve_retention,
+    resolve_tombstone_retention,
     worker_group,
 )
 from runstream.engine.errors import WorkerFatal
@@ -55,6 +59,7 @@ from runstream.engine.worker.ownership import Ownership
 from runstream.engine.worker.reactions import Reactions
 from runstream.engine.worker.readback import READ_BACK_DEFER_S, decisions_only
 from runstream.engine.worker.relay import Relay
+from runstream.engine.worker.retention import RetentionSweeper
 from runstream.engine.worker.shutdown import CLOSE_TIMEOUT_S, bounded
 from runstream.engine.worker.sticky import StickyCache, sticky_size
 from runstream.engine.worker.supervise import supervise
@@ -97,6 +102,8 @@ class Worker:
         metrics_port: int | None = None,
         security: KafkaSecurity | None = None,
         relay: bool = True,
+        retention: Duration | None = None,
+        tombstone_retention: Duration | None = None,
     ) -> None:
         self.flows = {flow.name: flow for flow in flows}
         self.bootstrap = resolve_bootstrap(bootstrap_servers)
@@ -116,6 +123,12 @@ class Worker:
         self.session_timeout_ms = session_timeout_ms
         self.drain_timeout = drain_timeout
         self.lease_ms = lease_ms
+        # Settled lineages leave the projection after `retention` (RUNSTREAM_RETENTION; 0:
+        # never), journaled in each claim; tombstones after `tombstone_retention`.
+        kept = resolve_retention(retention)
+        self.retention_ms = millis(kept)
+        self.tombstone_retention_ms = millis(resolve_tombstone_retention(tombstone_retention,
+                                                                         kept))
         self.owned: dict[int, Ownership] = {}  # one per assigned partition
         self.confirmations = Confirmations()  # our decisions between sent and applied
         self.metrics = metrics or WorkerMetrics()
@@ -133,6 +146,7 @@ class Worker:
         self.upkeep = Upkeep(self)
         self.reactions = Reactions(self)
         self.timers = TimerSweeper(self)
+        self.retention = RetentionSweeper(self)
         self.outbox = OutboxSender(self)
         # Each source's producer, and the dead-letter copier's (engine.worker.kafka_driver).
         self._make_producer = partial(make_producer, self.bootstrap, name=self.name,
@@ -178,8 +192,9 @@ class Worker:
         consume.add_done_callback(self._on_loop_done)
         heartbeat = self._background("heartbeat", self.upkeep.heartbeats)
         timers = self._background("timers", self.timers.run)
+        retention = self._background("retention", self.retention.run)
         watchdog = self._background("watchdog", self.watchdog.run)
-        self._tasks = [consume, heartbeat, timers, watchdog]
+        self._tasks = [consume, heartbeat, timers, retention, watchdog]
         log.info("worker %s (source %s) started on %s", self.name, self.source_id, self.topic)
 
     def _background(self, task: str, body: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:

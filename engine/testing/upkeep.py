@@ -1,0 +1,76 @@
+"""What the TestEnvironment's owner does besides reacting to records: retention sweeps on
+the virtual clock (projections.expiry.sweep_body, as a worker's engine.worker.retention),
+how it says why nothing more can happen, and how it merges the starts it defers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from runstream.engine.errors import CreateRejected, RunExpired, RunNotFound
+from runstream.engine.journal import events as ev
+from runstream.engine.testing.log import MemoryLog
+from runstream.projections.expiry import expired_text, sweep_body
+from runstream.projections.memory import MemoryProjection
+from runstream.projections.reactions import FlowMissing, Start
+from runstream.projections.state import RunState, RunStatus
+
+# Expiry decisions one sweep of a partition journals at most (each names a batch): the
+# environment folds them at once, so it sweeps until nothing is due, within this bound.
+MAX_BATCHES = 1000
+
+
+def expire_due(log: MemoryLog, projection: MemoryProjection, partitions: int,
+               now_ms: int) -> int:
+    """Journal the expiry decisions due at `now_ms` (the virtual clock), partition by
+    partition, as a worker's retention sweeper would; the number journaled."""
+    journaled = 0
+    for partition in range(partitions):
+        for _ in range(MAX_BATCHES):
+            body = sweep_body(projection.store, projection.partition(partition), now_ms,
+                              projection.projector.lineage_facts)
+            if body is None:
+                break
+            body.pop("partition")
+            log.partition_decision(partition, ev.PartitionRunsExpired, **body)
+            journaled += 1
+    return journaled
+
+
+def missing(projection: MemoryProjection, run_id: str) -> RunNotFound:
+    """The error for a run the projection does not hold: expired, or never there."""
+    tombstone = projection.store.tombstone(run_id)
+    if tombstone is not None:
+        return RunExpired(run_id, expired_text(tombstone))
+    return RunNotFound(run_id)
+
+
+def expired_create(projection: MemoryProjection, run_id: str) -> CreateRejected | None:
+    """A create naming an expired run is rejected (its owner answers so): the error."""
+    tombstone = projection.store.tombstone(run_id)
+    return None if tombstone is None else CreateRejected(run_id, "expired",
+                                                         expired_text(tombstone))
+
+
+def idle_message(projection: MemoryProjection) -> str:
+    waiting = []
+    for run in projection.runs.values():
+        if run.status is RunStatus.suspended and run.wait is not None:
+            wait = run.wait
+            what = {"event": f"signal {wait.event_name!r}",
+                    "child": f"child run {wait.child_run_id}",
+                    "quarantine": "an operator (quarantined)"}.get(wait.kind, wait.kind)
+            waiting.append(f"{run.run_id} waits for {what}")
+    return ("nothing more can happen: " + ("; ".join(waiting[:5]) or "no run is waiting")
+            + " (send a signal, resume or cancel)")
+
+
+def merged(marked: Start | None, given: Start | FlowMissing) -> Start:
+    """A run given a Start (or left pending, FlowMissing: its flow may be registered before
+    the environment is driven), merged with the one it holds: claimed or woken if either is."""
+    claimed = given.claimed or (marked is not None and marked.claimed)
+    woken = (isinstance(given, Start) and given.woken) or (marked is not None and marked.woken)
+    return Start(given.run, woken=woken, claimed=claimed)
+
+
+def in_status(status: RunStatus) -> Callable[[RunState], bool]:
+    return lambda run: run.status is status
