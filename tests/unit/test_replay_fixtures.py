@@ -384,3 +384,45 @@ def test_lifetime_fixture_fixes_limits_and_delivers_each_cancel_once() -> None:
     assert (tidy.status, tidy.cancel_delivered_at) == (RunStatus.cancelled, 0)
     assert memory.runs["swallow"].has_evidence("settled-under-cancel")
     assert memory.runs["parent"].status is RunStatus.completed
+
+
+def test_retention_fixture_expires_every_lineage_into_tombstones_and_rocksdb_agrees(
+    tmp_path: Path,
+) -> None:
+    """Recorded from a real worker with a 3 s retention (tests/fixtures/
+    record_retention_fixture.py): every run expired, each round of the relay lineage and
+    the child of `family` into its own tombstone; the create sent again afterwards was
+    rejected (`expired`), the signal refused; a store written record by record and one
+    written in one batch (as a rebuild) hold the same keys and running hash."""
+    records = load(JOURNALS / "retention-expiry.jsonl")
+    memory = MemoryProjection(keep_history=True)
+    each = ProjectionStore(tmp_path / "each")
+    batch = ProjectionStore(tmp_path / "batch")
+    by_record, in_batch = Projector(each), Projector(batch)
+    verdicts: dict[str, list[Verdict]] = {}
+    try:
+        with batch.group():
+            for partition, offset, record, timestamp_ms in records:
+                verdict = memory.apply_record(partition, offset, record, timestamp_ms)
+                by_record.apply_record(partition, offset, record, timestamp_ms)
+                in_batch.apply_record(partition, offset, record, timestamp_ms)
+                verdicts.setdefault(record.TYPE, []).append(verdict)
+        assert list(each.items()) == list(batch.items())
+        assert [each.running_hash(p) for p in (0, 1)] == [batch.running_hash(p) for p in (0, 1)]
+        assert memory.runs == {} and not any(k.startswith(b"r/") for k, _ in each.items())
+        expected = {"plain", "broken", "family", "relay", "relay~1", "relay~2", "held"}
+        stones = {key[2:].decode() for key, _ in each.items() if key.startswith(b"b/")}
+        assert expected <= stones and len(stones) == len(expected) + 1  # and family's child
+        for run_id in stones:
+            stone = each.tombstone(run_id)
+            assert stone is not None and stone == memory.store.tombstone(run_id)
+            assert stone.first_offset <= stone.last_offset < stone.expired_offset
+        assert {each.tombstone(r).status for r in ("plain", "broken")} == {  # type: ignore[union-attr]
+            RunStatus.completed, RunStatus.failed}
+    finally:
+        each.close()
+        batch.close()
+    assert Verdict.refused in verdicts[ev.RunSignalSent.TYPE]
+    rejected = [r for _, _, r, _ in records if isinstance(r, ev.RunCreateRejected)]
+    assert [r.reason for r in rejected] == ["expired"]
+    assert all(v is Verdict.applied for v in verdicts[ev.PartitionRunsExpired.TYPE])
