@@ -61,6 +61,18 @@ class RunNotFound(RunstreamError):
         self.run_id = run_id
 
 
+class RunExpired(RunNotFound):
+    """The run settled and expired: the projections keep only its tombstone (when it
+    settled, how, when it expired); its records stay on the journal. `detail` says when
+    and after what (projections.expiry.expired_text)."""
+
+    def __init__(self, run_id: str, detail: str) -> None:
+        RunstreamError.__init__(
+            self, f"run {run_id!r} {detail}; its records: runstream run history {run_id}")
+        self.run_id = run_id
+        self.detail = detail
+
+
 class ResultTimeout(RunstreamError, TimeoutError):
     def __init__(self, run_id: str, timeout: float, status: str) -> None:
         super().__init__(f"run {run_id} did not settle within {timeout:g}s (last seen: {status})")
