@@ -231,7 +231,8 @@ class Client:
                      request_id: str | None = None) -> int:
         """Send signal `name` to a run; returns the request's offset once the run took it (or
         took the same request id before). Raises SignalRefused (the run has ended, or its
-        signal buffer is full: nothing is delivered), RunNotFound, or an InvalidInput
+        signal buffer is full: nothing is delivered), RunNotFound (RunExpired: the run
+        expired, only its tombstone is left), or an InvalidInput
         (engine.journal.input_limits: a bad run id or name, a payload too big; nothing is sent)."""
         check_run_id(run_id)
         check_name("signal", name)
@@ -249,7 +250,7 @@ class Client:
         """Ask for a run to be cancelled: it is interrupted at its next durable call (its
         finally blocks run). Returns once the run took the request, or had one already.
         Raises CancelRefused (the run has ended, or this client's relayed authority does not
-        cover it; or unsafe=True, which sends nothing) or RunNotFound."""
+        cover it; or unsafe=True, which sends nothing) or RunNotFound (or RunExpired)."""
         if unsafe:
             raise CancelRefused(UNSAFE_CANCEL)
         check_run_id(run_id)
@@ -267,7 +268,7 @@ class Client:
         """Wake a waiting run now: end its timer or signal wait (an operator wake), or, with
         `resolution`, resolve its quarantine: "retry" runs the step again, "skip" records
         `result` as the step's outcome. `position` and `digest` name the quarantined step
-        (`run status` shows them). Raises ResumeRefused or RunNotFound."""
+        (`run status` shows them). Raises ResumeRefused or RunNotFound (or RunExpired)."""
         if resolution not in (None, "retry", "skip"):
             raise ResumeRefused(run_id, f"resolution must be retry or skip, not {resolution!r}")
         check_run_id(run_id)
@@ -283,7 +284,8 @@ class Client:
     async def _request(self, record: JournalRecord) -> RequestAnswer:
         """Produce a request to a run (keyed by its lineage, as create_run does), then read
         the reducer's verdict on it from the read model caught up to include it. RunNotFound
-        if the run did not exist when the request reached it."""
+        if the run did not exist when the request reached it, RunExpired if it had expired
+        (the reducer refuses every request naming a run only a tombstone is left of)."""
         run_id = record.envelope.run_id
         if self.authority is not None:
             self.check_authority(await self.describe(run_id))

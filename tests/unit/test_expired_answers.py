@@ -236,9 +236,15 @@ def test_fenced_and_partition_history_say_what_retention_dropped(folded: Folded)
         folded.decide(ev.PartitionHeartbeat, "", partition=0)
     folded.decide(ev.PartitionRunsExpired, "", partition=0, expired=[], settled_ms=[],
                   dropped=[], trim_before=3)
+    zombie = Writer("zombie")
+    assert folded.add(zombie.decide(ev.PartitionHeartbeat, run_id="", partition=0)
+                      ) is Verdict.fenced
     view = folded.view()
     note = "partition 0: entries before offset 3 were dropped by retention"
     assert trimmed_note(view.partition(0)) == note
     ledger = fencing_ledger(view, 1)
     assert ledger.notes == (note,) and ledger.as_dict()["notes"] == [note]
     assert format_ledger(ledger)[-1] == note
+    # The claim it would be judged against went: said so, not "before any owner".
+    [write] = ledger.writes
+    assert write.reason == "not judged here: the claims before it were dropped by retention"
