@@ -43,8 +43,11 @@ def retention_view(run: RunState, partition: PartitionState) -> dict[str, Any]:
     ms = partition.retention_ms
     if ms <= 0:
         return {"retention_ms": 0, "text": "settled runs are kept forever (retention 0)"}
-    settled = run.status.is_terminal and run.handed_off_to is None
-    if not settled:
+    if run.handed_off_to is not None:
+        return {"retention_ms": ms,
+                "text": f"expires with its lineage, {retention_text(ms)} after the lineage's "
+                        f"last round settles"}
+    if not run.status.is_terminal:
         return {"retention_ms": ms,
                 "text": f"settled runs expire after {retention_text(ms)}"}
     at = run.updated_at_ms + ms

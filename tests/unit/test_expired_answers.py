@@ -33,7 +33,7 @@ from runstream.engine.timetravel.history import format_history
 from runstream.engine.ui.queries import run_detail, state_at_record
 from runstream.projections.expiry import expired_text
 from runstream.projections.projector import Projector
-from runstream.projections.state import PartitionState, RunStatus, Verdict
+from runstream.projections.state import PartitionState, RunStatus, Verdict, replace
 from runstream.projections.store import ProjectionStore
 from tests.builders import Writer, request
 
@@ -190,6 +190,9 @@ def test_run_status_views_of_an_expired_run_and_of_a_live_one(folded: Folded) ->
     due = retention_view(settled, partition)
     assert due["expires_at_ms"] == settled.updated_at_ms + RETENTION_MS
     assert due["text"].startswith(f"expires at {iso_time(due['expires_at_ms'])}")
+    handed = replace(settled, handed_off_to="a~1")
+    assert retention_view(handed, partition)["text"] == (
+        "expires with its lineage, 5s after the lineage's last round settles")
     forever = retention_view(settled, PartitionState(partition=0))
     assert forever == {"retention_ms": 0, "text": "settled runs are kept forever (retention 0)"}
     assert [retention_text(ms) for ms in (604_800_000, 43_200_000, 600_000, 3000, 1500)] == [
