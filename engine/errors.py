@@ -62,8 +62,9 @@ class RunNotFound(RunstreamError):
 
 
 class RunExpired(RunNotFound):
-    """The run settled and expired (retention): only a tombstone is left while it is kept,
-    and its records stay on the journal."""
+    """The run settled and expired: the projections keep only its tombstone (when it
+    settled, how, when it expired); its records stay on the journal. `detail` says when
+    and after what (projections.expiry.expired_text)."""
 
     def __init__(self, run_id: str, detail: str) -> None:
         RunstreamError.__init__(

@@ -12,7 +12,7 @@ from typing import Any
 
 from runstream.engine.client.client import Client
 from runstream.engine.config import journal_topic, resolve_bootstrap, resolve_namespace
-from runstream.engine.errors import InvalidInput
+from runstream.engine.errors import InvalidInput, RunExpired
 from runstream.engine.flow.apps import AppNotFound as AppNotFound  # the CLI's
 from runstream.engine.flow.apps import load_flows as load_flows
 from runstream.engine.ops.rebuild import rebuild_and_verify
@@ -20,8 +20,10 @@ from runstream.engine.readmodel.describe import (
     run_view,
     why_report,
 )
-from runstream.engine.readmodel.lookups import addressed, read_model_of, view_of
+from runstream.engine.readmodel.expired import expired_view, retention_view, trimmed_note
+from runstream.engine.readmodel.lookups import addressed_or_expired, read_model_of, view_of
 from runstream.engine.readmodel.rows import HistoryRow
+from runstream.engine.timetravel.expired import Progress, expired_history
 from runstream.engine.timetravel.fencing import DEFAULT_LIMIT, Ledger, fencing_ledger
 from runstream.engine.timetravel.history import PartitionRow
 from runstream.engine.timetravel.history import partition_history as _partition_history
@@ -32,7 +34,8 @@ from runstream.engine.timetravel.points import run_diff as _run_diff
 from runstream.engine.timetravel.points import run_tree as _run_tree
 from runstream.engine.worker import Worker
 from runstream.projections.fold import RebuildReport
-from runstream.projections.state import RunStatus, round_zero, to_builtins
+from runstream.projections.partitioning import run_partition
+from runstream.projections.state import RunState, RunStatus, round_zero, to_builtins
 
 
 async def create_run(
@@ -148,10 +151,14 @@ async def run_status(
     *, bootstrap: str | None, namespace: str | None, run_id: str,
     read_model_dir: Path | None = None, why: bool = False,
 ) -> dict[str, Any]:
-    """The run's view (`run status --json`); with `why`, also its "why" (why_report)."""
+    """The run's view (`run status --json`) with when it would expire; with `why`, also
+    its "why" (why_report). An expired run's is its tombstone's (`"expired": true`)."""
     async with read_model_of(bootstrap, namespace, read_model_dir) as model:
-        view, run = await addressed(model, run_id)
+        view, run = await addressed_or_expired(model, run_id)
+        if not isinstance(run, RunState):
+            return expired_view(run)
         out = run_view(run, namespace=resolve_namespace(namespace))
+        out["retention"] = retention_view(run, view.partition(run.partition))
         if why:
             out["why"] = why_report(run, _run_history(view, run.run_id))
         return out
@@ -208,12 +215,23 @@ async def rebuild(
 
 async def run_history(
     *, bootstrap: str | None, namespace: str | None, run_id: str,
-    read_model_dir: Path | None = None,
+    read_model_dir: Path | None = None, progress: Progress | None = None,
 ) -> list[HistoryRow]:
-    """Every record of the run (`<lineage>~0` names round 0, the lineage id itself)."""
+    """Every record of the run (`<lineage>~0` names round 0, the lineage id itself). An
+    expired run's are read back from the journal within its tombstone's offsets (rows
+    without verdicts: engine.timetravel.expired), saying how far it got to `progress`."""
     run_id = round_zero(run_id)
     async with read_model_of(bootstrap, namespace, read_model_dir) as model:
-        view = await view_of(model, run_id)
+        try:
+            view = await view_of(model, run_id)
+        except RunExpired:
+            view = await model.catch_up([run_partition(run_id, model.partitions)])
+            stone = view.tombstone(run_id)
+            if stone is None:
+                raise
+            found = await expired_history(model.bootstrap, model.topic, stone, view=view,
+                                          security=model.security, progress=progress)
+            return found.rows
         return _run_history(view, run_id)
 
 
@@ -271,14 +289,15 @@ async def fenced_writes(
 async def partition_history(
     *, bootstrap: str | None, namespace: str | None, partition: int,
     read_model_dir: Path | None = None,
-) -> list[PartitionRow]:
-    """The partition's own records: claims with their verdicts, heartbeats, dead letters."""
+) -> tuple[list[PartitionRow], str | None]:
+    """The partition's own records: claims with their verdicts, heartbeats, dead letters;
+    and what it no longer holds once retention trimmed them (None: it holds them all)."""
     async with read_model_of(bootstrap, namespace, read_model_dir) as model:
         if not 0 <= partition < model.partitions:
             raise InvalidInput(f"partition {partition} does not exist: the journal has "
                                f"partitions 0..{model.partitions - 1}")
         view = await model.catch_up([partition])
-        return _partition_history(view, partition)
+        return _partition_history(view, partition), trimmed_note(view.partition(partition))
 
 
 def demo(*, bootstrap: str | None, runs: int, workers: int, keep_broker: bool) -> None:

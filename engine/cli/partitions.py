@@ -31,13 +31,16 @@ def partition() -> None:
 @cache_dir_option
 def history(number: int, as_json: bool, bootstrap: str | None, namespace: str | None,
             cache_dir: Path | None) -> None:
-    """Claims (applied or rejected), heartbeats and dead letters of partition NUMBER."""
-    rows = asyncio.run(operations.partition_history(
+    """Claims (applied or rejected), heartbeats and dead letters of partition NUMBER
+    (those retention has not dropped: the last line says from which offset on)."""
+    rows, trimmed = asyncio.run(operations.partition_history(
         bootstrap=bootstrap, namespace=namespace, partition=number,
         read_model_dir=query_dir(cache_dir, bootstrap, namespace)))
     if as_json:
         print_json([row.as_dict() for row in rows])
+        if trimmed:
+            click.echo(trimmed, err=True)
         return
     for line in format_partition_history(rows):
         click.echo(line)
-    click.echo(f"{len(rows)} record(s)")
+    click.echo(f"{len(rows)} record(s)" + (f"; {trimmed}" if trimmed else ""))

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from runstream.engine.cli import operations
-from runstream.engine.cli.errors import UserError
+from runstream.engine.cli.errors import EXIT_USER, UserError
 from runstream.engine.cli.options import (
     bootstrap_option,
     cache_dir_option,
@@ -102,16 +102,27 @@ def _parse_payload(payload: str) -> Any:
 @cache_dir_option
 def status(run_id: str, as_json: bool, why: bool, bootstrap: str | None,
            namespace: str | None, cache_dir: Path | None) -> None:
-    """Show a run's status. A lineage's id names its latest round; `ID~N` names round N."""
+    """Show a run's status. A lineage's id names its latest round; `ID~N` names round N.
+
+    An expired run shows its tombstone (when it expired, after what) and exits 2, as a
+    run that does not exist does.
+    """
     view = asyncio.run(operations.run_status(
         bootstrap=bootstrap, namespace=namespace, run_id=run_id,
         read_model_dir=query_dir(cache_dir, bootstrap, namespace), why=why))
+    if view.get("expired"):
+        if as_json:
+            _print_json(view)
+        else:
+            click.echo(view["text"])
+        raise SystemExit(EXIT_USER)
     if as_json:
         _print_json(view)
         return
     click.echo(f"{view['run_id']}  {view['flow']}  {view['status']}")
     _echo_round(view)
     echo_outcome(view)
+    click.echo(f"  retention: {view['retention']['text']}")
     _echo_quarantine(view)
     if why:
         click.echo("why:")

@@ -37,7 +37,9 @@ def history(run_id: str, tree: bool, as_json: bool, bootstrap: str | None,
             namespace: str | None, cache_dir: Path | None) -> None:
     """Every record of a run in log order, fenced and duplicate ones marked.
 
-    Rows count from 1: `run at ID --record K` and `--at record:K` name row K.
+    Rows count from 1: `run at ID --record K` and `--at record:K` name row K. An expired
+    run's records are read back from the journal (its tombstone's offsets), without the
+    verdicts the projection no longer holds.
     """
     model_dir = query_dir(cache_dir, bootstrap, namespace)
     if tree:
@@ -50,7 +52,8 @@ def history(run_id: str, tree: bool, as_json: bool, bootstrap: str | None,
             click.echo(line)
         return
     rows = asyncio.run(operations.run_history(
-        bootstrap=bootstrap, namespace=namespace, run_id=run_id, read_model_dir=model_dir))
+        bootstrap=bootstrap, namespace=namespace, run_id=run_id, read_model_dir=model_dir,
+        progress=lambda line: click.echo(line, err=True)))
     if as_json:
         _print_json([{"record": n, **row.as_dict()} for n, row in enumerate(rows, start=1)])
         return

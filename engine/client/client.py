@@ -40,11 +40,19 @@ from runstream.engine.journal.records import lineage_of, request_envelope
 from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.kafka.requests_topic import RequestProducer, Route
 from runstream.engine.observability.tracing import carrier, create_span
+from runstream.engine.readmodel.lookups import expired_error
 from runstream.engine.readmodel.model import ReadModel, default_read_model_dir
 from runstream.projections.capabilities import narrow
 from runstream.projections.partitioning import run_partition
 from runstream.projections.requests import describe_refusal
-from runstream.projections.state import JournalEntry, RunState, RunStatus, Verdict, round_zero
+from runstream.projections.state import (
+    JournalEntry,
+    RunState,
+    RunStatus,
+    Tombstone,
+    Verdict,
+    round_zero,
+)
 from runstream.projections.values import HistoryEntry
 
 # How long a relayed request may take to reach the journal (the relay runs in the workers).
@@ -81,6 +89,7 @@ class RequestAnswer:
     offset: int
     verdict: Verdict | None  # None: the read model holds no record at that offset
     run: RunState | None  # the run as the read model sees it now
+    tombstone: Tombstone | None = None  # what is left of it, when it has expired
 
     @property
     def run_missing(self) -> bool:
@@ -222,7 +231,8 @@ class Client:
                      request_id: str | None = None) -> int:
         """Send signal `name` to a run; returns the request's offset once the run took it (or
         took the same request id before). Raises SignalRefused (the run has ended, or its
-        signal buffer is full: nothing is delivered), RunNotFound, or an InvalidInput
+        signal buffer is full: nothing is delivered), RunNotFound (RunExpired: the run
+        expired, only its tombstone is left), or an InvalidInput
         (engine.journal.input_limits: a bad run id or name, a payload too big; nothing is sent)."""
         check_run_id(run_id)
         check_name("signal", name)
@@ -240,7 +250,7 @@ class Client:
         """Ask for a run to be cancelled: it is interrupted at its next durable call (its
         finally blocks run). Returns once the run took the request, or had one already.
         Raises CancelRefused (the run has ended, or this client's relayed authority does not
-        cover it; or unsafe=True, which sends nothing) or RunNotFound."""
+        cover it; or unsafe=True, which sends nothing) or RunNotFound (or RunExpired)."""
         if unsafe:
             raise CancelRefused(UNSAFE_CANCEL)
         check_run_id(run_id)
@@ -258,7 +268,7 @@ class Client:
         """Wake a waiting run now: end its timer or signal wait (an operator wake), or, with
         `resolution`, resolve its quarantine: "retry" runs the step again, "skip" records
         `result` as the step's outcome. `position` and `digest` name the quarantined step
-        (`run status` shows them). Raises ResumeRefused or RunNotFound."""
+        (`run status` shows them). Raises ResumeRefused or RunNotFound (or RunExpired)."""
         if resolution not in (None, "retry", "skip"):
             raise ResumeRefused(run_id, f"resolution must be retry or skip, not {resolution!r}")
         check_run_id(run_id)
@@ -274,12 +284,15 @@ class Client:
     async def _request(self, record: JournalRecord) -> RequestAnswer:
         """Produce a request to a run (keyed by its lineage, as create_run does), then read
         the reducer's verdict on it from the read model caught up to include it. RunNotFound
-        if the run did not exist when the request reached it."""
+        if the run did not exist when the request reached it, RunExpired if it had expired
+        (the reducer refuses every request naming a run only a tombstone is left of)."""
         run_id = record.envelope.run_id
         if self.authority is not None:
             self.check_authority(await self.describe(run_id))
         [(partition, offset)] = await self.send_requests([record])
         answer = await self.answer(record, partition, offset)
+        if answer.run is None and answer.tombstone is not None:
+            raise expired_error(answer.tombstone)  # refused: the run expired
         if answer.run_missing:
             raise RunNotFound(run_id)
         return answer
@@ -339,8 +352,10 @@ class Client:
             # As the journal holds it: a relayed request carries its authority, which
             # explains a refusal (projections.requests.describe_refusal).
             record = decode(entry.raw)
+        run = view.run(target)
         return RequestAnswer(record, partition, offset,
-                             entry.verdict if entry is not None else None, view.run(target))
+                             entry.verdict if entry is not None else None, run,
+                             view.expired(run_id) if run is None else None)
 
     def get_handle(self, run_id: str, *, flow: Flow[Any, Any] | str | None = None) -> RunHandle:
         """Attach to an existing run without creating it."""
@@ -354,19 +369,22 @@ class Client:
 
     async def describe(self, run_id: str) -> RunState:
         """The run's projected state, from the read model caught up to now. A lineage's id
-        names its latest round; `<lineage>~<n>` names round n."""
+        names its latest round; `<lineage>~<n>` names round n. RunExpired once it expired
+        (while its tombstone is kept), RunNotFound if there is no such run."""
         view = await (await self.read_model()).catch_up([await self.partition_of(run_id)])
         exact = round_zero(run_id)  # `<lineage>~0` names round 0 itself
         run = view.run(exact if exact != run_id else view.addressed(run_id))
         if run is None:
-            raise RunNotFound(run_id)
+            stone = view.expired(run_id)
+            raise RunNotFound(run_id) if stone is None else expired_error(stone)
         return run
 
     async def journal(self, run_id: str) -> tuple[JournalEntry, ...]:
         """The run's journal entries (its durable steps and values), in position order."""
         view = await (await self.read_model()).catch_up([await self.partition_of(run_id)])
         if view.run(run_id) is None:
-            raise RunNotFound(run_id)
+            stone = view.tombstone(run_id)
+            raise RunNotFound(run_id) if stone is None else expired_error(stone)
         return view.entries(run_id)
 
     async def list_runs(self, *, status: RunStatus | None = None, limit: int | None = None,

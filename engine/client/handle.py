@@ -120,6 +120,11 @@ class RunHandle:
 def _rejection(run_id: str, answer: ev.RunCreateRejected) -> Exception:
     if answer.reason == "identity-conflict":
         return IdentityConflict(run_id, answer.field, answer.existing_value, answer.requested_value)
-    if answer.reason == "expired":  # existing_value says when, after what
-        return CreateRejected(run_id, answer.reason, answer.existing_value)
+    if answer.reason == "expired":
+        # The owner's answer to a create naming an expired run (projections.owner
+        # answer_expired): existing_value says when it expired, after what.
+        return CreateRejected(run_id, answer.reason,
+                              f"run {run_id} {answer.existing_value}, and an expired run's "
+                              f"id is not reused while its tombstone is kept; its records: "
+                              f"runstream run history {run_id}")
     return CreateRejected(run_id, answer.reason, answer.requested_value)

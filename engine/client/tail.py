@@ -25,6 +25,7 @@ from runstream.engine.journal import JournalRecord, decode
 from runstream.engine.journal import events as ev
 from runstream.engine.kafka.connection import KafkaSecurity, start_client
 from runstream.engine.kafka.reader import partition_count, reader_consumer
+from runstream.engine.readmodel.lookups import expired_error
 from runstream.engine.readmodel.model import ReadModel
 from runstream.engine.readmodel.view import View
 from runstream.projections.poison import Poison, examine
@@ -201,6 +202,7 @@ class JournalTail:
                 found = _answer_in(view, key, run_id, partition, from_offset)
                 if found is not None:
                     return found
+                _raise_if_expired(view, key, run_id, from_offset)
             return await waiter.future
         finally:
             self._release(partition)
@@ -337,7 +339,11 @@ def _answer_in(view: View, key: str, run_id: str, partition: int,
     if kind == "seen":
         return _request_in(view, ident, run_id, partition, from_offset)
     for item in view.history(run_id):
-        if item.verdict is not Verdict.applied or item.offset < from_offset or item.raw is None:
+        # (a create naming an expired run is rejected by a decision the reducer ignores:
+        # its run is gone; the tail takes it all the same)
+        taken = (item.verdict is Verdict.applied
+                 or (kind == "req" and item.verdict not in _NOT_ACCEPTED))
+        if not taken or item.offset < from_offset or item.raw is None:
             continue
         wanted = ((kind == "req" and item.type in ADMISSION_TYPES)
                   or (kind == "created" and item.type in CREATION_TYPES)
@@ -350,6 +356,19 @@ def _answer_in(view: View, key: str, run_id: str, partition: int,
         if kind != "req" or record.envelope.request_id == ident:
             return _Answer(item.partition, item.offset, record)
     return None
+
+
+def _raise_if_expired(view: View, key: str, run_id: str, from_offset: int) -> None:
+    """RunExpired when the answer waited for was passed before the run expired, so only
+    its tombstone is left: its creation or settlement, or the answer to a create request
+    journaled before the expiry (an unanswered one keeps a run from expiring). A create
+    sent after the expiry waits for the owner's rejection (reason `expired`)."""
+    kind = key.partition(":")[0]
+    stone = view.tombstone(run_id) if view.run(run_id) is None else None
+    if stone is None or kind == "seen":
+        return
+    if kind != "req" or from_offset < stone.expired_offset:
+        raise expired_error(stone)
 
 
 def _request_in(view: View, request_id: str, run_id: str, partition: int,

@@ -6,12 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from runstream.engine.config import journal_topic, resolve_bootstrap, resolve_namespace
-from runstream.engine.errors import RunNotFound
+from runstream.engine.errors import RunExpired, RunNotFound
 from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.readmodel.model import ReadModel
 from runstream.engine.readmodel.view import View
+from runstream.projections.expiry import expired_text
 from runstream.projections.partitioning import run_partition
-from runstream.projections.state import RunState, round_zero
+from runstream.projections.state import RunState, Tombstone, round_zero
 
 
 def read_model_of(bootstrap: str | None, namespace: str | None,
@@ -28,11 +29,20 @@ def _known(view: View, run_id: str) -> bool:
     return view.run(run_id) is not None or bool(view.history(run_id))
 
 
+def expired_error(stone: Tombstone) -> RunExpired:
+    """What answers a query about an expired run (the id its tombstone names)."""
+    return RunExpired(stone.run_id, expired_text(stone))
+
+
 async def view_of(model: ReadModel, run_id: str) -> View:
     """Catch up the run's partition; a run not routed by its own id (a later round of a
-    lineage) is looked for after catching up every partition. RunNotFound if the journal
-    holds no record of it."""
+    lineage) is looked for after catching up every partition. RunExpired if it expired
+    (requests refused since still leave history: the tombstone is looked at first),
+    RunNotFound if the journal holds no record of it."""
     view = await model.catch_up([run_partition(run_id, model.partitions)])
+    stone = view.tombstone(run_id) if view.run(run_id) is None else None
+    if stone is not None:
+        raise expired_error(stone)
     if not _known(view, run_id):
         view = await model.catch_up()
         if not _known(view, run_id):
@@ -49,9 +59,30 @@ def addressed_run(view: View, run_id: str) -> str:
 
 async def addressed(model: ReadModel, run_id: str) -> tuple[View, RunState]:
     """The view caught up for the run a query naming `run_id` is about (addressed_run), and
-    that run's state: what `run status` and the dry run start from. RunNotFound if none."""
-    view = await view_of(model, round_zero(run_id))
+    that run's state: what `run status` and the dry run start from. RunExpired if it
+    expired (a lineage's id: its final round's tombstone), RunNotFound if none."""
+    view, found = await addressed_or_expired(model, run_id)
+    if not isinstance(found, RunState):
+        raise expired_error(found)
+    return view, found
+
+
+async def addressed_or_expired(model: ReadModel, run_id: str
+                               ) -> tuple[View, RunState | Tombstone]:
+    """As `addressed`, or, for a run that expired, its tombstone (View.expired: a lineage's
+    id reaches its final round's); RunNotFound if there is neither."""
+    try:
+        view = await view_of(model, round_zero(run_id))
+    except RunExpired:
+        view = await model.catch_up([run_partition(run_id, model.partitions)])
+        stone = view.expired(run_id)
+        if stone is None:
+            raise
+        return view, stone
     run = view.run(addressed_run(view, run_id))
-    if run is None:
+    if run is not None:
+        return view, run
+    stone = view.expired(run_id)
+    if stone is None:
         raise RunNotFound(run_id)
-    return view, run
+    return view, stone

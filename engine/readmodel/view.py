@@ -19,7 +19,10 @@ from runstream.projections.state import (
     PartitionState,
     RunState,
     RunStatus,
+    Tombstone,
     encode_state,
+    round_run_id,
+    round_zero,
 )
 from runstream.projections.store import ProjectionStore
 from runstream.projections.values import HistoryEntry, RecordWrite
@@ -126,6 +129,39 @@ class View:
         if run is None or run.handed_off_to is None or run_id != run.lineage_id:
             return run_id
         return self.latest_round(run_id) or run_id
+
+    def tombstone(self, run_id: str) -> Tombstone | None:
+        """What is left of `run_id` if it expired (None: it did not, or its tombstone went).
+        A lineage's id is its round 0's run id: its tombstone is round 0's."""
+        overlay = self._overlay_of_run(run_id)
+        return (overlay or self._base).tombstone(run_id)
+
+    def expired(self, run_id: str) -> Tombstone | None:
+        """The tombstone of the run a query naming `run_id` reaches (as `addressed`): a
+        lineage's id reaches its final round, `<lineage>~0` round 0, any other id itself.
+        None while the run lives or once its tombstone went."""
+        exact = round_zero(run_id)
+        stone = self.tombstone(exact)
+        if stone is None or exact != run_id or stone.lineage_id != run_id:
+            return stone
+        return self._final_round(stone)
+
+    def _final_round(self, first: Tombstone) -> Tombstone:
+        """The last round's tombstone of an expired lineage: every round of it has one, so
+        a doubling probe then a bisection finds it in O(log rounds) lookups."""
+        lineage, found = first.lineage_id, first
+        high = 1
+        while (stone := self.tombstone(round_run_id(lineage, high))) is not None:
+            found, high = stone, high * 2
+        low = found.round  # held; `high` is not
+        while high - low > 1:
+            middle = (low + high) // 2
+            stone = self.tombstone(round_run_id(lineage, middle))
+            if stone is None:
+                high = middle
+            else:
+                found, low = stone, middle
+        return found
 
     def entries(self, run_id: str) -> tuple[JournalEntry, ...]:
         """The run's journal entries in position order."""

@@ -16,6 +16,7 @@ from typing import Any
 
 from runstream.engine.errors import RunNotFound
 from runstream.engine.journal import DecodeError, decode
+from runstream.engine.readmodel.expired import trimmed_note
 from runstream.engine.readmodel.rows import history_rows
 from runstream.engine.readmodel.view import View
 from runstream.engine.timetravel.history import (  # the history's own row formatting
@@ -56,9 +57,12 @@ class FencedWrite:
 class Ledger:
     writes: list[FencedWrite]
     total: int  # matching writes, listed or not
+    # What the ledger no longer holds: per partition whose entries retention dropped.
+    notes: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
-        return {"total": self.total, "writes": [w.as_dict() for w in self.writes]}
+        return {"total": self.total, "writes": [w.as_dict() for w in self.writes],
+                "notes": list(self.notes)}
 
 
 def fencing_ledger(view: View, partitions: int, *, run_id: str | None = None,
@@ -77,7 +81,9 @@ def fencing_ledger(view: View, partitions: int, *, run_id: str | None = None,
     found.sort(key=lambda pair: (pair[0].timestamp_ms, pair[0].partition, pair[0].offset))
     epochs = _EpochsThen(view)
     writes = [_write(item, run, epochs) for item, run in found[:limit]]
-    return Ledger(writes, len(found))
+    asked = range(partitions) if run_id is None else {item.partition for item, _ in found}
+    notes = tuple(note for p in asked if (note := trimmed_note(view.partition(p))))
+    return Ledger(writes, len(found), notes)
 
 
 def _indexed(view: View, partitions: int) -> list[tuple[HistoryEntry, str | None]]:
@@ -106,6 +112,10 @@ class _EpochsThen:
         before = [row for row in self._claims[partition] if row.offset < offset]
         return before[-1] if before else None
 
+    def trimmed(self, partition: int) -> bool:
+        """Whether retention dropped the partition's earliest claims."""
+        return self._view.partition(partition).trimmed_before > 0
+
 
 def _write(item: HistoryEntry, run_id: str | None, epochs: _EpochsThen) -> FencedWrite:
     try:
@@ -130,6 +140,8 @@ def _reason(item: HistoryEntry, kind: str, epoch: int | None, source: str | None
     if source is None:
         return "a decision without a writer (no source id)"
     owner = epochs.at(item.partition, item.offset)
+    if owner is None and epochs.trimmed(item.partition):
+        return "not judged here: the claims before it were dropped by retention"
     if owner is None:
         return "written before any owner claimed the partition"
     if epoch is not None and owner.epoch is not None and epoch < owner.epoch:
@@ -149,4 +161,4 @@ def format_ledger(ledger: Ledger) -> list[str]:
     shown = f"{len(ledger.writes)} of {ledger.total}" if ledger.total > len(ledger.writes) \
         else str(ledger.total)
     lines.append(f"{shown} write(s) turned away")
-    return lines
+    return lines + list(ledger.notes)

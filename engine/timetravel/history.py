@@ -107,11 +107,15 @@ def _clock(timestamp_ms: int) -> str:
     return iso_time(timestamp_ms, date=False, zone="")
 
 
+_UNMARKED = frozenset({"applied", "unjudged"})
+
+
 def format_history(rows: list[HistoryRow]) -> list[str]:
     lines = []
     for row in rows:
         who = f"{row.source[:8]}@e{row.epoch}" if row.source else "request"
-        mark = "" if row.verdict == "applied" else f"  [{row.verdict.upper()}]"
+        # (an expired run's rows, read back from the journal, carry no verdict: unjudged)
+        mark = "" if row.verdict in _UNMARKED else f"  [{row.verdict.upper()}]"
         detail = " ".join(f"{k}={_short(v)}" for k, v in row.detail.items())
         lines.append(f"{row.offset:>7}  {_clock(row.timestamp_ms)}  {who:<14} {row.type:<22} "
                      f"{detail}{mark}")

@@ -16,7 +16,7 @@ from aiohttp import web
 from aiokafka.errors import KafkaConnectionError
 
 from runstream.engine.config import journal_topic
-from runstream.engine.errors import InvalidInput, RunNotFound, RunstreamError
+from runstream.engine.errors import InvalidInput, RunExpired, RunNotFound, RunstreamError
 from runstream.engine.journal.timetext import iso_time
 from runstream.engine.readmodel.describe import run_view
 from runstream.engine.readmodel.model import ReadModel
@@ -183,6 +183,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return await handler(request)
     except web.HTTPException:
         raise
+    except RunExpired as exc:  # gone, and its page says when and where its records are
+        return _error(request, 410, str(exc))
     except RunNotFound as exc:
         return _error(request, 404, str(exc) or "no such run")
     except InvalidInput as exc:

@@ -9,6 +9,7 @@ from typing import Any
 from runstream.engine.errors import RunNotFound
 from runstream.engine.flow.apps import load_flows
 from runstream.engine.flow.definition import Flow
+from runstream.engine.readmodel.lookups import expired_error
 from runstream.engine.readmodel.view import View
 from runstream.engine.timetravel.dryrun import DryRunReport, FlowNotInApp, replay_against
 from runstream.engine.ui.html import esc
@@ -26,7 +27,8 @@ class DryRunner:
     async def report(self, view: View, run_id: str) -> DryRunReport:
         run = view.run(run_id)
         if run is None:
-            raise RunNotFound(run_id)
+            stone = view.tombstone(run_id)
+            raise RunNotFound(run_id) if stone is None else expired_error(stone)
         flow = self.flows.get(run.flow)
         if flow is None:
             raise FlowNotInApp(f"run {run_id} is a run of flow {run.flow!r}, which {self.app} "

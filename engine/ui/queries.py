@@ -13,6 +13,7 @@ from typing import Any
 
 from runstream.engine.errors import InvalidInput, RunNotFound
 from runstream.engine.readmodel.describe import run_view
+from runstream.engine.readmodel.lookups import expired_error
 from runstream.engine.readmodel.rows import HistoryRow, history_rows
 from runstream.engine.readmodel.view import View
 from runstream.engine.timetravel.points import Point, parse_time, run_at, run_diff
@@ -129,9 +130,18 @@ class RunDetail:
         return list(enumerate(self.rows, start=1))[start:]
 
 
+def _refuse_expired(view: View, run_id: str, run: RunState | None) -> None:
+    """RunExpired for a run only a tombstone is left of (its history index went with it;
+    requests refused since are all it holds)."""
+    stone = view.tombstone(run_id) if run is None else None
+    if stone is not None:
+        raise expired_error(stone)
+
+
 def run_detail(view: View, run_id: str) -> RunDetail:
     """The run now, its history, its lineage's rounds and its children."""
     run = view.run(run_id)
+    _refuse_expired(view, run_id, run)
     items = view.history(run_id)
     if run is None or not items:
         raise RunNotFound(run_id)
@@ -187,6 +197,7 @@ class StateAt:
 def state_at_record(view: View, run_id: str, record: int) -> StateAt:
     """The slider's answer: the run's state after record `record`, and what that record
     changed. Cost: the history up to `record` replayed (twice: state and diff)."""
+    _refuse_expired(view, run_id, view.run(run_id))
     items = view.history(run_id)
     if not items:
         raise RunNotFound(run_id)
