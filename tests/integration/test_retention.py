@@ -5,6 +5,7 @@ life (that never meets its old one) once it has gone."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -121,6 +122,14 @@ async def test_a_settled_run_expires_and_answers_expired_through_every_door(
             status = await cli("run", "status", "by-flow", bootstrap=bootstrap,
                                namespace=namespace, cache=cache)
             assert status.code != 0 and "expired at" in status.out + status.err
+            history = await cli("run", "history", "by-flow", "--json", bootstrap=bootstrap,
+                                namespace=namespace, cache=cache)
+            assert history.code == 0, history.err
+            kinds = [row["type"] for row in json.loads(history.out)]
+            assert kinds[0] == "run.create-requested" and "run.completed" in kinds, kinds
+            refused = await cli("run", "at", "by-flow", "--record", "1", bootstrap=bootstrap,
+                                namespace=namespace, cache=cache)
+            assert refused.code != 0 and "run history by-flow" in refused.out + refused.err
         report = await integrity.verify(bootstrap=bootstrap, namespace=namespace,
                                         data_dir=data_dir)
         assert report.ok, report.as_dict()
