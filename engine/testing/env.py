@@ -20,12 +20,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from runstream.engine.config import (
-    Duration,
-    millis,
-    resolve_retention,
-    resolve_tombstone_retention,
-)
+from runstream.engine.config import DEFAULT_RETENTION, Duration, as_duration, millis
 from runstream.engine.errors import (
     ResumeRefused,
     RunCancelled,
@@ -92,14 +87,15 @@ class TestEnvironment:
     def __init__(self, flows: Iterable[Flow[Any, Any]], *, partitions: int = 1,
                  start: datetime = DEFAULT_START, retention: Duration | None = None,
                  tombstone_retention: Duration | None = None) -> None:
-        """`retention`: how long settled runs stay before they expire (as a worker's
-        --retention: RUNSTREAM_RETENTION, else 7 days; 0 keeps forever), on the virtual
-        clock; `tombstone_retention` as the worker's."""
+        """`retention`: how long settled runs stay before they expire, on the virtual
+        clock (as a worker's --retention; default 7 days, whatever RUNSTREAM_RETENTION says:
+        a shell's setting never expires a test's runs; 0 keeps forever);
+        `tombstone_retention`: as the worker's (default: the retention)."""
         self.flows = {flow.name: flow for flow in flows}
-        kept = resolve_retention(retention)
+        kept = as_duration(retention) if retention is not None else DEFAULT_RETENTION
         self.retention_ms = millis(kept)
-        self.tombstone_retention_ms = millis(resolve_tombstone_retention(tombstone_retention,
-                                                                         kept))
+        self.tombstone_retention_ms = millis(as_duration(tombstone_retention)
+                                             if tombstone_retention is not None else kept)
         self.partitions = partitions
         self.clock_ms = int(start.timestamp() * 1000)
         self.log = MemoryLog(partitions, lambda: self.clock_ms, self._folded)

@@ -142,6 +142,9 @@ class WorkerObserver:
             self.gauges.change(partition, outcome.before, outcome.run)
         if outcome.next_round is not None:
             self.gauges.change(partition, None, outcome.next_round)
+        for lineage in outcome.expiry.expired if outcome.expiry is not None else ():
+            for run in lineage.rounds:  # expired: out of the store, out of the counts
+                self.gauges.change(partition, run, None)
 
     def consumer_lag(self) -> None:
         """Refresh the lag gauges (end offset minus what the projection applied)."""

@@ -30,6 +30,11 @@ from runstream.projections.store import ProjectionStore
 log = logging.getLogger("runstream.retention")
 
 BATCHES_PER_S = 20  # per partition, while a backlog lasts
+# Bookkeeping entries due before a decision trims them alone (else they go with the next
+# expiry): each decision is itself an entry, so trimming each as it comes of age would
+# keep a partition writing one decision per entry forever.
+TRIM_ALONE = 64
+TRIM_LOOK = 4096  # entries one decision trims at most (the rest go with the next)
 # A decision not judged within this long is given up on (its ownership ended unnoticed?).
 IN_FLIGHT_TIMEOUT_S = 60.0
 
@@ -85,8 +90,8 @@ class RetentionSweeper:
             state = projector.partition(own.partition)
             now_ms = int(time.time() * 1000)
             body = sweep_body(store, state, now_ms, projector.lineage_facts)
-            trim = trim_before(store, state, now_ms)
-            if body is None and trim is None:
+            trim, due = trim_before(store, state, now_ms)
+            if body is None and (trim is None or due < TRIM_ALONE):
                 continue
             body = body or {"partition": own.partition, "expired": [], "settled_ms": [],
                             "dropped": []}
@@ -104,14 +109,17 @@ class RetentionSweeper:
         return more
 
 
-def trim_before(store: ProjectionStore, state: PartitionState, now_ms: int) -> int | None:
-    """The offset below which the partition's bookkeeping is older than the retention: just
-    past the last of its own records (claims, heartbeats, dead letters) logged before then
-    (log time only grows along a partition). None: nothing new to trim."""
+def trim_before(store: ProjectionStore, state: PartitionState, now_ms: int
+                ) -> tuple[int | None, int]:
+    """(The offset below which the partition's bookkeeping is older than the retention:
+    just past the last of its own records (claims, heartbeats, expiry decisions, dead
+    letters) logged before then, log time growing along a partition; how many such
+    entries). None: nothing new to trim. At most TRIM_LOOK entries a record."""
     cutoff = now_ms - state.retention_ms
     found: int | None = None
+    due = 0
     for item in store.partition_history_from(state.partition, state.trimmed_before):
-        if item.timestamp_ms > cutoff:
+        if item.timestamp_ms > cutoff or due >= TRIM_LOOK:
             break
-        found = item.offset + 1
-    return found if found is not None and found > state.trimmed_before else None
+        found, due = item.offset + 1, due + 1
+    return (found, due) if found is not None and found > state.trimmed_before else (None, 0)

@@ -112,7 +112,7 @@ async def test_a_settled_run_expires_and_answers_expired_through_every_door(
             for run_id in ids:
                 await until(_expired_check(c, run_id), f"{run_id} to expire")
             with pytest.raises(RunExpired, match=r"expired at .*, after it settled completed"):
-                await handles[0].result(timeout=10)
+                await nameless.get_handle("by-flow").result(timeout=10)
             with pytest.raises(RunExpired):
                 await nameless.signal("by-name", "go", 1)
             again = await nameless.create_run(checkout.name, CHECKOUT, run_id="by-cli")
