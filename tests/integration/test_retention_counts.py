@@ -10,9 +10,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from runstream.engine.worker.retention import sweep_interval_s
-
 from runstream import Client, Flow, FlowContext, Worker
+from runstream.engine.worker.retention import sweep_interval_s
 from runstream.projections.expiry import SWEEP_BATCH
 from runstream.projections.state import RunStatus
 from runstream.projections.store import ProjectionStore
