@@ -31,7 +31,7 @@ from runstream.engine.timetravel.history import (
     run_history,
     state_at,
 )
-from runstream.projections.state import RunState, RunStatus
+from runstream.projections.state import RunState, RunStatus, incarnation_id
 
 Echo = Callable[[str], None]
 
@@ -156,10 +156,16 @@ async def _show_waiting(client: Client, echo: Echo) -> None:
             echo(f"  {run_id} -> {await handle.result(timeout=60)}")
         except RunCancelled as exc:
             echo(f"  {run_id} -> cancelled: {exc.reason}")
-    child = await client.describe("order-C.1")
-    echo(f"  order-C's packing child order-C.1 is {child.status.value} "
+    # A default child id is its parent's id with the parent's incarnation, then the position.
+    packing = f"{incarnation_id(await client.describe('order-C'))}.1"
+    child = await client.describe(packing)
+    echo(f"  order-C's packing child {packing} is {child.status.value} "
          f"(linked children are cancelled with their parent)")
     view = await (await client.read_model()).catch_up()
+    settled = await client.describe("order-A")
+    kept = view.partition(settled.partition).retention_ms / 86_400_000
+    echo(f"  settled runs leave the projections {kept:g} days after they settle "
+         f"(runstream worker --retention); their records stay on the journal")
     echo("\nhistory of order-A:")
     for line in format_history(run_history(view, "order-A")):
         echo("  " + line)
