@@ -82,6 +82,11 @@ class PartitionState(_Frozen, frozen=True, array_like=True):
     retention_ms: int = 0
     tombstone_retention_ms: int = 0
     trimmed_before: int = 0
+    # The newest snapshot anchored by an applied partition.snapshot-taken: its id, the next
+    # offset it holds, and the log time of its anchor (None/0: none yet).
+    snapshot_id: str | None = None
+    snapshot_offset: int = 0
+    snapshot_ms: int = 0
 
 
 class InboxItem(_Frozen, frozen=True, array_like=True):

@@ -26,6 +26,7 @@ Key layout (ASCII prefixes, zero-padded numbers so byte order is numeric order):
   b/<run_id>                                 -> Tombstone    what is left of an expired run
   k/<partition:05d>/<expired_ms:015d>/<run_id> -> b""  tombstones by expiry time
   m/format                                   -> the layout's version (an older one is rebuilt)
+  m/restoring/<partition:05d>                -> snapshot id  a snapshot load under way there
 States are msgpack (projections.state); a history item is msgpack
 [verdict, type, log timestamp ms, record bytes or nil] (bytes only in a read model). The
 running hash chains every applied record of the partition (projections.writes.chain), so
@@ -85,6 +86,7 @@ from runstream.projections.state import (
     decode_state,
     encode_state,
 )
+from runstream.projections.store_restore import PartitionRestore
 from runstream.projections.values import HistoryEntry, RecordWrite
 from runstream.projections.writes import (
     EMPTY_HASH,
@@ -100,7 +102,7 @@ log = logging.getLogger("runstream.store")
 Access = Literal["primary", "secondary"]
 
 
-class ProjectionStore(IndexReads):
+class ProjectionStore(PartitionRestore, IndexReads):
     """A projection of some partitions: a worker's, or a whole namespace's read model.
 
     `access="secondary"` opens a read-only follower of another process's primary (RocksDB
@@ -222,7 +224,11 @@ class ProjectionStore(IndexReads):
         return decode_state(PartitionState, raw)
 
     def partitions(self) -> list[PartitionState]:
-        return [decode_state(PartitionState, v) for _, v in self._scan(b"p/")]
+        """The partitions held, but those under a restore marker (a load is under way:
+        what they hold is neither the old state nor the new one)."""
+        restoring = set(self.restoring())
+        return [state for state in (decode_state(PartitionState, v) for _, v in self._scan(b"p/"))
+                if state.partition not in restoring]
 
     def run(self, run_id: str) -> RunState | None:
         raw = self._get(keys.run_key(run_id))

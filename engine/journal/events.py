@@ -24,6 +24,7 @@ __all__ = [
     "PartitionHeartbeat",
     "PartitionOutboxSent",
     "PartitionRunsExpired",
+    "PartitionSnapshotTaken",
     "RoundInvalid",
     "RunActivated",
     "RunCancelRequested",
@@ -819,6 +820,32 @@ class PartitionRunsExpired:
     trim_before: int | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionSnapshotTaken:
+    """The owner wrote a snapshot of the partition's projection at `offset` to <ns>.snapshots: the
+    anchor a loader must find applied before it trusts that snapshot (a zombie's or a client's
+    snapshot has none).
+    """
+
+    TYPE: ClassVar[str] = "partition.snapshot-taken"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 164
+
+    envelope: Envelope
+    partition: int
+    # The snapshot's id: its keys in <ns>.snapshots are <snapshot_id>/<chunk> and
+    # <snapshot_id>/manifest.
+    snapshot_id: str
+    # The partition's next offset the snapshot holds: every record below it is in, none at or after
+    # it.
+    offset: int
+    # sha256 (hex) over the snapshot's sorted key/value stream, as its manifest carries it.
+    content_digest: str
+    key_count: int = 0
+    # The partition's running hash at `offset` (hex), as the manifest carries it.
+    running_hash: str = ""
+
+
 # Any journal record; narrow with isinstance() or match on the class.
 JournalRecord: TypeAlias = (
     RunCreateRejected
@@ -855,6 +882,7 @@ JournalRecord: TypeAlias = (
     | PartitionEpochClaimed
     | RunCreated
     | PartitionRunsExpired
+    | PartitionSnapshotTaken
 )
 
 # Record type string (the rs-type header and envelope.type) → class.
@@ -893,6 +921,7 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "partition.epoch-claimed": PartitionEpochClaimed,
     "run.created": RunCreated,
     "partition.runs-expired": PartitionRunsExpired,
+    "partition.snapshot-taken": PartitionSnapshotTaken,
 }
 
 REQUEST_TYPES: frozenset[str] = frozenset(
@@ -935,5 +964,6 @@ DECISION_TYPES: frozenset[str] = frozenset(
         "partition.epoch-claimed",
         "run.created",
         "partition.runs-expired",
+        "partition.snapshot-taken",
     }
 )

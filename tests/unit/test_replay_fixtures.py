@@ -44,6 +44,8 @@ ADDED_SINCE_FORMAT_2: dict[str, Any] = {
     "cancel_delivered_at": None, "limits_fixed": False, "refused_creates": [],
     # issue 18: a run's incarnation (journaled in run.created since), a partition's retention
     "incarnation": None, "retention_ms": 0, "tombstone_retention_ms": 0, "trimmed_before": 0,
+    # issue 19: a partition's newest anchored snapshot
+    "snapshot_id": None, "snapshot_offset": 0, "snapshot_ms": 0,
 }
 
 
