@@ -267,3 +267,19 @@ def snapshot_anchored(partition: PartitionState, record: ev.PartitionSnapshotTak
         return partition, Verdict.ignored
     return replace(partition, snapshot_id=record.snapshot_id, snapshot_offset=record.offset,
                    snapshot_ms=timestamp_ms), Verdict.applied
+
+
+def kept_snapshots(offsets: list[int], keep: int) -> set[int]:
+    """Which snapshots (by offset) stay: the newest `keep`, plus `keep` more spread over the
+    older ones (past that many, the one whose removal leaves the smallest gap goes, never
+    the oldest), so time travel finds one near any point."""
+    ordered = sorted(set(offsets))
+    newest, older = ordered[len(ordered) - keep:] if keep else [], ordered[:-keep or None]
+    if not keep:
+        return set()
+    spread = list(older)
+    while len(spread) > keep:
+        bounds = [*spread, newest[0]]
+        gaps = [(bounds[i + 1] - bounds[i - 1], i) for i in range(1, len(spread))]
+        spread.pop(min(gaps)[1])
+    return set(newest) | set(spread)

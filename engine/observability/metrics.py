@@ -161,6 +161,20 @@ COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
         "Background tasks of this worker (heartbeat, timers, watchdog) that raised: each "
         "is restarted, or stops the worker when it cannot be (engine.worker.supervise).",
         ("task",)),
+    "runstream_snapshots": ("Partition snapshots this worker wrote, by outcome (anchored, "
+                            "failed, dropped: tombstoned as no longer kept).", ("outcome",)),
+    "runstream_snapshot_bytes": ("Bytes of keys and values in the snapshots written.", ()),
+    "runstream_restores": ("Partitions this worker brought up to date on taking them, by "
+                           "source (snapshot, journal: folded from its store or offset 0).",
+                           ("source",)),
+    "runstream_restore_fallbacks": (
+        "Snapshots a load refused (torn, corrupt, unanchored, unknown format, unreadable), "
+        "falling back to an older one or the journal.", ("reason",)),
+    "runstream_restore_records_folded": ("Journal records folded by loads after a snapshot.",
+                                         ()),
+    "runstream_restore_bytes_loaded": ("Snapshot bytes (keys and values) loaded.", ()),
+    "runstream_restore_seconds": ("Seconds spent loading snapshots and folding their tails.",
+                                  ()),
 }
 
 
@@ -192,6 +206,11 @@ class WorkerMetrics:
         self._read_model_lag = Gauge(
             "runstream_read_model_lag_records",
             "Records the read model has yet to apply.", registry=r)
+        self._snapshot_margin = Gauge(
+            "runstream_snapshot_margin_records",
+            "Records between the journal's log start and each owned partition's newest "
+            "anchored snapshot (under journal retention: below one snapshot interval the "
+            "broker may soon delete records no snapshot covers).", ["partition"], registry=r)
         self._runs_collector: _RunsCollector | None = None
         self._server: WSGIServer | None = None
         self._server_thread: threading.Thread | None = None
@@ -270,6 +289,25 @@ class WorkerMetrics:
             self._consumer_lag.remove(str(partition))
         except KeyError:
             pass
+
+    def snapshot(self, outcome: str, size: int = 0) -> None:
+        self._tally.add("runstream_snapshots", (outcome,))
+        if size:
+            self._tally.add("runstream_snapshot_bytes", (), size)
+
+    def restore(self, source: str, *, records: int = 0, size: int = 0,
+                seconds: float = 0.0) -> None:
+        self._tally.add("runstream_restores", (source,))
+        self._tally.add("runstream_restore_records_folded", (), records)
+        self._tally.add("runstream_restore_bytes_loaded", (), size)
+        self._tally.add("runstream_restore_seconds", (), seconds)
+
+    def restore_fallback(self, reason: str) -> None:
+        self._tally.add("runstream_restore_fallbacks", (reason,))
+
+    def set_snapshot_margin(self, partition: int, records: int) -> None:
+        """Records between the log start and the partition's newest anchored snapshot."""
+        self._snapshot_margin.labels(str(partition)).set(records)
 
     def set_read_model_lag(self, lag: int) -> None:
         self._read_model_lag.set(lag)

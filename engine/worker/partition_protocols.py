@@ -65,6 +65,62 @@ class TimerOwner(Protocol):
         """Queue a decision about `run` under `own`'s epoch: a `timer.fired`."""
 
 
+class SnapshotOwner(Protocol):
+    """What the snapshot keeper and loader (engine.worker.snapshots, restore) use."""
+
+    @property
+    def owned(self) -> dict[int, Ownership]:
+        """The partitions assigned here: the executing ones are snapshotted."""
+
+    @property
+    def store(self) -> ProjectionStore | None:
+        """The projection a snapshot is frozen from and loaded into."""
+
+    @property
+    def projector(self) -> Projector | None:
+        """Partition states (the newest anchored snapshot); applies a loaded tail."""
+
+    @property
+    def source_id(self) -> str:
+        """This source's id, on each anchor."""
+
+    @property
+    def committer(self) -> Committer:
+        """Sends the anchors."""
+
+    @property
+    def metrics(self) -> WorkerMetrics:
+        """runstream_snapshots, runstream_restore_*."""
+
+    @property
+    def data_dir(self) -> Path:
+        """Where frozen checkpoints are made (next to the projection, same filesystem)."""
+
+    @property
+    def partitions(self) -> int:
+        """The journal's partition count (which keys are a partition's)."""
+
+    @property
+    def bootstrap(self) -> str:
+        """The brokers."""
+
+    @property
+    def name(self) -> str:
+        """The worker's name, on each manifest."""
+
+    @property
+    def security(self) -> KafkaSecurity | None:
+        """SASL/TLS (None: from the RUNSTREAM_* environment)."""
+
+    @property
+    def topic(self) -> str:
+        """The journal topic (a load folds its tail)."""
+
+    @property
+    def snapshot_topic(self) -> str:
+        """`<ns>.snapshots`."""
+
+
 class RetentionOwner(Protocol):
     """What the retention sweeper (engine.worker.retention) uses."""
 

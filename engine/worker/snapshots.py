@@ -1,0 +1,275 @@
+"""The owner's partition snapshots: when to take one, taking it off the hot path, anchoring
+it in the journal, and tombstoning those no longer kept.
+
+A snapshot of a partition this worker executes is due every `every` records applied to it
+since its newest anchored snapshot (RUNSTREAM_SNAPSHOT_EVERY, default 100,000; 0: off), when
+that snapshot is older than the time bound (a quarter of the journal's retention when it has
+one, else a day), and on a graceful release that leaves time for one in the drain. Taking
+one:
+  1. the store writes its batch and starts a memtable flush in RocksDB's threads (waited
+     for here), then freezes a checkpoint (milliseconds, at a WriteBatch boundary);
+  2. a thread reads the partition's keys from the checkpoint, chunks and digests them;
+  3. the chunks, then the manifest, go out through the writer's own producer;
+  4. `partition.snapshot-taken` goes out through the owner's committer, under its epoch:
+     a loader trusts the snapshot only once it finds that decision applied.
+One snapshot at a time per worker: memory holds at most one partition's chunks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiokafka import AIOKafkaProducer
+
+from runstream.engine.errors import WorkerFatal
+from runstream.engine.journal import events as ev
+from runstream.engine.kafka.snapshots import (
+    drop_snapshot,
+    list_manifests,
+    start_producer,
+    write_snapshot,
+)
+from runstream.engine.worker.executor import decision
+from runstream.engine.worker.ownership import Ownership, OwnershipState
+from runstream.engine.worker.partition_protocols import SnapshotOwner
+from runstream.projections import keys
+from runstream.projections.snapshot import (
+    Digest,
+    Manifest,
+    encode_chunks,
+    kept_snapshots,
+    snapshot_id,
+)
+from runstream.projections.state import PartitionState, decode_state
+from runstream.projections.store_restore import frozen_partition
+
+log = logging.getLogger("runstream.snapshots")
+
+EVERY_ENV = "RUNSTREAM_SNAPSHOT_EVERY"
+DEFAULT_EVERY = 100_000
+DEFAULT_KEEP = 2
+DAY_MS = 24 * 3600 * 1000
+CHECK_EVERY_S = 1.0
+FLUSH_WAIT_S = 10.0  # a memtable flush that takes longer: freeze anyway (a longer stall)
+# A graceful release takes one only if the last one took at most this share of the time left.
+RELEASE_SHARE = 0.5
+
+
+def resolve_every(explicit: int | None = None) -> int:
+    """Records between two snapshots of a partition: explicit, else RUNSTREAM_SNAPSHOT_EVERY,
+    else 100,000; 0 turns snapshots off."""
+    if explicit is not None:
+        value = explicit
+    else:
+        raw = os.environ.get(EVERY_ENV, "").strip()
+        try:
+            value = int(raw) if raw else DEFAULT_EVERY
+        except ValueError as exc:
+            raise WorkerFatal(f"{EVERY_ENV}={raw!r} is not a number of records") from exc
+    if value < 0:
+        raise WorkerFatal(f"snapshot interval {value} must be 0 (off) or more records")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Frozen:
+    """What the thread read from a checkpoint: one partition's chunks and their digest."""
+
+    state: PartitionState
+    running_hash: str
+    chunks: list[bytes]
+    digest: Digest
+
+
+class SnapshotKeeper:
+    def __init__(self, owner: SnapshotOwner, *, every: int, keep: int = DEFAULT_KEEP,
+                 journal_retention_ms: int | None = None) -> None:
+        self.owner = owner
+        self.every = every
+        self.keep = keep
+        self.bound_ms = journal_retention_ms // 4 if journal_retention_ms else DAY_MS
+        self.enabled = every > 0
+        self._producer: AIOKafkaProducer | None = None
+        self._lock = asyncio.Lock()  # one snapshot at a time
+        # partition -> the manifests known there, oldest first: at most 2 x keep plus the
+        # listing's bound (engine.kafka.snapshots.MAX_LISTED), per owned partition.
+        self._known: dict[int, list[Manifest]] = {}
+        self._took_s: dict[int, float] = {}  # partition -> how long its last one took
+        # partition -> the offset of the last one written here (its anchor may not be
+        # applied yet): one per owned partition.
+        self._written: dict[int, int] = {}
+        self.taken = 0
+
+    def disable(self, why: str) -> None:
+        if self.enabled:
+            log.warning("snapshots are off: %s", why)
+        self.enabled = False
+
+    async def close(self) -> None:
+        if self._producer is not None:
+            await self._producer.stop()
+            self._producer = None
+
+    def forget(self, partition: int) -> None:
+        """A partition released or lost: what was known of its snapshots may change."""
+        self._known.pop(partition, None)
+        self._took_s.pop(partition, None)
+        self._written.pop(partition, None)
+
+    def known(self, partition: int, manifests: list[Manifest]) -> None:
+        """The manifests a load listed (engine.worker.restore), for tombstoning later."""
+        self._known[partition] = list(manifests)
+
+    async def run(self) -> None:
+        while self.enabled:
+            await asyncio.sleep(CHECK_EVERY_S)
+            for own in list(self.owner.owned.values()):
+                if own.executing and self.due(own.partition):
+                    await self.take(own)
+
+    def due(self, partition: int) -> bool:
+        projector = self.owner.projector
+        if projector is None:
+            return False
+        state = projector.partition(partition)
+        since = state.next_offset - max(state.snapshot_offset, self._written.get(partition, 0))
+        if since <= 0:
+            return False
+        if since >= self.every:
+            return True
+        aged = time.time() * 1000 - state.snapshot_ms >= self.bound_ms
+        return aged and since > 1  # (one record: the previous snapshot's own anchor)
+
+    async def on_release(self, own: Ownership, seconds_left: float) -> None:
+        """A graceful release: a snapshot if the partition moved on since its last one and
+        the last one took well within the time left; never longer than that."""
+        if not self.enabled or seconds_left <= 0 or not self._moved(own.partition):
+            return
+        if self._took_s.get(own.partition, 0.0) > seconds_left * RELEASE_SHARE:
+            return
+        try:
+            await asyncio.wait_for(self.take(own, releasing=True), seconds_left)
+        except TimeoutError:
+            log.info("partition %d: no snapshot on release (it did not fit in the drain)",
+                     own.partition)
+
+    def _moved(self, partition: int) -> bool:
+        projector = self.owner.projector
+        if projector is None:
+            return False
+        state = projector.partition(partition)
+        return state.next_offset - state.snapshot_offset > 1
+
+    async def take(self, own: Ownership, *, releasing: bool = False) -> Manifest | None:
+        """Take, write and anchor one snapshot of `own`'s partition (None: not now)."""
+        async with self._lock:
+            started = time.monotonic()
+            try:
+                frozen = await self._freeze(own.partition)
+                if frozen is None or not self._still_owned(own, frozen, releasing):
+                    return None
+                manifest = await self._write(own, frozen)
+            except (OSError, ValueError, RuntimeError, WorkerFatal) as exc:
+                self.owner.metrics.snapshot("failed")
+                log.warning("partition %d: snapshot failed: %r", own.partition, exc)
+                return None
+            self._took_s[own.partition] = time.monotonic() - started
+            log.info("partition %d: snapshot %s (%d keys, %d bytes in %d chunks) in %.2f s",
+                     own.partition, manifest.snapshot_id, manifest.key_count,
+                     manifest.value_bytes, len(manifest.chunks), self._took_s[own.partition])
+            await self._prune(own.partition, manifest)
+            return manifest
+
+    async def _freeze(self, partition: int) -> Frozen | None:
+        store = self.owner.store
+        if store is None:
+            return None
+        store.begin_snapshot()
+        deadline = time.monotonic() + FLUSH_WAIT_S
+        while store.flushing() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        path = self.owner.data_dir / "snapshots" / f"frozen-{uuid.uuid4().hex}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        store.freeze(path)
+        try:
+            return await asyncio.to_thread(read_frozen, path, partition,
+                                           self.owner.partitions)
+        finally:
+            await asyncio.to_thread(shutil.rmtree, path, True)
+
+    def _still_owned(self, own: Ownership, frozen: Frozen, releasing: bool) -> bool:
+        states = (OwnershipState.ready, OwnershipState.draining) if releasing else (
+            OwnershipState.ready,)
+        return own.state in states and frozen.state.epoch == own.epoch
+
+    async def _write(self, own: Ownership, frozen: Frozen) -> Manifest:
+        if self._producer is None:
+            self._producer = await start_producer(self.owner.bootstrap,
+                                                  name=self.owner.name,
+                                                  security=self.owner.security)
+        state = frozen.state
+        snapshot = snapshot_id(own.partition, state.next_offset, state.epoch)
+        manifest = Manifest(
+            snapshot_id=snapshot, partition=own.partition, offset=state.next_offset,
+            epoch=state.epoch, key_count=frozen.digest.keys, chunks=(),
+            content_digest=frozen.digest.hexdigest(), running_hash=frozen.running_hash,
+            created_ms=int(time.time() * 1000), writer=self.owner.name,
+            value_bytes=frozen.digest.size)
+        written = await write_snapshot(self._producer, self.owner.snapshot_topic,
+                                       partition=own.partition, snapshot_id=snapshot,
+                                       chunks=frozen.chunks, manifest=manifest)
+        anchor = decision(
+            ev.PartitionSnapshotTaken, run_id="", lineage_id=f"partition/{own.partition}",
+            epoch=own.epoch, source_id=self.owner.source_id,
+            body={"partition": own.partition, "snapshot_id": snapshot,
+                  "offset": state.next_offset, "content_digest": written.content_digest,
+                  "key_count": written.key_count, "running_hash": written.running_hash})
+        self._written[own.partition] = state.next_offset
+        await self.owner.committer.enqueue(own.partition, anchor)
+        self.taken += 1
+        self.owner.metrics.snapshot("anchored", written.value_bytes)
+        return written
+
+    async def _prune(self, partition: int, newest: Manifest) -> None:
+        """Tombstone the snapshots beyond the kept ones (engine.kafka.snapshots)."""
+        if partition not in self._known:
+            listed = await list_manifests(self.owner.bootstrap, self.owner.snapshot_topic,
+                                          partition, security=self.owner.security)
+            self._known[partition] = [m.manifest for m in listed if m.manifest is not None]
+        known = [m for m in self._known[partition] if m.snapshot_id != newest.snapshot_id]
+        known.append(newest)
+        kept = kept_snapshots([m.offset for m in known], self.keep)
+        assert self._producer is not None
+        for manifest in [m for m in known if m.offset not in kept]:
+            await drop_snapshot(self._producer, self.owner.snapshot_topic, manifest)
+            self.owner.metrics.snapshot("dropped")
+        self._known[partition] = [m for m in known if m.offset in kept]
+
+
+def read_frozen(path: Path, partition: int, partitions: int) -> Frozen | None:
+    """(A thread.) The partition's chunks from a frozen checkpoint; None: it holds none.
+    Memory: the chunks (the pairs stream through)."""
+    seen: dict[bytes, bytes] = {}  # the partition's state and running hash as they pass
+    wanted = (keys.partition_key(partition), keys.hash_key(partition))
+
+    def passing() -> Iterator[tuple[bytes, bytes]]:
+        for key, value in frozen_partition(path, partition, partitions):
+            if key in wanted:
+                seen[key] = value
+            yield key, value
+
+    digest = Digest()
+    chunks = list(encode_chunks(passing(), digest))
+    state_raw = seen.get(wanted[0])
+    if state_raw is None:
+        return None
+    running_hash = seen[wanted[1]].hex() if wanted[1] in seen else ""
+    return Frozen(decode_state(PartitionState, state_raw), running_hash, chunks, digest)
