@@ -42,6 +42,11 @@ def dead_letter_topic(namespace: str) -> str:
     return f"{namespace}.dead-letter"
 
 
+def snapshot_topic(namespace: str) -> str:
+    """Each journal partition's snapshots (compacted; partition P's go to partition P)."""
+    return f"{namespace}.snapshots"
+
+
 def worker_group(namespace: str) -> str:
     return f"{namespace}.workers"
 

@@ -21,7 +21,7 @@ def acl() -> None:
 @acl.command()
 @click.option("--role", type=click.Choice(ROLES), required=True,
               help="worker: every <ns>. topic and group; client: write <ns>.requests, read "
-              "the journal and owners.")
+              "the journal, owners and snapshots.")
 @click.option("--principal", required=True, help="Kafka principal, e.g. User:client.")
 @click.option("--authority", default=None,
               help="Client role: write <ns>.requests.<authority> instead of <ns>.requests.")

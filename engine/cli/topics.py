@@ -1,16 +1,28 @@
-"""`runstream topics …`: create and check a namespace's topics."""
+"""`runstream topics …`: create and check a namespace's topics, set the journal's retention."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import click
 
 from runstream.engine.cli.errors import UserError
+from runstream.engine.cli.options import bootstrap_option, namespace_option, print_json
 from runstream.engine.config import DEFAULT_PARTITIONS, resolve_bootstrap, resolve_namespace
 from runstream.engine.journal.input_limits import check_authority_name
 from runstream.engine.kafka.admin import TopicsError, ensure_requests_topics, ensure_topics
+from runstream.engine.kafka.journal_retention import (
+    Standings,
+    alter_journal_retention,
+    journal_retention_ms,
+)
+from runstream.projections.snapshot_horizon import SnapshotStanding, duration_text
+
+_RETENTION_HELP = ("How long the journal keeps records: 30d, 12h, ... or 0/forever "
+                   "[default: forever]. Finite only when every partition has a snapshot "
+                   "newer than now minus it (`topics alter`).")
 
 
 @click.group()
@@ -33,34 +45,42 @@ def topics() -> None:
 @click.option("--authority", "authorities", multiple=True, metavar="NAME",
               help="With --requests: also <namespace>.requests.NAME for a restricted "
               "authority (repeatable).")
+@click.option("--journal-retention", "retention", default="forever", metavar="DURATION",
+              show_default=True, help=_RETENTION_HELP)
 def create(
     partitions: int, replication_factor: int | None, namespace: str | None,
-    bootstrap: str | None, with_requests: bool, authorities: tuple[str, ...],
+    bootstrap: str | None, with_requests: bool, authorities: tuple[str, ...], retention: str,
 ) -> None:
-    """Create <namespace>.journal, .owners and .dead-letter unless they exist (with
-    --requests, the requests topics too).
+    """Create <namespace>.journal, .owners, .dead-letter and .snapshots unless they exist
+    (with --requests, the requests topics too).
 
-    Existing topics are checked, not changed: a different partition count or config is an
-    error naming each difference.
+    Existing topics are checked, not changed (a missing .snapshots is added): a different
+    partition count or config is an error naming each difference. A namespace that opted
+    into a journal retention names it again with --journal-retention.
     """
     if authorities and not with_requests:
         raise UserError("--authority NAME goes with --requests")
     for name in authorities:
         check_authority_name(name)
+    retention_ms = _retention_ms(retention)
     address = resolve_bootstrap(bootstrap)
     # aiokafka logs each failed connection attempt; the failure is reported once, below.
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     try:
-        report = asyncio.run(
-            ensure_topics(address, resolve_namespace(namespace), partitions, replication_factor)
-        )
+        report = asyncio.run(ensure_topics(
+            address, resolve_namespace(namespace), partitions, replication_factor,
+            journal_retention_ms=retention_ms))
     except TopicsError as exc:
         raise UserError(str(exc)) from exc
     for result in report.topics:
         if result.ok:
             click.echo(result.summary())
     if not report.ok:
-        raise UserError(" | ".join(report.mismatches()))
+        have = report.journal.configs.get("retention.ms", str(retention_ms))
+        hint = ("" if have == str(retention_ms) else f" (the journal's retention is "
+                f"{duration_text(int(have))}: name it with --journal-retention, or change "
+                "it with `runstream topics alter`)")
+        raise UserError(" | ".join(report.mismatches()) + hint)
     if with_requests:
         try:
             made = asyncio.run(ensure_requests_topics(
@@ -70,3 +90,46 @@ def create(
             raise UserError(str(exc)) from exc
         for topic in made:
             click.echo(topic.summary())
+
+
+@topics.command()
+@click.option("--journal-retention", "retention", required=True, metavar="DURATION",
+              help=_RETENTION_HELP)
+@namespace_option
+@bootstrap_option
+@click.option("--json", "as_json", is_flag=True, help="Print the change as JSON.")
+def alter(retention: str, namespace: str | None, bootstrap: str | None, as_json: bool) -> None:
+    """Set the journal's retention.ms: a finite one only when every partition has a
+    complete, anchored snapshot newer than the new horizon (now - DURATION); 0 or forever
+    keeps every record again (records already deleted stay deleted)."""
+    _retention_ms(retention)  # a bad duration fails before any connection
+    address, space = resolve_bootstrap(bootstrap), resolve_namespace(namespace)
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    try:
+        change = asyncio.run(alter_journal_retention(
+            address, space, retention, security=None, standings=_snapshot_standings(address, space),
+            now_ms=int(time.time() * 1000)))
+    except TopicsError as exc:
+        raise UserError(str(exc)) from exc
+    if as_json:
+        print_json(change.as_json())
+    else:
+        click.echo(change.summary())
+
+
+def _retention_ms(text: str) -> int:
+    try:
+        return journal_retention_ms(text)
+    except ValueError as exc:
+        raise UserError(f"--journal-retention: {exc}") from exc
+
+
+def _snapshot_standings(bootstrap: str, namespace: str) -> Standings:
+    """Each partition's newest snapshot as `topics alter` judges it: read from the journal's
+    anchors and the snapshots topic's manifests by the snapshot driver
+    (engine.kafka.snapshots, issue 19), which plugs in here. Until it does, a finite
+    retention is refused with this line rather than judged on nothing."""
+    async def unread() -> dict[int, SnapshotStanding]:
+        raise TopicsError(f"cannot read the snapshots of {namespace} at {bootstrap} in this "
+                          "build (no snapshot reader): the journal's retention is unchanged")
+    return unread

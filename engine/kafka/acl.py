@@ -3,12 +3,15 @@
 Roles (see ARCHITECTURE.md, Security: clients write only requests, workers relay them):
 
     worker  READ, WRITE, DESCRIBE on every `<ns>.` topic (prefixed: journal, owners,
-            dead-letter, requests, requests.<authority>), READ and DESCRIBE on the `<ns>.`
-            consumer groups (the worker group and the relay group).
+            dead-letter, snapshots, requests, requests.<authority>), READ and DESCRIBE on
+            the `<ns>.` consumer groups (the worker group and the relay group). Only
+            workers write snapshots: each is derived from the journal they own.
     client  WRITE and DESCRIBE on `<ns>.requests` (or `<ns>.requests.<authority>` with an
             authority); READ and DESCRIBE on `<ns>.journal` (the client follows it for
-            results) and `<ns>.owners`. Never WRITE on the journal: a client cannot make a
-            decision, a claim included, that the reducer would apply.
+            results), `<ns>.owners` and `<ns>.snapshots` (its read model, the one `run
+            status` and `runs list` fold, bootstraps from them). Never WRITE on the journal
+            or the snapshots: a client cannot make a decision, a claim included, that the
+            reducer would apply, nor a snapshot a loader would.
 
 Idempotent producers need no cluster-level IdempotentWrite ACL on Kafka 3.2 and later
 (KIP-679: WRITE on a topic implies it); older brokers are not supported here. Topics are
@@ -26,7 +29,13 @@ from typing import Literal
 from aiokafka.errors import for_code
 from aiokafka.protocol.admin import CreateAclsRequest
 
-from runstream.engine.config import journal_topic, owners_topic, requests_topic, resolve_namespace
+from runstream.engine.config import (
+    journal_topic,
+    owners_topic,
+    requests_topic,
+    resolve_namespace,
+    snapshot_topic,
+)
 from runstream.engine.errors import AccessDenied, InvalidInput
 from runstream.engine.kafka.admin import admin_client
 from runstream.engine.kafka.connection import KafkaSecurity
@@ -82,7 +91,7 @@ def role_bindings(role: str, principal: str, namespace: str | None = None,
         AclBinding(principal, "topic", requests, "literal", "WRITE"),
         AclBinding(principal, "topic", requests, "literal", "DESCRIBE"),
         *(AclBinding(principal, "topic", topic, "literal", op)
-          for topic in (journal_topic(space), owners_topic(space))
+          for topic in (journal_topic(space), owners_topic(space), snapshot_topic(space))
           for op in ("READ", "DESCRIBE")),
     ]
 

@@ -1,12 +1,16 @@
 """Create, idempotently, and check a namespace's topics with aiokafka's admin client.
 
-`<ns>.journal`      every fact about every run: infinite retention, delete policy (never
-                    compacted: two records of a run share a key and both must stay).
+`<ns>.journal`      every fact about every run: infinite retention unless the operator opts
+                    into one (journal_retention), delete policy (never compacted: two
+                    records of a run share a key and both must stay).
 `<ns>.owners`       which worker owns which partition and where to query it: compacted,
                     keyed by partition, one partition (it is tiny).
 `<ns>.dead-letter`  records no worker could handle: kept forever, one partition so an operator
                     reads them in the order they were set aside; max.message.bytes 2 MiB, so
                     a journal record at its size limit is copied whole with its headers.
+`<ns>.snapshots`    each journal partition's snapshots, on the same partition: compacted
+                    (an old snapshot goes by tombstones on its keys), as many partitions as
+                    the journal has (an existing journal's count, whatever was asked).
 
 A second `ensure_topics` finds the topics existing and compares their partition count,
 replication factor (when one was asked for) and managed configs with what it would have
@@ -26,6 +30,7 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaConnectionError, KafkaError, for_code
+from aiokafka.protocol.metadata import MetadataRequest
 
 from runstream.engine.config import (
     DEFAULT_PARTITIONS,
@@ -35,6 +40,7 @@ from runstream.engine.config import (
     requests_topic,
     resolve_bootstrap,
     resolve_namespace,
+    snapshot_topic,
 )
 from runstream.engine.kafka.connection import KafkaSecurity, access_denied, diagnose, kafka_options
 
@@ -55,7 +61,15 @@ DEAD_LETTER_MAX_MESSAGE_BYTES = 2 * 1024 * 1024
 # A request is relayed within moments; the journal keeps it forever, so 30 days is plenty.
 REQUESTS_CONFIGS = {"retention.ms": str(30 * 24 * 3600 * 1000), "cleanup.policy": "delete"}
 _MAX_MESSAGE = "max.message.bytes"
-_MANAGED_KEYS = [*_KEEP_FOREVER, _MIN_ISR, _MAX_MESSAGE]
+# A snapshot chunk is kept under 900 KiB (projections.snapshot.CHUNK_BYTES); 2 MiB holds one
+# with its key, headers and batch overhead, or two a producer put in one batch. The topic's
+# limit may exceed the broker's message.max.bytes (1 MiB by default): it overrides it.
+SNAPSHOT_MAX_MESSAGE_BYTES = 2 * 1024 * 1024
+# Compaction acts on closed segments only: roll one an hour so tombstoned snapshots go.
+SNAPSHOT_SEGMENT_MS = 3600 * 1000
+SNAPSHOT_CONFIGS = {"cleanup.policy": "compact", _MAX_MESSAGE: str(SNAPSHOT_MAX_MESSAGE_BYTES),
+                    "segment.ms": str(SNAPSHOT_SEGMENT_MS), "min.compaction.lag.ms": "0"}
+_MANAGED_KEYS = list(dict.fromkeys([*_KEEP_FOREVER, _MIN_ISR, *SNAPSHOT_CONFIGS]))
 
 
 class TopicsError(Exception):
@@ -129,16 +143,23 @@ def min_insync_replicas(replication_factor: int) -> int:
     return 1 if replication_factor < 3 else replication_factor // 2 + 1
 
 
-def topic_specs(namespace: str, partitions: int, replication_factor: int) -> list[TopicSpec]:
+def topic_specs(namespace: str, partitions: int, replication_factor: int, *,
+                journal_retention_ms: int = -1,
+                snapshot_partitions: int | None = None) -> list[TopicSpec]:
+    """What `ensure_topics` creates. `journal_retention_ms` -1 keeps the journal forever;
+    `snapshot_partitions` is the existing journal's count (`partitions` when it is new)."""
     min_isr = {_MIN_ISR: str(min_insync_replicas(replication_factor))}
+    journal = {**_KEEP_FOREVER, "retention.ms": str(journal_retention_ms)}
     return [
         TopicSpec(journal_topic(namespace), partitions, replication_factor,
-                  {**_KEEP_FOREVER, **_BROKER_TIME, **min_isr}),
+                  {**journal, **_BROKER_TIME, **min_isr}),
         TopicSpec(owners_topic(namespace), OWNERS_PARTITIONS, replication_factor,
                   {"cleanup.policy": "compact", **min_isr}),
         TopicSpec(dead_letter_topic(namespace), DEAD_LETTER_PARTITIONS, replication_factor,
                   {**_KEEP_FOREVER, **min_isr,
                    _MAX_MESSAGE: str(DEAD_LETTER_MAX_MESSAGE_BYTES)}),
+        TopicSpec(snapshot_topic(namespace), snapshot_partitions or partitions,
+                  replication_factor, {**SNAPSHOT_CONFIGS, **min_isr}),
     ]
 
 
@@ -150,12 +171,15 @@ async def ensure_topics(
     *,
     request_timeout: float = 30.0,
     security: KafkaSecurity | None = None,
+    journal_retention_ms: int = -1,
 ) -> TopicReport:
     """Create the namespace's topics unless they exist; report what exists and any mismatch.
 
     `replication_factor=None` means min(3, brokers in the cluster); an existing topic's
-    replication factor is then not compared. Returns once every partition has a leader, so
-    callers can produce immediately.
+    replication factor is then not compared. `journal_retention_ms` is the journal's
+    retention.ms (-1: forever): a new journal gets it, an existing one is compared with it
+    (a namespace that opted into a retention names it again). Returns once every partition
+    has a leader, so callers can produce immediately.
     """
     bootstrap = resolve_bootstrap(bootstrap)
     namespace = resolve_namespace(namespace)
@@ -169,7 +193,9 @@ async def ensure_topics(
             raise TopicsError(
                 f"replication factor {rf} needs {rf} brokers; {bootstrap} has {brokers}"
             )
-        specs = topic_specs(namespace, partitions, rf)
+        existing = await topic_partitions(admin, journal_topic(namespace))
+        specs = topic_specs(namespace, partitions, rf, journal_retention_ms=journal_retention_ms,
+                            snapshot_partitions=existing)
         created = await _create(admin, specs, request_timeout)
         layout = await _wait_for_leaders(admin, [s.name for s in specs], deadline)
         configs = await _describe_configs(admin, [s.name for s in specs], deadline=deadline)
@@ -203,11 +229,10 @@ async def ensure_requests_topics(
     names = [requests_topic(namespace)] + [requests_topic(namespace, a) for a in authorities]
     deadline = time.monotonic() + request_timeout
     async with _admin(bootstrap, request_timeout, security) as admin:
-        [journal] = await admin.describe_topics([journal_topic(namespace)])
-        if journal["error_code"] != 0 or not journal["partitions"]:
+        partitions = await topic_partitions(admin, journal_topic(namespace))
+        if partitions is None:
             raise TopicsError(f"{journal_topic(namespace)} does not exist: the requests "
                               "topics take its partition count, so create it first")
-        partitions = len(journal["partitions"])
         rf = replication_factor or min(3, len((await admin.describe_cluster())["brokers"]))
         configs = {**REQUESTS_CONFIGS, _MIN_ISR: str(min_insync_replicas(rf))}
         created = await _create(admin, [TopicSpec(name, partitions, rf, configs)
@@ -227,6 +252,29 @@ async def topic_configs(
     """Every config of `topic` as the broker reports it (defaults included)."""
     async with _admin(bootstrap, request_timeout, security) as admin:
         return (await _describe_configs(admin, [topic], keys=None))[topic]
+
+
+async def topic_partitions(admin: Any, topic: str) -> int | None:
+    """How many partitions `topic` has; None when it does not exist. Asks without letting a
+    broker with auto.create.topics.enable make it (the admin's describe_topics would)."""
+    response = await admin._send_request(MetadataRequest([topic],
+                                                         allow_auto_topic_creation=False))
+    [found] = [t for t in response.to_object()["topics"] if t["topic"] == topic]
+    code = found["error_code"]
+    if code == _UNKNOWN_TOPIC:
+        return None
+    if code != 0:
+        raise TopicsError(f"cannot describe {topic}: {for_code(code).__name__}"
+                          + ("; grant the role again (`runstream acl grant`)"
+                             if code in _DENIED_CODES else ""))
+    return len(found["partitions"]) or None
+
+
+async def snapshot_topic_exists(bootstrap: str, namespace: str,
+                                security: KafkaSecurity | None = None) -> bool:
+    """Whether `<ns>.snapshots` exists (a namespace made before it has none and works on)."""
+    async with _admin(bootstrap, 30.0, security) as admin:
+        return await topic_partitions(admin, snapshot_topic(namespace)) is not None
 
 
 @contextlib.asynccontextmanager

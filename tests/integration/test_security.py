@@ -25,7 +25,7 @@ from aiokafka.errors import TopicAuthorizationFailedError
 
 from runstream import Client
 from runstream.engine.broker import BrokerCluster, BrokerError, find_java
-from runstream.engine.config import journal_topic, requests_topic
+from runstream.engine.config import journal_topic, requests_topic, snapshot_topic
 from runstream.engine.demo.flows import CheckoutIn, PackingIn, checkout, packing, refund
 from runstream.engine.errors import (
     CancelRefused,
@@ -114,7 +114,7 @@ def test_the_client_role_never_writes_the_journal() -> None:
         writes = {(b.name, b.pattern) for b in bindings if b.operation == "WRITE"}
         assert writes == {(requests, "literal")}
         reads = {b.name for b in bindings if b.operation == "READ"}
-        assert reads == {"ns.journal", "ns.owners"}
+        assert reads == {"ns.journal", "ns.owners", "ns.snapshots"}  # a read model's
     worker = role_bindings("worker", "User:w", "ns")
     assert {(b.resource, b.name, b.pattern) for b in worker} == {
         ("topic", "ns.", "prefixed"), ("group", "ns.", "prefixed")}
@@ -235,6 +235,19 @@ async def test_a_client_principal_may_send_requests_but_never_write_the_journal(
     assert "\n" not in str(denied)
     await _produce(secure, "client", requests_topic(namespace))  # requests are the client's
     await _produce(secure, "worker", journal_topic(namespace))  # the journal is the workers'
+
+
+async def test_only_a_worker_principal_writes_snapshots_a_client_reads_them(
+        secure: BrokerCluster) -> None:
+    """Issue 19, item 2: a requests-only principal (client role) cannot write a snapshot a
+    loader would apply; the worker role can; the client's read model can read them."""
+    namespace = await _namespace(secure, relayed=True)
+    with pytest.raises(TopicAuthorizationFailedError):
+        await _produce(secure, "client", snapshot_topic(namespace), partition=1)
+    await _produce(secure, "worker", snapshot_topic(namespace), partition=1)
+    read = [r async for r in read_partitions(secure.bootstrap, snapshot_topic(namespace),
+                                             security=security_of(secure, "client"))]
+    assert [(r.partition, r.offset) for r in read] == [(1, 0)]  # the worker's, alone
 
 
 async def test_under_acls_clients_reach_the_journal_only_through_the_relay_with_their_authority(
