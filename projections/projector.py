@@ -19,6 +19,7 @@ from typing import Protocol
 
 from runstream.engine.journal import DecodeError, JournalRecord
 from runstream.engine.journal import events as ev
+from runstream.projections.partitioning import run_partition
 from runstream.projections.poison import (
     KEY_UNKNOWN,
     Examined,
@@ -107,6 +108,13 @@ class Projector:
         if state is None:
             state = self._partitions[partition] = self.store.partition(partition)
         return state
+
+    def forget_partition(self, partition: int, partitions: int) -> None:
+        """Drop what is cached of `partition` (its state, its runs): a snapshot was loaded
+        in its place (engine.worker.restore)."""
+        self._partitions.pop(partition, None)
+        for run_id in [r for r in self._runs if run_partition(r, partitions) == partition]:
+            del self._runs[run_id]
 
     def run(self, run_id: str) -> RunState | None:
         if run_id in self._runs:

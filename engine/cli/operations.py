@@ -190,13 +190,14 @@ async def serve_worker(
     concurrency: int, name: str | None, session_timeout_ms: int = 10_000,
     drain_timeout: float = 10.0, metrics_port: int | None = None,
     retention: timedelta | None = None, tombstone_retention: timedelta | None = None,
+    snapshot_every: int | None = None,
 ) -> None:
     """Run a worker until SIGINT/SIGTERM, then shut it down gracefully."""
     worker = Worker(flows=load_flows(app), data_dir=data_dir, bootstrap_servers=bootstrap,
                     namespace=namespace, concurrency=concurrency, name=name,
                     session_timeout_ms=session_timeout_ms, drain_timeout=drain_timeout,
                     metrics_port=metrics_port, retention=retention,
-                    tombstone_retention=tombstone_retention)
+                    tombstone_retention=tombstone_retention, snapshot_every=snapshot_every)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

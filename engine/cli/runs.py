@@ -335,13 +335,16 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None
 @click.option("--tombstone-retention", callback=_duration, default=None, metavar="DURATION",
               help="How long an expired run's tombstone is kept [env "
               "RUNSTREAM_TOMBSTONE_RETENTION; default: the retention].")
+@click.option("--snapshot-every", type=click.IntRange(min=0), default=None, metavar="N",
+              help="Snapshot each owned partition to <namespace>.snapshots every N records "
+              "applied to it; 0: no snapshots [env RUNSTREAM_SNAPSHOT_EVERY; default 100000].")
 @bootstrap_option
 @namespace_option
 def worker(app: str, data_dir: Path, concurrency: int, name: str | None,
            session_timeout_ms: int, drain_timeout: float, log_level: str,
            metrics_port: int | None, authorities: Path | None,
            retention: timedelta | None, tombstone_retention: timedelta | None,
-           bootstrap: str | None, namespace: str | None) -> None:
+           snapshot_every: int | None, bootstrap: str | None, namespace: str | None) -> None:
     """Run a worker of the namespace's consumer group (and its requests relay)."""
     if authorities is not None:
         # Validated here, exported where the worker's relay reads it (engine.worker.relay).
@@ -353,7 +356,7 @@ def worker(app: str, data_dir: Path, concurrency: int, name: str | None,
         bootstrap=bootstrap, namespace=namespace, app=app, data_dir=data_dir,
         concurrency=concurrency, name=name, session_timeout_ms=session_timeout_ms,
         drain_timeout=drain_timeout, metrics_port=metrics_port, retention=retention,
-        tombstone_retention=tombstone_retention))
+        tombstone_retention=tombstone_retention, snapshot_every=snapshot_every))
 
 
 

@@ -69,6 +69,19 @@ async def partition_count(consumer: AIOKafkaConsumer, topic: str, bootstrap: str
     return len(partitions)
 
 
+async def log_starts(bootstrap: str, topic: str, partitions: list[int], *,
+                     security: KafkaSecurity | None = None) -> dict[int, int]:
+    """Each partition's log start offset: records below it the broker deleted (retention)."""
+    consumer = reader_consumer(bootstrap, security=security)
+    try:
+        await start_client(consumer, bootstrap, security)
+        tps = [TopicPartition(topic, p) for p in partitions]
+        starts = await consumer.beginning_offsets(tps)
+        return {tp.partition: starts[tp] for tp in tps}
+    finally:
+        await consumer.stop()
+
+
 async def read_partitions(
     bootstrap: str,
     topic: str,

@@ -9,6 +9,7 @@ What a snapshot means and how it is checked is projections.snapshot's.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -73,8 +74,7 @@ async def write_snapshot(producer: AIOKafkaProducer, topic: str, *, partition: i
         futures.append(await producer.send(topic, value=chunk, partition=partition,
                                            key=chunk_key(snapshot_id, index).encode()))
     offsets = [(await future).offset for future in futures]
-    written = Manifest(**{**_fields(manifest), "chunks": tuple(zip(offsets, digests,
-                                                                   strict=True))})
+    written = dataclasses.replace(manifest, chunks=tuple(zip(offsets, digests, strict=True)))
     await (await producer.send(topic, value=written.encode(), partition=partition,
                                key=manifest_key(snapshot_id).encode()))
     return written
@@ -91,10 +91,6 @@ async def drop_snapshot(producer: AIOKafkaProducer, topic: str, manifest: Manife
         await future
 
 
-def _fields(manifest: Manifest) -> dict[str, object]:
-    return {name: getattr(manifest, name) for name in Manifest.__dataclass_fields__}
-
-
 async def list_manifests(bootstrap: str, topic: str, partition: int, *,
                          security: KafkaSecurity | None = None) -> list[Listed]:
     """The manifests partition `partition` holds now, oldest first (tombstoned ones left
@@ -107,7 +103,7 @@ async def list_manifests(bootstrap: str, topic: str, partition: int, *,
         tp = TopicPartition(topic, partition)
         consumer.assign([tp])
         end = (await consumer.end_offsets([tp]))[tp]
-        consumer.seek_to_beginning(tp)
+        await consumer.seek_to_beginning(tp)
         return await _scan_manifests(consumer, tp, end)
     finally:
         await consumer.stop()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Iterable
 
@@ -96,12 +97,19 @@ class Claims:
             log.warning("no group generation for partitions %s: a rejoin is under way, "
                         "claiming after it", partitions)
             return
+        # Nothing of them is fetched until each is sought to its projection's offset: the
+        # fetcher would otherwise start at the group's committed offsets while a snapshot
+        # load (or the end-offset check) awaits.
+        consumer.pause(*(TopicPartition(w.topic, p) for p in partitions))
         try:
-            await self.check_not_ahead(partitions)
+            ends = await self.check_not_ahead(partitions)
+            for partition in partitions:  # a snapshot first, where the store is far behind
+                await w.takeovers.bring_up(partition, ends[partition])
         except WorkerFatal as exc:
             # aiokafka swallows a listener's exception: hand it to the consume loop instead.
             w.fail_next_turn(exc)
             return
+        w.sticky.evict_partitions(set(partitions))
         for partition in partitions:
             state = w.projector.partition(partition)
             consumer.seek(TopicPartition(w.topic, partition), state.next_offset)
@@ -112,6 +120,7 @@ class Claims:
                             generation=generation, confirmed_stalls=w.watchdog.stalls)
             w.owned[partition] = own
             self.write_claim(own, state.epoch)
+        consumer.resume(*(TopicPartition(w.topic, p) for p in partitions))
         await w.committer.flush()
 
     def write_claim(self, own: Ownership, epoch: int) -> None:
@@ -136,7 +145,7 @@ class Claims:
         except WorkerFatal:
             own.state = OwnershipState.lost
 
-    async def check_not_ahead(self, partitions: list[int]) -> None:
+    async def check_not_ahead(self, partitions: list[int]) -> dict[int, int]:
         """A projection past the end of its partition was built from another log (the topic
         was recreated under the same name): applying this one on top would be garbage.
 
@@ -162,6 +171,7 @@ class Claims:
                     f"up to offset {applied}, but {w.topic} ends at {ends[tp]}: the topic "
                     f"was recreated; move the data dir away (or `runstream projection "
                     f"rebuild`) and start again")
+        return {tp.partition: ends[tp] for tp in tps}
 
     async def renew_source(self) -> None:
         """Our producer failed: stop every run, take a new source id, claim again (under the
@@ -198,6 +208,7 @@ class Claims:
 
     async def _release_now(self, partitions: list[int], *, cause: str) -> None:
         w = self.owner
+        deadline = time.monotonic() + w.drain_timeout
         owns = [w.owned.pop(p) for p in partitions if p in w.owned]
         if not owns:
             return
@@ -230,6 +241,10 @@ class Claims:
                 except WorkerFatal:
                     break  # the source failed meanwhile: the next owner finds them running
         await w.committer.flush()
+        for own in owns:  # within what is left of the drain, never longer
+            if own.state is OwnershipState.draining and w.committer.failure is None:
+                await w.takeovers.on_release(own, deadline - time.monotonic())
+            w.takeovers.forget(own.partition)
         log.info("released partitions %s (%s)", [o.partition for o in owns], cause)
 
     def lose(self, own: Ownership, why: str) -> None:
@@ -237,6 +252,7 @@ class Claims:
         log.warning("partition %d lost: %s; stopping its runs", own.partition, why)
         w.metrics.claim("lost")
         w.metrics.forget_partition(own.partition)
+        w.takeovers.forget(own.partition)
         own.state = OwnershipState.lost
         w.confirmations.abandon({own.partition})
         w.sticky.evict_partitions({own.partition})

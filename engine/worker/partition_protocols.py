@@ -29,6 +29,7 @@ from aiokafka import AIOKafkaConsumer
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.flow.definition import Flow
 from runstream.engine.journal import JournalRecord
+from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.observability.metrics import WorkerMetrics
 from runstream.engine.worker.committer import Committer
 from runstream.engine.worker.confirmations import Confirmations
@@ -256,6 +257,20 @@ class ObservedOwner(Protocol):
         """The assignment and its end offsets, for the consumer lag."""
 
 
+class SnapshotSteps(Protocol):
+    """The snapshot steps of a claim and a release (engine.worker.takeover)."""
+
+    async def bring_up(self, partition: int, end: int) -> None:
+        """Before a claim: load a snapshot if the store is far enough behind one (the
+        journal ends at `end`); WorkerFatal when needed records were deleted."""
+
+    async def on_release(self, own: Ownership, seconds_left: float) -> None:
+        """A graceful release: a snapshot if it fits in the time left."""
+
+    def forget(self, partition: int) -> None:
+        """The partition is no longer ours."""
+
+
 class ClaimsOwner(Protocol):
     """What the claims (engine.worker.claims: claim, renew, release, lose, confirm) use."""
 
@@ -347,6 +362,10 @@ class ClaimsOwner(Protocol):
     @property
     def upkeep(self) -> LeaseKeeper:
         """Claims again after a rejected claim's lease ran out."""
+
+    @property
+    def takeovers(self) -> SnapshotSteps:
+        """Loads snapshots before claims, takes them on releases."""
 
     def enqueue(self, own: Ownership, run: RunState, cls: type[JournalRecord],
                 **body: Any) -> asyncio.Future[None]:

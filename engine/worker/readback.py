@@ -38,6 +38,13 @@ class _Message(Protocol):
     def headers(self) -> Sequence[tuple[str, bytes]] | None: ...
 
 
+def read_back_waits(busy: bool, awaited: bool, batches: Mapping[Any, Iterable[_Message]]
+                    ) -> bool:
+    """Only our own decisions, our producer still busy, nobody awaiting a verdict: the
+    consume loop applies the poll after the step path."""
+    return busy and not awaited and decisions_only(batches)
+
+
 def decisions_only(batches: Mapping[Any, Iterable[_Message]]) -> bool:
     """Whether every polled record is a decision by its type header (a record without one
     is not: it may be poison, and goes through at once)."""

@@ -15,7 +15,7 @@ import os
 import socket
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from runstream.engine.config import (
     resolve_namespace,
     resolve_retention,
     resolve_tombstone_retention,
+    snapshot_topic,
     worker_group,
 )
 from runstream.engine.errors import WorkerFatal
@@ -57,12 +58,14 @@ from runstream.engine.worker.observe import WorkerObserver
 from runstream.engine.worker.outbox import OutboxSender
 from runstream.engine.worker.ownership import Ownership
 from runstream.engine.worker.reactions import Reactions
-from runstream.engine.worker.readback import READ_BACK_DEFER_S, decisions_only
+from runstream.engine.worker.readback import READ_BACK_DEFER_S, read_back_waits
 from runstream.engine.worker.relay import Relay
 from runstream.engine.worker.retention import RetentionSweeper
 from runstream.engine.worker.shutdown import CLOSE_TIMEOUT_S, bounded
+from runstream.engine.worker.snapshots import DEFAULT_KEEP, SnapshotKeeper, resolve_every
 from runstream.engine.worker.sticky import StickyCache, sticky_size
 from runstream.engine.worker.supervise import supervise
+from runstream.engine.worker.takeover import Takeovers
 from runstream.engine.worker.timers import TimerSweeper
 from runstream.engine.worker.upkeep import Upkeep
 from runstream.engine.worker.watchdog import LoopWatchdog
@@ -104,11 +107,14 @@ class Worker:
         relay: bool = True,
         retention: Duration | None = None,
         tombstone_retention: Duration | None = None,
+        snapshot_every: int | None = None,
+        snapshot_keep: int = DEFAULT_KEEP,
     ) -> None:
         self.flows = {flow.name: flow for flow in flows}
         self.bootstrap = resolve_bootstrap(bootstrap_servers)
         self.namespace = resolve_namespace(namespace)
         self.topic = journal_topic(self.namespace)
+        self.snapshot_topic = snapshot_topic(self.namespace)
         self.group_id = worker_group(self.namespace)
         self.data_dir = Path(data_dir)
         self.security = security  # None: from RUNSTREAM_* (engine.kafka.connection)
@@ -148,6 +154,9 @@ class Worker:
         self.timers = TimerSweeper(self)
         self.retention = RetentionSweeper(self)
         self.outbox = OutboxSender(self)
+        self.snapshots = SnapshotKeeper(self, every=resolve_every(snapshot_every),
+                                        keep=snapshot_keep)
+        self.takeovers = Takeovers(self, self.snapshots)
         # Each source's producer, and the dead-letter copier's (engine.worker.kafka_driver).
         self._make_producer = partial(make_producer, self.bootstrap, name=self.name,
                                       security=security)
@@ -183,6 +192,7 @@ class Worker:
         self.projector = Projector(self.store)
         await self.reconnector.until_done("connecting to the brokers", self._connect)
         assert self._consumer is not None
+        await self.takeovers.prepare(self.namespace)
         if self.metrics_port is not None:
             self.metrics_port = self.metrics.serve(self.metrics_port)
             log.info("worker %s: metrics on http://127.0.0.1:%d/metrics", self.name,
@@ -194,7 +204,8 @@ class Worker:
         timers = self._background("timers", self.timers.run)
         retention = self._background("retention", self.retention.run)
         watchdog = self._background("watchdog", self.watchdog.run)
-        self._tasks = [consume, heartbeat, timers, retention, watchdog]
+        snapshots = self._background("snapshots", self.snapshots.run)
+        self._tasks = [consume, heartbeat, timers, retention, watchdog, snapshots]
         log.info("worker %s (source %s) started on %s", self.name, self.source_id, self.topic)
 
     def _background(self, task: str, body: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
@@ -317,6 +328,7 @@ class Worker:
         if self._consumer is not None:
             await self._bounded(self._consumer.stop(), "leaving the group", left())
         await asyncio.gather(*self._retiring, return_exceptions=True)
+        await self._bounded(self.snapshots.close(), "closing the snapshot producer", left())
         await self._bounded(self.dead_letters.close(), "closing the dead-letter producer",
                             left())
         if self._committer is not None:
@@ -359,7 +371,7 @@ class Worker:
         assert self._consumer is not None
         while not self._stopping:
             batches = await self._consumer.getmany(timeout_ms=200, max_records=2000)
-            if self._read_back_waits(batches):
+            if read_back_waits(self.committer.busy, self.confirmations.awaited(), batches):
                 await self.committer.quiet(READ_BACK_DEFER_S)
             records = [polled(tp.partition, m.offset, m.key, m.value, m.headers, m.timestamp)
                        for tp, messages in batches.items() for m in messages]
@@ -371,12 +383,6 @@ class Worker:
             if self._fatal is not None:
                 raise self._fatal
             await self.upkeep.commit_offsets()
-
-    def _read_back_waits(self, batches: Mapping[Any, Iterable[Any]]) -> bool:
-        """Only our own decisions, our producer still busy, nobody awaiting a verdict: apply
-        the poll after the step path (engine.worker.readback)."""
-        return (self.committer.busy and not self.confirmations.awaited()
-                and decisions_only(batches))
 
     async def _apply_poll(self, records: list[Polled]) -> None:
         """Apply a poll in one RocksDB write, after its dead letters are copied (see

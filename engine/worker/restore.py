@@ -1,0 +1,226 @@
+"""Taking over a partition from a snapshot: the loader.
+
+When a worker is assigned a partition whose store is empty or behind the newest complete
+snapshot in `<ns>.snapshots`, it loads that snapshot instead of folding the journal from
+where its store stands:
+  1. the manifest's chunks are fetched by offset and checked (digests, key count, content
+     digest, format: projections.snapshot.assemble) before the store is touched;
+  2. under a restore marker, the partition's old keys are deleted and the snapshot's written,
+     its state and running hash last (projections.store_restore), and every cache of it
+     dropped (the projector's here; the worker drops its own on claim);
+  3. the journal is folded from the snapshot's offset up to the end it had when the load
+     began, and the snapshot is kept only if that tail holds its anchor applied (a
+     `partition.snapshot-taken` naming it, not fenced): a zombie's or a client's snapshot has
+     none. Then the marker goes.
+A torn, corrupt, unanchored or unknown-format snapshot is never applied: the next older one
+is tried, then the journal, and each refusal is logged and counted
+(runstream_restore_fallbacks). A store at or past the newest snapshot folds only its tail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+from aiokafka.errors import KafkaError
+
+from runstream.engine.journal import events as ev
+from runstream.engine.kafka.reader import RawRecord, log_starts, read_partitions
+from runstream.engine.kafka.snapshots import Listed, list_manifests, read_chunks
+from runstream.engine.worker.partition_protocols import SnapshotOwner
+from runstream.projections.fold import REBUILD_GROUP
+from runstream.projections.projector import Outcome
+from runstream.projections.snapshot import Manifest, SnapshotInvalid, assemble
+from runstream.projections.state import Verdict
+
+log = logging.getLogger("runstream.restore")
+
+MAX_REFUSALS = 16  # snapshots tried at one takeover before the journal
+
+
+class RecordsDeleted(Exception):
+    """Records the broker deleted (journal retention) that no snapshot covers."""
+
+
+@dataclass(slots=True)
+class RestoreReport:
+    partition: int
+    source: str  # "snapshot" | "journal"
+    offset: int  # where the worker's own fold continues
+    snapshot_id: str | None = None
+    keys_loaded: int = 0
+    bytes_loaded: int = 0
+    records_folded: int = 0
+    seconds: float = 0.0
+    refused: list[tuple[str, str]] = field(default_factory=list)  # (snapshot id, why)
+
+
+class Restorer:
+    def __init__(self, owner: SnapshotOwner) -> None:
+        self.owner = owner
+
+    async def bring_up(self, partition: int, *, enabled: bool = True) -> RestoreReport:
+        """Load the newest usable snapshot newer than the store's offset, or leave the store
+        to fold the journal from where it is (enabled False: snapshots are off)."""
+        started = time.monotonic()
+        assert self.owner.projector is not None
+        held = self.owner.projector.partition(partition).next_offset
+        report = RestoreReport(partition, "journal", held)
+        listed = await self._listed(partition) if enabled else []
+        for item in [i for i in reversed(listed) if _newer(i, held)][:MAX_REFUSALS]:
+            try:
+                if item.manifest is None:
+                    raise SnapshotInvalid(item.invalid or "manifest does not decode")
+                await self._load(item.manifest, report)
+                break
+            except SnapshotInvalid as exc:
+                self._refused(report, item.snapshot_id, exc.reason)
+        await self._check_covered(partition, report)
+        report.seconds = time.monotonic() - started
+        self.owner.metrics.restore(report.source, records=report.records_folded,
+                                   size=report.bytes_loaded, seconds=report.seconds)
+        self._log(report)
+        return report
+
+    async def _listed(self, partition: int) -> list[Listed]:
+        try:
+            return await list_manifests(self.owner.bootstrap, self.owner.snapshot_topic,
+                                        partition, security=self.owner.security)
+        except (KafkaError, OSError) as exc:
+            log.warning("partition %d: the snapshots in %s cannot be listed (%r): folding "
+                        "the journal", partition, self.owner.snapshot_topic, exc)
+            self.owner.metrics.restore_fallback("unreadable")
+            return []
+
+    def _refused(self, report: RestoreReport, snapshot: str, reason: str) -> None:
+        log.warning("partition %d: snapshot %s is not applied: %s; trying an older one, "
+                    "then the journal", report.partition, snapshot, reason)
+        report.refused.append((snapshot, reason))
+        self.owner.metrics.restore_fallback(_reason_label(reason))
+
+    async def _load(self, manifest: Manifest, report: RestoreReport) -> None:
+        """Check, load, fold the tail and confirm the anchor; SnapshotInvalid: nothing of
+        it is kept (the partition is cleared for the journal)."""
+        w = self.owner
+        store, projector = w.store, w.projector
+        assert store is not None and projector is not None
+        if manifest.partition != report.partition:
+            raise SnapshotInvalid(f"its manifest names partition {manifest.partition}")
+        await self._check_tail_kept(manifest)
+        chunks = await read_chunks(w.bootstrap, w.snapshot_topic, manifest,
+                                   security=w.security)
+        pairs = await asyncio.to_thread(lambda: list(assemble(manifest, chunks)))
+        store.clear_partition(manifest.partition, w.partitions, marker=manifest.snapshot_id)
+        keys = store.load_partition(manifest.partition, pairs)
+        projector.forget_partition(manifest.partition, w.partitions)
+        try:
+            self._check_loaded(manifest)
+            anchored, folded = await self._fold_tail(manifest)
+            if not anchored:
+                raise SnapshotInvalid("unanchored: no applied partition.snapshot-taken names "
+                                      "it in the journal's tail")
+        except SnapshotInvalid:
+            store.clear_partition(manifest.partition, w.partitions, marker=None)
+            projector.forget_partition(manifest.partition, w.partitions)
+            raise
+        store.finish_load(manifest.partition)
+        report.source, report.snapshot_id = "snapshot", manifest.snapshot_id
+        report.keys_loaded, report.bytes_loaded = keys, manifest.value_bytes
+        report.records_folded = folded
+        report.offset = projector.partition(manifest.partition).next_offset
+
+    def _check_loaded(self, manifest: Manifest) -> None:
+        store = self.owner.store
+        assert store is not None
+        state = store.partition(manifest.partition)
+        if state.next_offset != manifest.offset:
+            raise SnapshotInvalid(f"it holds offset {state.next_offset}, its manifest says "
+                                  f"{manifest.offset}")
+        if manifest.running_hash and store.running_hash(manifest.partition) != (
+                manifest.running_hash):
+            raise SnapshotInvalid("its running hash differs from its manifest's")
+
+    async def _check_tail_kept(self, manifest: Manifest) -> None:
+        start = (await log_starts(self.owner.bootstrap, self.owner.topic, [manifest.partition],
+                                  security=self.owner.security))[manifest.partition]
+        if start > manifest.offset:
+            raise SnapshotInvalid(f"the journal no longer holds its tail (records "
+                                  f"{manifest.offset}..{start - 1} were deleted)")
+
+    async def _fold_tail(self, manifest: Manifest) -> tuple[bool, int]:
+        """Fold the journal from the snapshot's offset to the end it has now, in groups
+        applied without an await inside (the consume loop shares the store); (whether the
+        snapshot's anchor was applied, records folded)."""
+        w = self.owner
+        assert w.store is not None and w.projector is not None
+        records = read_partitions(w.bootstrap, w.topic, [manifest.partition],
+                                  start={manifest.partition: manifest.offset},
+                                  security=w.security)
+        anchored, folded = False, 0
+        group: list[RawRecord] = []
+        async for raw in records:
+            group.append(raw)
+            if len(group) < REBUILD_GROUP:
+                continue
+            anchored = self._apply(group, manifest) or anchored
+            folded, group = folded + len(group), []
+        anchored = self._apply(group, manifest) or anchored
+        return anchored, folded + len(group)
+
+    def _apply(self, group: list[RawRecord], manifest: Manifest) -> bool:
+        w = self.owner
+        assert w.store is not None and w.projector is not None
+        anchored = False
+        with w.store.group():
+            for raw in group:
+                outcome = w.projector.apply_raw(raw.partition, raw.offset, raw.value,
+                                                raw.headers, raw.timestamp_ms, key=raw.key)
+                anchored = anchored or _anchors(outcome, manifest)
+        return anchored
+
+    async def _check_covered(self, partition: int, report: RestoreReport) -> None:
+        """The journal must still hold every record from where the fold continues: else
+        records the broker deleted are needed and no snapshot covers them."""
+        start = (await log_starts(self.owner.bootstrap, self.owner.topic, [partition],
+                                  security=self.owner.security))[partition]
+        if start > report.offset:
+            raise RecordsDeleted(_deleted_line(partition, report.offset, start))
+
+    def _log(self, report: RestoreReport) -> None:
+        if report.source == "snapshot":
+            log.info("partition %d: restored from snapshot %s (%d keys, %d bytes) and folded "
+                     "%d records of its tail in %.2f s; the journal continues from offset %d",
+                     report.partition, report.snapshot_id, report.keys_loaded,
+                     report.bytes_loaded, report.records_folded, report.seconds,
+                     report.offset)
+        elif report.refused:
+            log.warning("partition %d: no snapshot could be applied (%d refused): folding "
+                        "the journal from offset %d", report.partition, len(report.refused),
+                        report.offset)
+
+
+def _newer(item: Listed, held: int) -> bool:
+    return item.manifest is None or item.manifest.offset > held
+
+
+def _anchors(outcome: Outcome, manifest: Manifest) -> bool:
+    record = outcome.record
+    return (outcome.verdict is Verdict.applied and isinstance(record, ev.PartitionSnapshotTaken)
+            and record.snapshot_id == manifest.snapshot_id
+            and record.content_digest == manifest.content_digest)
+
+
+def _reason_label(reason: str) -> str:
+    """A bounded label for a refusal's free-text reason."""
+    for label in ("unanchored", "format", "missing", "digest", "decode", "deleted"):
+        if label in reason:
+            return label
+    return "invalid"
+
+
+def _deleted_line(partition: int, held: int, start: int) -> str:
+    return (f"partition {partition}: records {held}..{start - 1} are needed but the broker "
+            f"deleted them (the journal's retention; its log now starts at offset {start}) "
+            f"and no snapshot covers them: this projection cannot be brought up to date")

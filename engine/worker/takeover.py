@@ -1,0 +1,79 @@
+"""A worker's snapshot glue: what it checks at start, what a claim and a release do.
+
+At start: partitions left under a restore marker (a load that did not finish) are cleared,
+to be loaded again; `<ns>.snapshots` missing turns snapshots off with one warning (an old
+namespace keeps working; `runstream topics create` adds it); a journal with retention and
+snapshots off is refused, since a new owner could then need records the broker deleted.
+At a claim: a snapshot is loaded when the store is more than one snapshot interval behind
+the journal's end (folding a shorter tail costs less than fetching a snapshot).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from runstream.engine.errors import WorkerFatal
+from runstream.engine.kafka.admin import snapshot_topic_exists, topic_configs
+from runstream.engine.worker.ownership import Ownership
+from runstream.engine.worker.partition_protocols import SnapshotOwner
+from runstream.engine.worker.restore import RecordsDeleted, Restorer, RestoreReport
+from runstream.engine.worker.snapshots import SnapshotKeeper
+
+log = logging.getLogger("runstream.snapshots")
+
+
+class Takeovers:
+    def __init__(self, owner: SnapshotOwner, keeper: SnapshotKeeper) -> None:
+        self.owner = owner
+        self.keeper = keeper
+        self.restorer = Restorer(owner)
+        self.journal_retention_ms: int | None = None  # None: kept forever
+        # partition -> its latest claim's load (tests, bench): one per partition at most.
+        self.reports: dict[int, RestoreReport] = {}
+
+    async def prepare(self, namespace: str) -> None:
+        """After connecting: clear unfinished loads, check the topics (see the module)."""
+        store = self.owner.store
+        assert store is not None
+        for partition in store.restoring():
+            log.warning("partition %d: a snapshot load did not finish (the worker stopped "
+                        "during it): cleared, to be loaded again", partition)
+            store.clear_partition(partition, self.owner.partitions, marker=None)
+        configs = await topic_configs(self.owner.bootstrap, self.owner.topic,
+                                      security=self.owner.security)
+        retention = int(configs.get("retention.ms", "-1") or -1)
+        self.journal_retention_ms = retention if retention > 0 else None
+        if not await snapshot_topic_exists(self.owner.bootstrap, namespace,
+                                           self.owner.security):
+            self.keeper.disable(f"{self.owner.snapshot_topic} does not exist (a namespace "
+                                f"made before snapshots): `runstream topics create` adds it")
+        if self.journal_retention_ms is not None and not self.keeper.enabled:
+            raise WorkerFatal(
+                f"{self.owner.topic} deletes records after {retention} ms (journal "
+                f"retention) but this worker takes no snapshots: a new owner could need "
+                f"deleted records; start it with --snapshot-every > 0 and "
+                f"{self.owner.snapshot_topic} present")
+        if self.journal_retention_ms is not None:
+            self.keeper.bound_ms = self.journal_retention_ms // 4
+
+    async def bring_up(self, partition: int, end: int) -> None:
+        assert self.owner.projector is not None
+        held = self.owner.projector.partition(partition).next_offset
+        worth = self.keeper.enabled and end - held > self.keeper.every
+        if not worth and self.journal_retention_ms is None:
+            return
+        try:
+            self.reports[partition] = await self.restorer.bring_up(partition, enabled=worth)
+        except RecordsDeleted as exc:
+            raise WorkerFatal(str(exc)) from exc
+
+    async def on_release(self, own: Ownership, seconds_left: float) -> None:
+        await self.keeper.on_release(own, seconds_left)
+
+    def forget(self, partition: int) -> None:
+        self.keeper.forget(partition)
+
+
+def seconds_left(deadline: float) -> float:
+    return deadline - time.monotonic()

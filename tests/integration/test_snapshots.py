@@ -1,0 +1,179 @@
+"""Partition snapshots against a real broker: an owner writes and anchors them, a fresh
+worker takes over from them (folding only the tail), and every snapshot that must not be
+applied (corrupt, torn, unanchored, of an unknown format) is refused, falling back to an
+older one, and reported."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+
+from runstream import Client, Flow, FlowContext, Worker
+from runstream.engine.config import snapshot_topic
+from runstream.engine.demo.flows import checkout
+from runstream.engine.kafka.snapshots import list_manifests, read_chunks
+from runstream.engine.ops import verify as integrity
+from runstream.projections.snapshot import Manifest, chunk_key, manifest_key
+from tests.conftest import TEST_JOURNAL_PARTITIONS
+
+EVERY = 150
+waiter: Flow[Any, Any] = Flow("snapshot-waiter")
+
+
+@waiter.handler
+async def _waiter(ctx: FlowContext, payload: Any) -> Any:
+    got = await ctx.wait_for("go")
+    return {"got": got}
+
+
+FLOWS = [checkout, waiter]
+
+
+def worker(bootstrap: str, namespace: str, data_dir: Path, **options: Any) -> Worker:
+    return Worker(flows=FLOWS, data_dir=data_dir, bootstrap_servers=bootstrap,
+                  namespace=namespace, session_timeout_ms=6000, snapshot_every=EVERY,
+                  **options)
+
+
+async def until(check: Callable[[], Awaitable[bool] | bool], what: str,
+                timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if await got if asyncio.iscoroutine(got) else got:
+            return
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.25)
+
+
+async def _fill(client: Client, count: int, prefix: str) -> None:
+    handles = [await client.create_run(checkout, {"order_id": f"{prefix}{n}", "amount": 1},
+                                       run_id=f"{prefix}{n}") for n in range(count)]
+    await asyncio.gather(*(h.result(timeout=90) for h in handles))
+
+
+def _anchored(w: Worker) -> bool:
+    assert w.projector is not None
+    return all(w.projector.partition(p).snapshot_id is not None
+               for p in range(TEST_JOURNAL_PARTITIONS))
+
+
+async def test_a_fresh_worker_takes_over_from_snapshots_and_folds_only_the_tail(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path) -> None:
+    first = worker(bootstrap, namespace, tmp_path / "a")
+    await first.start()
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=FLOWS) as client:
+            waiting = await client.create_run(waiter, {}, run_id="long-waiter")
+            await _fill(client, 240, "early-")
+            await until(lambda: _anchored(first), "a snapshot of every partition")
+    finally:
+        await first.stop()
+    assert first.metrics.render().count(b'runstream_snapshots_total{outcome="anchored"}') == 1
+    second = worker(bootstrap, namespace, tmp_path / "b")
+    await second.start()
+    try:
+        await until(lambda: len(second.takeovers.reports) == TEST_JOURNAL_PARTITIONS,
+                    "every partition claimed")
+        reports = second.takeovers.reports
+        assert {r.source for r in reports.values()} == {"snapshot"}, reports
+        for report in reports.values():
+            # The tail past the newest snapshot: at most one interval (plus the releases
+            # and anchors written after it).
+            assert report.records_folded <= EVERY + 20, report
+            assert report.keys_loaded > 0 and not report.refused, report
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=FLOWS) as client:
+            await client.signal("long-waiter", "go", "after the takeover")
+            assert await client.get_handle("long-waiter").result(timeout=60) == {
+                "got": "after the takeover"}
+            await _fill(client, 5, "late-")
+        del waiting
+    finally:
+        await second.stop()
+    report = await integrity.verify(bootstrap=bootstrap, namespace=namespace,
+                                    data_dir=tmp_path / "b")
+    assert report.ok, report.as_dict()
+
+
+async def _forge(bootstrap: str, namespace: str, partition: int, manifest: Manifest,
+                 chunks: list[bytes | None]) -> list[str]:
+    """Snapshots that must not be applied, written after the real one (so tried first)."""
+    topic = snapshot_topic(namespace)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, max_request_size=2 * 1024 * 1024)
+    await producer.start()
+    forged = []
+    try:
+        for damage in ("unanchored", "flipped", "torn", "format"):
+            sid = f"{manifest.snapshot_id}-{damage}"
+            offsets = []
+            for index, chunk in enumerate(chunks):
+                assert chunk is not None
+                data = chunk
+                if damage == "flipped" and index == 0:
+                    changed = bytearray(chunk)
+                    changed[len(changed) // 2] ^= 0x01
+                    data = bytes(changed)
+                if damage == "torn" and index == len(chunks) - 1:
+                    continue  # the last chunk never written
+                meta = await (await producer.send(topic, value=data, partition=partition,
+                                                  key=chunk_key(sid, index).encode()))
+                offsets.append(meta.offset)
+            if damage == "torn":
+                offsets.append(10**9)  # named, never there
+            fake = dataclasses.replace(
+                manifest, snapshot_id=sid, format=99 if damage == "format" else 1,
+                chunks=tuple((o, d) for o, (_, d) in zip(offsets, manifest.chunks,
+                                                         strict=True)))
+            await (await producer.send(topic, value=fake.encode(), partition=partition,
+                                       key=manifest_key(sid).encode()))
+            forged.append(sid)
+    finally:
+        await producer.stop()
+    return forged
+
+
+async def test_corrupt_torn_unanchored_and_unknown_snapshots_are_refused_and_reported(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path) -> None:
+    first = worker(bootstrap, namespace, tmp_path / "a")
+    await first.start()
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=FLOWS) as client:
+            await _fill(client, 200, "r-")
+            await until(lambda: _anchored(first), "a snapshot of every partition")
+    finally:
+        await first.stop()
+    listed = await list_manifests(bootstrap, snapshot_topic(namespace), 0)
+    real = [item.manifest for item in listed if item.manifest is not None][-1]
+    chunks = await read_chunks(bootstrap, snapshot_topic(namespace), real)
+    forged = await _forge(bootstrap, namespace, 0, real, chunks)
+    second = worker(bootstrap, namespace, tmp_path / "b")
+    await second.start()
+    try:
+        await until(lambda: 0 in second.takeovers.reports, "partition 0 claimed")
+        report = second.takeovers.reports[0]
+        assert report.source == "snapshot" and report.snapshot_id == real.snapshot_id, report
+        refused = dict(report.refused)
+        assert sorted(refused) == sorted(forged), refused
+        assert "unanchored" in refused[f"{real.snapshot_id}-unanchored"]
+        assert "digest" in refused[f"{real.snapshot_id}-flipped"]
+        assert "missing" in refused[f"{real.snapshot_id}-torn"]
+        assert "format 99" in refused[f"{real.snapshot_id}-format"]
+        metrics = second.metrics.render().decode()
+        assert 'runstream_restore_fallbacks_total{reason="unanchored"} 1.0' in metrics
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=FLOWS) as client:
+            await _fill(client, 5, "after-")
+    finally:
+        await second.stop()
+    report_ok = await integrity.verify(bootstrap=bootstrap, namespace=namespace,
+                                       data_dir=tmp_path / "b")
+    assert report_ok.ok, report_ok.as_dict()
