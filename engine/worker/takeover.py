@@ -15,9 +15,15 @@ import time
 
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.kafka.admin import snapshot_topic_exists, topic_configs
+from runstream.engine.kafka.restore import (
+    RecordsDeleted,
+    Restorer,
+    RestoreReport,
+    RestoreTarget,
+    reason_label,
+)
 from runstream.engine.worker.ownership import Ownership
 from runstream.engine.worker.partition_protocols import SnapshotOwner
-from runstream.engine.worker.restore import RecordsDeleted, Restorer, RestoreReport
 from runstream.engine.worker.snapshots import SnapshotKeeper
 
 log = logging.getLogger("runstream.snapshots")
@@ -27,15 +33,18 @@ class Takeovers:
     def __init__(self, owner: SnapshotOwner, keeper: SnapshotKeeper) -> None:
         self.owner = owner
         self.keeper = keeper
-        self.restorer = Restorer(owner)
+        self.restorer: Restorer | None = None  # once the store is open (prepare)
         self.journal_retention_ms: int | None = None  # None: kept forever
         # partition -> its latest claim's load (tests, bench): one per partition at most.
         self.reports: dict[int, RestoreReport] = {}
 
     async def prepare(self, namespace: str) -> None:
         """After connecting: clear unfinished loads, check the topics (see the module)."""
-        store = self.owner.store
-        assert store is not None
+        w = self.owner
+        store = w.store
+        assert store is not None and w.projector is not None
+        self.restorer = Restorer(RestoreTarget(w.bootstrap, w.topic, w.snapshot_topic,
+                                               w.security, w.partitions, store, w.projector))
         for partition in store.restoring():
             log.warning("partition %d: a snapshot load did not finish (the worker stopped "
                         "during it): cleared, to be loaded again", partition)
@@ -63,10 +72,17 @@ class Takeovers:
         worth = self.keeper.enabled and end - held > self.keeper.every
         if not worth and self.journal_retention_ms is None:
             return
+        assert self.restorer is not None
         try:
-            self.reports[partition] = await self.restorer.bring_up(partition, enabled=worth)
+            report = await self.restorer.bring_up(partition, enabled=worth)
         except RecordsDeleted as exc:
             raise WorkerFatal(str(exc)) from exc
+        self.reports[partition] = report
+        metrics = self.owner.metrics
+        metrics.restore(report.source, records=report.records_folded, size=report.bytes_loaded,
+                        seconds=report.seconds)
+        for _, why in report.refused:
+            metrics.restore_fallback(reason_label(why))
 
     async def on_release(self, own: Ownership, seconds_left: float) -> None:
         await self.keeper.on_release(own, seconds_left)

@@ -1,20 +1,21 @@
-"""Taking over a partition from a snapshot: the loader.
+"""Bringing a partition of a store up to date from a snapshot: the loader a worker's takeover
+(engine.worker.takeover) and a read model's bootstrap use.
 
-When a worker is assigned a partition whose store is empty or behind the newest complete
-snapshot in `<ns>.snapshots`, it loads that snapshot instead of folding the journal from
-where its store stands:
+When a store is empty or behind the newest complete snapshot in `<ns>.snapshots`, it loads
+that snapshot instead of folding the journal from where the store stands:
   1. the manifest's chunks are fetched by offset and checked (digests, key count, content
      digest, format: projections.snapshot.assemble) before the store is touched;
   2. under a restore marker, the partition's old keys are deleted and the snapshot's written,
-     its state and running hash last (projections.store_restore), and every cache of it
-     dropped (the projector's here; the worker drops its own on claim);
+     its state and running hash last (projections.store_restore), and the projector's cache
+     of it dropped (a worker drops its own caches on claim);
   3. the journal is folded from the snapshot's offset up to the end it had when the load
      began, and the snapshot is kept only if that tail holds its anchor applied (a
      `partition.snapshot-taken` naming it, not fenced): a zombie's or a client's snapshot has
      none. Then the marker goes.
 A torn, corrupt, unanchored or unknown-format snapshot is never applied: the next older one
 is tried, then the journal, and each refusal is logged and counted
-(runstream_restore_fallbacks). A store at or past the newest snapshot folds only its tail.
+(the report's `refused`, which a worker counts in runstream_restore_fallbacks). A store at
+or past the newest snapshot folds only its tail.
 """
 
 from __future__ import annotations
@@ -27,13 +28,14 @@ from dataclasses import dataclass, field
 from aiokafka.errors import KafkaError
 
 from runstream.engine.journal import events as ev
+from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.kafka.reader import RawRecord, log_starts, read_partitions
 from runstream.engine.kafka.snapshots import Listed, list_manifests, read_chunks
-from runstream.engine.worker.partition_protocols import SnapshotOwner
 from runstream.projections.fold import REBUILD_GROUP
-from runstream.projections.projector import Outcome
+from runstream.projections.projector import Outcome, Projector
 from runstream.projections.snapshot import Manifest, SnapshotInvalid, assemble
 from runstream.projections.state import Verdict
+from runstream.projections.store import ProjectionStore
 
 log = logging.getLogger("runstream.restore")
 
@@ -57,15 +59,27 @@ class RestoreReport:
     refused: list[tuple[str, str]] = field(default_factory=list)  # (snapshot id, why)
 
 
+@dataclass(frozen=True, slots=True)
+class RestoreTarget:
+    """The store a loader brings up to date, and where its journal and snapshots are."""
+
+    bootstrap: str
+    topic: str  # the journal
+    snapshot_topic: str
+    security: KafkaSecurity | None
+    partitions: int  # the journal's partition count (which keys are a partition's)
+    store: ProjectionStore
+    projector: Projector
+
+
 class Restorer:
-    def __init__(self, owner: SnapshotOwner) -> None:
+    def __init__(self, owner: RestoreTarget) -> None:
         self.owner = owner
 
     async def bring_up(self, partition: int, *, enabled: bool = True) -> RestoreReport:
         """Load the newest usable snapshot newer than the store's offset, or leave the store
         to fold the journal from where it is (enabled False: snapshots are off)."""
         started = time.monotonic()
-        assert self.owner.projector is not None
         held = self.owner.projector.partition(partition).next_offset
         report = RestoreReport(partition, "journal", held)
         listed = await self._listed(partition) if enabled else []
@@ -79,8 +93,6 @@ class Restorer:
                 self._refused(report, item.snapshot_id, exc.reason)
         await self._check_covered(partition, report)
         report.seconds = time.monotonic() - started
-        self.owner.metrics.restore(report.source, records=report.records_folded,
-                                   size=report.bytes_loaded, seconds=report.seconds)
         self._log(report)
         return report
 
@@ -91,21 +103,18 @@ class Restorer:
         except (KafkaError, OSError) as exc:
             log.warning("partition %d: the snapshots in %s cannot be listed (%r): folding "
                         "the journal", partition, self.owner.snapshot_topic, exc)
-            self.owner.metrics.restore_fallback("unreadable")
             return []
 
     def _refused(self, report: RestoreReport, snapshot: str, reason: str) -> None:
         log.warning("partition %d: snapshot %s is not applied: %s; trying an older one, "
                     "then the journal", report.partition, snapshot, reason)
         report.refused.append((snapshot, reason))
-        self.owner.metrics.restore_fallback(_reason_label(reason))
 
     async def _load(self, manifest: Manifest, report: RestoreReport) -> None:
         """Check, load, fold the tail and confirm the anchor; SnapshotInvalid: nothing of
         it is kept (the partition is cleared for the journal)."""
         w = self.owner
         store, projector = w.store, w.projector
-        assert store is not None and projector is not None
         if manifest.partition != report.partition:
             raise SnapshotInvalid(f"its manifest names partition {manifest.partition}")
         await self._check_tail_kept(manifest)
@@ -133,7 +142,6 @@ class Restorer:
 
     def _check_loaded(self, manifest: Manifest) -> None:
         store = self.owner.store
-        assert store is not None
         state = store.partition(manifest.partition)
         if state.next_offset != manifest.offset:
             raise SnapshotInvalid(f"it holds offset {state.next_offset}, its manifest says "
@@ -154,7 +162,6 @@ class Restorer:
         applied without an await inside (the consume loop shares the store); (whether the
         snapshot's anchor was applied, records folded)."""
         w = self.owner
-        assert w.store is not None and w.projector is not None
         records = read_partitions(w.bootstrap, w.topic, [manifest.partition],
                                   start={manifest.partition: manifest.offset},
                                   security=w.security)
@@ -171,7 +178,6 @@ class Restorer:
 
     def _apply(self, group: list[RawRecord], manifest: Manifest) -> bool:
         w = self.owner
-        assert w.store is not None and w.projector is not None
         anchored = False
         with w.store.group():
             for raw in group:
@@ -212,7 +218,7 @@ def _anchors(outcome: Outcome, manifest: Manifest) -> bool:
             and record.content_digest == manifest.content_digest)
 
 
-def _reason_label(reason: str) -> str:
+def reason_label(reason: str) -> str:
     """A bounded label for a refusal's free-text reason."""
     for label in ("unanchored", "format", "missing", "digest", "decode", "deleted"):
         if label in reason:
