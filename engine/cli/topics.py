@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 
@@ -18,7 +19,8 @@ from runstream.engine.kafka.journal_retention import (
     alter_journal_retention,
     journal_retention_ms,
 )
-from runstream.projections.snapshot_horizon import SnapshotStanding, duration_text
+from runstream.engine.ops.snapshots import snapshot_standings
+from runstream.projections.snapshot_horizon import duration_text
 
 _RETENTION_HELP = ("How long the journal keeps records: 30d, 12h, ... or 0/forever "
                    "[default: forever]. Finite only when every partition has a snapshot "
@@ -125,11 +127,6 @@ def _retention_ms(text: str) -> int:
 
 
 def _snapshot_standings(bootstrap: str, namespace: str) -> Standings:
-    """Each partition's newest snapshot as `topics alter` judges it: read from the journal's
-    anchors and the snapshots topic's manifests by the snapshot driver
-    (engine.kafka.snapshots, issue 19), which plugs in here. Until it does, a finite
-    retention is refused with this line rather than judged on nothing."""
-    async def unread() -> dict[int, SnapshotStanding]:
-        raise TopicsError(f"cannot read the snapshots of {namespace} at {bootstrap} in this "
-                          "build (no snapshot reader): the journal's retention is unchanged")
-    return unread
+    """Each partition's newest snapshot as `topics alter` judges it (engine.ops.snapshots):
+    anchored in the journal, complete and intact in <ns>.snapshots."""
+    return functools.partial(snapshot_standings, bootstrap, namespace)

@@ -17,10 +17,12 @@ from aiokafka import AIOKafkaProducer
 from runstream import Client, Flow, FlowContext, Worker
 from runstream.engine.config import snapshot_topic
 from runstream.engine.demo.flows import checkout
+from runstream.engine.kafka.admin import topic_configs
 from runstream.engine.kafka.snapshots import list_manifests, read_chunks
 from runstream.engine.ops import verify as integrity
 from runstream.projections.snapshot import Manifest, chunk_key, manifest_key
 from tests.conftest import TEST_JOURNAL_PARTITIONS
+from tests.integration.test_cli import cli
 
 EVERY = 150
 waiter: Flow[Any, Any] = Flow("snapshot-waiter")
@@ -66,6 +68,9 @@ def _anchored(w: Worker) -> bool:
 
 async def test_a_fresh_worker_takes_over_from_snapshots_and_folds_only_the_tail(
         bootstrap: str, namespace: str, journal: str, tmp_path: Path) -> None:
+    alter = ("topics", "alter", "--journal-retention", "30d")
+    refused = await cli(*alter, bootstrap=bootstrap, namespace=namespace, cache=tmp_path / "c")
+    assert refused.code != 0 and "lack a complete, anchored snapshot" in refused.err, refused
     first = worker(bootstrap, namespace, tmp_path / "a")
     await first.start()
     try:
@@ -101,6 +106,11 @@ async def test_a_fresh_worker_takes_over_from_snapshots_and_folds_only_the_tail(
     report = await integrity.verify(bootstrap=bootstrap, namespace=namespace,
                                     data_dir=tmp_path / "b")
     assert report.ok, report.as_dict()
+    accepted = await cli(*alter, bootstrap=bootstrap, namespace=namespace,
+                         cache=tmp_path / "c")
+    assert accepted.code == 0 and "retention: forever -> 30d" in accepted.out, accepted
+    configs = await topic_configs(bootstrap, journal)
+    assert configs["retention.ms"] == str(30 * 24 * 3600 * 1000)
 
 
 async def _forge(bootstrap: str, namespace: str, partition: int, manifest: Manifest,
