@@ -31,6 +31,7 @@ from aiokafka import AIOKafkaProducer
 
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.journal import events as ev
+from runstream.engine.kafka.reader import log_starts
 from runstream.engine.kafka.snapshots import (
     drop_snapshot,
     list_manifests,
@@ -61,6 +62,7 @@ CHECK_EVERY_S = 1.0
 FLUSH_WAIT_S = 10.0  # a memtable flush that takes longer: freeze anyway (a longer stall)
 # A graceful release takes one only if the last one took at most this share of the time left.
 RELEASE_SHARE = 0.5
+MARGIN_EVERY_S = 30.0  # how often the margin to the log start is checked (journal retention)
 
 
 def resolve_every(explicit: int | None = None) -> int:
@@ -97,6 +99,7 @@ class SnapshotKeeper:
         self.keep = keep
         self.bound_ms = journal_retention_ms // 4 if journal_retention_ms else DAY_MS
         self.enabled = every > 0
+        self.journal_retained = False  # the journal deletes records (engine.worker.takeover)
         self._producer: AIOKafkaProducer | None = None
         self._lock = asyncio.Lock()  # one snapshot at a time
         # partition -> the manifests known there, oldest first: at most 2 x keep plus the
@@ -129,11 +132,35 @@ class SnapshotKeeper:
         self._known[partition] = list(manifests)
 
     async def run(self) -> None:
+        checked = time.monotonic()
         while self.enabled:
             await asyncio.sleep(CHECK_EVERY_S)
             for own in list(self.owner.owned.values()):
                 if own.executing and self.due(own.partition):
                     await self.take(own)
+            if self.journal_retained and time.monotonic() - checked >= MARGIN_EVERY_S:
+                checked = time.monotonic()
+                await self.check_margins()
+
+    async def check_margins(self) -> None:
+        """Under journal retention: warn (log and runstream_snapshot_margin_records) when a
+        partition's newest anchored snapshot is within one interval of the log start: the
+        broker may soon delete records no snapshot covers (snapshots are failing or rarer
+        than the retention)."""
+        projector = self.owner.projector
+        owned = [own.partition for own in self.owner.owned.values() if own.executing]
+        if projector is None or not owned:
+            return
+        starts = await log_starts(self.owner.bootstrap, self.owner.topic, owned,
+                                  security=self.owner.security)
+        for partition, start in starts.items():
+            margin = projector.partition(partition).snapshot_offset - start
+            self.owner.metrics.set_snapshot_margin(partition, margin)
+            if margin < self.every:
+                log.warning("partition %d: its newest snapshot (offset %d) is within one "
+                            "snapshot interval (%d records) of the journal's log start %d: "
+                            "records no snapshot covers may soon be deleted", partition,
+                            projector.partition(partition).snapshot_offset, self.every, start)
 
     def due(self, partition: int) -> bool:
         projector = self.owner.projector

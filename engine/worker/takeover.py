@@ -65,6 +65,7 @@ class Takeovers:
                 f"{self.owner.snapshot_topic} present")
         if self.journal_retention_ms is not None:
             self.keeper.bound_ms = self.journal_retention_ms // 4
+            self.keeper.journal_retained = True
 
     async def bring_up(self, partition: int, end: int) -> None:
         assert self.owner.projector is not None
