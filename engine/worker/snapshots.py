@@ -110,6 +110,7 @@ class SnapshotKeeper:
         # applied yet): one per owned partition.
         self._written: dict[int, int] = {}
         self.taken = 0
+        self.longest_gap_s = 0.0  # the event loop's longest gap during any snapshot here
 
     def disable(self, why: str) -> None:
         if self.enabled:
@@ -199,6 +200,8 @@ class SnapshotKeeper:
         """Take, write and anchor one snapshot of `own`'s partition (None: not now)."""
         async with self._lock:
             started = time.monotonic()
+            gaps = GapMeter()
+            ticking = asyncio.create_task(gaps.run())
             try:
                 frozen = await self._freeze(own.partition)
                 if frozen is None or not self._still_owned(own, frozen, releasing):
@@ -208,10 +211,15 @@ class SnapshotKeeper:
                 self.owner.metrics.snapshot("failed")
                 log.warning("partition %d: snapshot failed: %r", own.partition, exc)
                 return None
+            finally:
+                ticking.cancel()
             self._took_s[own.partition] = time.monotonic() - started
-            log.info("partition %d: snapshot %s (%d keys, %d bytes in %d chunks) in %.2f s",
-                     own.partition, manifest.snapshot_id, manifest.key_count,
-                     manifest.value_bytes, len(manifest.chunks), self._took_s[own.partition])
+            self.longest_gap_s = max(self.longest_gap_s, gaps.longest_s)
+            log.info("partition %d: snapshot %s (%d keys, %d bytes in %d chunks) in %.2f s; "
+                     "the event loop's longest gap meanwhile %.1f ms", own.partition,
+                     manifest.snapshot_id, manifest.key_count, manifest.value_bytes,
+                     len(manifest.chunks), self._took_s[own.partition],
+                     gaps.longest_s * 1000)
             await self._prune(own.partition, manifest)
             return manifest
 
@@ -280,6 +288,24 @@ class SnapshotKeeper:
             await drop_snapshot(self._producer, self.owner.snapshot_topic, manifest)
             self.owner.metrics.snapshot("dropped")
         self._known[partition] = [m for m in known if m.offset in kept]
+
+
+class GapMeter:
+    """The event loop's longest gap between 5 ms ticks while a snapshot is taken: what the
+    snapshot holds up other work (freezing, the thread's share of the GIL)."""
+
+    TICK_S = 0.005
+
+    def __init__(self) -> None:
+        self.longest_s = 0.0
+
+    async def run(self) -> None:
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(self.TICK_S)
+            now = time.monotonic()
+            self.longest_s = max(self.longest_s, now - last - self.TICK_S)
+            last = now
 
 
 def read_frozen(path: Path, partition: int, partitions: int) -> Frozen | None:
