@@ -21,6 +21,7 @@ from bench import (
     query,
     rebuild,
     relay,
+    restore,
     throughput,
     timetravel,
     verify,
@@ -43,7 +44,7 @@ SECTIONS: dict[str, ModuleType] = {
     "verify": verify,
 }
 # Run by name only, not by `all` (whose --quick form CI runs): what relay mode costs.
-EXTRA_SECTIONS: dict[str, ModuleType] = {"relay": relay}
+EXTRA_SECTIONS: dict[str, ModuleType] = {"relay": relay, "restore": restore}
 RESULTS_DIR = Path(__file__).parent / "results"
 
 

@@ -76,9 +76,15 @@ class Restorer:
     def __init__(self, owner: RestoreTarget) -> None:
         self.owner = owner
 
-    async def bring_up(self, partition: int, *, enabled: bool = True) -> RestoreReport:
+    async def bring_up(self, partition: int, *, enabled: bool = True,
+                       log_start: int | None = None) -> RestoreReport:
         """Load the newest usable snapshot newer than the store's offset, or leave the store
-        to fold the journal from where it is (enabled False: snapshots are off)."""
+        to fold the journal from where it is (enabled False: snapshots are off).
+        `log_start`: the journal partition's log start, if the caller asked already (one
+        request for all the partitions of a claim), else it is asked here."""
+        if log_start is None:
+            log_start = (await log_starts(self.owner.bootstrap, self.owner.topic,
+                                          [partition], security=self.owner.security))[partition]
         started = time.monotonic()
         held = self.owner.projector.partition(partition).next_offset
         report = RestoreReport(partition, "journal", held)
@@ -87,11 +93,12 @@ class Restorer:
             try:
                 if item.manifest is None:
                     raise SnapshotInvalid(item.invalid or "manifest does not decode")
-                await self._load(item.manifest, report)
+                await self._load(item.manifest, report, log_start)
                 break
             except SnapshotInvalid as exc:
                 self._refused(report, item.snapshot_id, exc.reason)
-        await self._check_covered(partition, report)
+        if log_start > report.offset:
+            raise RecordsDeleted(_deleted_line(partition, report.offset, log_start))
         report.seconds = time.monotonic() - started
         self._log(report)
         return report
@@ -110,14 +117,16 @@ class Restorer:
                     "then the journal", report.partition, snapshot, reason)
         report.refused.append((snapshot, reason))
 
-    async def _load(self, manifest: Manifest, report: RestoreReport) -> None:
+    async def _load(self, manifest: Manifest, report: RestoreReport, log_start: int) -> None:
         """Check, load, fold the tail and confirm the anchor; SnapshotInvalid: nothing of
         it is kept (the partition is cleared for the journal)."""
         w = self.owner
         store, projector = w.store, w.projector
         if manifest.partition != report.partition:
             raise SnapshotInvalid(f"its manifest names partition {manifest.partition}")
-        await self._check_tail_kept(manifest)
+        if log_start > manifest.offset:
+            raise SnapshotInvalid(f"the journal no longer holds its tail (records "
+                                  f"{manifest.offset}..{log_start - 1} were deleted)")
         chunks = await read_chunks(w.bootstrap, w.snapshot_topic, manifest,
                                    security=w.security)
         pairs = await asyncio.to_thread(lambda: list(assemble(manifest, chunks)))
@@ -150,13 +159,6 @@ class Restorer:
                 manifest.running_hash):
             raise SnapshotInvalid("its running hash differs from its manifest's")
 
-    async def _check_tail_kept(self, manifest: Manifest) -> None:
-        start = (await log_starts(self.owner.bootstrap, self.owner.topic, [manifest.partition],
-                                  security=self.owner.security))[manifest.partition]
-        if start > manifest.offset:
-            raise SnapshotInvalid(f"the journal no longer holds its tail (records "
-                                  f"{manifest.offset}..{start - 1} were deleted)")
-
     async def _fold_tail(self, manifest: Manifest) -> tuple[bool, int]:
         """Fold the journal from the snapshot's offset to the end it has now, in groups
         applied without an await inside (the consume loop shares the store); (whether the
@@ -185,14 +187,6 @@ class Restorer:
                                                 raw.headers, raw.timestamp_ms, key=raw.key)
                 anchored = anchored or _anchors(outcome, manifest)
         return anchored
-
-    async def _check_covered(self, partition: int, report: RestoreReport) -> None:
-        """The journal must still hold every record from where the fold continues: else
-        records the broker deleted are needed and no snapshot covers them."""
-        start = (await log_starts(self.owner.bootstrap, self.owner.topic, [partition],
-                                  security=self.owner.security))[partition]
-        if start > report.offset:
-            raise RecordsDeleted(_deleted_line(partition, report.offset, start))
 
     def _log(self, report: RestoreReport) -> None:
         if report.source == "snapshot":

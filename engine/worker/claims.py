@@ -103,8 +103,7 @@ class Claims:
         consumer.pause(*(TopicPartition(w.topic, p) for p in partitions))
         try:
             ends = await self.check_not_ahead(partitions)
-            for partition in partitions:  # a snapshot first, where the store is far behind
-                await w.takeovers.bring_up(partition, ends[partition])
+            await w.takeovers.bring_up(ends)  # a snapshot first, where the store is far behind
         except WorkerFatal as exc:
             # aiokafka swallows a listener's exception: hand it to the consume loop instead.
             w.fail_next_turn(exc)

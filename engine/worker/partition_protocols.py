@@ -260,9 +260,9 @@ class ObservedOwner(Protocol):
 class SnapshotSteps(Protocol):
     """The snapshot steps of a claim and a release (engine.worker.takeover)."""
 
-    async def bring_up(self, partition: int, end: int) -> None:
-        """Before a claim: load a snapshot if the store is far enough behind one (the
-        journal ends at `end`); WorkerFatal when needed records were deleted."""
+    async def bring_up(self, ends: dict[int, int]) -> None:
+        """Before claims: load a snapshot where the store is far enough behind one (the
+        journal's end offsets `ends`); WorkerFatal when needed records were deleted."""
 
     async def on_release(self, own: Ownership, seconds_left: float) -> None:
         """A graceful release: a snapshot if it fits in the time left."""

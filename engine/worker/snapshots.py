@@ -109,6 +109,7 @@ class SnapshotKeeper:
         # partition -> the offset of the last one written here (its anchor may not be
         # applied yet): one per owned partition.
         self._written: dict[int, int] = {}
+        self._first_seen: dict[int, float] = {}  # partition -> ms: one per owned partition
         self.taken = 0
         self.longest_gap_s = 0.0  # the event loop's longest gap during any snapshot here
 
@@ -127,6 +128,7 @@ class SnapshotKeeper:
         self._known.pop(partition, None)
         self._took_s.pop(partition, None)
         self._written.pop(partition, None)
+        self._first_seen.pop(partition, None)
 
     def known(self, partition: int, manifests: list[Manifest]) -> None:
         """The manifests a load listed (engine.worker.restore), for tombstoning later."""
@@ -173,7 +175,9 @@ class SnapshotKeeper:
             return False
         if since >= self.every:
             return True
-        aged = time.time() * 1000 - state.snapshot_ms >= self.bound_ms
+        # A partition never snapshotted ages from when this keeper first looked at it.
+        born = state.snapshot_ms or self._first_seen.setdefault(partition, time.time() * 1000)
+        aged = time.time() * 1000 - born >= self.bound_ms
         return aged and since > 1  # (one record: the previous snapshot's own anchor)
 
     async def on_release(self, own: Ownership, seconds_left: float) -> None:

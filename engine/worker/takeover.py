@@ -10,11 +10,12 @@ the journal's end (folding a shorter tail costs less than fetching a snapshot).
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import time
 
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.kafka.admin import snapshot_topic_exists, topic_configs
+from runstream.engine.kafka.reader import log_starts
 from runstream.engine.kafka.restore import (
     RecordsDeleted,
     Restorer,
@@ -67,30 +68,33 @@ class Takeovers:
             self.keeper.bound_ms = self.journal_retention_ms // 4
             self.keeper.journal_retained = True
 
-    async def bring_up(self, partition: int, end: int) -> None:
-        assert self.owner.projector is not None
-        held = self.owner.projector.partition(partition).next_offset
-        worth = self.keeper.enabled and end - held > self.keeper.every
-        if not worth and self.journal_retention_ms is None:
+    async def bring_up(self, ends: dict[int, int]) -> None:
+        """Before claiming `ends`' partitions (the journal's end offsets): load a snapshot
+        where the store is more than one interval behind, all partitions at once."""
+        w = self.owner
+        assert w.projector is not None and self.restorer is not None
+        behind = {p: end - w.projector.partition(p).next_offset for p, end in ends.items()}
+        worth = {p: self.keeper.enabled and gap > self.keeper.every
+                 for p, gap in behind.items()}
+        chosen = [p for p in ends if worth[p] or self.journal_retention_ms is not None]
+        if not chosen:
             return
-        assert self.restorer is not None
+        starts = await log_starts(w.bootstrap, w.topic, chosen, security=w.security)
         try:
-            report = await self.restorer.bring_up(partition, enabled=worth)
+            reports = await asyncio.gather(*(
+                self.restorer.bring_up(p, enabled=worth[p], log_start=starts[p])
+                for p in chosen))
         except RecordsDeleted as exc:
             raise WorkerFatal(str(exc)) from exc
-        self.reports[partition] = report
-        metrics = self.owner.metrics
-        metrics.restore(report.source, records=report.records_folded, size=report.bytes_loaded,
-                        seconds=report.seconds)
-        for _, why in report.refused:
-            metrics.restore_fallback(reason_label(why))
+        for report in reports:
+            self.reports[report.partition] = report
+            w.metrics.restore(report.source, records=report.records_folded,
+                              size=report.bytes_loaded, seconds=report.seconds)
+            for _, why in report.refused:
+                w.metrics.restore_fallback(reason_label(why))
 
     async def on_release(self, own: Ownership, seconds_left: float) -> None:
         await self.keeper.on_release(own, seconds_left)
 
     def forget(self, partition: int) -> None:
         self.keeper.forget(partition)
-
-
-def seconds_left(deadline: float) -> float:
-    return deadline - time.monotonic()
