@@ -112,6 +112,7 @@ class SnapshotKeeper:
         self._first_seen: dict[int, float] = {}  # partition -> ms: one per owned partition
         self.taken = 0
         self.longest_gap_s = 0.0  # the event loop's longest gap during any snapshot here
+        self.last_hold_s = 0.0  # the last snapshot's longest call on the loop (freezing)
 
     def disable(self, why: str) -> None:
         if self.enabled:
@@ -220,10 +221,10 @@ class SnapshotKeeper:
             self._took_s[own.partition] = time.monotonic() - started
             self.longest_gap_s = max(self.longest_gap_s, gaps.longest_s)
             log.info("partition %d: snapshot %s (%d keys, %d bytes in %d chunks) in %.2f s; "
-                     "the event loop's longest gap meanwhile %.1f ms", own.partition,
-                     manifest.snapshot_id, manifest.key_count, manifest.value_bytes,
-                     len(manifest.chunks), self._took_s[own.partition],
-                     gaps.longest_s * 1000)
+                     "it held the event loop %.1f ms at most, whose longest gap meanwhile "
+                     "was %.1f ms", own.partition, manifest.snapshot_id, manifest.key_count,
+                     manifest.value_bytes, len(manifest.chunks), self._took_s[own.partition],
+                     self.last_hold_s * 1000, gaps.longest_s * 1000)
             await self._prune(own.partition, manifest)
             return manifest
 
@@ -231,14 +232,18 @@ class SnapshotKeeper:
         store = self.owner.store
         if store is None:
             return None
+        began = time.monotonic()
         store.begin_snapshot()
+        held = time.monotonic() - began
         deadline = time.monotonic() + FLUSH_WAIT_S
         # RocksDB flushes in its own threads and offers no wake-up: polled.
         while store.flushing() and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.01)
         path = self.owner.data_dir / "snapshots" / f"frozen-{uuid.uuid4().hex}"
         path.parent.mkdir(parents=True, exist_ok=True)
+        began = time.monotonic()
         store.freeze(path)
+        self.last_hold_s = max(held, time.monotonic() - began)
         try:
             return await asyncio.to_thread(read_frozen, path, partition,
                                            self.owner.partitions)
