@@ -1,7 +1,7 @@
 """The demo: a fresh namespace, two worker processes, a few hundred checkout runs with a
 progress bar, then one run's history and its state at an earlier point (time travel),
 waits, children, rounds, a quarantine, a run's whole life under limits and cancels,
-debugging and poison records."""
+debugging, poison records, and a fresh worker taking over from snapshots."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from runstream.engine.demo.debugging import show_debugging
 from runstream.engine.demo.flows import checkout, order, packing, refund, subscription
 from runstream.engine.demo.lifetime import show_lifetime
 from runstream.engine.demo.reliability import show_reliability
+from runstream.engine.demo.takeover import show_takeover
 from runstream.engine.errors import RunCancelled
 from runstream.engine.kafka.admin import ensure_topics
 from runstream.engine.readmodel.describe import status_note
@@ -42,6 +43,8 @@ async def run_demo(*, bootstrap: str, runs: int, workers: int, state_dir: Path,
     # The demo's journal is a few thousand records: checkpoint its read model often enough
     # that `state --at` and `projection verify` below have checkpoints to start from / check.
     os.environ.setdefault("RUNSTREAM_CHECKPOINT_EVERY", "500")
+    # and its workers snapshot each partition every 300 records (the default is 100,000).
+    os.environ.setdefault("RUNSTREAM_SNAPSHOT_EVERY", "300")
     report = await ensure_topics(bootstrap, namespace, partitions=6)
     echo(f"journal topic {report.journal.name} ready on {bootstrap}")
     procs = [_start_worker(bootstrap, namespace, state_dir / namespace, f"worker-{i + 1}")
@@ -62,9 +65,13 @@ async def run_demo(*, bootstrap: str, runs: int, workers: int, state_dir: Path,
             await show_debugging(client, view, bootstrap=bootstrap, namespace=namespace,
                                  echo=echo)
             await show_reliability(client, bootstrap=bootstrap, namespace=namespace, echo=echo)
+            await show_takeover(client, procs, lambda name: _start_worker(
+                bootstrap, namespace, state_dir / namespace, name), state_dir / namespace,
+                echo=echo)
     finally:
         for proc in procs:
-            proc.send_signal(signal.SIGTERM)
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
         for proc in procs:
             proc.wait(timeout=60)
     where = f"--namespace {namespace} --bootstrap {bootstrap}"
