@@ -9,15 +9,17 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaProducer, TopicPartition
 
 from runstream import Client, Flow, FlowContext, Worker
 from runstream.engine.config import snapshot_topic
 from runstream.engine.demo.flows import checkout
 from runstream.engine.kafka.admin import topic_configs
+from runstream.engine.kafka.reader import reader_consumer
 from runstream.engine.kafka.snapshots import list_manifests, read_chunks
 from runstream.engine.ops import verify as integrity
 from runstream.projections.snapshot import Manifest, chunk_key, manifest_key
@@ -187,3 +189,58 @@ async def test_corrupt_torn_unanchored_and_unknown_snapshots_are_refused_and_rep
     report_ok = await integrity.verify(bootstrap=bootstrap, namespace=namespace,
                                        data_dir=tmp_path / "b")
     assert report_ok.ok, report_ok.as_dict()
+
+
+async def test_what_a_takeover_loads_is_the_live_state_not_the_history(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path) -> None:
+    """Counts, not times: with a short retention, 400 settled runs leave the projection;
+    the snapshot a fresh worker loads then holds the live state (one waiting run, the
+    tombstones and dedupe window of the expired ones, the partitions' bookkeeping), and it
+    folds at most one interval of the journal."""
+    short = {"retention": timedelta(seconds=2), "tombstone_retention": timedelta(seconds=2)}
+    first = worker(bootstrap, namespace, tmp_path / "a", **short)
+    await first.start()
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=FLOWS) as client:
+            await client.create_run(waiter, {}, run_id="live-one")
+            await _fill(client, 400, "gone-")
+            assert first.store is not None
+            await until(lambda: first.store is not None and all(
+                first.store.count_settled(p) == 0 for p in range(TEST_JOURNAL_PARTITIONS)),
+                "every settled run to expire", timeout=90)
+    finally:
+        await first.stop()  # a graceful release snapshots each partition
+    records = sum((await _ends(bootstrap, journal)).values())
+    second = worker(bootstrap, namespace, tmp_path / "b", **short)
+    await second.start()
+    try:
+        await until(lambda: len(second.takeovers.reports) == TEST_JOURNAL_PARTITIONS,
+                    "every partition claimed")
+        reports = list(second.takeovers.reports.values())
+        loaded = sum(r.keys_loaded for r in reports)
+        folded = sum(r.records_folded for r in reports)
+        assert {r.source for r in reports} == {"snapshot"}, reports
+        # What an expired run leaves is bounded by windows, not by history: its tombstone
+        # (b/ and k/, kept the tombstone retention, at least the dedupe window) and its
+        # create's request-dedupe entry (q/ and o/, the last REQUEST_RETENTION offsets):
+        # about 4 keys a run, against about 15 while it was live.
+        assert loaded <= 4 * 400 + 100 * TEST_JOURNAL_PARTITIONS, (loaded, records)
+        assert folded <= TEST_JOURNAL_PARTITIONS * (EVERY + 20), (folded, records)
+        assert records > 2800, records  # 400 runs of 7 records went through the journal
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=FLOWS) as client:
+            await client.signal("live-one", "go", 1)
+            assert await client.get_handle("live-one").result(timeout=60) == {"got": 1}
+    finally:
+        await second.stop()
+
+
+async def _ends(bootstrap: str, topic: str) -> dict[int, int]:
+    consumer = reader_consumer(bootstrap)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(TEST_JOURNAL_PARTITIONS)]
+        return {tp.partition: o for tp, o in (await consumer.end_offsets(tps)).items()}
+    finally:
+        await consumer.stop()
