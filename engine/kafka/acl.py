@@ -2,7 +2,8 @@
 
 Roles (see ARCHITECTURE.md, Security: clients write only requests, workers relay them):
 
-    worker  READ, WRITE, DESCRIBE on every `<ns>.` topic (prefixed: journal, owners,
+    worker  READ, WRITE, DESCRIBE, DESCRIBE_CONFIGS (it reads the journal's retention) on
+            every `<ns>.` topic (prefixed: journal, owners,
             dead-letter, snapshots, requests, requests.<authority>), READ and DESCRIBE on
             the `<ns>.` consumer groups (the worker group and the relay group). Only
             workers write snapshots: each is derived from the journal they own.
@@ -46,7 +47,7 @@ ROLES: tuple[Role, ...] = ("worker", "client")
 # Kafka's wire codes (org.apache.kafka.common.resource / acl enums).
 _TOPIC, _GROUP = 2, 3
 _LITERAL, _PREFIXED = 3, 4
-_OPERATIONS = {"READ": 3, "WRITE": 4, "DESCRIBE": 8}
+_OPERATIONS = {"READ": 3, "WRITE": 4, "DESCRIBE": 8, "DESCRIBE_CONFIGS": 10}
 _ALLOW = 3
 _ANY_HOST = "*"
 _DENIED_CODES = (29, 31)  # TopicAuthorizationFailed, ClusterAuthorizationFailed
@@ -60,7 +61,7 @@ class AclBinding:
     resource: Literal["topic", "group"]
     name: str
     pattern: Literal["literal", "prefixed"]
-    operation: Literal["READ", "WRITE", "DESCRIBE"]
+    operation: Literal["READ", "WRITE", "DESCRIBE", "DESCRIBE_CONFIGS"]
 
     def describe(self) -> str:
         star = "*" if self.pattern == "prefixed" else ""
@@ -82,7 +83,7 @@ def role_bindings(role: str, principal: str, namespace: str | None = None,
         prefix = f"{space}."
         return [
             *(AclBinding(principal, "topic", prefix, "prefixed", op)
-              for op in ("READ", "WRITE", "DESCRIBE")),
+              for op in ("READ", "WRITE", "DESCRIBE", "DESCRIBE_CONFIGS")),
             *(AclBinding(principal, "group", prefix, "prefixed", op)
               for op in ("READ", "DESCRIBE")),
         ]

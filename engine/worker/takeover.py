@@ -14,7 +14,7 @@ import asyncio
 import logging
 
 from runstream.engine.errors import WorkerFatal
-from runstream.engine.kafka.admin import snapshot_topic_exists, topic_configs
+from runstream.engine.kafka.admin import TopicsError, snapshot_topic_exists, topic_configs
 from runstream.engine.kafka.reader import log_starts
 from runstream.engine.kafka.restore import (
     RecordsDeleted,
@@ -50,9 +50,7 @@ class Takeovers:
             log.warning("partition %d: a snapshot load did not finish (the worker stopped "
                         "during it): cleared, to be loaded again", partition)
             store.clear_partition(partition, self.owner.partitions, marker=None)
-        configs = await topic_configs(self.owner.bootstrap, self.owner.topic,
-                                      security=self.owner.security)
-        retention = int(configs.get("retention.ms", "-1") or -1)
+        retention = await self._journal_retention()
         self.journal_retention_ms = retention if retention > 0 else None
         if not await snapshot_topic_exists(self.owner.bootstrap, namespace,
                                            self.owner.security):
@@ -67,6 +65,19 @@ class Takeovers:
         if self.journal_retention_ms is not None:
             self.keeper.bound_ms = self.journal_retention_ms // 4
             self.keeper.journal_retained = True
+
+    async def _journal_retention(self) -> int:
+        """The journal's retention.ms (-1: forever). A principal that may not describe
+        configs (ACLs granted before this release) is told how to fix it, and the journal
+        is taken to keep everything."""
+        try:
+            configs = await topic_configs(self.owner.bootstrap, self.owner.topic,
+                                          security=self.owner.security)
+        except TopicsError as exc:
+            log.warning("the journal's retention cannot be read (%s): taken as forever; "
+                        "`runstream acl grant --role worker` grants DESCRIBE_CONFIGS", exc)
+            return -1
+        return int(configs.get("retention.ms", "-1") or -1)
 
     async def bring_up(self, ends: dict[int, int]) -> None:
         """Before claiming `ends`' partitions (the journal's end offsets): load a snapshot
