@@ -17,6 +17,7 @@ from typing import Any
 from bench import (
     codec,
     failover,
+    fold,
     latency,
     query,
     rebuild,
@@ -42,8 +43,9 @@ SECTIONS: dict[str, ModuleType] = {
     "timetravel": timetravel,
     "verify": verify,
 }
-# Run by name only, not by `all` (whose --quick form CI runs): what relay mode costs.
-EXTRA_SECTIONS: dict[str, ModuleType] = {"relay": relay}
+# Run by name only, not by `all` (whose --quick form CI runs): what relay mode costs,
+# and the fold against raw consume + decode (issue 19).
+EXTRA_SECTIONS: dict[str, ModuleType] = {"relay": relay, "fold": fold}
 RESULTS_DIR = Path(__file__).parent / "results"
 
 
