@@ -143,10 +143,9 @@ class ProjectionStore(IndexReads):
             self._db = Rdict(str(self.path), options,
                              access_type=AccessType.secondary(str(secondary_path)))
         self.access = access
-        self._batch: WriteBatch | None = None
         self._writer: _Pending | None = None  # the pending batch, as write() fills it
-        # The pending batch's writes of keys read back (None: deleted), so reads see them,
-        # and its partition states, put once at flush: bounded by one group's records.
+        # The pending batch's writes by key (None: deleted), held until flush and read
+        # back, and its partition states, put at flush: bounded by one group's records.
         self._pending: dict[bytes, bytes | None] = {}
         self._pending_partitions: dict[int, PartitionState] = {}
         # Runs the pending batch wrote a history item for (its history keys are blind
@@ -181,9 +180,10 @@ class ProjectionStore(IndexReads):
     def flush(self) -> None:
         """Write the pending batch now (before a scan that must see it); then take a
         checkpoint if one is due (a flush is always at a record boundary)."""
-        if self._batch is None:
+        writer, self._writer = self._writer, None
+        if writer is None:
             return
-        batch, self._batch, self._writer = self._batch, None, None
+        batch = writer.materialize()
         for number, state in self._pending_partitions.items():
             batch.put(keys.partition_key(number), encode_state(state))
             value = self._hashes.get(number)
@@ -338,12 +338,11 @@ class ProjectionStore(IndexReads):
         previous = self._hash_of(number)  # before this record's partition state is pending
         batch = self._writer
         if batch is None:
-            self._batch = WriteBatch(raw_mode=True)
-            batch = self._writer = _Pending(self._batch, self._pending)
+            batch = self._writer = _Pending(WriteBatch(raw_mode=True), self._pending)
         # The partition's state (with its next offset) is put once per batch, at flush.
         self._pending_partitions[number] = change.partition
         acknowledged = tuple(self.outbox_item(number, request_id)
-                             for request_id in change.outbox_done)
+                             for request_id in change.outbox_done) if change.outbox_done else ()
         encoded = put_record(batch, change, self.keep_records, acknowledged)
         if change.run_id is not None:
             self._pending_runs.add(change.run_id)
@@ -412,29 +411,39 @@ def _outdated(db: Rdict) -> bool:
 
 
 class _Pending:
-    """A WriteBatch that also records its writes for reads before it is written."""
+    """A WriteBatch whose puts and deletes by key are held (the last one per key wins) until
+    written: a key a group of records writes many times (a run's state, its status, inbox
+    and wait indexes) reaches RocksDB once; reads see the held ones. Blind writes go on."""
 
-    __slots__ = ("_batch", "_seen")
+    __slots__ = ("_batch", "_ops")
 
-    def __init__(self, batch: WriteBatch, seen: dict[bytes, bytes | None]) -> None:
+    def __init__(self, batch: WriteBatch, ops: dict[bytes, bytes | None]) -> None:
         self._batch = batch
-        self._seen = seen
+        self._ops = ops  # the store's _pending: key -> value, None: deleted
 
     def put(self, key: bytes, value: bytes) -> None:
-        self._batch.put(key, value)
-        self._seen[key] = value
+        self._ops[key] = value
 
     def blind(self, key: bytes, value: bytes) -> None:
-        """A key only scanned, never read back by key (indexes, history): not recorded."""
+        """A key only scanned, never read back or deleted by key (history, ledgers)."""
         self._batch.put(key, value)
 
     def delete(self, key: bytes) -> None:
-        self._batch.delete(key)
-        self._seen[key] = None
+        self._ops[key] = None
 
     def delete_range(self, begin: bytes, end: bytes) -> None:
         """Keys in [begin, end): only ranges no later read of the batch looks up by key
-        (an expired run's entries and history, old bookkeeping)."""
+        (an expired run's entries and history, old bookkeeping); what is held goes first."""
+        self.materialize()
         self._batch.delete_range(begin, end)
-        for key in [k for k in self._seen if begin <= k < end]:
-            self._seen[key] = None
+        for key in [k for k in self._ops if begin <= k < end]:
+            self._ops[key] = None
+
+    def materialize(self) -> WriteBatch:
+        """The held writes into the batch (again after a range: each is its key's last)."""
+        for key, value in self._ops.items():
+            if value is None:
+                self._batch.delete(key)
+            else:
+                self._batch.put(key, value)
+        return self._batch

@@ -9,7 +9,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from runstream.engine.errors import AccessDenied, RunstreamError
 from runstream.engine.kafka.connection import KafkaSecurity, kafka_options, start_client
@@ -83,6 +83,27 @@ async def read_partitions(
     """Every committed record of `partitions` from `start` (default 0) up to `until`
     (exclusive; default: the end of each partition when the call began), in offset order
     within each partition."""
+    async for batch in read_batches(bootstrap, topic, partitions, start=start, until=until,
+                                    until_timestamp_ms=until_timestamp_ms, timeout=timeout,
+                                    security=security):
+        for record in batch:
+            yield record
+
+
+async def read_batches(
+    bootstrap: str,
+    topic: str,
+    partitions: list[int] | None = None,
+    *,
+    start: dict[int, int] | None = None,
+    until: dict[int, int] | None = None,
+    until_timestamp_ms: int | None = None,
+    timeout: float = 60.0,
+    security: KafkaSecurity | None = None,
+) -> AsyncIterator[list[RawRecord]]:
+    """read_partitions' records, one list per partition per poll (in offset order; the
+    lists of one partition come in offset order too): a fold takes a poll's records
+    without an await per record."""
     consumer = reader_consumer(bootstrap, security=security)
     try:
         await start_client(consumer, bootstrap, security)
@@ -96,8 +117,8 @@ async def read_partitions(
             limits = {p: min(limits[p], until.get(p, limits[p])) for p in limits}
         for tp in tps:
             consumer.seek(tp, (start or {}).get(tp.partition, 0))
-        async for record in _drain(consumer, limits, topic, until_timestamp_ms, timeout):
-            yield record
+        async for batch in _drain(consumer, limits, topic, until_timestamp_ms, timeout):
+            yield batch
     finally:
         await consumer.stop()
 
@@ -108,7 +129,7 @@ async def _drain(
     topic: str,
     until_timestamp_ms: int | None,
     timeout: float,
-) -> AsyncIterator[RawRecord]:
+) -> AsyncIterator[list[RawRecord]]:
     deadline = time.monotonic() + timeout  # without progress: a big journal may take long
     open_parts = {p for p, end in limits.items()
                   if await consumer.position(TopicPartition(topic, p)) < end}
@@ -121,14 +142,30 @@ async def _drain(
         if batches:
             deadline = time.monotonic() + timeout
         for tp, messages in batches.items():
-            for m in messages:
-                if m.offset >= limits[tp.partition]:
-                    break
-                if until_timestamp_ms is not None and m.timestamp > until_timestamp_ms:
-                    limits[tp.partition] = m.offset
-                    break
-                yield RawRecord(tp.partition, m.offset, m.timestamp, m.value,
-                                tuple(m.headers or ()), m.key)
+            batch = _records(tp.partition, messages, limits, until_timestamp_ms)
+            if batch:
+                yield batch
         for p in list(open_parts):
             if await consumer.position(TopicPartition(topic, p)) >= limits[p]:
                 open_parts.discard(p)
+
+
+def _records(partition: int, messages: list[ConsumerRecord[bytes, bytes]],
+             limits: dict[int, int], until_timestamp_ms: int | None) -> list[RawRecord]:
+    """One partition's polled records below its limit (lowered to the first record past
+    `until_timestamp_ms`, when one is given)."""
+    limit = limits[partition]
+    if until_timestamp_ms is None and messages and messages[-1].offset < limit:
+        # The common case, all of the poll: no test per record but the constructor's.
+        return [RawRecord(partition, m.offset, m.timestamp, m.value, tuple(m.headers or ()),
+                          m.key) for m in messages]
+    batch = []
+    for m in messages:
+        if m.offset >= limit:
+            break
+        if until_timestamp_ms is not None and m.timestamp > until_timestamp_ms:
+            limits[partition] = m.offset
+            break
+        batch.append(RawRecord(partition, m.offset, m.timestamp, m.value,
+                               tuple(m.headers or ()), m.key))
+    return batch

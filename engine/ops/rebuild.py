@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runstream.engine.kafka.connection import KafkaSecurity
-from runstream.engine.kafka.reader import read_partitions
+from runstream.engine.kafka.reader import read_batches
 from runstream.projections.fold import (
     FoldResult,
     Progress,
@@ -49,9 +49,9 @@ async def fold_into(spec: FoldSpec, progress: Progress | None = None) -> FoldRes
     store = ProjectionStore(spec.path, keep_records=spec.keep_records,
                             checkpoints=spec.checkpoints, scratch=spec.scratch)
     try:
-        records = read_partitions(spec.bootstrap, spec.topic, spec.partitions,
-                                  until=spec.until, security=spec.security)
-        result = await fold_records(store, records, hash_offsets=spec.hash_offsets,
+        batches = read_batches(spec.bootstrap, spec.topic, spec.partitions,
+                               until=spec.until, security=spec.security)
+        result = await fold_records(store, batches, hash_offsets=spec.hash_offsets,
                                     progress=progress)
     finally:
         store.close()
