@@ -13,7 +13,7 @@ from collections.abc import AsyncIterable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from runstream.projections.poison import RecordKey
+from runstream.projections.poison import Poison, RecordKey, examine
 from runstream.projections.projector import Projector
 from runstream.projections.store import ProjectionStore
 
@@ -116,8 +116,14 @@ async def fold_records(store: ProjectionStore,
                     progress(count)
             if watch is not None:
                 watch.before(raw.partition, raw.offset)
-            projector.apply_raw(raw.partition, raw.offset, raw.value, raw.headers,
-                                raw.timestamp_ms, key=raw.key)
+            # Projector.apply_raw, without its two frames (once a record)
+            examined = examine(raw.value, raw.headers, raw.key)
+            if isinstance(examined, Poison):
+                projector.apply_examined(raw.partition, raw.offset, examined, raw.value,
+                                         raw.timestamp_ms)
+            else:
+                projector.apply_record(raw.partition, raw.offset, examined, raw.timestamp_ms,
+                                       raw=raw.value)
             count += 1
     store.flush()
     found: dict[tuple[int, int], str] = {}

@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from msgspec.structs import replace  # state.replace without its frame: 2 a record
+
 from runstream.engine.journal import events as ev
 from runstream.projections.expiry import expire
 from runstream.projections.fork_transitions import (
@@ -46,7 +48,6 @@ from runstream.projections.state import (
     RunState,
     Tombstone,
     Verdict,
-    replace,
 )
 from runstream.projections.transitions import transition
 from runstream.projections.values import ExpiryChange, ExpiryFacts
