@@ -107,6 +107,7 @@ async def fold_records(store: ProjectionStore,
     store.begin_group()
     count = 0
     flush_at = 0  # one RocksDB write per REBUILD_GROUP records
+    apply_record = projector.apply_record
     async for batch in batches:
         for raw in batch:
             if count == flush_at:
@@ -122,8 +123,7 @@ async def fold_records(store: ProjectionStore,
                 projector.apply_examined(raw.partition, raw.offset, examined, raw.value,
                                          raw.timestamp_ms)
             else:
-                projector.apply_record(raw.partition, raw.offset, examined, raw.timestamp_ms,
-                                       raw=raw.value)
+                apply_record(raw.partition, raw.offset, examined, raw.timestamp_ms, raw=raw.value)
             count += 1
     store.flush()
     found: dict[tuple[int, int], str] = {}

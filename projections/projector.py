@@ -190,13 +190,13 @@ class Projector:
         entry = None
         # No entry can stand at or past `steps`, but for a fork's copies, which move `steps`
         # once per part (projections.fork_transitions).
-        copy = isinstance(record, ev.JournalEntryCopied)
-        if before is not None and position is not None and (position < before.steps or copy):
+        if before is not None and position is not None and (
+                position < before.steps or isinstance(record, ev.JournalEntryCopied)):
             entry = self.store.entry(before.run_id, position)
         request_id = request_id_of(record, offset) if record.KIND == "request" else None
         seen = request_id is not None and self.store.request_seen(partition, request_id)
-        facts = (self._expiry_facts(partition, record)
-                 if isinstance(record, ev.PartitionRunsExpired) else None)
+        facts = (self._expiry_facts(partition, record)  # (a partition record: no run id)
+                 if run_id is None and isinstance(record, ev.PartitionRunsExpired) else None)
         applied = apply(state, before, record, offset, timestamp_ms=when, entry=entry,
                         request_seen=seen, tombstone=tombstone, expiry=facts)
         after, verdict, next_round = applied.run, applied.verdict, applied.next_round

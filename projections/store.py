@@ -335,7 +335,8 @@ class ProjectionStore(IndexReads):
     def write(self, change: RecordWrite) -> None:
         """Persist one applied record atomically: state, indexes, history, offset, hash."""
         number = change.partition.partition
-        previous = self._hash_of(number)  # before this record's partition state is pending
+        # (before this record's partition state is pending)
+        previous = self._hashes[number] if number in self._hashes else self._hash_of(number)
         batch = self._writer
         if batch is None:
             batch = self._writer = _Pending(WriteBatch(raw_mode=True), self._pending)
