@@ -6,7 +6,8 @@ Used by the client (status, results), `runs list`, rebuild and time travel.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
@@ -83,11 +84,14 @@ async def read_partitions(
     """Every committed record of `partitions` from `start` (default 0) up to `until`
     (exclusive; default: the end of each partition when the call began), in offset order
     within each partition."""
-    async for batch in read_batches(bootstrap, topic, partitions, start=start, until=until,
-                                    until_timestamp_ms=until_timestamp_ms, timeout=timeout,
-                                    security=security):
-        for record in batch:
-            yield record
+    # Closed here, so that a caller who stops early stops the consumer now, not when the
+    # inner generator is collected.
+    async with aclosing(read_batches(bootstrap, topic, partitions, start=start, until=until,
+                                     until_timestamp_ms=until_timestamp_ms, timeout=timeout,
+                                     security=security)) as batches:
+        async for batch in batches:
+            for record in batch:
+                yield record
 
 
 async def read_batches(
@@ -100,7 +104,7 @@ async def read_batches(
     until_timestamp_ms: int | None = None,
     timeout: float = 60.0,
     security: KafkaSecurity | None = None,
-) -> AsyncIterator[list[RawRecord]]:
+) -> AsyncGenerator[list[RawRecord], None]:
     """read_partitions' records, one list per partition per poll (in offset order; the
     lists of one partition come in offset order too): a fold takes a poll's records
     without an await per record."""
