@@ -47,18 +47,19 @@ class FoldResult:
 
 
 class FoldedRecord(Protocol):
-    """A record as a fold takes it (engine.kafka.reader.RawRecord is one)."""
+    """A record as a fold takes it (engine.kafka.reader.RawRecord is one, and so is the
+    ConsumerRecord aiokafka hands out); `timestamp` is its log time in ms."""
 
     @property
     def partition(self) -> int: ...
     @property
     def offset(self) -> int: ...
     @property
-    def timestamp_ms(self) -> int: ...
+    def timestamp(self) -> int: ...
     @property
     def value(self) -> bytes | None: ...
     @property
-    def headers(self) -> tuple[tuple[str, bytes], ...]: ...
+    def headers(self) -> Sequence[tuple[str, bytes]]: ...
     @property
     def key(self) -> RecordKey: ...
 
@@ -121,9 +122,9 @@ async def fold_records(store: ProjectionStore,
             examined = examine(raw.value, raw.headers, raw.key)
             if isinstance(examined, Poison):
                 projector.apply_examined(raw.partition, raw.offset, examined, raw.value,
-                                         raw.timestamp_ms)
+                                         raw.timestamp)
             else:
-                apply_record(raw.partition, raw.offset, examined, raw.timestamp_ms, raw=raw.value)
+                apply_record(raw.partition, raw.offset, examined, raw.timestamp, raw=raw.value)
             count += 1
     store.flush()
     found: dict[tuple[int, int], str] = {}

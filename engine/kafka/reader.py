@@ -6,11 +6,12 @@ Used by the client (status, results), `runs list`, rebuild and time travel.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
+from typing import Protocol
 
-from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from runstream.engine.errors import AccessDenied, RunstreamError
 from runstream.engine.kafka.connection import KafkaSecurity, kafka_options, start_client
@@ -37,6 +38,29 @@ class RawRecord:
     # run's record without a key is a dead letter ("missing-key") for every reader alike,
     # as it is for the worker. No default: a RawRecord built without its key is a bug.
     key: bytes | None
+
+    @property
+    def timestamp(self) -> int:
+        """The log time, as aiokafka's ConsumerRecord names it (a fold takes either)."""
+        return self.timestamp_ms
+
+
+class Polled(Protocol):
+    """A record as aiokafka hands it out (its ConsumerRecord): read_batches passes its
+    lists on as they are."""
+
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp(self) -> int: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes]]: ...
+    @property
+    def key(self) -> bytes | None: ...
 
 
 def reader_consumer(bootstrap: str, *, security: KafkaSecurity | None = None,
@@ -90,8 +114,9 @@ async def read_partitions(
                                      until_timestamp_ms=until_timestamp_ms, timeout=timeout,
                                      security=security)) as batches:
         async for batch in batches:
-            for record in batch:
-                yield record
+            for m in batch:
+                yield RawRecord(m.partition, m.offset, m.timestamp, m.value,
+                                tuple(m.headers or ()), m.key)
 
 
 async def read_batches(
@@ -104,10 +129,10 @@ async def read_batches(
     until_timestamp_ms: int | None = None,
     timeout: float = 60.0,
     security: KafkaSecurity | None = None,
-) -> AsyncGenerator[list[RawRecord], None]:
-    """read_partitions' records, one list per partition per poll (in offset order; the
-    lists of one partition come in offset order too): a fold takes a poll's records
-    without an await per record."""
+) -> AsyncGenerator[list[Polled], None]:
+    """read_partitions' records as aiokafka hands them out, one list per partition per
+    poll (in offset order; the lists of one partition come in offset order too): a fold
+    takes a poll's records without an await, or an object made, per record."""
     consumer = reader_consumer(bootstrap, security=security)
     try:
         await start_client(consumer, bootstrap, security)
@@ -133,7 +158,7 @@ async def _drain(
     topic: str,
     until_timestamp_ms: int | None,
     timeout: float,
-) -> AsyncIterator[list[RawRecord]]:
+) -> AsyncIterator[list[Polled]]:
     deadline = time.monotonic() + timeout  # without progress: a big journal may take long
     open_parts = {p for p, end in limits.items()
                   if await consumer.position(TopicPartition(topic, p)) < end}
@@ -154,15 +179,13 @@ async def _drain(
                 open_parts.discard(p)
 
 
-def _records(partition: int, messages: list[ConsumerRecord[bytes, bytes]],
-             limits: dict[int, int], until_timestamp_ms: int | None) -> list[RawRecord]:
+def _records(partition: int, messages: list[Polled], limits: dict[int, int],
+             until_timestamp_ms: int | None) -> list[Polled]:
     """One partition's polled records below its limit (lowered to the first record past
     `until_timestamp_ms`, when one is given)."""
     limit = limits[partition]
     if until_timestamp_ms is None and messages and messages[-1].offset < limit:
-        # The common case, all of the poll: no test per record but the constructor's.
-        return [RawRecord(partition, m.offset, m.timestamp, m.value, tuple(m.headers or ()),
-                          m.key) for m in messages]
+        return messages  # the common case, all of the poll: the list as it came
     batch = []
     for m in messages:
         if m.offset >= limit:
@@ -170,6 +193,5 @@ def _records(partition: int, messages: list[ConsumerRecord[bytes, bytes]],
         if until_timestamp_ms is not None and m.timestamp > until_timestamp_ms:
             limits[partition] = m.offset
             break
-        batch.append(RawRecord(partition, m.offset, m.timestamp, m.value,
-                               tuple(m.headers or ()), m.key))
+        batch.append(m)
     return batch
