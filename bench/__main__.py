@@ -17,6 +17,7 @@ from typing import Any
 from bench import (
     codec,
     failover,
+    fold,
     latency,
     query,
     rebuild,
@@ -43,8 +44,9 @@ SECTIONS: dict[str, ModuleType] = {
     "timetravel": timetravel,
     "verify": verify,
 }
-# Run by name only, not by `all` (whose --quick form CI runs): what relay mode costs.
-EXTRA_SECTIONS: dict[str, ModuleType] = {"relay": relay, "restore": restore}
+# Run by name only, not by `all` (whose --quick form CI runs): what relay mode costs, the
+# fold against raw consume + decode, takeover and bootstrap against history (issue 19).
+EXTRA_SECTIONS: dict[str, ModuleType] = {"relay": relay, "fold": fold, "restore": restore}
 RESULTS_DIR = Path(__file__).parent / "results"
 
 

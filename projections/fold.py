@@ -1,18 +1,19 @@
 """Rebuild a projection from the records it is given, and compare two projections byte for byte.
 
 `fold_records` is the one fold every rebuild uses (`projection rebuild`, `projection verify`
-and its parallel shards): it applies each record it is given through a Projector, in
-groups, reports progress, and notes each partition's running hash at the offsets asked for
-(a live store's checkpoints). Reading the records from Kafka is engine.ops.rebuild's.
+and its parallel shards): it applies each record it is given (in batches, a poll's)
+through a Projector, in groups, reports progress, and notes each partition's running hash
+at the offsets asked for (a live store's checkpoints). Reading the records from Kafka is
+engine.ops.rebuild's.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Callable, Iterable
+from collections.abc import AsyncIterable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from runstream.projections.poison import RecordKey
+from runstream.projections.poison import Poison, RecordKey, examine
 from runstream.projections.projector import Projector
 from runstream.projections.store import ProjectionStore
 
@@ -46,18 +47,19 @@ class FoldResult:
 
 
 class FoldedRecord(Protocol):
-    """A record as a fold takes it (engine.kafka.reader.RawRecord is one)."""
+    """A record as a fold takes it (engine.kafka.reader.RawRecord is one, and so is the
+    ConsumerRecord aiokafka hands out); `timestamp` is its log time in ms."""
 
     @property
     def partition(self) -> int: ...
     @property
     def offset(self) -> int: ...
     @property
-    def timestamp_ms(self) -> int: ...
+    def timestamp(self) -> int: ...
     @property
     def value(self) -> bytes | None: ...
     @property
-    def headers(self) -> tuple[tuple[str, bytes], ...]: ...
+    def headers(self) -> Sequence[tuple[str, bytes]]: ...
     @property
     def key(self) -> RecordKey: ...
 
@@ -94,28 +96,43 @@ class _HashWatch:
             del self._next[partition]
 
 
-async def fold_records(store: ProjectionStore, records: AsyncIterable[FoldedRecord], *,
+async def fold_records(store: ProjectionStore,
+                       batches: AsyncIterable[Sequence[FoldedRecord]], *,
                        hash_offsets: dict[int, list[int]] | None = None,
                        progress: Progress | None = None) -> FoldResult:
-    """Fold `records`, in order, into `store` (fresh, opened and closed by the caller);
-    `hash_offsets`: partition -> offsets at which to note the running hash."""
+    """Fold `batches` of records (a poll's, say), in order, into `store` (fresh, opened and
+    closed by the caller); `hash_offsets`: partition -> offsets at which to note the
+    running hash. How the records are cut into batches changes nothing in the store."""
     projector = Projector(store)
-    watch = _HashWatch(store, hash_offsets or {})
+    watch = _HashWatch(store, hash_offsets or {}) if hash_offsets else None
     store.begin_group()
     count = 0
-    async for raw in records:
-        if count % REBUILD_GROUP == 0:
-            store.flush()  # one RocksDB write per REBUILD_GROUP records
-            if progress is not None and count % PROGRESS_EVERY == 0:
-                progress(count)
-        watch.before(raw.partition, raw.offset)
-        projector.apply_raw(raw.partition, raw.offset, raw.value, raw.headers,
-                            raw.timestamp_ms, key=raw.key)
-        count += 1
+    flush_at = 0  # one RocksDB write per REBUILD_GROUP records
+    apply_record = projector.apply_record
+    async for batch in batches:
+        for raw in batch:
+            if count == flush_at:
+                store.flush()
+                flush_at += REBUILD_GROUP
+                if progress is not None and count % PROGRESS_EVERY == 0:
+                    progress(count)
+            if watch is not None:
+                watch.before(raw.partition, raw.offset)
+            # Projector.apply_raw, without its two frames (once a record)
+            examined = examine(raw.value, raw.headers, raw.key)
+            if isinstance(examined, Poison):
+                projector.apply_examined(raw.partition, raw.offset, examined, raw.value,
+                                         raw.timestamp)
+            else:
+                apply_record(raw.partition, raw.offset, examined, raw.timestamp, raw=raw.value)
+            count += 1
     store.flush()
-    watch.finish()
+    found: dict[tuple[int, int], str] = {}
+    if watch is not None:
+        watch.finish()
+        found = watch.found
     states = store.partitions()
-    return FoldResult(count, {p.partition: p.next_offset for p in states}, watch.found,
+    return FoldResult(count, {p.partition: p.next_offset for p in states}, found,
                       {p.partition: store.running_hash(p.partition) for p in states})
 
 

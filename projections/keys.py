@@ -27,11 +27,15 @@ def entry_key(run_id: str, position: int) -> bytes:
 
 
 def status_prefix(status: RunStatus) -> bytes:
-    return b"s/%s/" % status.value.encode()
+    return _STATUS_PREFIXES[status]
 
 
 def status_key(status: RunStatus, partition: int, run_id: str) -> bytes:
-    return status_prefix(status) + b"%05d/%s" % (partition, run_id.encode())
+    return _STATUS_PREFIXES[status] + b"%05d/%s" % (partition, run_id.encode())
+
+
+# Built once: Enum.value is a property, and status keys are made for most records.
+_STATUS_PREFIXES = {status: b"s/%s/" % status.value.encode() for status in RunStatus}
 
 
 def inbox_key(partition: int, run_id: str) -> bytes:
@@ -43,7 +47,8 @@ def history_prefix(run_id: str) -> bytes:
 
 
 def history_key(run_id: str, partition: int, offset: int) -> bytes:
-    return history_prefix(run_id) + b"%05d/%020d" % (partition, offset)
+    # history_prefix(run_id) + b"%05d/%020d", in one format (one per record)
+    return b"h/%s\x00%05d/%020d" % (run_id.encode(), partition, offset)
 
 
 def partition_history_key(partition: int, offset: int) -> bytes:

@@ -117,18 +117,23 @@ class Projector:
             del self._runs[run_id]
 
     def run(self, run_id: str) -> RunState | None:
-        if run_id in self._runs:
-            self._runs.move_to_end(run_id)
-            return self._runs[run_id]
+        runs = self._runs
+        if run_id in runs:
+            runs.move_to_end(run_id)
+            return runs[run_id]
         run = self.store.run(run_id)
         self._remember(run_id, run)
         return run
 
     def _remember(self, run_id: str, run: RunState | None) -> None:
-        self._runs[run_id] = run
-        self._runs.move_to_end(run_id)
-        if len(self._runs) > RUN_CACHE:
-            self._runs.popitem(last=False)
+        runs = self._runs
+        if run_id in runs:
+            runs[run_id] = run
+            runs.move_to_end(run_id)
+            return
+        runs[run_id] = run  # a new key goes to the end already
+        if len(runs) > RUN_CACHE:
+            runs.popitem(last=False)
 
     def apply_raw(
         self,
@@ -173,12 +178,13 @@ class Projector:
     ) -> Outcome:
         """Apply `record` at `offset`; `timestamp_ms` is its log time (the envelope's time
         when the log's is unknown, as in exported fixtures)."""
-        state = self.partition(partition)
+        state = self._partitions.get(partition) or self.partition(partition)
         if offset < state.next_offset:
             # Already applied (a re-delivery after a seek): nothing to do, nothing to write.
             return Outcome(state, offset, record, None, None, Verdict.duplicate, redelivered=True)
-        when = record.envelope.timestamp_ms if timestamp_ms is None else timestamp_ms
-        run_id = record.envelope.run_id or None  # partition records belong to no run
+        envelope = record.envelope
+        when = envelope.timestamp_ms if timestamp_ms is None else timestamp_ms
+        run_id = envelope.run_id or None  # partition records belong to no run
         before = self.run(run_id) if run_id else None
         tombstone = self.store.tombstone(run_id) if run_id and before is None else None
         if (before is None and tombstone is None and needs_run(record)
@@ -192,22 +198,21 @@ class Projector:
         entry = None
         # No entry can stand at or past `steps`, but for a fork's copies, which move `steps`
         # once per part (projections.fork_transitions).
-        copy = isinstance(record, ev.JournalEntryCopied)
-        if before is not None and position is not None and (position < before.steps or copy):
+        if before is not None and position is not None and (
+                position < before.steps or isinstance(record, ev.JournalEntryCopied)):
             entry = self.store.entry(before.run_id, position)
         request_id = request_id_of(record, offset) if record.KIND == "request" else None
         seen = request_id is not None and self.store.request_seen(partition, request_id)
-        facts = (self._expiry_facts(partition, record)
-                 if isinstance(record, ev.PartitionRunsExpired) else None)
+        facts = (self._expiry_facts(partition, record)  # (a partition record: no run id)
+                 if run_id is None and isinstance(record, ev.PartitionRunsExpired) else None)
         applied = apply(state, before, record, offset, timestamp_ms=when, entry=entry,
                         request_seen=seen, tombstone=tombstone, expiry=facts)
+        after, verdict, next_round = applied.run, applied.verdict, applied.next_round
+        # Positional: RecordWrite's field order (keywords cost more, once per record).
         self.store.write(RecordWrite(
-            partition=applied.partition, offset=offset, timestamp_ms=when,
-            verdict=applied.verdict, record_type=record.TYPE, run_id=run_id, before=before,
-            after=applied.run, entry=applied.entry, raw=raw,
-            request_id=request_id if applied.verdict is Verdict.applied else None,
-            outbox=applied.outbox, outbox_done=applied.outbox_done,
-            next_round=applied.next_round, expiry=applied.expiry,
+            applied.partition, offset, when, verdict, record.TYPE, run_id, before, after,
+            applied.entry, request_id if verdict is Verdict.applied else None, raw, False,
+            applied.outbox, applied.outbox_done, next_round, applied.expiry,
         ))
         self._partitions[partition] = applied.partition
         if applied.expiry is not None:
@@ -215,13 +220,12 @@ class Projector:
                 for gone in lineage.rounds:
                     self._remember(gone.run_id, None)
         if run_id:
-            self._remember(run_id, applied.run)
-        if applied.next_round is not None:
-            self._remember(applied.next_round.run_id, applied.next_round)
-        return Outcome(applied.partition, offset, record, before, applied.run, applied.verdict,
-                       entry=applied.entry, outbox=applied.outbox,
-                       next_round=applied.next_round, tombstone=tombstone,
-                       expiry=applied.expiry)
+            self._remember(run_id, after)
+        if next_round is not None:
+            self._remember(next_round.run_id, next_round)
+        return Outcome(applied.partition, offset, record, before, after, verdict, None,
+                       applied.entry, False, applied.outbox, next_round, None, tombstone,
+                       applied.expiry)
 
     def _expiry_facts(self, partition: int, record: ev.PartitionRunsExpired) -> ExpiryFacts:
         """What the store holds of the lineages and tombstones an expiry decision names:

@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from msgspec.structs import replace  # state.replace without its frame: 2 a record
+
 from runstream.engine.journal import events as ev
 from runstream.projections.expiry import expire
 from runstream.projections.fork_transitions import (
@@ -47,7 +49,6 @@ from runstream.projections.state import (
     RunState,
     Tombstone,
     Verdict,
-    replace,
 )
 from runstream.projections.transitions import transition
 from runstream.projections.values import ExpiryChange, ExpiryFacts
@@ -152,9 +153,8 @@ def _apply_decision(
         return Applied(replace(partition, next_offset=next_offset,
                                duplicates=partition.duplicates + 1), run, verdict)
     if verdict is Verdict.rejected:
-        counted = replace(partition, next_offset=next_offset,
-                          rejected_claims=partition.rejected_claims + 1)
-        return Applied(counted, run, verdict)
+        return Applied(replace(partition, next_offset=next_offset,
+                               rejected_claims=partition.rejected_claims + 1), run, verdict)
     env = record.envelope
     assert env.source_id is not None and env.source_seq is not None
     accepted = replace(

@@ -86,6 +86,7 @@ from runstream.projections.state import (
     decode_state,
     encode_state,
 )
+from runstream.projections.store_batch import Pending as _Pending
 from runstream.projections.store_restore import PartitionRestore
 from runstream.projections.values import HistoryEntry, RecordWrite
 from runstream.projections.writes import (
@@ -145,10 +146,9 @@ class ProjectionStore(PartitionRestore, IndexReads):
             self._db = Rdict(str(self.path), options,
                              access_type=AccessType.secondary(str(secondary_path)))
         self.access = access
-        self._batch: WriteBatch | None = None
         self._writer: _Pending | None = None  # the pending batch, as write() fills it
-        # The pending batch's writes of keys read back (None: deleted), so reads see them,
-        # and its partition states, put once at flush: bounded by one group's records.
+        # The pending batch's writes by key (None: deleted), held until flush and read
+        # back, and its partition states, put at flush: bounded by one group's records.
         self._pending: dict[bytes, bytes | None] = {}
         self._pending_partitions: dict[int, PartitionState] = {}
         # Runs the pending batch wrote a history item for (its history keys are blind
@@ -183,9 +183,10 @@ class ProjectionStore(PartitionRestore, IndexReads):
     def flush(self) -> None:
         """Write the pending batch now (before a scan that must see it); then take a
         checkpoint if one is due (a flush is always at a record boundary)."""
-        if self._batch is None:
+        writer, self._writer = self._writer, None
+        if writer is None:
             return
-        batch, self._batch, self._writer = self._batch, None, None
+        batch = writer.materialize()
         for number, state in self._pending_partitions.items():
             batch.put(keys.partition_key(number), encode_state(state))
             value = self._hashes.get(number)
@@ -341,15 +342,15 @@ class ProjectionStore(PartitionRestore, IndexReads):
     def write(self, change: RecordWrite) -> None:
         """Persist one applied record atomically: state, indexes, history, offset, hash."""
         number = change.partition.partition
-        previous = self._hash_of(number)  # before this record's partition state is pending
+        # (before this record's partition state is pending)
+        previous = self._hashes[number] if number in self._hashes else self._hash_of(number)
         batch = self._writer
         if batch is None:
-            self._batch = WriteBatch(raw_mode=True)
-            batch = self._writer = _Pending(self._batch, self._pending)
+            batch = self._writer = _Pending(WriteBatch(raw_mode=True), self._pending)
         # The partition's state (with its next offset) is put once per batch, at flush.
         self._pending_partitions[number] = change.partition
         acknowledged = tuple(self.outbox_item(number, request_id)
-                             for request_id in change.outbox_done)
+                             for request_id in change.outbox_done) if change.outbox_done else ()
         encoded = put_record(batch, change, self.keep_records, acknowledged)
         if change.run_id is not None:
             self._pending_runs.add(change.run_id)
@@ -415,32 +416,3 @@ def _outdated(db: Rdict) -> bool:
     read.set_iterate_upper_bound(keys.upper_bound(b"p/"))
     held: Iterable[Any] = db.keys(from_key=b"p/", read_opt=read)
     return next(iter(held), None) is not None
-
-
-class _Pending:
-    """A WriteBatch that also records its writes for reads before it is written."""
-
-    __slots__ = ("_batch", "_seen")
-
-    def __init__(self, batch: WriteBatch, seen: dict[bytes, bytes | None]) -> None:
-        self._batch = batch
-        self._seen = seen
-
-    def put(self, key: bytes, value: bytes) -> None:
-        self._batch.put(key, value)
-        self._seen[key] = value
-
-    def blind(self, key: bytes, value: bytes) -> None:
-        """A key only scanned, never read back by key (indexes, history): not recorded."""
-        self._batch.put(key, value)
-
-    def delete(self, key: bytes) -> None:
-        self._batch.delete(key)
-        self._seen[key] = None
-
-    def delete_range(self, begin: bytes, end: bytes) -> None:
-        """Keys in [begin, end): only ranges no later read of the batch looks up by key
-        (an expired run's entries and history, old bookkeeping)."""
-        self._batch.delete_range(begin, end)
-        for key in [k for k in self._seen if begin <= k < end]:
-            self._seen[key] = None

@@ -22,7 +22,14 @@ from typing import Protocol
 import msgspec
 
 from runstream.projections import keys
-from runstream.projections.state import OutboxItem, RunState, Verdict, encode_state, replace
+from runstream.projections.state import (
+    TERMINAL_STATUSES,
+    OutboxItem,
+    RunState,
+    Verdict,
+    encode_state,
+    replace,
+)
 from runstream.projections.values import ExpiryChange, HistoryEntry, RecordWrite
 
 HASH_BYTES = 16
@@ -31,6 +38,7 @@ UNCHANGED = b"="  # the record left its run as it was
 # Verdicts that land in the fencing index: records written to the log but not applied.
 FENCED_VERDICTS = frozenset({Verdict.fenced, Verdict.rejected, Verdict.duplicate})
 _VERDICTS = {verdict: verdict.value.encode() for verdict in Verdict}  # hashed as bytes
+_VERDICT_VALUES = {verdict: verdict.value for verdict in Verdict}
 
 
 class _StoredItem(msgspec.Struct, array_like=True):
@@ -49,9 +57,10 @@ _HISTORY_DECODER = msgspec.msgpack.Decoder(_StoredItem)
 
 def encode_history(verdict: Verdict, record_type: str, timestamp_ms: int,
                    raw: bytes | None, seed: bytes | None = None) -> bytes:
+    value = _VERDICT_VALUES[verdict]  # not Enum.value: a property, once per record
     if seed is None:
-        return _HISTORY.encode((verdict.value, record_type, timestamp_ms, raw))
-    return _HISTORY.encode((verdict.value, record_type, timestamp_ms, raw, seed))
+        return _HISTORY.encode((value, record_type, timestamp_ms, raw))
+    return _HISTORY.encode((value, record_type, timestamp_ms, raw, seed))
 
 
 def decode_history(partition: int, offset: int, value: bytes) -> HistoryEntry:
@@ -61,6 +70,10 @@ def decode_history(partition: int, offset: int, value: bytes) -> HistoryEntry:
 
 
 class Batch(Protocol):
+    """What a record's writes go to. `put` and `delete` of one key may repeat within a
+    batch (the last one counts); `blind` is for keys written once and never deleted by key
+    (a record's own history items and ledgers: only delete_range removes them)."""
+
     def put(self, key: bytes, value: bytes) -> None: ...
     def blind(self, key: bytes, value: bytes) -> None: ...
     def delete(self, key: bytes) -> None: ...
@@ -108,7 +121,8 @@ def put_record(batch: Batch, change: RecordWrite, keep_records: bool,
             change.verdict, change.record_type, change.timestamp_ms, change.raw,
             seed=encoded.next_round)
         batch.blind(keys.history_key(change.next_round.run_id, number, change.offset), seeded)
-    put_outbox(batch, change, acknowledged)
+    if change.outbox or change.outbox_done:
+        put_outbox(batch, change, acknowledged)
     if change.expiry is not None:
         put_expiry(batch, number, change.expiry)
     return encoded
@@ -143,7 +157,7 @@ def put_expiry(batch: Batch, partition: int, expiry: ExpiryChange) -> None:
             batch.delete(keys.lineage_key(run.lineage_id))
             value = encode_state(stone)
             batch.put(keys.tombstone_key(run.run_id), value)
-            batch.blind(keys.tombstone_index_key(partition, stone.expired_ms, run.run_id), b"")
+            batch.put(keys.tombstone_index_key(partition, stone.expired_ms, run.run_id), b"")
         final = lineage.rounds[-1]
         batch.delete(keys.settled_key(partition, lineage.settled_ms, final.run_id))
     for stone in expiry.dropped:
@@ -187,7 +201,10 @@ def put_run(batch: Batch, before: RunState | None, after: RunState | None,
     `timestamp_ms`: the record's log time (a lineage's settlement is indexed by it).
     `entries`: a deleted run's journal entries go key by key (the caller deletes them as a
     range otherwise)."""
-    put_wait(batch, before, after)
+    old_wait = None if before is None else before.wait
+    new_wait = None if after is None else after.wait
+    if old_wait is not new_wait:  # (put_wait compares them: most records keep the wait)
+        put_wait(batch, before, after)
     if before is not None and (after is None or after.status != before.status):
         batch.delete(keys.status_key(before.status, before.partition, before.run_id))
     if before is not None and before.inbox and (after is None or not after.inbox):
@@ -204,16 +221,16 @@ def put_run(batch: Batch, before: RunState | None, after: RunState | None,
     value = encode_state(after)
     batch.put(keys.run_key(after.run_id), value)
     if before is None or after.status != before.status:
-        batch.blind(keys.status_key(after.status, after.partition, after.run_id), b"")
+        batch.put(keys.status_key(after.status, after.partition, after.run_id), b"")
     if after.inbox and (before is None or not before.inbox):
-        batch.blind(keys.inbox_key(after.partition, after.run_id), b"")
+        batch.put(keys.inbox_key(after.partition, after.run_id), b"")
     return value
 
 
 def settles(before: RunState | None, after: RunState) -> bool:
     """Whether `after` settles its lineage (a round that handed off settles nothing)."""
-    return (after.status.is_terminal and after.handed_off_to is None
-            and (before is None or not before.status.is_terminal))
+    return (after.status in TERMINAL_STATUSES and after.handed_off_to is None
+            and (before is None or before.status not in TERMINAL_STATUSES))
 
 
 def put_wait(batch: Batch, before: RunState | None, after: RunState | None) -> None:
@@ -227,6 +244,6 @@ def put_wait(batch: Batch, before: RunState | None, after: RunState | None) -> N
         if old.due_ms is not None:
             batch.delete(keys.timer_key(before.partition, before.run_id, old))
     if new is not None and after is not None:
-        batch.blind(keys.wait_key(after.partition, new.kind, after.run_id), b"")
+        batch.put(keys.wait_key(after.partition, new.kind, after.run_id), b"")
         if new.due_ms is not None:
-            batch.blind(keys.timer_key(after.partition, after.run_id, new), b"")
+            batch.put(keys.timer_key(after.partition, after.run_id, new), b"")

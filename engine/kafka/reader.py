@@ -6,8 +6,10 @@ Used by the client (status, results), `runs list`, rebuild and time travel.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass
+from typing import Protocol
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -36,6 +38,29 @@ class RawRecord:
     # run's record without a key is a dead letter ("missing-key") for every reader alike,
     # as it is for the worker. No default: a RawRecord built without its key is a bug.
     key: bytes | None
+
+    @property
+    def timestamp(self) -> int:
+        """The log time, as aiokafka's ConsumerRecord names it (a fold takes either)."""
+        return self.timestamp_ms
+
+
+class Polled(Protocol):
+    """A record as aiokafka hands it out (its ConsumerRecord): read_batches passes its
+    lists on as they are."""
+
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp(self) -> int: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes]]: ...
+    @property
+    def key(self) -> bytes | None: ...
 
 
 def reader_consumer(bootstrap: str, *, security: KafkaSecurity | None = None,
@@ -96,6 +121,31 @@ async def read_partitions(
     """Every committed record of `partitions` from `start` (default 0) up to `until`
     (exclusive; default: the end of each partition when the call began), in offset order
     within each partition."""
+    # Closed here, so that a caller who stops early stops the consumer now, not when the
+    # inner generator is collected.
+    async with aclosing(read_batches(bootstrap, topic, partitions, start=start, until=until,
+                                     until_timestamp_ms=until_timestamp_ms, timeout=timeout,
+                                     security=security)) as batches:
+        async for batch in batches:
+            for m in batch:
+                yield RawRecord(m.partition, m.offset, m.timestamp, m.value,
+                                tuple(m.headers or ()), m.key)
+
+
+async def read_batches(
+    bootstrap: str,
+    topic: str,
+    partitions: list[int] | None = None,
+    *,
+    start: dict[int, int] | None = None,
+    until: dict[int, int] | None = None,
+    until_timestamp_ms: int | None = None,
+    timeout: float = 60.0,
+    security: KafkaSecurity | None = None,
+) -> AsyncGenerator[list[Polled], None]:
+    """read_partitions' records as aiokafka hands them out, one list per partition per
+    poll (in offset order; the lists of one partition come in offset order too): a fold
+    takes a poll's records without an await, or an object made, per record."""
     consumer = reader_consumer(bootstrap, security=security)
     try:
         await start_client(consumer, bootstrap, security)
@@ -109,8 +159,8 @@ async def read_partitions(
             limits = {p: min(limits[p], until.get(p, limits[p])) for p in limits}
         for tp in tps:
             consumer.seek(tp, (start or {}).get(tp.partition, 0))
-        async for record in _drain(consumer, limits, topic, until_timestamp_ms, timeout):
-            yield record
+        async for batch in _drain(consumer, limits, topic, until_timestamp_ms, timeout):
+            yield batch
     finally:
         await consumer.stop()
 
@@ -121,7 +171,7 @@ async def _drain(
     topic: str,
     until_timestamp_ms: int | None,
     timeout: float,
-) -> AsyncIterator[RawRecord]:
+) -> AsyncIterator[list[Polled]]:
     deadline = time.monotonic() + timeout  # without progress: a big journal may take long
     open_parts = {p for p, end in limits.items()
                   if await consumer.position(TopicPartition(topic, p)) < end}
@@ -134,14 +184,27 @@ async def _drain(
         if batches:
             deadline = time.monotonic() + timeout
         for tp, messages in batches.items():
-            for m in messages:
-                if m.offset >= limits[tp.partition]:
-                    break
-                if until_timestamp_ms is not None and m.timestamp > until_timestamp_ms:
-                    limits[tp.partition] = m.offset
-                    break
-                yield RawRecord(tp.partition, m.offset, m.timestamp, m.value,
-                                tuple(m.headers or ()), m.key)
+            batch = _records(tp.partition, messages, limits, until_timestamp_ms)
+            if batch:
+                yield batch
         for p in list(open_parts):
             if await consumer.position(TopicPartition(topic, p)) >= limits[p]:
                 open_parts.discard(p)
+
+
+def _records(partition: int, messages: list[Polled], limits: dict[int, int],
+             until_timestamp_ms: int | None) -> list[Polled]:
+    """One partition's polled records below its limit (lowered to the first record past
+    `until_timestamp_ms`, when one is given)."""
+    limit = limits[partition]
+    if until_timestamp_ms is None and messages and messages[-1].offset < limit:
+        return messages  # the common case, all of the poll: the list as it came
+    batch = []
+    for m in messages:
+        if m.offset >= limit:
+            break
+        if until_timestamp_ms is not None and m.timestamp > until_timestamp_ms:
+            limits[partition] = m.offset
+            break
+        batch.append(m)
+    return batch

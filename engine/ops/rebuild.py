@@ -9,11 +9,12 @@ projections.fold.
 from __future__ import annotations
 
 import shutil
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from runstream.engine.kafka.connection import KafkaSecurity
-from runstream.engine.kafka.reader import read_partitions
+from runstream.engine.kafka.reader import read_batches
 from runstream.projections.fold import (
     FoldResult,
     Progress,
@@ -49,10 +50,10 @@ async def fold_into(spec: FoldSpec, progress: Progress | None = None) -> FoldRes
     store = ProjectionStore(spec.path, keep_records=spec.keep_records,
                             checkpoints=spec.checkpoints, scratch=spec.scratch)
     try:
-        records = read_partitions(spec.bootstrap, spec.topic, spec.partitions,
-                                  until=spec.until, security=spec.security)
-        result = await fold_records(store, records, hash_offsets=spec.hash_offsets,
-                                    progress=progress)
+        async with aclosing(read_batches(spec.bootstrap, spec.topic, spec.partitions,
+                                         until=spec.until, security=spec.security)) as batches:
+            result = await fold_records(store, batches, hash_offsets=spec.hash_offsets,
+                                        progress=progress)
     finally:
         store.close()
     if progress is not None:
