@@ -22,6 +22,7 @@ from runstream.engine.kafka.admin import (
     ensure_topics,
     snapshot_topic_exists,
     topic_configs,
+    topic_partitions,
     topic_specs,
 )
 from runstream.engine.kafka.journal_retention import (
@@ -96,6 +97,11 @@ async def _old_namespace(bootstrap: str, namespace: str, partitions: int) -> Non
     async with admin_client(bootstrap) as admin:
         await admin.create_topics([NewTopic(s.name, s.partitions, 1, topic_configs=s.configs)
                                    for s in specs])
+        for _ in range(100):  # created is not yet in every broker's metadata
+            if all([await topic_partitions(admin, s.name) for s in specs]):
+                return
+            await asyncio.sleep(0.1)
+        raise AssertionError("the old namespace's topics never showed up in the metadata")
 
 
 async def test_topics_create_adds_the_snapshots_topic_to_an_old_namespace(

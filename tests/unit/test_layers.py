@@ -137,7 +137,8 @@ def test_engine_holds_at_most_8_modules_directly() -> None:
     assert len(modules) <= MAX_ENGINE_MODULES, modules
 
 
-STORAGE_MODULES = {"store", "store_batch", "store_restore", "checkpoints", "fold"}  # open or fill a RocksDB store
+# They open or fill a RocksDB store.
+STORAGE_MODULES = {"store", "store_batch", "store_restore", "checkpoints", "fold"}
 
 
 def test_every_projections_module_is_pure_or_named_storage() -> None:
