@@ -273,11 +273,10 @@ def kept_snapshots(offsets: list[int], keep: int) -> set[int]:
     """Which snapshots (by offset) stay: the newest `keep`, plus `keep` more spread over the
     older ones (past that many, the one whose removal leaves the smallest gap goes, never
     the oldest), so time travel finds one near any point."""
-    ordered = sorted(set(offsets))
-    newest, older = ordered[len(ordered) - keep:] if keep else [], ordered[:-keep or None]
-    if not keep:
+    if keep <= 0:
         return set()
-    spread = list(older)
+    ordered = sorted(set(offsets))
+    newest, spread = ordered[-keep:], ordered[:-keep]
     while len(spread) > keep:
         bounds = [*spread, newest[0]]
         gaps = [(bounds[i + 1] - bounds[i - 1], i) for i in range(1, len(spread))]

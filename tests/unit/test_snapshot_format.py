@@ -18,6 +18,7 @@ from runstream.projections.snapshot import (
     assemble,
     chunk_digest,
     encode_chunks,
+    kept_snapshots,
     key_partition,
     partition_ranges,
 )
@@ -161,3 +162,11 @@ def test_loading_a_partition_replaces_it_alone_and_is_marked_until_finished(
     assert all(key_partition(k, count) != target for k, _ in _own(reopened))
     reopened.close()
     whole.close()
+
+
+def test_kept_snapshots_are_the_newest_and_some_spread_over_the_journal() -> None:
+    offsets = [0, 10, 20, 30, 40, 50, 60, 70]
+    assert kept_snapshots(offsets, 2) == {0, 40, 60, 70}
+    assert kept_snapshots([5], 2) == {5}
+    assert kept_snapshots([5, 6, 7], 2) == {5, 6, 7}
+    assert kept_snapshots(offsets, 0) == set()
