@@ -24,6 +24,7 @@ from runstream.engine.errors import RunstreamError
 from runstream.engine.kafka.admin import snapshot_topic_exists
 from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.kafka.restore import RecordsDeleted, Restorer, RestoreReport, RestoreTarget
+from runstream.projections.manifest import CheckpointPolicy
 from runstream.projections.projector import Projector
 from runstream.projections.store import ProjectionStore
 
@@ -94,12 +95,17 @@ class SnapshotBootstrap:
                                           self.partitions, store, projector,
                                           on_loading=self.on_loading))
         done = {}
-        for partition in behind:
-            try:
+        # No checkpoint while a partition is under its restore marker: time travel would
+        # start from a copy holding half a load. The next flush after it takes one.
+        policy, store.policy = store.policy, CheckpointPolicy.never()
+        try:
+            for partition in behind:
                 done[partition] = await restorer.bring_up(partition)
-            except RecordsDeleted as exc:
-                raise RunstreamError(str(exc)) from None
-        self.reports.update(done)
+        except RecordsDeleted as exc:
+            raise RunstreamError(str(exc)) from None
+        finally:
+            store.policy = policy
+            self.reports.update(done)
         return done
 
     async def _topic_exists(self) -> bool:

@@ -175,3 +175,35 @@ async def test_a_query_during_a_load_waits_for_it_or_says_it_is_loading(
             # The secondary fetches the bytes the snapshot lacks as the primary does.
             rows = await patient.complete(seen, ["early-3"])
             assert all(item.raw is not None for item in rows.history("early-3"))
+
+
+async def test_a_load_cut_short_is_cleared_and_loaded_again_at_the_next_open(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path) -> None:
+    await _history_with_snapshots(bootstrap, namespace, tmp_path)
+    marked = asyncio.Event()
+
+    async def stall(partition: int, snapshot_id: str) -> None:
+        marked.set()
+        await asyncio.Event().wait()  # until cancelled: the process stopped mid-load
+
+    path = tmp_path / "cut-short"
+    first = ReadModel(bootstrap=bootstrap, topic=journal, path=path, snapshot_every=50,
+                      on_loading=stall)
+    async with first:
+        loading = asyncio.create_task(first.catch_up())
+        await asyncio.wait_for(marked.wait(), 60)
+        loading.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await loading
+        assert first._store is not None and first._store.restoring() != []
+    again = ReadModel(bootstrap=bootstrap, topic=journal, path=path, snapshot_every=50)
+    folded = ReadModel(bootstrap=bootstrap, topic=journal, path=tmp_path / "zero",
+                       snapshot_every=0)
+    async with again, folded:
+        view, expected = await again.catch_up(), await folded.catch_up()
+        assert again._store is not None and again._store.restoring() == []
+        assert again.snapshots is not None
+        assert {r.source for r in again.snapshots.reports.values()} == {"snapshot"}
+        assert [(r.run_id, r.status) for r in view.runs()] == [
+            (r.run_id, r.status) for r in expected.runs()]
+        assert len(expected.runs()) == RUNS
