@@ -22,13 +22,15 @@ from runstream.engine.readmodel.describe import (
 )
 from runstream.engine.readmodel.expired import expired_view, retention_view, trimmed_note
 from runstream.engine.readmodel.lookups import addressed_or_expired, read_model_of, view_of
+from runstream.engine.readmodel.model import ReadModel
 from runstream.engine.readmodel.rows import HistoryRow
+from runstream.engine.readmodel.view import View
 from runstream.engine.timetravel.expired import Progress, expired_history
 from runstream.engine.timetravel.fencing import DEFAULT_LIMIT, Ledger, fencing_ledger
 from runstream.engine.timetravel.history import PartitionRow
 from runstream.engine.timetravel.history import partition_history as _partition_history
 from runstream.engine.timetravel.history import run_history as _run_history
-from runstream.engine.timetravel.points import Point, RunDiff, RunTree, run_at
+from runstream.engine.timetravel.points import Point, RunDiff, RunTree, run_at, tree_run_ids
 from runstream.engine.timetravel.points import parse_time as parse_time  # the CLI's and UI's
 from runstream.engine.timetravel.points import run_diff as _run_diff
 from runstream.engine.timetravel.points import run_tree as _run_tree
@@ -154,7 +156,7 @@ async def run_status(
     """The run's view (`run status --json`) with when it would expire; with `why`, also
     its "why" (why_report). An expired run's is its tombstone's (`"expired": true`)."""
     async with read_model_of(bootstrap, namespace, read_model_dir) as model:
-        view, run = await addressed_or_expired(model, run_id)
+        view, run = await addressed_or_expired(model, run_id, records=why)
         if not isinstance(run, RunState):
             return expired_view(run)
         out = run_view(run, namespace=resolve_namespace(namespace))
@@ -224,7 +226,7 @@ async def run_history(
     run_id = round_zero(run_id)
     async with read_model_of(bootstrap, namespace, read_model_dir) as model:
         try:
-            view = await view_of(model, run_id)
+            view = await view_of(model, run_id, records=True)
         except RunExpired:
             view = await model.catch_up([run_partition(run_id, model.partitions)])
             stone = view.tombstone(run_id)
@@ -245,6 +247,7 @@ async def run_tree(
     async with read_model_of(bootstrap, namespace, read_model_dir) as model:
         await view_of(model, run_id)
         view = await model.catch_up()
+        await model.complete(view, tree_run_ids(view, round_zero(run_id)))
         return _run_tree(view, round_zero(run_id))
 
 
@@ -256,7 +259,7 @@ async def run_state_at(
     entries then."""
     run_id = round_zero(run_id)
     async with read_model_of(bootstrap, namespace, read_model_dir) as model:
-        view = await view_of(model, run_id)
+        view = await view_of(model, run_id, records=True)
         past = run_at(view, run_id, point)
     out = run_view(past.run)
     out["at"] = point.describe()
@@ -271,7 +274,7 @@ async def run_diff(
     """What changed in the run's state between two points, and which records changed it."""
     run_id = round_zero(run_id)
     async with read_model_of(bootstrap, namespace, read_model_dir) as model:
-        view = await view_of(model, run_id)
+        view = await view_of(model, run_id, records=True)
         return _run_diff(view, run_id, start, end)
 
 
@@ -283,8 +286,21 @@ async def fenced_writes(
     since_ms = parse_time(since) if since is not None else None
     async with read_model_of(bootstrap, namespace, read_model_dir) as model:
         view = await (view_of(model, run_id) if run_id is not None else model.catch_up())
+        await _fencing_records(model, view, run_id)
         return fencing_ledger(view, model.partitions, run_id=run_id, since_ms=since_ms,
                               limit=limit)
+
+
+async def _fencing_records(model: ReadModel, view: View, run_id: str | None) -> None:
+    """The bytes of the records a fencing ledger explains (a partition loaded from a
+    snapshot has none below its offset): the writes turned away, and the claims of their
+    partitions they are judged by."""
+    if run_id is not None:
+        await model.complete(view, [run_id], [run_partition(run_id, model.partitions)])
+        return
+    fenced = [(p, offset) for p in range(model.partitions) for offset, run in view.fenced(p)
+              if (item := view.history_entry(run, p, offset)) is not None and item.raw is None]
+    await model.complete(view, (), sorted({p for p, _ in fenced}), fenced)
 
 
 async def partition_history(
@@ -297,7 +313,7 @@ async def partition_history(
         if not 0 <= partition < model.partitions:
             raise InvalidInput(f"partition {partition} does not exist: the journal has "
                                f"partitions 0..{model.partitions - 1}")
-        view = await model.catch_up([partition])
+        view = await model.complete(await model.catch_up([partition]), partitions=[partition])
         return _partition_history(view, partition), trimmed_note(view.partition(partition))
 
 

@@ -28,7 +28,8 @@ def _progress(done: int, total: int) -> None:
 @click.option("--limit", type=click.IntRange(min=0), default=DEFAULT_LIMIT, show_default=True,
               help="Runs whose status differs from now to list (all are counted).")
 @click.option("--no-checkpoints", is_flag=True,
-              help="Replay from offset 0, not from the nearest read-model checkpoint.")
+              help="Replay from offset 0, not from the nearest read-model checkpoint or "
+                   "partition snapshot.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @bootstrap_option
 @namespace_option

@@ -395,7 +395,8 @@ class Client:
 
     async def partition_history(self, partition: int) -> list[HistoryEntry]:
         """The partition's own records: claims with their verdicts, heartbeats, dead letters."""
-        view = await (await self.read_model()).catch_up([partition])
+        model = await self.read_model()
+        view = await model.complete(await model.catch_up([partition]), partitions=[partition])
         return view.partition_history(partition)
 
     async def partition_of(self, run_id: str) -> int:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from aiokafka.errors import KafkaError
@@ -52,6 +53,7 @@ class RestoreReport:
     source: str  # "snapshot" | "journal"
     offset: int  # where the worker's own fold continues
     snapshot_id: str | None = None
+    snapshot_offset: int | None = None  # the loaded snapshot's (its tail folds from there)
     keys_loaded: int = 0
     bytes_loaded: int = 0
     records_folded: int = 0
@@ -70,6 +72,9 @@ class RestoreTarget:
     partitions: int  # the journal's partition count (which keys are a partition's)
     store: ProjectionStore
     projector: Projector
+    # Awaited with (partition, snapshot id) once the snapshot's keys are written under the
+    # restore marker, before the tail is folded (a read model reports its load there).
+    on_loading: Callable[[int, str], Awaitable[None]] | None = None
 
 
 class Restorer:
@@ -77,11 +82,14 @@ class Restorer:
         self.owner = owner
 
     async def bring_up(self, partition: int, *, enabled: bool = True,
-                       log_start: int | None = None) -> RestoreReport:
+                       until: int | None = None, log_start: int | None = None
+                       ) -> RestoreReport:
         """Load the newest usable snapshot newer than the store's offset, or leave the store
-        to fold the journal from where it is (enabled False: snapshots are off).
-        `log_start`: the journal partition's log start, if the caller asked already (one
-        request for all the partitions of a claim), else it is asked here."""
+        to fold the journal from where it is (enabled False: snapshots are off). `until`
+        (time travel: a past cut): only a snapshot at or before it, its tail folded up to
+        it (exclusive), which must hold the anchor. `log_start`: the journal partition's
+        log start, if the caller asked already (one request for all the partitions of a
+        claim), else it is asked here."""
         if log_start is None:
             log_start = (await log_starts(self.owner.bootstrap, self.owner.topic,
                                           [partition], security=self.owner.security))[partition]
@@ -89,11 +97,12 @@ class Restorer:
         held = self.owner.projector.partition(partition).next_offset
         report = RestoreReport(partition, "journal", held)
         listed = await self._listed(partition) if enabled else []
-        for item in [i for i in reversed(listed) if _newer(i, held)][:MAX_REFUSALS]:
+        usable = [i for i in reversed(listed) if _newer(i, held) and _before(i, until)]
+        for item in usable[:MAX_REFUSALS]:
             try:
                 if item.manifest is None:
                     raise SnapshotInvalid(item.invalid or "manifest does not decode")
-                await self._load(item.manifest, report, log_start)
+                await self._load(item.manifest, report, log_start, until)
                 break
             except SnapshotInvalid as exc:
                 self._refused(report, item.snapshot_id, exc.reason)
@@ -117,7 +126,8 @@ class Restorer:
                     "then the journal", report.partition, snapshot, reason)
         report.refused.append((snapshot, reason))
 
-    async def _load(self, manifest: Manifest, report: RestoreReport, log_start: int) -> None:
+    async def _load(self, manifest: Manifest, report: RestoreReport, log_start: int,
+                    until: int | None = None) -> None:
         """Check, load, fold the tail and confirm the anchor; SnapshotInvalid: nothing of
         it is kept (the partition is cleared for the journal)."""
         w = self.owner
@@ -134,17 +144,21 @@ class Restorer:
         keys = store.load_partition(manifest.partition, pairs)
         projector.forget_partition(manifest.partition, w.partitions)
         try:
+            if w.on_loading is not None:
+                await w.on_loading(manifest.partition, manifest.snapshot_id)
             self._check_loaded(manifest)
-            anchored, folded = await self._fold_tail(manifest)
+            anchored, folded = await self._fold_tail(manifest, until)
             if not anchored:
                 raise SnapshotInvalid("unanchored: no applied partition.snapshot-taken names "
-                                      "it in the journal's tail")
+                                      "it in the journal's tail"
+                                      + ("" if until is None else " before the cut"))
         except SnapshotInvalid:
             store.clear_partition(manifest.partition, w.partitions, marker=None)
             projector.forget_partition(manifest.partition, w.partitions)
             raise
         store.finish_load(manifest.partition)
         report.source, report.snapshot_id = "snapshot", manifest.snapshot_id
+        report.snapshot_offset = manifest.offset
         report.keys_loaded, report.bytes_loaded = keys, manifest.value_bytes
         report.records_folded = folded
         report.offset = projector.partition(manifest.partition).next_offset
@@ -159,13 +173,15 @@ class Restorer:
                 manifest.running_hash):
             raise SnapshotInvalid("its running hash differs from its manifest's")
 
-    async def _fold_tail(self, manifest: Manifest) -> tuple[bool, int]:
-        """Fold the journal from the snapshot's offset to the end it has now, in groups
-        applied without an await inside (the consume loop shares the store); (whether the
-        snapshot's anchor was applied, records folded)."""
+    async def _fold_tail(self, manifest: Manifest, until: int | None = None
+                         ) -> tuple[bool, int]:
+        """Fold the journal from the snapshot's offset to the end it has now (or `until`),
+        in groups applied without an await inside (the consume loop shares the store);
+        (whether the snapshot's anchor was applied, records folded)."""
         w = self.owner
         records = read_partitions(w.bootstrap, w.topic, [manifest.partition],
                                   start={manifest.partition: manifest.offset},
+                                  until=None if until is None else {manifest.partition: until},
                                   security=w.security)
         anchored, folded = False, 0
         group: list[RawRecord] = []
@@ -203,6 +219,11 @@ class Restorer:
 
 def _newer(item: Listed, held: int) -> bool:
     return item.manifest is None or item.manifest.offset > held
+
+
+def _before(item: Listed, until: int | None) -> bool:
+    """A snapshot usable for a fold that must stop at `until` (None: the end)."""
+    return until is None or item.manifest is None or item.manifest.offset < until
 
 
 def _anchors(outcome: Outcome, manifest: Manifest) -> bool:

@@ -34,11 +34,12 @@ def expired_error(stone: Tombstone) -> RunExpired:
     return RunExpired(stone.run_id, expired_text(stone))
 
 
-async def view_of(model: ReadModel, run_id: str) -> View:
+async def view_of(model: ReadModel, run_id: str, *, records: bool = False) -> View:
     """Catch up the run's partition; a run not routed by its own id (a later round of a
     lineage) is looked for after catching up every partition. RunExpired if it expired
     (requests refused since still leave history: the tombstone is looked at first),
-    RunNotFound if the journal holds no record of it."""
+    RunNotFound if the journal holds no record of it. `records`: with the bytes of the
+    run's records (what its history rows and replays decode; ReadModel.complete)."""
     view = await model.catch_up([run_partition(run_id, model.partitions)])
     stone = view.tombstone(run_id) if view.run(run_id) is None else None
     if stone is not None:
@@ -47,7 +48,7 @@ async def view_of(model: ReadModel, run_id: str) -> View:
         view = await model.catch_up()
         if not _known(view, run_id):
             raise RunNotFound(run_id)
-    return view
+    return await model.complete(view, [run_id]) if records else view
 
 
 def addressed_run(view: View, run_id: str) -> str:
@@ -57,20 +58,22 @@ def addressed_run(view: View, run_id: str) -> str:
     return named if named != run_id else view.addressed(run_id)
 
 
-async def addressed(model: ReadModel, run_id: str) -> tuple[View, RunState]:
+async def addressed(model: ReadModel, run_id: str, *, records: bool = False
+                    ) -> tuple[View, RunState]:
     """The view caught up for the run a query naming `run_id` is about (addressed_run), and
     that run's state: what `run status` and the dry run start from. RunExpired if it
     expired (a lineage's id: its final round's tombstone), RunNotFound if none."""
-    view, found = await addressed_or_expired(model, run_id)
+    view, found = await addressed_or_expired(model, run_id, records=records)
     if not isinstance(found, RunState):
         raise expired_error(found)
     return view, found
 
 
-async def addressed_or_expired(model: ReadModel, run_id: str
+async def addressed_or_expired(model: ReadModel, run_id: str, *, records: bool = False
                                ) -> tuple[View, RunState | Tombstone]:
     """As `addressed`, or, for a run that expired, its tombstone (View.expired: a lineage's
-    id reaches its final round's); RunNotFound if there is neither."""
+    id reaches its final round's); RunNotFound if there is neither. `records`: as view_of,
+    for the run reached."""
     try:
         view = await view_of(model, round_zero(run_id))
     except RunExpired:
@@ -81,7 +84,7 @@ async def addressed_or_expired(model: ReadModel, run_id: str
         return view, stone
     run = view.run(addressed_run(view, run_id))
     if run is not None:
-        return view, run
+        return (await model.complete(view, [run.run_id]) if records else view), run
     stone = view.expired(run_id)
     if stone is None:
         raise RunNotFound(run_id)

@@ -13,6 +13,13 @@ the end offsets) into an in-memory overlay, so their View is exact all the same.
 that finds the lock free at a later catch-up becomes the primary; the lock is released when
 the primary closes (or its process dies).
 
+A fresh cache, or a partition more than `snapshot_every` records behind the journal's end,
+loads that partition's newest anchored, intact snapshot and folds only its tail
+(readmodel.bootstrap); record bytes the snapshot lacks are fetched by offset when a query
+reads them (`complete`, readmodel.records). A load runs under a restore marker: a
+secondary that finds one waits (up to `load_wait` seconds) for it to go, then answers, or
+says the read model is loading (ReadModelLoading); it never reads a half-loaded partition.
+
 The primary records a checkpoint every `checkpoint_every` applied records (env
 RUNSTREAM_CHECKPOINT_EVERY, default projections.manifest.DEFAULT_EVERY): a RocksDB checkpoint
 directory under `<path>/checkpoints/` and a manifest entry with every partition's offset and
@@ -29,6 +36,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Literal
@@ -36,6 +44,8 @@ from typing import Literal
 from runstream.engine.config import cache_root
 from runstream.engine.errors import RunstreamError
 from runstream.engine.kafka.connection import KafkaSecurity
+from runstream.engine.readmodel import records
+from runstream.engine.readmodel.bootstrap import OnLoading, SnapshotBootstrap, resolve_every
 from runstream.engine.readmodel.source import JournalSource
 from runstream.engine.readmodel.view import OverlayStore, View
 from runstream.projections.manifest import CheckpointPolicy
@@ -47,6 +57,9 @@ LOCK_FILE = "writer.lock"
 APPLY_GROUP = 1000
 # How long a secondary waits for a primary that holds the lock to create the store.
 STORE_APPEARS_TIMEOUT = 10.0
+# How long a secondary waits for its primary's snapshot load to finish before saying so.
+LOAD_WAIT = 60.0
+LOAD_POLL = 0.05
 
 Role = Literal["primary", "secondary"]
 
@@ -65,6 +78,10 @@ def default_read_model_dir(bootstrap: str, namespace: str) -> Path:
 
 class ReadModelAhead(RunstreamError):
     """The stored projection is past the end of the topic: it was built from another log."""
+
+
+class ReadModelLoading(RunstreamError):
+    """Another process is loading a snapshot into the read model this one follows."""
 
 
 class _WriterLock:
@@ -103,7 +120,8 @@ class ReadModel:
 
     def __init__(self, *, bootstrap: str, topic: str, path: Path | None = None,
                  checkpoint_every: int | None = None, checkpoint_keep: int | None = None,
-                 security: KafkaSecurity | None = None) -> None:
+                 security: KafkaSecurity | None = None, snapshot_every: int | None = None,
+                 load_wait: float = LOAD_WAIT, on_loading: OnLoading | None = None) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
         self.security = security  # None: from the RUNSTREAM_* environment
@@ -116,6 +134,11 @@ class ReadModel:
                 every=checkpoint_every, keep=checkpoint_keep, directories=True)
         except ValueError as exc:  # a malformed RUNSTREAM_CHECKPOINT_* variable
             raise RunstreamError(str(exc)) from None
+        self.snapshot_every = resolve_every(snapshot_every)  # 0: never load a snapshot
+        self.load_wait = load_wait
+        self._on_loading = on_loading
+        self.snapshots: SnapshotBootstrap | None = None  # the primary's, once open
+        self._cache = records.RecordCache()
         self._source = JournalSource(bootstrap, topic, security=security)
         self._lock = _WriterLock(self.path / LOCK_FILE)
         self._store: ProjectionStore | None = None
@@ -171,7 +194,16 @@ class ReadModel:
     def _open_primary(self) -> None:
         self._store = ProjectionStore(self.path, keep_records=True,
                                       checkpoints=self.checkpoints)
-        self._projector = Projector(self._store)
+        self._became_primary(self._store)
+
+    def _became_primary(self, store: ProjectionStore) -> None:
+        SnapshotBootstrap.clear_unfinished(store, self.partitions)
+        self._projector = Projector(store)
+        if self.snapshots is None:
+            self.snapshots = SnapshotBootstrap(
+                bootstrap=self.bootstrap, topic=self.topic, security=self.security,
+                partitions=self.partitions, every=self.snapshot_every,
+                on_loading=self._on_loading)
 
     async def _open_secondary(self) -> None:
         self._secondary_dir = Path(tempfile.mkdtemp(prefix="runstream-readmodel-"))
@@ -201,7 +233,8 @@ class ReadModel:
             return
         assert self._store is not None
         self._retired.append(self._store)
-        self._store, self._projector = primary, Projector(primary)
+        self._store = primary
+        self._became_primary(primary)
 
     async def catch_up(self, partitions: list[int] | None = None) -> View:
         """Read the end offsets of `partitions` (default: all) once, apply every record up to
@@ -210,17 +243,19 @@ class ReadModel:
             await self.open()
         async with self._catching_up:
             self._try_promote()
+            if self._projector is None:
+                await self._wait_loaded()  # before the end offsets: never past them
             store = self._store
             assert store is not None
-            if self._projector is None:
-                store.catch_up_with_primary()  # before the end offsets: never past them
             chosen = self._chosen(partitions)
             ends = await self._source.end_offsets(chosen)
             self._check_not_ahead(store, ends)
-            starts = {p: store.partition(p).next_offset for p in chosen}
             if self._projector is not None:
+                await self._load_snapshots(store, self._projector, ends)
+                starts = {p: store.partition(p).next_offset for p in chosen}
                 await self._apply(store, self._projector, starts, ends)
                 return View(store, None, self.partitions)
+            starts = {p: store.partition(p).next_offset for p in chosen}
             overlay = OverlayStore(store)
             projector = Projector(overlay)
             async for raw in self._source.read(starts, ends):
@@ -228,6 +263,46 @@ class ReadModel:
                                     raw.timestamp_ms, key=raw.key)
                 self.records_consumed += 1
             return View(store, overlay, self.partitions)
+
+    async def _wait_loaded(self) -> None:
+        """A secondary: refresh from the primary until no partition is under a restore
+        marker (a load under way reads as neither the old state nor the new one), or
+        become the primary if it has gone (a load it left unfinished is cleared then);
+        ReadModelLoading after `load_wait` seconds."""
+        deadline = time.monotonic() + self.load_wait
+        while True:
+            store = self._store
+            assert store is not None
+            store.catch_up_with_primary()
+            loading = store.restoring()
+            if not loading:
+                return
+            self._try_promote()
+            if self._projector is not None:
+                return
+            if time.monotonic() >= deadline:
+                raise ReadModelLoading(
+                    f"the read model in {self.path} is loading partition(s) "
+                    f"{', '.join(map(str, loading))} from a snapshot in another process "
+                    f"(waited {self.load_wait:g}s): query again in a moment")
+            await asyncio.sleep(LOAD_POLL)
+
+    async def _load_snapshots(self, store: ProjectionStore, projector: Projector,
+                              ends: dict[int, int]) -> None:
+        assert self.snapshots is not None
+        for report in (await self.snapshots.bring_up(store, projector, ends)).values():
+            self.records_consumed += report.records_folded
+
+    async def complete(self, view: View, run_ids: Iterable[str] = (),
+                       partitions: Iterable[int] = (),
+                       positions: Iterable[records.Position] = ()) -> View:
+        """`view` with the record bytes its history items of these runs (with the rounds
+        before them), these partitions' own and those at `positions` lack, fetched from
+        the journal (a partition loaded from a snapshot has none below its offset)."""
+        async with self._catching_up:
+            await records.complete(view, self._source, self._cache, run_ids, partitions,
+                                   positions)
+        return view
 
     def _chosen(self, partitions: list[int] | None) -> list[int]:
         if partitions is None:

@@ -82,12 +82,18 @@ def _union(base: list[HistoryEntry], overlay: list[HistoryEntry]) -> list[Histor
     return base + [item for item in overlay if (item.partition, item.offset) not in have]
 
 
+def _filled(item: HistoryEntry, records: dict[tuple[int, int], bytes]) -> HistoryEntry:
+    raw = records.get((item.partition, item.offset))
+    return item if raw is None else dataclasses.replace(item, raw=raw)
+
+
 class View:
     """A consistent read interface over a read model's state after one catch-up.
 
     It reads the store as it is, so it stays exact until its ReadModel catches up again or
     closes; take a new View from each catch-up. It holds no state of its own beyond the
-    overlay it was given.
+    overlay it was given and the record bytes fetched for it (ReadModel.complete: history
+    items of a partition loaded from a snapshot have none), bounded by the runs asked for.
     """
 
     def __init__(self, base: ProjectionStore, overlay: OverlayStore | None,
@@ -95,6 +101,19 @@ class View:
         self._base = base
         self._overlay = overlay
         self._partitions = partitions
+        self._records: dict[tuple[int, int], bytes] = {}  # (partition, offset) -> bytes
+
+    def add_records(self, found: dict[tuple[int, int], bytes]) -> None:
+        """Bytes of records whose history items hold none (fetched from the journal)."""
+        self._records.update(found)
+
+    def holds_record(self, position: tuple[int, int]) -> bool:
+        return position in self._records
+
+    def _with_bytes(self, items: list[HistoryEntry]) -> list[HistoryEntry]:
+        if not self._records:
+            return items
+        return [_filled(item, self._records) if item.raw is None else item for item in items]
 
     def _overlay_of(self, p: int) -> OverlayStore | None:
         """The overlay, for partition `p`, while it is newer than the base. A later catch-up
@@ -177,12 +196,12 @@ class View:
     def history(self, run_id: str) -> list[HistoryEntry]:
         """Every record of the run in log order, with its verdict and its bytes."""
         extra = self._overlay.history.get(run_id, []) if self._overlay is not None else []
-        return _union(self._base.history(run_id), extra)
+        return self._with_bytes(_union(self._base.history(run_id), extra))
 
     def partition_history(self, p: int) -> list[HistoryEntry]:
         """The partition's own records (claims, heartbeats) and dead letters, in log order."""
         extra = self._overlay.partition_history.get(p, []) if self._overlay is not None else []
-        return _union(self._base.partition_history(p), extra)
+        return self._with_bytes(_union(self._base.partition_history(p), extra))
 
     def fenced(self, p: int) -> list[tuple[int, str | None]]:
         """(offset, run id; None for a partition record) of every record of partition `p`
@@ -200,6 +219,8 @@ class View:
         found = self._base.history_entry(run_id, p, offset)
         if found is None and self._overlay is not None:
             found = self._overlay.history_entry(run_id, p, offset)
+        if found is not None and found.raw is None:
+            found = _filled(found, self._records)
         return found
 
     def status_members(self) -> dict[RunStatus, set[bytes]] | None:

@@ -6,7 +6,12 @@ they only grow along a partition), or the partition's end when it has none. The 
 is every record below the cut folded through the same Projector the live projections use,
 into a scratch RocksDB store that is removed afterwards. The fold starts from the read
 model's nearest checkpoint at or before the cut (projections/checkpoints.py) and replays only
-the tail from there; without one, or when asked to (--no-checkpoints), from offset 0.
+the tail from there. A partition that checkpoint leaves more than the read model's
+`snapshot_every` records short of the cut (no checkpoint: all of them) starts from the
+nearest partition snapshot before the cut instead (engine.kafka.restore, `until` the cut):
+one is used only if its anchor, the `partition.snapshot-taken` naming it, is applied in the
+fold from it to the cut; else an older one, else the checkpoint or offset 0. Asked to
+(--no-checkpoints), it folds from offset 0.
 
 The report compares that state with the read model's current one ("now"): counts by status
 at both, and the runs whose status differs, found by walking both stores' runs in
@@ -15,6 +20,7 @@ at both, and the runs whose status differs, found by walking both stores' runs i
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import tempfile
 import time
@@ -25,9 +31,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runstream.engine.config import journal_topic, resolve_bootstrap, resolve_namespace
+from runstream.engine.config import (
+    journal_topic,
+    resolve_bootstrap,
+    resolve_namespace,
+    snapshot_topic,
+)
 from runstream.engine.errors import InvalidInput, RunstreamError
 from runstream.engine.kafka.connection import KafkaSecurity
+from runstream.engine.kafka.restore import RecordsDeleted, Restorer, RestoreTarget
+from runstream.engine.readmodel.bootstrap import snapshots_available
 from runstream.engine.readmodel.model import ReadModel
 from runstream.engine.readmodel.source import JournalSource
 from runstream.engine.readmodel.view import View
@@ -69,16 +82,24 @@ class Cut:
 
 @dataclass(frozen=True, slots=True)
 class StartPoint:
-    """Where the replay into the scratch store began: a checkpoint, or offset 0."""
+    """Where the replay into the scratch store began: a checkpoint, or offset 0, and the
+    partitions that started from a snapshot instead."""
 
     checkpoint_seq: int | None  # None: from offset 0
     offsets: dict[int, int]  # partition -> first offset replayed
+    snapshots: dict[int, str] = field(default_factory=dict)  # partition -> snapshot id
 
     def describe(self) -> str:
-        if self.checkpoint_seq is None:
-            return "offset 0"
-        spread = ", ".join(f"{p}:{o}" for p, o in sorted(self.offsets.items()))
-        return f"checkpoint {self.checkpoint_seq} ({spread})"
+        base = "offset 0" if self.checkpoint_seq is None else (
+            f"checkpoint {self.checkpoint_seq} ("
+            + ", ".join(f"{p}:{o}" for p, o in sorted(self.offsets.items())
+                        if p not in self.snapshots) + ")")
+        if not self.snapshots:
+            return base
+        loaded = ", ".join(f"{p}:{self.offsets[p]}" for p in sorted(self.snapshots))
+        if len(self.snapshots) == len(self.offsets):
+            return f"snapshots ({loaded})"
+        return f"snapshots ({loaded}), {base} for the other partitions"
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +149,9 @@ class SystemState:
             "changed": [run.as_dict() for run in comparison.changed],
             "changed_total": comparison.changed_total,
             "started_from": {"checkpoint": self.start.checkpoint_seq,
-                             "offsets": _by_partition(self.start.offsets)},
+                             "offsets": _by_partition(self.start.offsets),
+                             "snapshots": {str(p): self.start.snapshots[p]
+                                           for p in sorted(self.start.snapshots)}},
             "records_replayed": self.records_replayed,
             "seconds": round(self.seconds, 3),
             "phases": {name: round(seconds, 3) for name, seconds in self.phases.items()},
@@ -186,7 +209,9 @@ async def state_of_model(model: ReadModel, at_ms: int, *, limit: int = DEFAULT_L
         now = await model.catch_up()  # after the cut: never behind it
         clock.lap("read model")
         async with replayed(model.path, source, cut, use_checkpoints=use_checkpoints,
-                            progress=progress) as past:
+                            progress=progress,
+                            snapshot_every=model.snapshot_every if use_checkpoints else 0
+                            ) as past:
             clock.lap("replay")
             comparison = compare(past.view, now, limit)
             clock.lap("compare")
@@ -229,11 +254,13 @@ class Replayed:
 
 @asynccontextmanager
 async def replayed(model_path: Path, source: JournalSource, cut: Cut, *,
-                   use_checkpoints: bool = True, progress: Progress | None = None
-                   ) -> AsyncIterator[Replayed]:
+                   use_checkpoints: bool = True, progress: Progress | None = None,
+                   snapshot_every: int = 0) -> AsyncIterator[Replayed]:
     """Fold the journal below `cut` into a scratch store next to the read model in
     `model_path` (its checkpoints are hard-linked there, so the same filesystem), from the
-    nearest checkpoint at or before the cut; the scratch store is removed on exit."""
+    nearest checkpoint at or before the cut, or per partition from the nearest snapshot
+    when that leaves more than `snapshot_every` records (0: never) to fold; the scratch
+    store is removed on exit."""
     model_path.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=".state-at-", dir=model_path.parent))
     try:
@@ -241,9 +268,15 @@ async def replayed(model_path: Path, source: JournalSource, cut: Cut, *,
                                               use_checkpoints)
         try:
             starts = {p: store.partition(p).next_offset for p in cut.offsets}
-            records = await replay(source, store, starts, cut.offsets, progress)
+            loaded = await from_snapshots(source, store, cut, snapshot_every)
+            records = sum(folded for _, _, folded in loaded.values())
+            records += await replay(source, store, {p: store.partition(p).next_offset
+                                                    for p in cut.offsets}, cut.offsets,
+                                    progress)
+            starts.update({p: offset for p, (_, offset, _) in loaded.items()})
+            ids = {p: snapshot for p, (snapshot, _, _) in loaded.items()}
             yield Replayed(View(store, None, source.partitions),
-                           StartPoint(checkpoint_seq, starts), records)
+                           StartPoint(checkpoint_seq, starts, ids), records)
         finally:
             store.close()
     finally:
@@ -263,6 +296,34 @@ def _open_scratch(model_path: Path, path: Path, cut: Cut, use_checkpoints: bool
             continue  # the primary pruned it meanwhile: the manifest names newer ones
     ProjectionStore.destroy(path)
     return ProjectionStore(path, checkpoints=CheckpointPolicy.never()), None
+
+
+async def from_snapshots(source: JournalSource, store: ProjectionStore, cut: Cut,
+                         every: int) -> dict[int, tuple[str, int, int]]:
+    """Load into `store` each partition more than `every` records short of the cut from its
+    nearest anchored snapshot before the cut, folded up to the cut: partition -> (snapshot
+    id, its offset, records folded)."""
+    namespace = source.topic.removesuffix(".journal")
+    short = [p for p, until in sorted(cut.offsets.items())
+             if every and until - store.partition(p).next_offset > every]
+    if not short or not await snapshots_available(source.bootstrap, namespace,
+                                                  source.security):
+        return {}
+    restorer = Restorer(RestoreTarget(source.bootstrap, source.topic, snapshot_topic(namespace),
+                                      source.security, source.partitions, store,
+                                      Projector(store)))
+    loaded = {}
+    try:  # all partitions at once: each waits mostly on its own fetches
+        reports = await asyncio.gather(*(restorer.bring_up(p, until=cut.offsets[p])
+                                         for p in short))
+    except RecordsDeleted as exc:
+        raise RunstreamError(str(exc)) from None
+    for report in reports:
+        partition = report.partition
+        if report.snapshot_id is not None and report.snapshot_offset is not None:
+            loaded[partition] = (report.snapshot_id, report.snapshot_offset,
+                                 report.records_folded)
+    return loaded
 
 
 async def replay(source: JournalSource, store: ProjectionStore, starts: dict[int, int],

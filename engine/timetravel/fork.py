@@ -115,7 +115,7 @@ async def fork_run(
 async def _fork(client: Client, run_id: str, at_record: int, target: str, force: bool,
                 wait: bool, timeout: float) -> ForkResult:
     model = await client.read_model()
-    view = await view_of(model, run_id)
+    view = await view_of(model, run_id, records=True)
     plan = plan_fork(run_id, view.history(run_id), at_record, view.entries(run_id), view=view)
     if plan.warnings and not force:
         raise ForkNeedsForce(run_id, at_record, plan.warnings)

@@ -283,6 +283,25 @@ def _node(view: View, run_id: str, relation: Literal["run", "round", "child"],
     return node
 
 
+def tree_run_ids(view: View, run_id: str, *, limit: int = MAX_TREE_RUNS) -> list[str]:
+    """The runs run_tree shows (its rounds, their children), found without their records:
+    what a read model fetches record bytes for first (ReadModel.complete)."""
+    found: dict[str, None] = {}
+    todo: list[str] = []
+    current: str | None = run_id
+    while current is not None and current not in found and len(found) < limit:
+        found[current] = None
+        todo.append(current)
+        run = view.run(current)
+        current = run.handed_off_to if run is not None else None
+    while todo and len(found) < limit:
+        for _, child_id in _spawned(view, todo.pop()):
+            if child_id not in found and len(found) < limit:
+                found[child_id] = None
+                todo.append(child_id)
+    return list(found)
+
+
 def _spawned(view: View, run_id: str) -> Iterator[tuple[int, str]]:
     for entry in view.entries(run_id):
         if entry.kind == "spawn" and entry.result_json:

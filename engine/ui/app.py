@@ -87,6 +87,13 @@ async def _view(request: web.Request) -> View:
     return await request.app[MODEL].catch_up()
 
 
+async def _run_view(request: web.Request) -> View:
+    """A view with the bytes of the run's records (its timeline and replays decode them;
+    a partition loaded from a snapshot has none below its offset)."""
+    model = request.app[MODEL]
+    return await model.complete(await model.catch_up(), [_run_id(request)])
+
+
 def _html(text: str, status: int = 200) -> web.Response:
     return web.Response(text=text, status=status, content_type="text/html", charset="utf-8")
 
@@ -122,7 +129,7 @@ def _record(request: web.Request, default: int | None = None) -> int:
 
 async def run_handler(request: web.Request) -> web.Response:
     run_id = _run_id(request)
-    view = await _view(request)
+    view = await _run_view(request)
     detail = run_detail(view, run_id)
     state = state_at_record(view, run_id, _record(request, default=len(detail.rows)))
     settings = request.app[SETTINGS]
@@ -131,12 +138,12 @@ async def run_handler(request: web.Request) -> web.Response:
 
 
 async def state_fragment_handler(request: web.Request) -> web.Response:
-    state = state_at_record(await _view(request), _run_id(request), _record(request))
+    state = state_at_record(await _run_view(request), _run_id(request), _record(request))
     return _html(run_page.state_fragment(state))
 
 
 async def state_api(request: web.Request) -> web.Response:
-    state = state_at_record(await _view(request), _run_id(request), _record(request))
+    state = state_at_record(await _run_view(request), _run_id(request), _record(request))
     return web.json_response(state.as_dict())
 
 

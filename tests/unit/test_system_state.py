@@ -111,7 +111,8 @@ def test_the_report_in_text_and_json(views: tuple[View, View]) -> None:
         {"run_id": "a3", "partition": 0, "then": "absent", "now": "running"},
     ]
     assert body["changed_total"] == 3
-    assert body["started_from"] == {"checkpoint": 3, "offsets": {"0": 4, "1": 0}}
+    assert body["started_from"] == {"checkpoint": 3, "offsets": {"0": 4, "1": 0},
+                                    "snapshots": {}}
     assert body["phases"] == {"cut": 0.01, "replay": 0.2}
     text = "\n".join(format_state(report))
     assert "cut (partition:offset): 0:8 1:5" in text
