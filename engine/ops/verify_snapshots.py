@@ -50,6 +50,7 @@ from runstream.projections.store import ProjectionStore
 
 Progress = Callable[[int, int], None]  # (records done, records in all)
 MAX_DIFFERENCES = 20
+VERDICT_DETAIL = 240  # characters of the first difference in the one-line verdict
 OWN_KEYS = (b"m/",)  # the store's own (format, restore markers): never in a snapshot
 
 
@@ -92,9 +93,10 @@ class SnapshotCheck:
         hashes = (f"running hash {self.running_hash[:16]}, rebuilt "
                   f"{(self.rebuilt_hash or '')[:16]}"
                   if self.running_hash != self.rebuilt_hash else "running hash equal")
-        return (f"{where}: MISMATCH, differs from its rebuild in {len(self.differences)}"
-                f"{'+' if len(self.differences) >= MAX_DIFFERENCES else ''} keys "
-                f"({hashes}), {anchor}")
+        count = len(self.differences)
+        more = "+" if count >= MAX_DIFFERENCES else ""
+        return (f"{where}: MISMATCH, differs from its rebuild in {count}{more} "
+                f"key{'' if count == 1 else 's'} ({hashes}), {anchor}")
 
     def as_dict(self) -> dict[str, Any]:
         return {"snapshot_id": self.snapshot_id, "offset": self.offset,
@@ -154,6 +156,8 @@ class SnapshotVerifyReport:
             partition, check = self.mismatches[0]
             first = check.differences[0].describe() if check.differences else (
                 "its running hash differs")
+            if len(first) > VERDICT_DETAIL:  # the decoded values can be long: the line stays one
+                first = first[:VERDICT_DETAIL] + "..."
             return (f"MISMATCH: {len(self.mismatches)} snapshot(s) differ from the journal; "
                     f"first: partition {partition} snapshot {check.snapshot_id} at offset "
                     f"{check.offset}: {first}")
