@@ -41,7 +41,7 @@ from runstream.engine.readmodel.model import default_read_model_dir
 from runstream.projections.checkpoints import CheckpointInfo, list_checkpoints
 from runstream.projections.fold import FoldResult, RebuildReport
 from runstream.projections.manifest import CheckpointPolicy
-from runstream.projections.snapshot import Manifest
+from runstream.projections.snapshot import Manifest, SnapshotInvalid
 from runstream.projections.store import ProjectionStore
 
 Progress = Callable[[int, int], None]  # (records done, records in all)
@@ -190,8 +190,12 @@ async def verify(
             specs = shard_specs(base, report.partitions, report.shards)
             total = sum(o - (seeds[p].offset if p in seeds else 0)
                         for p, o in report.partitions.items())
-            results = await fold_shards(
-                specs, None if progress is None else lambda done: progress(done, total))
+            try:
+                results = await fold_shards(
+                    specs, None if progress is None else lambda done: progress(done, total))
+            except SnapshotInvalid as exc:
+                raise RunstreamError(f"a snapshot this rebuild starts from "
+                                     f"({_seed_ids(seeds)}) is refused: {exc.reason}") from None
             report.records = sum(r.records for r in results)
             _check_reached(report, results, path)
             _compare(report, live, checkpoints, results, specs)
@@ -203,6 +207,10 @@ async def verify(
 
 def _within(checkpoint: CheckpointInfo, offsets: dict[int, int]) -> bool:
     return all(o <= offsets.get(p, 0) for p, o in checkpoint.offsets.items())
+
+
+def _seed_ids(seeds: dict[int, Manifest]) -> str:
+    return ", ".join(m.snapshot_id for _, m in sorted(seeds.items()))
 
 
 def _unseeded(checkpoint: CheckpointInfo, seeds: dict[int, Manifest]) -> CheckpointInfo:

@@ -92,6 +92,21 @@ async def _forge(bootstrap: str, namespace: str, real: Manifest) -> tuple[str, s
     return forged, run.run_id
 
 
+async def _copy_at(bootstrap: str, namespace: str, real: Manifest, offset: int) -> str:
+    """`real`'s chunks under a new id whose manifest claims another offset."""
+    topic = snapshot_topic(namespace)
+    chunks = [c for c in await read_chunks(bootstrap, topic, real) if c is not None]
+    copied = snapshot_id(real.partition, offset, real.epoch + 2000)
+    producer = await start_producer(bootstrap, name="copier")
+    try:
+        await write_snapshot(producer, topic, partition=real.partition, snapshot_id=copied,
+                             chunks=chunks, manifest=dataclasses.replace(
+                                 real, snapshot_id=copied, offset=offset, chunks=()))
+    finally:
+        await producer.stop()
+    return copied
+
+
 async def test_snapshots_verify_and_a_forged_one_is_a_mismatch_naming_its_key(
         bootstrap: str, namespace: str, journal: str, tmp_path: Path) -> None:
     await _history(bootstrap, namespace, tmp_path / "w", 300)
@@ -152,8 +167,14 @@ async def test_under_journal_retention_verify_starts_from_a_snapshot_and_says_so
     # one cannot be checked, the next one is the base, the others are checked from it.
     starts = {p: min(m.offset for m in ms) + 1 for p, ms in retained.items()}
     await _delete_below(bootstrap, journal, starts)
+    # Partition 0's first candidate base claims an offset its content does not hold: it is
+    # refused as invalid and the fold starts from the next one.
+    wrong = await _copy_at(bootstrap, namespace,
+                           sorted(retained[0], key=lambda m: m.offset)[1], starts[0])
     report = await verify_snapshots(bootstrap=bootstrap, namespace=namespace)
     assert report.ok, report.verdict()
+    refused = {c.snapshot_id: c for c in report.partitions[0].checks}[wrong]
+    assert "it holds offset" in (refused.invalid or ""), refused.describe()
     for checked in report.partitions:
         ordered = sorted(retained[checked.partition], key=lambda m: m.offset)
         assert checked.log_start == starts[checked.partition]
