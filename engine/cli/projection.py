@@ -17,6 +17,7 @@ from runstream.engine.cli.options import (
     query_dir,
 )
 from runstream.engine.ops import verify as integrity
+from runstream.engine.ops import verify_snapshots as snapshot_checks
 
 # Seconds between two progress lines when stderr is not a terminal (a log, CI).
 QUIET_EVERY = 10.0
@@ -91,14 +92,27 @@ def rebuild(data_dir: Path, verify_only: bool, bootstrap: str | None,
 @click.option("--data-dir", type=click.Path(path_type=Path, exists=True, file_okay=False),
               default=None, help="A worker's data dir (its projection); default: the "
               "namespace's read model.")
+@click.option("--snapshots", is_flag=True, help="Check the snapshots retained in "
+              "<ns>.snapshots against the journal instead of a live store.")
+@click.option("--partition", type=click.IntRange(min=0), default=None,
+              help="With --snapshots: only this partition's.")
 @click.option("--json", "as_json", is_flag=True)
 @bootstrap_option
 @namespace_option
 @cache_dir_option
-def verify(data_dir: Path | None, as_json: bool, bootstrap: str | None,
-           namespace: str | None, cache_dir: Path | None) -> None:
-    """Rebuild from offset 0 and check the live store's running hash at every checkpoint,
-    then every key; exit 1 at the first divergence."""
+def verify(data_dir: Path | None, snapshots: bool, partition: int | None, as_json: bool,
+           bootstrap: str | None, namespace: str | None, cache_dir: Path | None) -> None:
+    """Rebuild from offset 0 (under journal retention: from the newest retained snapshot)
+    and check the live store's running hash at every checkpoint, then every key; with
+    --snapshots, check each retained snapshot's keys and running hash against a rebuild of
+    its partition. Exit 1 at the first divergence or mismatch."""
+    if partition is not None and not snapshots:
+        raise click.UsageError("--partition goes with --snapshots")
+    if snapshots:
+        if data_dir is not None:
+            raise click.UsageError("--snapshots checks <ns>.snapshots, not a --data-dir")
+        _verify_snapshots(partition, as_json, bootstrap, namespace)
+        return
     progress = ProgressLine("verify")
     report = asyncio.run(integrity.verify(
         bootstrap=bootstrap, namespace=namespace, data_dir=data_dir,
@@ -112,6 +126,33 @@ def verify(data_dir: Path | None, as_json: bool, bootstrap: str | None,
         sys.exit(1)
 
 
+def _verify_snapshots(partition: int | None, as_json: bool, bootstrap: str | None,
+                      namespace: str | None) -> None:
+    progress = ProgressLine("verify snapshots")
+    report = asyncio.run(snapshot_checks.verify_snapshots(
+        bootstrap=bootstrap, namespace=namespace, partition=partition, progress=progress))
+    progress.finish()
+    if as_json:
+        print_json(report.as_dict())
+    else:
+        _echo_snapshots(report)
+    if not report.ok:
+        sys.exit(1)
+
+
+def _echo_snapshots(report: snapshot_checks.SnapshotVerifyReport) -> None:
+    for checked in report.partitions:
+        click.echo(f"partition {checked.partition}: {len(checked.checks)} snapshot(s), "
+                   f"{checked.records:,} records folded {checked.source}")
+        for check in checked.checks:
+            click.echo(f"  {check.describe()}")
+            for difference in check.differences[:10]:
+                click.echo(f"    {difference.describe()}")
+        if checked.problem:
+            click.echo(f"  {checked.problem}")
+    click.echo(f"{report.verdict()} ({report.seconds:.1f} s)")
+
+
 def _echo_verify(report: integrity.VerifyReport) -> None:
     partitions = len(report.partitions)
     click.echo(f"{report.kind} {report.store}: {report.records:,} records of {partitions} "
@@ -119,6 +160,10 @@ def _echo_verify(report: integrity.VerifyReport) -> None:
                f"({report.records_per_s:,.0f} records/s, "
                f"{report.shards} process{'es' if report.shards > 1 else ''}); "
                f"{report.checkpoints_checked} checkpoints, {report.keys_compared:,} keys")
+    for partition, (snapshot, offset) in sorted(report.seeded.items()):
+        click.echo(f"partition {partition} rebuilt from snapshot {snapshot} at offset "
+                   f"{offset}, not from offset 0: the journal before it was deleted; "
+                   f"its checkpoints below it are not checked")
     if report.unhashed:
         click.echo(f"partitions {report.unhashed} were written before running hashes: "
                    f"compared key by key only, the fencing index left out")

@@ -107,6 +107,22 @@ async def log_starts(bootstrap: str, topic: str, partitions: list[int], *,
         await consumer.stop()
 
 
+async def log_bounds(bootstrap: str, topic: str, *,
+                     security: KafkaSecurity | None = None) -> dict[int, tuple[int, int]]:
+    """Every partition of `topic`: (its log start, its end). Records below the start the
+    broker deleted (retention); the end is where the next record goes."""
+    consumer = reader_consumer(bootstrap, security=security)
+    try:
+        await start_client(consumer, bootstrap, security)
+        count = await partition_count(consumer, topic, bootstrap)
+        tps = [TopicPartition(topic, p) for p in range(count)]
+        starts = await consumer.beginning_offsets(tps)
+        ends = await consumer.end_offsets(tps)
+        return {tp.partition: (starts[tp], ends[tp]) for tp in tps}
+    finally:
+        await consumer.stop()
+
+
 async def read_partitions(
     bootstrap: str,
     topic: str,

@@ -2,7 +2,9 @@
 projections.fold.
 
 `fold_into` reads partitions from offset 0 up to given offsets into a fresh store
-(`projection rebuild`, `projection verify` and its parallel shards, engine.ops.shards);
+(`projection rebuild`, `projection verify` and its parallel shards, engine.ops.shards), or,
+for a partition given a snapshot to start from (`seeds`: the journal before it was deleted),
+loads that snapshot and folds from its offset;
 `rebuild_and_verify` rebuilds a worker's projection next to it and compares the two.
 """
 
@@ -15,6 +17,7 @@ from pathlib import Path
 
 from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.kafka.reader import read_batches
+from runstream.engine.kafka.snapshots import read_chunks
 from runstream.projections.fold import (
     FoldResult,
     Progress,
@@ -23,6 +26,7 @@ from runstream.projections.fold import (
     fold_records,
 )
 from runstream.projections.manifest import CheckpointPolicy
+from runstream.projections.snapshot import Manifest, SnapshotInvalid, assemble
 from runstream.projections.store import ProjectionStore
 
 
@@ -42,15 +46,24 @@ class FoldSpec:
     # partition -> offsets at which to note the running hash (before the record there)
     hash_offsets: dict[int, list[int]] = field(default_factory=dict)
     security: KafkaSecurity | None = None  # None: SASL/TLS from the RUNSTREAM_* environment
+    # partition -> the snapshot its fold starts from (loaded first) instead of offset 0,
+    # read from `snapshot_topic`; `partition_count` is the journal's (whose keys are whose)
+    seeds: dict[int, Manifest] = field(default_factory=dict)
+    snapshot_topic: str = ""
+    partition_count: int = 0
 
 
 async def fold_into(spec: FoldSpec, progress: Progress | None = None) -> FoldResult:
-    """Fold the journal from offset 0 into a fresh store at `spec.path`."""
+    """Fold the journal from offset 0 (or a seeded partition from its snapshot) into a
+    fresh store at `spec.path`."""
     ProjectionStore.destroy(spec.path)
     store = ProjectionStore(spec.path, keep_records=spec.keep_records,
                             checkpoints=spec.checkpoints, scratch=spec.scratch)
     try:
+        for manifest in spec.seeds.values():
+            await load_snapshot(store, spec, manifest)
         async with aclosing(read_batches(spec.bootstrap, spec.topic, spec.partitions,
+                                         start={p: m.offset for p, m in spec.seeds.items()},
                                          until=spec.until, security=spec.security)) as batches:
             result = await fold_records(store, batches, hash_offsets=spec.hash_offsets,
                                         progress=progress)
@@ -59,6 +72,26 @@ async def fold_into(spec: FoldSpec, progress: Progress | None = None) -> FoldRes
     if progress is not None:
         progress(result.records)
     return result
+
+
+async def load_snapshot(store: ProjectionStore, spec: FoldSpec, manifest: Manifest) -> int:
+    """Load a snapshot's checked pairs in place of what `store` holds of its partition (as a
+    takeover does: marker, old keys out, state last); the keys loaded. Raises
+    SnapshotInvalid when it fails the format checks or does not hold what its manifest says."""
+    chunks = await read_chunks(spec.bootstrap, spec.snapshot_topic, manifest,
+                               security=spec.security)
+    pairs = list(assemble(manifest, chunks))
+    partition = manifest.partition
+    store.clear_partition(partition, spec.partition_count, marker=manifest.snapshot_id)
+    loaded = store.load_partition(partition, pairs)
+    store.finish_load(partition)
+    state = store.partition(partition)
+    if state.next_offset != manifest.offset:
+        raise SnapshotInvalid(f"it holds offset {state.next_offset}, its manifest says "
+                              f"{manifest.offset}")
+    if manifest.running_hash and store.running_hash(partition) != manifest.running_hash:
+        raise SnapshotInvalid("its running hash differs from its manifest's")
+    return loaded
 
 
 async def rebuild_into(

@@ -145,11 +145,12 @@ def _shard_main(index: int, spec: FoldSpec, messages: Any) -> None:
 
 def shard_specs(base: FoldSpec, offsets: dict[int, int], shards: int) -> list[FoldSpec]:
     """`base` split by partition into `shards` specs, each with its own path under
-    base.path and its own share of the hash offsets."""
+    base.path and its own share of the hash offsets and seeds."""
     specs = []
     for index, partitions in enumerate(split_partitions(offsets, shards)):
         specs.append(replace(
             base, path=base.path / f"shard-{index}", partitions=partitions,
             until={p: offsets[p] for p in partitions},
-            hash_offsets={p: base.hash_offsets.get(p, []) for p in partitions}))
+            hash_offsets={p: base.hash_offsets.get(p, []) for p in partitions},
+            seeds={p: m for p, m in base.seeds.items() if p in partitions}))
     return specs

@@ -15,6 +15,7 @@ JournalEntry, ...) into the run and the fields that differ, live against rebuilt
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 import time
@@ -24,16 +25,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runstream.engine.config import journal_topic, resolve_bootstrap, resolve_namespace
+from runstream.engine.config import (
+    journal_topic,
+    resolve_bootstrap,
+    resolve_namespace,
+    snapshot_topic,
+)
 from runstream.engine.errors import RunstreamError
 from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.ops.rebuild import FoldSpec, rebuild_and_verify
 from runstream.engine.ops.shards import fold_shards, shard_count, shard_specs
 from runstream.engine.ops.verify_diff import KeyDiff, first_differences
+from runstream.engine.ops.verify_snapshots import live_seeds
 from runstream.engine.readmodel.model import default_read_model_dir
 from runstream.projections.checkpoints import CheckpointInfo, list_checkpoints
 from runstream.projections.fold import FoldResult, RebuildReport
 from runstream.projections.manifest import CheckpointPolicy
+from runstream.projections.snapshot import Manifest, SnapshotInvalid
 from runstream.projections.store import ProjectionStore
 
 Progress = Callable[[int, int], None]  # (records done, records in all)
@@ -89,6 +97,9 @@ class VerifyReport:
     seconds: float = 0.0
     shards: int = 1
     unhashed: list[int] = field(default_factory=list)  # partitions written before hashes
+    # partition -> (snapshot id, offset) its rebuild started from: the journal's log start
+    # is past 0 (retention), so it cannot start at offset 0
+    seeded: dict[int, tuple[str, int]] = field(default_factory=dict)
     divergence: Divergence | None = None
 
     @property
@@ -106,6 +117,8 @@ class VerifyReport:
                 "checkpoints_checked": self.checkpoints_checked,
                 "keys_compared": self.keys_compared, "seconds": round(self.seconds, 3),
                 "shards": self.shards, "unhashed_partitions": self.unhashed,
+                "from_snapshots": {str(p): {"snapshot_id": s, "offset": o}
+                                   for p, (s, o) in sorted(self.seeded.items())},
                 "divergence": self.divergence.as_dict() if self.divergence else None}
 
 
@@ -144,8 +157,10 @@ async def verify(
     shards: int | None = None, security: KafkaSecurity | None = None,
 ) -> VerifyReport:
     """Rebuild the live store (a worker's in `data_dir`, else the namespace's read model)
-    from offset 0 and check it: the running hash at each checkpoint, then every key.
-    `security` None: SASL/TLS from the RUNSTREAM_* environment."""
+    from offset 0 and check it: the running hash at each checkpoint, then every key. A
+    partition whose journal lost its start to retention is rebuilt from its newest retained
+    snapshot at or below the store's offset instead (report.seeded); checkpoints below it
+    cannot be checked. `security` None: SASL/TLS from the RUNSTREAM_* environment."""
     server = resolve_bootstrap(bootstrap)
     space = resolve_namespace(namespace)
     if data_dir is not None:
@@ -161,17 +176,26 @@ async def verify(
         report.partitions = {p.partition: p.next_offset for p in live.partitions()}
         if not report.partitions:
             raise NothingToVerify(f"the projection in {path} holds no partition yet")
-        checkpoints = [c for c in listed if _within(c, report.partitions)]
+        seeds, count = await live_seeds(server, space, live, report.partitions, security)
+        report.seeded = {p: (m.snapshot_id, m.offset) for p, m in seeds.items()}
+        checkpoints = [_unseeded(c, seeds) for c in listed if _within(c, report.partitions)]
         scratch = Path(tempfile.mkdtemp(prefix="runstream-verify-"))
         try:
             base = FoldSpec(server, journal_topic(space), scratch, scratch=True,
                             keep_records=kind == "read model",
-                            hash_offsets=_hash_offsets(checkpoints), security=security)
+                            hash_offsets=_hash_offsets(checkpoints), security=security,
+                            seeds=seeds, snapshot_topic=snapshot_topic(space),
+                            partition_count=count)
             report.shards = shard_count(report.partitions, shards)
             specs = shard_specs(base, report.partitions, report.shards)
-            total = sum(report.partitions.values())
-            results = await fold_shards(
-                specs, None if progress is None else lambda done: progress(done, total))
+            total = sum(o - (seeds[p].offset if p in seeds else 0)
+                        for p, o in report.partitions.items())
+            try:
+                results = await fold_shards(
+                    specs, None if progress is None else lambda done: progress(done, total))
+            except SnapshotInvalid as exc:
+                raise RunstreamError(f"a snapshot this rebuild starts from "
+                                     f"({_seed_ids(seeds)}) is refused: {exc.reason}") from None
             report.records = sum(r.records for r in results)
             _check_reached(report, results, path)
             _compare(report, live, checkpoints, results, specs)
@@ -183,6 +207,17 @@ async def verify(
 
 def _within(checkpoint: CheckpointInfo, offsets: dict[int, int]) -> bool:
     return all(o <= offsets.get(p, 0) for p, o in checkpoint.offsets.items())
+
+
+def _seed_ids(seeds: dict[int, Manifest]) -> str:
+    return ", ".join(m.snapshot_id for _, m in sorted(seeds.items()))
+
+
+def _unseeded(checkpoint: CheckpointInfo, seeds: dict[int, Manifest]) -> CheckpointInfo:
+    """The checkpoint without the hashes a rebuild from `seeds` cannot check (below them)."""
+    hashes = {p: "" if p in seeds and checkpoint.offsets.get(p, 0) < seeds[p].offset else h
+              for p, h in checkpoint.hashes.items()}
+    return dataclasses.replace(checkpoint, hashes=hashes)
 
 
 def _hash_offsets(checkpoints: list[CheckpointInfo]) -> dict[int, list[int]]:

@@ -61,15 +61,17 @@ class KeyDiff:
     live_present: bool
     rebuilt_present: bool
     fields: list[FieldDiff]  # values that differ (empty: the key is on one side only)
+    side: str = "live"  # what the "live" side is: the live store, or a snapshot
 
     def describe(self) -> str:
         subject = f"run {self.run_id} " if self.run_id else ""
         if self.position is not None:
             subject += f"step {self.position} "
         if not (self.live_present and self.rebuilt_present):
-            side = "live store only" if self.live_present else "rebuild only"
+            mine = "live store" if self.side == "live" else self.side
+            side = f"{mine} only" if self.live_present else "rebuild only"
             return f"{subject}{self.what}: {self.key} is in the {side}"
-        changes = "; ".join(f"{f.field}: live {f.live!r}, rebuilt {f.rebuilt!r}"
+        changes = "; ".join(f"{f.field}: {self.side} {f.live!r}, rebuilt {f.rebuilt!r}"
                             for f in self.fields)
         return f"{subject}{self.what}: {changes}"
 
@@ -78,7 +80,7 @@ class KeyDiff:
                 "partition": self.partition, "position": self.position,
                 "live_present": self.live_present, "rebuilt_present": self.rebuilt_present,
                 "fields": [{"field": f.field, "live": f.live, "rebuilt": f.rebuilt}
-                           for f in self.fields],
+                           for f in self.fields], "side": self.side,
                 "description": self.describe()}
 
 
@@ -91,7 +93,7 @@ def first_differences(live: ProjectionStore, rebuilt: list[ProjectionStore], lim
     shards = heapq.merge(*(store.items(skip=skip) for store in rebuilt))
     compared, differences = compare_items(live.items(skip=skip), _bytes_as_held(shards, live),
                                           limit)
-    return compared, [_decoded(d, live, rebuilt) for d in differences]
+    return compared, decoded(differences, [live, *rebuilt])
 
 
 def _bytes_as_held(rebuilt: Iterable[tuple[bytes, bytes]], live: ProjectionStore
@@ -118,18 +120,23 @@ def _live_history(live: ProjectionStore, key: bytes) -> HistoryEntry | None:
     return live.history_entry(run.decode(), int(partition), int(offset))
 
 
-def _decoded(difference: Difference, live: ProjectionStore, rebuilt: list[ProjectionStore]
-             ) -> KeyDiff:
+def decoded(differences: list[Difference], stores: list[ProjectionStore], *,
+            side: str = "live") -> list[KeyDiff]:
+    """Differences (the "live" side first) in words; `stores` tell a run's partition."""
+    return [_decoded(d, stores, side) for d in differences]
+
+
+def _decoded(difference: Difference, stores: list[ProjectionStore], side: str) -> KeyDiff:
     key = difference.key
     shown = key.replace(b"\x00", b"/").decode(errors="backslashreplace")
     present = (difference.live is not None, difference.rebuilt is not None)
     if key.startswith((b"r/", b"j/", b"h/")):
         run = key[2:].split(b"\x00", 1)[0].decode(errors="backslashreplace")
-        partition = _run_partition(run, live, rebuilt)
+        partition = _run_partition(run, stores)
         what, position, fields = _run_key(key, difference)
         if key.startswith(b"h/"):
             partition = int(key.split(b"\x00", 1)[1].split(b"/")[0])
-        return KeyDiff(shown, what, run, partition, position, *present, fields)
+        return KeyDiff(shown, what, run, partition, position, *present, fields, side)
     what, partition_field, run_field = _INDEXES.get(key[:2], ("key", None, None))
     parts = key.split(b"/")
     partition = _int(parts, partition_field)
@@ -137,7 +144,7 @@ def _decoded(difference: Difference, live: ProjectionStore, rebuilt: list[Projec
     if key.startswith(b"f/"):
         run_id = (difference.live or difference.rebuilt or b"").decode() or None
     fields = _fields_of(key, difference)
-    return KeyDiff(shown, what, run_id, partition, None, *present, fields)
+    return KeyDiff(shown, what, run_id, partition, None, *present, fields, side)
 
 
 def _run_key(key: bytes, difference: Difference) -> tuple[str, int | None, list[FieldDiff]]:
@@ -186,9 +193,8 @@ def _history_fields(difference: Difference) -> list[FieldDiff]:
             for name in names if getattr(left, name) != getattr(right, name)]
 
 
-def _run_partition(run_id: str, live: ProjectionStore, rebuilt: list[ProjectionStore]
-                   ) -> int | None:
-    for store in (live, *rebuilt):
+def _run_partition(run_id: str, stores: list[ProjectionStore]) -> int | None:
+    for store in stores:
         run = store.run(run_id)
         if run is not None:
             return run.partition
