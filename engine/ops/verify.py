@@ -27,6 +27,7 @@ from typing import Any
 from runstream.engine.config import journal_topic, resolve_bootstrap, resolve_namespace
 from runstream.engine.errors import RunstreamError
 from runstream.engine.kafka.connection import KafkaSecurity
+from runstream.engine.kafka.reader import log_starts
 from runstream.engine.ops.rebuild import FoldSpec, rebuild_and_verify
 from runstream.engine.ops.shards import fold_shards, shard_count, shard_specs
 from runstream.engine.ops.verify_diff import KeyDiff, first_differences
@@ -158,9 +159,11 @@ async def verify(
     # offsets the store holds once caught up.
     listed = list_checkpoints(path)
     with live_store(path) as live:
+        _check_not_loading(live, path)
         report.partitions = {p.partition: p.next_offset for p in live.partitions()}
         if not report.partitions:
             raise NothingToVerify(f"the projection in {path} holds no partition yet")
+        await _check_kept(server, journal_topic(space), report.partitions, path, security)
         checkpoints = [c for c in listed if _within(c, report.partitions)]
         scratch = Path(tempfile.mkdtemp(prefix="runstream-verify-"))
         try:
@@ -179,6 +182,31 @@ async def verify(
             shutil.rmtree(scratch, ignore_errors=True)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _check_not_loading(live: ProjectionStore, path: Path) -> None:
+    """A partition under a restore marker holds part of a snapshot: compared, it would
+    read as diverged, and left out, it would pass unchecked. Said instead (not waited for:
+    a load the worker stopped in finishes only once a worker starts on the store again)."""
+    loading = live.restoring()
+    if loading:
+        raise RunstreamError(
+            f"partition {', '.join(map(str, loading))} of the projection in {path} is under "
+            f"a snapshot load (a restore marker: a worker is loading it, or stopped during "
+            f"the load and redoes it when it starts): verify again once the load is done")
+
+
+async def _check_kept(bootstrap: str, topic: str, partitions: dict[int, int], path: Path,
+                      security: KafkaSecurity | None) -> None:
+    """The rebuild folds from offset 0: records the broker deleted (journal retention)
+    would be skipped, and the store read as diverged. Said instead."""
+    starts = await log_starts(bootstrap, topic, sorted(partitions), security=security)
+    for partition, start in sorted(starts.items()):
+        if start > 0:
+            raise RunstreamError(
+                f"cannot verify {path}: the rebuild starts at offset 0 but the broker deleted "
+                f"records 0..{start - 1} of partition {partition} (the journal's retention; "
+                f"its log now starts at offset {start})")
 
 
 def _within(checkpoint: CheckpointInfo, offsets: dict[int, int]) -> bool:
