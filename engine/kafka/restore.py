@@ -197,7 +197,7 @@ class Restorer:
         start = (await log_starts(self.owner.bootstrap, self.owner.topic, [partition],
                                   security=self.owner.security))[partition]
         if start > report.offset:
-            raise RecordsDeleted(deleted_line(partition, report.offset, start))
+            raise RecordsDeleted(_deleted_line(partition, report.offset, start))
 
     def _log(self, report: RestoreReport) -> None:
         if report.source == "snapshot":
@@ -231,8 +231,13 @@ def reason_label(reason: str) -> str:
     return "invalid"
 
 
-def deleted_line(partition: int, held: int, start: int) -> str:
-    """Records held..start-1 of `partition` are needed, the broker deleted them."""
+def _deleted_line(partition: int, held: int, start: int) -> str:
     return (f"partition {partition}: records {held}..{start - 1} are needed but the broker "
             f"deleted them (the journal's retention; its log now starts at offset {start}) "
             f"and no snapshot covers them: this projection cannot be brought up to date")
+
+
+def deleted_line(partition: int, held: int, start: int) -> str:
+    """The one line for any reader that needs records held..start-1 of `partition`, which
+    the broker deleted (engine.readmodel.source too)."""
+    return _deleted_line(partition, held, start)
