@@ -247,8 +247,13 @@ async def test_kill_9_during_snapshot_writes_leaves_torn_ones_unapplied_and_lose
     # The last kill came after a snapshot was anchored: the last takeover loads one. Only
     # anchored ones are ever loaded.
     assert RESTORED_LINE.search(logs[-1]), told
-    assert torn, "no kill landed among a snapshot's chunks"
-    assert set(loaded) <= set(anchored), (set(loaded) - set(anchored))
+    assert set(loaded) <= set(anchored), (set(loaded) - set(anchored), told)
+    assert torn, f"no kill landed among a snapshot's chunks: {told}"
+    # A load that began on a manifest without an applied anchor refused it, in the log.
+    for text in logs:
+        for match in MARKER_LINE.finditer(text):
+            if match.group(2) not in anchored:
+                assert f"snapshot {match.group(2)} is not applied: unanchored" in text, told
     print(f"kills left {len(torn)} torn and {len(unanchored)} unanchored snapshots; "
           f"{len(loaded)} loads, {len(anchored)} anchored")
 
