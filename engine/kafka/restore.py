@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from aiokafka.errors import KafkaError
 
+from runstream.engine.errors import RunstreamError
 from runstream.engine.journal import events as ev
 from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.kafka.reader import RawRecord, log_starts, read_partitions
@@ -43,8 +44,9 @@ log = logging.getLogger("runstream.restore")
 MAX_REFUSALS = 16  # snapshots tried at one takeover before the journal
 
 
-class RecordsDeleted(Exception):
-    """Records the broker deleted (journal retention) that no snapshot covers."""
+class RecordsDeleted(RunstreamError):
+    """Records the broker deleted (journal retention) that no snapshot covers; the message
+    is the one line (deleted_line)."""
 
 
 @dataclass(slots=True)
@@ -141,6 +143,9 @@ class Restorer:
                                    security=w.security)
         pairs = await asyncio.to_thread(lambda: list(assemble(manifest, chunks)))
         store.clear_partition(manifest.partition, w.partitions, marker=manifest.snapshot_id)
+        # Said once the marker is down: a stop from here on leaves a load to clear and redo.
+        log.info("partition %d: loading snapshot %s (%d keys) under a restore marker",
+                 manifest.partition, manifest.snapshot_id, manifest.key_count)
         keys = store.load_partition(manifest.partition, pairs)
         projector.forget_partition(manifest.partition, w.partitions)
         try:
@@ -245,3 +250,9 @@ def _deleted_line(partition: int, held: int, start: int) -> str:
     return (f"partition {partition}: records {held}..{start - 1} are needed but the broker "
             f"deleted them (the journal's retention; its log now starts at offset {start}) "
             f"and no snapshot covers them: this projection cannot be brought up to date")
+
+
+def deleted_line(partition: int, held: int, start: int) -> str:
+    """The one line for any reader that needs records held..start-1 of `partition`, which
+    the broker deleted (engine.readmodel.source too)."""
+    return _deleted_line(partition, held, start)

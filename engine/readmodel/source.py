@@ -20,6 +20,7 @@ from aiokafka.structs import ConsumerRecord
 from runstream.engine.errors import RunstreamError
 from runstream.engine.kafka.connection import KafkaSecurity, start_client
 from runstream.engine.kafka.reader import RawRecord, partition_count, reader_consumer
+from runstream.engine.kafka.restore import RecordsDeleted, deleted_line
 
 # A partition with at most this many records left below its limit is fetched on its own,
 # taking only those: about what one fetch of a partition brings.
@@ -102,6 +103,13 @@ class JournalSource:
             return
         tps = [TopicPartition(self.topic, p) for p in sorted(limits)]
         consumer.assign(tps)
+        # A read below a partition's log start would silently begin at it (the consumer
+        # resets to the earliest record): records the broker deleted are needed instead.
+        starts = await consumer.beginning_offsets(tps)
+        for tp in tps:
+            if starts[tp] > start.get(tp.partition, 0):
+                raise RecordsDeleted(deleted_line(tp.partition, start.get(tp.partition, 0),
+                                                  starts[tp]))
         consumer.resume(*tps)
         for tp in tps:
             consumer.seek(tp, start.get(tp.partition, 0))

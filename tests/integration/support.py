@@ -29,17 +29,21 @@ class WorkerProcess:
     app: str = "runstream.engine.demo.flows:flows"
     session_timeout_ms: int = 6_000
     concurrency: int = 64
+    snapshot_every: int | None = None  # --snapshot-every (None: its env or default)
+    env: dict[str, str] = field(default_factory=dict)  # RUNSTREAM_* and the like
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     def start(self) -> WorkerProcess:
-        env = {**os.environ, "RUNSTREAM_EFFECTS_FILE": str(self.effects_file)}
+        env = {**os.environ, "RUNSTREAM_EFFECTS_FILE": str(self.effects_file), **self.env}
+        every = [] if self.snapshot_every is None else [
+            "--snapshot-every", str(self.snapshot_every)]
         log = open(self.data_dir.parent / f"{self.name}.log", "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "runstream.engine.cli", "worker", "--app", self.app,
              "--data-dir", str(self.data_dir), "--bootstrap", self.bootstrap,
              "--namespace", self.namespace, "--name", self.name,
              "--session-timeout-ms", str(self.session_timeout_ms),
-             "--concurrency", str(self.concurrency), "--drain-timeout", "5"],
+             "--concurrency", str(self.concurrency), "--drain-timeout", "5", *every],
             stdout=log, stderr=subprocess.STDOUT, env=env,
         )
         log.close()
