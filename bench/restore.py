@@ -12,8 +12,8 @@ workers stopped:
   - a fresh read model (empty cache): `run status` then `runs list`, as processes;
   - snapshot bytes (the newest of each partition) against the live runs they hold.
 The figure to watch: takeover and bootstrap time grow by at most 1.5x for 10x the history.
-Then W2 (runs one at a time) and W-big (500 in flight) with snapshots on (every 500 records,
-so several are taken during the measurement) and off, with the event loop's longest gap
+Then W2 (runs one at a time) and W-big (500 in flight) with snapshots on (every 2000 records,
+the history's interval: several are taken during W-big) and off, with the event loop's longest gap
 during a snapshot (from the workers' logs).
 """
 
@@ -25,6 +25,7 @@ import os
 import re
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 from aiokafka import TopicPartition
@@ -34,7 +35,7 @@ from bench.load import closed_loop, one_at_a_time, warm_up
 from bench.processes import python, time_process
 from bench.report import Row, Section, percentile
 from bench.workers import WorkerPool
-from runstream import Client
+from runstream import Client, RunExpired
 from runstream.engine.config import journal_topic, snapshot_topic
 from runstream.engine.demo.flows import checkout, stubborn
 from runstream.engine.kafka.reader import partition_count, reader_consumer
@@ -45,6 +46,31 @@ from runstream.projections.store import ProjectionStore
 PARTITIONS = 6
 GAP = re.compile(rb"longest gap meanwhile was ([0-9.]+) ms")
 HOLD = re.compile(rb"held the event loop ([0-9.]+) ms")
+RESTORED = re.compile(rb"restored from snapshot \S+ \((\d+) keys, \d+ bytes\) and folded "
+                      rb"(\d+) records of its tail in ([0-9.]+) s")
+
+
+CLAIMED = re.compile(rb"^(\S+ \S+) INFO runstream.worker: partition \d+: claimed at epoch",
+                     re.MULTILINE)
+
+
+def _claimed_after(log: bytes, started: float) -> str:
+    """Seconds from the worker's start to its last claim applied (its log's clock)."""
+    stamps = [datetime.strptime(t.decode(), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+              for t in CLAIMED.findall(log)]
+    return f"every partition claimed {max(stamps) - started:.2f} s after the start; " \
+        if stamps else ""
+
+
+def _loads(found: list[tuple[bytes, bytes, bytes]]) -> str:
+    """What the fresh worker's log says its loads took."""
+    if not found:
+        return "no snapshot loaded"
+    keys = sum(int(k) for k, _, _ in found)
+    folded = sum(int(f) for _, f, _ in found)
+    slowest = max(float(s) for _, _, s in found)
+    return (f"{len(found)} partitions loaded ({keys:,} keys, {folded:,} tail records "
+            f"folded), the slowest in {slowest:.2f} s")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -68,22 +94,26 @@ async def _newest_snapshots(ctx: Context, namespace: str) -> tuple[int, int, int
 
 
 async def _takeover(ctx: Context, namespace: str, env: dict[str, str], tag: str
-                    ) -> tuple[float, Path, WorkerPool]:
-    """A fresh worker process; seconds from its start until a new run's result."""
+                    ) -> tuple[float, float, WorkerPool]:
+    """A fresh worker process: (seconds from its start until a new run's result, the wall
+    time it started at, its pool)."""
     pool = WorkerPool(ctx.bootstrap, namespace, 1, env=env, session_timeout_ms=6000)
     async with Client(bootstrap_servers=ctx.bootstrap, namespace=namespace,
                       flows=[checkout]) as client:
         started = time.perf_counter()
+        wall = time.time()
         pool.start()
         handle = await client.create_run(checkout, {"order_id": tag, "amount": 1},
                                          run_id=f"new-{tag}")
         await handle.result(timeout=900)
         seconds = time.perf_counter() - started
-    return seconds, pool.root / "w0", pool
+    return seconds, wall, pool
 
 
-def _cli(ctx: Context, namespace: str, root: Path, *args: str) -> float:
-    env = {"RUNSTREAM_CACHE_DIR": str(root), "RUNSTREAM_STATE_DIR": str(root)}
+def _cli(ctx: Context, namespace: str, root: Path, every: int, *args: str) -> float:
+    # The read model loads a partition's snapshot past the same interval as the workers'.
+    env = {"RUNSTREAM_CACHE_DIR": str(root), "RUNSTREAM_STATE_DIR": str(root),
+           "RUNSTREAM_SNAPSHOT_EVERY": str(every)}
     timing = time_process(python("-m", "runstream", *args, "--bootstrap", ctx.bootstrap,
                                  "--namespace", namespace), 900, env={**os.environ, **env})
     if not timing.ok:
@@ -110,18 +140,23 @@ async def one_history(ctx: Context, section: Section, runs: int, every: int) -> 
                        flows=[checkout, stubborn]) as client:
             await pool.wait_owned(PARTITIONS)
             await client.create_run(stubborn, None, run_id="waiter")
+            await client.create_run(stubborn, None, run_id="still-waiting")  # never settles
             load = await closed_loop(client, runs, 400, "h")
             await asyncio.sleep(8)  # the retention (5 s) and a sweep: settled runs expire
         records = await _journal_records(ctx, namespace)
         size, keys, with_one = await _newest_snapshots(ctx, namespace)
         for mode, mode_env in (("on", env), ("off", {**env, "RUNSTREAM_SNAPSHOT_EVERY": "0"})):
-            seconds, data_dir, fresh = await _takeover(ctx, namespace, mode_env, mode)
+            seconds, wall, fresh = await _takeover(ctx, namespace, mode_env, mode)
+            data_dir = fresh.root / "w0"
+            log = (fresh.root / "w0.log").read_bytes()
+            loads = RESTORED.findall(log)
+            claimed = _claimed_after(log, wall)
             try:
                 if mode == "on":
                     async with Client(bootstrap_servers=ctx.bootstrap,
                                       namespace=namespace) as client:
                         await client.signal("waiter", "go", 1)
-                        assert await client.get_handle("waiter").result(timeout=120) == "went"
+                        await _completed(client, "waiter")
             finally:
                 await asyncio.to_thread(fresh.stop)
             report = await integrity.verify(bootstrap=ctx.bootstrap, namespace=namespace,
@@ -131,19 +166,30 @@ async def one_history(ctx: Context, section: Section, runs: int, every: int) -> 
             section.add(Row(f"{tag} fresh worker: start until a new run's result, snapshots "
                             f"{mode}", seconds, "s",
                             note=f"{records:,} journal records; verify "
-                                 f"{'passed' if report.ok else 'FAILED'}"))
+                                 f"{'passed' if report.ok else 'FAILED'}; " + claimed
+                                 + _loads(loads)))
             if mode == "on":
                 section.add(Row(f"{tag} newest snapshots, all partitions", size / 1024, "KiB",
                                 note=f"{keys:,} keys in {with_one} partitions; {live:,} runs "
                                      f"live in the store ({load.runs_per_s:.0f} runs/s load)"))
         with tempfile.TemporaryDirectory(prefix="rs-bench-rm-") as root:
-            status = _cli(ctx, namespace, Path(root), "run", "status", "waiter", "--json")
-            listing = _cli(ctx, namespace, Path(root), "runs", "list", "--json")
+            status = _cli(ctx, namespace, Path(root), every, "run", "status",
+                          "still-waiting", "--json")
+            listing = _cli(ctx, namespace, Path(root), every, "runs", "list", "--json")
         found["read model"] = status + listing
         section.add(Row(f"{tag} fresh read model: run status + runs list", status + listing,
                         "s", note=f"run status {status:.2f} s, runs list {listing:.2f} s "
                                   "(processes, empty cache)"))
     return found
+
+
+async def _completed(client: Client, run_id: str) -> None:
+    """The run's result is "went"; or it completed and the 5 s retention expired it already
+    (its tombstone says how it settled)."""
+    try:
+        assert await client.get_handle(run_id).result(timeout=120) == "went"
+    except RunExpired as exc:
+        assert "settled completed" in str(exc), exc
 
 
 async def _journal_records(ctx: Context, namespace: str) -> int:
@@ -159,9 +205,9 @@ async def _journal_records(ctx: Context, namespace: str) -> int:
 
 
 async def load_modes(ctx: Context, section: Section, w2_runs: int, big_runs: int) -> None:
-    """W2 p99 and W-big runs/s with snapshots on (every 500 records) and off, back to
+    """W2 p99 and W-big runs/s with snapshots on (every 2000 records) and off, back to
     back on fresh namespaces of 12 partitions and two workers."""
-    for mode, every in (("off", "0"), ("on", "500"), ("on", "500"), ("off", "0")):
+    for mode, every in (("off", "0"), ("on", "2000"), ("on", "2000"), ("off", "0")):
         env = {"RUNSTREAM_SNAPSHOT_EVERY": every}
         async with fresh_namespace(ctx, f"restore-load-{mode}", 12) as namespace, \
                 WorkerPool(ctx.bootstrap, namespace, 2, env=env) as pool:
@@ -189,7 +235,17 @@ async def run(ctx: Context, args: argparse.Namespace) -> Section:
     section = Section("restore")
     every = pick(args, "snapshot_every", 2000, 200)
     sizes = [int(s) for s in pick(args, "histories", "3000,30000", "200,2000").split(",")]
-    results = {runs: await one_history(ctx, section, runs, every) for runs in sizes}
+    # The whole setup runs with the interval, the clients' read models too (they bootstrap
+    # from snapshots past it, as the issue's experiment has it).
+    before = os.environ.get("RUNSTREAM_SNAPSHOT_EVERY")
+    os.environ["RUNSTREAM_SNAPSHOT_EVERY"] = str(every)
+    try:
+        results = {runs: await one_history(ctx, section, runs, every) for runs in sizes}
+    finally:
+        if before is None:
+            os.environ.pop("RUNSTREAM_SNAPSHOT_EVERY", None)
+        else:
+            os.environ["RUNSTREAM_SNAPSHOT_EVERY"] = before
     small, large = results[sizes[0]], results[sizes[-1]]
     for name in ("takeover on", "takeover off", "read model"):
         section.add(Row(f"growth for {sizes[-1] // sizes[0]}x the history: {name}",
