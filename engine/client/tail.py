@@ -199,6 +199,8 @@ class JournalTail:
                 # The answer may lie where only the read model has it.
                 view = await self._view_after(ticket, partition)
                 self._follow_from(view, partition)
+                if _lacks_bytes(view, run_id, from_offset):  # loaded from a snapshot
+                    view = await (await self._read_model()).complete(view, [run_id])
                 found = _answer_in(view, key, run_id, partition, from_offset)
                 if found is not None:
                     return found
@@ -330,6 +332,13 @@ class JournalTail:
 
 
 _NOT_ACCEPTED = frozenset({Verdict.fenced, Verdict.duplicate, Verdict.rejected})
+
+
+def _lacks_bytes(view: View, run_id: str, from_offset: int) -> bool:
+    """Whether some of the run's history items at or past `from_offset` hold no record
+    bytes (a read model that bootstrapped from a worker's snapshot has none below it)."""
+    return any(item.raw is None and item.offset >= from_offset
+               for item in view.history(run_id))
 
 
 def _answer_in(view: View, key: str, run_id: str, partition: int,

@@ -13,6 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 
 from runstream import Client, Flow, FlowContext, Worker
@@ -69,7 +70,8 @@ def _anchored(w: Worker) -> bool:
 
 
 async def test_a_fresh_worker_takes_over_from_snapshots_and_folds_only_the_tail(
-        bootstrap: str, namespace: str, journal: str, tmp_path: Path) -> None:
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     alter = ("topics", "alter", "--journal-retention", "30d")
     refused = await cli(*alter, bootstrap=bootstrap, namespace=namespace, cache=tmp_path / "c")
     assert refused.code != 0 and "lack a complete, anchored snapshot" in refused.err, refused
@@ -103,6 +105,16 @@ async def test_a_fresh_worker_takes_over_from_snapshots_and_folds_only_the_tail(
                 "got": "after the takeover"}
             await _fill(client, 5, "late-")
         del waiting
+        # A client whose read model bootstraps from the snapshots (it holds no record bytes
+        # below them: a result is fetched by offset) answers an old run's result.
+        monkeypatch.setenv("RUNSTREAM_SNAPSHOT_EVERY", str(EVERY))
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=FLOWS,
+                          read_model_dir=tmp_path / "fresh-cache") as fresh:
+            old = await fresh.get_handle("early-7").result(timeout=30)
+            assert old["receipt"].startswith("receipt for ch-early-7-"), old
+            model = await fresh.read_model()
+            assert model.snapshots is not None and model.snapshots.reports, \
+                "the fresh read model folded from offset 0"
     finally:
         await second.stop()
     report = await integrity.verify(bootstrap=bootstrap, namespace=namespace,
