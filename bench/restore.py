@@ -47,7 +47,7 @@ PARTITIONS = 6
 GAP = re.compile(rb"longest gap meanwhile was ([0-9.]+) ms")
 HOLD = re.compile(rb"held the event loop ([0-9.]+) ms")
 RESTORED = re.compile(rb"restored from snapshot \S+ \((\d+) keys, \d+ bytes\) and folded "
-                      rb"(\d+) records of its tail in ([0-9.]+) s")
+                      rb"(\d+) records of its tail in ([0-9.]+) s; [^(]*\(([^)]*)\)")
 
 
 CLAIMED = re.compile(rb"^(\S+ \S+) INFO runstream.worker: partition \d+: claimed at epoch",
@@ -62,15 +62,16 @@ def _claimed_after(log: bytes, started: float) -> str:
         if stamps else ""
 
 
-def _loads(found: list[tuple[bytes, bytes, bytes]]) -> str:
+def _loads(found: list[tuple[bytes, bytes, bytes, bytes]]) -> str:
     """What the fresh worker's log says its loads took."""
     if not found:
         return "no snapshot loaded"
-    keys = sum(int(k) for k, _, _ in found)
-    folded = sum(int(f) for _, f, _ in found)
-    slowest = max(float(s) for _, _, s in found)
-    return (f"{len(found)} partitions loaded ({keys:,} keys, {folded:,} tail records "
-            f"folded), the slowest in {slowest:.2f} s")
+    keys = sum(int(k) for k, _, _, _ in found)
+    folded = sum(int(f) for _, f, _, _ in found)
+    slowest = max(found, key=lambda line: float(line[2]))
+    return (f"{len(found)} partitions loaded at once ({keys:,} keys, {folded:,} tail "
+            f"records folded), the slowest in {float(slowest[2]):.2f} s "
+            f"({slowest[3].decode()})")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -61,6 +61,8 @@ class RestoreReport:
     records_folded: int = 0
     seconds: float = 0.0
     refused: list[tuple[str, str]] = field(default_factory=list)  # (snapshot id, why)
+    # seconds by phase (listing, fetching, checking, writing, tail): where a load goes
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,12 +101,13 @@ class Restorer:
         held = self.owner.projector.partition(partition).next_offset
         report = RestoreReport(partition, "journal", held)
         listed = await self._listed(partition) if enabled else []
+        report.phases["listing"] = time.monotonic() - started
         usable = [i for i in reversed(listed) if _newer(i, held) and _before(i, until)]
         for item in usable[:MAX_REFUSALS]:
             try:
                 if item.manifest is None:
                     raise SnapshotInvalid(item.invalid or "manifest does not decode")
-                await self._load(item.manifest, report, log_start, until)
+                await self._load(item.manifest, report, log_start, until, item.chunks())
                 break
             except SnapshotInvalid as exc:
                 self._refused(report, item.snapshot_id, exc.reason)
@@ -129,7 +132,8 @@ class Restorer:
         report.refused.append((snapshot, reason))
 
     async def _load(self, manifest: Manifest, report: RestoreReport, log_start: int,
-                    until: int | None = None) -> None:
+                    until: int | None = None, seen: list[bytes | None] | None = None
+                    ) -> None:
         """Check, load, fold the tail and confirm the anchor; SnapshotInvalid: nothing of
         it is kept (the partition is cleared for the journal)."""
         w = self.owner
@@ -139,20 +143,26 @@ class Restorer:
         if log_start > manifest.offset:
             raise SnapshotInvalid(f"the journal no longer holds its tail (records "
                                   f"{manifest.offset}..{log_start - 1} were deleted)")
-        chunks = await read_chunks(w.bootstrap, w.snapshot_topic, manifest,
-                                   security=w.security)
+        lap = _Laps(report.phases)
+        # (the newest's chunks came with the listing; an older one's are fetched by offset)
+        chunks = seen if seen is not None else await read_chunks(
+            w.bootstrap, w.snapshot_topic, manifest, security=w.security)
+        lap("fetching")
         pairs = await asyncio.to_thread(lambda: list(assemble(manifest, chunks)))
+        lap("checking")
         store.clear_partition(manifest.partition, w.partitions, marker=manifest.snapshot_id)
         # Said once the marker is down: a stop from here on leaves a load to clear and redo.
         log.info("partition %d: loading snapshot %s (%d keys) under a restore marker",
                  manifest.partition, manifest.snapshot_id, manifest.key_count)
         keys = store.load_partition(manifest.partition, pairs)
         projector.forget_partition(manifest.partition, w.partitions)
+        lap("writing")
         try:
             if w.on_loading is not None:
                 await w.on_loading(manifest.partition, manifest.snapshot_id)
             self._check_loaded(manifest)
             anchored, folded = await self._fold_tail(manifest, until)
+            lap("tail")
             if not anchored:
                 raise SnapshotInvalid("unanchored: no applied partition.snapshot-taken names "
                                       "it in the journal's tail"
@@ -211,15 +221,30 @@ class Restorer:
 
     def _log(self, report: RestoreReport) -> None:
         if report.source == "snapshot":
+            phases = ", ".join(f"{name} {seconds:.2f} s"
+                               for name, seconds in report.phases.items())
             log.info("partition %d: restored from snapshot %s (%d keys, %d bytes) and folded "
-                     "%d records of its tail in %.2f s; the journal continues from offset %d",
-                     report.partition, report.snapshot_id, report.keys_loaded,
+                     "%d records of its tail in %.2f s; the journal continues from offset %d "
+                     "(%s)", report.partition, report.snapshot_id, report.keys_loaded,
                      report.bytes_loaded, report.records_folded, report.seconds,
-                     report.offset)
+                     report.offset, phases)
         elif report.refused:
             log.warning("partition %d: no snapshot could be applied (%d refused): folding "
                         "the journal from offset %d", report.partition, len(report.refused),
                         report.offset)
+
+
+class _Laps:
+    """Adds the seconds since the previous lap to a phase."""
+
+    def __init__(self, phases: dict[str, float]) -> None:
+        self.phases = phases
+        self.last = time.monotonic()
+
+    def __call__(self, phase: str) -> None:
+        now = time.monotonic()
+        self.phases[phase] = self.phases.get(phase, 0.0) + now - self.last
+        self.last = now
 
 
 def _newer(item: Listed, held: int) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
@@ -34,6 +34,9 @@ MAX_REQUEST_BYTES = 1024 * 1024 + 64 * 1024
 # Manifests listed per partition: the kept snapshots (engine.worker.snapshots keeps a few)
 # plus those torn or not yet tombstoned; past this the oldest are forgotten.
 MAX_LISTED = 64
+# Snapshots whose chunks a listing holds while it waits for their manifest (a writer writes
+# one at a time; a torn one never gets its manifest and is dropped past this).
+PENDING = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +47,16 @@ class Listed:
     record_offset: int  # the manifest record's offset in the snapshots partition
     manifest: Manifest | None
     invalid: str | None = None
+    # The newest manifest's chunks as the listing passed them, by their offset (the listing
+    # reads them anyway: a load then fetches nothing more); empty for the others.
+    seen: dict[int, bytes] = field(default_factory=dict)
+
+    def chunks(self) -> list[bytes | None] | None:
+        """The manifest's chunks from what the listing kept, or None if it lacks any."""
+        if self.manifest is None or not self.seen:
+            return None
+        found = [self.seen.get(offset) for offset, _ in self.manifest.chunks]
+        return None if any(chunk is None for chunk in found) else found
 
 
 async def start_producer(bootstrap: str, *, name: str,
@@ -111,7 +124,12 @@ async def list_manifests(bootstrap: str, topic: str, partition: int, *,
 
 async def _scan_manifests(consumer: AIOKafkaConsumer, tp: TopicPartition,
                           end: int) -> list[Listed]:
+    """Every manifest below `end`, and the chunks of the newest kept as they pass: chunks go
+    before their manifest, so those of the snapshots still without one are held (at most
+    PENDING of them), and a manifest takes its own (only the newest keeps them)."""
     found: dict[str, Listed] = {}
+    pending: dict[str, dict[int, bytes]] = {}  # snapshot id -> chunk offset -> bytes
+    newest: Listed | None = None
     while await consumer.position(tp) < end:
         batches = await consumer.getmany(tp, timeout_ms=500)
         for message in batches.get(tp, []):
@@ -119,18 +137,26 @@ async def _scan_manifests(consumer: AIOKafkaConsumer, tp: TopicPartition,
                 continue
             snapshot, part = split_key(message.key.decode(errors="replace"))
             if part != "manifest":
+                if message.value is not None:
+                    pending.setdefault(snapshot, {})[message.offset] = message.value
+                    while len(pending) > PENDING:
+                        pending.pop(next(iter(pending)))
                 continue
             found.pop(snapshot, None)
+            chunks = pending.pop(snapshot, {})
             if message.value is not None:
-                found[snapshot] = _listed(snapshot, message.offset, message.value)
+                if newest is not None:
+                    newest.seen.clear()  # only the newest keeps its chunks
+                newest = found[snapshot] = _listed(snapshot, message.offset, message.value,
+                                                   chunks)
             while len(found) > MAX_LISTED:
-                found.pop(next(iter(found)))
+                found.pop(next(iter(found))).seen.clear()
     return sorted(found.values(), key=lambda listed: listed.record_offset)
 
 
-def _listed(snapshot: str, offset: int, value: bytes) -> Listed:
+def _listed(snapshot: str, offset: int, value: bytes, seen: dict[int, bytes]) -> Listed:
     try:
-        return Listed(snapshot, offset, Manifest.decode(value))
+        return Listed(snapshot, offset, Manifest.decode(value), seen=seen)
     except SnapshotInvalid as exc:
         return Listed(snapshot, offset, None, invalid=exc.reason)
 
