@@ -100,27 +100,42 @@ class Restorer:
         started = time.monotonic()
         held = self.owner.projector.partition(partition).next_offset
         report = RestoreReport(partition, "journal", held)
-        listed = await self._listed(partition) if enabled else []
-        report.phases["listing"] = time.monotonic() - started
-        usable = [i for i in reversed(listed) if _newer(i, held) and _before(i, until)]
-        for item in usable[:MAX_REFUSALS]:
-            try:
-                if item.manifest is None:
-                    raise SnapshotInvalid(item.invalid or "manifest does not decode")
-                await self._load(item.manifest, report, log_start, until, item.chunks())
+        tried: set[str] = set()
+        # The newest first, from the partition's last records; the whole list only if it
+        # cannot be used (refused, or past a time-travel cut).
+        for newest_only in (True, False) if enabled else ():
+            listed = await self._listed(partition, newest_only)
+            report.phases["listing"] = time.monotonic() - started
+            usable = [i for i in reversed(listed) if i.snapshot_id not in tried
+                      and _newer(i, held) and _before(i, until)]
+            if await self._try(usable[:max(0, MAX_REFUSALS - len(tried))], report, log_start,
+                               until, tried):
                 break
-            except SnapshotInvalid as exc:
-                self._refused(report, item.snapshot_id, exc.reason)
         if log_start > report.offset:
             raise RecordsDeleted(_deleted_line(partition, report.offset, log_start))
         report.seconds = time.monotonic() - started
         self._log(report)
         return report
 
-    async def _listed(self, partition: int) -> list[Listed]:
+    async def _try(self, usable: list[Listed], report: RestoreReport, log_start: int,
+                   until: int | None, tried: set[str]) -> bool:
+        """Load the first of `usable` that can be (True), refusing the others before it."""
+        for item in usable:
+            tried.add(item.snapshot_id)
+            try:
+                if item.manifest is None:
+                    raise SnapshotInvalid(item.invalid or "manifest does not decode")
+                await self._load(item.manifest, report, log_start, until, item.chunks())
+                return True
+            except SnapshotInvalid as exc:
+                self._refused(report, item.snapshot_id, exc.reason)
+        return False
+
+    async def _listed(self, partition: int, newest_only: bool) -> list[Listed]:
         try:
             return await list_manifests(self.owner.bootstrap, self.owner.snapshot_topic,
-                                        partition, security=self.owner.security)
+                                        partition, security=self.owner.security,
+                                        newest_only=newest_only)
         except (KafkaError, OSError) as exc:
             log.warning("partition %d: the snapshots in %s cannot be listed (%r): folding "
                         "the journal", partition, self.owner.snapshot_topic, exc)

@@ -34,6 +34,8 @@ MAX_REQUEST_BYTES = 1024 * 1024 + 64 * 1024
 # Manifests listed per partition: the kept snapshots (engine.worker.snapshots keeps a few)
 # plus those torn or not yet tombstoned; past this the oldest are forgotten.
 MAX_LISTED = 64
+# The first window of records a newest-only listing reads back from the end (then 4x).
+NEWEST_WINDOW = 8
 # Snapshots whose chunks a listing holds while it waits for their manifest (a writer writes
 # one at a time; a torn one never gets its manifest and is dropped past this).
 PENDING = 2
@@ -105,9 +107,15 @@ async def drop_snapshot(producer: AIOKafkaProducer, topic: str, manifest: Manife
 
 
 async def list_manifests(bootstrap: str, topic: str, partition: int, *,
-                         security: KafkaSecurity | None = None) -> list[Listed]:
+                         security: KafkaSecurity | None = None,
+                         newest_only: bool = False) -> list[Listed]:
     """The manifests partition `partition` holds now, oldest first (tombstoned ones left
-    out). The whole partition is read once; chunk values pass by undecoded."""
+    out). The whole partition is read once; chunk values pass by undecoded.
+
+    `newest_only`: only what the partition's last records hold, read in windows growing
+    backwards from its end until one holds a manifest: the newest snapshot's manifest sits
+    at the end but for the tombstones of the ones pruned after it (small), so its chunks
+    are not read here, nor the older snapshots' (a loader falls back to the whole list)."""
     consumer = reader_consumer(bootstrap, security=security,
                                client_id="runstream-snapshot-reader",
                                max_partition_fetch_bytes=MAX_REQUEST_BYTES * 2)
@@ -116,8 +124,18 @@ async def list_manifests(bootstrap: str, topic: str, partition: int, *,
         tp = TopicPartition(topic, partition)
         consumer.assign([tp])
         end = (await consumer.end_offsets([tp]))[tp]
-        await consumer.seek_to_beginning(tp)
-        return await _scan_manifests(consumer, tp, end)
+        if not newest_only:
+            await consumer.seek_to_beginning(tp)
+            return await _scan_manifests(consumer, tp, end)
+        begin = (await consumer.beginning_offsets([tp]))[tp]
+        window = NEWEST_WINDOW
+        while True:
+            start = max(begin, end - window)
+            consumer.seek(tp, start)
+            found = await _scan_manifests(consumer, tp, end)
+            if found or start == begin:
+                return found
+            window *= 4
     finally:
         await consumer.stop()
 
