@@ -85,6 +85,19 @@ class Restorer:
     def __init__(self, owner: RestoreTarget) -> None:
         self.owner = owner
 
+    async def bring_up_all(self, partitions: list[int], *,
+                           enabled: dict[int, bool] | None = None,
+                           until: dict[int, int] | None = None) -> list[RestoreReport]:
+        """bring_up for each of `partitions` at once (each waits mostly on its own fetches),
+        their log starts asked in one request; `enabled` and `until` per partition (absent:
+        enabled, no cut)."""
+        starts = await log_starts(self.owner.bootstrap, self.owner.topic, partitions,
+                                  security=self.owner.security)
+        return list(await asyncio.gather(*(
+            self.bring_up(p, enabled=(enabled or {}).get(p, True),
+                          until=(until or {}).get(p), log_start=starts[p])
+            for p in partitions)))
+
     async def bring_up(self, partition: int, *, enabled: bool = True,
                        until: int | None = None, log_start: int | None = None
                        ) -> RestoreReport:
@@ -112,7 +125,7 @@ class Restorer:
                                until, tried):
                 break
         if log_start > report.offset:
-            raise RecordsDeleted(_deleted_line(partition, report.offset, log_start))
+            raise RecordsDeleted(deleted_line(partition, report.offset, log_start))
         report.seconds = time.monotonic() - started
         self._log(report)
         return report
@@ -286,13 +299,9 @@ def reason_label(reason: str) -> str:
     return "invalid"
 
 
-def _deleted_line(partition: int, held: int, start: int) -> str:
-    return (f"partition {partition}: records {held}..{start - 1} are needed but the broker "
-            f"deleted them (the journal's retention; its log now starts at offset {start}) "
-            f"and no snapshot covers them: this projection cannot be brought up to date")
-
-
 def deleted_line(partition: int, held: int, start: int) -> str:
     """The one line for any reader that needs records held..start-1 of `partition`, which
     the broker deleted (engine.readmodel.source too)."""
-    return _deleted_line(partition, held, start)
+    return (f"partition {partition}: records {held}..{start - 1} are needed but the broker "
+            f"deleted them (the journal's retention; its log now starts at offset {start}) "
+            f"and no snapshot covers them: this projection cannot be brought up to date")

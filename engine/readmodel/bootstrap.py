@@ -15,7 +15,6 @@ A load goes under a restore marker, so secondaries wait for it (ReadModel).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -100,8 +99,7 @@ class SnapshotBootstrap:
         # start from a copy holding half a load. The next flush after it takes one.
         policy, store.policy = store.policy, CheckpointPolicy.never()
         try:
-            # All partitions at once: each waits mostly on its own fetches.
-            reports = await asyncio.gather(*(restorer.bring_up(p) for p in behind))
+            reports = await restorer.bring_up_all(behind)
             done = {report.partition: report for report in reports}
         except RecordsDeleted as exc:
             raise RunstreamError(str(exc)) from None

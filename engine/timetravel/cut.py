@@ -20,7 +20,6 @@ at both, and the runs whose status differs, found by walking both stores' runs i
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import tempfile
 import time
@@ -313,9 +312,8 @@ async def from_snapshots(source: JournalSource, store: ProjectionStore, cut: Cut
                                       source.security, source.partitions, store,
                                       Projector(store)))
     loaded = {}
-    try:  # all partitions at once: each waits mostly on its own fetches
-        reports = await asyncio.gather(*(restorer.bring_up(p, until=cut.offsets[p])
-                                         for p in short))
+    try:
+        reports = await restorer.bring_up_all(short, until=cut.offsets)
     except RecordsDeleted as exc:
         raise RunstreamError(str(exc)) from None
     for report in reports:

@@ -131,10 +131,6 @@ class SnapshotKeeper:
         self._written.pop(partition, None)
         self._first_seen.pop(partition, None)
 
-    def known(self, partition: int, manifests: list[Manifest]) -> None:
-        """The manifests a load listed (engine.worker.restore), for tombstoning later."""
-        self._known[partition] = list(manifests)
-
     async def run(self) -> None:
         checked = time.monotonic()
         while self.enabled:

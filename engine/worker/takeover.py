@@ -10,12 +10,10 @@ the journal's end (folding a shorter tail costs less than fetching a snapshot).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.kafka.admin import TopicsError, snapshot_topic_exists, topic_configs
-from runstream.engine.kafka.reader import log_starts
 from runstream.engine.kafka.restore import (
     RecordsDeleted,
     Restorer,
@@ -90,11 +88,8 @@ class Takeovers:
         chosen = [p for p in ends if worth[p] or self.journal_retention_ms is not None]
         if not chosen:
             return
-        starts = await log_starts(w.bootstrap, w.topic, chosen, security=w.security)
         try:
-            reports = await asyncio.gather(*(
-                self.restorer.bring_up(p, enabled=worth[p], log_start=starts[p])
-                for p in chosen))
+            reports = await self.restorer.bring_up_all(chosen, enabled=worth)
         except RecordsDeleted as exc:
             raise WorkerFatal(str(exc)) from exc
         for report in reports:
