@@ -100,7 +100,7 @@ def resolve_retention(explicit: Duration | None = None) -> timedelta:
 
 def resolve_tombstone_retention(explicit: Duration | None, retention: timedelta) -> timedelta:
     """How long a tombstone is kept: keyword > RUNSTREAM_TOMBSTONE_RETENTION > the retention
-    (the request-dedupe window is kept on top of it: projections.expiry)."""
+    (request ids are remembered as long: projections.values.request_prune)."""
     if explicit is not None:
         return as_duration(explicit)
     env = os.environ.get("RUNSTREAM_TOMBSTONE_RETENTION")

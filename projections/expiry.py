@@ -12,9 +12,10 @@ A lineage is eligible when all of:
 - every round of it holds no unanswered request (inbox, refused creates);
 - no outbox entry any of its rounds caused is unacknowledged.
 It is replaced by one tombstone per round. A tombstone goes once it has been kept for the
-tombstone retention and the partition has moved past the request-dedupe window since the
-run's last record (so a re-sent request of its past life is answered *expired*, never
-taken as a duplicate of nothing).
+tombstone retention, which also bounds the request-dedupe window by log time (the record
+that drops it prunes the request index first: projections.values.request_prune), so a
+re-sent request of its past life is answered *expired*, never taken as a duplicate of
+nothing, and what a partition keeps of expired runs is bounded by time, not history.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from typing import Any, Protocol
 
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.timetext import iso_time
-from runstream.projections import values
 from runstream.projections.state import PartitionState, RunState, Tombstone, replace
 from runstream.projections.values import (
     ExpiredLineage,
@@ -53,16 +53,15 @@ def lineage_eligible(partition: PartitionState, facts: LineageFacts | None, sett
                for run in facts.rounds)
 
 
-def tombstone_may_go(partition: PartitionState, tombstone: Tombstone | None, offset: int,
+def tombstone_may_go(partition: PartitionState, tombstone: Tombstone | None,
                      now_ms: int) -> bool:
+    """Whether a tombstone may go at log time `now_ms`: once kept for the tombstone
+    retention. The expiry decision that drops it prunes the request index by the same
+    window first (projections.values.request_prune), and the run's requests were all logged
+    before it expired, so none of them is left to be taken as a duplicate of nothing."""
     if tombstone is None or partition.retention_ms <= 0:
         return False
-    if tombstone.expired_ms + tombstone_retention_ms(partition) > now_ms:
-        return False
-    # The request index may still hold the run's requests until the partition has moved on
-    # past its dedupe window (pruned every PRUNE_EVERY offsets).
-    window = values.REQUEST_RETENTION + values.PRUNE_EVERY
-    return offset - tombstone.last_offset > window
+    return tombstone.expired_ms + tombstone_retention_ms(partition) <= now_ms
 
 
 def expire(partition: PartitionState, record: ev.PartitionRunsExpired, offset: int,
@@ -79,7 +78,7 @@ def expire(partition: PartitionState, record: ev.PartitionRunsExpired, offset: i
         expired.append(ExpiredLineage(held.rounds, stones, settled_ms))
     dropped = tuple(stone for run_id in dict.fromkeys(record.dropped)
                     if (stone := facts.tombstones.get(run_id)) is not None
-                    and tombstone_may_go(partition, stone, offset, timestamp_ms))
+                    and tombstone_may_go(partition, stone, timestamp_ms))
     trim_from = partition.trimmed_before
     trim_before = trim_from
     if record.trim_before is not None and trim_from < record.trim_before <= offset:
@@ -164,7 +163,7 @@ def sweep_body(store: RetentionReads, partition: PartitionState, now_ms: int,
         rounds += len(facts.rounds)
     dropped = [run_id for _, run_id in store.tombstones_due(
         number, now_ms - tombstone_retention_ms(partition), SWEEP_LOOK)
-        if tombstone_may_go(partition, store.tombstone(run_id), partition.next_offset, now_ms)
+        if tombstone_may_go(partition, store.tombstone(run_id), now_ms)
     ][:batch]
     if not expired and not dropped:
         return None

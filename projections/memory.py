@@ -33,7 +33,7 @@ class MemoryStore:
     """Dicts in place of RocksDB keys; reads fall through to `base` for what it never wrote.
 
     Bounds: what the folded records hold (runs, entries, partitions), and the request index
-    pruned like the RocksDB one (REQUEST_RETENTION offsets per partition).
+    pruned like the RocksDB one (projections.values.request_prune).
     """
 
     def __init__(self, base: Store | None = None) -> None:
@@ -42,7 +42,7 @@ class MemoryStore:
         self.runs: dict[str, RunState | None] = {}  # None: deleted here, hide the base's
         self.entries: dict[str, dict[int, JournalEntry]] = {}
         self._requests: set[tuple[int, str]] = set()
-        self._request_log: dict[int, deque[tuple[int, str]]] = {}
+        self._request_log: dict[int, deque[tuple[int, str, int]]] = {}  # offset, id, log ms
         self._outbox: dict[int, dict[str, OutboxItem]] = {}
         self._latest: dict[str, str] = {}  # lineage id -> latest round's run id
         # (partition, run id) -> the run's timer: what the RocksDB timer index holds.
@@ -192,12 +192,12 @@ class MemoryStore:
         if change.entry is not None and change.run_id is not None:
             self.entries.setdefault(change.run_id, {})[change.entry.position] = change.entry
         log = self._request_log.setdefault(change.partition.partition, deque())
+        prune = values.request_prune(change)
+        while prune is not None and log and values.pruned(prune, log[0][0], log[0][2]):
+            self._requests.discard((change.partition.partition, log.popleft()[1]))
         if change.request_id is not None:
             self._requests.add((change.partition.partition, change.request_id))
-            log.append((change.offset, change.request_id))
-        if change.offset % values.PRUNE_EVERY == 0:
-            while log and log[0][0] < change.offset - values.REQUEST_RETENTION:
-                self._requests.discard((change.partition.partition, log.popleft()[1]))
+            log.append((change.offset, change.request_id, change.timestamp_ms))
 
 
     def _expire(self, partition: int, expiry: ExpiryChange) -> None:

@@ -14,7 +14,7 @@ Key layout (ASCII prefixes, zero-padded numbers so byte order is numeric order):
   f/<partition:05d>/<offset:020d>            -> run id (b"": a partition record)  records
                                                 fenced, rejected or duplicate (not applied)
   q/<partition:05d>/<request_id>             -> offset       requests applied (dedupe)
-  o/<partition:05d>/<offset:020d>            -> request_id   the same, by offset (retention)
+  o/<partition:05d>/<offset:020d>            -> request_id\0log ms  the same, by offset
   d/<partition:05d>/<offset:020d>            -> raw bytes of a record that did not decode
   t/<partition:05d>/<due_ms:015d>/<run_id>\0<position:010d> -> b""  timers by due time
   w/<partition:05d>/<kind>/<run_id>          -> b""   suspended runs by what they wait for
@@ -43,11 +43,13 @@ Checkpoints: after a write that brings the records applied since the last checkp
 the policy's `every`, the store appends a manifest entry (offsets and running hashes; see
 projections.manifest) and, for a read model, creates a RocksDB checkpoint directory.
 
-Bounds: the request index keeps the last REQUEST_RETENTION offsets of each partition
-(pruned every PRUNE_EVERY offsets, by offset, so a rebuild prunes exactly as the live
-store did); the manifest keeps the policy's `keep` checkpoints. Runs, their journals and
-history, and the partition's bookkeeping are bounded by the retention (projections.expiry):
-live runs plus those settled within it, and tombstones within the tombstone retention.
+Bounds: the request index keeps the last REQUEST_RETENTION offsets of each partition, and
+under a retention only the requests logged within the tombstone retention (pruned every
+PRUNE_EVERY offsets and at each expiry decision, by offset and log time, so a rebuild prunes
+exactly as the live store did: projections.values.request_prune); the manifest keeps the
+policy's `keep` checkpoints. Runs, their journals and history, and the partition's
+bookkeeping are bounded by the retention (projections.expiry): live runs plus those settled
+within it, and tombstones within the tombstone retention.
 """
 
 from __future__ import annotations
@@ -344,11 +346,16 @@ class ProjectionStore(PartitionRestore, IndexReads):
         number = change.partition.partition
         # (before this record's partition state is pending)
         previous = self._hashes[number] if number in self._hashes else self._hash_of(number)
+        prune = values.request_prune(change)
+        if prune is not None:
+            self.flush()  # the prune scans what is written: the group's records so far too
         batch = self._writer
         if batch is None:
             batch = self._writer = _Pending(WriteBatch(raw_mode=True), self._pending)
         # The partition's state (with its next offset) is put once per batch, at flush.
         self._pending_partitions[number] = change.partition
+        if prune is not None:  # (before this record's own request enters the index)
+            self._prune_requests(batch, number, prune)
         acknowledged = tuple(self.outbox_item(number, request_id)
                              for request_id in change.outbox_done) if change.outbox_done else ()
         encoded = put_record(batch, change, self.keep_records, acknowledged)
@@ -358,8 +365,6 @@ class ProjectionStore(PartitionRestore, IndexReads):
             self._pending_runs.add(change.next_round.run_id)
         if previous is not None:
             self._hashes[number] = chain(previous, change, encoded)
-        if change.offset % values.PRUNE_EVERY == 0:
-            self._prune_requests(batch, number, change.offset - values.REQUEST_RETENTION)
         self._since_checkpoint += 1
         if not self._grouping:
             self.flush()
@@ -374,15 +379,17 @@ class ProjectionStore(PartitionRestore, IndexReads):
         self._hashes[partition] = value
         return value
 
-    def _prune_requests(self, batch: _Pending, partition: int, below: int) -> None:
-        if below <= 0:
-            return
+    def _prune_requests(self, batch: _Pending, partition: int,
+                        prune: values.RequestPrune) -> None:
+        """Drop the request index's oldest entries, in offset order, up to the first kept
+        (values.request_prune): O(entries dropped)."""
         first = keys.request_offset_key(partition, 0)
-        for key, request_id in self._scan_committed(b"o/%05d/" % partition, start=first):
-            if key >= keys.request_offset_key(partition, below):
+        for key, value in self._scan_committed(b"o/%05d/" % partition, start=first):
+            request_id, logged_ms = values.parse_request_entry(value)
+            if not values.pruned(prune, int(key[8:]), logged_ms):
                 break
             batch.delete(key)
-            batch.delete(keys.request_key(partition, request_id.decode()))
+            batch.delete(keys.request_key(partition, request_id))
 
     # checkpoints
 

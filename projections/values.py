@@ -22,8 +22,9 @@ from runstream.projections.state import (
 )
 
 # A request id re-sent within this many offsets of its partition is recognised as a
-# duplicate; producers re-send within seconds, so a million records is ample. Both stores
-# read these at each write (tests make them small).
+# duplicate (at most: under a retention, also only within the tombstone retention by log
+# time, see request_prune); producers re-send within seconds, so a million records is ample.
+# Both stores read these at each write (tests make them small).
 REQUEST_RETENTION = 1_000_000
 PRUNE_EVERY = 4096
 
@@ -111,3 +112,48 @@ class ExpiryChange:
     dropped: tuple[Tombstone, ...] = ()
     trim_from: int = 0  # partition bookkeeping in [trim_from, trim_before) goes
     trim_before: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RequestPrune:
+    """What an applied record prunes of its partition's request index: the entries below
+    `below` (offsets), and those logged at or before `until_ms` (log time; -1: none by time)."""
+
+    below: int
+    until_ms: int
+
+
+def request_prune(change: RecordWrite) -> RequestPrune | None:
+    """Whether `change` prunes the request index, and what (both stores, every reader alike).
+
+    Every PRUNE_EVERY offsets, and at each applied expiry decision: entries past the last
+    REQUEST_RETENTION offsets, and, when the partition has a retention, entries older by log
+    time than its tombstone retention. A tombstone goes only past that same time
+    (projections.expiry.tombstone_may_go) and its requests were logged before it expired, so
+    when it goes its requests have gone from the index at the same record or before: a
+    re-send of one is answered *expired* or taken anew, never as a duplicate of nothing. The
+    dedupe window is thus bounded by time, not by the partition's history."""
+    if change.offset % PRUNE_EVERY != 0 and change.expiry is None:
+        return None
+    partition = change.partition
+    window = partition.tombstone_retention_ms or partition.retention_ms
+    until_ms = change.timestamp_ms - window if partition.retention_ms > 0 else -1
+    return RequestPrune(change.offset - REQUEST_RETENTION, until_ms)
+
+
+def request_entry(request_id: str, timestamp_ms: int) -> bytes:
+    """The request index's by-offset value (o/ keys): the request id and its log time."""
+    return b"%s\x00%d" % (request_id.encode(), timestamp_ms)
+
+
+def parse_request_entry(value: bytes) -> tuple[str, int | None]:
+    """(request id, log time; None in entries written before they held it)."""
+    request_id, _, logged = value.rpartition(b"\x00")
+    if not request_id or not logged.isdigit():
+        return value.decode(errors="replace"), None
+    return request_id.decode(errors="replace"), int(logged)
+
+
+def pruned(prune: RequestPrune, offset: int, logged_ms: int | None) -> bool:
+    """Whether an entry at `offset` logged at `logged_ms` goes under `prune`."""
+    return offset < prune.below or (logged_ms is not None and logged_ms <= prune.until_ms)

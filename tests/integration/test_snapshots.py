@@ -205,10 +205,10 @@ async def test_corrupt_torn_unanchored_and_unknown_snapshots_are_refused_and_rep
 
 async def test_what_a_takeover_loads_is_the_live_state_not_the_history(
         bootstrap: str, namespace: str, journal: str, tmp_path: Path) -> None:
-    """Counts, not times: with a short retention, 400 settled runs leave the projection;
-    the snapshot a fresh worker loads then holds the live state (one waiting run, the
-    tombstones and dedupe window of the expired ones, the partitions' bookkeeping), and it
-    folds at most one interval of the journal."""
+    """Counts, not times: with a short retention, 400 settled runs leave the projection,
+    their tombstones and request-dedupe entries after the tombstone retention; the snapshot
+    a fresh worker loads then holds the live state (one waiting run, the partitions'
+    bookkeeping), whatever the history, and it folds at most one interval of the journal."""
     short = {"retention": timedelta(seconds=2), "tombstone_retention": timedelta(seconds=2)}
     first = worker(bootstrap, namespace, tmp_path / "a", **short)
     await first.start()
@@ -219,8 +219,10 @@ async def test_what_a_takeover_loads_is_the_live_state_not_the_history(
             await _fill(client, 400, "gone-")
             assert first.store is not None
             await until(lambda: first.store is not None and all(
-                first.store.count_settled(p) == 0 for p in range(TEST_JOURNAL_PARTITIONS)),
-                "every settled run to expire", timeout=90)
+                first.store.count_settled(p) == 0 and first.store.count_tombstones(p) == 0
+                for p in range(TEST_JOURNAL_PARTITIONS)),
+                "every settled run to expire and its tombstone to go", timeout=90)
+            live = sum(1 for key, _ in first.store.items() if key.startswith(b"r/"))
     finally:
         await first.stop()  # a graceful release snapshots each partition
     records = sum((await _ends(bootstrap, journal)).values())
@@ -233,11 +235,11 @@ async def test_what_a_takeover_loads_is_the_live_state_not_the_history(
         loaded = sum(r.keys_loaded for r in reports)
         folded = sum(r.records_folded for r in reports)
         assert {r.source for r in reports} == {"snapshot"}, reports
-        # What an expired run leaves is bounded by windows, not by history: its tombstone
-        # (b/ and k/, kept the tombstone retention, at least the dedupe window) and its
-        # create's request-dedupe entry (q/ and o/, the last REQUEST_RETENTION offsets):
-        # about 4 keys a run, against about 15 while it was live.
-        assert loaded <= 4 * 400 + 100 * TEST_JOURNAL_PARTITIONS, (loaded, records)
+        # Nothing of the 400 expired runs is left (a run holds about 15 keys while live,
+        # its tombstone and request entries about 4 once expired): the live run and each
+        # partition's bookkeeping (its state, hash, recent partition records).
+        assert live == 1
+        assert loaded <= 30 + 10 * TEST_JOURNAL_PARTITIONS, (loaded, records)  # 20 seen
         assert folded <= TEST_JOURNAL_PARTITIONS * (EVERY + 20), (folded, records)
         assert records > 2800, records  # 400 runs of 7 records went through the journal
         async with Client(bootstrap_servers=bootstrap, namespace=namespace,

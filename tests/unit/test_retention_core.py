@@ -118,7 +118,9 @@ def test_a_settled_run_expires_into_a_tombstone_once_its_retention_has_passed(
             if key.startswith((b"r/", b"j/", b"h/", b"s/", b"i/", b"e/")) and b"a" in key]
     assert left == []
     assert journal.store.count_settled(0) == 0 and journal.store.count_tombstones(0) == 1
-    assert journal.store.request_seen(0, "req-a")  # the dedupe index is never touched
+    # The expiry decision pruned the requests logged more than the tombstone retention
+    # (here the retention) before it: a re-send of req-a meets the tombstone, answered expired.
+    assert not journal.store.request_seen(0, "req-a")
     journal.agree()
 
 
@@ -199,24 +201,37 @@ def test_a_lineage_expires_whole_only_once_its_last_round_has_settled(
     journal.agree()
 
 
-def test_a_tombstone_goes_after_its_retention_and_the_dedupe_window_and_the_id_is_free(
-    journal: Journal, monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(values, "REQUEST_RETENTION", 4)
-    monkeypatch.setattr(values, "PRUNE_EVERY", 2)
+def test_a_tombstone_goes_after_its_retention_and_the_id_is_free(journal: Journal) -> None:
+    """The dedupe window is the tombstone retention by log time: the decision that drops a
+    tombstone prunes its run's requests first, whatever the partition's offsets."""
     journal.run_to_completion("a", "req-a")
     journal.expire("a", after_ms=RETENTION_MS + 1)
-    journal.expire(dropped=("a",), after_ms=RETENTION_MS + 1)  # within the dedupe window
+    journal.expire(dropped=("a",), after_ms=RETENTION_MS // 2)  # within its retention
     assert journal.store.tombstone("a") is not None
-    for _ in range(6):
-        journal.decide(ev.PartitionHeartbeat, "", partition=0)
-    journal.expire(dropped=("a",))
+    journal.expire(dropped=("a",), after_ms=RETENTION_MS // 2)
     assert journal.store.tombstone("a") is None and journal.memory.store.tombstone("a") is None
+    assert not journal.store.request_seen(0, "req-a")
     assert [k for k, _ in journal.store.items() if k.startswith(b"h/a\x00")] == []
     journal.run_to_completion("a", "req-again")  # a new life
     new = journal.store.run("a")
     assert new is not None and new.status is RunStatus.completed
     assert incarnation_id(new) == f"a@{new.request_offset}"
+    journal.agree()
+
+
+def test_the_request_index_keeps_a_bounded_window_by_offsets_too(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past REQUEST_RETENTION offsets an entry goes at the next prune point, whatever its
+    age; within both windows it stays."""
+    monkeypatch.setattr(values, "REQUEST_RETENTION", 4)
+    monkeypatch.setattr(values, "PRUNE_EVERY", 2)
+    journal.run_to_completion("a", "req-a")
+    assert journal.store.request_seen(0, "req-a")
+    for _ in range(6):
+        journal.decide(ev.PartitionHeartbeat, "", partition=0)
+    assert not journal.store.request_seen(0, "req-a")
+    assert not journal.memory.store.request_seen(0, "req-a")
     journal.agree()
 
 

@@ -63,7 +63,9 @@ async def test_a_settled_run_expires_on_the_virtual_clock_and_answers_expired() 
 
 
 async def test_a_waiting_parent_and_an_unsettled_lineage_are_kept_until_settled() -> None:
-    async with TestEnvironment(flows, retention=5, partitions=2) as env:
+    # (tombstones kept a minute: the parent's still answers when the lineage's expire)
+    async with TestEnvironment(flows, retention=5, tombstone_retention=60,
+                               partitions=2) as env:
         parent_id = await env.start(parent, 30, run_id="p")
         lineage = await env.start(relay, 0, run_id="r")
         await env.sleep(20)  # retention passes while both wait
