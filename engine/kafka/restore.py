@@ -178,17 +178,15 @@ class Restorer:
         lap("fetching")
         pairs = await asyncio.to_thread(lambda: list(assemble(manifest, chunks)))
         lap("checking")
-        store.clear_partition(manifest.partition, w.partitions, marker=manifest.snapshot_id)
-        # Said once the marker is down: a stop from here on leaves a load to clear and redo.
+        # (a stop from here on leaves a restore marker: the load is cleared and redone)
         log.info("partition %d: loading snapshot %s (%d keys) under a restore marker",
                  manifest.partition, manifest.snapshot_id, manifest.key_count)
-        keys = store.load_partition(manifest.partition, pairs)
-        projector.forget_partition(manifest.partition, w.partitions)
-        lap("writing")
         try:
+            keys = write_checked(store, manifest, pairs, w.partitions)
+            projector.forget_partition(manifest.partition, w.partitions)
+            lap("writing")
             if w.on_loading is not None:
                 await w.on_loading(manifest.partition, manifest.snapshot_id)
-            self._check_loaded(manifest)
             anchored, folded = await self._fold_tail(manifest, until)
             lap("tail")
             if not anchored:
@@ -205,16 +203,6 @@ class Restorer:
         report.keys_loaded, report.bytes_loaded = keys, manifest.value_bytes
         report.records_folded = folded
         report.offset = projector.partition(manifest.partition).next_offset
-
-    def _check_loaded(self, manifest: Manifest) -> None:
-        store = self.owner.store
-        state = store.partition(manifest.partition)
-        if state.next_offset != manifest.offset:
-            raise SnapshotInvalid(f"it holds offset {state.next_offset}, its manifest says "
-                                  f"{manifest.offset}")
-        if manifest.running_hash and store.running_hash(manifest.partition) != (
-                manifest.running_hash):
-            raise SnapshotInvalid("its running hash differs from its manifest's")
 
     async def _fold_tail(self, manifest: Manifest, until: int | None = None
                          ) -> tuple[bool, int]:
@@ -260,6 +248,24 @@ class Restorer:
             log.warning("partition %d: no snapshot could be applied (%d refused): folding "
                         "the journal from offset %d", report.partition, len(report.refused),
                         report.offset)
+
+
+def write_checked(store: ProjectionStore, manifest: Manifest,
+                  pairs: list[tuple[bytes, bytes]], partitions: int) -> int:
+    """Under a restore marker, the partition's old keys out and the snapshot's checked pairs
+    in (its state last); then the offset and running hash it holds checked against its
+    manifest (SnapshotInvalid: the caller clears the partition). The keys written; the
+    marker stays until the caller's finish_load."""
+    store.clear_partition(manifest.partition, partitions, marker=manifest.snapshot_id)
+    keys = store.load_partition(manifest.partition, pairs)
+    state = store.partition(manifest.partition)
+    if state.next_offset != manifest.offset:
+        raise SnapshotInvalid(f"it holds offset {state.next_offset}, its manifest says "
+                              f"{manifest.offset}")
+    if manifest.running_hash and store.running_hash(manifest.partition) != (
+            manifest.running_hash):
+        raise SnapshotInvalid("its running hash differs from its manifest's")
+    return keys
 
 
 class _Laps:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.kafka.reader import read_batches
+from runstream.engine.kafka.restore import write_checked
 from runstream.engine.kafka.snapshots import read_chunks
 from runstream.projections.fold import (
     FoldResult,
@@ -76,21 +77,18 @@ async def fold_into(spec: FoldSpec, progress: Progress | None = None) -> FoldRes
 
 async def load_snapshot(store: ProjectionStore, spec: FoldSpec, manifest: Manifest) -> int:
     """Load a snapshot's checked pairs in place of what `store` holds of its partition (as a
-    takeover does: marker, old keys out, state last); the keys loaded. Raises
-    SnapshotInvalid when it fails the format checks or does not hold what its manifest says."""
+    takeover does: engine.kafka.restore.write_checked); the keys loaded. Raises
+    SnapshotInvalid, the partition left empty, when it fails the format checks or does not
+    hold what its manifest says."""
     chunks = await read_chunks(spec.bootstrap, spec.snapshot_topic, manifest,
                                security=spec.security)
-    pairs = list(assemble(manifest, chunks))
-    partition = manifest.partition
-    store.clear_partition(partition, spec.partition_count, marker=manifest.snapshot_id)
-    loaded = store.load_partition(partition, pairs)
-    store.finish_load(partition)
-    state = store.partition(partition)
-    if state.next_offset != manifest.offset:
-        raise SnapshotInvalid(f"it holds offset {state.next_offset}, its manifest says "
-                              f"{manifest.offset}")
-    if manifest.running_hash and store.running_hash(partition) != manifest.running_hash:
-        raise SnapshotInvalid("its running hash differs from its manifest's")
+    try:
+        loaded = write_checked(store, manifest, list(assemble(manifest, chunks)),
+                               spec.partition_count)
+    except SnapshotInvalid:
+        store.clear_partition(manifest.partition, spec.partition_count, marker=None)
+        raise
+    store.finish_load(manifest.partition)
     return loaded
 
 

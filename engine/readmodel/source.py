@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import OffsetOutOfRangeError
 from aiokafka.structs import ConsumerRecord
 
 from runstream.engine.errors import RunstreamError
@@ -44,8 +45,10 @@ class JournalSource:
 
     async def start(self) -> int:
         """Connect and learn the topic's partition count (TopicMissing if there is none)."""
+        # auto_offset_reset none: a read below a partition's log start raises rather than
+        # silently beginning at it (records the broker deleted are needed; read()).
         consumer = reader_consumer(self.bootstrap, client_id="runstream-read-model",
-                                   security=self.security)
+                                   security=self.security, auto_offset_reset="none")
         try:
             await start_client(consumer, self.bootstrap, self.security)
             self.partitions = await partition_count(consumer, self.topic, self.bootstrap)
@@ -103,19 +106,20 @@ class JournalSource:
             return
         tps = [TopicPartition(self.topic, p) for p in sorted(limits)]
         consumer.assign(tps)
-        # A read below a partition's log start would silently begin at it (the consumer
-        # resets to the earliest record): records the broker deleted are needed instead.
-        starts = await consumer.beginning_offsets(tps)
-        for tp in tps:
-            if starts[tp] > start.get(tp.partition, 0):
-                raise RecordsDeleted(deleted_line(tp.partition, start.get(tp.partition, 0),
-                                                  starts[tp]))
         consumer.resume(*tps)
         for tp in tps:
             consumer.seek(tp, start.get(tp.partition, 0))
         try:
             async for record in self._records(consumer, tps, limits):
                 yield record
+        except OffsetOutOfRangeError as exc:
+            # (asked only then: no ListOffsets on every catch-up)
+            starts = await consumer.beginning_offsets(tps)
+            for tp in tps:
+                if starts[tp] > start.get(tp.partition, 0):
+                    raise RecordsDeleted(deleted_line(
+                        tp.partition, start.get(tp.partition, 0), starts[tp])) from exc
+            raise
         finally:
             # Stop fetching: a long-poll left in flight would hold the next catch-up's
             # ListOffsets behind it on the same connection (the broker answers a
