@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 
-from runstream import Client, Flow, FlowContext, Worker
+from runstream import Client, Flow, FlowContext, RunNotFound, Worker
 from runstream.engine.config import snapshot_topic
 from runstream.engine.demo.flows import checkout
 from runstream.engine.kafka.admin import topic_configs
@@ -26,6 +26,7 @@ from runstream.engine.ops import verify as integrity
 from runstream.projections.snapshot import Manifest, chunk_key, manifest_key
 from tests.conftest import TEST_JOURNAL_PARTITIONS
 from tests.integration.test_cli import cli
+from tests.integration.test_lifetime import DOORS, doors
 
 EVERY = 150
 waiter: Flow[Any, Any] = Flow("snapshot-waiter")
@@ -201,6 +202,49 @@ async def test_corrupt_torn_unanchored_and_unknown_snapshots_are_refused_and_rep
     report_ok = await integrity.verify(bootstrap=bootstrap, namespace=namespace,
                                        data_dir=tmp_path / "b")
     assert report_ok.ok, report_ok.as_dict()
+
+
+async def test_runs_created_through_every_door_are_taken_over_from_snapshots(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path) -> None:
+    """A run waiting for a signal, created with a Flow, by flow name, by the CLI and by a
+    plain producer from schemas/ alone, is in the snapshots a fresh worker loads, and
+    completes there when signalled."""
+    first = worker(bootstrap, namespace, tmp_path / "a")
+    await first.start()
+    try:
+        async with doors(bootstrap, namespace, journal, tmp_path) as (_, create):
+            for door in DOORS:
+                await create(door)(waiter, {}, f"door-{door}")
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=FLOWS) as client:
+            for door in DOORS:
+                await until(lambda d=door: _suspended(client, f"door-{d}"),
+                            f"the {door} run to wait")
+            await _fill(client, 240, "fill-")
+            await until(lambda: _anchored(first), "a snapshot of every partition")
+    finally:
+        await first.stop()
+    second = worker(bootstrap, namespace, tmp_path / "b")
+    await second.start()
+    try:
+        await until(lambda: len(second.takeovers.reports) == TEST_JOURNAL_PARTITIONS,
+                    "every partition claimed")
+        assert {r.source for r in second.takeovers.reports.values()} == {"snapshot"}
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace) as nameless:
+            for door in DOORS:
+                await nameless.signal(f"door-{door}", "go", door)
+            for door in DOORS:
+                assert await nameless.get_handle(f"door-{door}").result(timeout=60) == {
+                    "got": door}
+    finally:
+        await second.stop()
+
+
+async def _suspended(client: Client, run_id: str) -> bool:
+    try:
+        return (await client.status(run_id)).value == "suspended"
+    except RunNotFound:
+        return False
 
 
 async def test_what_a_takeover_loads_is_the_live_state_not_the_history(
