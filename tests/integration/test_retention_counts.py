@@ -53,7 +53,8 @@ async def test_stores_hold_live_runs_not_every_run_ever(
 ) -> None:
     w = Worker(flows=[quick], data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
                namespace=namespace, session_timeout_ms=6000, concurrency=IN_FLIGHT,
-               retention=RETENTION)
+               retention=RETENTION, tombstone_retention=timedelta(hours=1))
+    # (tombstones kept an hour, so every run is counted: live, settled or a tombstone)
     await w.start()
     try:
         async with Client(bootstrap_servers=bootstrap, namespace=namespace,
