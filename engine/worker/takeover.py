@@ -6,8 +6,8 @@ namespace keeps working; `runstream topics create` adds it); a journal with rete
 snapshots off is refused, since a new owner could then need records the broker deleted.
 At a claim: a snapshot is loaded when the store is more than one snapshot interval behind
 the journal's end (folding a shorter tail costs less than fetching a snapshot). While the
-brokers do not answer the loads are tried again, the rebalance that called waiting (as for
-its end offsets, engine.worker.claims): the claimed partitions stay paused until then.
+brokers do not answer, the loads are tried again and the rebalance that called waits (as
+for its end offsets, engine.worker.claims): the claimed partitions stay paused until then.
 """
 
 from __future__ import annotations
