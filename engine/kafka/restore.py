@@ -93,10 +93,16 @@ class Restorer:
         enabled, no cut)."""
         starts = await log_starts(self.owner.bootstrap, self.owner.topic, partitions,
                                   security=self.owner.security)
-        return list(await asyncio.gather(*(
+        ended = await asyncio.gather(*(
             self.bring_up(p, enabled=(enabled or {}).get(p, True),
                           until=(until or {}).get(p), log_start=starts[p])
-            for p in partitions)))
+            for p in partitions), return_exceptions=True)
+        # A failure is raised once every load has ended: one that went on would race the
+        # caller's next attempt at its partition.
+        for failed in ended:
+            if isinstance(failed, BaseException):
+                raise failed
+        return [r for r in ended if isinstance(r, RestoreReport)]
 
     async def bring_up(self, partition: int, *, enabled: bool = True,
                        until: int | None = None, log_start: int | None = None

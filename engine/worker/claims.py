@@ -108,6 +108,11 @@ class Claims:
             # aiokafka swallows a listener's exception: hand it to the consume loop instead.
             w.fail_next_turn(exc)
             return
+        except Exception as exc:
+            # Swallowed, it would leave these partitions paused and never claimed while the
+            # group holds them here: the worker stops instead (a supervisor restarts it).
+            w.fail_next_turn(WorkerFatal(f"claiming partitions {partitions} failed: {exc!r}"))
+            return
         w.sticky.evict_partitions(set(partitions))
         for partition in partitions:
             state = w.projector.partition(partition)

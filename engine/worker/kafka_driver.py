@@ -1,13 +1,27 @@
-"""The worker's thin aiokafka driver: its consumer, its producers, its group generation."""
+"""The worker's thin aiokafka driver: its consumer, its producers, its group generation, and
+its poll through the group coordinator's "not now" answers."""
 
 from __future__ import annotations
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.errors import MessageSizeTooLargeError
+import asyncio
+import logging
+import re
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import (
+    GroupCoordinatorNotAvailableError,
+    GroupLoadInProgressError,
+    KafkaError,
+    MessageSizeTooLargeError,
+    NotCoordinatorForGroupError,
+)
 
 from runstream.engine.journal import MAX_RECORD_BYTES
 from runstream.engine.kafka.connection import KafkaSecurity, kafka_options
 from runstream.engine.worker.committer import MAX_BATCH_BYTES
+
+log = logging.getLogger("runstream.worker")
 
 # A dead letter's copy: the original value (up to the journal's own limit, a little over
 # MAX_RECORD_BYTES) plus its headers.
@@ -81,3 +95,74 @@ def group_generation(consumer: AIOKafkaConsumer) -> int:
         raise RuntimeError(f"aiokafka's coordinator has no generation ({generation!r}): "
                            f"this aiokafka version keeps it elsewhere")
     return generation
+
+
+# The group coordinator's answers that mean "ask again soon": it is loading the group's
+# state after a broker restart (COORDINATOR_LOAD_IN_PROGRESS), none is up yet
+# (COORDINATOR_NOT_AVAILABLE), or it moved to another broker (NOT_COORDINATOR).
+COORDINATOR_MOVING: tuple[type[KafkaError], ...] = (
+    GroupLoadInProgressError, GroupCoordinatorNotAvailableError, NotCoordinatorForGroupError)
+# aiokafka 0.14 retries them for a JoinGroup, a commit and consumer.committed(), but hands
+# some to the consumer's next getmany() as a plain KafkaError holding the error's repr: a
+# SyncGroup's COORDINATOR_LOAD_IN_PROGRESS as KafkaError("GroupLoadInProgressError()")
+# (CoordinatorGroupRebalance._send_sync_group_request), a heartbeat's as "Unexpected
+# exception in heartbeat task: GroupLoadInProgressError()" (its heartbeat task has ended),
+# the committed-offsets refresh's COORDINATOR_NOT_AVAILABLE as
+# "GroupCoordinatorNotAvailableError()" (that task has ended). Exactly these shapes: "Unexpected
+# error during coordination ..." means aiokafka's coordination task died, which no retry mends.
+_WRAPPED = re.compile(r"(?:Unexpected exception in heartbeat task: )?(\w+)\(\)")
+POLL_BACKOFF_FIRST_S = 0.2
+POLL_BACKOFF_MAX_S = 5.0
+
+
+def coordinator_moving(exc: BaseException) -> bool:
+    """`exc` is the group coordinator's "ask again soon", raw or as aiokafka wraps it."""
+    if isinstance(exc, COORDINATOR_MOVING):
+        return True
+    if type(exc) is not KafkaError or len(exc.args) != 1 or not isinstance(exc.args[0], str):
+        return False
+    found = _WRAPPED.fullmatch(exc.args[0])
+    return found is not None and found.group(1) in {e.__name__ for e in COORDINATOR_MOVING}
+
+
+def rejoin_group(consumer: AIOKafkaConsumer) -> None:
+    """Have aiokafka's coordinator join the group again: the task that gave up on the
+    coordinator's answer (a heartbeat's, the committed offsets') restarts only with a join
+    (after a failed SyncGroup aiokafka asked for one itself: then this changes nothing)."""
+    request = getattr(consumer._coordinator, "request_rejoin", None)
+    if not callable(request):
+        raise RuntimeError("aiokafka's coordinator has no request_rejoin(): this aiokafka "
+                           "version rejoins elsewhere")
+    request()
+
+
+class GroupPoller:
+    """The consume loop's getmany(). The coordinator's "ask again soon" (see
+    COORDINATOR_MOVING) is a poll without records after a backoff (doubling from
+    POLL_BACKOFF_FIRST_S to POLL_BACKOFF_MAX_S while it repeats) and a rejoin, not the end of
+    the worker; aiokafka retries the coordinator itself meanwhile. Any other error is raised."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.failures = 0  # in a row
+        self.retried = 0  # in all (tests, logs)
+
+    async def poll(self, consumer: AIOKafkaConsumer, *, timeout_ms: int,
+                   max_records: int) -> dict[TopicPartition, list[Any]]:
+        try:
+            batches: dict[TopicPartition, list[Any]] = await consumer.getmany(
+                timeout_ms=timeout_ms, max_records=max_records)
+        except KafkaError as exc:
+            if not coordinator_moving(exc):
+                raise
+            self.failures += 1
+            self.retried += 1
+            delay = min(POLL_BACKOFF_FIRST_S * 2 ** (self.failures - 1), POLL_BACKOFF_MAX_S)
+            log.warning("worker %s: the group's coordinator is not ready (%s): it is loading "
+                        "after a broker restart, or moving; joining the group again, polling "
+                        "again in %.1fs", self.name, exc, delay)
+            rejoin_group(consumer)
+            await asyncio.sleep(delay)
+            return {}
+        self.failures = 0
+        return batches

@@ -121,6 +121,10 @@ class SnapshotOwner(Protocol):
     def snapshot_topic(self) -> str:
         """`<ns>.snapshots`."""
 
+    @property
+    def stopping(self) -> bool:
+        """A stop began: a claim's loads are no longer tried again."""
+
 
 class RetentionOwner(Protocol):
     """What the retention sweeper (engine.worker.retention) uses."""

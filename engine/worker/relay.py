@@ -56,6 +56,7 @@ from runstream.engine.journal.input_limits import check_authority_name, check_ru
 from runstream.engine.journal.records import lineage_of
 from runstream.engine.kafka.connection import KafkaSecurity, start_client
 from runstream.engine.kafka.requests_topic import relay_consumer, relay_producer, topic_partitions
+from runstream.engine.worker.kafka_driver import coordinator_moving, rejoin_group
 from runstream.projections.capabilities import narrow
 from runstream.projections.partitioning import run_partition
 
@@ -319,6 +320,8 @@ class Relay:
                     await self._relay(batches)
             except KafkaError as exc:  # a broker restart, a rebalance: read it all again
                 log.warning("relay %s: %r; retrying from the last commit", self.name, exc)
+                if coordinator_moving(exc):  # what gave up on it restarts only with a join
+                    rejoin_group(self._consumer)
                 await asyncio.sleep(RETRY_SECONDS)
                 await self._renew_producer()
                 await self._rewind()

@@ -5,14 +5,19 @@ to be loaded again; `<ns>.snapshots` missing turns snapshots off with one warnin
 namespace keeps working; `runstream topics create` adds it); a journal with retention and
 snapshots off is refused, since a new owner could then need records the broker deleted.
 At a claim: a snapshot is loaded when the store is more than one snapshot interval behind
-the journal's end (folding a shorter tail costs less than fetching a snapshot).
+the journal's end (folding a shorter tail costs less than fetching a snapshot). While the
+brokers do not answer, the loads are tried again and the rebalance that called waits (as
+for its end offsets, engine.worker.claims): the claimed partitions stay paused until then.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
-from runstream.engine.errors import WorkerFatal
+from aiokafka.errors import KafkaError
+
+from runstream.engine.errors import BrokerConnectionFailed, WorkerFatal
 from runstream.engine.kafka.admin import TopicsError, snapshot_topic_exists, topic_configs
 from runstream.engine.kafka.restore import (
     RecordsDeleted,
@@ -26,6 +31,8 @@ from runstream.engine.worker.partition_protocols import SnapshotOwner
 from runstream.engine.worker.snapshots import SnapshotKeeper
 
 log = logging.getLogger("runstream.snapshots")
+
+LOAD_RETRY_S = 1.0
 
 
 class Takeovers:
@@ -44,10 +51,7 @@ class Takeovers:
         assert store is not None and w.projector is not None
         self.restorer = Restorer(RestoreTarget(w.bootstrap, w.topic, w.snapshot_topic,
                                                w.security, w.partitions, store, w.projector))
-        for partition in store.restoring():
-            log.warning("partition %d: a snapshot load did not finish (the worker stopped "
-                        "during it): cleared, to be loaded again", partition)
-            store.clear_partition(partition, self.owner.partitions, marker=None)
+        self._clear_unfinished("the worker stopped during it")
         retention = await self._journal_retention()
         self.journal_retention_ms = retention if retention > 0 else None
         if not await snapshot_topic_exists(self.owner.bootstrap, namespace,
@@ -77,9 +81,33 @@ class Takeovers:
             return -1
         return int(configs.get("retention.ms", "-1") or -1)
 
+    def _clear_unfinished(self, why: str) -> None:
+        """Partitions a load left under its restore marker: cleared, to be loaded again."""
+        store, projector = self.owner.store, self.owner.projector
+        assert store is not None and projector is not None
+        for partition in store.restoring():
+            log.warning("partition %d: a snapshot load did not finish (%s): cleared, to be "
+                        "loaded again", partition, why)
+            store.clear_partition(partition, self.owner.partitions, marker=None)
+            projector.forget_partition(partition, self.owner.partitions)
+
     async def bring_up(self, ends: dict[int, int]) -> None:
         """Before claiming `ends`' partitions (the journal's end offsets): load a snapshot
-        where the store is more than one interval behind, all partitions at once."""
+        where the store is more than one interval behind, all partitions at once; again,
+        after clearing what a load left half done, while the brokers do not answer."""
+        while True:
+            try:
+                await self._bring_up(ends)
+                return
+            except (KafkaError, BrokerConnectionFailed) as exc:
+                if self.owner.stopping:
+                    raise WorkerFatal(f"stopping: {exc!r}") from exc
+                log.warning("snapshot loads for partitions %s failed (%r); trying again in "
+                            "%.0fs", sorted(ends), exc, LOAD_RETRY_S)
+                self._clear_unfinished("the brokers stopped answering")
+                await asyncio.sleep(LOAD_RETRY_S)
+
+    async def _bring_up(self, ends: dict[int, int]) -> None:
         w = self.owner
         assert w.projector is not None and self.restorer is not None
         behind = {p: end - w.projector.partition(p).next_offset for p, end in ends.items()}

@@ -51,6 +51,7 @@ from runstream.engine.worker.deadletters import DeadLetterCopier, Polled, examin
 from runstream.engine.worker.executor import RunExecution, decision
 from runstream.engine.worker.kafka_driver import (
     DEAD_LETTER_REQUEST_BYTES,
+    GroupPoller,
     make_consumer,
     make_producer,
 )
@@ -174,6 +175,7 @@ class Worker:
         self.store: ProjectionStore | None = None
         self.projector: Projector | None = None
         self._consumer: AIOKafkaConsumer | None = None
+        self._poller = GroupPoller(self.name)  # rides out the coordinator's "ask again soon"
         self._committer: Committer | None = None
         self.claims = Claims(self)
         self.watchdog = LoopWatchdog(session_timeout_ms / 1000 * STALL_FRACTION)
@@ -215,14 +217,12 @@ class Worker:
                       give_up=self._give_up), name=f"runstream-{task}")
 
     def _give_up(self, fatal: WorkerFatal) -> None:
-        """A background task cannot go on: the consume loop raises this at its next turn,
-        which stops the worker (_on_loop_done)."""
+        """A background task cannot go on: the consume loop raises it next (_on_loop_done)."""
         if self._fatal is None:
             self._fatal = fatal
 
     def fail_next_turn(self, fatal: WorkerFatal) -> None:
-        """The consume loop raises `fatal` at its next turn (a rebalance listener's failure,
-        which aiokafka would swallow), which stops the worker."""
+        """The consume loop raises `fatal` next (a rebalance listener's, aiokafka swallows it)."""
         self._fatal = fatal
 
     async def _connect(self) -> None:
@@ -370,7 +370,7 @@ class Worker:
     async def _consume(self) -> None:
         assert self._consumer is not None
         while not self._stopping:
-            batches = await self._consumer.getmany(timeout_ms=200, max_records=2000)
+            batches = await self._poller.poll(self._consumer, timeout_ms=200, max_records=2000)
             if read_back_waits(self.committer.busy, self.confirmations.awaited(), batches):
                 await self.committer.quiet(READ_BACK_DEFER_S)
             records = [polled(tp.partition, m.offset, m.key, m.value, m.headers, m.timestamp)

@@ -172,7 +172,12 @@ async def status_or_none(client: Any, run_id: str) -> Any:
 async def child_id(client: Any, run_id: str, *positions: int, timeout: float = 60) -> str:
     """The default id of the child spawned at each position in turn below `run_id`: its
     parent's id with the parent's incarnation, then the spawn's position (waiting for each
-    parent to exist: a child is created through its parent's outbox)."""
+    parent to exist: a child is created through its parent's outbox).
+
+    Each parent is awaited until its owner admitted it (its run.created applied): only that
+    decides the incarnation. A run still only requested has none yet, and the bare id
+    `incarnation_id` gives it then names no child (a child of `patient` is `patient@0.0`,
+    not `patient.0`)."""
     from runstream.engine.errors import RunNotFound
     from runstream.projections.state import incarnation_id
 
@@ -181,9 +186,11 @@ async def child_id(client: Any, run_id: str, *positions: int, timeout: float = 6
         while True:
             try:
                 parent = await client.describe(run_id)
-                break
+                if parent.admitted:
+                    break
             except RunNotFound:
-                assert time.monotonic() < deadline, f"run {run_id} never appeared"
-                await asyncio.sleep(0.1)
+                pass
+            assert time.monotonic() < deadline, f"run {run_id} was never admitted"
+            await asyncio.sleep(0.1)
         run_id = f"{incarnation_id(parent)}.{position}"
     return run_id

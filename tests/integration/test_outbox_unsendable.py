@@ -252,3 +252,30 @@ async def test_an_old_shape_outbox_body_in_the_store_is_given_up_on_the_claim(
         await worker.stop()
     row = await dead_letter(bootstrap, namespace, "old-shape")
     assert row.partition == partition and row.type == ev.RunCreateRequested.TYPE
+
+
+async def test_a_childs_id_is_known_once_its_parent_is_admitted(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path) -> None:
+    """tests.integration.support.child_id waits for the parent's run.created: a parent only
+    requested has no incarnation yet, and the bare id derived from it then (`early.0`) names
+    no child. The old-shape test above waited 60 s for such a child whenever its describe
+    came before the worker admitted the parent."""
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                      flows=flows) as client:
+        await client.create_run(spawner, {"flow": waiter.name, "child": None}, run_id="early")
+        requested = await client.describe("early")  # no worker yet: only requested
+        assert not requested.admitted and requested.incarnation is None
+        finding = asyncio.create_task(child_id(client, "early", 0))
+        await asyncio.sleep(1.0)
+        assert not finding.done(), finding
+        worker = new_worker(bootstrap, namespace, tmp_path / "w")
+        await worker.start()
+        try:
+            kid = await asyncio.wait_for(finding, 60)
+            assert kid == f"early@{requested.request_offset}.0"
+
+            async def spawned() -> bool:
+                return await status_or_none(client, kid) is not None
+            await until(spawned, "the child to exist under that id")
+        finally:
+            await worker.stop()
