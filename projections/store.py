@@ -54,6 +54,7 @@ within it, and tombstones within the tombstone retention.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import logging
 import shutil
@@ -347,8 +348,6 @@ class ProjectionStore(PartitionRestore, IndexReads):
         # (before this record's partition state is pending)
         previous = self._hashes[number] if number in self._hashes else self._hash_of(number)
         prune = values.request_prune(change)
-        if prune is not None:
-            self.flush()  # the prune scans what is written: the group's records so far too
         batch = self._writer
         if batch is None:
             batch = self._writer = _Pending(WriteBatch(raw_mode=True), self._pending)
@@ -382,9 +381,15 @@ class ProjectionStore(PartitionRestore, IndexReads):
     def _prune_requests(self, batch: _Pending, partition: int,
                         prune: values.RequestPrune) -> None:
         """Drop the request index's oldest entries, in offset order, up to the first kept
-        (values.request_prune): O(entries dropped)."""
-        first = keys.request_offset_key(partition, 0)
-        for key, value in self._scan_committed(b"o/%05d/" % partition, start=first):
+        (values.request_prune): O(entries dropped), plus a look at the group's held writes,
+        so that how records were grouped never changes what goes."""
+        prefix = b"o/%05d/" % partition
+        held = sorted((key, value) for key, value in self._pending.items()
+                      if key.startswith(prefix) and value is not None)
+        written = self._scan_committed(prefix, start=keys.request_offset_key(partition, 0))
+        for key, value in heapq.merge(written, held):
+            if key in self._pending and self._pending[key] is None:
+                continue  # (dropped earlier in this group)
             request_id, logged_ms = values.parse_request_entry(value)
             if not values.pruned(prune, int(key[8:]), logged_ms):
                 break

@@ -112,8 +112,9 @@ def put_record(batch: Batch, change: RecordWrite, keep_records: bool,
         batch.put(keys.entry_key(change.run_id, change.entry.position), encoded.entry)
     if change.request_id is not None:
         batch.put(keys.request_key(number, change.request_id), b"%d" % change.offset)
-        batch.blind(keys.request_offset_key(number, change.offset),
-                    values.request_entry(change.request_id, change.timestamp_ms))
+        # (held, not blind: a prune later in the group sees it: ProjectionStore._prune_requests)
+        batch.put(keys.request_offset_key(number, change.offset),
+                  values.request_entry(change.request_id, change.timestamp_ms))
     if change.next_round is not None:
         encoded.next_round = put_run(batch, None, change.next_round, change.timestamp_ms)
         batch.put(keys.lineage_key(change.next_round.lineage_id),
