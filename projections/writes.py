@@ -16,7 +16,6 @@ the next record of that run (and every hash after it) differ.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from typing import Protocol
 
 import msgspec
@@ -80,8 +79,7 @@ class Batch(Protocol):
     def delete_range(self, begin: bytes, end: bytes) -> None: ...
 
 
-@dataclass(slots=True)
-class Encoded:
+class Encoded(msgspec.Struct, gc=False):
     """The state bytes one record wrote (None: not written), as the hash takes them."""
 
     run: bytes | None = None
