@@ -145,13 +145,13 @@ def _apply_decision(
 ) -> Applied:
     verdict = fence_verdict(partition, record, timestamp_ms)
     next_offset = offset + 1
-    if verdict is Verdict.fenced:
-        return Applied(replace(partition, next_offset=next_offset, fenced=partition.fenced + 1),
-                       run, verdict)
-    if verdict is Verdict.duplicate:
-        return Applied(replace(partition, next_offset=next_offset,
-                               duplicates=partition.duplicates + 1), run, verdict)
-    if verdict is Verdict.rejected:
+    if verdict is not None:  # (not applied: Verdict.x reads cost ~50 ns each, skipped here)
+        if verdict is Verdict.fenced:
+            return Applied(replace(partition, next_offset=next_offset,
+                                   fenced=partition.fenced + 1), run, verdict)
+        if verdict is Verdict.duplicate:
+            return Applied(replace(partition, next_offset=next_offset,
+                                   duplicates=partition.duplicates + 1), run, verdict)
         return Applied(replace(partition, next_offset=next_offset,
                                rejected_claims=partition.rejected_claims + 1), run, verdict)
     env = record.envelope
@@ -171,10 +171,11 @@ def _apply_decision(
         return Applied(accepted, run, Verdict.ignored)
     decided = _decide_run(run, record, offset, partition, entry)
     changed = decided.run is not run or decided.entry is not None or decided.outbox
-    return Applied(accepted, decided.run, Verdict.applied if changed else Verdict.ignored,
+    return Applied(accepted, decided.run, _APPLIED if changed else _IGNORED,
                    decided.entry, decided.outbox, next_round=decided.next_round)
 
 
+_APPLIED, _IGNORED = Verdict.applied, Verdict.ignored  # (a global: a member read costs more)
 _PARTITION_CLASSES = frozenset({ev.PartitionEpochClaimed, ev.PartitionHeartbeat,
                                 ev.PartitionOutboxSent, ev.PartitionSnapshotTaken,
                                 ev.PartitionRunsExpired})

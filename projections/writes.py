@@ -74,6 +74,7 @@ class Batch(Protocol):
     (a record's own history items and ledgers: only delete_range removes them)."""
 
     def put(self, key: bytes, value: bytes) -> None: ...
+    def fresh(self, key: bytes, value: bytes) -> None: ...  # put: a key the store lacks
     def blind(self, key: bytes, value: bytes) -> None: ...
     def delete(self, key: bytes) -> None: ...
     def delete_range(self, begin: bytes, end: bytes) -> None: ...
@@ -113,7 +114,8 @@ def put_record(batch: Batch, change: RecordWrite, keep_records: bool,
         batch.blind(keys.request_offset_key(number, change.offset),
                     values.request_entry(change.request_id, change.timestamp_ms))
     if change.next_round is not None:
-        encoded.next_round = put_run(batch, None, change.next_round, change.timestamp_ms)
+        encoded.next_round = put_run(batch, None, change.next_round, change.timestamp_ms,
+                                     new=False)
         batch.put(keys.lineage_key(change.next_round.lineage_id),
                   change.next_round.run_id.encode())
         seeded = history if not keep_records else encode_history(
@@ -195,11 +197,16 @@ def chain(previous: bytes, change: RecordWrite, encoded: Encoded) -> bytes:
 
 
 def put_run(batch: Batch, before: RunState | None, after: RunState | None,
-            timestamp_ms: int, *, entries: bool = True) -> bytes:
+            timestamp_ms: int, *, entries: bool = True, new: bool = True) -> bytes:
     """The run's key and its indexes; returns the run's new bytes (b"": deleted).
     `timestamp_ms`: the record's log time (a lineage's settlement is indexed by it).
     `entries`: a deleted run's journal entries go key by key (the caller deletes them as a
-    range otherwise)."""
+    range otherwise). `new`: `before` is what the store holds of the run (None: nothing,
+    so none of its index entries either); a next round's is not looked up."""
+    # A status the run enters and an inbox entry it gains are keys the store lacks (one
+    # status entry per run, the one of its state; an inbox entry while its inbox is not
+    # empty): put as fresh, so a delete within the same group drops them.
+    put_new = batch.fresh if new else batch.put
     old_wait = None if before is None else before.wait
     new_wait = None if after is None else after.wait
     if old_wait is not new_wait:  # (put_wait compares them: most records keep the wait)
@@ -220,9 +227,9 @@ def put_run(batch: Batch, before: RunState | None, after: RunState | None,
     value = encode_state(after)
     batch.put(keys.run_key(after.run_id), value)
     if before is None or after.status != before.status:
-        batch.put(keys.status_key(after.status, after.partition, after.run_id), b"")
+        put_new(keys.status_key(after.status, after.partition, after.run_id), b"")
     if after.inbox and (before is None or not before.inbox):
-        batch.put(keys.inbox_key(after.partition, after.run_id), b"")
+        put_new(keys.inbox_key(after.partition, after.run_id), b"")
     return value
 
 
