@@ -388,8 +388,10 @@ def _decide_run(
     if change is None:
         return _RunChange(run)
     fields = change.run
-    fields.setdefault("updated_at_ms", record.envelope.timestamp_ms)
-    fields.setdefault("inbox", _answered(run, record.envelope.request_id))
+    envelope = record.envelope
+    fields.setdefault("updated_at_ms", envelope.timestamp_ms)
+    if envelope.request_id is not None:  # (else its inbox stays as it is)
+        fields.setdefault("inbox", _answered(run, envelope.request_id))
     next_round = change.next_round
     if next_round is not None:
         # A round's life begins at its handoff (a lineage begun before incarnations keeps

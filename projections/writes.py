@@ -92,23 +92,26 @@ def put_record(batch: Batch, change: RecordWrite, keep_records: bool,
                acknowledged: tuple[OutboxItem | None, ...] = ()) -> Encoded:
     """Everything of `change` but the partition's state, offset and hash (put at flush).
     `acknowledged`: the outbox entries `change.outbox_done` names, as the store held them."""
-    number = change.partition.partition
+    number, offset, run_id = change.partition.partition, change.offset, change.run_id
     encoded = Encoded()
-    history = encode_history(change.verdict, change.record_type, change.timestamp_ms,
-                             change.raw if keep_records else None)
+    # encode_history() without its frame (once per record)
+    history = _HISTORY.encode((_VERDICT_VALUES[change.verdict], change.record_type,
+                               change.timestamp_ms, change.raw if keep_records else None))
     if change.dead_letter:
-        batch.blind(keys.dead_letter_key(number, change.offset), change.raw or b"")
-    if change.run_id is None:
-        batch.blind(keys.partition_history_key(number, change.offset), history)
+        batch.blind(keys.dead_letter_key(number, offset), change.raw or b"")
+    if run_id is None:
+        batch.blind(keys.partition_history_key(number, offset), history)
     else:
-        batch.blind(keys.history_key(change.run_id, number, change.offset), history)
+        batch.blind(keys.history_key(run_id, number, offset), history)
     if change.verdict in FENCED_VERDICTS:
-        batch.blind(keys.fenced_key(number, change.offset), (change.run_id or "").encode())
-    if change.after is not change.before:
-        encoded.run = put_run(batch, change.before, change.after, change.timestamp_ms)
-    if change.entry is not None and change.run_id is not None:
-        encoded.entry = encode_state(change.entry)
-        batch.put(keys.entry_key(change.run_id, change.entry.position), encoded.entry)
+        batch.blind(keys.fenced_key(number, offset), (run_id or "").encode())
+    after = change.after
+    if after is not change.before:
+        encoded.run = put_run(batch, change.before, after, change.timestamp_ms)
+    entry = change.entry
+    if entry is not None and run_id is not None:
+        encoded.entry = value = encode_state(entry)
+        batch.put(keys.entry_key(run_id, entry.position), value)
     if change.request_id is not None:
         batch.put(keys.request_key(number, change.request_id), b"%d" % change.offset)
         batch.blind(keys.request_offset_key(number, change.offset),
