@@ -30,7 +30,13 @@ from runstream.projections.poison import (
     needs_run,
     no_such_run,
 )
-from runstream.projections.reducer import Applied, apply, apply_dead_letter, request_id_of
+from runstream.projections.reducer import (
+    Applied,
+    apply,
+    apply_dead_letter,
+    apply_decision,
+    request_id_of,
+)
 from runstream.projections.state import (
     JournalEntry,
     OutboxItem,
@@ -208,19 +214,20 @@ class Projector:
         envelope = record.envelope
         when = envelope.timestamp_ms if timestamp_ms is None else timestamp_ms
         run_id = envelope.run_id or None  # partition records belong to no run
-        runs = self._runs
-        before = None
+        runs, store = self._runs, self.store
+        before = tombstone = None
         if run_id is not None:
             if run_id in runs:  # (run(), without its frame)
                 runs.move_to_end(run_id)
                 before = runs[run_id]
             else:
                 before = self.run(run_id)
-        tombstone = self.store.tombstone(run_id) if run_id and before is None else None
-        if (before is None and tombstone is None and needs_run(record)
-                and not self.run_existed(envelope.run_id)):
-            return self._dead_letter(partition, offset, raw or b"", no_such_run(record), when,
-                                     gate)
+            if before is None:
+                tombstone = store.tombstone(run_id)
+                if (tombstone is None and needs_run(record)
+                        and not self.run_existed(envelope.run_id)):
+                    return self._dead_letter(partition, offset, raw or b"", no_such_run(record),
+                                             when, gate)
         cls = record.__class__
         request = cls in REQUEST_CLASSES
         if request and before is not None and before.handed_off_to:
@@ -233,15 +240,20 @@ class Projector:
             position: int | None = record.position  # type: ignore[union-attr]
             if position is not None and (position < before.steps
                                          or cls is ev.JournalEntryCopied):
-                entry = self.store.entry(before.run_id, position)
-        request_id = request_id_of(record, offset) if request else None
-        seen = request_id is not None and self.store.request_seen(partition, request_id)
-        facts = (self._expiry_facts(partition, record)  # (a partition record: no run id)
-                 if run_id is None and isinstance(record, ev.PartitionRunsExpired) else None)
-        applied = apply(state, before, record, offset, when, entry, seen, tombstone, facts)
+                entry = store.entry(before.run_id, position)
+        request_id = None
+        if request:
+            request_id = request_id_of(record, offset)
+            seen = store.request_seen(partition, request_id)
+            applied = apply(state, before, record, offset, when, entry, seen, tombstone)
+        else:
+            facts = (self._expiry_facts(partition, record)  # (a partition record: no run id)
+                     if run_id is None and isinstance(record, ev.PartitionRunsExpired) else None)
+            applied = apply_decision(state, before, record, offset, when, entry,
+                                     tombstone is not None, facts)
         after, verdict, next_round = applied.run, applied.verdict, applied.next_round
         # Positional: RecordWrite's field order (keywords cost more, once per record).
-        self.store.write(RecordWrite(
+        store.write(RecordWrite(
             applied.partition, offset, when, verdict, record.TYPE, run_id, before, after,
             applied.entry, request_id if verdict is _APPLIED else None, raw, False,
             applied.outbox, applied.outbox_done, next_round, applied.expiry,

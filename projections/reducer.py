@@ -93,7 +93,7 @@ def apply(
             return Applied(moved, None, Verdict.refused, outbox=_expired_spawn(
                 tombstone, record, offset))
         return _apply_request(moved, run, record, offset, request_seen, entry)
-    return _apply_decision(partition, run, record, offset, timestamp_ms, entry,
+    return apply_decision(partition, run, record, offset, timestamp_ms, entry,
                            tombstone is not None, expiry)
 
 
@@ -133,7 +133,7 @@ def claim_verdict(
     return Verdict.rejected
 
 
-def _apply_decision(
+def apply_decision(
     partition: PartitionState,
     run: RunState | None,
     record: ev.JournalRecord,
@@ -143,6 +143,7 @@ def _apply_decision(
     expired: bool = False,
     expiry: ExpiryFacts | None = None,
 ) -> Applied:
+    """apply() of a decision (its caller knows it is one): `expired`, the run expired."""
     verdict = fence_verdict(partition, record, timestamp_ms)
     next_offset = offset + 1
     if verdict is not None:  # (not applied: Verdict.x reads cost ~50 ns each, skipped here)
