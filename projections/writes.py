@@ -209,30 +209,37 @@ def put_run(batch: Batch, before: RunState | None, after: RunState | None,
     # A status the run enters and an inbox entry it gains are keys the store lacks (one
     # status entry per run, the one of its state; an inbox entry while its inbox is not
     # empty): put as fresh, so a delete within the same group drops them.
-    put_new = batch.fresh if new else batch.put
     old_wait = None if before is None else before.wait
     new_wait = None if after is None else after.wait
     if old_wait is not new_wait:  # (put_wait compares them: most records keep the wait)
         put_wait(batch, before, after)
-    if before is not None and (after is None or after.status != before.status):
-        batch.delete(keys.status_key(before.status, before.partition, before.run_id))
-    if before is not None and before.inbox and (after is None or not after.inbox):
-        batch.delete(keys.inbox_key(before.partition, before.run_id))
     if after is None:
         if before is not None:
+            batch.delete(keys.status_key(before.status, before.partition, before.run_id))
+            if before.inbox:
+                batch.delete(keys.inbox_key(before.partition, before.run_id))
             batch.delete(keys.run_key(before.run_id))
             for position in range(before.steps if entries else 0):
                 batch.delete(keys.entry_key(before.run_id, position))
         return b""
-    if settles(before, after):
-        # Put, not blind: an expiry in the same batch (a rebuild's) must see it.
-        batch.put(keys.settled_key(after.partition, timestamp_ms, after.run_id), b"")
+    # A status the run enters and an inbox entry it gains are keys the store lacks (one
+    # status entry per run, the one of its state; an inbox entry while its inbox is not
+    # empty): put as fresh, so a delete within the same group drops them.
+    put_new = batch.fresh if new else batch.put
+    if before is None or after.status != before.status:
+        if before is not None:
+            batch.delete(keys.status_key(before.status, before.partition, before.run_id))
+        if settles(before, after):  # (only ever at a change of status)
+            # Put, not blind: an expiry in the same batch (a rebuild's) must see it.
+            batch.put(keys.settled_key(after.partition, timestamp_ms, after.run_id), b"")
+        put_new(keys.status_key(after.status, after.partition, after.run_id), b"")
     value = encode_state(after)
     batch.put(keys.run_key(after.run_id), value)
-    if before is None or after.status != before.status:
-        put_new(keys.status_key(after.status, after.partition, after.run_id), b"")
-    if after.inbox and (before is None or not before.inbox):
-        put_new(keys.inbox_key(after.partition, after.run_id), b"")
+    if after.inbox:
+        if before is None or not before.inbox:
+            put_new(keys.inbox_key(after.partition, after.run_id), b"")
+    elif before is not None and before.inbox:
+        batch.delete(keys.inbox_key(before.partition, before.run_id))
     return value
 
 
