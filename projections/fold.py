@@ -132,7 +132,7 @@ async def _fold(store: ProjectionStore, batches: AsyncIterable[Sequence[FoldedRe
     store.begin_group()
     count = 0
     flush_at = 0  # one RocksDB write per REBUILD_GROUP records
-    apply_record = projector.apply_record
+    fold_record = projector.fold_record
     async for batch in batches:
         for raw in batch:
             if count == flush_at:
@@ -142,13 +142,14 @@ async def _fold(store: ProjectionStore, batches: AsyncIterable[Sequence[FoldedRe
                     progress(count)
             if watch is not None:
                 watch.before(raw.partition, raw.offset)
-            # Projector.apply_raw, without its two frames (once a record)
+            # Projector.apply_raw, without its frames and its Outcome (once a record)
             examined = examine(raw.value, raw.headers, raw.key)
-            if isinstance(examined, Poison):
+            if examined.__class__ is Poison:
                 projector.apply_examined(raw.partition, raw.offset, examined, raw.value,
                                          raw.timestamp)
             else:
-                apply_record(raw.partition, raw.offset, examined, raw.timestamp, raw=raw.value)
+                fold_record(raw.partition, raw.offset, examined,  # type: ignore[arg-type]
+                            raw.timestamp, raw.value)
             count += 1
     store.flush()
     found: dict[tuple[int, int], str] = {}

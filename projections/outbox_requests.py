@@ -64,3 +64,29 @@ def refused_spawn(child_run_id: str, item: InboxItem, why: str) -> OutboxItem | 
         item.parent_lineage_id or item.parent_run_id, child_run_id=child_run_id,
         child_status=RunStatus.failed, position=item.parent_position,
         error_type="SpawnRefused", error_message=why)
+
+
+def spawn_answer(before: RunState | None,
+                 record: ev.RunCreated | ev.RunCreateRejected) -> tuple[OutboxItem, ...]:
+    """A parent's create request answered without making the run its child (a duplicate of
+    an existing run, or rejected) fails that parent's spawn through the outbox, instead of
+    leaving the parent waiting for a child that never settles for it."""
+    if before is None:
+        return ()
+    item = next((i for i in before.inbox if i.request_id == record.envelope.request_id), None)
+    if item is None or item.parent_run_id is None:
+        return ()
+    if isinstance(record, ev.RunCreateRejected) and record.reason == "identity-conflict":
+        why = (f"run {before.run_id} already exists with {record.field} "
+               f"{record.existing_value!r}, not {record.requested_value!r}; a child's run id "
+               f"must be new")
+    elif isinstance(record, ev.RunCreateRejected):
+        why = f"{record.reason}: {record.field} {record.requested_value!r}"
+    elif record.duplicate and before.request_id != item.request_id:
+        owner = (f"a child of {before.parent_run_id}" if before.parent_run_id
+                 else "created by a client")
+        why = f"run {before.run_id} already exists ({owner}); a child's run id must be new"
+    else:
+        return ()
+    wake = refused_spawn(before.run_id, item, why)
+    return () if wake is None else (wake,)

@@ -39,7 +39,7 @@ from runstream.engine.journal import (
     DecodeError,
     DecodeReason,
     JournalRecord,
-    decode,
+    default_codec,
 )
 from runstream.engine.journal import events as ev
 
@@ -99,21 +99,27 @@ Examined = JournalRecord | Poison
 def examine(value: bytes | None, headers: Sequence[tuple[str, bytes]] | None = None,
             key: RecordKey = KEY_UNKNOWN) -> Examined:
     """The decoded record, or why it is poison, from the record's own bytes alone."""
-    size = oversize(value)
-    if size is not None:
-        return size
+    # oversize(), decode() and missing_key() without their frames (once per record folded)
+    if value is not None and len(value) > MAX_RECORD_BYTES:
+        return _too_large(len(value))
     try:
-        record = decode(value, headers)
+        record = default_codec().decode(value, headers)
     except DecodeError as error:
         return from_decode_error(error)
+    if key or not record.envelope.run_id:  # (KEY_UNKNOWN is true: no key check)
+        return record
     return missing_key(record, key) or record
 
 
 def oversize(value: bytes | None) -> Poison | None:
     if value is None or len(value) <= MAX_RECORD_BYTES:
         return None
+    return _too_large(len(value))
+
+
+def _too_large(size: int) -> Poison:
     return Poison("oversize", "oversize",
-                  f"{len(value)} bytes, over the {MAX_RECORD_BYTES}-byte record limit")
+                  f"{size} bytes, over the {MAX_RECORD_BYTES}-byte record limit")
 
 
 def from_decode_error(error: DecodeError) -> Poison:

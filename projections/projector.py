@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Protocol
+
+import msgspec
 
 from runstream.engine.journal import DecodeError, JournalRecord
 from runstream.engine.journal import events as ev
@@ -29,7 +30,13 @@ from runstream.projections.poison import (
     needs_run,
     no_such_run,
 )
-from runstream.projections.reducer import apply, apply_dead_letter, request_id_of
+from runstream.projections.reducer import (
+    Applied,
+    apply,
+    apply_dead_letter,
+    apply_decision,
+    request_id_of,
+)
 from runstream.projections.state import (
     JournalEntry,
     OutboxItem,
@@ -39,11 +46,14 @@ from runstream.projections.state import (
     Verdict,
     round_run_id,
 )
-from runstream.projections.transitions import entry_position
+from runstream.projections.transitions import POSITIONED_CLASSES
 from runstream.projections.values import ExpiryChange, ExpiryFacts, LineageFacts, RecordWrite
 
 # Run states the projector keeps decoded between records (a run's records come in bursts).
 RUN_CACHE = 4096
+# record.KIND == "request", as a set of classes (a class attribute read costs more)
+_APPLIED = Verdict.applied  # (a global: an Enum member read costs ~50 ns, once per record)
+REQUEST_CLASSES = frozenset(c for c in ev.RECORD_CLASSES.values() if c.KIND == "request")
 
 
 # Whether the dead letter at (partition, offset) has been copied (acknowledged) already.
@@ -75,10 +85,9 @@ class Store(Protocol):
     def write(self, change: RecordWrite) -> None: ...
 
 
-# Not frozen: a frozen dataclass's __init__ sets each field through object.__setattr__,
-# about 3 us more per instance, made once per record on every fold. Never mutated.
-@dataclass(slots=True)
-class Outcome:
+# A Struct, not a dataclass: made in C, about half the cost of a slotted dataclass (once per
+# record). Never mutated.
+class Outcome(msgspec.Struct):
     partition: PartitionState
     offset: int
     record: JournalRecord | None
@@ -178,6 +187,26 @@ class Projector:
     ) -> Outcome:
         """Apply `record` at `offset`; `timestamp_ms` is its log time (the envelope's time
         when the log's is unknown, as in exported fixtures)."""
+        done = self.fold_record(partition, offset, record, timestamp_ms, raw, gate)
+        if done.__class__ is Outcome:
+            return done  # type: ignore[return-value]
+        before, tombstone, applied = done  # type: ignore[misc]
+        return Outcome(applied.partition, offset, record, before, applied.run, applied.verdict,
+                       None, applied.entry, False, applied.outbox, applied.next_round, None,
+                       tombstone, applied.expiry)
+
+    def fold_record(
+        self,
+        partition: int,
+        offset: int,
+        record: JournalRecord,
+        timestamp_ms: int | None,
+        raw: bytes | None = None,
+        gate: CopyGate | None = None,
+    ) -> Outcome | tuple[RunState | None, Tombstone | None, Applied]:
+        """apply_record's work, for a fold that wants no Outcome (made per record): an
+        Outcome only when nothing was applied or the record is a dead letter, else (the run
+        before, its tombstone, what the reducer made of it)."""
         state = self._partitions.get(partition) or self.partition(partition)
         if offset < state.next_offset:
             # Already applied (a re-delivery after a seek): nothing to do, nothing to write.
@@ -185,33 +214,48 @@ class Projector:
         envelope = record.envelope
         when = envelope.timestamp_ms if timestamp_ms is None else timestamp_ms
         run_id = envelope.run_id or None  # partition records belong to no run
-        before = self.run(run_id) if run_id else None
-        tombstone = self.store.tombstone(run_id) if run_id and before is None else None
-        if (before is None and tombstone is None and needs_run(record)
-                and not self.run_existed(record.envelope.run_id)):
-            return self._dead_letter(partition, offset, raw or b"", no_such_run(record), when,
-                                     gate)
-        if record.KIND == "request" and before is not None and before.handed_off_to:
+        runs, store = self._runs, self.store
+        before = tombstone = None
+        if run_id is not None:
+            if run_id in runs:  # (run(), without its frame)
+                runs.move_to_end(run_id)
+                before = runs[run_id]
+            else:
+                before = self.run(run_id)
+            if before is None:
+                tombstone = store.tombstone(run_id)
+                if (tombstone is None and needs_run(record)
+                        and not self.run_existed(envelope.run_id)):
+                    return self._dead_letter(partition, offset, raw or b"", no_such_run(record),
+                                             when, gate)
+        cls = record.__class__
+        request = cls in REQUEST_CLASSES
+        if request and before is not None and before.handed_off_to:
             # A request naming the lineage reaches its latest round.
             run_id, before = self._latest_round(before, record)
-        position = entry_position(record)
         entry = None
         # No entry can stand at or past `steps`, but for a fork's copies, which move `steps`
         # once per part (projections.fork_transitions).
-        if before is not None and position is not None and (
-                position < before.steps or isinstance(record, ev.JournalEntryCopied)):
-            entry = self.store.entry(before.run_id, position)
-        request_id = request_id_of(record, offset) if record.KIND == "request" else None
-        seen = request_id is not None and self.store.request_seen(partition, request_id)
-        facts = (self._expiry_facts(partition, record)  # (a partition record: no run id)
-                 if run_id is None and isinstance(record, ev.PartitionRunsExpired) else None)
-        applied = apply(state, before, record, offset, timestamp_ms=when, entry=entry,
-                        request_seen=seen, tombstone=tombstone, expiry=facts)
+        if before is not None and cls in POSITIONED_CLASSES:
+            position: int | None = record.position  # type: ignore[union-attr]
+            if position is not None and (position < before.steps
+                                         or cls is ev.JournalEntryCopied):
+                entry = store.entry(before.run_id, position)
+        request_id = None
+        if request:
+            request_id = request_id_of(record, offset)
+            seen = store.request_seen(partition, request_id)
+            applied = apply(state, before, record, offset, when, entry, seen, tombstone)
+        else:
+            facts = (self._expiry_facts(partition, record)  # (a partition record: no run id)
+                     if run_id is None and isinstance(record, ev.PartitionRunsExpired) else None)
+            applied = apply_decision(state, before, record, offset, when, entry,
+                                     tombstone is not None, facts)
         after, verdict, next_round = applied.run, applied.verdict, applied.next_round
         # Positional: RecordWrite's field order (keywords cost more, once per record).
-        self.store.write(RecordWrite(
+        store.write(RecordWrite(
             applied.partition, offset, when, verdict, record.TYPE, run_id, before, after,
-            applied.entry, request_id if verdict is Verdict.applied else None, raw, False,
+            applied.entry, request_id if verdict is _APPLIED else None, raw, False,
             applied.outbox, applied.outbox_done, next_round, applied.expiry,
         ))
         self._partitions[partition] = applied.partition
@@ -220,12 +264,13 @@ class Projector:
                 for gone in lineage.rounds:
                     self._remember(gone.run_id, None)
         if run_id:
-            self._remember(run_id, after)
+            if run_id in runs:  # (moved to the end when looked up above)
+                runs[run_id] = after
+            else:
+                self._remember(run_id, after)
         if next_round is not None:
             self._remember(next_round.run_id, next_round)
-        return Outcome(applied.partition, offset, record, before, after, verdict, None,
-                       applied.entry, False, applied.outbox, next_round, None, tombstone,
-                       applied.expiry)
+        return before, tombstone, applied
 
     def _expiry_facts(self, partition: int, record: ev.PartitionRunsExpired) -> ExpiryFacts:
         """What the store holds of the lineages and tombstones an expiry decision names:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from runstream.engine.journal import events as ev
 from runstream.projections.outbox_requests import cancels, parent_wake
@@ -37,10 +38,9 @@ WAIT_TIMEOUT = "WaitTimeout"
 CANCEL_DELIVERED = "Cancelled"
 
 
-@dataclass(slots=True)
-class Change:
+class Change(msgspec.Struct, gc=False):  # made in C (once per record), never its own member
     run: Changes
-    entry: JournalEntry | None = field(default=None)
+    entry: JournalEntry | None = None
     outbox: tuple[OutboxItem, ...] = ()
     next_round: RunState | None = None  # a handoff creates the lineage's next round
 
@@ -414,6 +414,7 @@ _HANDLERS: dict[type, Handler] = {
 _POSITIONED = (ev.StepStarted, ev.StepCompleted, ev.StepFailed, ev.RunSuspended,
                ev.RunResumed, ev.TimerFired, ev.ChildSpawned, ev.RunWakeRequested,
                ev.JournalEntryCopied)
+POSITIONED_CLASSES = frozenset(_POSITIONED)  # (the records are final classes: no subclass)
 
 
 def entry_position(record: ev.JournalRecord) -> int | None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import msgspec
+
 from runstream.engine.journal import JournalRecord
 from runstream.projections.state import (
     JournalEntry,
@@ -51,8 +53,7 @@ class HistoryEntry:
     reason: str | None = None  # a dead letter's (projections.poison.DeadLetterReason)
 
 
-@dataclass(slots=True)
-class RecordWrite:
+class RecordWrite(msgspec.Struct, gc=False):  # made in C: half a dataclass's cost, per record
     """What one applied record changes; ProjectionStore.write turns it into one batch."""
 
     partition: PartitionState

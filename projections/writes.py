@@ -15,8 +15,7 @@ the next record of that run (and every hash after it) differ.
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass
+from hashlib import blake2b as _blake2b
 from typing import Protocol
 
 import msgspec
@@ -75,13 +74,13 @@ class Batch(Protocol):
     (a record's own history items and ledgers: only delete_range removes them)."""
 
     def put(self, key: bytes, value: bytes) -> None: ...
+    def fresh(self, key: bytes, value: bytes) -> None: ...  # put: a key the store lacks
     def blind(self, key: bytes, value: bytes) -> None: ...
     def delete(self, key: bytes) -> None: ...
     def delete_range(self, begin: bytes, end: bytes) -> None: ...
 
 
-@dataclass(slots=True)
-class Encoded:
+class Encoded(msgspec.Struct, gc=False):
     """The state bytes one record wrote (None: not written), as the hash takes them."""
 
     run: bytes | None = None
@@ -93,30 +92,34 @@ def put_record(batch: Batch, change: RecordWrite, keep_records: bool,
                acknowledged: tuple[OutboxItem | None, ...] = ()) -> Encoded:
     """Everything of `change` but the partition's state, offset and hash (put at flush).
     `acknowledged`: the outbox entries `change.outbox_done` names, as the store held them."""
-    number = change.partition.partition
+    number, offset, run_id = change.partition.partition, change.offset, change.run_id
     encoded = Encoded()
-    history = encode_history(change.verdict, change.record_type, change.timestamp_ms,
-                             change.raw if keep_records else None)
+    # encode_history() without its frame (once per record)
+    history = _HISTORY.encode((_VERDICT_VALUES[change.verdict], change.record_type,
+                               change.timestamp_ms, change.raw if keep_records else None))
     if change.dead_letter:
-        batch.blind(keys.dead_letter_key(number, change.offset), change.raw or b"")
-    if change.run_id is None:
-        batch.blind(keys.partition_history_key(number, change.offset), history)
+        batch.blind(keys.dead_letter_key(number, offset), change.raw or b"")
+    if run_id is None:
+        batch.blind(keys.partition_history_key(number, offset), history)
     else:
-        batch.blind(keys.history_key(change.run_id, number, change.offset), history)
+        batch.blind(keys.history_key(run_id, number, offset), history)
     if change.verdict in FENCED_VERDICTS:
-        batch.blind(keys.fenced_key(number, change.offset), (change.run_id or "").encode())
-    if change.after is not change.before:
-        encoded.run = put_run(batch, change.before, change.after, change.timestamp_ms)
-    if change.entry is not None and change.run_id is not None:
-        encoded.entry = encode_state(change.entry)
-        batch.put(keys.entry_key(change.run_id, change.entry.position), encoded.entry)
+        batch.blind(keys.fenced_key(number, offset), (run_id or "").encode())
+    after = change.after
+    if after is not change.before:
+        encoded.run = put_run(batch, change.before, after, change.timestamp_ms)
+    entry = change.entry
+    if entry is not None and run_id is not None:
+        encoded.entry = value = encode_state(entry)
+        batch.put(keys.entry_key(run_id, entry.position), value)
     if change.request_id is not None:
         batch.put(keys.request_key(number, change.request_id), b"%d" % change.offset)
         # (held, not blind: a prune later in the group sees it: ProjectionStore._prune_requests)
         batch.put(keys.request_offset_key(number, change.offset),
                   values.request_entry(change.request_id, change.timestamp_ms))
     if change.next_round is not None:
-        encoded.next_round = put_run(batch, None, change.next_round, change.timestamp_ms)
+        encoded.next_round = put_run(batch, None, change.next_round, change.timestamp_ms,
+                                     new=False)
         batch.put(keys.lineage_key(change.next_round.lineage_id),
                   change.next_round.run_id.encode())
         seeded = history if not keep_records else encode_history(
@@ -178,10 +181,17 @@ def _delete_history(batch: Batch, run_id: str) -> None:
 
 def chain(previous: bytes, change: RecordWrite, encoded: Encoded) -> bytes:
     """The partition's running hash after `change` (see the module docstring)."""
-    head = (f"{change.offset}\x1f{change.record_type}\x1f{change.run_id or ''}\x1f"
+    run_id = change.run_id
+    head = (f"{change.offset}\x1f{change.record_type}\x1f{run_id or ''}\x1f"
             f"{change.request_id or ''}").encode()
-    parts = [previous, head, _VERDICTS[change.verdict],
-             UNCHANGED if encoded.run is None else encoded.run,
+    run = UNCHANGED if encoded.run is None else encoded.run
+    if (run_id is not None and change.expiry is None and not change.dead_letter
+            and not change.outbox and not change.outbox_done):
+        # (most records: the same parts, in a tuple, without the appends below)
+        return _blake2b(b"\x1f".join((previous, head, _VERDICTS[change.verdict], run,
+                                       encoded.entry or b"", encoded.next_round or b"")),
+                        digest_size=HASH_BYTES).digest()
+    parts = [previous, head, _VERDICTS[change.verdict], run,
              encoded.entry or b"", encoded.next_round or b""]
     if change.outbox or change.outbox_done:
         parts.extend(encode_state(item) for item in change.outbox)
@@ -194,38 +204,50 @@ def chain(previous: bytes, change: RecordWrite, encoded: Encoded) -> bytes:
         parts.extend(encode_state(stone) for lineage in change.expiry.expired
                      for stone in lineage.tombstones)
         parts.extend(b"-" + stone.run_id.encode() for stone in change.expiry.dropped)
-    return hashlib.blake2b(b"\x1f".join(parts), digest_size=HASH_BYTES).digest()
+    return _blake2b(b"\x1f".join(parts), digest_size=HASH_BYTES).digest()
 
 
 def put_run(batch: Batch, before: RunState | None, after: RunState | None,
-            timestamp_ms: int, *, entries: bool = True) -> bytes:
+            timestamp_ms: int, *, entries: bool = True, new: bool = True) -> bytes:
     """The run's key and its indexes; returns the run's new bytes (b"": deleted).
     `timestamp_ms`: the record's log time (a lineage's settlement is indexed by it).
     `entries`: a deleted run's journal entries go key by key (the caller deletes them as a
-    range otherwise)."""
+    range otherwise). `new`: `before` is what the store holds of the run (None: nothing,
+    so none of its index entries either); a next round's is not looked up."""
+    # A status the run enters and an inbox entry it gains are keys the store lacks (one
+    # status entry per run, the one of its state; an inbox entry while its inbox is not
+    # empty): put as fresh, so a delete within the same group drops them.
     old_wait = None if before is None else before.wait
     new_wait = None if after is None else after.wait
     if old_wait is not new_wait:  # (put_wait compares them: most records keep the wait)
         put_wait(batch, before, after)
-    if before is not None and (after is None or after.status != before.status):
-        batch.delete(keys.status_key(before.status, before.partition, before.run_id))
-    if before is not None and before.inbox and (after is None or not after.inbox):
-        batch.delete(keys.inbox_key(before.partition, before.run_id))
     if after is None:
         if before is not None:
+            batch.delete(keys.status_key(before.status, before.partition, before.run_id))
+            if before.inbox:
+                batch.delete(keys.inbox_key(before.partition, before.run_id))
             batch.delete(keys.run_key(before.run_id))
             for position in range(before.steps if entries else 0):
                 batch.delete(keys.entry_key(before.run_id, position))
         return b""
-    if settles(before, after):
-        # Put, not blind: an expiry in the same batch (a rebuild's) must see it.
-        batch.put(keys.settled_key(after.partition, timestamp_ms, after.run_id), b"")
+    # A status the run enters and an inbox entry it gains are keys the store lacks (one
+    # status entry per run, the one of its state; an inbox entry while its inbox is not
+    # empty): put as fresh, so a delete within the same group drops them.
+    put_new = batch.fresh if new else batch.put
+    if before is None or after.status != before.status:
+        if before is not None:
+            batch.delete(keys.status_key(before.status, before.partition, before.run_id))
+        if settles(before, after):  # (only ever at a change of status)
+            # Put, not blind: an expiry in the same batch (a rebuild's) must see it.
+            batch.put(keys.settled_key(after.partition, timestamp_ms, after.run_id), b"")
+        put_new(keys.status_key(after.status, after.partition, after.run_id), b"")
     value = encode_state(after)
     batch.put(keys.run_key(after.run_id), value)
-    if before is None or after.status != before.status:
-        batch.put(keys.status_key(after.status, after.partition, after.run_id), b"")
-    if after.inbox and (before is None or not before.inbox):
-        batch.put(keys.inbox_key(after.partition, after.run_id), b"")
+    if after.inbox:
+        if before is None or not before.inbox:
+            put_new(keys.inbox_key(after.partition, after.run_id), b"")
+    elif before is not None and before.inbox:
+        batch.delete(keys.inbox_key(before.partition, before.run_id))
     return value
 
 

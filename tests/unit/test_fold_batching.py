@@ -136,3 +136,29 @@ def test_held_writes_keep_their_order_around_a_range_delete(tmp_path: Path) -> N
         assert dict(db.items()) == {b"a/1": b"new", b"b/1": b"kept"}
     finally:
         db.close()
+
+
+def test_fresh_keys_put_and_deleted_in_a_group_never_reach_rocksdb(tmp_path: Path) -> None:
+    """A fresh key put then deleted is dropped; one the store held, deleted then put fresh
+    and deleted again, is still deleted; after a range the held keys are in the batch, so
+    a later delete reaches it."""
+    db = Rdict(str(tmp_path / "db"), Options(raw_mode=True))
+    try:
+        db[b"s/held"] = b""
+        ops: dict[bytes, bytes | None] = {}
+        pending = _Pending(WriteBatch(raw_mode=True), ops)
+        pending.fresh(b"s/new", b"")
+        pending.delete(b"s/new")
+        assert b"s/new" not in ops
+        pending.delete(b"s/held")
+        pending.fresh(b"s/held", b"")
+        pending.delete(b"s/held")
+        assert ops[b"s/held"] is None
+        pending.fresh(b"s/ranged", b"")
+        pending.delete_range(b"x/", b"x0")
+        pending.delete(b"s/ranged")
+        assert ops[b"s/ranged"] is None  # (put into the batch at the range: deleted after)
+        db.write(pending.materialize())
+        assert dict(db.items()) == {}
+    finally:
+        db.close()
