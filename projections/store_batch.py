@@ -5,23 +5,31 @@ from __future__ import annotations
 
 from rocksdict import WriteBatch
 
+# Key families only ever written blind (projections.writes: history items, the partition's
+# own records, the fencing ledger, dead letters): a range of one holds no held write.
+BLIND_ONLY = frozenset((b"h/", b"g/", b"f/", b"d/"))
+
 
 class Pending:
     """A WriteBatch whose puts and deletes by key are held (the last one per key wins) until
     written: a key a group of records writes many times (a run's state, its status, inbox
     and wait indexes) reaches RocksDB once; reads see the held ones. Blind writes go on."""
 
-    __slots__ = ("_batch", "_fresh", "_ops")
+    __slots__ = ("_batch", "_dirty", "_fresh", "_ops")
 
     def __init__(self, batch: WriteBatch, ops: dict[bytes, bytes | None]) -> None:
         self._batch = batch
         self._ops = ops  # the store's _pending: key -> value, None: deleted
+        # The held writes not in the batch yet: a range delete writes these first, not every
+        # held write again (an expiry decision's hundreds of ranges in a group of thousands
+        # of held writes made its batch millions of operations). Bounded by the held keys.
+        self._dirty: dict[bytes, bytes | None] = dict(ops)
         # Held keys absent from the store before this batch put them: a delete of one only
         # drops it (nothing to delete in RocksDB). Bounded by the held keys.
         self._fresh: set[bytes] = set()
 
     def put(self, key: bytes, value: bytes) -> None:
-        self._ops[key] = value
+        self._ops[key] = self._dirty[key] = value
 
     def fresh(self, key: bytes, value: bytes) -> None:
         """A put of a key the store does not hold (a new run's status and inbox index
@@ -30,7 +38,7 @@ class Pending:
         ops = self._ops
         if key not in ops:  # (a held delete: RocksDB may hold it, the delete must stay)
             self._fresh.add(key)
-        ops[key] = value
+        ops[key] = self._dirty[key] = value
 
     def blind(self, key: bytes, value: bytes) -> None:
         """A key only scanned, never read back or deleted by key (history, ledgers)."""
@@ -40,24 +48,30 @@ class Pending:
         if key in self._fresh:
             self._fresh.discard(key)
             del self._ops[key]  # (reads find nothing held, and nothing in the store)
+            self._dirty.pop(key, None)
         else:
-            self._ops[key] = None
+            self._ops[key] = self._dirty[key] = None
 
     def delete_range(self, begin: bytes, end: bytes) -> None:
         """Keys in [begin, end): only ranges no later read of the batch looks up by key
-        (an expired run's entries and history, old bookkeeping); what is held goes first."""
+        (an expired run's entries and history, old bookkeeping); what is held and not
+        written yet goes first, and the held keys in the range read as deleted."""
         self.materialize()
         self._batch.delete_range(begin, end)
+        if begin[:2] in BLIND_ONLY:
+            return  # (no held key there: skip looking through them all)
         for key in [k for k in self._ops if begin <= k < end]:
-            self._ops[key] = None
+            self._ops[key] = None  # (the range covers it in the batch: not dirty)
 
     def materialize(self) -> WriteBatch:
-        """The held writes into the batch (again after a range: each is its key's last);
-        none is fresh after: a later delete must reach the batch."""
+        """The held writes not yet in the batch into it, in the order held (each its key's
+        last); none is fresh after: a later delete must reach the batch."""
         self._fresh.clear()
-        for key, value in self._ops.items():
+        batch = self._batch
+        for key, value in self._dirty.items():
             if value is None:
-                self._batch.delete(key)
+                batch.delete(key)
             else:
-                self._batch.put(key, value)
-        return self._batch
+                batch.put(key, value)
+        self._dirty.clear()
+        return batch
