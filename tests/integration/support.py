@@ -9,12 +9,16 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runstream import Worker
 from runstream.engine.journal import events as ev
+from runstream.engine.worker.ownership import OwnershipState
 from runstream.projections.memory import MemoryProjection
+from tests.conftest import TEST_JOURNAL_PARTITIONS
 
 
 @dataclass
@@ -194,3 +198,17 @@ async def child_id(client: Any, run_id: str, *positions: int, timeout: float = 6
             await asyncio.sleep(0.1)
         run_id = f"{incarnation_id(parent)}.{position}"
     return run_id
+
+
+async def until_true(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    """Wait until `check()` holds (polled every 0.1 s), else fail naming `what`."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.1)
+
+
+def all_ready(worker: Worker) -> bool:
+    """Every test partition owned by `worker` and claimed (ready)."""
+    return len(worker.owned) == TEST_JOURNAL_PARTITIONS and all(
+        o.state is OwnershipState.ready for o in worker.owned.values())

@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import socket
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,8 +20,8 @@ import pytest
 from runstream import Client, Worker
 from runstream.engine.demo.flows import checkout
 from runstream.engine.kafka.restore import Restorer
-from runstream.engine.worker.ownership import OwnershipState
 from tests.conftest import TEST_JOURNAL_PARTITIONS
+from tests.integration.support import all_ready, until_true
 
 pytestmark = pytest.mark.integration
 
@@ -33,18 +31,6 @@ EVERY = 20
 def new_worker(bootstrap: str, namespace: str, path: Path) -> Worker:
     return Worker(flows=[checkout], data_dir=path, bootstrap_servers=bootstrap,
                   namespace=namespace, session_timeout_ms=6000, snapshot_every=EVERY)
-
-
-async def until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.1)
-
-
-def all_ready(worker: Worker) -> bool:
-    return len(worker.owned) == TEST_JOURNAL_PARTITIONS and all(
-        o.state is OwnershipState.ready for o in worker.owned.values())
 
 
 def nothing_listens() -> str:
@@ -76,14 +62,14 @@ async def test_a_claims_loads_are_tried_again_while_the_brokers_do_not_answer(
     second.takeovers.restorer = Restorer(dataclasses.replace(restorer.owner,
                                                              bootstrap=nothing_listens()))
     try:
-        await until(lambda: "snapshot loads for partitions" in caplog.text,
+        await until_true(lambda: "snapshot loads for partitions" in caplog.text,
                     "a claim's loads to fail")
         await asyncio.sleep(1.5)  # (another attempt)
         assert not second.owned, "claimed without the loads"
         consumer = second.consumer
         assert consumer is not None and consumer.paused() == consumer.assignment()
         second.takeovers.restorer = restorer  # the brokers answer again
-        await until(lambda: all_ready(second), "every partition claimed after the loads")
+        await until_true(lambda: all_ready(second), "every partition claimed after the loads")
         assert not consumer.paused()
         reports = second.takeovers.reports
         assert sorted(reports) == list(range(TEST_JOURNAL_PARTITIONS)), reports
