@@ -67,14 +67,20 @@ async def produce_then_consume(bootstrap: str, topic: str, records: int) -> RawT
     return RawThroughput(records, produce_s, consume_s)
 
 
-async def consume_and_decode(bootstrap: str, topic: str) -> tuple[int, float]:
-    """(records, seconds) to read a whole journal with one consumer and decode every value."""
-    seconds, count = await _read_all(bootstrap, topic, decode_values=True)
+async def consume_and_decode(bootstrap: str, topic: str, *, with_setup: bool = False
+                             ) -> tuple[int, float]:
+    """(records, seconds) to read a whole journal with one consumer and decode every value;
+    `with_setup`: timed from the consumer's start (connect, metadata, end offsets), as a fold
+    (bench/fold.py) is timed, else from its first fetch."""
+    seconds, count = await _read_all(bootstrap, topic, decode_values=True,
+                                     with_setup=with_setup)
     return count, seconds
 
 
-async def _read_all(bootstrap: str, topic: str, *, decode_values: bool) -> tuple[float, int]:
+async def _read_all(bootstrap: str, topic: str, *, decode_values: bool,
+                    with_setup: bool = False) -> tuple[float, int]:
     consumer = _consumer(bootstrap)
+    set_up = time.perf_counter()
     await consumer.start()
     try:
         known = consumer.partitions_for_topic(topic) or await _partitions(consumer, topic)
@@ -84,7 +90,7 @@ async def _read_all(bootstrap: str, topic: str, *, decode_values: bool) -> tuple
         remaining = {tp for tp in tps if ends[tp] > 0}
         await consumer.seek_to_beginning(*tps)
         count = 0
-        started = time.perf_counter()
+        started = set_up if with_setup else time.perf_counter()
         while remaining:
             batches = await consumer.getmany(*remaining, timeout_ms=500, max_records=10_000)
             for tp, messages in batches.items():
