@@ -162,14 +162,21 @@ class SnapshotKeeper:
                             "records no snapshot covers may soon be deleted", partition,
                             projector.partition(partition).snapshot_offset, self.every, start)
 
-    def due(self, partition: int) -> bool:
+    def _since(self, partition: int) -> tuple[PartitionState, int] | None:
+        """The partition's state and the records applied since its newest snapshot (anchored
+        or written here); None without a projection."""
         projector = self.owner.projector
         if projector is None:
-            return False
+            return None
         state = projector.partition(partition)
-        since = state.next_offset - max(state.snapshot_offset, self._written.get(partition, 0))
-        if since <= 0:
+        return state, state.next_offset - max(state.snapshot_offset,
+                                              self._written.get(partition, 0))
+
+    def due(self, partition: int) -> bool:
+        found = self._since(partition)
+        if found is None or found[1] <= 0:
             return False
+        state, since = found
         if since >= self.every:
             return True
         # A partition never snapshotted ages from when this keeper first looked at it.
@@ -191,11 +198,10 @@ class SnapshotKeeper:
                      own.partition)
 
     def _moved(self, partition: int) -> bool:
-        projector = self.owner.projector
-        if projector is None:
-            return False
-        state = projector.partition(partition)
-        return state.next_offset - state.snapshot_offset > 1
+        """More than the newest anchored snapshot's own anchor applied since it (one written
+        here but not yet anchored does not count: a release takes its own)."""
+        found = self._since(partition)
+        return found is not None and found[0].next_offset - found[0].snapshot_offset > 1
 
     async def take(self, own: Ownership, *, releasing: bool = False) -> Manifest | None:
         """Take, write and anchor one snapshot of `own`'s partition (None: not now)."""
