@@ -20,16 +20,19 @@ class Pending:
     def __init__(self, batch: WriteBatch, ops: dict[bytes, bytes | None]) -> None:
         self._batch = batch
         self._ops = ops  # the store's _pending: key -> value, None: deleted
-        # The held writes not in the batch yet: a range delete writes these first, not every
-        # held write again (an expiry decision's hundreds of ranges in a group of thousands
-        # of held writes made its batch millions of operations). Bounded by the held keys.
-        self._dirty: dict[bytes, bytes | None] = dict(ops)
+        # The held writes not in the batch yet, once a range delete wrote the others (None:
+        # all are): a range writes these first, not every held write again (an expiry
+        # decision's hundreds of ranges in a group of thousands of held writes made its
+        # batch millions of operations). Bounded by the held keys.
+        self._dirty: dict[bytes, bytes | None] | None = None
         # Held keys absent from the store before this batch put them: a delete of one only
         # drops it (nothing to delete in RocksDB). Bounded by the held keys.
         self._fresh: set[bytes] = set()
 
     def put(self, key: bytes, value: bytes) -> None:
-        self._ops[key] = self._dirty[key] = value
+        self._ops[key] = value
+        if self._dirty is not None:
+            self._dirty[key] = value
 
     def fresh(self, key: bytes, value: bytes) -> None:
         """A put of a key the store does not hold (a new run's status and inbox index
@@ -38,7 +41,9 @@ class Pending:
         ops = self._ops
         if key not in ops:  # (a held delete: RocksDB may hold it, the delete must stay)
             self._fresh.add(key)
-        ops[key] = self._dirty[key] = value
+        ops[key] = value
+        if self._dirty is not None:
+            self._dirty[key] = value
 
     def blind(self, key: bytes, value: bytes) -> None:
         """A key only scanned, never read back or deleted by key (history, ledgers)."""
@@ -48,9 +53,12 @@ class Pending:
         if key in self._fresh:
             self._fresh.discard(key)
             del self._ops[key]  # (reads find nothing held, and nothing in the store)
-            self._dirty.pop(key, None)
+            if self._dirty is not None:
+                self._dirty.pop(key, None)
         else:
-            self._ops[key] = self._dirty[key] = None
+            self._ops[key] = None
+            if self._dirty is not None:
+                self._dirty[key] = None
 
     def delete_range(self, begin: bytes, end: bytes) -> None:
         """Keys in [begin, end): only ranges no later read of the batch looks up by key
@@ -68,10 +76,10 @@ class Pending:
         last); none is fresh after: a later delete must reach the batch."""
         self._fresh.clear()
         batch = self._batch
-        for key, value in self._dirty.items():
+        for key, value in (self._ops if self._dirty is None else self._dirty).items():
             if value is None:
                 batch.delete(key)
             else:
                 batch.put(key, value)
-        self._dirty.clear()
+        self._dirty = {}
         return batch
