@@ -31,11 +31,8 @@ from runstream.projections.values import (
     ExpiryChange,
     ExpiryFacts,
     LineageFacts,
+    tombstone_retention_ms,
 )
-
-
-def tombstone_retention_ms(partition: PartitionState) -> int:
-    return partition.tombstone_retention_ms or partition.retention_ms
 
 
 def lineage_eligible(partition: PartitionState, facts: LineageFacts | None, settled_ms: int,

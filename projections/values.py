@@ -115,6 +115,12 @@ class ExpiryChange:
     trim_before: int = 0
 
 
+def tombstone_retention_ms(partition: PartitionState) -> int:
+    """How long the partition keeps a tombstone (and remembers request ids, under a
+    retention): its journaled tombstone retention, else its retention."""
+    return partition.tombstone_retention_ms or partition.retention_ms
+
+
 @dataclass(frozen=True, slots=True)
 class RequestPrune:
     """What an applied record prunes of its partition's request index: the entries below
@@ -137,8 +143,8 @@ def request_prune(change: RecordWrite) -> RequestPrune | None:
     if change.offset % PRUNE_EVERY != 0 and change.expiry is None:
         return None
     partition = change.partition
-    window = partition.tombstone_retention_ms or partition.retention_ms
-    until_ms = change.timestamp_ms - window if partition.retention_ms > 0 else -1
+    until_ms = (change.timestamp_ms - tombstone_retention_ms(partition)
+                if partition.retention_ms > 0 else -1)
     return RequestPrune(change.offset - REQUEST_RETENTION, until_ms)
 
 

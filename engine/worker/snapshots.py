@@ -162,21 +162,17 @@ class SnapshotKeeper:
                             "records no snapshot covers may soon be deleted", partition,
                             projector.partition(partition).snapshot_offset, self.every, start)
 
-    def _since(self, partition: int) -> tuple[PartitionState, int] | None:
-        """The partition's state and the records applied since its newest snapshot (anchored
-        or written here); None without a projection."""
+    def _state(self, partition: int) -> PartitionState | None:
         projector = self.owner.projector
-        if projector is None:
-            return None
-        state = projector.partition(partition)
-        return state, state.next_offset - max(state.snapshot_offset,
-                                              self._written.get(partition, 0))
+        return None if projector is None else projector.partition(partition)
 
     def due(self, partition: int) -> bool:
-        found = self._since(partition)
-        if found is None or found[1] <= 0:
+        state = self._state(partition)
+        if state is None:
             return False
-        state, since = found
+        since = state.next_offset - max(state.snapshot_offset, self._written.get(partition, 0))
+        if since <= 0:
+            return False
         if since >= self.every:
             return True
         # A partition never snapshotted ages from when this keeper first looked at it.
@@ -200,8 +196,8 @@ class SnapshotKeeper:
     def _moved(self, partition: int) -> bool:
         """More than the newest anchored snapshot's own anchor applied since it (one written
         here but not yet anchored does not count: a release takes its own)."""
-        found = self._since(partition)
-        return found is not None and found[0].next_offset - found[0].snapshot_offset > 1
+        state = self._state(partition)
+        return state is not None and state.next_offset - state.snapshot_offset > 1
 
     async def take(self, own: Ownership, *, releasing: bool = False) -> Manifest | None:
         """Take, write and anchor one snapshot of `own`'s partition (None: not now)."""
