@@ -2,18 +2,22 @@
 decode of the same journal, in the same run.
 
 The journal is generated (bench/journal.py: whole 3-step checkout runs, real encoded records);
-`--fold-topic` folds an existing journal topic instead (left as it is). Raw and fold are
-measured in turn `--fold-repeats` times (raw, fold, raw, fold, ...), so each ratio is of two
-measurements taken next to each other. Both are timed from their consumer's start (the
-fold's store open and close are its own); the raw rate from its first fetch is noted too.
-`--fold-profile PATH` writes a cProfile of the last
-fold (pstats format) for `python -m pstats PATH`.
+`--fold-topic` folds an existing journal topic instead (left as it is). Raw and the fold are
+measured in turn `--fold-repeats` times (raw, fold in place, fold decoded ahead, raw, ...), so
+each ratio is of measurements taken next to each other. The fold runs both ways: decoding in
+its own process, and with a second process reading and decoding ahead
+(engine.kafka.decode_ahead, which `fold_into` uses from RUNSTREAM_DECODE_AHEAD_MIN records
+on; forced on here whatever the journal's size). All are timed from their consumer's start
+(the fold's store open and close, and the second process's start, are its own); the raw
+rate from its first fetch is noted too. `--fold-profile PATH` writes a cProfile of the last
+in-place fold (pstats format) for `python -m pstats PATH`.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import shutil
 import tempfile
 import time
@@ -57,7 +61,7 @@ async def run(ctx: Context, args: argparse.Namespace) -> Section:
 async def _measure(ctx: Context, args: argparse.Namespace, section: Section, topic: str,
                    runs: int | None) -> None:
     repeats = pick(args, "fold_repeats", 2, 1)
-    ratios = []
+    ratios: dict[str, list[float]] = {"in place": [], "decoded ahead": []}
     for turn in range(1, repeats + 1):
         with measure_cpu(f"raw consume + decode #{turn}", ctx.pids(), section.cpu,
                          runs or 1):
@@ -66,34 +70,43 @@ async def _measure(ctx: Context, args: argparse.Namespace, section: Section, top
             raw_records, raw_s = await consume_and_decode(ctx.bootstrap, topic,
                                                           with_setup=True)
         _, fetch_s = await consume_and_decode(ctx.bootstrap, topic)
-        profile = args.fold_profile if turn == repeats else None
-        with measure_cpu(f"fold_into #{turn}", ctx.pids(), section.cpu, runs or 1):
-            records, fold_s = await _fold(ctx.bootstrap, topic, profile)
-        if records != raw_records:
-            raise RuntimeError(f"the fold applied {records} records, the raw reader read "
-                               f"{raw_records}")
-        raw_rate, fold_rate = raw_records / raw_s, records / fold_s
-        ratios.append(fold_rate / raw_rate)
-        section.add(
-            Row(f"raw consume + decode #{turn}", raw_rate, "records/s",
-                note=f"{raw_records:,} records in {raw_s:.2f} s from the consumer's start; "
-                     f"{raw_records / fetch_s:,.0f} records/s from the first fetch "
-                     f"(fold at {fold_rate * fetch_s / raw_records:.3f} of that)"),
-            Row(f"fold_into (scratch RocksDB) #{turn}", fold_rate, "records/s",
+        raw_rate = raw_records / raw_s
+        section.add(Row(f"raw consume + decode #{turn}", raw_rate, "records/s",
+                        note=f"{raw_records:,} records in {raw_s:.2f} s from the consumer's "
+                             f"start; {raw_records / fetch_s:,.0f} records/s from the first "
+                             f"fetch"))
+        for mode in ratios:
+            ahead = mode == "decoded ahead"
+            profile = args.fold_profile if turn == repeats and not ahead else None
+            with measure_cpu(f"fold_into {mode} #{turn}", ctx.pids(), section.cpu, runs or 1):
+                records, fold_s = await _fold(ctx.bootstrap, topic, profile, ahead)
+            if records != raw_records:
+                raise RuntimeError(f"the fold applied {records} records, the raw reader "
+                                   f"read {raw_records}")
+            fold_rate = records / fold_s
+            ratios[mode].append(fold_rate / raw_rate)
+            section.add(Row(
+                f"fold_into {mode} (scratch RocksDB) #{turn}", fold_rate, "records/s",
                 limit=raw_rate, limit_name="raw consume + decode, same turn",
-                note=f"{records:,} records in {fold_s:.2f} s"
-                     + ("" if profile is None else " (under cProfile)")),
-        )
+                note=f"{records:,} records in {fold_s:.2f} s; "
+                     f"{fold_rate * fetch_s / raw_records:.3f} of raw from its first fetch"
+                     + ("" if profile is None else " (under cProfile)")))
     section.info.update({"records": records, "runs": runs, "topic": topic,
-                         "ratios": [round(r, 3) for r in ratios]})
+                         "ratios": {mode: [round(r, 3) for r in values]
+                                    for mode, values in ratios.items()}})
 
 
-async def _fold(bootstrap: str, topic: str, profile: Path | None) -> tuple[int, float]:
-    """(records, seconds) of one `fold_into` a fresh scratch store of the whole topic."""
+async def _fold(bootstrap: str, topic: str, profile: Path | None, ahead: bool
+                ) -> tuple[int, float]:
+    """(records, seconds) of one `fold_into` a fresh scratch store of the whole topic;
+    `ahead`: with a decode-ahead process (forced, whatever the journal's size)."""
     scratch = Path(tempfile.mkdtemp(prefix="runstream-bench-fold-"))
     profiler = cProfile.Profile() if profile is not None else None
+    least = os.environ.get("RUNSTREAM_DECODE_AHEAD_MIN")
+    os.environ["RUNSTREAM_DECODE_AHEAD_MIN"] = "1"
     try:
-        spec = FoldSpec(bootstrap, topic, scratch / "projection", scratch=True)
+        spec = FoldSpec(bootstrap, topic, scratch / "projection", scratch=True,
+                        decode_ahead=ahead)
         started = time.perf_counter()
         if profiler is not None:
             profiler.enable()
@@ -103,6 +116,12 @@ async def _fold(bootstrap: str, topic: str, profile: Path | None) -> tuple[int, 
         seconds = time.perf_counter() - started
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        if least is None:
+            os.environ.pop("RUNSTREAM_DECODE_AHEAD_MIN", None)
+        else:
+            os.environ["RUNSTREAM_DECODE_AHEAD_MIN"] = least
+    if result.decoded_ahead != ahead:
+        raise RuntimeError(f"the fold {'did not decode' if ahead else 'decoded'} ahead")
     if profiler is not None and profile is not None:
         profiler.dump_stats(str(profile))
     return result.records, seconds

@@ -10,12 +10,19 @@ engine.ops.rebuild's.
 from __future__ import annotations
 
 import gc
-from collections.abc import AsyncIterable, Callable, Iterable, Iterator, Sequence
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Iterable,
+    Iterator,
+    Sequence,
+)
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
-from runstream.projections.poison import Poison, RecordKey, examine
+from runstream.projections.poison import FoldRow, Poison, RecordKey, examine
 from runstream.projections.projector import Projector
 from runstream.projections.store import ProjectionStore
 
@@ -46,6 +53,7 @@ class FoldResult:
     reached: dict[int, int]  # partition -> next offset
     hashes_at: dict[tuple[int, int], str]  # (partition, offset) -> running hash there
     final_hashes: dict[int, str]
+    decoded_ahead: bool = False  # read and decoded by a second process (its reader's word)
 
 
 class FoldedRecord(Protocol):
@@ -105,6 +113,23 @@ async def fold_records(store: ProjectionStore,
     """Fold `batches` of records (a poll's, say), in order, into `store` (fresh, opened and
     closed by the caller); `hash_offsets`: partition -> offsets at which to note the
     running hash. How the records are cut into batches changes nothing in the store."""
+    return await fold_examined(store, examined_batches(batches), hash_offsets=hash_offsets,
+                               progress=progress)
+
+
+async def examined_batches(batches: AsyncIterable[Sequence[FoldedRecord]]
+                           ) -> AsyncIterator[list[FoldRow]]:
+    """Each batch's records examined here, in order."""
+    async for batch in batches:
+        yield [(r.partition, r.offset, r.timestamp, r.value, examine(r.value, r.headers, r.key))
+               for r in batch]
+
+
+async def fold_examined(store: ProjectionStore,
+                        batches: AsyncIterable[Sequence[FoldRow]], *,
+                        hash_offsets: dict[int, list[int]] | None = None,
+                        progress: Progress | None = None) -> FoldResult:
+    """fold_records of records examined already (engine.kafka.decode_ahead's)."""
     with _no_cyclic_gc():
         return await _fold(store, batches, hash_offsets, progress)
 
@@ -124,7 +149,7 @@ def _no_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
-async def _fold(store: ProjectionStore, batches: AsyncIterable[Sequence[FoldedRecord]],
+async def _fold(store: ProjectionStore, batches: AsyncIterable[Sequence[FoldRow]],
                 hash_offsets: dict[int, list[int]] | None, progress: Progress | None
                 ) -> FoldResult:
     projector = Projector(store)
@@ -134,22 +159,20 @@ async def _fold(store: ProjectionStore, batches: AsyncIterable[Sequence[FoldedRe
     flush_at = 0  # one RocksDB write per REBUILD_GROUP records
     fold_record = projector.fold_record
     async for batch in batches:
-        for raw in batch:
+        for partition, offset, timestamp, value, examined in batch:
             if count == flush_at:
                 store.flush()
                 flush_at += REBUILD_GROUP
                 if progress is not None and count % PROGRESS_EVERY == 0:
                     progress(count)
             if watch is not None:
-                watch.before(raw.partition, raw.offset)
-            # Projector.apply_raw, without its frames and its Outcome (once a record)
-            examined = examine(raw.value, raw.headers, raw.key)
+                watch.before(partition, offset)
+            # Projector.apply_examined, without its frames and its Outcome (once a record)
             if examined.__class__ is Poison:
-                projector.apply_examined(raw.partition, raw.offset, examined, raw.value,
-                                         raw.timestamp)
+                projector.apply_examined(partition, offset, examined, value, timestamp)
             else:
-                fold_record(raw.partition, raw.offset, examined,  # type: ignore[arg-type]
-                            raw.timestamp, raw.value)
+                fold_record(partition, offset, examined,  # type: ignore[arg-type]
+                            timestamp, value)
             count += 1
     store.flush()
     found: dict[tuple[int, int], str] = {}

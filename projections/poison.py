@@ -94,6 +94,9 @@ class Poison:
 
 
 Examined = JournalRecord | Poison
+# A record as a fold applies it (projections.fold): partition, offset, log time (ms), its
+# bytes, and what examine() made of them (in the folding process, or in a decode-ahead one).
+FoldRow = tuple[int, int, int, bytes | None, Examined]
 
 
 def examine(value: bytes | None, headers: Sequence[tuple[str, bytes]] | None = None,

@@ -16,7 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runstream.engine.kafka.connection import KafkaSecurity
-from runstream.engine.kafka.reader import read_batches
+from runstream.engine.kafka.decode_ahead import (
+    DecodeAhead,
+    ReadSpec,
+    decode_ahead_min,
+)
+from runstream.engine.kafka.decode_ahead import available as decode_ahead_available
+from runstream.engine.kafka.reader import log_bounds, read_batches
 from runstream.engine.kafka.restore import write_checked
 from runstream.engine.kafka.snapshots import read_chunks
 from runstream.projections.fold import (
@@ -24,6 +30,7 @@ from runstream.projections.fold import (
     Progress,
     RebuildReport,
     compare,
+    fold_examined,
     fold_records,
 )
 from runstream.projections.manifest import CheckpointPolicy
@@ -52,27 +59,69 @@ class FoldSpec:
     seeds: dict[int, Manifest] = field(default_factory=dict)
     snapshot_topic: str = ""
     partition_count: int = 0
+    # A backlog of RUNSTREAM_DECODE_AHEAD_MIN records or more is read and decoded by a
+    # second process (engine.kafka.decode_ahead); False: never (a fold in a process of its
+    # own beside others: engine.ops.shards)
+    decode_ahead: bool = True
 
 
 async def fold_into(spec: FoldSpec, progress: Progress | None = None) -> FoldResult:
     """Fold the journal from offset 0 (or a seeded partition from its snapshot) into a
     fresh store at `spec.path`."""
-    ProjectionStore.destroy(spec.path)
-    store = ProjectionStore(spec.path, keep_records=spec.keep_records,
-                            checkpoints=spec.checkpoints, scratch=spec.scratch)
+    start = {p: m.offset for p, m in spec.seeds.items()}
+    ahead = await _decode_ahead(spec, start)  # (started first: it boots while the store opens)
     try:
-        for manifest in spec.seeds.values():
-            await load_snapshot(store, spec, manifest)
-        async with aclosing(read_batches(spec.bootstrap, spec.topic, spec.partitions,
-                                         start={p: m.offset for p, m in spec.seeds.items()},
-                                         until=spec.until, security=spec.security)) as batches:
-            result = await fold_records(store, batches, hash_offsets=spec.hash_offsets,
-                                        progress=progress)
+        ProjectionStore.destroy(spec.path)
+        store = ProjectionStore(spec.path, keep_records=spec.keep_records,
+                                checkpoints=spec.checkpoints, scratch=spec.scratch)
+        try:
+            for manifest in spec.seeds.values():
+                await load_snapshot(store, spec, manifest)
+            result = await _fold(store, spec, start, ahead, progress)
+        finally:
+            store.close()
     finally:
-        store.close()
+        if ahead is not None:
+            ahead.close()
     if progress is not None:
         progress(result.records)
     return result
+
+
+async def _fold(store: ProjectionStore, spec: FoldSpec, start: dict[int, int],
+                ahead: DecodeAhead | None, progress: Progress | None) -> FoldResult:
+    if ahead is not None:
+        async with aclosing(ahead.batches()) as examined:
+            result = await fold_examined(store, examined, hash_offsets=spec.hash_offsets,
+                                         progress=progress)
+        result.decoded_ahead = True
+        return result
+    async with aclosing(read_batches(spec.bootstrap, spec.topic, spec.partitions,
+                                     start=start, until=spec.until,
+                                     security=spec.security)) as batches:
+        return await fold_records(store, batches, hash_offsets=spec.hash_offsets,
+                                  progress=progress)
+
+
+async def _decode_ahead(spec: FoldSpec, start: dict[int, int]) -> DecodeAhead | None:
+    """A decode-ahead child for the fold, when allowed, none is running in this process, and
+    the backlog is at least RUNSTREAM_DECODE_AHEAD_MIN records (asked of the broker: one
+    ListOffsets); else None."""
+    least = decode_ahead_min()
+    if not (spec.decode_ahead and least and decode_ahead_available()):
+        return None
+    bounds = await log_bounds(spec.bootstrap, spec.topic, security=spec.security)
+    chosen = spec.partitions if spec.partitions is not None else sorted(bounds)
+    backlog = 0
+    for p in chosen:
+        first, end = bounds.get(p, (0, 0))
+        if spec.until is not None and p in spec.until:
+            end = min(end, spec.until[p])
+        backlog += max(0, end - max(first, start.get(p, 0)))
+    if backlog < least:
+        return None
+    return DecodeAhead(ReadSpec(spec.bootstrap, spec.topic, spec.partitions, start, spec.until,
+                                spec.security))
 
 
 async def load_snapshot(store: ProjectionStore, spec: FoldSpec, manifest: Manifest) -> int:

@@ -152,5 +152,8 @@ def shard_specs(base: FoldSpec, offsets: dict[int, int], shards: int) -> list[Fo
             base, path=base.path / f"shard-{index}", partitions=partitions,
             until={p: offsets[p] for p in partitions},
             hash_offsets={p: base.hash_offsets.get(p, []) for p in partitions},
-            seeds={p: m for p, m in base.seeds.items() if p in partitions}))
+            seeds={p: m for p, m in base.seeds.items() if p in partitions},
+            # (shards fold side by side, each in a process: a decode-ahead child each
+            # would share the same cores)
+            decode_ahead=base.decode_ahead and shards == 1))
     return specs

@@ -1,0 +1,232 @@
+"""Decode ahead: a second process reads and decodes the journal while this one folds it.
+
+A fold is bound by one core: consuming and decoding a record (aiokafka, fastavro) costs about
+as much as applying and writing it. On a backlog of at least `DECODE_AHEAD_MIN` records a
+fold reads through a child process (`python -m runstream.engine.kafka.decode_ahead`): it
+reads the same partitions and offsets with its own consumer (engine.kafka.reader), examines
+each record as every reader does (projections.poison.examine) and writes frames of decoded
+records to its stdout (engine.journal.transfer); this process rebuilds them in C and folds.
+The records, their order and what each one is (a poison one is sent as its bytes and
+examined here) are those an in-process read would give, so the fold's state and running
+hash are the same (tests/integration/test_decode_ahead.py).
+
+Frames on the child's stdout: one kind byte, a 4-byte big-endian length, the payload.
+  B  a batch: engine.journal.transfer.encode_frame's rows, one partition's, in offset order
+  E  an error: the exception pickled (or its text, as a RunstreamError), then the child ends
+  D  done: every record up to the limits was sent
+The child's stderr is this process's (its log lines). Each side moves frames through the
+pipe in a thread of its own (the pipe's reads and writes release the GIL), so that neither
+waits for the other's computing: the child examines the next poll while its last frame goes
+out, and this process folds one frame while the next comes in. Bounds: FRAMES_AHEAD frames
+(one poll's records each) wait in the child, one frame is read ahead here; the child goes
+(killed if need be) when the fold ends, however it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+import queue
+import struct
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncGenerator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import IO
+
+from runstream.engine.errors import RunstreamError
+from runstream.engine.journal.transfer import (
+    NOT_SENT,
+    Outgoing,
+    class_index,
+    decode_frame,
+    encode_frame,
+)
+from runstream.engine.kafka.connection import KafkaSecurity
+from runstream.engine.kafka.reader import Polled, read_batches
+from runstream.projections.poison import FoldRow, Poison, examine
+
+# Records below which a fold reads in process: a child costs about 0.3 s to start (imports,
+# its consumer, its first poll) and saves about 5 us a record on this 2-core machine.
+DECODE_AHEAD_MIN = 50_000
+FRAMES_AHEAD = 16
+FRAME_RECORDS = 1000  # records a frame at most (the first ones go out sooner)
+_MODULE = "runstream.engine.kafka.decode_ahead"
+_HEAD = struct.Struct(">cI")
+_BATCH, _ERROR, _DONE, _ENDED = b"B", b"E", b"D", b""
+# One child at a time in a process: a second would share the same spare core.
+_running = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReadSpec:
+    """What the child reads: read_batches' arguments. Every record's bytes go with it (a
+    decision about a run that never existed is a dead letter the fold keeps and hashes
+    whole, and only the fold knows which runs exist)."""
+
+    bootstrap: str
+    topic: str
+    partitions: list[int] | None
+    start: dict[int, int]
+    until: dict[int, int] | None
+    security: KafkaSecurity | None
+
+
+def decode_ahead_min() -> int:
+    """RUNSTREAM_DECODE_AHEAD_MIN: the backlog (records) from which a fold decodes ahead in
+    a second process; 0 never does."""
+    raw = os.environ.get("RUNSTREAM_DECODE_AHEAD_MIN", "").strip()
+    if not raw:
+        return DECODE_AHEAD_MIN
+    try:
+        value = int(raw)
+    except ValueError:
+        raise RunstreamError(f"RUNSTREAM_DECODE_AHEAD_MIN must be a whole number of records "
+                             f"(0: never), not {raw!r}") from None
+    return max(value, 0)
+
+
+def available() -> bool:
+    """Whether this process may start a decode-ahead child now (none is running)."""
+    return _running == 0
+
+
+class DecodeAhead:
+    """A child process reading and decoding `spec`, started at once (so that it boots while
+    the caller opens its store); `batches()` hands out what it sends, `close()` ends it."""
+
+    def __init__(self, spec: ReadSpec) -> None:
+        global _running
+        self._child = subprocess.Popen([sys.executable, "-m", _MODULE], stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE)
+        _running += 1
+        self._reader = ThreadPoolExecutor(1, thread_name_prefix="runstream-decode-ahead")
+        self._closed = False
+        assert self._child.stdin is not None
+        self._child.stdin.write(pickle.dumps(spec))
+        self._child.stdin.close()
+
+    async def batches(self) -> AsyncGenerator[list[FoldRow], None]:
+        """The records of the spec, examined, in batches (one partition's, in offset order)."""
+        loop = asyncio.get_running_loop()
+        frames = self._child.stdout
+        assert frames is not None
+        pending = loop.run_in_executor(self._reader, _read_frame, frames)
+        while True:
+            kind, payload = await pending
+            if kind == _BATCH:
+                pending = loop.run_in_executor(self._reader, _read_frame, frames)  # (the next)
+                yield [(p, o, t, value, examine(value, headers, key) if record is None else record)
+                       for p, o, t, key, value, headers, record in decode_frame(payload)]
+            elif kind == _DONE:
+                return
+            elif kind == _ERROR:
+                raise _error(payload)
+            else:
+                raise RunstreamError(f"the decode-ahead reader ended (exit code "
+                                     f"{self._child.wait()}) before it had sent every "
+                                     f"record; its error is above")
+
+    @property
+    def running(self) -> bool:
+        """Whether the child process is still there."""
+        return self._child.poll() is None
+
+    def close(self) -> None:
+        """End the child (killed if it still runs) and the reader thread."""
+        global _running
+        if self._closed:
+            return
+        self._closed = True
+        _running -= 1
+        if self._child.poll() is None:
+            self._child.kill()  # (a read under way in the reader thread ends: the pipe closes)
+        self._child.wait()
+        self._reader.shutdown(wait=True)
+        if self._child.stdout is not None:
+            self._child.stdout.close()
+
+
+def _read_frame(frames: IO[bytes]) -> tuple[bytes, bytes]:
+    """The next frame (kind, payload); (_ENDED, b"") when the pipe ends before one."""
+    head = frames.read(_HEAD.size)
+    if len(head) < _HEAD.size:
+        return _ENDED, b""
+    kind, size = _HEAD.unpack(head)
+    payload = frames.read(size)
+    return (kind, payload) if len(payload) == size else (_ENDED, b"")
+
+
+def _error(payload: bytes) -> BaseException:
+    try:
+        error = pickle.loads(payload)
+    except Exception:  # its class could not be rebuilt: the text it sent
+        return RunstreamError(payload.decode(errors="replace"))
+    return error if isinstance(error, BaseException) else RunstreamError(str(error))
+
+
+# -- the child -------------------------------------------------------------------------------------
+
+
+async def _serve(spec: ReadSpec, frames: queue.Queue[bytes | None]) -> None:
+    async for batch in read_batches(spec.bootstrap, spec.topic, spec.partitions,
+                                    start=spec.start, until=spec.until,
+                                    security=spec.security):
+        for at in range(0, len(batch), FRAME_RECORDS):
+            rows = _rows(batch[at:at + FRAME_RECORDS])
+            frames.put(_frame(_BATCH, encode_frame(rows)))  # (waits while FRAMES_AHEAD wait)
+    frames.put(_frame(_DONE, b""))
+
+
+def _rows(batch: Sequence[Polled]) -> list[Outgoing]:
+    rows: list[Outgoing] = []
+    for m in batch:
+        examined = examine(m.value, m.headers, m.key)
+        if examined.__class__ is Poison:
+            rows.append((m.partition, m.offset, m.timestamp, m.key, m.value,
+                         list(m.headers or ()), NOT_SENT, None))
+        else:
+            rows.append((m.partition, m.offset, m.timestamp, None, m.value, None,
+                         class_index(examined), examined))  # type: ignore[arg-type]
+    return rows
+
+
+def _frame(kind: bytes, payload: bytes) -> bytes:
+    return _HEAD.pack(kind, len(payload)) + payload
+
+
+def _write_frames(frames: queue.Queue[bytes | None], out: IO[bytes]) -> None:
+    while (frame := frames.get()) is not None:
+        out.write(frame)
+    out.flush()
+
+
+def _pickled(error: BaseException) -> bytes:
+    try:
+        payload = pickle.dumps(error)
+        pickle.loads(payload)  # (an exception whose __init__ takes other arguments fails here)
+        return payload
+    except Exception:
+        return f"{type(error).__name__}: {error}".encode()
+
+
+def _child_main() -> None:
+    spec = pickle.loads(sys.stdin.buffer.read())
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    sys.stdout = sys.stderr  # stdout is the frames' pipe: anything printed goes to stderr
+    frames: queue.Queue[bytes | None] = queue.Queue(maxsize=FRAMES_AHEAD)
+    writer = threading.Thread(target=_write_frames, args=(frames, out), daemon=True)
+    writer.start()
+    try:
+        asyncio.run(_serve(spec, frames))
+    except Exception as exc:
+        frames.put(_frame(_ERROR, _pickled(exc)))
+    frames.put(None)
+    writer.join()
+
+
+if __name__ == "__main__":
+    _child_main()
