@@ -50,8 +50,9 @@ from runstream.engine.kafka.reader import Polled, read_batches
 from runstream.projections.poison import FoldRow, Poison, examine
 
 # Records below which a fold reads in process: a child costs about 0.3 s to start (imports,
-# its consumer, its first poll) and saves about 5 us a record on this 2-core machine.
-DECODE_AHEAD_MIN = 50_000
+# its consumer, its first poll) and saves about 7 us a record on this 2-core machine; at
+# 70,000 records the two ways came out even (docs/performance.md).
+DECODE_AHEAD_MIN = 100_000
 FRAMES_AHEAD = 16
 FRAME_RECORDS = 1000  # records a frame at most (the first ones go out sooner)
 _MODULE = "runstream.engine.kafka.decode_ahead"
