@@ -96,6 +96,31 @@ class StepFailed(RunstreamError):
         self.attempts = attempts
 
 
+class NonRetryable(RunstreamError):
+    """Raise it from a step (or raise another exception from it: `raise X from
+    NonRetryable(...)`) to fail the step without another attempt, whatever its RetryPolicy
+    says (Temporal's non-retryable application error). `NonRetryable(exc)` wraps an
+    exception: the step's error says what it was."""
+
+    def __init__(self, message: object = "") -> None:
+        text = (f"{type(message).__name__}: {message}" if isinstance(message, BaseException)
+                else str(message))
+        super().__init__(text)
+        self.wrapped = message if isinstance(message, BaseException) else None
+
+
+class StepTimedOut(RunstreamError, TimeoutError):
+    """An attempt of a step ran past its `timeout` (`ctx.step(..., timeout=)`): a failed
+    attempt, retried under the step's RetryPolicy like any other error. An irreversible step
+    that times out is quarantined (its effect may have happened)."""
+
+    def __init__(self, step: str, attempt: int, seconds: float) -> None:
+        super().__init__(f"step {step!r} attempt {attempt} timed out after {seconds:g} s")
+        self.step = step
+        self.attempt = attempt
+        self.seconds = seconds
+
+
 class WorkerFatal(RunstreamError):
     """The worker cannot go on safely (its producer failed); restart it."""
 

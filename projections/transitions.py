@@ -167,10 +167,12 @@ def _timer_fired(run: RunState, record: Any, epoch: int, previous: Any) -> Chang
                              status="completed", attempts=1, result_json=signal.payload_json,
                              due_ms=previous.due_ms)
         changes["signals"] = tuple(s for s in run.signals if s is not signal)
-    elif previous.kind == "wait":
-        entry = JournalEntry(position=previous.position, name=previous.name, kind="wait",
-                             status="failed", attempts=1, error_type=WAIT_TIMEOUT,
-                             error_message=f"no {previous.name!r} signal before the timeout",
+    elif previous.kind in ("wait", "child"):
+        what = (f"no {previous.name!r} signal" if previous.kind == "wait"
+                else f"child run {previous.name!r} had not settled")
+        entry = JournalEntry(position=previous.position, name=previous.name,
+                             kind=previous.kind, status="failed", attempts=1,
+                             error_type=WAIT_TIMEOUT, error_message=f"{what} before the timeout",
                              due_ms=previous.due_ms)
     else:
         entry = JournalEntry(position=previous.position, name=previous.name,

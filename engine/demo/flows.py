@@ -74,7 +74,7 @@ async def send_receipt(order_id: str, charge_id: str, work_ms: int) -> str:
 async def run_checkout(ctx: FlowContext, p: CheckoutIn) -> CheckoutOut:
     reservation = await ctx.step("reserve", reserve, p.order_id, p.amount, p.work_ms)
     charge_id = await ctx.step("charge", charge, p.order_id, p.amount, p.work_ms,
-                               retry=RetryPolicy(max_attempts=3, backoff=0.1))
+                               retry=RetryPolicy(max_attempts=3, initial_interval=0.1))
     receipt = await ctx.step("receipt", send_receipt, p.order_id, charge_id, p.work_ms)
     return CheckoutOut(order_id=p.order_id, reservation=reservation, charge_id=charge_id,
                        receipt=receipt)

@@ -18,12 +18,18 @@ import typing
 import uuid as uuid_mod
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast, overload
 
 from pydantic import TypeAdapter
 
-from runstream.engine.errors import CapabilityRefused, NonDeterminism, StepFailed, journal_text
+from runstream.engine.errors import (
+    CapabilityRefused,
+    NonDeterminism,
+    StepFailed,
+    StepTimedOut,
+    journal_text,
+)
 from runstream.engine.flow.definition import NO_RETRY, RetryPolicy, dump_json
 from runstream.engine.flow.port import NOT_CALLED, JournalPort, Quarantined, RunReleased, Suspend
 from runstream.engine.flow.waits import ChildRun, WaitingCalls
@@ -111,14 +117,16 @@ class FlowContext(WaitingCalls):
     async def step(
         self, name: str, fn: Callable[..., Awaitable[T]], *args: Any,
         retry: RetryPolicy | None = None, irreversible: bool = False,
-        requires: str | None = None, **kwargs: Any,
+        requires: str | None = None, timeout: float | timedelta | None = None,
+        **kwargs: Any,
     ) -> T: ...
 
     @overload
     async def step(
         self, name: str, fn: Callable[..., T], *args: Any,
         retry: RetryPolicy | None = None, irreversible: bool = False,
-        requires: str | None = None, **kwargs: Any,
+        requires: str | None = None, timeout: float | timedelta | None = None,
+        **kwargs: Any,
     ) -> T: ...
 
     async def step(
@@ -129,13 +137,18 @@ class FlowContext(WaitingCalls):
         retry: RetryPolicy | None = None,
         irreversible: bool = False,
         requires: str | None = None,
+        timeout: float | timedelta | None = None,
         **kwargs: Any,
     ) -> Any:
         """Run `fn(*args, **kwargs)` once, durably; on replay return its journaled result.
 
         `requires`: a capability the step uses; the run fails (CapabilityRefused) when its
-        ceiling does not include it. Inside `fn`, `runstream.idempotency_key()` is the same for
-        every attempt of this step: pass it to the external system."""
+        ceiling does not include it. `timeout` (seconds or a timedelta) bounds each attempt:
+        one that runs longer fails with StepTimedOut and is retried under `retry`. An async
+        function is cancelled there; a plain function runs in a thread when it has a timeout,
+        and one that times out is abandoned (left to finish in its thread, its result
+        ignored). Inside `fn`, `runstream.idempotency_key()` is the same for every attempt
+        of this step: pass it to the external system."""
         position = self._next_position(name, "step", (args, kwargs))
         if requires is not None:
             self._check_capability(name, requires)
@@ -151,6 +164,7 @@ class FlowContext(WaitingCalls):
         self._check_cancel(position, name)
         attempt = entry.attempts + 1 if entry is not None else 1
         policy = retry or NO_RETRY
+        limit = _seconds(timeout)
         # Before the first attempt: a function that mutates its arguments must not change
         # the digest its later attempts journal.
         digest = args_digest(args, kwargs)
@@ -163,7 +177,7 @@ class FlowContext(WaitingCalls):
                 await self._port.send_confirmed(ev.StepStarted, position=position, name=name,
                                                 attempt=attempt, irreversible=True)
             try:
-                value = await self._call(name, position, fn, args, kwargs)
+                value = await self._call(name, position, fn, args, kwargs, attempt, limit)
             except Exception as exc:
                 if irreversible and not policy.proves_no_effect(exc):
                     started = JournalEntry(position=position, name=name, attempts=attempt - 1,
@@ -195,17 +209,21 @@ class FlowContext(WaitingCalls):
                             attempts=attempt, irreversible=True)
 
     async def _call(self, name: str, position: int, fn: Callable[..., Any],
-                    args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+                    args: tuple[Any, ...], kwargs: dict[str, Any], attempt: int,
+                    limit: float | None) -> Any:
         """One attempt of a step's function: in a span, with its idempotency key set, timed
-        for the metrics."""
+        for the metrics; bounded by `limit` seconds (StepTimedOut) when given."""
         token = _STEP_KEY.set(idempotency_key_of(self.run_id, position))
         started = time.perf_counter()
         ok = False
         try:
             with step_span(name, position):
-                value = fn(*args, **kwargs)
-                if inspect.isawaitable(value):
-                    value = await value
+                if limit is None:
+                    value = fn(*args, **kwargs)
+                    if inspect.isawaitable(value):
+                        value = await value
+                else:
+                    value = await _bounded(name, attempt, limit, fn, args, kwargs)
             ok = True
             return value
         finally:
@@ -257,7 +275,7 @@ class FlowContext(WaitingCalls):
         self, position: int, name: str, attempt: int, policy: RetryPolicy, exc: Exception,
         digest: str,
     ) -> int:
-        will_retry = attempt < policy.max_attempts
+        will_retry = attempt < policy.max_attempts and policy.retries(exc)
         delay = policy.delay_after(attempt) if will_retry else 0.0
         self._port.send(
             ev.StepFailed, position=position, name=name, attempt=attempt,
@@ -326,6 +344,36 @@ class FlowContext(WaitingCalls):
 # step functions (code, not data).
 _ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
 _ANY_ADAPTER: TypeAdapter[Any] = TypeAdapter(Any)
+
+
+def _seconds(timeout: float | timedelta | None) -> float | None:
+    if timeout is None:
+        return None
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+    if not seconds > 0:
+        raise ValueError(f"a step's timeout must be more than 0 seconds, not {timeout!r}")
+    return seconds
+
+
+async def _bounded(name: str, attempt: int, limit: float, fn: Callable[..., Any],
+                   args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """One attempt under a time limit: an async function cancelled when it passes; a plain
+    one run in a thread (with this context: its idempotency key), abandoned when it passes.
+    Only our own limit becomes StepTimedOut; a TimeoutError the function raises stays its."""
+    try:
+        async with asyncio.timeout(limit) as scope:
+            if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+                    getattr(fn, "__call__", None)):  # noqa: B004  (an async callable object)
+                value = fn(*args, **kwargs)
+            else:
+                value = asyncio.to_thread(fn, *args, **kwargs)
+            while inspect.isawaitable(value):
+                value = await value
+            return value
+    except TimeoutError:
+        if scope.expired():
+            raise StepTimedOut(name, attempt, limit) from None
+        raise
 
 
 def _result_adapter(fn: Callable[..., Any]) -> TypeAdapter[Any]:

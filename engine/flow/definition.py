@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
-from runstream.engine.errors import PayloadInvalid
+from runstream.engine.errors import NonRetryable, PayloadInvalid
 
 if TYPE_CHECKING:
     from runstream.engine.flow.context import FlowContext
@@ -19,30 +20,140 @@ R = TypeVar("R")
 Handler = Callable[["FlowContext", Any], Awaitable[Any]]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RetryPolicy:
-    """How often a failing step is attempted, and how long to wait between attempts."""
+ExceptionTypes = tuple[type[BaseException], ...]
+# How deep a raised exception's causes are searched for a NonRetryable (a chain is short).
+CAUSE_DEPTH = 16
 
-    max_attempts: int = 3
-    backoff: float = 0.5
-    multiplier: float = 2.0
-    max_backoff: float = 60.0
-    # Exceptions that prove an irreversible step's effect did not happen (the request never
-    # left: ConnectionRefusedError, a validation error raised before the call). Any other
-    # exception from an irreversible step quarantines the run instead of retrying it.
-    retry_irreversible_on: tuple[type[BaseException], ...] = ()
+
+@dataclass(frozen=True, slots=True, init=False)
+class RetryPolicy:
+    """How often a failing step is attempted, how long to wait between attempts, and which
+    errors are not worth another attempt.
+
+    The wait after failed attempt n is `initial_interval * backoff_coefficient ** (n - 1)`
+    seconds, at most `maximum_interval`. Whether an error is retried, first rule that
+    matches: raised as, or caused by, `NonRetryable`: never; an instance of
+    `non_retryable`: never; `retryable` given: only its instances; else: retried.
+    `retry_irreversible_on`: exceptions that prove an irreversible step's effect did not
+    happen (the request never left: ConnectionRefusedError, a validation error raised before
+    the call); any other exception from an irreversible step quarantines the run instead.
+    `backoff`, `multiplier` and `max_backoff` are the old names of the three intervals
+    (deprecated)."""
+
+    max_attempts: int
+    initial_interval: float
+    backoff_coefficient: float
+    maximum_interval: float
+    non_retryable: ExceptionTypes
+    retryable: ExceptionTypes
+    retry_irreversible_on: ExceptionTypes
+
+    def __init__(
+        self, *, max_attempts: int = 3, initial_interval: float | None = None,
+        backoff_coefficient: float | None = None, maximum_interval: float | None = None,
+        non_retryable: type[BaseException] | Iterable[type[BaseException]] = (),
+        retryable: type[BaseException] | Iterable[type[BaseException]] = (),
+        retry_irreversible_on: type[BaseException] | Iterable[type[BaseException]] = (),
+        backoff: float | None = None, multiplier: float | None = None,
+        max_backoff: float | None = None,
+    ) -> None:
+        initial = _renamed("backoff", backoff, "initial_interval", initial_interval, 0.5)
+        coefficient = _renamed("multiplier", multiplier, "backoff_coefficient",
+                               backoff_coefficient, 2.0)
+        maximum = _renamed("max_backoff", max_backoff, "maximum_interval", maximum_interval,
+                           60.0)
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) \
+                or max_attempts < 1:
+            raise ValueError(f"max_attempts must be a whole number, 1 or more, not "
+                             f"{max_attempts!r}")
+        if initial < 0 or maximum < 0 or coefficient < 1:
+            raise ValueError("initial_interval and maximum_interval must be 0 or more and "
+                             f"backoff_coefficient 1 or more, not {initial!r}, {maximum!r} "
+                             f"and {coefficient!r}")
+        for name, value in (("max_attempts", max_attempts), ("initial_interval", float(initial)),
+                            ("backoff_coefficient", float(coefficient)),
+                            ("maximum_interval", float(maximum)),
+                            ("non_retryable", _types("non_retryable", non_retryable)),
+                            ("retryable", _types("retryable", retryable)),
+                            ("retry_irreversible_on",
+                             _types("retry_irreversible_on", retry_irreversible_on))):
+            object.__setattr__(self, name, value)
+
+    @property
+    def backoff(self) -> float:
+        """Deprecated: `initial_interval`."""
+        _deprecated("backoff", "initial_interval")
+        return self.initial_interval
+
+    @property
+    def multiplier(self) -> float:
+        """Deprecated: `backoff_coefficient`."""
+        _deprecated("multiplier", "backoff_coefficient")
+        return self.backoff_coefficient
+
+    @property
+    def max_backoff(self) -> float:
+        """Deprecated: `maximum_interval`."""
+        _deprecated("max_backoff", "maximum_interval")
+        return self.maximum_interval
 
     def proves_no_effect(self, exc: BaseException) -> bool:
         return isinstance(exc, self.retry_irreversible_on)
 
+    def retries(self, exc: BaseException) -> bool:
+        """Whether `exc` is worth another attempt (attempts left aside): see the class."""
+        if _non_retryable(exc):
+            return False
+        if self.non_retryable and isinstance(exc, self.non_retryable):
+            return False
+        if self.retryable:
+            return isinstance(exc, self.retryable)
+        return True
+
     def delay_after(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number `attempt` (1-based)."""
-        delay = self.backoff
+        delay = self.initial_interval
         for _ in range(attempt - 1):  # grows step by step so huge attempt counts cannot overflow
-            delay *= self.multiplier
-            if delay >= self.max_backoff:
-                return self.max_backoff
-        return min(delay, self.max_backoff)
+            delay *= self.backoff_coefficient
+            if delay >= self.maximum_interval:
+                return self.maximum_interval
+        return min(delay, self.maximum_interval)
+
+
+def _renamed(old: str, old_value: float | None, new: str, new_value: float | None,
+             default: float) -> float:
+    if old_value is None:
+        return default if new_value is None else new_value
+    if new_value is not None:
+        raise ValueError(f"RetryPolicy: give {new} or its old name {old}, not both")
+    _deprecated(old, new, stacklevel=4)
+    return old_value
+
+
+def _deprecated(old: str, new: str, stacklevel: int = 3) -> None:
+    warnings.warn(f"RetryPolicy.{old} is deprecated: use {new}", DeprecationWarning,
+                  stacklevel=stacklevel)
+
+
+def _types(name: str, given: type[BaseException] | Iterable[type[BaseException]]
+           ) -> ExceptionTypes:
+    types = (given,) if isinstance(given, type) else tuple(given)
+    wrong = [t for t in types if not (isinstance(t, type) and issubclass(t, BaseException))]
+    if wrong:
+        raise TypeError(f"RetryPolicy({name}=...) takes exception classes, not {wrong!r}")
+    return types
+
+
+def _non_retryable(exc: BaseException) -> bool:
+    """Raised as a NonRetryable, or caused by one (its __cause__ or __context__ chain)."""
+    seen: BaseException | None = exc
+    for _ in range(CAUSE_DEPTH):
+        if seen is None:
+            return False
+        if isinstance(seen, NonRetryable):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 NO_RETRY = RetryPolicy(max_attempts=1)

@@ -35,7 +35,7 @@ from runstream.projections.state import (
     Signal,
     Wait,
 )
-from runstream.projections.transitions import CANCEL_DELIVERED, wait_entry_name
+from runstream.projections.transitions import CANCEL_DELIVERED, WAIT_TIMEOUT, wait_entry_name
 from runstream.projections.wakes import CHILD_CANCELLED, cancel_wake_reason, child_wake
 
 
@@ -175,7 +175,8 @@ class WaitingCalls:
             raise SpawnRefused(f"run {self.run_id} has spawned {MAX_OPEN_CHILDREN} children, "
                                f"the most one run may (hand off to a new round instead)")
 
-    async def _child_result(self, child_id: str, spawn_position: int) -> Any:
+    async def _child_result(self, child_id: str, spawn_position: int,
+                            timeout: float | timedelta | None = None) -> Any:
         position = self._next_position(child_id, "child")
         entry = self._entries.get(position)
         if entry is not None and entry.status in ("completed", "failed"):
@@ -191,8 +192,16 @@ class WaitingCalls:
                 status="failed" if wake.error_type else "completed",
                 result_json=wake.result_json, error_type=wake.error_type,
                 error_message=wake.error_message))
+        now = self._port.now_ms()
+        due = entry.due_ms if entry is not None else (
+            None if timeout is None else now + _millis(timeout))
+        if due is not None and due <= now:
+            timed_out = WaitTimeout(child_id, _no_child_result(child_id))
+            self._resumed_inline(position, "child", child_id, error_type=WAIT_TIMEOUT,
+                                 error_message=str(timed_out))
+            raise timed_out
         return await self._wait(Wait(kind="child", position=position, child_run_id=child_id,
-                                     child_position=spawn_position))
+                                     child_position=spawn_position, due_ms=due))
 
     async def _wait(self, wait: Wait) -> Any:
         """Suspend until the wait ends; with a sticky handler, go on with its outcome."""
@@ -216,7 +225,7 @@ class WaitingCalls:
             text = entry.result_json or "null"
             return loader(text) if loader is not None else json.loads(text)
         message = entry.error_message or ""
-        if entry.kind == "wait":
+        if entry.kind == "wait" or entry.error_type == WAIT_TIMEOUT:
             raise WaitTimeout(entry.name, message)
         if entry.error_type == CHILD_CANCELLED:
             raise ChildCancelled(entry.name, message)
@@ -260,13 +269,19 @@ class ChildRun:
         if loader is not None:
             ctx._loaders_by_child[run_id] = loader
 
-    async def result(self) -> Any:
+    async def result(self, *, timeout: float | timedelta | None = None) -> Any:
         """The child's result; suspends the parent until the child settles. Raises
-        ChildFailed or ChildCancelled with the child's error."""
-        return await self._ctx._child_result(self.run_id, self._position)
+        ChildFailed or ChildCancelled with the child's error, or WaitTimeout when `timeout`
+        (seconds or a timedelta, a durable timer) passes first: the child keeps running
+        (cancel it, or ask for its result again)."""
+        return await self._ctx._child_result(self.run_id, self._position, timeout)
 
     def __repr__(self) -> str:
         return f"ChildRun({self.run_id!r})"
+
+
+def _no_child_result(child_id: str) -> str:
+    return f"child run {child_id!r} had not settled before the timeout"
 
 
 def _millis(duration: float | timedelta) -> int:

@@ -151,7 +151,7 @@ def sometimes(total: int) -> int:
 @flaky.handler
 async def run_flaky(ctx: FlowContext, p: Numbers) -> int:
     total = await ctx.step("sum", sometimes, sum(p.values),
-                           retry=RetryPolicy(max_attempts=3, backoff=0.01))
+                           retry=RetryPolicy(max_attempts=3, initial_interval=0.01))
     if total < 0:
         raise ValueError("negative totals are not allowed")
     return total

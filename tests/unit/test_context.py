@@ -354,7 +354,7 @@ def flaky(failures: int, calls: list[int]) -> Any:
 async def test_retry_journals_failures_then_completion() -> None:
     port, calls = MemoryPort(), []
     value = await port.context().step("charge", flaky(2, calls), 5,
-                                      retry=RetryPolicy(max_attempts=3, backoff=0))
+                                      retry=RetryPolicy(max_attempts=3, initial_interval=0))
     assert value == "ch-5" and calls == [5, 5, 5]
     assert port.types() == ["StepFailed", "StepFailed", "StepCompleted"]
     failed = port.emitted[:2]
@@ -382,7 +382,8 @@ async def test_retry_waits_the_policy_delay_and_journals_it(
 
     monkeypatch.setattr("runstream.engine.flow.context.asyncio.sleep", fake_sleep)
     port, calls = MemoryPort(), []
-    policy = RetryPolicy(max_attempts=4, backoff=0.5, multiplier=2.0, max_backoff=1.5)
+    policy = RetryPolicy(max_attempts=4, initial_interval=0.5, backoff_coefficient=2.0,
+                         maximum_interval=1.5)
     await port.context().step("charge", flaky(3, calls), 1, retry=policy)
     assert slept == [0.5, 1.0, 1.5]
     assert [r.retry_delay_ms for r in port.emitted if isinstance(r, ev.StepFailed)] == [
@@ -403,7 +404,7 @@ async def test_exhausted_retries_raise_step_failed_and_replay_reraises() -> None
     port, calls = MemoryPort(), []
     with pytest.raises(StepFailed) as raised:
         await port.context().step("charge", flaky(5, calls), 9,
-                                  retry=RetryPolicy(max_attempts=3, backoff=0))
+                                  retry=RetryPolicy(max_attempts=3, initial_interval=0))
     error = raised.value
     assert (error.step, error.error_type, error.message, error.attempts) == (
         "charge", "ConnectionError", "gateway down #3", 3)
@@ -418,7 +419,7 @@ async def test_exhausted_retries_raise_step_failed_and_replay_reraises() -> None
     emitted = len(port.emitted)
     with pytest.raises(StepFailed) as replayed:
         await port.context().step("charge", flaky(0, calls), 9,
-                                  retry=RetryPolicy(max_attempts=3, backoff=0))
+                                  retry=RetryPolicy(max_attempts=3, initial_interval=0))
     assert str(replayed.value) == str(error)
     assert replayed.value.attempts == 3
     assert len(calls) == 3 and len(port.emitted) == emitted
@@ -426,7 +427,7 @@ async def test_exhausted_retries_raise_step_failed_and_replay_reraises() -> None
 
 async def test_replay_of_a_retrying_step_resumes_at_the_next_attempt() -> None:
     port, calls = MemoryPort(), []
-    policy = RetryPolicy(max_attempts=3, backoff=0)
+    policy = RetryPolicy(max_attempts=3, initial_interval=0)
 
     async def charge_and_lose_run() -> str:
         calls.append(1)
@@ -450,7 +451,7 @@ async def test_replay_of_a_retrying_step_resumes_at_the_next_attempt() -> None:
 
 async def test_resumed_retries_count_the_attempts_already_made() -> None:
     port, calls = MemoryPort(), []
-    policy = RetryPolicy(max_attempts=3, backoff=0)
+    policy = RetryPolicy(max_attempts=3, initial_interval=0)
     port.send(ev.StepFailed, position=0, name="charge", attempt=2, error_type="E",
               error_message="x", will_retry=True)
     with pytest.raises(StepFailed) as raised:
@@ -551,7 +552,7 @@ async def test_quarantine_names_the_attempt_that_was_in_flight() -> None:
 
     with pytest.raises(RunReleased):
         await port.context().step("pay", pay, irreversible=True,
-                                  retry=RetryPolicy(max_attempts=3, backoff=0,
+                                  retry=RetryPolicy(max_attempts=3, initial_interval=0,
                                                     retry_irreversible_on=(ConnectionError,)))
     assert port.types() == ["StepStarted", "StepFailed", "StepStarted"]
     with pytest.raises(Quarantined, match="attempt 2"):
@@ -607,7 +608,7 @@ async def test_irreversible_step_that_raises_is_quarantined_not_retried() -> Non
 
     with pytest.raises(Quarantined) as raised:
         await port.context().step("charge", charge, irreversible=True,
-                                  retry=RetryPolicy(max_attempts=5, backoff=0))
+                                  retry=RetryPolicy(max_attempts=5, initial_interval=0))
     assert calls == [1]
     assert port.types() == ["StepStarted"]  # no StepFailed: the outcome is unknown
     assert isinstance(raised.value.cause, TimeoutError)
@@ -627,7 +628,7 @@ async def test_irreversible_step_retries_only_exceptions_declared_as_no_effect()
             raise ConnectionRefusedError("nothing listens")
         return "ch-1"
 
-    policy = RetryPolicy(max_attempts=3, backoff=0,
+    policy = RetryPolicy(max_attempts=3, initial_interval=0,
                          retry_irreversible_on=(ConnectionRefusedError,))
     assert await port.context().step("charge", charge, irreversible=True, retry=policy) == "ch-1"
     assert port.types() == ["StepStarted", "StepFailed"] * 2 + ["StepStarted", "StepCompleted"]
@@ -660,7 +661,7 @@ async def test_step_outcomes_journal_the_digest_of_their_arguments() -> None:
     items = [1, 2]
     digest = args_digest(([1, 2],), {"label": "x"})
     await port.context().step("grow", grow, items, label="x",
-                              retry=RetryPolicy(max_attempts=2, backoff=0))
+                              retry=RetryPolicy(max_attempts=2, initial_interval=0))
     failed, completed = port.emitted
     assert isinstance(failed, ev.StepFailed) and isinstance(completed, ev.StepCompleted)
     assert failed.args_digest == completed.args_digest == digest

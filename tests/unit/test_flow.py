@@ -173,24 +173,24 @@ def test_valid_flow_names(name: str) -> None:
 
 
 def test_delay_grows_by_the_multiplier() -> None:
-    policy = RetryPolicy(backoff=0.5, multiplier=2.0, max_backoff=60.0)
+    policy = RetryPolicy(initial_interval=0.5, backoff_coefficient=2.0, maximum_interval=60.0)
     assert [policy.delay_after(n) for n in range(1, 6)] == [0.5, 1.0, 2.0, 4.0, 8.0]
 
 
 def test_delay_is_capped_by_max_backoff() -> None:
-    policy = RetryPolicy(backoff=1.0, multiplier=3.0, max_backoff=10.0)
+    policy = RetryPolicy(initial_interval=1.0, backoff_coefficient=3.0, maximum_interval=10.0)
     assert [policy.delay_after(n) for n in range(1, 6)] == [1.0, 3.0, 9.0, 10.0, 10.0]
     assert RetryPolicy().delay_after(100) == 60.0
 
 
 def test_constant_and_zero_backoff() -> None:
-    assert RetryPolicy(backoff=2.0, multiplier=1.0).delay_after(9) == 2.0
-    assert RetryPolicy(backoff=0).delay_after(5) == 0.0
+    assert RetryPolicy(initial_interval=2.0, backoff_coefficient=1.0).delay_after(9) == 2.0
+    assert RetryPolicy(initial_interval=0).delay_after(5) == 0.0
 
 
 def test_default_policies() -> None:
-    assert RetryPolicy() == RetryPolicy(max_attempts=3, backoff=0.5, multiplier=2.0,
-                                        max_backoff=60.0)
+    assert RetryPolicy() == RetryPolicy(max_attempts=3, initial_interval=0.5,
+                                        backoff_coefficient=2.0, maximum_interval=60.0)
     assert NO_RETRY.max_attempts == 1
     with pytest.raises(AttributeError):
         NO_RETRY.max_attempts = 5  # type: ignore[misc]
