@@ -107,5 +107,18 @@ def resolve_tombstone_retention(explicit: Duration | None, retention: timedelta)
     return parse_duration(env) if env else retention
 
 
+DEFAULT_DURABLE_BACKOFF_AFTER = timedelta(seconds=2)
+
+
+def resolve_durable_backoff_after(explicit: Duration | None = None) -> timedelta:
+    """From how long a step's retry backoff is waited on a durable timer (the run suspends,
+    its slot is free, the wait outlives the worker) rather than in memory: keyword >
+    RUNSTREAM_DURABLE_BACKOFF_AFTER > 2 s."""
+    if explicit is not None:
+        return as_duration(explicit)
+    env = os.environ.get("RUNSTREAM_DURABLE_BACKOFF_AFTER")
+    return parse_duration(env) if env else DEFAULT_DURABLE_BACKOFF_AFTER
+
+
 def millis(duration: timedelta) -> int:
     return int(duration.total_seconds() * 1000)

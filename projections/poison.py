@@ -99,7 +99,7 @@ Examined = JournalRecord | Poison
 FoldRow = tuple[int, int, int, bytes | None, Examined]
 
 
-def examine(value: bytes | None, headers: Sequence[tuple[str, bytes]] | None = None,
+def examine(value: bytes | None, headers: Sequence[tuple[str, bytes | None]] | None = None,
             key: RecordKey = KEY_UNKNOWN) -> Examined:
     """The decoded record, or why it is poison, from the record's own bytes alone."""
     # oversize(), decode() and missing_key() without their frames (once per record folded)

@@ -104,8 +104,9 @@ def _cancel(run: RunState, record: ev.RunCancelRequested) -> RequestChange:
 
 
 def _resume(run: RunState, record: ev.RunResumeRequested) -> RequestChange:
-    """An operator wake ends a timer or event wait early; a quarantine needs a resolution
-    naming its step's position and digest; a child wait is not resumable."""
+    """An operator wake ends a timer or event wait early, or a durable backoff (the next
+    attempt runs now); a quarantine needs a resolution naming its step's position and
+    digest; a child wait is not resumable."""
     wait = run.wait
     if run.status is not RunStatus.suspended or wait is None:
         return RequestChange(run, Verdict.refused)
@@ -115,7 +116,7 @@ def _resume(run: RunState, record: ev.RunResumeRequested) -> RequestChange:
         return RequestChange(replace(run, resolution=record.resolution,
                                      resolution_result_json=record.result_json),
                              Verdict.applied)
-    if wait.kind not in ("timer", "event") or record.resolution is not None:
+    if wait.kind not in ("timer", "event", "retry") or record.resolution is not None:
         return RequestChange(run, Verdict.refused)
     return RequestChange(replace(run, resume_requested=True), Verdict.applied)
 

@@ -117,11 +117,15 @@ def _step_failed(run: RunState, record: Any, epoch: int, previous: Any) -> Chang
         error_type=record.error_type,
         error_message=record.error_message,
         args_digest=record.args_digest,
+        # A durable backoff: the next attempt waits until then (cleared when its wait ends).
+        due_ms=record.retry_at_ms if record.will_retry else None,
     ))
 
 
 # The journal entry a wait stands at: its kind, and its name from the suspension.
 _WAIT_KINDS = {"timer": "sleep", "event": "wait", "child": "child"}
+# A run waiting out a durable backoff (RetryPolicy): its entry stays the step's, retrying.
+RETRY_WAIT = "retry"
 
 
 def wait_entry_name(wait: Wait) -> str:
@@ -156,6 +160,10 @@ def _suspended(run: RunState, record: Any, epoch: int, previous: Any) -> Change 
 def _timer_fired(run: RunState, record: Any, epoch: int, previous: Any) -> Change | None:
     assert isinstance(record, ev.TimerFired)
     wait = run.wait
+    if wait is not None and wait.kind == RETRY_WAIT:
+        if wait.position != record.position or wait.due_ms != record.due_ms:
+            return None
+        return _retry_wait_ended(previous, "timer")
     if (wait is None or wait.position != record.position or wait.due_ms != record.due_ms
             or previous is None or previous.status != "waiting"):
         return None  # not what the run waits for now (ended, woken already, a re-send)
@@ -200,6 +208,10 @@ def _resumed(run: RunState, record: Any, epoch: int, previous: Any) -> Change | 
         return Change(wake) if run.status is RunStatus.suspended else None
     if record.error_type == CANCEL_DELIVERED:
         return _cancel_delivered(run, record, position, previous, wake)
+    retry = run.wait
+    if (retry is not None and retry.kind == RETRY_WAIT and run.status is RunStatus.suspended
+            and retry.position == position and record.error_type is None):
+        return _retry_wait_ended(previous, record.reason)
     if previous is not None and previous.status != "waiting":
         return None
     changes: Changes = {}
@@ -222,6 +234,15 @@ def _resumed(run: RunState, record: Any, epoch: int, previous: Any) -> Change | 
         changes["signals"] = tuple(s for s in run.signals
                                    if s.request_id != record.signal_request_id)
     return Change(changes, entry)
+
+
+def _retry_wait_ended(previous: JournalEntry | None, reason: str) -> Change | None:
+    """A durable backoff ends (its timer, or an operator's resume): the run is runnable, and
+    its step's entry no longer says when the next attempt is due, so the replay makes it."""
+    if previous is None or previous.status != "retrying" or previous.due_ms is None:
+        return None  # not waiting to retry: a stale wake
+    return Change({"status": RunStatus.pending, "wait": None, "wake_reason": reason,
+                   "resume_requested": False}, replace(previous, due_ms=None))
 
 
 def _cancel_delivered(run: RunState, record: ev.RunResumed, position: int,

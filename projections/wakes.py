@@ -15,7 +15,12 @@ from typing import Any
 
 from runstream.engine.journal import events as ev
 from runstream.projections.state import ChildLink, JournalEntry, RunState, RunStatus
-from runstream.projections.transitions import CANCEL_DELIVERED, WAIT_TIMEOUT, wait_entry_name
+from runstream.projections.transitions import (
+    CANCEL_DELIVERED,
+    RETRY_WAIT,
+    WAIT_TIMEOUT,
+    wait_entry_name,
+)
 
 CHILD_FAILED = "ChildFailed"
 CHILD_CANCELLED = "ChildCancelled"
@@ -64,9 +69,11 @@ def decide_waiting(run: RunState, spawn: JournalEntry | None
                        run.resolution_result_json)
     if wait is None:
         return None
-    if run.resume_requested and wait.kind in ("timer", "event"):
+    if run.resume_requested and wait.kind in ("timer", "event", RETRY_WAIT):
         if wait.kind == "timer":
             return Wake("operator", wait.position, "sleep", result_json="null")
+        if wait.kind == RETRY_WAIT:  # the next attempt now (the entry stays the step's)
+            return Wake("operator", wait.position, spawn.name if spawn else None)
         return Wake("operator", wait.position, wait.event_name, error_type=WAIT_TIMEOUT,
                     error_message="an operator ended the wait")
     if wait.kind == "event":
@@ -160,14 +167,14 @@ class Resolve:
 
 
 def wait_entry_position(run: RunState) -> int | None:
-    """The journal position whose entry `decide_waiting` needs: a child wait's spawn, or a
-    quarantine's started step."""
+    """The journal position whose entry `decide_waiting` needs: a child wait's spawn, a
+    quarantine's started step, or the step a durable backoff waits to retry."""
     wait = run.wait
     if wait is None:
         return None
     if wait.kind == "child":
         return wait.child_position
-    return wait.position if wait.kind == "quarantine" else None
+    return wait.position if wait.kind in ("quarantine", RETRY_WAIT) else None
 
 
 def resolution_records(resolve: Resolve) -> list[tuple[type[Any], dict[str, Any]]]:

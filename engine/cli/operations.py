@@ -17,6 +17,7 @@ from runstream.engine.flow.apps import AppNotFound as AppNotFound  # the CLI's
 from runstream.engine.flow.apps import load_flows as load_flows
 from runstream.engine.ops.rebuild import rebuild_and_verify
 from runstream.engine.readmodel.describe import (
+    retry_view,
     run_view,
     why_report,
 )
@@ -161,6 +162,12 @@ async def run_status(
             return expired_view(run)
         out = run_view(run, namespace=resolve_namespace(namespace))
         out["retention"] = retention_view(run, view.partition(run.partition))
+        if run.wait is not None and run.wait.kind == "retry":
+            waiting = run.wait.position
+            retry = retry_view(run, next((e for e in view.entries(run.run_id)
+                                          if e.position == waiting), None))
+            if retry is not None:
+                out["retry"] = retry
         if why:
             out["why"] = why_report(run, _run_history(view, run.run_id))
         return out
@@ -192,14 +199,15 @@ async def serve_worker(
     concurrency: int, name: str | None, session_timeout_ms: int = 10_000,
     drain_timeout: float = 10.0, metrics_port: int | None = None,
     retention: timedelta | None = None, tombstone_retention: timedelta | None = None,
-    snapshot_every: int | None = None,
+    snapshot_every: int | None = None, durable_backoff_after: timedelta | None = None,
 ) -> None:
     """Run a worker until SIGINT/SIGTERM, then shut it down gracefully."""
     worker = Worker(flows=load_flows(app), data_dir=data_dir, bootstrap_servers=bootstrap,
                     namespace=namespace, concurrency=concurrency, name=name,
                     session_timeout_ms=session_timeout_ms, drain_timeout=drain_timeout,
                     metrics_port=metrics_port, retention=retention,
-                    tombstone_retention=tombstone_retention, snapshot_every=snapshot_every)
+                    tombstone_retention=tombstone_retention, snapshot_every=snapshot_every,
+                    durable_backoff_after=durable_backoff_after)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -123,6 +123,8 @@ def status(run_id: str, as_json: bool, why: bool, bootstrap: str | None,
     _echo_round(view)
     echo_outcome(view)
     click.echo(f"  retention: {view['retention']['text']}")
+    if "retry" in view:
+        click.echo(f"  retry: {view['retry']['text']}")
     _echo_quarantine(view)
     if why:
         click.echo("why:")
@@ -338,13 +340,18 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None
 @click.option("--snapshot-every", type=click.IntRange(min=0), default=None, metavar="N",
               help="Snapshot each owned partition to <namespace>.snapshots every N records "
               "applied to it; 0: no snapshots [env RUNSTREAM_SNAPSHOT_EVERY; default 100000].")
+@click.option("--durable-backoff-after", callback=_duration, default=None, metavar="DURATION",
+              help="A step's retry backoff longer than this suspends its run on a durable "
+              "timer (no slot held; it outlives the worker) instead of sleeping in memory "
+              "[env RUNSTREAM_DURABLE_BACKOFF_AFTER; default 2s].")
 @bootstrap_option
 @namespace_option
 def worker(app: str, data_dir: Path, concurrency: int, name: str | None,
            session_timeout_ms: int, drain_timeout: float, log_level: str,
            metrics_port: int | None, authorities: Path | None,
            retention: timedelta | None, tombstone_retention: timedelta | None,
-           snapshot_every: int | None, bootstrap: str | None, namespace: str | None) -> None:
+           snapshot_every: int | None, durable_backoff_after: timedelta | None,
+           bootstrap: str | None, namespace: str | None) -> None:
     """Run a worker of the namespace's consumer group (and its requests relay)."""
     if authorities is not None:
         # Validated here, exported where the worker's relay reads it (engine.worker.relay).
@@ -356,7 +363,8 @@ def worker(app: str, data_dir: Path, concurrency: int, name: str | None,
         bootstrap=bootstrap, namespace=namespace, app=app, data_dir=data_dir,
         concurrency=concurrency, name=name, session_timeout_ms=session_timeout_ms,
         drain_timeout=drain_timeout, metrics_port=metrics_port, retention=retention,
-        tombstone_retention=tombstone_retention, snapshot_every=snapshot_every))
+        tombstone_retention=tombstone_retention, snapshot_every=snapshot_every,
+        durable_backoff_after=durable_backoff_after))
 
 
 

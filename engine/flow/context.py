@@ -35,7 +35,8 @@ from runstream.engine.flow.port import NOT_CALLED, JournalPort, Quarantined, Run
 from runstream.engine.flow.waits import ChildRun, WaitingCalls
 from runstream.engine.journal import events as ev
 from runstream.engine.observability.tracing import step_span
-from runstream.projections.state import ChildLink, JournalEntry, RunState, incarnation_id
+from runstream.projections.state import ChildLink, JournalEntry, RunState, Wait, incarnation_id
+from runstream.projections.transitions import CANCEL_DELIVERED, RETRY_WAIT
 from runstream.projections.transitions import idempotency_key as idempotency_key_of
 
 __all__ = ["CallObserver", "ChildRun", "FlowContext", "JournalPort", "Quarantined",
@@ -168,6 +169,11 @@ class FlowContext(WaitingCalls):
         # Before the first attempt: a function that mutates its arguments must not change
         # the digest its later attempts journal.
         digest = args_digest(args, kwargs)
+        if (entry is not None and entry.status == "retrying" and entry.due_ms is not None
+                and entry.due_ms > self._port.now_ms()):
+            # A durable backoff journaled and not over (its wait never began, or began
+            # and goes on): wait it out before the next attempt.
+            await self._retry_wait(position, name, entry.due_ms)
         while True:
             await self._port.barrier()
             self._port.ensure_active()
@@ -276,17 +282,38 @@ class FlowContext(WaitingCalls):
         digest: str,
     ) -> int:
         will_retry = attempt < policy.max_attempts and policy.retries(exc)
-        delay = policy.delay_after(attempt) if will_retry else 0.0
+        delay_ms = int(policy.delay_after(attempt) * 1000) if will_retry else 0
+        # A long backoff is waited on a durable timer (the run suspends: no slot held, the
+        # wait outlives this worker), its end journaled in the failure itself.
+        retry_at = (self._port.now_ms() + delay_ms
+                    if will_retry and delay_ms > self._port.durable_backoff_after_ms else None)
         self._port.send(
             ev.StepFailed, position=position, name=name, attempt=attempt,
             error_type=type(exc).__name__, error_message=journal_text(str(exc)),
-            will_retry=will_retry, retry_delay_ms=int(delay * 1000), args_digest=digest,
+            will_retry=will_retry, retry_delay_ms=delay_ms, args_digest=digest,
+            retry_at_ms=retry_at,
         )
         if not will_retry:
             await self._port.barrier()  # the handler may act on the failure: make it durable
             raise StepFailed(name, type(exc).__name__, str(exc), attempt) from exc
-        await asyncio.sleep(delay)
+        if retry_at is not None:
+            await self._retry_wait(position, name, retry_at)
+        else:
+            await asyncio.sleep(delay_ms / 1000)
         return attempt + 1
+
+    async def _retry_wait(self, position: int, name: str, due_ms: int) -> None:
+        """Wait out a durable backoff: the run suspends until its timer (or an operator's
+        resume) ends the wait, then the next attempt runs; a cancel raises here."""
+        wait = Wait(kind=RETRY_WAIT, position=position, due_ms=due_ms)
+        while True:
+            self._check_cancel(position, name)
+            await self._port.barrier()
+            outcome = await self._port.suspend(wait)  # (raises Suspend: replayed when woken)
+            if outcome is not None and outcome.error_type == CANCEL_DELIVERED:
+                self._replay_cancel(outcome)
+            if outcome is not None and outcome.due_ms is None:
+                return  # its wait ended: the step's entry no longer says when
 
     async def now(self) -> datetime:
         """The current time, journaled: a replay sees the same instant."""

@@ -31,9 +31,11 @@ class RetryPolicy:
     errors are not worth another attempt.
 
     The wait after failed attempt n is `initial_interval * backoff_coefficient ** (n - 1)`
-    seconds, at most `maximum_interval`. Whether an error is retried, first rule that
-    matches: raised as, or caused by, `NonRetryable`: never; an instance of
-    `non_retryable`: never; `retryable` given: only its instances; else: retried.
+    seconds, at most `maximum_interval` (default: 60 s, or `initial_interval` if longer).
+    A wait longer than the worker's durable-backoff threshold (2 s by default) suspends the
+    run on a durable timer. Whether an error is retried, first rule that matches: raised
+    as, or caused by, `NonRetryable`: never; an instance of `non_retryable`: never;
+    `retryable` given: only its instances; else: retried.
     `retry_irreversible_on`: exceptions that prove an irreversible step's effect did not
     happen (the request never left: ConnectionRefusedError, a validation error raised before
     the call); any other exception from an irreversible step quarantines the run instead.
@@ -60,16 +62,17 @@ class RetryPolicy:
         initial = _renamed("backoff", backoff, "initial_interval", initial_interval, 0.5)
         coefficient = _renamed("multiplier", multiplier, "backoff_coefficient",
                                backoff_coefficient, 2.0)
+        # Unsaid, the cap is 60 s, or the first interval when that is longer.
         maximum = _renamed("max_backoff", max_backoff, "maximum_interval", maximum_interval,
-                           60.0)
+                           max(60.0, initial))
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) \
                 or max_attempts < 1:
             raise ValueError(f"max_attempts must be a whole number, 1 or more, not "
                              f"{max_attempts!r}")
-        if initial < 0 or maximum < 0 or coefficient < 1:
-            raise ValueError("initial_interval and maximum_interval must be 0 or more and "
-                             f"backoff_coefficient 1 or more, not {initial!r}, {maximum!r} "
-                             f"and {coefficient!r}")
+        if initial < 0 or maximum < initial or coefficient < 1:
+            raise ValueError("initial_interval must be 0 or more, maximum_interval at least "
+                             "initial_interval and backoff_coefficient 1 or more, not "
+                             f"{initial!r}, {maximum!r} and {coefficient!r}")
         for name, value in (("max_attempts", max_attempts), ("initial_interval", float(initial)),
                             ("backoff_coefficient", float(coefficient)),
                             ("maximum_interval", float(maximum)),

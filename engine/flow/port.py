@@ -76,6 +76,11 @@ class JournalPort(Protocol):
     def now_ms(self) -> int:
         """The current time (the wall clock, or a test environment's virtual clock)."""
 
+    @property
+    def durable_backoff_after_ms(self) -> int:
+        """A retry backoff longer than this suspends the run on a durable timer; a shorter
+        one is slept in memory (the worker's setting)."""
+
     def run_state(self) -> RunState:
         """The run as the owner's projection holds it now: signals, cancel, children."""
 

@@ -59,6 +59,10 @@ class HandlerRunner(ABC):
     @abstractmethod
     def now_ms(self) -> int: ...
 
+    @property
+    @abstractmethod
+    def durable_backoff_after_ms(self) -> int: ...
+
     @abstractmethod
     async def suspend(self, wait: Wait) -> JournalEntry | None: ...
 

@@ -157,7 +157,7 @@ class Codec:
         return EncodeError(f"not a journal record: {short_repr(record)}")
 
     def decode(
-        self, value: bytes | None, headers: Sequence[tuple[str, bytes]] | None = None
+        self, value: bytes | None, headers: Sequence[tuple[str, bytes | None]] | None = None
     ) -> JournalRecord:
         """The typed record in a Kafka value; any bad input raises DecodeError, nothing else."""
         data = _as_bytes(value)
@@ -249,7 +249,7 @@ def _as_bytes(value: Any) -> bytes:
     return data
 
 
-def _check_headers(plan: _DecodePlan, headers: Sequence[tuple[str, bytes]]) -> None:
+def _check_headers(plan: _DecodePlan, headers: Sequence[tuple[str, bytes | None]]) -> None:
     for header in headers:
         try:
             key, header_value = header
@@ -357,7 +357,7 @@ def encode(record: JournalRecord) -> tuple[bytes, list[tuple[str, bytes]]]:
 
 
 def decode(
-    value: bytes | None, headers: Sequence[tuple[str, bytes]] | None = None
+    value: bytes | None, headers: Sequence[tuple[str, bytes | None]] | None = None
 ) -> JournalRecord:
     """Decode with the default codec; any bad input raises DecodeError."""
     return default_codec().decode(value, headers)

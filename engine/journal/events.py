@@ -494,27 +494,6 @@ class StepCompleted:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class StepFailed:
-    """A step attempt raised."""
-
-    TYPE: ClassVar[str] = "step.failed"
-    KIND: ClassVar[str] = "decision"
-    SCHEMA_ID: ClassVar[int] = 145
-
-    envelope: Envelope
-    position: int
-    name: str
-    attempt: int
-    error_type: str
-    error_message: str
-    will_retry: bool = False
-    retry_delay_ms: int = 0
-    # sha256 of the step's arguments as canonical JSON (repr for values JSON cannot hold), first 16
-    # hex digits: what a dry run compares.
-    args_digest: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class RunLimitsFixed:
     """The first owner that registers the run's flow fixed its ceiling and round budget, before its
     first activation (the owner that admitted it did not register the flow).
@@ -846,6 +825,30 @@ class PartitionSnapshotTaken:
     running_hash: str = ""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepFailed:
+    """A step attempt raised."""
+
+    TYPE: ClassVar[str] = "step.failed"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 165
+
+    envelope: Envelope
+    position: int
+    name: str
+    attempt: int
+    error_type: str
+    error_message: str
+    will_retry: bool = False
+    retry_delay_ms: int = 0
+    # sha256 of the step's arguments as canonical JSON (repr for values JSON cannot hold), first 16
+    # hex digits: what a dry run compares.
+    args_digest: str | None = None
+    # When the next attempt is due (log time, ms), for a backoff long enough to be waited on a
+    # durable timer (the run suspends until then); null: an in-memory backoff, or none.
+    retry_at_ms: int | None = None
+
+
 # Any journal record; narrow with isinstance() or match on the class.
 JournalRecord: TypeAlias = (
     RunCreateRejected
@@ -871,7 +874,6 @@ JournalRecord: TypeAlias = (
     | RunForked
     | JournalEntryCopied
     | StepCompleted
-    | StepFailed
     | RunLimitsFixed
     | RunForkPart
     | RunForkAnswered
@@ -883,6 +885,7 @@ JournalRecord: TypeAlias = (
     | RunCreated
     | PartitionRunsExpired
     | PartitionSnapshotTaken
+    | StepFailed
 )
 
 # Record type string (the rs-type header and envelope.type) → class.
@@ -910,7 +913,6 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "run.forked": RunForked,
     "journal.entry-copied": JournalEntryCopied,
     "step.completed": StepCompleted,
-    "step.failed": StepFailed,
     "run.limits-fixed": RunLimitsFixed,
     "run.fork-part": RunForkPart,
     "run.fork-answered": RunForkAnswered,
@@ -922,6 +924,7 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "run.created": RunCreated,
     "partition.runs-expired": PartitionRunsExpired,
     "partition.snapshot-taken": PartitionSnapshotTaken,
+    "step.failed": StepFailed,
 }
 
 REQUEST_TYPES: frozenset[str] = frozenset(
@@ -958,12 +961,12 @@ DECISION_TYPES: frozenset[str] = frozenset(
         "run.forked",
         "journal.entry-copied",
         "step.completed",
-        "step.failed",
         "run.limits-fixed",
         "run.fork-answered",
         "partition.epoch-claimed",
         "run.created",
         "partition.runs-expired",
         "partition.snapshot-taken",
+        "step.failed",
     }
 )

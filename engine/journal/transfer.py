@@ -20,13 +20,13 @@ import msgspec
 
 from runstream.engine.journal.events import RECORD_CLASSES, JournalRecord
 
-Headers = list[tuple[str, bytes]]
+Headers = list[tuple[str, bytes | None]]  # (Kafka allows a header without a value)
 # One record of a frame: partition, offset, log time (ms), key, value, headers (only for a
 # record sent without its decoded fields: a poison one), the class's index in
 # RECORD_CLASSES (-1: decode it from its value), the decoded record.
 Row = tuple[int, int, int, bytes | None, bytes | None, Headers | None, int, msgspec.Raw]
-Outgoing = tuple[int, int, int, bytes | None, bytes | None, Sequence[tuple[str, bytes]] | None,
-                 int, JournalRecord | None]
+Outgoing = tuple[int, int, int, bytes | None, bytes | None,
+                 Sequence[tuple[str, bytes | None]] | None, int, JournalRecord | None]
 
 NOT_SENT = -1  # the index of a record sent without its decoded fields
 
@@ -35,6 +35,7 @@ _INDEX: dict[type[Any], int] = {cls: i for i, cls in enumerate(_CLASSES)}
 _ENCODER = msgspec.msgpack.Encoder()
 _FRAME = msgspec.msgpack.Decoder(list[Row])
 _DECODERS = tuple(msgspec.msgpack.Decoder(cls) for cls in _CLASSES)
+_TYPES = tuple(cls.TYPE for cls in _CLASSES)
 
 
 def class_index(record: JournalRecord) -> int:
@@ -54,7 +55,7 @@ Received = tuple[int, int, int, bytes | None, bytes | None, Headers | None,
 
 def decode_frame(frame: bytes) -> list[Received]:
     """A frame's rows, each with its record rebuilt (or None)."""
-    decoders = _DECODERS
+    decoders, types = _DECODERS, _TYPES
     received: list[Received] = []
     for partition, offset, timestamp, key, value, headers, index, body in _FRAME.decode(frame):
         record = None
@@ -63,5 +64,8 @@ def decode_frame(frame: bytes) -> list[Received]:
                 record = decoders[index].decode(body)
             except msgspec.DecodeError:  # (ValidationError is one)
                 record = None
+            else:  # (a sender whose classes are in another order: events.py regenerated)
+                if record.envelope.type != types[index]:
+                    record = None
         received.append((partition, offset, timestamp, key, value, headers, record))
     return received

@@ -25,9 +25,11 @@ out, and this process folds one frame while the next comes in. Bounds: FRAMES_AH
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import pickle
 import queue
+import signal
 import struct
 import subprocess
 import sys
@@ -40,6 +42,7 @@ from typing import IO
 from runstream.engine.errors import RunstreamError
 from runstream.engine.journal.transfer import (
     NOT_SENT,
+    Headers,
     Outgoing,
     class_index,
     decode_frame,
@@ -47,7 +50,7 @@ from runstream.engine.journal.transfer import (
 )
 from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.kafka.reader import Polled, read_batches
-from runstream.projections.poison import FoldRow, Poison, examine
+from runstream.projections.poison import KEY_UNKNOWN, Examined, FoldRow, Poison, examine
 
 # Records below which a fold reads in process: a child costs about 0.3 s to start (imports,
 # its consumer, its first poll) and saves about 7 us a record on this 2-core machine; at
@@ -103,12 +106,17 @@ class DecodeAhead:
         global _running
         self._child = subprocess.Popen([sys.executable, "-m", _MODULE], stdin=subprocess.PIPE,
                                        stdout=subprocess.PIPE)
+        try:
+            assert self._child.stdin is not None
+            self._child.stdin.write(pickle.dumps(spec))
+            self._child.stdin.close()
+        except BaseException:
+            self._child.kill()
+            self._child.wait()
+            raise
         _running += 1
         self._reader = ThreadPoolExecutor(1, thread_name_prefix="runstream-decode-ahead")
         self._closed = False
-        assert self._child.stdin is not None
-        self._child.stdin.write(pickle.dumps(spec))
-        self._child.stdin.close()
 
     async def batches(self) -> AsyncGenerator[list[FoldRow], None]:
         """The records of the spec, examined, in batches (one partition's, in offset order)."""
@@ -120,8 +128,9 @@ class DecodeAhead:
             kind, payload = await pending
             if kind == _BATCH:
                 pending = loop.run_in_executor(self._reader, _read_frame, frames)  # (the next)
-                yield [(p, o, t, value, examine(value, headers, key) if record is None else record)
-                       for p, o, t, key, value, headers, record in decode_frame(payload)]
+                yield [(p, o, t, value, record if record is not None else _examined(
+                            value, headers, key)) for p, o, t, key, value, headers, record
+                       in decode_frame(payload)]
             elif kind == _DONE:
                 return
             elif kind == _ERROR:
@@ -129,7 +138,7 @@ class DecodeAhead:
             else:
                 raise RunstreamError(f"the decode-ahead reader ended (exit code "
                                      f"{self._child.wait()}) before it had sent every "
-                                     f"record; its error is above")
+                                     f"record (what it printed, if anything, is above)")
 
     @property
     def running(self) -> bool:
@@ -149,6 +158,15 @@ class DecodeAhead:
         self._reader.shutdown(wait=True)
         if self._child.stdout is not None:
             self._child.stdout.close()
+
+
+def _examined(value: bytes | None, headers: Headers | None, key: bytes | None) -> Examined:
+    """A record the child sent without its fields, examined here: a poison one (sent with
+    its key and headers), or one msgspec could not rebuild (the child checked its key and
+    headers already, and sent neither)."""
+    if headers is None:
+        return examine(value, None, KEY_UNKNOWN)
+    return examine(value, headers, key)
 
 
 def _read_frame(frames: IO[bytes]) -> tuple[bytes, bytes]:
@@ -200,9 +218,14 @@ def _frame(kind: bytes, payload: bytes) -> bytes:
 
 
 def _write_frames(frames: queue.Queue[bytes | None], out: IO[bytes]) -> None:
-    while (frame := frames.get()) is not None:
-        out.write(frame)
-    out.flush()
+    try:
+        while (frame := frames.get()) is not None:
+            out.write(frame)
+        out.flush()
+    except OSError:
+        # The fold is gone (its process died without ending this one): so is this process,
+        # whatever its reader is doing (it may be waiting for room in the queue).
+        os._exit(1)
 
 
 def _pickled(error: BaseException) -> bytes:
@@ -215,6 +238,10 @@ def _pickled(error: BaseException) -> bytes:
 
 
 def _child_main() -> None:
+    # The fold ends this process (Ctrl-C reaches it, not this one); its broker errors come
+    # back to the fold as one exception, not as aiokafka's log lines.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     spec = pickle.loads(sys.stdin.buffer.read())
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     sys.stdout = sys.stderr  # stdout is the frames' pipe: anything printed goes to stderr

@@ -203,6 +203,9 @@ async def _drain(
             batch = _records(tp.partition, messages, limits, until_timestamp_ms)
             if batch:
                 yield batch
+        if batches:
+            # (progress is the broker's: the time the caller held a batch is not counted)
+            deadline = time.monotonic() + timeout
         for p in list(open_parts):
             if await consumer.position(TopicPartition(topic, p)) >= limits[p]:
                 open_parts.discard(p)

@@ -107,8 +107,10 @@ async def _decode_ahead(spec: FoldSpec, start: dict[int, int]) -> DecodeAhead | 
     """A decode-ahead child for the fold, when allowed, none is running in this process, and
     the backlog is at least RUNSTREAM_DECODE_AHEAD_MIN records (asked of the broker: one
     ListOffsets); else None."""
+    if not spec.decode_ahead or not decode_ahead_available():
+        return None
     least = decode_ahead_min()
-    if not (spec.decode_ahead and least and decode_ahead_available()):
+    if not least:
         return None
     bounds = await log_bounds(spec.bootstrap, spec.topic, security=spec.security)
     chosen = spec.partitions if spec.partitions is not None else sorted(bounds)
@@ -118,7 +120,7 @@ async def _decode_ahead(spec: FoldSpec, start: dict[int, int]) -> DecodeAhead | 
         if spec.until is not None and p in spec.until:
             end = min(end, spec.until[p])
         backlog += max(0, end - max(first, start.get(p, 0)))
-    if backlog < least:
+    if backlog < least or not decode_ahead_available():  # (another fold took it meanwhile)
         return None
     return DecodeAhead(ReadSpec(spec.bootstrap, spec.topic, spec.partitions, start, spec.until,
                                 spec.security))

@@ -12,7 +12,7 @@ from runstream.engine.flow.definition import HandedOff
 from runstream.engine.journal.timetext import iso_time as format_iso_time
 from runstream.engine.readmodel.rows import HistoryRow
 from runstream.projections.decide import FLOW_NOT_REGISTERED
-from runstream.projections.state import RunState, RunStatus, Wait, to_builtins
+from runstream.projections.state import JournalEntry, RunState, RunStatus, Wait, to_builtins
 
 
 def run_view(run: RunState, *, namespace: str | None = None) -> dict[str, Any]:
@@ -150,8 +150,29 @@ def wait_note(run: RunState) -> str:
                    else "no timeout")
         return f"waiting for signal {wait.event_name!r} ({timeout})"
     if wait.kind == "child":
-        return f"waiting for child run {wait.child_run_id}"
+        due = f" (times out at {iso_time(wait.due_ms)})" if wait.due_ms is not None else ""
+        return f"waiting for child run {wait.child_run_id}{due}"
+    if wait.kind == "retry":
+        due = iso_time(wait.due_ms) if wait.due_ms is not None else "an unknown time"
+        return f"waiting to retry the step at position {wait.position} until {due}"
     return f"suspended: {run.suspended_reason or wait.kind}"
+
+
+def retry_view(run: RunState, entry: JournalEntry | None) -> dict[str, Any] | None:
+    """A run waiting out a durable retry backoff: which step, which attempt comes next and
+    when, the last error, and how to run it now; None for any other run."""
+    wait = run.wait
+    if (wait is None or wait.kind != "retry" or run.status is not RunStatus.suspended
+            or entry is None or wait.due_ms is None):
+        return None
+    attempt = entry.attempts + 1
+    error = f"{entry.error_type}: {entry.error_message}"
+    return {"step": entry.name, "position": entry.position, "next_attempt": attempt,
+            "due_ms": wait.due_ms, "last_error": {"type": entry.error_type,
+                                                   "message": entry.error_message},
+            "text": f"step {entry.name!r} (position {entry.position}) waits to retry: attempt "
+                    f"{attempt} at {iso_time(wait.due_ms)}; last error {error}; "
+                    f"`runstream run resume {run.run_id}` runs it now"}
 
 
 def _pending_note(run: RunState) -> str | None:

@@ -20,7 +20,13 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from runstream.engine.config import DEFAULT_RETENTION, Duration, as_duration, millis
+from runstream.engine.config import (
+    DEFAULT_DURABLE_BACKOFF_AFTER,
+    DEFAULT_RETENTION,
+    Duration,
+    as_duration,
+    millis,
+)
 from runstream.engine.errors import (
     ResumeRefused,
     RunCancelled,
@@ -86,16 +92,22 @@ class TestEnvironment:
 
     def __init__(self, flows: Iterable[Flow[Any, Any]], *, partitions: int = 1,
                  start: datetime = DEFAULT_START, retention: Duration | None = None,
-                 tombstone_retention: Duration | None = None) -> None:
+                 tombstone_retention: Duration | None = None,
+                 durable_backoff_after: Duration | None = None) -> None:
         """`retention`: how long settled runs stay before they expire, on the virtual
         clock (as a worker's --retention; default 7 days, whatever RUNSTREAM_RETENTION says:
         a shell's setting never expires a test's runs; 0 keeps forever);
-        `tombstone_retention`: as the worker's (default: the retention)."""
+        `tombstone_retention`: as the worker's (default: the retention);
+        `durable_backoff_after`: as the worker's (default 2 s, whatever the shell says): a
+        longer retry backoff waits on the virtual clock, a shorter one is slept for real."""
         self.flows = {flow.name: flow for flow in flows}
         kept = as_duration(retention) if retention is not None else DEFAULT_RETENTION
         self.retention_ms = millis(kept)
         self.tombstone_retention_ms = millis(as_duration(tombstone_retention)
                                              if tombstone_retention is not None else kept)
+        self.durable_backoff_after_ms = millis(
+            as_duration(durable_backoff_after) if durable_backoff_after is not None
+            else DEFAULT_DURABLE_BACKOFF_AFTER)
         self.partitions = partitions
         self.clock_ms = int(start.timestamp() * 1000)
         self.log = MemoryLog(partitions, lambda: self.clock_ms, self._folded)

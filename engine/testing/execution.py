@@ -56,6 +56,10 @@ class TestExecution(HandlerRunner):
     def now_ms(self) -> int:
         return self.env.clock_ms
 
+    @property
+    def durable_backoff_after_ms(self) -> int:
+        return self.env.durable_backoff_after_ms
+
     def run_state(self) -> RunState:
         return self.env.describe(self.run.run_id)
 

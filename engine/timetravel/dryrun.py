@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from runstream.engine.config import DEFAULT_DURABLE_BACKOFF_AFTER, millis
 from runstream.engine.errors import InvalidInput, RunstreamError
 from runstream.engine.flow.apps import load_flows
 from runstream.engine.flow.context import FlowContext, RunReleased, StepArguments, args_digest
@@ -172,6 +173,11 @@ class Sandbox(HandlerRunner):
 
     def now_ms(self) -> int:
         return self._now_ms
+
+    @property
+    def durable_backoff_after_ms(self) -> int:
+        # (a new decision stops the dry run before any backoff: the worker's default)
+        return millis(DEFAULT_DURABLE_BACKOFF_AFTER)
 
     async def suspend(self, wait: Wait) -> JournalEntry | None:
         self._intend(wait_intent(self._call, wait))

@@ -181,6 +181,10 @@ class RunExecution(HandlerRunner):
     def now_ms(self) -> int:
         return now_ms()
 
+    @property
+    def durable_backoff_after_ms(self) -> int:
+        return self.owner.durable_backoff_after_ms
+
     def run_state(self) -> RunState:
         """The run as the projection holds it, or as this execution started it while the
         projection has not applied its admission (and limits) yet."""

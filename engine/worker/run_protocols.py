@@ -53,6 +53,10 @@ class ExecutionOwner(Protocol):
         """This worker's name, in the `step.failed` of an attempt not called."""
 
     @property
+    def durable_backoff_after_ms(self) -> int:
+        """A retry backoff longer than this is waited on a durable timer."""
+
+    @property
     def flows(self) -> Mapping[str, Flow[Any, Any]]:
         """The registered flows: a child's flow by name."""
 

@@ -28,6 +28,7 @@ from runstream.engine.config import (
     journal_topic,
     millis,
     resolve_bootstrap,
+    resolve_durable_backoff_after,
     resolve_namespace,
     resolve_retention,
     resolve_tombstone_retention,
@@ -110,6 +111,7 @@ class Worker:
         tombstone_retention: Duration | None = None,
         snapshot_every: int | None = None,
         snapshot_keep: int = DEFAULT_KEEP,
+        durable_backoff_after: Duration | None = None,
     ) -> None:
         self.flows = {flow.name: flow for flow in flows}
         self.bootstrap = resolve_bootstrap(bootstrap_servers)
@@ -136,6 +138,10 @@ class Worker:
         self.retention_ms = millis(kept)
         self.tombstone_retention_ms = millis(resolve_tombstone_retention(tombstone_retention,
                                                                          kept))
+        # A retry backoff longer than this suspends its run on a durable timer
+        # (RUNSTREAM_DURABLE_BACKOFF_AFTER, default 2 s); a shorter one is slept in memory.
+        self.durable_backoff_after_ms = millis(resolve_durable_backoff_after(
+            durable_backoff_after))
         self.owned: dict[int, Ownership] = {}  # one per assigned partition
         self.confirmations = Confirmations()  # our decisions between sent and applied
         self.metrics = metrics or WorkerMetrics()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
+from pathlib import Path
 from typing import Any
 
 import runstream
@@ -24,6 +25,7 @@ picky = Flow("picky")  # which errors a policy retries
 slow = Flow("slow")  # attempts that time out, then one that does not
 rash = Flow("rash")  # an irreversible step that times out
 impatient = Flow("impatient")  # a child's result, with a timeout, then without
+patient = Flow("patient")  # a backoff long enough to wait on a durable timer
 napper = Flow("napper")  # the child: sleeps, then answers
 
 # Attempts made so far, per step (its idempotency key): bounded by the steps of a test.
@@ -115,4 +117,24 @@ async def _impatient(ctx: FlowContext, payload: dict[str, Any]) -> dict[str, Any
     return {"early": early, "late": await kid.result()}
 
 
-flows = [picky, slow, rash, impatient, napper]
+def fail_once(marker: str) -> str:
+    """Fails until the file `marker` exists (it makes it): an attempt counter that outlives
+    the worker process."""
+    path = Path(marker)
+    if not path.exists():
+        path.write_text("failed once")
+        raise ConnectionError(f"the first attempt fails ({marker})")
+    return "ok"
+
+
+@patient.handler
+async def _patient(ctx: FlowContext, payload: dict[str, Any]) -> str:
+    policy = RetryPolicy(max_attempts=payload.get("attempts", 3),
+                         initial_interval=payload["backoff"], backoff_coefficient=1.0)
+    if "marker" in payload:
+        return await ctx.step("flaky", fail_once, payload["marker"], retry=policy)
+    return await ctx.step("flaky", flaky, "connection", payload.get("succeed_at", 3),
+                          retry=policy)
+
+
+flows = [picky, slow, rash, impatient, napper, patient]

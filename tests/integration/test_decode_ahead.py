@@ -5,7 +5,10 @@ leaves no child behind. Against the real broker."""
 
 from __future__ import annotations
 
+import asyncio
 import random
+import time
+from contextlib import aclosing
 from pathlib import Path
 
 import pytest
@@ -13,10 +16,14 @@ from aiokafka import AIOKafkaProducer
 
 from bench.journal import generate
 from runstream.engine.errors import RunstreamError
-from runstream.engine.kafka.decode_ahead import DecodeAhead, ReadSpec
+from runstream.engine.journal import encode
+from runstream.engine.kafka.decode_ahead import DecodeAhead, ReadSpec, _examined
+from runstream.engine.kafka.reader import read_batches
 from runstream.engine.ops.rebuild import FoldSpec, fold_into
 from runstream.projections.fold import compare
+from runstream.projections.poison import Poison
 from runstream.projections.store import ProjectionStore
+from tests.builders import create
 from tests.conftest import TEST_JOURNAL_PARTITIONS
 from tests.integration.poison_records import KINDS, make_bad, produce_bad
 
@@ -36,6 +43,10 @@ async def _journal_with_poison(bootstrap: str, journal: str) -> int:
             for kind in KINDS:
                 await produce_bad(producer, journal, make_bad(kind, rng), partition)
                 written += 1
+            # Kafka allows a header without a value
+            await producer.send_and_wait(journal, b"\x07not-avro", key=b"ghost",
+                                         headers=[("trace", None)], partition=partition)
+            written += 1
     finally:
         await producer.stop()
     return written
@@ -64,7 +75,7 @@ async def test_a_fold_decoded_ahead_is_the_fold_decoded_in_place(
         left.close()
         right.close()
     assert compared > RUNS * 5 and differences == []
-    assert dead == len(KINDS) * TEST_JOURNAL_PARTITIONS  # (every poison record counted)
+    assert dead == (len(KINDS) + 1) * TEST_JOURNAL_PARTITIONS  # (every poison record)
 
 
 async def test_small_backlogs_and_shards_fold_in_place(
@@ -107,3 +118,47 @@ async def test_a_childs_error_reaches_the_fold_and_an_early_stop_ends_the_child(
     finally:
         reading.close()
     assert not reading.running
+
+
+async def test_a_reader_held_up_by_its_caller_is_not_timed_out(bootstrap: str, journal: str
+                                                                ) -> None:
+    """The no-progress deadline counts the broker's time, not the time a caller (a child
+    waiting for its fold to take frames) holds a batch."""
+    await generate(bootstrap, journal, TEST_JOURNAL_PARTITIONS,
+                   2_000 * 7 + TEST_JOURNAL_PARTITIONS)
+    read = 0
+    async with aclosing(read_batches(bootstrap, journal, timeout=0.5)) as batches:
+        async for batch in batches:
+            read += len(batch)
+            await asyncio.sleep(0.7)
+    assert read == 2_000 * 7 + TEST_JOURNAL_PARTITIONS
+
+
+async def test_a_child_whose_fold_died_ends_itself(bootstrap: str, journal: str) -> None:
+    """The fold's process gone without ending its child (kill -9): the child's next write
+    finds the pipe closed and the child exits, whatever it was waiting for."""
+    await generate(bootstrap, journal, TEST_JOURNAL_PARTITIONS,
+                   3_000 * 7 + TEST_JOURNAL_PARTITIONS)
+    reading = DecodeAhead(ReadSpec(bootstrap, journal, None, {}, None, None))
+    try:
+        child = reading._child  # (what a dead parent leaves: its end of the pipe closed)
+        assert child.stdout is not None
+        child.stdout.close()
+        deadline = time.monotonic() + 30
+        while child.poll() is None:
+            assert time.monotonic() < deadline, "the orphaned child did not exit"
+            await asyncio.sleep(0.1)
+        assert child.returncode != 0
+    finally:
+        reading.close()
+
+
+def test_a_record_sent_without_its_fields_is_examined_without_a_key_check() -> None:
+    """One the child decoded and msgspec could not rebuild here: the child checked its key
+    and headers, and sent neither; it is examined again from its bytes, never made a
+    missing-key dead letter for the key it was not sent with."""
+    value, _ = encode(create("r-1", "q-1"))
+    examined = _examined(value, None, None)
+    assert not isinstance(examined, Poison) and examined.envelope.run_id == "r-1"
+    keyless = _examined(value, [("rs-type", b"run.create-requested")], None)
+    assert isinstance(keyless, Poison) and keyless.reason == "missing-key"

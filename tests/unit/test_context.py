@@ -46,6 +46,7 @@ class MemoryPort:
         self.clock_ms = 1_000_000
         self.steps_timed: list[tuple[str, bool]] = []
         self.not_called: set[tuple[int, int]] = set()  # (position, attempt) never called
+        self.durable_backoff_after_ms = 2_000
         self._offset = 0
         self._fold(self.writer.claim(0))
         self._fold(create(RUN, "q1"))

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from runstream import NonRetryable, RetryPolicy, RunStatus, StepTimedOut
+from runstream import NonRetryable, RetryPolicy, RunCancelled, RunStatus, StepTimedOut
 from runstream.engine.journal import events as ev
 from runstream.engine.testing import TestEnvironment
-from tests.integration.retry_flows import flows, impatient, picky, rash, slow
+from tests.integration.retry_flows import flows, impatient, patient, picky, rash, slow
 
 
 def failures(env: TestEnvironment, run_id: str) -> list[tuple[int, str, bool]]:
@@ -117,3 +117,48 @@ def test_which_errors_a_policy_retries() -> None:
     both = RetryPolicy(non_retryable=(ConnectionRefusedError,), retryable=(OSError,))
     assert both.retries(ConnectionResetError()) and not both.retries(ValueError())
     assert not both.retries(ConnectionRefusedError())  # non_retryable before retryable
+
+
+async def test_a_long_backoff_waits_on_a_durable_timer_and_a_resume_ends_it() -> None:
+    async with TestEnvironment(flows) as env:
+        started = env.now
+        run_id = await env.start(patient, {"backoff": 600})  # 10 minutes, twice
+        assert await env.result(run_id) == "ok at 3"
+        assert env.now - started >= timedelta(minutes=20)  # (virtual time)
+        history = [item.record for item in env.history(run_id)]
+        suspended = [r for r in history if isinstance(r, ev.RunSuspended)]
+        assert [(r.reason, r.position) for r in suspended] == [("retry", 0), ("retry", 0)]
+        failed = [r for r in history if isinstance(r, ev.StepFailed)]
+        assert [r.retry_at_ms for r in failed] == [s.wake_at_ms for s in suspended]
+        assert all(isinstance(r, ev.TimerFired) for r in history
+                   if isinstance(r, ev.TimerFired | ev.RunResumed))
+
+        waiting = await env.start(patient, {"backoff": 3600, "succeed_at": 2})
+        await env.run_until_idle()
+        run = env.describe(waiting)
+        assert run.status is RunStatus.suspended and run.wait is not None
+        assert (run.wait.kind, run.wait.position) == ("retry", 0)
+        [entry] = env.journal(waiting)
+        assert (entry.status, entry.attempts, entry.error_type) == (
+            "retrying", 1, "ConnectionError")
+        assert entry.due_ms == run.wait.due_ms
+        before = env.now
+        await env.resume(waiting)
+        assert await env.result(waiting) == "ok at 2"
+        assert env.now == before  # the next attempt ran at once
+
+
+async def test_a_short_backoff_is_slept_and_a_cancel_ends_a_durable_one() -> None:
+    async with TestEnvironment(flows, durable_backoff_after=60) as env:
+        quick = await env.start(patient, {"backoff": 0.05})  # under the 60 s: in memory
+        assert await env.result(quick) == "ok at 3"
+        assert not any(isinstance(item.record, ev.RunSuspended) for item in env.history(quick))
+        assert {r.retry_at_ms for item in env.history(quick)
+                if isinstance(r := item.record, ev.StepFailed)} == {None}
+        waiting = await env.start(patient, {"backoff": 3600})
+        await env.run_until_idle()
+        await env.cancel(waiting, reason="enough")
+        with pytest.raises(RunCancelled, match="enough"):
+            await env.result(waiting)
+        [entry] = env.journal(waiting)  # the cancel met the handler at the retrying step
+        assert (entry.status, entry.error_type) == ("failed", "Cancelled")
