@@ -14,7 +14,8 @@ workers stopped:
 The figure to watch: takeover and bootstrap time grow by at most 1.5x for 10x the history.
 Then W2 (runs one at a time) and W-big (500 in flight) with snapshots on (every 2000 records,
 the history's interval: several are taken during W-big) and off, with the event loop's longest gap
-during a snapshot (from the workers' logs).
+during a snapshot (from the workers' logs). Last, the fold rate against raw consume + decode
+(bench/fold.py, in place and decoded ahead), so that one run prints every figure of issue 19.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pathlib import Path
 
 from aiokafka import TopicPartition
 
+from bench import fold
 from bench.env import Context, fresh_namespace, pick
 from bench.load import closed_loop, one_at_a_time, warm_up
 from bench.processes import python, time_process
@@ -254,5 +256,11 @@ async def run(ctx: Context, args: argparse.Namespace) -> Section:
                         note="target <= 1.5x (snapshots on)"))
     await load_modes(ctx, section, pick(args, "restore_w2_runs", 300, 30),
                      pick(args, "restore_big_runs", 10_000, 200))
-    section.info = {"histories": sizes, "snapshot_every": every, "partitions": PARTITIONS}
+    # The fold against raw consume + decode, in place and decoded ahead (bench/fold.py), in
+    # the same run: what a takeover's tail and a rebuild cost per record.
+    folded = await fold.run(ctx, args)
+    section.add(*folded.rows)
+    section.cpu.extend(folded.cpu)
+    section.info = {"histories": sizes, "snapshot_every": every, "partitions": PARTITIONS,
+                    "fold": folded.info}
     return section

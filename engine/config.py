@@ -107,17 +107,24 @@ def resolve_tombstone_retention(explicit: Duration | None, retention: timedelta)
     return parse_duration(env) if env else retention
 
 
+def retention_settings(retention: Duration | None, tombstone_retention: Duration | None
+                       ) -> tuple[int, int]:
+    """A worker's (retention, tombstone retention) in ms, resolved as above."""
+    kept = resolve_retention(retention)
+    return millis(kept), millis(resolve_tombstone_retention(tombstone_retention, kept))
+
+
 DEFAULT_DURABLE_BACKOFF_AFTER = timedelta(seconds=2)
 
 
-def resolve_durable_backoff_after(explicit: Duration | None = None) -> timedelta:
-    """From how long a step's retry backoff is waited on a durable timer (the run suspends,
-    its slot is free, the wait outlives the worker) rather than in memory: keyword >
-    RUNSTREAM_DURABLE_BACKOFF_AFTER > 2 s."""
+def durable_backoff_ms(explicit: Duration | None = None, *, from_env: bool = True) -> int:
+    """From how long (ms) a step's retry backoff is waited on a durable timer (the run
+    suspends, its slot is free, the wait outlives the worker) rather than slept in memory:
+    keyword > RUNSTREAM_DURABLE_BACKOFF_AFTER (unless not `from_env`) > 2 s."""
     if explicit is not None:
-        return as_duration(explicit)
-    env = os.environ.get("RUNSTREAM_DURABLE_BACKOFF_AFTER")
-    return parse_duration(env) if env else DEFAULT_DURABLE_BACKOFF_AFTER
+        return millis(as_duration(explicit))
+    env = os.environ.get("RUNSTREAM_DURABLE_BACKOFF_AFTER") if from_env else None
+    return millis(parse_duration(env) if env else DEFAULT_DURABLE_BACKOFF_AFTER)
 
 
 def millis(duration: timedelta) -> int:

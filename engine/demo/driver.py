@@ -21,6 +21,7 @@ from runstream.engine.demo.debugging import show_debugging
 from runstream.engine.demo.flows import checkout, order, packing, refund, subscription
 from runstream.engine.demo.lifetime import show_lifetime
 from runstream.engine.demo.reliability import show_reliability
+from runstream.engine.demo.retries import show_retries
 from runstream.engine.demo.takeover import show_takeover
 from runstream.engine.errors import RunCancelled
 from runstream.engine.kafka.admin import ensure_topics
@@ -61,6 +62,7 @@ async def run_demo(*, bootstrap: str, runs: int, workers: int, state_dir: Path,
             await _show_waiting(client, echo)
             await _show_rounds_and_quarantine(client, echo)
             await show_lifetime(client, echo=echo)
+            await show_retries(client, echo=echo)
             view = await (await client.read_model()).catch_up()
             await show_debugging(client, view, bootstrap=bootstrap, namespace=namespace,
                                  echo=echo)

@@ -248,5 +248,41 @@ async def run_settle(ctx: FlowContext, p: BatchIn) -> dict[str, int]:
     return result
 
 
+# -- retries and timeouts (the demo's `shipment`) ------------------------------------------
+
+shipment: Flow[dict[str, str], dict[str, str]] = Flow("shipment")
+# Attempts so far per step (its idempotency key), in this worker process: each of the demo's
+# two steps fails its first attempt. Bounded by the demo's shipments.
+_SHIPMENT_ATTEMPTS: dict[str, int] = {}
+
+
+def _first_attempt() -> bool:
+    key = idempotency_key()
+    _SHIPMENT_ATTEMPTS[key] = _SHIPMENT_ATTEMPTS.get(key, 0) + 1
+    return _SHIPMENT_ATTEMPTS[key] == 1
+
+
+async def print_label(order_id: str) -> str:
+    if _first_attempt():
+        await asyncio.sleep(30)  # the printer hangs: the step's timeout ends the attempt
+    return f"label-{order_id}"
+
+
+async def book_courier(order_id: str) -> str:
+    if _first_attempt():
+        raise ConnectionError("the courier's API is unavailable")
+    return f"courier-{order_id}"
+
+
+@shipment.handler
+async def run_shipment(ctx: FlowContext, p: dict[str, str]) -> dict[str, str]:
+    label = await ctx.step("print-label", print_label, p["order_id"], timeout=0.5,
+                           retry=RetryPolicy(max_attempts=3, initial_interval=0.1))
+    courier = await ctx.step("book-courier", book_courier, p["order_id"],
+                             retry=RetryPolicy(max_attempts=3, initial_interval=3,
+                                               non_retryable=(ValueError,)))
+    return {"label": label, "courier": courier}
+
+
 flows = [checkout, order, packing, subscription, refund, statement, hold, stubborn, batch,
-         settle]
+         settle, shipment]

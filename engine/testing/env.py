@@ -20,13 +20,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from runstream.engine.config import (
-    DEFAULT_DURABLE_BACKOFF_AFTER,
-    DEFAULT_RETENTION,
-    Duration,
-    as_duration,
-    millis,
-)
+from runstream.engine.config import Duration
 from runstream.engine.errors import (
     ResumeRefused,
     RunCancelled,
@@ -46,6 +40,7 @@ from runstream.engine.testing.upkeep import (
     in_status,
     merged,
     missing,
+    virtual_settings,
 )
 from runstream.projections.fork_plan import (
     ForkNeedsForce,
@@ -101,13 +96,8 @@ class TestEnvironment:
         `durable_backoff_after`: as the worker's (default 2 s, whatever the shell says): a
         longer retry backoff waits on the virtual clock, a shorter one is slept for real."""
         self.flows = {flow.name: flow for flow in flows}
-        kept = as_duration(retention) if retention is not None else DEFAULT_RETENTION
-        self.retention_ms = millis(kept)
-        self.tombstone_retention_ms = millis(as_duration(tombstone_retention)
-                                             if tombstone_retention is not None else kept)
-        self.durable_backoff_after_ms = millis(
-            as_duration(durable_backoff_after) if durable_backoff_after is not None
-            else DEFAULT_DURABLE_BACKOFF_AFTER)
+        self.retention_ms, self.tombstone_retention_ms, self.durable_backoff_after_ms = \
+            virtual_settings(retention, tombstone_retention, durable_backoff_after)
         self.partitions = partitions
         self.clock_ms = int(start.timestamp() * 1000)
         self.log = MemoryLog(partitions, lambda: self.clock_ms, self._folded)

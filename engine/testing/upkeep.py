@@ -6,6 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from runstream.engine.config import (
+    DEFAULT_RETENTION,
+    Duration,
+    as_duration,
+    durable_backoff_ms,
+    millis,
+)
 from runstream.engine.errors import CreateRejected, RunExpired, RunNotFound
 from runstream.engine.journal import events as ev
 from runstream.engine.testing.log import MemoryLog
@@ -74,3 +81,13 @@ def merged(marked: Start | None, given: Start | FlowMissing) -> Start:
 
 def in_status(status: RunStatus) -> Callable[[RunState], bool]:
     return lambda run: run.status is status
+
+
+def virtual_settings(retention: Duration | None, tombstone_retention: Duration | None,
+                     durable_backoff_after: Duration | None) -> tuple[int, int, int]:
+    """A TestEnvironment's (retention, tombstone retention, durable backoff) in ms: a
+    worker's defaults, whatever the shell's RUNSTREAM_* say (they never change a test)."""
+    kept = as_duration(retention) if retention is not None else DEFAULT_RETENTION
+    stones = as_duration(tombstone_retention) if tombstone_retention is not None else kept
+    return millis(kept), millis(stones), durable_backoff_ms(durable_backoff_after,
+                                                            from_env=False)

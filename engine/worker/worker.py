@@ -25,13 +25,11 @@ from aiokafka import AIOKafkaConsumer
 from runstream.engine.config import (
     Duration,
     dead_letter_topic,
+    durable_backoff_ms,
     journal_topic,
-    millis,
     resolve_bootstrap,
-    resolve_durable_backoff_after,
     resolve_namespace,
-    resolve_retention,
-    resolve_tombstone_retention,
+    retention_settings,
     snapshot_topic,
     worker_group,
 )
@@ -134,14 +132,9 @@ class Worker:
         self.lease_ms = lease_ms
         # Settled lineages leave the projection after `retention` (RUNSTREAM_RETENTION; 0:
         # never), journaled in each claim; tombstones after `tombstone_retention`.
-        kept = resolve_retention(retention)
-        self.retention_ms = millis(kept)
-        self.tombstone_retention_ms = millis(resolve_tombstone_retention(tombstone_retention,
-                                                                         kept))
-        # A retry backoff longer than this suspends its run on a durable timer
-        # (RUNSTREAM_DURABLE_BACKOFF_AFTER, default 2 s); a shorter one is slept in memory.
-        self.durable_backoff_after_ms = millis(resolve_durable_backoff_after(
-            durable_backoff_after))
+        self.retention_ms, self.tombstone_retention_ms = retention_settings(
+            retention, tombstone_retention)
+        self.durable_backoff_after_ms = durable_backoff_ms(durable_backoff_after)
         self.owned: dict[int, Ownership] = {}  # one per assigned partition
         self.confirmations = Confirmations()  # our decisions between sent and applied
         self.metrics = metrics or WorkerMetrics()

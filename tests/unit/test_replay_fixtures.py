@@ -428,3 +428,38 @@ def test_retention_fixture_expires_every_lineage_into_tombstones_and_rocksdb_agr
     rejected = [r for _, _, r, _ in records if isinstance(r, ev.RunCreateRejected)]
     assert [r.reason for r in rejected] == ["expired"]
     assert all(v is Verdict.applied for v in verdicts[ev.PartitionRunsExpired.TYPE])
+
+
+def test_retries_fixture_waits_out_durable_backoffs_and_times_out(tmp_path: Path) -> None:
+    """retries-timeouts (recorded from a real worker by tests/fixtures/
+    record_retries_fixture.py): a backoff on a durable timer (step.failed with retry_at_ms,
+    run.suspended retry, timer.fired), one ended by an operator, one by a cancel; attempts
+    that timed out; a child wait that timed out. Every record applies, and a store written
+    record by record and one written in one batch agree."""
+    records = load(JOURNALS / "retries-timeouts.jsonl")
+    memory = MemoryProjection(keep_history=True)
+    each, batch = ProjectionStore(tmp_path / "each"), ProjectionStore(tmp_path / "batch")
+    by_record, in_batch = Projector(each), Projector(batch)
+    try:
+        with batch.group():
+            for partition, offset, record, timestamp_ms in records:
+                verdict = memory.apply_record(partition, offset, record, timestamp_ms)
+                assert verdict in (Verdict.applied, Verdict.ignored), (record.TYPE, verdict)
+                by_record.apply_record(partition, offset, record, timestamp_ms)
+                in_batch.apply_record(partition, offset, record, timestamp_ms)
+        assert list(each.items()) == list(batch.items())
+        assert [each.running_hash(p) for p in (0, 1)] == [batch.running_hash(p) for p in (0, 1)]
+    finally:
+        each.close()
+        batch.close()
+    runs = memory.runs
+    assert runs["durable"].status is RunStatus.completed and runs["durable"].wait is None
+    assert runs["resumed"].wake_reason == "operator"
+    assert runs["cancelled"].status is RunStatus.cancelled
+    durable = [r for _, _, r, _ in records if isinstance(r, ev.StepFailed)
+               and r.envelope.run_id == "durable"]
+    assert [r.retry_at_ms is not None for r in durable] == [True]
+    suspended = [r.reason for _, _, r, _ in records if isinstance(r, ev.RunSuspended)]
+    assert suspended.count("retry") == 3
+    assert any(r.error_type == "StepTimedOut" for _, _, r, _ in records
+               if isinstance(r, ev.StepFailed))

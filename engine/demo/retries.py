@@ -1,0 +1,37 @@
+"""The demo's retries and timeouts: a `shipment` whose label printer hangs once (its attempt
+times out and is retried) and whose courier API is down once (a 3 s backoff, waited on a
+durable timer: the run suspends, its slot free, and `run status` says what it waits for)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from runstream import Client, RunStatus
+from runstream.engine.demo.flows import shipment
+from runstream.engine.readmodel.describe import retry_view
+
+Echo = Callable[[str], Any]
+
+
+async def show_retries(client: Client, *, echo: Echo) -> None:
+    echo("\nretries and timeouts: `shipment` prints a label (the printer hangs once: its "
+         "attempt times out after 0.5 s and is retried) and books a courier (down once: the "
+         "3 s backoff waits on a durable timer)")
+    handle = await client.create_run(shipment, {"order_id": "ship-1"}, run_id="ship-1")
+    run = await client.describe("ship-1")
+    for _ in range(400):
+        run = await client.describe("ship-1")
+        if run.status is RunStatus.suspended and run.wait is not None \
+                and run.wait.kind == "retry":
+            break
+        await asyncio.sleep(0.05)
+    waiting = run.wait.position if run.wait is not None else None
+    retry = retry_view(run, next((entry for entry in await client.journal("ship-1")
+                                  if entry.position == waiting), None))
+    if retry is not None:
+        echo(f"  ship-1 is {run.status.value}, its slot free: {retry['text']}")
+    echo(f"  ship-1 -> {await handle.result(timeout=60)}")
+    label = next(e for e in await client.journal("ship-1") if e.name == "print-label")
+    echo(f"  its label took {label.attempts} attempts (the first timed out: StepTimedOut)")
