@@ -45,8 +45,9 @@ async def run(ctx: Context, args: argparse.Namespace) -> Section:
     section = Section("fold")
     partitions = pick(args, "fold_partitions", 6, 6)
     runs = pick(args, "fold_runs", 25_000, 300)
-    if args.fold_topic:
-        await _measure(ctx, args, section, args.fold_topic, runs=None)
+    topic = getattr(args, "fold_topic", None)  # (absent when bench restore runs this)
+    if topic:
+        await _measure(ctx, args, section, topic, runs=None)
         return section
     async with fresh_namespace(ctx, "fold", partitions) as namespace:
         topic = journal_topic(namespace)
@@ -77,7 +78,8 @@ async def _measure(ctx: Context, args: argparse.Namespace, section: Section, top
                              f"fetch"))
         for mode in ratios:
             ahead = mode == "decoded ahead"
-            profile = args.fold_profile if turn == repeats and not ahead else None
+            profile = (getattr(args, "fold_profile", None)
+                       if turn == repeats and not ahead else None)
             with measure_cpu(f"fold_into {mode} #{turn}", ctx.pids(), section.cpu, runs or 1):
                 records, fold_s = await _fold(ctx.bootstrap, topic, profile, ahead)
             if records != raw_records:
