@@ -391,6 +391,27 @@ async def test_retry_waits_the_policy_delay_and_journals_it(
         500, 1000, 1500]
 
 
+async def test_a_durable_backoff_journaled_but_not_yet_waited_is_waited_on_replay() -> None:
+    """The failure journals when the next attempt is due; a worker that dies before its
+    run.suspended leaves a run that replays to the retrying step: it suspends for what is
+    left of the backoff, and runs the attempt only once the due time has passed."""
+    port, calls = MemoryPort(), []
+    policy = RetryPolicy(max_attempts=3, initial_interval=600)
+    with pytest.raises(Suspend) as first:
+        await port.context().step("charge", flaky(1, calls), 5, retry=policy)
+    [failed] = [r for r in port.emitted if isinstance(r, ev.StepFailed)]
+    assert failed.retry_at_ms == port.clock_ms + 600_000 and failed.will_retry
+    assert (first.value.wait.kind, first.value.wait.due_ms) == ("retry", failed.retry_at_ms)
+    # (MemoryPort journals no run.suspended: the crash between the two records)
+    port.clock_ms += 1_000
+    with pytest.raises(Suspend) as replayed:
+        await port.context().step("charge", flaky(1, calls), 5, retry=policy)
+    assert replayed.value.wait.due_ms == failed.retry_at_ms and calls == [5]
+    port.clock_ms = failed.retry_at_ms
+    assert await port.context().step("charge", flaky(1, calls), 5, retry=policy) == "ch-5"
+    assert calls == [5, 5]
+
+
 async def test_without_a_policy_a_step_is_attempted_once() -> None:
     port, calls = MemoryPort(), []
     with pytest.raises(StepFailed) as raised:
