@@ -32,6 +32,7 @@ from runstream.projections.state import (
     Verdict,
     replace,
 )
+from runstream.projections.transitions import RETRY_WAIT
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +117,7 @@ def _resume(run: RunState, record: ev.RunResumeRequested) -> RequestChange:
         return RequestChange(replace(run, resolution=record.resolution,
                                      resolution_result_json=record.result_json),
                              Verdict.applied)
-    if wait.kind not in ("timer", "event", "retry") or record.resolution is not None:
+    if wait.kind not in ("timer", "event", RETRY_WAIT) or record.resolution is not None:
         return RequestChange(run, Verdict.refused)
     return RequestChange(replace(run, resume_requested=True), Verdict.applied)
 

@@ -117,15 +117,13 @@ def _step_failed(run: RunState, record: Any, epoch: int, previous: Any) -> Chang
         error_type=record.error_type,
         error_message=record.error_message,
         args_digest=record.args_digest,
-        # A durable backoff: the next attempt waits until then (cleared when its wait ends).
-        due_ms=record.retry_at_ms if record.will_retry else None,
+        due_ms=record.retry_at_ms if record.will_retry else None,  # a durable backoff's end
     ))
 
 
 # The journal entry a wait stands at: its kind, and its name from the suspension.
 _WAIT_KINDS = {"timer": "sleep", "event": "wait", "child": "child"}
-# A run waiting out a durable backoff (RetryPolicy): its entry stays the step's, retrying.
-RETRY_WAIT = "retry"
+RETRY_WAIT = "retry"  # a durable backoff's wait: its entry stays the step's, retrying
 
 
 def wait_entry_name(wait: Wait) -> str:
@@ -161,9 +159,7 @@ def _timer_fired(run: RunState, record: Any, epoch: int, previous: Any) -> Chang
     assert isinstance(record, ev.TimerFired)
     wait = run.wait
     if wait is not None and wait.kind == RETRY_WAIT:
-        if wait.position != record.position or wait.due_ms != record.due_ms:
-            return None
-        return _retry_wait_ended(previous, "timer")
+        return _retry_wait_ended(run, previous, record.position, record.due_ms, "timer")
     if (wait is None or wait.position != record.position or wait.due_ms != record.due_ms
             or previous is None or previous.status != "waiting"):
         return None  # not what the run waits for now (ended, woken already, a re-send)
@@ -176,11 +172,9 @@ def _timer_fired(run: RunState, record: Any, epoch: int, previous: Any) -> Chang
                              due_ms=previous.due_ms)
         changes["signals"] = tuple(s for s in run.signals if s is not signal)
     elif previous.kind in ("wait", "child"):
-        what = (f"no {previous.name!r} signal" if previous.kind == "wait"
-                else f"child run {previous.name!r} had not settled")
-        entry = JournalEntry(position=previous.position, name=previous.name,
-                             kind=previous.kind, status="failed", attempts=1,
-                             error_type=WAIT_TIMEOUT, error_message=f"{what} before the timeout",
+        entry = JournalEntry(position=previous.position, name=previous.name, kind=previous.kind,
+                             status="failed", attempts=1, error_type=WAIT_TIMEOUT,
+                             error_message=timed_out_message(previous.kind, previous.name),
                              due_ms=previous.due_ms)
     else:
         entry = JournalEntry(position=previous.position, name=previous.name,
@@ -190,6 +184,12 @@ def _timer_fired(run: RunState, record: Any, epoch: int, previous: Any) -> Chang
     changes.update(status=RunStatus.pending, wait=None, wake_reason=reason,
                    resume_requested=False)
     return Change(changes, entry)
+
+
+def timed_out_message(kind: str, name: str) -> str:
+    """Why a wait ended by its timeout: a signal wait's (kind "wait") or a child's."""
+    what = f"no {name!r} signal" if kind == "wait" else f"child run {name!r} had not settled"
+    return f"{what} before the timeout"
 
 
 def _resumed(run: RunState, record: Any, epoch: int, previous: Any) -> Change | None:
@@ -208,10 +208,8 @@ def _resumed(run: RunState, record: Any, epoch: int, previous: Any) -> Change | 
         return Change(wake) if run.status is RunStatus.suspended else None
     if record.error_type == CANCEL_DELIVERED:
         return _cancel_delivered(run, record, position, previous, wake)
-    retry = run.wait
-    if (retry is not None and retry.kind == RETRY_WAIT and run.status is RunStatus.suspended
-            and retry.position == position and record.error_type is None):
-        return _retry_wait_ended(previous, record.reason)
+    if run.wait is not None and run.wait.kind == RETRY_WAIT and record.error_type is None:
+        return _retry_wait_ended(run, previous, position, run.wait.due_ms, record.reason)
     if previous is not None and previous.status != "waiting":
         return None
     changes: Changes = {}
@@ -236,11 +234,15 @@ def _resumed(run: RunState, record: Any, epoch: int, previous: Any) -> Change | 
     return Change(changes, entry)
 
 
-def _retry_wait_ended(previous: JournalEntry | None, reason: str) -> Change | None:
+def _retry_wait_ended(run: RunState, previous: JournalEntry | None, position: int | None,
+                      due_ms: int | None, reason: str) -> Change | None:
     """A durable backoff ends (its timer, or an operator's resume): the run is runnable, and
     its step's entry no longer says when the next attempt is due, so the replay makes it."""
-    if previous is None or previous.status != "retrying" or previous.due_ms is None:
-        return None  # not waiting to retry: a stale wake
+    wait = run.wait
+    if (wait is None or wait.position != position or wait.due_ms != due_ms
+            or run.status is not RunStatus.suspended or previous is None
+            or previous.status != "retrying" or previous.due_ms is None):
+        return None  # not the backoff the run waits out now: a stale or re-sent wake
     return Change({"status": RunStatus.pending, "wait": None, "wake_reason": reason,
                    "resume_requested": False}, replace(previous, due_ms=None))
 

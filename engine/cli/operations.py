@@ -19,6 +19,7 @@ from runstream.engine.ops.rebuild import rebuild_and_verify
 from runstream.engine.readmodel.describe import (
     retry_view,
     run_view,
+    waits_to_retry,
     why_report,
 )
 from runstream.engine.readmodel.expired import expired_view, retention_view, trimmed_note
@@ -162,12 +163,10 @@ async def run_status(
             return expired_view(run)
         out = run_view(run, namespace=resolve_namespace(namespace))
         out["retention"] = retention_view(run, view.partition(run.partition))
-        if run.wait is not None and run.wait.kind == "retry":
-            waiting = run.wait.position
-            retry = retry_view(run, next((e for e in view.entries(run.run_id)
-                                          if e.position == waiting), None))
-            if retry is not None:
-                out["retry"] = retry
+        # (the run's journal is read only for a run waiting to retry)
+        retry = retry_view(run, view.entries(run.run_id)) if waits_to_retry(run) else None
+        if retry is not None:
+            out["retry"] = retry
         if why:
             out["why"] = why_report(run, _run_history(view, run.run_id))
         return out

@@ -8,9 +8,9 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from runstream import Client, RunStatus
+from runstream import Client
 from runstream.engine.demo.flows import shipment
-from runstream.engine.readmodel.describe import retry_view
+from runstream.engine.readmodel.describe import retry_view, waits_to_retry
 
 Echo = Callable[[str], Any]
 
@@ -23,13 +23,10 @@ async def show_retries(client: Client, *, echo: Echo) -> None:
     run = await client.describe("ship-1")
     for _ in range(400):
         run = await client.describe("ship-1")
-        if run.status is RunStatus.suspended and run.wait is not None \
-                and run.wait.kind == "retry":
+        if waits_to_retry(run):
             break
         await asyncio.sleep(0.05)
-    waiting = run.wait.position if run.wait is not None else None
-    retry = retry_view(run, next((entry for entry in await client.journal("ship-1")
-                                  if entry.position == waiting), None))
+    retry = retry_view(run, await client.journal("ship-1"))
     if retry is not None:
         echo(f"  ship-1 is {run.status.value}, its slot free: {retry['text']}")
     echo(f"  ship-1 -> {await handle.result(timeout=60)}")

@@ -36,7 +36,7 @@ from runstream.engine.flow.waits import ChildRun, WaitingCalls
 from runstream.engine.journal import events as ev
 from runstream.engine.observability.tracing import step_span
 from runstream.projections.state import ChildLink, JournalEntry, RunState, Wait, incarnation_id
-from runstream.projections.transitions import CANCEL_DELIVERED, RETRY_WAIT
+from runstream.projections.transitions import RETRY_WAIT
 from runstream.projections.transitions import idempotency_key as idempotency_key_of
 
 __all__ = ["CallObserver", "ChildRun", "FlowContext", "JournalPort", "Quarantined",
@@ -305,15 +305,10 @@ class FlowContext(WaitingCalls):
     async def _retry_wait(self, position: int, name: str, due_ms: int) -> None:
         """Wait out a durable backoff: the run suspends until its timer (or an operator's
         resume) ends the wait, then the next attempt runs; a cancel raises here."""
-        wait = Wait(kind=RETRY_WAIT, position=position, due_ms=due_ms)
-        while True:
-            self._check_cancel(position, name)
-            await self._port.barrier()
-            outcome = await self._port.suspend(wait)  # (raises Suspend: replayed when woken)
-            if outcome is not None and outcome.error_type == CANCEL_DELIVERED:
-                self._replay_cancel(outcome)
-            if outcome is not None and outcome.due_ms is None:
-                return  # its wait ended: the step's entry no longer says when
+        self._check_cancel(position, name)
+        # (its wait ended when the step's entry no longer says when the attempt is due)
+        await self._suspended_until(Wait(kind=RETRY_WAIT, position=position, due_ms=due_ms),
+                                    name, lambda entry: entry.due_ms is None)
 
     async def now(self) -> datetime:
         """The current time, journaled: a replay sees the same instant."""

@@ -35,7 +35,12 @@ from runstream.projections.state import (
     Signal,
     Wait,
 )
-from runstream.projections.transitions import CANCEL_DELIVERED, WAIT_TIMEOUT, wait_entry_name
+from runstream.projections.transitions import (
+    CANCEL_DELIVERED,
+    WAIT_TIMEOUT,
+    timed_out_message,
+    wait_entry_name,
+)
 from runstream.projections.wakes import CHILD_CANCELLED, cancel_wake_reason, child_wake
 
 
@@ -99,14 +104,7 @@ class WaitingCalls:
             self._resumed_inline(position, "event", name, signal_request_id=signal.request_id,
                                  result_json=signal.payload_json)
             return json.loads(signal.payload_json)
-        now = self._port.now_ms()
-        due = entry.due_ms if entry is not None else (
-            None if timeout is None else now + _millis(timeout))
-        if due is not None and due <= now:
-            timed_out = WaitTimeout(name)
-            self._resumed_inline(position, "timer", name, error_type=timed_out.__class__.__name__,
-                                 error_message=str(timed_out))
-            raise timed_out
+        due = self._due_unless_timed_out(position, "timer", name, "wait", entry, timeout)
         return await self._wait(Wait(kind="event", position=position, due_ms=due,
                                      event_name=name))
 
@@ -116,6 +114,22 @@ class WaitingCalls:
                 self._taken.add(signal.request_id)
                 return signal
         return None
+
+    def _due_unless_timed_out(self, position: int, reason: str, name: str, kind: str,
+                              entry: JournalEntry | None,
+                              timeout: float | timedelta | None) -> int | None:
+        """When the wait at `position` times out (its entry's time on replay, else now plus
+        `timeout`; None: never). A time already past ends the wait at once, journaled as a
+        timeout (`reason` the wake's, `kind` the entry's), and raises WaitTimeout."""
+        now = self._port.now_ms()
+        due = entry.due_ms if entry is not None else (
+            None if timeout is None else now + _millis(timeout))
+        if due is not None and due <= now:
+            message = timed_out_message(kind, name)
+            self._resumed_inline(position, reason, name, error_type=WAIT_TIMEOUT,
+                                 error_message=message)
+            raise WaitTimeout(name, message)
+        return due
 
     def _resumed_inline(self, position: int, reason: str, name: str, **outcome: Any) -> None:
         """A wait satisfied without suspending (a buffered signal, a settled child, a timeout
@@ -192,29 +206,29 @@ class WaitingCalls:
                 status="failed" if wake.error_type else "completed",
                 result_json=wake.result_json, error_type=wake.error_type,
                 error_message=wake.error_message))
-        now = self._port.now_ms()
-        due = entry.due_ms if entry is not None else (
-            None if timeout is None else now + _millis(timeout))
-        if due is not None and due <= now:
-            timed_out = WaitTimeout(child_id, _no_child_result(child_id))
-            self._resumed_inline(position, "child", child_id, error_type=WAIT_TIMEOUT,
-                                 error_message=str(timed_out))
-            raise timed_out
+        due = self._due_unless_timed_out(position, "child", child_id, "child", entry, timeout)
         return await self._wait(Wait(kind="child", position=position, child_run_id=child_id,
                                      child_position=spawn_position, due_ms=due))
 
     async def _wait(self, wait: Wait) -> Any:
         """Suspend until the wait ends; with a sticky handler, go on with its outcome."""
+        outcome = await self._suspended_until(wait, wait_entry_name(wait), _has_outcome)
+        return self._outcome(outcome)
+
+    async def _suspended_until(self, wait: Wait, name: str,
+                               ended: Callable[[JournalEntry], bool]) -> JournalEntry:
+        """Suspend (the handler is dropped and replayed when woken, unless a sticky cache
+        keeps it) until the entry at the wait's position says it `ended`; that entry."""
         while True:
             await self._port.barrier()
             outcome = await self._port.suspend(wait)
             if outcome is not None and outcome.error_type == CANCEL_DELIVERED:
                 self._replay_cancel(outcome)  # the owner ended the wait for a cancel
-            if outcome is not None and outcome.status in ("completed", "failed"):
-                return self._outcome(outcome)
+            if outcome is not None and ended(outcome):
+                return outcome
             # Woken for a cancel (a wake written before cancels were delivered at a
             # position); anything else: wait again.
-            self._check_cancel(wait.position, wait_entry_name(wait))
+            self._check_cancel(wait.position, name)
 
     def _outcome(self, entry: JournalEntry) -> Any:
         """What a finished wait returns or raises, from its journal entry."""
@@ -280,8 +294,8 @@ class ChildRun:
         return f"ChildRun({self.run_id!r})"
 
 
-def _no_child_result(child_id: str) -> str:
-    return f"child run {child_id!r} had not settled before the timeout"
+def _has_outcome(entry: JournalEntry) -> bool:
+    return entry.status in ("completed", "failed")
 
 
 def _millis(duration: float | timedelta) -> int:

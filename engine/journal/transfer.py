@@ -48,7 +48,7 @@ def encode_frame(rows: list[Outgoing]) -> bytes:
 
 
 # A row as decode_frame gives it: partition, offset, log time, key, value, headers, and the
-# record (None: the caller decodes it from its value; see record_of).
+# record (None: the caller examines it from its value: NOT_SENT, or not rebuilt here).
 Received = tuple[int, int, int, bytes | None, bytes | None, Headers | None,
                  JournalRecord | None]
 

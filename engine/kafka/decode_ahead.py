@@ -18,8 +18,8 @@ The child's stderr is this process's (its log lines). Each side moves frames thr
 pipe in a thread of its own (the pipe's reads and writes release the GIL), so that neither
 waits for the other's computing: the child examines the next poll while its last frame goes
 out, and this process folds one frame while the next comes in. Bounds: FRAMES_AHEAD frames
-(one poll's records each) wait in the child, one frame is read ahead here; the child goes
-(killed if need be) when the fold ends, however it ends.
+(FRAME_RECORDS records at most each) wait in the child, one frame is read ahead here; the
+child goes (killed if need be) when the fold ends, however it ends.
 """
 
 from __future__ import annotations

@@ -106,12 +106,16 @@ async def _fold(store: ProjectionStore, spec: FoldSpec, start: dict[int, int],
 async def _decode_ahead(spec: FoldSpec, start: dict[int, int]) -> DecodeAhead | None:
     """A decode-ahead child for the fold, when allowed, none is running in this process, and
     the backlog is at least RUNSTREAM_DECODE_AHEAD_MIN records (asked of the broker: one
-    ListOffsets); else None."""
+    ListOffsets, unless the fold's own limits already bound it below that); else None."""
     if not spec.decode_ahead or not decode_ahead_available():
         return None
     least = decode_ahead_min()
     if not least:
         return None
+    if (spec.until is not None and spec.partitions is not None
+            and all(p in spec.until for p in spec.partitions)
+            and sum(spec.until[p] - start.get(p, 0) for p in spec.partitions) < least):
+        return None  # (a verify of a small store: no second consumer to learn that)
     bounds = await log_bounds(spec.bootstrap, spec.topic, security=spec.security)
     chosen = spec.partitions if spec.partitions is not None else sorted(bounds)
     backlog = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 from runstream.engine.config import DEFAULT_NAMESPACE
@@ -13,6 +14,7 @@ from runstream.engine.journal.timetext import iso_time as format_iso_time
 from runstream.engine.readmodel.rows import HistoryRow
 from runstream.projections.decide import FLOW_NOT_REGISTERED
 from runstream.projections.state import JournalEntry, RunState, RunStatus, Wait, to_builtins
+from runstream.projections.transitions import RETRY_WAIT
 
 
 def run_view(run: RunState, *, namespace: str | None = None) -> dict[str, Any]:
@@ -152,18 +154,28 @@ def wait_note(run: RunState) -> str:
     if wait.kind == "child":
         due = f" (times out at {iso_time(wait.due_ms)})" if wait.due_ms is not None else ""
         return f"waiting for child run {wait.child_run_id}{due}"
-    if wait.kind == "retry":
+    if wait.kind == RETRY_WAIT:
         due = iso_time(wait.due_ms) if wait.due_ms is not None else "an unknown time"
         return f"waiting to retry the step at position {wait.position} until {due}"
     return f"suspended: {run.suspended_reason or wait.kind}"
 
 
-def retry_view(run: RunState, entry: JournalEntry | None) -> dict[str, Any] | None:
-    """A run waiting out a durable retry backoff: which step, which attempt comes next and
-    when, the last error, and how to run it now; None for any other run."""
+def waits_to_retry(run: RunState) -> bool:
+    """Whether the run is suspended waiting out a durable retry backoff."""
     wait = run.wait
-    if (wait is None or wait.kind != "retry" or run.status is not RunStatus.suspended
-            or entry is None or wait.due_ms is None):
+    return (run.status is RunStatus.suspended and wait is not None
+            and wait.kind == RETRY_WAIT and wait.due_ms is not None)
+
+
+def retry_view(run: RunState, entries: Iterable[JournalEntry]) -> dict[str, Any] | None:
+    """A run waiting out a durable retry backoff (`entries`: its journal): which step, which
+    attempt comes next and when, the last error, and how to run it now; None for any other
+    run."""
+    wait = run.wait
+    if not waits_to_retry(run) or wait is None or wait.due_ms is None:
+        return None
+    entry = next((e for e in entries if e.position == wait.position), None)
+    if entry is None:
         return None
     attempt = entry.attempts + 1
     error = f"{entry.error_type}: {entry.error_message}"

@@ -6,20 +6,21 @@ Runs created through the CLI and by a plain producer from schemas/ alone."""
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import time
 from pathlib import Path
 from typing import Any
 
-from runstream import Client, RunStatus
+from runstream import Client
 from runstream.engine.journal import decode
 from runstream.engine.journal import events as ev
 from runstream.engine.kafka.reader import read_partitions
+from runstream.engine.readmodel.describe import waits_to_retry
 from tests.integration.retry_flows import patient, picky
 from tests.integration.support import WorkerProcess
 from tests.integration.test_cli import cli
 from tests.integration.test_lifetime import doors
+from tests.integration.test_snapshots import until
 
 APP = "tests.integration.retry_flows:flows"
 
@@ -29,8 +30,7 @@ async def _waiting_to_retry(client: Client, run_id: str) -> bool:
         run = await client.describe(run_id)
     except Exception:  # not admitted yet
         return False
-    return (run.status is RunStatus.suspended and run.wait is not None
-            and run.wait.kind == "retry")
+    return waits_to_retry(run)
 
 
 async def _records(bootstrap: str, journal: str, run_id: str) -> list[Any]:
@@ -55,8 +55,8 @@ async def test_a_durable_backoff_frees_its_slot_outlives_kill_9_and_resumes(
             await create("producer")(patient, {"backoff": 4, "attempts": 2,
                                                "marker": str(tmp_path / "short")}, "short")
             for run_id in ("long", "short"):
-                await until_true_async(lambda r=run_id: _waiting_to_retry(client, r),
-                                       f"{run_id} to wait to retry")
+                await until(lambda r=run_id: _waiting_to_retry(client, r),
+                            f"{run_id} to wait to retry")
             # One slot, and both runs wait: other runs go through meanwhile.
             for i in range(3):
                 await create("name")(picky, {"error": "connection"}, f"other-{i}")
@@ -89,10 +89,3 @@ async def test_a_durable_backoff_frees_its_slot_outlives_kill_9_and_resumes(
         a.stop()
         if b is not None:
             b.stop()
-
-
-async def until_true_async(check: Any, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.2)
