@@ -93,6 +93,7 @@ class Restorer:
         enabled, no cut)."""
         starts = await log_starts(self.owner.bootstrap, self.owner.topic, partitions,
                                   security=self.owner.security)
+        _still_wanted()
         ended = await asyncio.gather(*(
             self.bring_up(p, enabled=(enabled or {}).get(p, True),
                           until=(until or {}).get(p), log_start=starts[p])
@@ -124,6 +125,7 @@ class Restorer:
         # cannot be used (refused, or past a time-travel cut).
         for newest_only in (True, False) if enabled else ():
             listed = await self._listed(partition, newest_only)
+            _still_wanted()
             report.phases["listing"] = time.monotonic() - started
             usable = [i for i in reversed(listed) if i.snapshot_id not in tried
                       and _newer(i, held) and _before(i, until)]
@@ -182,8 +184,10 @@ class Restorer:
         chunks = seen if seen is not None else await read_chunks(
             w.bootstrap, w.snapshot_topic, manifest, security=w.security)
         lap("fetching")
+        _still_wanted()
         pairs = await asyncio.to_thread(lambda: list(assemble(manifest, chunks)))
         lap("checking")
+        _still_wanted()
         # (a stop from here on leaves a restore marker: the load is cleared and redone)
         log.info("partition %d: loading snapshot %s (%d keys) under a restore marker",
                  manifest.partition, manifest.snapshot_id, manifest.key_count)
@@ -226,6 +230,7 @@ class Restorer:
             group.append(raw)
             if len(group) < REBUILD_GROUP:
                 continue
+            _still_wanted()
             anchored = self._apply(group, manifest) or anchored
             folded, group = folded + len(group), []
         anchored = self._apply(group, manifest) or anchored
@@ -254,6 +259,17 @@ class Restorer:
             log.warning("partition %d: no snapshot could be applied (%d refused): folding "
                         "the journal from offset %d", report.partition, len(report.refused),
                         report.offset)
+
+
+def _still_wanted() -> None:
+    """CancelledError if this task was cancelled. A cancel that lands while an aiokafka call
+    is finishing can be lost inside it (its timeouts catch CancelledError), and a load that
+    went on past it hung the gather of bring_up_all, and so the cancelled catch-up or
+    takeover, for good. The task still counts the request (Task.cancelling), so every step
+    of a load asks."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 def write_checked(store: ProjectionStore, manifest: Manifest,
