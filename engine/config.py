@@ -129,3 +129,13 @@ def durable_backoff_ms(explicit: Duration | None = None, *, from_env: bool = Tru
 
 def millis(duration: timedelta) -> int:
     return int(duration.total_seconds() * 1000)
+
+
+def positive_ms(value: Duration | None, what: str) -> int | None:
+    """A timeout given as a Duration, in ms (None: none); ValueError unless more than 0."""
+    if value is None:
+        return None
+    ms = millis(as_duration(value))
+    if ms <= 0:
+        raise ValueError(f"{what} must be more than 0, not {value!r}")
+    return ms

@@ -109,6 +109,17 @@ class NonRetryable(RunstreamError):
         self.wrapped = message if isinstance(message, BaseException) else None
 
 
+class RunTimedOut(RunFailed):
+    """The run passed its deadline (`Flow(timeout=)`, `create_run(run_timeout=)`) and was
+    failed: its handler was interrupted, or, past its cleanup grace, abandoned."""
+
+
+def run_failure(run_id: str, error_type: str, message: str) -> RunFailed:
+    """The error a failed run's result raises: RunTimedOut for a timeout, else RunFailed."""
+    cls = RunTimedOut if error_type == "RunTimedOut" else RunFailed
+    return cls(run_id, error_type, message)
+
+
 class StepTimedOut(RunstreamError, TimeoutError):
     """An attempt of a step ran past its `timeout` (`ctx.step(..., timeout=)`): a failed
     attempt, retried under the step's RetryPolicy like any other error. An irreversible step

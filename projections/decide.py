@@ -15,6 +15,7 @@ from typing import Any
 
 from runstream.engine.journal import events as ev
 from runstream.projections.capabilities import narrow
+from runstream.projections.deadlines import timeout_limits
 from runstream.projections.fork_transitions import entry_from_json, fork_parts, is_first_shape_part
 from runstream.projections.state import (
     InboxItem,
@@ -228,7 +229,7 @@ def creation_limits(run: RunState, flow: Any) -> dict[str, Any]:
     ceiling = narrow(run.ceiling, getattr(flow, "capabilities", None))
     budget = getattr(flow, "max_rounds", 0) or run.max_rounds
     return {"ceiling": None if ceiling is None else list(ceiling), "max_rounds": budget,
-            "limits_fixed": flow is not None}
+            "limits_fixed": flow is not None, **timeout_limits(run, flow)}
 
 
 def limits_to_fix(run: RunState, flow: Any) -> dict[str, Any] | None:
@@ -241,7 +242,8 @@ def limits_to_fix(run: RunState, flow: Any) -> dict[str, Any] | None:
             or run.round > 0):
         return None
     limits = creation_limits(run, flow)
-    return {"flow": run.flow, "ceiling": limits["ceiling"], "max_rounds": limits["max_rounds"]}
+    return {"flow": run.flow, "ceiling": limits["ceiling"], "max_rounds": limits["max_rounds"],
+            **timeout_limits(run, flow)}
 
 
 def as_admitted(run: RunState, limits: dict[str, Any]) -> RunState:

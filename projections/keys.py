@@ -78,6 +78,15 @@ def timer_key(partition: int, run_id: str, wait: Wait) -> bytes:
         wait.due_ms or 0, run_id.encode(), wait.position or 0)
 
 
+DEADLINE_POSITION = 9_999_999_999  # a run deadline's timer entry (a step position never is)
+
+
+def deadline_key(partition: int, run_id: str, due_ms: int) -> bytes:
+    """A run's deadline (projections.deadlines) in the timer index, beside its wait's timer."""
+    return timer_prefix(partition) + b"%015d/%s\x00%010d" % (
+        due_ms, run_id.encode(), DEADLINE_POSITION)
+
+
 def wait_key(partition: int, kind: str, run_id: str) -> bytes:
     return b"w/%05d/%s/%s" % (partition, kind.encode(), run_id.encode())
 

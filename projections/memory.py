@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from runstream.engine.journal import JournalRecord
 from runstream.projections import values
+from runstream.projections.deadlines import DEADLINE_POSITION, deadline_due
 from runstream.projections.poison import KEY_UNKNOWN, RecordKey
 from runstream.projections.projector import Outcome, Projector, Store
 from runstream.projections.state import (
@@ -45,8 +46,9 @@ class MemoryStore:
         self._request_log: dict[int, deque[tuple[int, str, int]]] = {}  # offset, id, log ms
         self._outbox: dict[int, dict[str, OutboxItem]] = {}
         self._latest: dict[str, str] = {}  # lineage id -> latest round's run id
-        # (partition, run id) -> the run's timer: what the RocksDB timer index holds.
-        self._timers: dict[tuple[int, str], DueTimer] = {}
+        # (partition, run id, a deadline's) -> the run's wait timer, or its deadline: what
+        # the RocksDB timer index holds.
+        self._timers: dict[tuple[int, str, bool], DueTimer] = {}
         # Every run a record folded here named (what the RocksDB history index holds keys
         # of): bounded, like `runs`, by the runs of the folded records.
         self._named: set[str] = set()
@@ -137,14 +139,14 @@ class MemoryStore:
     def due_timers(self, partition: int, until_ms: int, limit: int) -> list[DueTimer]:
         """Like ProjectionStore.due_timers (sorted here on each call: for tests and the
         in-process test environment, not for a production store)."""
-        due = sorted((t for (p, _), t in self._timers.items()
+        due = sorted((t for (p, _, _), t in self._timers.items()
                       if p == partition and t.due_ms <= until_ms),
                      key=lambda t: (t.due_ms, t.run_id, t.position))
         return due[:limit]
 
     def next_due_ms(self, partition: int | None = None) -> int | None:
         """The earliest timer of `partition` (None: of any partition)."""
-        dues = [t.due_ms for (p, _), t in self._timers.items()
+        dues = [t.due_ms for (p, _, _), t in self._timers.items()
                 if partition is None or p == partition]
         return min(dues) if dues else None
 
@@ -206,7 +208,8 @@ class MemoryStore:
             for run, stone in zip(lineage.rounds, lineage.tombstones, strict=True):
                 self.runs[run.run_id] = None
                 self.entries.pop(run.run_id, None)
-                self._timers.pop((partition, run.run_id), None)
+                self._timers.pop((partition, run.run_id, False), None)
+                self._timers.pop((partition, run.run_id, True), None)
                 self._latest.pop(run.lineage_id, None)
                 self._named.discard(run.run_id)
                 self._last.pop(run.run_id, None)
@@ -220,9 +223,15 @@ class MemoryStore:
     def _index_timer(self, partition: int, run_id: str, run: RunState | None) -> None:
         wait = run.wait if run is not None else None
         if wait is None or wait.due_ms is None:
-            self._timers.pop((partition, run_id), None)
+            self._timers.pop((partition, run_id, False), None)
         else:
-            self._timers[(partition, run_id)] = DueTimer(wait.due_ms, run_id, wait.position or 0)
+            self._timers[(partition, run_id, False)] = DueTimer(wait.due_ms, run_id,
+                                                                wait.position or 0)
+        due = None if run is None else deadline_due(run)
+        if due is None:
+            self._timers.pop((partition, run_id, True), None)
+        else:
+            self._timers[(partition, run_id, True)] = DueTimer(due, run_id, DEADLINE_POSITION)
 
 
 @dataclass

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 
 from runstream.engine.errors import PayloadInvalid, journal_text
 from runstream.engine.journal import events as ev
+from runstream.projections.deadlines import after_timed_out
 from runstream.projections.decide import (
     FLOW_NOT_REGISTERED,
     Create,
@@ -100,6 +101,8 @@ def on_record(view: OwnerView, run: RunState | None, record: ev.JournalRecord,
         return reactions
     if isinstance(record, ev.RunForkRequested):
         reactions += fork_answers(view, run)
+    if isinstance(record, ev.RunTimedOut):
+        return reactions + after_timed_out(view, run)
     if isinstance(record, ev.TimerFired | ev.RunResumed) and run.status is RunStatus.pending:
         otherwise = tuple(react(view, run, woken=True))
         return [*reactions, Resume(run, getattr(record, "position", None), otherwise)]
@@ -165,6 +168,8 @@ def react(view: OwnerView, run: RunState, *, claiming: bool = False,
         return []
     if is_copying(run):
         return _copy_fork(view, run)
+    if run.timed_out_at_ms is not None:
+        return after_timed_out(view, run)
     if run.status is RunStatus.suspended:
         return _end_wait(view, run)
     if run.status is RunStatus.pending:
@@ -258,6 +263,8 @@ def start(view: OwnerView, run: RunState, *, woken: bool = False,
     registered here, its limits fixed first if it was admitted by an owner without it."""
     if run.status.is_terminal:
         return []  # a settled run is never activated again
+    if run.timed_out_at_ms is not None:
+        return after_timed_out(view, run)
     if view.executing(run.run_id):
         return [Start(run, woken, claimed)]
     refusal = view.refusal(run.run_id)

@@ -112,4 +112,14 @@ class Resume:
     otherwise: tuple[Reaction, ...] = ()
 
 
-Reaction = Write | Start | AnswerFork | FlowMissing | Resume
+@dataclass(frozen=True, slots=True)
+class Interrupt:
+    """Cancel the task of `run`'s handler executing here: its deadline passed
+    (projections.deadlines). Once per execution; `abandon`: its grace is over too, the owner
+    fails the run without it, and whatever it still does is not journaled."""
+
+    run: RunState
+    abandon: bool = False
+
+
+Reaction = Write | Start | AnswerFork | FlowMissing | Resume | Interrupt

@@ -25,6 +25,7 @@ import msgspec
 from msgspec.structs import replace  # state.replace without its frame: 2 a record
 
 from runstream.engine.journal import events as ev
+from runstream.projections.deadlines import admitted_fields, transition_in_time
 from runstream.projections.expiry import expire
 from runstream.projections.fork_transitions import (
     apply_copied,
@@ -50,7 +51,6 @@ from runstream.projections.state import (
     Tombstone,
     Verdict,
 )
-from runstream.projections.transitions import transition
 from runstream.projections.values import ExpiryChange, ExpiryFacts
 
 
@@ -337,6 +337,7 @@ def _lineage_fields(record: ev.RunCreateRequested) -> dict[str, Any]:
         "ceiling": None if record.ceiling is None else tuple(sorted(record.ceiling)),
         "max_rounds": record.max_rounds,
         "trace_context": tuple(sorted(record.trace_context.items())),
+        "run_timeout_ms": record.run_timeout_ms,  # (asked: run.created says what it is)
     }
 
 
@@ -385,7 +386,7 @@ def _decide_run(
     if isinstance(record, ev.JournalEntryCopied):
         copied = apply_copied(run, record, entry)
         return _RunChange(run) if copied is None else _RunChange(*copied)
-    change = transition(run, record, partition.epoch, entry)
+    change = transition_in_time(run, record, partition.epoch, entry)
     if change is None:
         return _RunChange(run)
     fields = change.run
@@ -430,6 +431,7 @@ def _created(run: RunState | None, record: ev.RunCreated, offset: int, partition
         max_rounds=record.max_rounds or run.max_rounds,
         limits_fixed=record.limits_fixed,
         incarnation=record.incarnation,
+        **admitted_fields(record, run),
     )
 
 

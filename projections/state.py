@@ -276,6 +276,17 @@ class RunState(_Frozen, frozen=True, array_like=True):
     # it, journaled in run.created; None for runs created before retention existed. Ids the
     # owner derives from the run carry it (`incarnation_id`).
     incarnation: int | None = None
+    # Its timeout (projections.deadlines): the effective one, the cleanup grace and whether
+    # it spans the lineage, as run.created, run.limits-fixed or the handoff that began the
+    # round journaled them; `admitted_at_ms` the envelope time the deadline counts from,
+    # `deadline_ms` the instant itself (None: no timeout), `timed_out_at_ms` when its
+    # run.timed-out was applied (then any settlement fails it with RunTimedOut).
+    run_timeout_ms: int | None = None
+    timeout_grace_ms: int | None = None
+    lineage_timeout: bool = False
+    admitted_at_ms: int | None = None
+    deadline_ms: int | None = None
+    timed_out_at_ms: int | None = None
 
     def has_evidence(self, kind: str) -> bool:
         return any(item.kind == kind for item in self.evidence)

@@ -21,6 +21,7 @@ from typing import Protocol
 import msgspec
 
 from runstream.projections import keys, values
+from runstream.projections.deadlines import deadline_due
 from runstream.projections.state import (
     TERMINAL_STATUSES,
     OutboxItem,
@@ -221,6 +222,7 @@ def put_run(batch: Batch, before: RunState | None, after: RunState | None,
     new_wait = None if after is None else after.wait
     if old_wait is not new_wait:  # (put_wait compares them: most records keep the wait)
         put_wait(batch, before, after)
+    put_deadline(batch, before, after)
     if after is None:
         if before is not None:
             batch.delete(keys.status_key(before.status, before.partition, before.run_id))
@@ -255,6 +257,18 @@ def settles(before: RunState | None, after: RunState) -> bool:
     """Whether `after` settles its lineage (a round that handed off settles nothing)."""
     return (after.status in TERMINAL_STATUSES and after.handed_off_to is None
             and (before is None or before.status not in TERMINAL_STATUSES))
+
+
+def put_deadline(batch: Batch, before: RunState | None, after: RunState | None) -> None:
+    """The timer index holds the run's deadline until it settles (projections.deadlines)."""
+    old = None if before is None else deadline_due(before)
+    new = None if after is None else deadline_due(after)
+    if old == new:
+        return
+    if old is not None and before is not None:
+        batch.delete(keys.deadline_key(before.partition, before.run_id, old))
+    if new is not None and after is not None:
+        batch.put(keys.deadline_key(after.partition, after.run_id, new), b"")
 
 
 def put_wait(batch: Batch, before: RunState | None, after: RunState | None) -> None:

@@ -15,7 +15,13 @@ from pydantic import BaseModel
 
 from runstream.engine.client.handle import RunHandle
 from runstream.engine.client.tail import JournalTail
-from runstream.engine.config import journal_topic, resolve_bootstrap, resolve_namespace
+from runstream.engine.config import (
+    Duration,
+    journal_topic,
+    positive_ms,
+    resolve_bootstrap,
+    resolve_namespace,
+)
 from runstream.engine.errors import (
     CancelRefused,
     CapabilityRefused,
@@ -176,11 +182,14 @@ class Client:
         await self.close()
 
     async def create_run(
-        self, flow: Flow[Any, Any] | str, payload: Any = None, *, run_id: str | None = None
+        self, flow: Flow[Any, Any] | str, payload: Any = None, *, run_id: str | None = None,
+        run_timeout: Duration | None = None,
     ) -> RunHandle:
         """Append a create-run request; returns once Kafka has acknowledged it (relayed: once
         the requests topic has). Invalid input (journal.input_limits) is refused before anything
-        is sent."""
+        is sent. `run_timeout`: how long the run may take (the flow's own timeout wins when
+        smaller); past it the run fails with RunTimedOut."""
+        timeout_ms = positive_ms(run_timeout, "run_timeout")
         check_name("flow", flow if isinstance(flow, str) else flow.name)
         run_id = check_run_id(run_id, new=True) if run_id else uuid.uuid4().hex
         flow_name, payload_json = self._payload_json(flow, payload)
@@ -196,7 +205,7 @@ class Client:
                 flow=flow_name, payload_json=payload_json,
                 ceiling=None if ceiling is None else list(ceiling),
                 max_rounds=known.max_rounds if known is not None else 0,
-                trace_context=carrier())
+                trace_context=carrier(), run_timeout_ms=timeout_ms)
             placed = await self._place(record, [(k, v.encode())
                                                 for k, v in record.trace_context.items()])
         return RunHandle(self, run_id=run_id, flow=flow_name, partition=placed.partition,

@@ -13,6 +13,7 @@ from runstream.engine.errors import (
     ResultTimeout,
     RunCancelled,
     RunFailed,
+    run_failure,
 )
 from runstream.engine.flow.definition import HandedOff
 from runstream.engine.journal import JournalRecord
@@ -98,7 +99,7 @@ class RunHandle:
             flow = self.client.flow_named(self.flow)
             return flow.load_result(record.result_json) if flow else json.loads(record.result_json)
         if isinstance(record, ev.RunFailed):
-            raise RunFailed(self.run_id, record.error_type, record.error_message)
+            raise run_failure(self.run_id, record.error_type, record.error_message)
         if isinstance(record, ev.LineageExhausted):
             raise RunFailed(self.run_id, "LineageExhausted",
                             f"round {record.rounds} handed off again, past the lineage's "

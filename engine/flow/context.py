@@ -35,6 +35,7 @@ from runstream.engine.flow.port import NOT_CALLED, JournalPort, Quarantined, Run
 from runstream.engine.flow.waits import ChildRun, WaitingCalls
 from runstream.engine.journal import events as ev
 from runstream.engine.observability.tracing import step_span
+from runstream.projections.deadlines import RUN_TIMED_OUT
 from runstream.projections.state import ChildLink, JournalEntry, RunState, Wait, incarnation_id
 from runstream.projections.transitions import RETRY_WAIT
 from runstream.projections.transitions import idempotency_key as idempotency_key_of
@@ -184,6 +185,9 @@ class FlowContext(WaitingCalls):
                                                 attempt=attempt, irreversible=True)
             try:
                 value = await self._call(name, position, fn, args, kwargs, attempt, limit)
+            except asyncio.CancelledError:
+                self._cut_short(position, name, attempt, digest)
+                raise
             except Exception as exc:
                 if irreversible and not policy.proves_no_effect(exc):
                     started = JournalEntry(position=position, name=name, attempts=attempt - 1,
@@ -197,6 +201,15 @@ class FlowContext(WaitingCalls):
                             result_json=result_json, attempt=attempt, args_digest=digest)
             # Return what a replay would return, so first run and replay cannot differ.
             return cast(Any, adapter.validate_json(result_json))
+
+    def _cut_short(self, position: int, name: str, attempt: int, digest: str) -> None:
+        """The run's deadline interrupted this attempt: journaled failed, not retried."""
+        if not self._port.timed_out:
+            return
+        self._port.send(ev.StepFailed, position=position, name=name, attempt=attempt,
+                        error_type=RUN_TIMED_OUT, will_retry=False, retry_delay_ms=0,
+                        error_message="interrupted: the run passed its deadline",
+                        args_digest=digest)
 
     def _not_called_or_quarantine(self, position: int, name: str,
                                   entry: JournalEntry) -> JournalEntry:

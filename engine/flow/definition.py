@@ -6,10 +6,11 @@ import json
 import warnings
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
+from runstream.engine.config import Duration, as_duration, millis, positive_ms
 from runstream.engine.errors import NonRetryable, PayloadInvalid
 
 if TYPE_CHECKING:
@@ -166,14 +167,28 @@ class Flow(Generic[P, R]):
     """A flow definition; register its handler with `@flow.handler`."""
 
     def __init__(self, name: str, *, payload: type[P] | Any = Any, result: type[R] | Any = Any,
-                 max_rounds: int = 0, capabilities: Iterable[str] | None = None):
+                 max_rounds: int = 0, capabilities: Iterable[str] | None = None,
+                 timeout: Duration | None = None, timeout_grace: Duration = 30,
+                 timeout_scope: Literal["round", "lineage"] = "round"):
         """`max_rounds`: how many rounds (handoffs + 1) its lineages may have in all (0:
         unlimited). `capabilities`: what its steps may use (`ctx.step(..., requires=)`);
-        None: anything its creator's authority allows."""
+        None: anything its creator's authority allows. `timeout` (seconds, a timedelta or
+        text like "5m"): how long a run may take from its creation (a creator's smaller
+        `run_timeout` wins); past it the run fails with RunTimedOut: its handler is
+        interrupted and has `timeout_grace` to clean up before the owner fails the run
+        without it. `timeout_scope`: "round" (each handoff round has its own deadline) or
+        "lineage" (one deadline for all the rounds)."""
         if not name or "/" in name:
             raise ValueError(f"flow name {name!r} must be non-empty and contain no '/'")
         if max_rounds < 0:
             raise ValueError(f"max_rounds must be 0 (unlimited) or more, not {max_rounds}")
+        if timeout_scope not in ("round", "lineage"):
+            raise ValueError(f"timeout_scope must be 'round' or 'lineage', not {timeout_scope!r}")
+        self.timeout_ms = positive_ms(timeout, "timeout")
+        self.timeout_grace_ms = millis(as_duration(timeout_grace))
+        if self.timeout_grace_ms < 0:
+            raise ValueError(f"timeout_grace must be 0 or more, not {timeout_grace!r}")
+        self.timeout_scope = timeout_scope
         self.name = name
         self.max_rounds = max_rounds
         self.capabilities = None if capabilities is None else frozenset(capabilities)

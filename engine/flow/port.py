@@ -81,6 +81,11 @@ class JournalPort(Protocol):
         """A retry backoff longer than this suspends the run on a durable timer; a shorter
         one is slept in memory (the worker's setting)."""
 
+    @property
+    def timed_out(self) -> bool:
+        """The run's deadline passed and its handler was interrupted (its task cancelled):
+        a step attempt cut short is journaled failed with RunTimedOut, not retried."""
+
     def run_state(self) -> RunState:
         """The run as the owner's projection holds it now: signals, cancel, children."""
 

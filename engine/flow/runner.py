@@ -8,6 +8,7 @@ suspension and quarantine.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import traceback
 from abc import ABC, abstractmethod
@@ -20,6 +21,7 @@ from runstream.engine.journal import EncodeError, JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.observability.tracing import activation_span
 from runstream.projections.capabilities import narrow
+from runstream.projections.deadlines import RUN_TIMED_OUT, handoff_timeout, timed_out_failure
 from runstream.projections.decide import Exhausted, Invalid, decide_handoff
 from runstream.projections.state import ChildLink, JournalEntry, RunState, Wait
 from runstream.projections.wakes import (
@@ -43,6 +45,8 @@ class HandlerRunner(ABC):
     run: RunState
     settled: bool
     _ctx: FlowContext | None
+    _interrupted: bool = False  # the deadline passed: the handler's task was cancelled
+    abandoned: bool = False  # its grace passed too: nothing more of it is journaled
 
     @abstractmethod
     def send(self, cls: type[JournalRecord], **body: Any) -> None: ...
@@ -88,6 +92,23 @@ class HandlerRunner(ABC):
     def flow_named(self, name: str) -> Flow[Any, Any] | None:
         """The flow this owner registers under `name`, if any."""
 
+    @property
+    def timed_out(self) -> bool:
+        return self._interrupted
+
+    def interrupt(self, task: asyncio.Task[Any] | None, *, abandon: bool = False) -> None:
+        """The run's deadline passed (projections.deadlines): cancel the handler's task,
+        once; its `finally` blocks run and its settlement becomes the timeout. `abandon`:
+        its grace is over too; the owner fails the run, and nothing this handler still does
+        is journaled (ensure_active raises)."""
+        if abandon:
+            self.abandoned = self.settled = True
+        elif self._interrupted:
+            return
+        self._interrupted = True
+        if task is not None and not task.done():
+            task.cancel()
+
     async def run_handler(self, flow: Flow[Any, Any]) -> None:
         state = self.run_state()
         with activation_span(state.run_id, state.flow, state.activations,
@@ -105,6 +126,12 @@ class HandlerRunner(ABC):
                 return
             result_json = flow.dump_result(value)
         except (RunReleased, Suspend, Dropped):
+            return
+        except asyncio.CancelledError:
+            if not self._interrupted or self.abandoned:
+                raise
+            await self._exit(ev.RunFailed, timed_out_failure(
+                self.run_state(), "the handler was interrupted"))
             return
         except Cancelled as cancel:
             requested_by = self.run_state().cancel_requested_by
@@ -138,7 +165,9 @@ class HandlerRunner(ABC):
         """Settle the run; its open children first get the parent-exit policy. While a
         cancel is pending, any settlement becomes the cancellation."""
         self.settled = True  # before anything is sent: it may land even if we stop
-        if cls is not ev.RunCancelled:
+        if self._past_deadline():
+            cls, body = ev.RunFailed, self._timed_out_instead(cls, body)
+        elif cls is not ev.RunCancelled:
             cls, body = self._cancel_instead(cls, body)
         policy = exit_policy(self._open_children())
         if policy.cancelled or policy.detached:
@@ -148,6 +177,21 @@ class HandlerRunner(ABC):
             body = {**body, "cascaded": policy.cancelled}
         self.send(cls, **body)
         await self.barrier()
+
+    def _past_deadline(self) -> bool:
+        return self._interrupted or self.run_state().timed_out_at_ms is not None
+
+    def _timed_out_instead(self, cls: type[JournalRecord], body: dict[str, Any]
+                           ) -> dict[str, Any]:
+        """The run timed out: whatever the handler settled with is a RunTimedOut failure
+        (what it did instead is in the message)."""
+        if cls is ev.RunFailed and body.get("error_type") == RUN_TIMED_OUT:
+            return body
+        did = {ev.RunCompleted: "the handler returned after it", ev.RunCancelled:
+               "the handler was being cancelled"}.get(cls)
+        if did is None:
+            did = f"the handler then failed: {body.get('error_type')}: {body.get('error_message')}"
+        return timed_out_failure(self.run_state(), did)
 
     def _cancel_instead(self, cls: type[JournalRecord], body: dict[str, Any]
                         ) -> tuple[type[JournalRecord], dict[str, Any]]:
@@ -164,6 +208,9 @@ class HandlerRunner(ABC):
         """End the round: hand off to the next one, or end the lineage when its budget is
         used up or the handoff cannot be honoured."""
         run = self.run_state()
+        if self._past_deadline():
+            await self._exit(ev.RunFailed, timed_out_failure(run, "the handler handed off"))
+            return
         # A cancel pending wins over a next round in the reducer (projections.transitions
         # _handed_off), for every reader alike: no need to decide it here too.
         given = handoff.flow if isinstance(handoff.flow, Flow) else None
@@ -191,7 +238,7 @@ class HandlerRunner(ABC):
                       payload_json=decided.payload_json, flow=decided.flow,
                       max_rounds=decided.max_rounds,
                       ceiling=None if decided.ceiling is None else list(decided.ceiling),
-                      trace_context=dict(run.trace_context))
+                      trace_context=dict(run.trace_context), **handoff_timeout(run, target))
             await self.barrier()
 
     def _evidence(self, kind: str, message: str, attributes: dict[str, str]) -> None:

@@ -45,6 +45,7 @@ __all__ = [
     "RunResumed",
     "RunSignalSent",
     "RunSuspended",
+    "RunTimedOut",
     "RunWakeRequested",
     "StepCompleted",
     "StepFailed",
@@ -342,59 +343,6 @@ class PartitionOutboxSent:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunHandedOff:
-    """The round ended by handing off to the next round of its lineage; the reducer creates that
-    round from this record.
-    """
-
-    TYPE: ClassVar[str] = "run.handed-off"
-    KIND: ClassVar[str] = "decision"
-    SCHEMA_ID: ClassVar[int] = 137
-
-    envelope: Envelope
-    next_run_id: str
-    round: int
-    payload_json: str
-    # The next round's flow (empty: this round's).
-    flow: str = ""
-    # The lineage's round budget (0: unlimited), carried from round to round.
-    max_rounds: int = 0
-    # The next round's capability ceiling: the intersection along the lineage (null: unrestricted).
-    ceiling: list[str] | None = None
-    # W3C trace context the next round continues.
-    trace_context: dict[str, str] = _field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunCreateRequested:
-    """Someone asked for a run to exist."""
-
-    TYPE: ClassVar[str] = "run.create-requested"
-    KIND: ClassVar[str] = "request"
-    SCHEMA_ID: ClassVar[int] = 139
-
-    envelope: Envelope
-    flow: str
-    payload_json: str
-    parent_run_id: str | None = None
-    parent_lineage_id: str | None = None
-    # Handoff round of the lineage this run belongs to.
-    round: int = 0
-    # cancel or detach: what happens to this child when its parent ends.
-    parent_exit_policy: str | None = None
-    # The spawning runs from the root to the parent, for cycle detection.
-    ancestors: list[str] = _field(default_factory=list)
-    # The parent's journal position of the spawn.
-    parent_position: int | None = None
-    # The ceiling the creator asks for: the flow's declared capabilities, at most the parent's.
-    ceiling: list[str] | None = None
-    # The flow's round budget as the creator knows it (0: unknown or unlimited).
-    max_rounds: int = 0
-    # W3C trace context (traceparent, tracestate) of the creator's span.
-    trace_context: dict[str, str] = _field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ChildSpawned:
     """A run started a child run."""
 
@@ -491,26 +439,6 @@ class StepCompleted:
     # sha256 of the step's arguments as canonical JSON (repr for values JSON cannot hold), first 16
     # hex digits: what a dry run compares.
     args_digest: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunLimitsFixed:
-    """The first owner that registers the run's flow fixed its ceiling and round budget, before its
-    first activation (the owner that admitted it did not register the flow).
-    """
-
-    TYPE: ClassVar[str] = "run.limits-fixed"
-    KIND: ClassVar[str] = "decision"
-    SCHEMA_ID: ClassVar[int] = 147
-
-    envelope: Envelope
-    # The flow whose declared limits were applied.
-    flow: str
-    # The capabilities the run's steps may use (null: unrestricted): the request's, narrowed by the
-    # flow's.
-    ceiling: list[str] | None = None
-    # The lineage's round budget (0: unlimited).
-    max_rounds: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -741,38 +669,6 @@ class PartitionEpochClaimed:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunCreated:
-    """The owner admitted a run."""
-
-    TYPE: ClassVar[str] = "run.created"
-    KIND: ClassVar[str] = "decision"
-    SCHEMA_ID: ClassVar[int] = 162
-
-    envelope: Envelope
-    flow: str
-    payload_json: str
-    # Offset of the create request that made the run.
-    request_offset: int
-    # True when the request repeated an existing run with the same identity.
-    duplicate: bool = False
-    parent_run_id: str | None = None
-    round: int = 0
-    # The capabilities the run's steps may use (null: unrestricted).
-    ceiling: list[str] | None = None
-    # The lineage's round budget (0: unlimited).
-    max_rounds: int = 0
-    # True when the admitting owner registers the flow, so the ceiling and budget above are the
-    # flow's; false: the first owner that registers the flow fixes them (run.limits-fixed) before
-    # the first activation.
-    limits_fixed: bool = False
-    # This life of the run id: the offset of the create request that began it. Every id an owner
-    # derives from the run (spawns, wakes, cancels, handoffs, default child ids) carries it, so an
-    # id reused after its tombstone went never collides with its former life. Null in records
-    # written before retention (ids without it).
-    incarnation: int | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionRunsExpired:
     """The owner's retention sweep: settled lineages that leave the projection (each round replaced
     by a tombstone), tombstones that go, and partition bookkeeping before an offset that goes.
@@ -849,6 +745,159 @@ class StepFailed:
     retry_at_ms: int | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunCreateRequested:
+    """Someone asked for a run to exist."""
+
+    TYPE: ClassVar[str] = "run.create-requested"
+    KIND: ClassVar[str] = "request"
+    SCHEMA_ID: ClassVar[int] = 166
+
+    envelope: Envelope
+    flow: str
+    payload_json: str
+    parent_run_id: str | None = None
+    parent_lineage_id: str | None = None
+    # Handoff round of the lineage this run belongs to.
+    round: int = 0
+    # cancel or detach: what happens to this child when its parent ends.
+    parent_exit_policy: str | None = None
+    # The spawning runs from the root to the parent, for cycle detection.
+    ancestors: list[str] = _field(default_factory=list)
+    # The parent's journal position of the spawn.
+    parent_position: int | None = None
+    # The ceiling the creator asks for: the flow's declared capabilities, at most the parent's.
+    ceiling: list[str] | None = None
+    # The flow's round budget as the creator knows it (0: unknown or unlimited).
+    max_rounds: int = 0
+    # W3C trace context (traceparent, tracestate) of the creator's span.
+    trace_context: dict[str, str] = _field(default_factory=dict)
+    # The longest the run may take, asked by its creator (ms, from its run.created); the flow's own
+    # timeout wins when smaller. Null: none asked.
+    run_timeout_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunCreated:
+    """The owner admitted a run."""
+
+    TYPE: ClassVar[str] = "run.created"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 167
+
+    envelope: Envelope
+    flow: str
+    payload_json: str
+    # Offset of the create request that made the run.
+    request_offset: int
+    # True when the request repeated an existing run with the same identity.
+    duplicate: bool = False
+    parent_run_id: str | None = None
+    round: int = 0
+    # The capabilities the run's steps may use (null: unrestricted).
+    ceiling: list[str] | None = None
+    # The lineage's round budget (0: unlimited).
+    max_rounds: int = 0
+    # True when the admitting owner registers the flow, so the ceiling and budget above are the
+    # flow's; false: the first owner that registers the flow fixes them (run.limits-fixed) before
+    # the first activation.
+    limits_fixed: bool = False
+    # This life of the run id: the offset of the create request that began it. Every id an owner
+    # derives from the run (spawns, wakes, cancels, handoffs, default child ids) carries it, so an
+    # id reused after its tombstone went never collides with its former life. Null in records
+    # written before retention (ids without it).
+    incarnation: int | None = None
+    # The run's effective timeout (ms): the smaller of its flow's and its creator's. Its deadline is
+    # this record's envelope time plus it. Null: no timeout.
+    run_timeout_ms: int | None = None
+    # How long the handler may clean up once the deadline passed (ms) before the owner fails the run
+    # without it. Null: the default (30 s).
+    timeout_grace_ms: int | None = None
+    # True: the deadline spans the lineage's handoff rounds (timeout_scope lineage); false: each
+    # round has its own.
+    lineage_timeout: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunLimitsFixed:
+    """The first owner that registers the run's flow fixed its ceiling and round budget, before its
+    first activation (the owner that admitted it did not register the flow).
+    """
+
+    TYPE: ClassVar[str] = "run.limits-fixed"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 168
+
+    envelope: Envelope
+    # The flow whose declared limits were applied.
+    flow: str
+    # The capabilities the run's steps may use (null: unrestricted): the request's, narrowed by the
+    # flow's.
+    ceiling: list[str] | None = None
+    # The lineage's round budget (0: unlimited).
+    max_rounds: int = 0
+    # The run's effective timeout (ms), now that an owner registers its flow; its deadline counts
+    # from its run.created. Null: no timeout.
+    run_timeout_ms: int | None = None
+    # How long the handler may clean up once the deadline passed (ms) before the owner fails the run
+    # without it. Null: the default (30 s).
+    timeout_grace_ms: int | None = None
+    # True: the deadline spans the lineage's handoff rounds (timeout_scope lineage); false: each
+    # round has its own.
+    lineage_timeout: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunHandedOff:
+    """The round ended by handing off to the next round of its lineage; the reducer creates that
+    round from this record.
+    """
+
+    TYPE: ClassVar[str] = "run.handed-off"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 169
+
+    envelope: Envelope
+    next_run_id: str
+    round: int
+    payload_json: str
+    # The next round's flow (empty: this round's).
+    flow: str = ""
+    # The lineage's round budget (0: unlimited), carried from round to round.
+    max_rounds: int = 0
+    # The next round's capability ceiling: the intersection along the lineage (null: unrestricted).
+    ceiling: list[str] | None = None
+    # W3C trace context the next round continues.
+    trace_context: dict[str, str] = _field(default_factory=dict)
+    # The next round's timeout (ms; null: none).
+    run_timeout_ms: int | None = None
+    # The next round's cleanup grace (ms; null: the default).
+    timeout_grace_ms: int | None = None
+    # The next round's deadline when it is the lineage's (timeout_scope lineage), carried from this
+    # round; null: the next round's own, this record's envelope time plus run_timeout_ms.
+    deadline_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunTimedOut:
+    """The run passed its deadline: its handler is interrupted, and whatever settles it from now on
+    settles it failed with RunTimedOut (a cancel requested before wins: no timeout is journaled
+    then).
+    """
+
+    TYPE: ClassVar[str] = "run.timed-out"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 170
+
+    envelope: Envelope
+    # The deadline that passed (epoch ms).
+    deadline_ms: int
+    # The effective timeout it came from (ms).
+    run_timeout_ms: int
+    # How long the handler has to clean up before the owner fails the run without it (ms).
+    grace_ms: int
+
+
 # Any journal record; narrow with isinstance() or match on the class.
 JournalRecord: TypeAlias = (
     RunCreateRejected
@@ -868,13 +917,10 @@ JournalRecord: TypeAlias = (
     | ChildPolicyApplied
     | RunWakeRequested
     | PartitionOutboxSent
-    | RunHandedOff
-    | RunCreateRequested
     | ChildSpawned
     | RunForked
     | JournalEntryCopied
     | StepCompleted
-    | RunLimitsFixed
     | RunForkPart
     | RunForkAnswered
     | RunSignalSent
@@ -882,10 +928,14 @@ JournalRecord: TypeAlias = (
     | RunForkRequested
     | RunResumeRequested
     | PartitionEpochClaimed
-    | RunCreated
     | PartitionRunsExpired
     | PartitionSnapshotTaken
     | StepFailed
+    | RunCreateRequested
+    | RunCreated
+    | RunLimitsFixed
+    | RunHandedOff
+    | RunTimedOut
 )
 
 # Record type string (the rs-type header and envelope.type) → class.
@@ -907,13 +957,10 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "child.policy-applied": ChildPolicyApplied,
     "run.wake-requested": RunWakeRequested,
     "partition.outbox-sent": PartitionOutboxSent,
-    "run.handed-off": RunHandedOff,
-    "run.create-requested": RunCreateRequested,
     "child.spawned": ChildSpawned,
     "run.forked": RunForked,
     "journal.entry-copied": JournalEntryCopied,
     "step.completed": StepCompleted,
-    "run.limits-fixed": RunLimitsFixed,
     "run.fork-part": RunForkPart,
     "run.fork-answered": RunForkAnswered,
     "run.signal-sent": RunSignalSent,
@@ -921,21 +968,25 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "run.fork-requested": RunForkRequested,
     "run.resume-requested": RunResumeRequested,
     "partition.epoch-claimed": PartitionEpochClaimed,
-    "run.created": RunCreated,
     "partition.runs-expired": PartitionRunsExpired,
     "partition.snapshot-taken": PartitionSnapshotTaken,
     "step.failed": StepFailed,
+    "run.create-requested": RunCreateRequested,
+    "run.created": RunCreated,
+    "run.limits-fixed": RunLimitsFixed,
+    "run.handed-off": RunHandedOff,
+    "run.timed-out": RunTimedOut,
 }
 
 REQUEST_TYPES: frozenset[str] = frozenset(
     {
         "run.wake-requested",
-        "run.create-requested",
         "run.fork-part",
         "run.signal-sent",
         "run.cancel-requested",
         "run.fork-requested",
         "run.resume-requested",
+        "run.create-requested",
     }
 )
 DECISION_TYPES: frozenset[str] = frozenset(
@@ -956,17 +1007,18 @@ DECISION_TYPES: frozenset[str] = frozenset(
         "run.cancelled",
         "child.policy-applied",
         "partition.outbox-sent",
-        "run.handed-off",
         "child.spawned",
         "run.forked",
         "journal.entry-copied",
         "step.completed",
-        "run.limits-fixed",
         "run.fork-answered",
         "partition.epoch-claimed",
-        "run.created",
         "partition.runs-expired",
         "partition.snapshot-taken",
         "step.failed",
+        "run.created",
+        "run.limits-fixed",
+        "run.handed-off",
+        "run.timed-out",
     }
 )

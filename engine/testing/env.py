@@ -20,23 +20,22 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from runstream.engine.config import Duration
+from runstream.engine.config import Duration, positive_ms
 from runstream.engine.errors import (
     ResumeRefused,
     RunCancelled,
-    RunFailed,
-    RunstreamError,
     SignalRefused,
+    run_failure,
 )
 from runstream.engine.flow.definition import Flow, HandedOff, dump_json
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
+from runstream.engine.testing.driving import Driving, EnvironmentIdle
 from runstream.engine.testing.execution import TestExecution
 from runstream.engine.testing.log import MemoryLog, RawView, envelope
 from runstream.engine.testing.upkeep import (
     expire_due,
     expired_create,
-    idle_message,
     in_status,
     merged,
     missing,
@@ -51,11 +50,12 @@ from runstream.projections.fork_plan import (
     plan_fork,
 )
 from runstream.projections.outbox_fallback import GiveUp, checked_request
-from runstream.projections.owner import on_record, react, swept, swept_requests
+from runstream.projections.owner import on_record, swept, swept_requests
 from runstream.projections.projector import Outcome
 from runstream.projections.reactions import (
     AnswerFork,
     FlowMissing,
+    Interrupt,
     OwnerView,
     Reaction,
     Resume,
@@ -67,19 +67,13 @@ from runstream.projections.sending import carry_out
 from runstream.projections.state import JournalEntry, OutboxItem, RunState, RunStatus, Verdict
 from runstream.projections.values import HistoryEntry
 
+__all__ = ["EnvironmentIdle", "TestEnvironment"]
+
 DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
-# Records one drive may write before the environment calls it a livelock (a flow that
-# loops forever without waiting).
-MAX_RECORDS_PER_DRIVE = 1_000_000
 OWNER_NAME = "test-environment"
 
 
-class EnvironmentIdle(RunstreamError):
-    """Nothing can happen any more (every run waits for a signal, a child or an operator,
-    and no timer is due), yet the awaited run has not settled."""
-
-
-class TestEnvironment:
+class TestEnvironment(Driving):
     """An in-process namespace: `await env.run(flow, payload)`, signals, cancels, resumes,
     results, history, and crashes injected at a journal position."""
 
@@ -123,22 +117,25 @@ class TestEnvironment:
         return datetime.fromtimestamp(self.clock_ms / 1000, tz=UTC)
 
     async def start(self, flow: Flow[Any, Any] | str, payload: Any = None, *,
-                    run_id: str | None = None) -> str:
-        """Create a run (it starts when the environment is driven); returns its id."""
+                    run_id: str | None = None, run_timeout: Duration | None = None) -> str:
+        """Create a run (it starts when the environment is driven); returns its id.
+        `run_timeout`: as Client.create_run's, on the virtual clock."""
         name = flow.name if isinstance(flow, Flow) else flow
         known = self.flows.get(name)
         payload_json = known.dump_payload(payload) if known else dump_json(payload)
         run_id = run_id or uuid.uuid4().hex
         verdict = self._request(ev.RunCreateRequested, run_id, flow=name,
-                                payload_json=payload_json)
+                                payload_json=payload_json,
+                                run_timeout_ms=positive_ms(run_timeout, "run_timeout"))
         if verdict is Verdict.refused and (expired := expired_create(self.projection, run_id)):
             raise expired
         return run_id
 
     async def run(self, flow: Flow[Any, Any] | str, payload: Any = None, *,
-                  run_id: str | None = None) -> Any:
-        """Create a run and return its result (raises RunFailed, RunCancelled)."""
-        return await self.result(await self.start(flow, payload, run_id=run_id))
+                  run_id: str | None = None, run_timeout: Duration | None = None) -> Any:
+        """Create a run and return its result (raises RunFailed, RunTimedOut, RunCancelled)."""
+        return await self.result(await self.start(flow, payload, run_id=run_id,
+                                                  run_timeout=run_timeout))
 
     async def result(self, run_id: str, *, follow: bool = False) -> Any:
         """Drive the environment (skipping time) until the run settles; its result. A round
@@ -155,7 +152,7 @@ class TestEnvironment:
             return flow.load_result(text) if flow else json.loads(text)
         if run.status is RunStatus.cancelled:
             raise RunCancelled(run_id, run.error_message or "cancelled")
-        raise RunFailed(run_id, run.error_type or "Error", run.error_message or "")
+        raise run_failure(run_id, run.error_type or "Error", run.error_message or "")
 
     async def signal(self, run_id: str, name: str, payload: Any = None, *,
                      request_id: str | None = None) -> None:
@@ -193,7 +190,7 @@ class TestEnvironment:
         """Let virtual time pass: runs progress and timers fire as they fall due."""
         seconds = duration.total_seconds() if isinstance(duration, timedelta) else duration
         until = self.clock_ms + int(seconds * 1000)
-        await self._drive(lambda: False, until_ms=until)
+        await self._drive(lambda: False, until_ms=until, passing=True)
         self.clock_ms = max(self.clock_ms, until)
         expire_due(self.log, self.projection, self.partitions, self.clock_ms)
 
@@ -375,6 +372,8 @@ class TestEnvironment:
                         self.decide(reaction.run, cls, **body)
             elif isinstance(reaction, Resume):
                 self._act(reaction.otherwise)  # no handler is parked here: a wake replays
+            elif isinstance(reaction, Interrupt):
+                self._interrupt(reaction)
 
     def _write(self, write: Write) -> bool:
         """The write's records, as a worker's: False when one was over the send limit (it is
@@ -383,43 +382,6 @@ class TestEnvironment:
             answered = carry_out(write.records,
                                  lambda cls, body: self.log.send(write.run, cls, body))
         return answered is None
-
-    # -- driving -----------------------------------------------------------------------------
-
-    def _settled(self, run_id: str) -> bool:
-        return self.describe(run_id).status.is_terminal
-
-    async def _drive(self, done: Callable[[], bool], *, until_ms: int | None = None) -> None:
-        """Run handlers until `done()`; when every run waits, jump the clock to the next
-        timer (up to `until_ms`, when given) and fire what falls due."""
-        start = sum(self._offsets)
-        while not done():
-            if sum(self._offsets) - start > MAX_RECORDS_PER_DRIVE:
-                raise EnvironmentIdle("over a million records without settling: a livelock?")
-            self._start_runnable()
-            live = [e.task for e in self._executions.values() if e.task and not e.task.done()]
-            if live:
-                await asyncio.wait(live, return_when=asyncio.FIRST_COMPLETED)
-                continue
-            if self._runnable:
-                continue
-            if not self._fire_next_timers(until_ms):
-                if until_ms is not None:
-                    return
-                raise EnvironmentIdle(idle_message(self.projection))
-
-    def _start_runnable(self) -> None:
-        """Start the runs given a Start. A worker launches one at once; here handlers run when
-        driven, and the run may have changed since (cancelled, settled, its flow registered):
-        projections.owner.react decides as it stands, with the Start's claim and wake (as a
-        worker's Activator does for a start it deferred: _runnable_again)."""
-        for run_id in list(self._runnable):
-            current = self._executions.get(run_id)
-            if current is not None and current.task is not None and not current.task.done():
-                continue  # its previous handler still unwinds: start after it
-            given = self._runnable.pop(run_id)
-            self._act(react(self._view(), self.describe(run_id), claiming=given.claimed,
-                            woken=given.woken), launch=True)
 
     def _launch(self, run_id: str) -> None:
         run = self.describe(run_id)
@@ -430,19 +392,3 @@ class TestEnvironment:
         execution = TestExecution(self, run)
         self._executions[run_id] = execution
         execution.task = asyncio.create_task(execution.execute(flow))
-
-    def _fire_next_timers(self, until_ms: int | None) -> bool:
-        """Jump to the earliest due timer and fire every timer due then, in due order."""
-        store = self.projection.store
-        due = store.next_due_ms()
-        if due is None or (until_ms is not None and due > until_ms):
-            return False
-        self.clock_ms = max(self.clock_ms, due)
-        expire_due(self.log, self.projection, self.partitions, self.clock_ms)
-        for partition in range(self.partitions):
-            for timer in store.due_timers(partition, self.clock_ms, 1 << 30):
-                run = store.run(timer.run_id)
-                if run is not None:
-                    self.decide(run, ev.TimerFired, position=timer.position,
-                                due_ms=timer.due_ms)
-        return True

@@ -50,6 +50,8 @@ class TestExecution(HandlerRunner):
             raise RunReleased(f"{cls.TYPE} was {self._verdict.value}")
 
     def ensure_active(self) -> None:
+        if self.abandoned:
+            raise RunReleased("its deadline and grace passed: the owner failed it")
         if self.crashed:
             raise RunReleased("the handler is dropped (suspended, or a crash injected)")
 

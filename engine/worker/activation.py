@@ -21,7 +21,7 @@ from runstream.engine.worker.run_protocols import ActivationOwner
 from runstream.engine.worker.sweep import ClaimSweeps
 from runstream.projections import owner
 from runstream.projections.decide import plan_activation
-from runstream.projections.reactions import Start
+from runstream.projections.reactions import Interrupt, Start
 from runstream.projections.state import RunState
 from runstream.projections.store import ProjectionStore
 
@@ -95,6 +95,13 @@ class Activator:
         # its first step (the partition lost later in the poll that started it) never
         # enters _execute, and a stale entry would keep the run from starting again here.
         execution.task.add_done_callback(lambda _: self._forget(execution))
+
+    def interrupt(self, interrupt: Interrupt) -> None:
+        """The run's deadline passed: cancel its handler executing here, once (abandon: its
+        grace passed too; projections.deadlines)."""
+        execution = self.executions.get(interrupt.run.run_id)
+        if execution is not None:
+            execution.interrupt(execution.task, abandon=interrupt.abandon)
 
     async def _execute(self, execution: RunExecution, flow: Flow[Any, Any]) -> None:
         run_id = execution.run.run_id

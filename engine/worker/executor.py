@@ -173,6 +173,8 @@ class RunExecution(HandlerRunner):
         return self.owner.not_called.known(self.run.run_id, position, attempt)
 
     def ensure_active(self) -> None:
+        if self.abandoned:
+            raise RunReleased("its deadline and grace passed: the owner failed it")
         if self.dropped is not None:
             raise RunReleased(self.dropped)
         if not self.ownership.executing:

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from runstream.engine.worker.ownership import Ownership
-from runstream.projections.reactions import OwnerView, Reaction, Start
+from runstream.projections.reactions import Interrupt, OwnerView, Reaction, Start
 from runstream.projections.state import OutboxItem, RunState
 from runstream.projections.store import ProjectionStore
 
@@ -90,6 +90,9 @@ class Launcher(Protocol):
 
     def launch(self, own: Ownership, start: Start) -> None:
         """Execute the run projections.owner says to start, unless it executes here."""
+
+    def interrupt(self, interrupt: Interrupt) -> None:
+        """Cancel the handler of a run whose deadline passed, if it executes here."""
 
 
 class ClaimReactions(Protocol):

@@ -50,8 +50,18 @@ from runstream.projections.store import ProjectionStore
 # What each helper asks of the worker.
 
 
+class DeadlineReactions(Protocol):
+    def on_deadline(self, own: Ownership, run: RunState) -> bool:
+        """The run's deadline entry fell due: act on it (projections.deadlines.on_deadline);
+        whether anything was sent."""
+
+
 class TimerOwner(Protocol):
     """What the timer sweeper (engine.worker.timers) uses."""
+
+    @property
+    def reactions(self) -> DeadlineReactions:
+        """The owner's reactions: a due deadline is theirs to act on."""
 
     @property
     def owned(self) -> dict[int, Ownership]:

@@ -20,11 +20,12 @@ from runstream.engine.worker.committer import BLAME_AT_BYTES
 from runstream.engine.worker.forks import ForkAnswers
 from runstream.engine.worker.ownership import Ownership, OwnershipState
 from runstream.engine.worker.run_protocols import ReactionsOwner
-from runstream.projections import owner
+from runstream.projections import deadlines, owner
 from runstream.projections.projector import Outcome
 from runstream.projections.reactions import (
     AnswerFork,
     FlowMissing,
+    Interrupt,
     OwnerView,
     Reaction,
     Refusal,
@@ -85,6 +86,13 @@ class Reactions:
         except WorkerFatal:  # the source failed: its renewal claims again and re-decides
             pass
 
+    def on_deadline(self, own: Ownership, run: RunState) -> bool:
+        """The run's deadline entry fell due (the timer sweep): projections.deadlines
+        decides; whether anything was sent. Raises WorkerFatal when the source failed."""
+        reactions = deadlines.on_deadline(self.view(own), run)
+        self.act(own, reactions)
+        return bool(reactions)
+
     def on_claim(self, own: Ownership, run: RunState) -> None:
         """The claim's sweep reaches `run` (projections.owner.swept)."""
         try:
@@ -108,6 +116,8 @@ class Reactions:
                     self.act(own, reaction.otherwise)
             elif isinstance(reaction, FlowMissing):
                 self._flow_missing(own, reaction)
+            elif isinstance(reaction, Interrupt):
+                self.owner.activator.interrupt(reaction)
 
     def _write(self, own: Ownership, write: Write) -> bool:
         """Enqueue the write's records; False when one was too large to send (answered in

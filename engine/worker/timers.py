@@ -22,6 +22,7 @@ from runstream.engine.errors import WorkerFatal
 from runstream.engine.journal import events as ev
 from runstream.engine.worker.executor import now_ms
 from runstream.engine.worker.partition_protocols import TimerOwner
+from runstream.projections.deadlines import DEADLINE_POSITION
 
 log = logging.getLogger("runstream.timers")
 
@@ -57,6 +58,14 @@ class TimerSweeper:
         if held is not None and held[1] == position:
             del self._in_flight[run_id]
             self._poke.set()
+
+    def judged_record(self, record: ev.JournalRecord) -> None:
+        """A record of ours got a verdict: a timer.fired, or what a due deadline sent (its
+        run.timed-out, or the run.failed at the end of its grace)."""
+        if isinstance(record, ev.TimerFired):
+            self.judged(record.envelope.run_id, record.position)
+        elif isinstance(record, ev.RunTimedOut | ev.RunFailed):
+            self.judged(record.envelope.run_id, DEADLINE_POSITION)
 
     def reset(self) -> None:
         """Ownership changed: timers fired under the old one may never apply."""
@@ -98,8 +107,13 @@ class TimerSweeper:
                 if run is None:
                     continue
                 try:
-                    sent.append(owner.enqueue(own, run, ev.TimerFired,
-                                              position=timer.position, due_ms=timer.due_ms))
+                    if timer.position == DEADLINE_POSITION:
+                        # (the owner's reactions send it: no future to wait for)
+                        if not owner.reactions.on_deadline(own, run):
+                            continue
+                    else:
+                        sent.append(owner.enqueue(own, run, ev.TimerFired,
+                                                  position=timer.position, due_ms=timer.due_ms))
                 except WorkerFatal:  # the source failed: its renewal claims, then resets us
                     self.fired += len(sent)
                     return sent, None

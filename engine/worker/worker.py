@@ -424,8 +424,7 @@ class Worker:
         drained = False
         if record.envelope.source_id == self.source_id:
             drained = self.confirmations.applied(partition, record, outcome.verdict)
-            if isinstance(record, ev.TimerFired):  # any verdict: a lost race is judged too
-                self.timers.judged(record.envelope.run_id, record.position)
+            self.timers.judged_record(record)  # any verdict: a lost race is judged too
             if own is not None and record.envelope.request_id:
                 own.decided.discard(record.envelope.request_id)  # the projection dedupes now
         if isinstance(record, ev.PartitionEpochClaimed):

@@ -1,0 +1,137 @@
+"""How the TestEnvironment is driven: handlers run until what is awaited happens; when every
+run waits, the virtual clock jumps to the next due timer (a wait's, or a run's deadline) and
+fires what falls due, as a worker's timer sweep would (engine.worker.timers).
+
+While a test lets time pass (`env.sleep`), a handler stalled on something outside the
+environment (a step awaiting an event that never comes) does not hold the clock: after
+STALL_S of real time without progress, the clock moves on to the next due timer within the
+sleep, so a run's deadline can interrupt a running handler there too. Anywhere else a live
+handler holds the clock, as an activity holds Temporal's time skipping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from runstream.engine.errors import RunstreamError
+from runstream.engine.flow.definition import Flow
+from runstream.engine.journal import JournalRecord
+from runstream.engine.journal import events as ev
+from runstream.engine.testing.execution import TestExecution
+from runstream.engine.testing.log import MemoryLog
+from runstream.engine.testing.upkeep import expire_due, idle_message
+from runstream.projections.deadlines import DEADLINE_POSITION, on_deadline
+from runstream.projections.memory import MemoryProjection
+from runstream.projections.owner import react
+from runstream.projections.reactions import Interrupt, OwnerView, Reaction, Start
+from runstream.projections.state import RunState, Verdict
+from runstream.projections.values import DueTimer
+
+# Records one drive may write before the environment calls it a livelock (a flow that
+# loops forever without waiting).
+MAX_RECORDS_PER_DRIVE = 1_000_000
+STALL_S = 0.05  # real time without progress after which a sleep's clock moves on
+
+
+class EnvironmentIdle(RunstreamError):
+    """Nothing can happen any more (every run waits for a signal, a child or an operator,
+    and no timer is due), yet the awaited run has not settled."""
+
+
+class Driving:
+    """The TestEnvironment's drive loop (mixed into engine.testing.env.TestEnvironment)."""
+
+    flows: dict[str, Flow[Any, Any]]
+    partitions: int
+    clock_ms: int
+    log: MemoryLog
+    projection: MemoryProjection
+    _offsets: list[int]
+    _executions: dict[str, TestExecution]
+    _runnable: dict[str, Start]
+
+    def describe(self, run_id: str) -> RunState:
+        raise NotImplementedError
+
+    def decide(self, run: RunState, cls: type[JournalRecord], *,
+               request_id: str | None = None, **body: Any) -> Verdict:
+        raise NotImplementedError
+
+    def _view(self) -> OwnerView:
+        raise NotImplementedError
+
+    def _act(self, reactions: Iterable[Reaction], *, launch: bool = False) -> None:
+        raise NotImplementedError
+
+    def _launch(self, run_id: str) -> None:
+        raise NotImplementedError
+
+    def _settled(self, run_id: str) -> bool:
+        return self.describe(run_id).status.is_terminal
+
+    async def _drive(self, done: Callable[[], bool], *, until_ms: int | None = None,
+                     passing: bool = False) -> None:
+        """Run handlers until `done()`; when every run waits, jump the clock to the next
+        timer (up to `until_ms`, when given) and fire what falls due. `passing`: time passes
+        up to `until_ms` (a sleep) even while handlers are stalled."""
+        start = sum(self._offsets)
+        while not done():
+            if sum(self._offsets) - start > MAX_RECORDS_PER_DRIVE:
+                raise EnvironmentIdle("over a million records without settling: a livelock?")
+            self._start_runnable()
+            live = [e.task for e in self._executions.values() if e.task and not e.task.done()]
+            if live:
+                finished, _ = await asyncio.wait(live, timeout=STALL_S if passing else None,
+                                                 return_when=asyncio.FIRST_COMPLETED)
+                if not finished:  # stalled: what falls due within the sleep fires
+                    self._fire_next_timers(until_ms)
+                continue
+            if self._runnable:
+                continue
+            if not self._fire_next_timers(until_ms):
+                if until_ms is not None:
+                    return
+                raise EnvironmentIdle(idle_message(self.projection))
+
+    def _start_runnable(self) -> None:
+        """Start the runs given a Start. A worker launches one at once; here handlers run when
+        driven, and the run may have changed since (cancelled, settled, its flow registered):
+        projections.owner.react decides as it stands, with the Start's claim and wake (as a
+        worker's Activator does for a start it deferred: _runnable_again)."""
+        for run_id in list(self._runnable):
+            current = self._executions.get(run_id)
+            if current is not None and current.task is not None and not current.task.done():
+                continue  # its previous handler still unwinds: start after it
+            given = self._runnable.pop(run_id)
+            self._act(react(self._view(), self.describe(run_id), claiming=given.claimed,
+                            woken=given.woken), launch=True)
+
+    def _interrupt(self, interrupt: Interrupt) -> None:
+        """A run's deadline passed: cancel its handler (projections.deadlines), as a
+        worker's Activator does."""
+        execution = self._executions.get(interrupt.run.run_id)
+        if execution is not None:
+            execution.interrupt(execution.task, abandon=interrupt.abandon)
+
+    def _fire_next_timers(self, until_ms: int | None) -> bool:
+        """Jump to the earliest due timer and fire every timer due then, in due order."""
+        store = self.projection.store
+        due = store.next_due_ms()
+        if due is None or (until_ms is not None and due > until_ms):
+            return False
+        self.clock_ms = max(self.clock_ms, due)
+        expire_due(self.log, self.projection, self.partitions, self.clock_ms)
+        for partition in range(self.partitions):
+            for timer in store.due_timers(partition, self.clock_ms, 1 << 30):
+                run = store.run(timer.run_id)
+                if run is not None:
+                    self._fire(run, timer)
+        return True
+
+    def _fire(self, run: RunState, timer: DueTimer) -> None:
+        if timer.position == DEADLINE_POSITION:
+            self._act(on_deadline(self._view(), run))
+        else:
+            self.decide(run, ev.TimerFired, position=timer.position, due_ms=timer.due_ms)
