@@ -5,8 +5,9 @@ A run's effective timeout is the smaller of its flow's (`Flow(timeout=)`) and it
 when the admitting owner did not register the flow, or in the run.handed-off that begins a
 round), with the cleanup grace and the scope. The deadline is the run.created's envelope
 time (the admitting owner's clock as it wrote it) plus the timeout, or the handoff's for a
-later round; with `timeout_scope="lineage"` a handoff carries the lineage's deadline
-instead. Every reader derives the same instant from the journal alone.
+later round; with `timeout_scope="lineage"` the next round keeps the deadline the round
+that handed off has when the handoff is applied. Every reader derives the same instant from
+the journal alone.
 
 The deadline is an entry of the timer index (position DEADLINE_POSITION) until the run
 settles. When it falls due the owner journals run.timed-out, unless a cancel was requested
@@ -69,12 +70,13 @@ def timeout_limits(run: RunState, flow: Any) -> dict[str, Any]:
 
 
 def handoff_timeout(run: RunState, flow: Any) -> dict[str, Any]:
-    """The run.handed-off fields of the next round's timeout: the lineage's deadline carried
-    (scope lineage), else the next round's flow's own timeout, counted from the handoff."""
-    if run.lineage_timeout and run.deadline_ms is not None:
-        return {"run_timeout_ms": run.run_timeout_ms, "deadline_ms": run.deadline_ms,
+    """The run.handed-off fields of the next round's timeout: the lineage's (scope lineage:
+    the reducer carries the deadline this round has), else the next round's flow's own,
+    counted from the handoff."""
+    if run.lineage_timeout:
+        return {"run_timeout_ms": run.run_timeout_ms, "lineage_timeout": True,
                 "timeout_grace_ms": run.timeout_grace_ms}
-    return {"run_timeout_ms": getattr(flow, "timeout_ms", None), "deadline_ms": None,
+    return {"run_timeout_ms": getattr(flow, "timeout_ms", None), "lineage_timeout": False,
             "timeout_grace_ms": getattr(flow, "timeout_grace_ms", None)}
 
 
@@ -112,15 +114,16 @@ def admitted_fields(record: ev.RunCreated | ev.RunLimitsFixed, run: RunState
 
 
 def _next_round_fields(run: RunState, record: ev.RunHandedOff) -> dict[str, Any]:
+    """The next round's timeout: the lineage's deadline kept, or its own from the handoff."""
     at = record.envelope.timestamp_ms
     timeout = record.run_timeout_ms
-    if record.deadline_ms is not None:
-        deadline: int | None = record.deadline_ms
-    else:
-        deadline = None if timeout is None else at + timeout
+    if record.lineage_timeout:
+        return {"run_timeout_ms": run.run_timeout_ms, "lineage_timeout": True,
+                "timeout_grace_ms": run.timeout_grace_ms,
+                "admitted_at_ms": run.admitted_at_ms, "deadline_ms": run.deadline_ms}
     return {"run_timeout_ms": timeout, "timeout_grace_ms": record.timeout_grace_ms,
-            "lineage_timeout": record.deadline_ms is not None, "admitted_at_ms": at,
-            "deadline_ms": deadline}
+            "lineage_timeout": False, "admitted_at_ms": at,
+            "deadline_ms": None if timeout is None else at + timeout}
 
 
 def _timed_out(run: RunState, record: ev.RunTimedOut) -> Change | None:
@@ -189,7 +192,9 @@ def after_timed_out(view: OwnerView, run: RunState) -> list[Reaction]:
     if run.timed_out_at_ms is None or run.status in TERMINAL_STATUSES:
         return []
     if not view.executing(run.run_id):
-        return fail_timed_out(view, run)
+        # (a settlement of ours in flight: once applied the run is settled, or, if not, the
+        # last of our decisions brings it back here)
+        return [] if view.in_flight(run.run_id) else fail_timed_out(view, run)
     if run.status is RunStatus.running:
         return [Interrupt(run)]
     return [Interrupt(run, abandon=True), *fail_timed_out(view, run)]

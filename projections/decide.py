@@ -253,7 +253,10 @@ def as_admitted(run: RunState, limits: dict[str, Any]) -> RunState:
     return replace(run, admitted=True, limits_fixed=bool(limits.get("limits_fixed", True)),
                    ceiling=None if ceiling is None else tuple(sorted(ceiling)),
                    max_rounds=limits.get("max_rounds") or run.max_rounds,
-                   incarnation=limits.get("incarnation", run.incarnation))
+                   incarnation=limits.get("incarnation", run.incarnation),
+                   run_timeout_ms=limits.get("run_timeout_ms", run.run_timeout_ms),
+                   timeout_grace_ms=limits.get("timeout_grace_ms", run.timeout_grace_ms),
+                   lineage_timeout=limits.get("lineage_timeout", run.lineage_timeout))
 
 
 # -- forks --------------------------------------------------------------------------------------

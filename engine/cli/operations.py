@@ -44,10 +44,10 @@ from runstream.projections.state import RunState, RunStatus, round_zero, to_buil
 
 async def create_run(
     *, bootstrap: str | None, namespace: str | None, flow: str, payload: Any,
-    run_id: str | None, wait: bool, timeout: float,
+    run_id: str | None, wait: bool, timeout: float, run_timeout: timedelta | None = None,
 ) -> dict[str, Any]:
     async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
-        handle = await client.create_run(flow, payload, run_id=run_id)
+        handle = await client.create_run(flow, payload, run_id=run_id, run_timeout=run_timeout)
         out: dict[str, Any] = {"run_id": handle.run_id, "partition": handle.partition,
                                "offset": handle.request_offset}
         if wait:

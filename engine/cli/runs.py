@@ -61,17 +61,37 @@ def run() -> None:
     """Create, inspect and control one run."""
 
 
+def _duration(ctx: click.Context, param: click.Parameter, value: str | None
+              ) -> timedelta | None:
+    try:
+        return None if value is None else parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _positive_duration(ctx: click.Context, param: click.Parameter, value: str | None
+                       ) -> timedelta | None:
+    duration = _duration(ctx, param, value)
+    if duration is not None and duration <= timedelta(0):
+        raise click.BadParameter(f"must be more than 0, not {value!r}")
+    return duration
+
+
 @run.command("create")
 @click.argument("flow")
 @click.option("--payload", default="null", help="The run's payload as JSON.")
 @click.option("--id", "run_id", default=None, help="Run id (default: a new UUID).")
 @click.option("--wait", is_flag=True, help="Wait for the result and print it.")
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait with --wait.")
+@click.option("--run-timeout", callback=_positive_duration, default=None, metavar="DURATION",
+              help="How long the run may take (5s, 10m, 2h; the flow's own timeout wins when "
+              "smaller): past it the run fails with RunTimedOut.")
 @authority_name_option
 @bootstrap_option
 @namespace_option
 def create(flow: str, payload: str, run_id: str | None, wait: bool, timeout: float,
-           authority_name: str | None, bootstrap: str | None, namespace: str | None) -> None:
+           run_timeout: timedelta | None, authority_name: str | None, bootstrap: str | None,
+           namespace: str | None) -> None:
     """Create a run of FLOW."""
     parsed = _parse_payload(payload)
     _checked(lambda: check_name("flow", flow),
@@ -80,7 +100,7 @@ def create(flow: str, payload: str, run_id: str | None, wait: bool, timeout: flo
     _use_authority(authority_name)
     out = asyncio.run(operations.create_run(
         bootstrap=bootstrap, namespace=namespace, flow=flow, payload=parsed, run_id=run_id,
-        wait=wait, timeout=timeout))
+        wait=wait, timeout=timeout, run_timeout=run_timeout))
     _print_json(out)
 
 
@@ -125,6 +145,8 @@ def status(run_id: str, as_json: bool, why: bool, bootstrap: str | None,
     click.echo(f"  retention: {view['retention']['text']}")
     if "retry" in view:
         click.echo(f"  retry: {view['retry']['text']}")
+    if "timeout" in view:
+        click.echo(f"  timeout: {view['timeout']['text']}")
     _echo_quarantine(view)
     if why:
         click.echo("why:")
@@ -305,14 +327,6 @@ def list_runs(status: str | None, limit: int | None, after: str | None, as_json:
     for view in views:
         click.echo(f"{view['run_id']}  {view['flow']}  {view['status']}")
     click.echo(f"{len(views)} run(s)")
-
-
-def _duration(ctx: click.Context, param: click.Parameter, value: str | None
-              ) -> timedelta | None:
-    try:
-        return None if value is None else parse_duration(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
 
 
 @click.command()

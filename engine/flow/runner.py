@@ -103,8 +103,8 @@ class HandlerRunner(ABC):
         is journaled (ensure_active raises)."""
         if abandon:
             self.abandoned = self.settled = True
-        elif self._interrupted:
-            return
+        if self._interrupted:
+            return  # (interrupted once: its cleanup had the grace; it is not cancelled again)
         self._interrupted = True
         if task is not None and not task.done():
             task.cancel()

@@ -873,9 +873,10 @@ class RunHandedOff:
     run_timeout_ms: int | None = None
     # The next round's cleanup grace (ms; null: the default).
     timeout_grace_ms: int | None = None
-    # The next round's deadline when it is the lineage's (timeout_scope lineage), carried from this
-    # round; null: the next round's own, this record's envelope time plus run_timeout_ms.
-    deadline_ms: int | None = None
+    # True: the next round keeps the lineage's deadline (timeout_scope lineage: the deadline this
+    # round has when the handoff is applied); false: it has its own, this record's envelope time
+    # plus run_timeout_ms.
+    lineage_timeout: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -12,6 +12,7 @@ from runstream.engine.config import DEFAULT_NAMESPACE
 from runstream.engine.flow.definition import HandedOff
 from runstream.engine.journal.timetext import iso_time as format_iso_time
 from runstream.engine.readmodel.rows import HistoryRow
+from runstream.projections.deadlines import deadline_due, grace_ms
 from runstream.projections.decide import FLOW_NOT_REGISTERED
 from runstream.projections.state import JournalEntry, RunState, RunStatus, Wait, to_builtins
 from runstream.projections.transitions import RETRY_WAIT
@@ -49,6 +50,9 @@ def run_view(run: RunState, *, namespace: str | None = None) -> dict[str, Any]:
     quarantine = quarantine_view(run, namespace=namespace)
     if quarantine is not None:
         view["quarantine"] = quarantine
+    timeout = timeout_view(run)
+    if timeout is not None:
+        view["timeout"] = timeout
     if run.result_json is not None:
         view["result"] = json.loads(run.result_json)
     if run.error_type is not None:
@@ -56,6 +60,30 @@ def run_view(run: RunState, *, namespace: str | None = None) -> dict[str, Any]:
     note = status_note(run)
     if note:
         view["note"] = note
+    return view
+
+
+def timeout_view(run: RunState) -> dict[str, Any] | None:
+    """The run's timeout (projections.deadlines): its deadline, and when it timed out."""
+    if run.deadline_ms is None:
+        return None
+    timeout = f"{(run.run_timeout_ms or 0) / 1000:g} s timeout"
+    scope = "the lineage's" if run.lineage_timeout else "this round's"
+    deadline = iso_time(run.deadline_ms)
+    view: dict[str, Any] = {"timeout_ms": run.run_timeout_ms, "deadline": deadline,
+                            "scope": "lineage" if run.lineage_timeout else "round",
+                            "grace_ms": grace_ms(run), "timed_out_at": None}
+    if run.timed_out_at_ms is not None:
+        view["timed_out_at"] = iso_time(run.timed_out_at_ms)
+        view["text"] = (f"timed out at {view['timed_out_at']} ({scope} deadline {deadline}, "
+                        f"{timeout})")
+        if not run.status.is_terminal:
+            view["text"] += (f"; its handler has until "
+                             f"{iso_time(deadline_due(run) or run.deadline_ms)} to clean up")
+    elif run.status.is_terminal:
+        view["text"] = f"settled before {scope} deadline {deadline} ({timeout})"
+    else:
+        view["text"] = f"fails with RunTimedOut at {deadline} ({scope} deadline, {timeout})"
     return view
 
 
@@ -279,6 +307,7 @@ def why_report(run: RunState, rows: list[HistoryRow]) -> dict[str, Any]:
         "resolution_pending": run.resolution if is_quarantined(run) else None,
         "handed_off_to": None if run.handed_off_to is None
         else {"run_id": run.handed_off_to, "round": run.round + 1},
+        "timeout": timeout_view(run),
     }
 
 
@@ -337,6 +366,8 @@ def why_lines(report: dict[str, Any], *, header: bool = True) -> list[str]:
     if report["resolution_pending"]:
         lines.append(f"quarantine resolution pending: {report['resolution_pending']}; its "
                      f"owner applies it next")
+    if report.get("timeout") is not None:
+        lines.append(f"timeout: {report['timeout']['text']}")
     handed = report["handed_off_to"]
     if handed is not None:
         lines.append(f"handed off to round {handed['round']}: {handed['run_id']} "

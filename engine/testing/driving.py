@@ -85,8 +85,8 @@ class Driving:
             if live:
                 finished, _ = await asyncio.wait(live, timeout=STALL_S if passing else None,
                                                  return_when=asyncio.FIRST_COMPLETED)
-                if not finished:  # stalled: what falls due within the sleep fires
-                    self._fire_next_timers(until_ms)
+                if not finished and not self._fire_next_timers(until_ms):
+                    return  # stalled, and nothing more falls due within the sleep
                 continue
             if self._runnable:
                 continue

@@ -100,8 +100,16 @@ class Activator:
         """The run's deadline passed: cancel its handler executing here, once (abandon: its
         grace passed too; projections.deadlines)."""
         execution = self.executions.get(interrupt.run.run_id)
-        if execution is not None:
-            execution.interrupt(execution.task, abandon=interrupt.abandon)
+        if execution is None:
+            return
+        execution.interrupt(execution.task, abandon=interrupt.abandon)
+        if interrupt.abandon:
+            # Its grace is over: the owner fails the run; the handler journals nothing more
+            # and gives back its slot (a task that ignores cancellation runs on, forgotten).
+            log.warning("run %s: its handler did not stop within its timeout grace: "
+                        "abandoned", execution.run.run_id)
+            self._forget(execution)
+            execution.release_slot()
 
     async def _execute(self, execution: RunExecution, flow: Flow[Any, Any]) -> None:
         run_id = execution.run.run_id

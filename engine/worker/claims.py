@@ -33,6 +33,7 @@ log = logging.getLogger("runstream.worker")
 MAX_REFUSED = 1024
 END_OFFSETS_RETRY_S = 1.0
 MAX_LOGGED_RUNS = 10  # run ids named in one log line
+CANCEL_WAIT_S = 5.0  # how long a stop or a release waits for cancelled handlers to unwind
 
 
 class Claims:
@@ -266,10 +267,18 @@ class Claims:
 
     @staticmethod
     async def cancel_executions(executions: Iterable[Execution]) -> None:
+        """Cancel the handlers and wait for them to unwind, CANCEL_WAIT_S at most: a handler
+        that ignores cancellation is left behind (it can journal nothing: its partition is
+        no longer executed here) rather than hold up the release or the stop."""
         tasks = [e.task for e in executions if e.task is not None]
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if not tasks:
+            return
+        _, stuck = await asyncio.wait(tasks, timeout=CANCEL_WAIT_S)
+        if stuck:
+            log.warning("%d run handlers ignored their cancellation for %.0f s: left behind",
+                        len(stuck), CANCEL_WAIT_S)
 
 
     # confirming ownership after a stall

@@ -29,6 +29,9 @@ log = logging.getLogger("runstream.executor")
 RESULT_TOO_LARGE = "ResultTooLarge"
 
 
+ABANDONED = "its deadline and grace passed: the owner failed it without its handler"
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -83,6 +86,8 @@ class RunExecution(HandlerRunner):
     def _enqueue(self, cls: type[JournalRecord], body: dict[str, Any]) -> asyncio.Future[None]:
         if self.dropped is not None:
             raise RunReleased(self.dropped)
+        if self.abandoned:
+            raise RunReleased(ABANDONED)
         try:
             return self.owner.enqueue(self.ownership, self.run, cls, **body)
         except WorkerFatal as exc:  # the source ended: the worker renews it and claims again
@@ -174,7 +179,7 @@ class RunExecution(HandlerRunner):
 
     def ensure_active(self) -> None:
         if self.abandoned:
-            raise RunReleased("its deadline and grace passed: the owner failed it")
+            raise RunReleased(ABANDONED)
         if self.dropped is not None:
             raise RunReleased(self.dropped)
         if not self.ownership.executing:
@@ -214,7 +219,7 @@ class RunExecution(HandlerRunner):
     async def _parked(self) -> JournalEntry | None:
         """Wait in the sticky cache without a slot; woken, take a slot and activate again."""
         assert self.parked is not None
-        self._release_slot()
+        self.release_slot()
         try:
             outcome = await self.parked
         finally:
@@ -248,7 +253,7 @@ class RunExecution(HandlerRunner):
         await self.owner.admission.acquire(self.run.flow)
         self._holds_slot = True
 
-    def _release_slot(self) -> None:
+    def release_slot(self) -> None:
         if self._holds_slot:
             self._holds_slot = False
             self.owner.admission.release()
@@ -260,7 +265,7 @@ class RunExecution(HandlerRunner):
             self.ensure_active()
             await self.run_handler(flow)
         finally:
-            self._release_slot()
+            self.release_slot()
 
     def on_step(self, name: str, seconds: float, ok: bool) -> None:
         self.owner.metrics.step(self.run.flow, name, seconds, ok)

@@ -47,7 +47,7 @@ from tests.integration.test_cli import cli
 
 SCHEMAS = Path(__file__).parent.parent.parent / "schemas"
 DOORS = ["flow", "name", "cli", "producer"]
-Create = Callable[[Flow[Any, Any], Any, str], Awaitable[None]]
+Create = Callable[..., Awaitable[None]]  # (flow, payload, run_id, run_timeout=None)
 
 
 @pytest.fixture(autouse=True)
@@ -67,9 +67,10 @@ async def worker(bootstrap: str, namespace: str, path: Path,
         await w.stop()
 
 
-def _create_request_bytes(run_id: str, flow: str, payload: Any) -> bytes:
+def _create_request_bytes(run_id: str, flow: str, payload: Any, **fields: Any) -> bytes:
     """A create request as any producer would write it from schemas/ alone: Confluent
-    framing (magic 0, the registry's schema id), the Avro datum by plain fastavro."""
+    framing (magic 0, the registry's schema id), the Avro datum by plain fastavro
+    (`fields`: its optional fields, e.g. run_timeout_ms)."""
     registry = json.loads((SCHEMAS / "registry.json").read_text())
     [entry] = [e for e in registry["records"]
                if e["type"] == "run.create-requested" and not e.get("archived")]
@@ -79,7 +80,7 @@ def _create_request_bytes(run_id: str, flow: str, payload: Any) -> bytes:
     datum = {"envelope": {"type": "run.create-requested", "run_id": run_id,
                           "lineage_id": run_id, "request_id": uuid.uuid4().hex,
                           "timestamp_ms": int(time.time() * 1000)},
-             "flow": flow, "payload_json": json.dumps(payload)}
+             "flow": flow, "payload_json": json.dumps(payload), **fields}
     buffer = io.BytesIO()
     fastavro.schemaless_writer(buffer, schema, datum)
     return b"\x00" + struct.pack(">I", entry["id"]) + buffer.getvalue()
@@ -102,18 +103,24 @@ async def doors(bootstrap: str, namespace: str, journal: str, tmp_path: Path
     async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows) as knows, \
             Client(bootstrap_servers=bootstrap, namespace=namespace) as nameless:
         def create(door: str) -> Create:
-            async def made(flow: Flow[Any, Any], payload: Any, run_id: str) -> None:
+            async def made(flow: Flow[Any, Any], payload: Any, run_id: str,
+                           run_timeout: float | None = None) -> None:
                 if door == "flow":
-                    await knows.create_run(flow, payload, run_id=run_id)
+                    await knows.create_run(flow, payload, run_id=run_id, run_timeout=run_timeout)
                 elif door == "name":
-                    await nameless.create_run(flow.name, payload, run_id=run_id)
+                    await nameless.create_run(flow.name, payload, run_id=run_id,
+                                              run_timeout=run_timeout)
                 elif door == "cli":
+                    timeout = [] if run_timeout is None else ["--run-timeout", f"{run_timeout}s"]
                     done = await cli("run", "create", flow.name, "--payload",
-                                     json.dumps(payload), "--id", run_id, bootstrap=bootstrap,
-                                     namespace=namespace, cache=tmp_path / "cache")
+                                     json.dumps(payload), "--id", run_id, *timeout,
+                                     bootstrap=bootstrap, namespace=namespace,
+                                     cache=tmp_path / "cache")
                     assert done.code == 0, done.err
                 else:
-                    value = _create_request_bytes(run_id, flow.name, payload)
+                    extra = {} if run_timeout is None else {
+                        "run_timeout_ms": int(run_timeout * 1000)}
+                    value = _create_request_bytes(run_id, flow.name, payload, **extra)
                     await produce_plain(bootstrap, journal, run_id, value)
             return made
         yield nameless, create
