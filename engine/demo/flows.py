@@ -284,5 +284,16 @@ async def run_shipment(ctx: FlowContext, p: dict[str, str]) -> dict[str, str]:
     return {"label": label, "courier": courier}
 
 
+# A pickup slot is held for 2 s at most: past it the run fails with RunTimedOut, whatever it
+# waits for (the demo's courier never comes).
+pickup: Flow[dict[str, str], str] = Flow("pickup", timeout=2)
+
+
+@pickup.handler
+async def run_pickup(ctx: FlowContext, p: dict[str, str]) -> str:
+    await ctx.sleep(3600)  # the courier's pickup window
+    return f"picked up {p['order_id']}"
+
+
 flows = [checkout, order, packing, subscription, refund, statement, hold, stubborn, batch,
-         settle, shipment]
+         settle, shipment, pickup]

@@ -1,6 +1,7 @@
 """The demo's retries and timeouts: a `shipment` whose label printer hangs once (its attempt
 times out and is retried) and whose courier API is down once (a 3 s backoff, waited on a
-durable timer: the run suspends, its slot free, and `run status` says what it waits for)."""
+durable timer: the run suspends, its slot free, and `run status` says what it waits for),
+and a `pickup` whose 2 s run timeout passes while it sleeps (its owner fails it)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from runstream import Client
-from runstream.engine.demo.flows import shipment
+from runstream import Client, RunTimedOut
+from runstream.engine.demo.flows import pickup, shipment
 from runstream.engine.readmodel.describe import retry_view, waits_to_retry
 
 Echo = Callable[[str], Any]
@@ -32,3 +33,9 @@ async def show_retries(client: Client, *, echo: Echo) -> None:
     echo(f"  ship-1 -> {await handle.result(timeout=60)}")
     label = next(e for e in await client.journal("ship-1") if e.name == "print-label")
     echo(f"  its label took {label.attempts} attempts (the first timed out: StepTimedOut)")
+    pickup_run = await client.create_run(pickup, {"order_id": "ship-1"}, run_id="pickup-1")
+    try:
+        await pickup_run.result(timeout=60)
+    except RunTimedOut as timed_out:
+        echo(f"  pickup-1 (Flow(timeout=2)) failed: {timed_out.error_type}: "
+             f"{timed_out.message}")

@@ -163,7 +163,7 @@ async def _until_suspended(client: Client, run_id: str) -> None:
         try:
             if (await client.describe(run_id)).status.value == "suspended":
                 return
-        except Exception:  # noqa: BLE001 (not created yet)
+        except Exception:  # (not created yet)
             pass
         await asyncio.sleep(0.05)
     raise AssertionError(f"{run_id} never suspended")

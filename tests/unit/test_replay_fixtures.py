@@ -471,3 +471,41 @@ def test_retries_fixture_waits_out_durable_backoffs_and_times_out(tmp_path: Path
     assert suspended.count("retry") == 3
     assert any(r.error_type == "StepTimedOut" for _, _, r, _ in records
                if isinstance(r, ev.StepFailed))
+
+
+def test_run_timeouts_fixture_times_out_interrupts_and_carries_a_lineage_deadline(
+        tmp_path: Path) -> None:
+    """run-timeouts (recorded from a real worker by tests/fixtures/record_timeouts_fixture.py):
+    a sleeping run timed out by its owner, a running one interrupted (its attempt failed
+    RunTimedOut, not retried), a creator's smaller timeout, a run settled before its
+    deadline, a lineage whose second round keeps the first's deadline, a timeout fixed by a
+    later owner. Every record applies, the timer index holds no deadline of a settled run,
+    and a store written record by record and one written in one batch agree."""
+    records = load(JOURNALS / "run-timeouts.jsonl")
+    memory = MemoryProjection(keep_history=True)
+    each, batch = ProjectionStore(tmp_path / "each"), ProjectionStore(tmp_path / "batch")
+    by_record, in_batch = Projector(each), Projector(batch)
+    try:
+        with batch.group():
+            for partition, offset, record, timestamp_ms in records:
+                verdict = memory.apply_record(partition, offset, record, timestamp_ms)
+                assert verdict in (Verdict.applied, Verdict.ignored), (record.TYPE, verdict)
+                by_record.apply_record(partition, offset, record, timestamp_ms)
+                in_batch.apply_record(partition, offset, record, timestamp_ms)
+        assert list(each.items()) == list(batch.items())
+        assert [each.next_due_ms(p) for p in (0, 1)] == [None, None]
+    finally:
+        each.close()
+        batch.close()
+    runs = memory.runs
+    for run_id in ("sleeper", "stuck", "asked"):
+        assert (runs[run_id].status, runs[run_id].error_type) == (
+            RunStatus.failed, "RunTimedOut"), run_id
+        assert runs[run_id].timed_out_at_ms is not None
+    assert runs["asked"].run_timeout_ms == 1500
+    assert (runs["prompt"].status, runs["prompt"].timed_out_at_ms) == (RunStatus.completed, None)
+    assert runs["relay~1"].lineage_timeout and runs["relay~1"].deadline_ms == runs[
+        "relay"].deadline_ms
+    assert runs["late"].run_timeout_ms == 20_000  # fixed by the owner that registers it
+    [interrupted] = [e for e in memory.journal("stuck") if e.status == "failed"]
+    assert (interrupted.error_type, interrupted.attempts) == ("RunTimedOut", 1)
