@@ -1,0 +1,32 @@
+"""The demo's retries and timeouts section (engine/demo/retries.py) against a real broker:
+what it prints is what the runs did."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runstream import Client, RunStatus, Worker
+from runstream.engine.demo.flows import flows
+from runstream.engine.demo.retries import show_retries
+
+
+async def test_the_demo_s_retries_and_timeouts_section_shows_what_the_runs_did(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    lines: list[str] = []
+    worker = Worker(flows=flows, data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
+                    namespace=namespace, session_timeout_ms=6000)
+    await worker.start()
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
+            await show_retries(client, echo=lines.append)
+            shipped = await client.describe("ship-1")
+            pickup = await client.describe("pickup-1")
+    finally:
+        await worker.stop()
+    text = "\n".join(lines)
+    assert shipped.status is RunStatus.completed
+    assert "its label took 2 attempts" in text
+    assert (pickup.status, pickup.error_type) == (RunStatus.failed, "RunTimedOut")
+    assert pickup.deadline_ms == (pickup.admitted_at_ms or 0) + 2000
+    assert "pickup-1 (Flow(timeout=2)) failed: RunTimedOut: the run passed its deadline" in text
