@@ -71,10 +71,14 @@ def timeout_limits(run: RunState, flow: Any) -> dict[str, Any]:
 
 def handoff_timeout(run: RunState, flow: Any) -> dict[str, Any]:
     """The run.handed-off fields of the next round's timeout: the lineage's (scope lineage:
-    the reducer carries the deadline this round has), else the next round's flow's own,
-    counted from the handoff."""
+    the reducer carries the deadline this round has); else, counted from the handoff, this
+    round's timeout for a round of the same flow (its creator's smaller one included), the
+    next flow's own for a round of another flow."""
     if run.lineage_timeout:
         return {"run_timeout_ms": run.run_timeout_ms, "lineage_timeout": True,
+                "timeout_grace_ms": run.timeout_grace_ms}
+    if getattr(flow, "name", None) == run.flow:  # (its creator's smaller timeout too)
+        return {"run_timeout_ms": run.run_timeout_ms, "lineage_timeout": False,
                 "timeout_grace_ms": run.timeout_grace_ms}
     return {"run_timeout_ms": getattr(flow, "timeout_ms", None), "lineage_timeout": False,
             "timeout_grace_ms": getattr(flow, "timeout_grace_ms", None)}

@@ -54,6 +54,8 @@ def _summary(view: dict[str, Any]) -> str:
              ("activations", esc(view["activations"])), ("steps", esc(view["steps"]))]
     if view.get("note"):
         facts.append(("note", esc(view["note"])))
+    if "timeout" in view:
+        facts.append(("timeout", esc(view["timeout"]["text"])))
     if "result" in view:
         facts.append(("result", short_json(view["result"])))
     if "error" in view:

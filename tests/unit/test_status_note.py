@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from runstream.engine.readmodel.describe import iso_time, run_view, status_note
+from runstream.engine.ui.run_page import _summary
 from runstream.projections.state import ChildLink, Evidence, RunState, RunStatus, Signal, Wait
 
 DUE_MS = int(datetime(2026, 11, 30, 10, 0, tzinfo=UTC).timestamp() * 1000)
@@ -98,3 +99,20 @@ def test_json_view_counts_signals_and_children_and_is_plain_json() -> None:
     assert view["wait"] is None and view["cancel_requested"] is None
     assert "cancel_requested_by" not in view
     assert json.loads(json.dumps(view)) == view
+
+
+def test_the_timeout_is_said_before_at_and_after_the_deadline() -> None:
+    waiting = _run(status=RunStatus.running, run_timeout_ms=60_000, deadline_ms=DUE_MS)
+    assert run_view(waiting)["timeout"]["text"] == (
+        "fails with RunTimedOut at 2026-11-30T10:00:00Z (this round's deadline, 60 s timeout)")
+    cleaning = _run(status=RunStatus.running, run_timeout_ms=60_000, deadline_ms=DUE_MS,
+                    timed_out_at_ms=DUE_MS + 5, timeout_grace_ms=10_000, lineage_timeout=True)
+    view = run_view(cleaning)
+    assert view["timeout"]["text"] == (
+        "timed out at 2026-11-30T10:00:00.005Z (the lineage's deadline 2026-11-30T10:00:00Z, "
+        "60 s timeout); its handler has until 2026-11-30T10:00:10.005Z to clean up")
+    assert (view["timeout"]["scope"], view["timeout"]["grace_ms"]) == ("lineage", 10_000)
+    done = _run(status=RunStatus.completed, run_timeout_ms=60_000, deadline_ms=DUE_MS)
+    assert run_view(done)["timeout"]["text"].startswith("settled before this round's deadline")
+    assert "timeout" not in run_view(_run())
+    assert "<dt>timeout</dt><dd>timed out at 2026-11-30T10:00:00.005Z" in _summary(view)

@@ -325,6 +325,16 @@ async def test_each_round_has_its_own_deadline_with_scope_round() -> None:
         assert third.status is RunStatus.completed
 
 
+async def test_a_round_of_the_same_flow_keeps_its_creator_s_smaller_timeout() -> None:
+    async with TestEnvironment(flows) as env:
+        created = ms(env)
+        run_id = await env.start(rounds_flow, {"n": 0}, run_timeout=50)
+        assert await env.result(run_id, follow=True) == 3  # each round sleeps 40 s of 50
+        second, third = env.describe(f"{run_id}~1"), env.describe(f"{run_id}~2")
+        assert (second.run_timeout_ms, second.deadline_ms) == (50_000, created + 90_000)
+        assert (third.run_timeout_ms, third.deadline_ms) == (50_000, created + 130_000)
+
+
 async def test_a_lineage_s_deadline_is_carried_with_scope_lineage() -> None:
     async with TestEnvironment(flows) as env:
         created = ms(env)
