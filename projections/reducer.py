@@ -27,6 +27,7 @@ from msgspec.structs import replace  # state.replace without its frame: 2 a reco
 from runstream.engine.journal import events as ev
 from runstream.projections.deadlines import admitted_fields, transition_in_time
 from runstream.projections.expiry import expire
+from runstream.projections.fencing import accept
 from runstream.projections.fork_transitions import (
     apply_copied,
     apply_fork_answered,
@@ -35,7 +36,8 @@ from runstream.projections.fork_transitions import (
     apply_forked,
 )
 from runstream.projections.outbox_requests import refused_spawn, spawn_answer
-from runstream.projections.requests import apply_run_request
+from runstream.projections.requests import apply_run_request, request_id_of
+from runstream.projections.schedules import settled_notice
 from runstream.projections.snapshot import snapshot_anchored as anchor
 from runstream.projections.state import (
     MAX_DEPTH,
@@ -52,6 +54,7 @@ from runstream.projections.state import (
     Verdict,
 )
 from runstream.projections.values import ExpiryChange, ExpiryFacts
+from runstream.projections.writes import settles
 
 
 # A Struct, not a dataclass: made in C, half the cost (once per record on every fold); never
@@ -102,37 +105,6 @@ def apply_dead_letter(partition: PartitionState, offset: int) -> PartitionState:
     return replace(partition, next_offset=offset + 1, dead_letters=partition.dead_letters + 1)
 
 
-def fence_verdict(
-    partition: PartitionState, record: ev.JournalRecord, timestamp_ms: int
-) -> Verdict | None:
-    """Why a decision must not be applied, or None when it may be."""
-    env = record.envelope
-    source, seq = env.source_id, env.source_seq
-    if source is None or seq is None:
-        return Verdict.fenced
-    if seq <= partition.last_seq.get(source, -1):
-        return Verdict.duplicate
-    if isinstance(record, ev.PartitionEpochClaimed):
-        return claim_verdict(partition, record, timestamp_ms)
-    if env.epoch != partition.epoch or source != partition.owner_source:
-        return Verdict.fenced
-    return None
-
-
-def claim_verdict(
-    partition: PartitionState, claim: ev.PartitionEpochClaimed, timestamp_ms: int
-) -> Verdict | None:
-    """None if the claim takes the partition, Verdict.rejected if it changes nothing."""
-    if claim.generation is None or partition.generation is None:
-        return None  # written before generations, or the first claim that carries one
-    if claim.generation >= partition.generation:
-        return None
-    silent_for = timestamp_ms - partition.owner_last_write_ms
-    if partition.lease_ms > 0 and silent_for > partition.lease_ms:
-        return None  # the group was recreated (generations restart) and the owner is gone
-    return Verdict.rejected
-
-
 def apply_decision(
     partition: PartitionState,
     run: RunState | None,
@@ -144,26 +116,9 @@ def apply_decision(
     expiry: ExpiryFacts | None = None,
 ) -> Applied:
     """apply() of a decision (its caller knows it is one): `expired`, the run expired."""
-    verdict = fence_verdict(partition, record, timestamp_ms)
-    next_offset = offset + 1
+    accepted, verdict = accept(partition, record, offset, timestamp_ms)
     if verdict is not None:  # (not applied: Verdict.x reads cost ~50 ns each, skipped here)
-        if verdict is Verdict.fenced:
-            return Applied(replace(partition, next_offset=next_offset,
-                                   fenced=partition.fenced + 1), run, verdict)
-        if verdict is Verdict.duplicate:
-            return Applied(replace(partition, next_offset=next_offset,
-                                   duplicates=partition.duplicates + 1), run, verdict)
-        return Applied(replace(partition, next_offset=next_offset,
-                               rejected_claims=partition.rejected_claims + 1), run, verdict)
-    env = record.envelope
-    assert env.source_id is not None and env.source_seq is not None
-    accepted = replace(
-        partition,
-        next_offset=next_offset,
-        applied=partition.applied + 1,
-        last_seq={**partition.last_seq, env.source_id: env.source_seq},
-        owner_last_write_ms=max(partition.owner_last_write_ms, timestamp_ms),
-    )
+        return Applied(accepted, run, verdict)
     cls = record.__class__
     if cls in _PARTITION_CLASSES:  # (one set lookup for the run decisions, most records)
         return _partition_decision(accepted, run, record, offset, timestamp_ms, expiry)
@@ -286,11 +241,6 @@ def _refused_create(run: RunState, request_id: str) -> RunState:
     return replace(run, refused_creates=(*refused, request_id))
 
 
-def request_id_of(record: ev.JournalRecord, offset: int) -> str:
-    """A request's id for deduplication (a request written without one is its offset)."""
-    return record.envelope.request_id or f"offset-{offset}"
-
-
 def _inbox_item(record: ev.JournalRecord, request_id: str, offset: int) -> InboxItem:
     if isinstance(record, ev.RunCreateRequested):
         return InboxItem(request_id=request_id, type=record.TYPE, offset=offset,
@@ -338,6 +288,7 @@ def _lineage_fields(record: ev.RunCreateRequested) -> dict[str, Any]:
         "max_rounds": record.max_rounds,
         "trace_context": tuple(sorted(record.trace_context.items())),
         "run_timeout_ms": record.run_timeout_ms,  # (asked: run.created says what it is)
+        "schedule_id": record.schedule_id,
     }
 
 
@@ -399,8 +350,12 @@ def _decide_run(
         # A round's life begins at its handoff (a lineage begun before incarnations keeps
         # ids without them).
         next_round = replace(next_round, partition=partition.partition, request_offset=offset,
-                             incarnation=None if run.incarnation is None else offset)
-    return _RunChange(replace(run, **fields), change.entry, change.outbox, next_round)
+                             incarnation=None if run.incarnation is None else offset,
+                             schedule_id=run.schedule_id)
+    after, outbox = replace(run, **fields), change.outbox
+    if run.schedule_id is not None and settles(run, after):  # (its lineage's last round)
+        outbox = (*outbox, settled_notice(run.schedule_id, run.lineage_id, after.status.value))
+    return _RunChange(after, change.entry, outbox, next_round)
 
 
 _ANY_STATUS = frozenset({ev.RunCreated, ev.RunCreateRejected, ev.EvidenceRecorded,

@@ -187,3 +187,8 @@ def describe_refusal(run: RunState | None, record: ev.JournalRecord) -> str:
                         f"{wait.position} digest {wait.digest} (a stale resolution?)")
             return "skip needs --result: the step's outcome to record"
     return "refused"
+
+
+def request_id_of(record: ev.JournalRecord, offset: int) -> str:
+    """A request's id for deduplication (a request written without one is its offset)."""
+    return record.envelope.request_id or f"offset-{offset}"

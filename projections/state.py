@@ -287,6 +287,8 @@ class RunState(_Frozen, frozen=True, array_like=True):
     admitted_at_ms: int | None = None
     deadline_ms: int | None = None
     timed_out_at_ms: int | None = None
+    # The schedule that fired it (projections.schedules): its settlement is sent back there.
+    schedule_id: str | None = None
 
     def has_evidence(self, kind: str) -> bool:
         return any(item.kind == kind for item in self.evidence)

@@ -47,6 +47,14 @@ __all__ = [
     "RunSuspended",
     "RunTimedOut",
     "RunWakeRequested",
+    "ScheduleChangeRejected",
+    "ScheduleChangeRequested",
+    "ScheduleCreated",
+    "ScheduleDeleted",
+    "ScheduleFired",
+    "ScheduleRunSettled",
+    "ScheduleSkipped",
+    "ScheduleUpdated",
     "StepCompleted",
     "StepFailed",
     "StepStarted",
@@ -746,38 +754,6 @@ class StepFailed:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunCreateRequested:
-    """Someone asked for a run to exist."""
-
-    TYPE: ClassVar[str] = "run.create-requested"
-    KIND: ClassVar[str] = "request"
-    SCHEMA_ID: ClassVar[int] = 166
-
-    envelope: Envelope
-    flow: str
-    payload_json: str
-    parent_run_id: str | None = None
-    parent_lineage_id: str | None = None
-    # Handoff round of the lineage this run belongs to.
-    round: int = 0
-    # cancel or detach: what happens to this child when its parent ends.
-    parent_exit_policy: str | None = None
-    # The spawning runs from the root to the parent, for cycle detection.
-    ancestors: list[str] = _field(default_factory=list)
-    # The parent's journal position of the spawn.
-    parent_position: int | None = None
-    # The ceiling the creator asks for: the flow's declared capabilities, at most the parent's.
-    ceiling: list[str] | None = None
-    # The flow's round budget as the creator knows it (0: unknown or unlimited).
-    max_rounds: int = 0
-    # W3C trace context (traceparent, tracestate) of the creator's span.
-    trace_context: dict[str, str] = _field(default_factory=dict)
-    # The longest the run may take, asked by its creator (ms, from its run.created); the flow's own
-    # timeout wins when smaller. Null: none asked.
-    run_timeout_ms: int | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class RunCreated:
     """The owner admitted a run."""
 
@@ -899,6 +875,254 @@ class RunTimedOut:
     grace_ms: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleChangeRequested:
+    """Someone asked to create, update, pause, unpause, delete, trigger or backfill a schedule."""
+
+    TYPE: ClassVar[str] = "schedule.change-requested"
+    KIND: ClassVar[str] = "request"
+    SCHEMA_ID: ClassVar[int] = 171
+
+    envelope: Envelope
+    # The schedule this record is about (its key: the partition that owns it).
+    schedule_id: str
+    # create | update | pause | unpause | delete | trigger | backfill
+    action: str
+    # The flow each fire runs.
+    flow: str | None = None
+    # The payload of each fired run (JSON).
+    payload_json: str | None = None
+    # A five-field cron expression (minute hour day month weekday), or a macro (@hourly ...).
+    cron: str | None = None
+    # Fire every this many ms, aligned to the Unix epoch plus offset_ms (instead of cron).
+    every_ms: int | None = None
+    # The offset of an `every` schedule from the epoch's multiples.
+    offset_ms: int | None = None
+    # The IANA time zone the cron expression is read in.
+    timezone: str | None = None
+    # skip | buffer_one | allow_all | cancel_other: what a fire does while the previous run has not
+    # settled.
+    overlap: str | None = None
+    # Fires missed while no owner ran are made up this far back; older ones are skipped.
+    catchup_window_ms: int | None = None
+    # Each fire is delayed by up to this much (derived from the id and the instant).
+    jitter_ms: int | None = None
+    # The run timeout of each fired run.
+    run_timeout_ms: int | None = None
+    # create: made paused; update: pause or unpause as well.
+    paused: bool | None = None
+    # Why (a pause's note).
+    note: str | None = None
+    # backfill: fire the instants after this one...
+    start_ms: int | None = None
+    # backfill: ... up to and including this one.
+    end_ms: int | None = None
+    # The capabilities of the fired runs (the creator's authority; null: unrestricted).
+    ceiling: list[str] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleRunSettled:
+    """A run this schedule fired settled (sent by the run's owner through its outbox)."""
+
+    TYPE: ClassVar[str] = "schedule.run-settled"
+    KIND: ClassVar[str] = "request"
+    SCHEMA_ID: ClassVar[int] = 172
+
+    envelope: Envelope
+    # The schedule this record is about (its key: the partition that owns it).
+    schedule_id: str
+    run_id: str
+    # completed | failed | cancelled
+    status: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleCreated:
+    """The owner made the schedule; next_fire_ms is its first fire, computed once, here."""
+
+    TYPE: ClassVar[str] = "schedule.created"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 173
+
+    envelope: Envelope
+    # The schedule this record is about (its key: the partition that owns it).
+    schedule_id: str
+    # The flow each fire runs.
+    flow: str | None = None
+    # The payload of each fired run (JSON).
+    payload_json: str | None = None
+    # A five-field cron expression (minute hour day month weekday), or a macro (@hourly ...).
+    cron: str | None = None
+    # Fire every this many ms, aligned to the Unix epoch plus offset_ms (instead of cron).
+    every_ms: int | None = None
+    # The offset of an `every` schedule from the epoch's multiples.
+    offset_ms: int | None = None
+    # The IANA time zone the cron expression is read in.
+    timezone: str | None = None
+    # skip | buffer_one | allow_all | cancel_other: what a fire does while the previous run has not
+    # settled.
+    overlap: str | None = None
+    # Fires missed while no owner ran are made up this far back; older ones are skipped.
+    catchup_window_ms: int | None = None
+    # Each fire is delayed by up to this much (derived from the id and the instant).
+    jitter_ms: int | None = None
+    # The run timeout of each fired run.
+    run_timeout_ms: int | None = None
+    paused: bool = False
+    # A pause's note.
+    note: str | None = None
+    # The next nominal fire instant the owner computed (null: paused, or never again).
+    next_fire_ms: int | None = None
+    ceiling: list[str] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleUpdated:
+    """The owner changed the schedule (its whole spec as it is now, paused or not); next_fire_ms
+    recomputed.
+    """
+
+    TYPE: ClassVar[str] = "schedule.updated"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 174
+
+    envelope: Envelope
+    # The schedule this record is about (its key: the partition that owns it).
+    schedule_id: str
+    # The flow each fire runs.
+    flow: str | None = None
+    # The payload of each fired run (JSON).
+    payload_json: str | None = None
+    # A five-field cron expression (minute hour day month weekday), or a macro (@hourly ...).
+    cron: str | None = None
+    # Fire every this many ms, aligned to the Unix epoch plus offset_ms (instead of cron).
+    every_ms: int | None = None
+    # The offset of an `every` schedule from the epoch's multiples.
+    offset_ms: int | None = None
+    # The IANA time zone the cron expression is read in.
+    timezone: str | None = None
+    # skip | buffer_one | allow_all | cancel_other: what a fire does while the previous run has not
+    # settled.
+    overlap: str | None = None
+    # Fires missed while no owner ran are made up this far back; older ones are skipped.
+    catchup_window_ms: int | None = None
+    # Each fire is delayed by up to this much (derived from the id and the instant).
+    jitter_ms: int | None = None
+    # The run timeout of each fired run.
+    run_timeout_ms: int | None = None
+    paused: bool = False
+    # A pause's note.
+    note: str | None = None
+    # The next nominal fire instant the owner computed (null: paused, or never again).
+    next_fire_ms: int | None = None
+    ceiling: list[str] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleDeleted:
+    """The owner deleted the schedule: it fires no more (its runs go on)."""
+
+    TYPE: ClassVar[str] = "schedule.deleted"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 175
+
+    envelope: Envelope
+    # The schedule this record is about (its key: the partition that owns it).
+    schedule_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleFired:
+    """A fire: the run <schedule_id>@<nominal instant> is created through the owner's outbox."""
+
+    TYPE: ClassVar[str] = "schedule.fired"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 176
+
+    envelope: Envelope
+    # The schedule this record is about (its key: the partition that owns it).
+    schedule_id: str
+    # The instant the fire is for (the run id's).
+    nominal_ms: int
+    # The run it creates.
+    run_id: str
+    # schedule | catch-up | trigger | backfill | buffered
+    reason: str = "schedule"
+    # The next nominal fire after this one (a trigger or backfill keeps the schedule's).
+    next_fire_ms: int | None = None
+    # cancel_other: the previous run, cancelled through the outbox.
+    cancel_run_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleSkipped:
+    """Fires not made: their count and range, and why."""
+
+    TYPE: ClassVar[str] = "schedule.skipped"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 177
+
+    envelope: Envelope
+    # The schedule this record is about (its key: the partition that owns it).
+    schedule_id: str
+    count: int
+    first_ms: int
+    last_ms: int
+    # overlap | catch-up window
+    reason: str
+    # The next nominal fire after them.
+    next_fire_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleChangeRejected:
+    """The owner refused a change request."""
+
+    TYPE: ClassVar[str] = "schedule.change-rejected"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 178
+
+    envelope: Envelope
+    # The schedule this record is about (its key: the partition that owns it).
+    schedule_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunCreateRequested:
+    """Someone asked for a run to exist."""
+
+    TYPE: ClassVar[str] = "run.create-requested"
+    KIND: ClassVar[str] = "request"
+    SCHEMA_ID: ClassVar[int] = 179
+
+    envelope: Envelope
+    flow: str
+    payload_json: str
+    parent_run_id: str | None = None
+    parent_lineage_id: str | None = None
+    # Handoff round of the lineage this run belongs to.
+    round: int = 0
+    # cancel or detach: what happens to this child when its parent ends.
+    parent_exit_policy: str | None = None
+    # The spawning runs from the root to the parent, for cycle detection.
+    ancestors: list[str] = _field(default_factory=list)
+    # The parent's journal position of the spawn.
+    parent_position: int | None = None
+    # The ceiling the creator asks for: the flow's declared capabilities, at most the parent's.
+    ceiling: list[str] | None = None
+    # The flow's round budget as the creator knows it (0: unknown or unlimited).
+    max_rounds: int = 0
+    # W3C trace context (traceparent, tracestate) of the creator's span.
+    trace_context: dict[str, str] = _field(default_factory=dict)
+    # The longest the run may take, asked by its creator (ms, from its run.created); the flow's own
+    # timeout wins when smaller. Null: none asked.
+    run_timeout_ms: int | None = None
+    # The schedule that fired this run (its settlement is sent back to the schedule).
+    schedule_id: str | None = None
+
+
 # Any journal record; narrow with isinstance() or match on the class.
 JournalRecord: TypeAlias = (
     RunCreateRejected
@@ -932,11 +1156,19 @@ JournalRecord: TypeAlias = (
     | PartitionRunsExpired
     | PartitionSnapshotTaken
     | StepFailed
-    | RunCreateRequested
     | RunCreated
     | RunLimitsFixed
     | RunHandedOff
     | RunTimedOut
+    | ScheduleChangeRequested
+    | ScheduleRunSettled
+    | ScheduleCreated
+    | ScheduleUpdated
+    | ScheduleDeleted
+    | ScheduleFired
+    | ScheduleSkipped
+    | ScheduleChangeRejected
+    | RunCreateRequested
 )
 
 # Record type string (the rs-type header and envelope.type) → class.
@@ -972,11 +1204,19 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "partition.runs-expired": PartitionRunsExpired,
     "partition.snapshot-taken": PartitionSnapshotTaken,
     "step.failed": StepFailed,
-    "run.create-requested": RunCreateRequested,
     "run.created": RunCreated,
     "run.limits-fixed": RunLimitsFixed,
     "run.handed-off": RunHandedOff,
     "run.timed-out": RunTimedOut,
+    "schedule.change-requested": ScheduleChangeRequested,
+    "schedule.run-settled": ScheduleRunSettled,
+    "schedule.created": ScheduleCreated,
+    "schedule.updated": ScheduleUpdated,
+    "schedule.deleted": ScheduleDeleted,
+    "schedule.fired": ScheduleFired,
+    "schedule.skipped": ScheduleSkipped,
+    "schedule.change-rejected": ScheduleChangeRejected,
+    "run.create-requested": RunCreateRequested,
 }
 
 REQUEST_TYPES: frozenset[str] = frozenset(
@@ -987,6 +1227,8 @@ REQUEST_TYPES: frozenset[str] = frozenset(
         "run.cancel-requested",
         "run.fork-requested",
         "run.resume-requested",
+        "schedule.change-requested",
+        "schedule.run-settled",
         "run.create-requested",
     }
 )
@@ -1021,5 +1263,11 @@ DECISION_TYPES: frozenset[str] = frozenset(
         "run.limits-fixed",
         "run.handed-off",
         "run.timed-out",
+        "schedule.created",
+        "schedule.updated",
+        "schedule.deleted",
+        "schedule.fired",
+        "schedule.skipped",
+        "schedule.change-rejected",
     }
 )

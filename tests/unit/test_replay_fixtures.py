@@ -49,6 +49,8 @@ ADDED_SINCE_FORMAT_2: dict[str, Any] = {
     # issue 20: run timeouts (journaled in run.created since)
     "run_timeout_ms": None, "timeout_grace_ms": None, "lineage_timeout": False,
     "deadline_ms": None, "timed_out_at_ms": None,
+    # issue 20: the schedule that fired a run
+    "schedule_id": None,
 }
 # Fields added since that every run.created sets from its own record (its envelope time):
 # a fixture recorded without them is not checked for their values.

@@ -1,0 +1,67 @@
+"""Whether an owner's decision may be applied: fenced by the partition's epoch and owner,
+deduplicated by its writer's sequence, a claim judged by generation and lease; and the
+partition's accounting of it. Pure. The reducer (runs, claims) and projections.schedules
+(schedules) judge every decision through `accept`.
+"""
+
+from __future__ import annotations
+
+from runstream.engine.journal import events as ev
+from runstream.projections.state import PartitionState, Verdict, replace
+
+
+def accept(partition: PartitionState, record: ev.JournalRecord, offset: int,
+           timestamp_ms: int) -> tuple[PartitionState, Verdict | None]:
+    """The partition past the decision at `offset`, and None when it is applied, or the
+    verdict that keeps it from being applied (counted)."""
+    verdict = fence_verdict(partition, record, timestamp_ms)
+    next_offset = offset + 1
+    if verdict is not None:
+        if verdict is Verdict.fenced:
+            return replace(partition, next_offset=next_offset,
+                           fenced=partition.fenced + 1), verdict
+        if verdict is Verdict.duplicate:
+            return replace(partition, next_offset=next_offset,
+                           duplicates=partition.duplicates + 1), verdict
+        return replace(partition, next_offset=next_offset,
+                       rejected_claims=partition.rejected_claims + 1), verdict
+    env = record.envelope
+    assert env.source_id is not None and env.source_seq is not None
+    return replace(
+        partition,
+        next_offset=next_offset,
+        applied=partition.applied + 1,
+        last_seq={**partition.last_seq, env.source_id: env.source_seq},
+        owner_last_write_ms=max(partition.owner_last_write_ms, timestamp_ms),
+    ), None
+
+
+def fence_verdict(
+    partition: PartitionState, record: ev.JournalRecord, timestamp_ms: int
+) -> Verdict | None:
+    """Why a decision must not be applied, or None when it may be."""
+    env = record.envelope
+    source, seq = env.source_id, env.source_seq
+    if source is None or seq is None:
+        return Verdict.fenced
+    if seq <= partition.last_seq.get(source, -1):
+        return Verdict.duplicate
+    if isinstance(record, ev.PartitionEpochClaimed):
+        return claim_verdict(partition, record, timestamp_ms)
+    if env.epoch != partition.epoch or source != partition.owner_source:
+        return Verdict.fenced
+    return None
+
+
+def claim_verdict(
+    partition: PartitionState, claim: ev.PartitionEpochClaimed, timestamp_ms: int
+) -> Verdict | None:
+    """None if the claim takes the partition, Verdict.rejected if it changes nothing."""
+    if claim.generation is None or partition.generation is None:
+        return None  # written before generations, or the first claim that carries one
+    if claim.generation >= partition.generation:
+        return None
+    silent_for = timestamp_ms - partition.owner_last_write_ms
+    if partition.lease_ms > 0 and silent_for > partition.lease_ms:
+        return None  # the group was recreated (generations restart) and the owner is gone
+    return Verdict.rejected

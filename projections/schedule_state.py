@@ -1,0 +1,80 @@
+"""A schedule's state in a projection (projections.schedules folds it): what its records say.
+
+A schedule lives on the journal keyed like a run (its id is the Kafka key, so one partition
+owns it), but it is not a run: its records carry `schedule_id` and an empty run id, and its
+state is kept under its own keys (projections.keys.schedule_key, the fire index).
+"""
+
+from __future__ import annotations
+
+from runstream.projections.state import _Frozen
+
+MAX_RUNNING = 64  # runs of one schedule not settled yet that it keeps track of (allow_all)
+MAX_RECENT = 10  # the latest fired runs `describe` shows
+MAX_CHANGES = 16  # change requests waiting for the owner's answer
+
+OVERLAPS = ("skip", "buffer_one", "allow_all", "cancel_other")
+ACTIONS = ("create", "update", "pause", "unpause", "delete", "trigger", "backfill")
+
+
+class ScheduleSpec(_Frozen, frozen=True, array_like=True):
+    """What a schedule fires and when, as created or last updated."""
+
+    flow: str
+    payload_json: str = "null"
+    cron: str | None = None
+    every_ms: int | None = None
+    offset_ms: int = 0
+    timezone: str = "UTC"
+    overlap: str = "skip"
+    catchup_window_ms: int = 60_000
+    jitter_ms: int = 0
+    run_timeout_ms: int | None = None
+    ceiling: tuple[str, ...] | None = None
+
+
+class Fired(_Frozen, frozen=True, array_like=True):
+    """A run the schedule fired: its id, nominal instant, why, and how it ended (None: not
+    settled yet)."""
+
+    run_id: str
+    nominal_ms: int
+    reason: str = "schedule"
+    status: str | None = None
+
+
+class Change(_Frozen, frozen=True, array_like=True):
+    """A change request applied and not answered yet (the owner answers each once)."""
+
+    request_id: str
+    action: str
+    offset: int
+    body_json: str  # the request's fields (projections.schedules.change_body)
+
+
+class ScheduleState(_Frozen, frozen=True, array_like=True):
+    schedule_id: str
+    partition: int
+    created_ms: int = 0
+    updated_ms: int = 0
+    exists: bool = False  # created and not deleted (a request may come first)
+    spec: ScheduleSpec | None = None
+    paused: bool = False
+    note: str | None = None
+    next_fire_ms: int | None = None  # the owner's computation, journaled (None: paused)
+    # The watermark: the latest nominal instant fired or skipped by the schedule itself (a
+    # backfill never fires one at or before it twice).
+    fired_through_ms: int = 0
+    fires: int = 0
+    skipped: int = 0
+    running: tuple[str, ...] = ()  # fired runs not settled yet, MAX_RUNNING at most
+    buffered_ms: int | None = None  # buffer_one: the one fire waiting for the running run
+    recent: tuple[Fired, ...] = ()  # MAX_RECENT at most, newest last
+    changes: tuple[Change, ...] = ()  # MAX_CHANGES at most
+
+    @property
+    def due_ms(self) -> int | None:
+        """When the owner must act on it next: its next fire, unless paused or deleted."""
+        if not self.exists or self.paused:
+            return None
+        return self.next_fire_ms

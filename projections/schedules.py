@@ -1,0 +1,206 @@
+"""Folding a schedule's records into its state. Pure: no I/O, no clock.
+
+Requests (a change asked by a client or the relay; a fired run's settlement, sent by the
+run's owner through its outbox) are kept until the schedule's owner answers them; decisions
+(created, updated, deleted, fired, skipped, change-rejected) are fenced by the partition's
+epoch like every decision, and only store what the owner computed: the next fire instant
+is journaled (`next_fire_ms`), never derived here, so readers with other tzdata or another
+cron library agree.
+
+A fire creates its run through the outbox: a run.create-requested for
+`<schedule_id>@<nominal instant>` with the deterministic request id `fire/<run id>`, which the
+run's partition deduplicates; cancel_other's cancel goes the same way. A fired run carries
+its schedule id, and its settlement comes back as schedule.run-settled.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+
+from runstream.engine.journal import events as ev
+from runstream.projections.fencing import accept
+from runstream.projections.requests import request_id_of
+from runstream.projections.schedule_state import (
+    MAX_CHANGES,
+    MAX_RECENT,
+    MAX_RUNNING,
+    Change,
+    Fired,
+    ScheduleSpec,
+    ScheduleState,
+)
+from runstream.projections.state import OutboxItem, PartitionState, Verdict, replace
+
+SCHEDULE_REQUESTS = frozenset({ev.ScheduleChangeRequested, ev.ScheduleRunSettled})
+SCHEDULE_DECISIONS = frozenset({ev.ScheduleCreated, ev.ScheduleUpdated, ev.ScheduleDeleted,
+                                ev.ScheduleFired, ev.ScheduleSkipped,
+                                ev.ScheduleChangeRejected})
+SCHEDULE_CLASSES = SCHEDULE_REQUESTS | SCHEDULE_DECISIONS
+_SPEC_FIELDS = ("flow", "payload_json", "cron", "every_ms", "offset_ms", "timezone",
+                "overlap", "catchup_window_ms", "jitter_ms", "run_timeout_ms", "ceiling")
+
+
+class ScheduleApplied(msgspec.Struct):
+    partition: PartitionState
+    schedule: ScheduleState | None
+    verdict: Verdict
+    outbox: tuple[OutboxItem, ...] = ()
+
+
+def schedule_id_of(record: ev.JournalRecord) -> str:
+    schedule_id: str = record.schedule_id  # type: ignore[attr-defined]
+    return schedule_id
+
+
+def apply_schedule(partition: PartitionState, schedule: ScheduleState | None,
+                   record: ev.JournalRecord, offset: int, timestamp_ms: int,
+                   request_seen: bool = False) -> ScheduleApplied:
+    """Fold one schedule record at `offset` (log time `timestamp_ms`)."""
+    if record.KIND == "request":
+        moved = replace(partition, next_offset=offset + 1)
+        if request_seen:
+            return ScheduleApplied(replace(moved, duplicates=moved.duplicates + 1), schedule,
+                                   Verdict.duplicate)
+        updated = _request(schedule, record, offset, partition.partition)
+        return ScheduleApplied(moved, updated,
+                               Verdict.applied if updated is not schedule else Verdict.ignored)
+    accepted, verdict = accept(partition, record, offset, timestamp_ms)
+    if verdict is not None:
+        return ScheduleApplied(accepted, schedule, verdict)
+    if schedule is None:
+        return ScheduleApplied(accepted, None, Verdict.ignored)
+    updated, outbox = _decision(schedule, record)
+    changed = updated is not schedule or bool(outbox)
+    return ScheduleApplied(accepted, updated, Verdict.applied if changed else Verdict.ignored,
+                           outbox)
+
+
+# -- requests ---------------------------------------------------------------------------------
+
+
+def _request(schedule: ScheduleState | None, record: ev.JournalRecord, offset: int,
+             partition: int) -> ScheduleState | None:
+    when = record.envelope.timestamp_ms
+    if isinstance(record, ev.ScheduleRunSettled):
+        return None if schedule is None else _settled(schedule, record)
+    assert isinstance(record, ev.ScheduleChangeRequested)
+    if schedule is None:
+        schedule = ScheduleState(schedule_id=record.schedule_id, partition=partition,
+                                 created_ms=when, updated_ms=when)
+    if len(schedule.changes) >= MAX_CHANGES:
+        return schedule  # (ignored: its client is told by the request's absence of answer)
+    change = Change(request_id=request_id_of(record, offset), action=record.action,
+                    offset=offset, body_json=change_body(record))
+    return replace(schedule, changes=(*schedule.changes, change), updated_ms=when)
+
+
+def change_body(record: ev.ScheduleChangeRequested) -> str:
+    """The fields a change request gave (None: not given), as JSON."""
+    fields = {name: getattr(record, name) for name in (
+        *_SPEC_FIELDS, "paused", "note", "start_ms", "end_ms")}
+    return json.dumps({k: v for k, v in fields.items() if v is not None})
+
+
+def _settled(schedule: ScheduleState, record: ev.ScheduleRunSettled) -> ScheduleState:
+    if record.run_id not in schedule.running and not any(
+            fired.run_id == record.run_id for fired in schedule.recent):
+        return schedule
+    recent = tuple(replace(fired, status=record.status) if fired.run_id == record.run_id
+                   else fired for fired in schedule.recent)
+    running = tuple(run_id for run_id in schedule.running if run_id != record.run_id)
+    return replace(schedule, running=running, recent=recent,
+                   updated_ms=record.envelope.timestamp_ms)
+
+
+# -- decisions --------------------------------------------------------------------------------
+
+
+def _decision(schedule: ScheduleState, record: ev.JournalRecord
+              ) -> tuple[ScheduleState, tuple[OutboxItem, ...]]:
+    answered = _answered(schedule, record.envelope.request_id)
+    when = record.envelope.timestamp_ms
+    if isinstance(record, ev.ScheduleCreated | ev.ScheduleUpdated):
+        if isinstance(record, ev.ScheduleUpdated) and not schedule.exists:
+            return answered, ()
+        made = replace(answered, exists=True, spec=spec_of(record), paused=record.paused,
+                       note=record.note, next_fire_ms=record.next_fire_ms, updated_ms=when,
+                       buffered_ms=None if record.paused else answered.buffered_ms)
+        if isinstance(record, ev.ScheduleCreated):
+            made = replace(made, created_ms=when, fired_through_ms=0, buffered_ms=None)
+        return made, ()
+    if isinstance(record, ev.ScheduleDeleted):
+        return replace(answered, exists=False, next_fire_ms=None, buffered_ms=None,
+                       updated_ms=when), ()
+    if isinstance(record, ev.ScheduleFired):
+        return _fired(answered, record)
+    if isinstance(record, ev.ScheduleSkipped):
+        through = max(answered.fired_through_ms, record.last_ms)
+        buffered = record.last_ms if record.reason == "buffered" else answered.buffered_ms
+        skipped = answered.skipped + (0 if record.reason == "buffered" else record.count)
+        return replace(answered, skipped=skipped, fired_through_ms=through,
+                       next_fire_ms=record.next_fire_ms, buffered_ms=buffered,
+                       updated_ms=when), ()
+    return answered, ()  # schedule.change-rejected: the change is answered
+
+
+def _answered(schedule: ScheduleState, request_id: str | None) -> ScheduleState:
+    if request_id is None or not any(c.request_id == request_id for c in schedule.changes):
+        return schedule
+    return replace(schedule, changes=tuple(c for c in schedule.changes
+                                           if c.request_id != request_id))
+
+
+def spec_of(record: ev.ScheduleCreated | ev.ScheduleUpdated) -> ScheduleSpec:
+    given: dict[str, Any] = {name: getattr(record, name) for name in _SPEC_FIELDS}
+    given["ceiling"] = None if record.ceiling is None else tuple(sorted(record.ceiling))
+    return ScheduleSpec(**{k: v for k, v in given.items() if v is not None})
+
+
+def _fired(schedule: ScheduleState, record: ev.ScheduleFired
+           ) -> tuple[ScheduleState, tuple[OutboxItem, ...]]:
+    if schedule.spec is None or any(f.run_id == record.run_id for f in schedule.recent):
+        return schedule, ()
+    own = record.reason in ("schedule", "catch-up")
+    fired = Fired(run_id=record.run_id, nominal_ms=record.nominal_ms, reason=record.reason)
+    running = tuple(r for r in schedule.running if r != record.cancel_run_id)
+    made = replace(
+        schedule, fires=schedule.fires + 1, recent=(*schedule.recent, fired)[-MAX_RECENT:],
+        running=(*running, record.run_id)[-MAX_RUNNING:],
+        fired_through_ms=max(schedule.fired_through_ms, record.nominal_ms) if own
+        else schedule.fired_through_ms,
+        next_fire_ms=record.next_fire_ms if own else schedule.next_fire_ms,
+        buffered_ms=None if record.reason == "buffered" else schedule.buffered_ms,
+        updated_ms=record.envelope.timestamp_ms)
+    outbox = [fire_request(schedule, record)]
+    if record.cancel_run_id is not None:
+        outbox.append(OutboxItem(
+            request_id=f"cancel/{record.run_id}/{record.cancel_run_id}",
+            type=ev.RunCancelRequested.TYPE, run_id=record.cancel_run_id,
+            lineage_id=record.cancel_run_id, body_json=json.dumps({
+                "reason": f"schedule {schedule.schedule_id} fired {record.run_id} "
+                          f"(overlap cancel_other)",
+                "requested_by": f"schedule/{schedule.schedule_id}"})))
+    return made, tuple(outbox)
+
+
+def fire_request(schedule: ScheduleState, record: ev.ScheduleFired) -> OutboxItem:
+    """The create request of a fired run: its id and request id follow from the fire, so a
+    fire sent again after a crash is the same request, deduplicated where it lands."""
+    spec = schedule.spec
+    assert spec is not None
+    body = {"flow": spec.flow, "payload_json": spec.payload_json,
+            "schedule_id": schedule.schedule_id, "run_timeout_ms": spec.run_timeout_ms,
+            "ceiling": None if spec.ceiling is None else list(spec.ceiling)}
+    return OutboxItem(request_id=f"fire/{record.run_id}", type=ev.RunCreateRequested.TYPE,
+                      run_id=record.run_id, lineage_id=record.run_id,
+                      body_json=json.dumps(body))
+
+
+def settled_notice(schedule_id: str, run_id: str, status: str) -> OutboxItem:
+    """What a fired run's settlement sends its schedule (its owner's outbox)."""
+    return OutboxItem(request_id=f"settled/{run_id}", type=ev.ScheduleRunSettled.TYPE,
+                      run_id="", lineage_id=schedule_id, body_json=json.dumps({
+                          "schedule_id": schedule_id, "run_id": run_id, "status": status}))
