@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from runstream.projections import keys
+from runstream.projections.schedule_state import ScheduleState
 from runstream.projections.state import (
     OutboxItem,
     RunState,
@@ -171,6 +172,26 @@ class IndexReads:
         """Requests decisions of `partition` caused that no `partition.outbox-sent` has
         acknowledged yet."""
         return [decode_state(OutboxItem, v) for _, v in self._scan(keys.outbox_prefix(partition))]
+
+    def schedule(self, schedule_id: str) -> ScheduleState | None:
+        raw = self._get(keys.schedule_key(schedule_id))
+        return None if raw is None else decode_state(ScheduleState, raw)
+
+    def schedule_ids(self, partition: int) -> list[str]:
+        """Every schedule `partition` holds, by id (created, deleted, or only asked for)."""
+        prefix = keys.schedule_index_prefix(partition)
+        return [key[len(prefix):].decode() for key, _ in self._scan(prefix)]
+
+    def due_schedules(self, partition: int, until_ms: int, limit: int
+                      ) -> list[tuple[int, str]]:
+        """Up to `limit` (due ms, schedule id) of `partition` due at or before `until_ms`,
+        in due order: the schedules whose owner must fire (or skip) now."""
+        return _timed(self._scan(keys.fire_prefix(partition)), until_ms, limit)
+
+    def next_schedule_ms(self, partition: int) -> int | None:
+        for due, _ in self.due_schedules(partition, 10**15 - 1, 1):
+            return due
+        return None
 
     def dead_letters(self) -> list[tuple[int, int, bytes]]:
         found = []

@@ -87,6 +87,29 @@ def deadline_key(partition: int, run_id: str, due_ms: int) -> bytes:
         due_ms, run_id.encode(), DEADLINE_POSITION)
 
 
+def schedule_key(schedule_id: str) -> bytes:
+    """A schedule's state (projections.schedule_state), placed by its id like a run."""
+    return b"c/" + schedule_id.encode()
+
+
+def schedule_index_prefix(partition: int) -> bytes:
+    return b"a/%05d/" % partition
+
+
+def schedule_index_key(partition: int, schedule_id: str) -> bytes:
+    """Every schedule a partition holds (created, or asked to be): `list`, the claim sweep."""
+    return schedule_index_prefix(partition) + schedule_id.encode()
+
+
+def fire_prefix(partition: int) -> bytes:
+    return b"n/%05d/" % partition
+
+
+def fire_key(partition: int, due_ms: int, schedule_id: str) -> bytes:
+    """A schedule by when its owner acts on it next (its next fire, unless paused)."""
+    return fire_prefix(partition) + b"%015d/%s" % (due_ms, schedule_id.encode())
+
+
 def wait_key(partition: int, kind: str, run_id: str) -> bytes:
     return b"w/%05d/%s/%s" % (partition, kind.encode(), run_id.encode())
 

@@ -15,6 +15,7 @@ from runstream.projections import values
 from runstream.projections.deadlines import DEADLINE_POSITION, deadline_due
 from runstream.projections.poison import KEY_UNKNOWN, RecordKey
 from runstream.projections.projector import Outcome, Projector, Store
+from runstream.projections.schedule_state import ScheduleState
 from runstream.projections.state import (
     JournalEntry,
     OutboxItem,
@@ -49,6 +50,9 @@ class MemoryStore:
         # (partition, run id, a deadline's) -> the run's wait timer, or its deadline: what
         # the RocksDB timer index holds.
         self._timers: dict[tuple[int, str, bool], DueTimer] = {}
+        # Schedules by id (None: deleted here, hide the base's): bounded by the schedules
+        # the folded records name.
+        self.schedules: dict[str, ScheduleState | None] = {}
         # Every run a record folded here named (what the RocksDB history index holds keys
         # of): bounded, like `runs`, by the runs of the folded records.
         self._named: set[str] = set()
@@ -157,6 +161,34 @@ class MemoryStore:
                       if run is not None and run.partition == partition
                       and run.wait is not None and run.wait.kind == kind)
 
+    def schedule(self, schedule_id: str) -> ScheduleState | None:
+        if schedule_id in self.schedules:
+            return self.schedules[schedule_id]
+        return self.base.schedule(schedule_id) if self.base is not None else None
+
+    def schedule_ids(self, partition: int) -> list[str]:
+        """Like ProjectionStore.schedule_ids (a scan here, for tests and the environment)."""
+        held = set(self.base.schedule_ids(partition)) if self.base is not None else set()
+        for schedule_id, schedule in self.schedules.items():
+            if schedule is not None and schedule.partition == partition:
+                held.add(schedule_id)
+        return sorted(held)
+
+    def due_schedules(self, partition: int, until_ms: int, limit: int
+                      ) -> list[tuple[int, str]]:
+        due = []
+        for schedule_id in self.schedule_ids(partition):
+            schedule = self.schedule(schedule_id)
+            when = None if schedule is None else schedule.due_ms
+            if when is not None and when <= until_ms:
+                due.append((when, schedule_id))
+        return sorted(due)[:limit]
+
+    def next_schedule_ms(self, partition: int | None = None) -> int | None:
+        parts = self.partitions if partition is None else [partition]
+        dues = [d for p in parts for d, _ in self.due_schedules(p, 10**15 - 1, 1)]
+        return min(dues) if dues else None
+
     def outbox(self, partition: int) -> list[OutboxItem]:
         items = self._outbox.get(partition, {})
         return [items[key] for key in sorted(items)]
@@ -164,6 +196,8 @@ class MemoryStore:
     def write(self, change: RecordWrite) -> None:
         number = change.partition.partition
         self.partitions[number] = change.partition
+        if change.schedule_id is not None:
+            self.schedules[change.schedule_id] = change.schedule_after
         if change.run_id is not None:
             self._named.add(change.run_id)
             self._last[change.run_id] = change.offset

@@ -35,8 +35,10 @@ from runstream.projections.reducer import (
     apply,
     apply_dead_letter,
     apply_decision,
-    request_id_of,
 )
+from runstream.projections.requests import request_id_of
+from runstream.projections.schedule_state import ScheduleState
+from runstream.projections.schedules import SCHEDULE_CLASSES, apply_schedule, schedule_id_of
 from runstream.projections.state import (
     JournalEntry,
     OutboxItem,
@@ -82,6 +84,8 @@ class Store(Protocol):
     def settle_indexed(self, partition: int, settled_ms: int, run_id: str) -> bool: ...
     def caused_requests(self, partition: int, run_id: str) -> list[str]: ...
     def last_offset(self, run_id: str) -> int | None: ...
+    def schedule(self, schedule_id: str) -> ScheduleState | None: ...
+    def schedule_ids(self, partition: int) -> list[str]: ...
     def write(self, change: RecordWrite) -> None: ...
 
 
@@ -102,6 +106,7 @@ class Outcome(msgspec.Struct):
     poison: Poison | None = None  # why the record is a dead letter
     tombstone: Tombstone | None = None  # what is left of the run it named, if it expired
     expiry: ExpiryChange | None = None  # what a partition.runs-expired did
+    schedule: ScheduleState | None = None  # a schedule record's schedule, after it
 
 
 class Projector:
@@ -213,6 +218,8 @@ class Projector:
             return Outcome(state, offset, record, None, None, Verdict.duplicate, redelivered=True)
         envelope = record.envelope
         when = envelope.timestamp_ms if timestamp_ms is None else timestamp_ms
+        if record.__class__ in SCHEDULE_CLASSES:
+            return self._fold_schedule(state, offset, record, when, raw)
         run_id = envelope.run_id or None  # partition records belong to no run
         runs, store = self._runs, self.store
         before = tombstone = None
@@ -271,6 +278,27 @@ class Projector:
         if next_round is not None:
             self._remember(next_round.run_id, next_round)
         return before, tombstone, applied
+
+    def _fold_schedule(self, state: PartitionState, offset: int, record: JournalRecord,
+                       when: int, raw: bytes | None) -> Outcome:
+        """A schedule record (projections.schedules): one write, like a run's."""
+        schedule_id = schedule_id_of(record)
+        before = self.store.schedule(schedule_id)
+        request_id = None
+        if record.KIND == "request":
+            request_id = request_id_of(record, offset)
+            seen = self.store.request_seen(state.partition, request_id)
+        else:
+            seen = False
+        applied = apply_schedule(state, before, record, offset, when, seen)
+        self.store.write(RecordWrite(
+            applied.partition, offset, when, applied.verdict, record.TYPE, None, raw=raw,
+            request_id=request_id if applied.verdict is _APPLIED else None,
+            outbox=applied.outbox, schedule_id=schedule_id, schedule_before=before,
+            schedule_after=applied.schedule))
+        self._partitions[state.partition] = applied.partition
+        return Outcome(applied.partition, offset, record, None, None, applied.verdict,
+                       outbox=applied.outbox, schedule=applied.schedule)
 
     def _expiry_facts(self, partition: int, record: ev.PartitionRunsExpired) -> ExpiryFacts:
         """What the store holds of the lineages and tombstones an expiry decision names:

@@ -51,7 +51,9 @@ class ScheduleApplied(msgspec.Struct):
 
 
 def schedule_id_of(record: ev.JournalRecord) -> str:
-    schedule_id: str = record.schedule_id  # type: ignore[attr-defined]
+    """The schedule a schedule record names (every one of SCHEDULE_CLASSES has the field)."""
+    schedule_id = getattr(record, "schedule_id", None)
+    assert isinstance(schedule_id, str), record.TYPE
     return schedule_id
 
 

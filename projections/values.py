@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import msgspec
 
 from runstream.engine.journal import JournalRecord
+from runstream.projections.schedule_state import ScheduleState
 from runstream.projections.state import (
     JournalEntry,
     OutboxItem,
@@ -72,6 +73,10 @@ class RecordWrite(msgspec.Struct, gc=False):  # made in C: half a dataclass's co
     outbox_done: tuple[str, ...] = ()  # outbox request ids acknowledged
     next_round: RunState | None = None  # a handoff's next round, created by this record
     expiry: ExpiryChange | None = None  # lineages expired, tombstones dropped, trim
+    # A schedule record's schedule, before and after it (projections.schedules)
+    schedule_id: str | None = None
+    schedule_before: ScheduleState | None = None
+    schedule_after: ScheduleState | None = None
 
 
 

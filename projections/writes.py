@@ -22,6 +22,7 @@ import msgspec
 
 from runstream.projections import keys, values
 from runstream.projections.deadlines import deadline_due
+from runstream.projections.schedule_state import ScheduleState
 from runstream.projections.state import (
     TERMINAL_STATUSES,
     OutboxItem,
@@ -109,6 +110,10 @@ def put_record(batch: Batch, change: RecordWrite, keep_records: bool,
     after = change.after
     if after is not change.before:
         encoded.run = put_run(batch, change.before, after, change.timestamp_ms)
+    if change.schedule_after is not change.schedule_before and change.schedule_id is not None:
+        # (a schedule record names no run: its state's bytes take the run's place in the hash)
+        encoded.run = put_schedule(batch, change.schedule_id, change.schedule_before,
+                                   change.schedule_after)
     entry = change.entry
     if entry is not None and run_id is not None:
         encoded.entry = value = encode_state(entry)
@@ -257,6 +262,29 @@ def settles(before: RunState | None, after: RunState) -> bool:
     """Whether `after` settles its lineage (a round that handed off settles nothing)."""
     return (after.status in TERMINAL_STATUSES and after.handed_off_to is None
             and (before is None or before.status not in TERMINAL_STATUSES))
+
+
+def put_schedule(batch: Batch, schedule_id: str, before: ScheduleState | None,
+                 after: ScheduleState | None) -> bytes:
+    """A schedule's key, its partition's index of schedules and its fire index entry;
+    returns its new bytes (b"": deleted)."""
+    old = None if before is None else before.due_ms
+    new = None if after is None else after.due_ms
+    if old != new:
+        if old is not None and before is not None:
+            batch.delete(keys.fire_key(before.partition, old, schedule_id))
+        if new is not None and after is not None:
+            batch.put(keys.fire_key(after.partition, new, schedule_id), b"")
+    if after is None:
+        if before is not None:
+            batch.delete(keys.schedule_index_key(before.partition, schedule_id))
+        batch.delete(keys.schedule_key(schedule_id))
+        return b""
+    if before is None:
+        batch.put(keys.schedule_index_key(after.partition, schedule_id), b"")
+    value = encode_state(after)
+    batch.put(keys.schedule_key(schedule_id), value)
+    return value
 
 
 def put_deadline(batch: Batch, before: RunState | None, after: RunState | None) -> None:
