@@ -7,6 +7,7 @@ state is kept under its own keys (projections.keys.schedule_key, the fire index)
 
 from __future__ import annotations
 
+from runstream.projections.cron import jitter_ms
 from runstream.projections.state import _Frozen
 
 MAX_RUNNING = 64  # runs of one schedule not settled yet that it keeps track of (allow_all)
@@ -65,6 +66,7 @@ class ScheduleState(_Frozen, frozen=True, array_like=True):
     # The watermark: the latest nominal instant fired or skipped by the schedule itself (a
     # backfill never fires one at or before it twice).
     fired_through_ms: int = 0
+    fired_from_ms: int = 0  # the earliest such instant (0: none yet)
     fires: int = 0
     skipped: int = 0
     running: tuple[str, ...] = ()  # fired runs not settled yet, MAX_RUNNING at most
@@ -74,7 +76,9 @@ class ScheduleState(_Frozen, frozen=True, array_like=True):
 
     @property
     def due_ms(self) -> int | None:
-        """When the owner must act on it next: its next fire, unless paused or deleted."""
-        if not self.exists or self.paused:
+        """When the owner must act on it next: its next fire (and its jitter), unless
+        paused or deleted."""
+        if not self.exists or self.paused or self.next_fire_ms is None:
             return None
-        return self.next_fire_ms
+        jitter = 0 if self.spec is None else self.spec.jitter_ms
+        return self.next_fire_ms + jitter_ms(self.schedule_id, self.next_fire_ms, jitter)

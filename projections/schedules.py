@@ -143,9 +143,15 @@ def _decision(schedule: ScheduleState, record: ev.JournalRecord
         buffered = record.last_ms if record.reason == "buffered" else answered.buffered_ms
         skipped = answered.skipped + (0 if record.reason == "buffered" else record.count)
         return replace(answered, skipped=skipped, fired_through_ms=through,
+                       fired_from_ms=_from(answered, record.first_ms),
                        next_fire_ms=record.next_fire_ms, buffered_ms=buffered,
                        updated_ms=when), ()
     return answered, ()  # schedule.change-rejected: the change is answered
+
+
+def _from(schedule: ScheduleState, nominal_ms: int) -> int:
+    """The earliest instant the schedule handled itself, with `nominal_ms`."""
+    return nominal_ms if not schedule.fired_from_ms else min(schedule.fired_from_ms, nominal_ms)
 
 
 def _answered(schedule: ScheduleState, request_id: str | None) -> ScheduleState:
@@ -173,6 +179,7 @@ def _fired(schedule: ScheduleState, record: ev.ScheduleFired
         running=(*running, record.run_id)[-MAX_RUNNING:],
         fired_through_ms=max(schedule.fired_through_ms, record.nominal_ms) if own
         else schedule.fired_through_ms,
+        fired_from_ms=_from(schedule, record.nominal_ms) if own else schedule.fired_from_ms,
         next_fire_ms=record.next_fire_ms if own else schedule.next_fire_ms,
         buffered_ms=None if record.reason == "buffered" else schedule.buffered_ms,
         updated_ms=record.envelope.timestamp_ms)

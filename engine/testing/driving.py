@@ -118,7 +118,8 @@ class Driving:
     def _fire_next_timers(self, until_ms: int | None) -> bool:
         """Jump to the earliest due timer and fire every timer due then, in due order."""
         store = self.projection.store
-        due = store.next_due_ms()
+        dues = [d for d in (store.next_due_ms(), store.next_schedule_ms()) if d is not None]
+        due = min(dues) if dues else None
         if due is None or (until_ms is not None and due > until_ms):
             return False
         self.clock_ms = max(self.clock_ms, due)
@@ -128,7 +129,11 @@ class Driving:
                 run = store.run(timer.run_id)
                 if run is not None:
                     self._fire(run, timer)
+        self._fire_due_schedules()
         return True
+
+    def _fire_due_schedules(self) -> None:
+        raise NotImplementedError
 
     def _fire(self, run: RunState, timer: DueTimer) -> None:
         if timer.position == DEADLINE_POSITION:

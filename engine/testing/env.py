@@ -33,6 +33,7 @@ from runstream.engine.journal import events as ev
 from runstream.engine.testing.driving import Driving, EnvironmentIdle
 from runstream.engine.testing.execution import TestExecution
 from runstream.engine.testing.log import MemoryLog, RawView, envelope
+from runstream.engine.testing.schedules import Schedules
 from runstream.engine.testing.upkeep import (
     expire_due,
     expired_create,
@@ -41,6 +42,7 @@ from runstream.engine.testing.upkeep import (
     missing,
     virtual_settings,
 )
+from runstream.projections import schedule_owner
 from runstream.projections.fork_plan import (
     ForkNeedsForce,
     ForkTargetExists,
@@ -73,7 +75,7 @@ DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
 OWNER_NAME = "test-environment"
 
 
-class TestEnvironment(Driving):
+class TestEnvironment(Schedules, Driving):
     """An in-process namespace: `await env.run(flow, payload)`, signals, cancels, resumes,
     results, history, and crashes injected at a journal position."""
 
@@ -286,6 +288,9 @@ class TestEnvironment(Driving):
         self._act(on_record(self._view(), outcome.run, record, outcome.verdict,
                             next_round=outcome.next_round, drained=drained,
                             tombstone=outcome.tombstone))
+        if outcome.schedule is not None:
+            self._act(schedule_owner.on_record(self._view(), outcome.schedule, record,
+                                               self.clock_ms))
 
     def _send_request(self, item: OutboxItem) -> None:
         """An outbox request to its run's log, or, when it can never be sent, what answers
@@ -318,6 +323,7 @@ class TestEnvironment(Driving):
         self._sweep(lambda run: bool(run.inbox), swept_requests)
         for status in (RunStatus.pending, RunStatus.running, RunStatus.suspended):
             self._sweep(in_status(status), swept)
+        self._claim_schedules()
 
     def _sweep(self, which: Callable[[RunState], bool],
                react: Callable[[OwnerView, RunState], list[Reaction]]) -> None:

@@ -1,0 +1,71 @@
+"""A schedule change as a client asks for it: the fields of its schedule.change-requested.
+
+One place for every door that sends one (Client, TestEnvironment, the CLI through the
+Client): durations as seconds, timedeltas or text ("2s", "5m", "1h"), a flow as a Flow or
+its name, checked here for what can be checked without the owner (the owner checks the
+rest: the cron expression, the time zone, whether the schedule exists).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from runstream.engine.config import Duration, as_duration, millis
+from runstream.engine.errors import InvalidInput
+from runstream.engine.flow.definition import Flow, dump_json
+from runstream.engine.journal.input_limits import check_name
+
+OVERLAPS = ("skip", "buffer_one", "allow_all", "cancel_other")
+
+
+def check_schedule_id(schedule_id: str) -> str:
+    """A schedule id: a name (letters, digits, . _ : -, MAX_NAME_CHARS at most), so a fired
+    run's id `<schedule id>@<instant>` is a valid run id within the run-id limit."""
+    return check_name("schedule id", schedule_id)
+
+
+def _ms(value: Duration | None, what: str, *, positive: bool = False) -> int | None:
+    if value is None:
+        return None
+    ms = millis(as_duration(value))
+    if ms < (1 if positive else 0):
+        raise InvalidInput(f"{what} must be more than 0, not {value!r}" if positive
+                           else f"{what} must be 0 or more, not {value!r}")
+    return ms
+
+
+def spec_fields(flow: Flow[Any, Any] | str | None = None, payload: Any = None, *,
+                cron: str | None = None, every: Duration | None = None,
+                offset: Duration | None = None, timezone: str | None = None,
+                overlap: str | None = None, catchup_window: Duration | None = None,
+                jitter: Duration | None = None, run_timeout: Duration | None = None,
+                paused: bool | None = None, note: str | None = None) -> dict[str, Any]:
+    """The change request's fields for what is given (None: not given)."""
+    if cron is not None and every is not None:
+        raise InvalidInput("give a schedule cron or every, not both")
+    if overlap is not None and overlap not in OVERLAPS:
+        raise InvalidInput(f"overlap must be one of {', '.join(OVERLAPS)}, not {overlap!r}")
+    fields: dict[str, Any] = {
+        "cron": cron, "every_ms": _ms(every, "every", positive=True),
+        "offset_ms": _ms(offset, "offset"), "timezone": timezone, "overlap": overlap,
+        "catchup_window_ms": _ms(catchup_window, "catchup_window"),
+        "jitter_ms": _ms(jitter, "jitter"),
+        "run_timeout_ms": _ms(run_timeout, "run_timeout", positive=True),
+        "paused": paused, "note": note}
+    if flow is not None:
+        name = flow.name if isinstance(flow, Flow) else flow
+        check_name("flow", name)
+        fields["flow"] = name
+        fields["payload_json"] = (flow.dump_payload(payload) if isinstance(flow, Flow)
+                                  else dump_json(payload))
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def backfill_fields(start: datetime | int, end: datetime | int) -> dict[str, Any]:
+    """A backfill's range (datetimes, or epoch ms): the instants after start, up to end."""
+    start_ms = start if isinstance(start, int) else int(start.timestamp() * 1000)
+    end_ms = end if isinstance(end, int) else int(end.timestamp() * 1000)
+    if end_ms <= start_ms:
+        raise InvalidInput("a backfill's start must come before its end")
+    return {"start_ms": start_ms, "end_ms": end_ms}

@@ -1,0 +1,271 @@
+"""What a schedule's owner decides. Pure: no I/O; the owner's clock comes in as `now_ms`.
+
+The owner answers each change request once (created, updated, deleted, fired for a trigger
+or a backfill, or change-rejected with a reason), computing fire instants with
+projections.cron and journaling them (`next_fire_ms`): the reducer only stores them. When a
+schedule falls due (the fire index), `on_due` fires the instants due now, oldest first,
+under the schedule's overlap policy; instants missed by more than the catch-up window (no
+owner ran then) are skipped in one record with their count and range. A fired run's
+settlement lets a buffered fire (buffer_one) go.
+
+Both owners call these functions: the worker (engine.worker) and the TestEnvironment.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from runstream.engine.journal import events as ev
+from runstream.projections import cron
+from runstream.projections.reactions import OwnerView, Reaction, Write
+from runstream.projections.schedule_state import (
+    OVERLAPS,
+    Change,
+    ScheduleSpec,
+    ScheduleState,
+)
+from runstream.projections.sending import Record
+from runstream.projections.state import RunState
+
+MAX_FIRES = 100  # fires (or skip records) one decision journals; the rest come next sweep
+MAX_SCAN = 100_000  # instants counted one by one for a skipped range (cron) at most
+MAX_BACKFILL = 1000  # instants one backfill request fires at most
+
+
+class SpecInvalid(ValueError):
+    """A change whose schedule cannot be made: the reason the owner journals."""
+
+
+def carrier(schedule: ScheduleState) -> RunState:
+    """What an owner's write names for a schedule decision: no run, the schedule's key and
+    partition (a decision's envelope has the lineage as its Kafka key)."""
+    return RunState(run_id="", lineage_id=schedule.schedule_id, partition=schedule.partition,
+                    flow="", payload_json="", request_id="", request_offset=0,
+                    created_at_ms=0, updated_at_ms=0)
+
+
+def next_fire(spec: ScheduleSpec) -> Callable[[int], int]:
+    """The schedule's next nominal instant strictly after a given one."""
+    if spec.cron is not None:
+        parsed = cron.parse_cron(spec.cron)
+        return lambda after: cron.next_cron_ms(parsed, after, spec.timezone)
+    assert spec.every_ms is not None
+    every, offset = spec.every_ms, spec.offset_ms
+    return lambda after: cron.next_every_ms(every, after, offset)
+
+
+# -- changes ----------------------------------------------------------------------------------
+
+
+def answer_changes(view: OwnerView, schedule: ScheduleState, now_ms: int) -> list[Reaction]:
+    """Each change request not answered yet, once per ownership, in order (one write each:
+    a later change sees the earlier one applied only through its record, so each is judged
+    against the schedule as this one leaves it)."""
+    reactions: list[Reaction] = []
+    current = schedule
+    for change in current.changes:
+        key = f"schedule-change/{change.request_id}"
+        if key in view.decided:
+            continue
+        records = _answer(current, change, now_ms)
+        reactions.append(Write(carrier(schedule), tuple(
+            (cls, {**body, "request_id": change.request_id}) for cls, body in records), key))
+        break  # the next change is answered once this one is applied
+    return reactions
+
+
+def _answer(schedule: ScheduleState, change: Change, now_ms: int) -> list[Record]:
+    given: dict[str, Any] = json.loads(change.body_json)
+    sid = {"schedule_id": schedule.schedule_id}
+    try:
+        if change.action == "create":
+            if schedule.exists:
+                raise SpecInvalid(f"schedule {schedule.schedule_id!r} exists already")
+            return [(ev.ScheduleCreated, {**sid, **_state(_spec(given, None), given, now_ms)})]
+        if not schedule.exists or schedule.spec is None:
+            raise SpecInvalid(f"schedule {schedule.schedule_id!r} does not exist")
+        return _change_existing(schedule, change, given, now_ms)
+    except (SpecInvalid, cron.CronInvalid, ValueError) as exc:
+        return [(ev.ScheduleChangeRejected, {**sid, "reason": str(exc)})]
+
+
+def _change_existing(schedule: ScheduleState, change: Change, given: dict[str, Any],
+                     now_ms: int) -> list[Record]:
+    assert schedule.spec is not None
+    sid = {"schedule_id": schedule.schedule_id}
+    action = change.action
+    if action == "delete":
+        return [(ev.ScheduleDeleted, sid)]
+    if action == "trigger":
+        run_id = f"{schedule.schedule_id}@trigger/{change.request_id}"
+        return [(ev.ScheduleFired, {**sid, "nominal_ms": now_ms, "run_id": run_id,
+                                    "reason": "trigger", "next_fire_ms": None})]
+    if action == "backfill":
+        return _backfill(schedule, given)
+    paused = {"pause": True, "unpause": False}.get(action, given.get("paused", schedule.paused))
+    note = given.get("note") if action in ("pause", "update") else None
+    spec = _spec(given, schedule.spec) if action == "update" else schedule.spec
+    return [(ev.ScheduleUpdated, {**sid, **_state(spec, {"paused": paused, "note": note},
+                                                  now_ms)})]
+
+
+def _spec(given: dict[str, Any], base: ScheduleSpec | None) -> ScheduleSpec:
+    """The spec `given` makes (over `base` for an update), checked: SpecInvalid says why."""
+    fields: dict[str, Any] = {} if base is None else {
+        name: getattr(base, name) for name in ScheduleSpec.__struct_fields__}
+    fields.update({k: v for k, v in given.items() if k in ScheduleSpec.__struct_fields__})
+    if "cron" in given and given["cron"] is not None:
+        fields["every_ms"] = None
+    elif "every_ms" in given and given["every_ms"] is not None:
+        fields["cron"] = None
+    if fields.get("ceiling") is not None:
+        fields["ceiling"] = tuple(sorted(fields["ceiling"]))
+    if not fields.get("flow"):
+        raise SpecInvalid("a schedule needs a flow")
+    spec = ScheduleSpec(**fields)
+    if (spec.cron is None) == (spec.every_ms is None):
+        raise SpecInvalid("a schedule needs exactly one of cron and every")
+    if spec.every_ms is not None and spec.every_ms <= 0:
+        raise SpecInvalid(f"every must be more than 0, not {spec.every_ms} ms")
+    if spec.cron is not None:
+        cron.parse_cron(spec.cron)
+    cron.check_timezone(spec.timezone)
+    if spec.overlap not in OVERLAPS:
+        raise SpecInvalid(f"overlap must be one of {', '.join(OVERLAPS)}, not {spec.overlap!r}")
+    if spec.catchup_window_ms < 0 or spec.jitter_ms < 0:
+        raise SpecInvalid("the catch-up window and the jitter must be 0 or more")
+    return spec
+
+
+def _state(spec: ScheduleSpec, given: dict[str, Any], now_ms: int) -> dict[str, Any]:
+    """A created or updated record's body: the whole spec, paused, and the next fire."""
+    paused = bool(given.get("paused") or False)
+    body = {name: getattr(spec, name) for name in ScheduleSpec.__struct_fields__}
+    body["ceiling"] = None if spec.ceiling is None else list(spec.ceiling)
+    return {**body, "paused": paused, "note": given.get("note"),
+            "next_fire_ms": None if paused else next_fire(spec)(now_ms)}
+
+
+def _backfill(schedule: ScheduleState, given: dict[str, Any]) -> list[Record]:
+    """Fire the instants in (start, end] the schedule did not handle itself (outside its
+    watermark range), MAX_BACKFILL at most, each as its own nominal run id."""
+    assert schedule.spec is not None
+    start, end = given.get("start_ms"), given.get("end_ms")
+    if start is None or end is None or end <= start:
+        raise SpecInvalid("a backfill needs a start before its end")
+    instants = cron.fires_between(next_fire(schedule.spec), start, end, MAX_BACKFILL)
+    handled = (schedule.fired_from_ms, schedule.fired_through_ms)
+    chosen = [t for t in instants if not handled[0] <= t <= handled[1]]
+    if not chosen:
+        raise SpecInvalid("no instant to backfill: the schedule handled all of them itself")
+    sid = schedule.schedule_id
+    return [(ev.ScheduleFired, {"schedule_id": sid, "nominal_ms": t, "reason": "backfill",
+                                "run_id": cron.fired_run_id(sid, t), "next_fire_ms": None})
+            for t in chosen]
+
+
+# -- fires --------------------------------------------------------------------------------------
+
+
+def on_due(view: OwnerView, schedule: ScheduleState, now_ms: int) -> list[Reaction]:
+    """The schedule fell due (the fire index): the instants due now, fired or skipped."""
+    spec, nominal = schedule.spec, schedule.next_fire_ms
+    if spec is None or schedule.due_ms is None or nominal is None or schedule.due_ms > now_ms:
+        return []
+    key = f"schedule-due/{schedule.schedule_id}/{nominal}"
+    if key in view.decided:
+        return []
+    following = next_fire(spec)
+    records: list[Record] = []
+    window_start = now_ms - spec.catchup_window_ms
+    if nominal < window_start:
+        records.append(_late(schedule.schedule_id, nominal, window_start, following))
+        nominal = following(window_start - 1)
+    running = list(schedule.running)
+    buffered = schedule.buffered_ms
+    while nominal <= now_ms and len(records) < MAX_FIRES:
+        after = following(nominal)
+        record, running, buffered = _fire_or_skip(schedule, nominal, after, running, buffered)
+        records.append(record)
+        nominal = after
+    return [Write(carrier(schedule), tuple(_merged(records)), key)]
+
+
+def _late(schedule_id: str, first: int, window_start: int,
+          following: Callable[[int], int]) -> Record:
+    """The instants before the catch-up window (no owner ran then), skipped as one range."""
+    count, last, at = 0, first, first
+    while at < window_start and count < MAX_SCAN:
+        count, last, at = count + 1, at, following(at)
+    return (ev.ScheduleSkipped, {"schedule_id": schedule_id, "count": count,
+                                 "first_ms": first, "last_ms": last,
+                                 "reason": "catch-up window", "next_fire_ms": at})
+
+
+def _fire_or_skip(schedule: ScheduleState, nominal: int, after: int, running: list[str],
+                  buffered: int | None) -> tuple[Record, list[str], int | None]:
+    """One due instant under the overlap policy; the runs still running and the buffered
+    fire after it."""
+    assert schedule.spec is not None
+    sid, overlap = schedule.schedule_id, schedule.spec.overlap
+    run_id = cron.fired_run_id(sid, nominal)
+    fired = {"schedule_id": sid, "nominal_ms": nominal, "run_id": run_id,
+             "reason": "schedule", "next_fire_ms": after}
+    if not running or overlap == "allow_all":
+        return (ev.ScheduleFired, fired), [*running, run_id], buffered
+    if overlap == "cancel_other":
+        return (ev.ScheduleFired, {**fired, "cancel_run_id": running[-1]}), [run_id], buffered
+    if overlap == "buffer_one" and buffered is None:
+        return (ev.ScheduleSkipped, {"schedule_id": sid, "count": 1, "first_ms": nominal,
+                                     "last_ms": nominal, "reason": "buffered",
+                                     "next_fire_ms": after}), running, nominal
+    return (ev.ScheduleSkipped, {"schedule_id": sid, "count": 1, "first_ms": nominal,
+                                 "last_ms": nominal, "reason": "overlap",
+                                 "next_fire_ms": after}), running, buffered
+
+
+def _merged(records: list[Record]) -> list[Record]:
+    """Consecutive overlap skips as one record (their count and range)."""
+    merged: list[Record] = []
+    for cls, body in records:
+        if merged and cls is ev.ScheduleSkipped and body["reason"] == "overlap":
+            last_cls, last = merged[-1]
+            if last_cls is ev.ScheduleSkipped and last["reason"] == "overlap":
+                merged[-1] = (cls, {**last, "count": last["count"] + body["count"],
+                                    "last_ms": body["last_ms"],
+                                    "next_fire_ms": body["next_fire_ms"]})
+                continue
+        merged.append((cls, body))
+    return merged
+
+
+def on_settled(view: OwnerView, schedule: ScheduleState) -> list[Reaction]:
+    """A fired run settled: the fire buffered meanwhile (buffer_one) goes now."""
+    buffered = schedule.buffered_ms
+    if buffered is None or schedule.running or not schedule.exists or schedule.paused:
+        return []
+    key = f"schedule-buffered/{schedule.schedule_id}/{buffered}"
+    if key in view.decided:
+        return []
+    sid = schedule.schedule_id
+    return [Write(carrier(schedule), ((ev.ScheduleFired, {
+        "schedule_id": sid, "nominal_ms": buffered, "run_id": cron.fired_run_id(sid, buffered),
+        "reason": "buffered", "next_fire_ms": None}),), key)]
+
+
+def on_record(view: OwnerView, schedule: ScheduleState, record: ev.JournalRecord,
+              now_ms: int) -> list[Reaction]:
+    """What follows an applied schedule record, in a partition the owner executes."""
+    reactions = answer_changes(view, schedule, now_ms)
+    if isinstance(record, ev.ScheduleRunSettled):
+        reactions += on_settled(view, schedule)
+    return reactions
+
+
+def on_claim(view: OwnerView, schedule: ScheduleState, now_ms: int) -> list[Reaction]:
+    """At a claim: its changes not answered, a buffered fire whose run settled meanwhile
+    (a due fire is the sweeper's)."""
+    return answer_changes(view, schedule, now_ms) + on_settled(view, schedule)
+
