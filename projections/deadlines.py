@@ -33,6 +33,7 @@ from runstream.engine.errors import journal_text
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.timetext import iso_time
 from runstream.projections.keys import DEADLINE_POSITION
+from runstream.projections.outbox_requests import cancels
 from runstream.projections.reactions import Interrupt, OwnerView, Reaction, Write
 from runstream.projections.sending import Record
 from runstream.projections.state import (
@@ -77,7 +78,9 @@ def handoff_timeout(run: RunState, flow: Any) -> dict[str, Any]:
     if run.lineage_timeout:
         return {"run_timeout_ms": run.run_timeout_ms, "lineage_timeout": True,
                 "timeout_grace_ms": run.timeout_grace_ms}
-    if getattr(flow, "name", None) == run.flow:  # (its creator's smaller timeout too)
+    if flow is None or getattr(flow, "name", None) == run.flow:
+        # (its creator's smaller timeout too; a flow not registered here: the timeout goes
+        # on, as no owner fixes a later round's limits)
         return {"run_timeout_ms": run.run_timeout_ms, "lineage_timeout": False,
                 "timeout_grace_ms": run.timeout_grace_ms}
     return {"run_timeout_ms": getattr(flow, "timeout_ms", None), "lineage_timeout": False,
@@ -94,11 +97,20 @@ def transition_in_time(run: RunState, record: ev.JournalRecord, epoch: int,
     and of a handoff's next round."""
     if isinstance(record, ev.RunTimedOut):
         return _timed_out(run, record)
+    handoff = isinstance(record, ev.RunHandedOff)
     if run.timed_out_at_ms is not None and isinstance(record, _SETTLING):
         record = _failed_instead(run, record)
+    elif run.cancel_requested is not None and _is_timeout(record):
+        record = _cancelled_instead(run, record)  # (interrupted as a cancel came: it wins)
     change = transition(run, record, epoch, entry)
     if change is None:
         return None
+    if handoff and isinstance(record, ev.RunFailed):
+        # (a handoff turned failure ends the lineage here: its open children get the
+        # cancel the handoff would not have sent)
+        linked = [c.run_id for c in run.children if not c.detached]
+        change.outbox = (*change.outbox, *cancels(run, linked, f"parent {run.run_id} ended: "
+                                                  f"failed ({RUN_TIMED_OUT})"))
     if isinstance(record, ev.RunLimitsFixed):
         change.run.update(admitted_fields(record, run))
     elif isinstance(record, ev.RunHandedOff) and change.next_round is not None:
@@ -148,13 +160,26 @@ def _failed_instead(run: RunState, record: ev.JournalRecord) -> ev.RunFailed:
                         error_message=timed_out_message(run), traceback="")
 
 
+def _is_timeout(record: ev.JournalRecord) -> bool:
+    return isinstance(record, ev.RunFailed) and record.error_type == RUN_TIMED_OUT
+
+
+def _cancelled_instead(run: RunState, record: ev.JournalRecord) -> ev.RunCancelled:
+    envelope = dataclasses.replace(record.envelope, type=ev.RunCancelled.TYPE)
+    return ev.RunCancelled(envelope=envelope, reason=run.cancel_requested or "",
+                           requested_by=run.cancel_requested_by)
+
+
 def deadline_due(run: RunState) -> int | None:
     """When the run's deadline entry falls due in the timer index: its deadline, then (timed
-    out) the end of its grace; None once it settled, or while a cancel goes first."""
+    out) the end of its grace; None once it settled. A cancel requested before the deadline
+    wins, but within the grace too: a handler still running then is abandoned and the run
+    cancelled without it."""
     if run.deadline_ms is None or run.status in TERMINAL_STATUSES:
         return None
     if run.timed_out_at_ms is None:
-        return None if run.cancel_requested is not None else run.deadline_ms
+        late = grace_ms(run) if run.cancel_requested is not None else 0
+        return run.deadline_ms + late
     return max(run.deadline_ms, run.timed_out_at_ms) + grace_ms(run)
 
 
@@ -177,6 +202,11 @@ def on_deadline(view: OwnerView, run: RunState) -> list[Reaction]:
     grace over too, abandon the handler and fail the run without it."""
     if deadline_due(run) is None:
         return []
+    if run.timed_out_at_ms is None and run.cancel_requested is not None:
+        return [Interrupt(run, abandon=True), *_settle_without_handler(
+            view, run, ev.RunCancelled, {"reason": run.cancel_requested,
+                                         "requested_by": run.cancel_requested_by},
+            f"timeout-cancelled/{incarnation_id(run)}")]
     if run.timed_out_at_ms is None:
         key = f"timed-out/{incarnation_id(run)}"
         if key in view.decided:
@@ -207,17 +237,25 @@ def after_timed_out(view: OwnerView, run: RunState) -> list[Reaction]:
 def fail_timed_out(view: OwnerView, run: RunState) -> list[Reaction]:
     """run.failed with RunTimedOut, written by the owner; open children first get the
     parent-exit policy."""
-    key = f"timeout-failed/{incarnation_id(run)}"
+    return _settle_without_handler(view, run, ev.RunFailed, timed_out_failure(run),
+                                   f"timeout-failed/{incarnation_id(run)}")
+
+
+def _settle_without_handler(view: OwnerView, run: RunState, cls: type[ev.JournalRecord],
+                            body: dict[str, Any], key: str) -> list[Reaction]:
+    """Settle `run` as `cls` by the owner, once; its open children first get the
+    parent-exit policy."""
     if key in view.decided:
         return []
-    body = timed_out_failure(run)
     policy = exit_policy(run.children)
     records: list[Record] = []
     if policy.cancelled or policy.detached:
         records.append((ev.ChildPolicyApplied, {
             "cancelled": policy.cancelled, "detached": policy.detached,
-            "reason": exit_reason(ev.RunFailed, body)}))
-    records.append((ev.RunFailed, body))
+            "reason": exit_reason(cls, body)}))
+    if cls is ev.RunCancelled:
+        body = {**body, "cascaded": policy.cancelled}
+    records.append((cls, body))
     return [Write(run, tuple(records), key)]
 
 

@@ -179,7 +179,11 @@ class HandlerRunner(ABC):
         await self.barrier()
 
     def _past_deadline(self) -> bool:
-        return self._interrupted or self.run_state().timed_out_at_ms is not None
+        """Its timeout applied; or interrupted for it, unless a cancel came first (the
+        reducer then ignores the timeout: the cancel wins)."""
+        run = self.run_state()
+        return run.timed_out_at_ms is not None or (
+            self._interrupted and run.cancel_requested is None)
 
     def _timed_out_instead(self, cls: type[JournalRecord], body: dict[str, Any]
                            ) -> dict[str, Any]:

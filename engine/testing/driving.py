@@ -32,7 +32,7 @@ from runstream.projections.values import DueTimer
 # Records one drive may write before the environment calls it a livelock (a flow that
 # loops forever without waiting).
 MAX_RECORDS_PER_DRIVE = 1_000_000
-STALL_S = 0.05  # real time without progress after which a sleep's clock moves on
+STALL_S = 0.2  # real time without progress after which a sleep's clock moves on
 
 
 class EnvironmentIdle(RunstreamError):
@@ -114,6 +114,8 @@ class Driving:
         execution = self._executions.get(interrupt.run.run_id)
         if execution is not None:
             execution.interrupt(execution.task, abandon=interrupt.abandon)
+            if interrupt.abandon:  # (it journals nothing more: no drive waits for it)
+                del self._executions[interrupt.run.run_id]
 
     def _fire_next_timers(self, until_ms: int | None) -> bool:
         """Jump to the earliest due timer and fire every timer due then, in due order."""

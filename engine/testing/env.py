@@ -73,6 +73,7 @@ __all__ = ["EnvironmentIdle", "TestEnvironment"]
 
 DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
 OWNER_NAME = "test-environment"
+CLOSE_WAIT_S = 5.0  # how long close() waits for cancelled handlers to unwind
 
 
 class TestEnvironment(Schedules, Driving):
@@ -242,8 +243,9 @@ class TestEnvironment(Schedules, Driving):
             execution.crashed = True
             if execution.task is not None:
                 execution.task.cancel()
-        await asyncio.gather(*(e.task for e in self._executions.values() if e.task),
-                             return_exceptions=True)
+        tasks = [e.task for e in self._executions.values() if e.task]
+        if tasks:  # (a handler that ignores its cancellation is left behind, not awaited)
+            await asyncio.wait(tasks, timeout=CLOSE_WAIT_S)
         self._executions.clear()
 
     async def __aenter__(self) -> TestEnvironment:

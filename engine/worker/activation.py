@@ -96,18 +96,30 @@ class Activator:
         # enters _execute, and a stale entry would keep the run from starting again here.
         execution.task.add_done_callback(lambda _: self._forget(execution))
 
+    def left_behind(self, run_id: str) -> None:
+        """The execution of `run_id` ignored its cancellation (engine.worker.claims)."""
+        execution = self.executions.get(run_id)
+        if execution is not None:
+            self._forget(execution)
+
     def interrupt(self, interrupt: Interrupt) -> None:
         """The run's deadline passed: cancel its handler executing here, once (abandon: its
         grace passed too; projections.deadlines)."""
         execution = self.executions.get(interrupt.run.run_id)
         if execution is None:
             return
-        execution.interrupt(execution.task, abandon=interrupt.abandon)
+        # A handler parked on its wait is not woken to clean up: the owner fails its
+        # suspended run at once, and it unwinds from the cache without side effects.
+        parked = self.owner.sticky.drop(execution.run.run_id) if interrupt.abandon else (
+            execution.parked is not None)
+        execution.interrupt(None if parked else execution.task, abandon=interrupt.abandon)
         if interrupt.abandon:
-            # Its grace is over: the owner fails the run; the handler journals nothing more
-            # and gives back its slot (a task that ignores cancellation runs on, forgotten).
-            log.warning("run %s: its handler did not stop within its timeout grace: "
-                        "abandoned", execution.run.run_id)
+            # Its grace is over: the owner settles the run; the handler journals nothing
+            # more and gives back its slot (a task that ignores cancellation runs on,
+            # forgotten).
+            if not parked:
+                log.warning("run %s: its handler did not stop within its timeout grace: "
+                            "abandoned", execution.run.run_id)
             self._forget(execution)
             execution.release_slot()
 

@@ -194,7 +194,10 @@ class Claims:
             own.state = OwnershipState.lost
         w.confirmations.abandon()  # the old source's records are applied or lost
         w.sticky.evict_partitions(None)
-        await self.cancel_executions(list(w.executions.values()))
+        for stuck in await self.cancel_executions(list(w.executions.values())):
+            # (it can journal nothing more; left in place it would keep its run from
+            # starting again under the renewed source)
+            w.activator.left_behind(stuck.run.run_id)
         await w.replace_source(failed)
         assert w.projector is not None
         for own in list(w.owned.values()):
@@ -234,7 +237,8 @@ class Claims:
                             w.drain_timeout, ", ".join(stuck[:MAX_LOGGED_RUNS]))
             for task in pending:
                 task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+            if pending:  # (a handler that ignores its cancellation is left behind)
+                await asyncio.wait(pending, timeout=CANCEL_WAIT_S)
         for execution in executions:
             own = execution.ownership
             unsettled = execution.activated and not execution.settled
@@ -266,19 +270,23 @@ class Claims:
                 execution.task.cancel()
 
     @staticmethod
-    async def cancel_executions(executions: Iterable[Execution]) -> None:
+    async def cancel_executions(executions: Iterable[Execution]) -> list[Execution]:
         """Cancel the handlers and wait for them to unwind, CANCEL_WAIT_S at most: a handler
         that ignores cancellation is left behind (it can journal nothing: its partition is
-        no longer executed here) rather than hold up the release or the stop."""
-        tasks = [e.task for e in executions if e.task is not None]
-        for task in tasks:
-            task.cancel()
-        if not tasks:
-            return
-        _, stuck = await asyncio.wait(tasks, timeout=CANCEL_WAIT_S)
+        no longer executed here) rather than hold up the release or the stop. Returns the
+        ones left behind."""
+        running = [e for e in executions if e.task is not None]
+        for execution in running:
+            assert execution.task is not None
+            execution.task.cancel()
+        if not running:
+            return []
+        _, stuck = await asyncio.wait([e.task for e in running if e.task is not None],
+                                      timeout=CANCEL_WAIT_S)
         if stuck:
             log.warning("%d run handlers ignored their cancellation for %.0f s: left behind",
                         len(stuck), CANCEL_WAIT_S)
+        return [e for e in running if e.task in stuck]
 
 
     # confirming ownership after a stall

@@ -52,6 +52,10 @@ class ClaimActivation(Protocol):
     def activate_partition(self, own: Ownership, store: ProjectionStore) -> None:
         """Our claim applied: re-send the outbox, answer and start what waits."""
 
+    def left_behind(self, run_id: str) -> None:
+        """The execution of `run_id` ignored its cancellation: forget it, so the run can
+        start again here."""
+
 
 class OwnerNames(Protocol):
     """The worker's activator, as a run execution uses it for its activation's evidence."""

@@ -77,6 +77,15 @@ class StickyCache:
         self.hits += 1
         return True
 
+    def drop(self, run_id: str) -> bool:
+        """Unwind the parked handler of `run_id`, if it is here (its run was settled without
+        it: a timeout's owner failed it); whether one was."""
+        execution = self._parked.pop(run_id, None)
+        if execution is None:
+            return False
+        self._evict(execution)
+        return True
+
     def evict_partitions(self, partitions: set[int] | None = None) -> None:
         """Drop the handlers of `partitions` (all when None): revocation, shutdown."""
         for run_id, execution in list(self._parked.items()):
