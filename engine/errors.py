@@ -120,6 +120,25 @@ def run_failure(run_id: str, error_type: str, message: str) -> RunFailed:
     return cls(run_id, error_type, message)
 
 
+class ScheduleNotFound(RunstreamError):
+    """No schedule with this id (never created, or deleted)."""
+
+    def __init__(self, schedule_id: str) -> None:
+        super().__init__(f"no schedule {schedule_id!r}")
+        self.schedule_id = schedule_id
+
+
+class ScheduleRejected(RunstreamError):
+    """The schedule's owner refused a change (a bad cron expression or time zone, a create
+    of an existing schedule, a change of a missing one): its reason."""
+
+    def __init__(self, schedule_id: str, action: str, reason: str) -> None:
+        super().__init__(f"schedule {schedule_id!r}: {action} refused: {reason}")
+        self.schedule_id = schedule_id
+        self.action = action
+        self.reason = reason
+
+
 class StepTimedOut(RunstreamError, TimeoutError):
     """An attempt of a step ran past its `timeout` (`ctx.step(..., timeout=)`): a failed
     attempt, retried under the step's RetryPolicy like any other error. An irreversible step

@@ -34,6 +34,7 @@ def _register() -> None:
         partitions,
         projection,
         runs,
+        schedules,
         schemas,
         state,
         timetravel,
@@ -51,6 +52,7 @@ def _register() -> None:
         cli.add_command(command)
     cli.add_command(deadletters.dead_letters)
     cli.add_command(schemas.schemas)
+    cli.add_command(schedules.schedule)
 
 
 _register()

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from runstream.engine.client.handle import RunHandle
+from runstream.engine.client.schedules import ScheduleCalls
 from runstream.engine.client.tail import JournalTail
 from runstream.engine.config import (
     Duration,
@@ -42,7 +43,7 @@ from runstream.engine.journal.input_limits import (
     encode_request,
     resolve_authority_name,
 )
-from runstream.engine.journal.records import lineage_of, request_envelope
+from runstream.engine.journal.records import request_envelope
 from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.kafka.requests_topic import RequestProducer, Route
 from runstream.engine.observability.tracing import carrier, create_span
@@ -105,7 +106,7 @@ class RequestAnswer:
         return self.run is None or self.run.request_offset > self.offset
 
 
-class Client:
+class Client(ScheduleCalls):
     """Talks to one namespace's journal. Use as `async with Client(...) as client:`."""
 
     def __init__(
@@ -319,9 +320,10 @@ class Client:
         """Produce one request to its lineage's partition: of the journal (direct), or of
         the requests topic, which the relay forwards to the same journal partition."""
         route = await self.route()
-        key = lineage_of(record.envelope.run_id).encode()
+        lineage = record.envelope.lineage_id  # (a schedule's request names its schedule)
+        key = lineage.encode()
         value, headers = encode_request(record, key, extra_headers)
-        partition = run_partition(record.envelope.run_id, route.partitions)
+        partition = run_partition(lineage, route.partitions)
         if not route.relayed:
             return Placed(partition, await self._requests.send(partition, key, value, headers),
                           relayed=False)

@@ -38,7 +38,11 @@ log = logging.getLogger("runstream.tail")
 TERMINAL_TYPES = frozenset({ev.RunCompleted.TYPE, ev.RunFailed.TYPE, ev.RunCancelled.TYPE,
                             ev.RunHandedOff.TYPE, ev.LineageExhausted.TYPE,
                             ev.RoundInvalid.TYPE})
-ADMISSION_TYPES = frozenset({ev.RunCreated.TYPE, ev.RunCreateRejected.TYPE})
+# (a schedule change's answer too: created, updated, deleted, fired, or rejected)
+ADMISSION_TYPES = frozenset({ev.RunCreated.TYPE, ev.RunCreateRejected.TYPE,
+                             ev.ScheduleCreated.TYPE, ev.ScheduleUpdated.TYPE,
+                             ev.ScheduleDeleted.TYPE, ev.ScheduleFired.TYPE,
+                             ev.ScheduleChangeRejected.TYPE})
 REQUEST_TYPES = frozenset({ev.RunCreateRequested.TYPE, ev.RunSignalSent.TYPE,
                            ev.RunCancelRequested.TYPE, ev.RunResumeRequested.TYPE,
                            ev.RunWakeRequested.TYPE, ev.RunForkRequested.TYPE})

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 
 from runstream.projections.memory import MemoryStore
 from runstream.projections.partitioning import run_partition
+from runstream.projections.schedule_state import ScheduleState
 from runstream.projections.state import (
     JournalEntry,
     PartitionState,
@@ -136,6 +137,14 @@ class View:
     def run(self, run_id: str) -> RunState | None:
         overlay = self._overlay_of_run(run_id)
         return (overlay or self._base).run(run_id)
+
+    def schedule(self, schedule_id: str) -> ScheduleState | None:
+        overlay = self._overlay_of_run(schedule_id)  # (placed by its id, like a run)
+        return (overlay or self._base).schedule(schedule_id)
+
+    def schedule_ids(self, partition: int) -> list[str]:
+        overlay = self._overlay_of(partition)
+        return (overlay or self._base).schedule_ids(partition)
 
     def latest_round(self, lineage_id: str) -> str | None:
         overlay = self._overlay_of_run(lineage_id)

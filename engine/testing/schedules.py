@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from runstream.engine.config import Duration
-from runstream.engine.errors import RunstreamError
+from runstream.engine.errors import ScheduleNotFound
 from runstream.engine.flow.definition import Flow
 from runstream.engine.flow.schedule_spec import backfill_fields, check_schedule_id, spec_fields
 from runstream.engine.journal import events as ev
@@ -21,10 +21,6 @@ from runstream.projections.memory import MemoryProjection
 from runstream.projections.partitioning import run_partition
 from runstream.projections.reactions import OwnerView, Reaction
 from runstream.projections.schedule_state import ScheduleState
-
-
-class ScheduleNotFound(RunstreamError):
-    """No schedule with this id (never created, or deleted)."""
 
 
 class Schedules:
@@ -80,7 +76,7 @@ class Schedules:
     def describe_schedule(self, schedule_id: str) -> ScheduleState:
         schedule = self.projection.store.schedule(schedule_id)
         if schedule is None or not schedule.exists:
-            raise ScheduleNotFound(f"no schedule {schedule_id!r}")
+            raise ScheduleNotFound(schedule_id)
         return schedule
 
     def list_schedules(self) -> list[ScheduleState]:

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from runstream.engine.worker.ownership import Ownership
 from runstream.projections.reactions import Interrupt, OwnerView, Reaction, Start
+from runstream.projections.schedule_state import ScheduleState
 from runstream.projections.state import OutboxItem, RunState
 from runstream.projections.store import ProjectionStore
 
@@ -102,6 +103,9 @@ class Launcher(Protocol):
 class ClaimReactions(Protocol):
     """The worker's reactions (engine.worker.reactions.Reactions), as a claim's sweep uses
     them."""
+
+    def on_schedule_claim(self, own: Ownership, schedule: ScheduleState) -> None:
+        """The claim's sweep reaches a schedule (projections.schedule_owner.on_claim)."""
 
     def on_claim(self, own: Ownership, run: RunState) -> None:
         """The sweep reached `run`: act on it as projections.owner.swept says."""

@@ -44,6 +44,7 @@ from runstream.engine.worker.ownership import Ownership
 from runstream.engine.worker.sticky import StickyCache
 from runstream.engine.worker.watchdog import LoopWatchdog
 from runstream.projections.projector import Projector
+from runstream.projections.schedule_state import ScheduleState
 from runstream.projections.state import RunState
 from runstream.projections.store import ProjectionStore
 
@@ -54,6 +55,10 @@ class DeadlineReactions(Protocol):
     def on_deadline(self, own: Ownership, run: RunState) -> bool:
         """The run's deadline entry fell due: act on it (projections.deadlines.on_deadline);
         whether anything was sent."""
+
+    def on_schedule_due(self, own: Ownership, schedule: ScheduleState) -> bool:
+        """The schedule fell due: fire (projections.schedule_owner.on_due); whether anything
+        was sent."""
 
 
 class TimerOwner(Protocol):

@@ -17,10 +17,11 @@ from runstream.engine.errors import WorkerFatal
 from runstream.engine.flow.context import RunReleased
 from runstream.engine.journal import events as ev
 from runstream.engine.worker.committer import BLAME_AT_BYTES
+from runstream.engine.worker.executor import now_ms
 from runstream.engine.worker.forks import ForkAnswers
 from runstream.engine.worker.ownership import Ownership, OwnershipState
 from runstream.engine.worker.run_protocols import ReactionsOwner
-from runstream.projections import deadlines, owner
+from runstream.projections import deadlines, owner, schedule_owner
 from runstream.projections.projector import Outcome
 from runstream.projections.reactions import (
     AnswerFork,
@@ -33,6 +34,7 @@ from runstream.projections.reactions import (
     Start,
     Write,
 )
+from runstream.projections.schedule_state import ScheduleState
 from runstream.projections.sending import carry_out
 from runstream.projections.state import JournalEntry, RunState, Verdict
 
@@ -64,6 +66,14 @@ class Reactions:
             self.owner.outbox.add(own, outcome.outbox)
         if outcome.verdict is Verdict.applied:
             self._applied(own, record, outcome)
+        if outcome.schedule is not None:
+            self.owner.timers.poke()  # (its next fire may have moved)
+            try:
+                self.act(own, schedule_owner.on_record(self.view(own), outcome.schedule,
+                                                       record, now_ms()))
+            except (WorkerFatal, RunReleased):
+                own.state = OwnershipState.lost
+            return
         try:
             self.act(own, owner.on_record(self.view(own), outcome.run, record, outcome.verdict,
                                           next_round=outcome.next_round, drained=drained,
@@ -83,6 +93,20 @@ class Reactions:
         """Act on `run` as it stands (projections.owner.react)."""
         try:
             self.act(own, owner.react(self.view(own), run, claiming=claiming, woken=woken))
+        except WorkerFatal:  # the source failed: its renewal claims again and re-decides
+            pass
+
+    def on_schedule_due(self, own: Ownership, schedule: ScheduleState) -> bool:
+        """The schedule fell due (the timer sweep): projections.schedule_owner decides;
+        whether anything was sent. Raises WorkerFatal when the source failed."""
+        reactions = schedule_owner.on_due(self.view(own), schedule, now_ms())
+        self.act(own, reactions)
+        return bool(reactions)
+
+    def on_schedule_claim(self, own: Ownership, schedule: ScheduleState) -> None:
+        """The claim's sweep reaches a schedule: its changes, its buffered fire."""
+        try:
+            self.act(own, schedule_owner.on_claim(self.view(own), schedule, now_ms()))
         except WorkerFatal:  # the source failed: its renewal claims again and re-decides
             pass
 

@@ -83,6 +83,7 @@ class ClaimSweeps:
                 runs = store.runs_in_partition(own.partition, status)
                 swept += await self._batches(own, store, runs,
                                              lambda run: self._react(own, run))
+            swept += await self._schedules(own, store)
         except (WorkerFatal, RunReleased):  # the source failed: its renewal claims again
             own.state = OwnershipState.lost
             return
@@ -107,6 +108,21 @@ class ClaimSweeps:
             close = getattr(runs, "close", None)
             if close is not None:
                 close()  # the store's iterator, before anything closes the store
+        return done
+
+    async def _schedules(self, own: Ownership, store: ProjectionStore) -> int:
+        """Every schedule of the partition: its changes not answered, its buffered fire (a
+        due fire is the timer sweep's)."""
+        done = 0
+        for schedule_id in store.schedule_ids(own.partition):
+            if not self._current(own, store):
+                break
+            schedule = store.schedule(schedule_id)
+            if schedule is not None:
+                self.owner.reactions.on_schedule_claim(own, schedule)
+            done += 1
+            if done % SWEEP_BATCH == 0:
+                await asyncio.sleep(0)
         return done
 
     def _current(self, own: Ownership, store: ProjectionStore) -> bool:

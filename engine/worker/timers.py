@@ -21,8 +21,10 @@ import logging
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.journal import events as ev
 from runstream.engine.worker.executor import now_ms
+from runstream.engine.worker.ownership import Ownership
 from runstream.engine.worker.partition_protocols import TimerOwner
 from runstream.projections.deadlines import DEADLINE_POSITION
+from runstream.projections.schedules import SCHEDULE_DECISIONS, schedule_id_of
 
 log = logging.getLogger("runstream.timers")
 
@@ -30,6 +32,8 @@ BATCH = 64
 # Fired timers not yet applied by this worker's projection, at most: the sweeper waits for
 # the projection (which removes them from the index) before it fires more.
 MAX_IN_FLIGHT = 4 * BATCH
+# A due schedule in flight, by "\0schedule/<id>" (no run id begins with NUL).
+SCHEDULE_KEY, SCHEDULE_POSITION = "\0schedule/", -1
 IDLE_SWEEP_S = 1.0  # the longest a sweep waits when no timer is known to fall due sooner
 
 
@@ -66,6 +70,8 @@ class TimerSweeper:
             self.judged(record.envelope.run_id, record.position)
         elif isinstance(record, ev.RunTimedOut | ev.RunFailed):
             self.judged(record.envelope.run_id, DEADLINE_POSITION)
+        elif record.__class__ in SCHEDULE_DECISIONS:
+            self.judged(SCHEDULE_KEY + schedule_id_of(record), SCHEDULE_POSITION)
 
     def reset(self) -> None:
         """Ownership changed: timers fired under the old one may never apply."""
@@ -118,11 +124,29 @@ class TimerSweeper:
                     self.fired += len(sent)
                     return sent, None
                 self._in_flight[timer.run_id] = (own.partition, timer.position)
-            due = store.next_due_ms(own.partition)
-            if due is not None and due > now and (next_due is None or due < next_due):
-                next_due = due
+            self._fire_schedules(own, now)
+            for due in (store.next_due_ms(own.partition), store.next_schedule_ms(own.partition)):
+                if due is not None and due > now and (next_due is None or due < next_due):
+                    next_due = due
         self.fired += len(sent)
         return sent, next_due
+
+    def _fire_schedules(self, own: Ownership, now: int) -> None:
+        """The schedules of `own`'s partition due now (the fire index), BATCH at most, each
+        in flight until a decision of ours about it gets a verdict."""
+        store, owner = self.owner.store, self.owner
+        assert store is not None
+        for _, schedule_id in store.due_schedules(own.partition, now, BATCH):
+            key = SCHEDULE_KEY + schedule_id
+            if key in self._in_flight or len(self._in_flight) >= MAX_IN_FLIGHT:
+                continue
+            schedule = store.schedule(schedule_id)
+            try:
+                sent = schedule is not None and owner.reactions.on_schedule_due(own, schedule)
+            except WorkerFatal:  # the source failed: its renewal claims, then resets us
+                return
+            if sent:
+                self._in_flight[key] = (own.partition, SCHEDULE_POSITION)
 
     def _forget_unowned(self, executing: set[int]) -> None:
         """Drop what was fired in partitions we no longer execute (revoked, lost): their

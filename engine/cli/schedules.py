@@ -1,0 +1,214 @@
+"""`runstream schedule ...`: create, list, describe, update, pause, unpause, delete, trigger
+and backfill a schedule. Each command is one application function (below, then the click
+command that calls it); `--json` on every command that prints data."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import click
+
+from runstream.engine.cli.errors import UserError
+from runstream.engine.cli.options import bootstrap_option, namespace_option, print_json
+from runstream.engine.client.client import Client
+from runstream.engine.config import parse_duration
+from runstream.engine.readmodel.schedule_view import schedule_lines, schedule_view
+
+# -- the application functions ------------------------------------------------------------------
+
+
+async def _with_client(bootstrap: str | None, namespace: str | None, action: Any) -> Any:
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
+        return await action(client)
+
+
+async def _described(client: Client, schedule_id: str) -> dict[str, Any]:
+    schedule = await client.describe_schedule(schedule_id)
+    model = await client.read_model()
+    view = await model.catch_up()
+
+    def status_of(run_id: str) -> str | None:
+        run = view.run(run_id)
+        return None if run is None else run.status.value
+
+    return schedule_view(schedule, status_of)
+
+
+def describe_schedule(bootstrap: str | None, namespace: str | None,
+                      schedule_id: str) -> dict[str, Any]:
+    return asyncio.run(_with_client(bootstrap, namespace,
+                                    lambda c: _described(c, schedule_id)))
+
+
+def list_schedules(bootstrap: str | None, namespace: str | None) -> list[dict[str, Any]]:
+    async def listed(client: Client) -> list[dict[str, Any]]:
+        return [schedule_view(s) for s in await client.list_schedules()]
+    return asyncio.run(_with_client(bootstrap, namespace, listed))  # type: ignore[no-any-return]
+
+
+def change_schedule(bootstrap: str | None, namespace: str | None, action: str,
+                    schedule_id: str, **given: Any) -> dict[str, Any]:
+    async def changed(client: Client) -> dict[str, Any]:
+        call = getattr(client, f"{action}_schedule")
+        answer = await call(schedule_id, **given)
+        out: dict[str, Any] = {"schedule_id": schedule_id, "action": action, "done": True}
+        if isinstance(answer, str):
+            out["run_id"] = answer
+        return out
+    return asyncio.run(_with_client(bootstrap, namespace, changed))  # type: ignore[no-any-return]
+
+
+# -- the commands -------------------------------------------------------------------------------
+
+
+def _duration(ctx: click.Context, param: click.Parameter, value: str | None
+              ) -> timedelta | None:
+    try:
+        return None if value is None else parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _payload(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"--payload is not valid JSON ({exc.msg} at column {exc.colno})"
+                        ) from None
+
+
+def _echo(out: Any, as_json: bool) -> None:
+    if as_json:
+        print_json(out)
+    elif isinstance(out, list):
+        for view in out:
+            click.echo("\n".join(schedule_lines(view)))
+    elif "flow" in out:
+        click.echo("\n".join(schedule_lines(out)))
+    else:
+        extra = f": {out['run_id']}" if "run_id" in out else ""
+        click.echo(f"schedule {out['schedule_id']}: {out['action']} done{extra}")
+
+
+@click.group()
+def schedule() -> None:
+    """Durable schedules: runs created at cron instants or fixed intervals."""
+
+
+_WHEN = [
+    click.option("--cron", default=None, help="Five-field cron (minute hour day month "
+                 "weekday) or @hourly, @daily, ..."),
+    click.option("--every", callback=_duration, default=None, metavar="DURATION",
+                 help="A fixed interval (2s, 5m, 1h), aligned to the epoch."),
+    click.option("--timezone", default=None, help="The cron's IANA time zone (default UTC)."),
+    click.option("--overlap", type=click.Choice(["skip", "buffer_one", "allow_all",
+                                                 "cancel_other"]), default=None),
+    click.option("--catchup-window", callback=_duration, default=None, metavar="DURATION"),
+    click.option("--jitter", callback=_duration, default=None, metavar="DURATION"),
+    click.option("--run-timeout", callback=_duration, default=None, metavar="DURATION"),
+]
+
+
+def _when(command: Any) -> Any:
+    for option in reversed(_WHEN):
+        command = option(command)
+    return command
+
+
+def _common(command: Any) -> Any:
+    for option in (click.option("--json", "as_json", is_flag=True, help="Print JSON."),
+                   bootstrap_option, namespace_option):
+        command = option(command)
+    return command
+
+
+def _given(**options: Any) -> dict[str, Any]:
+    return {k: v for k, v in options.items() if v is not None}
+
+
+@schedule.command("create")
+@click.argument("schedule_id")
+@click.argument("flow")
+@click.option("--payload", default="null", help="Each run's payload as JSON.")
+@_when
+@click.option("--paused", is_flag=True, help="Create it paused.")
+@_common
+def create(schedule_id: str, flow: str, payload: str, paused: bool, as_json: bool,
+           bootstrap: str | None, namespace: str | None, **when: Any) -> None:
+    """Create schedule SCHEDULE_ID firing FLOW (--cron or --every)."""
+    if (when["cron"] is None) == (when["every"] is None):
+        raise UserError("give exactly one of --cron and --every")
+    out = change_schedule(bootstrap, namespace, "create", schedule_id, flow=flow,
+                          payload=_payload(payload), paused=paused, **_given(**when))
+    _echo(out, as_json)
+
+
+@schedule.command("update")
+@click.argument("schedule_id")
+@click.option("--flow", default=None)
+@click.option("--payload", default=None, help="Each run's payload as JSON.")
+@_when
+@_common
+def update(schedule_id: str, flow: str | None, payload: str | None, as_json: bool,
+           bootstrap: str | None, namespace: str | None, **when: Any) -> None:
+    """Change what is given of SCHEDULE_ID; its next fire is computed again."""
+    given = _given(flow=flow, **when)
+    if payload is not None:
+        given["payload"] = _payload(payload)
+    _echo(change_schedule(bootstrap, namespace, "update", schedule_id, **given), as_json)
+
+
+@schedule.command("pause")
+@click.argument("schedule_id")
+@click.option("--note", default="", help="Why (shown by describe).")
+@_common
+def pause(schedule_id: str, note: str, as_json: bool, bootstrap: str | None,
+          namespace: str | None) -> None:
+    """Pause SCHEDULE_ID: it fires nothing until unpaused."""
+    _echo(change_schedule(bootstrap, namespace, "pause", schedule_id, note=note), as_json)
+
+
+def _simple(action: str, doc: str) -> None:
+    @schedule.command(action, help=doc)
+    @click.argument("schedule_id")
+    @_common
+    def command(schedule_id: str, as_json: bool, bootstrap: str | None,
+                namespace: str | None) -> None:
+        _echo(change_schedule(bootstrap, namespace, action, schedule_id), as_json)
+
+
+_simple("unpause", "Unpause SCHEDULE_ID: it fires again from now.")
+_simple("delete", "Delete SCHEDULE_ID: it fires no more (its runs go on).")
+_simple("trigger", "Fire SCHEDULE_ID now; prints the run's id.")
+
+
+@schedule.command("backfill")
+@click.argument("schedule_id")
+@click.option("--start", required=True, type=click.DateTime(), help="After this instant (UTC).")
+@click.option("--end", required=True, type=click.DateTime(), help="Up to this one (UTC).")
+@_common
+def backfill(schedule_id: str, start: datetime, end: datetime, as_json: bool,
+             bootstrap: str | None, namespace: str | None) -> None:
+    """Fire the instants of (START, END] the schedule did not fire itself."""
+    out = change_schedule(bootstrap, namespace, "backfill", schedule_id,
+                          start=start.replace(tzinfo=UTC), end=end.replace(tzinfo=UTC))
+    _echo(out, as_json)
+
+
+@schedule.command("describe")
+@click.argument("schedule_id")
+@_common
+def describe(schedule_id: str, as_json: bool, bootstrap: str | None,
+             namespace: str | None) -> None:
+    """SCHEDULE_ID's spec, next fires, latest runs, pause and skips."""
+    _echo(describe_schedule(bootstrap, namespace, schedule_id), as_json)
+
+
+@schedule.command("list")
+@_common
+def list_(as_json: bool, bootstrap: str | None, namespace: str | None) -> None:
+    """Every schedule of the namespace."""
+    _echo(list_schedules(bootstrap, namespace), as_json)

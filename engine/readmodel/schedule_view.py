@@ -1,0 +1,71 @@
+"""What `schedule describe` and `schedule list` show of a schedule (and the UI): its spec,
+its next fire instants, its latest runs with their status (`expired` for runs retention
+removed), paused with its note, and how many fires it skipped."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from runstream.engine.journal.timetext import iso_time
+from runstream.projections.schedule_owner import next_fire
+from runstream.projections.schedule_state import ScheduleState
+
+NEXT_SHOWN = 5  # next fire instants shown
+
+
+def next_fires(schedule: ScheduleState, count: int = NEXT_SHOWN) -> list[int]:
+    """The schedule's next nominal instants (its journaled next fire, then computed here
+    for display only: the owner journals each one it fires)."""
+    if schedule.spec is None or schedule.paused or schedule.next_fire_ms is None:
+        return []
+    following, at = next_fire(schedule.spec), schedule.next_fire_ms
+    found = [at]
+    while len(found) < count:
+        at = following(at)
+        found.append(at)
+    return found
+
+
+def schedule_view(schedule: ScheduleState,
+                  status_of: Callable[[str], str | None] | None = None) -> dict[str, Any]:
+    """The schedule as JSON. `status_of(run_id)`: a fired run's status as the read model
+    holds it (None: retention removed it: `expired`); without it, the status its
+    settlement brought back."""
+    spec = schedule.spec
+    assert spec is not None
+    when = (f"cron {spec.cron!r} in {spec.timezone}" if spec.cron is not None
+            else f"every {(spec.every_ms or 0) / 1000:g} s")
+    runs = []
+    for fired in reversed(schedule.recent):
+        status = fired.status or "running"
+        if status_of is not None:
+            status = status_of(fired.run_id) or "expired"
+        runs.append({"run_id": fired.run_id, "nominal": iso_time(fired.nominal_ms),
+                     "reason": fired.reason, "status": status})
+    return {
+        "schedule_id": schedule.schedule_id, "flow": spec.flow, "when": when,
+        "cron": spec.cron, "every_ms": spec.every_ms, "timezone": spec.timezone,
+        "overlap": spec.overlap, "catchup_window_ms": spec.catchup_window_ms,
+        "jitter_ms": spec.jitter_ms, "paused": schedule.paused, "note": schedule.note,
+        "next_fires": [iso_time(ms) for ms in next_fires(schedule)],
+        "fires": schedule.fires, "skipped": schedule.skipped,
+        "running": list(schedule.running),
+        "buffered": None if schedule.buffered_ms is None else iso_time(schedule.buffered_ms),
+        "recent_runs": runs, "partition": schedule.partition,
+    }
+
+
+def schedule_lines(view: dict[str, Any]) -> list[str]:
+    """The JSON view as lines of text."""
+    paused = f"  PAUSED: {view['note'] or 'no note'}" if view["paused"] else ""
+    lines = [f"{view['schedule_id']}  flow {view['flow']}  {view['when']}  overlap "
+             f"{view['overlap']}{paused}",
+             f"  fired {view['fires']}, skipped {view['skipped']}"
+             + (f", buffered {view['buffered']}" if view["buffered"] else "")]
+    if view["next_fires"]:
+        lines.append("  next: " + ", ".join(view["next_fires"]))
+    for run in view["recent_runs"]:
+        lines.append(f"  {run['nominal']}  {run['run_id']}  {run['status']}"
+                     + ("" if run["reason"] == "schedule" else f" ({run['reason']})"))
+    return lines
