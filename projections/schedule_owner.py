@@ -156,8 +156,8 @@ def _backfill(schedule: ScheduleState, given: dict[str, Any]) -> list[Record]:
     if start is None or end is None or end <= start:
         raise SpecInvalid("a backfill needs a start before its end")
     instants = cron.fires_between(next_fire(schedule.spec), start, end, MAX_BACKFILL)
-    handled = (schedule.fired_from_ms, schedule.fired_through_ms)
-    chosen = [t for t in instants if not handled[0] <= t <= handled[1]]
+    chosen = [t for t in instants
+              if not any(first <= t <= last for first, last in schedule.handled)]
     if not chosen:
         raise SpecInvalid("no instant to backfill: the schedule handled all of them itself")
     sid = schedule.schedule_id

@@ -13,6 +13,7 @@ from runstream.projections.state import _Frozen
 MAX_RUNNING = 64  # runs of one schedule not settled yet that it keeps track of (allow_all)
 MAX_RECENT = 10  # the latest fired runs `describe` shows
 MAX_CHANGES = 16  # change requests waiting for the owner's answer
+MAX_RANGES = 16  # ranges of the watermark kept
 
 OVERLAPS = ("skip", "buffer_one", "allow_all", "cancel_other")
 ACTIONS = ("create", "update", "pause", "unpause", "delete", "trigger", "backfill")
@@ -63,10 +64,11 @@ class ScheduleState(_Frozen, frozen=True, array_like=True):
     paused: bool = False
     note: str | None = None
     next_fire_ms: int | None = None  # the owner's computation, journaled (None: paused)
-    # The watermark: the latest nominal instant fired or skipped by the schedule itself (a
-    # backfill never fires one at or before it twice).
-    fired_through_ms: int = 0
-    fired_from_ms: int = 0  # the earliest such instant (0: none yet)
+    # The watermark: the ranges of nominal instants the schedule fired or skipped itself,
+    # oldest first (MAX_RANGES at most; a pause ends one): a backfill fires none of them
+    # again, whether or not their runs are still kept.
+    handled: tuple[tuple[int, int], ...] = ()
+    range_open: bool = False  # the next own instant extends the last range
     fires: int = 0
     skipped: int = 0
     running: tuple[str, ...] = ()  # fired runs not settled yet, MAX_RUNNING at most

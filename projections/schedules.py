@@ -25,6 +25,7 @@ from runstream.projections.fencing import accept
 from runstream.projections.requests import request_id_of
 from runstream.projections.schedule_state import (
     MAX_CHANGES,
+    MAX_RANGES,
     MAX_RECENT,
     MAX_RUNNING,
     Change,
@@ -131,7 +132,9 @@ def _decision(schedule: ScheduleState, record: ev.JournalRecord
                        note=record.note, next_fire_ms=record.next_fire_ms, updated_ms=when,
                        buffered_ms=None if record.paused else answered.buffered_ms)
         if isinstance(record, ev.ScheduleCreated):
-            made = replace(made, created_ms=when, fired_through_ms=0, buffered_ms=None)
+            made = replace(made, created_ms=when, handled=(), buffered_ms=None)
+        if record.paused:
+            made = replace(made, range_open=False)
         return made, ()
     if isinstance(record, ev.ScheduleDeleted):
         return replace(answered, exists=False, next_fire_ms=None, buffered_ms=None,
@@ -139,19 +142,26 @@ def _decision(schedule: ScheduleState, record: ev.JournalRecord
     if isinstance(record, ev.ScheduleFired):
         return _fired(answered, record)
     if isinstance(record, ev.ScheduleSkipped):
-        through = max(answered.fired_through_ms, record.last_ms)
         buffered = record.last_ms if record.reason == "buffered" else answered.buffered_ms
         skipped = answered.skipped + (0 if record.reason == "buffered" else record.count)
-        return replace(answered, skipped=skipped, fired_through_ms=through,
-                       fired_from_ms=_from(answered, record.first_ms),
+        handled = _handled(_handled(answered, record.first_ms), record.last_ms)
+        return replace(answered, skipped=skipped, handled=handled, range_open=True,
                        next_fire_ms=record.next_fire_ms, buffered_ms=buffered,
                        updated_ms=when), ()
     return answered, ()  # schedule.change-rejected: the change is answered
 
 
-def _from(schedule: ScheduleState, nominal_ms: int) -> int:
-    """The earliest instant the schedule handled itself, with `nominal_ms`."""
-    return nominal_ms if not schedule.fired_from_ms else min(schedule.fired_from_ms, nominal_ms)
+def _handled(schedule: ScheduleState | tuple[tuple[int, int], ...], nominal_ms: int
+             ) -> tuple[tuple[int, int], ...]:
+    """The watermark's ranges with `nominal_ms`: the open range extended, else a new one."""
+    if isinstance(schedule, ScheduleState):
+        ranges, open_ = schedule.handled, schedule.range_open
+    else:
+        ranges, open_ = schedule, True
+    if open_ and ranges:
+        first, last = ranges[-1]
+        return (*ranges[:-1], (min(first, nominal_ms), max(last, nominal_ms)))
+    return (*ranges, (nominal_ms, nominal_ms))[-MAX_RANGES:]
 
 
 def _answered(schedule: ScheduleState, request_id: str | None) -> ScheduleState:
@@ -177,9 +187,8 @@ def _fired(schedule: ScheduleState, record: ev.ScheduleFired
     made = replace(
         schedule, fires=schedule.fires + 1, recent=(*schedule.recent, fired)[-MAX_RECENT:],
         running=(*running, record.run_id)[-MAX_RUNNING:],
-        fired_through_ms=max(schedule.fired_through_ms, record.nominal_ms) if own
-        else schedule.fired_through_ms,
-        fired_from_ms=_from(schedule, record.nominal_ms) if own else schedule.fired_from_ms,
+        handled=_handled(schedule, record.nominal_ms) if own else schedule.handled,
+        range_open=True if own else schedule.range_open,
         next_fire_ms=record.next_fire_ms if own else schedule.next_fire_ms,
         buffered_ms=None if record.reason == "buffered" else schedule.buffered_ms,
         updated_ms=record.envelope.timestamp_ms)

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from runstream.engine.config import Duration
-from runstream.engine.errors import ScheduleNotFound
+from runstream.engine.errors import ScheduleNotFound, ScheduleRejected
 from runstream.engine.flow.definition import Flow
 from runstream.engine.flow.schedule_spec import backfill_fields, check_schedule_id, spec_fields
 from runstream.engine.journal import events as ev
@@ -93,7 +93,14 @@ class Schedules:
                                     lineage_id=schedule_id)
         record = ev.ScheduleChangeRequested(envelope=envelope, schedule_id=schedule_id,
                                             action=action, **fields)
-        self.log.append(run_partition(schedule_id, self.partitions), record)
+        partition = run_partition(schedule_id, self.partitions)
+        self.log.append(partition, record)  # (folded, and answered by the owner, at once)
+        for item in reversed(self.projection.partition_history.get(partition, [])):
+            answer = item.record
+            if answer is not None and answer.envelope.request_id == request_id:
+                if isinstance(answer, ev.ScheduleChangeRejected):
+                    raise ScheduleRejected(schedule_id, action, answer.reason)
+                break
         return request_id
 
     def _claim_schedules(self) -> None:

@@ -1,0 +1,146 @@
+"""Schedules in the TestEnvironment, on its virtual clock, through the owner code a worker
+runs (projections.schedule_owner): fire instants (every, cron in a time zone across both DST
+changes), overlap policies, catch-up within and beyond the window, pause, unpause, delete,
+trigger, backfill, and the changes the owner refuses."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from runstream import Flow, ScheduleNotFound, ScheduleRejected
+from runstream.engine.journal import events as ev
+from runstream.projections.cron import fired_run_id
+from runstream.projections.state import RunStatus
+from runstream.testing import TestEnvironment
+
+tick = Flow("s-tick")
+slow = Flow("s-slow")  # runs 150 s of virtual time: longer than a 60 s interval
+START = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+@tick.handler
+async def _tick(ctx: Any, payload: Any) -> Any:
+    return payload
+
+
+@slow.handler
+async def _slow(ctx: Any, payload: Any) -> str:
+    await ctx.sleep(150)
+    return "done"
+
+
+def ms(when: datetime) -> int:
+    return int(when.timestamp() * 1000)
+
+
+def nominals(env: TestEnvironment, schedule_id: str) -> list[int]:
+    return [f.nominal_ms for f in env.describe_schedule(schedule_id).recent]
+
+
+async def test_every_fires_at_epoch_aligned_instants_and_runs_carry_the_schedule() -> None:
+    async with TestEnvironment([tick], start=START.replace(second=25)) as env:
+        await env.create_schedule("beat", tick, {"n": 1}, every=60)
+        await env.sleep(185)
+        assert nominals(env, "beat") == [ms(START.replace(minute=m)) for m in (1, 2, 3)]
+        for fired in env.describe_schedule("beat").recent:
+            run = env.describe(fired.run_id)
+            assert (run.status, run.schedule_id, run.result_json) == (
+                RunStatus.completed, "beat", '{"n":1}')
+            assert fired.status == "completed"  # its settlement came back
+        assert env.describe_schedule("beat").running == ()
+
+
+async def test_a_cron_in_new_york_fires_once_across_both_dst_changes() -> None:
+    async with TestEnvironment([tick], start=datetime(2026, 3, 6, tzinfo=UTC)) as env:
+        await env.create_schedule("night", tick, cron="30 2 * * *",
+                                  timezone="America/New_York", catchup_window=0)
+        await env.sleep(4 * 86400)
+        # 02:30 EST = 07:30Z; on 03-08 02:30 does not exist: 03:00 EDT = 07:00Z; then EDT
+        assert nominals(env, "night") == [
+            ms(datetime(2026, 3, 6, 7, 30, tzinfo=UTC)), ms(datetime(2026, 3, 7, 7, 30,
+                                                                     tzinfo=UTC)),
+            ms(datetime(2026, 3, 8, 7, 0, tzinfo=UTC)), ms(datetime(2026, 3, 9, 6, 30,
+                                                                    tzinfo=UTC))]
+    async with TestEnvironment([tick], start=datetime(2026, 10, 31, tzinfo=UTC)) as env:
+        await env.create_schedule("late", tick, cron="30 1 * * *",
+                                  timezone="America/New_York")
+        await env.sleep(3 * 86400)
+        # 01:30 EDT = 05:30Z; on 11-01 01:30 happens twice: once, at EDT; then EST 06:30Z
+        assert nominals(env, "late") == [
+            ms(datetime(2026, 10, 31, 5, 30, tzinfo=UTC)), ms(datetime(2026, 11, 1, 5, 30,
+                                                                       tzinfo=UTC)),
+            ms(datetime(2026, 11, 2, 6, 30, tzinfo=UTC))]
+
+
+@pytest.mark.parametrize(("overlap", "fired", "skipped"), [
+    ("skip", 2, 3), ("allow_all", 5, 0), ("buffer_one", 2, 2), ("cancel_other", 5, 0)])
+async def test_each_overlap_policy(overlap: str, fired: int, skipped: int) -> None:
+    async with TestEnvironment([slow], start=START) as env:
+        await env.create_schedule("o", slow, every=60, overlap=overlap, catchup_window=0)
+        await env.sleep(300)  # instants at 60, 120, 180, 240, 300 s; each run takes 150 s
+        schedule = env.describe_schedule("o")
+        assert (schedule.fires, schedule.skipped) == (fired, skipped)
+        if overlap == "cancel_other":
+            statuses = [env.describe(f.run_id).status for f in schedule.recent[:-1]]
+            assert statuses.count(RunStatus.cancelled) == 4
+        if overlap == "buffer_one":  # 120 s waited for the first run (60..210 s): at 210 s
+            assert [(f.nominal_ms - ms(START), f.reason) for f in schedule.recent] == [
+                (60_000, "schedule"), (120_000, "buffered")]
+            assert schedule.buffered_ms == ms(START) + 240_000
+
+
+async def test_fires_missed_while_no_owner_ran_are_made_up_within_the_window() -> None:
+    async with TestEnvironment([tick], start=START) as env:
+        await env.create_schedule("w", tick, every=60, catchup_window=150,
+                                  overlap="allow_all")
+        env.clock_ms += 600_000  # ten minutes pass and nobody owns the partition
+        await env.sleep(0)
+        schedule = env.describe_schedule("w")
+        # 60..600 s were due: 480, 540, 600 s are within 150 s of now, the rest skipped
+        assert nominals(env, "w") == [ms(START) + s * 1000 for s in (480, 540, 600)]
+        assert schedule.skipped == 7
+        skipped = [h.record for h in env.projection.partition_history[schedule.partition]
+                   if isinstance(h.record, ev.ScheduleSkipped)]
+        assert [(r.count, r.first_ms, r.last_ms, r.reason) for r in skipped] == [
+            (7, ms(START) + 60_000, ms(START) + 420_000, "catch-up window")]
+
+
+async def test_pause_unpause_delete_trigger_and_backfill() -> None:
+    async with TestEnvironment([tick], start=START) as env:
+        await env.create_schedule("p", tick, every=60)
+        await env.sleep(60)
+        await env.pause_schedule("p", note="maintenance")
+        assert (env.describe_schedule("p").paused, env.describe_schedule("p").note) == (
+            True, "maintenance")
+        await env.sleep(600)
+        assert env.describe_schedule("p").fires == 1
+        run_id = await env.trigger_schedule("p")
+        assert run_id.startswith("p@trigger/")
+        await env.unpause_schedule("p")
+        await env.sleep(60)
+        assert env.describe_schedule("p").fires == 3  # the first, the trigger, one more
+        await env.backfill_schedule("p", START.replace(minute=2), START.replace(minute=5))
+        backfilled = [f for f in env.describe_schedule("p").recent if f.reason == "backfill"]
+        assert [f.run_id for f in backfilled] == [
+            fired_run_id("p", ms(START.replace(minute=m))) for m in (3, 4, 5)]
+        await env.delete_schedule("p")
+        with pytest.raises(ScheduleNotFound):
+            env.describe_schedule("p")
+        assert env.list_schedules() == []
+
+
+async def test_the_owner_refuses_what_cannot_be_a_schedule() -> None:
+    async with TestEnvironment([tick], start=START) as env:
+        with pytest.raises(ScheduleRejected, match="out of 0-59"):
+            await env.create_schedule("bad", tick, cron="99 * * * *")
+        with pytest.raises(ScheduleRejected, match="unknown time zone"):
+            await env.create_schedule("bad", tick, cron="0 * * * *", timezone="Mars/Base")
+        await env.create_schedule("ok", tick, every=60)
+        with pytest.raises(ScheduleRejected, match="exists already"):
+            await env.create_schedule("ok", tick, every=30)
+        with pytest.raises(ScheduleRejected, match="does not exist"):
+            await env.pause_schedule("missing")
+        assert [s.schedule_id for s in env.list_schedules()] == ["ok"]
