@@ -147,6 +147,9 @@ def status(run_id: str, as_json: bool, why: bool, bootstrap: str | None,
         click.echo(f"  retry: {view['retry']['text']}")
     if "timeout" in view:
         click.echo(f"  timeout: {view['timeout']['text']}")
+    if "schedule_id" in view:
+        click.echo(f"  fired by schedule {view['schedule_id']} "
+                   f"(`runstream schedule describe {view['schedule_id']}`)")
     _echo_quarantine(view)
     if why:
         click.echo("why:")

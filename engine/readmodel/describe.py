@@ -47,6 +47,8 @@ def run_view(run: RunState, *, namespace: str | None = None) -> dict[str, Any]:
         view["max_rounds"] = run.max_rounds
     if run.fork is not None:
         view["forked_from"] = fork_view(run)
+    if run.schedule_id is not None:
+        view["schedule_id"] = run.schedule_id
     quarantine = quarantine_view(run, namespace=namespace)
     if quarantine is not None:
         view["quarantine"] = quarantine

@@ -1,0 +1,169 @@
+"""Schedules on a real broker: a worker fires an `every=2s` schedule at its instants in real
+time through every door (a Client with a Flow and by name, the CLI, a change request a plain
+producer writes from schemas/ alone); the CLI lists, describes, pauses, unpauses, triggers
+and deletes; a kill -9 of the owner between fires loses no fire and doubles none."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import signal
+import struct
+import time
+import uuid
+from datetime import datetime
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import fastavro
+
+from runstream import Client, Flow, FlowContext, ScheduleRejected, Worker
+from runstream.projections.cron import fired_run_id
+from tests.integration.support import WorkerProcess, fold
+from tests.integration.test_cli import cli
+from tests.integration.test_lifetime import SCHEMAS, produce_plain
+
+beat = Flow("sched-beat")
+APP = "tests.integration.test_schedules:flows"
+
+
+@beat.handler
+async def _beat(ctx: FlowContext, payload: Any) -> Any:
+    return payload
+
+
+flows: list[Flow[Any, Any]] = [beat]
+
+
+def _change_bytes(schedule_id: str, **fields: Any) -> bytes:
+    """A schedule.change-requested as any producer writes it from schemas/ alone."""
+    registry = json.loads((SCHEMAS / "registry.json").read_text())
+    [entry] = [e for e in registry["records"]
+               if e["type"] == "schedule.change-requested" and not e.get("archived")]
+    named: dict[str, Any] = {}
+    fastavro.parse_schema(json.loads((SCHEMAS / "envelope.avsc").read_text()), named)
+    schema = fastavro.parse_schema(json.loads((SCHEMAS / entry["file"]).read_text()), named)
+    datum = {"envelope": {"type": "schedule.change-requested", "run_id": "",
+                          "lineage_id": schedule_id, "request_id": uuid.uuid4().hex,
+                          "timestamp_ms": int(time.time() * 1000)},
+             "schedule_id": schedule_id, **fields}
+    buffer = io.BytesIO()
+    fastavro.schemaless_writer(buffer, schema, datum)
+    return b"\x00" + struct.pack(">I", entry["id"]) + buffer.getvalue()
+
+
+async def _fired(client: Client, schedule_id: str, count: int, timeout: float = 60) -> list[Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        schedule = await client.describe_schedule(schedule_id)
+        settled = [f for f in schedule.recent if f.status == "completed"]
+        if len(settled) >= count or time.monotonic() > deadline:
+            return settled
+        await asyncio.sleep(0.3)
+
+
+async def test_every_2s_fires_in_real_time_through_every_door(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    worker = Worker(flows=flows, data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
+                    namespace=namespace, session_timeout_ms=6000)
+    await worker.start()
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=flows) as client:
+            await client.create_schedule("by-flow", beat, {"door": "flow"}, every=2)
+            await client.create_schedule("by-name", "sched-beat", {"door": "name"}, every=2)
+            made = await cli("schedule", "create", "by-cli", "sched-beat", "--every", "2s",
+                             "--payload", '{"door": "cli"}', bootstrap=bootstrap,
+                             namespace=namespace, cache=tmp_path / "cache")
+            assert made.code == 0, made.err
+            await produce_plain(bootstrap, journal, "by-producer", _change_bytes(
+                "by-producer", action="create", flow="sched-beat", every_ms=2000,
+                payload_json='{"door": "producer"}'))
+            for schedule_id in ("by-flow", "by-name", "by-cli", "by-producer"):
+                fired = await _fired(client, schedule_id, 3)
+                assert len(fired) >= 3, schedule_id
+                instants = [f.nominal_ms for f in fired]
+                assert all(t % 2000 == 0 for t in instants)
+                assert [b - a for a, b in pairwise(instants)] == [
+                    2000] * (len(instants) - 1)
+                run = await client.describe(fired[0].run_id)
+                assert run.schedule_id == schedule_id
+                assert fired[0].run_id == fired_run_id(schedule_id, fired[0].nominal_ms)
+            try:
+                await client.create_schedule("bad", beat, cron="61 * * * *")
+                raise AssertionError("a bad cron was taken")
+            except ScheduleRejected as refused:
+                assert "out of 0-59" in refused.reason
+            await _cli_controls(bootstrap, namespace, tmp_path, client)
+    finally:
+        await worker.stop()
+
+
+async def _cli_controls(bootstrap: str, namespace: str, tmp_path: Path,
+                        client: Client) -> None:
+    def run(*args: str) -> Any:
+        return cli("schedule", *args, bootstrap=bootstrap, namespace=namespace,
+                   cache=tmp_path / "cache")
+
+    listed = json.loads((await run("list", "--json")).out)
+    assert {v["schedule_id"] for v in listed} >= {"by-flow", "by-name", "by-cli",
+                                                   "by-producer"}
+    paused = await run("pause", "by-cli", "--note", "maintenance")
+    assert paused.code == 0, paused.err
+    view = json.loads((await run("describe", "by-cli", "--json")).out)
+    assert (view["paused"], view["note"], view["next_fires"]) == (True, "maintenance", [])
+    assert view["recent_runs"][0]["status"] == "completed"
+    shown = (await run("describe", "by-cli")).out
+    assert "PAUSED: maintenance" in shown
+    triggered = json.loads((await run("trigger", "by-cli", "--json")).out)
+    assert triggered["run_id"].startswith("by-cli@trigger/")
+    assert await client.get_handle(triggered["run_id"]).result(timeout=60) == {"door": "cli"}
+    assert (await run("unpause", "by-cli")).code == 0
+    assert (await run("delete", "by-cli")).code == 0
+    gone = await run("describe", "by-cli")
+    assert gone.code != 0 and "no schedule 'by-cli'" in gone.err
+
+
+async def test_a_kill_9_of_the_owner_loses_no_fire_and_doubles_none(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    effects = tmp_path / "effects.jsonl"
+    a = WorkerProcess(bootstrap, namespace, tmp_path / "a", "a", effects, app=APP).start()
+    b: WorkerProcess | None = None
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=flows) as client:
+            await client.create_schedule("steady", beat, None, every=1,
+                                         catchup_window=120, overlap="allow_all")
+            await _fired(client, "steady", 3)
+            a.signal(signal.SIGKILL)
+            await asyncio.sleep(3)  # fires fall due while no worker owns the partition
+            b = WorkerProcess(bootstrap, namespace, tmp_path / "b", "b", effects,
+                              app=APP).start()
+            before = (await client.describe_schedule("steady")).fires
+            deadline = time.monotonic() + 90
+            while (await client.describe_schedule("steady")).fires < before + 5:
+                assert time.monotonic() < deadline, "b never fired"
+                await asyncio.sleep(0.3)
+            await asyncio.sleep(1.5)  # the last fires' runs settle
+    finally:
+        a.stop()
+        if b is not None:
+            b.stop()
+    projection = await fold(bootstrap, namespace)
+    fired = [r.run_id for r in projection.runs.values()
+             if r is not None and r.schedule_id == "steady"]
+    instants = sorted(_instant(run_id) for run_id in fired)
+    assert len(instants) == len(set(instants)) >= 7  # none doubled
+    assert [b - a for a, b in pairwise(instants)] == [1000] * (
+        len(instants) - 1)  # one a second, from the first to the last: none lost
+    schedule = projection.store.schedule("steady")
+    assert schedule is not None and (schedule.fires, schedule.skipped) == (len(fired), 0)
+
+
+def _instant(run_id: str) -> int:
+    text = run_id.split("@", 1)[1].replace("Z", "+00:00")
+    return int(datetime.fromisoformat(text).timestamp() * 1000)
