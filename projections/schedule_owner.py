@@ -86,6 +86,7 @@ def _answer(schedule: ScheduleState, change: Change, now_ms: int) -> list[Record
             return [(ev.ScheduleCreated, {**sid, **_state(_spec(given, None), given, now_ms)})]
         if not schedule.exists or schedule.spec is None:
             raise SpecInvalid(f"schedule {schedule.schedule_id!r} does not exist")
+        _check_authority(schedule.spec, given)
         return _change_existing(schedule, change, given, now_ms)
     except (SpecInvalid, cron.CronInvalid, ValueError) as exc:
         return [(ev.ScheduleChangeRejected, {**sid, "reason": str(exc)})]
@@ -109,6 +110,19 @@ def _change_existing(schedule: ScheduleState, change: Change, given: dict[str, A
     spec = _spec(given, schedule.spec) if action == "update" else schedule.spec
     return [(ev.ScheduleUpdated, {**sid, **_state(spec, {"paused": paused, "note": note},
                                                   now_ms)})]
+
+
+def _check_authority(spec: ScheduleSpec, given: dict[str, Any]) -> None:
+    """A restricted authority (the relay says which) acts only on a schedule whose fired
+    runs' ceiling its capabilities cover."""
+    authority = given.get("authority")
+    if authority is None:
+        return
+    allowed = set(given.get("authority_capabilities") or ())
+    if spec.ceiling is None or not set(spec.ceiling) <= allowed:
+        held = "any capability" if spec.ceiling is None else ", ".join(spec.ceiling)
+        raise SpecInvalid(f"not allowed: authority {authority!r} does not cover the "
+                          f"schedule's runs ({held})")
 
 
 def _spec(given: dict[str, Any], base: ScheduleSpec | None) -> ScheduleSpec:

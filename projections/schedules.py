@@ -103,7 +103,9 @@ def _request(schedule: ScheduleState | None, record: ev.JournalRecord, offset: i
 def change_body(record: ev.ScheduleChangeRequested) -> str:
     """The fields a change request gave (None: not given), as JSON."""
     fields = {name: getattr(record, name) for name in (
-        *_SPEC_FIELDS, "paused", "note", "start_ms", "end_ms")}
+        *_SPEC_FIELDS, "paused", "note", "start_ms", "end_ms", "authority")}
+    if record.authority is not None:
+        fields["authority_capabilities"] = sorted(record.authority_capabilities)
     return json.dumps({k: v for k, v in fields.items() if v is not None})
 
 

@@ -919,6 +919,11 @@ class ScheduleChangeRequested:
     end_ms: int | None = None
     # The capabilities of the fired runs (the creator's authority; null: unrestricted).
     ceiling: list[str] | None = None
+    # Set only by the relay: the restricted authority that sent the change.
+    authority: str | None = None
+    # Set only by the relay: that authority's capabilities; a change of an existing schedule is
+    # refused unless they cover the schedule's ceiling.
+    authority_capabilities: list[str] = _field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

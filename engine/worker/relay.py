@@ -50,6 +50,7 @@ from aiokafka.errors import KafkaError
 
 from runstream.engine.config import dead_letter_topic, journal_topic, requests_topic
 from runstream.engine.errors import InvalidInput
+from runstream.engine.flow.schedule_spec import check_schedule_id
 from runstream.engine.journal import MAX_RECORD_BYTES, DecodeError, JournalRecord, decode, encode
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import check_authority_name, check_run_id
@@ -70,15 +71,16 @@ BATCH_RECORDS = 500  # records relayed per round trip (the relay holds at most t
 RETRY_SECONDS = 1.0
 
 CLIENT_REQUESTS = (ev.RunCreateRequested, ev.RunSignalSent, ev.RunCancelRequested,
-                   ev.RunResumeRequested, ev.RunForkRequested)
+                   ev.RunResumeRequested, ev.RunForkRequested, ev.ScheduleChangeRequested)
 # What a restricted authority may send (a resume that resolves a quarantine, retry or skip,
 # says whether an irreversible effect happened: an operator's action, on the unrestricted
 # topic).
 RESTRICTED_REQUESTS = (ev.RunCreateRequested, ev.RunSignalSent, ev.RunCancelRequested,
-                       ev.RunResumeRequested, ev.RunForkRequested)
-# The requests that carry an authority (projections.requests.covers).
+                       ev.RunResumeRequested, ev.RunForkRequested, ev.ScheduleChangeRequested)
+# The requests that carry an authority (projections.requests.covers; a schedule's owner
+# checks a schedule change's: projections.schedule_owner).
 AUTHORITY_REQUESTS = (ev.RunSignalSent, ev.RunCancelRequested, ev.RunResumeRequested,
-                      ev.RunForkRequested)
+                      ev.RunForkRequested, ev.ScheduleChangeRequested)
 
 Authorities = Mapping[str, frozenset[str]]
 Headers = list[tuple[str, bytes]]
@@ -180,6 +182,8 @@ def _not_relayable(record: JournalRecord, authority: str | None, incoming: Incom
         why = _not_a_fork_request(record)
         if why is not None:
             return why
+    if isinstance(record, ev.ScheduleChangeRequested):
+        return _not_a_schedule_change(record, incoming, journal_partitions)
     try:
         check_run_id(env.run_id)
     except InvalidInput as exc:
@@ -190,6 +194,23 @@ def _not_relayable(record: JournalRecord, authority: str | None, incoming: Incom
     if incoming.partition != run_partition(env.run_id, journal_partitions):
         return (f"wrong partition: run {env.run_id} lives in journal partition "
                 f"{run_partition(env.run_id, journal_partitions)}, not {incoming.partition}")
+    return None
+
+
+def _not_a_schedule_change(record: ev.ScheduleChangeRequested, incoming: Incoming,
+                           journal_partitions: int) -> str | None:
+    """A schedule change names no run and is keyed by its schedule's id."""
+    schedule_id, env = record.schedule_id, record.envelope
+    try:
+        check_schedule_id(schedule_id)
+    except InvalidInput as exc:
+        return f"invalid input: {exc}"
+    if env.run_id or env.lineage_id != schedule_id or incoming.key != schedule_id.encode():
+        return (f"wrong key: a change of schedule {schedule_id} names no run and is keyed by "
+                f"the schedule's id")
+    if incoming.partition != run_partition(schedule_id, journal_partitions):
+        return (f"wrong partition: schedule {schedule_id} lives in journal partition "
+                f"{run_partition(schedule_id, journal_partitions)}, not {incoming.partition}")
     return None
 
 
@@ -241,6 +262,13 @@ def _restricted(record: JournalRecord, authority: str, capabilities: frozenset[s
     if isinstance(record, ev.RunCreateRequested):
         ceiling = narrow(capabilities, record.ceiling)
         record = dataclasses.replace(record, ceiling=None if ceiling is None else list(ceiling))
+    elif isinstance(record, ev.ScheduleChangeRequested):
+        # (its runs' ceiling narrowed as a create's; the owner checks the authority covers
+        # an existing schedule before it changes, fires or deletes it)
+        ceiling = narrow(capabilities, record.ceiling)
+        record = dataclasses.replace(record, ceiling=None if ceiling is None else list(ceiling),
+                                     authority=authority,
+                                     authority_capabilities=sorted(capabilities))
     elif isinstance(record, AUTHORITY_REQUESTS):
         record = dataclasses.replace(record, authority=authority,
                                      authority_capabilities=sorted(capabilities))
