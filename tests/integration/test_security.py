@@ -33,6 +33,8 @@ from runstream.engine.errors import (
     ResumeRefused,
     RunNotFound,
     RunstreamError,
+    ScheduleNotFound,
+    ScheduleRejected,
     SignalRefused,
 )
 from runstream.engine.journal import Envelope, decode, encode
@@ -451,3 +453,50 @@ async def _until_dead_lettered_count(secure: BrokerCluster, namespace: str, topi
             return rows
         await asyncio.sleep(0.5)
     raise AssertionError(f"fewer than {count} records from {topic} were dead-lettered")
+
+
+async def test_a_restricted_authority_schedules_only_within_its_ceiling(
+        secure: BrokerCluster, tmp_path: Path) -> None:
+    """Issue 20, item 4, in relay mode under SASL_SSL and ACLs: schedule changes go through
+    the relay; User:shop's schedule fires runs inside shop's ceiling (`email`), and shop may
+    not pause, trigger or delete User:client's unrestricted schedule."""
+    namespace = await _namespace(secure, relayed=True)
+    admin = security_of(secure, "admin")
+    await ensure_requests_topics(secure.bootstrap, namespace, ["shop"], security=admin)
+    await grant_role(bootstrap=secure.bootstrap, role="client", principal="User:shop",
+                     namespace=namespace, authority="shop", security=admin)
+    proc = _start_worker(secure.bootstrap, namespace, security_of(secure, "worker"), tmp_path,
+                         authorities='{"shop": ["email"]}')
+    try:
+        async with Client(bootstrap_servers=secure.bootstrap, namespace=namespace,
+                          flows=[packing], security=security_of(secure, "client"),
+                          read_model_dir=tmp_path / "client") as client, \
+                Client(bootstrap_servers=secure.bootstrap, namespace=namespace,
+                       flows=[packing], security=security_of(secure, "shop"),
+                       authority_name="shop", read_model_dir=tmp_path / "shop") as shop:
+            await client.create_schedule("open", packing, PackingIn(order_id="s-open",
+                                                                    seconds=0), every=2)
+            await shop.create_schedule("mine", packing, PackingIn(order_id="s-mine",
+                                                                  seconds=0), every=2)
+            fired = await _first_fired(shop, "mine")
+            assert (await shop.describe(fired)).ceiling == ("email",)
+            assert (await shop.get_handle(fired).result(timeout=90)) == "parcel-s-mine"
+            for refused in (shop.pause_schedule, shop.trigger_schedule, shop.delete_schedule):
+                with pytest.raises(ScheduleRejected, match="authority 'shop' does not cover"):
+                    await refused("open")
+            await shop.pause_schedule("mine", note="inside its ceiling")
+            assert (await shop.describe_schedule("mine")).paused
+            await client.delete_schedule("open")
+            with pytest.raises(ScheduleNotFound):
+                await client.describe_schedule("open")
+    finally:
+        stop_process(proc, 20)
+
+
+async def _first_fired(client: Client, schedule_id: str) -> str:
+    for _ in range(180):
+        schedule = await client.describe_schedule(schedule_id)
+        if schedule.recent:
+            return schedule.recent[0].run_id
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"schedule {schedule_id} never fired")
