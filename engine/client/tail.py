@@ -351,7 +351,9 @@ def _answer_in(view: View, key: str, run_id: str, partition: int,
     kind, _, ident = key.partition(":")
     if kind == "seen":
         return _request_in(view, ident, run_id, partition, from_offset)
-    for item in view.history(run_id):
+    items = (view.history(run_id) if run_id
+             else view.partition_history_from(partition, from_offset))  # (a schedule's)
+    for item in items:
         # (a create naming an expired run is rejected by a decision the reducer ignores:
         # its run is gone; the tail takes it all the same)
         taken = (item.verdict is Verdict.applied

@@ -212,6 +212,14 @@ class View:
         extra = self._overlay.partition_history.get(p, []) if self._overlay is not None else []
         return self._with_bytes(_union(self._base.partition_history(p), extra))
 
+    def partition_history_from(self, p: int, offset: int) -> list[HistoryEntry]:
+        """partition_history from `offset` on (a schedule's answers: its records name no
+        run): what the store holds past it, without reading the partition's past."""
+        base = list(self._base.partition_history_from(p, offset))
+        extra = ([i for i in self._overlay.partition_history.get(p, []) if i.offset >= offset]
+                 if self._overlay is not None else [])
+        return self._with_bytes(_union(base, extra))
+
     def fenced(self, p: int) -> list[tuple[int, str | None]]:
         """(offset, run id; None for a partition record) of every record of partition `p`
         fenced, rejected or found a duplicate, in offset order."""

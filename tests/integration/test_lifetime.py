@@ -86,12 +86,13 @@ def _create_request_bytes(run_id: str, flow: str, payload: Any, **fields: Any) -
     return b"\x00" + struct.pack(">I", entry["id"]) + buffer.getvalue()
 
 
-async def produce_plain(bootstrap: str, topic: str, run_id: str, value: bytes) -> None:
+async def produce_plain(bootstrap: str, topic: str, run_id: str, value: bytes, *,
+                        record_type: str = "run.create-requested") -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
     await producer.start()
     try:
         await producer.send_and_wait(topic, value, key=run_id.encode(),
-                                     headers=[("rs-type", b"run.create-requested")])
+                                     headers=[("rs-type", record_type.encode())])
     finally:
         await producer.stop()
 
