@@ -45,7 +45,8 @@ ADMISSION_TYPES = frozenset({ev.RunCreated.TYPE, ev.RunCreateRejected.TYPE,
                              ev.ScheduleChangeRejected.TYPE})
 REQUEST_TYPES = frozenset({ev.RunCreateRequested.TYPE, ev.RunSignalSent.TYPE,
                            ev.RunCancelRequested.TYPE, ev.RunResumeRequested.TYPE,
-                           ev.RunWakeRequested.TYPE, ev.RunForkRequested.TYPE})
+                           ev.RunWakeRequested.TYPE, ev.RunForkRequested.TYPE,
+                           ev.ScheduleChangeRequested.TYPE})
 # What makes a run exist: a create request admitted, or a fork request admitted.
 CREATION_TYPES = frozenset({ev.RunCreated.TYPE, ev.RunForked.TYPE})
 # Answers the tail keeps after passing them (admission and settlement of recent runs); an
@@ -390,8 +391,11 @@ def _request_in(view: View, request_id: str, run_id: str, partition: int,
                 from_offset: int) -> _Answer | None:
     """The first record of request `request_id` at or past `from_offset`, whatever its
     verdict (a request naming a lineage is kept in its latest round's history)."""
-    for name in dict.fromkeys((run_id, view.addressed(run_id))):
-        for item in view.history(name):
+    names = dict.fromkeys((run_id, view.addressed(run_id))) if run_id else ("",)
+    for name in names:
+        items = (view.history(name) if name
+                 else view.partition_history_from(partition, from_offset))  # (a schedule's)
+        for item in items:
             if (item.partition != partition or item.offset < from_offset or item.raw is None
                     or item.type not in REQUEST_TYPES):
                 continue
