@@ -511,3 +511,36 @@ def test_run_timeouts_fixture_times_out_interrupts_and_carries_a_lineage_deadlin
     assert runs["late"].run_timeout_ms == 20_000  # fixed by the owner that registers it
     [interrupted] = [e for e in memory.journal("stuck") if e.status == "failed"]
     assert (interrupted.error_type, interrupted.attempts) == ("RunTimedOut", 1)
+
+
+def test_schedules_fixture_fires_skips_pauses_and_sends_settlements_back(
+        tmp_path: Path) -> None:
+    """schedules (recorded from a real worker by tests/fixtures/record_schedules_fixture.py):
+    every schedule record applies, RocksDB and memory agree, every fired run carries its
+    schedule and its settlement came back, the refused create left no schedule, both
+    deleted schedules have no fire index entry left."""
+    records = load(JOURNALS / "schedules.jsonl")
+    memory = MemoryProjection(keep_history=True)
+    store = ProjectionStore(tmp_path / "store")
+    by_record = Projector(store)
+    try:
+        for partition, offset, record, timestamp_ms in records:
+            verdict = memory.apply_record(partition, offset, record, timestamp_ms)
+            assert verdict in (Verdict.applied, Verdict.ignored), (record.TYPE, verdict)
+            by_record.apply_record(partition, offset, record, timestamp_ms)
+        beat, slow = store.schedule("beat"), store.schedule("slow")
+        assert beat is not None and slow is not None
+        assert beat == memory.store.schedule("beat")
+        assert [store.next_schedule_ms(p) for p in (0, 1)] == [None, None]
+        assert store.schedule("bad") is not None and not store.schedule("bad").exists
+    finally:
+        store.close()
+    assert not beat.exists and beat.running == ()
+    reasons = {f.reason for f in beat.recent}
+    assert {"schedule", "trigger", "backfill"} <= reasons
+    assert all(f.status == "completed" for f in beat.recent)
+    assert slow.skipped >= 1
+    fired = [r for _, _, r, _ in records if isinstance(r, ev.ScheduleFired)]
+    for record in fired:
+        run = memory.runs[record.run_id]
+        assert run.schedule_id == record.schedule_id and run.status is RunStatus.completed
