@@ -295,5 +295,14 @@ async def run_pickup(ctx: FlowContext, p: dict[str, str]) -> str:
     return f"picked up {p['order_id']}"
 
 
+# A heartbeat the demo's schedule fires every second.
+heartbeat: Flow[dict[str, str], str] = Flow("heartbeat")
+
+
+@heartbeat.handler
+async def run_heartbeat(ctx: FlowContext, p: dict[str, str]) -> str:
+    return f"beat from {p['source']}"
+
+
 flows = [checkout, order, packing, subscription, refund, statement, hold, stubborn, batch,
-         settle, shipment, pickup]
+         settle, shipment, pickup, heartbeat]

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from runstream import Client, RunTimedOut
-from runstream.engine.demo.flows import pickup, shipment
+from runstream.engine.demo.flows import heartbeat, pickup, shipment
 from runstream.engine.readmodel.describe import retry_view, waits_to_retry
 
 Echo = Callable[[str], Any]
@@ -39,3 +39,21 @@ async def show_retries(client: Client, *, echo: Echo) -> None:
     except RunTimedOut as timed_out:
         echo(f"  pickup-1 (Flow(timeout=2)) failed: {timed_out.error_type}: "
              f"{timed_out.message}")
+    await show_schedule(client, echo=echo)
+
+
+async def show_schedule(client: Client, *, echo: Echo) -> None:
+    echo("\nschedules: `pulse` fires `heartbeat` every second, each fire a run named by its "
+         "instant, created by the schedule's owner")
+    await client.create_schedule("pulse", heartbeat, {"source": "pulse"}, every=1)
+    for _ in range(200):
+        schedule = await client.describe_schedule("pulse")
+        if sum(f.status == "completed" for f in schedule.recent) >= 3:
+            break
+        await asyncio.sleep(0.1)
+    await client.delete_schedule("pulse")
+    for fired in schedule.recent[:3]:
+        result = await client.get_handle(fired.run_id).result(timeout=30)
+        echo(f"  {fired.run_id} -> {result}")
+    echo(f"  pulse fired {schedule.fires} runs, then was deleted")
+

@@ -30,3 +30,4 @@ async def test_the_demo_s_retries_and_timeouts_section_shows_what_the_runs_did(
     assert (pickup.status, pickup.error_type) == (RunStatus.failed, "RunTimedOut")
     assert pickup.deadline_ms == (pickup.admitted_at_ms or 0) + 2000
     assert "pickup-1 (Flow(timeout=2)) failed: RunTimedOut: the run passed its deadline" in text
+    assert text.count("-> beat from pulse") == 3 and "then was deleted" in text
