@@ -23,6 +23,7 @@ from bench import (
     rebuild,
     relay,
     restore,
+    schedules,
     throughput,
     timetravel,
     verify,
@@ -46,7 +47,8 @@ SECTIONS: dict[str, ModuleType] = {
 }
 # Run by name only, not by `all` (whose --quick form CI runs): what relay mode costs, the
 # fold against raw consume + decode, takeover and bootstrap against history (issue 19).
-EXTRA_SECTIONS: dict[str, ModuleType] = {"relay": relay, "fold": fold, "restore": restore}
+EXTRA_SECTIONS: dict[str, ModuleType] = {"relay": relay, "fold": fold, "restore": restore,
+                                         "schedules": schedules}
 RESULTS_DIR = Path(__file__).parent / "results"
 
 

@@ -32,6 +32,9 @@ from runstream.projections.state import RunState
 MAX_FIRES = 100  # fires (or skip records) one decision journals; the rest come next sweep
 MAX_SCAN = 100_000  # instants counted one by one for a skipped range (cron) at most
 MAX_BACKFILL = 1000  # instants one backfill request fires at most
+# The catch-up window is never shorter: an owner always fires a little after the instant
+# (its sweep, its poll), and a fire that late is not a missed one (Temporal's minimum too).
+MIN_CATCHUP_MS = 10_000
 
 
 class SpecInvalid(ValueError):
@@ -193,7 +196,7 @@ def on_due(view: OwnerView, schedule: ScheduleState, now_ms: int) -> list[Reacti
         return []
     following = next_fire(spec)
     records: list[Record] = []
-    window_start = now_ms - spec.catchup_window_ms
+    window_start = now_ms - max(spec.catchup_window_ms, MIN_CATCHUP_MS)
     if nominal < window_start:
         records.append(_late(schedule.schedule_id, nominal, window_start, following))
         nominal = following(window_start - 1)

@@ -103,6 +103,8 @@ _WHEN = [
                  "weekday) or @hourly, @daily, ..."),
     click.option("--every", callback=_duration, default=None, metavar="DURATION",
                  help="A fixed interval (2s, 5m, 1h), aligned to the epoch."),
+    click.option("--offset", callback=_duration, default=None, metavar="DURATION",
+                 help="An --every schedule's offset from the epoch's multiples."),
     click.option("--timezone", default=None, help="The cron's IANA time zone (default UTC)."),
     click.option("--overlap", type=click.Choice(["skip", "buffer_one", "allow_all",
                                                  "cancel_other"]), default=None),

@@ -45,18 +45,21 @@ class ScheduleCalls:
 
     async def create_schedule(
         self, schedule_id: str, flow: Flow[Any, Any] | str, payload: Any = None, *,
-        cron: str | None = None, every: Duration | None = None, timezone: str = "UTC",
+        cron: str | None = None, every: Duration | None = None,
+        offset: Duration | None = None, timezone: str = "UTC",
         overlap: str = "skip", catchup_window: Duration = timedelta(minutes=1),
         jitter: Duration | None = None, paused: bool = False,
         run_timeout: Duration | None = None,
     ) -> None:
         """A schedule firing `flow` with `payload` at each instant of `cron` (five fields,
-        read in `timezone`) or `every` (aligned to the epoch). `overlap`: skip, buffer_one,
-        allow_all or cancel_other; fires missed while no worker ran are made up within
-        `catchup_window`. Raises ScheduleRejected (the owner's reason) when it cannot be."""
+        read in `timezone`) or `every` (aligned to the epoch, plus `offset`). `overlap`:
+        skip, buffer_one, allow_all or cancel_other; fires missed while no worker ran are
+        made up within `catchup_window` (at least 10 s). Raises ScheduleRejected (the
+        owner's reason) when it cannot be."""
         ceiling = None if self.authority is None else sorted(self.authority)
         await self._change("create", schedule_id, {**spec_fields(
-            flow, payload, cron=cron, every=every, timezone=timezone, overlap=overlap,
+            flow, payload, cron=cron, every=every, offset=offset, timezone=timezone,
+            overlap=overlap,
             catchup_window=catchup_window, jitter=jitter, paused=paused,
             run_timeout=run_timeout), "ceiling": ceiling})
 

@@ -39,14 +39,16 @@ class Schedules:
 
     async def create_schedule(
         self, schedule_id: str, flow: Flow[Any, Any] | str, payload: Any = None, *,
-        cron: str | None = None, every: Duration | None = None, timezone: str = "UTC",
+        cron: str | None = None, every: Duration | None = None,
+        offset: Duration | None = None, timezone: str = "UTC",
         overlap: str = "skip", catchup_window: Duration = timedelta(minutes=1),
         jitter: Duration | None = None, paused: bool = False,
         run_timeout: Duration | None = None,
     ) -> None:
         """As Client.create_schedule, on the virtual clock."""
         self._change("create", schedule_id, spec_fields(
-            flow, payload, cron=cron, every=every, timezone=timezone, overlap=overlap,
+            flow, payload, cron=cron, every=every, offset=offset, timezone=timezone,
+            overlap=overlap,
             catchup_window=catchup_window, jitter=jitter, paused=paused,
             run_timeout=run_timeout))
 

@@ -11,6 +11,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 from aiokafka.errors import KafkaConnectionError
@@ -20,6 +21,7 @@ from runstream.engine.errors import InvalidInput, RunExpired, RunNotFound, Runst
 from runstream.engine.journal.timetext import iso_time
 from runstream.engine.readmodel.describe import run_view
 from runstream.engine.readmodel.model import ReadModel
+from runstream.engine.readmodel.schedule_view import schedule_view
 from runstream.engine.readmodel.view import View
 from runstream.engine.timetravel.cut import SystemState, parse_instant, state_of_model
 from runstream.engine.ui import pages, run_page
@@ -32,6 +34,7 @@ from runstream.engine.ui.queries import (
     state_at_record,
     status_counts,
 )
+from runstream.engine.ui.schedules_page import schedules_page
 from runstream.projections.state import RunStatus
 
 STATIC_DIR = Path(__file__).parent / "static"
@@ -73,6 +76,8 @@ def create_app(settings: UiSettings) -> web.Application:
     app.router.add_get("/run/at", state_fragment_handler)
     app.router.add_get("/api/run/at", state_api)
     app.router.add_get("/run/dry-run", dry_run_handler)
+    app.router.add_get("/schedules", schedules_handler)
+    app.router.add_get("/api/schedules", schedules_api)
     app.router.add_get("/system", system_handler)
     app.router.add_get("/api/system", system_api)
     app.router.add_static("/static", STATIC_DIR)
@@ -152,6 +157,29 @@ async def dry_run_handler(request: web.Request) -> web.Response:
         raise InvalidInput("dry runs need the UI started with --app package.module:flows")
     report = await request.app[DRY_RUN].report(await _view(request), _run_id(request))
     return _html(dry_run_fragment(report))
+
+
+async def _schedule_views(request: web.Request) -> list[dict[str, Any]]:
+    model = request.app[MODEL]
+    view = await model.catch_up()
+
+    def status_of(run_id: str) -> str | None:
+        run = view.run(run_id)
+        return None if run is None else run.status.value
+
+    found = [view.schedule(sid) for p in range(model.partitions)
+             for sid in view.schedule_ids(p)]
+    return [schedule_view(s, status_of) for s in sorted(
+        (s for s in found if s is not None and s.exists), key=lambda s: s.schedule_id)]
+
+
+async def schedules_handler(request: web.Request) -> web.Response:
+    return _html(schedules_page(await _schedule_views(request),
+                                context=request.app[SETTINGS].context))
+
+
+async def schedules_api(request: web.Request) -> web.Response:
+    return web.json_response({"schedules": await _schedule_views(request)})
 
 
 async def _system_report(request: web.Request) -> tuple[str, SystemState | None]:

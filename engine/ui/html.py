@@ -69,7 +69,8 @@ def layout(title: str, body: str, *, context: str, active: str) -> str:
     """A whole page: header with navigation, then `body`. `context` names the namespace."""
     nav = "".join(
         f'<a href="{href}"{" class=active" if name == active else ""}>{label}</a>'
-        for name, href, label in (("runs", "/", "Runs"), ("system", "/system", "System")))
+        for name, href, label in (("runs", "/", "Runs"), ("schedules", "/schedules", "Schedules"),
+                                  ("system", "/system", "System")))
     return f"""<!doctype html>
 <html lang="en">
 <head>

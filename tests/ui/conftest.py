@@ -159,6 +159,9 @@ async def _make_runs(bootstrap: str, namespace: str, data_dir: Path) -> int:
         async with Client(bootstrap_servers=bootstrap, namespace=namespace,
                           flows=flows) as client:
             await client.create_run(nap, None, run_id="nap-1")
+            # (a yearly schedule: it fires no run while the tests look at the runs)
+            await client.create_schedule("new-year", nap, None, cron="0 3 1 1 *",
+                                         timezone="Europe/Berlin")
             failing = await client.create_run(broken, None, run_id="broken-1")
             with pytest.raises(RunFailed):
                 await failing.result(timeout=30)

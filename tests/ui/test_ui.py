@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import sys
+import time
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,10 +22,12 @@ from typing import Any
 
 from aiohttp import ClientSession
 
+from runstream.engine.journal.timetext import iso_time
 from runstream.engine.readmodel.view import View
 from runstream.engine.timetravel.history import run_history, state_at
 from runstream.engine.ui import UiSettings
 from runstream.engine.ui.queries import RunFilter, list_runs
+from runstream.projections.cron import next_cron_ms, parse_cron
 from runstream.projections.state import RunState, RunStatus, round_run_id
 from tests.ui.conftest import Scene, Tab, serve
 
@@ -241,6 +244,20 @@ async def test_the_system_page_counts_statuses_now_and_at_an_instant(
     assert sorted(changed) == sorted(r.run_id for r in view.runs()
                                      if r.created_at_ms >= scene.boundary_ms)
     await page.screenshot(path=str(screenshot_dir(tmp_path) / "ui-system.png"), full_page=True)
+    tab.assert_clean()
+
+
+async def test_the_schedules_page_lists_each_schedule(scene: Scene, tab: Tab) -> None:
+    await tab.page.goto(f"{scene.base_url}/schedules")
+    text = await tab.page.locator('tr[data-schedule="new-year"]').inner_text()
+    first = next_cron_ms(parse_cron("0 3 1 1 *"), int(time.time() * 1000), "Europe/Berlin")
+    assert "cron '0 3 1 1 *' in Europe/Berlin" in text and "active" in text
+    assert iso_time(first) in text and "fired 0, skipped 0" in text
+    async with ClientSession(scene.base_url) as http:
+        async with http.get("/api/schedules") as response:
+            listing = await response.json()
+    assert [s["schedule_id"] for s in listing["schedules"]] == ["new-year"]
+    assert listing["schedules"][0]["next_fires"][0] == iso_time(first)
     tab.assert_clean()
 
 
