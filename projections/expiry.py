@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.timetext import iso_time
+from runstream.projections.schedule_state import ScheduleState
 from runstream.projections.state import PartitionState, RunState, Tombstone, replace
 from runstream.projections.values import (
     ExpiredLineage,
@@ -61,6 +62,16 @@ def tombstone_may_go(partition: PartitionState, tombstone: Tombstone | None,
     return tombstone.expired_ms + tombstone_retention_ms(partition) <= now_ms
 
 
+def schedule_may_go(partition: PartitionState, schedule: ScheduleState | None,
+                    now_ms: int) -> bool:
+    """Whether a schedule's state may go at log time `now_ms`: a leftover (deleted, or only
+    ever asked for and refused, with no change waiting for an answer) for longer than the
+    retention. Its fired runs expire as runs; a change naming it later starts afresh."""
+    since = None if schedule is None else schedule.idle_since_ms
+    return (since is not None and partition.retention_ms > 0
+            and since + partition.retention_ms <= now_ms)
+
+
 def expire(partition: PartitionState, record: ev.PartitionRunsExpired, offset: int,
            timestamp_ms: int, facts: ExpiryFacts) -> tuple[PartitionState, ExpiryChange]:
     """Apply an accepted expiry decision: the eligible lineages, the tombstones that may go,
@@ -76,11 +87,14 @@ def expire(partition: PartitionState, record: ev.PartitionRunsExpired, offset: i
     dropped = tuple(stone for run_id in dict.fromkeys(record.dropped)
                     if (stone := facts.tombstones.get(run_id)) is not None
                     and tombstone_may_go(partition, stone, timestamp_ms))
+    schedules = tuple(schedule for schedule_id in dict.fromkeys(record.schedules)
+                      if (schedule := facts.schedules.get(schedule_id)) is not None
+                      and schedule_may_go(partition, schedule, timestamp_ms))
     trim_from = partition.trimmed_before
     trim_before = trim_from
     if record.trim_before is not None and trim_from < record.trim_before <= offset:
         trim_before = record.trim_before
-    change = ExpiryChange(tuple(expired), dropped, trim_from, trim_before)
+    change = ExpiryChange(tuple(expired), dropped, schedules, trim_from, trim_before)
     if trim_before != trim_from:
         partition = replace(partition, trimmed_before=trim_before)
     return partition, change
@@ -132,6 +146,11 @@ class RetentionReads(Protocol):
 
     def tombstone(self, run_id: str) -> Tombstone | None: ...
 
+    def idle_schedules(self, partition: int, until_ms: int, limit: int
+                       ) -> list[tuple[int, str]]: ...
+
+    def schedule(self, schedule_id: str) -> ScheduleState | None: ...
+
 
 LineageLookup = Callable[[int, str, int], "LineageFacts | None"]
 
@@ -162,6 +181,10 @@ def sweep_body(store: RetentionReads, partition: PartitionState, now_ms: int,
         number, now_ms - tombstone_retention_ms(partition), SWEEP_LOOK)
         if tombstone_may_go(partition, store.tombstone(run_id), now_ms)
     ][:batch]
-    if not expired and not dropped:
+    schedules = [schedule_id for _, schedule_id in store.idle_schedules(
+        number, now_ms - partition.retention_ms, batch)
+        if schedule_may_go(partition, store.schedule(schedule_id), now_ms)]
+    if not expired and not dropped and not schedules:
         return None
-    return {"partition": number, "expired": expired, "settled_ms": settled, "dropped": dropped}
+    return {"partition": number, "expired": expired, "settled_ms": settled, "dropped": dropped,
+            "schedules": schedules}

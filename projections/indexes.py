@@ -188,6 +188,12 @@ class IndexReads:
         in due order: the schedules whose owner must fire (or skip) now."""
         return _timed(self._scan(keys.fire_prefix(partition)), until_ms, limit)
 
+    def idle_schedules(self, partition: int, until_ms: int, limit: int
+                       ) -> list[tuple[int, str]]:
+        """Up to `limit` (since ms, schedule id) of `partition`'s leftover schedules
+        (ScheduleState.idle_since_ms) idle since at or before `until_ms`, oldest first."""
+        return _timed(self._scan(keys.idle_schedule_prefix(partition)), until_ms, limit)
+
     def next_schedule_ms(self, partition: int) -> int | None:
         for due, _ in self.due_schedules(partition, 10**15 - 1, 1):
             return due

@@ -110,6 +110,16 @@ def fire_key(partition: int, due_ms: int, schedule_id: str) -> bytes:
     return fire_prefix(partition) + b"%015d/%s" % (due_ms, schedule_id.encode())
 
 
+def idle_schedule_prefix(partition: int) -> bytes:
+    return b"u/%05d/" % partition
+
+
+def idle_schedule_key(partition: int, since_ms: int, schedule_id: str) -> bytes:
+    """A schedule by since when it is a leftover (ScheduleState.idle_since_ms): what the
+    retention sweep drops once that is older than the retention."""
+    return idle_schedule_prefix(partition) + b"%015d/%s" % (since_ms, schedule_id.encode())
+
+
 def wait_key(partition: int, kind: str, run_id: str) -> bytes:
     return b"w/%05d/%s/%s" % (partition, kind.encode(), run_id.encode())
 

@@ -7,7 +7,7 @@ model's secondary reader folds the records its primary has not applied yet into 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from runstream.engine.journal import JournalRecord
@@ -172,17 +172,28 @@ class MemoryStore:
         for schedule_id, schedule in self.schedules.items():
             if schedule is not None and schedule.partition == partition:
                 held.add(schedule_id)
+            elif schedule is None:
+                held.discard(schedule_id)
         return sorted(held)
 
     def due_schedules(self, partition: int, until_ms: int, limit: int
                       ) -> list[tuple[int, str]]:
-        due = []
+        return self._schedules_by(partition, until_ms, limit, lambda s: s.due_ms)
+
+    def idle_schedules(self, partition: int, until_ms: int, limit: int
+                       ) -> list[tuple[int, str]]:
+        return self._schedules_by(partition, until_ms, limit, lambda s: s.idle_since_ms)
+
+    def _schedules_by(self, partition: int, until_ms: int, limit: int,
+                      when: Callable[[ScheduleState], int | None]) -> list[tuple[int, str]]:
+        """A time index of schedules, as ProjectionStore's (a scan here)."""
+        found = []
         for schedule_id in self.schedule_ids(partition):
             schedule = self.schedule(schedule_id)
-            when = None if schedule is None else schedule.due_ms
-            if when is not None and when <= until_ms:
-                due.append((when, schedule_id))
-        return sorted(due)[:limit]
+            at = None if schedule is None else when(schedule)
+            if at is not None and at <= until_ms:
+                found.append((at, schedule_id))
+        return sorted(found)[:limit]
 
     def next_schedule_ms(self, partition: int | None = None) -> int | None:
         parts = self.partitions if partition is None else [partition]
@@ -253,6 +264,8 @@ class MemoryStore:
             self.tombstones[stone.run_id] = None
             self._named.discard(stone.run_id)
             self._last.pop(stone.run_id, None)
+        for schedule in expiry.schedules:
+            self.schedules[schedule.schedule_id] = None
 
     def _index_timer(self, partition: int, run_id: str, run: RunState | None) -> None:
         wait = run.wait if run is not None else None

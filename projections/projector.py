@@ -307,7 +307,9 @@ class Projector:
         for run_id, settled_ms in zip(record.expired, record.settled_ms, strict=False):
             lineages[run_id] = self.lineage_facts(partition, run_id, settled_ms)
         tombstones = {run_id: self.store.tombstone(run_id) for run_id in record.dropped}
-        return ExpiryFacts(lineages, tombstones)
+        schedules = {schedule_id: self.store.schedule(schedule_id)
+                     for schedule_id in record.schedules}
+        return ExpiryFacts(lineages, tombstones, schedules)
 
     def lineage_facts(self, partition: int, run_id: str, settled_ms: int
                       ) -> LineageFacts | None:

@@ -84,3 +84,9 @@ class ScheduleState(_Frozen, frozen=True, array_like=True):
             return None
         jitter = 0 if self.spec is None else self.spec.jitter_ms
         return self.next_fire_ms + jitter_ms(self.schedule_id, self.next_fire_ms, jitter)
+
+    @property
+    def idle_since_ms(self) -> int | None:
+        """Since when it is only a leftover (deleted, or never created, with no change
+        waiting for an answer): retention drops it that long after (projections.expiry)."""
+        return None if self.exists or self.changes else self.updated_ms

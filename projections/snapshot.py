@@ -35,11 +35,11 @@ CHUNK_BYTES = 900 * 1024
 MANIFEST = "manifest"
 
 # Keys whose partition follows their prefix as %05d.
-_PARTITIONED = frozenset(b"pvigfqodtwxyekan")
+_PARTITIONED = frozenset(b"pvigfqodtwxyekanu")
 # Keys named by a run id (up to NUL for journals), which the run's lineage places.
 _RUN_KEYED = frozenset(b"rjlbc")
 # Every prefix of the layout (projections.keys) but m/ (the store's own), in byte order.
-_LETTERS = "abcdefghijklnopqrstvwxy"
+_LETTERS = "abcdefghijklnopqrstuvwxy"
 
 
 class SnapshotInvalid(Exception):

@@ -9,7 +9,7 @@ of the timer index. The request index's bounds are here because both stores prun
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 
@@ -101,6 +101,7 @@ class LineageFacts:
 class ExpiryFacts:
     lineages: dict[str, LineageFacts | None]  # by the final round's id; None: not held
     tombstones: dict[str, Tombstone | None]  # the tombstones asked to go
+    schedules: dict[str, ScheduleState | None] = field(default_factory=dict)  # asked to go
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +117,7 @@ class ExpiryChange:
 
     expired: tuple[ExpiredLineage, ...] = ()
     dropped: tuple[Tombstone, ...] = ()
+    schedules: tuple[ScheduleState, ...] = ()  # leftover schedules whose state goes
     trim_from: int = 0  # partition bookkeeping in [trim_from, trim_before) goes
     trim_before: int = 0
 

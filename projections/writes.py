@@ -15,6 +15,7 @@ the next record of that run (and every hash after it) differ.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from hashlib import blake2b as _blake2b
 from typing import Protocol
 
@@ -175,6 +176,8 @@ def put_expiry(batch: Batch, partition: int, expiry: ExpiryChange) -> None:
         batch.delete(keys.tombstone_key(stone.run_id))
         batch.delete(keys.tombstone_index_key(partition, stone.expired_ms, stone.run_id))
         _delete_history(batch, stone.run_id)
+    for schedule in expiry.schedules:
+        put_schedule(batch, schedule.schedule_id, schedule, None)
     if expiry.trim_before > expiry.trim_from:
         for key in (keys.partition_history_key, keys.fenced_key, keys.dead_letter_key):
             batch.delete_range(key(partition, expiry.trim_from), key(partition, expiry.trim_before))
@@ -210,6 +213,7 @@ def chain(previous: bytes, change: RecordWrite, encoded: Encoded) -> bytes:
         parts.extend(encode_state(stone) for lineage in change.expiry.expired
                      for stone in lineage.tombstones)
         parts.extend(b"-" + stone.run_id.encode() for stone in change.expiry.dropped)
+        parts.extend(b"~" + gone.schedule_id.encode() for gone in change.expiry.schedules)
     return _blake2b(b"\x1f".join(parts), digest_size=HASH_BYTES).digest()
 
 
@@ -268,13 +272,8 @@ def put_schedule(batch: Batch, schedule_id: str, before: ScheduleState | None,
                  after: ScheduleState | None) -> bytes:
     """A schedule's key, its partition's index of schedules and its fire index entry;
     returns its new bytes (b"": deleted)."""
-    old = None if before is None else before.due_ms
-    new = None if after is None else after.due_ms
-    if old != new:
-        if old is not None and before is not None:
-            batch.delete(keys.fire_key(before.partition, old, schedule_id))
-        if new is not None and after is not None:
-            batch.put(keys.fire_key(after.partition, new, schedule_id), b"")
+    _move(batch, keys.fire_key, schedule_id, before, after, lambda s: s.due_ms)
+    _move(batch, keys.idle_schedule_key, schedule_id, before, after, lambda s: s.idle_since_ms)
     if after is None:
         if before is not None:
             batch.delete(keys.schedule_index_key(before.partition, schedule_id))
@@ -285,6 +284,20 @@ def put_schedule(batch: Batch, schedule_id: str, before: ScheduleState | None,
     value = encode_state(after)
     batch.put(keys.schedule_key(schedule_id), value)
     return value
+
+
+def _move(batch: Batch, key: Callable[[int, int, str], bytes], schedule_id: str,
+          before: ScheduleState | None, after: ScheduleState | None,
+          when: Callable[[ScheduleState], int | None]) -> None:
+    """A schedule's entry in one of its time indexes (`key`), where `when` places it."""
+    old = None if before is None else when(before)
+    new = None if after is None else when(after)
+    if old == new:
+        return
+    if old is not None and before is not None:
+        batch.delete(key(before.partition, old, schedule_id))
+    if new is not None and after is not None:
+        batch.put(key(after.partition, new, schedule_id), b"")
 
 
 def put_deadline(batch: Batch, before: RunState | None, after: RunState | None) -> None:

@@ -677,33 +677,6 @@ class PartitionEpochClaimed:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PartitionRunsExpired:
-    """The owner's retention sweep: settled lineages that leave the projection (each round replaced
-    by a tombstone), tombstones that go, and partition bookkeeping before an offset that goes.
-    The reducer re-checks every id and skips those not eligible; the records themselves stay on
-    the journal.
-    """
-
-    TYPE: ClassVar[str] = "partition.runs-expired"
-    KIND: ClassVar[str] = "decision"
-    SCHEMA_ID: ClassVar[int] = 163
-
-    envelope: Envelope
-    partition: int
-    # Lineages to expire, each named by its final round (settled, not handed off); its earlier
-    # rounds expire with it.
-    expired: list[str] = _field(default_factory=list)
-    # The log time each expired lineage settled at, as the settle index holds it (same order as
-    # expired).
-    settled_ms: list[int] = _field(default_factory=list)
-    # Run ids whose tombstones go: the id is free again.
-    dropped: list[str] = _field(default_factory=list)
-    # Partition bookkeeping (claims and heartbeats, the fencing ledger, dead letters) at offsets
-    # below this goes.
-    trim_before: int | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionSnapshotTaken:
     """The owner wrote a snapshot of the partition's projection at `offset` to <ns>.snapshots: the
     anchor a loader must find applied before it trusts that snapshot (a zombie's or a client's
@@ -1128,6 +1101,36 @@ class RunCreateRequested:
     schedule_id: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionRunsExpired:
+    """The owner's retention sweep: settled lineages that leave the projection (each round replaced
+    by a tombstone), tombstones that go, deleted schedules whose state goes, and partition
+    bookkeeping before an offset that goes. The reducer re-checks every id and skips those not
+    eligible; the records themselves stay on the journal.
+    """
+
+    TYPE: ClassVar[str] = "partition.runs-expired"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 180
+
+    envelope: Envelope
+    partition: int
+    # Lineages to expire, each named by its final round (settled, not handed off); its earlier
+    # rounds expire with it.
+    expired: list[str] = _field(default_factory=list)
+    # The log time each expired lineage settled at, as the settle index holds it (same order as
+    # expired).
+    settled_ms: list[int] = _field(default_factory=list)
+    # Schedules whose state goes: deleted (or never created) longer than the retention ago, with no
+    # change request waiting for an answer. Their records stay on the journal.
+    schedules: list[str] = _field(default_factory=list)
+    # Run ids whose tombstones go: the id is free again.
+    dropped: list[str] = _field(default_factory=list)
+    # Partition bookkeeping (claims and heartbeats, the fencing ledger, dead letters) at offsets
+    # below this goes.
+    trim_before: int | None = None
+
+
 # Any journal record; narrow with isinstance() or match on the class.
 JournalRecord: TypeAlias = (
     RunCreateRejected
@@ -1158,7 +1161,6 @@ JournalRecord: TypeAlias = (
     | RunForkRequested
     | RunResumeRequested
     | PartitionEpochClaimed
-    | PartitionRunsExpired
     | PartitionSnapshotTaken
     | StepFailed
     | RunCreated
@@ -1174,6 +1176,7 @@ JournalRecord: TypeAlias = (
     | ScheduleSkipped
     | ScheduleChangeRejected
     | RunCreateRequested
+    | PartitionRunsExpired
 )
 
 # Record type string (the rs-type header and envelope.type) → class.
@@ -1206,7 +1209,6 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "run.fork-requested": RunForkRequested,
     "run.resume-requested": RunResumeRequested,
     "partition.epoch-claimed": PartitionEpochClaimed,
-    "partition.runs-expired": PartitionRunsExpired,
     "partition.snapshot-taken": PartitionSnapshotTaken,
     "step.failed": StepFailed,
     "run.created": RunCreated,
@@ -1222,6 +1224,7 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "schedule.skipped": ScheduleSkipped,
     "schedule.change-rejected": ScheduleChangeRejected,
     "run.create-requested": RunCreateRequested,
+    "partition.runs-expired": PartitionRunsExpired,
 }
 
 REQUEST_TYPES: frozenset[str] = frozenset(
@@ -1261,7 +1264,6 @@ DECISION_TYPES: frozenset[str] = frozenset(
         "step.completed",
         "run.fork-answered",
         "partition.epoch-claimed",
-        "partition.runs-expired",
         "partition.snapshot-taken",
         "step.failed",
         "run.created",
@@ -1274,5 +1276,6 @@ DECISION_TYPES: frozenset[str] = frozenset(
         "schedule.fired",
         "schedule.skipped",
         "schedule.change-rejected",
+        "partition.runs-expired",
     }
 )

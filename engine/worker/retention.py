@@ -94,7 +94,7 @@ class RetentionSweeper:
             if body is None and (trim is None or due < TRIM_ALONE):
                 continue
             body = body or {"partition": own.partition, "expired": [], "settled_ms": [],
-                            "dropped": []}
+                            "dropped": [], "schedules": []}
             body["trim_before"] = trim
             record = decision(ev.PartitionRunsExpired, run_id="",
                               lineage_id=f"partition/{own.partition}", epoch=own.epoch,

@@ -4,11 +4,13 @@ without touching the others. Real RocksDB, the committed journal fixtures (no br
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from runstream.engine.journal import JournalRecord
+from runstream.projections import keys
 from runstream.projections.partitioning import run_partition
 from runstream.projections.projector import Projector
 from runstream.projections.snapshot import (
@@ -125,7 +127,10 @@ def test_a_manifest_round_trips_and_garbage_is_invalid() -> None:
 def test_ranges_cover_every_prefix_in_byte_order() -> None:
     starts = [start for start, _, _ in partition_ranges(7)]
     assert starts == sorted(starts)
-    assert [s[:1].decode() for s in starts] == list("abcdefghijklnopqrstvwxy")
+    assert [s[:1].decode() for s in starts] == list("abcdefghijklnopqrstuvwxy")
+    # Every prefix projections.keys writes but m/ (the store's own) is in a range.
+    layout = set(re.findall(r'b"([a-z])/', Path(keys.__file__).read_text())) - {"m"}
+    assert layout == {s[:1].decode() for s in starts}
 
 
 def test_loading_a_partition_replaces_it_alone_and_is_marked_until_finished(
