@@ -1,6 +1,6 @@
 """`runstream schedule ...`: create, list, describe, update, pause, unpause, delete, trigger
-and backfill a schedule. Each command is one application function (below, then the click
-command that calls it); `--json` on every command that prints data."""
+and backfill a schedule, and read its history. Each command is one application function
+(below, then the click command that calls it); `--json` on every command that prints data."""
 
 from __future__ import annotations
 
@@ -15,7 +15,10 @@ from runstream.engine.cli.errors import UserError
 from runstream.engine.cli.options import bootstrap_option, namespace_option, print_json
 from runstream.engine.client.client import Client
 from runstream.engine.config import parse_duration
+from runstream.engine.readmodel.rows import HistoryRow
 from runstream.engine.readmodel.schedule_view import schedule_lines, schedule_view
+from runstream.engine.timetravel.history import format_history, schedule_history
+from runstream.projections.partitioning import run_partition
 
 # -- the application functions ------------------------------------------------------------------
 
@@ -59,6 +62,23 @@ def change_schedule(bootstrap: str | None, namespace: str | None, action: str,
             out["run_id"] = answer
         return out
     return asyncio.run(_with_client(bootstrap, namespace, changed))  # type: ignore[no-any-return]
+
+
+async def _history(client: Client, schedule_id: str, limit: int) -> list[dict[str, Any]]:
+    model = await client.read_model()
+    partition = run_partition(schedule_id, model.partitions)
+    view = await model.complete(await model.catch_up([partition]), partitions=[partition])
+    rows = schedule_history(view, schedule_id, partition)
+    if not rows:
+        raise UserError(f"no record of schedule {schedule_id!r} is held (never made, or "
+                        f"trimmed by retention)")
+    return [row.as_dict() for row in rows[-limit:]]
+
+
+def history_of_schedule(bootstrap: str | None, namespace: str | None, schedule_id: str,
+                        limit: int) -> list[dict[str, Any]]:
+    return asyncio.run(_with_client(  # type: ignore[no-any-return]
+        bootstrap, namespace, lambda c: _history(c, schedule_id, limit)))
 
 
 # -- the commands -------------------------------------------------------------------------------
@@ -214,3 +234,20 @@ def describe(schedule_id: str, as_json: bool, bootstrap: str | None,
 def list_(as_json: bool, bootstrap: str | None, namespace: str | None) -> None:
     """Every schedule of the namespace."""
     _echo(list_schedules(bootstrap, namespace), as_json)
+
+
+@schedule.command("history")
+@click.argument("schedule_id")
+@click.option("--limit", type=click.IntRange(min=1), default=200, show_default=True,
+              help="The latest this many records.")
+@_common
+def history(schedule_id: str, limit: int, as_json: bool, bootstrap: str | None,
+            namespace: str | None) -> None:
+    """SCHEDULE_ID's records: changes asked and answered, fires, skips, settled runs."""
+    rows = history_of_schedule(bootstrap, namespace, schedule_id, limit)
+    if as_json:
+        print_json(rows)
+        return
+    for line in format_history([HistoryRow(**row) for row in rows]):
+        click.echo(line)
+    click.echo(f"{len(rows)} record(s)")

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runstream.engine.journal import JournalRecord, record_to_dict
+from runstream.engine.journal.timetext import iso_time
 from runstream.projections.replay import record_of
 from runstream.projections.values import HistoryEntry
 
@@ -41,9 +42,21 @@ def history_rows(items: Iterable[HistoryEntry]) -> list[HistoryRow]:
     return [_row(item, record_of(item)) for item in items]
 
 
+# A schedule record's fields worth a row (its instants as ISO times, by their names less _ms).
+_SCHEDULE_FIELDS = ("action", "run_id", "status", "reason", "count", "cancel_run_id", "flow",
+                    "cron", "every_ms", "timezone", "overlap", "paused", "note", "error")
+_SCHEDULE_INSTANTS = ("nominal_ms", "first_ms", "last_ms", "next_fire_ms", "start_ms",
+                      "end_ms")
+
+
 def _row(item: HistoryEntry, record: JournalRecord) -> HistoryRow:
     body = record_to_dict(record)
-    detail = {k: body[k] for k in _DETAIL_FIELDS if _worth_showing(body.get(k))}
+    if record.TYPE.startswith("schedule."):
+        detail = {k: body[k] for k in _SCHEDULE_FIELDS if _worth_showing(body.get(k))}
+        detail.update({k[:-3]: iso_time(body[k]) for k in _SCHEDULE_INSTANTS
+                       if body.get(k) is not None})
+    else:
+        detail = {k: body[k] for k in _DETAIL_FIELDS if _worth_showing(body.get(k))}
     env = record.envelope
     return HistoryRow(item.partition, item.offset, item.timestamp_ms, record.TYPE,
                       item.verdict.value, env.source_id, env.epoch, detail)

@@ -37,6 +37,23 @@ def run_history(view: View, run_id: str) -> list[HistoryRow]:
     return history_rows(items)
 
 
+def schedule_history(view: View, schedule_id: str, partition: int) -> list[HistoryRow]:
+    """Every record of the schedule its partition still holds (retention trims them with
+    the partition's own records), requests and decisions, in log order; its fired runs'
+    records are in their own histories."""
+    items = []
+    for item in view.partition_history(partition):
+        if not item.type.startswith("schedule."):
+            continue
+        try:
+            record = record_of(item)
+        except DecodeError:
+            continue
+        if getattr(record, "schedule_id", None) == schedule_id:
+            items.append(item)
+    return history_rows(items)
+
+
 def state_at(view: View, run_id: str, *, offset: int | None = None,
              timestamp_ms: int | None = None) -> PastRun:
     """The run right after `offset` of its partition (or at log time `timestamp_ms`)."""

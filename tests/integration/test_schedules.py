@@ -1,7 +1,8 @@
 """Schedules on a real broker: a worker fires an `every=2s` schedule at its instants in real
 time through every door (a Client with a Flow and by name, the CLI, a change request a plain
-producer writes from schemas/ alone); the CLI lists, describes, pauses, unpauses, triggers
-and deletes; a kill -9 of the owner between fires loses no fire and doubles none."""
+producer writes from schemas/ alone); the CLI lists, describes, pauses, unpauses, triggers,
+deletes and shows a schedule's history; a kill -9 of the owner between fires loses no fire
+and doubles none."""
 
 from __future__ import annotations
 
@@ -129,6 +130,17 @@ async def _cli_controls(bootstrap: str, namespace: str, tmp_path: Path,
     assert (await run("delete", "by-cli")).code == 0
     gone = await run("describe", "by-cli")
     assert gone.code != 0 and "no schedule 'by-cli'" in gone.err
+    rows = json.loads((await run("history", "by-cli", "--json")).out)
+    types = [row["type"] for row in rows]
+    assert types[:2] == ["schedule.change-requested", "schedule.created"], types
+    assert {"schedule.fired", "schedule.run-settled", "schedule.updated",
+            "schedule.deleted"} <= set(types), types
+    fired = [row["detail"] for row in rows if row["type"] == "schedule.fired"]
+    assert fired[0]["run_id"].startswith("by-cli@") and fired[0]["nominal"].endswith("Z")
+    shown = (await run("history", "by-cli")).out
+    assert "schedule.deleted" in shown and f"{len(rows)} record(s)" in shown
+    unknown = await run("history", "no-such")
+    assert unknown.code != 0 and "no record of schedule 'no-such'" in unknown.err
 
 
 async def test_a_kill_9_of_the_owner_loses_no_fire_and_doubles_none(
