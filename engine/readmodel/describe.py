@@ -209,12 +209,14 @@ def retry_view(run: RunState, entries: Iterable[JournalEntry]) -> dict[str, Any]
         return None
     attempt = entry.attempts + 1
     error = f"{entry.error_type}: {entry.error_message}"
+    command = shlex.join(["runstream", "run", "resume", run.run_id])
     return {"step": entry.name, "position": entry.position, "next_attempt": attempt,
             "due_ms": wait.due_ms, "last_error": {"type": entry.error_type,
                                                    "message": entry.error_message},
+            "command": command,
             "text": f"step {entry.name!r} (position {entry.position}) waits to retry: attempt "
                     f"{attempt} at {iso_time(wait.due_ms)}; last error {error}; "
-                    f"`runstream run resume {run.run_id}` runs it now"}
+                    f"`{command}` runs it now"}
 
 
 def _pending_note(run: RunState) -> str | None:

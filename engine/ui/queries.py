@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runstream.engine.errors import InvalidInput, RunNotFound
-from runstream.engine.readmodel.describe import run_view
+from runstream.engine.readmodel.describe import retry_view, run_view, waits_to_retry
 from runstream.engine.readmodel.lookups import expired_error
 from runstream.engine.readmodel.rows import HistoryRow, history_rows
 from runstream.engine.readmodel.view import View
@@ -122,6 +122,7 @@ class RunDetail:
     total_rounds: int
     children: list[Related]
     total_children: int
+    retry: dict[str, Any] | None = None  # a durable retry wait (describe.retry_view)
 
     @property
     def timeline(self) -> list[tuple[int, HistoryRow]]:
@@ -147,7 +148,9 @@ def run_detail(view: View, run_id: str) -> RunDetail:
         raise RunNotFound(run_id)
     rounds, total_rounds = _rounds(view, run)
     children, total_children = _children(view, run_id)
-    return RunDetail(run, history_rows(items), rounds, total_rounds, children, total_children)
+    retry = retry_view(run, view.entries(run_id)) if waits_to_retry(run) else None
+    return RunDetail(run, history_rows(items), rounds, total_rounds, children, total_children,
+                     retry)
 
 
 def _related(view: View, run_id: str, round_number: int, position: int | None = None

@@ -28,6 +28,7 @@ def run_page(detail: RunDetail, state: StateAt, *, context: str, dry_run_app: st
     parts = [
         _header(view, run.parent_run_id),
         _summary(view),
+        _retry_section(detail.retry),
         _related_section("Rounds", "rounds", detail.rounds, detail.total_rounds, run.run_id),
         _related_section("Children", "children", detail.children, detail.total_children,
                          run.run_id),
@@ -62,6 +63,21 @@ def _summary(view: dict[str, Any]) -> str:
         facts.append(("error", esc(f'{view["error"]["type"]}: {view["error"]["message"]}')))
     cells = "".join(f"<div><dt>{name}</dt><dd>{value}</dd></div>" for name, value in facts)
     return f'<section><dl class="facts">{cells}</dl></section>'
+
+
+def _retry_section(retry: dict[str, Any] | None) -> str:
+    """A run waiting out a durable retry backoff: the step, the next attempt and when, the
+    last error, and the command that runs it now."""
+    if retry is None:
+        return ""
+    error = retry["last_error"]
+    facts = [("step", f'<code>{esc(retry["step"])}</code> (position {retry["position"]})'),
+             ("next attempt", f'{retry["next_attempt"]} at {time_tag(retry["due_ms"])}'),
+             ("last error", esc(f'{error["type"]}: {error["message"]}')),
+             ("run it now", f'<code>{esc(retry["command"])}</code>')]
+    cells = "".join(f"<div><dt>{name}</dt><dd>{value}</dd></div>" for name, value in facts)
+    return (f'<section class="retry-wait"><h2>Waiting to retry</h2>'
+            f'<dl class="facts">{cells}</dl></section>')
 
 
 def _related_section(title: str, kind: str, related: list[Related], total: int,

@@ -34,7 +34,7 @@ from runstream.projections.partitioning import partition_for
 from tests.builders import Writer
 from tests.conftest import in_ci
 from tests.integration.support import status_or_none
-from tests.ui.flows import batch, broken, flows, nap, order
+from tests.ui.flows import batch, broken, flaky, flows, nap, order
 
 CHROMIUM = os.environ.get("RUNSTREAM_CHROMIUM", "/usr/bin/chromium")
 # As the machine notes say: no sandbox as root, and no background connections to a network
@@ -121,6 +121,7 @@ class Scene:
     batch_id: str = "batch-7"
     nap_id: str = "nap-1"
     broken_id: str = "broken-1"
+    flaky_id: str = "flaky-1"
 
     async def view(self) -> View:
         return await self.reference.catch_up()
@@ -188,6 +189,8 @@ async def _second_batch(client: Client, bootstrap: str, namespace: str) -> None:
     await shipped.result(timeout=30)
     await fan_out.result(timeout=60, follow=True)
     await _until(client, "order-1043", RunStatus.suspended)
+    await client.create_run(flaky, None, run_id="flaky-1")
+    await _until(client, "flaky-1", RunStatus.suspended)  # its first attempt failed
 
 
 async def serve(settings: UiSettings) -> tuple[web.AppRunner, str]:

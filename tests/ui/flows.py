@@ -1,18 +1,20 @@
 """Flows the UI tests run (in-process workers; `--app tests.ui.flows:flows` for dry runs):
 an order with steps, a signal wait and a timer; a batch that fans out to children and hands
-off to a next round; a run left sleeping; a run that fails."""
+off to a next round; a run left sleeping; a run that fails; a run left waiting out a durable
+retry backoff."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from runstream import Flow, FlowContext, Handoff
+from runstream import Flow, FlowContext, Handoff, RetryPolicy
 
 order = Flow("order")
 batch = Flow("batch", max_rounds=4)
 item = Flow("item")
 nap = Flow("nap")
 broken = Flow("broken")
+flaky = Flow("flaky")
 
 
 @order.handler
@@ -53,7 +55,16 @@ async def _broken(ctx: FlowContext, payload: Any) -> None:
     raise ValueError("broken on purpose")
 
 
-flows = [order, batch, item, nap, broken]
+@flaky.handler
+async def _flaky(ctx: FlowContext, payload: Any) -> None:
+    def call() -> None:
+        raise ConnectionError("the carrier's API is down")
+
+    await ctx.step("book-carrier", call, retry=RetryPolicy(max_attempts=3,
+                                                           initial_interval=3600))
+
+
+flows = [order, batch, item, nap, broken, flaky]
 
 
 # A later deploy of `order` for the dry run (`tests.ui.flows:renamed`): its second step is
@@ -71,4 +82,4 @@ async def _renamed_order(ctx: FlowContext, payload: dict[str, Any]) -> dict[str,
     return {"reserved": reserved, "charged": charged, "approved_by": approval, "parcel": parcel}
 
 
-renamed = [renamed_order, batch, item, nap, broken]
+renamed = [renamed_order, batch, item, nap, broken, flaky]

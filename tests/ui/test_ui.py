@@ -58,8 +58,8 @@ async def test_the_run_list_filters_by_status_flow_and_time(
     page = tab.page
     await page.goto(scene.base_url + "/")
     assert await listed(tab) == ordered(everything)
-    # nap, broken, two orders, the batch's two rounds and the two children of each
-    assert len(everything) == 10
+    # nap, broken, two orders, the batch's two rounds and the two children of each, flaky
+    assert len(everything) == 11
     await page.screenshot(path=str(screenshot_dir(tmp_path) / "ui-runs.png"), full_page=True)
 
     await page.select_option("#filter-status", "completed")
@@ -258,6 +258,23 @@ async def test_the_schedules_page_lists_each_schedule(scene: Scene, tab: Tab) ->
             listing = await response.json()
     assert [s["schedule_id"] for s in listing["schedules"]] == ["new-year"]
     assert listing["schedules"][0]["next_fires"][0] == iso_time(first)
+    tab.assert_clean()
+
+
+async def test_the_run_page_shows_a_durable_retry_wait(scene: Scene, tab: Tab) -> None:
+    await tab.page.goto(f"{scene.base_url}/run?id={scene.flaky_id}")
+    shown = await tab.page.locator("section.retry-wait").inner_text()
+    view = await scene.view()
+    run = view.run(scene.flaky_id)
+    assert run is not None and run.wait is not None and run.wait.due_ms is not None
+    assert "book-carrier" in shown and "(position 0)" in shown
+    assert "ConnectionError: the carrier's API is down" in shown
+    assert "runstream run resume flaky-1" in shown
+    due = await tab.page.locator("section.retry-wait time").get_attribute("datetime")
+    assert due is not None and due.startswith(iso_time(run.wait.due_ms)[:19])
+    assert "2 at" in shown  # the next attempt
+    await tab.page.goto(f"{scene.base_url}/run?id={scene.nap_id}")
+    assert await tab.page.locator("section.retry-wait").count() == 0
     tab.assert_clean()
 
 
