@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +118,41 @@ def assert_same_state(expected: dict[str, Any], state: dict[str, Any]) -> None:
                 assert new[field] == old[field], (kind, key, field)
             if kind == "runs":
                 assert new["steps"] == len(old["journal"])
+
+
+Folded = tuple[MemoryProjection, ProjectionStore, dict[str, list[Verdict]]]
+
+
+@contextmanager
+def folded_twice(path: Path, name: str) -> Iterator[Folded]:
+    """The fixture `name` folded in memory and into two RocksDB stores, one written record
+    by record and one in one batch (as a rebuild), which must hold the same keys and running
+    hashes: (memory, the first store, each record type's verdicts)."""
+    records = load(JOURNALS / f"{name}.jsonl")
+    memory = MemoryProjection(keep_history=True)
+    each, batch = ProjectionStore(path / "each"), ProjectionStore(path / "batch")
+    by_record, in_batch = Projector(each), Projector(batch)
+    verdicts: dict[str, list[Verdict]] = {}
+    try:
+        with batch.group():
+            for partition, offset, record, timestamp_ms in records:
+                verdict = memory.apply_record(partition, offset, record, timestamp_ms)
+                by_record.apply_record(partition, offset, record, timestamp_ms)
+                in_batch.apply_record(partition, offset, record, timestamp_ms)
+                verdicts.setdefault(record.TYPE, []).append(verdict)
+        assert list(each.items()) == list(batch.items())
+        partitions = sorted(memory.partitions)
+        assert [each.running_hash(p) for p in partitions] == [
+            batch.running_hash(p) for p in partitions]
+        yield memory, each, verdicts
+    finally:
+        each.close()
+        batch.close()
+
+
+def all_applied(verdicts: dict[str, list[Verdict]]) -> bool:
+    """Every record applied (or ignored: it changed nothing), none fenced or refused."""
+    return all(v in (Verdict.applied, Verdict.ignored) for vs in verdicts.values() for v in vs)
 
 
 @pytest.mark.parametrize("journal", sorted(JOURNALS.glob("*.jsonl")), ids=lambda p: p.stem)
@@ -407,20 +444,7 @@ def test_retention_fixture_expires_every_lineage_into_tombstones_and_rocksdb_agr
     rejected (`expired`), the signal refused; a store written record by record and one
     written in one batch (as a rebuild) hold the same keys and running hash."""
     records = load(JOURNALS / "retention-expiry.jsonl")
-    memory = MemoryProjection(keep_history=True)
-    each = ProjectionStore(tmp_path / "each")
-    batch = ProjectionStore(tmp_path / "batch")
-    by_record, in_batch = Projector(each), Projector(batch)
-    verdicts: dict[str, list[Verdict]] = {}
-    try:
-        with batch.group():
-            for partition, offset, record, timestamp_ms in records:
-                verdict = memory.apply_record(partition, offset, record, timestamp_ms)
-                by_record.apply_record(partition, offset, record, timestamp_ms)
-                in_batch.apply_record(partition, offset, record, timestamp_ms)
-                verdicts.setdefault(record.TYPE, []).append(verdict)
-        assert list(each.items()) == list(batch.items())
-        assert [each.running_hash(p) for p in (0, 1)] == [batch.running_hash(p) for p in (0, 1)]
+    with folded_twice(tmp_path, "retention-expiry") as (memory, each, verdicts):
         assert memory.runs == {} and not any(k.startswith(b"r/") for k, _ in each.items())
         expected = {"plain", "broken", "family", "relay", "relay~1", "relay~2", "held"}
         stones = {key[2:].decode() for key, _ in each.items() if key.startswith(b"b/")}
@@ -431,9 +455,6 @@ def test_retention_fixture_expires_every_lineage_into_tombstones_and_rocksdb_agr
             assert stone.first_offset <= stone.last_offset < stone.expired_offset
         assert {each.tombstone(r).status for r in ("plain", "broken")} == {  # type: ignore[union-attr]
             RunStatus.completed, RunStatus.failed}
-    finally:
-        each.close()
-        batch.close()
     assert Verdict.refused in verdicts[ev.RunSignalSent.TYPE]
     rejected = [r for _, _, r, _ in records if isinstance(r, ev.RunCreateRejected)]
     assert [r.reason for r in rejected] == ["expired"]
@@ -447,21 +468,8 @@ def test_retries_fixture_waits_out_durable_backoffs_and_times_out(tmp_path: Path
     that timed out; a child wait that timed out. Every record applies, and a store written
     record by record and one written in one batch agree."""
     records = load(JOURNALS / "retries-timeouts.jsonl")
-    memory = MemoryProjection(keep_history=True)
-    each, batch = ProjectionStore(tmp_path / "each"), ProjectionStore(tmp_path / "batch")
-    by_record, in_batch = Projector(each), Projector(batch)
-    try:
-        with batch.group():
-            for partition, offset, record, timestamp_ms in records:
-                verdict = memory.apply_record(partition, offset, record, timestamp_ms)
-                assert verdict in (Verdict.applied, Verdict.ignored), (record.TYPE, verdict)
-                by_record.apply_record(partition, offset, record, timestamp_ms)
-                in_batch.apply_record(partition, offset, record, timestamp_ms)
-        assert list(each.items()) == list(batch.items())
-        assert [each.running_hash(p) for p in (0, 1)] == [batch.running_hash(p) for p in (0, 1)]
-    finally:
-        each.close()
-        batch.close()
+    with folded_twice(tmp_path, "retries-timeouts") as (memory, _, verdicts):
+        assert all_applied(verdicts)
     runs = memory.runs
     assert runs["durable"].status is RunStatus.completed and runs["durable"].wait is None
     assert runs["resumed"].wake_reason == "operator"
@@ -483,22 +491,9 @@ def test_run_timeouts_fixture_times_out_interrupts_and_carries_a_lineage_deadlin
     deadline, a lineage whose second round keeps the first's deadline, a timeout fixed by a
     later owner. Every record applies, the timer index holds no deadline of a settled run,
     and a store written record by record and one written in one batch agree."""
-    records = load(JOURNALS / "run-timeouts.jsonl")
-    memory = MemoryProjection(keep_history=True)
-    each, batch = ProjectionStore(tmp_path / "each"), ProjectionStore(tmp_path / "batch")
-    by_record, in_batch = Projector(each), Projector(batch)
-    try:
-        with batch.group():
-            for partition, offset, record, timestamp_ms in records:
-                verdict = memory.apply_record(partition, offset, record, timestamp_ms)
-                assert verdict in (Verdict.applied, Verdict.ignored), (record.TYPE, verdict)
-                by_record.apply_record(partition, offset, record, timestamp_ms)
-                in_batch.apply_record(partition, offset, record, timestamp_ms)
-        assert list(each.items()) == list(batch.items())
+    with folded_twice(tmp_path, "run-timeouts") as (memory, each, verdicts):
+        assert all_applied(verdicts)
         assert [each.next_due_ms(p) for p in (0, 1)] == [None, None]
-    finally:
-        each.close()
-        batch.close()
     runs = memory.runs
     for run_id in ("sleeper", "stuck", "asked"):
         assert (runs[run_id].status, runs[run_id].error_type) == (
@@ -544,3 +539,24 @@ def test_schedules_fixture_fires_skips_pauses_and_sends_settlements_back(
     for record in fired:
         run = memory.runs[record.run_id]
         assert run.schedule_id == record.schedule_id and run.status is RunStatus.completed
+
+
+def test_schedule_retention_fixture_drops_deleted_schedules_and_rocksdb_agrees(
+        tmp_path: Path) -> None:
+    """schedule-retention (recorded from a real worker with a 3 s retention by tests/
+    fixtures/record_schedule_retention_fixture.py): the deleted schedule's state and the
+    refused change's leftover go with their keys (state, partition index, leftover index),
+    the paused schedule stays; memory and both stores agree."""
+    with folded_twice(tmp_path, "schedule-retention") as (memory, each, verdicts):
+        assert all_applied(verdicts)
+        assert each.schedule("gone") is None and each.schedule("never") is None
+        kept = each.schedule("kept")
+        assert kept is not None and kept.paused and kept == memory.store.schedule("kept")
+        assert memory.store.schedule("gone") is None
+        held = {key.split(b"/", 1)[0] for key, _ in each.items()
+                if key.endswith(b"/gone") or key == b"c/gone" or key.endswith(b"/never")}
+        assert held == set(), held
+        assert not any(key.startswith(b"u/") for key, _ in each.items())
+    expiries = [r for _, _, r, _ in load(JOURNALS / "schedule-retention.jsonl")
+                if isinstance(r, ev.PartitionRunsExpired)]
+    assert {"gone", "never"} <= {s for r in expiries for s in r.schedules}
