@@ -146,20 +146,18 @@ def _decision(schedule: ScheduleState, record: ev.JournalRecord
     if isinstance(record, ev.ScheduleSkipped):
         buffered = record.last_ms if record.reason == "buffered" else answered.buffered_ms
         skipped = answered.skipped + (0 if record.reason == "buffered" else record.count)
-        handled = _handled(_handled(answered, record.first_ms), record.last_ms)
+        handled = extend(extend(answered.handled, answered.range_open, record.first_ms),
+                         True, record.last_ms)
         return replace(answered, skipped=skipped, handled=handled, range_open=True,
                        next_fire_ms=record.next_fire_ms, buffered_ms=buffered,
                        updated_ms=when), ()
     return answered, ()  # schedule.change-rejected: the change is answered
 
 
-def _handled(schedule: ScheduleState | tuple[tuple[int, int], ...], nominal_ms: int
-             ) -> tuple[tuple[int, int], ...]:
-    """The watermark's ranges with `nominal_ms`: the open range extended, else a new one."""
-    if isinstance(schedule, ScheduleState):
-        ranges, open_ = schedule.handled, schedule.range_open
-    else:
-        ranges, open_ = schedule, True
+def extend(ranges: tuple[tuple[int, int], ...], open_: bool, nominal_ms: int
+           ) -> tuple[tuple[int, int], ...]:
+    """The watermark's ranges with `nominal_ms`: the last range extended when it is still
+    open, else a new one (MAX_RANGES kept)."""
     if open_ and ranges:
         first, last = ranges[-1]
         return (*ranges[:-1], (min(first, nominal_ms), max(last, nominal_ms)))
@@ -189,7 +187,8 @@ def _fired(schedule: ScheduleState, record: ev.ScheduleFired
     made = replace(
         schedule, fires=schedule.fires + 1, recent=(*schedule.recent, fired)[-MAX_RECENT:],
         running=(*running, record.run_id)[-MAX_RUNNING:],
-        handled=_handled(schedule, record.nominal_ms) if own else schedule.handled,
+        handled=(extend(schedule.handled, schedule.range_open, record.nominal_ms) if own
+                 else schedule.handled),
         range_open=True if own else schedule.range_open,
         next_fire_ms=record.next_fire_ms if own else schedule.next_fire_ms,
         buffered_ms=None if record.reason == "buffered" else schedule.buffered_ms,

@@ -15,7 +15,8 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import TopicAuthorizationFailedError
 
-from runstream import Client
+from runstream import Client, Flow
 from runstream.engine.broker import BrokerCluster, BrokerError, find_java
 from runstream.engine.config import journal_topic, requests_topic, snapshot_topic
 from runstream.engine.demo.flows import CheckoutIn, PackingIn, checkout, packing, refund
@@ -317,20 +318,10 @@ async def test_a_restricted_authority_acts_only_on_runs_inside_its_ceiling_and_f
     the authority's reason. A fork request carrying a forged `charge` step (the first
     shape), a new-shape one carrying entries, or an owner's run.fork-part, sent by shop,
     is dead-lettered by the relay: no run with a forged step ever exists."""
-    namespace = await _namespace(secure, relayed=True)
     admin = security_of(secure, "admin")
-    await ensure_requests_topics(secure.bootstrap, namespace, ["shop"], security=admin)
-    await grant_role(bootstrap=secure.bootstrap, role="client", principal="User:shop",
-                     namespace=namespace, authority="shop", security=admin)
-    proc = _start_worker(secure.bootstrap, namespace, security_of(secure, "worker"), tmp_path,
-                         authorities='{"shop": ["email"]}')
-    try:
-        async with Client(bootstrap_servers=secure.bootstrap, namespace=namespace,
-                          flows=[checkout, packing], security=security_of(secure, "client"),
-                          read_model_dir=tmp_path / "client") as client, \
-                Client(bootstrap_servers=secure.bootstrap, namespace=namespace,
-                       flows=[checkout, packing], security=security_of(secure, "shop"),
-                       authority_name="shop", read_model_dir=tmp_path / "shop") as shop:
+    async with _shop_namespace(secure, tmp_path) as namespace:
+        client, shop = _client_and_shop(secure, namespace, tmp_path, [checkout, packing])
+        async with client, shop:
             paid = await client.create_run(checkout, CheckoutIn(order_id="o-out", amount=5),
                                            run_id="o-out")
             await paid.result(timeout=90)
@@ -388,9 +379,35 @@ async def test_a_restricted_authority_acts_only_on_runs_inside_its_ceiling_and_f
         assert not [r for r in journal if r.envelope.run_id == "forged"]
         assert not [r for r in journal if isinstance(r, ev.RunForkPart)
                     and r.envelope.run_id != "o-in-again"]
+    assert "Traceback" not in (tmp_path / "worker.log").read_text(errors="replace")
+
+
+@asynccontextmanager
+async def _shop_namespace(secure: BrokerCluster, tmp_path: Path) -> AsyncIterator[str]:
+    """A relayed namespace where User:shop sends as authority `shop` (limited to `email`),
+    served by a worker process for the block; yields the namespace."""
+    namespace = await _namespace(secure, relayed=True)
+    admin = security_of(secure, "admin")
+    await ensure_requests_topics(secure.bootstrap, namespace, ["shop"], security=admin)
+    await grant_role(bootstrap=secure.bootstrap, role="client", principal="User:shop",
+                     namespace=namespace, authority="shop", security=admin)
+    proc = _start_worker(secure.bootstrap, namespace, security_of(secure, "worker"), tmp_path,
+                         authorities='{"shop": ["email"]}')
+    try:
+        yield namespace
     finally:
         stop_process(proc, 20)
-    assert "Traceback" not in (tmp_path / "worker.log").read_text(errors="replace")
+
+
+def _client_and_shop(secure: BrokerCluster, namespace: str, tmp_path: Path,
+                     flows: list[Flow[Any, Any]]) -> tuple[Client, Client]:
+    """User:client (unrestricted) and User:shop (authority `shop`), not started yet."""
+    client = Client(bootstrap_servers=secure.bootstrap, namespace=namespace, flows=flows,
+                    security=security_of(secure, "client"), read_model_dir=tmp_path / "client")
+    shop = Client(bootstrap_servers=secure.bootstrap, namespace=namespace, flows=flows,
+                  security=security_of(secure, "shop"), authority_name="shop",
+                  read_model_dir=tmp_path / "shop")
+    return client, shop
 
 
 def _forged_forks() -> list[ev.JournalRecord]:
@@ -460,20 +477,9 @@ async def test_a_restricted_authority_schedules_only_within_its_ceiling(
     """Issue 20, item 4, in relay mode under SASL_SSL and ACLs: schedule changes go through
     the relay; User:shop's schedule fires runs inside shop's ceiling (`email`), and shop may
     not pause, trigger or delete User:client's unrestricted schedule."""
-    namespace = await _namespace(secure, relayed=True)
-    admin = security_of(secure, "admin")
-    await ensure_requests_topics(secure.bootstrap, namespace, ["shop"], security=admin)
-    await grant_role(bootstrap=secure.bootstrap, role="client", principal="User:shop",
-                     namespace=namespace, authority="shop", security=admin)
-    proc = _start_worker(secure.bootstrap, namespace, security_of(secure, "worker"), tmp_path,
-                         authorities='{"shop": ["email"]}')
-    try:
-        async with Client(bootstrap_servers=secure.bootstrap, namespace=namespace,
-                          flows=[packing], security=security_of(secure, "client"),
-                          read_model_dir=tmp_path / "client") as client, \
-                Client(bootstrap_servers=secure.bootstrap, namespace=namespace,
-                       flows=[packing], security=security_of(secure, "shop"),
-                       authority_name="shop", read_model_dir=tmp_path / "shop") as shop:
+    async with _shop_namespace(secure, tmp_path) as namespace:
+        client, shop = _client_and_shop(secure, namespace, tmp_path, [packing])
+        async with client, shop:
             await client.create_schedule("open", packing, PackingIn(order_id="s-open",
                                                                     seconds=0), every=2)
             await shop.create_schedule("mine", packing, PackingIn(order_id="s-mine",
@@ -489,8 +495,6 @@ async def test_a_restricted_authority_schedules_only_within_its_ceiling(
             await client.delete_schedule("open")
             with pytest.raises(ScheduleNotFound):
                 await client.describe_schedule("open")
-    finally:
-        stop_process(proc, 20)
 
 
 async def _first_fired(client: Client, schedule_id: str) -> str:

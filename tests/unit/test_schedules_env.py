@@ -5,6 +5,7 @@ trigger, backfill, and the changes the owner refuses."""
 
 from __future__ import annotations
 
+import inspect
 from datetime import UTC, datetime
 from typing import Any
 
@@ -144,3 +145,19 @@ async def test_the_owner_refuses_what_cannot_be_a_schedule() -> None:
         with pytest.raises(ScheduleRejected, match="does not exist"):
             await env.pause_schedule("missing")
         assert [s.schedule_id for s in env.list_schedules()] == ["ok"]
+
+
+@pytest.mark.parametrize("name", ["create_schedule", "update_schedule", "pause_schedule",
+                                  "unpause_schedule", "delete_schedule", "trigger_schedule",
+                                  "backfill_schedule"])
+def test_the_environment_takes_the_schedule_calls_the_client_takes(name: str) -> None:
+    """One set of keywords for both doors: a test written against the environment runs
+    against a worker unchanged (describe and list read the state, so they return values
+    not awaitables in the environment)."""
+    from runstream import Client
+
+    def parameters(method: Any) -> list[tuple[str, Any, Any]]:
+        return [(p.name, p.kind, p.default)
+                for p in inspect.signature(method).parameters.values()]
+
+    assert parameters(getattr(TestEnvironment, name)) == parameters(getattr(Client, name))
