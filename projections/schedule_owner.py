@@ -196,13 +196,19 @@ def on_due(view: OwnerView, schedule: ScheduleState, now_ms: int) -> list[Reacti
         return []
     following = next_fire(spec)
     records: list[Record] = []
+    # An instant is late by how long after its own due time (nominal plus its jitter) the
+    # owner acts: the jitter is a delay the schedule asked for, not a missed fire.
+    def due(instant: int) -> int:
+        return instant + cron.jitter_ms(schedule.schedule_id, instant, spec.jitter_ms)
+
     window_start = now_ms - max(spec.catchup_window_ms, MIN_CATCHUP_MS)
-    if nominal < window_start:
-        records.append(_late(schedule.schedule_id, nominal, window_start, following))
-        nominal = following(window_start - 1)
+    if due(nominal) < window_start:
+        late = _late(schedule.schedule_id, nominal, window_start, following, due)
+        records.append(late)
+        nominal = late[1]["next_fire_ms"]
     running = list(schedule.running)
     buffered = schedule.buffered_ms
-    while nominal <= now_ms and len(records) < MAX_FIRES:
+    while due(nominal) <= now_ms and len(records) < MAX_FIRES:
         after = following(nominal)
         record, running, buffered = _fire_or_skip(schedule, nominal, after, running, buffered)
         records.append(record)
@@ -210,11 +216,12 @@ def on_due(view: OwnerView, schedule: ScheduleState, now_ms: int) -> list[Reacti
     return [Write(carrier(schedule), tuple(_merged(records)), key)]
 
 
-def _late(schedule_id: str, first: int, window_start: int,
-          following: Callable[[int], int]) -> Record:
-    """The instants before the catch-up window (no owner ran then), skipped as one range."""
+def _late(schedule_id: str, first: int, window_start: int, following: Callable[[int], int],
+          due: Callable[[int], int]) -> Record:
+    """The instants due before the catch-up window (no owner ran then), skipped as one
+    range; its next_fire_ms is the first instant due within the window."""
     count, last, at = 0, first, first
-    while at < window_start and count < MAX_SCAN:
+    while due(at) < window_start and count < MAX_SCAN:
         count, last, at = count + 1, at, following(at)
     return (ev.ScheduleSkipped, {"schedule_id": schedule_id, "count": count,
                                  "first_ms": first, "last_ms": last,
