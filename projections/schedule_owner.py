@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from runstream.engine.journal import events as ev
+from runstream.engine.journal.input_limits import NameInvalid, check_name
 from runstream.projections import cron
 from runstream.projections.reactions import OwnerView, Reaction, Write
 from runstream.projections.schedule_state import (
@@ -86,12 +87,15 @@ def _answer(schedule: ScheduleState, change: Change, now_ms: int) -> list[Record
         if change.action == "create":
             if schedule.exists:
                 raise SpecInvalid(f"schedule {schedule.schedule_id!r} exists already")
+            # (a plain producer's create passes no client check: its fired runs' ids must
+            # stay valid run ids within the limit)
+            check_name("schedule id", schedule.schedule_id)
             return [(ev.ScheduleCreated, {**sid, **_state(_spec(given, None), given, now_ms)})]
         if not schedule.exists or schedule.spec is None:
             raise SpecInvalid(f"schedule {schedule.schedule_id!r} does not exist")
         _check_authority(schedule.spec, given)
         return _change_existing(schedule, change, given, now_ms)
-    except (SpecInvalid, cron.CronInvalid, ValueError) as exc:
+    except (SpecInvalid, cron.CronInvalid, NameInvalid, ValueError) as exc:
         return [(ev.ScheduleChangeRejected, {**sid, "reason": str(exc)})]
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from runstream import Flow, ScheduleNotFound, ScheduleRejected
 from runstream.engine.journal import events as ev
+from runstream.engine.journal.records import request_envelope
 from runstream.projections.cron import fired_run_id
 from runstream.projections.state import RunStatus
 from runstream.testing import TestEnvironment
@@ -161,3 +162,23 @@ def test_the_environment_takes_the_schedule_calls_the_client_takes(name: str) ->
                 for p in inspect.signature(method).parameters.values()]
 
     assert parameters(getattr(TestEnvironment, name)) == parameters(getattr(Client, name))
+
+
+async def test_the_owner_refuses_a_schedule_id_no_client_would_send() -> None:
+    """A create a plain producer wrote with an id that could not name its fired runs (too
+    long, or with a space): the owner answers it refused, and nothing fires."""
+    async with TestEnvironment([tick], start=START) as env:
+        for bad in ("x" * 300, "two words"):
+            partition = env.partition_of(bad)
+            record = ev.ScheduleChangeRequested(
+                envelope=request_envelope(ev.ScheduleChangeRequested.TYPE, "",
+                                          request_id=f"bad-{len(bad)}", now_ms=env.clock_ms,
+                                          lineage_id=bad),
+                schedule_id=bad, action="create", flow=tick.name, every_ms=60_000)
+            env.log.append(partition, record)
+            [answer] = [h.record for h in env.projection.partition_history[partition]
+                        if isinstance(h.record, ev.ScheduleChangeRejected)
+                        and h.record.schedule_id == bad]
+            assert "schedule id name" in answer.reason, answer.reason
+        await env.sleep(120)
+        assert env.list_schedules() == [] and env.projection.runs == {}
