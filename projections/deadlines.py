@@ -90,6 +90,11 @@ def handoff_timeout(run: RunState, flow: Any) -> dict[str, Any]:
 # -- the reducer ----------------------------------------------------------------------------
 
 
+# The records that may give a run without a deadline one, or end one: every other record of
+# such a run is a plain projections.transitions.transition.
+DEADLINE_CLASSES = frozenset({ev.RunTimedOut, ev.RunLimitsFixed, ev.RunHandedOff})
+
+
 def transition_in_time(run: RunState, record: ev.JournalRecord, epoch: int,
                        entry: JournalEntry | None) -> Change | None:
     """projections.transitions.transition, with the run's deadline kept: run.timed-out

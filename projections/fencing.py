@@ -6,15 +6,25 @@ partition's accounting of it. Pure. The reducer (runs, claims) and projections.s
 
 from __future__ import annotations
 
+from msgspec.structs import replace  # state.replace without its frame: once a decision
+
 from runstream.engine.journal import events as ev
-from runstream.projections.state import PartitionState, Verdict, replace
+from runstream.projections.state import PartitionState, Verdict
 
 
 def accept(partition: PartitionState, record: ev.JournalRecord, offset: int,
            timestamp_ms: int) -> tuple[PartitionState, Verdict | None]:
     """The partition past the decision at `offset`, and None when it is applied, or the
     verdict that keeps it from being applied (counted)."""
-    verdict = fence_verdict(partition, record, timestamp_ms)
+    env = record.envelope
+    source, seq = env.source_id, env.source_seq
+    # (most decisions: the owner's, in sequence; fence_verdict's checks inline, once)
+    if (source is not None and seq is not None and source == partition.owner_source
+            and env.epoch == partition.epoch and seq > partition.last_seq.get(source, -1)
+            and record.__class__ is not ev.PartitionEpochClaimed):
+        verdict = None
+    else:
+        verdict = fence_verdict(partition, record, timestamp_ms)
     next_offset = offset + 1
     if verdict is not None:
         if verdict is Verdict.fenced:
@@ -25,13 +35,12 @@ def accept(partition: PartitionState, record: ev.JournalRecord, offset: int,
                            duplicates=partition.duplicates + 1), verdict
         return replace(partition, next_offset=next_offset,
                        rejected_claims=partition.rejected_claims + 1), verdict
-    env = record.envelope
-    assert env.source_id is not None and env.source_seq is not None
+    assert source is not None and seq is not None
     return replace(
         partition,
         next_offset=next_offset,
         applied=partition.applied + 1,
-        last_seq={**partition.last_seq, env.source_id: env.source_seq},
+        last_seq={**partition.last_seq, source: seq},
         owner_last_write_ms=max(partition.owner_last_write_ms, timestamp_ms),
     ), None
 

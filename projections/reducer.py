@@ -25,7 +25,7 @@ import msgspec
 from msgspec.structs import replace  # state.replace without its frame: 2 a record
 
 from runstream.engine.journal import events as ev
-from runstream.projections.deadlines import admitted_fields, transition_in_time
+from runstream.projections.deadlines import DEADLINE_CLASSES, admitted_fields, transition_in_time
 from runstream.projections.expiry import expire
 from runstream.projections.fencing import accept
 from runstream.projections.fork_transitions import (
@@ -53,6 +53,7 @@ from runstream.projections.state import (
     Tombstone,
     Verdict,
 )
+from runstream.projections.transitions import transition
 from runstream.projections.values import ExpiryChange, ExpiryFacts
 from runstream.projections.writes import settles
 
@@ -337,7 +338,10 @@ def _decide_run(
     if isinstance(record, ev.JournalEntryCopied):
         copied = apply_copied(run, record, entry)
         return _RunChange(run) if copied is None else _RunChange(*copied)
-    change = transition_in_time(run, record, partition.epoch, entry)
+    if run.deadline_ms is None and record.__class__ not in DEADLINE_CLASSES:
+        change = transition(run, record, partition.epoch, entry)  # (most runs: no deadline)
+    else:
+        change = transition_in_time(run, record, partition.epoch, entry)
     if change is None:
         return _RunChange(run)
     fields = change.run

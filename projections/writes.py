@@ -231,7 +231,9 @@ def put_run(batch: Batch, before: RunState | None, after: RunState | None,
     new_wait = None if after is None else after.wait
     if old_wait is not new_wait:  # (put_wait compares them: most records keep the wait)
         put_wait(batch, before, after)
-    put_deadline(batch, before, after)
+    if (before is not None and before.deadline_ms is not None) or (
+            after is not None and after.deadline_ms is not None):  # (most runs have none)
+        put_deadline(batch, before, after)
     if after is None:
         if before is not None:
             batch.delete(keys.status_key(before.status, before.partition, before.run_id))
