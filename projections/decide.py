@@ -27,6 +27,8 @@ from runstream.projections.state import (
 )
 
 FLOW_NOT_REGISTERED = "flow-not-registered"
+# A run waits for a slot: its flow's max_concurrency runs execute on the worker already.
+FLOW_CONCURRENCY_LIMIT = "flow-concurrency-limit"
 
 
 @dataclass(frozen=True, slots=True)

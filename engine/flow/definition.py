@@ -169,7 +169,8 @@ class Flow(Generic[P, R]):
     def __init__(self, name: str, *, payload: type[P] | Any = Any, result: type[R] | Any = Any,
                  max_rounds: int = 0, capabilities: Iterable[str] | None = None,
                  timeout: Duration | None = None, timeout_grace: Duration = 30,
-                 timeout_scope: Literal["round", "lineage"] = "round"):
+                 timeout_scope: Literal["round", "lineage"] = "round",
+                 max_concurrency: int | None = None):
         """`max_rounds`: how many rounds (handoffs + 1) its lineages may have in all (0:
         unlimited). `capabilities`: what its steps may use (`ctx.step(..., requires=)`);
         None: anything its creator's authority allows. `timeout` (seconds, a timedelta or
@@ -177,7 +178,9 @@ class Flow(Generic[P, R]):
         `run_timeout` wins); past it the run fails with RunTimedOut: its handler is
         interrupted and has `timeout_grace` to clean up before the owner fails the run
         without it. `timeout_scope`: "round" (each handoff round has its own deadline) or
-        "lineage" (one deadline for all the rounds)."""
+        "lineage" (one deadline for all the rounds). `max_concurrency`: how many of its runs
+        execute at once on each worker (None: any number within the worker's slots); the
+        others wait, pending, in their partition's create order."""
         if not name or "/" in name:
             raise ValueError(f"flow name {name!r} must be non-empty and contain no '/'")
         if max_rounds < 0:
@@ -189,6 +192,11 @@ class Flow(Generic[P, R]):
         if self.timeout_grace_ms < 0:
             raise ValueError(f"timeout_grace must be 0 or more, not {timeout_grace!r}")
         self.timeout_scope = timeout_scope
+        if max_concurrency is not None and (isinstance(max_concurrency, bool) or not isinstance(
+                max_concurrency, int) or max_concurrency < 1):
+            raise ValueError(f"max_concurrency must be a whole number, 1 or more, or None, "
+                             f"not {max_concurrency!r}")
+        self.max_concurrency = max_concurrency
         self.name = name
         self.max_rounds = max_rounds
         self.capabilities = None if capabilities is None else frozenset(capabilities)

@@ -13,7 +13,7 @@ from runstream.engine.flow.definition import HandedOff
 from runstream.engine.journal.timetext import iso_time as format_iso_time
 from runstream.engine.readmodel.rows import HistoryRow
 from runstream.projections.deadlines import deadline_due, grace_ms
-from runstream.projections.decide import FLOW_NOT_REGISTERED
+from runstream.projections.decide import FLOW_CONCURRENCY_LIMIT, FLOW_NOT_REGISTERED
 from runstream.projections.state import JournalEntry, RunState, RunStatus, Wait, to_builtins
 from runstream.projections.transitions import RETRY_WAIT
 
@@ -235,6 +235,9 @@ def _pending_note(run: RunState) -> str | None:
                 f"start a worker (`runstream worker`)")
     if run.released_cause:
         return f"released by its last owner ({run.released_cause}); waiting for the next owner"
+    latest = run.evidence[-1] if run.evidence else None
+    if latest is not None and latest.kind == FLOW_CONCURRENCY_LIMIT:
+        return latest.message  # (journaled as it began to wait; none since)
     return None
 
 

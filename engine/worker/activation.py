@@ -82,10 +82,11 @@ class Activator:
         flow = self.owner.flows[run.flow]  # (projections.owner.start: registered)
         plan = plan_activation(run, self.owner_name, now_ms())
         execution = RunExecution(self.owner, own, run, plan)
-        if len(executions) < self.owner.concurrency:
+        if len(executions) < self.owner.concurrency and flow.max_concurrency is None:
             # A slot will be free for it (the executions started so far hold or wait for
             # fewer than all of them): activate in this turn of the loop, so that the
-            # activation shares a produce request with the run's creation. The others are
+            # activation shares a produce request with the run's creation. The others, and
+            # the runs of a flow with a max_concurrency (its limit may hold them back), are
             # activated when they get their slot.
             execution.activate()
         executions[run.run_id] = execution

@@ -21,7 +21,7 @@ from runstream.engine.journal.records import decision_envelope
 from runstream.engine.worker.committer import RecordTooLarge
 from runstream.engine.worker.ownership import Ownership, OwnershipState
 from runstream.engine.worker.run_protocols import ExecutionOwner
-from runstream.projections.decide import Activation, plan_activation
+from runstream.projections.decide import FLOW_CONCURRENCY_LIMIT, Activation, plan_activation
 from runstream.projections.state import JournalEntry, RunState, Verdict, Wait
 
 log = logging.getLogger("runstream.executor")
@@ -250,13 +250,25 @@ class RunExecution(HandlerRunner):
         })
 
     async def _take_slot(self) -> None:
-        await self.owner.admission.acquire(self.run.flow)
+        admission, flow = self.owner.admission, self.run.flow
+        if admission.at_limit(flow):
+            self._note_flow_limit(admission.held(flow))
+        await admission.acquire(flow)
         self._holds_slot = True
+
+    def _note_flow_limit(self, held: int) -> None:
+        """Journal, once for this wait, why the run waits: its flow's runs hold every slot
+        its max_concurrency allows on this worker (`run status` shows it)."""
+        limit = self.owner.flows[self.run.flow].max_concurrency
+        message = (f"waits for a slot: flow {self.run.flow!r} has max_concurrency={limit} and "
+                   f"{held} of its runs execute on worker {self.owner.activator.owner_name}")
+        self.send(ev.EvidenceRecorded, kind=FLOW_CONCURRENCY_LIMIT, message=message,
+                  attributes={"flow": self.run.flow, "max_concurrency": str(limit)})
 
     def release_slot(self) -> None:
         if self._holds_slot:
             self._holds_slot = False
-            self.owner.admission.release()
+            self.owner.admission.release(self.run.flow)
 
     async def execute(self, flow: Flow[Any, Any]) -> None:
         await self._take_slot()

@@ -122,7 +122,8 @@ class Worker:
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.source_id = ""
         self.concurrency = concurrency
-        self.admission = Admission(concurrency)  # slots, round-robin across flows
+        self.admission = Admission(concurrency, {  # slots, round-robin across flows
+            f.name: f.max_concurrency for f in flows if f.max_concurrency is not None})
         # Suspended runs' handlers kept in memory (RUNSTREAM_STICKY_CACHE overrides; 0: off).
         self.sticky = StickyCache(sticky_size(sticky_cache),
                                   forget=lambda run_id: self.executions.pop(run_id, None))

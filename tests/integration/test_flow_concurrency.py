@@ -1,0 +1,143 @@
+"""Per-flow concurrency on a real broker: `Flow(max_concurrency=N)` bounds the runs of that
+flow executing at once on a worker; the rest wait pending in their partition's create order,
+and `run status` says why (journaled once per wait as evidence); another flow's runs are not
+held back; a suspended run holds no slot."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+from runstream import Client, Flow, FlowContext, RunStatus, Worker
+from runstream.engine.journal import events as ev
+from runstream.projections.decide import FLOW_CONCURRENCY_LIMIT
+from tests.integration.support import fold, status_or_none
+from tests.integration.test_cli import cli
+
+capped: Flow[Any, Any] = Flow("capped", max_concurrency=2)
+free: Flow[Any, Any] = Flow("uncapped")
+single: Flow[Any, Any] = Flow("single", max_concurrency=1)
+WORK_S = 1.5
+spans: dict[str, tuple[float, float]] = {}  # run id -> when its step ran (this process)
+
+
+async def _work(run_id: str) -> str:
+    started = time.monotonic()
+    await asyncio.sleep(WORK_S)
+    spans[run_id] = (started, time.monotonic())
+    return run_id
+
+
+@capped.handler
+async def _capped(ctx: FlowContext, payload: Any) -> Any:
+    return await ctx.step("work", _work, ctx.run_id)
+
+
+@free.handler
+async def _free(ctx: FlowContext, payload: Any) -> Any:
+    return await ctx.step("work", _work, ctx.run_id)
+
+
+@single.handler
+async def _single(ctx: FlowContext, payload: Any) -> Any:
+    if payload == "wait":
+        return await ctx.wait_for("go")  # suspended: it holds no slot
+    return await ctx.step("work", _work, ctx.run_id)
+
+
+flows: list[Flow[Any, Any]] = [capped, free, single]
+
+
+def most_at_once(run_ids: list[str]) -> int:
+    events = sorted([(spans[r][0], 1) for r in run_ids] + [(spans[r][1], -1) for r in run_ids])
+    running = peak = 0
+    for _, change in events:
+        running += change
+        peak = max(peak, running)
+    return peak
+
+
+async def _waiting_note(client: Client, run_id: str, timeout: float = 30) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        run = await client.describe(run_id)
+        if run.status is RunStatus.pending and any(
+                e.kind == FLOW_CONCURRENCY_LIMIT for e in run.evidence):
+            return run_id
+        assert time.monotonic() < deadline, f"{run_id} never waited for a slot: {run.status}"
+        await asyncio.sleep(0.1)
+
+
+async def test_max_concurrency_bounds_a_flow_and_holds_back_no_other(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    spans.clear()
+    worker = Worker(flows=flows, data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
+                    namespace=namespace, session_timeout_ms=6000, concurrency=16)
+    await worker.start()
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=flows) as client:
+            ids = [f"cap-{n}" for n in range(6)]
+            handles = [await client.create_run(capped, None, run_id=r) for r in ids]
+            waiting = await _waiting_note(client, ids[-1])
+            status = await cli("run", "status", waiting, bootstrap=bootstrap,
+                               namespace=namespace, cache=tmp_path / "cache")
+            assert "waits for a slot: flow 'capped' has max_concurrency=2" in status.out, \
+                status.out
+            other = await client.create_run(free, None, run_id="free-1")
+            assert await other.result(timeout=30) == "free-1"
+            assert spans["free-1"][1] - spans["free-1"][0] < WORK_S + 1  # not held back
+            assert [await h.result(timeout=60) for h in handles] == ids
+    finally:
+        await worker.stop()
+    assert most_at_once(ids) == 2
+    first = min(spans[r][0] for r in ids)
+    assert spans["free-1"][0] < first + 2 * WORK_S  # ran beside the capped ones
+    await _in_create_order_per_partition(bootstrap, namespace, ids)
+
+
+async def _in_create_order_per_partition(bootstrap: str, namespace: str,
+                                         ids: list[str]) -> None:
+    """Within a partition, the capped runs activated in the order they were created; each
+    run that waited has one limit evidence record, none more."""
+    view = await fold(bootstrap, namespace)
+    by_partition: dict[int, list[tuple[int, int, str]]] = {}
+    for run_id in ids:
+        history = view.history[run_id]
+        created = next(h.offset for h in history if isinstance(h.record, ev.RunCreated))
+        activated = next(h.offset for h in history if isinstance(h.record, ev.RunActivated))
+        notes = [h for h in history if isinstance(h.record, ev.EvidenceRecorded)
+                 and h.record.kind == FLOW_CONCURRENCY_LIMIT]
+        assert len(notes) <= 1, run_id
+        by_partition.setdefault(history[0].partition, []).append((created, activated, run_id))
+    for rows in by_partition.values():
+        rows.sort()
+        assert [a for _, a, _ in rows] == sorted(a for _, a, _ in rows), rows
+    assert sum(1 for r in ids if any(isinstance(h.record, ev.EvidenceRecorded)
+                                     for h in view.history[r])) >= 1
+
+
+async def test_a_suspended_run_holds_no_slot_of_its_flow(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    spans.clear()
+    worker = Worker(flows=flows, data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
+                    namespace=namespace, session_timeout_ms=6000)
+    await worker.start()
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=flows) as client:
+            parked = await client.create_run(single, "wait", run_id="parked")
+            deadline = time.monotonic() + 30
+            while await status_or_none(client, "parked") is not RunStatus.suspended:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.1)
+            busy = await client.create_run(single, "work", run_id="busy")
+            assert await busy.result(timeout=30) == "busy"  # the parked one held no slot
+            await client.signal("parked", "go", "now")
+            assert await parked.result(timeout=30) == "now"
+    finally:
+        await worker.stop()
