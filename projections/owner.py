@@ -96,6 +96,11 @@ def on_record(view: OwnerView, run: RunState | None, record: ev.JournalRecord,
         return react(view, run) if drained and run is not None else []  # e.g. a stale wake
     if isinstance(record, ev.RunCreateRequested):
         return [] if run is None else on_create_request(view, run, record.envelope.request_id)
+    if isinstance(record, ev.RunSignalWithStartRequested) and run is not None:
+        # It created the run: answer that create; else it signalled the run (below).
+        answered = on_create_request(view, run, record.envelope.request_id)
+        if answered:
+            return answered
     reactions = [] if next_round is None else react(view, next_round)
     if run is None:
         return reactions

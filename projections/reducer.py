@@ -38,6 +38,7 @@ from runstream.projections.fork_transitions import (
 from runstream.projections.outbox_requests import refused_spawn, spawn_answer
 from runstream.projections.requests import apply_run_request, request_id_of
 from runstream.projections.schedules import settled_notice
+from runstream.projections.signal_start import as_create, as_signal, first_signal
 from runstream.projections.snapshot import snapshot_anchored as anchor
 from runstream.projections.state import (
     MAX_DEPTH,
@@ -201,6 +202,8 @@ def _apply_request(
         if run is not None and updated is not run and updated is not None:
             updated = replace(updated, updated_at_ms=record.envelope.timestamp_ms)
         return Applied(partition, updated, verdict)
+    if isinstance(record, ev.RunSignalWithStartRequested):
+        return _signal_with_start(partition, run, record, offset)
     if run is None:
         if not isinstance(record, ev.RunCreateRequested):
             return Applied(partition, None, Verdict.ignored)
@@ -221,6 +224,24 @@ def _apply_request(
     item = _inbox_item(record, request_id_of(record, offset), offset)
     updated = replace(run, inbox=(*run.inbox, item), updated_at_ms=record.envelope.timestamp_ms)
     return Applied(partition, updated, Verdict.applied)
+
+
+def _signal_with_start(partition: PartitionState, run: RunState | None,
+                       record: ev.RunSignalWithStartRequested, offset: int) -> Applied:
+    """projections.signal_start: a new run holding the signal, or the signal alone."""
+    request_id = request_id_of(record, offset)
+    when = record.envelope.timestamp_ms
+    if run is None:
+        create = as_create(record)
+        fresh = _new_run(partition.partition, create, request_id, offset)
+        return Applied(partition, replace(
+            fresh, inbox=(_inbox_item(create, request_id, offset),),
+            signals=(first_signal(record, request_id, offset),), updated_at_ms=when),
+            Verdict.applied)
+    change = apply_run_request(run, as_signal(record), request_id, offset, None)
+    assert change is not None
+    updated = change.run if change.run is run else replace(change.run, updated_at_ms=when)
+    return Applied(partition, updated, change.verdict)
 
 
 def _expired_spawn(tombstone: Tombstone, record: ev.JournalRecord,

@@ -43,7 +43,7 @@ class RequestChange:
 
 
 AUTHORITY_REQUESTS = (ev.RunSignalSent, ev.RunCancelRequested, ev.RunResumeRequested,
-                      ev.RunForkRequested)
+                      ev.RunForkRequested, ev.RunSignalWithStartRequested)
 
 
 def covers(record: ev.JournalRecord, run: RunState) -> bool:
@@ -166,7 +166,7 @@ def describe_refusal(run: RunState | None, record: ev.JournalRecord) -> str:
                 "history and a new run id, and carries no journal entries")
     if run.status in TERMINAL_STATUSES:
         return f"the run has ended ({run.status.value})"
-    if isinstance(record, ev.RunSignalSent):
+    if isinstance(record, ev.RunSignalSent | ev.RunSignalWithStartRequested):
         return (f"the run holds {len(run.signals)} signals no wait has taken yet, the most it "
                 f"keeps ({MAX_SIGNALS})")
     if isinstance(record, ev.RunResumeRequested):

@@ -59,11 +59,19 @@ async def create_run(
 async def signal_run(
     *, bootstrap: str | None, namespace: str | None, run_id: str, name: str, payload: Any,
     request_id: str | None = None, read_model_dir: Path | None = None,
+    start: tuple[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Send a signal; the run took it (or this request id before) when this returns."""
+    """Send a signal; the run took it (or this request id before) when this returns.
+    `start` (flow, payload): signal-with-start, the run created first if there is none."""
     async with _client(bootstrap, namespace, read_model_dir) as client:
-        offset = await client.signal(run_id, name, payload, request_id=request_id)
-        return {"run_id": run_id, "signal": name, "offset": offset, "accepted": True}
+        if start is None:
+            offset = await client.signal(run_id, name, payload, request_id=request_id)
+            return {"run_id": run_id, "signal": name, "offset": offset, "accepted": True}
+        handle = await client.signal_with_start(
+            start[0], start[1], run_id=run_id, signal=name, signal_payload=payload,
+            request_id=request_id)
+        return {"run_id": run_id, "signal": name, "accepted": True,
+                "offset": handle.request_offset, "created": handle.request_id is not None}
 
 
 async def cancel_run(

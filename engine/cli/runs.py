@@ -212,15 +212,20 @@ def result(run_id: str, follow: bool, timeout: float, bootstrap: str | None,
 @click.option("--payload", default="null", help="The signal's payload as JSON.")
 @click.option("--request-id", default=None,
               help="Request id: sending the same one again delivers the signal once.")
+@click.option("--start", "start_flow", default=None, metavar="FLOW",
+              help="Signal-with-start: no such run, create it as a run of FLOW with the "
+                   "signal buffered first (a run that exists gets the signal alone).")
+@click.option("--start-payload", default="null", help="With --start: the run's payload.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @authority_name_option
 @bootstrap_option
 @namespace_option
 @cache_dir_option
-def signal(run_id: str, name: str, payload: str, request_id: str | None, as_json: bool,
+def signal(run_id: str, name: str, payload: str, request_id: str | None,
+           start_flow: str | None, start_payload: str, as_json: bool,
            authority_name: str | None, bootstrap: str | None, namespace: str | None,
            cache_dir: Path | None) -> None:
-    """Send signal NAME to a run.
+    """Send signal NAME to a run (with --start: create it first if there is none).
 
     Fails, delivering nothing, if the run has ended or holds the most signals it keeps.
     """
@@ -228,13 +233,16 @@ def signal(run_id: str, name: str, payload: str, request_id: str | None, as_json
     _checked(lambda: check_run_id(run_id), lambda: check_name("signal", name),
              lambda: check_payload(f"the payload of signal {name!r}", dump_json(parsed)))
     _use_authority(authority_name)
+    started = None if start_flow is None else (start_flow, _parse_payload(start_payload))
     out = asyncio.run(operations.signal_run(
         bootstrap=bootstrap, namespace=namespace, run_id=run_id, name=name, payload=parsed,
-        request_id=request_id, read_model_dir=query_dir(cache_dir, bootstrap, namespace)))
+        request_id=request_id, read_model_dir=query_dir(cache_dir, bootstrap, namespace),
+        start=started))
     if as_json:
         _print_json(out)
         return
-    click.echo(f"signal {name!r} delivered to run {run_id} (offset {out['offset']})")
+    made = " (created it)" if out.get("created") else ""
+    click.echo(f"signal {name!r} delivered to run {run_id}{made} (offset {out['offset']})")
 
 
 @run.command("cancel")

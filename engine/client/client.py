@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from runstream.engine.client.handle import RunHandle
 from runstream.engine.client.schedules import ScheduleCalls
+from runstream.engine.client.starts import StartCalls
 from runstream.engine.client.tail import JournalTail
 from runstream.engine.config import (
     Duration,
@@ -49,7 +50,6 @@ from runstream.engine.kafka.requests_topic import RequestProducer, Route
 from runstream.engine.observability.tracing import carrier, create_span
 from runstream.engine.readmodel.lookups import expired_error
 from runstream.engine.readmodel.model import ReadModel, default_read_model_dir
-from runstream.projections.capabilities import narrow
 from runstream.projections.partitioning import run_partition
 from runstream.projections.requests import describe_refusal
 from runstream.projections.state import (
@@ -106,7 +106,7 @@ class RequestAnswer:
         return self.run is None or self.run.request_offset > self.offset
 
 
-class Client(ScheduleCalls):
+class Client(ScheduleCalls, StartCalls):
     """Talks to one namespace's journal. Use as `async with Client(...) as client:`."""
 
     def __init__(
@@ -211,18 +211,6 @@ class Client(ScheduleCalls):
                                                 for k, v in record.trace_context.items()])
         return RunHandle(self, run_id=run_id, flow=flow_name, partition=placed.partition,
                          request_offset=placed.offset, request_id=request_id)
-
-    def _ceiling_for(self, flow: Flow[Any, Any] | None) -> tuple[str, ...] | None:
-        """A new run's ceiling: the flow's capabilities, which this client's authority must
-        cover; a flow the client does not know gets the authority itself."""
-        capabilities = flow.capabilities if flow is not None else None
-        if flow is not None and self.authority is not None and capabilities is not None:
-            missing = tuple(sorted(set(capabilities) - self.authority))
-            if missing:
-                raise CapabilityRefused(
-                    f"flow {flow.name!r} needs capabilities {', '.join(missing)}, outside this "
-                    f"client's authority", missing=missing)
-        return narrow(self.authority, capabilities)
 
     def check_authority(self, run: RunState) -> None:
         """Refuse to act on a run whose ceiling this client's authority does not cover."""

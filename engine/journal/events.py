@@ -44,6 +44,7 @@ __all__ = [
     "RunResumeRequested",
     "RunResumed",
     "RunSignalSent",
+    "RunSignalWithStartRequested",
     "RunSuspended",
     "RunTimedOut",
     "RunWakeRequested",
@@ -1131,6 +1132,36 @@ class PartitionRunsExpired:
     trim_before: int | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunSignalWithStartRequested:
+    """Signal a run, creating it first if it does not exist (Temporal's SignalWithStart), in one
+    request. The run exists and has not settled: the signal is delivered and the start part is
+    ignored. No such run: it is created as by run.create-requested, with this signal buffered
+    first; its owner admits or rejects it as a create. The run has settled (or expired): refused.
+    """
+
+    TYPE: ClassVar[str] = "run.signal-with-start-requested"
+    KIND: ClassVar[str] = "request"
+    SCHEMA_ID: ClassVar[int] = 181
+
+    envelope: Envelope
+    # The flow of the run created when there is none.
+    flow: str
+    # Its payload, as JSON.
+    payload_json: str
+    signal_name: str
+    signal_payload_json: str = "null"
+    # The created run's capability ceiling (as run.create-requested's).
+    ceiling: list[str] | None = None
+    max_rounds: int = 0
+    trace_context: dict[str, str] = _field(default_factory=dict)
+    run_timeout_ms: int | None = None
+    # Set by the relay: the restricted authority that sent it (its signal reaches only a run whose
+    # ceiling the authority covers).
+    authority: str | None = None
+    authority_capabilities: list[str] = _field(default_factory=list)
+
+
 # Any journal record; narrow with isinstance() or match on the class.
 JournalRecord: TypeAlias = (
     RunCreateRejected
@@ -1177,6 +1208,7 @@ JournalRecord: TypeAlias = (
     | ScheduleChangeRejected
     | RunCreateRequested
     | PartitionRunsExpired
+    | RunSignalWithStartRequested
 )
 
 # Record type string (the rs-type header and envelope.type) → class.
@@ -1225,6 +1257,7 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "schedule.change-rejected": ScheduleChangeRejected,
     "run.create-requested": RunCreateRequested,
     "partition.runs-expired": PartitionRunsExpired,
+    "run.signal-with-start-requested": RunSignalWithStartRequested,
 }
 
 REQUEST_TYPES: frozenset[str] = frozenset(
@@ -1238,6 +1271,7 @@ REQUEST_TYPES: frozenset[str] = frozenset(
         "schedule.change-requested",
         "schedule.run-settled",
         "run.create-requested",
+        "run.signal-with-start-requested",
     }
 )
 DECISION_TYPES: frozenset[str] = frozenset(

@@ -17,7 +17,8 @@ _DETAIL_FIELDS = ("name", "position", "attempt", "mode", "evidence", "cause", "r
                   "error_type", "error_message", "result_json", "kind", "message", "flow",
                   "duplicate", "will_retry", "wake_at_ms", "due_ms", "event_name",
                   "child_run_id", "child_status", "payload_json", "parent_exit_policy",
-                  "cascaded", "cancelled", "detached", "requested_by", "operator")
+                  "cascaded", "cancelled", "detached", "requested_by", "operator",
+                  "signal_name", "signal_payload_json")
 
 
 @dataclass(frozen=True, slots=True)

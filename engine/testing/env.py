@@ -43,6 +43,7 @@ from runstream.engine.testing.upkeep import (
     virtual_settings,
 )
 from runstream.projections import schedule_owner
+from runstream.projections.expiry import expired_text
 from runstream.projections.fork_plan import (
     ForkNeedsForce,
     ForkTargetExists,
@@ -167,6 +168,28 @@ class TestEnvironment(Schedules, Driving):
             record = ev.RunSignalSent(envelope=envelope(ev.RunSignalSent, run_id, None, 0),
                                       name=name)
             raise SignalRefused(run_id, name, describe_refusal(run, record))
+
+    async def signal_with_start(
+        self, flow: Flow[Any, Any] | str, payload: Any = None, *, run_id: str, signal: str,
+        signal_payload: Any = None, request_id: str | None = None,
+        run_timeout: Duration | None = None,
+    ) -> str:
+        """As Client.signal_with_start, on the virtual clock; returns the run's id."""
+        name = flow.name if isinstance(flow, Flow) else flow
+        known = self.flows.get(name)
+        payload_json = known.dump_payload(payload) if known else dump_json(payload)
+        body: dict[str, Any] = {
+            "flow": name, "payload_json": payload_json, "signal_name": signal,
+            "signal_payload_json": dump_json(signal_payload),
+            "run_timeout_ms": positive_ms(run_timeout, "run_timeout")}
+        if self._request(ev.RunSignalWithStartRequested, run_id, request_id=request_id,
+                         **body) is Verdict.refused:
+            stone = self.projection.store.tombstone(run_id)
+            record = ev.RunSignalWithStartRequested(
+                envelope=envelope(ev.RunSignalWithStartRequested, run_id, None, 0), **body)
+            raise SignalRefused(run_id, signal, expired_text(stone) if stone is not None
+                                else describe_refusal(self.projection.runs.get(run_id), record))
+        return run_id
 
     async def cancel(self, run_id: str, *, reason: str = "") -> None:
         self.describe(run_id)

@@ -71,16 +71,19 @@ BATCH_RECORDS = 500  # records relayed per round trip (the relay holds at most t
 RETRY_SECONDS = 1.0
 
 CLIENT_REQUESTS = (ev.RunCreateRequested, ev.RunSignalSent, ev.RunCancelRequested,
-                   ev.RunResumeRequested, ev.RunForkRequested, ev.ScheduleChangeRequested)
+                   ev.RunResumeRequested, ev.RunForkRequested, ev.ScheduleChangeRequested,
+                   ev.RunSignalWithStartRequested)
 # What a restricted authority may send (a resume that resolves a quarantine, retry or skip,
 # says whether an irreversible effect happened: an operator's action, on the unrestricted
 # topic).
 RESTRICTED_REQUESTS = (ev.RunCreateRequested, ev.RunSignalSent, ev.RunCancelRequested,
-                       ev.RunResumeRequested, ev.RunForkRequested, ev.ScheduleChangeRequested)
+                       ev.RunResumeRequested, ev.RunForkRequested, ev.ScheduleChangeRequested,
+                       ev.RunSignalWithStartRequested)
 # The requests that carry an authority (projections.requests.covers; a schedule's owner
 # checks a schedule change's: projections.schedule_owner).
 AUTHORITY_REQUESTS = (ev.RunSignalSent, ev.RunCancelRequested, ev.RunResumeRequested,
-                      ev.RunForkRequested, ev.ScheduleChangeRequested)
+                      ev.RunForkRequested, ev.ScheduleChangeRequested,
+                      ev.RunSignalWithStartRequested)
 
 Authorities = Mapping[str, frozenset[str]]
 Headers = list[tuple[str, bytes]]
@@ -262,9 +265,10 @@ def _restricted(record: JournalRecord, authority: str, capabilities: frozenset[s
     if isinstance(record, ev.RunCreateRequested):
         ceiling = narrow(capabilities, record.ceiling)
         record = dataclasses.replace(record, ceiling=None if ceiling is None else list(ceiling))
-    elif isinstance(record, ev.ScheduleChangeRequested):
+    elif isinstance(record, ev.ScheduleChangeRequested | ev.RunSignalWithStartRequested):
         # (its runs' ceiling narrowed as a create's; the owner checks the authority covers
-        # an existing schedule before it changes, fires or deletes it)
+        # an existing schedule before it changes, fires or deletes it; the reducer, that it
+        # covers an existing run before the signal is taken)
         ceiling = narrow(capabilities, record.ceiling)
         record = dataclasses.replace(record, ceiling=None if ceiling is None else list(ceiling),
                                      authority=authority,

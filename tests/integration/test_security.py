@@ -504,3 +504,31 @@ async def _first_fired(client: Client, schedule_id: str) -> str:
             return schedule.recent[0].run_id
         await asyncio.sleep(0.5)
     raise AssertionError(f"schedule {schedule_id} never fired")
+
+
+async def test_a_restricted_authority_signals_with_start_only_within_its_ceiling(
+        secure: BrokerCluster, tmp_path: Path) -> None:
+    """Issue 21, items 3 and 6, in relay mode under SASL_SSL and ACLs: User:shop's
+    signal-with-start creates a run inside shop's ceiling (`email`) with the signal in it,
+    signals its own runs, and is refused for User:client's unrestricted run."""
+    async with _shop_namespace(secure, tmp_path) as namespace:
+        client, shop = _client_and_shop(secure, namespace, tmp_path, [packing])
+        async with client, shop:
+            made = await shop.signal_with_start(packing, PackingIn(order_id="w-in", seconds=600),
+                                                run_id="w-in", signal="hello", signal_payload=1)
+            assert made.request_id is not None
+            run = await shop.describe("w-in")
+            assert run.ceiling == ("email",) and [s.name for s in run.signals] == ["hello"]
+            ignored = PackingIn(order_id="ignored", seconds=0)  # (the start part: unused)
+            again = await shop.signal_with_start(packing, ignored, run_id="w-in",
+                                                 signal="again")
+            assert again.request_id is None
+            assert [s.name for s in (await shop.describe("w-in")).signals] == ["hello", "again"]
+            await client.create_run(packing, PackingIn(order_id="w-out", seconds=600),
+                                    run_id="w-out")
+            await _until_status(client, "w-out", RunStatus.suspended)
+            with pytest.raises(SignalRefused, match="does not cover run w-out"):
+                await shop.signal_with_start(packing, ignored, run_id="w-out", signal="hello")
+            assert (await client.describe("w-out")).signals == ()
+            await client.cancel("w-out")
+            await shop.cancel("w-in")

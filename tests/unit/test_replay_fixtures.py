@@ -560,3 +560,25 @@ def test_schedule_retention_fixture_drops_deleted_schedules_and_rocksdb_agrees(
     expiries = [r for _, _, r, _ in load(JOURNALS / "schedule-retention.jsonl")
                 if isinstance(r, ev.PartitionRunsExpired)]
     assert {"gone", "never"} <= {s for r in expiries for s in r.schedules}
+
+
+def test_signal_with_start_fixture_creates_or_signals_and_rocksdb_agrees(
+        tmp_path: Path) -> None:
+    """signal-with-start (recorded from a real worker by tests/fixtures/
+    record_signal_start_fixture.py): a request that created its run with the signal first,
+    one that signalled a waiting run (its start part naming another flow, ignored), one
+    refused by a settled run, one re-sent (a duplicate), races with a plain create (one run
+    each); memory and both stores agree."""
+    with folded_twice(tmp_path, "signal-with-start") as (memory, _, verdicts):
+        taken = verdicts[ev.RunSignalWithStartRequested.TYPE]
+        assert taken.count(Verdict.refused) == 1 and taken.count(Verdict.duplicate) == 1
+    runs = memory.runs
+    assert json.loads(runs["fresh"].result_json or "") == {"payload": "fresh", "signal": 1}
+    assert runs["waiting"].flow == "sws-waiter"
+    assert json.loads(runs["waiting"].result_json or "")["signal"] == 2
+    assert json.loads(runs["twice"].result_json or "")["signal"] == 3
+    for n in range(3):
+        items = memory.history[f"raced-{n}"]
+        assert len({i.record.incarnation for i in items
+                    if isinstance(i.record, ev.RunCreated)} - {None}) == 1
+        assert json.loads(runs[f"raced-{n}"].result_json or "")["signal"] == n

@@ -1,0 +1,105 @@
+"""A Client's signal-with-start (mixed into engine.client.client.Client): one
+run.signal-with-start-requested (projections.signal_start) that signals the run, or creates
+it with the signal buffered first; the call returns the run's handle once the reducer judged
+the request (and, when it created the run, once its owner admitted it)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from runstream.engine.client.handle import RunHandle
+from runstream.engine.config import Duration, positive_ms
+from runstream.engine.errors import CapabilityRefused, SignalRefused
+from runstream.engine.flow.definition import Flow, dump_json
+from runstream.engine.journal import JournalRecord
+from runstream.engine.journal import events as ev
+from runstream.engine.journal.input_limits import (
+    MAX_NAME_CHARS,
+    check_name,
+    check_payload,
+    check_run_id,
+    check_text,
+)
+from runstream.engine.journal.records import request_envelope
+from runstream.engine.observability.tracing import carrier
+from runstream.projections.capabilities import narrow
+from runstream.projections.expiry import expired_text
+from runstream.projections.requests import describe_refusal
+from runstream.projections.state import Verdict
+
+ADMISSION_TIMEOUT_S = 60.0  # how long a created run waits for its owner's admission
+
+
+class StartCalls:
+    """signal_with_start, and the ceiling a new run gets (create_run's too)."""
+
+    flows: dict[str, Flow[Any, Any]]
+    authority: frozenset[str] | None
+
+    def _payload_json(self, flow: Flow[Any, Any] | str, payload: Any) -> tuple[str, str]:
+        raise NotImplementedError
+
+    def _ceiling_for(self, flow: Flow[Any, Any] | None) -> tuple[str, ...] | None:
+        """A new run's ceiling: the flow's capabilities, which this client's authority must
+        cover; a flow the client does not know gets the authority itself."""
+        capabilities = flow.capabilities if flow is not None else None
+        if flow is not None and self.authority is not None and capabilities is not None:
+            missing = tuple(sorted(set(capabilities) - self.authority))
+            if missing:
+                raise CapabilityRefused(
+                    f"flow {flow.name!r} needs capabilities {', '.join(missing)}, outside this "
+                    f"client's authority", missing=missing)
+        return narrow(self.authority, capabilities)
+
+    async def send_requests(self, records: list[JournalRecord]) -> list[tuple[int, int]]:
+        raise NotImplementedError
+
+    async def answer(self, record: JournalRecord, partition: int, offset: int) -> Any:
+        raise NotImplementedError
+
+    async def signal_with_start(
+        self, flow: Flow[Any, Any] | str, payload: Any = None, *, run_id: str, signal: str,
+        signal_payload: Any = None, request_id: str | None = None,
+        run_timeout: Duration | None = None,
+    ) -> RunHandle:
+        """Send `signal` to run `run_id`, creating it first (`flow`, `payload`) if there is
+        none, in one request (Temporal's SignalWithStart). A run that exists and has not
+        settled gets the signal and the start part is ignored (whatever its flow); no such
+        run: it is created with the signal buffered before anything else, and this returns
+        once its owner admitted it (CreateRejected rejects the whole request). Raises
+        SignalRefused when the run has settled or expired, or its signal buffer is full."""
+        check_run_id(run_id, new=True)
+        check_name("signal", signal)
+        if request_id is not None:
+            check_text("a request id", request_id, MAX_NAME_CHARS)
+        flow_name, payload_json = self._payload_json(flow, payload)
+        check_name("flow", flow_name)
+        check_payload(f"the payload of flow {flow_name!r}", payload_json)
+        signal_json = check_payload(f"the payload of signal {signal!r}", dump_json(signal_payload))
+        known = self.flows.get(flow_name) if isinstance(flow, str) else flow
+        ceiling = self._ceiling_for(known)
+        request_id = request_id or uuid.uuid4().hex
+        record = ev.RunSignalWithStartRequested(
+            envelope=request_envelope(ev.RunSignalWithStartRequested.TYPE, run_id,
+                                      request_id=request_id, now_ms=int(time.time() * 1000)),
+            flow=flow_name, payload_json=payload_json, signal_name=signal,
+            signal_payload_json=signal_json, ceiling=None if ceiling is None else list(ceiling),
+            max_rounds=known.max_rounds if known is not None else 0, trace_context=carrier(),
+            run_timeout_ms=positive_ms(run_timeout, "run_timeout"))
+        [(partition, offset)] = await self.send_requests([record])
+        answer = await self.answer(record, partition, offset)
+        run = answer.run
+        if answer.verdict is Verdict.refused or run is None:  # (a duplicate: taken before)
+            why = (expired_text(answer.tombstone) if answer.tombstone is not None
+                   else describe_refusal(run, answer.record))
+            raise SignalRefused(run_id, signal, why)
+        created = run.request_id == request_id and run.request_offset == offset
+        client: Any = self  # (the Client this is mixed into)
+        handle = RunHandle(client, run_id=run.run_id, flow=run.flow, partition=partition,
+                           request_offset=offset,  # (this request's: read only if created)
+                           request_id=request_id if created else None)
+        if created:
+            await handle.admitted(timeout=ADMISSION_TIMEOUT_S)
+        return handle

@@ -1,0 +1,141 @@
+"""Signal-with-start on a real broker, through every door (a Client with a Flow and by flow
+name, the CLI, a request a plain producer writes from schemas/ alone): no run, it is created
+with the signal buffered first; a run that exists gets the signal alone; a settled run
+refuses it; one racing a plain create of the same id makes one run that gets the signal."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import struct
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import pytest
+
+from runstream import Client, Flow, FlowContext, SignalRefused, Worker
+from runstream.engine.journal import events as ev
+from tests.integration.support import fold
+from tests.integration.test_cli import cli
+from tests.integration.test_lifetime import SCHEMAS, produce_plain
+
+waiter = Flow("sws-waiter")
+
+
+@waiter.handler
+async def _waiter(ctx: FlowContext, payload: Any) -> Any:
+    return {"payload": payload, "signal": await ctx.wait_for("go")}
+
+
+def plain_request(record_type: str, run_id: str, **fields: Any) -> bytes:
+    """A request as any producer writes it from schemas/ alone (registry, envelope, record
+    schema, the wire format: magic byte, schema id, Avro body)."""
+    registry = json.loads((SCHEMAS / "registry.json").read_text())
+    [entry] = [e for e in registry["records"]
+               if e["type"] == record_type and not e.get("archived")]
+    named: dict[str, Any] = {}
+    fastavro.parse_schema(json.loads((SCHEMAS / "envelope.avsc").read_text()), named)
+    schema = fastavro.parse_schema(json.loads((SCHEMAS / entry["file"]).read_text()), named)
+    datum = {"envelope": {"type": record_type, "run_id": run_id, "lineage_id": run_id,
+                          "request_id": uuid.uuid4().hex,
+                          "timestamp_ms": int(time.time() * 1000)}, **fields}
+    buffer = io.BytesIO()
+    fastavro.schemaless_writer(buffer, schema, datum)
+    return b"\x00" + struct.pack(">I", entry["id"]) + buffer.getvalue()
+
+
+async def test_signal_with_start_through_every_door(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    worker = Worker(flows=[waiter], data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
+                    namespace=namespace, session_timeout_ms=6000)
+    await worker.start()
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=[waiter]) as client, \
+                Client(bootstrap_servers=bootstrap, namespace=namespace) as nameless:
+            made = await client.signal_with_start(waiter, {"door": "flow"}, run_id="by-flow",
+                                                  signal="go", signal_payload=1)
+            assert made.request_id is not None  # it created the run
+            named = await nameless.signal_with_start("sws-waiter", {"door": "name"},
+                                                     run_id="by-name", signal="go",
+                                                     signal_payload=2)
+            shown = await cli("run", "signal", "by-cli", "go", "--payload", "3", "--start",
+                              "sws-waiter", "--start-payload", '{"door": "cli"}', "--json",
+                              bootstrap=bootstrap, namespace=namespace,
+                              cache=tmp_path / "cache")
+            assert shown.code == 0, shown.err
+            assert json.loads(shown.out)["created"] is True
+            await produce_plain(bootstrap, journal, "by-producer", plain_request(
+                "run.signal-with-start-requested", "by-producer", flow="sws-waiter",
+                payload_json='{"door": "producer"}', signal_name="go",
+                signal_payload_json="4"), record_type="run.signal-with-start-requested")
+            for run_id, n in (("by-flow", 1), ("by-name", 2), ("by-cli", 3),
+                              ("by-producer", 4)):
+                result = await client.get_handle(run_id).result(timeout=60)
+                assert result["signal"] == n and result["payload"]["door"] in run_id, result
+            assert made.run_id == "by-flow" and named.run_id == "by-name"
+            with pytest.raises(SignalRefused, match="the run has ended"):
+                await client.signal_with_start(waiter, None, run_id="by-flow", signal="go")
+            refused = await cli("run", "signal", "by-cli", "go", "--start", "sws-waiter",
+                                bootstrap=bootstrap, namespace=namespace,
+                                cache=tmp_path / "cache")
+            assert refused.code != 0 and "the run has ended" in refused.err
+            await _existing_runs_get_the_signal_alone(client, nameless)
+    finally:
+        await worker.stop()
+
+
+async def _existing_runs_get_the_signal_alone(client: Client, nameless: Client) -> None:
+    """A waiting run gets the signal alone (start part ignored, whatever its flow); one
+    racing a plain create of the same id: one run, one incarnation, the signal taken."""
+    waiting = await client.create_run(waiter, "first", run_id="waiting")
+    await waiting.admitted(timeout=30)
+    handle = await nameless.signal_with_start("some-other-flow", "ignored", run_id="waiting",
+                                              signal="go", signal_payload="later")
+    assert handle.request_id is None  # the run existed: the signal alone
+    assert await waiting.result(timeout=60) == {"payload": "first", "signal": "later"}
+    for n in range(5):
+        run_id = f"race-{n}"
+        created, started = await asyncio.gather(
+            client.create_run(waiter, "raced", run_id=run_id),
+            client.signal_with_start(waiter, "raced", run_id=run_id, signal="go",
+                                     signal_payload=n))
+        assert await created.result(timeout=60) == {"payload": "raced", "signal": n}
+        assert started.run_id == run_id
+
+
+async def test_the_journal_shows_one_run_per_race(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """The same race read back from the journal: one life per id (one first activation,
+    one incarnation), the signal-with-start applied, never refused."""
+    worker = Worker(flows=[waiter], data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
+                    namespace=namespace, session_timeout_ms=6000)
+    await worker.start()
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=[waiter]) as client:
+            for n in range(5):
+                await asyncio.gather(
+                    client.signal_with_start(waiter, "raced", run_id=f"r-{n}", signal="go",
+                                             signal_payload=n),
+                    client.create_run(waiter, "raced", run_id=f"r-{n}"))
+            for n in range(5):
+                assert (await client.get_handle(f"r-{n}").result(timeout=60))["signal"] == n
+    finally:
+        await worker.stop()
+    view = await fold(bootstrap, namespace)
+    for n in range(5):
+        items = view.history[f"r-{n}"]
+        firsts = [i for i in items if isinstance(i.record, ev.RunActivated)
+                  and i.record.activation == 1]
+        assert len(firsts) == 1  # one life: a second run would be activated from 1 again
+        lives = {i.record.incarnation for i in items if isinstance(i.record, ev.RunCreated)}
+        assert len(lives - {None}) == 1  # (a repeated create's answer names none)
+        starts = [i for i in items if isinstance(i.record, ev.RunSignalWithStartRequested)]
+        assert [i.verdict.value for i in starts] == ["applied"]
