@@ -68,7 +68,8 @@ def schedule_may_go(partition: PartitionState, schedule: ScheduleState | None,
     ever asked for and refused, with no change waiting for an answer) for longer than the
     retention. Its fired runs expire as runs; a change naming it later starts afresh."""
     since = None if schedule is None else schedule.idle_since_ms
-    return (since is not None and partition.retention_ms > 0
+    return (since is not None and schedule is not None and partition.retention_ms > 0
+            and schedule.partition == partition.partition
             and since + partition.retention_ms <= now_ms)
 
 

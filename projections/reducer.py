@@ -359,8 +359,10 @@ def _decide_run(
     if isinstance(record, ev.JournalEntryCopied):
         copied = apply_copied(run, record, entry)
         return _RunChange(run) if copied is None else _RunChange(*copied)
-    if run.deadline_ms is None and record.__class__ not in DEADLINE_CLASSES:
-        change = transition(run, record, partition.epoch, entry)  # (most runs: no deadline)
+    if (run.deadline_ms is None and run.cancel_requested is None
+            and record.__class__ not in DEADLINE_CLASSES):
+        # (most runs: no deadline, no cancel pending, which transition_in_time weighs)
+        change = transition(run, record, partition.epoch, entry)
     else:
         change = transition_in_time(run, record, partition.epoch, entry)
     if change is None:

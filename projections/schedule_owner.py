@@ -210,6 +210,8 @@ def on_due(view: OwnerView, schedule: ScheduleState, now_ms: int) -> list[Reacti
         late = _late(schedule.schedule_id, nominal, window_start, following, due)
         records.append(late)
         nominal = late[1]["next_fire_ms"]
+        if due(nominal) < window_start:  # (more than MAX_SCAN missed: on from the window)
+            nominal = following(window_start - 1)
     running = list(schedule.running)
     buffered = schedule.buffered_ms
     while due(nominal) <= now_ms and len(records) < MAX_FIRES:

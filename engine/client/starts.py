@@ -68,8 +68,11 @@ class StartCalls:
         none, in one request (Temporal's SignalWithStart). A run that exists and has not
         settled gets the signal and the start part is ignored (whatever its flow); no such
         run: it is created with the signal buffered before anything else, and this returns
-        once its owner admitted it (CreateRejected rejects the whole request). Raises
-        SignalRefused when the run has settled or expired, or its signal buffer is full."""
+        once its owner admitted it (CreateRejected rejects the whole request; the handle's
+        request_id is then this request's, else None). A run that exists but was not
+        admitted yet holds the signal: this returns once it is (CreateRejected if it is
+        not: the run and the signal are gone). Raises SignalRefused when the run has settled
+        or expired, or its signal buffer is full."""
         check_run_id(run_id, new=True)
         check_name("signal", signal)
         if request_id is not None:
@@ -91,15 +94,24 @@ class StartCalls:
         [(partition, offset)] = await self.send_requests([record])
         answer = await self.answer(record, partition, offset)
         run = answer.run
-        if answer.verdict is Verdict.refused or run is None:  # (a duplicate: taken before)
+        if answer.verdict is Verdict.refused or (run is None and answer.verdict is None):
             why = (expired_text(answer.tombstone) if answer.tombstone is not None
                    else describe_refusal(run, answer.record))
             raise SignalRefused(run_id, signal, why)
-        created = run.request_id == request_id and run.request_offset == offset
         client: Any = self  # (the Client this is mixed into)
-        handle = RunHandle(client, run_id=run.run_id, flow=run.flow, partition=partition,
-                           request_offset=offset,  # (this request's: read only if created)
-                           request_id=request_id if created else None)
+        created = run is None or run.request_id == request_id  # (None: made, then rejected)
         if created:
-            await handle.admitted(timeout=ADMISSION_TIMEOUT_S)
-        return handle
+            first = offset if run is None else run.request_offset
+            handle = RunHandle(client, run_id=run_id, flow=flow_name, partition=partition,
+                               request_offset=first, request_id=request_id)
+            await handle.admitted(timeout=ADMISSION_TIMEOUT_S)  # (CreateRejected)
+            return handle
+        assert run is not None
+        if not run.admitted and run.fork is None and run.request_id is not None:
+            # The run holding the signal waits for its own create's answer: wait for it too
+            # (rejected, the run and the signal are gone: CreateRejected, never silence).
+            await RunHandle(client, run_id=run.run_id, flow=run.flow, partition=partition,
+                            request_offset=run.request_offset,
+                            request_id=run.request_id).admitted(timeout=ADMISSION_TIMEOUT_S)
+        return RunHandle(client, run_id=run.run_id, flow=run.flow, partition=partition,
+                         request_offset=offset, request_id=None)

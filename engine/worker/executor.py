@@ -273,6 +273,8 @@ class RunExecution(HandlerRunner):
     async def execute(self, flow: Flow[Any, Any]) -> None:
         await self._take_slot()
         try:
+            if self.run_state().status.is_terminal and not self.activated:
+                return  # settled while it waited for a slot (a cancel): its handler never runs
             self.activate()
             self.ensure_active()
             await self.run_handler(flow)

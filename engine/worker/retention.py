@@ -105,7 +105,8 @@ class RetentionSweeper:
                 return False
             self._in_flight[own.partition] = now
             self.swept += 1
-            more = more or len(body["expired"]) + len(body["dropped"]) > 0
+            more = more or len(body["expired"]) + len(body["dropped"]) + len(
+                body.get("schedules", ())) > 0
         return more
 
 

@@ -10,7 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runstream import Client, Flow, FlowContext, RunStatus, Worker
+import pytest
+
+from runstream import Client, Flow, FlowContext, RunCancelled, RunStatus, Worker
 from runstream.engine.journal import events as ev
 from runstream.projections.decide import FLOW_CONCURRENCY_LIMIT
 from tests.integration.support import fold, status_or_none
@@ -47,7 +49,17 @@ async def _single(ctx: FlowContext, payload: Any) -> Any:
     return await ctx.step("work", _work, ctx.run_id)
 
 
-flows: list[Flow[Any, Any]] = [capped, free, single]
+gated: Flow[Any, Any] = Flow("gated", max_concurrency=1)
+entered: set[str] = set()  # runs whose handler began (this process)
+
+
+@gated.handler
+async def _gated(ctx: FlowContext, payload: Any) -> Any:
+    entered.add(ctx.run_id)  # (before any durable call)
+    return await ctx.step("work", _work, ctx.run_id)
+
+
+flows: list[Flow[Any, Any]] = [capped, free, single, gated]
 
 
 def most_at_once(run_ids: list[str]) -> int:
@@ -141,3 +153,28 @@ async def test_a_suspended_run_holds_no_slot_of_its_flow(
             assert await parked.result(timeout=30) == "now"
     finally:
         await worker.stop()
+
+
+async def test_a_run_cancelled_while_it_waits_for_a_slot_never_enters_its_handler(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    entered.clear()
+    worker = Worker(flows=flows, data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
+                    namespace=namespace, session_timeout_ms=6000)
+    await worker.start()
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=flows) as client:
+            busy = await client.create_run(gated, None, run_id="g-busy")
+            queued = await client.create_run(gated, None, run_id="g-queued")
+            await _waiting_note(client, "g-queued")
+            await client.cancel("g-queued", reason="not needed")
+            assert await busy.result(timeout=30) == "g-busy"
+            with pytest.raises(RunCancelled):
+                await queued.result(timeout=30)
+            await asyncio.sleep(0.5)  # (its execution had the slot by now, and let it go)
+            after = await client.create_run(gated, None, run_id="g-after")
+            assert await after.result(timeout=30) == "g-after"
+    finally:
+        await worker.stop()
+    assert entered == {"g-busy", "g-after"}

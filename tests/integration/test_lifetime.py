@@ -68,19 +68,27 @@ async def worker(bootstrap: str, namespace: str, path: Path,
 
 
 def _create_request_bytes(run_id: str, flow: str, payload: Any, **fields: Any) -> bytes:
-    """A create request as any producer would write it from schemas/ alone: Confluent
-    framing (magic 0, the registry's schema id), the Avro datum by plain fastavro
-    (`fields`: its optional fields, e.g. run_timeout_ms)."""
+    """A create request as any producer would write it from schemas/ alone (`fields`: its
+    optional fields, e.g. run_timeout_ms)."""
+    return plain_request("run.create-requested", run_id, flow=flow,
+                         payload_json=json.dumps(payload), **fields)
+
+
+def plain_request(record_type: str, run_id: str, *, lineage_id: str | None = None,
+                  **fields: Any) -> bytes:
+    """A request as any producer writes it from schemas/ alone: Confluent framing (magic 0,
+    the registry's schema id), the Avro datum by plain fastavro from the registry's current
+    schema of `record_type` and the envelope's (a schedule's names no run: `run_id` "" and
+    the schedule as `lineage_id`)."""
     registry = json.loads((SCHEMAS / "registry.json").read_text())
     [entry] = [e for e in registry["records"]
-               if e["type"] == "run.create-requested" and not e.get("archived")]
+               if e["type"] == record_type and not e.get("archived")]
     named: dict[str, Any] = {}
     fastavro.parse_schema(json.loads((SCHEMAS / "envelope.avsc").read_text()), named)
     schema = fastavro.parse_schema(json.loads((SCHEMAS / entry["file"]).read_text()), named)
-    datum = {"envelope": {"type": "run.create-requested", "run_id": run_id,
-                          "lineage_id": run_id, "request_id": uuid.uuid4().hex,
-                          "timestamp_ms": int(time.time() * 1000)},
-             "flow": flow, "payload_json": json.dumps(payload), **fields}
+    datum = {"envelope": {"type": record_type, "run_id": run_id,
+                          "lineage_id": lineage_id or run_id, "request_id": uuid.uuid4().hex,
+                          "timestamp_ms": int(time.time() * 1000)}, **fields}
     buffer = io.BytesIO()
     fastavro.schemaless_writer(buffer, schema, datum)
     return b"\x00" + struct.pack(">I", entry["id"]) + buffer.getvalue()

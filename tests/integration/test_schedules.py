@@ -7,24 +7,19 @@ and doubles none."""
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import signal
-import struct
 import time
-import uuid
 from datetime import datetime
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-import fastavro
-
 from runstream import Client, Flow, FlowContext, ScheduleNotFound, ScheduleRejected, Worker
 from runstream.projections.cron import fired_run_id
 from tests.integration.support import WorkerProcess, fold
 from tests.integration.test_cli import cli
-from tests.integration.test_lifetime import SCHEMAS, produce_plain
+from tests.integration.test_lifetime import plain_request, produce_plain
 
 beat = Flow("sched-beat")
 APP = "tests.integration.test_schedules:flows"
@@ -40,19 +35,8 @@ flows: list[Flow[Any, Any]] = [beat]
 
 def _change_bytes(schedule_id: str, **fields: Any) -> bytes:
     """A schedule.change-requested as any producer writes it from schemas/ alone."""
-    registry = json.loads((SCHEMAS / "registry.json").read_text())
-    [entry] = [e for e in registry["records"]
-               if e["type"] == "schedule.change-requested" and not e.get("archived")]
-    named: dict[str, Any] = {}
-    fastavro.parse_schema(json.loads((SCHEMAS / "envelope.avsc").read_text()), named)
-    schema = fastavro.parse_schema(json.loads((SCHEMAS / entry["file"]).read_text()), named)
-    datum = {"envelope": {"type": "schedule.change-requested", "run_id": "",
-                          "lineage_id": schedule_id, "request_id": uuid.uuid4().hex,
-                          "timestamp_ms": int(time.time() * 1000)},
-             "schedule_id": schedule_id, **fields}
-    buffer = io.BytesIO()
-    fastavro.schemaless_writer(buffer, schema, datum)
-    return b"\x00" + struct.pack(">I", entry["id"]) + buffer.getvalue()
+    return plain_request("schedule.change-requested", "", lineage_id=schedule_id,
+                         schedule_id=schedule_id, **fields)
 
 
 async def _fired(client: Client, schedule_id: str, count: int, timeout: float = 60) -> list[Any]:

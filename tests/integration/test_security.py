@@ -258,14 +258,8 @@ async def test_under_acls_clients_reach_the_journal_only_through_the_relay_with_
     """User:client (client role) and User:shop (client role for authority `shop`, which the
     workers limit to `email`) run flows through a worker's relay; neither can write the
     journal, and shop cannot widen its runs' ceiling by declaring none."""
-    namespace = await _namespace(secure, relayed=True)
     admin = security_of(secure, "admin")
-    await ensure_requests_topics(secure.bootstrap, namespace, ["shop"], security=admin)
-    await grant_role(bootstrap=secure.bootstrap, role="client", principal="User:shop",
-                     namespace=namespace, authority="shop", security=admin)
-    proc = _start_worker(secure.bootstrap, namespace, security_of(secure, "worker"), tmp_path,
-                         authorities='{"shop": ["email"]}')
-    try:
+    async with _shop_namespace(secure, tmp_path) as namespace:
         async with Client(bootstrap_servers=secure.bootstrap, namespace=namespace,
                           flows=[checkout], security=security_of(secure, "client"),
                           read_model_dir=tmp_path / "client") as client:
@@ -288,8 +282,6 @@ async def test_under_acls_clients_reach_the_journal_only_through_the_relay_with_
         journal = [r async for r in read_partitions(
             secure.bootstrap, journal_topic(namespace), security=admin)]
         assert journal and all(b"forger" not in (r.value or b"") for r in journal)
-    finally:
-        stop_process(proc, 20)
     log = (tmp_path / "worker.log").read_text(errors="replace")
     assert "Traceback" not in log
     for user, topic in (("shop", requests_topic(namespace)), ("shop", journal_topic(namespace)),

@@ -6,22 +6,17 @@ refuses it; one racing a plain create of the same id makes one run that gets the
 from __future__ import annotations
 
 import asyncio
-import io
 import json
-import struct
-import time
-import uuid
 from pathlib import Path
 from typing import Any
 
-import fastavro
 import pytest
 
 from runstream import Client, Flow, FlowContext, SignalRefused, Worker
 from runstream.engine.journal import events as ev
 from tests.integration.support import fold
 from tests.integration.test_cli import cli
-from tests.integration.test_lifetime import SCHEMAS, produce_plain
+from tests.integration.test_lifetime import plain_request, produce_plain
 
 waiter = Flow("sws-waiter")
 
@@ -29,23 +24,6 @@ waiter = Flow("sws-waiter")
 @waiter.handler
 async def _waiter(ctx: FlowContext, payload: Any) -> Any:
     return {"payload": payload, "signal": await ctx.wait_for("go")}
-
-
-def plain_request(record_type: str, run_id: str, **fields: Any) -> bytes:
-    """A request as any producer writes it from schemas/ alone (registry, envelope, record
-    schema, the wire format: magic byte, schema id, Avro body)."""
-    registry = json.loads((SCHEMAS / "registry.json").read_text())
-    [entry] = [e for e in registry["records"]
-               if e["type"] == record_type and not e.get("archived")]
-    named: dict[str, Any] = {}
-    fastavro.parse_schema(json.loads((SCHEMAS / "envelope.avsc").read_text()), named)
-    schema = fastavro.parse_schema(json.loads((SCHEMAS / entry["file"]).read_text()), named)
-    datum = {"envelope": {"type": record_type, "run_id": run_id, "lineage_id": run_id,
-                          "request_id": uuid.uuid4().hex,
-                          "timestamp_ms": int(time.time() * 1000)}, **fields}
-    buffer = io.BytesIO()
-    fastavro.schemaless_writer(buffer, schema, datum)
-    return b"\x00" + struct.pack(">I", entry["id"]) + buffer.getvalue()
 
 
 async def test_signal_with_start_through_every_door(

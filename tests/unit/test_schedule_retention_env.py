@@ -14,6 +14,9 @@ import pytest
 
 from runstream import Flow, ScheduleRejected
 from runstream.engine.journal import events as ev
+from runstream.projections.expiry import schedule_may_go
+from runstream.projections.schedule_state import ScheduleState
+from runstream.projections.state import PartitionState
 from runstream.testing import TestEnvironment
 
 tick = Flow("sr-tick")
@@ -69,3 +72,13 @@ async def test_without_a_retention_deleted_schedules_stay() -> None:
         await env.sleep(86400)
         assert env.projection.store.schedule("gone") is not None
         assert not any(r.schedules for r in _expiries(env))
+
+
+def test_an_expiry_drops_only_its_own_partition_s_schedules() -> None:
+    """Every reader re-checks a named schedule against the deciding partition: a store
+    that holds other partitions too must not drop another partition's schedule."""
+    leftover = ScheduleState(schedule_id="s", partition=1, updated_ms=0)
+    assert leftover.idle_since_ms == 0
+    assert not schedule_may_go(PartitionState(partition=0, retention_ms=1000), leftover, 5000)
+    assert schedule_may_go(PartitionState(partition=1, retention_ms=1000), leftover, 5000)
+    assert not schedule_may_go(PartitionState(partition=1, retention_ms=1000), leftover, 500)

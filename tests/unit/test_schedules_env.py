@@ -15,6 +15,7 @@ from runstream import Flow, ScheduleNotFound, ScheduleRejected
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import request_envelope
 from runstream.projections.cron import fired_run_id
+from runstream.projections.schedule_owner import MAX_SCAN
 from runstream.projections.state import RunStatus
 from runstream.testing import TestEnvironment
 
@@ -108,6 +109,21 @@ async def test_fires_missed_while_no_owner_ran_are_made_up_within_the_window() -
                    if isinstance(h.record, ev.ScheduleSkipped)]
         assert [(r.count, r.first_ms, r.last_ms, r.reason) for r in skipped] == [
             (7, ms(START) + 60_000, ms(START) + 420_000, "catch-up window")]
+
+
+async def test_an_outage_longer_than_the_skip_scan_fires_only_within_the_window() -> None:
+    """More instants missed than one skipped record counts (MAX_SCAN): the owner skips on
+    to the window, and fires only the instants within it (with a jitter too)."""
+    async with TestEnvironment([tick], start=START) as env:
+        await env.create_schedule("long", tick, every=1, catchup_window=10, jitter=0.5,
+                                  overlap="allow_all")
+        env.clock_ms += (MAX_SCAN + 5_000) * 1000  # more than MAX_SCAN seconds pass, unowned
+        now = env.clock_ms
+        await env.sleep(0)
+        fired = nominals(env, "long")
+        assert fired and all(now - 11_000 <= t <= now for t in fired), fired
+        schedule = env.describe_schedule("long")
+        assert 9 <= schedule.fires <= 11 and schedule.skipped >= MAX_SCAN
 
 
 async def test_pause_unpause_delete_trigger_and_backfill() -> None:

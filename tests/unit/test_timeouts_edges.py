@@ -16,6 +16,7 @@ from runstream.engine.journal.records import decision_envelope
 from runstream.projections.deadlines import handoff_timeout, transition_in_time
 from runstream.projections.state import RunState, RunStatus
 from runstream.testing import TestEnvironment
+from tests.builders import PartitionLog, create, created, request
 
 hung = Flow("e-hung", timeout=5, timeout_grace=2)
 deaf = Flow("e-deaf", timeout=5, timeout_grace=2)
@@ -103,3 +104,19 @@ def test_a_round_handed_to_a_flow_not_registered_here_keeps_its_timeout() -> Non
                                           "timeout_grace_ms": 1000}
     other = Flow("other", timeout=9)
     assert handoff_timeout(run, other)["run_timeout_ms"] == 9000
+
+
+def test_a_timeout_failure_meeting_a_cancel_is_a_cancel_for_a_run_without_a_deadline() -> None:
+    """The reducer's fast path (a run with no deadline) keeps transition_in_time's rule: a
+    RunTimedOut failure (a child's, passed on by a parent with no timeout) settled while a
+    cancel is pending is the cancel, as every older reader folded it."""
+    log = PartitionLog()
+    log.add(create("p", "c-p"))
+    log.add(created(log.owner, "p", "c-p", request_offset=1))
+    log.add(log.owner.decide(ev.RunActivated, run_id="p", mode="new", activation=1,
+                             evidence="first"))
+    log.add(request(ev.RunCancelRequested, run_id="p", request_id="x-p", reason="stop"))
+    assert log.run("p").deadline_ms is None and log.run("p").cancel_requested == "stop"
+    log.add(log.owner.decide(ev.RunFailed, run_id="p", error_type="RunTimedOut",
+                             error_message="child c timed out"))
+    assert log.run("p").status is RunStatus.cancelled
