@@ -71,14 +71,17 @@ def most_at_once(run_ids: list[str]) -> int:
     return peak
 
 
-async def _waiting_note(client: Client, run_id: str, timeout: float = 30) -> str:
+async def _one_waiting(client: Client, run_ids: list[str], timeout: float = 30) -> str:
+    """The first of `run_ids` seen pending with the limit's evidence (which run waits
+    depends on which partition's records the owner took up first)."""
     deadline = time.monotonic() + timeout
     while True:
-        run = await client.describe(run_id)
-        if run.status is RunStatus.pending and any(
-                e.kind == FLOW_CONCURRENCY_LIMIT for e in run.evidence):
-            return run_id
-        assert time.monotonic() < deadline, f"{run_id} never waited for a slot: {run.status}"
+        for run_id in run_ids:
+            run = await client.describe(run_id)
+            if run.status is RunStatus.pending and any(
+                    e.kind == FLOW_CONCURRENCY_LIMIT for e in run.evidence):
+                return run_id
+        assert time.monotonic() < deadline, f"none of {run_ids} waited for a slot"
         await asyncio.sleep(0.1)
 
 
@@ -94,7 +97,7 @@ async def test_max_concurrency_bounds_a_flow_and_holds_back_no_other(
                           flows=flows) as client:
             ids = [f"cap-{n}" for n in range(6)]
             handles = [await client.create_run(capped, None, run_id=r) for r in ids]
-            waiting = await _waiting_note(client, ids[-1])
+            waiting = await _one_waiting(client, ids)
             status = await cli("run", "status", waiting, bootstrap=bootstrap,
                                namespace=namespace, cache=tmp_path / "cache")
             assert "waits for a slot: flow 'capped' has max_concurrency=2" in status.out, \
@@ -166,8 +169,12 @@ async def test_a_run_cancelled_while_it_waits_for_a_slot_never_enters_its_handle
         async with Client(bootstrap_servers=bootstrap, namespace=namespace,
                           flows=flows) as client:
             busy = await client.create_run(gated, None, run_id="g-busy")
+            deadline = time.monotonic() + 30
+            while await status_or_none(client, "g-busy") is not RunStatus.running:
+                assert time.monotonic() < deadline, "g-busy never ran"
+                await asyncio.sleep(0.05)
             queued = await client.create_run(gated, None, run_id="g-queued")
-            await _waiting_note(client, "g-queued")
+            await _one_waiting(client, ["g-queued"])
             await client.cancel("g-queued", reason="not needed")
             assert await busy.result(timeout=30) == "g-busy"
             with pytest.raises(RunCancelled):
