@@ -304,5 +304,28 @@ async def run_heartbeat(ctx: FlowContext, p: dict[str, str]) -> str:
     return f"beat from {p['source']}"
 
 
+# An approval that waits for its decision: the demo starts it with signal-with-start.
+approval: Flow[dict[str, str], str] = Flow("approval")
+
+
+@approval.handler
+async def run_approval(ctx: FlowContext, p: dict[str, str]) -> str:
+    decision = await ctx.wait_for("decision")
+    return f"{p['order_id']}: {decision}"
+
+
+# A report export the warehouse can take two of at once, per worker.
+export: Flow[dict[str, int], int] = Flow("export", max_concurrency=2)
+
+
+@export.handler
+async def run_export(ctx: FlowContext, p: dict[str, int]) -> int:
+    async def render() -> int:
+        await asyncio.sleep(0.4)  # (the warehouse's report query)
+        return p["rows"]
+
+    return await ctx.step("render", render)
+
+
 flows = [checkout, order, packing, subscription, refund, statement, hold, stubborn, batch,
-         settle, shipment, pickup, heartbeat]
+         settle, shipment, pickup, heartbeat, approval, export]

@@ -11,6 +11,7 @@ from typing import Any
 
 from runstream import Client, RunTimedOut
 from runstream.engine.demo.flows import heartbeat, pickup, shipment
+from runstream.engine.demo.starts import show_signal_with_start
 from runstream.engine.readmodel.describe import retry_view, waits_to_retry
 
 Echo = Callable[[str], Any]
@@ -56,4 +57,5 @@ async def show_schedule(client: Client, *, echo: Echo) -> None:
         result = await client.get_handle(fired.run_id).result(timeout=30)
         echo(f"  {fired.run_id} -> {result}")
     echo(f"  pulse fired {schedule.fires} runs, then was deleted")
+    await show_signal_with_start(client, echo=echo)
 

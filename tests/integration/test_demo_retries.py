@@ -1,5 +1,6 @@
-"""The demo's retries and timeouts section (engine/demo/retries.py) against a real broker:
-what it prints is what the runs did."""
+"""The demo's retries, timeouts, schedule, signal-with-start and per-flow concurrency
+sections (engine/demo/retries.py, engine/demo/starts.py) against a real broker: what it
+prints is what the runs did."""
 
 from __future__ import annotations
 
@@ -31,3 +32,9 @@ async def test_the_demo_s_retries_and_timeouts_section_shows_what_the_runs_did(
     assert pickup.deadline_ms == (pickup.admitted_at_ms or 0) + 2000
     assert "pickup-1 (Flow(timeout=2)) failed: RunTimedOut: the run passed its deadline" in text
     assert text.count("-> beat from pulse") == 3 and "then was deleted" in text
+    # signal-with-start and per-flow concurrency (engine/demo/starts.py)
+    assert "created it with the signal in it: approve-o-9 -> o-9: approved by alice" in text
+    assert "approve-o-10 was waiting (it existed: the signal alone) -> o-10: approved by bob" \
+        in text
+    assert "waits for a slot: flow 'export' has max_concurrency=2" in text
+    assert "all six done" in text and "[0, 100, 200, 300, 400, 500]" in text
