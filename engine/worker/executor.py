@@ -261,7 +261,7 @@ class RunExecution(HandlerRunner):
         its max_concurrency allows on this worker (`run status` shows it)."""
         limit = self.owner.flows[self.run.flow].max_concurrency
         message = (f"waits for a slot: flow {self.run.flow!r} has max_concurrency={limit} and "
-                   f"{held} of its runs execute on worker {self.owner.activator.owner_name}")
+                   f"{held} of its runs execute on worker {self.owner.name}")
         self.send(ev.EvidenceRecorded, kind=FLOW_CONCURRENCY_LIMIT, message=message,
                   attributes={"flow": self.run.flow, "max_concurrency": str(limit)})
 

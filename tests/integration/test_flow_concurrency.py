@@ -100,8 +100,8 @@ async def test_max_concurrency_bounds_a_flow_and_holds_back_no_other(
             waiting = await _one_waiting(client, ids)
             status = await cli("run", "status", waiting, bootstrap=bootstrap,
                                namespace=namespace, cache=tmp_path / "cache")
-            assert "waits for a slot: flow 'capped' has max_concurrency=2" in status.out, \
-                status.out
+            assert "waits for a slot: flow 'capped' has max_concurrency=2 and 2 of its runs " \
+                   f"execute on worker {worker.name}" in status.out, status.out
             other = await client.create_run(free, None, run_id="free-1")
             assert await other.result(timeout=30) == "free-1"
             assert spans["free-1"][1] - spans["free-1"][0] < WORK_S + 1  # not held back
