@@ -20,7 +20,6 @@ from runstream.engine.client.tail import JournalTail
 from runstream.engine.config import (
     Duration,
     journal_topic,
-    positive_ms,
     resolve_bootstrap,
     resolve_namespace,
 )
@@ -190,23 +189,16 @@ class Client(ScheduleCalls, StartCalls):
         the requests topic has). Invalid input (journal.input_limits) is refused before anything
         is sent. `run_timeout`: how long the run may take (the flow's own timeout wins when
         smaller); past it the run fails with RunTimedOut."""
-        timeout_ms = positive_ms(run_timeout, "run_timeout")
-        check_name("flow", flow if isinstance(flow, str) else flow.name)
         run_id = check_run_id(run_id, new=True) if run_id else uuid.uuid4().hex
-        flow_name, payload_json = self._payload_json(flow, payload)
-        check_payload(f"the payload of flow {flow_name!r}", payload_json)
-        known = self.flows.get(flow_name) if isinstance(flow, str) else flow
-        ceiling = self._ceiling_for(known)
+        fields = self._create_fields(flow, payload, run_timeout)
+        flow_name = fields["flow"]
         request_id = uuid.uuid4().hex
         with create_span(run_id, flow_name):
             record = ev.RunCreateRequested(
                 envelope=request_envelope(ev.RunCreateRequested.TYPE, run_id,
                                           request_id=request_id,
                                           now_ms=int(time.time() * 1000)),
-                flow=flow_name, payload_json=payload_json,
-                ceiling=None if ceiling is None else list(ceiling),
-                max_rounds=known.max_rounds if known is not None else 0,
-                trace_context=carrier(), run_timeout_ms=timeout_ms)
+                trace_context=carrier(), **fields)
             placed = await self._place(record, [(k, v.encode())
                                                 for k, v in record.trace_context.items()])
         return RunHandle(self, run_id=run_id, flow=flow_name, partition=placed.partition,

@@ -53,6 +53,22 @@ class StartCalls:
                     f"client's authority", missing=missing)
         return narrow(self.authority, capabilities)
 
+    def _create_fields(self, flow: Flow[Any, Any] | str, payload: Any,
+                       run_timeout: Duration | None) -> dict[str, Any]:
+        """A new run's fields as a create request carries them, checked (its timeout, its
+        flow's name, its payload) before anything is sent: run.create-requested's, and the
+        start part of a signal-with-start."""
+        timeout_ms = positive_ms(run_timeout, "run_timeout")
+        check_name("flow", flow if isinstance(flow, str) else flow.name)
+        flow_name, payload_json = self._payload_json(flow, payload)
+        check_payload(f"the payload of flow {flow_name!r}", payload_json)
+        known = self.flows.get(flow_name) if isinstance(flow, str) else flow
+        ceiling = self._ceiling_for(known)
+        return {"flow": flow_name, "payload_json": payload_json,
+                "ceiling": None if ceiling is None else list(ceiling),
+                "max_rounds": known.max_rounds if known is not None else 0,
+                "run_timeout_ms": timeout_ms}
+
     async def send_requests(self, records: list[JournalRecord]) -> list[tuple[int, int]]:
         raise NotImplementedError
 
@@ -77,20 +93,15 @@ class StartCalls:
         check_name("signal", signal)
         if request_id is not None:
             check_text("a request id", request_id, MAX_NAME_CHARS)
-        flow_name, payload_json = self._payload_json(flow, payload)
-        check_name("flow", flow_name)
-        check_payload(f"the payload of flow {flow_name!r}", payload_json)
+        start = self._create_fields(flow, payload, run_timeout)
         signal_json = check_payload(f"the payload of signal {signal!r}", dump_json(signal_payload))
-        known = self.flows.get(flow_name) if isinstance(flow, str) else flow
-        ceiling = self._ceiling_for(known)
         request_id = request_id or uuid.uuid4().hex
         record = ev.RunSignalWithStartRequested(
             envelope=request_envelope(ev.RunSignalWithStartRequested.TYPE, run_id,
                                       request_id=request_id, now_ms=int(time.time() * 1000)),
-            flow=flow_name, payload_json=payload_json, signal_name=signal,
-            signal_payload_json=signal_json, ceiling=None if ceiling is None else list(ceiling),
-            max_rounds=known.max_rounds if known is not None else 0, trace_context=carrier(),
-            run_timeout_ms=positive_ms(run_timeout, "run_timeout"))
+            signal_name=signal, signal_payload_json=signal_json, trace_context=carrier(),
+            **start)
+        flow_name = start["flow"]
         [(partition, offset)] = await self.send_requests([record])
         answer = await self.answer(record, partition, offset)
         run = answer.run
