@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import lineage_of
+from runstream.projections.expiry import expired_text
 from runstream.projections.state import (
     MAX_INBOX,
     MAX_SIGNALS,
@@ -29,6 +30,7 @@ from runstream.projections.state import (
     RunState,
     RunStatus,
     Signal,
+    Tombstone,
     Verdict,
     replace,
 )
@@ -151,10 +153,12 @@ def _wake(run: RunState, record: ev.RunWakeRequested,
     return RequestChange(replace(run, children=children), Verdict.applied, entry)
 
 
-def describe_refusal(run: RunState | None, record: ev.JournalRecord) -> str:
-    """Why a request was refused, for the client's error."""
+def describe_refusal(run: RunState | None, record: ev.JournalRecord,
+                     tombstone: Tombstone | None = None) -> str:
+    """Why a request was refused, for the client's error (`tombstone`: what is left of the
+    run, when it expired)."""
     if run is None:
-        return "no such run"
+        return "no such run" if tombstone is None else expired_text(tombstone)
     refusal = authority_refusal(run, record)
     if refusal is not None:
         return refusal

@@ -25,7 +25,6 @@ from runstream.engine.journal.input_limits import (
 from runstream.engine.journal.records import request_envelope
 from runstream.engine.observability.tracing import carrier
 from runstream.projections.capabilities import narrow
-from runstream.projections.expiry import expired_text
 from runstream.projections.requests import describe_refusal
 from runstream.projections.state import Verdict
 
@@ -106,9 +105,8 @@ class StartCalls:
         answer = await self.answer(record, partition, offset)
         run = answer.run
         if answer.verdict is Verdict.refused or (run is None and answer.verdict is None):
-            why = (expired_text(answer.tombstone) if answer.tombstone is not None
-                   else describe_refusal(run, answer.record))
-            raise SignalRefused(run_id, signal, why)
+            raise SignalRefused(run_id, signal,
+                                describe_refusal(run, answer.record, answer.tombstone))
         client: Any = self  # (the Client this is mixed into)
         created = run is None or run.request_id == request_id  # (None: made, then rejected)
         if created:

@@ -43,7 +43,6 @@ from runstream.engine.testing.upkeep import (
     virtual_settings,
 )
 from runstream.projections import schedule_owner
-from runstream.projections.expiry import expired_text
 from runstream.projections.fork_plan import (
     ForkNeedsForce,
     ForkTargetExists,
@@ -124,9 +123,7 @@ class TestEnvironment(Schedules, Driving):
                     run_id: str | None = None, run_timeout: Duration | None = None) -> str:
         """Create a run (it starts when the environment is driven); returns its id.
         `run_timeout`: as Client.create_run's, on the virtual clock."""
-        name = flow.name if isinstance(flow, Flow) else flow
-        known = self.flows.get(name)
-        payload_json = known.dump_payload(payload) if known else dump_json(payload)
+        name, payload_json = self._payload_of(flow, payload)
         run_id = run_id or uuid.uuid4().hex
         verdict = self._request(ev.RunCreateRequested, run_id, flow=name,
                                 payload_json=payload_json,
@@ -134,6 +131,12 @@ class TestEnvironment(Schedules, Driving):
         if verdict is Verdict.refused and (expired := expired_create(self.projection, run_id)):
             raise expired
         return run_id
+
+    def _payload_of(self, flow: Flow[Any, Any] | str, payload: Any) -> tuple[str, str]:
+        """(The flow's name, the payload as JSON): a registered flow's own encoding."""
+        name = flow.name if isinstance(flow, Flow) else flow
+        known = self.flows.get(name)
+        return name, known.dump_payload(payload) if known else dump_json(payload)
 
     async def run(self, flow: Flow[Any, Any] | str, payload: Any = None, *,
                   run_id: str | None = None, run_timeout: Duration | None = None) -> Any:
@@ -175,9 +178,7 @@ class TestEnvironment(Schedules, Driving):
         run_timeout: Duration | None = None,
     ) -> str:
         """As Client.signal_with_start, on the virtual clock; returns the run's id."""
-        name = flow.name if isinstance(flow, Flow) else flow
-        known = self.flows.get(name)
-        payload_json = known.dump_payload(payload) if known else dump_json(payload)
+        name, payload_json = self._payload_of(flow, payload)
         body: dict[str, Any] = {
             "flow": name, "payload_json": payload_json, "signal_name": signal,
             "signal_payload_json": dump_json(signal_payload),
@@ -187,8 +188,8 @@ class TestEnvironment(Schedules, Driving):
             stone = self.projection.store.tombstone(run_id)
             record = ev.RunSignalWithStartRequested(
                 envelope=envelope(ev.RunSignalWithStartRequested, run_id, None, 0), **body)
-            raise SignalRefused(run_id, signal, expired_text(stone) if stone is not None
-                                else describe_refusal(self.projection.runs.get(run_id), record))
+            raise SignalRefused(run_id, signal,
+                                describe_refusal(self.projection.runs.get(run_id), record, stone))
         return run_id
 
     async def cancel(self, run_id: str, *, reason: str = "") -> None:
