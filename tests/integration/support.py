@@ -9,12 +9,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runstream import Worker
+from runstream import Flow, RunStatus, Worker
 from runstream.engine.journal import events as ev
 from runstream.engine.worker.ownership import OwnershipState
 from runstream.projections.memory import MemoryProjection
@@ -212,3 +213,27 @@ def all_ready(worker: Worker) -> bool:
     """Every test partition owned by `worker` and claimed (ready)."""
     return len(worker.owned) == TEST_JOURNAL_PARTITIONS and all(
         o.state is OwnershipState.ready for o in worker.owned.values())
+
+
+@asynccontextmanager
+async def running_worker(bootstrap: str, namespace: str, data_dir: Path,
+                         flows: Iterable[Flow[Any, Any]], **options: Any
+                         ) -> AsyncIterator[Worker]:
+    """An in-process Worker of the namespace for the block (session timeout 6 s, as the
+    tests' worker processes), stopped gracefully after it; `options`: Worker's others."""
+    worker = Worker(flows=list(flows), data_dir=data_dir, bootstrap_servers=bootstrap,
+                    namespace=namespace, **{"session_timeout_ms": 6000, **options})
+    await worker.start()
+    try:
+        yield worker
+    finally:
+        await worker.stop()
+
+
+async def status_when(client: Any, run_id: str, *wanted: RunStatus,
+                      timeout: float = 60) -> None:
+    """Until the run's status is one of `wanted` (polled), else fail saying what it is."""
+    deadline = time.monotonic() + timeout
+    while (status := await status_or_none(client, run_id)) not in wanted:
+        assert time.monotonic() < deadline, f"{run_id} is {status}, not one of {wanted}"
+        await asyncio.sleep(0.05)

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from runstream import Client, Flow, FlowContext, RunCancelled, RunStatus, Worker
+from runstream import Client, Flow, FlowContext, RunCancelled, RunStatus
 from runstream.engine.journal import events as ev
 from runstream.projections.decide import FLOW_CONCURRENCY_LIMIT
-from tests.integration.support import fold, status_or_none
+from tests.integration.support import fold, running_worker, status_when
 from tests.integration.test_cli import cli
 
 capped: Flow[Any, Any] = Flow("capped", max_concurrency=2)
@@ -89,10 +89,8 @@ async def test_max_concurrency_bounds_a_flow_and_holds_back_no_other(
     bootstrap: str, namespace: str, journal: str, tmp_path: Path
 ) -> None:
     spans.clear()
-    worker = Worker(flows=flows, data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
-                    namespace=namespace, session_timeout_ms=6000, concurrency=16)
-    await worker.start()
-    try:
+    async with running_worker(bootstrap, namespace, tmp_path / "w", flows,
+                              concurrency=16) as worker:
         async with Client(bootstrap_servers=bootstrap, namespace=namespace,
                           flows=flows) as client:
             ids = [f"cap-{n}" for n in range(6)]
@@ -106,8 +104,6 @@ async def test_max_concurrency_bounds_a_flow_and_holds_back_no_other(
             assert await other.result(timeout=30) == "free-1"
             assert spans["free-1"][1] - spans["free-1"][0] < WORK_S + 1  # not held back
             assert [await h.result(timeout=60) for h in handles] == ids
-    finally:
-        await worker.stop()
     assert most_at_once(ids) == 2
     first = min(spans[r][0] for r in ids)
     assert spans["free-1"][0] < first + 2 * WORK_S  # ran beside the capped ones
@@ -139,40 +135,26 @@ async def test_a_suspended_run_holds_no_slot_of_its_flow(
     bootstrap: str, namespace: str, journal: str, tmp_path: Path
 ) -> None:
     spans.clear()
-    worker = Worker(flows=flows, data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
-                    namespace=namespace, session_timeout_ms=6000)
-    await worker.start()
-    try:
+    async with running_worker(bootstrap, namespace, tmp_path / "w", flows):
         async with Client(bootstrap_servers=bootstrap, namespace=namespace,
                           flows=flows) as client:
             parked = await client.create_run(single, "wait", run_id="parked")
-            deadline = time.monotonic() + 30
-            while await status_or_none(client, "parked") is not RunStatus.suspended:
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.1)
+            await status_when(client, "parked", RunStatus.suspended, timeout=30)
             busy = await client.create_run(single, "work", run_id="busy")
             assert await busy.result(timeout=30) == "busy"  # the parked one held no slot
             await client.signal("parked", "go", "now")
             assert await parked.result(timeout=30) == "now"
-    finally:
-        await worker.stop()
 
 
 async def test_a_run_cancelled_while_it_waits_for_a_slot_never_enters_its_handler(
     bootstrap: str, namespace: str, journal: str, tmp_path: Path
 ) -> None:
     entered.clear()
-    worker = Worker(flows=flows, data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
-                    namespace=namespace, session_timeout_ms=6000)
-    await worker.start()
-    try:
+    async with running_worker(bootstrap, namespace, tmp_path / "w", flows):
         async with Client(bootstrap_servers=bootstrap, namespace=namespace,
                           flows=flows) as client:
             busy = await client.create_run(gated, None, run_id="g-busy")
-            deadline = time.monotonic() + 30
-            while await status_or_none(client, "g-busy") is not RunStatus.running:
-                assert time.monotonic() < deadline, "g-busy never ran"
-                await asyncio.sleep(0.05)
+            await status_when(client, "g-busy", RunStatus.running, timeout=30)
             queued = await client.create_run(gated, None, run_id="g-queued")
             await _one_waiting(client, ["g-queued"])
             await client.cancel("g-queued", reason="not needed")
@@ -182,6 +164,4 @@ async def test_a_run_cancelled_while_it_waits_for_a_slot_never_enters_its_handle
             await asyncio.sleep(0.5)  # (its execution had the slot by now, and let it go)
             after = await client.create_run(gated, None, run_id="g-after")
             assert await after.result(timeout=30) == "g-after"
-    finally:
-        await worker.stop()
     assert entered == {"g-busy", "g-after"}

@@ -21,14 +21,14 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from runstream import Client, Flow, FlowContext, ScheduleNotFound, Worker
+from runstream import Client, Flow, FlowContext, ScheduleNotFound
 from runstream.engine.journal import events as ev
 from runstream.projections.cron import fired_run_id, jitter_ms
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.schedule_state import Fired, ScheduleState
 from runstream.projections.state import RunStatus, Verdict
 from runstream.projections.values import HistoryEntry
-from tests.integration.support import WorkerProcess, fold, status_or_none
+from tests.integration.support import WorkerProcess, fold, running_worker, status_when
 from tests.integration.test_schedules import _fired, beat
 
 hold: Flow[Any, Any] = Flow("policy-hold")  # a run that lasts until it is sent the signal "go"
@@ -65,14 +65,6 @@ async def schedule_when(client: Client, schedule_id: str, check: Callable[[Sched
         await asyncio.sleep(0.2)
 
 
-async def status_when(client: Client, run_id: str, wanted: tuple[RunStatus, ...],
-                      timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while (status := await status_or_none(client, run_id)) not in wanted:
-        assert time.monotonic() < deadline, f"{run_id} is {status}, not one of {wanted}"
-        await asyncio.sleep(0.2)
-
-
 def entries(projection: MemoryProjection) -> Iterator[HistoryEntry]:
     """Every record the fold kept: the partitions' own (schedules) and every run's."""
     for items in (*projection.partition_history.values(), *projection.history.values()):
@@ -106,10 +98,7 @@ def every_second(instants: list[int]) -> bool:
 async def test_each_overlap_policy_and_jitter_on_the_broker(
     bootstrap: str, namespace: str, journal: str, tmp_path: Path
 ) -> None:
-    worker = Worker(flows=flows, data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
-                    namespace=namespace, session_timeout_ms=6000)
-    await worker.start()
-    try:
+    async with running_worker(bootstrap, namespace, tmp_path / "w", flows):
         async with Client(bootstrap_servers=bootstrap, namespace=namespace,
                           flows=flows) as client:
             for policy in POLICIES:
@@ -129,8 +118,6 @@ async def test_each_overlap_policy_and_jitter_on_the_broker(
             await released_skip(client, firsts["skip"], released_ms)
             await released_buffer_one(client, firsts["buffer_one"])
             await schedule_when(client, "jittered", lambda s: s.fires >= 4, "4 jittered fires")
-    finally:
-        await worker.stop()
     jittered_fires_come_after_their_jitter(await fold(bootstrap, namespace))
 
 
@@ -139,7 +126,7 @@ async def first_waiting(client: Client, schedule_id: str) -> Fired:
     schedule = await schedule_when(client, schedule_id, lambda s: bool(s.recent), "a fire")
     first = schedule.recent[0]
     assert first.run_id == fired_run_id(schedule_id, first.nominal_ms)
-    await status_when(client, first.run_id, (RunStatus.suspended,))
+    await status_when(client, first.run_id, RunStatus.suspended)
     return first
 
 
@@ -165,7 +152,7 @@ async def overlapping_allow_all(client: Client) -> None:
     assert schedule.fires >= 4 and schedule.skipped == 0, schedule
     assert [f.run_id for f in schedule.recent][:4] == list(schedule.running)[:4]
     for fired in schedule.recent[:4]:  # (none of them is ever sent its signal)
-        await status_when(client, fired.run_id, (RunStatus.suspended,))
+        await status_when(client, fired.run_id, RunStatus.suspended)
     nominals = [f.nominal_ms for f in schedule.recent]
     assert every_second(nominals), nominals
 
@@ -178,7 +165,7 @@ async def cancelling_cancel_other(client: Client) -> None:
     recent = schedule.recent
     assert every_second([f.nominal_ms for f in recent])
     for fired, following in pairwise(recent):
-        await status_when(client, fired.run_id, (RunStatus.cancelled,))
+        await status_when(client, fired.run_id, RunStatus.cancelled)
         run = await client.describe(fired.run_id)
         assert run.updated_at_ms >= following.nominal_ms, (run, following)
     cancelled = {f.run_id for f in recent[:-1]}

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from runstream import Client, Flow, FlowContext, SignalRefused, Worker
+from runstream import Client, Flow, FlowContext, SignalRefused
 from runstream.engine.journal import events as ev
-from tests.integration.support import fold
+from tests.integration.support import fold, running_worker
 from tests.integration.test_cli import cli
 from tests.integration.test_lifetime import plain_request, produce_plain
 
@@ -29,10 +29,7 @@ async def _waiter(ctx: FlowContext, payload: Any) -> Any:
 async def test_signal_with_start_through_every_door(
     bootstrap: str, namespace: str, journal: str, tmp_path: Path
 ) -> None:
-    worker = Worker(flows=[waiter], data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
-                    namespace=namespace, session_timeout_ms=6000)
-    await worker.start()
-    try:
+    async with running_worker(bootstrap, namespace, tmp_path / "w", [waiter]):
         async with Client(bootstrap_servers=bootstrap, namespace=namespace,
                           flows=[waiter]) as client, \
                 Client(bootstrap_servers=bootstrap, namespace=namespace) as nameless:
@@ -64,8 +61,6 @@ async def test_signal_with_start_through_every_door(
                                 cache=tmp_path / "cache")
             assert refused.code != 0 and "the run has ended" in refused.err
             await _existing_runs_get_the_signal_alone(client, nameless)
-    finally:
-        await worker.stop()
 
 
 async def _existing_runs_get_the_signal_alone(client: Client, nameless: Client) -> None:
@@ -92,10 +87,7 @@ async def test_the_journal_shows_one_run_per_race(
 ) -> None:
     """The same race read back from the journal: one life per id (one first activation,
     one incarnation), the signal-with-start applied, never refused."""
-    worker = Worker(flows=[waiter], data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
-                    namespace=namespace, session_timeout_ms=6000)
-    await worker.start()
-    try:
+    async with running_worker(bootstrap, namespace, tmp_path / "w", [waiter]):
         async with Client(bootstrap_servers=bootstrap, namespace=namespace,
                           flows=[waiter]) as client:
             for n in range(5):
@@ -105,8 +97,6 @@ async def test_the_journal_shows_one_run_per_race(
                     client.create_run(waiter, "raced", run_id=f"r-{n}"))
             for n in range(5):
                 assert (await client.get_handle(f"r-{n}").result(timeout=60))["signal"] == n
-    finally:
-        await worker.stop()
     view = await fold(bootstrap, namespace)
     for n in range(5):
         items = view.history[f"r-{n}"]
