@@ -67,9 +67,9 @@ def schedule_may_go(partition: PartitionState, schedule: ScheduleState | None,
     """Whether a schedule's state may go at log time `now_ms`: a leftover (deleted, or only
     ever asked for and refused, with no change waiting for an answer) for longer than the
     retention. Its fired runs expire as runs; a change naming it later starts afresh."""
-    since = None if schedule is None else schedule.idle_since_ms
-    return (since is not None and schedule is not None and partition.retention_ms > 0
-            and schedule.partition == partition.partition
+    if schedule is None or (since := schedule.idle_since_ms) is None:
+        return False
+    return (partition.retention_ms > 0 and schedule.partition == partition.partition
             and since + partition.retention_ms <= now_ms)
 
 

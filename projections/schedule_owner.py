@@ -202,9 +202,7 @@ def on_due(view: OwnerView, schedule: ScheduleState, now_ms: int) -> list[Reacti
     records: list[Record] = []
     # An instant is late by how long after its own due time (nominal plus its jitter) the
     # owner acts: the jitter is a delay the schedule asked for, not a missed fire.
-    def due(instant: int) -> int:
-        return instant + cron.jitter_ms(schedule.schedule_id, instant, spec.jitter_ms)
-
+    due = schedule.due_of
     window_start = now_ms - max(spec.catchup_window_ms, MIN_CATCHUP_MS)
     if due(nominal) < window_start:
         late = _late(schedule.schedule_id, nominal, window_start, following, due)

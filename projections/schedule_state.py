@@ -82,8 +82,12 @@ class ScheduleState(_Frozen, frozen=True, array_like=True):
         paused or deleted."""
         if not self.exists or self.paused or self.next_fire_ms is None:
             return None
+        return self.due_of(self.next_fire_ms)
+
+    def due_of(self, nominal_ms: int) -> int:
+        """When the instant `nominal_ms` falls due: plus its jitter (deterministic)."""
         jitter = 0 if self.spec is None else self.spec.jitter_ms
-        return self.next_fire_ms + jitter_ms(self.schedule_id, self.next_fire_ms, jitter)
+        return nominal_ms + jitter_ms(self.schedule_id, nominal_ms, jitter)
 
     @property
     def idle_since_ms(self) -> int | None:
