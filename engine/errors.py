@@ -270,3 +270,17 @@ class BrokerConnectionFailed(RunstreamError):
 class AccessDenied(RunstreamError):
     """The broker's ACLs do not allow this principal what it tried (write a topic, read a
     group, ...)."""
+
+
+class InvalidAttributes(RunstreamError, ValueError):
+    """Run attributes the engine cannot take: a bad name, a value of an unsupported type,
+    more than 64 of them or more than 2 KiB in all (projections.attributes)."""
+
+
+class QueryInvalid(RunstreamError, ValueError):
+    """A run query that does not parse or cannot be answered; `position` is the character
+    (0-based) where the problem starts."""
+
+    def __init__(self, message: str, position: int) -> None:
+        super().__init__(f"{message} (at position {position})")
+        self.position = position

@@ -80,6 +80,8 @@ def decide_create(
     error = check_payload(flow, payload)
     if error is not None:
         return Reject("payload-invalid", "payload", "", error)
+    if request.attributes_error is not None:
+        return Reject("attributes-invalid", "attributes", "", request.attributes_error)
     if run is not None and run.request_id != request.request_id:
         return Duplicate(run.request_offset)
     return Create()

@@ -98,6 +98,21 @@ class IndexReads:
         for key, _ in self._scan(prefix, start=start):
             yield key.split(b"/", 3)[3].decode()
 
+    def index_range(self, start: bytes, stop: bytes) -> Iterator[bytes]:
+        """A read model's query index keys (projections.query_index) in [start, stop)."""
+        for key, _ in self._scan(b"z/", start=start):
+            if key >= stop:
+                return
+            yield key
+
+    def run_ids_between(self, start: str, stop: str | None) -> Iterator[str]:
+        """Run ids in [start, stop) (None: to the end), in id order."""
+        end = None if stop is None else keys.run_key(stop)
+        for key, _ in self._scan(b"r/", start=keys.run_key(start)):
+            if end is not None and key >= end:
+                return
+            yield key[2:].decode()
+
     def runs_with_requests(self, partition: int) -> Iterator[RunState]:
         """Runs of `partition` holding requests no decision has answered yet."""
         for key, _ in self._scan(b"i/%05d/" % partition):

@@ -25,6 +25,11 @@ import msgspec
 from msgspec.structs import replace  # state.replace without its frame: 2 a record
 
 from runstream.engine.journal import events as ev
+from runstream.projections.attributes import (
+    attribute_error,
+    request_attributes,
+    settled_or_set,
+)
 from runstream.projections.deadlines import DEADLINE_CLASSES, admitted_fields, transition_in_time
 from runstream.projections.expiry import expire
 from runstream.projections.fencing import accept
@@ -272,7 +277,8 @@ def _inbox_item(record: ev.JournalRecord, request_id: str, offset: int) -> Inbox
                          parent_position=record.parent_position,
                          lineage_id=record.envelope.lineage_id, round=record.round,
                          ceiling=None if record.ceiling is None
-                         else tuple(sorted(record.ceiling)))
+                         else tuple(sorted(record.ceiling)),
+                         attributes_error=attribute_error(record.attributes_json))
     return InboxItem(request_id=request_id, type=record.TYPE, offset=offset)
 
 
@@ -295,11 +301,12 @@ def _new_run(
         updated_at_ms=env.timestamp_ms,
         parent_run_id=record.parent_run_id,
         round=record.round,
-        **(_lineage_fields(record) if isinstance(record, ev.RunCreateRequested) else {}),
+        **(_lineage_fields(record, offset) if isinstance(record, ev.RunCreateRequested)
+           else {}),
     )
 
 
-def _lineage_fields(record: ev.RunCreateRequested) -> dict[str, Any]:
+def _lineage_fields(record: ev.RunCreateRequested, offset: int) -> dict[str, Any]:
     """Where a run stands in its tree, and what its creator asked for, from its request."""
     return {
         "parent_lineage_id": record.parent_lineage_id,
@@ -311,6 +318,7 @@ def _lineage_fields(record: ev.RunCreateRequested) -> dict[str, Any]:
         "trace_context": tuple(sorted(record.trace_context.items())),
         "run_timeout_ms": record.run_timeout_ms,  # (asked: run.created says what it is)
         "schedule_id": record.schedule_id,
+        "attributes": request_attributes(record.attributes_json, offset),
     }
 
 
@@ -378,7 +386,8 @@ def _decide_run(
         # ids without them).
         next_round = replace(next_round, partition=partition.partition, request_offset=offset,
                              incarnation=None if run.incarnation is None else offset,
-                             schedule_id=run.schedule_id)
+                             schedule_id=run.schedule_id, attributes=run.attributes)
+    settled_or_set(run, fields, change.entry, envelope.timestamp_ms, offset)
     after, outbox = replace(run, **fields), change.outbox
     if run.schedule_id is not None and settles(run, after):  # (its lineage's last round)
         outbox = (*outbox, settled_notice(run.schedule_id, run.lineage_id, after.status.value))

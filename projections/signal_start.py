@@ -21,7 +21,8 @@ def as_create(record: ev.RunSignalWithStartRequested) -> ev.RunCreateRequested:
     return ev.RunCreateRequested(
         envelope=record.envelope, flow=record.flow, payload_json=record.payload_json,
         ceiling=record.ceiling, max_rounds=record.max_rounds,
-        trace_context=dict(record.trace_context), run_timeout_ms=record.run_timeout_ms)
+        trace_context=dict(record.trace_context), run_timeout_ms=record.run_timeout_ms,
+        attributes_json=record.attributes_json)
 
 
 def as_signal(record: ev.RunSignalWithStartRequested) -> ev.RunSignalSent:

@@ -39,7 +39,7 @@ _PARTITIONED = frozenset(b"pvigfqodtwxyekanu")
 # Keys named by a run id (up to NUL for journals), which the run's lineage places.
 _RUN_KEYED = frozenset(b"rjlbc")
 # Every prefix of the layout (projections.keys) but m/ (the store's own), in byte order.
-_LETTERS = "abcdefghijklnopqrstuvwxy"
+_LETTERS = "abcdefghijklnopqrstuvwxyz"
 
 
 class SnapshotInvalid(Exception):
@@ -118,6 +118,8 @@ def key_partition(key: bytes, partitions: int) -> int | None:
     if prefix == ord("s"):  # s/<status>/<partition:05d>/<run>
         start = key.index(b"/", 2) + 1
         return int(key[start:start + 5])
+    if prefix == ord("z"):  # z/<field>\0<tag><value>\0<partition:05d>\0<run> (a read model's)
+        return int(key.rsplit(b"\x00", 1)[0][-5:])
     if prefix == ord("h"):  # h/<run>\0<partition:05d>/<offset>
         return int(key[key.index(b"\x00") + 1:][:5])
     if prefix in _RUN_KEYED:

@@ -112,6 +112,8 @@ class InboxItem(_Frozen, frozen=True, array_like=True):
     part: int = 0
     first_position: int = 0
     entries: tuple[str, ...] = ()
+    # A create whose attributes the engine cannot take: why (the owner rejects it).
+    attributes_error: str | None = None
 
 
 class ForkOrigin(_Frozen, frozen=True, array_like=True):
@@ -195,6 +197,16 @@ class OutboxItem(_Frozen, frozen=True, array_like=True):
     # the reducer's value, nor of the running hash): a run with an unacknowledged item of
     # its own is not expired.
     cause: str | None = None
+
+
+class Attribute(_Frozen, frozen=True, array_like=True):
+    """One of a run's attributes (projections.attributes): its type, its value, and the
+    offset of the record that set it (what a run page shows beside it)."""
+
+    name: str
+    kind: str  # str | int | float | bool | time | list
+    value: Any  # str, int, float, bool, epoch ms (time), list of str (list)
+    offset: int = -1
 
 
 class Evidence(_Frozen, frozen=True, array_like=True):
@@ -289,6 +301,11 @@ class RunState(_Frozen, frozen=True, array_like=True):
     timed_out_at_ms: int | None = None
     # The schedule that fired it (projections.schedules): its settlement is sent back there.
     schedule_id: str | None = None
+    # What it is about (projections.attributes), by name: at most MAX_ATTRIBUTES, 2 KiB of
+    # values in all; set by its create request and by its handler's set_attributes.
+    attributes: tuple[Attribute, ...] = ()
+    # The envelope time of the decision that settled it (None: not settled).
+    settled_at_ms: int | None = None
 
     def has_evidence(self, kind: str) -> bool:
         return any(item.kind == kind for item in self.evidence)

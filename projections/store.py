@@ -26,6 +26,9 @@ Key layout (ASCII prefixes, zero-padded numbers so byte order is numeric order):
   b/<run_id>                                 -> Tombstone    what is left of an expired run
   k/<partition:05d>/<expired_ms:015d>/<run_id> -> b""  tombstones by expiry time
   m/format                                   -> the layout's version (an older one is rebuilt)
+  m/query-format                             -> a read model's query index version (likewise)
+  z/<field>\0<tag><value>\0<partition:05d>\0<run_id> -> b""  a read model's query index
+                                                (projections.query_index)
   m/restoring/<partition:05d>                -> snapshot id  a snapshot load under way there
 States are msgpack (projections.state); a history item is msgpack
 [verdict, type, log timestamp ms, record bytes or nil] (bytes only in a read model). The
@@ -125,7 +128,7 @@ class ProjectionStore(PartitionRestore, IndexReads):
             self.path.mkdir(parents=True, exist_ok=True)
             options.create_if_missing(True)
             self._db = Rdict(str(self.path), options)
-            if _outdated(self._db):
+            if _outdated(self._db, keep_records):
                 # Written by an older layout: indexes it lacks (settle times, the causes of
                 # outbox entries) cannot be derived from what it holds, so it is folded
                 # again from the journal, as a fresh store is (it is derived data).
@@ -138,6 +141,8 @@ class ProjectionStore(PartitionRestore, IndexReads):
                 self.path.mkdir(parents=True, exist_ok=True)
                 self._db = Rdict(str(self.path), options)
             self._db[keys.FORMAT_KEY] = keys.STORE_FORMAT
+            if keep_records:
+                self._db[keys.QUERY_FORMAT_KEY] = keys.QUERY_FORMAT
             if scratch:  # thrown away after use: no write-ahead log (closing flushes)
                 unlogged = WriteOptions()
                 # A property at run time; rocksdict's stub calls it a method.
@@ -420,9 +425,11 @@ class ProjectionStore(PartitionRestore, IndexReads):
             lambda path: Checkpoint(self._db).create_checkpoint(str(path)))
 
 
-def _outdated(db: Rdict) -> bool:
-    """A store holding records, of a format older than this layout's."""
-    if db.get(keys.FORMAT_KEY) == keys.STORE_FORMAT:
+def _outdated(db: Rdict, keep_records: bool) -> bool:
+    """A store holding records, of a format older than this layout's (a read model's: or
+    written before its query index, projections.query_index, existed)."""
+    if db.get(keys.FORMAT_KEY) == keys.STORE_FORMAT and (
+            not keep_records or db.get(keys.QUERY_FORMAT_KEY) == keys.QUERY_FORMAT):
         return False
     read = ReadOptions()
     read.set_iterate_upper_bound(keys.upper_bound(b"p/"))

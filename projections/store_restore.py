@@ -16,8 +16,9 @@ from typing import Any
 
 from rocksdict import AccessType, Checkpoint, Options, Rdict, ReadOptions, WriteBatch
 
+from runstream.projections.query_index import index_keys
 from runstream.projections.snapshot import is_partition_state, key_partition, partition_ranges
-from runstream.projections.state import PartitionState
+from runstream.projections.state import PartitionState, RunState, decode_state
 
 RESTORING = b"m/restoring/"
 
@@ -33,6 +34,7 @@ class PartitionRestore:
     _hashes: dict[int, bytes | None]
     _pending_partitions: dict[int, PartitionState]
     _since_checkpoint: int
+    keep_records: bool  # a read model's store: it keeps the query index too
 
     # ProjectionStore's own (it comes first in the MRO):
     def flush(self) -> None:
@@ -107,6 +109,9 @@ class PartitionRestore:
                 continue
             batch.put(key, value)
             count += 1
+            if self.keep_records and key[:2] == b"r/":  # (a worker's snapshot has none)
+                for index_key in index_keys(decode_state(RunState, value)):
+                    batch.put(index_key, b"")
             if count % batch_keys == 0:
                 self._db.write(batch)
                 batch = WriteBatch(raw_mode=True)

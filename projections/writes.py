@@ -23,6 +23,7 @@ import msgspec
 
 from runstream.projections import keys, values
 from runstream.projections.deadlines import deadline_due
+from runstream.projections.query_index import put_query_index
 from runstream.projections.schedule_state import ScheduleState
 from runstream.projections.state import (
     TERMINAL_STATUSES,
@@ -111,6 +112,8 @@ def put_record(batch: Batch, change: RecordWrite, keep_records: bool,
     after = change.after
     if after is not change.before:
         encoded.run = put_run(batch, change.before, after, change.timestamp_ms)
+        if keep_records:  # (a read model: it keeps the query index)
+            put_query_index(batch, change.before, after)
     if change.schedule_after is not change.schedule_before and change.schedule_id is not None:
         # (a schedule record names no run: its state's bytes take the run's place in the hash)
         encoded.run = put_schedule(batch, change.schedule_id, change.schedule_before,
@@ -127,6 +130,8 @@ def put_record(batch: Batch, change: RecordWrite, keep_records: bool,
     if change.next_round is not None:
         encoded.next_round = put_run(batch, None, change.next_round, change.timestamp_ms,
                                      new=False)
+        if keep_records:
+            put_query_index(batch, None, change.next_round)
         batch.put(keys.lineage_key(change.next_round.lineage_id),
                   change.next_round.run_id.encode())
         seeded = history if not keep_records else encode_history(
@@ -136,7 +141,7 @@ def put_record(batch: Batch, change: RecordWrite, keep_records: bool,
     if change.outbox or change.outbox_done:
         put_outbox(batch, change, acknowledged)
     if change.expiry is not None:
-        put_expiry(batch, number, change.expiry)
+        put_expiry(batch, number, change.expiry, indexed=keep_records)
     return encoded
 
 
@@ -156,13 +161,16 @@ def put_outbox(batch: Batch, change: RecordWrite,
             batch.delete(keys.caused_key(number, held.cause, request_id))
 
 
-def put_expiry(batch: Batch, partition: int, expiry: ExpiryChange) -> None:
+def put_expiry(batch: Batch, partition: int, expiry: ExpiryChange, *,
+               indexed: bool = False) -> None:
     """An expiry decision: each expired round's keys go (ranges, so the cost does not grow
     with the run's length) and its tombstone comes; dropped tombstones go with the history
     judged against them; the partition's old bookkeeping goes."""
     for lineage in expiry.expired:
         for run, stone in zip(lineage.rounds, lineage.tombstones, strict=True):
             put_run(batch, run, None, 0, entries=False)
+            if indexed:  # (its query index keys go with it)
+                put_query_index(batch, run, None)
             batch.delete_range(keys.entries_prefix(run.run_id),
                                keys.upper_bound(keys.entries_prefix(run.run_id)))
             _delete_history(batch, run.run_id)

@@ -33,6 +33,7 @@ def _register() -> None:
         deadletters,
         partitions,
         projection,
+        queries,
         runs,
         schedules,
         schemas,
@@ -46,7 +47,7 @@ def _register() -> None:
     cli.add_command(acl.acl)
     cli.add_command(topics.topics)
     cli.add_command(partitions.partition)
-    for command in (runs.run, runs.runs, runs.worker, projection.projection, runs.demo):
+    for command in (runs.run, queries.runs, runs.worker, projection.projection, runs.demo):
         cli.add_command(command)
     for command in (*timetravel.COMMANDS, state.state, ui.ui):
         cli.add_command(command)

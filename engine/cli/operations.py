@@ -37,17 +37,20 @@ from runstream.engine.timetravel.points import parse_time as parse_time  # the C
 from runstream.engine.timetravel.points import run_diff as _run_diff
 from runstream.engine.timetravel.points import run_tree as _run_tree
 from runstream.engine.worker import Worker
+from runstream.projections import query_plan
 from runstream.projections.fold import RebuildReport
 from runstream.projections.partitioning import run_partition
-from runstream.projections.state import RunState, RunStatus, round_zero, to_builtins
+from runstream.projections.state import RunState, round_zero, to_builtins
 
 
 async def create_run(
     *, bootstrap: str | None, namespace: str | None, flow: str, payload: Any,
     run_id: str | None, wait: bool, timeout: float, run_timeout: timedelta | None = None,
+    attributes: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
-        handle = await client.create_run(flow, payload, run_id=run_id, run_timeout=run_timeout)
+        handle = await client.create_run(flow, payload, run_id=run_id, run_timeout=run_timeout,
+                                         attributes=attributes)
         out: dict[str, Any] = {"run_id": handle.run_id, "partition": handle.partition,
                                "offset": handle.request_offset}
         if wait:
@@ -193,12 +196,28 @@ async def run_result(
 async def list_runs(
     *, bootstrap: str | None, namespace: str | None, status: str | None,
     limit: int | None = None, after: str | None = None, read_model_dir: Path | None = None,
+    where: str | None = None, order_by: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Runs ordered by (partition, run id); `after` is the last run id of the previous page."""
-    chosen = RunStatus(status) if status else None
+    """Runs matching `where` (projections.query) and `status`, ordered by `order_by` (default
+    (partition, run id)); `after` is the last run id of the previous page, or with
+    `order_by` the `cursor` of its last run."""
+    query = query_plan.where_query(where, status)
+    order = query_plan.Order.parse(order_by)
     async with read_model_of(bootstrap, namespace, read_model_dir) as model:
         view = await model.catch_up()
-        return [run_view(r) for r in view.runs(status=chosen, limit=limit, after=after)]
+        if query is None and order.field is None:
+            return [run_view(r) for r in view.runs(limit=limit, after=after)]
+        found = query_plan.answer(query, view, order=order, limit=limit, after=after)
+        if order.field is None:
+            return [run_view(r) for r in found]
+        return [{**run_view(r), "cursor": query_plan.cursor(r, order)} for r in found]
+
+
+async def count_runs(*, bootstrap: str | None, namespace: str | None, where: str | None,
+                     status: str | None = None, read_model_dir: Path | None = None) -> int:
+    query = query_plan.where_query(where, status)
+    async with read_model_of(bootstrap, namespace, read_model_dir) as model:
+        return query_plan.count(query, await model.catch_up())
 
 
 async def serve_worker(

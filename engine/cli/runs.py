@@ -24,6 +24,7 @@ from runstream.engine.cli.options import (
 )
 from runstream.engine.cli.options import print_json as _print_json
 from runstream.engine.config import parse_duration
+from runstream.engine.errors import InvalidAttributes
 from runstream.engine.flow.definition import HandedOff, dump_json
 from runstream.engine.journal.input_limits import (
     AUTHORITY_NAME_ENV,
@@ -35,7 +36,7 @@ from runstream.engine.journal.input_limits import (
 )
 from runstream.engine.readmodel import describe as views
 from runstream.engine.worker.relay import AUTHORITIES_ENV, load_authorities
-from runstream.projections.state import RunStatus
+from runstream.projections.attributes import create_json, decode_changes
 
 authority_name_option = click.option(
     "--authority-name", default=None, metavar="NAME",
@@ -86,22 +87,37 @@ def _positive_duration(ctx: click.Context, param: click.Parameter, value: str | 
 @click.option("--run-timeout", callback=_positive_duration, default=None, metavar="DURATION",
               help="How long the run may take (5s, 10m, 2h; the flow's own timeout wins when "
               "smaller): past it the run fails with RunTimedOut.")
+@click.option("--attributes", default=None, metavar="JSON",
+              help='What the run is about, for queries: {"customer": "c-42", "amount": 12.5, '
+              '"due": {"$time": "2026-12-01T00:00:00Z"}} (README: Finding runs).')
 @authority_name_option
 @bootstrap_option
 @namespace_option
 def create(flow: str, payload: str, run_id: str | None, wait: bool, timeout: float,
-           run_timeout: timedelta | None, authority_name: str | None, bootstrap: str | None,
-           namespace: str | None) -> None:
+           run_timeout: timedelta | None, attributes: str | None, authority_name: str | None,
+           bootstrap: str | None, namespace: str | None) -> None:
     """Create a run of FLOW."""
     parsed = _parse_payload(payload)
+    values = _parse_attributes(attributes)
     _checked(lambda: check_name("flow", flow),
              lambda: run_id is None or check_run_id(run_id, new=True),
              lambda: check_payload(f"the payload of flow {flow!r}", dump_json(parsed)))
     _use_authority(authority_name)
     out = asyncio.run(operations.create_run(
         bootstrap=bootstrap, namespace=namespace, flow=flow, payload=parsed, run_id=run_id,
-        wait=wait, timeout=timeout, run_timeout=run_timeout))
+        wait=wait, timeout=timeout, run_timeout=run_timeout, attributes=values))
     _print_json(out)
+
+
+def _parse_attributes(text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    try:
+        values = decode_changes(text)
+        create_json(values)
+    except InvalidAttributes as exc:
+        raise UserError(f"--attributes: {exc}") from None
+    return values
 
 
 def _parse_payload(payload: str) -> Any:
@@ -310,34 +326,6 @@ def resume(run_id: str, resolution: str | None, position: int | None, digest: st
     else:
         click.echo(f"quarantine of run {run_id} resolved: the step at position "
                    f"{resolve.position} is recorded as returning {json.dumps(resolve.result)}")
-
-
-@click.group()
-def runs() -> None:
-    """List runs."""
-
-
-@runs.command("list")
-@click.option("--status", type=click.Choice([s.value for s in RunStatus]), default=None)
-@click.option("--limit", type=click.IntRange(min=1), default=None, help="At most N runs.")
-@click.option("--after", default=None,
-              help="Start after this run id (the last one of the previous page).")
-@click.option("--json", "as_json", is_flag=True)
-@bootstrap_option
-@namespace_option
-@cache_dir_option
-def list_runs(status: str | None, limit: int | None, after: str | None, as_json: bool,
-              bootstrap: str | None, namespace: str | None, cache_dir: Path | None) -> None:
-    """List runs (by partition, then run id), optionally only those with STATUS."""
-    views = asyncio.run(operations.list_runs(
-        bootstrap=bootstrap, namespace=namespace, status=status, limit=limit, after=after,
-        read_model_dir=query_dir(cache_dir, bootstrap, namespace)))
-    if as_json:
-        _print_json(views)
-        return
-    for view in views:
-        click.echo(f"{view['run_id']}  {view['flow']}  {view['status']}")
-    click.echo(f"{len(views)} run(s)")
 
 
 @click.command()

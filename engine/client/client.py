@@ -6,7 +6,7 @@ import asyncio
 import socket
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from runstream.engine.client.handle import RunHandle
+from runstream.engine.client.queries import QueryCalls
 from runstream.engine.client.schedules import ScheduleCalls
 from runstream.engine.client.starts import StartCalls
 from runstream.engine.client.tail import JournalTail
@@ -105,7 +106,7 @@ class RequestAnswer:
         return self.run is None or self.run.request_offset > self.offset
 
 
-class Client(ScheduleCalls, StartCalls):
+class Client(ScheduleCalls, StartCalls, QueryCalls):
     """Talks to one namespace's journal. Use as `async with Client(...) as client:`."""
 
     def __init__(
@@ -183,14 +184,15 @@ class Client(ScheduleCalls, StartCalls):
 
     async def create_run(
         self, flow: Flow[Any, Any] | str, payload: Any = None, *, run_id: str | None = None,
-        run_timeout: Duration | None = None,
+        run_timeout: Duration | None = None, attributes: Mapping[str, Any] | None = None,
     ) -> RunHandle:
         """Append a create-run request; returns once Kafka has acknowledged it (relayed: once
-        the requests topic has). Invalid input (journal.input_limits) is refused before anything
-        is sent. `run_timeout`: how long the run may take (the flow's own timeout wins when
-        smaller); past it the run fails with RunTimedOut."""
+        the requests topic has). Invalid input (journal.input_limits, InvalidAttributes) is
+        refused before anything is sent. `run_timeout`: how long the run may take (the
+        flow's own timeout wins when smaller); past it the run fails with RunTimedOut.
+        `attributes`: what the run is about (projections.attributes), for queries."""
         run_id = check_run_id(run_id, new=True) if run_id else uuid.uuid4().hex
-        fields = self._create_fields(flow, payload, run_timeout)
+        fields = self._create_fields(flow, payload, run_timeout, attributes)
         flow_name = fields["flow"]
         request_id = uuid.uuid4().hex
         with create_span(run_id, flow_name):
@@ -377,12 +379,6 @@ class Client(ScheduleCalls, StartCalls):
             stone = view.tombstone(run_id)
             raise RunNotFound(run_id) if stone is None else expired_error(stone)
         return view.entries(run_id)
-
-    async def list_runs(self, *, status: RunStatus | None = None, limit: int | None = None,
-                        after: str | None = None) -> list[RunState]:
-        """Runs of the namespace (with `status`), a page of `limit` after cursor `after`."""
-        view = await (await self.read_model()).catch_up()
-        return view.runs(status=status, limit=limit, after=after)
 
     async def partition_history(self, partition: int) -> list[HistoryEntry]:
         """The partition's own records: claims with their verdicts, heartbeats, dead letters."""

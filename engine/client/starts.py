@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from runstream.engine.client.handle import RunHandle
@@ -24,6 +25,7 @@ from runstream.engine.journal.input_limits import (
 )
 from runstream.engine.journal.records import request_envelope
 from runstream.engine.observability.tracing import carrier
+from runstream.projections.attributes import create_json
 from runstream.projections.capabilities import narrow
 from runstream.projections.requests import describe_refusal
 from runstream.projections.state import Verdict
@@ -53,7 +55,8 @@ class StartCalls:
         return narrow(self.authority, capabilities)
 
     def _create_fields(self, flow: Flow[Any, Any] | str, payload: Any,
-                       run_timeout: Duration | None) -> dict[str, Any]:
+                       run_timeout: Duration | None,
+                       attributes: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """A new run's fields as a create request carries them, checked (its timeout, its
         flow's name, its payload) before anything is sent: run.create-requested's, and the
         start part of a signal-with-start."""
@@ -66,7 +69,7 @@ class StartCalls:
         return {"flow": flow_name, "payload_json": payload_json,
                 "ceiling": None if ceiling is None else list(ceiling),
                 "max_rounds": known.max_rounds if known is not None else 0,
-                "run_timeout_ms": timeout_ms}
+                "run_timeout_ms": timeout_ms, "attributes_json": create_json(attributes)}
 
     async def send_requests(self, records: list[JournalRecord]) -> list[tuple[int, int]]:
         raise NotImplementedError
@@ -77,7 +80,7 @@ class StartCalls:
     async def signal_with_start(
         self, flow: Flow[Any, Any] | str, payload: Any = None, *, run_id: str, signal: str,
         signal_payload: Any = None, request_id: str | None = None,
-        run_timeout: Duration | None = None,
+        run_timeout: Duration | None = None, attributes: Mapping[str, Any] | None = None,
     ) -> RunHandle:
         """Send `signal` to run `run_id`, creating it first (`flow`, `payload`) if there is
         none, in one request (Temporal's SignalWithStart). A run that exists and has not
@@ -92,7 +95,7 @@ class StartCalls:
         check_name("signal", signal)
         if request_id is not None:
             check_text("a request id", request_id, MAX_NAME_CHARS)
-        start = self._create_fields(flow, payload, run_timeout)
+        start = self._create_fields(flow, payload, run_timeout, attributes)
         signal_json = check_payload(f"the payload of signal {signal!r}", dump_json(signal_payload))
         request_id = request_id or uuid.uuid4().hex
         record = ev.RunSignalWithStartRequested(

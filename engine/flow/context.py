@@ -30,6 +30,7 @@ from runstream.engine.errors import (
     StepTimedOut,
     journal_text,
 )
+from runstream.engine.flow.attribute_calls import AttributeCalls
 from runstream.engine.flow.definition import NO_RETRY, RetryPolicy, dump_json
 from runstream.engine.flow.port import NOT_CALLED, JournalPort, Quarantined, RunReleased, Suspend
 from runstream.engine.flow.waits import ChildRun, WaitingCalls
@@ -88,7 +89,7 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=rep
 _NO_ARGUMENTS_DIGEST = hashlib.sha256(b"[[],{}]").hexdigest()[:16]
 
 
-class FlowContext(WaitingCalls):
+class FlowContext(WaitingCalls, AttributeCalls):
     """Passed to every flow handler. Durable calls are journaled and replayed."""
 
     def __init__(
@@ -99,6 +100,7 @@ class FlowContext(WaitingCalls):
         self.flow = run.flow
         self._ancestors = run.ancestors
         self._ceiling = run.ceiling
+        self._attributes_now = run.attributes
         self._entries = {entry.position: entry for entry in journal}
         self._port = port
         self._position = 0

@@ -1069,40 +1069,6 @@ class ScheduleChangeRejected:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunCreateRequested:
-    """Someone asked for a run to exist."""
-
-    TYPE: ClassVar[str] = "run.create-requested"
-    KIND: ClassVar[str] = "request"
-    SCHEMA_ID: ClassVar[int] = 179
-
-    envelope: Envelope
-    flow: str
-    payload_json: str
-    parent_run_id: str | None = None
-    parent_lineage_id: str | None = None
-    # Handoff round of the lineage this run belongs to.
-    round: int = 0
-    # cancel or detach: what happens to this child when its parent ends.
-    parent_exit_policy: str | None = None
-    # The spawning runs from the root to the parent, for cycle detection.
-    ancestors: list[str] = _field(default_factory=list)
-    # The parent's journal position of the spawn.
-    parent_position: int | None = None
-    # The ceiling the creator asks for: the flow's declared capabilities, at most the parent's.
-    ceiling: list[str] | None = None
-    # The flow's round budget as the creator knows it (0: unknown or unlimited).
-    max_rounds: int = 0
-    # W3C trace context (traceparent, tracestate) of the creator's span.
-    trace_context: dict[str, str] = _field(default_factory=dict)
-    # The longest the run may take, asked by its creator (ms, from its run.created); the flow's own
-    # timeout wins when smaller. Null: none asked.
-    run_timeout_ms: int | None = None
-    # The schedule that fired this run (its settlement is sent back to the schedule).
-    schedule_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionRunsExpired:
     """The owner's retention sweep: settled lineages that leave the projection (each round replaced
     by a tombstone), tombstones that go, deleted schedules whose state goes, and partition
@@ -1133,6 +1099,44 @@ class PartitionRunsExpired:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RunCreateRequested:
+    """Someone asked for a run to exist."""
+
+    TYPE: ClassVar[str] = "run.create-requested"
+    KIND: ClassVar[str] = "request"
+    SCHEMA_ID: ClassVar[int] = 182
+
+    envelope: Envelope
+    flow: str
+    payload_json: str
+    parent_run_id: str | None = None
+    parent_lineage_id: str | None = None
+    # Handoff round of the lineage this run belongs to.
+    round: int = 0
+    # cancel or detach: what happens to this child when its parent ends.
+    parent_exit_policy: str | None = None
+    # The spawning runs from the root to the parent, for cycle detection.
+    ancestors: list[str] = _field(default_factory=list)
+    # The parent's journal position of the spawn.
+    parent_position: int | None = None
+    # The ceiling the creator asks for: the flow's declared capabilities, at most the parent's.
+    ceiling: list[str] | None = None
+    # The flow's round budget as the creator knows it (0: unknown or unlimited).
+    max_rounds: int = 0
+    # W3C trace context (traceparent, tracestate) of the creator's span.
+    trace_context: dict[str, str] = _field(default_factory=dict)
+    # The longest the run may take, asked by its creator (ms, from its run.created); the flow's own
+    # timeout wins when smaller. Null: none asked.
+    run_timeout_ms: int | None = None
+    # The schedule that fired this run (its settlement is sent back to the schedule).
+    schedule_id: str | None = None
+    # The run's attributes, a JSON object name -> value (string, integer, float written with a
+    # point, boolean, list of strings, or {"$time": "<ISO 8601 time with a zone>"}); names [A-Za-
+    # z_][A-Za-z0-9_]{0,63}, at most 64 and 2 KiB in all. "": none.
+    attributes_json: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunSignalWithStartRequested:
     """Signal a run, creating it first if it does not exist (Temporal's SignalWithStart), in one
     request. The run exists and has not settled: the signal is delivered and the start part is
@@ -1142,7 +1146,7 @@ class RunSignalWithStartRequested:
 
     TYPE: ClassVar[str] = "run.signal-with-start-requested"
     KIND: ClassVar[str] = "request"
-    SCHEMA_ID: ClassVar[int] = 181
+    SCHEMA_ID: ClassVar[int] = 183
 
     envelope: Envelope
     # The flow of the run created when there is none.
@@ -1160,6 +1164,10 @@ class RunSignalWithStartRequested:
     # ceiling the authority covers).
     authority: str | None = None
     authority_capabilities: list[str] = _field(default_factory=list)
+    # The run's attributes, a JSON object name -> value (string, integer, float written with a
+    # point, boolean, list of strings, or {"$time": "<ISO 8601 time with a zone>"}); names [A-Za-
+    # z_][A-Za-z0-9_]{0,63}, at most 64 and 2 KiB in all. "": none.
+    attributes_json: str = ""
 
 
 # Any journal record; narrow with isinstance() or match on the class.
@@ -1206,8 +1214,8 @@ JournalRecord: TypeAlias = (
     | ScheduleFired
     | ScheduleSkipped
     | ScheduleChangeRejected
-    | RunCreateRequested
     | PartitionRunsExpired
+    | RunCreateRequested
     | RunSignalWithStartRequested
 )
 
@@ -1255,8 +1263,8 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "schedule.fired": ScheduleFired,
     "schedule.skipped": ScheduleSkipped,
     "schedule.change-rejected": ScheduleChangeRejected,
-    "run.create-requested": RunCreateRequested,
     "partition.runs-expired": PartitionRunsExpired,
+    "run.create-requested": RunCreateRequested,
     "run.signal-with-start-requested": RunSignalWithStartRequested,
 }
 

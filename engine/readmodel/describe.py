@@ -14,8 +14,21 @@ from runstream.engine.journal.timetext import iso_time as format_iso_time
 from runstream.engine.readmodel.rows import HistoryRow
 from runstream.projections.deadlines import deadline_due, grace_ms
 from runstream.projections.decide import FLOW_CONCURRENCY_LIMIT, FLOW_NOT_REGISTERED
-from runstream.projections.state import JournalEntry, RunState, RunStatus, Wait, to_builtins
+from runstream.projections.state import (
+    Attribute,
+    JournalEntry,
+    RunState,
+    RunStatus,
+    Wait,
+    to_builtins,
+)
 from runstream.projections.transitions import RETRY_WAIT
+
+
+def attributes_view(items: tuple[Attribute, ...]) -> dict[str, Any]:
+    """A run's attributes as JSON holds them (a time as ISO-8601 UTC text)."""
+    return {item.name: format_iso_time(item.value) if item.kind == "time" else item.value
+            for item in items}
 
 
 def run_view(run: RunState, *, namespace: str | None = None) -> dict[str, Any]:
@@ -38,6 +51,8 @@ def run_view(run: RunState, *, namespace: str | None = None) -> dict[str, Any]:
         "signals": len(run.signals),
         "open_children": len(run.children),
         "cancel_requested": run.cancel_requested,
+        "settled_at_ms": run.settled_at_ms,
+        "attributes": attributes_view(run.attributes),
     }
     if run.cancel_requested is not None:
         view["cancel_requested_by"] = run.cancel_requested_by

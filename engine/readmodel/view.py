@@ -275,9 +275,35 @@ class View:
         return list(itertools.islice(merged, limit))
 
     def _cursor(self, after: str) -> tuple[int, str]:
-        run = self.run(after)
-        partition = run.partition if run is not None else run_partition(after, self._partitions)
-        return partition, after
+        return self.place(after)
+
+    # -- what a query reads (projections.query_plan.QueryReader) --
+
+    def place(self, run_id: str) -> tuple[int, str]:
+        run = self.run(run_id)
+        partition = run.partition if run is not None else run_partition(run_id,
+                                                                        self._partitions)
+        return partition, run_id
+
+    def index_range(self, start: bytes, stop: bytes) -> Iterator[bytes]:
+        return self._base.index_range(start, stop)
+
+    def status_keys(self, status: RunStatus) -> Iterator[tuple[int, str]]:
+        return self._base.status_index(status)
+
+    def run_ids_between(self, start: str, stop: str | None) -> Iterator[str]:
+        return self._base.run_ids_between(start, stop)
+
+    def changed_runs(self) -> list[RunState]:
+        """The overlay's runs, where it is newer than the base (their index entries there
+        are stale or missing)."""
+        if self._overlay is None:
+            return []
+        return [run for run in self._overlay.runs.values()
+                if run is not None and self._overlay_of(run.partition) is not None]
+
+    def all_runs(self) -> Iterator[RunState]:
+        return iter(self.runs())
 
     def _base_runs(self, status: RunStatus, cursor: tuple[int, str] | None
                    ) -> Iterator[RunState]:

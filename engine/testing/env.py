@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -33,6 +33,7 @@ from runstream.engine.journal import events as ev
 from runstream.engine.testing.driving import Driving, EnvironmentIdle
 from runstream.engine.testing.execution import TestExecution
 from runstream.engine.testing.log import MemoryLog, RawView, envelope
+from runstream.engine.testing.queries import RunQueries
 from runstream.engine.testing.schedules import Schedules
 from runstream.engine.testing.upkeep import (
     expire_due,
@@ -43,6 +44,7 @@ from runstream.engine.testing.upkeep import (
     virtual_settings,
 )
 from runstream.projections import schedule_owner
+from runstream.projections.attributes import create_json
 from runstream.projections.fork_plan import (
     ForkNeedsForce,
     ForkTargetExists,
@@ -76,7 +78,7 @@ OWNER_NAME = "test-environment"
 CLOSE_WAIT_S = 5.0  # how long close() waits for cancelled handlers to unwind
 
 
-class TestEnvironment(Schedules, Driving):
+class TestEnvironment(Schedules, Driving, RunQueries):
     """An in-process namespace: `await env.run(flow, payload)`, signals, cancels, resumes,
     results, history, and crashes injected at a journal position."""
 
@@ -120,14 +122,16 @@ class TestEnvironment(Schedules, Driving):
         return datetime.fromtimestamp(self.clock_ms / 1000, tz=UTC)
 
     async def start(self, flow: Flow[Any, Any] | str, payload: Any = None, *,
-                    run_id: str | None = None, run_timeout: Duration | None = None) -> str:
+                    run_id: str | None = None, run_timeout: Duration | None = None,
+                    attributes: Mapping[str, Any] | None = None) -> str:
         """Create a run (it starts when the environment is driven); returns its id.
-        `run_timeout`: as Client.create_run's, on the virtual clock."""
+        `run_timeout`, `attributes`: as Client.create_run's, on the virtual clock."""
         name, payload_json = self._payload_of(flow, payload)
         run_id = run_id or uuid.uuid4().hex
         verdict = self._request(ev.RunCreateRequested, run_id, flow=name,
                                 payload_json=payload_json,
-                                run_timeout_ms=positive_ms(run_timeout, "run_timeout"))
+                                run_timeout_ms=positive_ms(run_timeout, "run_timeout"),
+                                attributes_json=create_json(attributes))
         if verdict is Verdict.refused and (expired := expired_create(self.projection, run_id)):
             raise expired
         return run_id
@@ -139,10 +143,12 @@ class TestEnvironment(Schedules, Driving):
         return name, known.dump_payload(payload) if known else dump_json(payload)
 
     async def run(self, flow: Flow[Any, Any] | str, payload: Any = None, *,
-                  run_id: str | None = None, run_timeout: Duration | None = None) -> Any:
+                  run_id: str | None = None, run_timeout: Duration | None = None,
+                  attributes: Mapping[str, Any] | None = None) -> Any:
         """Create a run and return its result (raises RunFailed, RunTimedOut, RunCancelled)."""
         return await self.result(await self.start(flow, payload, run_id=run_id,
-                                                  run_timeout=run_timeout))
+                                                  run_timeout=run_timeout,
+                                                  attributes=attributes))
 
     async def result(self, run_id: str, *, follow: bool = False) -> Any:
         """Drive the environment (skipping time) until the run settles; its result. A round
@@ -175,14 +181,15 @@ class TestEnvironment(Schedules, Driving):
     async def signal_with_start(
         self, flow: Flow[Any, Any] | str, payload: Any = None, *, run_id: str, signal: str,
         signal_payload: Any = None, request_id: str | None = None,
-        run_timeout: Duration | None = None,
+        run_timeout: Duration | None = None, attributes: Mapping[str, Any] | None = None,
     ) -> str:
         """As Client.signal_with_start, on the virtual clock; returns the run's id."""
         name, payload_json = self._payload_of(flow, payload)
         body: dict[str, Any] = {
             "flow": name, "payload_json": payload_json, "signal_name": signal,
             "signal_payload_json": dump_json(signal_payload),
-            "run_timeout_ms": positive_ms(run_timeout, "run_timeout")}
+            "run_timeout_ms": positive_ms(run_timeout, "run_timeout"),
+            "attributes_json": create_json(attributes)}
         if self._request(ev.RunSignalWithStartRequested, run_id, request_id=request_id,
                          **body) is Verdict.refused:
             stone = self.projection.store.tombstone(run_id)

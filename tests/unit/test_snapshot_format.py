@@ -127,7 +127,7 @@ def test_a_manifest_round_trips_and_garbage_is_invalid() -> None:
 def test_ranges_cover_every_prefix_in_byte_order() -> None:
     starts = [start for start, _, _ in partition_ranges(7)]
     assert starts == sorted(starts)
-    assert [s[:1].decode() for s in starts] == list("abcdefghijklnopqrstuvwxy")
+    assert [s[:1].decode() for s in starts] == list("abcdefghijklnopqrstuvwxyz")
     # Every prefix projections.keys writes but m/ (the store's own) is in a range.
     layout = set(re.findall(r'b"([a-z])/', Path(keys.__file__).read_text())) - {"m"}
     assert layout == {s[:1].decode() for s in starts}
