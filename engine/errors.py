@@ -284,3 +284,21 @@ class QueryInvalid(RunstreamError, ValueError):
     def __init__(self, message: str, position: int) -> None:
         super().__init__(f"{message} (at position {position})")
         self.position = position
+
+
+class UpdateRejected(RunstreamError):
+    """An update was rejected: by its flow's validator (or its time limit) before the run
+    took it, or by the handler (`update.reject(reason)`); `reason` says why."""
+
+    def __init__(self, run_id: str, name: str, reason: str) -> None:
+        super().__init__(f"update {name!r} of run {run_id} was rejected: {reason}")
+        self.run_id, self.name, self.reason = run_id, name, reason
+
+
+class UpdateRefused(RunstreamError):
+    """An update the run cannot answer: it has ended (before or after taking it, without
+    answering it), or it holds as many updates and signals as it keeps."""
+
+    def __init__(self, run_id: str, name: str, why: str) -> None:
+        super().__init__(f"update {name!r} of run {run_id} was refused: {why}")
+        self.run_id, self.name, self.why = run_id, name, why

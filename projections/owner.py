@@ -53,6 +53,7 @@ from runstream.projections.reactions import (
     RegisteredFlow,
     Resume,
     Start,
+    Validate,
     Write,
 )
 from runstream.projections.sending import Record, too_large_body
@@ -64,6 +65,8 @@ from runstream.projections.state import (
     Verdict,
     incarnation_id,
 )
+from runstream.projections.updates import pending as pending_updates
+from runstream.projections.updates import verdict_body
 from runstream.projections.wakes import (
     CancelNow,
     Resolve,
@@ -96,6 +99,8 @@ def on_record(view: OwnerView, run: RunState | None, record: ev.JournalRecord,
         return react(view, run) if drained and run is not None else []  # e.g. a stale wake
     if isinstance(record, ev.RunCreateRequested):
         return [] if run is None else on_create_request(view, run, record.envelope.request_id)
+    if isinstance(record, ev.RunUpdateRequested) and run is not None:
+        return judge_updates(view, run)
     if isinstance(record, ev.RunSignalWithStartRequested) and run is not None:
         # It created the run: answer that create; else it signalled the run (below).
         answered = on_create_request(view, run, record.envelope.request_id)
@@ -160,7 +165,27 @@ def handled_since_claim(view: OwnerView, run: RunState) -> bool:
 def answer_requests(view: OwnerView, run: RunState) -> list[Reaction]:
     reactions = [reaction for item in unanswered_creates(run)
                  for reaction in _answer_create(view, run, item)]
-    return reactions + answer_refused(view, run) + fork_answers(view, run)
+    return (reactions + answer_refused(view, run) + fork_answers(view, run)
+            + judge_updates(view, run))
+
+
+def judge_updates(view: OwnerView, run: RunState) -> list[Reaction]:
+    """The run's pending updates (projections.updates), each once per ownership: accepted
+    at once when the flow has no validator for it, else validated (Validate); none while
+    the run's flow is not registered here (an owner that registers it judges them)."""
+    flow = view.flows.get(run.flow)
+    if flow is None or run.status.is_terminal:
+        return []
+    reactions: list[Reaction] = []
+    for item in pending_updates(run):
+        key = f"update/{item.request_id}"
+        if key in view.decided:
+            continue
+        if flow.validator_for(item.name or "") is None:
+            reactions.append(Write(run, (verdict_body(item, None),), key))
+        else:
+            reactions.append(Validate(run, item, key))
+    return reactions
 
 
 def react(view: OwnerView, run: RunState, *, claiming: bool = False,

@@ -11,7 +11,7 @@ from typing import Protocol
 
 from runstream.projections.fork_transitions import ForkAsk
 from runstream.projections.sending import Record
-from runstream.projections.state import JournalEntry, RunState
+from runstream.projections.state import InboxItem, JournalEntry, RunState
 
 
 class RegisteredFlow(Protocol):
@@ -25,6 +25,10 @@ class RegisteredFlow(Protocol):
 
     def load_payload(self, payload_json: str) -> object:
         """The payload as the flow takes it; raises PayloadInvalid."""
+        ...
+
+    def validator_for(self, name: str) -> object | None:
+        """The flow's validator of updates named `name` (None: it takes them all)."""
         ...
 
 
@@ -122,4 +126,14 @@ class Interrupt:
     abandon: bool = False
 
 
-Reaction = Write | Start | AnswerFork | FlowMissing | Resume | Interrupt
+@dataclass(frozen=True, slots=True)
+class Validate:
+    """Run the flow's validator of a pending update (projections.updates) off the event
+    loop, with a time limit, then journal its verdict (updates.verdict_body) under `key`."""
+
+    run: RunState
+    item: InboxItem
+    key: str
+
+
+Reaction = Write | Start | AnswerFork | FlowMissing | Resume | Interrupt | Validate

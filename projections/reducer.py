@@ -25,11 +25,7 @@ import msgspec
 from msgspec.structs import replace  # state.replace without its frame: 2 a record
 
 from runstream.engine.journal import events as ev
-from runstream.projections.attributes import (
-    attribute_error,
-    request_attributes,
-    settled_or_set,
-)
+from runstream.projections.attributes import request_attributes, settled_or_set
 from runstream.projections.deadlines import DEADLINE_CLASSES, admitted_fields, transition_in_time
 from runstream.projections.expiry import expire
 from runstream.projections.fencing import accept
@@ -41,7 +37,7 @@ from runstream.projections.fork_transitions import (
     apply_forked,
 )
 from runstream.projections.outbox_requests import refused_spawn, spawn_answer
-from runstream.projections.requests import apply_run_request, request_id_of
+from runstream.projections.requests import apply_run_request, inbox_item, request_id_of
 from runstream.projections.schedules import settled_notice
 from runstream.projections.signal_start import as_create, as_signal, first_signal
 from runstream.projections.snapshot import snapshot_anchored as anchor
@@ -60,6 +56,9 @@ from runstream.projections.state import (
     Verdict,
 )
 from runstream.projections.transitions import transition
+from runstream.projections.updates import DECISIONS as UPDATE_DECISIONS
+from runstream.projections.updates import decided as update_decided
+from runstream.projections.updates import pending as pending_updates
 from runstream.projections.values import ExpiryChange, ExpiryFacts
 from runstream.projections.writes import settles
 
@@ -226,7 +225,7 @@ def _apply_request(
         # answers it (its client raises CreateRejected), whoever owns the partition then.
         return Applied(partition, _refused_create(run, request_id_of(record, offset)),
                        Verdict.refused)
-    item = _inbox_item(record, request_id_of(record, offset), offset)
+    item = inbox_item(record, request_id_of(record, offset), offset)
     updated = replace(run, inbox=(*run.inbox, item), updated_at_ms=record.envelope.timestamp_ms)
     return Applied(partition, updated, Verdict.applied)
 
@@ -240,7 +239,7 @@ def _signal_with_start(partition: PartitionState, run: RunState | None,
         create = as_create(record)
         fresh = _new_run(partition.partition, create, request_id, offset)
         return Applied(partition, replace(
-            fresh, inbox=(_inbox_item(create, request_id, offset),),
+            fresh, inbox=(inbox_item(create, request_id, offset),),
             signals=(first_signal(record, request_id, offset),), updated_at_ms=when),
             Verdict.applied)
     change = apply_run_request(run, as_signal(record), request_id, offset, None)
@@ -254,7 +253,7 @@ def _expired_spawn(tombstone: Tombstone, record: ev.JournalRecord,
     """A parent's spawn of a run id that expired fails that parent's spawn."""
     if not isinstance(record, ev.RunCreateRequested) or record.parent_run_id is None:
         return ()
-    item = _inbox_item(record, request_id_of(record, offset), offset)
+    item = inbox_item(record, request_id_of(record, offset), offset)
     why = (f"run {tombstone.run_id} expired (it settled {tombstone.status.value}); a "
            f"child's run id must be new")
     wake = refused_spawn(tombstone.run_id, item, why)
@@ -266,20 +265,6 @@ def _refused_create(run: RunState, request_id: str) -> RunState:
     if request_id in refused or len(refused) >= MAX_INBOX:
         return run
     return replace(run, refused_creates=(*refused, request_id))
-
-
-def _inbox_item(record: ev.JournalRecord, request_id: str, offset: int) -> InboxItem:
-    if isinstance(record, ev.RunCreateRequested):
-        return InboxItem(request_id=request_id, type=record.TYPE, offset=offset,
-                         flow=record.flow, payload_json=record.payload_json,
-                         parent_run_id=record.parent_run_id,
-                         parent_lineage_id=record.parent_lineage_id,
-                         parent_position=record.parent_position,
-                         lineage_id=record.envelope.lineage_id, round=record.round,
-                         ceiling=None if record.ceiling is None
-                         else tuple(sorted(record.ceiling)),
-                         attributes_error=attribute_error(record.attributes_json))
-    return InboxItem(request_id=request_id, type=record.TYPE, offset=offset)
 
 
 def _new_run(
@@ -367,6 +352,8 @@ def _decide_run(
     if isinstance(record, ev.JournalEntryCopied):
         copied = apply_copied(run, record, entry)
         return _RunChange(run) if copied is None else _RunChange(*copied)
+    if cls in UPDATE_DECISIONS:
+        return _update_decided(run, record, offset)
     if (run.deadline_ms is None and run.cancel_requested is None
             and record.__class__ not in DEADLINE_CLASSES):
         # (most runs: no deadline, no cancel pending, which transition_in_time weighs)
@@ -386,12 +373,23 @@ def _decide_run(
         # ids without them).
         next_round = replace(next_round, partition=partition.partition, request_offset=offset,
                              incarnation=None if run.incarnation is None else offset,
-                             schedule_id=run.schedule_id, attributes=run.attributes)
+                             schedule_id=run.schedule_id, attributes=run.attributes,
+                             inbox=tuple(pending_updates(run)))
     settled_or_set(run, fields, change.entry, envelope.timestamp_ms, offset)
     after, outbox = replace(run, **fields), change.outbox
     if run.schedule_id is not None and settles(run, after):  # (its lineage's last round)
         outbox = (*outbox, settled_notice(run.schedule_id, run.lineage_id, after.status.value))
     return _RunChange(after, change.entry, outbox, next_round)
+
+
+def _update_decided(run: RunState, record: ev.JournalRecord, offset: int) -> _RunChange:
+    """projections.updates: an update accepted, rejected or answered by the handler."""
+    decided = update_decided(run, record, offset)
+    if decided is None:
+        return _RunChange(run)
+    after, entry = decided
+    return _RunChange(replace(after, inbox=_answered(after, record.envelope.request_id),
+                              updated_at_ms=record.envelope.timestamp_ms), entry)
 
 
 _ANY_STATUS = frozenset({ev.RunCreated, ev.RunCreateRejected, ev.EvidenceRecorded,

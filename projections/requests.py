@@ -21,11 +21,14 @@ from dataclasses import dataclass
 
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import lineage_of
+from runstream.projections import updates
+from runstream.projections.attributes import attribute_error
 from runstream.projections.expiry import expired_text
 from runstream.projections.state import (
     MAX_INBOX,
     MAX_SIGNALS,
     TERMINAL_STATUSES,
+    InboxItem,
     JournalEntry,
     RunState,
     RunStatus,
@@ -45,7 +48,8 @@ class RequestChange:
 
 
 AUTHORITY_REQUESTS = (ev.RunSignalSent, ev.RunCancelRequested, ev.RunResumeRequested,
-                      ev.RunForkRequested, ev.RunSignalWithStartRequested)
+                      ev.RunForkRequested, ev.RunSignalWithStartRequested,
+                      ev.RunUpdateRequested)
 
 
 def covers(record: ev.JournalRecord, run: RunState) -> bool:
@@ -85,12 +89,15 @@ def apply_run_request(
         return _resume(run, record)
     if isinstance(record, ev.RunWakeRequested):
         return _wake(run, record, previous)
-    return None
+    if isinstance(record, ev.RunUpdateRequested) and updates.refuses(run):
+        return RequestChange(run, Verdict.refused)
+    return None  # (a create, or an update the run takes: into its inbox)
 
 
 def _signal(run: RunState, record: ev.RunSignalSent, request_id: str,
             offset: int) -> RequestChange:
-    if run.status in TERMINAL_STATUSES or len(run.signals) >= MAX_SIGNALS:
+    if (run.status in TERMINAL_STATUSES or updates.buffered(run) >= MAX_SIGNALS
+            or record.name.startswith(updates.UPDATE_SIGNAL_PREFIX)):
         return RequestChange(run, Verdict.refused)
     signal = Signal(request_id=request_id, name=record.name, payload_json=record.payload_json,
                     offset=offset)
@@ -168,8 +175,13 @@ def describe_refusal(run: RunState | None, record: ev.JournalRecord,
     if isinstance(record, ev.RunForkRequested):
         return ("a fork request names its source run (the run it is sent to), a point in its "
                 "history and a new run id, and carries no journal entries")
+    if isinstance(record, ev.RunUpdateRequested):
+        return updates.refusal_text(run)
     if run.status in TERMINAL_STATUSES:
         return f"the run has ended ({run.status.value})"
+    if isinstance(record, ev.RunSignalSent) and record.name.startswith(
+            updates.UPDATE_SIGNAL_PREFIX):
+        return f"signal names starting {updates.UPDATE_SIGNAL_PREFIX!r} are updates' own"
     if isinstance(record, ev.RunSignalSent | ev.RunSignalWithStartRequested):
         return (f"the run holds {len(run.signals)} signals no wait has taken yet, the most it "
                 f"keeps ({MAX_SIGNALS})")
@@ -196,3 +208,22 @@ def describe_refusal(run: RunState | None, record: ev.JournalRecord,
 def request_id_of(record: ev.JournalRecord, offset: int) -> str:
     """A request's id for deduplication (a request written without one is its offset)."""
     return record.envelope.request_id or f"offset-{offset}"
+
+
+def inbox_item(record: ev.JournalRecord, request_id: str, offset: int) -> InboxItem:
+    """What a request the run holds until a decision answers it keeps of it (a create's
+    identity and limits, an update's name and payload)."""
+    if isinstance(record, ev.RunCreateRequested):
+        return InboxItem(request_id=request_id, type=record.TYPE, offset=offset,
+                         flow=record.flow, payload_json=record.payload_json,
+                         parent_run_id=record.parent_run_id,
+                         parent_lineage_id=record.parent_lineage_id,
+                         parent_position=record.parent_position,
+                         lineage_id=record.envelope.lineage_id, round=record.round,
+                         ceiling=None if record.ceiling is None
+                         else tuple(sorted(record.ceiling)),
+                         attributes_error=attribute_error(record.attributes_json))
+    if isinstance(record, ev.RunUpdateRequested):
+        return InboxItem(request_id=request_id, type=record.TYPE, offset=offset,
+                         name=record.name, payload_json=record.payload_json)
+    return InboxItem(request_id=request_id, type=record.TYPE, offset=offset)

@@ -114,6 +114,7 @@ class InboxItem(_Frozen, frozen=True, array_like=True):
     entries: tuple[str, ...] = ()
     # A create whose attributes the engine cannot take: why (the owner rejects it).
     attributes_error: str | None = None
+    name: str | None = None  # an update's (projections.updates)
 
 
 class ForkOrigin(_Frozen, frozen=True, array_like=True):
@@ -207,6 +208,13 @@ class Attribute(_Frozen, frozen=True, array_like=True):
     kind: str  # str | int | float | bool | time | list
     value: Any  # str, int, float, bool, epoch ms (time), list of str (list)
     offset: int = -1
+
+
+class UpdateOutcome(_Frozen, frozen=True, array_like=True):
+    """Where an update's outcome (its update.rejected or update.completed) is: by request id."""
+
+    request_id: str
+    offset: int
 
 
 class Evidence(_Frozen, frozen=True, array_like=True):
@@ -306,6 +314,8 @@ class RunState(_Frozen, frozen=True, array_like=True):
     attributes: tuple[Attribute, ...] = ()
     # The envelope time of the decision that settled it (None: not settled).
     settled_at_ms: int | None = None
+    # Its updates' outcomes by request id, the last MAX_UPDATE_OUTCOMES (projections.updates).
+    update_outcomes: tuple[UpdateOutcome, ...] = ()
 
     def has_evidence(self, kind: str) -> bool:
         return any(item.kind == kind for item in self.evidence)

@@ -260,6 +260,11 @@ class ProjectionStore(PartitionRestore, IndexReads):
     def request_seen(self, partition: int, request_id: str) -> bool:
         return self._get(keys.request_key(partition, request_id)) is not None
 
+    def request_offset(self, partition: int, request_id: str) -> int | None:
+        """Where the request with this id was applied (None: not in the request index)."""
+        raw = self._get(keys.request_key(partition, request_id))
+        return None if raw is None else int(raw)
+
     def last_offset(self, run_id: str) -> int | None:
         """The offset of the run's last history item (None: it has none): one seek."""
         self.flush()

@@ -56,12 +56,15 @@ if TYPE_CHECKING:
         SpawnRefused,
         StepFailed,
         StepTimedOut,
+        UpdateRefused,
+        UpdateRejected,
         WaitTimeout,
     )
-    from runstream.engine.flow.context import ChildRun, FlowContext, idempotency_key
+    from runstream.engine.flow.context import ChildRun, FlowContext, Update, idempotency_key
     from runstream.engine.flow.definition import Flow, HandedOff, Handoff, RetryPolicy
     from runstream.engine.timetravel.dryrun import FlowNotInApp, NoDecision
     from runstream.engine.worker import Worker
+    from runstream.projections.batch import BatchInvalid
     from runstream.projections.fork_plan import ForkNeedsForce, ForkTargetExists, ForkTooLarge
     from runstream.projections.state import RunStatus
 
@@ -80,7 +83,11 @@ _EXPORTS = {
     "IdentityConflict": "runstream.engine.errors",
     "InvalidRunId": "runstream.engine.errors",
     "InvalidAttributes": "runstream.engine.errors",
+    "BatchInvalid": "runstream.projections.batch",
     "QueryInvalid": "runstream.engine.errors",
+    "UpdateRefused": "runstream.engine.errors",
+    "UpdateRejected": "runstream.engine.errors",
+    "Update": "runstream.engine.flow.context",
     "NonDeterminism": "runstream.engine.errors",
     "PayloadInvalid": "runstream.engine.errors",
     "ResultTimeout": "runstream.engine.errors",
@@ -115,6 +122,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "BatchInvalid",
     "CancelRefused",
     "Cancelled",
     "CapabilityRefused",
@@ -158,6 +166,9 @@ __all__ = [
     "SpawnRefused",
     "StepFailed",
     "StepTimedOut",
+    "Update",
+    "UpdateRefused",
+    "UpdateRejected",
     "WaitTimeout",
     "Worker",
     "idempotency_key",

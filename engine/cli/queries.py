@@ -1,14 +1,17 @@
-"""`runstream runs list|count`: runs found by status and by query (projections.query)."""
+"""`runstream runs list|count`: runs found by status and by query (projections.query);
+`runstream runs cancel|signal|resume --where`: batches over them (projections.batch)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
-from runstream.engine.cli import operations
+from runstream.engine.cli import batch_operations, operations
+from runstream.engine.cli.errors import UserError
 from runstream.engine.cli.options import (
     bootstrap_option,
     cache_dir_option,
@@ -16,12 +19,13 @@ from runstream.engine.cli.options import (
     query_dir,
 )
 from runstream.engine.cli.options import print_json as _print_json
+from runstream.projections.batch import BatchProgress
 from runstream.projections.state import RunStatus
 
 
 @click.group()
 def runs() -> None:
-    """List runs."""
+    """List and count runs; cancel, signal or resume those a query matches."""
 
 
 @runs.command("list")
@@ -77,3 +81,80 @@ def count_runs(where: str | None, status: str | None, as_json: bool, bootstrap: 
         _print_json({"count": count, "where": where, "status": status})
         return
     click.echo(str(count))
+
+
+def _batch_options(command: Any) -> Any:
+    for option in reversed((
+        click.option("--where", required=True, metavar="QUERY",
+                     help="The runs to act on (README: Finding runs)."),
+        click.option("--dry-run", is_flag=True,
+                     help="Only match: print the count and the first matches."),
+        click.option("--yes", is_flag=True, help="Do not ask for confirmation."),
+        click.option("--batch-id", default=None, metavar="ID",
+                     help="Name the batch; the same id again attaches to it (nothing is "
+                     "matched or sent again)."),
+        click.option("--json", "as_json", is_flag=True),
+        bootstrap_option, namespace_option)):
+        command = option(command)
+    return command
+
+
+@runs.command("cancel")
+@click.option("--reason", default="", help="Why (each run's cancel carries it).")
+@_batch_options
+def cancel_where(reason: str, **batch: Any) -> None:
+    """Cancel every run a query matches, as a batch a worker carries out."""
+    _batch("cancel", reason=reason, **batch)
+
+
+@runs.command("signal")
+@click.argument("name")
+@click.option("--payload", default="null", help="The signal's payload as JSON.")
+@_batch_options
+def signal_where(name: str, payload: str, **batch: Any) -> None:
+    """Send signal NAME to every run a query matches, as a batch."""
+    try:
+        parsed = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"--payload is not valid JSON ({exc.msg})") from None
+    _batch("signal", signal=name, payload=parsed, **batch)
+
+
+@runs.command("resume")
+@_batch_options
+def resume_where(**batch: Any) -> None:
+    """Wake every waiting run a query matches (an operator resume), as a batch."""
+    _batch("resume", **batch)
+
+
+def _batch(operation: str, *, where: str, dry_run: bool, yes: bool, batch_id: str | None,
+           as_json: bool, bootstrap: str | None, namespace: str | None, **fields: Any) -> None:
+    if not dry_run and not yes and batch_id is None:
+        count = asyncio.run(batch_operations.count_matches(
+            bootstrap=bootstrap, namespace=namespace, where=where))
+        click.confirm(f"{operation} the {count} run(s) matching {where!r} now?", abort=True,
+                      err=True)
+    report = asyncio.run(batch_operations.batch_runs(
+        bootstrap=bootstrap, namespace=namespace, operation=operation, where=where,
+        batch_id=batch_id, dry_run=dry_run, on_progress=None if as_json else _show, **fields))
+    if as_json:
+        _print_json(report)
+        return
+    if dry_run:
+        click.echo(f"batch {report['batch_id']} (dry run): {report['matched']} run(s) match")
+        for run_id in report["first"]:
+            click.echo(f"  {run_id}")
+        return
+    rate = report["rate_per_s"]
+    click.echo(f"batch {report['batch_id']}: matched {report['matched']}, "
+               f"{operation} done {report['done']}, refused {report['refused']}"
+               + (f" ({rate:.0f}/s)" if rate else ""))
+    for refusal in report["refusals"]:
+        click.echo(f"  refused {refusal['run_id']}: {refusal['reason']}")
+
+
+def _show(progress: BatchProgress) -> None:
+    rate = progress.rate
+    click.echo(f"  matched {progress.matched}{'' if progress.matching_done else '+'}, "
+               f"done {progress.done}, refused {progress.refused}"
+               + (f", {rate:.0f}/s" if rate else ""), err=True)

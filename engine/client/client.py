@@ -13,11 +13,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from runstream.engine.client.batches import BatchCalls
 from runstream.engine.client.handle import RunHandle
 from runstream.engine.client.queries import QueryCalls
 from runstream.engine.client.schedules import ScheduleCalls
 from runstream.engine.client.starts import StartCalls
 from runstream.engine.client.tail import JournalTail
+from runstream.engine.client.updates import UpdateRequests
 from runstream.engine.config import (
     Duration,
     journal_topic,
@@ -106,7 +108,7 @@ class RequestAnswer:
         return self.run is None or self.run.request_offset > self.offset
 
 
-class Client(ScheduleCalls, StartCalls, QueryCalls):
+class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
     """Talks to one namespace's journal. Use as `async with Client(...) as client:`."""
 
     def __init__(

@@ -1,10 +1,9 @@
 """FlowContext: what a flow handler uses to do durable work.
 
 A handler re-executes from the top on every activation. Each durable call takes the next
-position; when the journal already holds that position, its recorded outcome is returned
-(or raised) without running anything again. Steps and journaled values are here; waits
-(timers, signals, children) are in engine.flow.waits.
-"""
+position; when the journal holds it, its recorded outcome is returned (or raised) without
+running anything again. Steps and journaled values are here; waits (timers, signals,
+children) in engine.flow.waits, attributes and updates in attribute_calls, update_calls."""
 
 from __future__ import annotations
 
@@ -33,6 +32,7 @@ from runstream.engine.errors import (
 from runstream.engine.flow.attribute_calls import AttributeCalls
 from runstream.engine.flow.definition import NO_RETRY, RetryPolicy, dump_json
 from runstream.engine.flow.port import NOT_CALLED, JournalPort, Quarantined, RunReleased, Suspend
+from runstream.engine.flow.update_calls import Update, UpdateCalls
 from runstream.engine.flow.waits import ChildRun, WaitingCalls
 from runstream.engine.journal import events as ev
 from runstream.engine.observability.tracing import step_span
@@ -42,7 +42,7 @@ from runstream.projections.transitions import RETRY_WAIT
 from runstream.projections.transitions import idempotency_key as idempotency_key_of
 
 __all__ = ["CallObserver", "ChildRun", "FlowContext", "JournalPort", "Quarantined",
-           "RunReleased", "Suspend", "args_digest", "idempotency_key"]
+           "RunReleased", "Suspend", "Update", "args_digest", "idempotency_key"]
 
 # The idempotency key of the step whose function runs now, per task (concurrent steps in
 # separate tasks each see their own).
@@ -89,7 +89,7 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=rep
 _NO_ARGUMENTS_DIGEST = hashlib.sha256(b"[[],{}]").hexdigest()[:16]
 
 
-class FlowContext(WaitingCalls, AttributeCalls):
+class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
     """Passed to every flow handler. Durable calls are journaled and replayed."""
 
     def __init__(

@@ -203,6 +203,24 @@ class Flow(Generic[P, R]):
         self._payload: TypeAdapter[P] = TypeAdapter(payload)
         self._result: TypeAdapter[R] = TypeAdapter(result)
         self._handler: Handler | None = None
+        # Update name -> its validator (a plain function of the payload; it refuses by
+        # raising, its message the reason): code, bounded by the flow's update names.
+        self._validators: dict[str, Callable[[Any], Any]] = {}
+
+    def validator(self, name: str) -> Callable[[Callable[[Any], Any]], Callable[[Any], Any]]:
+        """Register the validator of updates named `name`: `fn(payload)` runs on the owner
+        when an update is applied, off the event loop with a time limit, before the run can
+        take it; it refuses the update by raising (its message is the reason the caller's
+        UpdateRejected carries). No durable calls in it: it is not journaled, only its
+        verdict is."""
+        def register(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+            self._validators[name] = fn
+            return fn
+
+        return register
+
+    def validator_for(self, name: str) -> Callable[[Any], Any] | None:
+        return self._validators.get(name)
 
     def handler(self, fn: Callable[[FlowContext, P], Awaitable[R | Handoff]]
                 ) -> Callable[..., Any]:

@@ -219,7 +219,8 @@ class HandlerRunner(ABC):
         # _handed_off), for every reader alike: no need to decide it here too.
         given = handoff.flow if isinstance(handoff.flow, Flow) else None
         name = given.name if given is not None else (handoff.flow or run.flow)
-        assert isinstance(name, str)
+        if not isinstance(name, str):  # (Handoff(x) names a flow: Handoff(payload=x))
+            raise TypeError(f"Handoff's flow is a Flow or a flow name, not {name!r}")
         target = self.flow_named(name) or given
         payload_json, error = None, None
         try:

@@ -63,6 +63,11 @@ class WaitingCalls:
     def _next_position(self, name: str, kind: str) -> int:
         raise NotImplementedError
 
+    @property
+    def ceiling(self) -> tuple[str, ...] | None:
+        """The capabilities this run's steps (and the children it spawns) may use: None, any."""
+        return self._ceiling
+
     async def sleep(self, duration: float | timedelta) -> None:
         """Wait durably for `duration` (seconds or a timedelta): the run is suspended and a
         timer wakes it, on whichever worker owns its partition then."""

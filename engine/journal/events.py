@@ -47,6 +47,7 @@ __all__ = [
     "RunSignalWithStartRequested",
     "RunSuspended",
     "RunTimedOut",
+    "RunUpdateRequested",
     "RunWakeRequested",
     "ScheduleChangeRejected",
     "ScheduleChangeRequested",
@@ -60,6 +61,9 @@ __all__ = [
     "StepFailed",
     "StepStarted",
     "TimerFired",
+    "UpdateAccepted",
+    "UpdateCompleted",
+    "UpdateRejected",
 ]
 
 
@@ -1170,6 +1174,74 @@ class RunSignalWithStartRequested:
     attributes_json: str = ""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunUpdateRequested:
+    """Someone asked a run for an update that wants an answer (its request id names it; the caller
+    reads the outcome by it).
+    """
+
+    TYPE: ClassVar[str] = "run.update-requested"
+    KIND: ClassVar[str] = "request"
+    SCHEMA_ID: ClassVar[int] = 184
+
+    envelope: Envelope
+    name: str
+    payload_json: str = "null"
+    # Set by the relay, never by a client (the relay strips it from the unrestricted topic): the
+    # restricted authority whose requests topic this came from. Null: unrestricted, acts on any run.
+    authority: str | None = None
+    # That authority's capabilities when relayed: it may act only on runs whose ceiling is a subset
+    # of them.
+    authority_capabilities: list[str] = _field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateAccepted:
+    """The owner took an update (its validator passed, or its flow has none for it): the run can
+    take it now. The envelope's request id is the update's.
+    """
+
+    TYPE: ClassVar[str] = "update.accepted"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 185
+
+    envelope: Envelope
+    name: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateRejected:
+    """The owner refused an update before the run saw it: its validator raised (its message is the
+    reason) or ran out of time. The envelope's request id is the update's.
+    """
+
+    TYPE: ClassVar[str] = "update.rejected"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 186
+
+    envelope: Envelope
+    name: str
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateCompleted:
+    """The handler answered an update it took: a reply (result_json) or a rejection (rejected,
+    reason), at its journal position. The envelope's request id is the update's.
+    """
+
+    TYPE: ClassVar[str] = "update.completed"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 187
+
+    envelope: Envelope
+    position: int
+    name: str
+    result_json: str | None = None
+    rejected: bool = False
+    reason: str = ""
+
+
 # Any journal record; narrow with isinstance() or match on the class.
 JournalRecord: TypeAlias = (
     RunCreateRejected
@@ -1217,6 +1289,10 @@ JournalRecord: TypeAlias = (
     | PartitionRunsExpired
     | RunCreateRequested
     | RunSignalWithStartRequested
+    | RunUpdateRequested
+    | UpdateAccepted
+    | UpdateRejected
+    | UpdateCompleted
 )
 
 # Record type string (the rs-type header and envelope.type) → class.
@@ -1266,6 +1342,10 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "partition.runs-expired": PartitionRunsExpired,
     "run.create-requested": RunCreateRequested,
     "run.signal-with-start-requested": RunSignalWithStartRequested,
+    "run.update-requested": RunUpdateRequested,
+    "update.accepted": UpdateAccepted,
+    "update.rejected": UpdateRejected,
+    "update.completed": UpdateCompleted,
 }
 
 REQUEST_TYPES: frozenset[str] = frozenset(
@@ -1280,6 +1360,7 @@ REQUEST_TYPES: frozenset[str] = frozenset(
         "schedule.run-settled",
         "run.create-requested",
         "run.signal-with-start-requested",
+        "run.update-requested",
     }
 )
 DECISION_TYPES: frozenset[str] = frozenset(
@@ -1319,5 +1400,8 @@ DECISION_TYPES: frozenset[str] = frozenset(
         "schedule.skipped",
         "schedule.change-rejected",
         "partition.runs-expired",
+        "update.accepted",
+        "update.rejected",
+        "update.completed",
     }
 )

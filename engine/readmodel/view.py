@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 
 from runstream.projections.memory import MemoryStore
 from runstream.projections.partitioning import run_partition
+from runstream.projections.replay import record_of
 from runstream.projections.schedule_state import ScheduleState
 from runstream.projections.state import (
     JournalEntry,
@@ -304,6 +305,21 @@ class View:
 
     def all_runs(self) -> Iterator[RunState]:
         return iter(self.runs())
+
+    def request_item(self, run_id: str, request_id: str) -> HistoryEntry | None:
+        """The history item of the request with this id to `run_id`, with its verdict (None:
+        not seen yet). An applied one is found in the request index; one refused (or
+        forgotten by the index) in the run's history, read from its end."""
+        partition = self.place(run_id)[0]
+        offset = self._base.request_offset(partition, request_id)
+        if offset is not None:
+            found = self.history_entry(run_id, partition, offset)
+            if found is not None:
+                return found
+        for item in reversed(self.history(run_id)):
+            if item.raw is not None and record_of(item).envelope.request_id == request_id:
+                return item
+        return None
 
     def _base_runs(self, status: RunStatus, cursor: tuple[int, str] | None
                    ) -> Iterator[RunState]:

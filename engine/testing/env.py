@@ -28,6 +28,7 @@ from runstream.engine.errors import (
     run_failure,
 )
 from runstream.engine.flow.definition import Flow, HandedOff, dump_json
+from runstream.engine.flow.validation import judge
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.testing.driving import Driving, EnvironmentIdle
@@ -35,6 +36,7 @@ from runstream.engine.testing.execution import TestExecution
 from runstream.engine.testing.log import MemoryLog, RawView, envelope
 from runstream.engine.testing.queries import RunQueries
 from runstream.engine.testing.schedules import Schedules
+from runstream.engine.testing.updates import EnvUpdates
 from runstream.engine.testing.upkeep import (
     expire_due,
     expired_create,
@@ -64,11 +66,13 @@ from runstream.projections.reactions import (
     Reaction,
     Resume,
     Start,
+    Validate,
     Write,
 )
 from runstream.projections.requests import describe_refusal
 from runstream.projections.sending import carry_out
 from runstream.projections.state import JournalEntry, OutboxItem, RunState, RunStatus, Verdict
+from runstream.projections.updates import verdict_body
 from runstream.projections.values import HistoryEntry
 
 __all__ = ["EnvironmentIdle", "TestEnvironment"]
@@ -78,7 +82,7 @@ OWNER_NAME = "test-environment"
 CLOSE_WAIT_S = 5.0  # how long close() waits for cancelled handlers to unwind
 
 
-class TestEnvironment(Schedules, Driving, RunQueries):
+class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates):
     """An in-process namespace: `await env.run(flow, payload)`, signals, cancels, resumes,
     results, history, and crashes injected at a journal position."""
 
@@ -413,6 +417,10 @@ class TestEnvironment(Schedules, Driving, RunQueries):
                 self._act(reaction.otherwise)  # no handler is parked here: a wake replays
             elif isinstance(reaction, Interrupt):
                 self._interrupt(reaction)
+            elif isinstance(reaction, Validate):  # (the worker's code, but in this thread)
+                reason = judge(self.flows[reaction.run.flow], reaction.item)
+                self._act([Write(reaction.run, (verdict_body(reaction.item, reason),),
+                                 reaction.key)], launch=launch)
 
     def _write(self, write: Write) -> bool:
         """The write's records, as a worker's: False when one was over the send limit (it is

@@ -17,7 +17,13 @@ from aiohttp import web
 from aiokafka.errors import KafkaConnectionError
 
 from runstream.engine.config import journal_topic
-from runstream.engine.errors import InvalidInput, RunExpired, RunNotFound, RunstreamError
+from runstream.engine.errors import (
+    InvalidInput,
+    QueryInvalid,
+    RunExpired,
+    RunNotFound,
+    RunstreamError,
+)
 from runstream.engine.journal.timetext import iso_time
 from runstream.engine.readmodel.describe import run_view
 from runstream.engine.readmodel.model import ReadModel
@@ -105,14 +111,21 @@ def _html(text: str, status: int = 200) -> web.Response:
 
 async def runs_handler(request: web.Request) -> web.Response:
     chosen = parse_filter(dict(request.query))
-    page = list_runs(await _view(request), chosen)
-    return _html(pages.runs_page(page, chosen, context=request.app[SETTINGS].context))
+    context = request.app[SETTINGS].context
+    try:
+        page = list_runs(await _view(request), chosen)
+    except QueryInvalid as exc:  # the form again, with what is wrong where
+        return _html(pages.runs_page(None, chosen, context=context, error=exc), 400)
+    return _html(pages.runs_page(page, chosen, context=context))
 
 
 async def runs_api(request: web.Request) -> web.Response:
     page = list_runs(await _view(request), parse_filter(dict(request.query)))
-    return web.json_response({"runs": [run_view(run) for run in page.runs],
-                              "next_after": page.next_after, "scanned": page.scanned})
+    body: dict[str, Any] = {"runs": [run_view(run) for run in page.runs],
+                            "next_after": page.next_after, "scanned": page.scanned}
+    if page.matched is not None:
+        body["count"] = page.matched
+    return web.json_response(body)
 
 
 def _run_id(request: web.Request) -> str:
@@ -224,6 +237,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _error(request, 404, str(exc) or "no such run")
     except InvalidInput as exc:
         return _error(request, 400, str(exc))
+    except QueryInvalid as exc:
+        return _error(request, 400, str(exc), position=exc.position)
     except KafkaConnectionError as exc:
         return _error(request, 503, f"cannot reach the Kafka broker at "
                                     f"{request.app[SETTINGS].bootstrap} ({exc})")
@@ -231,9 +246,9 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _error(request, 500, str(exc))
 
 
-def _error(request: web.Request, status: int, message: str) -> web.Response:
+def _error(request: web.Request, status: int, message: str, **extra: Any) -> web.Response:
     if request.path.startswith("/api/"):
-        return web.json_response({"error": message}, status=status)
+        return web.json_response({"error": message, **extra}, status=status)
     if request.path in ("/run/at", "/run/dry-run"):  # fragments the page's script inserts
         return _html(f'<p class="error message">{esc(message)}</p>', status)
     return _html(error_page(status, message, context=request.app[SETTINGS].context), status)

@@ -1,19 +1,52 @@
-"""The run list (with its filters) and the system page, as HTML."""
+"""The run list (with its filters and its query) and the system page, as HTML."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from runstream.engine.errors import QueryInvalid
 from runstream.engine.timetravel.cut import SystemState
 from runstream.engine.ui.html import esc, input_time, layout, run_link, status_badge, time_tag, url
 from runstream.engine.ui.queries import PAGE_SIZE, RunFilter, RunListPage
 from runstream.projections.state import RunStatus
 
+QUERY_EXAMPLE = "customer = 'c-42' and status = 'suspended'"
+QUERY_HELP = ("attributes and the fields run_id, lineage, flow, status, created, updated, "
+              "settled, round, parent, schedule; = != < <= > >= in starts_with is [not] null; "
+              "and, or, ( ); 'text', numbers, true, false, timestamp '2026-12-01T00:00:00Z'")
 
-def runs_page(page: RunListPage, chosen: RunFilter, *, context: str) -> str:
-    """The run list: the filter form, one page of runs, and the link to the next page."""
-    body = [_filter_form(chosen), _runs_table(page), _pager(page, chosen)]
-    return layout("Runs", "\n".join(body), context=context, active="runs")
+
+def runs_page(page: RunListPage | None, chosen: RunFilter, *, context: str,
+              error: QueryInvalid | None = None) -> str:
+    """The run list: the filter form, one page of runs (with a query: how many match in
+    all), and the link to the next page; or, for a query that does not parse, the form and
+    what is wrong where (`page` is None then)."""
+    body = [_filter_form(chosen)]
+    if error is not None:
+        body.append(query_error(chosen.where or "", error))
+    if page is not None:
+        body += [_match_count(page), _runs_table(page), _pager(page, chosen)]
+    return layout("Runs", "\n".join(part for part in body if part), context=context,
+                  active="runs")
+
+
+def query_error(text: str, error: QueryInvalid) -> str:
+    """A query's error in one line, and the query with the character it names marked."""
+    at = max(0, min(error.position, len(text)))
+    marked = esc(text[at:at + 1]) if at < len(text) else "&nbsp;"
+    return (f'<section class="query-error" id="query-error" role="alert">'
+            f'<p class="error message">Query error: {esc(error)}</p>'
+            f'<pre class="query-text"><code>{esc(text[:at])}<mark class="at" '
+            f'title="position {error.position}">{marked}</mark>{esc(text[at + 1:])}'
+            f'</code></pre></section>')
+
+
+def _match_count(page: RunListPage) -> str:
+    if page.matched is None:
+        return ""
+    runs = "run matches" if page.matched == 1 else "runs match"
+    return (f'<p class="match-count" id="match-count" data-count="{page.matched}">'
+            f'<b>{page.matched:,}</b> {runs} the query</p>')
 
 
 def _filter_form(chosen: RunFilter) -> str:
@@ -30,6 +63,9 @@ def _filter_form(chosen: RunFilter) -> str:
          value="{esc(input_time(chosen.created_from_ms))}"></label>
   <label>to <input type="datetime-local" step="1" name="to" id="filter-to"
          value="{esc(input_time(chosen.created_to_ms))}"></label>
+  <label class="where">Query <input type="text" name="where" id="filter-where"
+         value="{esc(chosen.where or "")}" placeholder="{esc(QUERY_EXAMPLE)}"
+         title="{esc(QUERY_HELP)}" autocomplete="off" spellcheck="false"></label>
   {_hidden_limit(chosen)}<button type="submit">Filter</button>
   <a class="clear" href="/">Clear</a>
 </form>
@@ -68,7 +104,7 @@ def _pager(page: RunListPage, chosen: RunFilter) -> str:
     href = url("/", status=chosen.status.value if chosen.status else None, flow=chosen.flow,
                **{"from": input_time(chosen.created_from_ms),
                   "to": input_time(chosen.created_to_ms)},
-               after=page.next_after,
+               where=chosen.where, after=page.next_after,
                limit=chosen.page_size if chosen.page_size != PAGE_SIZE else None)
     return f'<p class="pager">{note} <a id="next-page" href="{href}">Next page →</a></p>'
 

@@ -3,6 +3,9 @@
 Every function reads one View (a consistent state after one catch-up) and bounds what it
 reads: a page of the run list examines at most `scan_limit` runs, a run page shows a window
 of its rounds and at most MAX_CHILDREN children, a timeline at most MAX_TIMELINE_ROWS rows.
+A run list with a query (`where`, projections.query) is answered by the planner over the
+View's indexes instead (projections.query_plan): its page and its count cost what the plan
+reads, as `runs list --where` and `runs count --where` do.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from runstream.engine.readmodel.lookups import expired_error
 from runstream.engine.readmodel.rows import HistoryRow, history_rows
 from runstream.engine.readmodel.view import View
 from runstream.engine.timetravel.points import Point, parse_time, run_at, run_diff
+from runstream.projections import query_plan
+from runstream.projections.query import And, Compare, Literal, Query
 from runstream.projections.replay import RunAbsentAt
 from runstream.projections.state import RunState, RunStatus, round_run_id, to_builtins
 
@@ -39,16 +44,35 @@ class RunFilter:
     created_to_ms: int | None = None  # created before
     after: str | None = None  # the last run id of the previous page
     page_size: int = PAGE_SIZE
+    where: str | None = None  # a run query (projections.query), as typed
 
     def matches(self, run: RunState) -> bool:
         return ((self.flow is None or run.flow == self.flow)
                 and (self.created_from_ms is None or run.created_at_ms >= self.created_from_ms)
                 and (self.created_to_ms is None or run.created_at_ms < self.created_to_ms))
 
+    def query(self) -> Query | None:
+        """Every filter as one run query: `where` and the status, flow and times (None: no
+        filter); QueryInvalid, naming the position, for a `where` that does not parse."""
+        terms: list[Query] = []
+        asked = query_plan.where_query(self.where, self.status)
+        if asked is not None:
+            terms.append(asked)
+        if self.flow is not None:
+            terms.append(Compare("flow", "=", Literal("s", self.flow)))
+        if self.created_from_ms is not None:
+            terms.append(Compare("created", ">=", Literal("t", self.created_from_ms)))
+        if self.created_to_ms is not None:
+            terms.append(Compare("created", "<", Literal("t", self.created_to_ms)))
+        if not terms:
+            return None
+        return terms[0] if len(terms) == 1 else And(tuple(terms))
+
 
 def parse_filter(query: dict[str, str]) -> RunFilter:
-    """The filters from a query string (`status`, `flow`, `from`, `to`, `after`, `limit`);
-    empty fields mean "any". Times are ISO-8601, UTC when they name no zone."""
+    """The filters from a query string (`status`, `flow`, `from`, `to`, `where`, `after`,
+    `limit`); empty fields mean "any". Times are ISO-8601, UTC when they name no zone.
+    `where` is kept as typed (less surrounding blanks): list_runs parses it."""
     status = query.get("status") or None
     if status is not None and status not in RunStatus.__members__:
         raise InvalidInput(f"status must be one of {', '.join(RunStatus)}, not {status!r}")
@@ -58,7 +82,8 @@ def parse_filter(query: dict[str, str]) -> RunFilter:
                      created_from_ms=parse_time(start) if start else None,
                      created_to_ms=parse_time(end) if end else None,
                      after=query.get("after") or None,
-                     page_size=_page_size(query.get("limit") or None))
+                     page_size=_page_size(query.get("limit") or None),
+                     where=(query.get("where") or "").strip() or None)
 
 
 def _page_size(text: str | None) -> int:
@@ -78,14 +103,19 @@ def _page_size(text: str | None) -> int:
 class RunListPage:
     runs: list[RunState]
     next_after: str | None  # where the next page starts; None: this was the last page
-    scanned: int  # runs examined for this page
+    scanned: int  # runs examined for this page (with a query: the runs it lists)
     exhausted_scan: bool  # stopped at scan_limit before filling the page
+    matched: int | None = None  # with a query: how many runs it matches in all
 
 
 def list_runs(view: View, chosen: RunFilter, *, scan_limit: int = SCAN_LIMIT) -> RunListPage:
     """One page of the runs `chosen` matches, in (partition, run id) order. The status
     filter reads the status index; flow and time are checked run by run, at most
-    `scan_limit` runs per page, so a page costs O(scan_limit) whatever the namespace holds."""
+    `scan_limit` runs per page, so a page costs O(scan_limit) whatever the namespace holds.
+    With a query (`where`) the planner answers every filter at once (QueryInvalid for a
+    query that does not parse)."""
+    if chosen.where is not None:
+        return _answer(view, chosen)
     found: list[RunState] = []
     cursor, scanned = chosen.after, 0
     while scanned < scan_limit:
@@ -101,6 +131,17 @@ def list_runs(view: View, chosen: RunFilter, *, scan_limit: int = SCAN_LIMIT) ->
         if len(chunk) < wanted:  # the index has no more
             return RunListPage(found, None, scanned, False)
     return RunListPage(found, cursor, scanned, True)
+
+
+def _answer(view: View, chosen: RunFilter) -> RunListPage:
+    """A page of the planner's answer (one run more is read, to know whether another page
+    follows) and the count of the whole answer."""
+    query = chosen.query()
+    found = query_plan.answer(query, view, limit=chosen.page_size + 1, after=chosen.after)
+    runs = found[:chosen.page_size]
+    next_after = runs[-1].run_id if len(found) > chosen.page_size else None
+    return RunListPage(runs, next_after, len(runs), False,
+                       matched=query_plan.count(query, view))
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,10 +1,13 @@
-"""The run page: a run's summary, its rounds and children, the time-travel slider with the
-state it shows, and the timeline of every record (those not applied marked)."""
+"""The run page: a run's summary, its attributes (each with the record that set it), its
+rounds and children, the time-travel slider with the state it shows, and the timeline of
+every record (those not applied marked; row `record-N` is record N)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from runstream.engine.journal.timetext import iso_time
 from runstream.engine.readmodel.describe import VERDICTS, run_view
 from runstream.engine.readmodel.rows import HistoryRow
 from runstream.engine.ui.html import (
@@ -18,6 +21,7 @@ from runstream.engine.ui.html import (
     url,
 )
 from runstream.engine.ui.queries import MAX_TIMELINE_ROWS, Related, RunDetail, StateAt
+from runstream.projections.state import Attribute
 
 
 def run_page(detail: RunDetail, state: StateAt, *, context: str, dry_run_app: str | None
@@ -28,6 +32,7 @@ def run_page(detail: RunDetail, state: StateAt, *, context: str, dry_run_app: st
     parts = [
         _header(view, run.parent_run_id),
         _summary(view),
+        attributes_section(detail),
         _retry_section(detail.retry),
         _related_section("Rounds", "rounds", detail.rounds, detail.total_rounds, run.run_id),
         _related_section("Children", "children", detail.children, detail.total_children,
@@ -63,6 +68,49 @@ def _summary(view: dict[str, Any]) -> str:
         facts.append(("error", esc(f'{view["error"]["type"]}: {view["error"]["message"]}')))
     cells = "".join(f"<div><dt>{name}</dt><dd>{value}</dd></div>" for name, value in facts)
     return f'<section><dl class="facts">{cells}</dl></section>'
+
+
+def attributes_section(detail: RunDetail) -> str:
+    """The run's attributes: name, type, value, and the record that set each (its offset,
+    linked to its row of the timeline and its state in the slider). None: no section."""
+    run = detail.run
+    if not run.attributes:
+        return ""
+    records = {(row.partition, row.offset): (number, row)
+               for number, row in enumerate(detail.rows, start=1)}
+    rows = "".join(
+        f'<tr data-attribute="{esc(item.name)}"><td class="name"><code>{esc(item.name)}'
+        f'</code></td><td class="kind">{esc(item.kind)}</td><td class="value">'
+        f'{attribute_value(item)}</td><td class="set-by">'
+        f'{_set_by(run.run_id, item, records.get((run.partition, item.offset)))}</td></tr>'
+        for item in run.attributes)
+    return (f'<section class="attributes" id="attributes"><h2>Attributes <span class="count">'
+            f'{len(run.attributes)}</span></h2><table class="attributes"><thead><tr>'
+            f'<th>name</th><th>type</th><th>value</th><th>set by</th></tr></thead>'
+            f'<tbody>{rows}</tbody></table></section>')
+
+
+def attribute_value(item: Attribute) -> str:
+    """An attribute's value as HTML: a time as ISO-8601 UTC, a list as its JSON."""
+    if item.kind == "time":
+        text = iso_time(item.value)
+        return f'<time datetime="{esc(text)}">{esc(text)}</time>'
+    if item.kind == "bool":
+        return "true" if item.value else "false"
+    if item.kind == "list":
+        return esc(json.dumps(list(item.value), ensure_ascii=False))
+    if item.kind == "str" and not item.value:
+        return '<span class="muted">(empty)</span>'
+    return esc(item.value)
+
+
+def _set_by(run_id: str, item: Attribute, record: tuple[int, HistoryRow] | None) -> str:
+    if record is None:  # (not a record of this run's history)
+        return f'offset {item.offset}'
+    number, row = record
+    href = f'{url("/run", id=run_id, record=number)}#record-{number}'
+    return (f'<a class="record-link" href="{href}" data-record="{number}">offset {item.offset}</a>'
+            f' <span class="muted">record {number}, <code>{esc(row.type)}</code></span>')
 
 
 def _retry_section(retry: dict[str, Any] | None) -> str:
@@ -141,6 +189,8 @@ def _state_fields(view: dict[str, Any]) -> str:
         fields.append(("error", esc(f'{view["error"]["type"]}: {view["error"]["message"]}')))
     if view.get("cancel_requested"):
         fields.append(("cancel requested", esc(view["cancel_requested"])))
+    if view.get("attributes"):
+        fields.append(("attributes", short_json(view["attributes"])))
     cells = "".join(f'<div data-field="{esc(name)}"><dt>{esc(name)}</dt><dd>{value}</dd></div>'
                     for name, value in fields)
     return f'<dl class="facts state-facts">{cells}</dl>'
@@ -230,7 +280,7 @@ def _timeline_row(number: int, row: HistoryRow, selected: int) -> str:
         classes.append("later")
     who = f"{row.source[:8]}@e{row.epoch}" if row.source else "request"
     verdict = _verdict_badge(row.verdict) or '<span class="muted">applied</span>'
-    return (f'<tr class="{" ".join(classes)}" data-record="{number}" '
+    return (f'<tr class="{" ".join(classes)}" id="record-{number}" data-record="{number}" '
             f'data-verdict="{esc(row.verdict)}">'
             f'<td class="num"><a href="#" class="to-record">{number}</a></td>'
             f'<td class="num">{row.offset}</td><td class="time">{esc(clock(row.timestamp_ms))}'

@@ -9,12 +9,14 @@ to ForkAnswers; a woken run's parked handler is continued from the sticky cache.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable
 from typing import Any
 
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.flow.context import RunReleased
+from runstream.engine.flow.validation import judge
 from runstream.engine.journal import events as ev
 from runstream.engine.worker.committer import BLAME_AT_BYTES
 from runstream.engine.worker.executor import now_ms
@@ -32,11 +34,13 @@ from runstream.projections.reactions import (
     Refusal,
     Resume,
     Start,
+    Validate,
     Write,
 )
 from runstream.projections.schedule_state import ScheduleState
 from runstream.projections.sending import carry_out
 from runstream.projections.state import JournalEntry, RunState, Verdict
+from runstream.projections.updates import verdict_body
 
 log = logging.getLogger("runstream.worker")
 
@@ -45,6 +49,9 @@ class Reactions:
     def __init__(self, owner: ReactionsOwner) -> None:
         self.owner = owner
         self.forks = ForkAnswers(owner)  # fork requests naming our runs as their source
+        # Update validators running (projections.updates): one per pending update of the
+        # owned runs at most, each bounded by its time limit.
+        self._judging: set[asyncio.Task[None]] = set()
 
     def view(self, own: Ownership) -> OwnerView:
         """What projections.owner needs to know of this worker, under `own`."""
@@ -142,6 +149,25 @@ class Reactions:
                 self._flow_missing(own, reaction)
             elif isinstance(reaction, Interrupt):
                 self.owner.activator.interrupt(reaction)
+            elif isinstance(reaction, Validate):
+                own.decided.add(reaction.key)
+                task = asyncio.create_task(self._judge(own, reaction))
+                self._judging.add(task)
+                task.add_done_callback(self._judging.discard)
+
+    async def _judge(self, own: Ownership, validate: Validate) -> None:
+        """The update's validator in a thread (engine.flow.validation), then its verdict,
+        journaled under the ownership it was asked under (a stale one is fenced)."""
+        flow = self.owner.flows.get(validate.run.flow)
+        if flow is None:
+            return
+        reason = await asyncio.to_thread(judge, flow, validate.item)
+        if self.owner.owned.get(own.partition) is not own:
+            return  # (its next owner judges it again, at its claim)
+        try:
+            self.act(own, [Write(validate.run, (verdict_body(validate.item, reason),))])
+        except WorkerFatal:  # the source failed: its renewal claims again and re-judges
+            pass
 
     def _write(self, own: Ownership, write: Write) -> bool:
         """Enqueue the write's records; False when one was too large to send (answered in

@@ -137,6 +137,11 @@ class ReactionsOwner(ForkOwner, Protocol):
     answers (ForkOwner: the reactions build them)."""
 
     @property
+    def owned(self) -> dict[int, Ownership]:
+        """The partitions assigned here (a verdict reached after its partition moved is
+        not journaled from here)."""
+
+    @property
     def flows(self) -> Mapping[str, Flow[Any, Any]]:
         """The registered flows: creates are checked and limited by them, runs started."""
 

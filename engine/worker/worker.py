@@ -42,6 +42,7 @@ from runstream.engine.kafka.reader import partition_count
 from runstream.engine.observability.metrics import WorkerMetrics
 from runstream.engine.worker.activation import Activator
 from runstream.engine.worker.admission import Admission
+from runstream.engine.worker.batch import batch_flow
 from runstream.engine.worker.claims import Claims, Rebalance
 from runstream.engine.worker.committer import Committer
 from runstream.engine.worker.confirmations import Confirmations, NotCalled
@@ -69,6 +70,7 @@ from runstream.engine.worker.takeover import Takeovers
 from runstream.engine.worker.timers import TimerSweeper
 from runstream.engine.worker.upkeep import Upkeep
 from runstream.engine.worker.watchdog import LoopWatchdog
+from runstream.projections.batch import BATCH_FLOW
 from runstream.projections.projector import CopyFirst, Projector
 from runstream.projections.state import RunState, Verdict
 from runstream.projections.store import ProjectionStore
@@ -76,13 +78,12 @@ from runstream.projections.store import ProjectionStore
 log = logging.getLogger("runstream.worker")
 
 # The lease an owner claims with: an older-generation claim (a recreated consumer group)
-# takes the partition only after the owner has written nothing for this long. It matters
-# only after a group is recreated, so it is long; owners heartbeat a partition they have not
-# written to for a quarter of it (20 minutes: at most 288 heartbeats a day per partition).
+# takes the partition only after the owner has written nothing for this long (it matters
+# only then, so it is long); owners heartbeat a partition they have not written to for a
+# quarter of it (20 minutes: at most 288 heartbeats a day per partition).
 DEFAULT_LEASE_MS = 20 * 60 * 1000
-# A stall of the event loop longer than this fraction of the session timeout makes each
-# partition confirm its ownership before its runs' next step (engine.worker.watchdog).
-STALL_FRACTION = 1 / 3
+# A loop stall past this fraction of the session timeout makes each partition confirm its
+STALL_FRACTION = 1 / 3  # ownership before its runs' next step (engine.worker.watchdog)
 
 
 class Worker:
@@ -111,7 +112,7 @@ class Worker:
         snapshot_keep: int = DEFAULT_KEEP,
         durable_backoff_after: Duration | None = None,
     ) -> None:
-        self.flows = {flow.name: flow for flow in flows}
+        self.flows = {BATCH_FLOW: batch_flow(self), **{f.name: f for f in flows}}
         self.bootstrap = resolve_bootstrap(bootstrap_servers)
         self.namespace = resolve_namespace(namespace)
         self.topic = journal_topic(self.namespace)

@@ -21,6 +21,7 @@ from runstream.engine.journal import JournalRecord, record_from_dict
 from runstream.engine.journal import events as ev
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.projector import Projector
+from runstream.projections.query_index import PREFIX, index_keys
 from runstream.projections.state import RunStatus, Verdict, to_builtins
 from runstream.projections.store import ProjectionStore
 
@@ -55,6 +56,8 @@ ADDED_SINCE_FORMAT_2: dict[str, Any] = {
     "schedule_id": None,
     # issue 21: attributes (a create's or set by the handler); why a create's are invalid
     "attributes": [], "attributes_error": None,
+    # issue 21: updates (an inbox item's name; outcomes by request id)
+    "name": None, "update_outcomes": [],
 }
 # Fields added since that every run.created sets from its own record (its envelope time):
 # a fixture recorded without them is not checked for their values.
@@ -584,3 +587,31 @@ def test_signal_with_start_fixture_creates_or_signals_and_rocksdb_agrees(
         assert len({i.record.incarnation for i in items
                     if isinstance(i.record, ev.RunCreated)} - {None}) == 1
         assert json.loads(runs[f"raced-{n}"].result_json or "")["signal"] == n
+
+
+def test_attributes_fixture_sets_them_and_a_read_model_indexes_them(tmp_path: Path) -> None:
+    """attributes (recorded from a real worker by tests/fixtures/
+    record_attributes_fixture.py): a create's attributes, a handler's changes (set, changed,
+    removed, a list), a signal-with-start's, a plain create with a reserved name rejected
+    (attributes-invalid); memory and both stores agree, and a read model's store holds
+    exactly the query index keys of the runs."""
+    with folded_twice(tmp_path, "attributes") as (memory, _, verdicts):
+        assert all_applied(verdicts)
+    runs = memory.runs
+    held = {a.name: a.value for a in runs["order-1"].attributes}
+    assert held == {"customer": "c-1", "due": 1796169600000, "stage": "shipped",
+                    "tags": ["gift", "eu"], "amount": 2.5}
+    assert {a.name: a.value for a in runs["sws"].attributes}["customer"] == "c-9"
+    assert "bad" not in runs
+    rejected = [i.record for i in memory.history["bad"]
+                if isinstance(i.record, ev.RunCreateRejected)]
+    assert [r.reason for r in rejected] == ["attributes-invalid"]
+    store = ProjectionStore(tmp_path / "readmodel", keep_records=True)
+    try:
+        projector = Projector(store)
+        for partition, offset, record, timestamp_ms in load(JOURNALS / "attributes.jsonl"):
+            projector.apply_record(partition, offset, record, timestamp_ms)
+        found = {key for key, _ in store.items() if key.startswith(PREFIX)}
+        assert found == set().union(*(index_keys(run) for run in runs.values()))
+    finally:
+        store.close()

@@ -1,4 +1,5 @@
-// runstream UI: the time-travel slider and the dry-run button. No build step, no library.
+// runstream UI: the time-travel slider (and the links that move it) and the dry-run button.
+// No build step, no library.
 "use strict";
 
 (function () {
@@ -73,6 +74,17 @@
         event.preventDefault();
         show(Number(link.closest("tr").dataset.record));
         input.scrollIntoView({ block: "nearest", behavior: "smooth" });
+      });
+    }
+    // An attribute's "set by" link: the slider to that record, its timeline row in view
+    // (without a script the link loads the page at that record and row).
+    for (const link of document.querySelectorAll("td.set-by a.record-link[data-record]")) {
+      link.addEventListener("click", (event) => {
+        event.preventDefault();
+        const record = Number(link.dataset.record);
+        show(record);
+        const row = document.getElementById(`record-${record}`);
+        (row || input).scrollIntoView({ block: "center", behavior: "smooth" });
       });
     }
     // Left and right arrows step through the records (the slider itself handles its own).

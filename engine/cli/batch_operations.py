@@ -1,0 +1,59 @@
+"""The application function behind `runstream runs cancel|signal|resume --where`: start
+(or attach to) a batch (engine.client.batches), then follow its progress to its report."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from runstream.engine.client.batches import BatchHandle
+from runstream.engine.client.client import Client
+from runstream.projections.batch import BatchProgress
+
+POLL_S = 0.5
+
+Progress = Callable[[BatchProgress], None]
+
+
+async def count_matches(*, bootstrap: str | None, namespace: str | None, where: str) -> int:
+    """How many runs match now (what a confirmation asks about)."""
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
+        return await client.count_runs(where)
+
+
+async def batch_runs(*, bootstrap: str | None, namespace: str | None, operation: str,
+                     where: str, reason: str = "", signal: str | None = None,
+                     payload: Any = None, batch_id: str | None = None, dry_run: bool = False,
+                     timeout: float = 3600.0, on_progress: Progress | None = None
+                     ) -> dict[str, Any]:
+    """Start the batch (or attach to batch `batch_id`), then its report once it completed;
+    `on_progress` hears its progress every POLL_S seconds meanwhile."""
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
+        if operation == "cancel":
+            handle = await client.cancel_where(where, reason=reason, batch_id=batch_id,
+                                               dry_run=dry_run)
+        elif operation == "signal":
+            assert signal is not None
+            handle = await client.signal_where(where, signal, payload, batch_id=batch_id,
+                                               dry_run=dry_run)
+        else:
+            handle = await client.resume_where(where, batch_id=batch_id, dry_run=dry_run)
+        report = await _followed(handle, timeout, on_progress)
+        return {"batch_id": handle.batch_id, "run_id": handle.run_id, "dry_run": dry_run,
+                **report}
+
+
+async def _followed(handle: BatchHandle, timeout: float, on_progress: Progress | None
+                    ) -> dict[str, Any]:
+    result = asyncio.ensure_future(handle.result(timeout=timeout))
+    deadline = time.monotonic() + timeout
+    try:
+        while not result.done() and time.monotonic() < deadline:
+            await asyncio.wait({result}, timeout=POLL_S)
+            if on_progress is not None and not result.done():
+                on_progress(await handle.progress())
+        return await result
+    finally:
+        result.cancel()

@@ -1,0 +1,106 @@
+"""A Client's batch operations (mixed into engine.client.client.Client): cancel, signal or
+resume every run a query matches, as a run of the built-in flow `runstream.batch`
+(projections.batch, engine.worker.batch), with its progress read from that run's journal."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from runstream.engine.client.handle import RunHandle
+from runstream.engine.flow.definition import dump_json
+from runstream.engine.journal.input_limits import check_name, check_payload, check_text
+from runstream.projections import query_plan
+from runstream.projections.batch import (
+    BATCH_FLOW,
+    BatchProgress,
+    BatchSpec,
+    batch_run_id,
+    progress_of,
+    steps_of,
+)
+from runstream.projections.state import JournalEntry, RunState
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHandle:
+    """A batch: its id, its run, and what it asked for."""
+
+    batch_id: str
+    spec: BatchSpec
+    run: RunHandle
+    client: BatchCalls
+
+    @property
+    def run_id(self) -> str:
+        return self.run.run_id
+
+    async def progress(self) -> BatchProgress:
+        """What the batch's journal says so far: matched, sent, done, refused, the rate."""
+        return progress_of(self.spec, steps_of(await self.client.journal(self.run_id)))
+
+    async def result(self, *, timeout: float | None = None) -> dict[str, Any]:
+        """The batch's report once its run completed (BatchProgress.as_dict's keys)."""
+        report: dict[str, Any] = await self.run.result(timeout=timeout)
+        return report
+
+
+class BatchCalls:
+    """cancel_where, signal_where, resume_where and batch()."""
+
+    async def create_run(self, flow: Any, payload: Any = None, *,
+                         run_id: str | None = None) -> RunHandle:
+        raise NotImplementedError
+
+    async def describe(self, run_id: str) -> RunState:
+        raise NotImplementedError
+
+    async def journal(self, run_id: str) -> tuple[JournalEntry, ...]:
+        raise NotImplementedError
+
+    async def cancel_where(self, where: str, *, reason: str = "", batch_id: str | None = None,
+                           dry_run: bool = False) -> BatchHandle:
+        """Cancel every run matching `where` (projections.query) when the batch starts, as
+        a batch (a run of `runstream.batch`) that a worker carries out: returns its handle
+        once sent. The same `batch_id` again attaches to that batch (nothing is matched
+        again). `dry_run`: match only (the report's `matched` and `first`)."""
+        check_text("a cancel's reason", reason)
+        return await self._batch(BatchSpec(batch_id or "", "cancel", where, reason=reason,
+                                           dry_run=dry_run))
+
+    async def signal_where(self, where: str, name: str, payload: Any = None, *,
+                           batch_id: str | None = None, dry_run: bool = False) -> BatchHandle:
+        """Send signal `name` to every run matching `where`, as cancel_where does."""
+        check_name("signal", name)
+        payload_json = check_payload(f"the payload of signal {name!r}", dump_json(payload))
+        return await self._batch(BatchSpec(batch_id or "", "signal", where, signal=name,
+                                           signal_payload_json=payload_json, dry_run=dry_run))
+
+    async def resume_where(self, where: str, *, batch_id: str | None = None,
+                           dry_run: bool = False) -> BatchHandle:
+        """Wake every waiting run matching `where` (an operator resume), as cancel_where."""
+        return await self._batch(BatchSpec(batch_id or "", "resume", where, dry_run=dry_run))
+
+    async def batch(self, batch_id: str, *, dry_run: bool = False) -> BatchHandle:
+        """The handle of an existing batch (RunNotFound if there is none)."""
+        run_id = batch_run_id(batch_id, dry_run=dry_run)
+        run = await self.describe(run_id)
+        spec = BatchSpec.from_payload(json.loads(run.payload_json))
+        client: Any = self  # (the Client this is mixed into)
+        handle = RunHandle(client, run_id=run_id, flow=BATCH_FLOW, partition=run.partition,
+                           request_offset=run.request_offset, request_id=run.request_id)
+        return BatchHandle(batch_id, spec, handle, self)
+
+    async def _batch(self, spec: BatchSpec) -> BatchHandle:
+        """Sent once checked: a bad batch (BatchInvalid) or query (QueryInvalid) sends
+        nothing."""
+        if not spec.batch_id:
+            spec = dataclasses.replace(spec, batch_id=uuid.uuid4().hex[:12])
+        spec.check()
+        query_plan.where_query(spec.where)  # (QueryInvalid before anything is sent)
+        run_id = batch_run_id(spec.batch_id, dry_run=spec.dry_run)
+        handle = await self.create_run(BATCH_FLOW, spec.payload(), run_id=run_id)
+        return BatchHandle(spec.batch_id, spec, handle, self)

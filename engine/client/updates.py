@@ -1,0 +1,123 @@
+"""A Client's updates (mixed into engine.client.client.Client): `client.update(run_id,
+name, payload)` sends a run.update-requested and returns the handler's reply, read from
+the journal through the read model as result() is (projections.updates)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from typing import Any
+
+from runstream.engine.errors import (
+    ResultTimeout,
+    UpdateRefused,
+    UpdateRejected,
+)
+from runstream.engine.flow.definition import dump_json
+from runstream.engine.journal import JournalRecord
+from runstream.engine.journal import events as ev
+from runstream.engine.journal.input_limits import (
+    MAX_NAME_CHARS,
+    check_name,
+    check_payload,
+    check_run_id,
+    check_text,
+)
+from runstream.engine.journal.records import request_envelope
+from runstream.engine.readmodel.lookups import expired_error
+from runstream.engine.readmodel.model import ReadModel
+from runstream.engine.readmodel.view import View
+from runstream.projections.replay import record_of
+from runstream.projections.requests import describe_refusal
+from runstream.projections.state import RunState, Verdict
+from runstream.projections.updates import carried, outcome_offset, refusal_text
+
+POLL_S = 0.05
+
+
+class UpdateRequests:
+    """update()."""
+
+    async def read_model(self) -> ReadModel:
+        raise NotImplementedError
+
+    async def _request(self, record: JournalRecord) -> Any:
+        raise NotImplementedError
+
+    async def update(self, run_id: str, name: str, payload: Any = None, *,
+                     request_id: str | None = None, timeout: float | None = None) -> Any:
+        """Ask run `run_id` for update `name` and return the handler's reply. Raises
+        UpdateRejected (its validator or its handler rejected it), UpdateRefused (the run
+        has ended, or ended without answering it, or holds as many updates and signals as
+        it keeps), RunNotFound (RunExpired), ResultTimeout after `timeout` seconds. The same
+        `request_id` again is the same update: its first outcome."""
+        check_run_id(run_id)
+        check_name("update", name)
+        if request_id is not None:
+            check_text("a request id", request_id, MAX_NAME_CHARS)
+        payload_json = check_payload(f"the payload of update {name!r}", dump_json(payload))
+        request_id = request_id or uuid.uuid4().hex
+        answer = await self._request(ev.RunUpdateRequested(
+            envelope=request_envelope(ev.RunUpdateRequested.TYPE, run_id,
+                                      request_id=request_id, now_ms=int(time.time() * 1000)),
+            name=name, payload_json=payload_json))
+        if answer.verdict is Verdict.refused:
+            raise UpdateRefused(run_id, name, describe_refusal(answer.run, answer.record))
+        target = answer.run.run_id if answer.run is not None else run_id
+        return await self._outcome(target, answer.partition, request_id, name, timeout)
+
+    async def _outcome(self, run_id: str, partition: int, request_id: str, name: str,
+                       timeout: float | None) -> Any:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        first = True
+        while True:
+            model = await self.read_model()
+            view = await model.catch_up([partition])
+            run = view.run(run_id)
+            if run is None:
+                stone = view.expired(run_id)
+                raise UpdateRefused(run_id, name, "no such run") if stone is None else (
+                    expired_error(stone))
+            found = await self._found(model, view, run, partition, request_id,
+                                      scan=first or run.status.is_terminal)
+            if found is not None:
+                return _answer(run_id, name, found)
+            if run.status.is_terminal:
+                following = run.handed_off_to
+                next_round = view.run(following) if following is not None else None
+                if next_round is None or not carried(next_round, request_id):
+                    raise UpdateRefused(run_id, name, refusal_text(run))
+                run_id = next_round.run_id  # (carried by a handoff: answered there)
+            if deadline is not None and time.monotonic() > deadline:
+                raise ResultTimeout(run_id, timeout or 0, run.status.value)
+            first = False
+            await asyncio.sleep(POLL_S)
+
+    async def _found(self, model: ReadModel, view: View, run: RunState, partition: int,
+                     request_id: str, *, scan: bool) -> JournalRecord | None:
+        """The update's outcome record: by the run's outcome index, or (`scan`: an outcome
+        older than the index keeps) from the run's history."""
+        offset = outcome_offset(run, request_id)
+        if offset is None and not scan:
+            return None
+        await model.complete(view, run_ids=[run.run_id])
+        if offset is not None:
+            item = view.history_entry(run.run_id, partition, offset)
+            return None if item is None else record_of(item)
+        for item in reversed(view.history(run.run_id)):
+            record = record_of(item)
+            if (isinstance(record, ev.UpdateRejected | ev.UpdateCompleted)
+                    and record.envelope.request_id == request_id):
+                return record
+        return None
+
+
+def _answer(run_id: str, name: str, record: JournalRecord) -> Any:
+    if isinstance(record, ev.UpdateRejected):
+        raise UpdateRejected(run_id, name, record.reason)
+    assert isinstance(record, ev.UpdateCompleted)
+    if record.rejected:
+        raise UpdateRejected(run_id, name, record.reason)
+    return json.loads(record.result_json or "null")

@@ -1,0 +1,83 @@
+"""The TestEnvironment's updates: Client.update on the virtual clock, through the same
+reducer, owner and validator code as a worker's (projections.updates, engine.flow.validation)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from runstream.engine.errors import RunNotFound, UpdateRefused, UpdateRejected
+from runstream.engine.flow.definition import dump_json
+from runstream.engine.journal import JournalRecord
+from runstream.engine.journal import events as ev
+from runstream.engine.testing.log import envelope
+from runstream.projections.memory import MemoryProjection
+from runstream.projections.requests import describe_refusal
+from runstream.projections.state import RunState, Verdict
+from runstream.projections.updates import carried, outcome_offset, refusal_text
+
+
+class EnvUpdates:
+    """Mixed into TestEnvironment."""
+
+    projection: MemoryProjection
+
+    def _request(self, cls: type[JournalRecord], run_id: str, *,
+                 request_id: str | None = None, **body: Any) -> Verdict:
+        raise NotImplementedError
+
+    async def _drive(self, done: Callable[[], bool], *, until_ms: int | None = None,
+                     passing: bool = False) -> None:
+        raise NotImplementedError
+
+    async def update(self, run_id: str, name: str, payload: Any = None, *,
+                     request_id: str | None = None) -> Any:
+        """As Client.update, driving the environment until the update is answered (or its
+        run settles without answering it: UpdateRefused)."""
+        request_id = request_id or uuid.uuid4().hex
+        body = {"name": name, "payload_json": dump_json(payload)}
+        verdict = self._request(ev.RunUpdateRequested, run_id, request_id=request_id, **body)
+        run = self.projection.runs.get(run_id)
+        if verdict is Verdict.refused or run is None:
+            if run is None and self.projection.store.tombstone(run_id) is None:
+                raise RunNotFound(run_id)
+            asked = ev.RunUpdateRequested(
+                envelope=envelope(ev.RunUpdateRequested, run_id, request_id, 0), name=name)
+            raise UpdateRefused(run_id, name, describe_refusal(
+                run, asked, self.projection.store.tombstone(run_id)))
+        holder = [run.run_id]
+        await self._drive(lambda: self._answered(holder, request_id))
+        run = self.projection.runs[holder[0]]
+        outcome = self._outcome(run, request_id)
+        if outcome is None:
+            raise UpdateRefused(run_id, name, refusal_text(run))
+        if isinstance(outcome, ev.UpdateRejected) or outcome.rejected:
+            raise UpdateRejected(run_id, name, outcome.reason)
+        return json.loads(outcome.result_json or "null")
+
+    def _answered(self, holder: list[str], request_id: str) -> bool:
+        """Whether the update has its outcome, or its run settled without one (following it
+        into the next round when a handoff carried it)."""
+        run = self.projection.runs[holder[0]]
+        if self._outcome(run, request_id) is not None:
+            return True
+        if not run.status.is_terminal:
+            return False
+        following = run.handed_off_to and self.projection.runs.get(run.handed_off_to)
+        if following and carried(following, request_id):
+            holder[0] = following.run_id
+            return False
+        return True
+
+    def _outcome(self, run: RunState, request_id: str
+                 ) -> ev.UpdateRejected | ev.UpdateCompleted | None:
+        offset = outcome_offset(run, request_id)
+        for item in self.projection.history.get(run.run_id, []):
+            record = item.record
+            if (record is not None and (item.offset == offset or offset is None)
+                    and isinstance(record, ev.UpdateRejected | ev.UpdateCompleted)
+                    and record.envelope.request_id == request_id):
+                return record
+        return None

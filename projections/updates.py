@@ -1,0 +1,143 @@
+"""Updates: requests to a running run that want an answer (Temporal's updates). Pure.
+
+The life of an update, all on the journal:
+1. `run.update-requested` (a request; its request id names the update): applied to a run
+   that has not settled, it waits in the run's inbox (an InboxItem with the update's name
+   and payload), at most MAX_SIGNALS updates and signals not yet taken; else refused.
+2. The owner judges it (projections.owner): the flow's validator for that name, if any, runs
+   on the owner (engine.flow.validation: off the event loop, with a time limit), and the owner
+   journals `update.accepted` or `update.rejected`. The first verdict applied stands. Replay,
+   read models and time travel never run a validator: they apply the verdict.
+3. An accepted update is buffered like a signal named `update/<name>` (a name no signal can
+   have: requests.py refuses it), carrying its request id with its payload, so
+   `ctx.wait_for_update(name)` is a signal wait: buffered in order, woken by its owner,
+   carried to the next round by a handoff.
+4. The handler answers it with `update.completed` (a reply or a rejection) at a journal
+   position of its own.
+The outcome of an update (its `update.rejected` or `update.completed`) is indexed in the
+run by request id (the last MAX_UPDATE_OUTCOMES), so a caller repeating a request id gets
+the first outcome. One never answered when its run settles (pending, buffered, or taken
+and not replied) is refused: the caller reads the settled run and no outcome
+(`unanswered`).
+"""
+
+from __future__ import annotations
+
+import json
+
+from runstream.engine.journal import events as ev
+from runstream.projections.state import (
+    MAX_SIGNALS,
+    InboxItem,
+    JournalEntry,
+    RunState,
+    Signal,
+    UpdateOutcome,
+    replace,
+)
+
+UPDATE_SIGNAL_PREFIX = "update/"  # a signal name no client can send (a / is not allowed)
+REPLY_KIND = "update-reply"  # the journal entry of a handler's answer
+MAX_UPDATE_OUTCOMES = 64
+
+
+def signal_name(name: str) -> str:
+    return UPDATE_SIGNAL_PREFIX + name
+
+
+def pending(run: RunState) -> list[InboxItem]:
+    """The updates of `run` no verdict has answered yet, in arrival order."""
+    return [item for item in run.inbox if item.type == ev.RunUpdateRequested.TYPE]
+
+
+def buffered(run: RunState) -> int:
+    """Updates and signals the run holds that no wait has taken (what MAX_SIGNALS bounds)."""
+    return len(pending(run)) + len(run.signals)
+
+
+def refuses(run: RunState) -> bool:
+    """Whether an update request is refused by this run as it stands (authority aside)."""
+    return run.status.is_terminal or buffered(run) >= MAX_SIGNALS
+
+
+def wrapped(request_id: str, payload_json: str) -> str:
+    """The payload of the signal an accepted update becomes: its request id and payload."""
+    return f'{{"request_id": {json.dumps(request_id)}, "payload": {payload_json}}}'
+
+
+def _item(run: RunState, request_id: str | None) -> InboxItem | None:
+    for item in run.inbox:
+        if item.request_id == request_id and item.type == ev.RunUpdateRequested.TYPE:
+            return item
+    return None
+
+
+def _with_outcome(run: RunState, request_id: str, offset: int) -> tuple[UpdateOutcome, ...]:
+    kept = (*run.update_outcomes, UpdateOutcome(request_id=request_id, offset=offset))
+    return kept[-MAX_UPDATE_OUTCOMES:]
+
+
+def decided(run: RunState, record: ev.JournalRecord, offset: int
+            ) -> tuple[RunState, JournalEntry | None] | None:
+    """What an accepted, rejected or completed update changes (None: nothing, e.g. a second
+    verdict: the first stands). The inbox item goes with its verdict (the reducer answers
+    it by the envelope's request id)."""
+    request_id = record.envelope.request_id
+    if isinstance(record, ev.UpdateAccepted):
+        item = _item(run, request_id)
+        if item is None or request_id is None:
+            return None
+        signal = Signal(request_id=request_id, name=signal_name(item.name or ""),
+                        payload_json=wrapped(request_id, item.payload_json or "null"),
+                        offset=item.offset)
+        return replace(run, signals=(*run.signals, signal)), None
+    if isinstance(record, ev.UpdateRejected):
+        if _item(run, request_id) is None or request_id is None:
+            return None
+        return replace(run, update_outcomes=_with_outcome(run, request_id, offset)), None
+    assert isinstance(record, ev.UpdateCompleted)
+    if request_id is None or outcome_offset(run, request_id) is not None:
+        return None
+    entry = JournalEntry(position=record.position, name=record.name, kind=REPLY_KIND,
+                         status="completed", attempts=1, result_json=record.result_json,
+                         error_type="UpdateRejected" if record.rejected else None,
+                         error_message=record.reason if record.rejected else None)
+    steps = max(run.steps, record.position + 1)
+    return replace(run, update_outcomes=_with_outcome(run, request_id, offset),
+                   steps=steps), entry
+
+
+DECISIONS = frozenset({ev.UpdateAccepted, ev.UpdateRejected, ev.UpdateCompleted})
+
+
+def outcome_offset(run: RunState, request_id: str) -> int | None:
+    """The offset of the update's outcome record in the run's partition (None: none yet,
+    or older than the last MAX_UPDATE_OUTCOMES)."""
+    for outcome in reversed(run.update_outcomes):
+        if outcome.request_id == request_id:
+            return outcome.offset
+    return None
+
+
+def carried(run: RunState, request_id: str) -> bool:
+    """Whether the update is still waiting in `run` (pending, or buffered untaken)."""
+    return _item(run, request_id) is not None or any(
+        s.request_id == request_id for s in run.signals)
+
+
+def refusal_text(run: RunState) -> str:
+    """Why an update request is refused, or why an update taken by a run was never
+    answered (its run settled)."""
+    if run.status.is_terminal:
+        return f"the run has ended ({run.status.value}) without answering it"
+    return (f"the run holds {buffered(run)} updates and signals no wait has taken yet, the "
+            f"most it keeps ({MAX_SIGNALS})")
+
+
+def verdict_body(item: InboxItem, reason: str | None) -> tuple[type[ev.JournalRecord],
+                                                               dict[str, object]]:
+    """The owner's verdict on a pending update: accepted (`reason` None) or rejected."""
+    if reason is None:
+        return ev.UpdateAccepted, {"request_id": item.request_id, "name": item.name or ""}
+    return ev.UpdateRejected, {"request_id": item.request_id, "name": item.name or "",
+                               "reason": reason}

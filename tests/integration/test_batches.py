@@ -1,0 +1,115 @@
+"""Batch operations on a real broker (issue 21 item 4): `runs cancel|signal|resume --where`
+and Client.cancel_where/signal_where/resume_where run as the built-in flow `runstream.batch`
+on a worker: 2,000 runs cancelled by query with progress; a re-run of the same batch id
+attaches and changes nothing; a dry run only counts; refusals come with their reasons; a
+run created after the batch began is not matched."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from runstream import Client, Flow, FlowContext, RunStatus
+from runstream.engine.journal import events as ev
+from runstream.projections.batch import batch_run_id
+from tests.integration.support import fold, running_worker, status_when
+from tests.integration.test_cli import cli
+
+parked: Flow[Any, Any] = Flow("batch-parked")
+
+
+@parked.handler
+async def _parked(ctx: FlowContext, payload: Any) -> Any:
+    return await ctx.wait_for("go")
+
+
+flows: list[Flow[Any, Any]] = [parked]
+
+
+async def _create(client: Client, count: int, prefix: str, **attributes: Any) -> list[str]:
+    ids = [f"{prefix}-{n:05d}" for n in range(count)]
+    for start in range(0, count, 250):
+        await asyncio.gather(*(client.create_run(parked, None, run_id=run_id,
+                                                 attributes=attributes)
+                               for run_id in ids[start:start + 250]))
+    return ids
+
+
+async def _all_suspended(client: Client, where: str, count: int, timeout: float = 120) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while await client.count_runs(f"{where} and status = 'suspended'") < count:
+        assert asyncio.get_running_loop().time() < deadline, "runs did not all suspend"
+        await asyncio.sleep(0.5)
+
+
+async def test_a_batch_cancels_2000_runs_by_query_and_a_rerun_changes_nothing(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    async with running_worker(bootstrap, namespace, tmp_path / "w", flows, concurrency=128):
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows,
+                          read_model_dir=tmp_path / "rm") as client:
+            await _create(client, 2000, "bad", deploy="bad")
+            await _create(client, 20, "good", deploy="good")
+            await _all_suspended(client, "deploy = 'bad'", 2000)
+            dry = await client.cancel_where("deploy = 'bad'", dry_run=True)
+            report = await dry.result(timeout=120)
+            assert report["matched"] == 2000 and len(report["first"]) == 20
+            assert report["done"] == 0 and await client.count_runs("status = 'cancelled'") == 0
+            handle = await client.cancel_where("deploy = 'bad'", reason="bad deploy",
+                                               batch_id="bad-deploy")
+            seen = []
+            while not (progress := await handle.progress()).matching_done or (
+                    progress.done + progress.refused < progress.matched):
+                seen.append(progress.done)
+                await asyncio.sleep(0.2)
+            report = await handle.result(timeout=120)
+            assert (report["matched"], report["done"], report["refused"]) == (2000, 2000, 0)
+            assert report["rate_per_s"] and report["rate_per_s"] > 0
+            await status_when(client, "bad-01999", RunStatus.cancelled)
+            assert await client.count_runs("deploy = 'bad' and status = 'cancelled'") == 2000
+            assert await client.count_runs("deploy = 'good' and status = 'suspended'") == 20
+            run = await client.describe("bad-00042")
+            assert run.error_message == "bad deploy"
+            before = len(await client.journal(batch_run_id("bad-deploy")))
+            again = await cli("runs", "cancel", "--where", "deploy = 'bad'", "--batch-id",
+                              "bad-deploy", "--reason", "bad deploy", "--json",
+                              bootstrap=bootstrap, namespace=namespace, cache=tmp_path / "c")
+            assert again.code == 0, again.err
+            assert json.loads(again.out)["done"] == 2000  # (the same batch's report)
+            assert len(await client.journal(batch_run_id("bad-deploy"))) == before
+    projection = await fold(bootstrap, namespace)
+    cancels = [i for i in projection.history["bad-00007"]
+               if isinstance(i.record, ev.RunCancelRequested)]
+    assert [c.record.envelope.request_id for c in cancels] == [  # type: ignore[union-attr]
+        "batch/bad-deploy/bad-00007"]
+
+
+async def test_a_batch_reports_refusals_and_skips_runs_created_after_it_began(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    async with running_worker(bootstrap, namespace, tmp_path / "w", flows):
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows,
+                          read_model_dir=tmp_path / "rm") as client:
+            ids = await _create(client, 6, "r", team="t1")
+            await _all_suspended(client, "team = 't1'", 6)
+            await client.signal(ids[0], "go")  # it completes: a cancel is refused
+            await status_when(client, ids[0], RunStatus.completed)
+            result = await cli("runs", "signal", "go", "--where", "team = 't1'",
+                               "--payload", '"now"', "--yes", "--json", bootstrap=bootstrap,
+                               namespace=namespace, cache=tmp_path / "c")
+            assert result.code == 0, result.err
+            report = json.loads(result.out)
+            assert (report["matched"], report["done"], report["refused"]) == (6, 5, 1)
+            assert report["refusals"][0]["run_id"] == ids[0]
+            assert "ended" in report["refusals"][0]["reason"]
+            for run_id in ids[1:]:
+                await status_when(client, run_id, RunStatus.completed)
+            late = await _create(client, 1, "late", team="t1")
+            handle = await client.resume_where("team = 't1'", dry_run=True)
+            assert (await handle.result(timeout=60))["matched"] == 7
+            bad = await cli("runs", "cancel", "--where", "team = ", "--yes",
+                            bootstrap=bootstrap, namespace=namespace, cache=tmp_path / "c")
+            assert bad.code != 0 and "position" in bad.err
+            assert late

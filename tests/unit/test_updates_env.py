@@ -1,0 +1,129 @@
+"""Updates in the TestEnvironment, through the reducer, owner and validator code a worker
+runs (projections.updates): a reply, a rejection by the validator and by the handler, a
+validator that runs out of time, updates buffered before the wait (in order, bounded), a
+duplicate request id answered by the first outcome, refusals after settlement, and a
+handoff carrying a buffered update to the next round."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from runstream import (
+    Flow,
+    FlowContext,
+    Handoff,
+    SignalRefused,
+    UpdateRefused,
+    UpdateRejected,
+)
+from runstream.engine.flow import validation
+from runstream.engine.journal import events as ev
+from runstream.projections.state import MAX_SIGNALS, RunStatus
+from runstream.testing import TestEnvironment
+
+approvals = Flow("upd-approvals")
+
+
+@approvals.validator("approve")
+def _check(payload: Any) -> None:
+    if payload.get("amount", 0) > 100:
+        raise ValueError("amount over the limit")
+    if payload.get("slow"):
+        time.sleep(0.5)
+
+
+@approvals.handler
+async def _approvals(ctx: FlowContext, payload: Any) -> Any:
+    taken = []
+    for _ in range(payload["count"]):
+        update = await ctx.wait_for_update("approve")
+        if update.payload.get("veto"):
+            await update.reject("vetoed by the handler")
+        else:
+            await update.reply({"ok": update.payload["amount"], "n": len(taken)})
+        taken.append(update.payload["amount"])
+    if payload.get("leave_one"):
+        await ctx.wait_for_update("approve")  # taken, never answered
+    return taken
+
+
+async def test_a_reply_a_validator_rejection_and_a_handler_rejection() -> None:
+    async with TestEnvironment([approvals]) as env:
+        await env.start(approvals, {"count": 2}, run_id="a")
+        assert await env.update("a", "approve", {"amount": 5}) == {"ok": 5, "n": 0}
+        with pytest.raises(UpdateRejected, match="amount over the limit"):
+            await env.update("a", "approve", {"amount": 500})
+        with pytest.raises(UpdateRejected, match="vetoed by the handler"):
+            await env.update("a", "approve", {"amount": 1, "veto": True})
+        assert await env.result("a") == [5, 1]
+        types = [h.record.TYPE for h in env.history("a") if h.record is not None]
+        assert types.count("update.accepted") == 2 and types.count("update.rejected") == 1
+        assert types.count("update.completed") == 2
+        kinds = [e.kind for e in env.journal("a")]
+        assert kinds.count("update-reply") == 2
+
+
+async def test_a_validator_out_of_time_rejects(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(validation, "VALIDATOR_LIMIT_S", 0.1)
+    monkeypatch.setattr(validation.judge, "__defaults__", (0.1,))
+    async with TestEnvironment([approvals]) as env:
+        await env.start(approvals, {"count": 1}, run_id="slow")
+        with pytest.raises(UpdateRejected, match="ran out of time"):
+            await env.update("slow", "approve", {"amount": 1, "slow": True})
+
+
+async def test_updates_before_the_wait_are_taken_in_order_and_bounded() -> None:
+    async with TestEnvironment([approvals]) as env:
+        await env.start(approvals, {"count": 3}, run_id="b")
+        env._request(ev.RunUpdateRequested, "b", request_id="u1", name="approve",
+                     payload_json='{"amount": 1}')
+        env._request(ev.RunUpdateRequested, "b", request_id="u2", name="approve",
+                     payload_json='{"amount": 2}')
+        assert await env.update("b", "approve", {"amount": 3}) == {"ok": 3, "n": 2}
+        assert await env.update("b", "approve", {"amount": 1}, request_id="u1") == {
+            "ok": 1, "n": 0}  # (the first outcome of u1, whatever this payload says)
+        assert await env.result("b") == [1, 2, 3]
+    async with TestEnvironment([approvals]) as env:
+        await env.start(approvals, {"count": 1}, run_id="full")
+        for n in range(MAX_SIGNALS):
+            env._request(ev.RunSignalSent, "full", request_id=f"s{n}", name="other")
+        with pytest.raises(UpdateRefused, match="the most it keeps"):
+            await env.update("full", "approve", {"amount": 1})
+        with pytest.raises(SignalRefused, match="updates' own"):
+            await env.signal("full", "update/approve", {"amount": 1})
+
+
+async def test_an_update_to_a_settled_run_or_left_unanswered_is_refused() -> None:
+    async with TestEnvironment([approvals]) as env:
+        await env.start(approvals, {"count": 0, "leave_one": True}, run_id="c")
+        await env.run_until_idle()
+        env._request(ev.RunCancelRequested, "c", reason="stop")
+        with pytest.raises(UpdateRefused, match="without answering it"):
+            await env.update("c", "approve", {"amount": 1})
+        assert env.describe("c").status is RunStatus.cancelled
+        with pytest.raises(UpdateRefused, match="has ended"):
+            await env.update("c", "approve", {"amount": 1})
+
+
+rounds = Flow("upd-rounds")
+
+
+@rounds.handler
+async def _rounds(ctx: FlowContext, payload: Any) -> Any:
+    if payload == 0:
+        await ctx.sleep(10)  # updates arrive meanwhile: the handoff carries them
+        return Handoff(payload=1)
+    update = await ctx.wait_for_update("approve")
+    await update.reply(f"round {payload}")
+    return "done"
+
+
+async def test_a_handoff_carries_buffered_updates_to_the_next_round() -> None:
+    async with TestEnvironment([rounds]) as env:
+        await env.start(rounds, 0, run_id="r")
+        await env.run_until_idle()
+        assert await env.update("r", "approve", None) == "round 1"
+        assert await env.result("r", follow=True) == "done"
