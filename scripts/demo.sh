@@ -3,7 +3,8 @@
 # answers, create a journal, start two workers, run a few hundred checkouts, show one run's
 # history and its state at an earlier offset, then waits, children, rounds, a quarantine,
 # a run's whole life (limits by flow name, cancels with cleanup), retries, timeouts, a
-# schedule, signal-with-start, per-flow concurrency, debugging and poison records. Extra
+# schedule, signal-with-start, per-flow concurrency, attributes and queries, an update, a
+# batch cancel by query, debugging and poison records. Extra
 # args go to `runstream demo`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

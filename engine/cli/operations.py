@@ -77,6 +77,17 @@ async def signal_run(
                 "offset": handle.request_offset, "created": handle.request_id is not None}
 
 
+async def update_run(
+    *, bootstrap: str | None, namespace: str | None, run_id: str, name: str, payload: Any,
+    request_id: str | None = None, timeout: float = 60.0, read_model_dir: Path | None = None,
+) -> dict[str, Any]:
+    """Send an update and wait for the handler's reply (UpdateRejected, UpdateRefused)."""
+    async with _client(bootstrap, namespace, read_model_dir) as client:
+        reply = await client.update(run_id, name, payload, request_id=request_id,
+                                    timeout=timeout)
+        return {"run_id": run_id, "update": name, "reply": reply}
+
+
 async def cancel_run(
     *, bootstrap: str | None, namespace: str | None, run_id: str, reason: str,
     read_model_dir: Path | None = None,

@@ -261,6 +261,38 @@ def signal(run_id: str, name: str, payload: str, request_id: str | None,
     click.echo(f"signal {name!r} delivered to run {run_id}{made} (offset {out['offset']})")
 
 
+@run.command("update")
+@click.argument("run_id")
+@click.argument("name")
+@click.option("--payload", default="null", help="The update's payload as JSON.")
+@click.option("--request-id", default=None,
+              help="Request id: the same one again is the same update (its first outcome).")
+@click.option("--timeout", type=float, default=60.0, show_default=True,
+              help="Seconds to wait for the answer.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@authority_name_option
+@bootstrap_option
+@namespace_option
+@cache_dir_option
+def update(run_id: str, name: str, payload: str, request_id: str | None, timeout: float,
+           as_json: bool, authority_name: str | None, bootstrap: str | None,
+           namespace: str | None, cache_dir: Path | None) -> None:
+    """Ask a run for update NAME and print the handler's reply (an error when it is
+    rejected or refused)."""
+    parsed = _parse_payload(payload)
+    _checked(lambda: check_run_id(run_id), lambda: check_name("update", name),
+             lambda: check_payload(f"the payload of update {name!r}", dump_json(parsed)))
+    _use_authority(authority_name)
+    out = asyncio.run(operations.update_run(
+        bootstrap=bootstrap, namespace=namespace, run_id=run_id, name=name, payload=parsed,
+        request_id=request_id, timeout=timeout,
+        read_model_dir=query_dir(cache_dir, bootstrap, namespace)))
+    if as_json:
+        _print_json(out)
+        return
+    click.echo(json.dumps(out["reply"]))
+
+
 @run.command("cancel")
 @click.argument("run_id")
 @click.option("--reason", default="", help="Why; the run's cancellation carries it.")

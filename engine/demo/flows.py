@@ -327,5 +327,31 @@ async def run_export(ctx: FlowContext, p: dict[str, int]) -> int:
     return await ctx.step("render", render)
 
 
+# A price quote: what it is about in attributes (found by query), a discount asked by an
+# update (checked by its validator, answered by the handler), then it waits for the
+# customer: stale ones are cancelled by a batch.
+quote: Flow[dict[str, Any], float] = Flow("quote")
+
+
+@quote.validator("discount")
+def check_discount(p: dict[str, Any]) -> None:
+    if p.get("percent", 0) > 30:
+        raise ValueError("a discount over 30% needs a manager")
+
+
+@quote.handler
+async def run_quote(ctx: FlowContext, p: dict[str, Any]) -> float:
+    await ctx.set_attributes({"customer": p["customer"], "region": p["region"],
+                              "stage": "open"})
+    price = float(p["price"])
+    if p.get("discountable"):
+        update = await ctx.wait_for_update("discount")
+        price = round(price * (100 - update.payload["percent"]) / 100, 2)
+        await update.reply({"price": price})
+        await ctx.set_attributes({"stage": "discounted", "price": price})
+    await ctx.wait_for("accept")
+    return price
+
+
 flows = [checkout, order, packing, subscription, refund, statement, hold, stubborn, batch,
-         settle, shipment, pickup, heartbeat, approval, export]
+         settle, shipment, pickup, heartbeat, approval, export, quote]

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from runstream import Client, RunStatus
+from runstream.engine.demo.finding import show_finding_runs
 from runstream.engine.demo.flows import approval, export
 from runstream.engine.readmodel.describe import status_note
 
@@ -36,6 +37,7 @@ async def show_signal_with_start(client: Client, *, echo: Echo) -> None:
     kind = "it existed: the signal alone" if again.request_id is None else "created it"
     echo(f"  approve-o-10 was waiting ({kind}) -> {await waiting.result(timeout=30)}")
     await show_concurrency(client, echo=echo)
+    await show_finding_runs(client, echo=echo)
 
 
 async def show_concurrency(client: Client, *, echo: Echo) -> None:

@@ -72,18 +72,18 @@ RETRY_SECONDS = 1.0
 
 CLIENT_REQUESTS = (ev.RunCreateRequested, ev.RunSignalSent, ev.RunCancelRequested,
                    ev.RunResumeRequested, ev.RunForkRequested, ev.ScheduleChangeRequested,
-                   ev.RunSignalWithStartRequested)
+                   ev.RunSignalWithStartRequested, ev.RunUpdateRequested)
 # What a restricted authority may send (a resume that resolves a quarantine, retry or skip,
 # says whether an irreversible effect happened: an operator's action, on the unrestricted
 # topic).
 RESTRICTED_REQUESTS = (ev.RunCreateRequested, ev.RunSignalSent, ev.RunCancelRequested,
                        ev.RunResumeRequested, ev.RunForkRequested, ev.ScheduleChangeRequested,
-                       ev.RunSignalWithStartRequested)
+                       ev.RunSignalWithStartRequested, ev.RunUpdateRequested)
 # The requests that carry an authority (projections.requests.covers; a schedule's owner
 # checks a schedule change's: projections.schedule_owner).
 AUTHORITY_REQUESTS = (ev.RunSignalSent, ev.RunCancelRequested, ev.RunResumeRequested,
                       ev.RunForkRequested, ev.ScheduleChangeRequested,
-                      ev.RunSignalWithStartRequested)
+                      ev.RunSignalWithStartRequested, ev.RunUpdateRequested)
 
 Authorities = Mapping[str, frozenset[str]]
 Headers = list[tuple[str, bytes]]

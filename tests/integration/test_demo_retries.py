@@ -1,6 +1,6 @@
-"""The demo's retries, timeouts, schedule, signal-with-start and per-flow concurrency
-sections (engine/demo/retries.py, engine/demo/starts.py) against a real broker: what it
-prints is what the runs did."""
+"""The demo's retries, timeouts, schedule, signal-with-start, per-flow concurrency,
+attributes, updates and batch sections (engine/demo/retries.py, starts.py, finding.py)
+against a real broker: what it prints is what the runs did."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ async def test_the_demo_s_retries_and_timeouts_section_shows_what_the_runs_did(
             await show_retries(client, echo=lines.append)
             shipped = await client.describe("ship-1")
             pickup = await client.describe("pickup-1")
+            quotes = {n: await client.describe(f"quote-{n}") for n in range(1, 7)}
     finally:
         await worker.stop()
     text = "\n".join(lines)
@@ -38,3 +39,11 @@ async def test_the_demo_s_retries_and_timeouts_section_shows_what_the_runs_did(
         in text
     assert "waits for a slot: flow 'export' has max_concurrency=2" in text
     assert "all six done" in text and "[0, 100, 200, 300, 400, 500]" in text
+    # attributes, queries, an update and a batch cancel by query (engine/demo/finding.py)
+    assert "update quote-1 discount 10% -> {'price': 108.0}" in text
+    assert "UpdateRejected: a discount over 30% needs a manager" in text
+    assert "\"region = 'eu' and stage = 'open'\": ['quote-2', 'quote-4']" in text
+    assert "matched 4, cancelled 4, refused 0" in text
+    cancelled = sorted(n for n, run in quotes.items() if run.status is RunStatus.cancelled)
+    assert cancelled == [2, 3, 4, 6]
+    assert {a.name: a.value for a in quotes[1].attributes}["price"] == 108.0

@@ -615,3 +615,25 @@ def test_attributes_fixture_sets_them_and_a_read_model_indexes_them(tmp_path: Pa
         assert found == set().union(*(index_keys(run) for run in runs.values()))
     finally:
         store.close()
+
+
+def test_updates_fixture_answers_each_update_once_and_rocksdb_agrees(tmp_path: Path) -> None:
+    """updates (recorded from a real worker by tests/fixtures/record_updates_fixture.py):
+    an update rejected by its validator, one rejected by the handler, one replied and its
+    request id repeated (a duplicate, answered by the first outcome), one taken and never
+    answered as the run completed, one refused after; two updates of another run taken in
+    order. Memory and both stores agree; outcomes are indexed by request id."""
+    with folded_twice(tmp_path, "updates") as (memory, _, verdicts):
+        asked = verdicts[ev.RunUpdateRequested.TYPE]
+        assert asked.count(Verdict.duplicate) == 1 and asked.count(Verdict.refused) == 1
+    run = memory.runs["u"]
+    assert run.status is RunStatus.completed and not run.inbox and not run.signals
+    assert len(run.update_outcomes) == 3  # validator's, handler's, the reply
+    replies = [i.record for i in memory.history["u"]
+               if isinstance(i.record, ev.UpdateCompleted) and not i.record.rejected]
+    assert [json.loads(r.result_json or "") for r in replies] == [{"total": 3}]
+    same = [o for o in run.update_outcomes if o.request_id == "same"]
+    assert [o.offset for o in same] == [i.offset for i in memory.history["u"]
+                                        if isinstance(i.record, ev.UpdateCompleted)
+                                        and not i.record.rejected]
+    assert json.loads(memory.runs["early"].result_json or "") == 3

@@ -1,0 +1,126 @@
+"""Updates on a real broker (issue 21 item 2): accepted and replied through every door (a
+Flow object, a flow name, the CLI, a plain producer's request answered to a client that
+repeats its request id), rejected by the validator and by the handler, a duplicate
+request id answered by its first outcome, refused once the run settled and when it settles
+without answering; and across a kill -9 of the owner between the request and the outcome."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import signal
+import struct
+import uuid
+from pathlib import Path
+
+import fastavro
+import pytest
+
+from runstream import Client, RunStatus, UpdateRefused, UpdateRejected
+from runstream.engine.journal import events as ev
+from tests.integration.support import WorkerProcess, fold, running_worker, status_when
+from tests.integration.test_cli import cli
+from tests.integration.test_lifetime import SCHEMAS, produce_plain
+from tests.integration.update_flows import approval, flows
+
+APP = "tests.integration.update_flows:flows"
+
+
+async def test_updates_through_every_door(bootstrap: str, namespace: str, journal: str,
+                                          tmp_path: Path) -> None:
+    async with running_worker(bootstrap, namespace, tmp_path / "w", flows):
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows,
+                          read_model_dir=tmp_path / "rm") as knows, \
+                Client(bootstrap_servers=bootstrap, namespace=namespace,
+                       read_model_dir=tmp_path / "rm2") as nameless:
+            await knows.create_run(approval, {"count": 4}, run_id="doors")
+            assert await knows.update("doors", "approve", {"amount": 5}) == {"total": 5}
+            assert await nameless.update("doors", "approve", {"amount": 7}) == {"total": 12}
+            out = await cli("run", "update", "doors", "approve", "--payload",
+                            '{"amount": 1}', "--json", bootstrap=bootstrap,
+                            namespace=namespace, cache=tmp_path / "c")
+            assert out.code == 0, out.err
+            assert json.loads(out.out)["reply"] == {"total": 13}
+            request_id = uuid.uuid4().hex
+            await produce_plain(bootstrap, journal, "doors", _with_request_id(
+                "doors", request_id, '{"amount": 2}'), record_type="run.update-requested")
+            # A client repeating the producer's request id gets that update's outcome.
+            assert await nameless.update("doors", "approve", {"amount": 999},
+                                         request_id=request_id, timeout=30) == {"total": 15}
+            await status_when(knows, "doors", RunStatus.completed)
+
+
+def _with_request_id(run_id: str, request_id: str, payload_json: str) -> bytes:
+    """A plain producer's update request, from schemas/ alone, with its own request id."""
+    registry = json.loads((SCHEMAS / "registry.json").read_text())
+    [entry] = [e for e in registry["records"]
+               if e["type"] == "run.update-requested" and not e.get("archived")]
+    named: dict[str, object] = {}
+    fastavro.parse_schema(json.loads((SCHEMAS / "envelope.avsc").read_text()), named)
+    schema = fastavro.parse_schema(json.loads((SCHEMAS / entry["file"]).read_text()), named)
+    datum = {"envelope": {"type": "run.update-requested", "run_id": run_id,
+                          "lineage_id": run_id, "request_id": request_id,
+                          "timestamp_ms": 0}, "name": "approve", "payload_json": payload_json}
+    buffer = io.BytesIO()
+    fastavro.schemaless_writer(buffer, schema, datum)
+    return b"\x00" + struct.pack(">I", entry["id"]) + buffer.getvalue()
+
+
+async def test_rejections_duplicates_and_refusals(bootstrap: str, namespace: str,
+                                                  journal: str, tmp_path: Path) -> None:
+    async with running_worker(bootstrap, namespace, tmp_path / "w", flows):
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows,
+                          read_model_dir=tmp_path / "rm") as client:
+            await client.create_run(approval, {"count": 2, "leave_one": True}, run_id="r")
+            with pytest.raises(UpdateRejected, match="over the limit of 100"):
+                await client.update("r", "approve", {"amount": 500})
+            with pytest.raises(UpdateRejected, match="vetoed by the handler"):
+                await client.update("r", "approve", {"amount": 1, "veto": True})
+            first = await client.update("r", "approve", {"amount": 3}, request_id="same")
+            again = await client.update("r", "approve", {"amount": 50}, request_id="same")
+            assert first == again == {"total": 3}
+            # The run now takes one more, never answers it and completes: the caller
+            # hears UpdateRefused, never silence.
+            with pytest.raises(UpdateRefused, match="without answering it"):
+                await client.update("r", "approve", {"amount": 4}, timeout=60)
+            with pytest.raises(UpdateRefused, match="has ended"):
+                await client.update("r", "approve", {"amount": 4})
+    projection = await fold(bootstrap, namespace)
+    kinds = [i.record.TYPE for i in projection.history["r"] if i.record is not None]
+    assert kinds.count(ev.UpdateAccepted.TYPE) == 3 and kinds.count(ev.UpdateRejected.TYPE) == 1
+    assert kinds.count(ev.UpdateCompleted.TYPE) == 2
+    assert kinds.count(ev.RunUpdateRequested.TYPE) == 6
+
+
+async def test_an_update_survives_a_kill_of_its_owner(bootstrap: str, namespace: str,
+                                                      journal: str, tmp_path: Path) -> None:
+    marker, release = tmp_path / "held", tmp_path / "release"
+    a = WorkerProcess(bootstrap, namespace, tmp_path / "a", "a", tmp_path / "fx", app=APP)
+    a.start()
+    b: WorkerProcess | None = None
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows,
+                          read_model_dir=tmp_path / "rm") as client:
+            await client.create_run(approval, {"count": 1, "hold": str(marker),
+                                               "release": str(release)}, run_id="k")
+            answer = asyncio.ensure_future(
+                client.update("k", "approve", {"amount": 9}, request_id="k-1", timeout=120))
+            for _ in range(600):
+                if marker.exists():
+                    break
+                await asyncio.sleep(0.1)
+            assert marker.exists(), a.log_text()
+            a.signal(signal.SIGKILL)  # taken, its reply not journaled yet
+            release.touch()
+            b = WorkerProcess(bootstrap, namespace, tmp_path / "b", "b", tmp_path / "fx",
+                              app=APP).start()
+            assert await asyncio.wait_for(answer, 120) == {"total": 9}
+            assert await client.update("k", "approve", {"amount": 1},
+                                       request_id="k-1") == {"total": 9}
+            await status_when(client, "k", RunStatus.completed)
+        assert len(marker.read_text().split()) == 2  # the step ran again on b
+    finally:
+        a.stop()
+        if b is not None:
+            b.stop()

@@ -1,0 +1,51 @@
+"""Flows for the broker tests of updates (tests/integration/test_updates.py), importable by
+`runstream worker --app tests.integration.update_flows:flows` for kill -9 tests."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from runstream import Flow, FlowContext
+
+approval = Flow("u-approval")
+
+
+@approval.validator("approve")
+def _limit(payload: Any) -> None:
+    if not isinstance(payload, dict) or payload.get("amount", 0) > 100:
+        raise ValueError("amount over the limit of 100")
+
+
+async def _held(marker: str, release: str) -> str:
+    """Notes which process took it, then waits until `release` exists."""
+    with open(marker, "a") as out:  # noqa: ASYNC230  (a test's marker file, a few bytes)
+        out.write(f"{os.getpid()}\n")
+    for _ in range(1200):
+        if os.path.exists(release):  # noqa: ASYNC240  (polled: a test marker)
+            return "released"
+        await asyncio.sleep(0.05)
+    raise TimeoutError("never released")
+
+
+@approval.handler
+async def _approval(ctx: FlowContext, payload: Any) -> Any:
+    """Takes `count` approvals: replies with the running total, rejects a vetoed one; with
+    `hold`, holds each taken update in a step until its release file exists."""
+    total = 0
+    for _ in range(payload.get("count", 1)):
+        update = await ctx.wait_for_update("approve")
+        if payload.get("hold"):
+            await ctx.step("hold", _held, payload["hold"], payload["release"])
+        if update.payload.get("veto"):
+            await update.reject("vetoed by the handler")
+            continue
+        total += update.payload["amount"]
+        await update.reply({"total": total})
+    if payload.get("leave_one"):
+        await ctx.wait_for_update("approve")  # taken, never answered: the run ends
+    return total
+
+
+flows = [approval]
