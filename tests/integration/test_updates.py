@@ -124,3 +124,36 @@ async def test_an_update_survives_a_kill_of_its_owner(bootstrap: str, namespace:
         a.stop()
         if b is not None:
             b.stop()
+
+
+async def test_a_new_owner_validates_an_update_its_dead_owner_was_validating(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path) -> None:
+    marker = tmp_path / "validating"
+    a = WorkerProcess(bootstrap, namespace, tmp_path / "a", "a", tmp_path / "fx", app=APP)
+    a.start()
+    b: WorkerProcess | None = None
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows,
+                          read_model_dir=tmp_path / "rm") as client:
+            handle = await client.create_run(approval, {"count": 1}, run_id="v")
+            await handle.admitted(timeout=60)
+            answer = asyncio.ensure_future(client.update(
+                "v", "approve", {"amount": 4, "slow_marker": str(marker)}, timeout=120))
+            for _ in range(600):
+                if marker.exists():
+                    break
+                await asyncio.sleep(0.05)
+            assert marker.exists(), a.log_text()
+            a.signal(signal.SIGKILL)  # mid-validation: no verdict journaled
+            b = WorkerProcess(bootstrap, namespace, tmp_path / "b", "b", tmp_path / "fx",
+                              app=APP).start()
+            assert await asyncio.wait_for(answer, 120) == {"total": 4}
+        assert len(marker.read_text().split()) == 2  # validated again, by b at its claim
+    finally:
+        a.stop()
+        if b is not None:
+            b.stop()
+    projection = await fold(bootstrap, namespace)
+    verdicts = [i.record for i in projection.history["v"]
+                if isinstance(i.record, ev.UpdateAccepted | ev.UpdateRejected)]
+    assert [type(v) for v in verdicts] == [ev.UpdateAccepted]

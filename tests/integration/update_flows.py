@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from typing import Any
 
 from runstream import Flow, FlowContext
@@ -16,6 +17,10 @@ approval = Flow("u-approval")
 def _limit(payload: Any) -> None:
     if not isinstance(payload, dict) or payload.get("amount", 0) > 100:
         raise ValueError("amount over the limit of 100")
+    if payload.get("slow_marker"):  # notes which process validates, then takes its time
+        with open(payload["slow_marker"], "a") as out:
+            out.write(f"{os.getpid()}\n")
+        time.sleep(2)
 
 
 async def _held(marker: str, release: str) -> str:
