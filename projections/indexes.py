@@ -81,11 +81,14 @@ class IndexReads:
             if run is not None:
                 yield run
 
-    def status_index(self, status: RunStatus) -> Iterator[tuple[int, str]]:
-        """(partition, run id) of every run with `status`, in index order, keys alone (no
-        run decoded: what a whole-namespace comparison walks)."""
+    def status_index(self, status: RunStatus, *, after: tuple[int, str] | None = None
+                     ) -> Iterator[tuple[int, str]]:
+        """(partition, run id) of every run with `status` (after `after`), in index order,
+        keys alone (no run decoded: what a whole-namespace comparison walks)."""
         prefix = keys.status_prefix(status)
-        for key, _ in self._scan(prefix):
+        start = None if after is None else (
+            prefix + b"%05d/" % after[0] + after[1].encode() + b"\x00")
+        for key, _ in self._scan(prefix, start=start):
             partition, run_id = key[len(prefix):].split(b"/", 1)
             yield int(partition), run_id.decode()
 

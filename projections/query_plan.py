@@ -54,8 +54,9 @@ class QueryReader(Protocol):
     def index_range(self, start: bytes, stop: bytes) -> Iterator[bytes]:
         """Query index keys in [start, stop), in key order."""
 
-    def status_keys(self, status: RunStatus) -> Iterator[RunKey]:
-        """Runs with `status`, by (partition, run id)."""
+    def status_keys(self, status: RunStatus, after: RunKey | None = None
+                    ) -> Iterator[RunKey]:
+        """Runs with `status`, by (partition, run id) (after `after`)."""
 
     def run_ids_between(self, start: str, stop: str | None) -> Iterator[str]:
         """Run ids in [start, stop) (None: to the end), in id order."""
@@ -65,8 +66,8 @@ class QueryReader(Protocol):
     def changed_runs(self) -> list[RunState]:
         """Runs changed since the indexes were written (none for a primary)."""
 
-    def all_runs(self) -> Iterator[RunState]:
-        """Every run, by (partition, run id)."""
+    def all_runs(self, after: str | None = None) -> Iterator[RunState]:
+        """Every run, by (partition, run id) (after the run id `after`)."""
 
     def place(self, run_id: str) -> RunKey:
         """(partition, run id) of a run id, whether or not the run exists."""
@@ -76,6 +77,8 @@ class QueryReader(Protocol):
 class Source:
     keys: Iterable[RunKey]
     ordered: bool  # in (partition, run id) order
+    # An ordered source's keys after a (partition, run id), by a seek (None: skip to it).
+    after: Callable[[RunKey], Iterable[RunKey]] | None = None
 
 
 def source_of(query: Query, reader: QueryReader) -> Source | None:
@@ -101,7 +104,9 @@ def source_of(query: Query, reader: QueryReader) -> Source | None:
     if ranges is None:
         return None
     if len(ranges) == 1 and isinstance(query, Compare | In) and _is_equality(query):
-        return Source(_scan(reader, ranges), True)
+        [(start, stop)] = ranges
+        return Source(_scan(reader, ranges), True, after=lambda key: _scan(
+            reader, [(start + b"%05d\x00" % key[0] + key[1].encode() + b"\x00", stop)]))
     return Source(_scan(reader, ranges), False)
 
 
@@ -150,14 +155,17 @@ def _scan(reader: QueryReader, ranges: list[tuple[bytes, bytes]]) -> Iterator[Ru
 
 def _status_source(query: Query, reader: QueryReader) -> Source | None:
     if isinstance(query, Compare) and query.op == "=":
-        return Source(reader.status_keys(RunStatus(query.literal.value)), True)
+        status = RunStatus(query.literal.value)
+        return Source(reader.status_keys(status), True,
+                      after=lambda key: reader.status_keys(status, key))
     if isinstance(query, Compare) and query.op == "!=":
         wanted = [s for s in RunStatus if s.value != query.literal.value]
     elif isinstance(query, In):
         wanted = sorted({RunStatus(literal.value) for literal in query.literals})
     else:
         return None
-    return Source(heapq.merge(*(reader.status_keys(s) for s in wanted)), True)
+    return Source(heapq.merge(*(reader.status_keys(s) for s in wanted)), True,
+                  after=lambda key: heapq.merge(*(reader.status_keys(s, key) for s in wanted)))
 
 
 def _run_id_source(query: Query, reader: QueryReader) -> Source | None:
@@ -267,9 +275,13 @@ def _streamed(query: Query | None, reader: QueryReader, source: Source | None,
     cursor = _default_cursor(reader, after)
     changed = {run.run_id: run for run in reader.changed_runs()}
     extra = sorted((run.partition, run.run_id) for run in changed.values())
-    base: Iterable[RunKey] = (
-        source.keys if source is not None
-        else ((run.partition, run.run_id) for run in reader.all_runs()))
+    base: Iterable[RunKey]
+    if source is None:  # (every run, from the cursor on)
+        base = ((r.partition, r.run_id) for r in reader.all_runs(cursor and cursor[1]))
+    elif cursor is not None and source.after is not None:
+        base = source.after(cursor)  # (a seek: a page costs the page, not its position)
+    else:
+        base = source.keys
     picked: list[RunState] = []
     last: RunKey | None = None
     for key in heapq.merge(base, extra):
@@ -344,7 +356,8 @@ class UnindexedRuns:
     def index_range(self, start: bytes, stop: bytes) -> Iterator[bytes]:
         return iter(())
 
-    def status_keys(self, status: RunStatus) -> Iterator[RunKey]:
+    def status_keys(self, status: RunStatus, after: RunKey | None = None
+                    ) -> Iterator[RunKey]:
         return iter(())
 
     def run_ids_between(self, start: str, stop: str | None) -> Iterator[str]:
@@ -356,8 +369,11 @@ class UnindexedRuns:
     def changed_runs(self) -> list[RunState]:
         return [run for run in self._runs.values() if run is not None]
 
-    def all_runs(self) -> Iterator[RunState]:
-        return iter(sorted(self.changed_runs(), key=lambda run: (run.partition, run.run_id)))
+    def all_runs(self, after: str | None = None) -> Iterator[RunState]:
+        cursor = None if after is None else self.place(after)
+        return iter(sorted((run for run in self.changed_runs()
+                            if cursor is None or (run.partition, run.run_id) > cursor),
+                           key=lambda run: (run.partition, run.run_id)))
 
     def place(self, run_id: str) -> RunKey:
         run = self._runs.get(run_id)

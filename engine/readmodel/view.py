@@ -289,8 +289,9 @@ class View:
     def index_range(self, start: bytes, stop: bytes) -> Iterator[bytes]:
         return self._base.index_range(start, stop)
 
-    def status_keys(self, status: RunStatus) -> Iterator[tuple[int, str]]:
-        return self._base.status_index(status)
+    def status_keys(self, status: RunStatus, after: tuple[int, str] | None = None
+                    ) -> Iterator[tuple[int, str]]:
+        return self._base.status_index(status, after=after)
 
     def run_ids_between(self, start: str, stop: str | None) -> Iterator[str]:
         return self._base.run_ids_between(start, stop)
@@ -303,8 +304,8 @@ class View:
         return [run for run in self._overlay.runs.values()
                 if run is not None and self._overlay_of(run.partition) is not None]
 
-    def all_runs(self) -> Iterator[RunState]:
-        return iter(self.runs())
+    def all_runs(self, after: str | None = None) -> Iterator[RunState]:
+        return iter(self.runs(after=after))
 
     def request_item(self, run_id: str, request_id: str) -> HistoryEntry | None:
         """The history item of the request with this id to `run_id`, with its verdict (None:

@@ -159,3 +159,29 @@ def _partition_of(key: bytes) -> int | None:
     from runstream.projections.snapshot import key_partition
 
     return key_partition(key, 4)
+
+
+@pytest.mark.parametrize("text", ["customer = 'c-3'", "status = 'suspended'",
+                                  "status in ('completed', 'suspended')", "labels = 'x'",
+                                  "status != 'failed'", "score >= 0"])
+async def test_pages_seek_to_their_cursor_and_cover_the_answer_once(
+        tmp_path: Path, text: str) -> None:
+    journal, env = await _recorded()
+    store = ProjectionStore(tmp_path / "rm", keep_records=True)
+    try:
+        projector = Projector(store)
+        for partition, offset, record, ms in journal:
+            projector.apply_record(partition, offset, record, ms)
+        query, view = parse(text), View(store, None, 4)
+        pages: list[str] = []
+        after = None
+        while True:
+            page = query_plan.answer(query, view, limit=3, after=after)
+            pages += [run.run_id for run in page]
+            if len(page) < 3:
+                break
+            after = page[-1].run_id
+        assert pages == [r.run_id for r in query_plan.answer(query, env._reader())]
+    finally:
+        store.close()
+        await env.close()
