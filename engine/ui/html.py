@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 
 from runstream.engine.journal.timetext import iso_time
 
-STATIC_VERSION = "4"  # bumped when ui.css or ui.js change, so browsers fetch them again
+STATIC_VERSION = "5"  # bumped when ui.css or ui.js change, so browsers fetch them again
 
 
 def esc(value: Any) -> str:

@@ -20,10 +20,17 @@ from runstream.engine.readmodel.lookups import expired_error
 from runstream.engine.readmodel.rows import HistoryRow, history_rows
 from runstream.engine.readmodel.view import View
 from runstream.engine.timetravel.points import Point, parse_time, run_at, run_diff
+from runstream.engine.ui.updates_view import UpdateRecord, update_records
 from runstream.projections import query_plan
 from runstream.projections.query import And, Compare, Literal, Query
 from runstream.projections.replay import RunAbsentAt
-from runstream.projections.state import RunState, RunStatus, round_run_id, to_builtins
+from runstream.projections.state import (
+    JournalEntry,
+    RunState,
+    RunStatus,
+    round_run_id,
+    to_builtins,
+)
 
 PAGE_SIZE = 50  # runs on one page of the list, unless the query asks for another number
 MAX_PAGE_SIZE = 500
@@ -164,6 +171,8 @@ class RunDetail:
     children: list[Related]
     total_children: int
     retry: dict[str, Any] | None = None  # a durable retry wait (describe.retry_view)
+    entries: tuple[JournalEntry, ...] = ()  # its journal (a batch's progress reads it)
+    update_records: tuple[UpdateRecord, ...] = ()  # its history's update records, decoded
 
     @property
     def timeline(self) -> list[tuple[int, HistoryRow]]:
@@ -188,10 +197,11 @@ def run_detail(view: View, run_id: str) -> RunDetail:
     if run is None or not items:
         raise RunNotFound(run_id)
     rounds, total_rounds = _rounds(view, run)
-    children, total_children = _children(view, run_id)
-    retry = retry_view(run, view.entries(run_id)) if waits_to_retry(run) else None
+    entries = view.entries(run_id)
+    children, total_children = _children(view, entries)
+    retry = retry_view(run, entries) if waits_to_retry(run) else None
     return RunDetail(run, history_rows(items), rounds, total_rounds, children, total_children,
-                     retry)
+                     retry, entries, update_records(items))
 
 
 def _related(view: View, run_id: str, round_number: int, position: int | None = None
@@ -213,10 +223,9 @@ def _rounds(view: View, run: RunState) -> tuple[list[Related], int]:
     return shown, last + 1
 
 
-def _children(view: View, run_id: str) -> tuple[list[Related], int]:
+def _children(view: View, entries: tuple[JournalEntry, ...]) -> tuple[list[Related], int]:
     """The children the run spawned (its spawn entries name them), the first MAX_CHILDREN."""
-    spawned = [(entry.position, str(json.loads(entry.result_json)))
-               for entry in view.entries(run_id)
+    spawned = [(entry.position, str(json.loads(entry.result_json))) for entry in entries
                if entry.kind == "spawn" and entry.result_json]
     return ([_related(view, child_id, 0, position)
              for position, child_id in spawned[:MAX_CHILDREN]], len(spawned))

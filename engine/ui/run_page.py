@@ -1,6 +1,7 @@
-"""The run page: a run's summary, its attributes (each with the record that set it), its
-rounds and children, the time-travel slider with the state it shows, and the timeline of
-every record (those not applied marked; row `record-N` is record N)."""
+"""The run page: a run's summary, a batch's progress (batch_view), its updates
+(updates_view), its attributes (each with the record that set it), its rounds and children,
+the time-travel slider with the state it shows, and the timeline of every record (those not
+applied marked; row `record-N` is record N)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from runstream.engine.journal.timetext import iso_time
 from runstream.engine.readmodel.describe import VERDICTS, run_view
 from runstream.engine.readmodel.rows import HistoryRow
+from runstream.engine.ui.batch_view import batch_section
 from runstream.engine.ui.html import (
     clock,
     esc,
@@ -21,6 +23,7 @@ from runstream.engine.ui.html import (
     url,
 )
 from runstream.engine.ui.queries import MAX_TIMELINE_ROWS, Related, RunDetail, StateAt
+from runstream.engine.ui.updates_view import event_words, row_words, status_note, updates_section
 from runstream.projections.state import Attribute
 
 
@@ -29,9 +32,12 @@ def run_page(detail: RunDetail, state: StateAt, *, context: str, dry_run_app: st
     """The whole run page, the slider at `state.record`."""
     run = detail.run
     view = run_view(run)
+    view["note"] = status_note(run, view.get("note"))
     parts = [
         _header(view, run.parent_run_id),
         _summary(view),
+        batch_section(run, detail.entries),
+        updates_section(run, detail.update_records),
         attributes_section(detail),
         _retry_section(detail.retry),
         _related_section("Rounds", "rounds", detail.rounds, detail.total_rounds, run.run_id),
@@ -201,7 +207,7 @@ def _wait_text(wait: dict[str, Any]) -> str:
         return f"timer until {wait['due_at']}"
     if wait["kind"] == "event":
         until = f" until {wait['due_at']}" if wait.get("due_at") else ""
-        return f"signal {wait['event_name']!r}{until}"
+        return f"{event_words(wait['event_name'])}{until}"
     if wait["kind"] == "child":
         return f"child {wait['child_run_id']}"
     return f"{wait['kind']} (position {wait['position']})"
@@ -265,14 +271,18 @@ def _timeline(detail: RunDetail, selected: int) -> str:
     not_applied = sum(1 for row in detail.rows if row.verdict != "applied")
     marked = f' · <span class="verdict-note">{not_applied} not applied</span>' \
         if not_applied else ""
-    rows = "".join(_timeline_row(number, row, selected) for number, row in listed)
+    request_ids = {item.number: item.record.envelope.request_id
+                   for item in detail.update_records}
+    rows = "".join(_timeline_row(number, row, selected, request_ids.get(number))
+                   for number, row in listed)
     return (f'<section class="timeline"><h2>Timeline <span class="count">{len(detail.rows)}'
             f'</span>{marked}</h2>{skipped}<table class="records"><thead><tr><th>#</th>'
             f'<th>offset</th><th>time (UTC)</th><th>record</th><th>verdict</th><th>writer</th>'
             f'<th>detail</th></tr></thead><tbody>{rows}</tbody></table></section>')
 
 
-def _timeline_row(number: int, row: HistoryRow, selected: int) -> str:
+def _timeline_row(number: int, row: HistoryRow, selected: int,
+                  request_id: str | None = None) -> str:
     classes = [_verdict_class(row.verdict)]
     if number == selected:
         classes.append("selected")
@@ -285,7 +295,8 @@ def _timeline_row(number: int, row: HistoryRow, selected: int) -> str:
             f'<td class="num"><a href="#" class="to-record">{number}</a></td>'
             f'<td class="num">{row.offset}</td><td class="time">{esc(clock(row.timestamp_ms))}'
             f'</td><td><code>{esc(row.type)}</code></td><td>{verdict}</td>'
-            f'<td class="muted">{esc(who)}</td><td class="detail">{_detail(row)}</td></tr>')
+            f'<td class="muted">{esc(who)}</td><td class="detail">'
+            f'{row_words(row, request_id) or _detail(row)}</td></tr>')
 
 
 def _detail(row: HistoryRow) -> str:

@@ -76,9 +76,10 @@
         input.scrollIntoView({ block: "nearest", behavior: "smooth" });
       });
     }
-    // An attribute's "set by" link: the slider to that record, its timeline row in view
-    // (without a script the link loads the page at that record and row).
-    for (const link of document.querySelectorAll("td.set-by a.record-link[data-record]")) {
+    // A link to a record (an attribute's "set by", an update's request or outcome): the
+    // slider to that record, its timeline row in view (without a script the link loads the
+    // page at that record and row).
+    for (const link of document.querySelectorAll("a.record-link[data-record]")) {
       link.addEventListener("click", (event) => {
         event.preventDefault();
         const record = Number(link.dataset.record);
