@@ -47,7 +47,7 @@ REQUEST_TYPES = frozenset({ev.RunCreateRequested.TYPE, ev.RunSignalSent.TYPE,
                            ev.RunCancelRequested.TYPE, ev.RunResumeRequested.TYPE,
                            ev.RunWakeRequested.TYPE, ev.RunForkRequested.TYPE,
                            ev.ScheduleChangeRequested.TYPE,
-                           ev.RunSignalWithStartRequested.TYPE})
+                           ev.RunSignalWithStartRequested.TYPE, ev.RunUpdateRequested.TYPE})
 # What makes a run exist: a create request admitted, or a fork request admitted.
 CREATION_TYPES = frozenset({ev.RunCreated.TYPE, ev.RunForked.TYPE})
 # Answers the tail keeps after passing them (admission and settlement of recent runs); an
