@@ -6,6 +6,12 @@ run `run.create-requested` (a request), `run.created`, `run.activated`, three
 under epoch 1 with the source's sequence strictly increasing per partition. Keys are run ids
 and partitions follow Kafka's default partitioner, so the engine's readers find them where
 they would find real runs.
+
+With `attributes` (RunAttributes), still seven records a run: each create request carries
+`attributes_json` (customer, region, amount, due: a pure function of the run's number, so a
+bench knows every answer without keeping them), the third step is a `ctx.set_attributes`
+entry (`step.completed` of kind `attributes`, setting `stage`), and a share of runs ends
+suspended on a signal wait (`run.suspended`, reason event) instead of settling.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from aiokafka import AIOKafkaProducer
 
 from runstream.engine.journal import Envelope, JournalRecord, encode
 from runstream.engine.journal import events as ev
+from runstream.engine.journal.timetext import iso_time
 from runstream.engine.kafka.connection import kafka_options
 from runstream.projections.partitioning import partition_for
 
@@ -31,6 +38,61 @@ STEPS = ("reserve", "charge", "receipt")
 EPOCH = 1
 _BATCH_BYTES = 256 * 1024
 _MAX_BATCHES_IN_FLIGHT = 32
+_MASK = (1 << 64) - 1
+
+
+def run_id_of(i: int) -> str:
+    return f"run-{i:07d}"
+
+
+def _mixed(i: int) -> int:
+    """splitmix64's finalizer of `i`: 64 well-spread bits, the same on every call."""
+    z = ((i + 0x9E3779B97F4A7C15) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return z ^ (z >> 31)
+
+
+@dataclass(frozen=True)
+class RunAttributes:
+    """What a generated run is about, from its number alone (no state: a bench recomputes
+    any answer by walking the numbers): `customer` one of `customers` ids "c-00000"..,
+    `region` one of `regions`, `amount` a float 0.00-999.99, `due` a time up to `due_days`
+    after the run's creation; then `stage` set by the handler (`ctx.set_attributes`).
+    Every `suspended_every`-th run (but the failed ones) ends suspended."""
+
+    customers: int = 10_000
+    regions: tuple[str, ...] = ("eu", "us", "apac", "latam")
+    due_days: int = 30
+    suspended_every: int = 3
+
+    def customer(self, i: int) -> str:
+        return f"c-{_mixed(i) % self.customers:05d}"
+
+    def region(self, i: int) -> str:
+        return self.regions[(_mixed(i) >> 20) % len(self.regions)]
+
+    def amount(self, i: int) -> float:
+        return ((_mixed(i) >> 32) % 100_000) / 100
+
+    def due_ms(self, i: int, created_ms: int) -> int:
+        return created_ms + ((_mixed(i) >> 40) % (self.due_days * 86_400)) * 1000
+
+    def create_json(self, i: int, created_ms: int) -> str:
+        """The create request's attributes_json."""
+        return json.dumps({"customer": self.customer(i), "region": self.region(i),
+                           "amount": self.amount(i),
+                           "due": {"$time": iso_time(self.due_ms(i, created_ms))}},
+                          separators=(",", ":"))
+
+
+def outcome_of(i: int, failed_every: int, attributes: RunAttributes | None) -> str:
+    """How generated run number `i` ends: failed, suspended or completed."""
+    if i % failed_every == failed_every - 1:
+        return "failed"
+    if attributes is not None and attributes.suspended_every and (
+            i % attributes.suspended_every == 0):
+        return "suspended"
+    return "completed"
 
 
 @dataclass
@@ -41,6 +103,9 @@ class GeneratedJournal:
     run_ids: list[str] = field(default_factory=list)
     failed: set[str] = field(default_factory=set)
     seconds: float = 0.0
+    suspended: set[str] = field(default_factory=set)
+    attributes: RunAttributes | None = None
+    failed_every: int = 20
 
 
 @dataclass
@@ -77,7 +142,8 @@ class _Writer:
                                   uuid.uuid4().hex, True, epoch=EPOCH - 1)
         return ev.PartitionEpochClaimed(envelope=envelope, **body)
 
-    def run(self, part: _Partition, run_id: str, failed: bool) -> list[JournalRecord]:
+    def run(self, part: _Partition, run_id: str, outcome: str, number: int = 0,
+            attributes: RunAttributes | None = None) -> list[JournalRecord]:
         request_id = uuid.uuid4().hex
         payload = json.dumps({"order_id": run_id, "amount": 1, "work_ms": 0})
 
@@ -86,10 +152,12 @@ class _Writer:
                 envelope=self._envelope(cls, part, run_id, run_id, request, True), **body)
             return record
 
+        envelope = self._envelope(ev.RunCreateRequested, part, run_id, run_id, request_id,
+                                  False)
         request = ev.RunCreateRequested(
-            envelope=self._envelope(ev.RunCreateRequested, part, run_id, run_id, request_id,
-                                    False),
-            flow="checkout", payload_json=payload)
+            envelope=envelope, flow="checkout", payload_json=payload,
+            attributes_json="" if attributes is None
+            else attributes.create_json(number, envelope.timestamp_ms))
         records: list[JournalRecord] = [
             request,
             decide(ev.RunCreated, request_id, flow="checkout", payload_json=payload,
@@ -97,11 +165,21 @@ class _Writer:
             decide(ev.RunActivated, mode="new", activation=1),
         ]
         for position, name in enumerate(STEPS):
+            if attributes is not None and position == len(STEPS) - 1:
+                # ctx.set_attributes({"stage": ...}): a journaled value of kind attributes
+                stage = "awaiting-approval" if outcome == "suspended" else "charged"
+                records.append(decide(ev.StepCompleted, position=position, name="attributes",
+                                      kind="attributes",
+                                      result_json=json.dumps({"stage": stage})))
+                continue
             records.append(decide(ev.StepCompleted, position=position, name=name,
                                   result_json=json.dumps(f"{name}-{run_id}")))
-        if failed:
+        if outcome == "failed":
             records.append(decide(ev.RunFailed, error_type="CardDeclined",
                                   error_message=f"card declined for {run_id}"))
+        elif outcome == "suspended":
+            records.append(decide(ev.RunSuspended, reason="event", event_name="approval",
+                                  position=len(STEPS)))
         else:
             records.append(decide(ev.RunCompleted, result_json=json.dumps({"order_id": run_id})))
         return records
@@ -113,21 +191,26 @@ def _records(journal: GeneratedJournal, runs: int, failed_every: int,
         yield part.number, "", writer.claim(part)
         part.next_offset += 1
     for i in range(runs):
-        run_id = f"run-{i:07d}"
-        failed = i % failed_every == failed_every - 1
+        run_id = run_id_of(i)
+        outcome = outcome_of(i, failed_every, journal.attributes)
         part = writer.parts[partition_for(run_id, journal.partitions)]
         journal.run_ids.append(run_id)
-        if failed:
+        if outcome == "failed":
             journal.failed.add(run_id)
-        for record in writer.run(part, run_id, failed):
+        elif outcome == "suspended":
+            journal.suspended.add(run_id)
+        for record in writer.run(part, run_id, outcome, i, journal.attributes):
             yield part.number, run_id, record
             part.next_offset += 1
 
 
 async def generate(bootstrap: str, topic: str, partitions: int, records: int,
-                   failed_share: float = 0.05) -> GeneratedJournal:
-    """Produce about `records` records (whole runs) into a fresh, empty `topic`."""
-    journal = GeneratedJournal(topic, partitions)
+                   failed_share: float = 0.05, attributes: RunAttributes | None = None
+                   ) -> GeneratedJournal:
+    """Produce about `records` records (whole runs) into a fresh, empty `topic`; with
+    `attributes`, runs with attributes and a share of suspended ones (the module doc)."""
+    journal = GeneratedJournal(topic, partitions, attributes=attributes,
+                               failed_every=round(1 / failed_share))
     runs = max(1, (records - partitions) // RECORDS_PER_RUN)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
                                 enable_idempotence=True, max_batch_size=_BATCH_BYTES,
@@ -135,20 +218,19 @@ async def generate(bootstrap: str, topic: str, partitions: int, records: int,
     await producer.start()
     started = time.perf_counter()
     try:
-        await _produce(producer, journal, runs, round(1 / failed_share))
+        await _produce(producer, journal, runs)
     finally:
         await producer.stop()
     journal.seconds = time.perf_counter() - started
     return journal
 
 
-async def _produce(producer: AIOKafkaProducer, journal: GeneratedJournal, runs: int,
-                   failed_every: int) -> None:
+async def _produce(producer: AIOKafkaProducer, journal: GeneratedJournal, runs: int) -> None:
     """Whole record batches per partition: far cheaper than one send() per record."""
     builders: dict[int, Any] = {}
     sent: list[asyncio.Future[Any]] = []
     writer = _Writer(journal.partitions)
-    for partition, key, record in _records(journal, runs, failed_every, writer):
+    for partition, key, record in _records(journal, runs, journal.failed_every, writer):
         value, headers = encode(record)
         builder = builders.get(partition) or producer.create_batch()
         builders[partition] = builder

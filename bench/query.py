@@ -9,6 +9,10 @@ up-to-date read must ask the broker) for later calls. On a one-partition journal
 first calls are the same catch-up, measured once. Then `run status ID --json` as two
 processes on the caught-up read model, against the bare start-up of
 `python -m runstream --help`.
+
+Then queries by attributes (bench/query_where.py): `runs list|count --where` over a journal
+of `--where-runs` runs with attributes, each beside the same answer read straight out of
+RocksDB. `--query-partitions ''` measures only those, `--where-runs 0` none of them.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench import query_where
 from bench.env import Context, fresh_namespace, pick
 from bench.journal import GeneratedJournal, generate
 from bench.processes import ProcessTiming, python, time_process
@@ -49,6 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--query-partitions", help="journals to generate, by partitions [1,12]")
     group.add_argument("--samples", type=int, help="later calls per query [20; quick 5]")
     group.add_argument("--cli-timeout", type=float, help="seconds a CLI call may take [600]")
+    query_where.add_arguments(group)
 
 
 def _pending_if_unsupported(exc: TypeError, keyword: str) -> None:
@@ -250,4 +256,5 @@ async def run(ctx: Context, args: argparse.Namespace) -> Section:
     for partitions in [int(p) for p in text.split(",") if p.strip()]:
         await one_journal(ctx, args, section, partitions, help_s)
     section.info = {"records": pick(args, "records", 1_000_000, 2_000), "page": PAGE}
+    await query_where.measure(ctx, args, section, help_s)
     return section

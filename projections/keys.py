@@ -194,6 +194,6 @@ STORE_FORMAT = b"2"
 # A read model's query index (projections.query_index): one written before it, or by an
 # older form of it, is rebuilt the same way (a worker's store keeps none).
 QUERY_FORMAT_KEY = b"m/query-format"
-QUERY_FORMAT = b"1"
+QUERY_FORMAT = b"2"  # 2: -0.0 is indexed as 0.0
 # A read model's query index (projections.query_index lays out the rest of its keys).
 QUERY_INDEX_PREFIX = b"z/"

@@ -41,7 +41,8 @@ def field_prefix(field: str, tag: bytes) -> bytes:
 
 
 def number_bytes(value: float) -> bytes:
-    bits = struct.unpack(">Q", struct.pack(">d", float(value)))[0]
+    # (+ 0.0: -0.0 is 0 to every comparison, and must sit with 0.0 in the index too)
+    bits = struct.unpack(">Q", struct.pack(">d", float(value) + 0.0))[0]
     bits = bits ^ 0xFFFFFFFFFFFFFFFF if bits >> 63 else bits | (1 << 63)
     return struct.pack(">Q", bits)
 

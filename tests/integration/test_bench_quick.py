@@ -44,4 +44,13 @@ def test_bench_all_quick(bootstrap: str, tmp_path: Path) -> None:
         assert "error" not in section["info"], (name, section["info"])
         assert section["rows"], name
     assert "flush" in results["broker"]
+    # Queries by attributes (bench/query_where.py): every query answered in process, raw and
+    # by the CLI, each answer checked against the generated journal's.
+    where = {row["figure"]: row for row in results["sections"]["query"]["rows"]
+             if row["figure"].startswith("[where ")}
+    for name in ("selective list", "selective count", "broad count", "page of 50, one term",
+                 "page of 50, two terms"):
+        for how in ("raw RocksDB p50", "API p50", "CLI process p50"):
+            row = next(r for figure, r in where.items() if figure.endswith(f"{name}: {how}"))
+            assert row["value"] is not None and row["value"] > 0, row
     assert asyncio.run(_topics_with_prefix(bootstrap, prefix)) == []

@@ -18,7 +18,8 @@ from runstream.engine.readmodel.view import View
 from runstream.projections import query_plan
 from runstream.projections.projector import Projector
 from runstream.projections.query import parse
-from runstream.projections.query_index import PREFIX, index_keys
+from runstream.projections.query_index import PREFIX, index_keys, number_bytes
+from runstream.projections.snapshot import key_partition
 from runstream.projections.state import RunState
 from runstream.projections.store import ProjectionStore
 from runstream.testing import TestEnvironment
@@ -156,8 +157,6 @@ async def test_keys_follow_the_runs_and_a_snapshot_load_rebuilds_them(tmp_path: 
 
 
 def _partition_of(key: bytes) -> int | None:
-    from runstream.projections.snapshot import key_partition
-
     return key_partition(key, 4)
 
 
@@ -185,3 +184,10 @@ async def test_pages_seek_to_their_cursor_and_cover_the_answer_once(
     finally:
         store.close()
         await env.close()
+
+
+def test_minus_zero_sits_with_zero_in_the_index() -> None:
+    assert number_bytes(-0.0) == number_bytes(0.0) == number_bytes(0)
+    assert number_bytes(-1e-300) < number_bytes(0) < number_bytes(1e-300)
+    ordered = [-1e300, -2.5, -1, -1e-300, 0, 1e-300, 1, 2.5, 2 ** 60, 1e300]
+    assert [number_bytes(v) for v in ordered] == sorted(number_bytes(v) for v in ordered)
