@@ -23,7 +23,7 @@ from runstream.engine.ui.html import (
     url,
 )
 from runstream.engine.ui.queries import MAX_TIMELINE_ROWS, Related, RunDetail, StateAt
-from runstream.engine.ui.updates_view import event_words, row_words, status_note, updates_section
+from runstream.engine.ui.updates_view import event_words, row_words, updates_section
 from runstream.projections.state import Attribute
 
 
@@ -32,7 +32,6 @@ def run_page(detail: RunDetail, state: StateAt, *, context: str, dry_run_app: st
     """The whole run page, the slider at `state.record`."""
     run = detail.run
     view = run_view(run)
-    view["note"] = status_note(run, view.get("note"))
     parts = [
         _header(view, run.parent_run_id),
         _summary(view),

@@ -178,16 +178,6 @@ def event_words(event_name: str) -> str:
     return f"signal {event_name!r}" if name is None else f"update {name!r}"
 
 
-def status_note(run: RunState, note: str | None) -> str | None:
-    """The run's status note (describe.status_note), its update wait said as one: "waits
-    for update 'approve'" rather than the signal the wait is made of."""
-    wait = run.wait
-    name = waited_update(wait.event_name) if wait is not None else None
-    if note is None or wait is None or name is None:
-        return note
-    return note.replace(f"waiting for signal {wait.event_name!r}", f"waits for update {name!r}")
-
-
 def updates_section(run: RunState, records: Sequence[UpdateRecord]) -> str:
     """The run's updates as a table (None of them: no section): name, payload, request id,
     state, and an answered one's outcome linked to its record."""

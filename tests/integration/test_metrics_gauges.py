@@ -17,6 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from runstream import Client, Flow, FlowContext, RunFailed, Worker
+from runstream.projections.batch import BATCH_FLOW
 from runstream.projections.state import RunStatus
 from runstream.projections.store import ProjectionStore
 from tests.integration.support import fold
@@ -71,11 +72,11 @@ def scraped(text: str) -> Gauges:
 
 async def journal_truth(bootstrap: str, namespace: str) -> Gauges:
     """The gauges as the whole journal folded from offset 0 says they should be."""
-    flows = (*NAMES, OTHER_FLOW)
+    flows = (*NAMES, BATCH_FLOW, OTHER_FLOW)  # (every worker registers runstream.batch)
     runs = {(f, status.value): 0.0 for f in flows for status in RunStatus}
     suspended = {(f, kind): 0.0 for f in flows for kind in WAIT_KINDS}
     for run in (await fold(bootstrap, namespace, history=False)).runs.values():
-        flow = run.flow if run.flow in NAMES else OTHER_FLOW
+        flow = run.flow if run.flow in flows else OTHER_FLOW
         runs[(flow, run.status.value)] += 1
         if run.wait is not None:
             suspended[(flow, run.wait.kind)] += 1

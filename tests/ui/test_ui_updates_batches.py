@@ -199,7 +199,7 @@ async def test_the_run_page_shows_a_runs_updates(
     assert await page.locator("#update-wait").inner_text() \
         == "The run waits for update 'approve'."
     facts = await page.locator("section dl.facts").first.inner_text()
-    assert "waits for update 'approve' (no timeout)" in facts
+    assert "waiting for update 'approve' (no timeout)" in facts
     assert "update/approve" not in facts
     assert await page.locator("#state [data-field=wait] dd").inner_text() \
         == "update 'approve'"

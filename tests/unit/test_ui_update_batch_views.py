@@ -13,6 +13,7 @@ from typing import Any
 
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
+from runstream.engine.readmodel.describe import status_note
 from runstream.engine.readmodel.rows import HistoryRow, history_rows
 from runstream.engine.ui.batch_view import MAX_REFUSALS_LISTED, batch_of, batch_section, rate_text
 from runstream.engine.ui.queries import RunDetail, StateAt
@@ -21,7 +22,6 @@ from runstream.engine.ui.updates_view import (
     UpdateRecord,
     event_words,
     row_words,
-    status_note,
     update_lines,
     updates_section,
 )
@@ -182,12 +182,9 @@ def test_a_wait_for_an_update_is_said_as_one() -> None:
     assert event_words("update/approve") == "update 'approve'"
     assert event_words("go") == "signal 'go'"
     run = _run(wait=Wait(kind="event", position=4, event_name="update/approve"))
-    assert status_note(run, "waiting for signal 'update/approve' (no timeout)") \
-        == "waits for update 'approve' (no timeout)"
+    assert status_note(run) == "waiting for update 'approve' (no timeout)"
     other = _run(wait=Wait(kind="event", position=4, event_name="go"))
-    assert status_note(other, "waiting for signal 'go' (no timeout)") \
-        == "waiting for signal 'go' (no timeout)"
-    assert status_note(run, None) is None
+    assert status_note(other) == "waiting for signal 'go' (no timeout)"
 
 
 def test_the_timeline_says_the_update_records_in_words() -> None:
