@@ -396,6 +396,16 @@ def where_query(where: str | None, status: RunStatus | str | None = None) -> Que
     return by_status if tree is None else And((by_status, tree))
 
 
+def listed(reader: QueryReader, *, where: str | None = None,
+           status: RunStatus | str | None = None, order_by: str | None = None,
+           limit: int | None = None, after: str | None = None) -> RunPage:
+    """A page of the runs matching `where` and `status` (Client.list_runs, `runs list`,
+    the TestEnvironment's): QueryInvalid for a bad query or order."""
+    order = Order.parse(order_by)
+    runs = answer(where_query(where, status), reader, order=order, limit=limit, after=after)
+    return page_of(runs, order, limit)
+
+
 def page_of(runs: list[RunState], order: Order, limit: int | None) -> RunPage:
     page = RunPage(runs)
     if limit is not None and len(runs) >= limit and runs:

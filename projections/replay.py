@@ -141,3 +141,15 @@ def record_of(item: HistoryEntry) -> JournalRecord:
 def iso(timestamp_ms: int) -> str:
     """A log time as ISO-8601 UTC with milliseconds (what time-travel output shows)."""
     return iso_time(timestamp_ms, zone="+00:00")
+
+
+def update_outcome(items: Iterable[HistoryEntry], request_id: str
+                   ) -> ev.UpdateRejected | ev.UpdateCompleted | None:
+    """The outcome record (projections.updates) of the update with this request id among a
+    run's history items, the latest first (None: not answered there)."""
+    for item in reversed(list(items)):
+        record = record_of(item)
+        if (isinstance(record, ev.UpdateRejected | ev.UpdateCompleted)
+                and record.envelope.request_id == request_id):
+            return record
+    return None

@@ -24,7 +24,9 @@ and not replied) is refused: the caller reads the settled run and no outcome
 from __future__ import annotations
 
 import json
+from typing import Any
 
+from runstream.engine.errors import UpdateRejected
 from runstream.engine.journal import events as ev
 from runstream.projections.state import (
     MAX_SIGNALS,
@@ -141,3 +143,11 @@ def verdict_body(item: InboxItem, reason: str | None) -> tuple[type[ev.JournalRe
         return ev.UpdateAccepted, {"request_id": item.request_id, "name": item.name or ""}
     return ev.UpdateRejected, {"request_id": item.request_id, "name": item.name or "",
                                "reason": reason}
+
+
+def answer_of(run_id: str, name: str, outcome: ev.UpdateRejected | ev.UpdateCompleted) -> Any:
+    """What the caller of an update gets from its outcome: the reply, or UpdateRejected
+    (its validator or its handler rejected it)."""
+    if isinstance(outcome, ev.UpdateRejected) or outcome.rejected:
+        raise UpdateRejected(run_id, name, outcome.reason)
+    return json.loads(outcome.result_json or "null")

@@ -212,13 +212,11 @@ async def list_runs(
     """Runs matching `where` (projections.query) and `status`, ordered by `order_by` (default
     (partition, run id)); `after` is the last run id of the previous page, or with
     `order_by` the `cursor` of its last run."""
-    query = query_plan.where_query(where, status)
     order = query_plan.Order.parse(order_by)
+    query_plan.where_query(where, status)  # (QueryInvalid before the read model catches up)
     async with read_model_of(bootstrap, namespace, read_model_dir) as model:
-        view = await model.catch_up()
-        if query is None and order.field is None:
-            return [run_view(r) for r in view.runs(limit=limit, after=after)]
-        found = query_plan.answer(query, view, order=order, limit=limit, after=after)
+        found = query_plan.listed(await model.catch_up(), where=where, status=status,
+                                  order_by=order_by, limit=limit, after=after)
         if order.field is None:
             return [run_view(r) for r in found]
         return [{**run_view(r), "cursor": query_plan.cursor(r, order)} for r in found]

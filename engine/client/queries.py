@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from runstream.engine.readmodel.model import ReadModel
 from runstream.projections import query_plan
-from runstream.projections.query_plan import RunPage, page_of, where_query
+from runstream.projections.query_plan import RunPage, where_query
 from runstream.projections.state import RunStatus
 
 
@@ -24,14 +24,10 @@ class QueryCalls:
         ("<field> [asc|desc]"; default: partition, then run id), a page of `limit` after
         `after`: the run id of the last run of the previous page, or with `order_by` the
         page's `next_after` (an opaque cursor). QueryInvalid for a bad query."""
-        query = where_query(where, status)
-        order = query_plan.Order.parse(order_by)
+        where_query(where, status)  # (QueryInvalid before the read model catches up)
         view = await (await self.read_model()).catch_up()
-        if query is None and order.field is None:
-            runs = view.runs(limit=limit, after=after)
-        else:
-            runs = query_plan.answer(query, view, order=order, limit=limit, after=after)
-        return page_of(runs, order, limit)
+        return query_plan.listed(view, where=where, status=status, order_by=order_by,
+                                 limit=limit, after=after)
 
     async def count_runs(self, where: str | None = None, *,
                          status: RunStatus | None = None) -> int:

@@ -5,7 +5,6 @@ the journal through the read model as result() is (projections.updates)."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from typing import Any
@@ -13,7 +12,6 @@ from typing import Any
 from runstream.engine.errors import (
     ResultTimeout,
     UpdateRefused,
-    UpdateRejected,
 )
 from runstream.engine.flow.definition import dump_json
 from runstream.engine.journal import JournalRecord
@@ -29,10 +27,10 @@ from runstream.engine.journal.records import request_envelope
 from runstream.engine.readmodel.lookups import expired_error
 from runstream.engine.readmodel.model import ReadModel
 from runstream.engine.readmodel.view import View
-from runstream.projections.replay import record_of
+from runstream.projections.replay import update_outcome
 from runstream.projections.requests import describe_refusal
 from runstream.projections.state import RunState, Verdict
-from runstream.projections.updates import carried, outcome_offset, refusal_text
+from runstream.projections.updates import answer_of, carried, outcome_offset, refusal_text
 
 POLL_S = 0.05
 
@@ -83,7 +81,7 @@ class UpdateRequests:
             found = await self._found(model, view, run, partition, request_id,
                                       scan=first or run.status.is_terminal)
             if found is not None:
-                return _answer(run_id, name, found)
+                return answer_of(run_id, name, found)
             if run.status.is_terminal:
                 following = run.handed_off_to
                 next_round = view.run(following) if following is not None else None
@@ -96,28 +94,15 @@ class UpdateRequests:
             await asyncio.sleep(POLL_S)
 
     async def _found(self, model: ReadModel, view: View, run: RunState, partition: int,
-                     request_id: str, *, scan: bool) -> JournalRecord | None:
+                     request_id: str, *, scan: bool
+                     ) -> ev.UpdateRejected | ev.UpdateCompleted | None:
         """The update's outcome record: by the run's outcome index, or (`scan`: an outcome
         older than the index keeps) from the run's history."""
         offset = outcome_offset(run, request_id)
         if offset is None and not scan:
             return None
         await model.complete(view, run_ids=[run.run_id])
-        if offset is not None:
+        if offset is not None:  # (one point lookup)
             item = view.history_entry(run.run_id, partition, offset)
-            return None if item is None else record_of(item)
-        for item in reversed(view.history(run.run_id)):
-            record = record_of(item)
-            if (isinstance(record, ev.UpdateRejected | ev.UpdateCompleted)
-                    and record.envelope.request_id == request_id):
-                return record
-        return None
-
-
-def _answer(run_id: str, name: str, record: JournalRecord) -> Any:
-    if isinstance(record, ev.UpdateRejected):
-        raise UpdateRejected(run_id, name, record.reason)
-    assert isinstance(record, ev.UpdateCompleted)
-    if record.rejected:
-        raise UpdateRejected(run_id, name, record.reason)
-    return json.loads(record.result_json or "null")
+            return update_outcome([] if item is None else [item], request_id)
+        return update_outcome(view.history(run.run_id), request_id)

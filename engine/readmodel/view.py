@@ -268,12 +268,15 @@ class View:
              after: str | None = None) -> list[RunState]:
         """Runs (with `status`, or all), ordered by (partition, run id). `after` is the run id
         of the last run of the previous page: the next page starts after it."""
+        return list(itertools.islice(self._merged_runs(status, after), limit))
+
+    def _merged_runs(self, status: RunStatus | None, after: str | None
+                     ) -> Iterator[RunState]:
         cursor = self._cursor(after) if after is not None else None
         statuses = [status] if status is not None else list(RunStatus)
         streams = [self._base_runs(s, cursor) for s in statuses]
         streams.append(iter(self._overlay_runs(statuses, cursor)))
-        merged = heapq.merge(*streams, key=_sort_key)
-        return list(itertools.islice(merged, limit))
+        return heapq.merge(*streams, key=_sort_key)
 
     def _cursor(self, after: str) -> tuple[int, str]:
         return self.place(after)
@@ -305,7 +308,7 @@ class View:
                 if run is not None and self._overlay_of(run.partition) is not None]
 
     def all_runs(self, after: str | None = None) -> Iterator[RunState]:
-        return iter(self.runs(after=after))
+        return self._merged_runs(None, after)  # (lazily: a page reads its page)
 
     def request_item(self, run_id: str, request_id: str) -> HistoryEntry | None:
         """The history item of the request with this id to `run_id`, with its verdict (None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from runstream.projections import query_plan
 from runstream.projections.memory import MemoryProjection
-from runstream.projections.query_plan import RunPage, page_of, where_query
+from runstream.projections.query_plan import RunPage, where_query
 from runstream.projections.state import RunStatus
 
 
@@ -24,10 +24,8 @@ class RunQueries:
                         order_by: str | None = None, limit: int | None = None,
                         after: str | None = None) -> RunPage:
         """As Client.list_runs."""
-        order = query_plan.Order.parse(order_by)
-        runs = query_plan.answer(where_query(where, status), self._reader(), order=order,
-                                 limit=limit, after=after)
-        return page_of(runs, order, limit)
+        return query_plan.listed(self._reader(), where=where, status=status,
+                                 order_by=order_by, limit=limit, after=after)
 
     async def count_runs(self, where: str | None = None, *,
                          status: RunStatus | None = None) -> int:

@@ -3,20 +3,20 @@ reducer, owner and validator code as a worker's (projections.updates, engine.flo
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-from runstream.engine.errors import RunNotFound, UpdateRefused, UpdateRejected
+from runstream.engine.errors import RunNotFound, UpdateRefused
 from runstream.engine.flow.definition import dump_json
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.testing.log import envelope
 from runstream.projections.memory import MemoryProjection
+from runstream.projections.replay import update_outcome
 from runstream.projections.requests import describe_refusal
 from runstream.projections.state import RunState, Verdict
-from runstream.projections.updates import carried, outcome_offset, refusal_text
+from runstream.projections.updates import answer_of, carried, outcome_offset, refusal_text
 
 
 class EnvUpdates:
@@ -53,9 +53,7 @@ class EnvUpdates:
         outcome = self._outcome(run, request_id)
         if outcome is None:
             raise UpdateRefused(run_id, name, refusal_text(run))
-        if isinstance(outcome, ev.UpdateRejected) or outcome.rejected:
-            raise UpdateRejected(run_id, name, outcome.reason)
-        return json.loads(outcome.result_json or "null")
+        return answer_of(run_id, name, outcome)
 
     def _answered(self, holder: list[str], request_id: str) -> bool:
         """Whether the update has its outcome, or its run settled without one (following it
@@ -74,10 +72,6 @@ class EnvUpdates:
     def _outcome(self, run: RunState, request_id: str
                  ) -> ev.UpdateRejected | ev.UpdateCompleted | None:
         offset = outcome_offset(run, request_id)
-        for item in self.projection.history.get(run.run_id, []):
-            record = item.record
-            if (record is not None and (item.offset == offset or offset is None)
-                    and isinstance(record, ev.UpdateRejected | ev.UpdateCompleted)
-                    and record.envelope.request_id == request_id):
-                return record
-        return None
+        items = self.projection.history.get(run.run_id, [])
+        return update_outcome([i for i in items if offset is None or i.offset == offset],
+                              request_id)
