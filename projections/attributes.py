@@ -125,8 +125,7 @@ def wire_value(item: Attribute) -> Any:
 
 def encode(items: tuple[Attribute, ...]) -> str:
     """The journal's JSON of these attributes (sorted keys, compact)."""
-    return json.dumps({item.name: wire_value(item) for item in items}, sort_keys=True,
-                      separators=(",", ":"), ensure_ascii=False)
+    return _dumps({item.name: wire_value(item) for item in items})
 
 
 def encode_changes(changes: Mapping[str, Any]) -> str:
@@ -139,7 +138,12 @@ def encode_changes(changes: Mapping[str, Any]) -> str:
             wire[name] = None
             continue
         kind, stored = typed(name, value)
-        wire[name] = {TIME_KEY: iso_time(stored)} if kind == "time" else stored
+        wire[name] = wire_value(Attribute(name=name, kind=kind, value=stored))
+    return _dumps(wire)
+
+
+def _dumps(wire: dict[str, Any]) -> str:
+    """The journal's JSON of attributes: sorted keys, compact, text as it is."""
     return json.dumps(wire, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
