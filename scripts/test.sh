@@ -82,8 +82,17 @@ if [ -n "$broker_start_pid" ]; then
     # Still ours to stop; wait in cleanup is then a no-op.
 fi
 
+# Two pytest processes (one per core here): most tests wait on the broker, not the CPU. A
+# test file stays in one process (its module fixtures are shared); every test has its own
+# namespace, so the processes share the broker as tests in one process do.
+# RUNSTREAM_TEST_PROCESSES=0 runs them in this process.
+processes="${RUNSTREAM_TEST_PROCESSES:-2}"
+parallel=()
+if [ "$processes" -gt 0 ]; then
+    parallel=(-n "$processes" --dist loadfile)
+fi
 pytest_rc=0
-step pytest pytest -q -ra "$@" || pytest_rc=$?
+step pytest pytest -q -ra "${parallel[@]}" "$@" || pytest_rc=$?
 if [ "$pytest_rc" -eq 5 ]; then
     echo "error: pytest collected no tests" >&2
     exit 5
