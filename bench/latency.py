@@ -3,20 +3,28 @@
 W2: runs one at a time (the first `discard` dropped), from the start of create_run until
 result() returns. Then a steady open-loop load at half the W1 throughput measured in this
 invocation (measured here first when `throughput` did not run; or `--rate`).
-Limit: send_and_wait of one record, then this process's consumer receives it; p50/p99.
+Limits, measured first in the same invocation: the raw round trip (send_and_wait of one
+record, then this process's consumer receives it; p50/p99) and the floor of a 3-step run,
+2 x round trip p50 + 2 x acknowledged produce p50: the create reaching its owner, steps 1 and
+2 acknowledged (step 3 rides with the completion), the completion reaching the client.
+Targets (issue 22): W2 p50 <= 1.25 x floor, p99 <= 2.5 x floor, steady p99 <= 4 x floor.
+Then the W2 runs' hops, from their records' log times (bench/hops.py).
 """
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from bench.env import Context, fresh_namespace, fresh_topic, pick
+from bench.hops import hop_rows, journal_times
 from bench.load import LoadResult, closed_loop, one_at_a_time, open_loop, warm_up
 from bench.raw import round_trips
 from bench.report import Row, Section, percentile
 from bench.system import measure_cpu
 from bench.workers import WorkerPool
 from runstream import Client
+from runstream.engine.config import journal_topic
 from runstream.engine.demo.flows import checkout
 
 PARTITIONS = 12
@@ -36,21 +44,39 @@ def _ms(values: list[float], q: float) -> float:
     return percentile(values, q) * 1000
 
 
-async def raw_limit(ctx: Context, section: Section, count: int, discard: int) -> list[float]:
+@dataclass(frozen=True)
+class RawLatency:
+    times: list[float]  # send_and_wait .. consumed, seconds
+    acks: list[float]  # send_and_wait .. acknowledged, seconds
+
+    @property
+    def floor_ms(self) -> float:
+        """A 3-step run's floor: 2 produce->consume p50 + 2 acknowledged produce p50."""
+        return 2 * _ms(self.times, 50) + 2 * _ms(self.acks, 50)
+
+
+async def raw_limit(ctx: Context, section: Section, count: int, discard: int) -> RawLatency:
     async with fresh_topic(ctx, "rtt", PARTITIONS) as topic:
         with measure_cpu("raw round trips", ctx.pids(), section.cpu, count, per="round trip"):
-            times = (await round_trips(ctx.bootstrap, topic, count + discard))[discard:]
+            times, acks = await round_trips(ctx.bootstrap, topic, count + discard)
+    raw = RawLatency(times[discard:], acks[discard:])
+    note = f"{count} send_and_wait + consume, acks=all idempotent"
     for q in (50, 99):
-        section.add(Row(f"raw round trip p{q}", _ms(times, q), "ms",
-                        note=f"{count} send_and_wait + consume, acks=all idempotent"))
-    return times
+        section.add(Row(f"raw round trip p{q}", _ms(raw.times, q), "ms", note=note))
+    section.add(Row("raw acknowledged produce p50", _ms(raw.acks, 50), "ms", note=note))
+    section.add(Row("floor of a 3-step run", raw.floor_ms, "ms",
+                    note="2 x round trip p50 + 2 x acknowledged produce p50"))
+    return raw
 
 
-def _latency_rows(section: Section, name: str, latencies: list[float], raw: list[float],
+def _latency_rows(section: Section, name: str, latencies: list[float], raw: RawLatency,
                   note: str) -> None:
     for q in (50, 99):
-        section.add(Row(f"{name} p{q}", _ms(latencies, q), "ms", limit=_ms(raw, q),
+        section.add(Row(f"{name} p{q}", _ms(latencies, q), "ms", limit=_ms(raw.times, q),
                         limit_name=f"raw round trip p{q}", note=note))
+    for q, target in ((50, 1.25), (99, 2.5 if name.startswith("W2") else 4.0)):
+        section.add(Row(f"{name} p{q} / floor", _ms(latencies, q), "ms", limit=raw.floor_ms,
+                        limit_name="floor", note=f"target ratio <= {target}"))
 
 
 async def _rate(ctx: Context, client: Client, args: argparse.Namespace, workers: int,
@@ -91,6 +117,9 @@ async def run(ctx: Context, args: argparse.Namespace) -> Section:
             kept = sequential.latencies[discard:]
             _latency_rows(section, "W2 one at a time", kept, raw,
                           _note(sequential, f"first {discard} discarded, {workers} workers"))
+            walls = dict(list(sequential.walls.items())[discard:])
+            times = await journal_times(ctx.bootstrap, journal_topic(namespace), set(walls))
+            hop_rows(section, "W2 hop", times, walls)
             rate, why = await _rate(ctx, client, args, workers, section, pids)
             count = max(20, round(rate * pick(args, "steady_seconds", 10.0, 2.0)))
             with measure_cpu(f"steady {rate:.0f} runs/s", pids, section.cpu, count):

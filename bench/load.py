@@ -20,6 +20,8 @@ class LoadResult:
     latencies: list[float] = field(default_factory=list)  # create start .. result, seconds
     errors: list[str] = field(default_factory=list)
     max_lag: float = 0.0  # open loop: how far creates fell behind their schedule, seconds
+    # run id -> (wall clock at create start, at result): to line up with journal log times
+    walls: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     @property
     def seconds(self) -> float:
@@ -51,7 +53,10 @@ class _Recorder:
         if self.first is None:
             self.first = time.perf_counter()
         try:
-            self.result.latencies.append(await one_run(client, run_id, work_ms, timeout))
+            wall = time.time()
+            took = await one_run(client, run_id, work_ms, timeout)
+            self.result.latencies.append(took)
+            self.result.walls[run_id] = (wall, time.time())
         except (RunstreamError, TimeoutError) as exc:
             self.result.errors.append(f"{run_id}: {type(exc).__name__}: {exc}")
         self.result.finished = max(self.result.finished, time.perf_counter())

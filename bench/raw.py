@@ -110,8 +110,10 @@ async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
     return consumer.partitions_for_topic(topic) or set()
 
 
-async def round_trips(bootstrap: str, topic: str, count: int) -> list[float]:
-    """Seconds from send_and_wait of one record until this process's consumer receives it."""
+async def round_trips(bootstrap: str, topic: str, count: int
+                      ) -> tuple[list[float], list[float]]:
+    """Seconds from send_and_wait of one record until this process's consumer receives it,
+    and, of the same sends, until the broker acknowledged it (acks=all)."""
     producer = _producer(bootstrap, linger_ms=0)
     consumer = _consumer(bootstrap)
     await producer.start()
@@ -121,14 +123,15 @@ async def round_trips(bootstrap: str, topic: str, count: int) -> list[float]:
         consumer.assign([tp])
         await consumer.seek_to_end(tp)
         await consumer.position(tp)
-        times = []
+        times, acks = [], []
         for i in range(count):
             started = time.perf_counter()
             meta = await producer.send_and_wait(topic, b"x" * VALUE_BYTES,
                                                 key=str(i).encode(), partition=0)
+            acks.append(time.perf_counter() - started)
             await _receive(consumer, tp, meta.offset)
             times.append(time.perf_counter() - started)
-        return times
+        return times, acks
     finally:
         await producer.stop()
         await consumer.stop()
