@@ -36,7 +36,7 @@ from runstream.engine.timetravel.points import Point, RunDiff, RunTree, run_at, 
 from runstream.engine.timetravel.points import parse_time as parse_time  # the CLI's and UI's
 from runstream.engine.timetravel.points import run_diff as _run_diff
 from runstream.engine.timetravel.points import run_tree as _run_tree
-from runstream.engine.worker import Worker
+from runstream.engine.worker import Worker, heap
 from runstream.projections import query_plan
 from runstream.projections.fold import RebuildReport
 from runstream.projections.partitioning import run_partition
@@ -247,7 +247,11 @@ async def serve_worker(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await worker.serve_until(stop)
+    settling = asyncio.create_task(heap.settle_once_started(worker.started))
+    try:
+        await worker.serve_until(stop)
+    finally:
+        settling.cancel()
 
 
 async def rebuild(

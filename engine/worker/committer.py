@@ -66,6 +66,13 @@ class RecordTooLarge(EncodeError):
 # functions run without awaiting anything real in between).
 QUIET_TURNS = 3
 
+# Loop turns an idle producer waits before it takes what is queued, so that the decisions of
+# one reaction and of the executions it starts go in one produce request: a create's
+# run.created, its activation and its first step, instead of run.created alone and the rest
+# one acknowledgement later (bench latency: about 1 ms of every run's latency). A busy
+# producer needs none: aiokafka batches behind the request in flight.
+COALESCE_TURNS = 3
+
 
 @dataclass(slots=True)
 class _Pending:
@@ -186,6 +193,9 @@ class Committer:
         assert self._producer is not None
         while True:
             await self._wakeup.wait()
+            if not self._unacked:
+                for _ in range(COALESCE_TURNS):
+                    await asyncio.sleep(0)
             self._wakeup.clear()
             while self._queue and self.failure is None:
                 pending = self._queue.popleft()

@@ -143,8 +143,7 @@ class Worker:
         self.metrics_port = metrics_port  # serve /metrics there when set (0: any port)
         self.observer = WorkerObserver(self, self.metrics)
         # Runs whose record the broker refused (too large, corrupt): failed (or their create
-        # rejected) when next decided, instead of re-executed into the same refusal. The
-        # latest engine.worker.claims.MAX_REFUSED.
+        # rejected) when next decided, not re-executed; the latest claims.MAX_REFUSED.
         self.refused: OrderedDict[str, str] = OrderedDict()
         # Irreversible step attempts whose step.started went unconfirmed and could not be
         # journaled not called (the source failed): retried, not quarantined, should this
@@ -162,14 +161,14 @@ class Worker:
         # Each source's producer, and the dead-letter copier's (engine.worker.kafka_driver).
         self._make_producer = partial(make_producer, self.bootstrap, name=self.name,
                                       security=security)
-        self.dead_letters = DeadLetterCopier(
-            partial(make_producer, self.bootstrap, name=f"{self.name}-dead-letters",
-                    security=security, max_request_size=DEAD_LETTER_REQUEST_BYTES),
-            topic=dead_letter_topic(self.namespace), source_topic=self.topic,
-            metrics=self.metrics)
+        self.dead_letters = DeadLetterCopier(partial(
+            make_producer, self.bootstrap, name=f"{self.name}-dead-letters", security=security,
+            max_request_size=DEAD_LETTER_REQUEST_BYTES), topic=dead_letter_topic(self.namespace),
+            source_topic=self.topic, metrics=self.metrics)
         self._stopping = False
         self._abandoned = False  # a stop came while still connecting (serve_until)
         self._tasks: list[asyncio.Task[None]] = []
+        self.started = asyncio.Event()  # set once the brokers answered and its tasks run
         self._failure_stop: asyncio.Task[None] | None = None
         self._fatal: WorkerFatal | None = None
         self._retiring: set[asyncio.Task[None]] = set()  # closing failed sources: a few
@@ -209,6 +208,7 @@ class Worker:
         watchdog = self._background("watchdog", self.watchdog.run)
         snapshots = self._background("snapshots", self.snapshots.run)
         self._tasks = [consume, heartbeat, timers, retention, watchdog, snapshots]
+        self.started.set()
         log.info("worker %s (source %s) started on %s", self.name, self.source_id, self.topic)
 
     def _background(self, task: str, body: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
