@@ -29,6 +29,7 @@ from runstream.projections.state import (
     incarnation_id,
     replace,
 )
+from runstream.projections.step_entries import final_step_entry, timed_out_message
 
 Changes = dict[str, Any]
 
@@ -186,12 +187,6 @@ def _timer_fired(run: RunState, record: Any, epoch: int, previous: Any) -> Chang
     return Change(changes, entry)
 
 
-def timed_out_message(kind: str, name: str) -> str:
-    """Why a wait ended by its timeout: a signal wait's (kind "wait") or a child's."""
-    what = f"no {name!r} signal" if kind == "wait" else f"child run {name!r} had not settled"
-    return f"{what} before the timeout"
-
-
 def _resumed(run: RunState, record: Any, epoch: int, previous: Any) -> Change | None:
     """A wait ends (suspended run), or is satisfied at once (a running run taking a
     buffered signal or a settled child's outcome); without a position it only makes the
@@ -332,8 +327,11 @@ def _settled(run: RunState, status: RunStatus, changes: Changes) -> Change:
 
 
 def _completed(run: RunState, record: Any, epoch: int, _: Any) -> Change:
+    """The run's result, and the entry of its last step when that rides along."""
     assert isinstance(record, ev.RunCompleted)
-    return _settled(run, RunStatus.completed, {"result_json": record.result_json})
+    change = _settled(run, RunStatus.completed, {"result_json": record.result_json})
+    change.entry = final_step_entry(record)
+    return change
 
 
 def _failed(run: RunState, record: Any, epoch: int, _: Any) -> Change:

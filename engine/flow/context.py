@@ -199,8 +199,8 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
                                                      digest)
                 continue
             result_json = dump_json(value, adapter)
-            self._port.send(ev.StepCompleted, position=position, name=name, kind="step",
-                            result_json=result_json, attempt=attempt, args_digest=digest)
+            self._port.hold_step({"position": position, "name": name, "result_json": result_json,
+                                  "attempt": attempt, "args_digest": digest}, irreversible)
             # Return what a replay would return, so first run and replay cannot differ.
             return cast(Any, adapter.validate_json(result_json))
 

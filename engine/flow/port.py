@@ -54,6 +54,10 @@ class JournalPort(Protocol):
     def send(self, cls: type[ev.JournalRecord], **body: Any) -> None:
         """Queue one decision about this run (a step outcome or journaled value)."""
 
+    def hold_step(self, body: dict[str, Any], irreversible: bool) -> None:
+        """A step's outcome: sent with this run's next decision, or inside its completion
+        (engine.flow.held); an irreversible step's at once."""
+
     async def barrier(self) -> None:
         """Return once every step outcome sent so far is acknowledged."""
 

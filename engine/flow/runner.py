@@ -17,6 +17,7 @@ from typing import Any
 from runstream.engine.errors import Cancelled, CapabilityRefused, PayloadInvalid, journal_text
 from runstream.engine.flow.context import FlowContext, Quarantined, RunReleased, Suspend
 from runstream.engine.flow.definition import Flow, Handoff, dump_json
+from runstream.engine.flow.held import HeldStep, may_hold
 from runstream.engine.journal import EncodeError, JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.observability.tracing import activation_span
@@ -48,14 +49,73 @@ class HandlerRunner(ABC):
     _interrupted: bool = False  # the deadline passed: the handler's task was cancelled
     abandoned: bool = False  # its grace passed too: nothing more of it is journaled
 
-    @abstractmethod
-    def send(self, cls: type[JournalRecord], **body: Any) -> None: ...
+    # A reversible step's outcome held back (engine.flow.held): it goes out before the
+    # next decision of this run, or rides in the run's completion if the handler returns
+    # first. False (the dry run's sandbox): every outcome is sent at once.
+    holds_steps: bool = True
+    _held: HeldStep | None = None
 
     @abstractmethod
-    async def barrier(self) -> None: ...
+    def _send(self, cls: type[JournalRecord], **body: Any) -> None: ...
 
     @abstractmethod
-    async def send_confirmed(self, cls: type[JournalRecord], **body: Any) -> None: ...
+    async def _barrier(self) -> None: ...
+
+    @abstractmethod
+    async def _send_confirmed(self, cls: type[JournalRecord], **body: Any) -> None: ...
+
+    @abstractmethod
+    async def _suspend(self, wait: Wait) -> JournalEntry | None: ...
+
+    def send(self, cls: type[JournalRecord], **body: Any) -> None:
+        """Queue one decision about this run, after the step outcome held back, if any
+        (inside it, when the decision is the run's completion and both are small)."""
+        held, self._held = self._held, None
+        if held is not None:
+            if cls is ev.RunCompleted and held.rides_with(body):
+                body = {**body, **held.as_final_step()}
+            else:
+                self._send(ev.StepCompleted, **held.body)
+        self._send(cls, **body)
+
+    def hold_step(self, body: dict[str, Any], irreversible: bool) -> None:
+        """A step's outcome (a `step.completed` body of kind step): held back until this
+        run's next decision, or the next turn of the event loop, whichever comes first."""
+        body = {"kind": "step", **body}
+        if irreversible or not self.holds_steps or not may_hold(body):
+            self.send(ev.StepCompleted, **body)
+            return
+        self.send_held()
+        self._held = HeldStep(body)
+        asyncio.get_running_loop().call_soon(self._send_held_later)
+
+    def send_held(self) -> None:
+        """Send the step outcome held back, if any."""
+        held, self._held = self._held, None
+        if held is not None:
+            self._send(ev.StepCompleted, **held.body)
+
+    def _send_held_later(self) -> None:
+        """The handler awaited something outside its context: what it holds goes out now.
+        A run released or dropped meanwhile sends nothing: the step runs again on replay,
+        as one whose outcome was sent and never acknowledged would."""
+        try:
+            self.send_held()
+        except (RunReleased, Dropped) as exc:
+            log.debug("run %s: a held step outcome was not sent: %s", self.run.run_id, exc)
+
+    async def barrier(self) -> None:
+        """Every step outcome so far is sent and acknowledged."""
+        self.send_held()
+        await self._barrier()
+
+    async def send_confirmed(self, cls: type[JournalRecord], **body: Any) -> None:
+        self.send_held()
+        await self._send_confirmed(cls, **body)
+
+    async def suspend(self, wait: Wait) -> JournalEntry | None:
+        self.send_held()
+        return await self._suspend(wait)
 
     @abstractmethod
     def ensure_active(self) -> None: ...
@@ -66,9 +126,6 @@ class HandlerRunner(ABC):
     @property
     @abstractmethod
     def durable_backoff_after_ms(self) -> int: ...
-
-    @abstractmethod
-    async def suspend(self, wait: Wait) -> JournalEntry | None: ...
 
     @abstractmethod
     def run_state(self) -> RunState: ...

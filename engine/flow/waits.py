@@ -35,12 +35,8 @@ from runstream.projections.state import (
     Signal,
     Wait,
 )
-from runstream.projections.transitions import (
-    CANCEL_DELIVERED,
-    WAIT_TIMEOUT,
-    timed_out_message,
-    wait_entry_name,
-)
+from runstream.projections.step_entries import timed_out_message
+from runstream.projections.transitions import CANCEL_DELIVERED, WAIT_TIMEOUT, wait_entry_name
 from runstream.projections.wakes import CHILD_CANCELLED, cancel_wake_reason, child_wake
 
 

@@ -149,18 +149,6 @@ class TimerFired:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunCompleted:
-    """The flow returned."""
-
-    TYPE: ClassVar[str] = "run.completed"
-    KIND: ClassVar[str] = "decision"
-    SCHEMA_ID: ClassVar[int] = 116
-
-    envelope: Envelope
-    result_json: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class RunFailed:
     """The flow raised or could not run."""
 
@@ -1242,13 +1230,32 @@ class UpdateCompleted:
     reason: str = ""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunCompleted:
+    """The flow returned."""
+
+    TYPE: ClassVar[str] = "run.completed"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 188
+
+    envelope: Envelope
+    result_json: str
+    # The run's last step, when it rides in this record instead of a step.completed of its own (the
+    # handler returned right after it): its journal position. Null: none rides here. The final_step
+    # fields are that step.completed's fields.
+    final_step_position: int | None = None
+    final_step_name: str | None = None
+    final_step_result_json: str | None = None
+    final_step_attempt: int = 1
+    final_step_args_digest: str | None = None
+
+
 # Any journal record; narrow with isinstance() or match on the class.
 JournalRecord: TypeAlias = (
     RunCreateRejected
     | RunActivated
     | StepStarted
     | TimerFired
-    | RunCompleted
     | RunFailed
     | LineageExhausted
     | RoundInvalid
@@ -1293,6 +1300,7 @@ JournalRecord: TypeAlias = (
     | UpdateAccepted
     | UpdateRejected
     | UpdateCompleted
+    | RunCompleted
 )
 
 # Record type string (the rs-type header and envelope.type) → class.
@@ -1301,7 +1309,6 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "run.activated": RunActivated,
     "step.started": StepStarted,
     "timer.fired": TimerFired,
-    "run.completed": RunCompleted,
     "run.failed": RunFailed,
     "lineage.exhausted": LineageExhausted,
     "round.invalid": RoundInvalid,
@@ -1346,6 +1353,7 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "update.accepted": UpdateAccepted,
     "update.rejected": UpdateRejected,
     "update.completed": UpdateCompleted,
+    "run.completed": RunCompleted,
 }
 
 REQUEST_TYPES: frozenset[str] = frozenset(
@@ -1369,7 +1377,6 @@ DECISION_TYPES: frozenset[str] = frozenset(
         "run.activated",
         "step.started",
         "timer.fired",
-        "run.completed",
         "run.failed",
         "lineage.exhausted",
         "round.invalid",
@@ -1403,5 +1410,6 @@ DECISION_TYPES: frozenset[str] = frozenset(
         "update.accepted",
         "update.rejected",
         "update.completed",
+        "run.completed",
     }
 )

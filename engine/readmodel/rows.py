@@ -18,7 +18,9 @@ _DETAIL_FIELDS = ("name", "position", "attempt", "mode", "evidence", "cause", "r
                   "duplicate", "will_retry", "wake_at_ms", "due_ms", "event_name",
                   "child_run_id", "child_status", "payload_json", "parent_exit_policy",
                   "cascaded", "cancelled", "detached", "requested_by", "operator",
-                  "signal_name", "signal_payload_json", "attributes_json", "rejected")
+                  "signal_name", "signal_payload_json", "attributes_json", "rejected",
+                  # the last step riding in a run.completed (engine.flow.held)
+                  "final_step_position", "final_step_name", "final_step_result_json")
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,19 +32,19 @@ class TestExecution(HandlerRunner):
         self._ctx: FlowContext | None = None
         self._verdict = Verdict.applied
 
-    def send(self, cls: type[JournalRecord], **body: Any) -> None:
+    def _send(self, cls: type[JournalRecord], **body: Any) -> None:
         self.ensure_active()
-        position = body.get("position")
+        position = body.get("position", body.get("final_step_position"))
         if self.env.crash_point(self.run.run_id, position):
             self.crashed = True
             raise Dropped(f"crash injected at position {position} of run {self.run.run_id}")
         request_id = body.pop("request_id", None)
         self._verdict = self.env.decide(self.run_state(), cls, request_id=request_id, **body)
 
-    async def barrier(self) -> None:
+    async def _barrier(self) -> None:
         await asyncio.sleep(0)  # written already; let other handlers run
 
-    async def send_confirmed(self, cls: type[JournalRecord], **body: Any) -> None:
+    async def _send_confirmed(self, cls: type[JournalRecord], **body: Any) -> None:
         self.send(cls, **body)
         if self._verdict is not Verdict.applied:
             raise RunReleased(f"{cls.TYPE} was {self._verdict.value}")
@@ -74,7 +74,7 @@ class TestExecution(HandlerRunner):
     def journal(self) -> tuple[JournalEntry, ...]:
         return self.env.journal(self.run.run_id)
 
-    async def suspend(self, wait: Wait) -> JournalEntry | None:
+    async def _suspend(self, wait: Wait) -> JournalEntry | None:
         self.settled = True
         self.send(ev.RunSuspended, **suspension(wait))
         self.crashed = True  # like a worker's: the unwinding handler journals nothing more

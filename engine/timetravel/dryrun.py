@@ -103,6 +103,8 @@ class Sandbox(HandlerRunner):
     records what the handler decides. Bounds: `taken` holds the positions the handler took
     (the journal's, and the one new decision it stops at)."""
 
+    holds_steps = False  # each decision is compared where the handler makes it
+
     def __init__(self, run: RunState, entries: Iterable[JournalEntry],
                  flows: dict[str, Flow[Any, Any]], now_ms: int) -> None:
         self.run = run
@@ -150,7 +152,7 @@ class Sandbox(HandlerRunner):
 
     # -- the journal port -------------------------------------------------------------
 
-    def send(self, cls: type[JournalRecord], **body: Any) -> None:
+    def _send(self, cls: type[JournalRecord], **body: Any) -> None:
         if cls is ev.RunResumed and body.get("error_type") == CANCEL_DELIVERED:
             return  # where the cancel met the handler: bookkeeping, not a decision to show
         if issubclass(cls, _POSITIONAL):
@@ -159,10 +161,10 @@ class Sandbox(HandlerRunner):
         if ending is not None and not self.stopped and self.next is None:
             self.next = ending
 
-    async def barrier(self) -> None:
+    async def _barrier(self) -> None:
         return None
 
-    async def send_confirmed(self, cls: type[JournalRecord], **body: Any) -> None:
+    async def _send_confirmed(self, cls: type[JournalRecord], **body: Any) -> None:
         self.send(cls, **body)
 
     def ensure_active(self) -> None:
@@ -179,7 +181,7 @@ class Sandbox(HandlerRunner):
         # (a new decision stops the dry run before any backoff: the worker's default)
         return millis(DEFAULT_DURABLE_BACKOFF_AFTER)
 
-    async def suspend(self, wait: Wait) -> JournalEntry | None:
+    async def _suspend(self, wait: Wait) -> JournalEntry | None:
         self._intend(wait_intent(self._call, wait))
         return None  # not reached: _intend raises
 

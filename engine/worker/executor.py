@@ -93,7 +93,7 @@ class RunExecution(HandlerRunner):
         except WorkerFatal as exc:  # the source ended: the worker renews it and claims again
             raise RunReleased(str(exc)) from None
 
-    def send(self, cls: type[JournalRecord], **body: Any) -> None:
+    def _send(self, cls: type[JournalRecord], **body: Any) -> None:
         try:
             self._last_outcome = self._enqueue(cls, body)
         except RecordTooLarge as exc:
@@ -114,7 +114,7 @@ class RunExecution(HandlerRunner):
             "retry_delay_ms": 0, "args_digest": body.get("args_digest")})
         raise StepFailed(str(body["name"]), RESULT_TOO_LARGE, message, int(body["attempt"]))
 
-    async def barrier(self) -> None:
+    async def _barrier(self) -> None:
         """Our last step outcome is acknowledged; after a stall of the event loop, our
         ownership is confirmed too (we may have lost the partition meanwhile, and the new
         owner may have completed the step we are about to start)."""
@@ -126,7 +126,7 @@ class RunExecution(HandlerRunner):
                 raise RunReleased(str(exc)) from None
         await self.owner.claims.confirm(self.ownership)
 
-    async def send_confirmed(self, cls: type[JournalRecord], **body: Any) -> None:
+    async def _send_confirmed(self, cls: type[JournalRecord], **body: Any) -> None:
         acked = self._enqueue(cls, body)
         partition = self.ownership.partition
         verdict_of = self.owner.confirmations.expect(partition, self.owner.committer.last_seq)
@@ -204,7 +204,7 @@ class RunExecution(HandlerRunner):
         assert self.owner.store is not None
         return self.owner.store.entry(self.run.run_id, position)
 
-    async def suspend(self, wait: Wait) -> JournalEntry | None:
+    async def _suspend(self, wait: Wait) -> JournalEntry | None:
         self.ensure_active()
         self.settled = True  # before anything is sent: it may land even if we stop
         self.suspending = True

@@ -59,6 +59,9 @@ class MemoryPort:
         assert verdict is Verdict.applied, (record, verdict)
         self._offset += 1
 
+    def hold_step(self, body: dict[str, Any], irreversible: bool) -> None:
+        self.send(ev.StepCompleted, kind="step", **body)  # (this port holds nothing back)
+
     def send(self, cls: type[JournalRecord], **body: Any) -> None:
         record = self.writer.decide(cls, run_id=RUN, **body)
         self._fold(record)

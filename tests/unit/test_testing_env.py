@@ -367,9 +367,11 @@ async def test_a_fork_replays_its_copied_prefix_and_runs_the_rest_once_more() ->
         assert calls("env-risky") == {"prepare": 1, "charge": 2, "receipt": 2}
 
         await env.run(family, {"tag": "env-kin"}, run_id="kin")
-        # Forked at its last step: the spawn (its child finished) and the child's result are
-        # copied, so nothing spawns or runs again.
-        at_after = len(env.history("kin")) - 1
+        # Forked at its last record, the completion, which carries its last step
+        # (engine.flow.held): the spawn (its child finished), the child's result and that
+        # step are copied, so nothing spawns or runs again.
+        assert env.history("kin")[-1].type == "run.completed"
+        at_after = len(env.history("kin"))
         tail = await env.fork("kin", at_record=at_after)
         await env.result(tail)
         assert calls("env-kin") == {"before": 1, "child-work": 1, "after": 1}
