@@ -244,7 +244,17 @@ def _answer_create(view: OwnerView, run: RunState, item: InboxItem) -> list[Reac
     # Started under the limits just journaled, not the request's: the execution may start
     # before the projection has applied the run.created.
     then = tuple(start(view, as_admitted(run, limits))) if isinstance(answer, Create) else ()
+    if _starts_now(view, then):  # its first activation rides in the run.created
+        created[1]["activated"] = True
+        then = (Start(then[0].run, activated=True),)
     return [Write(run, (created,), key, then=then)]
+
+
+def _starts_now(view: OwnerView, then: tuple[Reaction, ...]) -> bool:
+    """A new run to start at once, in a slot free now, its limits its flow's."""
+    return (len(then) == 1 and isinstance(then[0], Start) and not then[0].claimed
+            and then[0].run.activations == 0 and not view.executing(then[0].run.run_id)
+            and view.slot_free(then[0].run.flow))
 
 
 def payload_refusal(flows: Mapping[str, RegisteredFlow], flow_name: str,

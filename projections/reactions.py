@@ -46,6 +46,10 @@ def _no_refusal(run_id: str) -> Refusal | None:
     return None
 
 
+def _no_slot(flow: str) -> bool:
+    return False
+
+
 @dataclass(frozen=True, slots=True)
 class OwnerView:
     """What the owner knows beside the run. Callables, so that a caller answers from its
@@ -58,6 +62,11 @@ class OwnerView:
     in_flight: Callable[[str], bool]  # run id -> decisions of ours not applied yet
     executing: Callable[[str], bool]  # run id -> an execution of the run is here
     refusal: Callable[[str], Refusal | None] = _no_refusal
+    # flow -> the owner starts a run of it at once, in a slot free now: its first
+    # activation then rides in its run.created. A worker's is true unless its executions
+    # fill its concurrency or the flow has a max_concurrency; the test environment's never
+    # (its handlers run when it is driven).
+    slot_free: Callable[[str], bool] = _no_slot
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +79,9 @@ class Start:
     run: RunState
     woken: bool = False
     claimed: bool = False
+    # Its first activation rides in the run.created just written (projections.owner): the
+    # execution sends no run.activated.
+    activated: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,7 @@ from runstream.projections.state import (
     OutboxItem,
     PartitionState,
     RunState,
+    RunStatus,
     Tombstone,
     Verdict,
 )
@@ -332,7 +333,7 @@ def _decide_run(
     cls = record.__class__
     if cls in _ANY_STATUS:
         if isinstance(record, ev.RunCreated):
-            created = _created(run, record, offset, partition.partition)
+            created = _created(run, record, offset, partition)
             return _RunChange(created, outbox=spawn_answer(run, record))
         assert run is not None
         if isinstance(record, ev.RunCreateRejected):  # answers a request in any status
@@ -396,12 +397,13 @@ _ANY_STATUS = frozenset({ev.RunCreated, ev.RunCreateRejected, ev.EvidenceRecorde
                          ev.RunForkAnswered})  # decisions applied whatever the run's status
 
 
-def _created(run: RunState | None, record: ev.RunCreated, offset: int, partition: int) -> RunState:
+def _created(run: RunState | None, record: ev.RunCreated, offset: int,
+             partition: PartitionState) -> RunState:
     env = record.envelope
     if run is None:
         # A run.created with no request before it (a trimmed log, or another writer's
         # tooling): the run lives in this partition all the same.
-        run = _new_run(partition, record, env.request_id or f"offset-{offset}",
+        run = _new_run(partition.partition, record, env.request_id or f"offset-{offset}",
                        record.request_offset)
     inbox = _answered(run, env.request_id)
     if record.duplicate or run.admitted:
@@ -421,6 +423,9 @@ def _created(run: RunState | None, record: ev.RunCreated, offset: int, partition
         limits_fixed=record.limits_fixed,
         incarnation=record.incarnation,
         **admitted_fields(record, run),
+        # Activated in the same record: as run.activated (projections.transitions) makes it.
+        **({"status": RunStatus.running, "activations": 1, "owner_source": env.source_id,
+            "owner_epoch": partition.epoch} if record.activated else {}),
     )
 
 

@@ -720,47 +720,6 @@ class StepFailed:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunCreated:
-    """The owner admitted a run."""
-
-    TYPE: ClassVar[str] = "run.created"
-    KIND: ClassVar[str] = "decision"
-    SCHEMA_ID: ClassVar[int] = 167
-
-    envelope: Envelope
-    flow: str
-    payload_json: str
-    # Offset of the create request that made the run.
-    request_offset: int
-    # True when the request repeated an existing run with the same identity.
-    duplicate: bool = False
-    parent_run_id: str | None = None
-    round: int = 0
-    # The capabilities the run's steps may use (null: unrestricted).
-    ceiling: list[str] | None = None
-    # The lineage's round budget (0: unlimited).
-    max_rounds: int = 0
-    # True when the admitting owner registers the flow, so the ceiling and budget above are the
-    # flow's; false: the first owner that registers the flow fixes them (run.limits-fixed) before
-    # the first activation.
-    limits_fixed: bool = False
-    # This life of the run id: the offset of the create request that began it. Every id an owner
-    # derives from the run (spawns, wakes, cancels, handoffs, default child ids) carries it, so an
-    # id reused after its tombstone went never collides with its former life. Null in records
-    # written before retention (ids without it).
-    incarnation: int | None = None
-    # The run's effective timeout (ms): the smaller of its flow's and its creator's. Its deadline is
-    # this record's envelope time plus it. Null: no timeout.
-    run_timeout_ms: int | None = None
-    # How long the handler may clean up once the deadline passed (ms) before the owner fails the run
-    # without it. Null: the default (30 s).
-    timeout_grace_ms: int | None = None
-    # True: the deadline spans the lineage's handoff rounds (timeout_scope lineage); false: each
-    # round has its own.
-    lineage_timeout: bool = False
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class RunLimitsFixed:
     """The first owner that registers the run's flow fixed its ceiling and round budget, before its
     first activation (the owner that admitted it did not register the flow).
@@ -1250,6 +1209,51 @@ class RunCompleted:
     final_step_args_digest: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunCreated:
+    """The owner admitted a run."""
+
+    TYPE: ClassVar[str] = "run.created"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 189
+
+    envelope: Envelope
+    flow: str
+    payload_json: str
+    # Offset of the create request that made the run.
+    request_offset: int
+    # True when the request repeated an existing run with the same identity.
+    duplicate: bool = False
+    parent_run_id: str | None = None
+    round: int = 0
+    # The capabilities the run's steps may use (null: unrestricted).
+    ceiling: list[str] | None = None
+    # The lineage's round budget (0: unlimited).
+    max_rounds: int = 0
+    # True when the admitting owner registers the flow, so the ceiling and budget above are the
+    # flow's; false: the first owner that registers the flow fixes them (run.limits-fixed) before
+    # the first activation.
+    limits_fixed: bool = False
+    # This life of the run id: the offset of the create request that began it. Every id an owner
+    # derives from the run (spawns, wakes, cancels, handoffs, default child ids) carries it, so an
+    # id reused after its tombstone went never collides with its former life. Null in records
+    # written before retention (ids without it).
+    incarnation: int | None = None
+    # The run's effective timeout (ms): the smaller of its flow's and its creator's. Its deadline is
+    # this record's envelope time plus it. Null: no timeout.
+    run_timeout_ms: int | None = None
+    # How long the handler may clean up once the deadline passed (ms) before the owner fails the run
+    # without it. Null: the default (30 s).
+    timeout_grace_ms: int | None = None
+    # True: the deadline spans the lineage's handoff rounds (timeout_scope lineage); false: each
+    # round has its own.
+    lineage_timeout: bool = False
+    # True: the owner also activated the run in this record, its first activation (mode new), as a
+    # run.activated right after it would: it registers the flow and a slot was free, so the run
+    # starts at once.
+    activated: bool = False
+
+
 # Any journal record; narrow with isinstance() or match on the class.
 JournalRecord: TypeAlias = (
     RunCreateRejected
@@ -1281,7 +1285,6 @@ JournalRecord: TypeAlias = (
     | PartitionEpochClaimed
     | PartitionSnapshotTaken
     | StepFailed
-    | RunCreated
     | RunLimitsFixed
     | RunHandedOff
     | RunTimedOut
@@ -1301,6 +1304,7 @@ JournalRecord: TypeAlias = (
     | UpdateRejected
     | UpdateCompleted
     | RunCompleted
+    | RunCreated
 )
 
 # Record type string (the rs-type header and envelope.type) → class.
@@ -1334,7 +1338,6 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "partition.epoch-claimed": PartitionEpochClaimed,
     "partition.snapshot-taken": PartitionSnapshotTaken,
     "step.failed": StepFailed,
-    "run.created": RunCreated,
     "run.limits-fixed": RunLimitsFixed,
     "run.handed-off": RunHandedOff,
     "run.timed-out": RunTimedOut,
@@ -1354,6 +1357,7 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "update.rejected": UpdateRejected,
     "update.completed": UpdateCompleted,
     "run.completed": RunCompleted,
+    "run.created": RunCreated,
 }
 
 REQUEST_TYPES: frozenset[str] = frozenset(
@@ -1396,7 +1400,6 @@ DECISION_TYPES: frozenset[str] = frozenset(
         "partition.epoch-claimed",
         "partition.snapshot-taken",
         "step.failed",
-        "run.created",
         "run.limits-fixed",
         "run.handed-off",
         "run.timed-out",
@@ -1411,5 +1414,6 @@ DECISION_TYPES: frozenset[str] = frozenset(
         "update.rejected",
         "update.completed",
         "run.completed",
+        "run.created",
     }
 )

@@ -291,12 +291,16 @@ VERDICTS = {
 }
 
 
+FIRST_IN_CREATION = "first activation, in the run.created that admitted it"
+
+
 def why_report(run: RunState, rows: list[HistoryRow]) -> dict[str, Any]:
     """Why the run is where it is, as JSON (`run status --why --json`): its status note, its
     latest applied activation, its releases by cause, its evidence, its records that were not
     applied (by verdict), a pending cancel or resolution, and the round it handed off to.
     `rows`: the run's history (engine.timetravel.history.run_history). Pure: no I/O."""
-    activations = [r for r in rows if r.type == "run.activated" and r.verdict == "applied"]
+    activations = [r for r in rows if r.verdict == "applied" and (
+        r.type == "run.activated" or (r.type == "run.created" and r.detail.get("activated")))]
     last = activations[-1] if activations else None
     releases = [r for r in rows if r.type == "run.released" and r.verdict == "applied"]
     by_cause = Counter(str(r.detail.get("cause", "unknown")) for r in releases)
@@ -317,9 +321,11 @@ def why_report(run: RunState, rows: list[HistoryRow]) -> dict[str, Any]:
         "note": status_note(run),
         "activations": run.activations,
         "last_activation": None if last is None else {
-            "mode": last.detail.get("mode"),
-            "explanation": ACTIVATION_MODES.get(str(last.detail.get("mode")), "unknown mode"),
-            "evidence": last.detail.get("evidence"),
+            # (a run.created that activated the run: a first activation, mode new)
+            "mode": last.detail.get("mode", "new"),
+            "explanation": ACTIVATION_MODES.get(str(last.detail.get("mode", "new")),
+                                                "unknown mode"),
+            "evidence": last.detail.get("evidence", FIRST_IN_CREATION),
             "offset": last.offset, "source": last.source, "epoch": last.epoch},
         "wake_reason": run.wake_reason,
         "releases": [{"cause": cause, "count": count,

@@ -20,7 +20,8 @@ _DETAIL_FIELDS = ("name", "position", "attempt", "mode", "evidence", "cause", "r
                   "cascaded", "cancelled", "detached", "requested_by", "operator",
                   "signal_name", "signal_payload_json", "attributes_json", "rejected",
                   # the last step riding in a run.completed (engine.flow.held)
-                  "final_step_position", "final_step_name", "final_step_result_json")
+                  "final_step_position", "final_step_name", "final_step_result_json",
+                  "activated")  # a run.created that also activated the run
 
 
 @dataclass(frozen=True, slots=True)

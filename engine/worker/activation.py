@@ -82,12 +82,12 @@ class Activator:
         flow = self.owner.flows[run.flow]  # (projections.owner.start: registered)
         plan = plan_activation(run, self.owner_name, now_ms())
         execution = RunExecution(self.owner, own, run, plan)
-        if len(executions) < self.owner.concurrency and flow.max_concurrency is None:
-            # A slot will be free for it (the executions started so far hold or wait for
-            # fewer than all of them): activate in this turn of the loop, so that the
-            # activation shares a produce request with the run's creation. The others, and
-            # the runs of a flow with a max_concurrency (its limit may hold them back), are
-            # activated when they get their slot.
+        if start.activated:
+            execution.activated = True  # in its run.created (projections.owner)
+        elif self.slot_free(run.flow):
+            # Activate in this turn of the loop, so that the activation shares a produce
+            # request with the decisions before it. The others are activated when they get
+            # their slot.
             execution.activate()
         executions[run.run_id] = execution
         own.run_ids.add(run.run_id)
@@ -96,6 +96,14 @@ class Activator:
         # its first step (the partition lost later in the poll that started it) never
         # enters _execute, and a stale entry would keep the run from starting again here.
         execution.task.add_done_callback(lambda _: self._forget(execution))
+
+    def slot_free(self, flow: str) -> bool:
+        """A slot will be free for a run of `flow` started now: the executions started so
+        far hold or wait for fewer than all of them, and the flow has no max_concurrency
+        (its limit may hold the run back)."""
+        registered = self.owner.flows.get(flow)
+        return (registered is not None and registered.max_concurrency is None
+                and len(self.executions) < self.owner.concurrency)
 
     def left_behind(self, run_id: str) -> None:
         """The execution of `run_id` ignored its cancellation (engine.worker.claims)."""

@@ -99,6 +99,9 @@ class Launcher(Protocol):
     def interrupt(self, interrupt: Interrupt) -> None:
         """Cancel the handler of a run whose deadline passed, if it executes here."""
 
+    def slot_free(self, flow: str) -> bool:
+        """A run of `flow` launched now gets a slot at once."""
+
 
 class ClaimReactions(Protocol):
     """The worker's reactions (engine.worker.reactions.Reactions), as a claim's sweep uses

@@ -121,6 +121,8 @@ class WorkerObserver:
             self.metrics.decision(record.TYPE)
         if isinstance(record, ev.RunActivated):
             self.metrics.activation(record.mode)
+        elif isinstance(record, ev.RunCreated) and record.activated:
+            self.metrics.activation("new")  # (its first activation rode in its creation)
         elif isinstance(record, ev.TimerFired):
             self.metrics.timers_fired(1)
         elif isinstance(record, ev.RunResumed) and record.signal_request_id is not None:

@@ -59,7 +59,7 @@ class Reactions:
         return OwnerView(flows=w.flows, owner=w.name, entry=self._entry, decided=own.decided,
                          in_flight=w.confirmations.in_flight,
                          executing=lambda run_id: run_id in w.executions,
-                         refusal=self._refusal)
+                         refusal=self._refusal, slot_free=w.activator.slot_free)
 
     def on_record(self, own: Ownership, outcome: Outcome, *, drained: bool) -> None:
         """A record of a partition this worker executes, judged (projections.owner.on_record
