@@ -637,3 +637,33 @@ def test_updates_fixture_answers_each_update_once_and_rocksdb_agrees(tmp_path: P
                                         if isinstance(i.record, ev.UpdateCompleted)
                                         and not i.record.rejected]
     assert json.loads(memory.runs["early"].result_json or "") == 3
+
+
+def test_record_shapes_fixture_folds_5_record_runs_as_the_7_record_ones(
+        tmp_path: Path) -> None:
+    """record-shapes (recorded from a real worker by tests/fixtures/record_shapes_fixture.py):
+    runs whose first activation rides in their run.created and whose last step rides in
+    their run.completed, beside the shapes that stay apart (a flow with a max_concurrency,
+    an irreversible or large last step, a handler that awaits after it). Memory and both
+    stores agree; every run holds every step's entry, as the old shapes made it."""
+    with folded_twice(tmp_path, "record-shapes") as (memory, _, verdicts):
+        assert all_applied(verdicts)
+    for run_id in ("plain-0", "plain-1", "plain-2", "plain-3", "capped"):
+        run = memory.runs[run_id]
+        assert run.status is RunStatus.completed and run.activations == 1
+        entries = memory.store.entries[run_id]
+        assert [entries[p].status for p in sorted(entries)] == ["completed"] * 3
+        name = "capped" if run_id == "capped" else f"p{run_id[-1]}"
+        assert json.loads(run.result_json or "") == [f"{name}-{n}" for n in ("one", "two",
+                                                                             "three")]
+    records = {run_id: [i.record for i in items if i.record is not None]
+               for run_id, items in memory.history.items()}
+    shape = {run_id: [r.TYPE for r in found] for run_id, found in records.items()}
+    assert shape["plain-0"] == ["run.create-requested", "run.created", "step.completed",
+                                "step.completed", "run.completed"]
+    assert shape["capped"][:3] == ["run.create-requested", "run.created", "run.activated"]
+    for run_id in ("last-irreversible", "last-large", "awaits"):
+        completion = records[run_id][-1]
+        assert isinstance(completion, ev.RunCompleted)
+        assert completion.final_step_position is None, run_id
+        assert memory.runs[run_id].status is RunStatus.completed
