@@ -165,10 +165,9 @@ class Worker:
             make_producer, self.bootstrap, name=f"{self.name}-dead-letters", security=security,
             max_request_size=DEAD_LETTER_REQUEST_BYTES), topic=dead_letter_topic(self.namespace),
             source_topic=self.topic, metrics=self.metrics)
-        self._stopping = False
-        self._abandoned = False  # a stop came while still connecting (serve_until)
+        self._stopping = self._abandoned = False  # _abandoned: stopped while connecting
         self._tasks: list[asyncio.Task[None]] = []
-        self.started = asyncio.Event()  # set once the brokers answered and its tasks run
+        self.started = asyncio.Event()  # the brokers answered and its tasks run
         self._failure_stop: asyncio.Task[None] | None = None
         self._fatal: WorkerFatal | None = None
         self._retiring: set[asyncio.Task[None]] = set()  # closing failed sources: a few
@@ -247,7 +246,8 @@ class Worker:
 
     async def serve_until(self, stop: asyncio.Event) -> None:
         """Start, work until `stop` is set (a signal) or the worker fails, then stop
-        gracefully; a `stop` while still waiting for the brokers ends the wait."""
+        gracefully; a `stop` while still connecting ends the wait and the worker, without
+        the error of the attempt it cut short (chaos: a SIGTERM in a broker restart)."""
         running = asyncio.create_task(self.run())
         stopped = asyncio.create_task(stop.wait())
         try:
@@ -256,12 +256,12 @@ class Worker:
             stopped.cancel()
             await self._abandon_start(running)
             await self.stop()
-        if running.done() and not running.cancelled() and running.exception():
+        if running.done() and not running.cancelled() and running.exception() and not (
+                stop.is_set() and not self.started.is_set()):
             raise running.exception()  # type: ignore[misc]
 
     async def _abandon_start(self, running: asyncio.Task[None]) -> None:
-        """Still connecting: end the wait for the brokers (engine.worker.connect.abandon);
-        the reconnector sees `_abandoned` after the attempt."""
+        """Still connecting: end the wait for the brokers (engine.worker.connect.abandon)."""
         self._abandoned = True
         await abandon(running, lambda: bool(self._tasks))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from aiokafka.errors import KafkaConnectionError, TopicAuthorizationFailedError
@@ -13,7 +14,7 @@ from aiokafka.errors import KafkaConnectionError, TopicAuthorizationFailedError
 from runstream.engine.errors import AccessDenied, BrokerConnectionFailed
 from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.kafka.reader import TopicMissing
-from runstream.engine.worker import connect
+from runstream.engine.worker import Worker, connect
 from runstream.engine.worker.connect import Reconnector, diagnose_failure
 
 
@@ -101,3 +102,39 @@ async def test_stopping_ends_the_wait() -> None:
 
     with pytest.raises(asyncio.CancelledError):
         await reconnector.until_done("connecting", attempt)
+
+
+async def test_a_stop_while_connecting_ends_the_worker_without_the_attempt_s_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SIGTERM during a broker restart: aiokafka may swallow the cancel and the attempt end
+    with its connection error instead (the chaos harness saw such a worker exit 3). The stop
+    wins; without a stop, the error still ends serve_until."""
+    worker = Worker(flows=[], data_dir=tmp_path / "w", bootstrap_servers=f"127.0.0.1:"
+                    f"{_closed_port()}", namespace="t", relay=False)
+    stop = asyncio.Event()
+
+    async def cut_short() -> None:
+        await stop.wait()
+        await asyncio.sleep(0.05)  # (abandon's cancel lands here and is swallowed)
+        raise KafkaConnectionError("Unable to bootstrap from [('127.0.0.1', 1)]")
+
+    async def swallowing_cancel() -> None:
+        try:
+            await cut_short()
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.05)
+            raise KafkaConnectionError("Unable to bootstrap") from None
+
+    monkeypatch.setattr(worker, "run", swallowing_cancel)
+    asyncio.get_running_loop().call_later(0.05, stop.set)
+    await asyncio.wait_for(worker.serve_until(stop), 10)  # returns: no error
+
+    failing = Worker(flows=[], data_dir=tmp_path / "f", bootstrap_servers="127.0.0.1:1",
+                     namespace="t", relay=False)
+
+    async def permanent() -> None:
+        raise BrokerConnectionFailed("nothing listens at 127.0.0.1:1")
+
+    monkeypatch.setattr(failing, "run", permanent)
+    with pytest.raises(BrokerConnectionFailed):
+        await asyncio.wait_for(failing.serve_until(asyncio.Event()), 10)
