@@ -55,6 +55,12 @@ class Takeover:
         return [run for run, ts in self.orphans.items() if ts is None]
 
 
+def activates(record: ev.JournalRecord) -> bool:
+    """A run.activated, or a run.created that activates its run too (issue 22)."""
+    return isinstance(record, ev.RunActivated) or (
+        isinstance(record, ev.RunCreated) and record.activated)
+
+
 async def analyse(bootstrap: str, topic: str, victim: str, kill_ms: int) -> Takeover:
     """Orphans of `victim` and when a survivor activated each, from record timestamps."""
     found = Takeover()
@@ -72,11 +78,11 @@ async def analyse(bootstrap: str, topic: str, victim: str, kill_ms: int) -> Take
             elif raw.timestamp_ms >= kill_ms:
                 found.claims_after_kill.append(raw.timestamp_ms)
         elif source in found.victim_sources:
-            if isinstance(record, ev.RunActivated):
+            if activates(record):
                 activated.setdefault(run_id, False)
             elif isinstance(record, SETTLED) and run_id in activated:
                 activated[run_id] = True
-        elif isinstance(record, ev.RunActivated) and activated.get(run_id) is False:
+        elif activates(record) and activated.get(run_id) is False:
             if raw.timestamp_ms >= kill_ms and found.orphans.get(run_id) is None:
                 found.orphans[run_id] = raw.timestamp_ms
     for run_id, settled in activated.items():

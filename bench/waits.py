@@ -42,6 +42,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from bench.env import Context, fresh_namespace, pick
+from bench.failover import activates
 from bench.report import Row, Section, percentile
 from bench.system import measure_cpu
 from bench.throughput import raw_limit
@@ -468,10 +469,10 @@ async def read_sticky(bootstrap: str, topic: str, ids: set[str]) -> StickyLog:
         found.types[record.TYPE] += 1
         if isinstance(record, _ENTRY_TYPES) and record.position is not None:
             positions[run_id].add(record.position)
-        if not isinstance(record, ev.RunActivated):
+        if not activates(record):  # (a first activation may ride in run.created)
             continue
         found.activated[run_id] += 1
-        if STICKY_EVIDENCE in record.evidence:
+        if isinstance(record, ev.RunActivated) and STICKY_EVIDENCE in record.evidence:
             found.sticky_wakes[run_id] += 1
         elif found.activated[run_id] > 1:  # the handler starts from the top again
             found.replays[run_id] += 1
@@ -547,7 +548,7 @@ def _sticky_rows(section: Section, on: StickyMode, off: StickyMode, wait: str) -
                    + (f"; {len(m.errors)} signals failed" if m.errors else ""))
     pair("worker CPU per run", "ms", lambda m: m.worker_cpu_ms,
          lambda m: "worker process(es), /proc utime+stime")
-    pair("run.activated per run", "records", lambda m: m.per_run(m.log.activated),
+    pair("activations per run", "records", lambda m: m.per_run(m.log.activated),
          lambda m: f"{m.per_run(m.log.sticky_wakes):.1f} of them sticky wakes")
     pair("handler replays from the top per run", "replays", lambda m: m.per_run(m.log.replays),
          lambda m: "activations after the first that are not sticky wakes")
