@@ -52,11 +52,10 @@ from runstream.projections.state import (
     OutboxItem,
     PartitionState,
     RunState,
-    RunStatus,
     Tombstone,
     Verdict,
 )
-from runstream.projections.transitions import transition
+from runstream.projections.transitions import activated_fields, transition
 from runstream.projections.updates import DECISIONS as UPDATE_DECISIONS
 from runstream.projections.updates import decided as update_decided
 from runstream.projections.updates import pending as pending_updates
@@ -423,9 +422,8 @@ def _created(run: RunState | None, record: ev.RunCreated, offset: int,
         limits_fixed=record.limits_fixed,
         incarnation=record.incarnation,
         **admitted_fields(record, run),
-        # Activated in the same record: as run.activated (projections.transitions) makes it.
-        **({"status": RunStatus.running, "activations": 1, "owner_source": env.source_id,
-            "owner_epoch": partition.epoch} if record.activated else {}),
+        # Activated in the same record: as a first run.activated makes it.
+        **(activated_fields(1, env.source_id, partition.epoch) if record.activated else {}),
     )
 
 

@@ -63,16 +63,15 @@ def transition(
     return change
 
 
+def activated_fields(activation: int, source_id: str | None, epoch: int) -> Changes:
+    """A run's fields once activated: by a run.activated, or a run.created that activates."""
+    return {"status": RunStatus.running, "activations": activation, "owner_source": source_id,
+            "owner_epoch": epoch, "released_cause": None, "suspended_reason": None}
+
+
 def _activated(run: RunState, record: Any, epoch: int, _: Any) -> Change:
     assert isinstance(record, ev.RunActivated)
-    return Change({
-        "status": RunStatus.running,
-        "activations": record.activation,
-        "owner_source": record.envelope.source_id,
-        "owner_epoch": epoch,
-        "released_cause": None,
-        "suspended_reason": None,
-    })
+    return Change(activated_fields(record.activation, record.envelope.source_id, epoch))
 
 
 def _released(run: RunState, record: Any, epoch: int, _: Any) -> Change | None:
