@@ -18,13 +18,11 @@ from bench.env import Context, fresh_namespace, pick
 from bench.load import open_loop
 from bench.report import CpuLine, Row, Section, percentile
 from bench.system import CpuMeter
-from bench.workers import WorkerPool
+from bench.workers import WorkerPool, decoded_records
 from runstream import Client
 from runstream.engine.config import journal_topic
 from runstream.engine.demo.flows import checkout
-from runstream.engine.journal import DecodeError, decode
 from runstream.engine.journal import events as ev
-from runstream.engine.kafka.reader import read_partitions
 
 PARTITIONS = 12
 VICTIM = "w0"
@@ -65,11 +63,7 @@ async def analyse(bootstrap: str, topic: str, victim: str, kill_ms: int) -> Take
     """Orphans of `victim` and when a survivor activated each, from record timestamps."""
     found = Takeover()
     activated: dict[str, bool] = {}  # by the victim; True once the victim settled it
-    async for raw in read_partitions(bootstrap, topic):
-        try:
-            record = decode(raw.value, raw.headers)
-        except DecodeError:
-            continue
+    async for raw, record in decoded_records(bootstrap, topic):
         source = record.envelope.source_id
         run_id = record.envelope.run_id
         if isinstance(record, ev.PartitionEpochClaimed):

@@ -11,8 +11,7 @@ import itertools
 from collections import defaultdict
 
 from bench.report import Row, Section, percentile
-from runstream.engine.journal import DecodeError, decode
-from runstream.engine.kafka.reader import read_partitions
+from bench.workers import decoded_records
 
 # A run's marks in order: the client's clock ("start", "result") and its records' log times.
 # Each hop is from one mark to the next one the run has.
@@ -24,11 +23,7 @@ async def journal_times(bootstrap: str, topic: str, runs: set[str]) -> dict[str,
     """Run id -> {record type (a step numbered by its order): log time ms} for `runs`."""
     found: dict[str, dict[str, int]] = defaultdict(dict)
     steps: dict[str, int] = defaultdict(int)
-    async for raw in read_partitions(bootstrap, topic):
-        try:
-            record = decode(raw.value, raw.headers)
-        except DecodeError:
-            continue
+    async for raw, record in decoded_records(bootstrap, topic):
         run_id = record.envelope.run_id
         if run_id not in runs:
             continue

@@ -18,12 +18,10 @@ from typing import Any
 from bench.env import Context, fresh_namespace, pick
 from bench.report import Row, Section, percentile
 from bench.waits import REPO
-from bench.workers import WorkerPool
+from bench.workers import WorkerPool, decoded_records
 from runstream import Client, Flow, FlowContext
 from runstream.engine.config import journal_topic
-from runstream.engine.journal import DecodeError, decode
 from runstream.engine.journal import events as ev
-from runstream.engine.kafka.reader import read_partitions
 
 PARTITIONS = 12
 APP = "bench.schedules:flows"
@@ -86,11 +84,7 @@ async def _read(bootstrap: str, topic: str, since_ms: int, until_ms: int
     """(schedule.fired lateness, timer.fired lateness) in ms, for instants in the window."""
     fires: list[float] = []
     timers: list[float] = []
-    async for raw in read_partitions(bootstrap, topic):
-        try:
-            record = decode(raw.value, raw.headers)
-        except DecodeError:
-            continue
+    async for raw, record in decoded_records(bootstrap, topic):
         if isinstance(record, ev.ScheduleFired) and since_ms <= record.nominal_ms < until_ms:
             fires.append(float(raw.timestamp_ms - record.nominal_ms))
         elif (isinstance(record, ev.TimerFired)

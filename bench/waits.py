@@ -46,13 +46,13 @@ from bench.failover import activates
 from bench.report import Row, Section, percentile
 from bench.system import measure_cpu
 from bench.throughput import raw_limit
-from bench.workers import WorkerPool
+from bench.workers import WorkerPool, decoded_records
 from runstream import Client, Flow, FlowContext, RunStatus
 from runstream.engine.config import journal_topic
 from runstream.engine.errors import RunstreamError
 from runstream.engine.journal import TYPE_HEADER, DecodeError, decode
 from runstream.engine.journal import events as ev
-from runstream.engine.kafka.reader import partition_count, read_partitions, reader_consumer
+from runstream.engine.kafka.reader import partition_count, reader_consumer
 from runstream.engine.worker.worker import sticky_size
 
 PARTITIONS = 12
@@ -284,11 +284,7 @@ class BurstLog:
 
 async def read_burst(bootstrap: str, topic: str, due_ms: int, cut_in: str) -> BurstLog:
     found = BurstLog()
-    async for raw in read_partitions(bootstrap, topic):
-        try:
-            record = decode(raw.value, raw.headers)
-        except DecodeError:
-            continue
+    async for raw, record in decoded_records(bootstrap, topic):
         run_id = record.envelope.run_id
         if run_id == cut_in and isinstance(record, ev.RunCompleted):
             found.cut_in_completed_ms = raw.timestamp_ms
@@ -457,11 +453,7 @@ _ENTRY_TYPES = (ev.StepCompleted, ev.TimerFired, ev.RunResumed)
 async def read_sticky(bootstrap: str, topic: str, ids: set[str]) -> StickyLog:
     found = StickyLog()
     positions: dict[str, set[int]] = {run_id: set() for run_id in ids}
-    async for raw in read_partitions(bootstrap, topic):
-        try:
-            record = decode(raw.value, raw.headers)
-        except DecodeError:
-            continue
+    async for _, record in decoded_records(bootstrap, topic):
         run_id = record.envelope.run_id
         if run_id not in ids:
             continue

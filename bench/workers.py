@@ -10,14 +10,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
 from runstream.engine.config import journal_topic
-from runstream.engine.journal import DecodeError, decode
+from runstream.engine.journal import DecodeError, JournalRecord, decode
 from runstream.engine.journal import events as ev
-from runstream.engine.kafka.reader import read_partitions
+from runstream.engine.kafka.reader import RawRecord, read_partitions
 
 APP = "runstream.engine.demo.flows:flows"
 
@@ -122,14 +123,22 @@ class WorkerPool:
                            f"within {timeout:.0f}s (latest owners {last})")
 
 
-async def latest_owners(bootstrap: str, topic: str) -> dict[int, str]:
-    """Partition -> owner name of the latest claim in it."""
-    owners: dict[int, str] = {}
+async def decoded_records(bootstrap: str, topic: str
+                          ) -> AsyncIterator[tuple[RawRecord, JournalRecord]]:
+    """Every record of the journal that decodes, with its raw form (partition, log time),
+    in each partition's order; what does not decode is left out."""
     async for raw in read_partitions(bootstrap, topic):
         try:
             record = decode(raw.value, raw.headers)
         except DecodeError:
             continue
+        yield raw, record
+
+
+async def latest_owners(bootstrap: str, topic: str) -> dict[int, str]:
+    """Partition -> owner name of the latest claim in it."""
+    owners: dict[int, str] = {}
+    async for raw, record in decoded_records(bootstrap, topic):
         if isinstance(record, ev.PartitionEpochClaimed):
             owners[raw.partition] = record.owner
     return owners

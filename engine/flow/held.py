@@ -25,9 +25,8 @@ HOLD_AT_MOST_CHARS = 16 * 1024
 
 
 def may_hold(body: dict[str, Any]) -> bool:
-    """A plain step's small outcome, which a replay reads like any step's."""
-    return (body.get("kind", "step") == "step"
-            and len(str(body.get("result_json") or "")) <= HOLD_AT_MOST_CHARS)
+    """A step's outcome small enough to hold (HandlerRunner.hold_step holds only steps')."""
+    return len(str(body.get("result_json") or "")) <= HOLD_AT_MOST_CHARS
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,8 +19,8 @@ import gc
 
 # (generation 0 allocations, generation 1 runs per generation 0, generation 2 per 1)
 THRESHOLDS = (10_000, 20, 100)
-# How often settle_once_started looks whether the worker has started.
-_POLL_S = 0.5
+# How long after start settle_once_started waits: the first claims' allocations settle first.
+_AFTER_START_S = 0.5
 
 
 def settle() -> None:
@@ -34,5 +34,5 @@ async def settle_once_started(started: asyncio.Event) -> None:
     """Settle the heap once `started` is set (the worker reached the brokers and its tasks
     run), so that the clients and the projection are part of what is frozen."""
     await started.wait()
-    await asyncio.sleep(_POLL_S)
+    await asyncio.sleep(_AFTER_START_S)
     settle()
