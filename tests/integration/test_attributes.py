@@ -576,7 +576,8 @@ async def test_an_expired_run_is_no_longer_found_and_leaves_no_query_index_key(
     model = tmp_path / "rm"
     where = "suite = 'expiry'"
     async with running_worker(bootstrap, namespace, tmp_path / "w", [noted, stager],
-                              retention=timedelta(seconds=2)):
+                              retention=timedelta(seconds=2),
+                              tombstone_retention=timedelta(minutes=10)):
         async with Client(bootstrap_servers=bootstrap, namespace=namespace,
                           flows=[noted, stager], read_model_dir=model) as client:
             await client.create_run(stager, None, run_id="kept",

@@ -76,6 +76,11 @@ def _expired_check(client: Client, run_id: str) -> Callable[[], Awaitable[bool]]
     return lambda: is_expired(client, run_id)
 
 
+# Tombstones outlive the checks that read them: kept as long as the runs (2-3 s here), one
+# could go between two checks on a loaded machine, and the run would then be not found.
+KEPT = timedelta(minutes=10)
+
+
 async def is_expired(client: Client, run_id: str) -> bool:
     try:
         await client.describe(run_id)
@@ -88,9 +93,11 @@ async def test_a_settled_run_expires_and_answers_expired_through_every_door(
     bootstrap: str, namespace: str, journal: str, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """RUNSTREAM_RETENTION=3s on a worker process; runs created by a Flow, by flow name, by
-    the CLI and by a plain producer from schemas/ alone; each re-sent create is rejected."""
+    """RUNSTREAM_RETENTION=3s (tombstones kept 10 min) on a worker process; runs created
+    by a Flow, by flow name, by the CLI and by a plain producer from schemas/ alone; each
+    re-sent create is rejected."""
     monkeypatch.setenv("RUNSTREAM_RETENTION", "3s")
+    monkeypatch.setenv("RUNSTREAM_TOMBSTONE_RETENTION", "10m")  # KEPT
     data_dir = tmp_path / "w1"
     worker = WorkerProcess(bootstrap, namespace, data_dir, "w1", tmp_path / "effects.log")
     worker.start()
@@ -149,7 +156,8 @@ async def test_runs_not_yet_eligible_are_kept_until_they_are(
     """A parent waiting on its child and a lineage whose first round settled (handed off)
     while its second waits outlive the retention; once settled, the lineage goes whole."""
     w = Worker(flows=flows, data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
-               namespace=namespace, session_timeout_ms=6000, retention=timedelta(seconds=2))
+               namespace=namespace, session_timeout_ms=6000, retention=timedelta(seconds=2),
+               tombstone_retention=KEPT)
     await w.start()
     try:
         async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows) as c:

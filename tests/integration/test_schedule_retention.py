@@ -29,6 +29,7 @@ async def test_a_deleted_schedule_expires_and_its_id_starts_afresh(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("RUNSTREAM_RETENTION", "3s")
+    monkeypatch.setenv("RUNSTREAM_TOMBSTONE_RETENTION", "10m")  # outlives the checks
     data_dir = tmp_path / "w"
     worker = WorkerProcess(bootstrap, namespace, data_dir, "w", tmp_path / "effects",
                            app=APP).start()

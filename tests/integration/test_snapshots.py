@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 
-from runstream import Client, Flow, FlowContext, RunNotFound, Worker
+from runstream import Client, Flow, FlowContext, RunExpired, RunHandle, RunNotFound, Worker
 from runstream.engine.config import snapshot_topic
 from runstream.engine.demo.flows import checkout
 from runstream.engine.kafka.admin import topic_configs
@@ -61,7 +61,16 @@ async def until(check: Callable[[], Awaitable[bool] | bool], what: str,
 async def _fill(client: Client, count: int, prefix: str) -> None:
     handles = [await client.create_run(checkout, {"order_id": f"{prefix}{n}", "amount": 1},
                                        run_id=f"{prefix}{n}") for n in range(count)]
-    await asyncio.gather(*(h.result(timeout=90) for h in handles))
+    await asyncio.gather(*(_settled(h) for h in handles))
+
+
+async def _settled(handle: RunHandle) -> None:
+    """The run completed; with a 2 s retention it may have expired before its result was
+    asked for, which its tombstone says."""
+    try:
+        await handle.result(timeout=90)
+    except RunExpired as expired:
+        assert "after it settled completed" in expired.detail, expired
 
 
 def _anchored(w: Worker) -> bool:
