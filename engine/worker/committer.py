@@ -21,6 +21,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import (
@@ -30,11 +31,13 @@ from aiokafka.errors import (
     RecordListTooLargeError,
     RecordTooLargeError,
 )
+from aiokafka.structs import RecordMetadata
 
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.journal import EncodeError, JournalRecord, encode
 from runstream.engine.journal.record_size import MAX_SENT_RECORD_BYTES
 from runstream.engine.journal.records import oversize_message
+from runstream.engine.worker.sent import SentRecords
 
 log = logging.getLogger("runstream.committer")
 
@@ -81,6 +84,7 @@ class _Pending:
     key: bytes
     value: bytes
     headers: list[tuple[str, bytes]]
+    record: JournalRecord
     future: asyncio.Future[None] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -94,9 +98,11 @@ class Committer:
     """
 
     def __init__(self, producer_factory: ProducerFactory, *, topic: str, source_id: str,
-                 on_failure: Callable[[], None] | None = None) -> None:
+                 on_failure: Callable[[], None] | None = None,
+                 sent: SentRecords | None = None) -> None:
         self._new_producer = producer_factory
         self._on_failure = on_failure
+        self._sent = sent  # acknowledged records go there, for their read-back
         self._producer: AIOKafkaProducer | None = None
         self._topic = topic
         self.source_id = source_id
@@ -141,7 +147,7 @@ class Committer:
                 record_type=record.TYPE, size=len(value),
             )
         pending = _Pending(partition, stamped.envelope.run_id,
-                           stamped.envelope.lineage_id.encode(), value, headers)
+                           stamped.envelope.lineage_id.encode(), value, headers, stamped)
         self._queue.append(pending)
         self._quiet.clear()
         self._wakeup.set()
@@ -227,8 +233,13 @@ class Committer:
                 self._fail(asyncio.CancelledError(), pending)
             elif result.exception() is not None:
                 self._fail(result.exception(), pending)  # type: ignore[arg-type]
-            elif not future.done():
-                future.set_result(None)
+            else:
+                if self._sent is not None:
+                    acked = cast(RecordMetadata, result.result())
+                    self._sent.acknowledged(acked.partition, acked.offset, pending.value,
+                                            pending.record)
+                if not future.done():
+                    future.set_result(None)
 
         sent.add_done_callback(done)
 

@@ -19,19 +19,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaProducer, ConsumerRecord, TopicPartition
 
+from runstream.engine.journal import JournalRecord
 from runstream.engine.journal.records import lineage_of
 from runstream.engine.observability.metrics import WorkerMetrics
 from runstream.engine.worker.kafka_driver import send_acked
+from runstream.engine.worker.sent import SentRecords
 from runstream.projections.poison import (
     Examined,
     Poison,
     RecordKey,
     examine,
+    missing_key,
     needs_run,
     no_such_run,
     type_header,
@@ -87,11 +90,25 @@ def examine_poll(records: Iterable[Polled], projector: Projector) -> list[tuple[
     return found
 
 
+def read_poll(batches: Mapping[TopicPartition, Iterable[ConsumerRecord[bytes, bytes]]],
+              sent: SentRecords) -> list[Polled]:
+    """A poll's records in order, examined; this worker's own decisions taken back as built
+    (engine.worker.sent), without decoding them."""
+    take = sent.take
+    return [polled(tp.partition, m.offset, m.key, m.value, m.headers, m.timestamp,
+                   take(tp.partition, m.offset, m.value))
+            for tp, messages in batches.items() for m in messages]
+
+
 def polled(partition: int, offset: int, key: bytes | None, value: bytes | None,
-           headers: Iterable[tuple[str, bytes]] | None, timestamp_ms: int) -> Polled:
+           headers: Iterable[tuple[str, bytes]] | None, timestamp_ms: int,
+           sent: JournalRecord | None = None) -> Polled:
+    """`sent`: the record this worker built and sent as exactly `value` (engine.worker.sent),
+    which examine() would decode to; its key is checked all the same."""
     kept = tuple(headers or ())
-    return Polled(partition, offset, key, value, kept, timestamp_ms,
-                  examine(value, kept, key))
+    examined = (examine(value, kept, key) if sent is None
+                else missing_key(sent, key) or sent)
+    return Polled(partition, offset, key, value, kept, timestamp_ms, examined)
 
 
 class DeadLetterCopier:

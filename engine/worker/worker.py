@@ -47,7 +47,7 @@ from runstream.engine.worker.claims import Claims, Rebalance
 from runstream.engine.worker.committer import Committer
 from runstream.engine.worker.confirmations import Confirmations, NotCalled
 from runstream.engine.worker.connect import Reconnector, abandon
-from runstream.engine.worker.deadletters import DeadLetterCopier, Polled, examine_poll, polled
+from runstream.engine.worker.deadletters import DeadLetterCopier, Polled, examine_poll, read_poll
 from runstream.engine.worker.executor import RunExecution, decision
 from runstream.engine.worker.kafka_driver import (
     DEAD_LETTER_REQUEST_BYTES,
@@ -62,6 +62,7 @@ from runstream.engine.worker.reactions import Reactions
 from runstream.engine.worker.readback import READ_BACK_DEFER_S, read_back_waits
 from runstream.engine.worker.relay import Relay
 from runstream.engine.worker.retention import RetentionSweeper
+from runstream.engine.worker.sent import SentRecords
 from runstream.engine.worker.shutdown import CLOSE_TIMEOUT_S, bounded
 from runstream.engine.worker.snapshots import DEFAULT_KEEP, SnapshotKeeper, resolve_every
 from runstream.engine.worker.sticky import StickyCache, sticky_size
@@ -139,6 +140,7 @@ class Worker:
         self.durable_backoff_after_ms = durable_backoff_ms(durable_backoff_after)
         self.owned: dict[int, Ownership] = {}  # one per assigned partition
         self.confirmations = Confirmations()  # our decisions between sent and applied
+        self.sent = SentRecords()  # our acknowledged decisions, for their read-back
         self.metrics = metrics or WorkerMetrics()
         self.metrics_port = metrics_port  # serve /metrics there when set (0: any port)
         self.observer = WorkerObserver(self, self.metrics)
@@ -201,12 +203,10 @@ class Worker:
         self._consumer.subscribe([self.topic], listener=Rebalance(self.claims))
         consume = asyncio.create_task(self._consume(), name="runstream-consume")
         consume.add_done_callback(self._on_loop_done)
-        heartbeat = self._background("heartbeat", self.upkeep.heartbeats)
-        timers = self._background("timers", self.timers.run)
-        retention = self._background("retention", self.retention.run)
-        watchdog = self._background("watchdog", self.watchdog.run)
-        snapshots = self._background("snapshots", self.snapshots.run)
-        self._tasks = [consume, heartbeat, timers, retention, watchdog, snapshots]
+        self._tasks = [consume, *(self._background(task, body) for task, body in (
+            ("heartbeat", self.upkeep.heartbeats), ("timers", self.timers.run),
+            ("retention", self.retention.run), ("watchdog", self.watchdog.run),
+            ("snapshots", self.snapshots.run)))]
         self.started.set()
         log.info("worker %s (source %s) started on %s", self.name, self.source_id, self.topic)
 
@@ -270,7 +270,7 @@ class Worker:
         worker switches to it only once its producer started."""
         source_id = uuid.uuid4().hex
         committer = Committer(self._make_producer, topic=self.topic, source_id=source_id,
-                              on_failure=self.claims.source_failed)
+                              on_failure=self.claims.source_failed, sent=self.sent)
         await committer.start()
         self.source_id, self._committer = source_id, committer
 
@@ -374,8 +374,7 @@ class Worker:
             batches = await self._poller.poll(self._consumer, timeout_ms=200, max_records=2000)
             if read_back_waits(self.committer.busy, self.confirmations.awaited(), batches):
                 await self.committer.quiet(READ_BACK_DEFER_S)
-            records = [polled(tp.partition, m.offset, m.key, m.value, m.headers, m.timestamp)
-                       for tp, messages in batches.items() for m in messages]
+            records = read_poll(batches, self.sent)
             await self._apply_poll(records)
             self.outbox.flush()
             self.observer.consumer_lag()

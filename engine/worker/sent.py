@@ -1,0 +1,75 @@
+"""The owner's own decisions, from their acknowledgement to their read-back.
+
+Most records a worker reads back are the decisions it wrote itself: it built each one,
+encoded it, and the broker acknowledged it at an offset. Decoding those bytes again gives
+the record it already holds, at about a tenth of the worker's time under load (profile in
+docs/performance.md). So the committer hands each acknowledged decision here, with its
+offset and bytes, and the consume loop takes it back when that offset arrives: when the
+consumed bytes are the bytes sent (compared whole), the record is the one built, and the
+rest (log time, fencing, the projection) goes as for any record. Anything else (another
+writer's record, a record evicted from here, bytes that differ) is decoded as ever.
+
+The record built and the record decoded must be the same to the last type (an int where
+the schema says double, a tuple where it says array, would fold to other state bytes).
+RUNSTREAM_CHECK_OWN_RECORDS=1 decodes as well and compares their reprs: the test suite runs
+with it, so every decision any test writes is checked; a difference stops the worker.
+"""
+
+from __future__ import annotations
+
+import os
+
+from runstream.engine.errors import WorkerFatal
+from runstream.engine.journal import JournalRecord, decode
+
+# Acknowledged decisions kept at most. One waits here from its acknowledgement until the
+# consumer reads it back, a few ms; what is never read back (a partition revoked
+# meanwhile) is evicted oldest first (harmless if read back later: it is decoded then, and
+# an entry is only ever taken for the very bytes it was sent as). A worker acknowledges
+# about 5,000 records/s at most here, so this holds seconds of them.
+SENT_KEPT = 20_000
+CHECK_ENV = "RUNSTREAM_CHECK_OWN_RECORDS"
+
+
+class SentRecords:
+    """(partition, offset) → (bytes sent, record) for acknowledged decisions; bounded by
+    `limit` entries."""
+
+    def __init__(self, *, limit: int = SENT_KEPT, check: bool | None = None) -> None:
+        self._kept: dict[tuple[int, int], tuple[bytes, JournalRecord]] = {}
+        self._limit = limit
+        self.check = os.environ.get(CHECK_ENV) == "1" if check is None else check
+        self.reused = 0  # records taken back without decoding
+        self.evicted = 0
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def acknowledged(self, partition: int, offset: int, value: bytes,
+                     record: JournalRecord) -> None:
+        kept = self._kept
+        kept[(partition, offset)] = (value, record)
+        if len(kept) > self._limit:
+            del kept[next(iter(kept))]
+            self.evicted += 1
+
+    def take(self, partition: int, offset: int, value: bytes | None) -> JournalRecord | None:
+        """The record sent at this offset when `value` is its bytes, else None (decode)."""
+        found = self._kept.pop((partition, offset), None)
+        if found is None or value is None:
+            return None
+        sent, record = found
+        if sent != value:
+            return None
+        if self.check:
+            _check_same(record, value, partition, offset)
+        self.reused += 1
+        return record
+
+
+def _check_same(record: JournalRecord, value: bytes, partition: int, offset: int) -> None:
+    decoded = decode(value)
+    if repr(decoded) != repr(record):
+        raise WorkerFatal(f"partition {partition} offset {offset}: the decision built is not "
+                          f"the one its bytes decode to ({CHECK_ENV}): built {record!r}, "
+                          f"decoded {decoded!r}")
