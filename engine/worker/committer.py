@@ -84,7 +84,7 @@ class _Pending:
     key: bytes
     value: bytes
     headers: list[tuple[str, bytes]]
-    record: JournalRecord
+    record: JournalRecord | None  # a decision, kept for its read-back (engine.worker.sent)
     future: asyncio.Future[None] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -147,7 +147,8 @@ class Committer:
                 record_type=record.TYPE, size=len(value),
             )
         pending = _Pending(partition, stamped.envelope.run_id,
-                           stamped.envelope.lineage_id.encode(), value, headers, stamped)
+                           stamped.envelope.lineage_id.encode(), value, headers,
+                           stamped if stamp else None)
         self._queue.append(pending)
         self._quiet.clear()
         self._wakeup.set()
@@ -234,7 +235,7 @@ class Committer:
             elif result.exception() is not None:
                 self._fail(result.exception(), pending)  # type: ignore[arg-type]
             else:
-                if self._sent is not None:
+                if self._sent is not None and pending.record is not None:
                     acked = cast(RecordMetadata, result.result())
                     self._sent.acknowledged(acked.partition, acked.offset, pending.value,
                                             pending.record)

@@ -23,7 +23,9 @@ from runstream.engine.errors import WorkerFatal
 from runstream.engine.journal import JournalRecord, decode
 
 # Acknowledged decisions kept at most. One waits here from its acknowledgement until the
-# consumer reads it back, a few ms; what is never read back (a partition revoked
+# consumer reads it back, a few ms. Only decisions come here (they go to partitions this
+# worker owns, under its epoch), not the requests its outbox sends to other runs'
+# partitions, which it may never read. What is never read back (a partition revoked
 # meanwhile) is evicted oldest first (harmless if read back later: it is decoded then, and
 # an entry is only ever taken for the very bytes it was sent as). A worker acknowledges
 # about 5,000 records/s at most here, so this holds seconds of them.
