@@ -39,6 +39,7 @@ from runstream.engine.journal import (
     DecodeError,
     DecodeReason,
     JournalRecord,
+    Skimmed,
     default_codec,
 )
 from runstream.engine.journal import events as ev
@@ -114,6 +115,22 @@ def examine(value: bytes | None, headers: Sequence[tuple[str, bytes | None]] | N
     return missing_key(record, key) or record
 
 
+def examine_skim(value: bytes | None, headers: Sequence[tuple[str, bytes | None]] | None,
+                 key: RecordKey, full: frozenset[str]) -> JournalRecord | Skimmed | Poison:
+    """examine() for a reader that needs only the envelope of the types not in `full`
+    (Codec.decode_or_skim; projections.follow says what it does not find)."""
+    if value is not None and len(value) > MAX_RECORD_BYTES:
+        return _too_large(len(value))
+    try:
+        record = default_codec().decode_or_skim(value, headers, full)
+    except DecodeError as error:
+        return from_decode_error(error)
+    env = record.envelope
+    if key is KEY_UNKNOWN or key or not env.run_id:
+        return record
+    return _no_key(record.cls.TYPE if isinstance(record, Skimmed) else record.TYPE, env.run_id)
+
+
 def oversize(value: bytes | None) -> Poison | None:
     if value is None or len(value) <= MAX_RECORD_BYTES:
         return None
@@ -134,8 +151,12 @@ def missing_key(record: JournalRecord, key: RecordKey) -> Poison | None:
     lineage's partition by anyone who knew the run."""
     if key is KEY_UNKNOWN or key or not record.envelope.run_id:
         return None
+    return _no_key(record.TYPE, record.envelope.run_id)
+
+
+def _no_key(record_type: str, run_id: str) -> Poison:
     return Poison("missing-key", "missing-key",
-                  f"{record.TYPE} for run {record.envelope.run_id!r} has no record key")
+                  f"{record_type} for run {run_id!r} has no record key")
 
 
 def needs_run(record: JournalRecord) -> bool:

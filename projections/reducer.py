@@ -126,7 +126,7 @@ def apply_decision(
     if verdict is not None:  # (not applied: Verdict.x reads cost ~50 ns each, skipped here)
         return Applied(accepted, run, verdict)
     cls = record.__class__
-    if cls in _PARTITION_CLASSES:  # (one set lookup for the run decisions, most records)
+    if cls in PARTITION_CLASSES:  # (one set lookup for the run decisions, most records)
         return _partition_decision(accepted, run, record, offset, timestamp_ms, expiry)
     if run is None and (expired or cls is not ev.RunCreated):
         # (a decision about an expired run changes nothing: its run is gone)
@@ -138,9 +138,9 @@ def apply_decision(
 
 
 _APPLIED, _IGNORED = Verdict.applied, Verdict.ignored  # (a global: a member read costs more)
-_PARTITION_CLASSES = frozenset({ev.PartitionEpochClaimed, ev.PartitionHeartbeat,
-                                ev.PartitionOutboxSent, ev.PartitionSnapshotTaken,
-                                ev.PartitionRunsExpired})
+PARTITION_CLASSES: frozenset[type[ev.JournalRecord]] = frozenset({
+    ev.PartitionEpochClaimed, ev.PartitionHeartbeat, ev.PartitionOutboxSent,
+    ev.PartitionSnapshotTaken, ev.PartitionRunsExpired})
 
 
 def _partition_decision(accepted: PartitionState, run: RunState | None, record: ev.JournalRecord,

@@ -33,6 +33,9 @@ TEST_JOURNAL_PARTITIONS = 4
 # Every decision a worker of the suite (in process or not) takes back without decoding it
 # is decoded as well and compared (engine.worker.sent): a difference stops that worker.
 os.environ.setdefault("RUNSTREAM_CHECK_OWN_RECORDS", "1")
+# Every record a client's tail folds is folded through the reducer as well, decoded in
+# full (engine.client.tail): a difference fails every wait of that client.
+os.environ.setdefault("RUNSTREAM_CHECK_TAIL", "1")
 _INTEGRATION_DIR = Path(__file__).parent / "integration"
 # Hooks from tests/file_times.py, re-exported so pytest finds them here.
 __all__ = ["pytest_runtest_logreport", "pytest_terminal_summary"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,15 +22,14 @@ from dataclasses import dataclass, field
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from runstream.engine.journal import JournalRecord, decode
+from runstream.engine.journal import JournalRecord, Skimmed, decode
 from runstream.engine.journal import events as ev
 from runstream.engine.kafka.connection import KafkaSecurity, start_client
 from runstream.engine.kafka.reader import partition_count, reader_consumer
 from runstream.engine.readmodel.lookups import expired_error
 from runstream.engine.readmodel.model import ReadModel
 from runstream.engine.readmodel.view import View
-from runstream.projections.poison import Poison, examine
-from runstream.projections.reducer import apply, apply_dead_letter
+from runstream.projections.follow import differs_from_reducer, follow
 from runstream.projections.state import PartitionState, Verdict
 
 log = logging.getLogger("runstream.tail")
@@ -50,12 +50,22 @@ REQUEST_TYPES = frozenset({ev.RunCreateRequested.TYPE, ev.RunSignalSent.TYPE,
                            ev.RunSignalWithStartRequested.TYPE, ev.RunUpdateRequested.TYPE})
 # What makes a run exist: a create request admitted, or a fork request admitted.
 CREATION_TYPES = frozenset({ev.RunCreated.TYPE, ev.RunForked.TYPE})
+# The decisions the tail answers with, decoded in full; of every other record it decodes
+# the envelope alone.
+ANSWER_TYPES = ADMISSION_TYPES | TERMINAL_TYPES | CREATION_TYPES
+# RUNSTREAM_CHECK_TAIL=1 (the test suite sets it): fold every record the tail reads through
+# the reducer as well, decoded in full, and stop following on any difference.
+CHECK_ENV = "RUNSTREAM_CHECK_TAIL"
 # Answers the tail keeps after passing them (admission and settlement of recent runs); an
 # evicted one is looked up in the read model instead.
 ANSWER_CACHE = 100_000
 LAST_TYPES = 10_000  # the latest record type per run, for ResultTimeout's message
 
 ReadModelFactory = Callable[[], Awaitable[ReadModel]]
+
+
+class TailMismatch(AssertionError):
+    """(RUNSTREAM_CHECK_TAIL=1) The tail's fold of a record differs from the reducer's."""
 
 
 @dataclass
@@ -107,6 +117,8 @@ class JournalTail:
         self._waiting: dict[int, int] = {}  # partition -> waiters on it now
         self.last_type: OrderedDict[str, str] = OrderedDict()
         self._lock = asyncio.Lock()
+        self._check = os.environ.get(CHECK_ENV) == "1"
+        self._broken: TailMismatch | None = None
         self.partitions = 0
         # Read-model catch-ups are shared: a waiter needs one that started after it
         # registered, and one catch-up serves every waiter registered before it started.
@@ -192,6 +204,8 @@ class JournalTail:
     async def _wait(self, key: str, partition: int, from_offset: int, run_id: str
                     ) -> _Answer:
         await self.start()
+        if self._broken is not None:
+            raise self._broken
         known = self._answers.get(key)
         if known is not None and known.offset >= from_offset:
             return known
@@ -276,6 +290,17 @@ class JournalTail:
         self._consumer.resume(tp)
 
     async def _follow(self) -> None:
+        try:
+            await self._read_on()
+        except TailMismatch as exc:  # (check mode only) every wait fails with it from now
+            self._broken = exc
+            for waiters in self._waiters.values():
+                for waiter in waiters:
+                    if not waiter.future.done():
+                        waiter.future.set_exception(exc)
+            raise
+
+    async def _read_on(self) -> None:
         assert self._consumer is not None
         while True:
             try:
@@ -294,20 +319,30 @@ class JournalTail:
     def _on_record(self, tail: _PartitionTail, offset: int, key: bytes | None,
                    value: bytes | None, headers: Sequence[tuple[str, bytes]],
                    timestamp_ms: int) -> None:
-        # Poison as the projections judge it from the record alone (a decision about a run
-        # that never existed needs the whole partition: it answers no one's wait anyway).
-        record = examine(value, headers, key)
-        if isinstance(record, Poison):
-            tail.state = apply_dead_letter(tail.state, offset)
-            return
         # The partition-level effect only (no run state): claims judged by generation and
-        # lease, decisions fenced by epoch and owner, duplicates by sequence.
-        applied = apply(tail.state, None, record, offset, timestamp_ms=timestamp_ms)
-        tail.state = applied.partition
+        # lease, decisions fenced by epoch and owner, duplicates by sequence; of a record
+        # that answers no one, the envelope alone is decoded (projections.follow).
+        followed = follow(tail.state, offset, key, value, headers, timestamp_ms, ANSWER_TYPES)
+        if self._check:
+            wrong = differs_from_reducer(tail.state, followed, offset, key, value, headers,
+                                         timestamp_ms)
+            if wrong is not None:
+                raise TailMismatch(f"partition {tail.state.partition}, {wrong}")
+        tail.state = followed.partition
+        record = followed.record
+        if record is None:  # poison, as the projections judge it from the record alone
+            return
         env = record.envelope
-        if record.KIND == "request" and env.request_id in self._expected:
-            self._found(f"seen:{env.request_id}", _Answer(tail.state.partition, offset, record))
-        if record.KIND != "decision" or applied.verdict in _NOT_ACCEPTED:
+        if followed.verdict is None:  # a request
+            if env.request_id in self._expected:
+                whole = decode(value, headers) if isinstance(record, Skimmed) else record
+                self._found(f"seen:{env.request_id}", _Answer(tail.state.partition, offset, whole))
+            return
+        if followed.verdict in _NOT_ACCEPTED:
+            return
+        if isinstance(record, Skimmed):
+            if env.run_id:
+                self._remember_type(env.run_id, record.cls.TYPE)
             return
         if env.run_id:
             self._remember_type(env.run_id, record.TYPE)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fastavro import schemaless_reader, schemaless_writer
+from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.read import SchemaResolutionError
 
 from runstream.engine.journal.codec_errors import (
@@ -89,6 +89,8 @@ class _DecodePlan:
     cls: type[JournalRecord]
     writer: Schema
     reader: Schema | None  # None when the writer is the current schema: nothing to resolve
+    envelope_writer: Schema  # the writer's envelope alone (the datum's first field), parsed
+    envelope_reader: Schema | None  # the current envelope, None when the writer's is it
 
     def error(self, reason: DecodeReason, detail: str) -> DecodeError:
         return DecodeError(reason, detail, self.schema_id, self.record_type)
@@ -99,6 +101,15 @@ def _check_class_matches(cls: type[Any], avro_fields: list[Schema]) -> None:
     expected, actual = [f["name"] for f in avro_fields], field_names(cls)
     if actual != expected:
         raise CodecError(f"{cls.__name__} fields {actual} != schema fields {expected}: {_STALE}")
+
+
+@dataclass(frozen=True, slots=True)
+class Skimmed:
+    """A record read only as far as its envelope (Codec.decode_or_skim): its class and who
+    wrote it, for a reader that folds only its partition-level effect (fencing)."""
+
+    cls: type[JournalRecord]
+    envelope: Envelope
 
 
 class Codec:
@@ -166,6 +177,34 @@ class Codec:
             _check_headers(plan, headers)
         return _build(plan, _read_datum(plan, data))
 
+    def decode_or_skim(
+        self, value: bytes | None, headers: Sequence[tuple[str, bytes | None]] | None,
+        full: frozenset[str],
+    ) -> JournalRecord | Skimmed:
+        """decode() for a record whose type is in `full`; of any other, its envelope alone.
+
+        The envelope is the datum's first field, so it is read from the datum's start and
+        the body is not read at all (a third of decode()'s cost for a small record). It is
+        checked as decode() checks it: frame, schema id, type header, envelope type. Bytes
+        broken only inside the body are therefore not found here, where decode() finds them.
+        """
+        data = _as_bytes(value)
+        plan = self._decode_plan(data)
+        if headers:
+            _check_headers(plan, headers)
+        if plan.record_type in full:
+            return _build(plan, _read_datum(plan, data))
+        buffer = io.BytesIO(data)
+        buffer.seek(FRAME_SIZE)
+        try:
+            envelope: dict[str, Any] = schemaless_reader(  # type: ignore[assignment]
+                buffer, plan.envelope_writer, plan.envelope_reader)
+        except Exception as exc:  # as _read_datum: EOFError, IndexError, UnicodeDecodeError...
+            raise _read_failure(plan, data, exc) from exc
+        if envelope["type"] != plan.record_type:
+            raise plan.error("type-mismatch", f"envelope.type is {short_repr(envelope['type'])}")
+        return Skimmed(plan.cls, _instantiate(Envelope, _ENVELOPE_SETTERS, envelope))
+
     def _decode_plan(self, data: bytes) -> _DecodePlan:
         if data[0] != MAGIC_BYTE:
             raise DecodeError("bad-magic", f"first byte is {data[0]:#04x}, not 0x00")
@@ -181,6 +220,8 @@ class Codec:
             where = self._registry.directory
             raise DecodeError("unknown-schema-id", f"not in the registry {where}", schema_id)
         current = self._registry.current(version.record_type)
+        envelope_writer = version.schema()["fields"][0]["type"]
+        envelope_current = self._registry.envelope_schema()
         plan = _DecodePlan(
             schema_id=schema_id,
             record_type=version.record_type,
@@ -188,6 +229,9 @@ class Codec:
             cls=RECORD_CLASSES[version.record_type],
             writer=version.parsed,
             reader=None if current is version else current.parsed,
+            envelope_writer=_parsed(envelope_writer),
+            envelope_reader=(None if envelope_writer == envelope_current
+                             else _parsed(envelope_current)),
         )
         self._decode_plans[schema_id] = plan  # a racing duplicate build is harmless
         return plan
@@ -203,6 +247,12 @@ class Codec:
             except EncodeError as exc:  # not encoding: report it as a plain conversion error
                 raise CodecError(str(exc)) from None
         return record
+
+
+def _parsed(schema: Schema) -> Schema:
+    parsed = parse_schema(schema)
+    assert isinstance(parsed, dict)  # a record schema parses to a dict
+    return parsed
 
 
 # -- encoding -------------------------------------------------------------------------------------

@@ -39,10 +39,13 @@ def test_other_bytes_at_that_offset_are_decoded_not_taken() -> None:
     """A zombie's record at the offset, or a value tampered with: never the built one."""
     sent = SentRecords(check=True)
     record = _step(0)
-    sent.acknowledged(0, 7, encode(record)[0], record)
+    value = encode(record)[0]
     other = encode(_step(0, '{"ok": false}'))[0]
+    sent.acknowledged(0, 7, value, record)
     assert sent.take(0, 7, other) is None
-    assert sent.take(0, 7, None) is None and sent.reused == 0
+    sent.acknowledged(0, 8, value, record)
+    assert sent.take(0, 8, None) is None  # no bytes at that offset (a tombstone)
+    assert sent.reused == 0 and len(sent) == 0
 
 
 def test_it_keeps_at_most_its_limit_evicting_the_oldest() -> None:

@@ -1,0 +1,147 @@
+"""The client's tail folds each record's partition-level effect from its envelope alone
+when it answers no one with it (projections.follow): it must judge every decision as the
+reducer does. Replayed over every committed journal (zombie takeovers with 128 fenced
+writes, a stale claim rejected by generation, re-sent requests), record by record as bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace as dc_replace
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from runstream.engine.client.tail import ANSWER_TYPES
+from runstream.engine.journal import (
+    DecodeError,
+    JournalRecord,
+    Skimmed,
+    decode,
+    default_codec,
+    encode,
+)
+from runstream.engine.journal import events as ev
+from runstream.projections.follow import PARTITION_TYPES, Followed, differs_from_reducer, follow
+from runstream.projections.memory import MemoryProjection
+from runstream.projections.poison import Poison, examine_skim
+from runstream.projections.state import PartitionState, Verdict
+from tests.unit.test_replay_fixtures import JOURNALS, load
+
+# What the reducer counts from run state the tail does not hold: a request re-sent (its id
+# seen before) and a decision about a run that never existed (a dead letter).
+RUN_LEVEL_COUNTS = ("duplicates", "dead_letters")
+FIXTURES = sorted(JOURNALS.glob("*.jsonl"))
+
+
+def _fencing(state: PartitionState) -> dict[str, object]:
+    fields = msgspec.structs.asdict(state)
+    return {k: v for k, v in fields.items() if k not in RUN_LEVEL_COUNTS}
+
+
+def _bytes_of(record: JournalRecord) -> tuple[bytes, list[tuple[str, bytes]], bytes | None]:
+    value, headers = encode(record)
+    key = record.envelope.lineage_id.encode() if record.envelope.run_id else None
+    return value, headers, key
+
+
+@pytest.mark.parametrize("journal", FIXTURES, ids=lambda p: p.stem)
+def test_the_tails_partition_state_equals_the_reducers_at_every_offset(journal: Path) -> None:
+    reducer = MemoryProjection()
+    tails: dict[int, PartitionState] = {}
+    skimmed = judged = 0
+    for partition, offset, record, log_ms in load(journal):
+        when = record.envelope.timestamp_ms if log_ms is None else log_ms
+        verdict = reducer.apply_record(partition, offset, record, log_ms)
+        value, headers, key = _bytes_of(record)
+        before = tails.get(partition, PartitionState(partition=partition))
+        followed = follow(before, offset, key, value, headers, when, ANSWER_TYPES)
+        tails[partition] = followed.partition
+        assert _fencing(followed.partition) == _fencing(reducer.partitions[partition]), (
+            journal.stem, partition, offset, record.TYPE)
+        assert differs_from_reducer(before, followed, offset, key, value, headers, when) is None
+        if record.KIND == "decision":
+            judged += 1
+            fenced = verdict in (Verdict.fenced, Verdict.duplicate, Verdict.rejected)
+            assert (followed.verdict is not Verdict.applied) == fenced, (offset, verdict)
+        if isinstance(followed.record, Skimmed):
+            skimmed += 1
+            assert followed.record.envelope == record.envelope
+            assert followed.record.cls is record.__class__
+        else:
+            assert followed.record == record
+    assert judged > 0 and skimmed > 0
+
+
+def test_the_zombie_journal_is_judged_record_by_record() -> None:
+    """The fixture's 128 fenced writes are fenced by the tail too, from envelopes alone."""
+    tails: dict[int, PartitionState] = {}
+    fenced_skimmed = 0
+    for partition, offset, record, log_ms in load(JOURNALS / "zombie-takeover.jsonl"):
+        value, headers, key = _bytes_of(record)
+        when = record.envelope.timestamp_ms if log_ms is None else log_ms
+        followed = follow(tails.get(partition, PartitionState(partition=partition)), offset,
+                          key, value, headers, when, ANSWER_TYPES)
+        tails[partition] = followed.partition
+        if followed.verdict is Verdict.fenced and isinstance(followed.record, Skimmed):
+            fenced_skimmed += 1
+    assert sum(s.fenced for s in tails.values()) == 128
+    assert fenced_skimmed > 0
+
+
+def _one(record_type: type[JournalRecord]) -> JournalRecord:
+    for journal in FIXTURES:
+        for _, _, record, _ in load(journal):
+            if isinstance(record, record_type):
+                return record
+    raise AssertionError(f"no {record_type.TYPE} in the fixtures")
+
+
+def test_only_the_answers_and_the_partitions_own_records_are_decoded_in_full() -> None:
+    step = _one(ev.StepCompleted)
+    completed = _one(ev.RunCompleted)
+    claim = _one(ev.PartitionEpochClaimed)
+    full = ANSWER_TYPES | PARTITION_TYPES
+    for record, whole in ((step, False), (completed, True), (claim, True)):
+        value, headers = encode(record)
+        got = default_codec().decode_or_skim(value, headers, full)
+        assert isinstance(got, Skimmed) is not whole
+        assert got.envelope == record.envelope
+
+
+def test_broken_envelopes_are_poison_as_decode_says_and_a_broken_body_is_the_one_gap() -> None:
+    step = _one(ev.StepCompleted)
+    value, headers = encode(step)
+    key = step.envelope.lineage_id.encode()
+    for bad in (value[:3], value[:12], b"\x01" + value[1:], value[:5] + b"\xff" * 40):
+        got = examine_skim(bad, headers, key, ANSWER_TYPES)
+        assert isinstance(got, Poison), bad
+    assert isinstance(examine_skim(value, [("rs-type", b"run.completed")], key, ANSWER_TYPES),
+                      Poison)
+    assert examine_skim(value, headers, None, ANSWER_TYPES) == Poison(
+        "missing-key", "missing-key",
+        f"step.completed for run {step.envelope.run_id!r} has no record key")
+    # Cut inside the body: the reducer's decode finds it, the skim does not (documented).
+    cut = value[:-2]
+    with pytest.raises(DecodeError) as raised:
+        decode(cut, headers)
+    assert raised.value.reason == "truncated"
+    state = PartitionState(partition=0)
+    followed = follow(state, 0, key, cut, headers, 1, ANSWER_TYPES)
+    assert isinstance(followed.record, Skimmed)
+    assert differs_from_reducer(state, followed, 0, key, cut, headers, 1) is None
+
+
+def test_the_check_finds_a_fold_that_differs() -> None:
+    step = _one(ev.StepCompleted)
+    value, headers = encode(step)
+    key = step.envelope.lineage_id.encode()
+    state = PartitionState(partition=0)
+    followed = follow(state, 0, key, value, headers, 1, ANSWER_TYPES)
+    assert differs_from_reducer(state, followed, 0, key, value, headers, 1) is None
+    wrong = Followed(msgspec.structs.replace(followed.partition, epoch=7), followed.record,
+                     followed.verdict)
+    assert "offset 0" in (differs_from_reducer(state, wrong, 0, key, value, headers, 1) or "")
+    flipped = dc_replace(followed, verdict=Verdict.applied if followed.verdict is not
+                         Verdict.applied else Verdict.fenced)
+    assert differs_from_reducer(state, flipped, 0, key, value, headers, 1) is not None
