@@ -22,37 +22,27 @@ from dataclasses import dataclass, field
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from runstream.engine.client.answers import (
+    ADMISSION_TYPES,
+    ANSWER_TYPES,
+    NOT_ACCEPTED,
+    TERMINAL_TYPES,
+    Answer,
+    answer_in,
+    lacks_bytes,
+    raise_if_expired,
+)
 from runstream.engine.journal import JournalRecord, Skimmed, decode
 from runstream.engine.journal import events as ev
 from runstream.engine.kafka.connection import KafkaSecurity, start_client
 from runstream.engine.kafka.reader import partition_count, reader_consumer
-from runstream.engine.readmodel.lookups import expired_error
 from runstream.engine.readmodel.model import ReadModel
 from runstream.engine.readmodel.view import View
 from runstream.projections.follow import differs_from_reducer, follow
-from runstream.projections.state import PartitionState, Verdict
+from runstream.projections.state import PartitionState
 
 log = logging.getLogger("runstream.tail")
 
-# What ends a round (a handoff too: its round is completed, the lineage goes on).
-TERMINAL_TYPES = frozenset({ev.RunCompleted.TYPE, ev.RunFailed.TYPE, ev.RunCancelled.TYPE,
-                            ev.RunHandedOff.TYPE, ev.LineageExhausted.TYPE,
-                            ev.RoundInvalid.TYPE})
-# (a schedule change's answer too: created, updated, deleted, fired, or rejected)
-ADMISSION_TYPES = frozenset({ev.RunCreated.TYPE, ev.RunCreateRejected.TYPE,
-                             ev.ScheduleCreated.TYPE, ev.ScheduleUpdated.TYPE,
-                             ev.ScheduleDeleted.TYPE, ev.ScheduleFired.TYPE,
-                             ev.ScheduleChangeRejected.TYPE})
-REQUEST_TYPES = frozenset({ev.RunCreateRequested.TYPE, ev.RunSignalSent.TYPE,
-                           ev.RunCancelRequested.TYPE, ev.RunResumeRequested.TYPE,
-                           ev.RunWakeRequested.TYPE, ev.RunForkRequested.TYPE,
-                           ev.ScheduleChangeRequested.TYPE,
-                           ev.RunSignalWithStartRequested.TYPE, ev.RunUpdateRequested.TYPE})
-# What makes a run exist: a create request admitted, or a fork request admitted.
-CREATION_TYPES = frozenset({ev.RunCreated.TYPE, ev.RunForked.TYPE})
-# The decisions the tail answers with, decoded in full; of every other record it decodes
-# the envelope alone.
-ANSWER_TYPES = ADMISSION_TYPES | TERMINAL_TYPES | CREATION_TYPES
 # RUNSTREAM_CHECK_TAIL=1 (the test suite sets it): fold every record the tail reads through
 # the reducer as well, decoded in full, and stop following on any difference.
 CHECK_ENV = "RUNSTREAM_CHECK_TAIL"
@@ -75,18 +65,18 @@ class _PartitionTail:
     evicted_up_to: int = -1  # highest offset of an answer dropped from the cache
 
 
-@dataclass(frozen=True, slots=True)
-class _Answer:
-    partition: int
-    offset: int
-    record: JournalRecord
+# An answer kept after it was passed: (partition, offset, the record's bytes), decoded again
+# for a waiter that comes later. Not the decoded record: a tuple of ints and bytes is one
+# object the collector stops tracking, where a decoded answer is three it walks on every
+# full collection of the client's process (up to ANSWER_CACHE of them).
+_Kept = tuple[int, int, bytes]
 
 
 @dataclass
 class _Waiter:
     key: str
     from_offset: int
-    future: asyncio.Future[_Answer] = field(
+    future: asyncio.Future[Answer] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
 
@@ -112,7 +102,7 @@ class JournalTail:
         self._consumer: AIOKafkaConsumer | None = None
         self._task: asyncio.Task[None] | None = None
         self._tails: dict[int, _PartitionTail] = {}
-        self._answers: OrderedDict[str, _Answer] = OrderedDict()
+        self._answers: OrderedDict[str, _Kept] = OrderedDict()
         self._waiters: dict[str, list[_Waiter]] = {}
         self._waiting: dict[int, int] = {}  # partition -> waiters on it now
         self.last_type: OrderedDict[str, str] = OrderedDict()
@@ -202,13 +192,13 @@ class JournalTail:
             self._expected.discard(request_id)
 
     async def _wait(self, key: str, partition: int, from_offset: int, run_id: str
-                    ) -> _Answer:
+                    ) -> Answer:
         await self.start()
         if self._broken is not None:
             raise self._broken
         known = self._answers.get(key)
-        if known is not None and known.offset >= from_offset:
-            return known
+        if known is not None and known[1] >= from_offset:
+            return Answer(known[0], known[1], decode(known[2]))
         waiter = _Waiter(key, from_offset)
         self._waiters.setdefault(key, []).append(waiter)
         ticket = self._next_ticket()
@@ -219,12 +209,12 @@ class JournalTail:
                 # The answer may lie where only the read model has it.
                 view = await self._view_after(ticket, partition)
                 self._follow_from(view, partition)
-                if _lacks_bytes(view, run_id, from_offset):  # loaded from a snapshot
+                if lacks_bytes(view, run_id, from_offset):  # loaded from a snapshot
                     view = await (await self._read_model()).complete(view, [run_id])
-                found = _answer_in(view, key, run_id, partition, from_offset)
+                found = answer_in(view, key, run_id, partition, from_offset)
                 if found is not None:
                     return found
-                _raise_if_expired(view, key, run_id, from_offset)
+                raise_if_expired(view, key, run_id, from_offset)
             return await waiter.future
         finally:
             self._release(partition)
@@ -330,15 +320,16 @@ class JournalTail:
                 raise TailMismatch(f"partition {tail.state.partition}, {wrong}")
         tail.state = followed.partition
         record = followed.record
-        if record is None:  # poison, as the projections judge it from the record alone
+        if record is None or value is None:  # poison, as the projections judge it alone
             return
         env = record.envelope
         if followed.verdict is None:  # a request
             if env.request_id in self._expected:
                 whole = decode(value, headers) if isinstance(record, Skimmed) else record
-                self._found(f"seen:{env.request_id}", _Answer(tail.state.partition, offset, whole))
+                self._found(f"seen:{env.request_id}",
+                            Answer(tail.state.partition, offset, whole), value)
             return
-        if followed.verdict in _NOT_ACCEPTED:
+        if followed.verdict in NOT_ACCEPTED:
             return
         if isinstance(record, Skimmed):
             if env.run_id:
@@ -346,21 +337,22 @@ class JournalTail:
             return
         if env.run_id:
             self._remember_type(env.run_id, record.TYPE)
-        answer = _Answer(tail.state.partition, offset, record)
+        answer = Answer(tail.state.partition, offset, record)
         if record.TYPE in ADMISSION_TYPES and env.request_id:
-            self._found(f"req:{env.request_id}", answer)
+            self._found(f"req:{env.request_id}", answer, value)
         if isinstance(record, ev.RunCreated | ev.RunForked):  # a fork is created by its owner
-            self._found(f"created:{env.run_id}", answer)
+            self._found(f"created:{env.run_id}", answer, value)
         if record.TYPE in TERMINAL_TYPES:
-            self._found(f"end:{env.run_id}", answer)
+            self._found(f"end:{env.run_id}", answer, value)
 
-    def _found(self, key: str, answer: _Answer) -> None:
-        if key not in self._answers:  # the first accepted answer stands, as in the reducer
-            self._answers[key] = answer
-            while len(self._answers) > ANSWER_CACHE:
-                _, dropped = self._answers.popitem(last=False)
-                tail = self._tails[dropped.partition]
-                tail.evicted_up_to = max(tail.evicted_up_to, dropped.offset)
+    def _found(self, key: str, answer: Answer, value: bytes) -> None:
+        answers = self._answers
+        if key not in answers:  # the first accepted answer stands, as in the reducer
+            answers[key] = (answer.partition, answer.offset, value)
+            while len(answers) > ANSWER_CACHE:
+                _, (partition, offset, _) = answers.popitem(last=False)
+                tail = self._tails[partition]
+                tail.evicted_up_to = max(tail.evicted_up_to, offset)
         for waiter in self._waiters.get(key, []):
             if answer.offset >= waiter.from_offset and not waiter.future.done():
                 waiter.future.set_result(answer)
@@ -370,72 +362,3 @@ class JournalTail:
         self.last_type.move_to_end(run_id)
         while len(self.last_type) > LAST_TYPES:
             self.last_type.popitem(last=False)
-
-
-_NOT_ACCEPTED = frozenset({Verdict.fenced, Verdict.duplicate, Verdict.rejected})
-
-
-def _lacks_bytes(view: View, run_id: str, from_offset: int) -> bool:
-    """Whether some of the run's history items at or past `from_offset` hold no record
-    bytes (a read model that bootstrapped from a worker's snapshot has none below it)."""
-    return any(item.raw is None and item.offset >= from_offset
-               for item in view.history(run_id))
-
-
-def _answer_in(view: View, key: str, run_id: str, partition: int,
-               from_offset: int) -> _Answer | None:
-    """The answer to `key` among the run's records in the read model, if any."""
-    kind, _, ident = key.partition(":")
-    if kind == "seen":
-        return _request_in(view, ident, run_id, partition, from_offset)
-    items = (view.history(run_id) if run_id
-             else view.partition_history_from(partition, from_offset))  # (a schedule's)
-    for item in items:
-        # (a create naming an expired run is rejected by a decision the reducer ignores:
-        # its run is gone; the tail takes it all the same)
-        taken = (item.verdict is Verdict.applied
-                 or (kind == "req" and item.verdict not in _NOT_ACCEPTED))
-        if not taken or item.offset < from_offset or item.raw is None:
-            continue
-        wanted = ((kind == "req" and item.type in ADMISSION_TYPES)
-                  or (kind == "created" and item.type in CREATION_TYPES)
-                  or (kind == "end" and item.type in TERMINAL_TYPES))
-        if not wanted:
-            continue
-        record = decode(item.raw)
-        if kind != "req" and record.envelope.run_id != run_id:
-            continue  # the previous round's handoff, kept in this round's history too
-        if kind != "req" or record.envelope.request_id == ident:
-            return _Answer(item.partition, item.offset, record)
-    return None
-
-
-def _raise_if_expired(view: View, key: str, run_id: str, from_offset: int) -> None:
-    """RunExpired when the answer waited for was passed before the run expired, so only
-    its tombstone is left: its creation or settlement, or the answer to a create request
-    journaled before the expiry (an unanswered one keeps a run from expiring). A create
-    sent after the expiry waits for the owner's rejection (reason `expired`)."""
-    kind = key.partition(":")[0]
-    stone = view.tombstone(run_id) if view.run(run_id) is None else None
-    if stone is None or kind == "seen":
-        return
-    if kind != "req" or from_offset < stone.expired_offset:
-        raise expired_error(stone)
-
-
-def _request_in(view: View, request_id: str, run_id: str, partition: int,
-                from_offset: int) -> _Answer | None:
-    """The first record of request `request_id` at or past `from_offset`, whatever its
-    verdict (a request naming a lineage is kept in its latest round's history)."""
-    names = dict.fromkeys((run_id, view.addressed(run_id))) if run_id else ("",)
-    for name in names:
-        items = (view.history(name) if name
-                 else view.partition_history_from(partition, from_offset))  # (a schedule's)
-        for item in items:
-            if (item.partition != partition or item.offset < from_offset or item.raw is None
-                    or item.type not in REQUEST_TYPES):
-                continue
-            record = decode(item.raw)
-            if record.envelope.request_id == request_id:
-                return _Answer(item.partition, item.offset, record)
-    return None

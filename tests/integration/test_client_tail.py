@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -77,3 +78,31 @@ async def test_a_partition_nobody_waits_on_is_paused_and_read_on_by_its_next_wai
         results = await asyncio.gather(*(h.result(timeout=20) for h in later))
         assert consumer.assignment() == consumer.paused()
     assert [r.order_id for r in results] == [f"b{i}" for i in range(6)]
+
+
+async def test_a_passed_answer_is_kept_as_bytes_and_served_again_from_them(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The tail keeps each answer it passed as (partition, offset, bytes), one object the
+    collector stops tracking (decoded answers, three objects each and up to 100,000 of
+    them, were walked by every full collection of the client's process), and decodes it
+    again for a later waiter without asking the read model."""
+    async with _worker_and_client(bootstrap, namespace, tmp_path / "w") as client:
+        # Each step takes 0.3 s: every run settles after its waiter made the tail follow its
+        # partition (a first waiter is answered by the read model if it comes later).
+        handles = [await client.create_run(checkout, {"order_id": f"k{i}", "amount": 1,
+                                                      "work_ms": 300},
+                                           run_id=f"kept-{i}") for i in range(5)]
+        first = await asyncio.gather(*(h.result(timeout=60) for h in handles))
+        tail = client._tail
+        kept = [tail._answers[f"end:{h.run_id}"] for h in handles]
+        gc.collect()
+        assert all(isinstance(k[2], bytes) and not gc.is_tracked(k) for k in kept)
+
+        async def no_read_model(ticket: int, partition: int) -> None:
+            raise AssertionError("a kept answer was looked up in the read model")
+
+        monkeypatch.setattr(tail, "_view_after", no_read_model)
+        again = [await h.result(timeout=20) for h in handles]
+    assert again == first and [r.order_id for r in first] == [f"k{i}" for i in range(5)]

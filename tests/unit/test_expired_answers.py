@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 import runstream
+from runstream.engine.client.answers import answer_in, raise_if_expired
 from runstream.engine.client.handle import _rejection
-from runstream.engine.client.tail import _answer_in, _raise_if_expired
 from runstream.engine.errors import CreateRejected, RunExpired, RunNotFound
 from runstream.engine.journal import encode
 from runstream.engine.journal import events as ev
@@ -167,7 +167,7 @@ def test_the_client_tail_answers_expired_and_takes_the_owners_expired_rejection(
                          field="run_id", existing_value=expired_text(stone),
                          requested_value="a") is Verdict.ignored
     view = folded.view()
-    answer = _answer_in(view, "req:req-b", "a", 0, again)
+    answer = answer_in(view, "req:req-b", "a", 0, again)
     assert answer is not None and isinstance(answer.record, ev.RunCreateRejected)
     error = _rejection("a", answer.record)
     assert isinstance(error, CreateRejected) and error.reason == "expired"
@@ -175,9 +175,9 @@ def test_the_client_tail_answers_expired_and_takes_the_owners_expired_rejection(
     # Waiting for the creation or the settlement of a run whose records went: expired.
     for key, from_offset in (("created:a", 0), ("end:a", 1), ("req:req-a", 1)):
         with pytest.raises(RunExpired, match=r"run 'a' expired at .* history a$"):
-            _raise_if_expired(view, key, "a", from_offset)
-    _raise_if_expired(view, "req:req-b", "a", again)  # sent after: the owner answers it
-    _raise_if_expired(view, "end:b", "b", 0)  # no tombstone: keep waiting
+            raise_if_expired(view, key, "a", from_offset)
+    raise_if_expired(view, "req:req-b", "a", again)  # sent after: the owner answers it
+    raise_if_expired(view, "end:b", "b", 0)  # no tombstone: keep waiting
 
 
 def test_run_status_views_of_an_expired_run_and_of_a_live_one(folded: Folded) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from runstream.engine.client.tail import ANSWER_TYPES
+from runstream.engine.client.answers import ANSWER_TYPES
 from runstream.engine.journal import (
     DecodeError,
     JournalRecord,
