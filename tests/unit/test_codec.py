@@ -30,6 +30,7 @@ from runstream.engine.journal import (
     RunFailed,
     SchemaRegistry,
     SchemaRegistryError,
+    Skimmed,
     StepCompleted,
     decode,
     default_codec,
@@ -248,7 +249,12 @@ def test_old_writer_schema_resolves_to_current_with_defaults(cls: type[Any]) -> 
         f["name"]: full["envelope"][f["name"]] for f in older["fields"][0]["type"]["fields"]
     }
     value = _frame(old_id, older, old_datum)
-    decoded = record_to_dict(codec.decode(value, [("rs-type", cls.TYPE.encode())]))
+    record = codec.decode(value, [("rs-type", cls.TYPE.encode())])
+    decoded = record_to_dict(record)
+    # Its envelope alone (an older envelope, resolved to the current one) is the same.
+    skimmed = codec.decode_or_skim(value, [("rs-type", cls.TYPE.encode())], frozenset())
+    assert isinstance(skimmed, Skimmed) and skimmed.cls is cls
+    assert skimmed.envelope == record.envelope
 
     expected = copy.deepcopy(full)
     for f in current["fields"][1:]:
