@@ -9,9 +9,11 @@ other record it reads the envelope alone (engine.journal.Skimmed), a third of th
 
 It gives the partition state reducer.apply(partition, None, record, ...) gives, record for
 record, with one exception: bytes broken only inside a skimmed record's body are poison to
-the reducer (a dead letter, nothing else applied) and folded from their envelope here. No
-writer of runstream's makes such bytes and Kafka's checksums keep them from being damaged in
-transit; a writer that forges the owner's envelope can mislead every reader anyway. The tail
+the reducer (a dead letter, nothing else applied) and folded from their envelope here (a
+decision's sequence is then taken, so the same sequence written again intact would be a
+duplicate to the tail and applied by the reducer). No writer of runstream's makes such
+bytes and Kafka's checksums keep them from being damaged in transit; a writer that forges
+the owner's envelope can mislead every reader anyway. The tail
 shares the other gap the reducer's run state closes: a decision about a run that never
 existed is a dead letter to the reducer and accepted here (tests/unit/test_follow.py).
 """
@@ -66,6 +68,7 @@ def follow(partition: PartitionState, offset: int, key: RecordKey, value: bytes 
     if kind == "request":  # (a request changes a run, and the partition only by its offset)
         return Followed(replace(partition, next_offset=offset + 1), record, None)
     if isinstance(record, Skimmed):
+        assert record.cls not in PARTITION_CLASSES  # (a claim is judged by its body too)
         accepted, verdict = accept_envelope(partition, record.envelope, None, offset,
                                             timestamp_ms)
     elif record.__class__ in PARTITION_CLASSES:

@@ -32,7 +32,7 @@ from runstream.engine.client.answers import (
     lacks_bytes,
     raise_if_expired,
 )
-from runstream.engine.journal import JournalRecord, Skimmed, decode
+from runstream.engine.journal import DecodeError, JournalRecord, Skimmed, decode
 from runstream.engine.journal import events as ev
 from runstream.engine.kafka.connection import KafkaSecurity, start_client
 from runstream.engine.kafka.reader import partition_count, reader_consumer
@@ -325,9 +325,7 @@ class JournalTail:
         env = record.envelope
         if followed.verdict is None:  # a request
             if env.request_id in self._expected:
-                whole = decode(value, headers) if isinstance(record, Skimmed) else record
-                self._found(f"seen:{env.request_id}",
-                            Answer(tail.state.partition, offset, whole), value)
+                self._seen(tail.state.partition, offset, record, value, headers)
             return
         if followed.verdict in NOT_ACCEPTED:
             return
@@ -344,6 +342,19 @@ class JournalTail:
             self._found(f"created:{env.run_id}", answer, value)
         if record.TYPE in TERMINAL_TYPES:
             self._found(f"end:{env.run_id}", answer, value)
+
+    def _seen(self, partition: int, offset: int, record: JournalRecord | Skimmed, value: bytes,
+              headers: Sequence[tuple[str, bytes]]) -> None:
+        """A relayed request the client expects landed at `offset`. Bytes broken inside its
+        body (read only to its envelope so far) are a dead letter to every other reader, and
+        here too: it was never placed."""
+        if isinstance(record, Skimmed):
+            try:
+                record = decode(value, headers)
+            except DecodeError:
+                return
+        self._found(f"seen:{record.envelope.request_id}", Answer(partition, offset, record),
+                    value)
 
     def _found(self, key: str, answer: Answer, value: bytes) -> None:
         answers = self._answers

@@ -203,7 +203,10 @@ class Codec:
             raise _read_failure(plan, data, exc) from exc
         if envelope["type"] != plan.record_type:
             raise plan.error("type-mismatch", f"envelope.type is {short_repr(envelope['type'])}")
-        return Skimmed(plan.cls, _instantiate(Envelope, _ENVELOPE_SETTERS, envelope))
+        try:
+            return Skimmed(plan.cls, _instantiate(Envelope, _ENVELOPE_SETTERS, envelope))
+        except KeyError as exc:  # as in _build: only if events.py and the schemas disagree
+            raise plan.error("incompatible-schema", f"no value for {exc}; {_STALE}") from exc
 
     def _decode_plan(self, data: bytes) -> _DecodePlan:
         if data[0] != MAGIC_BYTE:

@@ -89,10 +89,10 @@ async def test_a_passed_answer_is_kept_as_bytes_and_served_again_from_them(
     them, were walked by every full collection of the client's process), and decodes it
     again for a later waiter without asking the read model."""
     async with _worker_and_client(bootstrap, namespace, tmp_path / "w") as client:
-        # Each step takes 0.3 s: every run settles after its waiter made the tail follow its
+        # Each step takes 1 s: every run settles after its waiter made the tail follow its
         # partition (a first waiter is answered by the read model if it comes later).
         handles = [await client.create_run(checkout, {"order_id": f"k{i}", "amount": 1,
-                                                      "work_ms": 300},
+                                                      "work_ms": 1000},
                                            run_id=f"kept-{i}") for i in range(5)]
         first = await asyncio.gather(*(h.result(timeout=60) for h in handles))
         tail = client._tail

@@ -13,6 +13,7 @@ import msgspec
 import pytest
 
 from runstream.engine.client.answers import ANSWER_TYPES
+from runstream.engine.client.tail import JournalTail, _PartitionTail
 from runstream.engine.journal import (
     DecodeError,
     JournalRecord,
@@ -22,6 +23,7 @@ from runstream.engine.journal import (
     encode,
 )
 from runstream.engine.journal import events as ev
+from runstream.engine.readmodel.model import ReadModel
 from runstream.projections.follow import PARTITION_TYPES, Followed, differs_from_reducer, follow
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.poison import Poison, examine_skim
@@ -145,3 +147,25 @@ def test_the_check_finds_a_fold_that_differs() -> None:
     flipped = dc_replace(followed, verdict=Verdict.applied if followed.verdict is not
                          Verdict.applied else Verdict.fenced)
     assert differs_from_reducer(state, flipped, 0, key, value, headers, 1) is not None
+
+
+def test_an_expected_relayed_request_broken_in_its_body_is_skipped_not_fatal() -> None:
+    """The tail reads a request's envelope only; one the client waits to see placed is
+    decoded in full, and bytes broken inside its body are a dead letter there as for every
+    other reader: not placed, and the tail reads on."""
+    create = _one(ev.RunCreateRequested)
+    value, headers = encode(create)
+    key = create.envelope.lineage_id.encode()
+    request_id = create.envelope.request_id
+    assert request_id
+
+    async def no_read_model() -> ReadModel:
+        raise AssertionError("not asked")
+
+    tail = JournalTail("127.0.0.1:1", "t", no_read_model)
+    tail.expect(request_id)
+    partition = _PartitionTail(start=0, state=PartitionState(partition=0))
+    tail._on_record(partition, 0, key, value[:-2], headers, 1)
+    assert f"seen:{request_id}" not in tail._answers and partition.state.next_offset == 1
+    tail._on_record(partition, 1, key, value, headers, 2)
+    assert tail._answers[f"seen:{request_id}"][:2] == (0, 1)
