@@ -13,9 +13,9 @@ the reducer (a dead letter, nothing else applied) and folded from their envelope
 decision's sequence is then taken, so the same sequence written again intact would be a
 duplicate to the tail and applied by the reducer). No writer of runstream's makes such
 bytes and Kafka's checksums keep them from being damaged in transit; a writer that forges
-the owner's envelope can mislead every reader anyway. The tail
-shares the other gap the reducer's run state closes: a decision about a run that never
-existed is a dead letter to the reducer and accepted here (tests/unit/test_follow.py).
+the owner's envelope can mislead every reader anyway. The tail shares the other gap the
+reducer's run state closes: a decision about a run that never existed is a dead letter to
+the reducer and accepted here (tests/unit/test_follow.py).
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ from runstream.projections.reducer import (
 )
 from runstream.projections.state import PartitionState, Verdict
 
+# The verdicts of a decision a reader does not take: it changes nothing but the counts.
+NOT_ACCEPTED = frozenset({Verdict.fenced, Verdict.duplicate, Verdict.rejected})
 # The partition's own records: their bodies change the partition (a claim's owner, lease
 # and retention; a snapshot's anchor), so they are always decoded in full.
 PARTITION_TYPES = frozenset(cls.TYPE for cls in PARTITION_CLASSES)
@@ -64,8 +66,7 @@ def follow(partition: PartitionState, offset: int, key: RecordKey, value: bytes 
     record = examine_skim(value, headers, key, _decoded_in_full(full))
     if isinstance(record, Poison):
         return Followed(apply_dead_letter(partition, offset), None, None)
-    kind = record.cls.KIND if isinstance(record, Skimmed) else record.KIND
-    if kind == "request":  # (a request changes a run, and the partition only by its offset)
+    if record.KIND == "request":  # (a request changes a run, and the partition only by its offset)
         return Followed(replace(partition, next_offset=offset + 1), record, None)
     if isinstance(record, Skimmed):
         assert record.cls not in PARTITION_CLASSES  # (a claim is judged by its body too)
@@ -77,7 +78,6 @@ def follow(partition: PartitionState, offset: int, key: RecordKey, value: bytes 
     else:
         accepted, verdict = accept(partition, record, offset, timestamp_ms)
     return Followed(accepted, record, Verdict.applied if verdict is None else verdict)
-
 
 
 def differs_from_reducer(partition: PartitionState, followed: Followed, offset: int,
@@ -95,12 +95,9 @@ def differs_from_reducer(partition: PartitionState, followed: Followed, offset: 
     else:
         applied = apply(partition, None, record, offset, timestamp_ms=timestamp_ms)
         expected = applied.partition
-        verdict = None if record.KIND == "request" else applied.verdict in _NOT_ACCEPTED
-    got = None if followed.verdict is None else followed.verdict in _NOT_ACCEPTED
+        verdict = None if record.KIND == "request" else applied.verdict in NOT_ACCEPTED
+    got = None if followed.verdict is None else followed.verdict in NOT_ACCEPTED
     if expected != followed.partition or verdict != got:
         return (f"offset {offset}: the reducer gives {expected} (not accepted: {verdict}), "
                 f"the tail's fold {followed.partition} (not accepted: {got})")
     return None
-
-
-_NOT_ACCEPTED = frozenset({Verdict.fenced, Verdict.duplicate, Verdict.rejected})

@@ -128,7 +128,7 @@ def examine_skim(value: bytes | None, headers: Sequence[tuple[str, bytes | None]
     env = record.envelope
     if key is KEY_UNKNOWN or key or not env.run_id:
         return record
-    return _no_key(record.cls.TYPE if isinstance(record, Skimmed) else record.TYPE, env.run_id)
+    return _no_key(record.TYPE, env.run_id)
 
 
 def oversize(value: bytes | None) -> Poison | None:

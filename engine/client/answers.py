@@ -13,6 +13,7 @@ from runstream.engine.journal import JournalRecord, decode
 from runstream.engine.journal import events as ev
 from runstream.engine.readmodel.lookups import expired_error
 from runstream.engine.readmodel.view import View
+from runstream.projections.follow import NOT_ACCEPTED
 from runstream.projections.state import Verdict
 
 # What ends a round (a handoff too: its round is completed, the lineage goes on).
@@ -43,9 +44,6 @@ class Answer:
     partition: int
     offset: int
     record: JournalRecord
-
-
-NOT_ACCEPTED = frozenset({Verdict.fenced, Verdict.duplicate, Verdict.rejected})
 
 
 def lacks_bytes(view: View, run_id: str, from_offset: int) -> bool:

@@ -25,7 +25,6 @@ from aiokafka.errors import KafkaError
 from runstream.engine.client.answers import (
     ADMISSION_TYPES,
     ANSWER_TYPES,
-    NOT_ACCEPTED,
     TERMINAL_TYPES,
     Answer,
     answer_in,
@@ -38,7 +37,7 @@ from runstream.engine.kafka.connection import KafkaSecurity, start_client
 from runstream.engine.kafka.reader import partition_count, reader_consumer
 from runstream.engine.readmodel.model import ReadModel
 from runstream.engine.readmodel.view import View
-from runstream.projections.follow import differs_from_reducer, follow
+from runstream.projections.follow import NOT_ACCEPTED, differs_from_reducer, follow
 from runstream.projections.state import PartitionState
 
 log = logging.getLogger("runstream.tail")
@@ -329,12 +328,10 @@ class JournalTail:
             return
         if followed.verdict in NOT_ACCEPTED:
             return
-        if isinstance(record, Skimmed):
-            if env.run_id:
-                self._remember_type(env.run_id, record.cls.TYPE)
-            return
         if env.run_id:
             self._remember_type(env.run_id, record.TYPE)
+        if isinstance(record, Skimmed):  # (not an answer: those are decoded in full)
+            return
         answer = Answer(tail.state.partition, offset, record)
         if record.TYPE in ADMISSION_TYPES and env.request_id:
             self._found(f"req:{env.request_id}", answer, value)

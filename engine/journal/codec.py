@@ -111,6 +111,16 @@ class Skimmed:
     cls: type[JournalRecord]
     envelope: Envelope
 
+    @property
+    def TYPE(self) -> str:
+        """Its record type, under the name the record classes give it."""
+        return self.cls.TYPE
+
+    @property
+    def KIND(self) -> str:
+        """request or decision, as the record classes say."""
+        return self.cls.KIND
+
 
 class Codec:
     """Encodes and decodes journal records against one schema registry. Safe to share."""
