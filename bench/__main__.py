@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import sys
@@ -32,6 +31,7 @@ from bench import (
 from bench.env import Context
 from bench.report import Section, format_section, write_results
 from bench.system import broker_pid, flush_policy
+from runstream.engine.cli.eventloop import loop_name, run_async
 from runstream.engine.config import resolve_bootstrap
 
 SECTIONS: dict[str, ModuleType] = {
@@ -96,7 +96,8 @@ async def main_async(args: argparse.Namespace) -> int:
     names = list(SECTIONS) if args.command == "all" else [args.command]
     bootstrap = resolve_bootstrap(args.bootstrap)
     broker = await describe_broker(bootstrap, names != ["codec"])
-    header = f"broker {bootstrap}: flush {broker.get('flush', 'n/a')}" if broker else ""
+    header = (f"broker {bootstrap}: flush {broker.get('flush', 'n/a')}; event loop "
+              f"{loop_name()} (bench and workers)" if broker else "")
     ctx = Context(bootstrap=bootstrap, quick=args.quick, prefix=args.namespace_prefix,
                   results_dir=args.results_dir, broker_pid=broker.get("pid"))
     sections = []
@@ -107,7 +108,8 @@ async def main_async(args: argparse.Namespace) -> int:
             print(f"  FAILED: {section.info['error']}", flush=True)
         sections.append(section)
     environment = {"command": args.command, "quick": args.quick, "bootstrap": bootstrap,
-                   "broker": broker, "total_seconds": round(time.perf_counter() - started, 1)}
+                   "broker": broker, "event_loop": loop_name(),
+                   "total_seconds": round(time.perf_counter() - started, 1)}
     path = write_results(args.results_dir, sections, environment)
     print(f"results: {path} ({time.perf_counter() - started:.0f} s in all)")
     return 1 if any("error" in s.info for s in sections) else 0
@@ -121,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     # afterwards: nothing of the fresh namespaces is left in ~/.cache/runstream.
     with tempfile.TemporaryDirectory(prefix="runstream-bench-cache-") as cache:
         os.environ["RUNSTREAM_CACHE_DIR"] = cache
-        return asyncio.run(main_async(args))
+        return run_async(main_async(args))
 
 
 if __name__ == "__main__":

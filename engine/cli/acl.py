@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import click
 
 from runstream.engine.cli.errors import UserError
+from runstream.engine.cli.eventloop import run_async
 from runstream.engine.cli.options import bootstrap_option, namespace_option, print_json
 from runstream.engine.config import resolve_bootstrap
 from runstream.engine.kafka.acl import ROLES, grant_role
@@ -33,7 +32,7 @@ def grant(role: str, principal: str, authority: str | None, namespace: str | Non
     """Grant ROLE's ACLs to PRINCIPAL; connect as an administrator (the group's SASL options
     or RUNSTREAM_* variables)."""
     try:
-        bindings = asyncio.run(grant_role(
+        bindings = run_async(grant_role(
             bootstrap=resolve_bootstrap(bootstrap), role=role, principal=principal,
             namespace=namespace, authority=authority))
     except TopicsError as exc:

@@ -3,10 +3,9 @@ requests the relay refused."""
 
 from __future__ import annotations
 
-import asyncio
-
 import click
 
+from runstream.engine.cli.eventloop import run_async
 from runstream.engine.cli.options import bootstrap_option, namespace_option, print_json
 from runstream.engine.ops.deadletters import format_rows, list_dead_letters
 
@@ -31,8 +30,8 @@ def list_command(limit: int | None, as_json: bool, bootstrap: str | None,
                  namespace: str | None) -> None:
     """Source topic, partition, offset, reason, size, log time and type of each dead letter;
     one row per source record however many times it was copied."""
-    found = asyncio.run(list_dead_letters(bootstrap=bootstrap, namespace=namespace,
-                                          limit=limit, progress=_progress))
+    found = run_async(list_dead_letters(bootstrap=bootstrap, namespace=namespace,
+                                        limit=limit, progress=_progress))
     if as_json:
         print_json({"dead_letters": [row.as_dict() for row in found.rows],
                     "total": found.total, "copies": found.copies})

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 
 import click
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
+from runstream.engine.cli.eventloop import run_async
 from runstream.engine.config import resolve_bootstrap
 from runstream.engine.errors import BrokerConnectionFailed, RunstreamError
 from runstream.engine.kafka.connection import access_denied, bootstrap_of, diagnose
@@ -59,7 +59,7 @@ def _connection_failure(exc: KafkaConnectionError) -> str:
     engine.kafka.connection.DIAGNOSIS_TIMEOUT_S per address) and explain that attempt's failure."""
     bootstrap = bootstrap_of(exc) or resolve_bootstrap()
     try:
-        return str(asyncio.run(diagnose(bootstrap)))
+        return str(run_async(diagnose(bootstrap)))
     except RuntimeError:  # an event loop is already running here: no second look
         return (f"cannot reach the Kafka broker ({exc}); start one with "
                 f"`runstream broker start` or set RUNSTREAM_BOOTSTRAP")

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import signal
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from runstream.engine.cli.eventloop import loop_name, run_async
 from runstream.engine.client.client import Client
 from runstream.engine.config import journal_topic, resolve_bootstrap, resolve_namespace
 from runstream.engine.errors import InvalidInput, RunExpired
@@ -41,6 +43,8 @@ from runstream.projections import query_plan
 from runstream.projections.fold import RebuildReport
 from runstream.projections.partitioning import run_partition
 from runstream.projections.state import RunState, round_zero, to_builtins
+
+log = logging.getLogger(__name__)
 
 
 async def create_run(
@@ -248,6 +252,7 @@ async def serve_worker(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     settling = asyncio.create_task(heap.settle_once_started(worker.started))
+    log.info("worker %s: event loop %s", worker.name, loop_name())
     try:
         await worker.serve_until(stop)
     finally:
@@ -379,8 +384,8 @@ def demo(*, bootstrap: str | None, runs: int, workers: int, keep_broker: bool) -
         print("starting the local Kafka broker (its jars are fetched once, on first use)...")
         address = cluster.start()
     try:
-        asyncio.run(run_demo(bootstrap=address, runs=runs, workers=workers,
-                             state_dir=state_root() / "demo"))
+        run_async(run_demo(bootstrap=address, runs=runs, workers=workers,
+                           state_dir=state_root() / "demo"))
     finally:
         if cluster is not None and not keep_broker:
             cluster.stop()

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import click
 
 from runstream.engine.cli import operations
+from runstream.engine.cli.eventloop import run_async
 from runstream.engine.cli.options import (
     bootstrap_option,
     cache_dir_option,
@@ -33,7 +33,7 @@ def history(number: int, as_json: bool, bootstrap: str | None, namespace: str | 
             cache_dir: Path | None) -> None:
     """Claims (applied or rejected), heartbeats and dead letters of partition NUMBER
     (those retention has not dropped: the last line says from which offset on)."""
-    rows, trimmed = asyncio.run(operations.partition_history(
+    rows, trimmed = run_async(operations.partition_history(
         bootstrap=bootstrap, namespace=namespace, partition=number,
         read_model_dir=query_dir(cache_dir, bootstrap, namespace)))
     if as_json:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import time
 from pathlib import Path
 
 import click
 
+from runstream.engine.cli.eventloop import run_async
 from runstream.engine.cli.options import (
     bootstrap_option,
     cache_dir_option,
@@ -75,9 +75,9 @@ def rebuild(data_dir: Path, verify_only: bool, bootstrap: str | None,
             namespace: str | None) -> None:
     """Rebuild the projection from offset 0 and compare it with the live one."""
     progress = ProgressLine("rebuild")
-    report = asyncio.run(integrity.rebuild(bootstrap=bootstrap, namespace=namespace,
-                                           data_dir=data_dir, replace=not verify_only,
-                                           progress=progress))
+    report = run_async(integrity.rebuild(bootstrap=bootstrap, namespace=namespace,
+                                         data_dir=data_dir, replace=not verify_only,
+                                         progress=progress))
     progress.finish()
     click.echo(f"replayed {report.records} records of partitions {sorted(report.partitions)}")
     if report.differences:
@@ -114,7 +114,7 @@ def verify(data_dir: Path | None, snapshots: bool, partition: int | None, as_jso
         _verify_snapshots(partition, as_json, bootstrap, namespace)
         return
     progress = ProgressLine("verify")
-    report = asyncio.run(integrity.verify(
+    report = run_async(integrity.verify(
         bootstrap=bootstrap, namespace=namespace, data_dir=data_dir,
         read_model_dir=query_dir(cache_dir, bootstrap, namespace), progress=progress))
     progress.finish()
@@ -129,7 +129,7 @@ def verify(data_dir: Path | None, snapshots: bool, partition: int | None, as_jso
 def _verify_snapshots(partition: int | None, as_json: bool, bootstrap: str | None,
                       namespace: str | None) -> None:
     progress = ProgressLine("verify snapshots")
-    report = asyncio.run(snapshot_checks.verify_snapshots(
+    report = run_async(snapshot_checks.verify_snapshots(
         bootstrap=bootstrap, namespace=namespace, partition=partition, progress=progress))
     progress.finish()
     if as_json:

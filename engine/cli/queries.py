@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ import click
 
 from runstream.engine.cli import batch_operations, operations
 from runstream.engine.cli.errors import UserError
+from runstream.engine.cli.eventloop import run_async
 from runstream.engine.cli.options import (
     bootstrap_option,
     cache_dir_option,
@@ -47,7 +47,7 @@ def list_runs(where: str | None, status: str | None, order_by: str | None, limit
               after: str | None, as_json: bool, bootstrap: str | None, namespace: str | None,
               cache_dir: Path | None) -> None:
     """List runs (by partition, then run id), optionally only those matching a query."""
-    views = asyncio.run(operations.list_runs(
+    views = run_async(operations.list_runs(
         bootstrap=bootstrap, namespace=namespace, status=status, limit=limit, after=after,
         read_model_dir=query_dir(cache_dir, bootstrap, namespace), where=where,
         order_by=order_by))
@@ -74,7 +74,7 @@ def list_runs(where: str | None, status: str | None, order_by: str | None, limit
 def count_runs(where: str | None, status: str | None, as_json: bool, bootstrap: str | None,
                namespace: str | None, cache_dir: Path | None) -> None:
     """Count the runs matching a query (all runs without one)."""
-    count = asyncio.run(operations.count_runs(
+    count = run_async(operations.count_runs(
         bootstrap=bootstrap, namespace=namespace, where=where, status=status,
         read_model_dir=query_dir(cache_dir, bootstrap, namespace)))
     if as_json:
@@ -130,11 +130,11 @@ def resume_where(**batch: Any) -> None:
 def _batch(operation: str, *, where: str, dry_run: bool, yes: bool, batch_id: str | None,
            as_json: bool, bootstrap: str | None, namespace: str | None, **fields: Any) -> None:
     if not dry_run and not yes and batch_id is None:
-        count = asyncio.run(batch_operations.count_matches(
+        count = run_async(batch_operations.count_matches(
             bootstrap=bootstrap, namespace=namespace, where=where))
         click.confirm(f"{operation} the {count} run(s) matching {where!r} now?", abort=True,
                       err=True)
-    report = asyncio.run(batch_operations.batch_runs(
+    report = run_async(batch_operations.batch_runs(
         bootstrap=bootstrap, namespace=namespace, operation=operation, where=where,
         batch_id=batch_id, dry_run=dry_run, on_progress=None if as_json else _show, **fields))
     if as_json:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -16,6 +15,7 @@ import click
 
 from runstream.engine.cli import operations
 from runstream.engine.cli.errors import EXIT_USER, UserError
+from runstream.engine.cli.eventloop import run_async
 from runstream.engine.cli.options import (
     bootstrap_option,
     cache_dir_option,
@@ -103,7 +103,7 @@ def create(flow: str, payload: str, run_id: str | None, wait: bool, timeout: flo
              lambda: run_id is None or check_run_id(run_id, new=True),
              lambda: check_payload(f"the payload of flow {flow!r}", dump_json(parsed)))
     _use_authority(authority_name)
-    out = asyncio.run(operations.create_run(
+    out = run_async(operations.create_run(
         bootstrap=bootstrap, namespace=namespace, flow=flow, payload=parsed, run_id=run_id,
         wait=wait, timeout=timeout, run_timeout=run_timeout, attributes=values))
     _print_json(out)
@@ -143,7 +143,7 @@ def status(run_id: str, as_json: bool, why: bool, bootstrap: str | None,
     An expired run shows its tombstone (when it expired, after what) and exits 2, as a
     run that does not exist does.
     """
-    view = asyncio.run(operations.run_status(
+    view = run_async(operations.run_status(
         bootstrap=bootstrap, namespace=namespace, run_id=run_id,
         read_model_dir=query_dir(cache_dir, bootstrap, namespace), why=why))
     if view.get("expired"):
@@ -212,7 +212,7 @@ def result(run_id: str, follow: bool, timeout: float, bootstrap: str | None,
     A round that handed off prints {"handed_off_to": NEXT_RUN_ID, "round": N}, and a line
     naming the next round on stderr; --follow waits for the lineage's last round instead.
     """
-    out = asyncio.run(operations.run_result(
+    out = run_async(operations.run_result(
         bootstrap=bootstrap, namespace=namespace, run_id=run_id, timeout=timeout,
         follow=follow))
     if isinstance(out, HandedOff):
@@ -250,7 +250,7 @@ def signal(run_id: str, name: str, payload: str, request_id: str | None,
              lambda: check_payload(f"the payload of signal {name!r}", dump_json(parsed)))
     _use_authority(authority_name)
     started = None if start_flow is None else (start_flow, _parse_payload(start_payload))
-    out = asyncio.run(operations.signal_run(
+    out = run_async(operations.signal_run(
         bootstrap=bootstrap, namespace=namespace, run_id=run_id, name=name, payload=parsed,
         request_id=request_id, read_model_dir=query_dir(cache_dir, bootstrap, namespace),
         start=started))
@@ -283,7 +283,7 @@ def update(run_id: str, name: str, payload: str, request_id: str | None, timeout
     _checked(lambda: check_run_id(run_id), lambda: check_name("update", name),
              lambda: check_payload(f"the payload of update {name!r}", dump_json(parsed)))
     _use_authority(authority_name)
-    out = asyncio.run(operations.update_run(
+    out = run_async(operations.update_run(
         bootstrap=bootstrap, namespace=namespace, run_id=run_id, name=name, payload=parsed,
         request_id=request_id, timeout=timeout,
         read_model_dir=query_dir(cache_dir, bootstrap, namespace)))
@@ -309,7 +309,7 @@ def cancel(run_id: str, reason: str, as_json: bool, authority_name: str | None,
     """
     _checked(lambda: check_run_id(run_id), lambda: check_text("--reason", reason))
     _use_authority(authority_name)
-    out = asyncio.run(operations.cancel_run(
+    out = run_async(operations.cancel_run(
         bootstrap=bootstrap, namespace=namespace, run_id=run_id, reason=reason,
         read_model_dir=query_dir(cache_dir, bootstrap, namespace)))
     if as_json:
@@ -344,7 +344,7 @@ def resume(run_id: str, resolution: str | None, position: int | None, digest: st
     resolve = operations.parse_resolution(resolution, position, digest, result_json)
     _checked(lambda: check_run_id(run_id),
              lambda: resolve is None or check_payload("--result", dump_json(resolve.result)))
-    out = asyncio.run(operations.resume_run(
+    out = run_async(operations.resume_run(
         bootstrap=bootstrap, namespace=namespace, run_id=run_id, resolution=resolve,
         read_model_dir=query_dir(cache_dir, bootstrap, namespace)))
     if as_json:
@@ -404,7 +404,7 @@ def worker(app: str, data_dir: Path, concurrency: int, name: str | None,
             {k: sorted(v) for k, v in load_authorities(authorities).items()})
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(operations.serve_worker(
+    run_async(operations.serve_worker(
         bootstrap=bootstrap, namespace=namespace, app=app, data_dir=data_dir,
         concurrency=concurrency, name=name, session_timeout_ms=session_timeout_ms,
         drain_timeout=drain_timeout, metrics_port=metrics_port, retention=retention,

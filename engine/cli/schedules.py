@@ -4,7 +4,6 @@ and backfill a schedule, and read its history. Each command is one application f
 
 from __future__ import annotations
 
-import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 import click
 
 from runstream.engine.cli.errors import UserError
+from runstream.engine.cli.eventloop import run_async
 from runstream.engine.cli.options import bootstrap_option, namespace_option, print_json
 from runstream.engine.client.client import Client
 from runstream.engine.config import parse_duration
@@ -42,14 +42,14 @@ async def _described(client: Client, schedule_id: str) -> dict[str, Any]:
 
 def describe_schedule(bootstrap: str | None, namespace: str | None,
                       schedule_id: str) -> dict[str, Any]:
-    return asyncio.run(_with_client(bootstrap, namespace,
-                                    lambda c: _described(c, schedule_id)))
+    return run_async(_with_client(bootstrap, namespace,
+                                  lambda c: _described(c, schedule_id)))
 
 
 def list_schedules(bootstrap: str | None, namespace: str | None) -> list[dict[str, Any]]:
     async def listed(client: Client) -> list[dict[str, Any]]:
         return [schedule_view(s) for s in await client.list_schedules()]
-    return asyncio.run(_with_client(bootstrap, namespace, listed))  # type: ignore[no-any-return]
+    return run_async(_with_client(bootstrap, namespace, listed))  # type: ignore[no-any-return]
 
 
 def change_schedule(bootstrap: str | None, namespace: str | None, action: str,
@@ -61,7 +61,7 @@ def change_schedule(bootstrap: str | None, namespace: str | None, action: str,
         if isinstance(answer, str):
             out["run_id"] = answer
         return out
-    return asyncio.run(_with_client(bootstrap, namespace, changed))  # type: ignore[no-any-return]
+    return run_async(_with_client(bootstrap, namespace, changed))  # type: ignore[no-any-return]
 
 
 async def _history(client: Client, schedule_id: str, limit: int) -> list[dict[str, Any]]:
@@ -77,7 +77,7 @@ async def _history(client: Client, schedule_id: str, limit: int) -> list[dict[st
 
 def history_of_schedule(bootstrap: str | None, namespace: str | None, schedule_id: str,
                         limit: int) -> list[dict[str, Any]]:
-    return asyncio.run(_with_client(  # type: ignore[no-any-return]
+    return run_async(_with_client(  # type: ignore[no-any-return]
         bootstrap, namespace, lambda c: _history(c, schedule_id, limit)))
 
 

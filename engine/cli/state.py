@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import click
 
+from runstream.engine.cli.eventloop import run_async
 from runstream.engine.cli.options import (
     bootstrap_option,
     cache_dir_option,
@@ -38,7 +38,7 @@ def state(at_time: str, limit: int, no_checkpoints: bool, as_json: bool,
           bootstrap: str | None, namespace: str | None, cache_dir: Path | None) -> None:
     """Time travel: every run's status at a past instant (a consistent cut of all
     partitions), and the runs whose status has changed since."""
-    report = asyncio.run(system_state_at(
+    report = run_async(system_state_at(
         bootstrap=bootstrap, namespace=namespace, at_time=at_time, limit=limit,
         use_checkpoints=not no_checkpoints,
         read_model_dir=query_dir(cache_dir, bootstrap, namespace),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +9,7 @@ import click
 
 from runstream.engine.cli import operations
 from runstream.engine.cli.errors import UserError
+from runstream.engine.cli.eventloop import run_async
 from runstream.engine.cli.options import (
     bootstrap_option,
     cache_dir_option,
@@ -43,7 +43,7 @@ def history(run_id: str, tree: bool, as_json: bool, bootstrap: str | None,
     """
     model_dir = query_dir(cache_dir, bootstrap, namespace)
     if tree:
-        found = asyncio.run(operations.run_tree(
+        found = run_async(operations.run_tree(
             bootstrap=bootstrap, namespace=namespace, run_id=run_id, read_model_dir=model_dir))
         if as_json:
             _print_json(found.as_dict())
@@ -51,7 +51,7 @@ def history(run_id: str, tree: bool, as_json: bool, bootstrap: str | None,
         for line in format_tree(found, _numbered):
             click.echo(line)
         return
-    rows = asyncio.run(operations.run_history(
+    rows = run_async(operations.run_history(
         bootstrap=bootstrap, namespace=namespace, run_id=run_id, read_model_dir=model_dir,
         progress=lambda line: click.echo(line, err=True)))
     if as_json:
@@ -93,7 +93,7 @@ def at(run_id: str, record: int | None, offset: int | None, at_time: str | None,
        cache_dir: Path | None) -> None:
     """Time travel: a run's state at a past record, offset or time."""
     point = _point(offset, at_time, record)
-    view = asyncio.run(operations.run_state_at(
+    view = run_async(operations.run_state_at(
         bootstrap=bootstrap, namespace=namespace, run_id=run_id, point=point,
         read_model_dir=query_dir(cache_dir, bootstrap, namespace)))
     if as_json:
@@ -120,7 +120,7 @@ def diff(run_id: str, start: str, end: str, as_json: bool, bootstrap: str | None
          namespace: str | None, cache_dir: Path | None) -> None:
     """What changed in a run's state between two points, field by field, and which
     records changed it."""
-    found = asyncio.run(operations.run_diff(
+    found = run_async(operations.run_diff(
         bootstrap=bootstrap, namespace=namespace, run_id=run_id, start=parse_point(start),
         end=parse_point(end), read_model_dir=query_dir(cache_dir, bootstrap, namespace)))
     if as_json:
@@ -167,7 +167,7 @@ def fork(run_id: str, at_point: str | None, new_run_id: str | None, force: bool,
     check_run_id(run_id)  # refused before connecting, as fork_run would
     if new_run_id is not None:
         check_run_id(new_run_id, new=True)
-    result = asyncio.run(fork_run(
+    result = run_async(fork_run(
         bootstrap=bootstrap, namespace=namespace, run_id=run_id, at_record=point.value,
         new_run_id=new_run_id, force=force, read_model_dir=model_dir))
     if as_json:
@@ -182,8 +182,8 @@ def fork(run_id: str, at_point: str | None, new_run_id: str | None, force: bool,
 
 def _dry_run(run_id: str, app: str | None, exit_code: bool, as_json: bool,
              bootstrap: str | None, namespace: str | None, model_dir: Path | None) -> None:
-    report = asyncio.run(dry_run(bootstrap=bootstrap, namespace=namespace, run_id=run_id,
-                                 app=app, read_model_dir=model_dir))
+    report = run_async(dry_run(bootstrap=bootstrap, namespace=namespace, run_id=run_id,
+                               app=app, read_model_dir=model_dir))
     if as_json:
         _print_json(report.as_dict())
     else:
@@ -205,7 +205,7 @@ def fenced(run_id: str | None, since: str | None, limit: int, as_json: bool,
            bootstrap: str | None, namespace: str | None, cache_dir: Path | None) -> None:
     """The fencing ledger: every write turned away for a stale epoch, a stale claim or a
     repeated sequence, with its writer, epoch and the record it tried to make."""
-    ledger = asyncio.run(operations.fenced_writes(
+    ledger = run_async(operations.fenced_writes(
         bootstrap=bootstrap, namespace=namespace, run_id=run_id, since=since, limit=limit,
         read_model_dir=query_dir(cache_dir, bootstrap, namespace)))
     if as_json:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import time
@@ -10,6 +9,7 @@ import time
 import click
 
 from runstream.engine.cli.errors import UserError
+from runstream.engine.cli.eventloop import run_async
 from runstream.engine.cli.options import bootstrap_option, namespace_option, print_json
 from runstream.engine.config import DEFAULT_PARTITIONS, resolve_bootstrap, resolve_namespace
 from runstream.engine.journal.input_limits import check_authority_name
@@ -69,7 +69,7 @@ def create(
     # aiokafka logs each failed connection attempt; the failure is reported once, below.
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     try:
-        report = asyncio.run(ensure_topics(
+        report = run_async(ensure_topics(
             address, resolve_namespace(namespace), partitions, replication_factor,
             journal_retention_ms=retention_ms))
     except TopicsError as exc:
@@ -85,7 +85,7 @@ def create(
         raise UserError(" | ".join(report.mismatches()) + hint)
     if with_requests:
         try:
-            made = asyncio.run(ensure_requests_topics(
+            made = run_async(ensure_requests_topics(
                 address, report.namespace, list(authorities),
                 replication_factor=replication_factor))
         except TopicsError as exc:
@@ -108,7 +108,7 @@ def alter(retention: str, namespace: str | None, bootstrap: str | None, as_json:
     address, space = resolve_bootstrap(bootstrap), resolve_namespace(namespace)
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     try:
-        change = asyncio.run(alter_journal_retention(
+        change = run_async(alter_journal_retention(
             address, space, retention, security=None, standings=_snapshot_standings(address, space),
             now_ms=int(time.time() * 1000)))
     except TopicsError as exc:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import click
 
+from runstream.engine.cli.eventloop import run_async
 from runstream.engine.cli.options import (
     bootstrap_option,
     cache_dir_option,
@@ -34,6 +34,6 @@ def ui(port: int, host: str, app: str | None, bootstrap: str | None, namespace: 
     """Serve the web UI: runs, run pages with a time-travel slider, status counts."""
     from runstream.engine.ui import serve_ui  # aiohttp is imported only by this command
 
-    asyncio.run(serve_ui(bootstrap=bootstrap, namespace=namespace, host=host, port=port,
-                         app=app, read_model_dir=query_dir(cache_dir, bootstrap, namespace),
-                         on_ready=_announce))
+    run_async(serve_ui(bootstrap=bootstrap, namespace=namespace, host=host, port=port,
+                       app=app, read_model_dir=query_dir(cache_dir, bootstrap, namespace),
+                       on_ready=_announce))
