@@ -41,7 +41,9 @@ def make_consumer(
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         session_timeout_ms=session_timeout_ms,
-        heartbeat_interval_ms=max(session_timeout_ms // 6, 500),
+        # A member learns of a rebalance at its next heartbeat: after a kill -9 the survivors
+        # rejoin within [session - interval, session + interval] (bench failover).
+        heartbeat_interval_ms=max(session_timeout_ms // 10, 300),
         rebalance_timeout_ms=int(drain_timeout * 1000) + 20_000,
         max_poll_interval_ms=300_000,
         fetch_max_wait_ms=100,
