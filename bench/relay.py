@@ -32,6 +32,7 @@ PARTITIONS = 12
 # The relay in its own process, as it will run inside each worker (not in the client's).
 RELAY_SCRIPT = """
 import asyncio, signal, sys
+from runstream.engine.cli.eventloop import run_async
 from runstream.engine.worker.relay import Relay
 
 async def main() -> None:
@@ -43,7 +44,7 @@ async def main() -> None:
     await stop.wait()
     await relay.stop()
 
-asyncio.run(main())
+run_async(main())  # the loop the CLI's workers run on
 """
 
 

@@ -257,6 +257,10 @@ async def serve_worker(
         await worker.serve_until(stop)
     finally:
         settling.cancel()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            # uvloop does not put the process's own handlers back when its loop closes: a
+            # handler left to a closed loop would ignore Ctrl-C and SIGTERM from here on.
+            loop.remove_signal_handler(sig)
 
 
 async def rebuild(

@@ -15,6 +15,8 @@ encodes no IncrementalAlterConfigs, so its v0 wire format is written here.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -48,6 +50,8 @@ from runstream.projections.snapshot_horizon import (
 FOREVER = -1
 _TOPIC = 2  # ConfigResource type
 _SET = 0  # AlterConfigOp.OpType.SET
+# How often an altered config is described again until a broker reports it.
+CONFIG_POLL_S = 0.05
 
 Standings = Callable[[], Awaitable[dict[int, SnapshotStanding]]]
 """Each journal partition's newest snapshot, as a loader would judge it (the lead's reader of
@@ -106,9 +110,25 @@ async def alter_journal_retention(
                        .get("retention.ms", str(FOREVER)))
         if retention_ms != FOREVER:
             await _check_covered(admin, namespace, count, retention_ms, standings, now_ms)
-        await _set_configs(admin, topic, {"retention.ms": str(retention_ms),
-                                          "cleanup.policy": "delete"})
+        wanted = {"retention.ms": str(retention_ms), "cleanup.policy": "delete"}
+        await _set_configs(admin, topic, wanted)
+        await _until_described(admin, topic, wanted, time.monotonic() + request_timeout)
     return RetentionChange(topic, retention_ms, previous)
+
+
+async def _until_described(admin: Any, topic: str, wanted: dict[str, str],
+                           deadline: float) -> None:
+    """Until a broker describes the topic with `wanted`: the controller has committed the
+    change when IncrementalAlterConfigs answers, but each broker applies it from the
+    metadata log a moment later, and whoever describes the topic next must see it."""
+    while True:
+        found = (await _describe_configs(admin, [topic], list(wanted)))[topic]
+        if all(found.get(key) == value for key, value in wanted.items()):
+            return
+        if time.monotonic() >= deadline:
+            raise TopicsError(f"{topic}: the change was accepted but the broker still "
+                              f"describes {found}")
+        await asyncio.sleep(CONFIG_POLL_S)
 
 
 async def _check_covered(admin: Any, namespace: str, partitions: int, retention_ms: int,

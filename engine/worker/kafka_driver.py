@@ -43,7 +43,7 @@ def make_consumer(
         session_timeout_ms=session_timeout_ms,
         # A member learns of a rebalance at its next heartbeat: after a kill -9 the survivors
         # rejoin within [session - interval, session + interval] (bench failover).
-        heartbeat_interval_ms=max(session_timeout_ms // 10, 300),
+        heartbeat_interval_ms=min(max(session_timeout_ms // 10, 300), session_timeout_ms // 3),
         rebalance_timeout_ms=int(drain_timeout * 1000) + 20_000,
         max_poll_interval_ms=300_000,
         fetch_max_wait_ms=100,

@@ -5,6 +5,7 @@ worker completes runs created through every door; a bad value is one clear line.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from pathlib import Path
 
@@ -19,14 +20,10 @@ from tests.integration.test_lifetime import _create_request_bytes, produce_plain
 CHECKOUT = {"order_id": "o-1", "amount": 5}
 
 
-def _text(path: Path) -> str:
-    return path.read_text(errors="replace") if path.exists() else ""
-
-
-async def _log_says(path: Path, text: str, timeout: float = 60.0) -> None:
+async def _log_says(worker: WorkerProcess, text: str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
-    while text not in _text(path):
-        assert time.monotonic() < deadline, f"{path} never said {text!r}"
+    while text not in worker.log_text():
+        assert time.monotonic() < deadline, f"{worker.name}'s log never said {text!r}"
         await asyncio.sleep(0.1)
 
 
@@ -42,7 +39,7 @@ async def test_a_worker_on_either_loop_completes_runs_from_every_door(
     worker = WorkerProcess(bootstrap, namespace, tmp_path / "w1", "w1", tmp_path / "fx.log")
     worker.start()
     try:
-        await _log_says(tmp_path / "w1.log", f"worker w1: event loop {choice}")
+        await _log_says(worker, f"worker w1: event loop {choice}")
         async with Client(bootstrap_servers=bootstrap, namespace=namespace,
                           flows=[checkout]) as client:
             by_flow = await client.create_run(checkout, CHECKOUT, run_id=f"{choice}-flow")
@@ -61,14 +58,47 @@ async def test_a_worker_on_either_loop_completes_runs_from_every_door(
                 result = await handle.result(timeout=60)  # a dict when found by id alone
                 assert dict(result)["reservation"] == "res-o-1-5", result
     finally:
-        assert worker.stop() == 0
-    assert "Traceback" not in _text(tmp_path / "w1.log")
+        code = worker.stop()
+    assert code == 0, worker.log_text()[-2000:]
+    assert "Traceback" not in worker.log_text()
 
 
 async def test_an_unknown_event_loop_is_one_clear_line(
-    bootstrap: str, namespace: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
 ) -> None:
-    monkeypatch.setenv("RUNSTREAM_EVENT_LOOP", "trio")
-    line = one_line_error(await cli("run", "status", "any", bootstrap=bootstrap,
-                                    namespace=namespace, cache=tmp_path / "cache"))
-    assert "RUNSTREAM_EVENT_LOOP='trio'" in line and "uvloop, asyncio" in line
+    """Refused before any connection: no broker is needed (the address is never tried)."""
+    monkeypatch.setenv("RUNSTREAM_EVENT_LOOP", " Trio")
+    line = one_line_error(await cli("run", "status", "any", bootstrap="127.0.0.1:9",
+                                    namespace="none", cache=tmp_path / "cache"))
+    assert "RUNSTREAM_EVENT_LOOP=' Trio'" in line and "uvloop, asyncio" in line
+
+
+STOPPED_WORKER = """
+import asyncio, os, signal, sys
+from pathlib import Path
+from runstream.engine.cli.eventloop import loop_name, run_async
+from runstream.engine.cli.operations import serve_worker
+
+async def main() -> str:
+    asyncio.get_running_loop().call_later(3, os.kill, os.getpid(), signal.SIGTERM)
+    await serve_worker(bootstrap=sys.argv[1], namespace=sys.argv[2], data_dir=Path(sys.argv[3]),
+                       app="runstream.engine.demo.flows:flows", concurrency=8, name="sig")
+    return loop_name()
+
+ran_on = run_async(main())
+print(ran_on, signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,
+      signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+"""
+
+
+async def test_a_stopped_worker_gives_the_process_its_signals_back(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path,
+) -> None:
+    """After serve_worker returns (SIGTERM), SIGINT and SIGTERM act as before it ran: uvloop
+    leaves a closed loop's handlers installed unless they are removed."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", STOPPED_WORKER, bootstrap, namespace, str(tmp_path / "w"),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert out.decode().split() == ["uvloop", "True", "True"], (out, err.decode()[-2000:])
