@@ -6,25 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from runstream import Client
 from runstream.engine.demo.flows import checkout
-from tests.integration.support import WorkerProcess
+from tests.integration.support import WorkerProcess, until_true
 from tests.integration.test_cli import cli, one_line_error
 from tests.integration.test_lifetime import _create_request_bytes, produce_plain
 
 CHECKOUT = {"order_id": "o-1", "amount": 5}
-
-
-async def _log_says(worker: WorkerProcess, text: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while text not in worker.log_text():
-        assert time.monotonic() < deadline, f"{worker.name}'s log never said {text!r}"
-        await asyncio.sleep(0.1)
 
 
 @pytest.mark.parametrize("choice", ["uvloop", "asyncio"])
@@ -39,7 +31,8 @@ async def test_a_worker_on_either_loop_completes_runs_from_every_door(
     worker = WorkerProcess(bootstrap, namespace, tmp_path / "w1", "w1", tmp_path / "fx.log")
     worker.start()
     try:
-        await _log_says(worker, f"worker w1: event loop {choice}")
+        said = f"worker w1: event loop {choice}"
+        await until_true(lambda: said in worker.log_text(), f"w1's log to say {said!r}")
         async with Client(bootstrap_servers=bootstrap, namespace=namespace,
                           flows=[checkout]) as client:
             by_flow = await client.create_run(checkout, CHECKOUT, run_id=f"{choice}-flow")
