@@ -111,7 +111,7 @@ async def run(ctx: Context, args: argparse.Namespace) -> Section:
         pids = {**ctx.pids(), **pool.pids()}
         async with Client(bootstrap_servers=ctx.bootstrap, namespace=namespace,
                           flows=[checkout]) as client:
-            await warm_up(client)
+            await warm_up(client, PARTITIONS)
             with measure_cpu("W2 one at a time", pids, section.cpu, sequential_runs):
                 sequential = await one_at_a_time(client, sequential_runs, "seq")
             kept = sequential.latencies[discard:]

@@ -93,7 +93,7 @@ async def sequential(ctx: Context, section: Section, namespace: str, mode: str,
                       flows=[checkout]) as client:
         route = await client.route()
         assert route.relayed == (mode == "relay"), route
-        await warm_up(client)
+        await warm_up(client, PARTITIONS)
         with measure_cpu(f"W2 {mode}", pids, section.cpu, runs):
             result = await one_at_a_time(client, runs + discard, mode)
     if result.errors:

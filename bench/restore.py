@@ -217,7 +217,7 @@ async def load_modes(ctx: Context, section: Section, w2_runs: int, big_runs: int
             await pool.wait_owned(12)
             async with Client(bootstrap_servers=ctx.bootstrap, namespace=namespace,
                               flows=[checkout]) as client:
-                await warm_up(client)
+                await warm_up(client, 12)
                 w2 = await one_at_a_time(client, w2_runs, "w2")
                 big = await closed_loop(client, big_runs, 500, "big")
             logs = b"".join((pool.root / f"{name}.log").read_bytes() for name in pool.procs

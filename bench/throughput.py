@@ -14,7 +14,7 @@ import argparse
 
 from bench.env import Context, fresh_namespace, fresh_topic, pick
 from bench.journal import RECORDS_PER_RUN
-from bench.load import closed_loop, warm_up
+from bench.load import WARM_RUNS_PER_PARTITION, closed_loop, warm_up
 from bench.raw import RawThroughput, produce_then_consume
 from bench.report import Row, Section
 from bench.system import measure_cpu
@@ -80,7 +80,7 @@ async def measure(
         await pool.wait_owned(PARTITIONS)
         async with Client(bootstrap_servers=ctx.bootstrap, namespace=namespace,
                           flows=[checkout]) as client:
-            await warm_up(client)
+            await warm_up(client, PARTITIONS)
             with measure_cpu(label, {**ctx.pids(), **pool.pids()}, section.cpu, runs):
                 result = await closed_loop(client, runs, in_flight, "t")
         pool.check_alive()
@@ -104,5 +104,6 @@ async def run(ctx: Context, args: argparse.Namespace) -> Section:
     section.info = {"partitions": PARTITIONS, "records_per_run": RECORDS_PER_RUN,
                     "raw": {"records": raw.records, "produce_s": raw.produce_s,
                             "consume_s": raw.consume_s},
-                    "worker_concurrency": 256, "warm_up_runs": 20}
+                    "worker_concurrency": 256,
+                    "warm_up_runs_per_partition": WARM_RUNS_PER_PARTITION}
     return section
