@@ -269,7 +269,7 @@ async def serve_worker(
 
 
 async def _freeze_once_started(worker: Worker) -> None:
-    took = await heap.settle_once_started(worker.started)
+    took = await heap.freeze_once_started(worker.started)
     log.info("worker %s: start-up's heap frozen in %.1f ms", worker.name, took * 1000)
 
 

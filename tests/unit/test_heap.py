@@ -56,14 +56,14 @@ def test_freeze_young_frees_young_garbage_and_freezes_what_start_up_made_since()
     assert out == "ok"
 
 
-def test_settle_once_started_waits_for_the_worker_to_start() -> None:
+def test_freeze_once_started_waits_for_the_worker_to_start() -> None:
     out = _child("""
         import asyncio, gc
         from runstream.engine.worker import heap
 
         async def main():
             started = asyncio.Event()
-            task = asyncio.create_task(heap.settle_once_started(started))
+            task = asyncio.create_task(heap.freeze_once_started(started))
             await asyncio.sleep(0.05)
             assert not task.done() and gc.get_freeze_count() == 0
             started.set()
