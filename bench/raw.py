@@ -30,6 +30,22 @@ def _consumer(bootstrap: str) -> AIOKafkaConsumer:
                             **kafka_options())
 
 
+# Records each partition gets before the clock starts, as one batch, then one more record:
+# leaders known, connections open, and every partition past its first index entry. A fresh
+# topic's partition pays the broker's index creation once, in the append after its first
+# 4 KiB (20-50 ms on this machine: bench/load.py, WARM_RUNS_PER_PARTITION); the engine's
+# sections warm their fresh journal past it, and so does the limit they are compared with.
+WARM_RECORDS_PER_PARTITION = 40  # 40 x 150 B values: over 4 KiB in one batch
+
+
+async def _warm(producer: AIOKafkaProducer, topic: str, partitions: list[int],
+                value: bytes) -> None:
+    await asyncio.gather(*[await producer.send(topic, value, partition=p)
+                           for p in partitions for _ in range(WARM_RECORDS_PER_PARTITION)])
+    await asyncio.gather(*[await producer.send(topic, value, partition=p)
+                           for p in partitions])
+
+
 @dataclass(frozen=True)
 class RawThroughput:
     records: int
@@ -50,9 +66,7 @@ async def produce_then_consume(bootstrap: str, topic: str, records: int) -> RawT
     try:
         partitions = sorted(await producer.partitions_for(topic))
         value = b"x" * VALUE_BYTES
-        # One acknowledged record per partition first: leaders known, connections open.
-        await asyncio.gather(*[await producer.send(topic, value, partition=p)
-                               for p in partitions])
+        await _warm(producer, topic, partitions, value)
         started = time.perf_counter()
         sent = [await producer.send(topic, value, key=str(i).encode(),
                                     partition=partitions[i % len(partitions)])
@@ -62,8 +76,9 @@ async def produce_then_consume(bootstrap: str, topic: str, records: int) -> RawT
     finally:
         await producer.stop()
     consume_s, count = await _read_all(bootstrap, topic, decode_values=False)
-    if count != records + len(partitions):
-        raise RuntimeError(f"raw consumer read {count} records of {records + len(partitions)}")
+    expected = records + len(partitions) * (WARM_RECORDS_PER_PARTITION + 1)
+    if count != expected:
+        raise RuntimeError(f"raw consumer read {count} records of {expected}")
     return RawThroughput(records, produce_s, consume_s)
 
 
