@@ -134,6 +134,7 @@ async def round_trips(bootstrap: str, topic: str, count: int
     await producer.start()
     await consumer.start()
     try:
+        await _warm(producer, topic, [0], b"x" * VALUE_BYTES)  # past the first index entry
         tp = TopicPartition(topic, 0)
         consumer.assign([tp])
         await consumer.seek_to_end(tp)
