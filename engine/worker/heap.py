@@ -5,16 +5,17 @@ with CPython 3.11's defaults, a worker paused for its cycle collector: generatio
 times, 50-60 ms at the median and up to 143 ms, each one a stall of every run the worker
 owns; generation 1 about 80 times, 1.4-2.4 ms each. Most of what a full collection walks
 was made at start-up and lives as long as the process (modules, flows, pydantic's
-validators, the clients): `gc.freeze()` once started takes it out of every collection. The
+validators, the clients): `gc.freeze()` takes it out of every collection. The
 thresholds make young collections rarer (the decisions of a poll are mostly freed by
 reference counting before a collection could see them): generation 1 and 2 then ran once in
 the same workload, generation 0 34 times at about 3 ms. Only the CLI's worker applies them:
 a process that embeds a Worker keeps its own settings.
 
-The full collection (about 30-45 ms here) runs before the worker joins its group, when it holds up
-no run; it used to run half a second after start, when a worker that had just claimed
-partitions (a failover's orphans, a scale-out) was running their runs. What start-up makes
-after it is frozen by a young collection alone (0.2-2.2 ms).
+settle() freezes the modules, flows and validators with one full collection (about 30-45
+ms here) before the worker joins its group, when it holds up no run; it used to run half a
+second after start, when a worker that had just claimed partitions (a failover's orphans, a
+scale-out) was running their runs. What start-up makes after it, the clients and the
+projection, freeze_young() freezes with a young collection alone (0.2-2.2 ms).
 """
 
 from __future__ import annotations
