@@ -17,7 +17,6 @@ from runstream.engine.config import journal_topic, resolve_bootstrap, resolve_na
 from runstream.engine.errors import InvalidInput, RunExpired
 from runstream.engine.flow.apps import AppNotFound as AppNotFound  # the CLI's
 from runstream.engine.flow.apps import load_flows as load_flows
-from runstream.engine.journal import default_codec
 from runstream.engine.ops.rebuild import rebuild_and_verify
 from runstream.engine.readmodel.describe import (
     retry_view,
@@ -252,9 +251,7 @@ async def serve_worker(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    # Before the group: the codec (built on first use: 25-30 ms of schema loading, which a
-    # first claim paid) and the heap's full collection hold up no run here.
-    default_codec()
+    # Before the group: the heap's full collection holds up no run here.
     log.info("worker %s: event loop %s; heap settled in %.0f ms", worker.name, loop_name(),
              heap.settle() * 1000)
     settling = asyncio.create_task(_freeze_once_started(worker))

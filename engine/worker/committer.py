@@ -34,7 +34,7 @@ from aiokafka.errors import (
 from aiokafka.structs import RecordMetadata
 
 from runstream.engine.errors import WorkerFatal
-from runstream.engine.journal import EncodeError, JournalRecord, encode
+from runstream.engine.journal import EncodeError, JournalRecord, default_codec, encode
 from runstream.engine.journal.record_size import MAX_SENT_RECORD_BYTES
 from runstream.engine.journal.records import oversize_message
 from runstream.engine.worker.sent import SentRecords
@@ -119,6 +119,9 @@ class Committer:
         self.records = 0
 
     async def start(self) -> None:
+        # The codec is built on first use (25-30 ms of schema loading): here, before the
+        # worker joins its group, not in the first claim's encode.
+        default_codec()
         self._producer = await self._new_producer()
         self._task = asyncio.create_task(self._run(), name="runstream-committer")
 
