@@ -14,6 +14,7 @@ from types import ModuleType
 from typing import Any
 
 from bench import (
+    clients,
     codec,
     failover,
     fold,
@@ -46,9 +47,10 @@ SECTIONS: dict[str, ModuleType] = {
     "verify": verify,
 }
 # Run by name only, not by `all` (whose --quick form CI runs): what relay mode costs, the
-# fold against raw consume + decode, takeover and bootstrap against history (issue 19).
+# fold against raw consume + decode, takeover and bootstrap against history (issue 19), and
+# the raw limits through librdkafka beside aiokafka's (needs confluent-kafka installed).
 EXTRA_SECTIONS: dict[str, ModuleType] = {"relay": relay, "fold": fold, "restore": restore,
-                                         "schedules": schedules}
+                                         "schedules": schedules, "clients": clients}
 RESULTS_DIR = Path(__file__).parent / "results"
 
 

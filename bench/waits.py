@@ -53,7 +53,7 @@ from runstream.engine.errors import RunstreamError
 from runstream.engine.journal import TYPE_HEADER, DecodeError, decode
 from runstream.engine.journal import events as ev
 from runstream.engine.kafka.reader import partition_count, reader_consumer
-from runstream.engine.worker.worker import sticky_size
+from runstream.engine.worker.sticky import sticky_size
 
 PARTITIONS = 12
 APP = "bench.waits:flows"
