@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import inspect
 import os
 import signal
 import subprocess
@@ -201,12 +202,22 @@ async def child_id(client: Any, run_id: str, *positions: int, timeout: float = 6
     return run_id
 
 
-async def until_true(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    """Wait until `check()` holds (polled every 0.1 s), else fail naming `what`."""
+async def until(check: Callable[[], Any], what: str | Callable[[], str],
+                timeout: float = 60.0, *, every: float = 0.1) -> Any:
+    """Poll `check()` (a plain or an async function) every `every` seconds until it returns
+    something true, and return that; after `timeout` seconds fail, naming `what` (a text, or
+    a function that gives one then: the state it saw)."""
     deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.1)
+    while True:
+        got = check()
+        if inspect.isawaitable(got):
+            got = await got
+        if got:
+            return got
+        if time.monotonic() >= deadline:
+            said = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {said}")
+        await asyncio.sleep(every)
 
 
 def all_ready(worker: Worker) -> bool:

@@ -19,7 +19,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -44,7 +44,7 @@ from runstream.engine.readmodel.model import read_model_dir
 from runstream.projections import query_index
 from runstream.projections.attributes import as_dict
 from tests.conftest import TEST_JOURNAL_PARTITIONS
-from tests.integration.support import WorkerProcess, fold, running_worker, status_when
+from tests.integration.support import WorkerProcess, fold, running_worker, status_when, until
 from tests.integration.test_cli import Result, cli, one_line_error
 from tests.integration.test_lifetime import plain_request, produce_plain
 
@@ -141,13 +141,6 @@ async def shared(bootstrap: str, tmp_path_factory: pytest.TempPathFactory
 
 async def ids(client: Client, where: str, **options: Any) -> list[str]:
     return [run.run_id for run in await client.list_runs(where=where, **options)]
-
-
-async def until(check: Callable[[], Awaitable[bool]], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.2)
 
 
 # -- every door -----------------------------------------------------------------------------

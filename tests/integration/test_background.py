@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,7 @@ import pytest
 from runstream import Client, Flow, FlowContext, Worker
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.worker import supervise
+from tests.integration.support import until
 
 nap: Flow[Any, Any] = Flow("nap")
 
@@ -29,13 +28,6 @@ async def _nap(ctx: FlowContext, payload: Any) -> str:
 
 def failures(w: Worker) -> float:
     return w.metrics._tally.value("runstream_background_failures", "timers")
-
-
-async def until(check: Callable[[], bool], what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, what
-        await asyncio.sleep(0.05)
 
 
 def break_sweeper(w: Worker, times: int) -> list[int]:

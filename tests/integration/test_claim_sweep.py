@@ -28,6 +28,7 @@ from runstream.engine.journal import events as ev
 from runstream.engine.kafka.admin import delete_topics, ensure_topics
 from runstream.engine.worker.kafka_driver import group_generation
 from runstream.projections.state import RunStatus
+from tests.integration.support import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -145,14 +146,6 @@ class LagProbe:
             before = loop.time()
             await asyncio.sleep(PROBE_S)
             self.worst = max(self.worst, loop.time() - before - PROBE_S)
-
-
-async def until(check: Any, what: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        await asyncio.sleep(0.1)
 
 
 async def test_claiming_a_partition_of_many_suspended_runs_keeps_the_group_heartbeat(

@@ -27,7 +27,7 @@ from runstream.engine.worker.kafka_driver import group_generation
 from runstream.engine.worker.ownership import OwnershipState
 from runstream.projections.partitioning import partition_for
 from runstream.projections.state import Verdict
-from tests.integration.support import fold
+from tests.integration.support import fold, until
 
 PARTITIONS = 4
 
@@ -42,14 +42,6 @@ async def running(bootstrap: str, namespace: str, path: Path, name: str,
         yield w
     finally:
         await w.stop()
-
-
-async def until(check: Any, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
 
 
 def ready(w: Worker, partitions: int = PARTITIONS) -> bool:

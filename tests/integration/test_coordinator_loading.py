@@ -29,7 +29,7 @@ from aiokafka.protocol.group import (
 from runstream import Client, Worker
 from runstream.engine.demo.flows import checkout
 from runstream.engine.worker.kafka_driver import group_generation, rejoin_group
-from tests.integration.support import all_ready, until_true
+from tests.integration.support import all_ready, until
 
 pytestmark = pytest.mark.integration
 
@@ -69,7 +69,7 @@ async def test_a_coordinator_loading_the_group_does_not_end_the_worker(
     worker = new_worker(bootstrap, namespace, tmp_path / "w")
     await worker.start()
     try:
-        await until_true(lambda: all_ready(worker), "the first claims")
+        await until(lambda: all_ready(worker), "the first claims")
         consumer = worker.consumer
         assert consumer is not None
         before, member = group_generation(consumer), consumer._coordinator.member_id
@@ -80,10 +80,10 @@ async def test_a_coordinator_loading_the_group_does_not_end_the_worker(
             rejoin_group(consumer)  # a join, as after the broker restart
         await asyncio.wait_for(given.wait(), 15)
         consume = worker._tasks[0]
-        await until_true(lambda: worker._poller.retried >= 1 or consume.done(),
+        await until(lambda: worker._poller.retried >= 1 or consume.done(),
                          "the poll to meet the error")
         assert not consume.done(), f"the consume loop ended: {consume.exception()!r}"
-        await until_true(lambda: group_generation(consumer) > before and all_ready(worker),
+        await until(lambda: group_generation(consumer) > before and all_ready(worker),
                          "the group joined again and its partitions claimed again")
         heartbeats = consumer._coordinator._heartbeat_task
         assert heartbeats is not None and not heartbeats.done(), "no heartbeats any more"
@@ -104,7 +104,7 @@ async def test_an_error_that_is_not_the_coordinators_still_ends_the_worker(
     worker = new_worker(bootstrap, namespace, tmp_path / "w")
     await worker.start()
     try:
-        await until_true(lambda: all_ready(worker), "the first claims")
+        await until(lambda: all_ready(worker), "the first claims")
         assert worker.consumer is not None
         denied = SyncGroupResponse_v1(0, GroupAuthorizationFailedError.errno, b"")
         given = answer_once(worker, SyncGroupRequest, denied)

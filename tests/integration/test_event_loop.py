@@ -12,7 +12,7 @@ import pytest
 
 from runstream import Client
 from runstream.engine.demo.flows import checkout
-from tests.integration.support import WorkerProcess, until_true
+from tests.integration.support import WorkerProcess, until
 from tests.integration.test_cli import cli, one_line_error
 from tests.integration.test_lifetime import _create_request_bytes, produce_plain
 
@@ -32,7 +32,7 @@ async def test_a_worker_on_either_loop_completes_runs_from_every_door(
     worker.start()
     try:
         said = f"worker w1: event loop {choice}"
-        await until_true(lambda: said in worker.log_text(), f"w1's log to say {said!r}")
+        await until(lambda: said in worker.log_text(), f"w1's log to say {said!r}")
         async with Client(bootstrap_servers=bootstrap, namespace=namespace,
                           flows=[checkout]) as client:
             by_flow = await client.create_run(checkout, CHECKOUT, run_id=f"{choice}-flow")

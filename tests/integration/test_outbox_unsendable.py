@@ -22,7 +22,7 @@ from runstream.projections import keys
 from runstream.projections.partitioning import run_partition
 from runstream.projections.state import OutboxItem, encode_state, incarnation_id
 from tests.conftest import TEST_JOURNAL_PARTITIONS
-from tests.integration.support import child_id, status_or_none
+from tests.integration.support import child_id, status_or_none, until
 
 pytestmark = pytest.mark.integration
 
@@ -116,17 +116,6 @@ def same_partition(run_id: str, prefix: str) -> str:
 def new_worker(bootstrap: str, namespace: str, path: Path) -> Worker:
     return Worker(flows=flows, data_dir=path, bootstrap_servers=bootstrap, namespace=namespace,
                   session_timeout_ms=6000)
-
-
-async def until(check: Any, what: str, timeout: float = 60.0) -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        value = await check()
-        if value:
-            return value
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.2)
 
 
 async def outbox_empty(worker: Worker, partition: int) -> None:

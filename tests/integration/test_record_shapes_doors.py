@@ -14,7 +14,7 @@ from runstream.engine.demo.flows import checkout
 from runstream.engine.journal import events as ev
 from runstream.engine.ops import verify as integrity
 from tests.conftest import TEST_JOURNAL_PARTITIONS
-from tests.integration.support import fold, until_true
+from tests.integration.support import fold, until
 from tests.integration.test_lifetime import DOORS, doors, worker
 
 
@@ -30,7 +30,7 @@ async def test_a_3_step_run_writes_5_records_through_every_door(
         assert result["order_id"] == run_id
         # its claims and the run's 3 decisions were read back as built, not decoded (and,
         # under RUNSTREAM_CHECK_OWN_RECORDS, decoded as well and found the same)
-        await until_true(lambda: w.sent.reused >= TEST_JOURNAL_PARTITIONS + 3, "the read-back")
+        await until(lambda: w.sent.reused >= TEST_JOURNAL_PARTITIONS + 3, "the read-back")
         assert w.sent.check
     report = await integrity.verify(bootstrap=bootstrap, namespace=namespace,
                                     data_dir=tmp_path / "w")

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ from runstream.engine.journal import events as ev
 from runstream.engine.worker.executor import NOT_CALLED, RunExecution
 from runstream.engine.worker.ownership import OwnershipState
 from runstream.projections.state import RunState
-from tests.integration.support import fold
+from tests.integration.support import fold, until
 
 pytestmark = pytest.mark.integration
 
@@ -64,13 +63,6 @@ def new_worker(bootstrap: str, namespace: str, path: Path, name: str,
     return Worker(flows=FLOWS, data_dir=path, bootstrap_servers=bootstrap,
                   namespace=namespace, name=name, session_timeout_ms=6000,
                   drain_timeout=drain_timeout)
-
-
-async def until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
 
 
 async def settled(client: Client, run_id: str, timeout: float = 90.0) -> RunState:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
@@ -31,7 +30,7 @@ from runstream.projections import values
 from runstream.projections.partitioning import run_partition
 from runstream.projections.state import incarnation_id
 from tests.conftest import TEST_JOURNAL_PARTITIONS
-from tests.integration.support import WorkerProcess, claims, fold
+from tests.integration.support import WorkerProcess, claims, fold, until
 from tests.integration.test_cli import cli
 from tests.integration.test_lifetime import _create_request_bytes, produce_plain
 
@@ -63,13 +62,6 @@ async def _looper(ctx: FlowContext, payload: Any) -> Any:
 
 
 flows = [family, napper, looper]
-
-
-async def until(check: Callable[[], Awaitable[bool]], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.25)
 
 
 def _expired_check(client: Client, run_id: str) -> Callable[[], Awaitable[bool]]:

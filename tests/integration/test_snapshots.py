@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
-from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ from runstream.engine.kafka.snapshots import list_manifests, read_chunks
 from runstream.engine.ops import verify as integrity
 from runstream.projections.snapshot import Manifest, chunk_key, manifest_key
 from tests.conftest import TEST_JOURNAL_PARTITIONS
+from tests.integration.support import until
 from tests.integration.test_cli import cli
 from tests.integration.test_lifetime import DOORS, doors
 
@@ -45,17 +44,6 @@ def worker(bootstrap: str, namespace: str, data_dir: Path, **options: Any) -> Wo
     return Worker(flows=FLOWS, data_dir=data_dir, bootstrap_servers=bootstrap,
                   namespace=namespace, session_timeout_ms=6000, snapshot_every=EVERY,
                   **options)
-
-
-async def until(check: Callable[[], Awaitable[bool] | bool], what: str,
-                timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if await got if asyncio.iscoroutine(got) else got:
-            return
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.25)
 
 
 async def _fill(client: Client, count: int, prefix: str) -> None:

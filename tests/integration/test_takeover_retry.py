@@ -21,7 +21,7 @@ from runstream import Client, Worker
 from runstream.engine.demo.flows import checkout
 from runstream.engine.kafka.restore import Restorer
 from tests.conftest import TEST_JOURNAL_PARTITIONS
-from tests.integration.support import all_ready, until_true
+from tests.integration.support import all_ready, until
 
 pytestmark = pytest.mark.integration
 
@@ -62,14 +62,14 @@ async def test_a_claims_loads_are_tried_again_while_the_brokers_do_not_answer(
     second.takeovers.restorer = Restorer(dataclasses.replace(restorer.owner,
                                                              bootstrap=nothing_listens()))
     try:
-        await until_true(lambda: "snapshot loads for partitions" in caplog.text,
+        await until(lambda: "snapshot loads for partitions" in caplog.text,
                          "a claim's loads to fail")
         await asyncio.sleep(1.5)  # (another attempt)
         assert not second.owned, "claimed without the loads"
         consumer = second.consumer
         assert consumer is not None and consumer.paused() == consumer.assignment()
         second.takeovers.restorer = restorer  # the brokers answer again
-        await until_true(lambda: all_ready(second), "every partition claimed after the loads")
+        await until(lambda: all_ready(second), "every partition claimed after the loads")
         assert not consumer.paused()
         reports = second.takeovers.reports
         assert sorted(reports) == list(range(TEST_JOURNAL_PARTITIONS)), reports

@@ -15,8 +15,6 @@ the `timer.fired` lands after the `run.resumed` and is ignored.
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,7 @@ from runstream.engine.journal import events as ev
 from runstream.engine.worker.deadletters import Polled
 from runstream.engine.worker.timers import MAX_IN_FLIGHT
 from runstream.projections.state import RunStatus, Verdict
+from tests.integration.support import until
 
 racer: Flow[Any, Any] = Flow("racer")
 nap: Flow[Any, Any] = Flow("nap")
@@ -80,13 +79,6 @@ class ApplyGate:
                 self._cut.add(item.partition)
             (self.kept if item.partition in self._cut else now).append(item)
         await self._apply(now)
-
-
-async def until(check: Callable[[], bool], what: Callable[[], str], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, what()
-        await asyncio.sleep(0.05)
 
 
 def judged(w: Worker, verdict: Verdict) -> float:
