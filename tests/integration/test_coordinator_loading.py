@@ -81,10 +81,10 @@ async def test_a_coordinator_loading_the_group_does_not_end_the_worker(
         await asyncio.wait_for(given.wait(), 15)
         consume = worker._tasks[0]
         await until(lambda: worker._poller.retried >= 1 or consume.done(),
-                         "the poll to meet the error")
+                    "the poll to meet the error")
         assert not consume.done(), f"the consume loop ended: {consume.exception()!r}"
         await until(lambda: group_generation(consumer) > before and all_ready(worker),
-                         "the group joined again and its partitions claimed again")
+                    "the group joined again and its partitions claimed again")
         heartbeats = consumer._coordinator._heartbeat_task
         assert heartbeats is not None and not heartbeats.done(), "no heartbeats any more"
         # Joined again at once, as the same member: not only once the coordinator evicted it

@@ -82,7 +82,7 @@ async def test_a_claims_loads_are_tried_again_while_the_brokers_do_not_answer(
                                                              bootstrap=nothing_listens()))
     try:
         await until(lambda: "snapshot loads for partitions" in caplog.text,
-                         "a claim's loads to fail")
+                    "a claim's loads to fail")
         await asyncio.sleep(1.5)  # (another attempt)
         assert not second.owned, "claimed without the loads"
         consumer = second.consumer
