@@ -24,6 +24,7 @@ from bench import (
     relay,
     restore,
     schedules,
+    snapshot_reads,
     throughput,
     timetravel,
     verify,
@@ -50,7 +51,8 @@ SECTIONS: dict[str, ModuleType] = {
 # fold against raw consume + decode, takeover and bootstrap against history (issue 19), and
 # the raw limits through librdkafka beside aiokafka's (needs confluent-kafka installed).
 EXTRA_SECTIONS: dict[str, ModuleType] = {"relay": relay, "fold": fold, "restore": restore,
-                                         "schedules": schedules, "clients": clients}
+                                         "schedules": schedules, "clients": clients,
+                                         "snapshot-reads": snapshot_reads}
 RESULTS_DIR = Path(__file__).parent / "results"
 
 

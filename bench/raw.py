@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
@@ -125,10 +127,12 @@ async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
     return consumer.partitions_for_topic(topic) or set()
 
 
-async def round_trips(bootstrap: str, topic: str, count: int
+async def round_trips(bootstrap: str, topic: str, count: int, *,
+                      during: Callable[[], asyncio.Future[Any]] | None = None
                       ) -> tuple[list[float], list[float]]:
     """Seconds from send_and_wait of one record until this process's consumer receives it,
-    and, of the same sends, until the broker acknowledged it (acks=all)."""
+    and, of the same sends, until the broker acknowledged it (acks=all): `count` of them,
+    and more while what `during` starts once the clients are warm is not done."""
     producer = _producer(bootstrap, linger_ms=0)
     consumer = _consumer(bootstrap)
     await producer.start()
@@ -140,13 +144,18 @@ async def round_trips(bootstrap: str, topic: str, count: int
         await consumer.seek_to_end(tp)
         await consumer.position(tp)
         times, acks = [], []
-        for i in range(count):
+        meanwhile = during() if during is not None else None
+        i = 0
+        while i < count or (meanwhile is not None and not meanwhile.done()):
+            i += 1
             started = time.perf_counter()
             meta = await producer.send_and_wait(topic, b"x" * VALUE_BYTES,
                                                 key=str(i).encode(), partition=0)
             acks.append(time.perf_counter() - started)
             await _receive(consumer, tp, meta.offset)
             times.append(time.perf_counter() - started)
+        if meanwhile is not None:
+            await meanwhile  # (its failure is the caller's)
         return times, acks
     finally:
         await producer.stop()

@@ -57,6 +57,10 @@ class PartitionRestore:
         self.flush()
         self._db.flush(False)
 
+    def estimated_keys(self) -> int:
+        """RocksDB's estimate of the keys in the store (every partition's)."""
+        return int(self._db.property_int_value("rocksdb.estimate-num-keys") or 0)
+
     def flushing(self) -> bool:
         """Memtables still being flushed (begin_snapshot's)."""
         return bool(self._db.property_int_value("rocksdb.num-immutable-mem-table"))

@@ -8,7 +8,8 @@ one, else a day), and on a graceful release that leaves time for one in the drai
 one:
   1. the store writes its batch and starts a memtable flush in RocksDB's threads (waited
      for here), then freezes a checkpoint (milliseconds, at a WriteBatch boundary);
-  2. a thread reads the partition's keys from the checkpoint, chunks and digests them;
+  2. a thread, or a child process once the store is large (engine.worker.snapshot_reader),
+     reads the partition's keys from the checkpoint, chunks and digests them;
   3. the chunks, then the manifest, go out through the writer's own producer;
   4. `partition.snapshot-taken` goes out through the owner's committer, under its epoch:
      a loader trusts the snapshot only once it finds that decision applied.
@@ -23,9 +24,6 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
 
@@ -41,16 +39,9 @@ from runstream.engine.kafka.snapshots import (
 from runstream.engine.worker.executor import decision
 from runstream.engine.worker.ownership import Ownership, OwnershipState
 from runstream.engine.worker.partition_protocols import SnapshotOwner
-from runstream.projections import keys
-from runstream.projections.snapshot import (
-    Digest,
-    Manifest,
-    encode_chunks,
-    kept_snapshots,
-    snapshot_id,
-)
-from runstream.projections.state import PartitionState, decode_state
-from runstream.projections.store_restore import frozen_partition
+from runstream.engine.worker.snapshot_reader import Frozen, read_frozen, resolve_child_min_keys
+from runstream.projections.snapshot import Manifest, kept_snapshots, snapshot_id
+from runstream.projections.state import PartitionState
 
 log = logging.getLogger("runstream.snapshots")
 
@@ -81,16 +72,6 @@ def resolve_every(explicit: int | None = None) -> int:
     return value
 
 
-@dataclass(frozen=True, slots=True)
-class Frozen:
-    """What the thread read from a checkpoint: one partition's chunks and their digest."""
-
-    state: PartitionState
-    running_hash: str
-    chunks: list[bytes]
-    digest: Digest
-
-
 class SnapshotKeeper:
     def __init__(self, owner: SnapshotOwner, *, every: int, keep: int = DEFAULT_KEEP,
                  journal_retention_ms: int | None = None) -> None:
@@ -113,6 +94,9 @@ class SnapshotKeeper:
         self.taken = 0
         self.longest_gap_s = 0.0  # the event loop's longest gap during any snapshot here
         self.last_hold_s = 0.0  # the last snapshot's longest call on the loop (freezing)
+        self.child_min_keys = resolve_child_min_keys()  # (a bad setting fails the start)
+        # snapshots read in "a thread" and in "a child process": two keys at most
+        self.reads: dict[str, int] = {}
 
     def disable(self, why: str) -> None:
         if self.enabled:
@@ -206,7 +190,7 @@ class SnapshotKeeper:
             gaps = GapMeter()
             ticking = asyncio.create_task(gaps.run())
             try:
-                frozen = await self._freeze(own.partition)
+                frozen = await self._freeze(own.partition, releasing)
                 if frozen is None or not self._still_owned(own, frozen, releasing):
                     return None
                 manifest = await self._write(own, frozen)
@@ -217,16 +201,18 @@ class SnapshotKeeper:
             finally:
                 ticking.cancel()
             self._took_s[own.partition] = time.monotonic() - started
+            self.reads[frozen.read_in] = self.reads.get(frozen.read_in, 0) + 1
             self.longest_gap_s = max(self.longest_gap_s, gaps.longest_s)
-            log.info("partition %d: snapshot %s (%d keys, %d bytes in %d chunks) in %.2f s; "
-                     "it held the event loop %.1f ms at most, whose longest gap meanwhile "
-                     "was %.1f ms", own.partition, manifest.snapshot_id, manifest.key_count,
-                     manifest.value_bytes, len(manifest.chunks), self._took_s[own.partition],
-                     self.last_hold_s * 1000, gaps.longest_s * 1000)
+            log.info("partition %d: snapshot %s (%d keys, %d bytes in %d chunks, read in %s) "
+                     "in %.2f s; it held the event loop %.1f ms at most, whose longest gap "
+                     "meanwhile was %.1f ms", own.partition, manifest.snapshot_id,
+                     manifest.key_count, manifest.value_bytes, len(manifest.chunks),
+                     frozen.read_in, self._took_s[own.partition], self.last_hold_s * 1000,
+                     gaps.longest_s * 1000)
             await self._prune(own.partition, manifest)
             return manifest
 
-    async def _freeze(self, partition: int) -> Frozen | None:
+    async def _freeze(self, partition: int, releasing: bool) -> Frozen | None:
         store = self.owner.store
         if store is None:
             return None
@@ -242,9 +228,13 @@ class SnapshotKeeper:
         began = time.monotonic()
         store.freeze(path)
         self.last_hold_s = max(held, time.monotonic() - began)
+        # A release's read stays in a thread: the partitions it gives up serve no one now
+        # (aiokafka's eager protocol revokes all of them), and a child's start (about 0.3 s)
+        # would add to every rebalance.
+        in_child = not releasing and 0 < self.child_min_keys <= store.estimated_keys()
         try:
-            return await asyncio.to_thread(read_frozen, path, partition,
-                                           self.owner.partitions)
+            return await read_frozen(path, partition, self.owner.partitions,
+                                     in_child=in_child)
         finally:
             await asyncio.to_thread(shutil.rmtree, path, True)
 
@@ -262,10 +252,10 @@ class SnapshotKeeper:
         snapshot = snapshot_id(own.partition, state.next_offset, state.epoch)
         manifest = Manifest(
             snapshot_id=snapshot, partition=own.partition, offset=state.next_offset,
-            epoch=state.epoch, key_count=frozen.digest.keys, chunks=(),
-            content_digest=frozen.digest.hexdigest(), running_hash=frozen.running_hash,
+            epoch=state.epoch, key_count=frozen.key_count, chunks=(),
+            content_digest=frozen.content_digest, running_hash=frozen.running_hash,
             created_ms=int(time.time() * 1000), writer=self.owner.name,
-            value_bytes=frozen.digest.size)
+            value_bytes=frozen.value_bytes)
         written = await write_snapshot(self._producer, self.owner.snapshot_topic,
                                        partition=own.partition, snapshot_id=snapshot,
                                        chunks=frozen.chunks, manifest=manifest)
@@ -313,24 +303,3 @@ class GapMeter:
             now = time.monotonic()
             self.longest_s = max(self.longest_s, now - last - self.TICK_S)
             last = now
-
-
-def read_frozen(path: Path, partition: int, partitions: int) -> Frozen | None:
-    """(A thread.) The partition's chunks from a frozen checkpoint; None: it holds none.
-    Memory: the chunks (the pairs stream through)."""
-    seen: dict[bytes, bytes] = {}  # the partition's state and running hash as they pass
-    wanted = (keys.partition_key(partition), keys.hash_key(partition))
-
-    def passing() -> Iterator[tuple[bytes, bytes]]:
-        for key, value in frozen_partition(path, partition, partitions):
-            if key in wanted:
-                seen[key] = value
-            yield key, value
-
-    digest = Digest()
-    chunks = list(encode_chunks(passing(), digest))
-    state_raw = seen.get(wanted[0])
-    if state_raw is None:
-        return None
-    running_hash = seen[wanted[1]].hex() if wanted[1] in seen else ""
-    return Frozen(decode_state(PartitionState, state_raw), running_hash, chunks, digest)

@@ -21,6 +21,7 @@ from runstream.engine.kafka.admin import topic_configs
 from runstream.engine.kafka.reader import reader_consumer
 from runstream.engine.kafka.snapshots import list_manifests, read_chunks
 from runstream.engine.ops import verify as integrity
+from runstream.engine.worker.snapshot_reader import CHILD_MIN_KEYS_ENV
 from runstream.projections.snapshot import Manifest, chunk_key, manifest_key
 from tests.conftest import TEST_JOURNAL_PARTITIONS
 from tests.integration.support import until
@@ -67,9 +68,12 @@ def _anchored(w: Worker) -> bool:
                for p in range(TEST_JOURNAL_PARTITIONS))
 
 
+@pytest.mark.parametrize("read_in", ["a thread", "a child process"])
 async def test_a_fresh_worker_takes_over_from_snapshots_and_folds_only_the_tail(
         bootstrap: str, namespace: str, journal: str, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, read_in: str) -> None:
+    # (engine.worker.snapshot_reader: a store of at least one key is read in a child)
+    monkeypatch.setenv(CHILD_MIN_KEYS_ENV, "1" if read_in == "a child process" else "0")
     alter = ("topics", "alter", "--journal-retention", "30d")
     refused = await cli(*alter, bootstrap=bootstrap, namespace=namespace, cache=tmp_path / "c")
     assert refused.code != 0 and "lack a complete, anchored snapshot" in refused.err, refused
@@ -84,6 +88,11 @@ async def test_a_fresh_worker_takes_over_from_snapshots_and_folds_only_the_tail(
     finally:
         await first.stop()
     assert first.metrics.render().count(b'runstream_snapshots_total{outcome="anchored"}') == 1
+    # (a release's snapshot is read in a thread either way; the others where configured)
+    reads = first.takeovers.keeper.reads
+    assert reads.get(read_in, 0) > 0, reads
+    if read_in == "a thread":
+        assert "a child process" not in reads, reads
     second = worker(bootstrap, namespace, tmp_path / "b")
     await second.start()
     try:

@@ -1,0 +1,163 @@
+"""What a snapshot's read of a large store does to the process that takes it.
+
+A snapshot reads its partition's keys out of a frozen checkpoint of the owner's store, and
+that read visits every key of the store's mixed ranges (engine.worker.snapshot_reader), all
+of it Python. Here a generated journal (bench/journal.py) is folded into a store
+(`engine.ops.rebuild.rebuild_into`) and frozen; then raw Kafka round trips (bench/raw.py)
+run in this process while one partition's snapshot is read from it, in a thread of this
+process or in a child process, alternating with round trips while nothing is read (the
+limit). A worker's every hop (a poll, an acknowledgement, a create) is such a wake-up of its
+event loop.
+
+Then the same in a worker: on the namespace of that journal, one worker takes a snapshot of
+a partition every `--snapshot-every` records while W2 runs (runs one at a time), reading
+each in a thread or in a child process (RUNSTREAM_SNAPSHOT_CHILD_MIN_KEYS 0 or 1), beside
+W2 with snapshots off (the limit). Not part of `all`: `python -m bench snapshot-reads`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench import raw
+from bench.env import Context, fresh_namespace, fresh_topic, pick
+from bench.journal import generate
+from bench.load import one_at_a_time, warm_up
+from bench.report import Row, Section, percentile
+from bench.restore import GAP
+from bench.workers import WorkerPool
+from runstream import Client
+from runstream.engine.config import journal_topic
+from runstream.engine.demo.flows import checkout
+from runstream.engine.ops.rebuild import rebuild_into
+from runstream.engine.worker.snapshot_reader import CHILD_MIN_KEYS_ENV, read_frozen
+from runstream.projections.store import ProjectionStore
+
+PARTITIONS = 12
+MODES = ("nothing read", "a thread", "a child process")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("snapshot-reads")
+    group.add_argument("--snapshot-records", type=int,
+                       help="records of the journal folded into the store [700000; quick 3000]")
+    group.add_argument("--snapshot-round-trips", type=int,
+                       help="round trips while nothing is read [300; quick 30]")
+    group.add_argument("--snapshot-rounds", type=int, help="rounds of the three modes [2]")
+    group.add_argument("--snapshot-every", type=int,
+                       help="records between a worker's snapshots of a partition [50]")
+    group.add_argument("--snapshot-w2-runs", type=int,
+                       help="W2 runs in each worker mode [300; quick 20]")
+
+
+async def _frozen_store(ctx: Context, namespace: str, scratch: Path, records: int
+                        ) -> tuple[Path, int, int]:
+    """A checkpoint of a store folded from a journal generated in `namespace`: (path, runs,
+    store keys)."""
+    journal = await generate(ctx.bootstrap, journal_topic(namespace), PARTITIONS, records)
+    await rebuild_into(scratch / "store", bootstrap=ctx.bootstrap,
+                       topic=journal_topic(namespace))
+    store = ProjectionStore(scratch / "store")
+    try:
+        store.freeze(scratch / "frozen")
+        return scratch / "frozen", len(journal.run_ids), store.estimated_keys()
+    finally:
+        store.close()
+
+
+def _reader(frozen: Path, mode: str, took: list[float]
+            ) -> Callable[[], asyncio.Future[Any]] | None:
+    if mode == "nothing read":
+        return None
+
+    async def read() -> None:
+        started = time.perf_counter()
+        got = await read_frozen(frozen, 0, PARTITIONS, in_child=mode == "a child process")
+        took.append(time.perf_counter() - started)
+        assert got is not None and got.key_count > 0, "partition 0 read as empty"
+
+    return lambda: asyncio.ensure_future(read())
+
+
+async def run(ctx: Context, args: argparse.Namespace) -> Section:
+    section = Section("snapshot-reads")
+    records = pick(args, "snapshot_records", 700_000, 3_000)
+    count = pick(args, "snapshot_round_trips", 300, 30)
+    rounds = pick(args, "snapshot_rounds", 2, 1)
+    every = pick(args, "snapshot_every", 50, 50)
+    w2_runs = pick(args, "snapshot_w2_runs", 300, 20)
+    scratch = Path(tempfile.mkdtemp(prefix="runstream-bench-snapreads-"))
+    try:
+        async with fresh_namespace(ctx, "snapreads", PARTITIONS) as namespace:
+            frozen, runs, store_keys = await _frozen_store(ctx, namespace, scratch, records)
+            async with fresh_topic(ctx, "snapreads-rtt", PARTITIONS) as topic:
+                for round_no in range(1, rounds + 1):
+                    await _round_trips_while_read(ctx, section, topic, frozen, count, round_no)
+            for round_no in range(1, rounds + 1):
+                await _w2_while_snapshotting(ctx, section, namespace, every, w2_runs, round_no)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    section.info = {"records": records, "runs": runs, "store_keys": store_keys,
+                    "partitions": PARTITIONS, "rounds": rounds, "snapshot_every": every}
+    return section
+
+
+async def _round_trips_while_read(ctx: Context, section: Section, topic: str, frozen: Path,
+                                  count: int, round_no: int) -> None:
+    idle: list[float] = []
+    for mode in MODES:
+        took: list[float] = []
+        times, _ = await raw.round_trips(ctx.bootstrap, topic,
+                                         count if mode == MODES[0] else 1,
+                                         during=_reader(frozen, mode, took))
+        idle = times if mode == MODES[0] else idle
+        _add_rows(section, f"#{round_no} {mode}", times, idle, took)
+
+
+async def _w2_while_snapshotting(ctx: Context, section: Section, namespace: str, every: int,
+                                 w2_runs: int, round_no: int) -> None:
+    """W2 on one worker of `namespace` with snapshots off, then read in a thread, then in a
+    child process; each a fresh worker process (it loads or folds the store first)."""
+    limit: list[float] = []
+    for number, mode in enumerate(("snapshots off", *MODES[1:])):
+        env = {"RUNSTREAM_SNAPSHOT_EVERY": "0" if mode == "snapshots off" else str(every),
+               CHILD_MIN_KEYS_ENV: "1" if mode == "a child process" else "0"}
+        async with WorkerPool(ctx.bootstrap, namespace, 1, env=env) as pool:
+            await pool.wait_owned(PARTITIONS)
+            async with Client(bootstrap_servers=ctx.bootstrap, namespace=namespace,
+                              flows=[checkout]) as client:
+                if round_no == 1 and number == 0:  # (its runs exist after: warm once)
+                    await warm_up(client, PARTITIONS)
+                # (run ids of their own: a create naming an existing run answers with it)
+                w2 = await one_at_a_time(client, w2_runs, f"snapw2-{round_no}-{number}")
+            log = (pool.root / "w0.log").read_bytes()
+        kept = w2.latencies[min(20, len(w2.latencies) // 2):]
+        limit = kept if mode == "snapshots off" else limit
+        gaps = [float(g) for g in GAP.findall(log)]
+        note = (f"{len(kept)} runs; {len(gaps)} snapshots taken by the worker, its loop's "
+                f"longest gap during one {max(gaps):.0f} ms" if gaps else
+                f"{len(kept)} runs; no snapshot taken")
+        for q in (50, 99):
+            section.add(Row(f"#{round_no} worker, {mode}: W2 p{q}",
+                            percentile(kept, q) * 1000, "ms",
+                            limit=percentile(limit, q) * 1000, limit_name="snapshots off",
+                            note=note))
+
+
+def _add_rows(section: Section, label: str, times: list[float], idle: list[float],
+              took: list[float]) -> None:
+    note = f"{len(times)} raw round trips in this process" + (
+        f" while partition 0's snapshot was read ({took[0]:.2f} s)" if took else "")
+    for q in (50, 99):
+        section.add(Row(f"{label}: round trip p{q}", percentile(times, q) * 1000, "ms",
+                        limit=percentile(idle, q) * 1000, limit_name="nothing read",
+                        note=note))
+    if took:
+        section.add(Row(f"{label}: the read", took[0], "s"))
