@@ -6,9 +6,9 @@ keys named by a run id hold every partition's), so it costs about 1 us a key of 
 store, not of the partition, all of it Python holding the GIL. In a thread, the event loop
 then waits for the interpreter's switch interval (5 ms) at each of its wake-ups for as long
 as the read lasts. Measured on a store of 1.5 million keys (100,000 runs; docs/performance.md,
-seventh session): a raw Kafka round trip in the same process took 8-9 ms at the median
-during a 1.6 s read (0.3-0.4 ms otherwise), and W2 on a worker snapshotting that store 26-30
-ms (3 ms with snapshots off).
+seventh session): a raw Kafka round trip in the same process took 8-12 ms at the median
+during a 1.6-1.8 s read (0.3-0.4 ms otherwise), and W2 on a worker snapshotting that store
+26-32 ms (3 ms with snapshots off; 3.1-4.8 ms with the read in a child process).
 
 The caller (engine.worker.snapshots) reads in a child process from a number of keys in the
 store (RocksDB's estimate; RUNSTREAM_SNAPSHOT_CHILD_MIN_KEYS, default CHILD_MIN_KEYS; 0:
