@@ -140,8 +140,8 @@ def check_quarantines(facts: JournalFacts, ledger: dict[tuple[str, str], list[Ex
                       windows: list[FaultWindow], report: CheckReport) -> None:
     """A quarantine says the step's effect may have happened. One whose step never ran
     (no ledger line) is allowed only when its writer was cut off without a word: it wrote
-    nothing more about the run, and a kill -9 of that worker or a broker restart (its
-    producer fails) was in effect. Otherwise the worker knew the step was never called
+    nothing more about the run, and a kill -9 or a SIGSTOP of that worker or a broker
+    restart (its producer fails) was in effect. Otherwise the worker knew the step was never called
     (a drain, a graceful stop) and should have said so."""
     for quarantine in facts.quarantines.values():
         window = fault_in_effect(windows, quarantine.started_ms, quarantine.quarantined_ms)
@@ -158,7 +158,8 @@ def check_quarantines(facts: JournalFacts, ledger: dict[tuple[str, str], list[Ex
 
 def _never_ran(quarantine: Quarantine, fault: str) -> str:
     went_on = ("went on writing about the run" if quarantine.writer_went_on
-               else "wrote nothing more, but no kill -9 of it nor broker restart was in effect")
+               else "wrote nothing more, but no kill -9 or SIGSTOP of it nor broker restart "
+                    "was in effect")
     return (f"run {quarantine.run_id} quarantined at {quarantine.quarantined_ms} on step "
             f"{quarantine.step!r} (started at {quarantine.started_ms} by "
             f"{quarantine.writer}), which never ran: its writer {went_on}; fault in "

@@ -15,7 +15,7 @@ import bisect
 import collections
 from dataclasses import dataclass
 
-from tests.chaos.schedule import BROKER, KILL
+from tests.chaos.schedule import BROKER, KILL, PAUSE
 
 ANY_OWNER = "*"  # a fault whose effect ends at the next applied claim of any worker
 MAX_AFTERMATH_MS = 60_000  # an effect is followed to a claim at most this long
@@ -78,12 +78,14 @@ def fault_in_effect(windows: list[FaultWindow], started_ms: int, quarantined_ms:
 def cut_off_by(windows: list[FaultWindow], writer: str, started_ms: int,
                quarantined_ms: int) -> FaultWindow | None:
     """A fault in effect over the span that can end a step's writer without a word: a
-    kill -9 of that worker (`writer`, its name), or a broker restart (its producer fails
-    and it takes a new source)."""
+    kill -9 of that worker (`writer`, its name); a SIGSTOP of it (frozen between the
+    step's start and its call, it says nothing until its partitions have gone to another
+    owner, and then it may no longer write about the run); or a broker restart (its
+    producer fails and it takes a new source)."""
     for window in windows:
         if not window.overlaps(started_ms - 1000, quarantined_ms):
             continue
-        if window.kind == BROKER or (window.kind == KILL and window.target == writer):
+        if window.kind == BROKER or (window.kind in (KILL, PAUSE) and window.target == writer):
             return window
     return None
 
