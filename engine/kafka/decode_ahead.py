@@ -10,7 +10,8 @@ The records, their order and what each one is (a poison one is sent as its bytes
 examined here) are those an in-process read would give, so the fold's state and running
 hash are the same (tests/integration/test_decode_ahead.py).
 
-Frames on the child's stdout: one kind byte, a 4-byte big-endian length, the payload.
+Frames on the child's stdout (engine.journal.frames: one kind byte, a 4-byte big-endian
+length, the payload):
   B  a batch: engine.journal.transfer.encode_frame's rows, one partition's, in offset order
   E  an error: the exception pickled (or its text, as a RunstreamError), then the child ends
   D  done: every record up to the limits was sent
@@ -30,7 +31,6 @@ import os
 import pickle
 import queue
 import signal
-import struct
 import subprocess
 import sys
 import threading
@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from runstream.engine.errors import RunstreamError
+from runstream.engine.journal.frames import frame, read_frame
 from runstream.engine.journal.transfer import (
     NOT_SENT,
     Headers,
@@ -59,8 +60,7 @@ DECODE_AHEAD_MIN = 100_000
 FRAMES_AHEAD = 16
 FRAME_RECORDS = 1000  # records a frame at most (the first ones go out sooner)
 _MODULE = "runstream.engine.kafka.decode_ahead"
-_HEAD = struct.Struct(">cI")
-_BATCH, _ERROR, _DONE, _ENDED = b"B", b"E", b"D", b""
+_BATCH, _ERROR, _DONE = b"B", b"E", b"D"
 # One child at a time in a process: a second would share the same spare core.
 _running = 0
 
@@ -123,11 +123,11 @@ class DecodeAhead:
         loop = asyncio.get_running_loop()
         frames = self._child.stdout
         assert frames is not None
-        pending = loop.run_in_executor(self._reader, _read_frame, frames)
+        pending = loop.run_in_executor(self._reader, read_frame, frames)
         while True:
             kind, payload = await pending
             if kind == _BATCH:
-                pending = loop.run_in_executor(self._reader, _read_frame, frames)  # (the next)
+                pending = loop.run_in_executor(self._reader, read_frame, frames)  # (the next)
                 yield [(p, o, t, value, record if record is not None else _examined(
                             value, headers, key)) for p, o, t, key, value, headers, record
                        in decode_frame(payload)]
@@ -169,16 +169,6 @@ def _examined(value: bytes | None, headers: Headers | None, key: bytes | None) -
     return examine(value, headers, key)
 
 
-def _read_frame(frames: IO[bytes]) -> tuple[bytes, bytes]:
-    """The next frame (kind, payload); (_ENDED, b"") when the pipe ends before one."""
-    head = frames.read(_HEAD.size)
-    if len(head) < _HEAD.size:
-        return _ENDED, b""
-    kind, size = _HEAD.unpack(head)
-    payload = frames.read(size)
-    return (kind, payload) if len(payload) == size else (_ENDED, b"")
-
-
 def _error(payload: bytes) -> BaseException:
     try:
         error = pickle.loads(payload)
@@ -196,8 +186,8 @@ async def _serve(spec: ReadSpec, frames: queue.Queue[bytes | None]) -> None:
                                     security=spec.security):
         for at in range(0, len(batch), FRAME_RECORDS):
             rows = _rows(batch[at:at + FRAME_RECORDS])
-            frames.put(_frame(_BATCH, encode_frame(rows)))  # (waits while FRAMES_AHEAD wait)
-    frames.put(_frame(_DONE, b""))
+            frames.put(frame(_BATCH, encode_frame(rows)))  # (waits while FRAMES_AHEAD wait)
+    frames.put(frame(_DONE, b""))
 
 
 def _rows(batch: Sequence[Polled]) -> list[Outgoing]:
@@ -211,10 +201,6 @@ def _rows(batch: Sequence[Polled]) -> list[Outgoing]:
             rows.append((m.partition, m.offset, m.timestamp, None, m.value, None,
                          class_index(examined), examined))  # type: ignore[arg-type]
     return rows
-
-
-def _frame(kind: bytes, payload: bytes) -> bytes:
-    return _HEAD.pack(kind, len(payload)) + payload
 
 
 def _write_frames(frames: queue.Queue[bytes | None], out: IO[bytes]) -> None:
@@ -251,7 +237,7 @@ def _child_main() -> None:
     try:
         asyncio.run(_serve(spec, frames))
     except Exception as exc:
-        frames.put(_frame(_ERROR, _pickled(exc)))
+        frames.put(frame(_ERROR, _pickled(exc)))
     frames.put(None)
     writer.join()
 

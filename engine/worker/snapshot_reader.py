@@ -18,7 +18,8 @@ about 0.3 s to start and holds no lock of this process; the event loop reads its
 the pipe (a cancelled read kills it). Both ways give the same chunks, digest and partition
 state (tests/unit/test_snapshot_reader.py).
 
-Frames on the child's stdout: a kind byte, a 4-byte big-endian length, the payload.
+Frames on the child's stdout (engine.journal.frames: a kind byte, a 4-byte big-endian
+length, the payload):
   C  a chunk, in order
   S  the summary, last: msgpack [state, running hash, keys, bytes, digest] (state and
      running hash: the stored values, or nil)
@@ -29,16 +30,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-import struct
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 import msgspec
 
 from runstream.engine.errors import WorkerFatal
+from runstream.engine.journal.frames import HEAD, frame
 from runstream.projections import keys
 from runstream.projections.snapshot import Digest, encode_chunks
 from runstream.projections.state import PartitionState, decode_state
@@ -48,7 +48,6 @@ CHILD_MIN_KEYS_ENV = "RUNSTREAM_SNAPSHOT_CHILD_MIN_KEYS"
 # Below this, a thread's read takes under about 0.1 s, less than a child's start.
 CHILD_MIN_KEYS = 100_000
 _MODULE = "runstream.engine.worker.snapshot_reader"
-_HEADER = struct.Struct(">cI")
 _CHUNK, _SUMMARY, _ERROR = b"C", b"S", b"E"
 
 # [state, running hash, keys, bytes, digest]
@@ -125,7 +124,7 @@ async def _read_in_child(path: Path, partition: int, partitions: int
     try:
         while True:
             try:
-                kind, length = _HEADER.unpack(await child.stdout.readexactly(_HEADER.size))
+                kind, length = HEAD.unpack(await child.stdout.readexactly(HEAD.size))
                 payload = await child.stdout.readexactly(length)
             except asyncio.IncompleteReadError:
                 status = await child.wait()
@@ -148,23 +147,18 @@ async def _read_in_child(path: Path, partition: int, partitions: int
             await child.wait()
 
 
-def _write_frame(out: IO[bytes], kind: bytes, payload: bytes) -> None:
-    out.write(_HEADER.pack(kind, len(payload)))
-    out.write(payload)
-
-
 def _child_main() -> int:
     path, partition, partitions = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     sys.stdout = sys.stderr  # stdout is the frames' pipe: anything printed goes to stderr
     try:
         summary = _read(path, partition, partitions,
-                        lambda chunk: _write_frame(out, _CHUNK, chunk))
+                        lambda chunk: out.write(frame(_CHUNK, chunk)))
     except Exception as exc:
-        _write_frame(out, _ERROR, f"{type(exc).__name__}: {exc}".encode())
+        out.write(frame(_ERROR, f"{type(exc).__name__}: {exc}".encode()))
         out.flush()
         return 1
-    _write_frame(out, _SUMMARY, msgspec.msgpack.encode(list(summary)))
+    out.write(frame(_SUMMARY, msgspec.msgpack.encode(list(summary))))
     out.flush()
     return 0
 
