@@ -75,11 +75,7 @@ async def _frozen_store(ctx: Context, namespace: str, scratch: Path, records: in
         store.close()
 
 
-def _reader(frozen: Path, mode: str, took: list[float]
-            ) -> Callable[[], asyncio.Future[Any]] | None:
-    if mode == "nothing read":
-        return None
-
+def _reader(frozen: Path, mode: str, took: list[float]) -> Callable[[], asyncio.Future[Any]]:
     async def read() -> None:
         started = time.perf_counter()
         got = await read_frozen(frozen, 0, PARTITIONS, in_child=mode == "a child process")
@@ -114,13 +110,12 @@ async def run(ctx: Context, args: argparse.Namespace) -> Section:
 
 async def _round_trips_while_read(ctx: Context, section: Section, topic: str, frozen: Path,
                                   count: int, round_no: int) -> None:
-    idle: list[float] = []
-    for mode in MODES:
+    idle, _ = await raw.round_trips(ctx.bootstrap, topic, count)
+    _add_rows(section, f"#{round_no} {MODES[0]}", idle, idle, [])
+    for mode in MODES[1:]:
         took: list[float] = []
-        times, _ = await raw.round_trips(ctx.bootstrap, topic,
-                                         count if mode == MODES[0] else 1,
+        times, _ = await raw.round_trips(ctx.bootstrap, topic, 1,
                                          during=_reader(frozen, mode, took))
-        idle = times if mode == MODES[0] else idle
         _add_rows(section, f"#{round_no} {mode}", times, idle, took)
 
 
@@ -143,17 +138,24 @@ async def _w2_while_snapshotting(ctx: Context, section: Section, namespace: str,
             log = (pool.root / "w0.log").read_bytes()
         kept = w2.latencies[min(20, len(w2.latencies) // 2):]
         limit = kept if mode == "snapshots off" else limit
-        # (the releases' snapshots when the worker stops are read in a thread: not counted)
-        gaps = [float(gap) for where, gap in SNAPSHOT.findall(log) if where.decode() == mode]
-        note = (f"{len(kept)} runs; {len(gaps)} snapshots read in {mode} by the worker, its "
-                f"loop's longest gap during one {max(gaps):.0f} ms" if gaps else
-                f"{len(kept)} runs; no snapshot read in {mode} meanwhile"
-                if mode != "snapshots off" else f"{len(kept)} runs")
+        note = f"{len(kept)} runs" + _snapshots_read(log, mode)
         for q in (50, 99):
             section.add(Row(f"#{round_no} worker, {mode}: W2 p{q}",
                             percentile(kept, q) * 1000, "ms",
                             limit=percentile(limit, q) * 1000, limit_name="snapshots off",
                             note=note))
+
+
+def _snapshots_read(log: bytes, mode: str) -> str:
+    """What the worker's log says of the snapshots it read the way `mode` names (its
+    releases' when it stops are read in a thread: not counted)."""
+    if mode == "snapshots off":
+        return ""
+    gaps = [float(gap) for where, gap in SNAPSHOT.findall(log) if where.decode() == mode]
+    if not gaps:
+        return f"; no snapshot read in {mode} meanwhile"
+    return (f"; {len(gaps)} snapshots read in {mode} by the worker, its loop's longest gap "
+            f"during one {max(gaps):.0f} ms")
 
 
 def _add_rows(section: Section, label: str, times: list[float], idle: list[float],
