@@ -168,7 +168,7 @@ def _tails(db: Rdict, prefix: bytes) -> list[bytes]:
 
 
 def _states(db: Rdict, tails: Sequence[bytes]) -> list[RunState]:
-    values = cast(list[bytes], db.get([b"r/" + tail.split(b"/", 1)[1] for tail in tails]))
+    values = cast(list[bytes], db.get([b"r/" + tail for tail in tails]))
     return [decode_state(RunState, value) for value in values]
 
 

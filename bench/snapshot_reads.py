@@ -1,13 +1,14 @@
 """What a snapshot's read of a large store does to the process that takes it.
 
-A snapshot reads its partition's keys out of a frozen checkpoint of the owner's store, and
-that read visits every key of the store's mixed ranges (engine.worker.snapshot_reader), all
-of it Python. Here a generated journal (bench/journal.py) is folded into a store
-(`engine.ops.rebuild.rebuild_into`) and frozen; then raw Kafka round trips (bench/raw.py)
-run in this process while one partition's snapshot is read from it, in a thread of this
-process or in a child process, alternating with round trips while nothing is read (the
-limit). A worker's every hop (a poll, an acknowledgement, a create) is such a wake-up of its
-event loop.
+A snapshot reads its partition's keys out of a frozen checkpoint of the owner's store
+(engine.worker.snapshot_reader), all of it Python, about 1 us a key of the partition (of the
+whole store before the store's format 3). Here a generated journal (bench/journal.py) is
+folded into a store (`engine.ops.rebuild.rebuild_into`) and frozen; then raw Kafka round
+trips (bench/raw.py) run in this process while one partition's snapshot is read from it, in
+a thread of this process or in a child process, alternating with round trips while nothing
+is read (the limit). A worker's every hop (a poll, an acknowledgement, a create) is such a
+wake-up of its event loop. Last, partition 0 is cleared in the store, as a takeover clears a
+partition before it loads a snapshot there.
 
 Then the same in a worker: on the namespace of that journal, one worker takes a snapshot of
 a partition every `--snapshot-every` records while W2 runs (runs one at a time), reading
@@ -63,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 async def _frozen_store(ctx: Context, namespace: str, scratch: Path, records: int
                         ) -> tuple[Path, int, int]:
     """A checkpoint of a store folded from a journal generated in `namespace`: (path, runs,
-    store keys)."""
+    store keys); the store itself stays at scratch/store."""
     journal = await generate(ctx.bootstrap, journal_topic(namespace), PARTITIONS, records)
     await rebuild_into(scratch / "store", bootstrap=ctx.bootstrap,
                        topic=journal_topic(namespace))
@@ -75,10 +76,20 @@ async def _frozen_store(ctx: Context, namespace: str, scratch: Path, records: in
         store.close()
 
 
+def _clear_time(path: Path) -> float:
+    store = ProjectionStore(path)
+    try:
+        started = time.perf_counter()
+        store.clear_partition(0, marker=None)
+        return time.perf_counter() - started
+    finally:
+        store.close()
+
+
 def _reader(frozen: Path, mode: str, took: list[float]) -> Callable[[], asyncio.Future[Any]]:
     async def read() -> None:
         started = time.perf_counter()
-        got = await read_frozen(frozen, 0, PARTITIONS, in_child=mode == "a child process")
+        got = await read_frozen(frozen, 0, in_child=mode == "a child process")
         took.append(time.perf_counter() - started)
         assert got is not None and got.key_count > 0, "partition 0 read as empty"
 
@@ -101,6 +112,8 @@ async def run(ctx: Context, args: argparse.Namespace) -> Section:
                     await _round_trips_while_read(ctx, section, topic, frozen, count, round_no)
             for round_no in range(1, rounds + 1):
                 await _w2_while_snapshotting(ctx, section, namespace, every, w2_runs, round_no)
+        section.add(Row("clearing partition 0 (a takeover's)", _clear_time(scratch / "store"),
+                        "s", note="a store of all 12 partitions"))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     section.info = {"records": records, "runs": runs, "store_keys": store_keys,

@@ -28,6 +28,7 @@ from runstream.engine.ops.rebuild import rebuild_into
 from runstream.engine.readmodel.model import ReadModel
 from runstream.projections.manifest import CheckpointPolicy
 from runstream.projections.memory import MemoryStore
+from runstream.projections.partitioning import Placement
 from runstream.projections.projector import Projector
 from runstream.projections.store import ProjectionStore
 from runstream.projections.values import RecordWrite
@@ -153,7 +154,8 @@ def hash_us_per_record(runs: int = 2000, passes: int = 5) -> float:
     for partition, _, record in sample_records(journal, runs, 20, _Writer(partitions)):
         projector.apply_record(partition, offsets[partition], record)
         offsets[partition] += 1
-    inputs = [(change, put_record(_NullBatch(), change, False)) for change in store.writes]
+    place = Placement(partitions)
+    inputs = [(change, put_record(_NullBatch(), change, False, place)) for change in store.writes]
     best = float("inf")
     for _ in range(passes):
         started = time.process_time()

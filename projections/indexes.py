@@ -7,6 +7,7 @@ RocksDB here.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator
 
 from runstream.projections import keys
@@ -32,6 +33,13 @@ class IndexReads:
     def _get(self, key: bytes) -> bytes | None:
         raise NotImplementedError
 
+    def _placed(self, name: str) -> int | None:
+        """The partition `name`'s keys are in (None: no partition count, nothing held)."""
+        raise NotImplementedError
+
+    def _partition_count(self) -> int:
+        raise NotImplementedError
+
     def _scan(self, prefix: bytes, *, start: bytes | None = None
               ) -> Iterator[tuple[bytes, bytes]]:
         raise NotImplementedError
@@ -41,7 +49,8 @@ class IndexReads:
         raise NotImplementedError
 
     def tombstone(self, run_id: str) -> Tombstone | None:
-        raw = self._get(keys.tombstone_key(run_id))
+        placed = self._placed(run_id)
+        raw = None if placed is None else self._get(keys.tombstone_key(placed, run_id))
         return None if raw is None else decode_state(Tombstone, raw)
 
     def settle_indexed(self, partition: int, settled_ms: int, run_id: str) -> bool:
@@ -109,12 +118,20 @@ class IndexReads:
             yield key
 
     def run_ids_between(self, start: str, stop: str | None) -> Iterator[str]:
-        """Run ids in [start, stop) (None: to the end), in id order."""
-        end = None if stop is None else keys.run_key(stop)
-        for key, _ in self._scan(b"r/", start=keys.run_key(start)):
-            if end is not None and key >= end:
+        """Run ids in [start, stop) (None: to the end), in id order: every partition's
+        runs, merged (each partition's are in id order)."""
+        end = None if stop is None else stop.encode()
+        each = [self._run_names(partition, start)
+                for partition in range(self._partition_count())]
+        for name in heapq.merge(*each):
+            if end is not None and name >= end:
                 return
-            yield key[2:].decode()
+            yield name.decode()
+
+    def _run_names(self, partition: int, start: str) -> Iterator[bytes]:
+        prefix = keys.runs_prefix(partition)
+        for key, _ in self._scan(prefix, start=keys.run_key(partition, start)):
+            yield key[len(prefix):]
 
     def runs_with_requests(self, partition: int) -> Iterator[RunState]:
         """Runs of `partition` holding requests no decision has answered yet."""
@@ -124,8 +141,11 @@ class IndexReads:
                 yield run
 
     def history(self, run_id: str) -> list[HistoryEntry]:
-        entries = []
-        prefix = keys.history_prefix(run_id)
+        entries: list[HistoryEntry] = []
+        placed = self._placed(run_id)
+        if placed is None:
+            return entries
+        prefix = keys.history_prefix(placed, run_id)
         for key, value in self._scan(prefix):
             partition, offset = key[len(prefix):].split(b"/")
             entries.append(decode_history(int(partition), int(offset), value))
@@ -192,7 +212,8 @@ class IndexReads:
         return [decode_state(OutboxItem, v) for _, v in self._scan(keys.outbox_prefix(partition))]
 
     def schedule(self, schedule_id: str) -> ScheduleState | None:
-        raw = self._get(keys.schedule_key(schedule_id))
+        placed = self._placed(schedule_id)
+        raw = None if placed is None else self._get(keys.schedule_key(placed, schedule_id))
         return None if raw is None else decode_state(ScheduleState, raw)
 
     def schedule_ids(self, partition: int) -> list[str]:

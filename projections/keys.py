@@ -13,17 +13,27 @@ def partition_key(partition: int) -> bytes:
     return b"p/%05d" % partition
 
 
-def run_key(run_id: str) -> bytes:
-    return b"r/" + run_id.encode()
+# The run-keyed families (r/ j/ h/ l/ b/ c/) put the partition that holds the name (its
+# lineage's: projections.partitioning.run_partition) right after their prefix, as every
+# other family does, so that a partition's keys are a handful of key ranges: a snapshot
+# reads, and a takeover clears, the partition's keys and no others.
 
 
-def entries_prefix(run_id: str) -> bytes:
+def run_key(partition: int, run_id: str) -> bytes:
+    return b"r/%05d/%s" % (partition, run_id.encode())
+
+
+def runs_prefix(partition: int) -> bytes:
+    return b"r/%05d/" % partition
+
+
+def entries_prefix(partition: int, run_id: str) -> bytes:
     # NUL ends the run id, so run "a" never scans the entries of run "a/b".
-    return b"j/%s\x00" % run_id.encode()
+    return b"j/%05d/%s\x00" % (partition, run_id.encode())
 
 
-def entry_key(run_id: str, position: int) -> bytes:
-    return entries_prefix(run_id) + b"%010d" % position
+def entry_key(partition: int, run_id: str, position: int) -> bytes:
+    return b"j/%05d/%s\x00%010d" % (partition, run_id.encode(), position)
 
 
 def status_prefix(status: RunStatus) -> bytes:
@@ -42,13 +52,15 @@ def inbox_key(partition: int, run_id: str) -> bytes:
     return b"i/%05d/%s" % (partition, run_id.encode())
 
 
-def history_prefix(run_id: str) -> bytes:
-    return b"h/%s\x00" % run_id.encode()
+def history_prefix(partition: int, run_id: str) -> bytes:
+    return b"h/%05d/%s\x00" % (partition, run_id.encode())
 
 
-def history_key(run_id: str, partition: int, offset: int) -> bytes:
-    # history_prefix(run_id) + b"%05d/%020d", in one format (one per record)
-    return b"h/%s\x00%05d/%020d" % (run_id.encode(), partition, offset)
+def history_key(placed: int, run_id: str, partition: int, offset: int) -> bytes:
+    """The history item of the record at `partition`/`offset` of the run (placed in
+    partition `placed`, its lineage's: the record's own partition unless misplaced)."""
+    # history_prefix(placed, run_id) + b"%05d/%020d", in one format (one per record)
+    return b"h/%05d/%s\x00%05d/%020d" % (placed, run_id.encode(), partition, offset)
 
 
 def partition_history_key(partition: int, offset: int) -> bytes:
@@ -87,9 +99,9 @@ def deadline_key(partition: int, run_id: str, due_ms: int) -> bytes:
         due_ms, run_id.encode(), DEADLINE_POSITION)
 
 
-def schedule_key(schedule_id: str) -> bytes:
+def schedule_key(partition: int, schedule_id: str) -> bytes:
     """A schedule's state (projections.schedule_state), placed by its id like a run."""
-    return b"c/" + schedule_id.encode()
+    return b"c/%05d/%s" % (partition, schedule_id.encode())
 
 
 def schedule_index_prefix(partition: int) -> bytes:
@@ -132,9 +144,9 @@ def upper_bound(prefix: bytes) -> bytes:
     return prefix[:-1] + bytes([prefix[-1] + 1])
 
 
-def lineage_key(lineage_id: str) -> bytes:
+def lineage_key(partition: int, lineage_id: str) -> bytes:
     """The lineage's latest round (its run id): what a request naming the lineage reaches."""
-    return b"l/" + lineage_id.encode()
+    return b"l/%05d/%s" % (partition, lineage_id.encode())
 
 
 def hash_key(partition: int) -> bytes:
@@ -160,8 +172,8 @@ def settled_key(partition: int, settled_ms: int, run_id: str) -> bytes:
     return settled_prefix(partition) + b"%015d/%s" % (settled_ms, run_id.encode())
 
 
-def tombstone_key(run_id: str) -> bytes:
-    return b"b/" + run_id.encode()
+def tombstone_key(partition: int, run_id: str) -> bytes:
+    return b"b/%05d/%s" % (partition, run_id.encode())
 
 
 def tombstone_prefix(partition: int) -> bytes:
@@ -188,9 +200,12 @@ def outbox_key(partition: int, request_id: str) -> bytes:
 
 # The layout's version: a store written by an older layout is rebuilt from the journal
 # (projections.store), since indexes it lacks (settle times, causes) cannot be derived
-# from what it holds.
+# from what it holds. 3: the run-keyed families carry their partition.
 FORMAT_KEY = b"m/format"
-STORE_FORMAT = b"2"
+STORE_FORMAT = b"3"
+# The journal's partition count, which places every run-keyed key: set once, when the
+# store's owner first learns it (projections.store).
+PARTITIONS_KEY = b"m/partitions"
 # A read model's query index (projections.query_index): one written before it, or by an
 # older form of it, is rebuilt the same way (a worker's store keeps none).
 QUERY_FORMAT_KEY = b"m/query-format"

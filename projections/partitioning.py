@@ -49,3 +49,29 @@ def partition_for(key: str, partitions: int) -> int:
 def run_partition(run_id: str, partitions: int) -> int:
     """The partition of a run: its lineage's (every round of a lineage shares one)."""
     return partition_for(lineage_of(run_id), partitions)
+
+
+# Names a Placement remembers (a run's keys are placed several times per record): ~100 bytes
+# each, cleared whole when full.
+PLACED_CACHE = 65_536
+
+
+class Placement:
+    """The partition of each run-keyed name (run, lineage or schedule id) for one partition
+    count: where a store puts and finds that name's keys (projections.keys)."""
+
+    __slots__ = ("_placed", "partitions")
+
+    def __init__(self, partitions: int) -> None:
+        if partitions < 1:
+            raise ValueError(f"a journal has at least one partition, not {partitions}")
+        self.partitions = partitions
+        self._placed: dict[str, int] = {}  # PLACED_CACHE at most
+
+    def __call__(self, name: str) -> int:
+        placed = self._placed.get(name)
+        if placed is None:
+            if len(self._placed) >= PLACED_CACHE:
+                self._placed.clear()
+            placed = self._placed[name] = run_partition(name, self.partitions)
+        return placed

@@ -3,9 +3,11 @@ into chunks under a record size limit, the manifest naming the chunks, and the c
 loader makes before it applies one. Pure: no Kafka, no RocksDB, no clock.
 
 A snapshot of partition P at offset O holds exactly the keys a rebuild of P alone up to O
-writes: the keys with P in them (partition state, running hash, its indexes and
-bookkeeping, history items) and the run-keyed ones (states, journals, lineage pointers,
-tombstones) of runs whose lineage P holds. The store's format marker is not in it.
+writes: the keys with P in them, which since the store's format 3 is every key but the
+store's own (m/): each family puts P right after its prefix (the status index after the
+status, a read model's query index after the value). Format 1 snapshots, written before,
+named runs' keys without P (r/<run>, j/<run>..., h/<run>\0P/...); assemble() gives those
+keys their partition as it reads them.
 
 Chunk (msgpack): [[key, value, more], ...] in key order, where `more` says the value goes on
 in the next chunk (a value larger than a chunk is split across consecutive chunks).
@@ -25,21 +27,22 @@ from typing import Any
 import msgspec
 
 from runstream.engine.journal import events as ev
-from runstream.projections.partitioning import run_partition
-from runstream.projections.state import PartitionState, Verdict, replace
+from runstream.projections.state import PartitionState, RunStatus, Verdict, replace
 
-FORMAT = 1
+FORMAT = 2  # 2: the store's format 3 keys (every family with its partition)
+_READS = frozenset({1, FORMAT})
 # A chunk's bytes: under the snapshots topic's max.message.bytes (1 MiB + headroom) with the
 # record's key, headers and batch overhead.
 CHUNK_BYTES = 900 * 1024
 MANIFEST = "manifest"
 
-# Keys whose partition follows their prefix as %05d.
-_PARTITIONED = frozenset(b"pvigfqodtwxyekanu")
-# Keys named by a run id (up to NUL for journals), which the run's lineage places.
-_RUN_KEYED = frozenset(b"rjlbc")
+# Keys whose partition follows their prefix as %05d: all but the status and query indexes.
+_PARTITIONED = frozenset(b"abcdefghijklnopqrtuvwxy")
+# Keys a format 1 snapshot named by a run, lineage or schedule id alone.
+_RUN_KEYED = frozenset(b"rjlbch")
 # Every prefix of the layout (projections.keys) but m/ (the store's own), in byte order.
 _LETTERS = "abcdefghijklnopqrstuvwxyz"
+_STATUSES = sorted(status.value.encode() for status in RunStatus)
 
 
 class SnapshotInvalid(Exception):
@@ -108,7 +111,7 @@ def split_key(key: str) -> tuple[str, str]:
     return snapshot, part
 
 
-def key_partition(key: bytes, partitions: int) -> int | None:
+def key_partition(key: bytes) -> int | None:
     """The journal partition a store key belongs to (None: the store's own, m/format)."""
     if len(key) < 3 or key[1:2] != b"/":
         return None
@@ -120,14 +123,16 @@ def key_partition(key: bytes, partitions: int) -> int | None:
         return int(key[start:start + 5])
     if prefix == ord("z"):  # z/<field>\0<tag><value>\0<partition:05d>\0<run> (a read model's)
         return int(key.rsplit(b"\x00", 1)[0][-5:])
-    if prefix == ord("h"):  # h/<run>\0<partition:05d>/<offset>
-        return int(key[key.index(b"\x00") + 1:][:5])
-    if prefix in _RUN_KEYED:
-        named = key[2:]
-        if prefix == ord("j"):
-            named = named[:named.index(b"\x00")]
-        return run_partition(named.decode(), partitions)
     return None
+
+
+def placed_key(key: bytes, partition: int) -> bytes:
+    """A format 1 snapshot's key of `partition` as the store's format 3 has it: run-keyed
+    ones (r/ j/ h/ l/ b/ c/) with the partition after their prefix, the others as they are
+    (order is kept: within a family every key gains the same partition)."""
+    if key[0] in _RUN_KEYED and key[1:2] == b"/":
+        return b"%s%05d/%s" % (key[:2], partition, key[2:])
+    return key
 
 
 @dataclass(slots=True)
@@ -189,9 +194,10 @@ def assemble(manifest: Manifest, chunks: list[bytes | None]) -> Iterator[tuple[b
     """The snapshot's pairs in key order, checked against the manifest as they pass: raises
     SnapshotInvalid on an unknown format, a missing or changed chunk, a wrong key count or
     content digest (after the last pair: apply nothing before the iterator ends)."""
-    if manifest.format != FORMAT:
+    if manifest.format not in _READS:
         raise SnapshotInvalid(f"format {manifest.format} is not one this runstream reads "
-                              f"(it reads {FORMAT})")
+                              f"(it reads {sorted(_READS)})")
+    placed = manifest.format == 1  # (keys of a format 3 store are as they come)
     if len(chunks) != len(manifest.chunks):
         raise SnapshotInvalid(f"{len(chunks)} chunks found, the manifest names "
                               f"{len(manifest.chunks)}")
@@ -212,7 +218,7 @@ def assemble(manifest: Manifest, chunks: list[bytes | None]) -> Iterator[tuple[b
             if not more:
                 value = bytes(carried[1])
                 digest.add(key, value)
-                yield key, value
+                yield (placed_key(key, manifest.partition) if placed else key), value
                 carried = None
     if carried is not None:
         raise SnapshotInvalid("the last value is cut short")
@@ -230,27 +236,29 @@ def _pairs(chunk: bytes, index: int) -> list[tuple[bytes, bytes, bool]]:
         raise SnapshotInvalid(f"chunk {index} does not decode: {exc}") from exc
 
 
-def partition_items(items: Iterable[tuple[bytes, bytes]], partition: int,
-                    partitions: int) -> Iterator[tuple[bytes, bytes]]:
+def partition_items(items: Iterable[tuple[bytes, bytes]], partition: int
+                    ) -> Iterator[tuple[bytes, bytes]]:
     """The pairs of a whole store's stream that belong to `partition` (order kept)."""
     for key, value in items:
-        if key_partition(key, partitions) == partition:
+        if key_partition(key) == partition:
             yield key, value
 
 
 def partition_ranges(partition: int) -> list[tuple[bytes, bytes, bool]]:
     """The store key ranges that hold `partition`'s keys, in byte order, as (start, stop,
-    mixed): a mixed range (keys named by run id) also holds other partitions' keys, which
-    key_partition tells apart; the others hold only this partition's."""
+    mixed): only the mixed one, a read model's query index (z/, partition after the value),
+    also holds other partitions' keys, which key_partition tells apart."""
     ranges: list[tuple[bytes, bytes, bool]] = []
     for letter in _LETTERS:
-        code = ord(letter)
-        if code in _PARTITIONED:
-            start = (b"%s/%05d" if letter in "pv" else b"%s/%05d/") % (letter.encode(),
-                                                                        partition)
+        if letter == "s":  # s/<status>/<partition>/: one range per status
+            starts = [b"s/%s/%05d/" % (status, partition) for status in _STATUSES]
+        elif letter == "z":
+            starts = [b"z/"]
         else:
-            start = b"%s/" % letter.encode()
-        ranges.append((start, start[:-1] + bytes([start[-1] + 1]), code not in _PARTITIONED))
+            starts = [(b"%s/%05d" if letter in "pv" else b"%s/%05d/") % (letter.encode(),
+                                                                          partition)]
+        ranges.extend((start, start[:-1] + bytes([start[-1] + 1]), letter == "z")
+                      for start in starts)
     return ranges
 
 

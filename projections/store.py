@@ -4,11 +4,11 @@ Its index queries (timers, waits, status, inbox, outbox, history) are projection
 Key layout (ASCII prefixes, zero-padded numbers so byte order is numeric order):
   p/<partition:05d>                          -> PartitionState (includes next_offset)
   v/<partition:05d>                          -> running hash of the partition's records
-  r/<run_id>                                 -> RunState
-  j/<run_id>\0<position:010d>                -> JournalEntry   the run's journal, one key each
+  r/<P:05d>/<run_id>                         -> RunState
+  j/<P:05d>/<run_id>\0<position:010d>        -> JournalEntry   the run's journal, one key each
   s/<status>/<partition:05d>/<run_id>        -> b""   status index
   i/<partition:05d>/<run_id>                 -> b""   runs with unanswered requests
-  h/<run_id>\0<partition:05d>/<offset:020d>  -> history item  per-run history
+  h/<P:05d>/<run_id>\0<partition:05d>/<offset:020d> -> history item  per-run history
   g/<partition:05d>/<offset:020d>            -> history item  the partition's own records
                                                               (claims, heartbeats, dead letters)
   f/<partition:05d>/<offset:020d>            -> run id (b"": a partition record)  records
@@ -19,17 +19,22 @@ Key layout (ASCII prefixes, zero-padded numbers so byte order is numeric order):
   t/<partition:05d>/<due_ms:015d>/<run_id>\0<position:010d> -> b""  timers by due time
   w/<partition:05d>/<kind>/<run_id>          -> b""   suspended runs by what they wait for
   x/<partition:05d>/<request_id>             -> OutboxItem   requests to send to other runs
-  l/<lineage_id>                             -> the lineage's latest round's run id
+  l/<P:05d>/<lineage_id>                     -> the lineage's latest round's run id
   y/<partition:05d>/<cause run id>\0<request_id> -> b""  outbox entries by the run that
                                                 caused them (they hold back its expiry)
   e/<partition:05d>/<settled_ms:015d>/<run_id> -> b""  settled lineages by log time
-  b/<run_id>                                 -> Tombstone    what is left of an expired run
+  b/<P:05d>/<run_id>                         -> Tombstone    what is left of an expired run
+  c/<P:05d>/<schedule_id>                    -> ScheduleState (and a/ n/ u/, its indexes)
   k/<partition:05d>/<expired_ms:015d>/<run_id> -> b""  tombstones by expiry time
   m/format                                   -> the layout's version (an older one is rebuilt)
   m/query-format                             -> a read model's query index version (likewise)
+  m/partitions                               -> the journal's partition count
   z/<field>\0<tag><value>\0<partition:05d>\0<run_id> -> b""  a read model's query index
                                                 (projections.query_index)
   m/restoring/<partition:05d>                -> snapshot id  a snapshot load under way there
+P, in the run-keyed families (r/ j/ h/ l/ b/ c/), is the partition the name's lineage hashes
+to (projections.partitioning.run_partition, over m/partitions): every family starts with
+its partition, so a partition's keys are a few key ranges (projections.snapshot).
 States are msgpack (projections.state); a history item is msgpack
 [verdict, type, log timestamp ms, record bytes or nil] (bytes only in a read model). The
 running hash chains every applied record of the partition (projections.writes.chain), so
@@ -84,43 +89,45 @@ from runstream.projections.manifest import (
     record_checkpoint,
     records_since_checkpoint,
 )
+from runstream.projections.partitioning import Placement
 from runstream.projections.state import (
-    JournalEntry,
     PartitionState,
-    RunState,
     RunStatus,
     decode_state,
     encode_state,
 )
 from runstream.projections.store_batch import Pending as _Pending
 from runstream.projections.store_restore import PartitionRestore
-from runstream.projections.values import HistoryEntry, RecordWrite
+from runstream.projections.store_runs import PartitionCountChanged, RunKeys
+from runstream.projections.values import RecordWrite
 from runstream.projections.writes import (
     EMPTY_HASH,
     chain,
-    decode_history,
     put_record,
 )
 
-__all__ = ["ProjectionStore"]
+__all__ = ["PartitionCountChanged", "ProjectionStore"]
 
 log = logging.getLogger("runstream.store")
 
 Access = Literal["primary", "secondary"]
 
 
-class ProjectionStore(PartitionRestore, IndexReads):
+class ProjectionStore(RunKeys, PartitionRestore, IndexReads):
     """A projection of some partitions: a worker's, or a whole namespace's read model.
 
     `access="secondary"` opens a read-only follower of another process's primary (RocksDB
     secondary instance); `catch_up_with_primary()` refreshes it. A primary records
     checkpoints by `checkpoints` (default: CheckpointPolicy.from_env(), no directories).
     A `scratch` store (a rebuild's, thrown away) writes no write-ahead log.
+    `partitions`: the journal's partition count, which places run-keyed keys; a store that
+    is not given it reads the one it recorded (set_partition_count records it).
     """
 
     def __init__(self, path: str | Path, *, access: Access = "primary",
                  secondary_path: str | Path | None = None, keep_records: bool = False,
-                 checkpoints: CheckpointPolicy | None = None, scratch: bool = False) -> None:
+                 checkpoints: CheckpointPolicy | None = None, scratch: bool = False,
+                 partitions: int | None = None) -> None:
         self.path = Path(path)
         self.keep_records = keep_records
         options = Options(raw_mode=True)
@@ -154,6 +161,10 @@ class ProjectionStore(PartitionRestore, IndexReads):
             self._db = Rdict(str(self.path), options,
                              access_type=AccessType.secondary(str(secondary_path)))
         self.access = access
+        self.placement: Placement | None = None  # None: no count yet, so nothing placed
+        self._read_partition_count()
+        if partitions is not None:
+            self.set_partition_count(partitions)
         self._writer: _Pending | None = None  # the pending batch, as write() fills it
         # The pending batch's writes by key (None: deleted), held until flush and read
         # back, and its partition states, put at flush: bounded by one group's records.
@@ -216,6 +227,8 @@ class ProjectionStore(PartitionRestore, IndexReads):
     def catch_up_with_primary(self) -> None:
         self._db.try_catch_up_with_primary()
         self._hashes.clear()  # the primary moved them on
+        if self.placement is None:
+            self._read_partition_count()
 
     @classmethod
     def destroy(cls, path: str | Path) -> None:
@@ -239,24 +252,6 @@ class ProjectionStore(PartitionRestore, IndexReads):
         return [state for state in (decode_state(PartitionState, v) for _, v in self._scan(b"p/"))
                 if state.partition not in restoring]
 
-    def run(self, run_id: str) -> RunState | None:
-        raw = self._get(keys.run_key(run_id))
-        return None if raw is None else decode_state(RunState, raw)
-
-    def latest_round(self, lineage_id: str) -> str | None:
-        """The run id of the lineage's latest round, once it handed off (None before)."""
-        raw = self._get(keys.lineage_key(lineage_id))
-        return None if raw is None else raw.decode()
-
-    def entry(self, run_id: str, position: int) -> JournalEntry | None:
-        raw = self._get(keys.entry_key(run_id, position))
-        return None if raw is None else decode_state(JournalEntry, raw)
-
-    def entries(self, run_id: str) -> tuple[JournalEntry, ...]:
-        """The run's journal in position order."""
-        scan = self._scan(keys.entries_prefix(run_id))
-        return tuple(decode_state(JournalEntry, v) for _, v in scan)
-
     def request_seen(self, partition: int, request_id: str) -> bool:
         return self._get(keys.request_key(partition, request_id)) is not None
 
@@ -264,31 +259,6 @@ class ProjectionStore(PartitionRestore, IndexReads):
         """Where the request with this id was applied (None: not in the request index)."""
         raw = self._get(keys.request_key(partition, request_id))
         return None if raw is None else int(raw)
-
-    def last_offset(self, run_id: str) -> int | None:
-        """The offset of the run's last history item (None: it has none): one seek."""
-        self.flush()
-        prefix = keys.history_prefix(run_id)
-        read = ReadOptions()  # both bounds: a lower bound alone finds nothing backwards
-        read.set_iterate_lower_bound(prefix)
-        read.set_iterate_upper_bound(keys.upper_bound(prefix))
-        found: Iterable[Any] = self._db.keys(from_key=keys.upper_bound(prefix), backwards=True,
-                                             read_opt=read)
-        for key in found:
-            return int(key.rsplit(b"/", 1)[1])
-        return None
-
-    def run_existed(self, run_id: str) -> bool:
-        """Whether any record of the run was applied here (it has a history item), even if
-        the run is gone since (a rejected create). One bounded seek of the history index,
-        whatever the run's length; the pending batch is not flushed."""
-        if run_id in self._pending_runs:
-            return True
-        prefix = keys.history_prefix(run_id)
-        read = ReadOptions()
-        read.set_iterate_upper_bound(keys.upper_bound(prefix))
-        found: Iterable[Any] = self._db.keys(from_key=prefix, read_opt=read)  # raw: bytes
-        return next(iter(found), None) is not None
 
     def status_members(self, status: RunStatus) -> set[bytes]:
         """The runs with `status` as b"<partition:05d>/<run id>", keys alone, as one set:
@@ -300,15 +270,6 @@ class ProjectionStore(PartitionRestore, IndexReads):
         cut = len(prefix)
         found: Iterable[Any] = self._db.keys(from_key=prefix, read_opt=read)  # raw: bytes
         return {key[cut:] for key in found}
-
-    def history_entry(self, run_id: str | None, partition: int, offset: int
-                      ) -> HistoryEntry | None:
-        """One record's history item: the run's (run_id) or the partition's own (None)."""
-        self.flush()
-        key = (keys.partition_history_key(partition, offset) if run_id is None
-               else keys.history_key(run_id, partition, offset))
-        value: bytes | None = self._db.get(key)
-        return None if value is None else decode_history(partition, offset, value)
 
     def running_hash(self, partition: int) -> str:
         """The partition's running hash (hex) after every record written so far, pending
@@ -367,7 +328,7 @@ class ProjectionStore(PartitionRestore, IndexReads):
             self._prune_requests(batch, number, prune)
         acknowledged = tuple(self.outbox_item(number, request_id)
                              for request_id in change.outbox_done) if change.outbox_done else ()
-        encoded = put_record(batch, change, self.keep_records, acknowledged)
+        encoded = put_record(batch, change, self.keep_records, self.place, acknowledged)
         if change.run_id is not None:
             self._pending_runs.add(change.run_id)
         if change.next_round is not None:

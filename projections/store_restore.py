@@ -61,6 +61,12 @@ class PartitionRestore:
         """RocksDB's estimate of the keys in the store (every partition's)."""
         return int(self._db.property_int_value("rocksdb.estimate-num-keys") or 0)
 
+    def estimated_partition_keys(self) -> int:
+        """The keys of one partition the store holds, on average (estimated_keys() over
+        the partitions it holds): about what reading one partition's snapshot visits."""
+        held = sum(1 for _ in self._scan_committed(b"p/"))
+        return self.estimated_keys() // max(held, 1)
+
     def flushing(self) -> bool:
         """Memtables still being flushed (begin_snapshot's)."""
         return bool(self._db.property_int_value("rocksdb.num-immutable-mem-table"))
@@ -76,28 +82,26 @@ class PartitionRestore:
         """Partitions under a restore marker (a load that did not finish)."""
         return [int(key[len(RESTORING):]) for key, _ in self._scan_committed(RESTORING)]
 
-    def clear_partition(self, partition: int, partitions: int, *, marker: str | None) -> int:
+    def clear_partition(self, partition: int, *, marker: str | None) -> None:
         """Delete every key of `partition` (the marker first: a crash half-way leaves it
         marked); `marker`: keep it marked with that snapshot id (a load follows), None:
-        unmark it (empty, folded from the journal). Returns the keys deleted."""
+        unmark it (empty, folded from the journal). Its key ranges go as range deletes,
+        whose cost does not grow with what they hold, but a read model's query index,
+        which holds every partition's keys and is walked."""
         self.flush()
         self._db[_restoring_key(partition)] = (marker or "").encode()
-        deleted = 0
+        batch = WriteBatch(raw_mode=True)
         for start, stop, mixed in partition_ranges(partition):
-            batch = WriteBatch(raw_mode=True)
             if not mixed:
                 batch.delete_range(start, stop)
+                continue
             for key, _ in self._range(start, stop):
-                if mixed and key_partition(key, partitions) != partition:
-                    continue
-                if mixed:
+                if key_partition(key) == partition:
                     batch.delete(key)
-                deleted += 1
-            self._db.write(batch)
+        self._db.write(batch)
         self._forget(partition)
         if marker is None:
             del self._db[_restoring_key(partition)]
-        return deleted
 
     def load_partition(self, partition: int, pairs: Iterable[tuple[bytes, bytes]], *,
                        batch_keys: int = 10_000) -> int:
@@ -139,8 +143,7 @@ class PartitionRestore:
         self._since_checkpoint = self._records_since_checkpoint()
 
 
-def frozen_partition(path: Path, partition: int, partitions: int
-                     ) -> Iterator[tuple[bytes, bytes]]:
+def frozen_partition(path: Path, partition: int) -> Iterator[tuple[bytes, bytes]]:
     """The pairs of `partition` in a frozen copy (ProjectionStore.freeze) in key order, read
     through a read-only instance (any thread; it holds no lock on the live store)."""
     db = Rdict(str(path), Options(raw_mode=True), access_type=AccessType.read_only())
@@ -150,7 +153,7 @@ def frozen_partition(path: Path, partition: int, partitions: int
             read.set_iterate_upper_bound(stop)
             found: Iterable[Any] = db.items(from_key=start, read_opt=read)
             for key, value in found:
-                if not mixed or key_partition(key, partitions) == partition:
+                if not mixed or key_partition(key) == partition:
                     yield key, value
     finally:
         db.close()

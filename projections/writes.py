@@ -84,6 +84,10 @@ class Batch(Protocol):
     def delete_range(self, begin: bytes, end: bytes) -> None: ...
 
 
+# The partition a run-keyed name's keys go in (its lineage's: ProjectionStore.place).
+Place = Callable[[str], int]
+
+
 class Encoded(msgspec.Struct, gc=False):
     """The state bytes one record wrote (None: not written), as the hash takes them."""
 
@@ -92,7 +96,7 @@ class Encoded(msgspec.Struct, gc=False):
     next_round: bytes | None = None
 
 
-def put_record(batch: Batch, change: RecordWrite, keep_records: bool,
+def put_record(batch: Batch, change: RecordWrite, keep_records: bool, place: Place,
                acknowledged: tuple[OutboxItem | None, ...] = ()) -> Encoded:
     """Everything of `change` but the partition's state, offset and hash (put at flush).
     `acknowledged`: the outbox entries `change.outbox_done` names, as the store held them."""
@@ -106,22 +110,22 @@ def put_record(batch: Batch, change: RecordWrite, keep_records: bool,
     if run_id is None:
         batch.blind(keys.partition_history_key(number, offset), history)
     else:
-        batch.blind(keys.history_key(run_id, number, offset), history)
+        batch.blind(keys.history_key(place(run_id), run_id, number, offset), history)
     if change.verdict in FENCED_VERDICTS:
         batch.blind(keys.fenced_key(number, offset), (run_id or "").encode())
     after = change.after
     if after is not change.before:
-        encoded.run = put_run(batch, change.before, after, change.timestamp_ms)
+        encoded.run = put_run(batch, change.before, after, change.timestamp_ms, place)
         if keep_records:  # (a read model: it keeps the query index)
             put_query_index(batch, change.before, after)
     if change.schedule_after is not change.schedule_before and change.schedule_id is not None:
         # (a schedule record names no run: its state's bytes take the run's place in the hash)
         encoded.run = put_schedule(batch, change.schedule_id, change.schedule_before,
-                                   change.schedule_after)
+                                   change.schedule_after, place)
     entry = change.entry
     if entry is not None and run_id is not None:
         encoded.entry = value = encode_state(entry)
-        batch.put(keys.entry_key(run_id, entry.position), value)
+        batch.put(keys.entry_key(place(run_id), run_id, entry.position), value)
     if change.request_id is not None:
         batch.put(keys.request_key(number, change.request_id), b"%d" % change.offset)
         # (held, not blind: a prune later in the group sees it: ProjectionStore._prune_requests)
@@ -129,19 +133,20 @@ def put_record(batch: Batch, change: RecordWrite, keep_records: bool,
                   values.request_entry(change.request_id, change.timestamp_ms))
     if change.next_round is not None:
         encoded.next_round = put_run(batch, None, change.next_round, change.timestamp_ms,
-                                     new=False)
+                                     place, new=False)
         if keep_records:
             put_query_index(batch, None, change.next_round)
-        batch.put(keys.lineage_key(change.next_round.lineage_id),
-                  change.next_round.run_id.encode())
+        lineage = change.next_round.lineage_id
+        batch.put(keys.lineage_key(place(lineage), lineage), change.next_round.run_id.encode())
         seeded = history if not keep_records else encode_history(
             change.verdict, change.record_type, change.timestamp_ms, change.raw,
             seed=encoded.next_round)
-        batch.blind(keys.history_key(change.next_round.run_id, number, change.offset), seeded)
+        next_id = change.next_round.run_id
+        batch.blind(keys.history_key(place(next_id), next_id, number, change.offset), seeded)
     if change.outbox or change.outbox_done:
         put_outbox(batch, change, acknowledged)
     if change.expiry is not None:
-        put_expiry(batch, number, change.expiry, indexed=keep_records)
+        put_expiry(batch, number, change.expiry, place, indexed=keep_records)
     return encoded
 
 
@@ -161,38 +166,40 @@ def put_outbox(batch: Batch, change: RecordWrite,
             batch.delete(keys.caused_key(number, held.cause, request_id))
 
 
-def put_expiry(batch: Batch, partition: int, expiry: ExpiryChange, *,
+def put_expiry(batch: Batch, partition: int, expiry: ExpiryChange, place: Place, *,
                indexed: bool = False) -> None:
     """An expiry decision: each expired round's keys go (ranges, so the cost does not grow
     with the run's length) and its tombstone comes; dropped tombstones go with the history
     judged against them; the partition's old bookkeeping goes."""
     for lineage in expiry.expired:
         for run, stone in zip(lineage.rounds, lineage.tombstones, strict=True):
-            put_run(batch, run, None, 0, entries=False)
+            put_run(batch, run, None, 0, place, entries=False)
             if indexed:  # (its query index keys go with it)
                 put_query_index(batch, run, None)
-            batch.delete_range(keys.entries_prefix(run.run_id),
-                               keys.upper_bound(keys.entries_prefix(run.run_id)))
-            _delete_history(batch, run.run_id)
-            batch.delete(keys.lineage_key(run.lineage_id))
+            placed = place(run.run_id)
+            entries = keys.entries_prefix(placed, run.run_id)
+            batch.delete_range(entries, keys.upper_bound(entries))
+            _delete_history(batch, placed, run.run_id)
+            batch.delete(keys.lineage_key(place(run.lineage_id), run.lineage_id))
             value = encode_state(stone)
-            batch.put(keys.tombstone_key(run.run_id), value)
+            batch.put(keys.tombstone_key(placed, run.run_id), value)
             batch.put(keys.tombstone_index_key(partition, stone.expired_ms, run.run_id), b"")
         final = lineage.rounds[-1]
         batch.delete(keys.settled_key(partition, lineage.settled_ms, final.run_id))
     for stone in expiry.dropped:
-        batch.delete(keys.tombstone_key(stone.run_id))
+        placed = place(stone.run_id)
+        batch.delete(keys.tombstone_key(placed, stone.run_id))
         batch.delete(keys.tombstone_index_key(partition, stone.expired_ms, stone.run_id))
-        _delete_history(batch, stone.run_id)
+        _delete_history(batch, placed, stone.run_id)
     for schedule in expiry.schedules:
-        put_schedule(batch, schedule.schedule_id, schedule, None)
+        put_schedule(batch, schedule.schedule_id, schedule, None, place)
     if expiry.trim_before > expiry.trim_from:
         for key in (keys.partition_history_key, keys.fenced_key, keys.dead_letter_key):
             batch.delete_range(key(partition, expiry.trim_from), key(partition, expiry.trim_before))
 
 
-def _delete_history(batch: Batch, run_id: str) -> None:
-    prefix = keys.history_prefix(run_id)
+def _delete_history(batch: Batch, placed: int, run_id: str) -> None:
+    prefix = keys.history_prefix(placed, run_id)
     batch.delete_range(prefix, keys.upper_bound(prefix))
 
 
@@ -226,7 +233,8 @@ def chain(previous: bytes, change: RecordWrite, encoded: Encoded) -> bytes:
 
 
 def put_run(batch: Batch, before: RunState | None, after: RunState | None,
-            timestamp_ms: int, *, entries: bool = True, new: bool = True) -> bytes:
+            timestamp_ms: int, place: Place, *, entries: bool = True, new: bool = True
+            ) -> bytes:
     """The run's key and its indexes; returns the run's new bytes (b"": deleted).
     `timestamp_ms`: the record's log time (a lineage's settlement is indexed by it).
     `entries`: a deleted run's journal entries go key by key (the caller deletes them as a
@@ -247,9 +255,10 @@ def put_run(batch: Batch, before: RunState | None, after: RunState | None,
             batch.delete(keys.status_key(before.status, before.partition, before.run_id))
             if before.inbox:
                 batch.delete(keys.inbox_key(before.partition, before.run_id))
-            batch.delete(keys.run_key(before.run_id))
+            placed = place(before.run_id)
+            batch.delete(keys.run_key(placed, before.run_id))
             for position in range(before.steps if entries else 0):
-                batch.delete(keys.entry_key(before.run_id, position))
+                batch.delete(keys.entry_key(placed, before.run_id, position))
         return b""
     # A status the run enters and an inbox entry it gains are keys the store lacks (one
     # status entry per run, the one of its state; an inbox entry while its inbox is not
@@ -263,7 +272,7 @@ def put_run(batch: Batch, before: RunState | None, after: RunState | None,
             batch.put(keys.settled_key(after.partition, timestamp_ms, after.run_id), b"")
         put_new(keys.status_key(after.status, after.partition, after.run_id), b"")
     value = encode_state(after)
-    batch.put(keys.run_key(after.run_id), value)
+    batch.put(keys.run_key(place(after.run_id), after.run_id), value)
     if after.inbox:
         if before is None or not before.inbox:
             put_new(keys.inbox_key(after.partition, after.run_id), b"")
@@ -279,7 +288,7 @@ def settles(before: RunState | None, after: RunState) -> bool:
 
 
 def put_schedule(batch: Batch, schedule_id: str, before: ScheduleState | None,
-                 after: ScheduleState | None) -> bytes:
+                 after: ScheduleState | None, place: Place) -> bytes:
     """A schedule's key, its partition's index of schedules and its fire index entry;
     returns its new bytes (b"": deleted)."""
     _move(batch, keys.fire_key, schedule_id, before, after, lambda s: s.due_ms)
@@ -287,12 +296,12 @@ def put_schedule(batch: Batch, schedule_id: str, before: ScheduleState | None,
     if after is None:
         if before is not None:
             batch.delete(keys.schedule_index_key(before.partition, schedule_id))
-        batch.delete(keys.schedule_key(schedule_id))
+        batch.delete(keys.schedule_key(place(schedule_id), schedule_id))
         return b""
     if before is None:
         batch.put(keys.schedule_index_key(after.partition, schedule_id), b"")
     value = encode_state(after)
-    batch.put(keys.schedule_key(schedule_id), value)
+    batch.put(keys.schedule_key(place(schedule_id), schedule_id), value)
     return value
 
 

@@ -192,7 +192,7 @@ class Restorer:
         log.info("partition %d: loading snapshot %s (%d keys) under a restore marker",
                  manifest.partition, manifest.snapshot_id, manifest.key_count)
         try:
-            keys = write_checked(store, manifest, pairs, w.partitions)
+            keys = write_checked(store, manifest, pairs)
             projector.forget_partition(manifest.partition, w.partitions)
             lap("writing")
             if w.on_loading is not None:
@@ -204,7 +204,7 @@ class Restorer:
                                       "it in the journal's tail"
                                       + ("" if until is None else " before the cut"))
         except SnapshotInvalid:
-            store.clear_partition(manifest.partition, w.partitions, marker=None)
+            store.clear_partition(manifest.partition, marker=None)
             projector.forget_partition(manifest.partition, w.partitions)
             raise
         store.finish_load(manifest.partition)
@@ -273,12 +273,12 @@ def _still_wanted() -> None:
 
 
 def write_checked(store: ProjectionStore, manifest: Manifest,
-                  pairs: list[tuple[bytes, bytes]], partitions: int) -> int:
+                  pairs: list[tuple[bytes, bytes]]) -> int:
     """Under a restore marker, the partition's old keys out and the snapshot's checked pairs
     in (its state last); then the offset and running hash it holds checked against its
     manifest (SnapshotInvalid: the caller clears the partition). The keys written; the
     marker stays until the caller's finish_load."""
-    store.clear_partition(manifest.partition, partitions, marker=manifest.snapshot_id)
+    store.clear_partition(manifest.partition, marker=manifest.snapshot_id)
     keys = store.load_partition(manifest.partition, pairs)
     state = store.partition(manifest.partition)
     if state.next_offset != manifest.offset:

@@ -71,9 +71,12 @@ async def fold_into(spec: FoldSpec, progress: Progress | None = None) -> FoldRes
     start = {p: m.offset for p, m in spec.seeds.items()}
     ahead = await _decode_ahead(spec, start)  # (started first: it boots while the store opens)
     try:
+        count = spec.partition_count or len(await log_bounds(spec.bootstrap, spec.topic,
+                                                             security=spec.security))
         ProjectionStore.destroy(spec.path)
         store = ProjectionStore(spec.path, keep_records=spec.keep_records,
-                                checkpoints=spec.checkpoints, scratch=spec.scratch)
+                                checkpoints=spec.checkpoints, scratch=spec.scratch,
+                                partitions=count)
         try:
             for manifest in spec.seeds.values():
                 await load_snapshot(store, spec, manifest)
@@ -138,10 +141,9 @@ async def load_snapshot(store: ProjectionStore, spec: FoldSpec, manifest: Manife
     chunks = await read_chunks(spec.bootstrap, spec.snapshot_topic, manifest,
                                security=spec.security)
     try:
-        loaded = write_checked(store, manifest, list(assemble(manifest, chunks)),
-                               spec.partition_count)
+        loaded = write_checked(store, manifest, list(assemble(manifest, chunks)))
     except SnapshotInvalid:
-        store.clear_partition(manifest.partition, spec.partition_count, marker=None)
+        store.clear_partition(manifest.partition, marker=None)
         raise
     store.finish_load(manifest.partition)
     return loaded

@@ -38,7 +38,8 @@ _INDEXES: dict[bytes, tuple[str, int | None, int | None]] = {
     b"s/": ("status index", 2, 3), b"i/": ("request index of runs", 1, 2),
     b"w/": ("wait index", 1, 3), b"t/": ("timer index", 1, 3), b"q/": ("request ids", 1, None),
     b"o/": ("request ids by offset", 1, None), b"d/": ("dead letter", 1, None),
-    b"f/": ("fencing index", 1, None), b"l/": ("lineage's latest round", None, 1),
+    b"f/": ("fencing index", 1, None), b"l/": ("lineage's latest round", 1, 2),
+    b"b/": ("tombstone", 1, 2), b"c/": ("schedule", 1, None),
     b"p/": ("partition state", 1, None), b"x/": ("outbox", 1, None),
     b"g/": ("partition history", 1, None),
 }
@@ -93,7 +94,7 @@ def first_differences(live: ProjectionStore, rebuilt: list[ProjectionStore], lim
     shards = heapq.merge(*(store.items(skip=skip) for store in rebuilt))
     compared, differences = compare_items(live.items(skip=skip), _bytes_as_held(shards, live),
                                           limit)
-    return compared, decoded(differences, [live, *rebuilt])
+    return compared, decoded(differences)
 
 
 def _bytes_as_held(rebuilt: Iterable[tuple[bytes, bytes]], live: ProjectionStore
@@ -115,28 +116,26 @@ def _live_history(live: ProjectionStore, key: bytes) -> HistoryEntry | None:
     if key.startswith(b"g/"):
         partition, offset = key[2:].split(b"/")
         return live.history_entry(None, int(partition), int(offset))
-    run, position = key[2:].split(b"\x00", 1)
+    run, position = key[8:].split(b"\x00", 1)  # h/<placed>/<run>\0<partition>/<offset>
     partition, offset = position.split(b"/")
     return live.history_entry(run.decode(), int(partition), int(offset))
 
 
-def decoded(differences: list[Difference], stores: list[ProjectionStore], *,
-            side: str = "live") -> list[KeyDiff]:
-    """Differences (the "live" side first) in words; `stores` tell a run's partition."""
-    return [_decoded(d, stores, side) for d in differences]
+def decoded(differences: list[Difference], *, side: str = "live") -> list[KeyDiff]:
+    """Differences (the "live" side first) in words."""
+    return [_decoded(d, side) for d in differences]
 
 
-def _decoded(difference: Difference, stores: list[ProjectionStore], side: str) -> KeyDiff:
+def _decoded(difference: Difference, side: str) -> KeyDiff:
     key = difference.key
     shown = key.replace(b"\x00", b"/").decode(errors="backslashreplace")
     present = (difference.live is not None, difference.rebuilt is not None)
-    if key.startswith((b"r/", b"j/", b"h/")):
-        run = key[2:].split(b"\x00", 1)[0].decode(errors="backslashreplace")
-        partition = _run_partition(run, stores)
+    if key.startswith((b"r/", b"j/", b"h/")):  # <prefix><partition:05d>/<run>...
+        run = key[8:].split(b"\x00", 1)[0].decode(errors="backslashreplace")
         what, position, fields = _run_key(key, difference)
-        if key.startswith(b"h/"):
-            partition = int(key.split(b"\x00", 1)[1].split(b"/")[0])
-        return KeyDiff(shown, what, run, partition, position, *present, fields, side)
+        # (a history item's record partition follows the run: the run's own otherwise)
+        placed = (key.split(b"\x00", 1)[1] if key.startswith(b"h/") else key[2:])[:5]
+        return KeyDiff(shown, what, run, int(placed), position, *present, fields, side)
     what, partition_field, run_field = _INDEXES.get(key[:2], ("key", None, None))
     parts = key.split(b"/")
     partition = _int(parts, partition_field)
@@ -191,14 +190,6 @@ def _history_fields(difference: Difference) -> list[FieldDiff]:
     names = ("verdict", "type", "timestamp_ms", "raw")
     return [FieldDiff(name, _shown(getattr(left, name)), _shown(getattr(right, name)))
             for name in names if getattr(left, name) != getattr(right, name)]
-
-
-def _run_partition(run_id: str, stores: list[ProjectionStore]) -> int | None:
-    for store in stores:
-        run = store.run(run_id)
-        if run is not None:
-            return run.partition
-    return None
 
 
 def _int(parts: list[bytes], index: int | None) -> int | None:

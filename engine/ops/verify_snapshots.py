@@ -280,7 +280,7 @@ class _Checker:
         unusable (invalid or unanchored: its check says why)."""
         scratch = Path(tempfile.mkdtemp(prefix="runstream-verify-snapshots-"))
         store = ProjectionStore(scratch / "store", checkpoints=CheckpointPolicy.never(),
-                                scratch=True)
+                                scratch=True, partitions=self.spec.partition_count)
         try:
             if base is not None:
                 try:
@@ -349,7 +349,7 @@ class _Checker:
             check.invalid = exc.reason
             return check
         check.rebuilt_hash = store.running_hash(manifest.partition)
-        check.differences = decoded(differences, [store], side="snapshot")
+        check.differences = decoded(differences, side="snapshot")
         return check
 
     def _advance(self, records: int) -> None:

@@ -73,13 +73,13 @@ class SnapshotBootstrap:
         self._exists: bool | None = None  # whether <ns>.snapshots exists (asked once)
 
     @staticmethod
-    def clear_unfinished(store: ProjectionStore, partitions: int) -> None:
+    def clear_unfinished(store: ProjectionStore) -> None:
         """Partitions left under a restore marker (a primary stopped during a load) are
         emptied, to be loaded (or folded) again: what they hold is half of a snapshot."""
         for partition in store.restoring():
             log.warning("partition %d of the read model in %s: a snapshot load did not "
                         "finish: cleared, to be loaded again", partition, store.path)
-            store.clear_partition(partition, partitions, marker=None)
+            store.clear_partition(partition, marker=None)
 
     async def bring_up(self, store: ProjectionStore, projector: Projector,
                        ends: dict[int, int]) -> dict[int, RestoreReport]:

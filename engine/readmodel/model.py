@@ -193,11 +193,11 @@ class ReadModel:
 
     def _open_primary(self) -> None:
         self._store = ProjectionStore(self.path, keep_records=True,
-                                      checkpoints=self.checkpoints)
+                                      checkpoints=self.checkpoints, partitions=self.partitions)
         self._became_primary(self._store)
 
     def _became_primary(self, store: ProjectionStore) -> None:
-        SnapshotBootstrap.clear_unfinished(store, self.partitions)
+        SnapshotBootstrap.clear_unfinished(store)
         self._projector = Projector(store)
         if self.snapshots is None:
             self.snapshots = SnapshotBootstrap(
@@ -212,7 +212,7 @@ class ReadModel:
             try:
                 self._store = ProjectionStore(self.path, access="secondary",
                                               secondary_path=self._secondary_dir,
-                                              keep_records=True)
+                                              keep_records=True, partitions=self.partitions)
                 return
             except Exception as exc:  # rocksdict raises a bare Exception
                 if (self.path / "CURRENT").exists() or time.monotonic() > deadline:
@@ -227,7 +227,7 @@ class ReadModel:
             return
         try:
             primary = ProjectionStore(self.path, keep_records=True,
-                                      checkpoints=self.checkpoints)
+                                      checkpoints=self.checkpoints, partitions=self.partitions)
         except Exception:  # rocksdict raises a bare Exception; stay a secondary this time
             self._lock.release()
             return

@@ -264,7 +264,7 @@ async def replayed(model_path: Path, source: JournalSource, cut: Cut, *,
     scratch = Path(tempfile.mkdtemp(prefix=".state-at-", dir=model_path.parent))
     try:
         store, checkpoint_seq = _open_scratch(model_path, scratch / "store", cut,
-                                              use_checkpoints)
+                                              use_checkpoints, source.partitions)
         try:
             starts = {p: store.partition(p).next_offset for p in cut.offsets}
             loaded = await from_snapshots(source, store, cut, snapshot_every)
@@ -282,8 +282,8 @@ async def replayed(model_path: Path, source: JournalSource, cut: Cut, *,
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _open_scratch(model_path: Path, path: Path, cut: Cut, use_checkpoints: bool
-                  ) -> tuple[ProjectionStore, int | None]:
+def _open_scratch(model_path: Path, path: Path, cut: Cut, use_checkpoints: bool,
+                  partitions: int) -> tuple[ProjectionStore, int | None]:
     """A scratch store holding the nearest checkpoint at or before the cut, else empty."""
     for _ in range(CHECKPOINT_ATTEMPTS if use_checkpoints else 0):
         checkpoint = nearest_checkpoint(list_checkpoints(model_path), cut.offsets)
@@ -294,7 +294,8 @@ def _open_scratch(model_path: Path, path: Path, cut: Cut, use_checkpoints: bool
         except CheckpointGone:
             continue  # the primary pruned it meanwhile: the manifest names newer ones
     ProjectionStore.destroy(path)
-    return ProjectionStore(path, checkpoints=CheckpointPolicy.never()), None
+    return ProjectionStore(path, checkpoints=CheckpointPolicy.never(),
+                           partitions=partitions), None
 
 
 async def from_snapshots(source: JournalSource, store: ProjectionStore, cut: Cut,

@@ -1,19 +1,19 @@
 """Reading one partition's snapshot out of a frozen checkpoint: in a thread, or in a child
 process once the store is large.
 
-The read visits every key of the mixed ranges (projections.snapshot.partition_ranges: the
-keys named by a run id hold every partition's), so it costs about 1 us a key of the whole
-store, not of the partition, all of it Python holding the GIL. In a thread, the event loop
+The read visits the partition's key ranges (projections.snapshot.partition_ranges), about
+1 us a key of the partition, all of it Python holding the GIL. In a thread, the event loop
 then waits for the interpreter's switch interval (5 ms) at each of its wake-ups for as long
 as the read lasts. Measured on a store of 1.5 million keys (100,000 runs; docs/performance.md,
-seventh session): a raw Kafka round trip in the same process took 8-12 ms at the median
-during a 1.6-1.8 s read (0.3-0.4 ms otherwise), and W2 on a worker snapshotting that store
-26-32 ms (3 ms with snapshots off; 3.1-4.8 ms with the read in a child process).
+seventh session, when a read still visited every partition's run-keyed keys): a raw Kafka
+round trip in the same process took 8-12 ms at the median during a 1.6-1.8 s read (0.3-0.4
+ms otherwise), and W2 on a worker snapshotting that store 26-32 ms (3 ms with snapshots off;
+3.1-4.8 ms with the read in a child process).
 
 The caller (engine.worker.snapshots) reads in a child process from a number of keys in the
-store (RocksDB's estimate; RUNSTREAM_SNAPSHOT_CHILD_MIN_KEYS, default CHILD_MIN_KEYS; 0:
-never), except on a release:
-`python -m runstream.engine.worker.snapshot_reader PATH PARTITION PARTITIONS`. It costs
+partition (RocksDB's estimate of the store's keys over the partitions it holds;
+RUNSTREAM_SNAPSHOT_CHILD_MIN_KEYS, default CHILD_MIN_KEYS; 0: never), except on a release:
+`python -m runstream.engine.worker.snapshot_reader PATH PARTITION`. It costs
 about 0.3 s to start and holds no lock of this process; the event loop reads its frames from
 the pipe (a cancelled read kills it). Both ways give the same chunks, digest and partition
 state (tests/unit/test_snapshot_reader.py).
@@ -78,15 +78,14 @@ def resolve_child_min_keys() -> int:
     return max(value, 0)
 
 
-async def read_frozen(path: Path, partition: int, partitions: int, *, in_child: bool
-                      ) -> Frozen | None:
+async def read_frozen(path: Path, partition: int, *, in_child: bool) -> Frozen | None:
     """The partition's chunks from the checkpoint at `path`; None: it holds no partition
     state there. Memory: the chunks (the pairs stream through)."""
     if in_child:
-        chunks, summary = await _read_in_child(path, partition, partitions)
+        chunks, summary = await _read_in_child(path, partition)
     else:
         chunks = []
-        summary = await asyncio.to_thread(_read, path, partition, partitions, chunks.append)
+        summary = await asyncio.to_thread(_read, path, partition, chunks.append)
     state_raw, hash_raw, key_count, value_bytes, digest = summary
     if state_raw is None:
         return None
@@ -95,15 +94,14 @@ async def read_frozen(path: Path, partition: int, partitions: int, *, in_child: 
                   "a child process" if in_child else "a thread")
 
 
-def _read(path: Path, partition: int, partitions: int, emit: Callable[[bytes], object]
-          ) -> _Summary:
+def _read(path: Path, partition: int, emit: Callable[[bytes], object]) -> _Summary:
     """Emit the partition's chunks in order; the summary once they are all out."""
     seen: dict[bytes, bytes] = {}  # the partition's state and running hash as they pass
     wanted = (keys.partition_key(partition), keys.hash_key(partition))
     digest = Digest()
 
     def passing() -> Iterator[tuple[bytes, bytes]]:
-        for key, value in frozen_partition(path, partition, partitions):
+        for key, value in frozen_partition(path, partition):
             if key in wanted:
                 seen[key] = value
             yield key, value
@@ -114,10 +112,9 @@ def _read(path: Path, partition: int, partitions: int, emit: Callable[[bytes], o
             digest.hexdigest())
 
 
-async def _read_in_child(path: Path, partition: int, partitions: int
-                         ) -> tuple[list[bytes], _Summary]:
+async def _read_in_child(path: Path, partition: int) -> tuple[list[bytes], _Summary]:
     child = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", _MODULE, str(path), str(partition), str(partitions),
+        sys.executable, "-m", _MODULE, str(path), str(partition),
         stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE)
     assert child.stdout is not None
     chunks: list[bytes] = []
@@ -148,12 +145,11 @@ async def _read_in_child(path: Path, partition: int, partitions: int
 
 
 def _child_main() -> int:
-    path, partition, partitions = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    path, partition = Path(sys.argv[1]), int(sys.argv[2])
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     sys.stdout = sys.stderr  # stdout is the frames' pipe: anything printed goes to stderr
     try:
-        summary = _read(path, partition, partitions,
-                        lambda chunk: out.write(frame(_CHUNK, chunk)))
+        summary = _read(path, partition, lambda chunk: out.write(frame(_CHUNK, chunk)))
     except Exception as exc:
         out.write(frame(_ERROR, f"{type(exc).__name__}: {exc}".encode()))
         out.flush()

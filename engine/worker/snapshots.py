@@ -231,10 +231,9 @@ class SnapshotKeeper:
         # A release's read stays in a thread: the partitions it gives up serve no one now
         # (aiokafka's eager protocol revokes all of them), and a child's start (about 0.3 s)
         # would add to every rebalance.
-        in_child = not releasing and 0 < self.child_min_keys <= store.estimated_keys()
+        in_child = not releasing and 0 < self.child_min_keys <= store.estimated_partition_keys()
         try:
-            return await read_frozen(path, partition, self.owner.partitions,
-                                     in_child=in_child)
+            return await read_frozen(path, partition, in_child=in_child)
         finally:
             await asyncio.to_thread(shutil.rmtree, path, True)
 

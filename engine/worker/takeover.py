@@ -88,7 +88,7 @@ class Takeovers:
         for partition in store.restoring():
             log.warning("partition %d: a snapshot load did not finish (%s): cleared, to be "
                         "loaded again", partition, why)
-            store.clear_partition(partition, self.owner.partitions, marker=None)
+            store.clear_partition(partition, marker=None)
             projector.forget_partition(partition, self.owner.partitions)
 
     async def bring_up(self, ends: dict[int, int]) -> None:

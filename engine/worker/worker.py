@@ -195,6 +195,7 @@ class Worker:
         self.projector = Projector(self.store)
         await self.reconnector.until_done("connecting to the brokers", self._connect)
         assert self._consumer is not None
+        self.store.set_partition_count(self.partitions)  # (it places runs' keys by it)
         await self.takeovers.prepare(self.namespace)
         if self.metrics_port is not None:
             self.metrics_port = self.metrics.serve(self.metrics_port)

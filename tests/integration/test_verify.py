@@ -51,7 +51,8 @@ def alter(path: Path, run_id: str, **changes: object) -> RunState:
     try:
         run = store.run(run_id)
         assert run is not None
-        store._db.put(keys.run_key(run_id), encode_state(replace(run, **changes)))
+        store._db.put(keys.run_key(store.place(run_id), run_id),
+                      encode_state(replace(run, **changes)))
         return run
     finally:
         store.close()

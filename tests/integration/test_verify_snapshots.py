@@ -75,7 +75,7 @@ async def _forge(bootstrap: str, namespace: str, real: Manifest) -> tuple[str, s
     topic = snapshot_topic(namespace)
     pairs = list(assemble(real, await read_chunks(bootstrap, topic, real)))
     index, (key, value) = next((i, kv) for i, kv in enumerate(pairs)
-                               if kv[0].startswith(keys.run_key("")))
+                               if kv[0].startswith(keys.runs_prefix(real.partition)))
     run = decode_state(RunState, value)
     pairs[index] = (key, encode_state(replace(run, result_json='{"forged": true}')))
     digest = Digest()
@@ -137,7 +137,8 @@ async def test_snapshots_verify_and_a_forged_one_is_a_mismatch_naming_its_key(
     assert (partition, check.snapshot_id, check.offset) == (1, forged, real.offset)
     assert check.anchored is False and check.running_hash == check.rebuilt_hash
     [difference] = check.differences
-    assert difference.key == f"r/{run_id}" and difference.what == "run state"
+    assert difference.key == f"r/00001/{run_id}" and difference.what == "run state"
+    assert (difference.run_id, difference.partition) == (run_id, 1)
     assert [f.field for f in difference.fields] == ["result_json"]
     assert difference.fields[0].live == '{"forged": true}'
     code, out, _ = await cli("projection", "verify", "--snapshots", "--partition", "1",

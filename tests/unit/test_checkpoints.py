@@ -74,7 +74,7 @@ def folded(path: Path, raws: list[Raw], *, group: int = 1, keep_records: bool = 
            policy: CheckpointPolicy | None = None) -> Iterator[ProjectionStore]:
     """`raws` applied to a store at `path`, `group` records per RocksDB write."""
     store = ProjectionStore(path, keep_records=keep_records,
-                            checkpoints=policy or CheckpointPolicy.never())
+                            checkpoints=policy or CheckpointPolicy.never(), partitions=4)
     projector = Projector(store)
     try:
         for start in range(0, len(raws), group):
@@ -125,7 +125,8 @@ def test_a_state_altered_by_hand_changes_the_hashes_of_the_records_after_it(
         run = altered.run("run-4")
         assert run is not None
         # An edit outside the log leaves the hash alone ...
-        altered._db.put(keys.run_key("run-4"), encode_state(replace(run, flow="edited")))
+        altered._db.put(keys.run_key(altered.place("run-4"), "run-4"),
+                        encode_state(replace(run, flow="edited")))
         assert altered.running_hash(0) == before
         projector = Projector(altered)
         for p, offset, value, headers in tail:
@@ -219,7 +220,7 @@ def test_worker_stores_record_manifests_without_directories_from_the_environment
     monkeypatch.setenv("RUNSTREAM_CHECKPOINT_EVERY", "5")
     monkeypatch.setenv("RUNSTREAM_CHECKPOINT_KEEP", "100")
     raws = journal()
-    store = ProjectionStore(tmp_path / "w")
+    store = ProjectionStore(tmp_path / "w", partitions=4)
     projector = Projector(store)
     try:
         for p, offset, value, headers in raws:
@@ -272,12 +273,13 @@ def test_differences_are_decoded_into_runs_entries_and_index_keys(tmp_path: Path
     with folded(tmp_path / "live", raws) as live, \
             folded(tmp_path / "shard-0", [r for r in raws if r[0] == 0]) as shard0, \
             folded(tmp_path / "shard-1", [r for r in raws if r[0] == 1]) as shard1:
-        # every key but the two partitions' hashes and the store's format marker
-        assert first_differences(live, [shard0, shard1], 10) == (len(list(live.items())) - 3,
+        # every key but the two partitions' hashes and the store's format and count
+        assert first_differences(live, [shard0, shard1], 10) == (len(list(live.items())) - 4,
                                                                  [])
         entry = live.entry("run-1", 1)
         assert entry is not None
-        live._db.put(keys.entry_key("run-1", 1), encode_state(replace(entry, attempts=7)))
+        live._db.put(keys.entry_key(live.place("run-1"), "run-1", 1),
+                     encode_state(replace(entry, attempts=7)))
         live._db.delete(keys.fenced_key(0, shard0.fenced(0)[0][0]))
         _, found = first_differences(live, [shard0, shard1], 10)
     assert [(d.what, d.run_id, d.partition, d.position) for d in found] == [

@@ -40,7 +40,8 @@ def raw_records(journal: Path) -> list[RawRecord]:
 
 
 def store_at(path: Path, keep_records: bool) -> ProjectionStore:
-    return ProjectionStore(path, keep_records=keep_records, checkpoints=CheckpointPolicy.never())
+    return ProjectionStore(path, keep_records=keep_records, checkpoints=CheckpointPolicy.never(),
+                           partitions=4)
 
 
 def one_by_one(path: Path, records: list[RawRecord], keep_records: bool

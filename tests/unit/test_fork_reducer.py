@@ -277,7 +277,7 @@ def test_fork_fixture_copies_refusals_duplicates_replay_and_rocksdb_agree(
     steps, in four parts, at the first record (nothing to copy) and past an irreversible
     step (forced); a request naming an existing run; a part sent twice."""
     memory = MemoryProjection(keep_history=True)
-    store = ProjectionStore(tmp_path / "p", keep_records=True)
+    store = ProjectionStore(tmp_path / "p", keep_records=True, partitions=4)
     projector = Projector(store)
     verdicts: dict[str, list[Verdict]] = {}
     forks = ("fork-two", "fork-parts", "fork-empty", "fork-forced")

@@ -287,7 +287,7 @@ def test_fork_source_owner_fixture_replays_and_rocksdb_agrees(tmp_path: Path) ->
     that does not cover its source refused by the reducer, one sent twice, and one naming a
     run that exists."""
     memory = MemoryProjection(keep_history=True)
-    store = ProjectionStore(tmp_path / "p", keep_records=True)
+    store = ProjectionStore(tmp_path / "p", keep_records=True, partitions=4)
     projector = Projector(store)
     verdicts: dict[str, list[Verdict]] = {}
     try:

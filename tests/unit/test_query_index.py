@@ -86,7 +86,7 @@ QUERIES = [
 @pytest.mark.parametrize("text", QUERIES)
 async def test_the_index_answers_as_the_unindexed_planner(tmp_path: Path, text: str) -> None:
     journal, env = await _recorded()
-    store = ProjectionStore(tmp_path / "rm", keep_records=True)
+    store = ProjectionStore(tmp_path / "rm", keep_records=True, partitions=4)
     try:
         projector = Projector(store)
         for partition, offset, record, ms in journal:
@@ -106,7 +106,7 @@ async def test_the_index_answers_as_the_unindexed_planner(tmp_path: Path, text: 
 
 async def test_a_selective_query_reads_about_its_answer(tmp_path: Path) -> None:
     journal, env = await _recorded(200)
-    store = ProjectionStore(tmp_path / "rm", keep_records=True)
+    store = ProjectionStore(tmp_path / "rm", keep_records=True, partitions=4)
     try:
         projector = Projector(store)
         for partition, offset, record, ms in journal:
@@ -127,8 +127,8 @@ def _z_keys(store: ProjectionStore) -> set[bytes]:
 
 async def test_keys_follow_the_runs_and_a_snapshot_load_rebuilds_them(tmp_path: Path) -> None:
     journal, env = await _recorded(12)
-    read_model = ProjectionStore(tmp_path / "rm", keep_records=True)
-    worker = ProjectionStore(tmp_path / "worker")
+    read_model = ProjectionStore(tmp_path / "rm", keep_records=True, partitions=4)
+    worker = ProjectionStore(tmp_path / "worker", partitions=4)
     try:
         for store in (read_model, worker):
             projector = Projector(store)
@@ -136,16 +136,16 @@ async def test_keys_follow_the_runs_and_a_snapshot_load_rebuilds_them(tmp_path: 
                 projector.apply_record(partition, offset, record, ms)
         expected = set().union(*(index_keys(r) for r in env.projection.runs.values()))
         assert _z_keys(read_model) == expected and not _z_keys(worker)
-        fresh = ProjectionStore(tmp_path / "fresh", keep_records=True)
+        fresh = ProjectionStore(tmp_path / "fresh", keep_records=True, partitions=4)
         try:
             for p in range(4):
                 pairs = [(k, v) for k, v in worker.items()
                          if k[:2] != b"m/" and _partition_of(k) == p]
-                fresh.clear_partition(p, 4, marker="snap")
+                fresh.clear_partition(p, marker="snap")
                 fresh.load_partition(p, pairs)
                 fresh.finish_load(p)
             assert _z_keys(fresh) == expected
-            fresh.clear_partition(1, 4, marker=None)
+            fresh.clear_partition(1, marker=None)
             assert _z_keys(fresh) == {k for k in expected if int(k.rsplit(b"\x00", 1)[0][-5:])
                                       != 1}
         finally:
@@ -157,7 +157,7 @@ async def test_keys_follow_the_runs_and_a_snapshot_load_rebuilds_them(tmp_path: 
 
 
 def _partition_of(key: bytes) -> int | None:
-    return key_partition(key, 4)
+    return key_partition(key)
 
 
 @pytest.mark.parametrize("text", ["customer = 'c-3'", "status = 'suspended'",
@@ -166,7 +166,7 @@ def _partition_of(key: bytes) -> int | None:
 async def test_pages_seek_to_their_cursor_and_cover_the_answer_once(
         tmp_path: Path, text: str) -> None:
     journal, env = await _recorded()
-    store = ProjectionStore(tmp_path / "rm", keep_records=True)
+    store = ProjectionStore(tmp_path / "rm", keep_records=True, partitions=4)
     try:
         projector = Projector(store)
         for partition, offset, record, ms in journal:

@@ -135,7 +135,8 @@ def folded_twice(path: Path, name: str) -> Iterator[Folded]:
     hashes: (memory, the first store, each record type's verdicts)."""
     records = load(JOURNALS / f"{name}.jsonl")
     memory = MemoryProjection(keep_history=True)
-    each, batch = ProjectionStore(path / "each"), ProjectionStore(path / "batch")
+    each = ProjectionStore(path / "each", partitions=4)
+    batch = ProjectionStore(path / "batch", partitions=4)
     by_record, in_batch = Projector(each), Projector(batch)
     verdicts: dict[str, list[Verdict]] = {}
     try:
@@ -175,7 +176,7 @@ def test_committed_journal_folds_to_committed_state(journal: Path) -> None:
 def test_zombie_fixture_keeps_fenced_writes_out_and_rocksdb_agrees(tmp_path: Path) -> None:
     records = load(JOURNALS / "zombie-takeover.jsonl")
     memory = MemoryProjection(keep_history=True)
-    store = ProjectionStore(tmp_path / "p")
+    store = ProjectionStore(tmp_path / "p", partitions=4)
     projector = Projector(store)
     try:
         for partition, offset, record, _ in records:
@@ -225,7 +226,7 @@ def test_waits_fixture_every_wait_ends_every_request_is_sent_and_rocksdb_agrees(
     child, a parent cancelled while it waits for its child, a cancelled signal wait."""
     records = load(JOURNALS / "waits-children-cancel.jsonl")
     memory = MemoryProjection(keep_history=True)
-    store = ProjectionStore(tmp_path / "p")
+    store = ProjectionStore(tmp_path / "p", partitions=4)
     projector = Projector(store)
     verdicts: dict[str, list[Verdict]] = {}
     try:
@@ -322,7 +323,7 @@ def test_rounds_fixture_lineages_quarantine_resolutions_and_ceilings_rocksdb_agr
     refused, then skip), and a `ctx.patched` marker."""
     records = load(JOURNALS / "rounds-quarantine-capabilities.jsonl")
     memory = MemoryProjection(keep_history=True)
-    store = ProjectionStore(tmp_path / "p")
+    store = ProjectionStore(tmp_path / "p", partitions=4)
     projector = Projector(store)
     applied: list[JournalRecord] = []
     refused: list[JournalRecord] = []
@@ -452,7 +453,7 @@ def test_retention_fixture_expires_every_lineage_into_tombstones_and_rocksdb_agr
     with folded_twice(tmp_path, "retention-expiry") as (memory, each, verdicts):
         assert memory.runs == {} and not any(k.startswith(b"r/") for k, _ in each.items())
         expected = {"plain", "broken", "family", "relay", "relay~1", "relay~2", "held"}
-        stones = {key[2:].decode() for key, _ in each.items() if key.startswith(b"b/")}
+        stones = {key[8:].decode() for key, _ in each.items() if key.startswith(b"b/")}
         assert expected <= stones and len(stones) == len(expected) + 1  # and family's child
         for run_id in stones:
             stone = each.tombstone(run_id)
@@ -521,7 +522,7 @@ def test_schedules_fixture_fires_skips_pauses_and_sends_settlements_back(
     deleted schedules have no fire index entry left."""
     records = load(JOURNALS / "schedules.jsonl")
     memory = MemoryProjection(keep_history=True)
-    store = ProjectionStore(tmp_path / "store")
+    store = ProjectionStore(tmp_path / "store", partitions=4)
     by_record = Projector(store)
     try:
         for partition, offset, record, timestamp_ms in records:
@@ -606,7 +607,7 @@ def test_attributes_fixture_sets_them_and_a_read_model_indexes_them(tmp_path: Pa
     rejected = [i.record for i in memory.history["bad"]
                 if isinstance(i.record, ev.RunCreateRejected)]
     assert [r.reason for r in rejected] == ["attributes-invalid"]
-    store = ProjectionStore(tmp_path / "readmodel", keep_records=True)
+    store = ProjectionStore(tmp_path / "readmodel", keep_records=True, partitions=4)
     try:
         projector = Projector(store)
         for partition, offset, record, timestamp_ms in load(JOURNALS / "attributes.jsonl"):

@@ -32,7 +32,7 @@ class Journal:
     def __init__(self, tmp_path: Path) -> None:
         self.records: list[tuple[Any, int]] = []
         self.memory = MemoryProjection(keep_history=True)
-        self.store = ProjectionStore(tmp_path / "each")
+        self.store = ProjectionStore(tmp_path / "each", partitions=4)
         self.projector = Projector(self.store)
         self.tmp_path = tmp_path
         self.owner = Writer("owner")
@@ -73,7 +73,7 @@ class Journal:
 
     def rebuilt(self) -> ProjectionStore:
         """The same records folded again in one batch (as `projection rebuild` groups them)."""
-        store = ProjectionStore(self.tmp_path / f"batch-{len(self.records)}")
+        store = ProjectionStore(self.tmp_path / f"batch-{len(self.records)}", partitions=4)
         projector = Projector(store)
         with store.group():
             for offset, (record, when) in enumerate(self.records):
@@ -88,7 +88,7 @@ class Journal:
         finally:
             rebuilt.close()
         assert {r: self.store.run(r) for r in self.memory.runs} == self.memory.runs
-        held = {key[2:].decode() for key, _ in self.store.items() if key.startswith(b"r/")}
+        held = {key[8:].decode() for key, _ in self.store.items() if key.startswith(b"r/")}
         assert held == set(self.memory.runs)
 
 

@@ -24,6 +24,7 @@ from runstream.projections.snapshot import (
     key_partition,
     partition_ranges,
 )
+from runstream.projections.state import RunStatus
 from runstream.projections.store import ProjectionStore
 from runstream.projections.store_restore import frozen_partition
 from tests.unit.test_replay_fixtures import JOURNALS, load
@@ -42,8 +43,8 @@ def _partition_count(rows: Rows) -> int:
     raise AssertionError("no partition count places every run")
 
 
-def _fold(path: Path, rows: Rows, only: int | None = None) -> ProjectionStore:
-    store = ProjectionStore(path)
+def _fold(path: Path, rows: Rows, count: int, only: int | None = None) -> ProjectionStore:
+    store = ProjectionStore(path, partitions=count)
     projector = Projector(store)
     with store.group():
         for partition, offset, record, timestamp_ms in rows:
@@ -71,14 +72,14 @@ def test_a_snapshot_holds_what_a_rebuild_of_its_partition_alone_writes(
         journal: Path, tmp_path: Path) -> None:
     rows = load(journal)
     count = _partition_count(rows)
-    whole = _fold(tmp_path / "whole", rows)
+    whole = _fold(tmp_path / "whole", rows, count)
     whole.freeze(tmp_path / "frozen")
     for partition in sorted({p for p, *_ in rows}):
-        alone = _fold(tmp_path / f"alone-{partition}", rows, only=partition)
+        alone = _fold(tmp_path / f"alone-{partition}", rows, count, only=partition)
         expected = _own(alone)
         alone.close()
-        assert list(frozen_partition(tmp_path / "frozen", partition, count)) == expected
-        assert all(key_partition(k, count) == partition for k, _ in expected)
+        assert list(frozen_partition(tmp_path / "frozen", partition)) == expected
+        assert all(key_partition(k) == partition for k, _ in expected)
     whole.close()
 
 
@@ -127,7 +128,12 @@ def test_a_manifest_round_trips_and_garbage_is_invalid() -> None:
 def test_ranges_cover_every_prefix_in_byte_order() -> None:
     starts = [start for start, _, _ in partition_ranges(7)]
     assert starts == sorted(starts)
-    assert [s[:1].decode() for s in starts] == list("abcdefghijklnopqrstuvwxyz")
+    # One range a letter, but the status index's: one a status.
+    letters = [s[:1].decode() for s in starts]
+    assert sorted(set(letters)) == list("abcdefghijklnopqrstuvwxyz")
+    assert letters.count("s") == len(RunStatus)
+    # Every range but the query index's (z/) holds partition 7's keys alone.
+    assert [start for start, _, mixed in partition_ranges(7) if mixed] == [b"z/"]
     # Every prefix projections.keys writes but m/ (the store's own) is in a range.
     layout = set(re.findall(r'b"([a-z])/', Path(keys.__file__).read_text())) - {"m"}
     assert layout == {s[:1].decode() for s in starts}
@@ -139,14 +145,15 @@ def test_loading_a_partition_replaces_it_alone_and_is_marked_until_finished(
     count = _partition_count(rows)
     partitions = sorted({p for p, *_ in rows})
     target = partitions[0]
-    whole = _fold(tmp_path / "whole", rows)
+    whole = _fold(tmp_path / "whole", rows, count)
     expected = _own(whole)
     whole.freeze(tmp_path / "frozen")
-    pairs = list(frozen_partition(tmp_path / "frozen", target, count))
+    pairs = list(frozen_partition(tmp_path / "frozen", target))
     # A store that holds the other partitions, and a different past of the target's.
-    other = _fold(tmp_path / "other", [r for r in rows if r[0] != target or r[1] < 3])
-    deleted = other.clear_partition(target, count, marker="snap-1")
-    assert deleted > 0
+    other = _fold(tmp_path / "other", [r for r in rows if r[0] != target or r[1] < 3], count)
+    assert any(key_partition(k) == target for k, _ in _own(other))
+    other.clear_partition(target, marker="snap-1")
+    assert not any(key_partition(k) == target for k, _ in _own(other))
     assert target not in {s.partition for s in other.partitions()}
     manifest, chunks = _snapshot(pairs, limit=2048)
     written = other.load_partition(target, assemble(manifest, list(chunks)))
@@ -158,15 +165,43 @@ def test_loading_a_partition_replaces_it_alone_and_is_marked_until_finished(
     other.close()
     # A store reopened with a marker still knows it.
     again = ProjectionStore(tmp_path / "other")
-    again.clear_partition(target, count, marker="snap-2")
+    again.clear_partition(target, marker="snap-2")
     again.close()
     reopened = ProjectionStore(tmp_path / "other")
     assert reopened.restoring() == [target]
-    reopened.clear_partition(target, count, marker=None)
+    reopened.clear_partition(target, marker=None)
     assert reopened.restoring() == []
-    assert all(key_partition(k, count) != target for k, _ in _own(reopened))
+    assert all(key_partition(k) != target for k, _ in _own(reopened))
     reopened.close()
     whole.close()
+
+
+def _format_1(key: bytes) -> bytes:
+    """A store key as the store's format 2 had it (run-keyed families without partition)."""
+    if key[:2] in (b"r/", b"j/", b"l/", b"b/", b"c/", b"h/"):
+        return key[:2] + key[8:]
+    return key
+
+
+def test_a_format_1_snapshot_loads_with_its_run_keys_placed(tmp_path: Path) -> None:
+    """Snapshots written before the store's format 3 name runs' keys without partition:
+    assemble() checks them as written and gives them their partition."""
+    rows = load(JOURNALS / "waits-children-cancel.jsonl")
+    count = _partition_count(rows)
+    target = min(p for p, *_ in rows)
+    whole = _fold(tmp_path / "whole", rows, count)
+    whole.freeze(tmp_path / "frozen")
+    whole.close()
+    pairs = list(frozen_partition(tmp_path / "frozen", target))
+    old = [(_format_1(k), v) for k, v in pairs]
+    assert old != pairs and [k for k, _ in old] == sorted(k for k, _ in old)
+    manifest, chunks = _snapshot(old, limit=2048)
+    manifest = Manifest(**{**{f: getattr(manifest, f) for f in Manifest.__slots__},
+                           "partition": target, "format": 1})
+    assert list(assemble(manifest, chunks)) == pairs
+    with pytest.raises(SnapshotInvalid, match="format 7"):
+        list(assemble(Manifest(**{**{f: getattr(manifest, f) for f in Manifest.__slots__},
+                                  "format": 7}), chunks))
 
 
 def test_kept_snapshots_are_the_newest_and_some_spread_over_the_journal() -> None:

@@ -26,20 +26,20 @@ from tests.unit.test_snapshot_format import _fold, _partition_count
 FIXTURE = JOURNALS / "waits-children-cancel.jsonl"
 
 
-def _frozen_store(tmp_path: Path) -> tuple[Path, list[int], int]:
+def _frozen_store(tmp_path: Path) -> tuple[Path, list[int]]:
     rows = load(FIXTURE)
-    store = _fold(tmp_path / "store", rows)
+    store = _fold(tmp_path / "store", rows, _partition_count(rows))
     assert store.estimated_keys() > 0
     store.freeze(tmp_path / "frozen")
     store.close()
-    return tmp_path / "frozen", sorted({p for p, *_ in rows}), _partition_count(rows)
+    return tmp_path / "frozen", sorted({p for p, *_ in rows})
 
 
 def test_a_child_reads_the_chunks_digest_and_state_a_thread_reads(tmp_path: Path) -> None:
-    frozen, partitions, count = _frozen_store(tmp_path)
+    frozen, partitions = _frozen_store(tmp_path)
     for partition in partitions:
-        thread = asyncio.run(read_frozen(frozen, partition, count, in_child=False))
-        child = asyncio.run(read_frozen(frozen, partition, count, in_child=True))
+        thread = asyncio.run(read_frozen(frozen, partition, in_child=False))
+        child = asyncio.run(read_frozen(frozen, partition, in_child=True))
         assert thread is not None and child is not None
         assert (child.read_in, thread.read_in) == ("a child process", "a thread")
         assert child.chunks == thread.chunks
@@ -52,22 +52,20 @@ def test_a_child_reads_the_chunks_digest_and_state_a_thread_reads(tmp_path: Path
                             chunks=tuple((i, chunk_digest(c)) for i, c in enumerate(child.chunks)),
                             running_hash=child.running_hash, created_ms=0, writer="test")
         pairs = list(assemble(manifest, list(child.chunks)))
-        assert pairs == list(frozen_partition(frozen, partition, count))
+        assert pairs == list(frozen_partition(frozen, partition))
         assert keys.partition_key(partition) in dict(pairs)
 
 
 def test_a_partition_without_state_reads_as_none_either_way(tmp_path: Path) -> None:
-    frozen, partitions, count = _frozen_store(tmp_path)
+    frozen, partitions = _frozen_store(tmp_path)
     absent = max(partitions) + 1
-    if absent >= count:
-        count = absent + 1
     for in_child in (False, True):
-        assert asyncio.run(read_frozen(frozen, absent, count, in_child=in_child)) is None
+        assert asyncio.run(read_frozen(frozen, absent, in_child=in_child)) is None
 
 
 def test_a_child_that_cannot_read_the_checkpoint_says_why(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="snapshot reader failed: "):
-        asyncio.run(read_frozen(tmp_path / "no-such-checkpoint", 0, 4, in_child=True))
+        asyncio.run(read_frozen(tmp_path / "no-such-checkpoint", 0, in_child=True))
 
 
 def test_the_threshold_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -81,11 +79,11 @@ def test_the_threshold_comes_from_the_environment(monkeypatch: pytest.MonkeyPatc
 
 
 def test_a_cancelled_read_leaves_no_child_behind(tmp_path: Path) -> None:
-    frozen, partitions, count = _frozen_store(tmp_path)
+    frozen, partitions = _frozen_store(tmp_path)
 
     async def cancelled() -> None:
         with pytest.raises(TimeoutError):  # (the child is still starting: about 0.3 s)
-            await asyncio.wait_for(read_frozen(frozen, partitions[0], count, in_child=True),
+            await asyncio.wait_for(read_frozen(frozen, partitions[0], in_child=True),
                                    0.05)
 
     asyncio.run(cancelled())

@@ -12,9 +12,10 @@ from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.projections import values
 from runstream.projections.memory import MemoryProjection, MemoryStore
+from runstream.projections.partitioning import run_partition
 from runstream.projections.projector import Projector
 from runstream.projections.state import RunStatus, Verdict
-from runstream.projections.store import ProjectionStore
+from runstream.projections.store import PartitionCountChanged, ProjectionStore
 from tests.builders import Writer, create, created
 
 
@@ -37,7 +38,7 @@ def _folded_both(path: Path, records: list[JournalRecord]
                  ) -> Iterator[tuple[MemoryProjection, ProjectionStore, Projector]]:
     """The records of partition 0 folded in memory and into RocksDB."""
     memory = MemoryProjection()
-    store = ProjectionStore(path)
+    store = ProjectionStore(path, partitions=4)
     projector = Projector(store)
     try:
         for offset, record in enumerate(records):
@@ -84,7 +85,7 @@ def test_request_ids_are_deduplicated_within_their_partition(tmp_path: Path) -> 
                             request_id=None, timestamp_ms=1)
         return ev.RunCreateRequested(envelope=envelope, flow="checkout", payload_json="{}")
 
-    store = ProjectionStore(tmp_path / "p")
+    store = ProjectionStore(tmp_path / "p", partitions=4)
     projector = Projector(store)
     memory = MemoryProjection()
     try:
@@ -109,7 +110,7 @@ def test_both_stores_know_which_runs_ever_existed(tmp_path: Path) -> None:
     asked = ("r1", "r2", "r", "r10", "nobody")
     expected = {"r1": True, "r2": True, "r": False, "r10": False, "nobody": False}
     memory = MemoryProjection()
-    store = ProjectionStore(tmp_path / "p")
+    store = ProjectionStore(tmp_path / "p", partitions=4)
     try:
         projector = Projector(store)
         store.begin_group()  # nothing flushed yet: the answers come from the pending batch
@@ -124,5 +125,43 @@ def test_both_stores_know_which_runs_ever_existed(tmp_path: Path) -> None:
         overlay = MemoryStore(base=store)  # a read model's overlay asks its base
         assert {run_id: overlay.run_existed(run_id) for run_id in asked} == expected
         assert {run_id: projector.run_existed(run_id) for run_id in asked} == expected
+    finally:
+        store.close()
+
+
+def test_a_run_s_keys_carry_its_partition_and_the_count_is_kept(tmp_path: Path) -> None:
+    """Every run-keyed key starts with the partition the run's lineage hashes to (over the
+    store's partition count), reads find them there, runs list in id order across
+    partitions, and a store built for one count refuses another."""
+    with _folded_both(tmp_path / "p", _log(Writer("a"), 20)) as (memory, store, _):
+        assert store.placement is not None and store.placement.partitions == 4
+        for key, _ in store.items():
+            if key[:2] in (b"r/", b"j/", b"h/"):
+                run_id = key[8:].split(b"\x00")[0].decode()
+                assert int(key[2:7]) == run_partition(run_id, 4) == store.place(run_id)
+        assert {int(k[2:7]) for k, _ in store.items() if k[:2] == b"r/"} == {0, 1, 2, 3}
+        assert list(store.run_ids_between("r1", "r3")) == sorted(
+            r for r in memory.runs if "r1" <= r < "r3")
+        assert list(store.run_ids_between("", None)) == sorted(memory.runs)
+    reopened = ProjectionStore(tmp_path / "p")
+    try:
+        assert reopened.run("r7") == memory.runs["r7"]
+        reopened.set_partition_count(4)
+        with pytest.raises(PartitionCountChanged, match="built for a journal of 4 partitions, "
+                                                        "not 6"):
+            reopened.set_partition_count(6)
+    finally:
+        reopened.close()
+    with pytest.raises(PartitionCountChanged):
+        ProjectionStore(tmp_path / "p", partitions=12)
+
+
+def test_a_store_without_a_count_holds_no_run_and_writes_none(tmp_path: Path) -> None:
+    store = ProjectionStore(tmp_path / "p")
+    try:
+        assert store.run("r1") is None and store.entries("r1") == ()
+        assert store.history("r1") == [] and not store.run_existed("r1")
+        with pytest.raises(RuntimeError, match="no partition count is known yet"):
+            Projector(store).apply_record(0, 0, create("r1", "q1"))
     finally:
         store.close()

@@ -49,7 +49,7 @@ def _partition_log(partition: int, runs: list[str], finished: set[str]) -> list[
 @contextmanager
 def _store(path: Path, logs: dict[int, list[JournalRecord]], cut: dict[int, int]
            ) -> Iterator[View]:
-    store = ProjectionStore(path)
+    store = ProjectionStore(path, partitions=4)
     projector = Projector(store)
     try:
         for partition, records in logs.items():
