@@ -328,7 +328,7 @@ class ProjectionStore(RunKeys, PartitionRestore, IndexReads):
             self._prune_requests(batch, number, prune)
         acknowledged = tuple(self.outbox_item(number, request_id)
                              for request_id in change.outbox_done) if change.outbox_done else ()
-        encoded = put_record(batch, change, self.keep_records, self.place, acknowledged)
+        encoded = put_record(batch, change, self.keep_records, self.placing(), acknowledged)
         if change.run_id is not None:
             self._pending_runs.add(change.run_id)
         if change.next_round is not None:

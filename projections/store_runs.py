@@ -5,7 +5,7 @@ carry it), which the store records once as m/partitions and checks after.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,10 +64,14 @@ class RunKeys:
 
     def place(self, name: str) -> int:
         """The partition whose keys `name` (a run, lineage or schedule id) has."""
+        return self.placing()(name)
+
+    def placing(self) -> Callable[[str], int]:
+        """place() without its check, for a record's writes (projections.writes)."""
         if self.placement is None:
             raise RuntimeError(f"{self.path}: no partition count is known yet, so no run "
                                f"can be written (set_partition_count first)")
-        return self.placement(name)
+        return self.placement.place
 
     def _partition_count(self) -> int:
         return 0 if self.placement is None else self.placement.partitions
@@ -75,7 +79,7 @@ class RunKeys:
     def _placed(self, name: str) -> int | None:
         """place(), or None while no count is known (then nothing is placed: none held)."""
         placement = self.placement
-        return None if placement is None else placement(name)
+        return None if placement is None else placement.place(name)
 
     def run(self, run_id: str) -> RunState | None:
         placed = self._placed(run_id)

@@ -107,15 +107,20 @@ def put_record(batch: Batch, change: RecordWrite, keep_records: bool, place: Pla
                                change.timestamp_ms, change.raw if keep_records else None))
     if change.dead_letter:
         batch.blind(keys.dead_letter_key(number, offset), change.raw or b"")
+    placed = 0  # (where run_id's keys go: placed once, it is used up to three times)
     if run_id is None:
         batch.blind(keys.partition_history_key(number, offset), history)
     else:
-        batch.blind(keys.history_key(place(run_id), run_id, number, offset), history)
+        placed = place(run_id)
+        batch.blind(keys.history_key(placed, run_id, number, offset), history)
     if change.verdict in FENCED_VERDICTS:
         batch.blind(keys.fenced_key(number, offset), (run_id or "").encode())
     after = change.after
     if after is not change.before:
-        encoded.run = put_run(batch, change.before, after, change.timestamp_ms, place)
+        named = after if after is not None else change.before  # (the run of the record)
+        encoded.run = put_run(batch, change.before, after, change.timestamp_ms,
+                              placed if named is None or named.run_id == run_id
+                              else place(named.run_id))
         if keep_records:  # (a read model: it keeps the query index)
             put_query_index(batch, change.before, after)
     if change.schedule_after is not change.schedule_before and change.schedule_id is not None:
@@ -125,7 +130,7 @@ def put_record(batch: Batch, change: RecordWrite, keep_records: bool, place: Pla
     entry = change.entry
     if entry is not None and run_id is not None:
         encoded.entry = value = encode_state(entry)
-        batch.put(keys.entry_key(place(run_id), run_id, entry.position), value)
+        batch.put(keys.entry_key(placed, run_id, entry.position), value)
     if change.request_id is not None:
         batch.put(keys.request_key(number, change.request_id), b"%d" % change.offset)
         # (held, not blind: a prune later in the group sees it: ProjectionStore._prune_requests)
@@ -133,7 +138,7 @@ def put_record(batch: Batch, change: RecordWrite, keep_records: bool, place: Pla
                   values.request_entry(change.request_id, change.timestamp_ms))
     if change.next_round is not None:
         encoded.next_round = put_run(batch, None, change.next_round, change.timestamp_ms,
-                                     place, new=False)
+                                     place(change.next_round.run_id), new=False)
         if keep_records:
             put_query_index(batch, None, change.next_round)
         lineage = change.next_round.lineage_id
@@ -173,10 +178,10 @@ def put_expiry(batch: Batch, partition: int, expiry: ExpiryChange, place: Place,
     judged against them; the partition's old bookkeeping goes."""
     for lineage in expiry.expired:
         for run, stone in zip(lineage.rounds, lineage.tombstones, strict=True):
-            put_run(batch, run, None, 0, place, entries=False)
+            placed = place(run.run_id)
+            put_run(batch, run, None, 0, placed, entries=False)
             if indexed:  # (its query index keys go with it)
                 put_query_index(batch, run, None)
-            placed = place(run.run_id)
             entries = keys.entries_prefix(placed, run.run_id)
             batch.delete_range(entries, keys.upper_bound(entries))
             _delete_history(batch, placed, run.run_id)
@@ -233,10 +238,11 @@ def chain(previous: bytes, change: RecordWrite, encoded: Encoded) -> bytes:
 
 
 def put_run(batch: Batch, before: RunState | None, after: RunState | None,
-            timestamp_ms: int, place: Place, *, entries: bool = True, new: bool = True
+            timestamp_ms: int, placed: int, *, entries: bool = True, new: bool = True
             ) -> bytes:
     """The run's key and its indexes; returns the run's new bytes (b"": deleted).
-    `timestamp_ms`: the record's log time (a lineage's settlement is indexed by it).
+    `placed`: the partition its keys go in (Place). `timestamp_ms`: the record's log time
+    (a lineage's settlement is indexed by it).
     `entries`: a deleted run's journal entries go key by key (the caller deletes them as a
     range otherwise). `new`: `before` is what the store holds of the run (None: nothing,
     so none of its index entries either); a next round's is not looked up."""
@@ -255,7 +261,6 @@ def put_run(batch: Batch, before: RunState | None, after: RunState | None,
             batch.delete(keys.status_key(before.status, before.partition, before.run_id))
             if before.inbox:
                 batch.delete(keys.inbox_key(before.partition, before.run_id))
-            placed = place(before.run_id)
             batch.delete(keys.run_key(placed, before.run_id))
             for position in range(before.steps if entries else 0):
                 batch.delete(keys.entry_key(placed, before.run_id, position))
@@ -272,7 +277,7 @@ def put_run(batch: Batch, before: RunState | None, after: RunState | None,
             batch.put(keys.settled_key(after.partition, timestamp_ms, after.run_id), b"")
         put_new(keys.status_key(after.status, after.partition, after.run_id), b"")
     value = encode_state(after)
-    batch.put(keys.run_key(place(after.run_id), after.run_id), value)
+    batch.put(keys.run_key(placed, after.run_id), value)
     if after.inbox:
         if before is None or not before.inbox:
             put_new(keys.inbox_key(after.partition, after.run_id), b"")
