@@ -10,7 +10,7 @@ import pytest
 
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
-from runstream.projections import values
+from runstream.projections import keys, values
 from runstream.projections.memory import MemoryProjection, MemoryStore
 from runstream.projections.partitioning import run_partition
 from runstream.projections.projector import Projector
@@ -165,3 +165,20 @@ def test_a_store_without_a_count_holds_no_run_and_writes_none(tmp_path: Path) ->
             Projector(store).apply_record(0, 0, create("r1", "q1"))
     finally:
         store.close()
+
+
+def test_a_store_of_an_older_layout_is_emptied_to_be_folded_again(tmp_path: Path) -> None:
+    """A store written by the previous layout (format 2: run keys without partition) holds
+    keys this one never reads: opened, it is emptied (and folded again by its owner)."""
+    with _folded_both(tmp_path / "p", _log(Writer("a"), 3)):
+        pass
+    older = ProjectionStore(tmp_path / "p")
+    older._db.put(keys.FORMAT_KEY, b"2")
+    older.close()
+    reopened = ProjectionStore(tmp_path / "p", partitions=4)
+    try:
+        assert reopened.partitions() == [] and reopened.run("r1") is None
+        assert dict(reopened.items()) == {keys.FORMAT_KEY: keys.STORE_FORMAT,
+                                          keys.PARTITIONS_KEY: b"4"}
+    finally:
+        reopened.close()
