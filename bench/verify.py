@@ -154,7 +154,7 @@ def hash_us_per_record(runs: int = 2000, passes: int = 5) -> float:
     for partition, _, record in sample_records(journal, runs, 20, _Writer(partitions)):
         projector.apply_record(partition, offsets[partition], record)
         offsets[partition] += 1
-    place = Placement(partitions)
+    place = Placement(partitions).place
     inputs = [(change, put_record(_NullBatch(), change, False, place)) for change in store.writes]
     best = float("inf")
     for _ in range(passes):

@@ -73,9 +73,6 @@ class Placement:
         self.partitions = partitions
         self.place = _placing(partitions)
 
-    def __call__(self, name: str) -> int:
-        return self.place(name)
-
 
 def _placing(partitions: int) -> Callable[[str], int]:
     placed: dict[str, int] = {}  # PLACED_CACHE at most

@@ -5,6 +5,7 @@ means is theirs to say."""
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from typing import IO
 
@@ -24,3 +25,12 @@ def read_frame(frames: IO[bytes]) -> tuple[bytes, bytes]:
     kind, size = HEAD.unpack(head)
     payload = frames.read(size)
     return (kind, payload) if len(payload) == size else (ENDED, b"")
+
+
+async def read_frame_async(frames: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """read_frame() from an asyncio stream (a child process's stdout)."""
+    try:
+        kind, size = HEAD.unpack(await frames.readexactly(HEAD.size))
+        return kind, await frames.readexactly(size)
+    except asyncio.IncompleteReadError:
+        return ENDED, b""

@@ -38,7 +38,7 @@ from pathlib import Path
 import msgspec
 
 from runstream.engine.errors import WorkerFatal
-from runstream.engine.journal.frames import HEAD, frame
+from runstream.engine.journal.frames import ENDED, frame, read_frame_async
 from runstream.projections import keys
 from runstream.projections.snapshot import Digest, encode_chunks
 from runstream.projections.state import PartitionState, decode_state
@@ -120,13 +120,11 @@ async def _read_in_child(path: Path, partition: int) -> tuple[list[bytes], _Summ
     chunks: list[bytes] = []
     try:
         while True:
-            try:
-                kind, length = HEAD.unpack(await child.stdout.readexactly(HEAD.size))
-                payload = await child.stdout.readexactly(length)
-            except asyncio.IncompleteReadError:
+            kind, payload = await read_frame_async(child.stdout)
+            if kind == ENDED:
                 status = await child.wait()
                 raise RuntimeError(f"the snapshot reader ended (status {status}) before its "
-                                   f"summary") from None
+                                   f"summary")
             if kind == _CHUNK:
                 chunks.append(payload)
             elif kind == _SUMMARY:
