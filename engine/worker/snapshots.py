@@ -26,6 +26,7 @@ import time
 import uuid
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
 
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.journal import events as ev
@@ -194,7 +195,9 @@ class SnapshotKeeper:
                 if frozen is None or not self._still_owned(own, frozen, releasing):
                     return None
                 manifest = await self._write(own, frozen)
-            except (OSError, ValueError, RuntimeError, WorkerFatal) as exc:
+            except (OSError, ValueError, RuntimeError, KafkaError, WorkerFatal) as exc:
+                # (a snapshot is derived data: one the brokers did not take, e.g. during a
+                # broker restart, is skipped, and never fails a release or the worker)
                 self.owner.metrics.snapshot("failed")
                 log.warning("partition %d: snapshot failed: %r", own.partition, exc)
                 return None
