@@ -28,7 +28,7 @@ import uuid
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from runstream.engine.errors import WorkerFatal
+from runstream.engine.errors import BrokerConnectionFailed, WorkerFatal
 from runstream.engine.journal import events as ev
 from runstream.engine.kafka.reader import log_starts
 from runstream.engine.kafka.snapshots import (
@@ -54,7 +54,17 @@ CHECK_EVERY_S = 1.0
 FLUSH_WAIT_S = 10.0  # a memtable flush that takes longer: freeze anyway (a longer stall)
 # A graceful release takes one only if the last one took at most this share of the time left.
 RELEASE_SHARE = 0.5
+# What makes a snapshot fail rather than the worker: a snapshot is derived data, so one the
+# brokers did not take (a restart, a broker not there when the snapshot producer first
+# connects) or the disk refused is skipped, logged and counted, and never fails a release.
+SNAPSHOT_FAILURES = (OSError, ValueError, RuntimeError, KafkaError, BrokerConnectionFailed,
+                     WorkerFatal)
 MARGIN_EVERY_S = 30.0  # how often the margin to the log start is checked (journal retention)
+# A partition whose periodic snapshot failed is not tried again for RETRY_FIRST_S, doubling
+# to RETRY_MAX_S while it keeps failing: in a broker outage each try would freeze and read
+# the partition again every CHECK_EVERY_S for nothing.
+RETRY_FIRST_S = 5.0
+RETRY_MAX_S = 300.0
 
 
 def resolve_every(explicit: int | None = None) -> int:
@@ -92,6 +102,9 @@ class SnapshotKeeper:
         # applied yet): one per owned partition.
         self._written: dict[int, int] = {}
         self._first_seen: dict[int, float] = {}  # partition -> ms: one per owned partition
+        # partition -> (monotonic time before which it is not tried, the delay that set it)
+        # after a failed snapshot: one per owned partition
+        self._retry: dict[int, tuple[float, float]] = {}
         self.taken = 0
         self.longest_gap_s = 0.0  # the event loop's longest gap during any snapshot here
         self.last_hold_s = 0.0  # the last snapshot's longest call on the loop (freezing)
@@ -115,6 +128,7 @@ class SnapshotKeeper:
         self._took_s.pop(partition, None)
         self._written.pop(partition, None)
         self._first_seen.pop(partition, None)
+        self._retry.pop(partition, None)
 
     async def run(self) -> None:
         checked = time.monotonic()
@@ -125,7 +139,12 @@ class SnapshotKeeper:
                     await self.take(own)
             if self.journal_retained and time.monotonic() - checked >= MARGIN_EVERY_S:
                 checked = time.monotonic()
-                await self.check_margins()
+                try:
+                    await self.check_margins()
+                except (KafkaError, BrokerConnectionFailed) as exc:
+                    # (a warning only; a broker outage must not count as this task failing,
+                    # which the supervisor gives up on after ten in a row)
+                    log.warning("snapshot margins not checked: %r", exc)
 
     async def check_margins(self) -> None:
         """Under journal retention: warn (log and runstream_snapshot_margin_records) when a
@@ -153,7 +172,7 @@ class SnapshotKeeper:
 
     def due(self, partition: int) -> bool:
         state = self._state(partition)
-        if state is None:
+        if state is None or time.monotonic() < self._retry.get(partition, (0.0, 0.0))[0]:
             return False
         since = state.next_offset - max(state.snapshot_offset, self._written.get(partition, 0))
         if since <= 0:
@@ -195,14 +214,15 @@ class SnapshotKeeper:
                 if frozen is None or not self._still_owned(own, frozen, releasing):
                     return None
                 manifest = await self._write(own, frozen)
-            except (OSError, ValueError, RuntimeError, KafkaError, WorkerFatal) as exc:
-                # (a snapshot is derived data: one the brokers did not take, e.g. during a
-                # broker restart, is skipped, and never fails a release or the worker)
+            except SNAPSHOT_FAILURES as exc:
                 self.owner.metrics.snapshot("failed")
-                log.warning("partition %d: snapshot failed: %r", own.partition, exc)
+                delay = self._back_off(own.partition)
+                log.warning("partition %d: snapshot failed (next try in %.0f s at the "
+                            "earliest): %r", own.partition, delay, exc)
                 return None
             finally:
                 ticking.cancel()
+            self._retry.pop(own.partition, None)
             self._took_s[own.partition] = time.monotonic() - started
             self.reads[frozen.read_in] = self.reads.get(frozen.read_in, 0) + 1
             self.longest_gap_s = max(self.longest_gap_s, gaps.longest_s)
@@ -212,8 +232,20 @@ class SnapshotKeeper:
                      manifest.key_count, manifest.value_bytes, len(manifest.chunks),
                      frozen.read_in, self._took_s[own.partition], self.last_hold_s * 1000,
                      gaps.longest_s * 1000)
-            await self._prune(own.partition, manifest)
+            try:
+                await self._prune(own.partition, manifest)
+            except SNAPSHOT_FAILURES as exc:
+                # (the new one is written and anchored; the old ones go at the next prune)
+                log.warning("partition %d: pruning old snapshots failed: %r", own.partition,
+                            exc)
             return manifest
+
+    def _back_off(self, partition: int) -> float:
+        """Put the partition's next try off after a failure; returns the delay."""
+        last = self._retry.get(partition, (0.0, 0.0))[1]
+        delay = min(last * 2, RETRY_MAX_S) if last else RETRY_FIRST_S
+        self._retry[partition] = (time.monotonic() + delay, delay)
+        return delay
 
     async def _freeze(self, partition: int, releasing: bool) -> Frozen | None:
         store = self.owner.store
@@ -281,12 +313,14 @@ class SnapshotKeeper:
             self._known[partition] = [m.manifest for m in listed if m.manifest is not None]
         known = [m for m in self._known[partition] if m.snapshot_id != newest.snapshot_id]
         known.append(newest)
+        # Known before any drop: one a failed drop leaves is dropped at the next prune.
+        self._known[partition] = known
         kept = kept_snapshots([m.offset for m in known], self.keep)
         assert self._producer is not None
         for manifest in [m for m in known if m.offset not in kept]:
             await drop_snapshot(self._producer, self.owner.snapshot_topic, manifest)
+            known.remove(manifest)
             self.owner.metrics.snapshot("dropped")
-        self._known[partition] = [m for m in known if m.offset in kept]
 
 
 class GapMeter:

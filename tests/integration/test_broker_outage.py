@@ -1,0 +1,170 @@
+"""A worker stopped while its broker is down, on a broker of the test's own (it is stopped
+and started again, which the shared one must not be).
+
+A graceful stop releases the worker's partitions, and a release takes a snapshot of each.
+With the broker down, the snapshot's chunks cannot be written: that snapshot has failed, as
+one that fills the disk has, and the stop goes on (a snapshot is derived data; the journal
+holds everything). The worker exits 0, and a worker started after the broker is back takes
+over its partitions and loses nothing.
+
+The chaos harness found this (seed 834018: a SIGTERM during a broker restart, exit 3 with
+"nothing listens"); this test puts the worker there on purpose."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runstream import Client, RunHandle
+from runstream.engine.broker import BrokerCluster, BrokerError, find_java
+from runstream.engine.kafka.admin import ensure_topics
+from tests.conftest import TEST_JOURNAL_PARTITIONS
+from tests.integration.support import WorkerProcess
+from tests.integration.test_cluster import _free_base_port
+from tests.integration.test_snapshot_faults import (
+    SNAPSHOT_LINE,
+    check_results,
+    exited,
+    submit,
+    wait_log,
+)
+from tests.integration.waiting_flows import flows
+
+APP = "tests.integration.waiting_flows:flows"
+FAILED_LINE = re.compile(r"partition (\d+): snapshot failed \(next try in \d+ s at the "
+                         r"earliest\): .*nothing listens")
+# With the producer connected, its sends wait for the broker: the release snapshot's time
+# (or the whole release's) runs out first, whichever the timing makes it.
+TIMED_OUT_LINE = re.compile(r"no snapshot on release \(it did not fit|releasing its runs did "
+                            r"not finish within")
+BROKER_HEAP_MB = 384
+
+
+@pytest.fixture
+def own_broker(tmp_path: Path) -> Iterator[tuple[BrokerCluster, str]]:
+    """A one-node broker of this test's own, started: (the cluster, its bootstrap)."""
+    cluster = BrokerCluster(nodes=1, base_port=_free_base_port(1), data_dir=tmp_path / "kafka",
+                            heap_mb=BROKER_HEAP_MB)
+    try:
+        find_java()
+        cluster.provision()
+        bootstrap = cluster.start(timeout=90.0)
+    except BrokerError as exc:
+        if os.environ.get("CI", "").lower() == "true":
+            raise
+        pytest.skip(f"cannot run a local Kafka here: {exc.message}")
+    try:
+        yield cluster, bootstrap
+    finally:
+        cluster.stop(timeout=15.0)
+
+
+def spawn(bootstrap: str, namespace: str, tmp_path: Path, name: str, every: int
+          ) -> WorkerProcess:
+    return WorkerProcess(bootstrap, namespace, tmp_path / name, name, tmp_path / "effects",
+                         app=APP, snapshot_every=every).start()
+
+
+# (snapshot every N records, what the log says of a moved partition's release snapshot)
+CASES = {
+    # No snapshot before the stop: the release's is the first, so the snapshot producer
+    # connects then, to a broker that is not there (the chaos seed's path).
+    "first-snapshot-at-release": (10_000, FAILED_LINE),
+    # Snapshots before the stop: the producer is connected and waits for the broker.
+    "producer-connected-before": (20, TIMED_OUT_LINE),
+}
+
+
+async def runs_complete(bootstrap: str, namespace: str, handles: dict[str, RunHandle],
+                        prefix: str, count: int) -> None:
+    """`count` new runs, then the result of every run in `handles` (those of earlier
+    clients too: each is read again through this client's handle)."""
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                      flows=flows) as client:
+        for run_id in list(handles):
+            handles[run_id] = client.get_handle(run_id)
+        await submit(client, handles, prefix, count, 64)
+        await check_results(handles, 64)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+async def test_a_worker_stopped_while_the_broker_is_down_exits_0_and_loses_nothing(
+    own_broker: tuple[BrokerCluster, str], tmp_path: Path, namespace: str, case: str
+) -> None:
+    every, release_line = CASES[case]
+    cluster, bootstrap = own_broker
+    await ensure_topics(bootstrap, namespace, partitions=TEST_JOURNAL_PARTITIONS,
+                        replication_factor=1)
+    first = spawn(bootstrap, namespace, tmp_path, "w1", every)
+    handles: dict[str, RunHandle] = {}
+    try:
+        await runs_complete(bootstrap, namespace, handles, "before-", 40)
+        if release_line is TIMED_OUT_LINE:
+            await wait_log(first, SNAPSHOT_LINE, 0)
+
+        await asyncio.to_thread(cluster.stop, timeout=15.0)
+        since = len(first.log_text())
+        started = time.monotonic()
+        first.signal(signal.SIGTERM)
+        code = await asyncio.to_thread(exited, first, 120)
+        took = time.monotonic() - started
+        log = first.log_text()[since:]
+        assert code == 0, f"exit {code} after {took:.1f}s: {log[-3000:]}"
+        # The release's snapshots are what failed, each with one line, not the stop.
+        assert release_line.search(log), log[-3000:]
+        assert "Traceback" not in log, log[-3000:]
+
+        await asyncio.to_thread(cluster.start, timeout=90.0)
+        second = spawn(bootstrap, namespace, tmp_path, "w2", every)
+        try:
+            await runs_complete(bootstrap, namespace, handles, "after-", 20)
+        finally:
+            assert second.stop() == 0, second.log_text()[-3000:]
+    finally:
+        first.stop()
+
+
+OUTAGE_S = 45.0
+MARGINS_LINE = "snapshot margins not checked: BrokerConnectionFailed"
+
+
+async def test_a_worker_rides_out_a_broker_outage_trying_snapshots_later_and_later(
+    own_broker: tuple[BrokerCluster, str], tmp_path: Path, namespace: str
+) -> None:
+    """The broker gone for OUTAGE_S: the worker keeps running, tries a due snapshot again
+    after 5, 10, 20 s (not at every one-second check), and serves again once the broker is back.
+    Under a journal retention it also checks its snapshots' margin to the log start every
+    30 s: that check failing is a warning, not a failure of the snapshot task (ten of those
+    in a row would stop the worker: engine.worker.supervise)."""
+    cluster, bootstrap = own_broker
+    await ensure_topics(bootstrap, namespace, partitions=TEST_JOURNAL_PARTITIONS,
+                        replication_factor=1, journal_retention_ms=7 * 24 * 3600 * 1000)
+    # A snapshot every 20 records: the partitions the runs moved are often due again as the
+    # broker stops (the unit test_snapshot_failures checks the delays themselves).
+    worker = spawn(bootstrap, namespace, tmp_path, "w1", 20)
+    handles: dict[str, RunHandle] = {}
+    try:
+        await runs_complete(bootstrap, namespace, handles, "before-", 40)
+        await asyncio.to_thread(cluster.stop, timeout=15.0)
+        since = len(worker.log_text())
+        await asyncio.sleep(OUTAGE_S)
+        assert worker.proc is not None
+        assert worker.proc.poll() is None, worker.log_text()[-4000:]
+        during = worker.log_text()[since:]
+        await asyncio.to_thread(cluster.start, timeout=90.0)
+        await runs_complete(bootstrap, namespace, handles, "after-", 20)
+        assert worker.stop() == 0, worker.log_text()[-3000:]
+        tries: dict[str, int] = {}
+        for match in FAILED_LINE.finditer(during):
+            tries[match.group(1)] = tries.get(match.group(1), 0) + 1
+        assert max(tries.values(), default=0) <= 5, tries  # 0, 5, 15, 35 s: not one a second
+        assert MARGINS_LINE in during, during[-3000:]
+    finally:
+        worker.stop()
