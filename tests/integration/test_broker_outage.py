@@ -131,7 +131,7 @@ async def test_a_worker_stopped_while_the_broker_is_down_exits_0_and_loses_nothi
         first.stop()
 
 
-OUTAGE_S = float(os.environ.get("OUTAGE_PROBE_S", "45"))
+OUTAGE_S = 45.0
 MARGINS_LINE = "snapshot margins not checked: BrokerConnectionFailed"
 
 
