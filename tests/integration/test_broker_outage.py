@@ -13,7 +13,6 @@ The chaos harness found this (seed 834018: a SIGTERM during a broker restart, ex
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import signal
 import time
@@ -23,11 +22,11 @@ from pathlib import Path
 import pytest
 
 from runstream import Client, RunHandle
-from runstream.engine.broker import BrokerCluster, BrokerError, find_java
+from runstream.engine.broker import BrokerCluster
 from runstream.engine.kafka.admin import ensure_topics
 from tests.conftest import TEST_JOURNAL_PARTITIONS
 from tests.integration.support import WorkerProcess
-from tests.integration.test_cluster import _free_base_port
+from tests.integration.test_cluster import _provisioned
 from tests.integration.test_snapshot_faults import (
     SNAPSHOT_LINE,
     check_results,
@@ -44,22 +43,13 @@ FAILED_LINE = re.compile(r"partition (\d+): snapshot failed \(next try in \d+ s 
 # (or the whole release's) runs out first, whichever the timing makes it.
 TIMED_OUT_LINE = re.compile(r"no snapshot on release \(it did not fit|releasing its runs did "
                             r"not finish within")
-BROKER_HEAP_MB = 384
 
 
 @pytest.fixture
 def own_broker(tmp_path: Path) -> Iterator[tuple[BrokerCluster, str]]:
     """A one-node broker of this test's own, started: (the cluster, its bootstrap)."""
-    cluster = BrokerCluster(nodes=1, base_port=_free_base_port(1), data_dir=tmp_path / "kafka",
-                            heap_mb=BROKER_HEAP_MB)
-    try:
-        find_java()
-        cluster.provision()
-        bootstrap = cluster.start(timeout=90.0)
-    except BrokerError as exc:
-        if os.environ.get("CI", "").lower() == "true":
-            raise
-        pytest.skip(f"cannot run a local Kafka here: {exc.message}")
+    cluster = _provisioned(1, tmp_path)
+    bootstrap = cluster.start(timeout=90.0)
     try:
         yield cluster, bootstrap
     finally:
