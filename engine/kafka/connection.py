@@ -34,6 +34,9 @@ from aiokafka.protocol.metadata import MetadataRequest
 
 from runstream.engine.errors import AccessDenied, BrokerConnectionFailed, InvalidInput
 
+# What a call to the brokers raises when they do not answer (down, restarting, unreachable):
+# aiokafka's own errors, and a failed bootstrap as start_client() reports it.
+BROKERS_UNAVAILABLE = (KafkaError, BrokerConnectionFailed)
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 

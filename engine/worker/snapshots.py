@@ -26,10 +26,10 @@ import time
 import uuid
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError
 
-from runstream.engine.errors import BrokerConnectionFailed, WorkerFatal
+from runstream.engine.errors import WorkerFatal
 from runstream.engine.journal import events as ev
+from runstream.engine.kafka.connection import BROKERS_UNAVAILABLE
 from runstream.engine.kafka.reader import log_starts
 from runstream.engine.kafka.snapshots import (
     drop_snapshot,
@@ -57,8 +57,7 @@ RELEASE_SHARE = 0.5
 # What makes a snapshot fail rather than the worker: a snapshot is derived data, so one the
 # brokers did not take (a restart, a broker not there when the snapshot producer first
 # connects) or the disk refused is skipped, logged and counted, and never fails a release.
-SNAPSHOT_FAILURES = (OSError, ValueError, RuntimeError, KafkaError, BrokerConnectionFailed,
-                     WorkerFatal)
+SNAPSHOT_FAILURES = (OSError, ValueError, RuntimeError, *BROKERS_UNAVAILABLE, WorkerFatal)
 MARGIN_EVERY_S = 30.0  # how often the margin to the log start is checked (journal retention)
 # A partition whose periodic snapshot failed is not tried again for RETRY_FIRST_S, doubling
 # to RETRY_MAX_S while it keeps failing: in a broker outage each try would freeze and read
@@ -141,7 +140,7 @@ class SnapshotKeeper:
                 checked = time.monotonic()
                 try:
                     await self.check_margins()
-                except (KafkaError, BrokerConnectionFailed) as exc:
+                except BROKERS_UNAVAILABLE as exc:
                     # (a warning only; a broker outage must not count as this task failing,
                     # which the supervisor gives up on after ten in a row)
                     log.warning("snapshot margins not checked: %r", exc)

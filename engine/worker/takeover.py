@@ -15,10 +15,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from aiokafka.errors import KafkaError
-
-from runstream.engine.errors import BrokerConnectionFailed, WorkerFatal
+from runstream.engine.errors import WorkerFatal
 from runstream.engine.kafka.admin import TopicsError, snapshot_topic_exists, topic_configs
+from runstream.engine.kafka.connection import BROKERS_UNAVAILABLE
 from runstream.engine.kafka.restore import (
     RecordsDeleted,
     Restorer,
@@ -99,7 +98,7 @@ class Takeovers:
             try:
                 await self._bring_up(ends)
                 return
-            except (KafkaError, BrokerConnectionFailed) as exc:
+            except BROKERS_UNAVAILABLE as exc:
                 if self.owner.stopping:
                     raise WorkerFatal(f"stopping: {exc!r}") from exc
                 log.warning("snapshot loads for partitions %s failed (%r); trying again in "
