@@ -200,9 +200,12 @@ def outbox_key(partition: int, request_id: str) -> bytes:
 
 # The layout's version: a store written by an older layout is rebuilt from the journal
 # (projections.store), since indexes it lacks (settle times, causes) cannot be derived
-# from what it holds. 3: the run-keyed families carry their partition.
+# from what it holds. 3: the run-keyed families carry their partition. 4: a child a later
+# round spawned is placed by its own lineage (projections.store_migrate moves a format 3
+# store's keys in place).
 FORMAT_KEY = b"m/format"
-STORE_FORMAT = b"3"
+STORE_FORMAT = b"4"
+PLACED_BY_ROOT_FORMAT = b"3"
 # The journal's partition count, which places every run-keyed key: set once, when the
 # store's owner first learns it (projections.store).
 PARTITIONS_KEY = b"m/partitions"

@@ -27,10 +27,14 @@ from typing import Any
 import msgspec
 
 from runstream.engine.journal import events as ev
+from runstream.projections.partitioning import run_partition
 from runstream.projections.state import PartitionState, RunStatus, Verdict, replace
 
-FORMAT = 2  # 2: the store's format 3 keys (every family with its partition)
-_READS = frozenset({1, FORMAT})
+# 2: the store's format 3 keys (every family with its partition). 3: the store's format 4
+# (a child a later round spawned is placed by its own lineage: projections.store_migrate).
+FORMAT = 3
+_READS = frozenset({1, 2, FORMAT})
+PLACED_BY_ROOT = 2  # the newest format that placed a name by the text before its first `~`
 # A chunk's bytes: under the snapshots topic's max.message.bytes (1 MiB + headroom) with the
 # record's key, headers and batch overhead.
 CHUNK_BYTES = 900 * 1024
@@ -133,6 +137,24 @@ def placed_key(key: bytes, partition: int) -> bytes:
     if key[0] in _RUN_KEYED and key[1:2] == b"/":
         return b"%s%05d/%s" % (key[:2], partition, key[2:])
     return key
+
+
+def placed_pairs(pairs: list[tuple[bytes, bytes]], manifest: Manifest, partitions: int
+                 ) -> tuple[list[tuple[bytes, bytes]], int]:
+    """A format 1 or 2 snapshot's pairs without the keys its partition no longer holds (a
+    child a later round spawned, which those formats placed by its root lineage: its own
+    partition's snapshot of that time lacks it, so it is not carried), and how many went."""
+    if manifest.format > PLACED_BY_ROOT:
+        return pairs, 0
+    kept = [(key, value) for key, value in pairs
+            if key[0] not in _RUN_KEYED or b"~" not in key
+            or run_partition(key_name(key), partitions) == manifest.partition]
+    return kept, len(pairs) - len(kept)
+
+
+def key_name(key: bytes) -> str:
+    """The run, lineage or schedule id of a run-keyed key (r/<P:05d>/<name>[\0...])."""
+    return key[8:].split(b"\x00", 1)[0].decode()
 
 
 @dataclass(slots=True)

@@ -97,6 +97,7 @@ from runstream.projections.state import (
     encode_state,
 )
 from runstream.projections.store_batch import Pending as _Pending
+from runstream.projections.store_migrate import upgrade
 from runstream.projections.store_restore import PartitionRestore
 from runstream.projections.store_runs import PartitionCountChanged, RunKeys
 from runstream.projections.values import RecordWrite
@@ -147,6 +148,8 @@ class ProjectionStore(RunKeys, PartitionRestore, IndexReads):
                 Rdict.destroy(str(self.path), options)
                 self.path.mkdir(parents=True, exist_ok=True)
                 self._db = Rdict(str(self.path), options)
+            elif self._db.get(keys.FORMAT_KEY) == keys.PLACED_BY_ROOT_FORMAT:
+                upgrade(self._db, str(self.path))
             self._db[keys.FORMAT_KEY] = keys.STORE_FORMAT
             if keep_records:
                 self._db[keys.QUERY_FORMAT_KEY] = keys.QUERY_FORMAT
@@ -394,7 +397,7 @@ class ProjectionStore(RunKeys, PartitionRestore, IndexReads):
 def _outdated(db: Rdict, keep_records: bool) -> bool:
     """A store holding records, of a format older than this layout's (a read model's: or
     written before its query index, projections.query_index, existed)."""
-    if db.get(keys.FORMAT_KEY) == keys.STORE_FORMAT and (
+    if db.get(keys.FORMAT_KEY) in (keys.STORE_FORMAT, keys.PLACED_BY_ROOT_FORMAT) and (
             not keep_records or db.get(keys.QUERY_FORMAT_KEY) == keys.QUERY_FORMAT):
         return False
     read = ReadOptions()

@@ -18,7 +18,7 @@ from runstream.engine.errors import (
 from runstream.engine.flow.definition import HandedOff
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
-from runstream.engine.journal.records import ROUND_SEPARATOR
+from runstream.engine.journal.records import is_round
 from runstream.projections.state import RunStatus
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ class RunHandle:
             return self._from_offset
         tail = self.client._tail
         partition = await self._partition()
-        if self.request_id is None and ROUND_SEPARATOR in self.run_id:
+        if self.request_id is None and is_round(self.run_id):
             # A later round is created by its predecessor's handoff, never by a request.
             self._from_offset = 0
             return self._from_offset

@@ -25,6 +25,7 @@ from runstream.engine.flow.definition import Flow, dump_json
 from runstream.engine.flow.port import JournalPort
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import PayloadTooLarge, check_payload
+from runstream.engine.journal.records import is_round
 from runstream.engine.observability.tracing import carrier
 from runstream.projections.capabilities import narrow
 from runstream.projections.state import (
@@ -183,6 +184,9 @@ class WaitingCalls:
         path = [*self._ancestors, self.run_id]
         if child_id in path:
             raise FlowCycleDetected([*path[path.index(child_id):], child_id])
+        if is_round(child_id):  # its records would be keyed by the lineage it names
+            raise SpawnRefused(f"run {self.run_id} cannot spawn {child_id}: an id ending in "
+                               f"'~<n>' names round n of a lineage, not a child")
         if len(path) >= MAX_DEPTH:
             raise SpawnRefused(f"run {self.run_id} is {len(path)} levels deep; a tree of runs "
                                f"goes {MAX_DEPTH} deep at most")

@@ -20,8 +20,19 @@ ROUND_SEPARATOR = "~"  # round n > 0 of lineage L is the run `L~n`
 
 
 def lineage_of(run_id: str) -> str:
-    """The lineage a run id belongs to: the Kafka key all its rounds share."""
-    return run_id.split(ROUND_SEPARATOR, 1)[0]
+    """The lineage a run id belongs to: the Kafka key all its rounds share. Round n > 0 of
+    lineage L is `L~n`, so only a trailing `~<digits>` is a round's: a child a later round
+    spawns (`L~1@4.0`, `L~1-kid`) is a lineage of its own, keyed by its whole id, and so are
+    its rounds (`L~1@4.0~2` is round 2 of `L~1@4.0`)."""
+    head, separator, tail = run_id.rpartition(ROUND_SEPARATOR)
+    if separator and tail.isdigit() and tail.isascii():
+        return head
+    return run_id
+
+
+def is_round(run_id: str) -> bool:
+    """Whether `run_id` names a lineage's round n > 0 (`<lineage>~<n>`)."""
+    return lineage_of(run_id) != run_id
 
 
 def request_envelope(record_type: str, run_id: str, *, request_id: str | None,

@@ -35,7 +35,7 @@ from runstream.engine.kafka.reader import RawRecord, log_starts, read_partitions
 from runstream.engine.kafka.snapshots import Listed, list_manifests, read_chunks
 from runstream.projections.fold import REBUILD_GROUP
 from runstream.projections.projector import Outcome, Projector
-from runstream.projections.snapshot import Manifest, SnapshotInvalid, assemble
+from runstream.projections.snapshot import Manifest, SnapshotInvalid, assemble, placed_pairs
 from runstream.projections.state import Verdict
 from runstream.projections.store import ProjectionStore
 
@@ -278,6 +278,12 @@ def write_checked(store: ProjectionStore, manifest: Manifest,
     in (its state last); then the offset and running hash it holds checked against its
     manifest (SnapshotInvalid: the caller clears the partition). The keys written; the
     marker stays until the caller's finish_load."""
+    if store.placement is not None:
+        pairs, dropped = placed_pairs(pairs, manifest, store.placement.partitions)
+        if dropped:
+            log.warning("partition %d: snapshot %s (format %d) holds %d keys of runs a later "
+                        "round spawned, placed by their root lineage; they are not loaded",
+                        manifest.partition, manifest.snapshot_id, manifest.format, dropped)
     store.clear_partition(manifest.partition, marker=manifest.snapshot_id)
     keys = store.load_partition(manifest.partition, pairs)
     state = store.partition(manifest.partition)

@@ -1,0 +1,86 @@
+"""Store format 3 -> 4: the keys of runs a later round spawned, moved to their own partition.
+
+Format 3 placed a run-keyed name (r/ j/ h/ l/ b/ c/) in the partition of the text before its
+first `~`. For a round (`L~2`) that is its lineage's partition, as it should be. But a child
+spawned by a later round (`L~1@4.0`, or an id the flow chose, `L~1-kid`) is a lineage of its
+own whose records are keyed by its whole id, so they sit in another partition than format 3
+placed its keys in: a snapshot of its partition missed them, a takeover of L's cleared them,
+a request routed to L's partition did not find the run. Format 4 places a name by its lineage
+as engine.journal.records.lineage_of now reads it (only a trailing `~<n>` is a round's).
+
+The keys to move are those of names with a `~` whose placement changed. They were written by
+the store's own folds of the partition their records are on, so they are moved (key and
+value, in the same store) rather than dropped: the store's offset for that partition already
+covers them. A move is idempotent (a key already in its new partition is left alone), so a
+migration cut short runs again at the next open; the format key is written last.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+from rocksdict import Rdict, ReadOptions, WriteBatch
+
+from runstream.projections import keys
+from runstream.projections.partitioning import partition_for, run_partition
+from runstream.projections.snapshot import key_name
+
+log = logging.getLogger(__name__)
+
+RUN_KEYED = (b"b/", b"c/", b"h/", b"j/", b"l/", b"r/")
+MOVES_PER_BATCH = 10_000  # one WriteBatch's moves (keys and values: a few MB at most)
+
+
+def moved_key(key: bytes, partitions: int) -> bytes | None:
+    """Where a format 3 run-keyed `key` goes in format 4 (None: it stays)."""
+    if b"~" not in key:
+        return None
+    name = key_name(key)
+    old = partition_for(name.split("~", 1)[0], partitions)
+    new = run_partition(name, partitions)
+    if new == old or int(key[2:7]) != old:
+        return None
+    return b"%s%05d%s" % (key[:2], new, key[7:])
+
+
+def _moves(db: Rdict, partitions: int) -> Iterator[tuple[bytes, bytes]]:
+    for prefix in RUN_KEYED:
+        read = ReadOptions()
+        read.set_iterate_upper_bound(keys.upper_bound(prefix))
+        for key in db.keys(from_key=prefix, read_opt=read):
+            assert isinstance(key, bytes)  # (raw mode)
+            target = moved_key(key, partitions)
+            if target is not None:
+                yield key, target
+
+
+def migrate_placement(db: Rdict) -> int:
+    """Move a format 3 store's misplaced keys (see the module's text); returns how many."""
+    raw = db.get(keys.PARTITIONS_KEY)
+    if raw is None:  # no partition count: nothing was ever placed
+        return 0
+    partitions = int(raw)
+    moved = 0
+    batch = WriteBatch(raw_mode=True)
+    for key, target in _moves(db, partitions):  # (an iterator reads a point in time)
+        value = db.get(key)
+        if value is None:
+            continue
+        batch.put(target, value)
+        batch.delete(key)
+        moved += 1
+        if moved % MOVES_PER_BATCH == 0:
+            db.write(batch)
+            batch = WriteBatch(raw_mode=True)
+    db.write(batch)
+    return moved
+
+
+def upgrade(db: Rdict, path: str) -> None:
+    """Bring a format 3 store to format 4 in place (the caller writes the format key)."""
+    moved = migrate_placement(db)
+    if moved:
+        log.warning("%s: moved %d keys of runs spawned by a later round to their own "
+                    "partition (store format 3 -> %s)", path, moved,
+                    keys.STORE_FORMAT.decode())
