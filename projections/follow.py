@@ -15,7 +15,9 @@ duplicate to the tail and applied by the reducer). No writer of runstream's make
 bytes and Kafka's checksums keep them from being damaged in transit; a writer that forges
 the owner's envelope can mislead every reader anyway. The tail shares the other gap the
 reducer's run state closes: a decision about a run that never existed is a dead letter to
-the reducer and accepted here (tests/unit/test_follow.py).
+the reducer and accepted here (tests/unit/test_follow.py), and so is a record on a partition
+its run does not hash to (misplaced: projections.poison), which no writer of runstream's
+makes either.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from runstream.engine.journal import JournalRecord
 from runstream.projections import values
 from runstream.projections.deadlines import DEADLINE_POSITION, deadline_due
+from runstream.projections.partitioning import Placement
 from runstream.projections.poison import KEY_UNKNOWN, RecordKey
 from runstream.projections.projector import Outcome, Projector, Store
 from runstream.projections.schedule_state import ScheduleState
@@ -38,8 +39,11 @@ class MemoryStore:
     pruned like the RocksDB one (projections.values.request_prune).
     """
 
-    def __init__(self, base: Store | None = None) -> None:
+    def __init__(self, base: Store | None = None, *, partitions: int | None = None) -> None:
         self.base = base
+        # The journal's partition count, if this fold knows it (a base's otherwise): with
+        # it, a record on a partition its run does not hash to is a dead letter.
+        self._placement = None if partitions is None else Placement(partitions)
         self.partitions: dict[int, PartitionState] = {}
         self.runs: dict[str, RunState | None] = {}  # None: deleted here, hide the base's
         self.entries: dict[str, dict[int, JournalEntry]] = {}
@@ -64,6 +68,12 @@ class MemoryStore:
         self._last: dict[str, int] = {}
         # Outbox entries of the base's acknowledged here (hidden): bounded by the overlay.
         self._acked: set[tuple[int, str]] = set()
+
+    @property
+    def placement(self) -> Placement | None:
+        if self._placement is None and self.base is not None:
+            return self.base.placement
+        return self._placement
 
     def partition(self, partition: int) -> PartitionState:
         state = self.partitions.get(partition)
@@ -286,6 +296,9 @@ class MemoryProjection:
     """Folds records of any partitions; keeps runs, journals and (optionally) history."""
 
     keep_history: bool = False
+    # The journal's partition count (None: not known, as in exported fixtures without it):
+    # with it, misplaced records are dead letters, as every reader of a real journal has them.
+    journal_partitions: int | None = None
     store: MemoryStore = field(default_factory=MemoryStore)
     history: dict[str, list[HistoryEntry]] = field(default_factory=dict)
     partition_history: dict[int, list[HistoryEntry]] = field(default_factory=dict)
@@ -293,6 +306,8 @@ class MemoryProjection:
     projector: Projector = field(init=False)
 
     def __post_init__(self) -> None:
+        if self.journal_partitions is not None:
+            self.store = MemoryStore(partitions=self.journal_partitions)
         self.projector = Projector(self.store)
 
     @property
@@ -319,18 +334,6 @@ class MemoryProjection:
         reader of a real journal passes, so that it classifies as the worker does."""
         outcome = self.projector.apply_raw(partition, offset, value, list(headers), timestamp_ms,
                                            key=key)
-        if outcome.redelivered:
-            return outcome.verdict
-        if outcome.verdict is Verdict.dead_letter:
-            poison = outcome.poison
-            item = HistoryEntry(partition, offset, outcome.verdict,
-                                poison.record_type if poison is not None else "",
-                                timestamp_ms or 0, error=str(outcome.error),
-                                reason=poison.reason if poison is not None else None)
-            self.dead_letters.append(item)
-            if self.keep_history:
-                self.partition_history.setdefault(partition, []).append(item)
-            return outcome.verdict
         return self._remember(outcome, timestamp_ms)
 
     def apply_record(self, partition: int, offset: int, record: JournalRecord,
@@ -344,11 +347,30 @@ class MemoryProjection:
         self._remember(outcome, timestamp_ms)
         return outcome
 
+    def _set_aside(self, outcome: Outcome, timestamp_ms: int | None) -> None:
+        """A dead letter's item (a decoded record's too: a decision about a run that never
+        existed, a misplaced record), in the dead letters and the partition's history."""
+        poison = outcome.poison
+        error = outcome.error if outcome.error is not None else (
+            poison.detail if poison is not None else None)
+        item = HistoryEntry(outcome.partition.partition, outcome.offset, outcome.verdict,
+                            poison.record_type if poison is not None else "",
+                            timestamp_ms or 0, error=str(error),
+                            reason=poison.reason if poison is not None else None)
+        self.dead_letters.append(item)
+        if self.keep_history:
+            self.partition_history.setdefault(item.partition, []).append(item)
+
     def _remember(self, outcome: Outcome, timestamp_ms: int | None) -> Verdict:
         """Keep the record's history item (`timestamp_ms`: its log time; None: the
         envelope's, as the Projector takes it)."""
+        if outcome.redelivered:
+            return outcome.verdict
+        if outcome.verdict is Verdict.dead_letter:
+            self._set_aside(outcome, timestamp_ms)
+            return outcome.verdict
         record = outcome.record
-        if self.keep_history and record is not None and not outcome.redelivered:
+        if self.keep_history and record is not None:
             when = record.envelope.timestamp_ms if timestamp_ms is None else timestamp_ms
             item = HistoryEntry(outcome.partition.partition, outcome.offset, outcome.verdict,
                                 record.TYPE, when, record=record)

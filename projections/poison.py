@@ -18,6 +18,12 @@ Kinds (`reason`, what `runstream dead-letters list` shows):
                      and heartbeats, carry no run id and need none)
   no-such-run        a decision about a run that never existed in the partition (a decision
                      after a rejected create is not one: that run existed)
+  misplaced          a run's (or schedule's) record on a partition its lineage does not hash
+                     to: written by a producer that did not partition as Kafka's default
+                     partitioner does (murmur2 of the key; librdkafka's default differs).
+                     Every run's state lives with its partition's (snapshots, takeovers), so
+                     such a record is never applied; only a reader that knows the journal's
+                     partition count checks it (every reader of a real journal does)
 Not found on the journal, so not in REASONS (no reader classifies a record so):
   unsendable         an owner's outbox request it gave up before it was ever written (its
                      body is of an older shape, it cannot be encoded, or it is too large):
@@ -46,11 +52,11 @@ from runstream.engine.journal import events as ev
 
 DeadLetterReason = Literal[
     "garbage", "truncated", "unknown-schema-id", "unknown-type", "oversize", "missing-key",
-    "no-such-run", "unsendable",
+    "no-such-run", "misplaced", "unsendable",
 ]
 REASONS: tuple[DeadLetterReason, ...] = (
     "garbage", "truncated", "unknown-schema-id", "unknown-type", "oversize", "missing-key",
-    "no-such-run",
+    "no-such-run", "misplaced",
 )
 _DECODE_REASONS: dict[DecodeReason, DeadLetterReason] = {
     "empty": "garbage",
@@ -169,6 +175,14 @@ def needs_run(record: JournalRecord) -> bool:
 def no_such_run(record: JournalRecord) -> Poison:
     return Poison("no-such-run", "no-such-run",
                   f"{record.TYPE} for run {record.envelope.run_id!r}, which never existed")
+
+
+def misplaced(record: JournalRecord, name: str, partition: int, home: int) -> Poison:
+    """`record`, on `partition`, names `name` (a run or schedule id) whose home is `home`."""
+    return Poison("misplaced", "misplaced",
+                  f"{record.TYPE} for {name!r} on partition {partition}, but {name!r} lives "
+                  f"on partition {home} (Kafka's default partitioner: murmur2 of its "
+                  f"lineage id)")
 
 
 def type_header(headers: Sequence[tuple[str, bytes]] | None) -> str | None:

@@ -20,13 +20,14 @@ import msgspec
 
 from runstream.engine.journal import DecodeError, JournalRecord
 from runstream.engine.journal import events as ev
-from runstream.projections.partitioning import run_partition
+from runstream.projections.partitioning import Placement, run_partition
 from runstream.projections.poison import (
     KEY_UNKNOWN,
     Examined,
     Poison,
     RecordKey,
     examine,
+    misplaced,
     needs_run,
     no_such_run,
 )
@@ -74,6 +75,11 @@ class CopyFirst(Exception):
 
 
 class Store(Protocol):
+    @property
+    def placement(self) -> Placement | None:
+        """The journal's partition count, as the partition of each name (None: not known,
+        so a misplaced record is not found: projections.poison)."""
+
     def partition(self, partition: int) -> PartitionState: ...
     def run(self, run_id: str) -> RunState | None: ...
     def entry(self, run_id: str, position: int) -> JournalEntry | None: ...
@@ -218,6 +224,13 @@ class Projector:
             return Outcome(state, offset, record, None, None, Verdict.duplicate, redelivered=True)
         envelope = record.envelope
         when = envelope.timestamp_ms if timestamp_ms is None else timestamp_ms
+        placement = self.store.placement
+        if placement is not None:  # (inline: a call per record costs more than the check)
+            named = (schedule_id_of(record) if record.__class__ in SCHEDULE_CLASSES
+                     else envelope.run_id)
+            if named and placement.place(named) != partition:
+                return self._dead_letter(partition, offset, raw or b"", misplaced(
+                    record, named, partition, placement.place(named)), when, gate)
         if record.__class__ in SCHEDULE_CLASSES:
             return self._fold_schedule(state, offset, record, when, raw)
         run_id = envelope.run_id or None  # partition records belong to no run

@@ -36,7 +36,7 @@ class MemoryLog:
 
     def __init__(self, partitions: int, clock: Callable[[], int], on_fold: Fold) -> None:
         self.partitions = partitions
-        self.projection = MemoryProjection(keep_history=True)
+        self.projection = MemoryProjection(keep_history=True, journal_partitions=partitions)
         self.offsets = [0] * partitions  # the next offset of each partition
         self.source = ""  # the current owner's source id ("" before the first claim)
         self._clock = clock

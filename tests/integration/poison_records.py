@@ -11,8 +11,10 @@ from aiokafka import AIOKafkaProducer
 
 from runstream.engine.journal import MAX_RECORD_BYTES, encode
 from runstream.engine.journal import events as ev
+from runstream.projections.partitioning import run_partition
 from runstream.projections.poison import REASONS
 from tests.builders import Writer, create
+from tests.conftest import TEST_JOURNAL_PARTITIONS
 
 KINDS = REASONS  # one poison record per kind of dead letter
 
@@ -25,11 +27,23 @@ class Bad:
     headers: list[tuple[str, bytes]]
 
 
-def make_bad(kind: str, rng: random.Random) -> Bad:
-    """A record of `kind` that the projections must make a dead letter of that reason."""
-    tag = uuid.UUID(int=rng.getrandbits(128)).hex[:12]
-    ghost = f"ghost-{tag}"  # a run id nothing ever creates
+def ghost_on(rng: random.Random, partition: int, *, home: bool = True) -> tuple[str, str]:
+    """(tag, a run id nothing ever creates) living on `partition` of the test journal, or
+    (home=False) on any other."""
+    while True:
+        tag = uuid.UUID(int=rng.getrandbits(128)).hex[:12]
+        ghost = f"ghost-{tag}"
+        if (run_partition(ghost, TEST_JOURNAL_PARTITIONS) == partition) == home:
+            return tag, ghost
+
+
+def make_bad(kind: str, rng: random.Random, partition: int) -> Bad:
+    """A record of `kind` that the projections must make a dead letter of that reason, to
+    be sent to `partition`."""
+    tag, ghost = ghost_on(rng, partition, home=kind != "misplaced")
     valid, headers = encode(create(ghost, f"q-{tag}"))
+    if kind == "misplaced":  # a valid create request, keyed, on a partition not its run's
+        return Bad(kind, ghost.encode(), valid, headers)
     if kind == "garbage":
         return Bad(kind, ghost.encode(), bytes([rng.randint(1, 255)]) + rng.randbytes(40), [])
     if kind == "truncated":

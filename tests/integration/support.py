@@ -109,10 +109,12 @@ def effects_by_pid(path: Path) -> dict[tuple[str, str], list[int]]:
 async def fold(bootstrap: str, namespace: str, *, history: bool = True) -> MemoryProjection:
     """The whole journal folded from offset 0 in memory: the tests' reference state."""
     from runstream.engine.config import journal_topic
-    from runstream.engine.kafka.reader import read_partitions
+    from runstream.engine.kafka.reader import log_bounds, read_partitions
 
-    projection = MemoryProjection(keep_history=history)
-    async for raw in read_partitions(bootstrap, journal_topic(namespace)):
+    topic = journal_topic(namespace)
+    projection = MemoryProjection(keep_history=history,
+                                  journal_partitions=len(await log_bounds(bootstrap, topic)))
+    async for raw in read_partitions(bootstrap, topic):
         projection.apply_raw(raw.partition, raw.offset, raw.value, raw.headers, raw.timestamp_ms,
                              key=raw.key)
     return projection

@@ -92,10 +92,11 @@ def dead_letter_types(entries: list[HistoryEntry]) -> dict[tuple[int, int], str]
 async def test_each_kind_of_poison_is_copied_once_listed_and_skipped(
     bootstrap: str, namespace: str, journal: str, tmp_path: Path
 ) -> None:
-    """~3 s: 7 kinds x 4 partitions, keyless requests, one near-limit record, 12 runs."""
+    """~3 s: 8 kinds x 4 partitions, keyless requests, one near-limit record, 12 runs."""
     rng = random.Random(7)
     produced: dict[tuple[int, int], str] = {}
-    keyless: list[str] = []  # run ids of keyless create requests: no reader may create one
+    # run ids of keyless and misplaced create requests: no reader may create one
+    keyless: list[str] = []
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, max_request_size=2_000_000)
     await producer.start()
     try:
@@ -110,9 +111,11 @@ async def test_each_kind_of_poison_is_copied_once_listed_and_skipped(
                             for i in range(6)]
                 for partition in range(4):
                     for kind in KINDS:
-                        where = await produce_bad(producer, journal, make_bad(kind, rng),
-                                                  partition)
-                        produced[where] = kind
+                        bad = make_bad(kind, rng, partition)
+                        produced[await produce_bad(producer, journal, bad, partition)] = kind
+                        if kind == "misplaced":  # a valid create, where its run is not
+                            assert bad.key is not None
+                            keyless.append(bad.key.decode())
                     request, run_id = keyless_request(rng)
                     produced[await produce_bad(producer, journal, request, partition)] = \
                         "missing-key"

@@ -41,7 +41,7 @@ async def _journal_with_poison(bootstrap: str, journal: str) -> int:
     try:
         for partition in range(TEST_JOURNAL_PARTITIONS):
             for kind in KINDS:
-                await produce_bad(producer, journal, make_bad(kind, rng), partition)
+                await produce_bad(producer, journal, make_bad(kind, rng, partition), partition)
                 written += 1
             # Kafka allows a header without a value
             await producer.send_and_wait(journal, b"\x07not-avro", key=b"ghost",

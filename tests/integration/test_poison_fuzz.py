@@ -55,10 +55,10 @@ async def test_ten_thousand_poison_records_among_good_runs(
                             for i in range(runs_per_round)]
                 sends = []
                 for kind in kinds[r * per_round:(r + 1) * per_round]:
-                    bad = make_bad(kind, rng)
+                    partition = rng.randrange(4)
+                    bad = make_bad(kind, rng, partition)
                     sends.append(await producer.send(journal, value=bad.value, key=bad.key,
-                                                     headers=bad.headers,
-                                                     partition=rng.randrange(4)))
+                                                     headers=bad.headers, partition=partition))
                 produced |= {(m.partition, m.offset) for m in await asyncio.gather(*sends)}
             results = [await h.result(timeout=90) for h in handles]
             found = await dead_letters_when(bootstrap, namespace, BAD_RECORDS, timeout=90)

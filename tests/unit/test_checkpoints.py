@@ -26,8 +26,11 @@ from runstream.projections.state import RunState, Verdict, decode_state, encode_
 from runstream.projections.store import ProjectionStore
 from runstream.projections.writes import EMPTY_HASH
 from tests.builders import Writer, create, created
+from tests.unit.placing import id_on
 
 Raw = tuple[int, int, bytes, list[tuple[str, bytes]]]  # partition, offset, value, headers
+# run-<i> lives on partition i % 2 (of the store's 4)
+RUN = {i: id_on(i % 2, f"run-{i}") for i in range(12)}
 JUNK = b"\x07not avro"
 
 
@@ -39,7 +42,7 @@ def journal(runs: int = 6) -> list[Raw]:
     for p, owner in owners.items():
         records.append((p, owner.claim(p, generation=5)))
     for i in range(runs):
-        p, run_id = i % 2, f"run-{i}"
+        p, run_id = i % 2, RUN[i]
         owner = owners[p]
         offset = sum(1 for q, _ in records if q == p)
         records.append((p, create(run_id, f"q-{i}")))
@@ -116,16 +119,16 @@ def test_a_state_altered_by_hand_changes_the_hashes_of_the_records_after_it(
     tmp_path: Path,
 ) -> None:
     raws = journal()
-    last = max(i for i, (p, _, value, _) in enumerate(raws) if p == 0 and b"run-4" in value)
+    last = max(i for i, (p, _, value, _) in enumerate(raws) if p == 0 and RUN[4].encode() in value)
     head, tail = raws[:last], raws[last:]
     with folded(tmp_path / "clean", raws) as clean:
         expected = clean.running_hash(0)
     with folded(tmp_path / "altered", head) as altered:
         before = altered.running_hash(0)
-        run = altered.run("run-4")
+        run = altered.run(RUN[4])
         assert run is not None
         # An edit outside the log leaves the hash alone ...
-        altered._db.put(keys.run_key(altered.place("run-4"), "run-4"),
+        altered._db.put(keys.run_key(altered.place(RUN[4]), RUN[4]),
                         encode_state(replace(run, flow="edited")))
         assert altered.running_hash(0) == before
         projector = Projector(altered)
@@ -246,11 +249,11 @@ def test_the_fencing_index_lists_what_was_not_applied(tmp_path: Path) -> None:
         assert [store.history_entry(run_id, 0, offset).verdict  # type: ignore[union-attr]
                 for offset, run_id in fenced] == [Verdict.fenced, Verdict.duplicate,
                                                   Verdict.rejected]
-        assert [run_id for _, run_id in fenced] == ["run-2", "run-2", None]
+        assert [run_id for _, run_id in fenced] == [RUN[2], RUN[2], None]
         assert store.fenced(1) == []
-        entry = store.history_entry("run-2", 0, fenced[0][0])
+        entry = store.history_entry(RUN[2], 0, fenced[0][0])
         assert entry is not None and entry.type == "step.completed" and entry.raw is not None
-        assert store.history_entry("run-2", 1, fenced[0][0]) is None
+        assert store.history_entry(RUN[2], 1, fenced[0][0]) is None
         assert store.history_entry(None, 0, fenced[2][0]) is not None
 
 
@@ -261,7 +264,7 @@ def test_a_store_written_before_hashes_keeps_no_hash(tmp_path: Path) -> None:
         old._db.delete(keys.hash_key(1))
     with folded(tmp_path / "old", raws[10:]) as old:
         assert old.running_hash(0) == "" and old._db.get(keys.hash_key(0)) is None
-        run = old.run("run-0")
+        run = old.run(RUN[0])
         assert run is not None and decode_state(RunState, encode_state(run)) == run
 
 
@@ -276,14 +279,14 @@ def test_differences_are_decoded_into_runs_entries_and_index_keys(tmp_path: Path
         # every key but the two partitions' hashes and the store's format and count
         assert first_differences(live, [shard0, shard1], 10) == (len(list(live.items())) - 4,
                                                                  [])
-        entry = live.entry("run-1", 1)
+        entry = live.entry(RUN[1], 1)
         assert entry is not None
-        live._db.put(keys.entry_key(live.place("run-1"), "run-1", 1),
+        live._db.put(keys.entry_key(live.place(RUN[1]), RUN[1], 1),
                      encode_state(replace(entry, attempts=7)))
         live._db.delete(keys.fenced_key(0, shard0.fenced(0)[0][0]))
         _, found = first_differences(live, [shard0, shard1], 10)
     assert [(d.what, d.run_id, d.partition, d.position) for d in found] == [
-        ("fencing index", "run-2", 0, None), ("journal entry", "run-1", 1, 1)]
+        ("fencing index", RUN[2], 0, None), ("journal entry", RUN[1], 1, 1)]
     assert (found[0].live_present, found[0].rebuilt_present) == (False, True)
     assert [(f.field, f.live, f.rebuilt) for f in found[1].fields] == [("attempts", 7, 1)]
     assert "run run-1 step 1 journal entry: attempts: live 7, rebuilt 1" == found[1].describe()

@@ -45,7 +45,7 @@ class Folded:
     """Partition 0 of a journal folded record by record into a store keeping the bytes."""
 
     def __init__(self, path: Path) -> None:
-        self.store = ProjectionStore(path, keep_records=True, partitions=4)
+        self.store = ProjectionStore(path, keep_records=True, partitions=1)
         self.projector = Projector(self.store)
         self.owner = Writer("owner")
         self.offset = 0

@@ -36,6 +36,7 @@ from runstream.projections.state import (
 )
 from runstream.projections.store import ProjectionStore
 from tests.builders import PartitionLog, Writer, create, request
+from tests.unit.placing import placing_count
 from tests.unit.test_replay_fixtures import JOURNALS, load
 
 RUN = "fork-1"
@@ -277,12 +278,13 @@ def test_fork_fixture_copies_refusals_duplicates_replay_and_rocksdb_agree(
     steps, in four parts, at the first record (nothing to copy) and past an irreversible
     step (forced); a request naming an existing run; a part sent twice."""
     memory = MemoryProjection(keep_history=True)
-    store = ProjectionStore(tmp_path / "p", keep_records=True, partitions=4)
+    records = load(JOURNALS / "fork-copies.jsonl")
+    store = ProjectionStore(tmp_path / "p", keep_records=True, partitions=placing_count(records))
     projector = Projector(store)
     verdicts: dict[str, list[Verdict]] = {}
     forks = ("fork-two", "fork-parts", "fork-empty", "fork-forced")
     try:
-        for partition, offset, record, timestamp_ms in load(JOURNALS / "fork-copies.jsonl"):
+        for partition, offset, record, timestamp_ms in records:
             verdict = memory.apply_record(partition, offset, record, timestamp_ms)
             projector.apply_record(partition, offset, record, timestamp_ms,
                                    raw=encode(record)[0])

@@ -36,6 +36,7 @@ from runstream.projections.values import HistoryEntry
 from tests.builders import PartitionLog, create, request
 from tests.integration.fork_flows import flows as fork_flows
 from tests.integration.fork_flows import risky
+from tests.unit.placing import placing_count
 from tests.unit.test_replay_fixtures import JOURNALS, load
 
 NS = "ns"
@@ -287,11 +288,12 @@ def test_fork_source_owner_fixture_replays_and_rocksdb_agrees(tmp_path: Path) ->
     that does not cover its source refused by the reducer, one sent twice, and one naming a
     run that exists."""
     memory = MemoryProjection(keep_history=True)
-    store = ProjectionStore(tmp_path / "p", keep_records=True, partitions=4)
+    records = load(JOURNALS / "fork-source-owner.jsonl")
+    store = ProjectionStore(tmp_path / "p", keep_records=True, partitions=placing_count(records))
     projector = Projector(store)
     verdicts: dict[str, list[Verdict]] = {}
     try:
-        for partition, offset, record, timestamp_ms in load(JOURNALS / "fork-source-owner.jsonl"):
+        for partition, offset, record, timestamp_ms in records:
             verdict = memory.apply_record(partition, offset, record, timestamp_ms)
             projector.apply_record(partition, offset, record, timestamp_ms,
                                    raw=encode(record)[0])

@@ -24,6 +24,7 @@ from runstream.projections.projector import Projector
 from runstream.projections.query_index import PREFIX, index_keys
 from runstream.projections.state import RunStatus, Verdict, to_builtins
 from runstream.projections.store import ProjectionStore
+from tests.unit.placing import placing_count
 
 JOURNALS = Path(__file__).parent.parent / "fixtures" / "journals"
 # Fixtures recorded before the state moved to msgpack with journal entries under their own
@@ -135,8 +136,8 @@ def folded_twice(path: Path, name: str) -> Iterator[Folded]:
     hashes: (memory, the first store, each record type's verdicts)."""
     records = load(JOURNALS / f"{name}.jsonl")
     memory = MemoryProjection(keep_history=True)
-    each = ProjectionStore(path / "each", partitions=4)
-    batch = ProjectionStore(path / "batch", partitions=4)
+    each = ProjectionStore(path / "each", partitions=placing_count(records))
+    batch = ProjectionStore(path / "batch", partitions=placing_count(records))
     by_record, in_batch = Projector(each), Projector(batch)
     verdicts: dict[str, list[Verdict]] = {}
     try:
@@ -176,7 +177,7 @@ def test_committed_journal_folds_to_committed_state(journal: Path) -> None:
 def test_zombie_fixture_keeps_fenced_writes_out_and_rocksdb_agrees(tmp_path: Path) -> None:
     records = load(JOURNALS / "zombie-takeover.jsonl")
     memory = MemoryProjection(keep_history=True)
-    store = ProjectionStore(tmp_path / "p", partitions=4)
+    store = ProjectionStore(tmp_path / "p", partitions=placing_count(records))
     projector = Projector(store)
     try:
         for partition, offset, record, _ in records:
@@ -226,7 +227,7 @@ def test_waits_fixture_every_wait_ends_every_request_is_sent_and_rocksdb_agrees(
     child, a parent cancelled while it waits for its child, a cancelled signal wait."""
     records = load(JOURNALS / "waits-children-cancel.jsonl")
     memory = MemoryProjection(keep_history=True)
-    store = ProjectionStore(tmp_path / "p", partitions=4)
+    store = ProjectionStore(tmp_path / "p", partitions=placing_count(records))
     projector = Projector(store)
     verdicts: dict[str, list[Verdict]] = {}
     try:
@@ -323,7 +324,7 @@ def test_rounds_fixture_lineages_quarantine_resolutions_and_ceilings_rocksdb_agr
     refused, then skip), and a `ctx.patched` marker."""
     records = load(JOURNALS / "rounds-quarantine-capabilities.jsonl")
     memory = MemoryProjection(keep_history=True)
-    store = ProjectionStore(tmp_path / "p", partitions=4)
+    store = ProjectionStore(tmp_path / "p", partitions=placing_count(records))
     projector = Projector(store)
     applied: list[JournalRecord] = []
     refused: list[JournalRecord] = []
@@ -522,7 +523,7 @@ def test_schedules_fixture_fires_skips_pauses_and_sends_settlements_back(
     deleted schedules have no fire index entry left."""
     records = load(JOURNALS / "schedules.jsonl")
     memory = MemoryProjection(keep_history=True)
-    store = ProjectionStore(tmp_path / "store", partitions=4)
+    store = ProjectionStore(tmp_path / "store", partitions=placing_count(records))
     by_record = Projector(store)
     try:
         for partition, offset, record, timestamp_ms in records:
@@ -607,10 +608,12 @@ def test_attributes_fixture_sets_them_and_a_read_model_indexes_them(tmp_path: Pa
     rejected = [i.record for i in memory.history["bad"]
                 if isinstance(i.record, ev.RunCreateRejected)]
     assert [r.reason for r in rejected] == ["attributes-invalid"]
-    store = ProjectionStore(tmp_path / "readmodel", keep_records=True, partitions=4)
+    records = load(JOURNALS / "attributes.jsonl")
+    store = ProjectionStore(tmp_path / "readmodel", keep_records=True,
+                            partitions=placing_count(records))
     try:
         projector = Projector(store)
-        for partition, offset, record, timestamp_ms in load(JOURNALS / "attributes.jsonl"):
+        for partition, offset, record, timestamp_ms in records:
             projector.apply_record(partition, offset, record, timestamp_ms)
         found = {key for key, _ in store.items() if key.startswith(PREFIX)}
         assert found == set().union(*(index_keys(run) for run in runs.values()))

@@ -31,8 +31,8 @@ class Journal:
 
     def __init__(self, tmp_path: Path) -> None:
         self.records: list[tuple[Any, int]] = []
-        self.memory = MemoryProjection(keep_history=True)
-        self.store = ProjectionStore(tmp_path / "each", partitions=4)
+        self.memory = MemoryProjection(keep_history=True, journal_partitions=1)
+        self.store = ProjectionStore(tmp_path / "each", partitions=1)
         self.projector = Projector(self.store)
         self.tmp_path = tmp_path
         self.owner = Writer("owner")
@@ -73,7 +73,7 @@ class Journal:
 
     def rebuilt(self) -> ProjectionStore:
         """The same records folded again in one batch (as `projection rebuild` groups them)."""
-        store = ProjectionStore(self.tmp_path / f"batch-{len(self.records)}", partitions=4)
+        store = ProjectionStore(self.tmp_path / f"batch-{len(self.records)}", partitions=1)
         projector = Projector(store)
         with store.group():
             for offset, (record, when) in enumerate(self.records):

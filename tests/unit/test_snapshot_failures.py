@@ -17,8 +17,9 @@ from runstream.engine.observability.metrics import WorkerMetrics
 from runstream.engine.worker.ownership import Ownership, OwnershipState
 from runstream.engine.worker.snapshots import RETRY_FIRST_S, SnapshotKeeper
 from runstream.projections.projector import Projector
+from tests.unit.placing import placing_count
 from tests.unit.test_replay_fixtures import load
-from tests.unit.test_snapshot_format import FIXTURES, _fold, _partition_count
+from tests.unit.test_snapshot_format import FIXTURES, _fold
 
 
 def _unused_address() -> str:
@@ -36,7 +37,7 @@ def _failures(metrics: WorkerMetrics) -> float:
 async def test_a_snapshot_with_no_broker_fails_alone_and_is_retried_later_and_later(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     rows = load(FIXTURES[0])
-    store = _fold(tmp_path / "store", rows, _partition_count(rows))
+    store = _fold(tmp_path / "store", rows, placing_count(rows))
     projector = Projector(store)
     partition = rows[-1][0]
     own = Ownership(partition=partition, claim_id="c", state=OwnershipState.ready,

@@ -11,7 +11,6 @@ import pytest
 
 from runstream.engine.journal import JournalRecord
 from runstream.projections import keys
-from runstream.projections.partitioning import run_partition
 from runstream.projections.projector import Projector
 from runstream.projections.snapshot import (
     Digest,
@@ -27,20 +26,11 @@ from runstream.projections.snapshot import (
 from runstream.projections.state import RunStatus
 from runstream.projections.store import ProjectionStore
 from runstream.projections.store_restore import frozen_partition
+from tests.unit.placing import placing_count
 from tests.unit.test_replay_fixtures import JOURNALS, load
 
 Rows = list[tuple[int, int, JournalRecord, int | None]]
 FIXTURES = sorted(JOURNALS.glob("*.jsonl"))
-
-
-def _partition_count(rows: Rows) -> int:
-    """The topic's partition count the fixture was recorded with: the smallest that puts
-    every run's record where it was written."""
-    runs = {(r.envelope.run_id, p) for p, _, r, _ in rows if r.envelope.run_id}
-    for count in range(max(p for p, *_ in rows) + 1, 65):
-        if all(run_partition(run, count) == p for run, p in runs):
-            return count
-    raise AssertionError("no partition count places every run")
 
 
 def _fold(path: Path, rows: Rows, count: int, only: int | None = None) -> ProjectionStore:
@@ -71,7 +61,7 @@ def _snapshot(items: list[tuple[bytes, bytes]], limit: int) -> tuple[Manifest, l
 def test_a_snapshot_holds_what_a_rebuild_of_its_partition_alone_writes(
         journal: Path, tmp_path: Path) -> None:
     rows = load(journal)
-    count = _partition_count(rows)
+    count = placing_count(rows)
     whole = _fold(tmp_path / "whole", rows, count)
     whole.freeze(tmp_path / "frozen")
     for partition in sorted({p for p, *_ in rows}):
@@ -142,7 +132,7 @@ def test_ranges_cover_every_prefix_in_byte_order() -> None:
 def test_loading_a_partition_replaces_it_alone_and_is_marked_until_finished(
         tmp_path: Path) -> None:
     rows = load(JOURNALS / "waits-children-cancel.jsonl")
-    count = _partition_count(rows)
+    count = placing_count(rows)
     partitions = sorted({p for p, *_ in rows})
     target = partitions[0]
     whole = _fold(tmp_path / "whole", rows, count)
@@ -187,7 +177,7 @@ def test_a_format_1_snapshot_loads_with_its_run_keys_placed(tmp_path: Path) -> N
     """Snapshots written before the store's format 3 name runs' keys without partition:
     assemble() checks them as written and gives them their partition."""
     rows = load(JOURNALS / "waits-children-cancel.jsonl")
-    count = _partition_count(rows)
+    count = placing_count(rows)
     target = min(p for p, *_ in rows)
     whole = _fold(tmp_path / "whole", rows, count)
     whole.freeze(tmp_path / "frozen")

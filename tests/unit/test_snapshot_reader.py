@@ -20,15 +20,16 @@ from runstream.engine.worker.snapshot_reader import (
 from runstream.projections import keys
 from runstream.projections.snapshot import Manifest, assemble, chunk_digest
 from runstream.projections.store_restore import frozen_partition
+from tests.unit.placing import placing_count
 from tests.unit.test_replay_fixtures import JOURNALS, load
-from tests.unit.test_snapshot_format import _fold, _partition_count
+from tests.unit.test_snapshot_format import _fold
 
 FIXTURE = JOURNALS / "waits-children-cancel.jsonl"
 
 
 def _frozen_store(tmp_path: Path) -> tuple[Path, list[int]]:
     rows = load(FIXTURE)
-    store = _fold(tmp_path / "store", rows, _partition_count(rows))
+    store = _fold(tmp_path / "store", rows, placing_count(rows))
     assert store.estimated_keys() > 0
     store.freeze(tmp_path / "frozen")
     store.close()

@@ -17,14 +17,18 @@ from runstream.projections.projector import Projector
 from runstream.projections.state import RunStatus, Verdict
 from runstream.projections.store import PartitionCountChanged, ProjectionStore
 from tests.builders import Writer, create, created
+from tests.unit.placing import id_on
 
 
-def _log(writer: Writer, runs: int) -> list[JournalRecord]:
-    records: list[JournalRecord] = [writer.claim(0)]
+def _log(writer: Writer, runs: int, partitions: int = 1) -> list[JournalRecord]:
+    records: list[JournalRecord] = [writer.claim(p) for p in range(partitions)]
     for i in range(runs):
         run_id = f"r{i}"
         records.append(create(run_id, f"q{i}"))
-        records.append(created(writer, run_id, f"q{i}", request_offset=len(records) - 1))
+        # the create's offset in its partition (the records before it there)
+        home = run_partition(run_id, partitions)
+        offset = sum(1 for r in records if _partition_of(r, partitions) == home) - 1
+        records.append(created(writer, run_id, f"q{i}", request_offset=offset))
         records.append(writer.decide(ev.RunActivated, run_id=run_id, mode="new", activation=1))
         for position in range(3):
             records.append(writer.decide(ev.StepCompleted, run_id=run_id, position=position,
@@ -33,17 +37,27 @@ def _log(writer: Writer, runs: int) -> list[JournalRecord]:
     return records
 
 
+def _partition_of(record: JournalRecord, partitions: int) -> int:
+    """A run's record: its run's partition; a partition's own (a claim): the one it names."""
+    run_id = record.envelope.run_id
+    return run_partition(run_id, partitions) if run_id else getattr(record, "partition", 0)
+
+
 @contextmanager
-def _folded_both(path: Path, records: list[JournalRecord]
+def _folded_both(path: Path, records: list[JournalRecord], *, partitions: int = 1
                  ) -> Iterator[tuple[MemoryProjection, ProjectionStore, Projector]]:
-    """The records of partition 0 folded in memory and into RocksDB."""
-    memory = MemoryProjection()
-    store = ProjectionStore(path, partitions=4)
+    """The records folded in memory and into RocksDB, each on its run's partition (all on
+    partition 0 of a one-partition journal by default)."""
+    memory = MemoryProjection(journal_partitions=partitions)
+    store = ProjectionStore(path, partitions=partitions)
     projector = Projector(store)
+    offsets = [0] * partitions
     try:
-        for offset, record in enumerate(records):
-            memory.apply_record(0, offset, record)
-            projector.apply_record(0, offset, record)
+        for record in records:
+            partition = _partition_of(record, partitions)
+            memory.apply_record(partition, offsets[partition], record)
+            projector.apply_record(partition, offsets[partition], record)
+            offsets[partition] += 1
         yield memory, store, projector
     finally:
         store.close()
@@ -89,10 +103,10 @@ def test_request_ids_are_deduplicated_within_their_partition(tmp_path: Path) -> 
     projector = Projector(store)
     memory = MemoryProjection()
     try:
-        for partition, run_id in ((0, "run-a"), (1, "run-b")):
+        for partition, run_id in ((0, id_on(0, "run-a")), (1, id_on(1, "run-b"))):
             assert projector.apply_record(partition, 5, idless(run_id)).verdict is Verdict.applied
             assert memory.apply_record(partition, 5, idless(run_id)) is Verdict.applied
-        assert store.run("run-b") is not None and "run-b" in memory.runs
+        assert store.run(id_on(1, "run-b")) is not None and id_on(1, "run-b") in memory.runs
     finally:
         store.close()
 
@@ -133,7 +147,8 @@ def test_a_run_s_keys_carry_its_partition_and_the_count_is_kept(tmp_path: Path) 
     """Every run-keyed key starts with the partition the run's lineage hashes to (over the
     store's partition count), reads find them there, runs list in id order across
     partitions, and a store built for one count refuses another."""
-    with _folded_both(tmp_path / "p", _log(Writer("a"), 20)) as (memory, store, _):
+    with _folded_both(tmp_path / "p", _log(Writer("a"), 20, 4), partitions=4) as (
+            memory, store, _):
         assert store.placement is not None and store.placement.partitions == 4
         for key, _ in store.items():
             if key[:2] in (b"r/", b"j/", b"h/"):

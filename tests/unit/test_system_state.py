@@ -30,7 +30,7 @@ from runstream.projections.state import RunStatus
 from runstream.projections.store import ProjectionStore
 from tests.builders import Writer, create, created
 
-PARTITIONS = 2
+PARTITIONS = 2  # (each run id hashes to the partition it is written to)
 
 
 def _partition_log(partition: int, runs: list[str], finished: set[str]) -> list[JournalRecord]:
@@ -49,7 +49,7 @@ def _partition_log(partition: int, runs: list[str], finished: set[str]) -> list[
 @contextmanager
 def _store(path: Path, logs: dict[int, list[JournalRecord]], cut: dict[int, int]
            ) -> Iterator[View]:
-    store = ProjectionStore(path, partitions=4)
+    store = ProjectionStore(path, partitions=PARTITIONS)
     projector = Projector(store)
     try:
         for partition, records in logs.items():
@@ -61,11 +61,11 @@ def _store(path: Path, logs: dict[int, list[JournalRecord]], cut: dict[int, int]
 
 
 LOGS = {
-    0: _partition_log(0, ["a1", "a2", "a3"], finished={"a1", "a2"}),
-    1: _partition_log(1, ["b1", "b2"], finished={"b1", "b2"}),
+    0: _partition_log(0, ["a4", "a5", "a6"], finished={"a4", "a5"}),
+    1: _partition_log(1, ["b1", "b3"], finished={"b1", "b3"}),
 }
-# Partition 0 up to a2's activation (a1 completed, a2 running); partition 1 up to b1's
-# completion (b1 completed, b2 not created yet).
+# Partition 0 up to a5's activation (a4 completed, a5 running); partition 1 up to b1's
+# completion (b1 completed, b3 not created yet).
 CUT = {0: 8, 1: 5}
 
 
@@ -81,14 +81,14 @@ def test_the_comparison_counts_both_sides_and_lists_what_changed(
 ) -> None:
     monkeypatch.setattr(system_state, "PAGE", 2)  # the walk goes page by page
     then, now = views
-    assert [run.run_id for run in all_runs(now)] == ["a1", "a2", "a3", "b1", "b2"]
+    assert [run.run_id for run in all_runs(now)] == ["a4", "a5", "a6", "b1", "b3"]
     result = compare(then, now, limit=10)
     assert result.counts_then == Counter({RunStatus.completed: 2, RunStatus.running: 1})
     assert result.counts_now == Counter({RunStatus.completed: 4, RunStatus.running: 1})
     assert result.changed == [
-        ChangedRun("a2", 0, RunStatus.running, RunStatus.completed),
-        ChangedRun("a3", 0, None, RunStatus.running),
-        ChangedRun("b2", 1, None, RunStatus.completed),
+        ChangedRun("a5", 0, RunStatus.running, RunStatus.completed),
+        ChangedRun("a6", 0, None, RunStatus.running),
+        ChangedRun("b3", 1, None, RunStatus.completed),
     ]
     assert result.changed_total == 3
     limited = compare(then, now, limit=1)
@@ -107,8 +107,8 @@ def test_the_report_in_text_and_json(views: tuple[View, View]) -> None:
     assert body["cut"] == {"0": 8, "1": 5} and body["ends"] == {"0": 12, "1": 9}
     assert body["counts"] == {"running": 1, "completed": 2}
     assert body["changed"] == [
-        {"run_id": "a2", "partition": 0, "then": "running", "now": "completed"},
-        {"run_id": "a3", "partition": 0, "then": "absent", "now": "running"},
+        {"run_id": "a5", "partition": 0, "then": "running", "now": "completed"},
+        {"run_id": "a6", "partition": 0, "then": "absent", "now": "running"},
     ]
     assert body["changed_total"] == 3
     assert body["started_from"] == {"checkpoint": 3, "offsets": {"0": 4, "1": 0},
@@ -118,7 +118,7 @@ def test_the_report_in_text_and_json(views: tuple[View, View]) -> None:
     assert "cut (partition:offset): 0:8 1:5" in text
     assert "from checkpoint 3 (0:4, 1:0) in 0.25 s (cut 0.01 s, replay 0.20 s)" in text
     assert "runs whose status differs from now: 3 (first 2)" in text
-    assert "a3  p0  absent -> running" in text
+    assert "a6  p0  absent -> running" in text
     assert "completed            2         4" in text
 
 
