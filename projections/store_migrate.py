@@ -63,7 +63,9 @@ def migrate_placement(db: Rdict) -> int:
     partitions = int(raw)
     moved = 0
     batch = WriteBatch(raw_mode=True)
-    for key, target in _moves(db, partitions):  # (an iterator reads a point in time)
+    # (rocksdict's iteration may see moves already written: a moved key is in its new
+    # partition, which moved_key leaves alone)
+    for key, target in _moves(db, partitions):
         value = db.get(key)
         if value is None:
             continue
