@@ -98,6 +98,14 @@ async def test_children_of_a_later_round_live_and_move_with_their_own_partition(
                          tmp_path=tmp_path)
         result = await knows.get_handle(lineage).result(timeout=60, follow=True)
         assert result == 1 + 2 + 3 + 4 + 100
+    tree = await cli("run", "history", lineage, "--tree", "--json", bootstrap=bootstrap,
+                     namespace=namespace, cache=tmp_path / "cache")
+    assert tree.code == 0, tree.err
+    rounds_shown = json.loads(tree.out)["rounds"]
+    assert [r["run_id"] for r in rounds_shown] == [lineage, f"{lineage}~1"]
+    assert sorted(c["run_id"] for c in rounds_shown[1]["children"]) == sorted(
+        [*children, derived])
+    assert all(c["records"] for c in rounds_shown[1]["children"]), tree.out  # found, read
     view = await fold(bootstrap, namespace)
     for child in [*children, derived]:
         assert view.runs[child] is not None and view.runs[child].status is RunStatus.completed
