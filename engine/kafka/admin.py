@@ -21,15 +21,13 @@ move lineages between partitions).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import KafkaConnectionError, KafkaError, for_code
+from aiokafka.errors import for_code
 from aiokafka.protocol.metadata import MetadataRequest
 
 from runstream.engine.config import (
@@ -42,7 +40,10 @@ from runstream.engine.config import (
     resolve_namespace,
     snapshot_topic,
 )
-from runstream.engine.kafka.connection import KafkaSecurity, access_denied, diagnose, kafka_options
+from runstream.engine.kafka.admin_client import TopicsError as TopicsError  # re-exported
+from runstream.engine.kafka.admin_client import TopicsUnreachable as TopicsUnreachable
+from runstream.engine.kafka.admin_client import admin_client as admin_client
+from runstream.engine.kafka.connection import KafkaSecurity
 
 OWNERS_PARTITIONS = 1
 DEAD_LETTER_PARTITIONS = 1
@@ -70,10 +71,6 @@ SNAPSHOT_SEGMENT_MS = 3600 * 1000
 SNAPSHOT_CONFIGS = {"cleanup.policy": "compact", _MAX_MESSAGE: str(SNAPSHOT_MAX_MESSAGE_BYTES),
                     "segment.ms": str(SNAPSHOT_SEGMENT_MS), "min.compaction.lag.ms": "0"}
 _MANAGED_KEYS = list(dict.fromkeys([*_KEEP_FOREVER, _MIN_ISR, *SNAPSHOT_CONFIGS]))
-
-
-class TopicsError(Exception):
-    """The topics could not be created or inspected; the message is one line."""
 
 
 @dataclass(frozen=True)
@@ -264,9 +261,11 @@ async def topic_partitions(admin: Any, topic: str) -> int | None:
     if code == _UNKNOWN_TOPIC:
         return None
     if code != 0:
-        raise TopicsError(f"cannot describe {topic}: {for_code(code).__name__}"
-                          + ("; grant the role again (`runstream acl grant`)"
-                             if code in _DENIED_CODES else ""))
+        error = for_code(code)  # (a leader not elected yet, after a restart, passes)
+        failed = TopicsUnreachable if error.retriable else TopicsError
+        raise failed(f"cannot describe {topic}: {error.__name__}"
+                     + ("; grant the role again (`runstream acl grant`)"
+                        if code in _DENIED_CODES else ""))
     return len(found["partitions"]) or None
 
 
@@ -275,37 +274,6 @@ async def snapshot_topic_exists(bootstrap: str, namespace: str,
     """Whether `<ns>.snapshots` exists (a namespace made before it has none and works on)."""
     async with _admin(bootstrap, 30.0, security) as admin:
         return await topic_partitions(admin, snapshot_topic(namespace)) is not None
-
-
-@contextlib.asynccontextmanager
-async def admin_client(bootstrap: str, request_timeout: float = 30.0,
-                       security: KafkaSecurity | None = None) -> AsyncIterator[Any]:
-    """A started AIOKafkaAdminClient; its failures become one-line TopicsError.
-
-    `security` None: SASL/TLS settings from the RUNSTREAM_* environment.
-    """
-    admin = AIOKafkaAdminClient(
-        **kafka_options(security),
-        bootstrap_servers=bootstrap,
-        client_id="runstream-admin",
-        request_timeout_ms=int(request_timeout * 1000),
-    )
-    try:
-        await admin.start()
-    except KafkaConnectionError as exc:
-        await admin.close()
-        raise TopicsError(str(await diagnose(bootstrap, security))) from exc
-    except KafkaError as exc:
-        await admin.close()
-        raise TopicsError(f"no Kafka broker answers at {bootstrap}: {exc}") from exc
-    try:
-        yield admin
-    except KafkaError as exc:
-        denied = access_denied(exc, security)
-        raise TopicsError(str(denied) if denied else
-                          f"{bootstrap}: {type(exc).__name__}: {exc}") from exc
-    finally:
-        await admin.close()
 
 
 _admin = admin_client

@@ -16,7 +16,12 @@ import asyncio
 import logging
 
 from runstream.engine.errors import WorkerFatal
-from runstream.engine.kafka.admin import TopicsError, snapshot_topic_exists, topic_configs
+from runstream.engine.kafka.admin import (
+    TopicsError,
+    TopicsUnreachable,
+    snapshot_topic_exists,
+    topic_configs,
+)
 from runstream.engine.kafka.connection import BROKERS_UNAVAILABLE
 from runstream.engine.kafka.restore import (
     RecordsDeleted,
@@ -25,6 +30,7 @@ from runstream.engine.kafka.restore import (
     RestoreTarget,
     reason_label,
 )
+from runstream.engine.worker.connect import Reconnector
 from runstream.engine.worker.ownership import Ownership
 from runstream.engine.worker.partition_protocols import SnapshotOwner
 from runstream.engine.worker.snapshots import SnapshotKeeper
@@ -43,8 +49,13 @@ class Takeovers:
         # partition -> its latest claim's load (tests, bench): one per partition at most.
         self.reports: dict[int, RestoreReport] = {}
 
-    async def prepare(self, namespace: str) -> None:
-        """After connecting: clear unfinished loads, check the topics (see the module)."""
+    async def prepare(self, namespace: str, reconnector: Reconnector) -> None:
+        """After connecting: clear unfinished loads, check the topics (see the module),
+        again while the brokers do not answer (they may stop between the worker's connect
+        and this: chaos seed 52990, a worker that joined just before a broker restart)."""
+        await reconnector.until_done("checking the topics", lambda: self._prepare(namespace))
+
+    async def _prepare(self, namespace: str) -> None:
         w = self.owner
         store = w.store
         assert store is not None and w.projector is not None
@@ -74,6 +85,8 @@ class Takeovers:
         try:
             configs = await topic_configs(self.owner.bootstrap, self.owner.topic,
                                           security=self.owner.security)
+        except TopicsUnreachable:
+            raise  # (the worker waits for the brokers: read as forever, it could be wrong)
         except TopicsError as exc:
             log.warning("the journal's retention cannot be read (%s): taken as forever; "
                         "`runstream acl grant --role worker` grants DESCRIBE_CONFIGS", exc)

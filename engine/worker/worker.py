@@ -196,7 +196,7 @@ class Worker:
         await self.reconnector.until_done("connecting to the brokers", self._connect)
         assert self._consumer is not None
         self.store.set_partition_count(self.partitions)  # (it places runs' keys by it)
-        await self.takeovers.prepare(self.namespace)
+        await self.takeovers.prepare(self.namespace, self.reconnector)
         if self.metrics_port is not None:
             self.metrics_port = self.metrics.serve(self.metrics_port)
             log.info("worker %s: metrics on http://127.0.0.1:%d/metrics", self.name,

@@ -21,9 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from runstream import Client, RunHandle
+from runstream import Client, RunHandle, Worker
 from runstream.engine.broker import BrokerCluster
-from runstream.engine.kafka.admin import ensure_topics
+from runstream.engine.errors import BrokerConnectionFailed
+from runstream.engine.kafka.admin import TopicsUnreachable, ensure_topics, snapshot_topic_exists
+from runstream.projections.projector import Projector
+from runstream.projections.store import ProjectionStore
 from tests.conftest import TEST_JOURNAL_PARTITIONS
 from tests.integration.support import WorkerProcess
 from tests.integration.test_cluster import _provisioned
@@ -158,3 +161,38 @@ async def test_a_worker_rides_out_a_broker_outage_trying_snapshots_later_and_lat
         assert MARGINS_LINE in during, during[-3000:]
     finally:
         worker.stop()
+
+
+async def test_a_worker_s_topic_checks_at_start_wait_for_the_brokers(
+    own_broker: tuple[BrokerCluster, str], tmp_path: Path, namespace: str
+) -> None:
+    """After connecting, a worker reads the journal's retention and looks for its snapshots
+    topic. The brokers may stop answering in between (chaos seed 52990: a worker that joined
+    just before a broker restart exited 1, "TopicsError: nothing listens"). Then the checks
+    are tried again until the brokers answer, and the retention is the topic's, not taken as
+    forever (which would leave a journal with retention without its snapshot bound)."""
+    cluster, bootstrap = own_broker
+    day_ms = 24 * 3600 * 1000
+    await ensure_topics(bootstrap, namespace, partitions=TEST_JOURNAL_PARTITIONS,
+                        replication_factor=1, journal_retention_ms=day_ms)
+    worker = Worker(flows=flows, data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
+                    namespace=namespace)
+    worker.store = ProjectionStore(tmp_path / "w" / "projection")  # as start() opens them
+    worker.projector = Projector(worker.store)
+    try:
+        await asyncio.to_thread(cluster.stop, timeout=15.0)
+        with pytest.raises(TopicsUnreachable, match="nothing listens") as unreachable:
+            await snapshot_topic_exists(bootstrap, namespace)
+        assert isinstance(unreachable.value, BrokerConnectionFailed)  # what a worker waits out
+        checks = asyncio.create_task(worker.takeovers.prepare(namespace, worker.reconnector))
+        deadline = time.monotonic() + 60
+        while worker.reconnector.failures < 2:
+            assert not checks.done(), checks
+            assert time.monotonic() < deadline, "the checks never failed"
+            await asyncio.sleep(0.2)
+        await asyncio.to_thread(cluster.start, timeout=90.0)
+        await asyncio.wait_for(checks, 60)
+        assert worker.takeovers.journal_retention_ms == day_ms
+        assert worker.takeovers.keeper.enabled and worker.takeovers.keeper.journal_retained
+    finally:
+        worker.store.close()
