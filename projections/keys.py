@@ -17,6 +17,12 @@ def partition_key(partition: int) -> bytes:
 # lineage's: projections.partitioning.run_partition) right after their prefix, as every
 # other family does, so that a partition's keys are a handful of key ranges: a snapshot
 # reads, and a takeover clears, the partition's keys and no others.
+RUN_KEYED_PREFIXES = (b"b/", b"c/", b"h/", b"j/", b"l/", b"r/")
+
+
+def keyed_name(key: bytes) -> str:
+    """The run, lineage or schedule id of a run-keyed key (`r/<P:05d>/<name>[\0...]`)."""
+    return key[8:].split(b"\x00", 1)[0].decode()
 
 
 def run_key(partition: int, run_id: str) -> bytes:

@@ -27,6 +27,7 @@ from typing import Any
 import msgspec
 
 from runstream.engine.journal import events as ev
+from runstream.projections import keys
 from runstream.projections.partitioning import run_partition
 from runstream.projections.state import PartitionState, RunStatus, Verdict, replace
 
@@ -43,7 +44,7 @@ MANIFEST = "manifest"
 # Keys whose partition follows their prefix as %05d: all but the status and query indexes.
 _PARTITIONED = frozenset(b"abcdefghijklnopqrtuvwxy")
 # Keys a format 1 snapshot named by a run, lineage or schedule id alone.
-_RUN_KEYED = frozenset(b"rjlbch")
+_RUN_KEYED = frozenset(prefix[0] for prefix in keys.RUN_KEYED_PREFIXES)
 # Every prefix of the layout (projections.keys) but m/ (the store's own), in byte order.
 _LETTERS = "abcdefghijklnopqrstuvwxyz"
 _STATUSES = sorted(status.value.encode() for status in RunStatus)
@@ -148,13 +149,8 @@ def placed_pairs(pairs: list[tuple[bytes, bytes]], manifest: Manifest, partition
         return pairs, 0
     kept = [(key, value) for key, value in pairs
             if key[0] not in _RUN_KEYED or b"~" not in key
-            or run_partition(key_name(key), partitions) == manifest.partition]
+            or run_partition(keys.keyed_name(key), partitions) == manifest.partition]
     return kept, len(pairs) - len(kept)
-
-
-def key_name(key: bytes) -> str:
-    """The run, lineage or schedule id of a run-keyed key (r/<P:05d>/<name>[\0...])."""
-    return key[8:].split(b"\x00", 1)[0].decode()
 
 
 @dataclass(slots=True)

@@ -24,11 +24,9 @@ from rocksdict import Rdict, ReadOptions, WriteBatch
 
 from runstream.projections import keys
 from runstream.projections.partitioning import partition_for, run_partition
-from runstream.projections.snapshot import key_name
 
 log = logging.getLogger(__name__)
 
-RUN_KEYED = (b"b/", b"c/", b"h/", b"j/", b"l/", b"r/")
 MOVES_PER_BATCH = 10_000  # one WriteBatch's moves (keys and values: a few MB at most)
 
 
@@ -36,7 +34,7 @@ def moved_key(key: bytes, partitions: int) -> bytes | None:
     """Where a format 3 run-keyed `key` goes in format 4 (None: it stays)."""
     if b"~" not in key:
         return None
-    name = key_name(key)
+    name = keys.keyed_name(key)
     old = partition_for(name.split("~", 1)[0], partitions)
     new = run_partition(name, partitions)
     if new == old or int(key[2:7]) != old:
@@ -45,7 +43,7 @@ def moved_key(key: bytes, partitions: int) -> bytes | None:
 
 
 def _moves(db: Rdict, partitions: int) -> Iterator[tuple[bytes, bytes]]:
-    for prefix in RUN_KEYED:
+    for prefix in keys.RUN_KEYED_PREFIXES:
         read = ReadOptions()
         read.set_iterate_upper_bound(keys.upper_bound(prefix))
         for key in db.keys(from_key=prefix, read_opt=read):

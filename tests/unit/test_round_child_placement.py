@@ -21,7 +21,7 @@ from runstream.projections.partitioning import partition_for, run_partition
 from runstream.projections.projector import Projector
 from runstream.projections.snapshot import FORMAT, Manifest, partition_items, placed_pairs
 from runstream.projections.store import ProjectionStore
-from runstream.projections.store_migrate import RUN_KEYED, migrate_placement
+from runstream.projections.store_migrate import migrate_placement
 from tests.integration.round_children_flows import flows, hopper, hopper_parent, rounds
 from tests.unit.test_replay_fixtures import JOURNALS, load
 
@@ -85,8 +85,8 @@ def _as_format_3(current: list[tuple[bytes, bytes]], path: Path) -> int:
     db = Rdict(str(path), Options(raw_mode=True))
     moved = 0
     for key, value in current:
-        if key[:2] in RUN_KEYED:
-            name = key[8:].split(b"\x00", 1)[0].decode()
+        if key[:2] in keys.RUN_KEYED_PREFIXES:
+            name = keys.keyed_name(key)
             old = b"%05d" % partition_for(name.split("~", 1)[0], PARTITIONS)
             moved += old != key[2:7]
             key = key[:2] + old + key[7:]
@@ -133,14 +133,14 @@ def test_a_snapshot_of_the_old_layout_no_longer_loads_a_child_into_the_wrong_par
     try:  # the root's partition as a format 2 snapshot of it held it
         root = partition_for("lin-3", PARTITIONS)
         old_pairs = [(bytes(k), bytes(v)) for k, v in db.items()
-                     if k[:2] in RUN_KEYED and int(k[2:7]) == root]
+                     if k[:2] in keys.RUN_KEYED_PREFIXES and int(k[2:7]) == root]
     finally:
         db.close()
     manifest = Manifest(snapshot_id="s", partition=root, offset=0, epoch=1, key_count=0,
                         chunks=(), content_digest="", running_hash="", created_ms=0,
                         writer="w", format=2)
     kept, dropped = placed_pairs(old_pairs, manifest, PARTITIONS)
-    names = {k[8:].split(b"\x00", 1)[0].decode() for k, _ in kept}
+    names = {keys.keyed_name(k) for k, _ in kept}
     assert names == {"lin-3", "lin-3~1"} and dropped == len(old_pairs) - len(kept) > 0
     now = Manifest(**{**{f: getattr(manifest, f) for f in Manifest.__slots__}, "format": FORMAT})
     assert placed_pairs(old_pairs, now, PARTITIONS) == (old_pairs, 0)
