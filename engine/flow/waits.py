@@ -24,7 +24,12 @@ from runstream.engine.errors import (
 from runstream.engine.flow.definition import Flow, dump_json
 from runstream.engine.flow.port import JournalPort
 from runstream.engine.journal import events as ev
-from runstream.engine.journal.input_limits import PayloadTooLarge, check_payload
+from runstream.engine.journal.input_limits import (
+    PayloadTooLarge,
+    RunIdInvalid,
+    check_payload,
+    check_run_id,
+)
 from runstream.engine.journal.records import is_round
 from runstream.engine.observability.tracing import carrier
 from runstream.projections.capabilities import narrow
@@ -184,6 +189,10 @@ class WaitingCalls:
         path = [*self._ancestors, self.run_id]
         if child_id in path:
             raise FlowCycleDetected([*path[path.index(child_id):], child_id])
+        try:  # an id no client or CLI could address is refused, as a client's create is
+            check_run_id(child_id)
+        except RunIdInvalid as exc:
+            raise SpawnRefused(f"run {self.run_id} cannot spawn a child: {exc}") from exc
         if is_round(child_id):  # its records would be keyed by the lineage it names
             raise SpawnRefused(f"run {self.run_id} cannot spawn {child_id}: an id ending in "
                                f"'~<n>' names round n of a lineage, not a child")
