@@ -1,4 +1,4 @@
-"""A flow that spawns a child of the id its payload names (tests/unit/test_child_ids.py and
+"""A flow that spawns a child of the id its payload names (tests/unit/test_chosen_child_ids.py and
 tests/integration/test_child_ids.py): the chosen id is held to the rules a client's run id
 is, so a child no client or CLI could address is never created."""
 
