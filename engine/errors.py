@@ -262,6 +262,15 @@ class InvalidInput(RunstreamError):
     """An argument the command or call cannot take (a malformed time, point, option)."""
 
 
+class ClientClosed(RunstreamError):
+    """The Client was closed (its `async with` ended, or close() was called). A closed
+    client does not open its connections again: its handles and queries need it open."""
+
+    def __init__(self) -> None:
+        super().__init__("the Client is closed: use it and the RunHandles it gave inside "
+                         "`async with Client(...)`, or open a new Client")
+
+
 class BrokerConnectionFailed(RunstreamError):
     """No connection to the brokers can succeed as configured: nothing listens, the
     credentials are wrong, or the security protocol does not match the listener."""

@@ -27,11 +27,14 @@ if TYPE_CHECKING:
     from runstream.engine.client.client import Client
     from runstream.engine.client.handle import RunHandle
     from runstream.engine.errors import (
+        AccessDenied,
+        BrokerConnectionFailed,
         Cancelled,
         CancelRefused,
         CapabilityRefused,
         ChildCancelled,
         ChildFailed,
+        ClientClosed,
         CreateRejected,
         FlowCycleDetected,
         IdentityConflict,
@@ -59,6 +62,7 @@ if TYPE_CHECKING:
         UpdateRefused,
         UpdateRejected,
         WaitTimeout,
+        WorkerFatal,
     )
     from runstream.engine.flow.context import ChildRun, FlowContext, Update, idempotency_key
     from runstream.engine.flow.definition import Flow, HandedOff, Handoff, RetryPolicy
@@ -91,6 +95,10 @@ _EXPORTS = {
     "NonDeterminism": "runstream.engine.errors",
     "PayloadInvalid": "runstream.engine.errors",
     "ResultTimeout": "runstream.engine.errors",
+    "ClientClosed": "runstream.engine.errors",
+    "AccessDenied": "runstream.engine.errors",
+    "BrokerConnectionFailed": "runstream.engine.errors",
+    "WorkerFatal": "runstream.engine.errors",
     "ResumeRefused": "runstream.engine.errors",
     "RunCancelled": "runstream.engine.errors",
     "RunExpired": "runstream.engine.errors",
@@ -122,7 +130,9 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "AccessDenied",
     "BatchInvalid",
+    "BrokerConnectionFailed",
     "CancelRefused",
     "Cancelled",
     "CapabilityRefused",
@@ -130,6 +140,7 @@ __all__ = [
     "ChildFailed",
     "ChildRun",
     "Client",
+    "ClientClosed",
     "CreateRejected",
     "Flow",
     "FlowContext",
@@ -171,6 +182,7 @@ __all__ = [
     "UpdateRejected",
     "WaitTimeout",
     "Worker",
+    "WorkerFatal",
     "idempotency_key",
 ]
 

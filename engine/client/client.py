@@ -29,6 +29,7 @@ from runstream.engine.config import (
 from runstream.engine.errors import (
     CancelRefused,
     CapabilityRefused,
+    ClientClosed,
     ResumeRefused,
     RunNotFound,
     RunstreamError,
@@ -144,14 +145,18 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
         self._read_model: ReadModel | None = None
         self._tail = JournalTail(self.bootstrap, self.topic, self.read_model, security)
         self._lock = asyncio.Lock()
+        self._closed = False
 
     async def start(self) -> None:
+        """Connect (every call does it when needed); a closed client raises ClientClosed."""
+        if self._closed:
+            raise ClientClosed()
         try:
             async with self._lock:
                 await self._requests.start()
             await self._tail.start()
         except BaseException:
-            await self.close()
+            await self._release(final=False)  # a later call may try again
             raise
 
     async def route(self) -> Route:
@@ -161,7 +166,12 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
         return self._requests.route
 
     async def close(self) -> None:
-        await self._tail.close()
+        """Close for good: waits in progress and later calls raise ClientClosed."""
+        self._closed = True
+        await self._release(final=True)
+
+    async def _release(self, *, final: bool) -> None:
+        await self._tail.close(final=final)
         await self._requests.stop()
         if self._read_model is not None:
             await self._read_model.close()
@@ -170,6 +180,8 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
     async def read_model(self) -> ReadModel:
         """The namespace's read model (opened on first use, shared by every query)."""
         async with self._lock:
+            if self._closed:
+                raise ClientClosed()
             if self._read_model is None:
                 model = ReadModel(bootstrap=self.bootstrap, topic=self.topic,
                                   path=self.read_model_dir, security=self.security)

@@ -31,6 +31,7 @@ from runstream.engine.client.answers import (
     lacks_bytes,
     raise_if_expired,
 )
+from runstream.engine.errors import ClientClosed
 from runstream.engine.journal import DecodeError, JournalRecord, Skimmed, decode
 from runstream.engine.journal import events as ev
 from runstream.engine.kafka.connection import KafkaSecurity, start_client
@@ -116,6 +117,7 @@ class JournalTail:
         self._catching: asyncio.Task[View] | None = None
         self._catching_ticket = 0
         self._catching_partitions: frozenset[int] = frozenset()
+        self._closed = False  # for good: a tail restarted after close has no one to close it
 
     async def start(self) -> None:
         if self._consumer is not None:
@@ -123,6 +125,8 @@ class JournalTail:
         async with self._lock:
             if self._consumer is not None:
                 return
+            if self._closed:
+                raise ClientClosed()
             consumer = reader_consumer(self.bootstrap, client_id="runstream-client-tail",
                                        security=self.security)
             await start_client(consumer, self.bootstrap, self.security)
@@ -137,7 +141,12 @@ class JournalTail:
             self._consumer = consumer
             self._task = asyncio.create_task(self._follow(), name="runstream-tail")
 
-    async def close(self) -> None:
+    async def close(self, *, final: bool = True) -> None:
+        """Stop following. `final` (the client closed): it never starts again, and every
+        wait in progress raises ClientClosed instead of waiting for ever."""
+        if final:
+            self._closed = True
+            self._fail_waiters(ClientClosed())
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -283,11 +292,14 @@ class JournalTail:
             await self._read_on()
         except TailMismatch as exc:  # (check mode only) every wait fails with it from now
             self._broken = exc
-            for waiters in self._waiters.values():
-                for waiter in waiters:
-                    if not waiter.future.done():
-                        waiter.future.set_exception(exc)
+            self._fail_waiters(exc)
             raise
+
+    def _fail_waiters(self, exc: Exception) -> None:
+        for waiters in self._waiters.values():
+            for waiter in waiters:
+                if not waiter.future.done():
+                    waiter.future.set_exception(exc)
 
     async def _read_on(self) -> None:
         assert self._consumer is not None
