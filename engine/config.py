@@ -7,6 +7,8 @@ import re
 from datetime import timedelta
 from pathlib import Path
 
+from runstream.engine.errors import SettingInvalid
+
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_NAMESPACE = "runstream"
 DEFAULT_PARTITIONS = 12
@@ -80,6 +82,18 @@ def parse_duration(text: str) -> timedelta:
 Duration = timedelta | float | int | str
 
 
+def env_duration(name: str, default: timedelta) -> timedelta:
+    """The duration in variable `name` (parse_duration; unset or blank: `default`), or one
+    SettingInvalid naming the variable."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return parse_duration(raw)
+    except ValueError as exc:
+        raise SettingInvalid(f"{name}={exc}") from None
+
+
 def as_duration(value: Duration) -> timedelta:
     """A duration given as a timedelta, seconds or text (parse_duration)."""
     if isinstance(value, timedelta):
@@ -94,8 +108,7 @@ def resolve_retention(explicit: Duration | None = None) -> timedelta:
     (zero: forever)."""
     if explicit is not None:
         return as_duration(explicit)
-    env = os.environ.get("RUNSTREAM_RETENTION")
-    return parse_duration(env) if env else DEFAULT_RETENTION
+    return env_duration("RUNSTREAM_RETENTION", DEFAULT_RETENTION)
 
 
 def resolve_tombstone_retention(explicit: Duration | None, retention: timedelta) -> timedelta:
@@ -103,8 +116,7 @@ def resolve_tombstone_retention(explicit: Duration | None, retention: timedelta)
     (request ids are remembered as long: projections.values.request_prune)."""
     if explicit is not None:
         return as_duration(explicit)
-    env = os.environ.get("RUNSTREAM_TOMBSTONE_RETENTION")
-    return parse_duration(env) if env else retention
+    return env_duration("RUNSTREAM_TOMBSTONE_RETENTION", retention)
 
 
 def retention_settings(retention: Duration | None, tombstone_retention: Duration | None
@@ -123,8 +135,9 @@ def durable_backoff_ms(explicit: Duration | None = None, *, from_env: bool = Tru
     keyword > RUNSTREAM_DURABLE_BACKOFF_AFTER (unless not `from_env`) > 2 s."""
     if explicit is not None:
         return millis(as_duration(explicit))
-    env = os.environ.get("RUNSTREAM_DURABLE_BACKOFF_AFTER") if from_env else None
-    return millis(parse_duration(env) if env else DEFAULT_DURABLE_BACKOFF_AFTER)
+    if not from_env:
+        return millis(DEFAULT_DURABLE_BACKOFF_AFTER)
+    return millis(env_duration("RUNSTREAM_DURABLE_BACKOFF_AFTER", DEFAULT_DURABLE_BACKOFF_AFTER))
 
 
 def millis(duration: timedelta) -> int:

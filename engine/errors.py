@@ -271,6 +271,11 @@ class ClientClosed(RunstreamError):
                          "`async with Client(...)`, or open a new Client")
 
 
+class SettingInvalid(InvalidInput, ValueError):
+    """A RUNSTREAM_* variable the engine cannot take (engine.journal.settings.env_count,
+    engine.config.env_duration): its message names the variable and the value."""
+
+
 class BrokerConnectionFailed(RunstreamError):
     """No connection to the brokers can succeed as configured: nothing listens, the
     credentials are wrong, or the security protocol does not match the listener."""

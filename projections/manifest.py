@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runstream.engine.journal.settings import env_count
+
 CHECKPOINTS = "checkpoints"
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -70,26 +72,15 @@ class CheckpointPolicy:
     def from_env(cls, *, every: int | None = None, keep: int | None = None,
                  directories: bool = False) -> CheckpointPolicy:
         """Explicit values, else RUNSTREAM_CHECKPOINT_EVERY / _KEEP, else the defaults."""
-        return cls(every=every if every is not None else _env_int(EVERY_ENV, DEFAULT_EVERY),
-                   keep=keep if keep is not None else _env_int(KEEP_ENV, DEFAULT_KEEP),
-                   directories=directories)
+        if every is None:
+            every = env_count(EVERY_ENV, DEFAULT_EVERY, unit="records", zero="never")
+        if keep is None:
+            keep = env_count(KEEP_ENV, DEFAULT_KEEP, unit="checkpoints", zero="none kept")
+        return cls(every=every, keep=keep, directories=directories)
 
     @classmethod
     def never(cls) -> CheckpointPolicy:
         return cls(every=0, keep=0)
-
-
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a whole number") from None
-    if value < 0:
-        raise ValueError(f"{name}={raw!r} must be 0 or more")
-    return value
 
 
 def checkpoints_dir(store_path: Path) -> Path:

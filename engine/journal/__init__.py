@@ -6,7 +6,8 @@ records into Kafka values and headers and back (`codec_errors`: what it raises;
 `record_dict`: a record as a plain dict); `input_limits` and `record_size` are the limits on
 ids, names, payloads and records that every writer checks before producing; `records` is
 the one place that builds request and decision envelopes (and a run's lineage, `lineage_of`);
-`timetext` is the one formatter of the journal's times as people read them.
+`timetext` is the one formatter of the journal's times as people read them; `settings`
+the one reader of whole-number RUNSTREAM_* variables.
 
 May import: `engine.errors` only (and fastavro, msgspec). Everything else imports it:
 it is the bottom of the stack, below `projections`.

@@ -20,6 +20,7 @@ import re
 from runstream.engine.errors import InvalidInput, InvalidRunId, PayloadInvalid, RunstreamError
 from runstream.engine.journal import MAX_RECORD_BYTES as MAX_RECORD_BYTES  # re-exported
 from runstream.engine.journal import JournalRecord, encode
+from runstream.engine.journal.settings import env_count
 
 RUN_ID_CHARS = "A-Za-z0-9._:~@/+=-"
 NAME_CHARS = "A-Za-z0-9._:-"
@@ -64,17 +65,8 @@ class RecordTooLarge(InvalidInput):
 
 def max_payload_bytes() -> int:
     """RUNSTREAM_MAX_PAYLOAD_BYTES, else 512 KiB; never above what one record can carry."""
-    raw = os.environ.get(PAYLOAD_ENV, "").strip()
-    if not raw:
-        return DEFAULT_MAX_PAYLOAD_BYTES
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidInput(f"{PAYLOAD_ENV}={raw!r} is not a whole number of bytes") from None
-    if not 1 <= value <= MAX_RECORD_BYTES:
-        raise InvalidInput(f"{PAYLOAD_ENV}={value} must be between 1 and {MAX_RECORD_BYTES} "
-                           f"(one journal record)")
-    return value
+    return env_count(PAYLOAD_ENV, DEFAULT_MAX_PAYLOAD_BYTES, unit="bytes", minimum=1,
+                     maximum=MAX_RECORD_BYTES)
 
 
 def check_run_id(run_id: str, *, new: bool = False) -> str:

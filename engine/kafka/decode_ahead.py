@@ -41,6 +41,7 @@ from typing import IO
 
 from runstream.engine.errors import RunstreamError
 from runstream.engine.journal.frames import frame, read_frame
+from runstream.engine.journal.settings import env_count
 from runstream.engine.journal.transfer import (
     NOT_SENT,
     Headers,
@@ -82,15 +83,8 @@ class ReadSpec:
 def decode_ahead_min() -> int:
     """RUNSTREAM_DECODE_AHEAD_MIN: the backlog (records) from which a fold decodes ahead in
     a second process; 0 never does."""
-    raw = os.environ.get("RUNSTREAM_DECODE_AHEAD_MIN", "").strip()
-    if not raw:
-        return DECODE_AHEAD_MIN
-    try:
-        value = int(raw)
-    except ValueError:
-        raise RunstreamError(f"RUNSTREAM_DECODE_AHEAD_MIN must be a whole number of records "
-                             f"(0: never), not {raw!r}") from None
-    return max(value, 0)
+    return env_count("RUNSTREAM_DECODE_AHEAD_MIN", DECODE_AHEAD_MIN, unit="records",
+                     zero="never")
 
 
 def available() -> bool:

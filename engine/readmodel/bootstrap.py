@@ -16,11 +16,11 @@ A load goes under a restore marker, so secondaries wait for it (ReadModel).
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Awaitable, Callable
 
 from runstream.engine.config import snapshot_topic
 from runstream.engine.errors import RunstreamError
+from runstream.engine.journal.settings import env_count
 from runstream.engine.kafka.admin import snapshot_topic_exists
 from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.kafka.restore import RecordsDeleted, Restorer, RestoreReport, RestoreTarget
@@ -45,11 +45,7 @@ def resolve_every(explicit: int | None = None) -> int:
     """Records a partition may be behind before a snapshot is loaded: explicit, else
     RUNSTREAM_SNAPSHOT_EVERY, else 100,000; 0: never load one."""
     if explicit is None:
-        raw = os.environ.get(EVERY_ENV, "").strip()
-        try:
-            explicit = int(raw) if raw else DEFAULT_EVERY
-        except ValueError:
-            raise RunstreamError(f"{EVERY_ENV}={raw!r} is not a number of records") from None
+        return env_count(EVERY_ENV, DEFAULT_EVERY, unit="records", zero="off")
     if explicit < 0:
         raise RunstreamError(f"snapshot interval {explicit} must be 0 (off) or more records")
     return explicit

@@ -37,8 +37,8 @@ from pathlib import Path
 
 import msgspec
 
-from runstream.engine.errors import WorkerFatal
 from runstream.engine.journal.frames import ENDED, frame, read_frame_async
+from runstream.engine.journal.settings import env_count
 from runstream.projections import keys
 from runstream.projections.snapshot import Digest, encode_chunks
 from runstream.projections.state import PartitionState, decode_state
@@ -69,13 +69,8 @@ class Frozen:
 
 def resolve_child_min_keys() -> int:
     """RUNSTREAM_SNAPSHOT_CHILD_MIN_KEYS, else CHILD_MIN_KEYS; 0: always in a thread."""
-    raw = os.environ.get(CHILD_MIN_KEYS_ENV, "").strip()
-    try:
-        value = int(raw) if raw else CHILD_MIN_KEYS
-    except ValueError:
-        raise WorkerFatal(f"{CHILD_MIN_KEYS_ENV}={raw!r} is not a number of keys "
-                          f"(0: never read a snapshot in a child process)") from None
-    return max(value, 0)
+    return env_count(CHILD_MIN_KEYS_ENV, CHILD_MIN_KEYS, unit="keys",
+                     zero="always read a snapshot in a thread, never in a child process")
 
 
 async def read_frozen(path: Path, partition: int, *, in_child: bool) -> Frozen | None:

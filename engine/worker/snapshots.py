@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import shutil
 import time
 import uuid
@@ -29,6 +28,7 @@ from aiokafka import AIOKafkaProducer
 
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.journal import events as ev
+from runstream.engine.journal.settings import env_count
 from runstream.engine.kafka.connection import BROKERS_UNAVAILABLE
 from runstream.engine.kafka.reader import log_starts
 from runstream.engine.kafka.snapshots import (
@@ -69,14 +69,9 @@ RETRY_MAX_S = 300.0
 def resolve_every(explicit: int | None = None) -> int:
     """Records between two snapshots of a partition: explicit, else RUNSTREAM_SNAPSHOT_EVERY,
     else 100,000; 0 turns snapshots off."""
-    if explicit is not None:
-        value = explicit
-    else:
-        raw = os.environ.get(EVERY_ENV, "").strip()
-        try:
-            value = int(raw) if raw else DEFAULT_EVERY
-        except ValueError as exc:
-            raise WorkerFatal(f"{EVERY_ENV}={raw!r} is not a number of records") from exc
+    if explicit is None:
+        return env_count(EVERY_ENV, DEFAULT_EVERY, unit="records", zero="off")
+    value = explicit
     if value < 0:
         raise WorkerFatal(f"snapshot interval {value} must be 0 (off) or more records")
     return value

@@ -10,11 +10,11 @@ it continues by replay when its wait ends.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Protocol
 
+from runstream.engine.journal.settings import env_count
 from runstream.engine.worker.ownership import Ownership
 from runstream.projections.state import JournalEntry, RunState, Wait
 
@@ -107,5 +107,4 @@ def sticky_size(configured: int | None) -> int:
     """The sticky cache's size: the argument, else RUNSTREAM_STICKY_CACHE, else the default."""
     if configured is not None:
         return configured
-    text = os.environ.get("RUNSTREAM_STICKY_CACHE", "").strip()
-    return int(text) if text else DEFAULT_STICKY_SIZE
+    return env_count("RUNSTREAM_STICKY_CACHE", DEFAULT_STICKY_SIZE, unit="runs", zero="off")

@@ -89,7 +89,7 @@ async def test_small_backlogs_and_shards_fold_in_place(
     assert not small.decoded_ahead and not never.decoded_ahead
     assert small.final_hashes == never.final_hashes
     monkeypatch.setenv("RUNSTREAM_DECODE_AHEAD_MIN", "seventy")
-    with pytest.raises(RunstreamError, match="RUNSTREAM_DECODE_AHEAD_MIN must be a whole"):
+    with pytest.raises(RunstreamError, match="RUNSTREAM_DECODE_AHEAD_MIN='seventy' is not a whole"):
         await fold_into(FoldSpec(bootstrap, journal, tmp_path / "bad", scratch=True))
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runstream.engine.errors import WorkerFatal
+from runstream.engine.journal.settings import SettingInvalid
 from runstream.engine.worker.snapshot_reader import (
     CHILD_MIN_KEYS,
     CHILD_MIN_KEYS_ENV,
@@ -75,7 +75,7 @@ def test_the_threshold_comes_from_the_environment(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv(CHILD_MIN_KEYS_ENV, "1")
     assert resolve_child_min_keys() == 1
     monkeypatch.setenv(CHILD_MIN_KEYS_ENV, "many")
-    with pytest.raises(WorkerFatal, match=f"{CHILD_MIN_KEYS_ENV}='many' is not a number"):
+    with pytest.raises(SettingInvalid, match=f"{CHILD_MIN_KEYS_ENV}='many' is not a whole"):
         resolve_child_min_keys()
 
 
