@@ -20,6 +20,7 @@ from aiokafka.errors import (
 from runstream.engine.journal import MAX_RECORD_BYTES
 from runstream.engine.kafka.connection import KafkaSecurity, kafka_options
 from runstream.engine.worker.committer import MAX_BATCH_BYTES
+from runstream.engine.worker.supervise import doubled_delay
 
 log = logging.getLogger("runstream.worker")
 
@@ -159,7 +160,7 @@ class GroupPoller:
                 raise
             self.failures += 1
             self.retried += 1
-            delay = min(POLL_BACKOFF_FIRST_S * 2 ** (self.failures - 1), POLL_BACKOFF_MAX_S)
+            delay = doubled_delay(POLL_BACKOFF_FIRST_S, POLL_BACKOFF_MAX_S, self.failures)
             log.warning("worker %s: the group's coordinator is not ready (%s): it is loading "
                         "after a broker restart, or moving; joining the group again, polling "
                         "again in %.1fs", self.name, exc, delay)

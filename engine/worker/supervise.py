@@ -33,6 +33,18 @@ MAX_FAILURES_IN_A_ROW = 10
 Sleep = Callable[[float], Awaitable[None]]
 
 
+def doubled_delay(first_s: float, max_s: float, failures: int) -> float:
+    """The wait after `failures` failures in a row (1 or more): `first_s`, doubled for each
+    further one, at most `max_s`. Doubled step by step rather than `first_s * 2 ** (n - 1)`,
+    which raises OverflowError from n = 1025 on (a retry loop with no bound on n)."""
+    delay = first_s
+    for _ in range(failures - 1):
+        if delay >= max_s:
+            break
+        delay *= 2
+    return min(delay, max_s)
+
+
 async def supervise(task: str, body: Callable[[], Awaitable[None]], *, worker: str,
                     metrics: WorkerMetrics, give_up: Callable[[WorkerFatal], None],
                     sleep: Sleep = asyncio.sleep) -> None:
@@ -57,7 +69,7 @@ async def supervise(task: str, body: Callable[[], Awaitable[None]], *, worker: s
                 give_up(WorkerFatal(f"background task {task} failed {in_a_row} times in a "
                                     f"row: {exc!r}"))
                 return
-            delay = min(RESTART_FIRST_S * 2 ** (in_a_row - 1), RESTART_MAX_S)
+            delay = doubled_delay(RESTART_FIRST_S, RESTART_MAX_S, in_a_row)
             log.error("worker %s: background task %s failed (%d in a row); restarting it "
                       "in %.1fs", worker, task, in_a_row, delay, exc_info=exc)
             await sleep(delay)

@@ -92,3 +92,17 @@ def test_worker_fatal_gives_up_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     [error] = fatal
     assert "timers failed: no way on" in str(error)
     assert metrics._tally.value("runstream_background_failures", "timers") == 1
+
+
+def test_the_doubled_delay_never_overflows() -> None:
+    """The group poller's backoff has no bound on its failure count (a coordinator that
+    stays away): its old `first * 2 ** (n - 1)` raised OverflowError from n = 1025 on."""
+    from runstream.engine.worker.kafka_driver import POLL_BACKOFF_FIRST_S, POLL_BACKOFF_MAX_S
+
+    assert [sv.doubled_delay(0.1, 1.0, n) for n in range(1, 7)] == [
+        0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    for n in (1024, 1025, 10**9):
+        assert sv.doubled_delay(POLL_BACKOFF_FIRST_S, POLL_BACKOFF_MAX_S, n) == (
+            POLL_BACKOFF_MAX_S)
+    with pytest.raises(OverflowError):  # what the old formula did
+        min(POLL_BACKOFF_FIRST_S * 2 ** (1025 - 1), POLL_BACKOFF_MAX_S)
