@@ -16,6 +16,7 @@ from typing import Any
 
 from rocksdict import AccessType, Checkpoint, Options, Rdict, ReadOptions, WriteBatch
 
+from runstream.projections import keys
 from runstream.projections.query_index import index_keys
 from runstream.projections.snapshot import is_partition_state, key_partition, partition_ranges
 from runstream.projections.state import PartitionState, RunState, decode_state
@@ -155,5 +156,21 @@ def frozen_partition(path: Path, partition: int) -> Iterator[tuple[bytes, bytes]
             for key, value in found:
                 if not mixed or key_partition(key) == partition:
                     yield key, value
+    finally:
+        db.close()
+
+
+def frozen_runs(path: Path, partition: int) -> Iterator[RunState]:
+    """Every run of `partition` in a frozen copy (ProjectionStore.freeze), decoded, read
+    through a read-only instance (any thread): the worker's run gauges count them off the
+    event loop (engine.worker.observe)."""
+    db = Rdict(str(path), Options(raw_mode=True), access_type=AccessType.read_only())
+    try:
+        start = keys.runs_prefix(partition)
+        read = ReadOptions()
+        read.set_iterate_upper_bound(start[:-1] + bytes([start[-1] + 1]))
+        found: Iterable[Any] = db.values(from_key=start, read_opt=read)
+        for raw in found:
+            yield decode_state(RunState, raw)
     finally:
         db.close()

@@ -9,12 +9,23 @@ wait to its new ones, as the store's status and wait indexes move. A partition's
 loaded from the store once, when our claim of it is judged (by then the projection holds
 everything before the claim); a scrape only adds up the counts of the owned partitions,
 O(series), and never reads the store.
+
+Counting is O(runs in the partition), settled runs kept for the retention included: a
+partition of 200,000 suspended runs took 1-2.5 s here, all of it with the event loop
+standing still, long enough for the watchdog to count a stall (and a larger one would
+outlast the group's session). So a partition of more than SYNC_COUNT_MAX_KEYS keys is
+counted off the loop: a RocksDB checkpoint frozen between two polls is one consistent
+point, a thread counts its runs, and the changes applied after that point wait beside it
+(`pending`, per series) until the count is added in. Its gauges appear when that is done.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import shutil
 import time
+import uuid
 from collections.abc import Collection, Iterable
 
 from runstream.engine.journal import events as ev
@@ -23,14 +34,20 @@ from runstream.engine.worker.partition_protocols import ObservedOwner
 from runstream.projections.projector import Outcome
 from runstream.projections.state import TERMINAL_STATUSES, RunState, RunStatus, Verdict
 from runstream.projections.store import ProjectionStore
+from runstream.projections.store_restore import frozen_runs
 
 log = logging.getLogger("runstream.metrics")
 
 LAG_EVERY_S = 1.0  # how often the consumer lag gauges are refreshed
 OTHER_FLOW = "other"  # the flow label of runs of flows this worker does not register
 WAIT_KINDS = ("timer", "event", "child", "quarantine")  # projections.state.Wait.kind
+# Keys of a partition (the store's average) up to which its runs are counted on the event
+# loop at the claim: about 15 keys a run, so about 3,000 runs, tens of milliseconds.
+SYNC_COUNT_MAX_KEYS = 50_000
+FLUSH_WAIT_S = 30.0  # as engine.worker.snapshots: then the checkpoint flushes the rest
 
 Counts = dict[tuple[str, str], int]
+Series = dict[tuple[int, str, str], int]
 
 
 class RunGauges:
@@ -43,9 +60,11 @@ class RunGauges:
 
     def __init__(self, flows: Iterable[str]) -> None:
         self.flows = frozenset(flows)
-        self._runs: dict[tuple[int, str, str], int] = {}
-        self._waits: dict[tuple[int, str, str], int] = {}
+        self._runs: Series = {}
+        self._waits: Series = {}
         self._loaded: set[int] = set()
+        # Partitions counted off the loop: the changes applied since their frozen point.
+        self._pending: dict[int, tuple[Series, Series]] = {}
 
     def label(self, flow: str) -> str:
         """`flow` if this worker registers it, else OTHER_FLOW: labels come from code."""
@@ -53,13 +72,38 @@ class RunGauges:
 
     def load(self, partition: int, runs: Iterable[RunState]) -> None:
         """The partition's counts, from every run it holds now (once per claim)."""
-        counted: dict[tuple[int, str, str], int] = {}
-        waits: dict[tuple[int, str, str], int] = {}
+        self._install(partition, *self.count(partition, runs))
+
+    def count(self, partition: int, runs: Iterable[RunState]) -> tuple[Series, Series]:
+        """The counts of `runs` (pure: any thread may call it)."""
+        counted: Series = {}
+        waits: Series = {}
         for run in runs:
             flow = self.label(run.flow)
             _add(counted, (partition, flow, run.status.value), 1)
             if run.wait is not None:
                 _add(waits, (partition, flow, run.wait.kind), 1)
+        return counted, waits
+
+    def unload(self, partition: int) -> None:
+        """Its counts are to be taken again: until then its changes are not counted."""
+        self._loaded.discard(partition)
+        self._pending.pop(partition, None)
+
+    def freeze(self, partition: int) -> None:
+        """The partition's runs are being read from a point frozen now: the changes from
+        here on wait beside the count (call it in the same step as the freeze)."""
+        self._pending[partition] = ({}, {})
+
+    def finish(self, partition: int, counted: Series, waits: Series) -> None:
+        """The count taken at the frozen point, plus the changes applied since."""
+        later_runs, later_waits = self._pending.pop(partition, ({}, {}))
+        for into, later in ((counted, later_runs), (waits, later_waits)):
+            for key, amount in later.items():
+                _add(into, key, amount)
+        self._install(partition, counted, waits)
+
+    def _install(self, partition: int, counted: Series, waits: Series) -> None:
         # Swapped in whole: a scrape reading meanwhile sees the old dict or the new one.
         self._runs = {**{k: v for k, v in self._runs.items() if k[0] != partition}, **counted}
         self._waits = {**{k: v for k, v in self._waits.items() if k[0] != partition}, **waits}
@@ -67,14 +111,18 @@ class RunGauges:
 
     def change(self, partition: int, before: RunState | None, after: RunState | None) -> None:
         """A record changed a run of `partition` from `before` to `after` (None: none)."""
-        if partition not in self._loaded:
-            return  # not claimed yet: its load counts this record
+        if partition in self._loaded:
+            runs, waits = self._runs, self._waits
+        elif partition in self._pending:
+            runs, waits = self._pending[partition]
+        else:
+            return  # not counted yet: the count (or its frozen point) holds this record
         for run, amount in ((before, -1), (after, 1)):
             if run is not None:
                 flow = self.label(run.flow)
-                _add(self._runs, (partition, flow, run.status.value), amount)
+                _add(runs, (partition, flow, run.status.value), amount)
                 if run.wait is not None:
-                    _add(self._waits, (partition, flow, run.wait.kind), amount)
+                    _add(waits, (partition, flow, run.wait.kind), amount)
 
     def totals(self, partitions: Collection[int]) -> tuple[Counts, Counts]:
         """Runs of `partitions` by (flow, status) and waits by (flow, kind), every registered
@@ -103,7 +151,16 @@ class WorkerObserver:
         self.metrics = metrics
         self._lag_at = 0.0
         self.gauges = RunGauges(owner.flows)
+        self._counting: dict[int, asyncio.Task[None]] = {}  # at most one per partition
         metrics.runs_gauges(self._run_counts)
+
+    async def close(self) -> None:
+        """Stop the counts under way (the worker stops)."""
+        tasks = list(self._counting.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._counting.clear()
 
     def applied(self, outcome: Outcome, ours: bool) -> None:
         """One record folded into the worker's projection."""
@@ -138,7 +195,7 @@ class WorkerObserver:
         if isinstance(outcome.record, ev.PartitionEpochClaimed):
             store = self.owner.store
             if ours and store is not None:  # the store holds all before the claim: count it
-                self.gauges.load(partition, _runs_of(store, partition))
+                self._count(store, partition)
             return
         if outcome.run is not outcome.before:  # as the store writes the run's indexes
             self.gauges.change(partition, outcome.before, outcome.run)
@@ -147,6 +204,44 @@ class WorkerObserver:
         for lineage in outcome.expiry.expired if outcome.expiry is not None else ():
             for run in lineage.rounds:  # expired: out of the store, out of the counts
                 self.gauges.change(partition, run, None)
+
+    def _count(self, store: ProjectionStore, partition: int) -> None:
+        earlier = self._counting.pop(partition, None)
+        if earlier is not None:
+            earlier.cancel()
+        if store.estimated_partition_keys() <= SYNC_COUNT_MAX_KEYS:
+            self.gauges.load(partition, _runs_of(store, partition))
+            return
+        self.gauges.unload(partition)
+        task = asyncio.create_task(self._count_off_loop(store, partition),
+                                   name=f"runstream-gauges-{partition}")
+        self._counting[partition] = task
+        task.add_done_callback(lambda done: self._counted(partition, done))
+
+    async def _count_off_loop(self, store: ProjectionStore, partition: int) -> None:
+        began = time.monotonic()
+        store.begin_snapshot()  # the memtable flushes in RocksDB's threads, not here
+        while store.flushing() and time.monotonic() - began < FLUSH_WAIT_S:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        path = self.owner.data_dir / "gauges" / f"frozen-{uuid.uuid4().hex}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.gauges.freeze(partition)  # no await between these two: one consistent point
+        store.freeze(path)
+        try:
+            counted = await asyncio.to_thread(
+                lambda: self.gauges.count(partition, frozen_runs(path, partition)))
+        finally:
+            await asyncio.to_thread(shutil.rmtree, path, True)
+        self.gauges.finish(partition, *counted)
+        log.info("partition %d: run gauges counted off the event loop in %.2f s", partition,
+                 time.monotonic() - began)
+
+    def _counted(self, partition: int, done: asyncio.Task[None]) -> None:
+        if self._counting.get(partition) is done:
+            del self._counting[partition]
+        if not done.cancelled() and done.exception() is not None:
+            log.warning("partition %d: the run gauges could not be counted: %r", partition,
+                        done.exception())
 
     def consumer_lag(self) -> None:
         """Refresh the lag gauges (end offset minus what the projection applied)."""

@@ -275,6 +275,10 @@ class ObservedOwner(Protocol):
     def consumer(self) -> AIOKafkaConsumer | None:
         """The assignment and its end offsets, for the consumer lag."""
 
+    @property
+    def data_dir(self) -> Path:
+        """Where a large partition's runs are frozen to be counted off the event loop."""
+
 
 class SnapshotSteps(Protocol):
     """The snapshot steps of a claim and a release (engine.worker.takeover)."""

@@ -326,7 +326,7 @@ class Worker:
         await self.claims.cancel_executions(list(self.executions.values()))
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self._tasks, self.observer.close(), return_exceptions=True)
         if self._consumer is not None:
             await self._bounded(self._consumer.stop(), "leaving the group", left())
         await asyncio.gather(*self._retiring, return_exceptions=True)

@@ -17,6 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from runstream import Client, Flow, FlowContext, RunFailed, Worker
+from runstream.engine.worker import observe
 from runstream.projections.batch import BATCH_FLOW
 from runstream.projections.state import RunStatus
 from runstream.projections.store import ProjectionStore
@@ -139,10 +140,15 @@ async def wait_status(w: Worker, run_ids: list[str], status: RunStatus) -> None:
         await asyncio.sleep(0.05)
 
 
+@pytest.mark.parametrize("counted", ["on-the-loop", "off-the-loop"])
 async def test_run_gauges_follow_the_journal_without_reading_runs_at_scrape(
     bootstrap: str, namespace: str, journal: str, tmp_path: Path,
-    store_reads: list[tuple[int, str]],
+    store_reads: list[tuple[int, str]], monkeypatch: pytest.MonkeyPatch, counted: str,
 ) -> None:
+    """`off-the-loop`: every claim's count is taken from a frozen checkpoint in a thread,
+    as a large partition's is, with the records applied meanwhile added in after it."""
+    if counted == "off-the-loop":
+        monkeypatch.setattr(observe, "SYNC_COUNT_MAX_KEYS", -1)
     async with worker(tmp_path / "a", bootstrap, namespace) as w, \
             Client(bootstrap_servers=bootstrap, namespace=namespace, flows=FLOWS) as c:
         ok = [await c.create_run(done, None, run_id=f"ok-{i}") for i in range(3)]
