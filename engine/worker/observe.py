@@ -108,6 +108,7 @@ class RunGauges:
         self._runs = {**{k: v for k, v in self._runs.items() if k[0] != partition}, **counted}
         self._waits = {**{k: v for k, v in self._waits.items() if k[0] != partition}, **waits}
         self._loaded.add(partition)
+        self._pending.pop(partition, None)  # (a count cancelled by a newer claim's)
 
     def change(self, partition: int, before: RunState | None, after: RunState | None) -> None:
         """A record changed a run of `partition` from `before` to `after` (None: none)."""

@@ -23,6 +23,7 @@ import logging
 import shutil
 import time
 import uuid
+from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
 
@@ -43,6 +44,7 @@ from runstream.engine.worker.partition_protocols import SnapshotOwner
 from runstream.engine.worker.snapshot_reader import Frozen, read_frozen, resolve_child_min_keys
 from runstream.projections.snapshot import Manifest, kept_snapshots, snapshot_id
 from runstream.projections.state import PartitionState
+from runstream.projections.store import ProjectionStore
 
 log = logging.getLogger("runstream.snapshots")
 
@@ -64,6 +66,8 @@ MARGIN_EVERY_S = 30.0  # how often the margin to the log start is checked (journ
 # the partition again every CHECK_EVERY_S for nothing.
 RETRY_FIRST_S = 5.0
 RETRY_MAX_S = 300.0
+# Where frozen checkpoints are made: here and by engine.worker.observe's gauge counts.
+FROZEN_DIRS = ("snapshots", "gauges")
 
 
 def resolve_every(explicit: int | None = None) -> int:
@@ -105,6 +109,18 @@ class SnapshotKeeper:
         self.child_min_keys = resolve_child_min_keys()  # (a bad setting fails the start)
         # snapshots read in "a thread" and in "a child process": two keys at most
         self.reads: dict[str, int] = {}
+
+    @staticmethod
+    def open_store(data_dir: Path) -> ProjectionStore:
+        """The worker's projection, then no frozen checkpoint a killed worker left behind
+        (FROZEN_DIRS): its hard links would keep SST files that compaction has since
+        dropped. Removed once the store is open: its lock says no other worker uses them."""
+        store = ProjectionStore(data_dir / "projection")
+        for name in FROZEN_DIRS:
+            for left in sorted((data_dir / name).glob("frozen-*")):
+                log.info("removing %s, a frozen checkpoint a stopped worker left", left)
+                shutil.rmtree(left, ignore_errors=True)
+        return store
 
     def disable(self, why: str) -> None:
         if self.enabled:

@@ -191,7 +191,7 @@ class Worker:
     async def start(self) -> None:
         """Open the projection, then reach the brokers: while they do not answer, wait for
         them (engine.worker.connect) instead of failing."""
-        self.store = ProjectionStore(self.data_dir / "projection")
+        self.store = SnapshotKeeper.open_store(self.data_dir)
         self.projector = Projector(self.store)
         await self.reconnector.until_done("connecting to the brokers", self._connect)
         assert self._consumer is not None
