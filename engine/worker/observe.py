@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
 import time
-import uuid
 from collections.abc import Collection, Iterable
 
 from runstream.engine.journal import events as ev
 from runstream.engine.observability.metrics import WorkerMetrics
+from runstream.engine.worker.frozen import frozen_checkpoint
 from runstream.engine.worker.partition_protocols import ObservedOwner
+from runstream.engine.worker.partition_tasks import PartitionTasks
 from runstream.projections.projector import Outcome
 from runstream.projections.state import TERMINAL_STATUSES, RunState, RunStatus, Verdict
 from runstream.projections.store import ProjectionStore
@@ -152,16 +152,13 @@ class WorkerObserver:
         self.metrics = metrics
         self._lag_at = 0.0
         self.gauges = RunGauges(owner.flows)
-        self._counting: dict[int, asyncio.Task[None]] = {}  # at most one per partition
+        self._counting = PartitionTasks("gauges", log=log, level=logging.WARNING,
+                                        failure="the run gauges could not be counted")
         metrics.runs_gauges(self._run_counts)
 
     async def close(self) -> None:
         """Stop the counts under way (the worker stops)."""
-        tasks = list(self._counting.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._counting.clear()
+        await self._counting.close()
 
     def applied(self, outcome: Outcome, ours: bool) -> None:
         """One record folded into the worker's projection."""
@@ -207,42 +204,23 @@ class WorkerObserver:
                 self.gauges.change(partition, run, None)
 
     def _count(self, store: ProjectionStore, partition: int) -> None:
-        earlier = self._counting.pop(partition, None)
-        if earlier is not None:
-            earlier.cancel()
+        self._counting.cancel(partition)
         if store.estimated_partition_keys() <= SYNC_COUNT_MAX_KEYS:
             self.gauges.load(partition, _runs_of(store, partition))
             return
         self.gauges.unload(partition)
-        task = asyncio.create_task(self._count_off_loop(store, partition),
-                                   name=f"runstream-gauges-{partition}")
-        self._counting[partition] = task
-        task.add_done_callback(lambda done: self._counted(partition, done))
+        self._counting.start(partition, self._count_off_loop(store, partition))
 
     async def _count_off_loop(self, store: ProjectionStore, partition: int) -> None:
         began = time.monotonic()
-        store.begin_snapshot()  # the memtable flushes in RocksDB's threads, not here
-        while store.flushing() and time.monotonic() - began < FLUSH_WAIT_S:  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
-        path = self.owner.data_dir / "gauges" / f"frozen-{uuid.uuid4().hex}"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.gauges.freeze(partition)  # no await between these two: one consistent point
-        store.freeze(path)
-        try:
+        async with frozen_checkpoint(store, self.owner.data_dir / "gauges",
+                                     flush_wait_s=FLUSH_WAIT_S,
+                                     at_freeze=lambda: self.gauges.freeze(partition)) as frozen:
             counted = await asyncio.to_thread(
-                lambda: self.gauges.count(partition, frozen_runs(path, partition)))
-        finally:
-            await asyncio.to_thread(shutil.rmtree, path, True)
+                lambda: self.gauges.count(partition, frozen_runs(frozen.path, partition)))
         self.gauges.finish(partition, *counted)
         log.info("partition %d: run gauges counted off the event loop in %.2f s", partition,
                  time.monotonic() - began)
-
-    def _counted(self, partition: int, done: asyncio.Task[None]) -> None:
-        if self._counting.get(partition) is done:
-            del self._counting[partition]
-        if not done.cancelled() and done.exception() is not None:
-            log.warning("partition %d: the run gauges could not be counted: %r", partition,
-                        done.exception())
 
     def consumer_lag(self) -> None:
         """Refresh the lag gauges (end offset minus what the projection applied)."""

@@ -20,10 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
 import time
-import uuid
-from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
 
@@ -39,12 +36,12 @@ from runstream.engine.kafka.snapshots import (
     write_snapshot,
 )
 from runstream.engine.worker.executor import decision
+from runstream.engine.worker.frozen import frozen_checkpoint
 from runstream.engine.worker.ownership import Ownership, OwnershipState
 from runstream.engine.worker.partition_protocols import SnapshotOwner
 from runstream.engine.worker.snapshot_reader import Frozen, read_frozen, resolve_child_min_keys
 from runstream.projections.snapshot import Manifest, kept_snapshots, snapshot_id
 from runstream.projections.state import PartitionState
-from runstream.projections.store import ProjectionStore
 
 log = logging.getLogger("runstream.snapshots")
 
@@ -66,8 +63,6 @@ MARGIN_EVERY_S = 30.0  # how often the margin to the log start is checked (journ
 # the partition again every CHECK_EVERY_S for nothing.
 RETRY_FIRST_S = 5.0
 RETRY_MAX_S = 300.0
-# Where frozen checkpoints are made: here and by engine.worker.observe's gauge counts.
-FROZEN_DIRS = ("snapshots", "gauges")
 
 
 def resolve_every(explicit: int | None = None) -> int:
@@ -109,18 +104,6 @@ class SnapshotKeeper:
         self.child_min_keys = resolve_child_min_keys()  # (a bad setting fails the start)
         # snapshots read in "a thread" and in "a child process": two keys at most
         self.reads: dict[str, int] = {}
-
-    @staticmethod
-    def open_store(data_dir: Path) -> ProjectionStore:
-        """The worker's projection, then no frozen checkpoint a killed worker left behind
-        (FROZEN_DIRS): its hard links would keep SST files that compaction has since
-        dropped. Removed once the store is open: its lock says no other worker uses them."""
-        store = ProjectionStore(data_dir / "projection")
-        for name in FROZEN_DIRS:
-            for left in sorted((data_dir / name).glob("frozen-*")):
-                log.info("removing %s, a frozen checkpoint a stopped worker left", left)
-                shutil.rmtree(left, ignore_errors=True)
-        return store
 
     def disable(self, why: str) -> None:
         if self.enabled:
@@ -261,26 +244,15 @@ class SnapshotKeeper:
         store = self.owner.store
         if store is None:
             return None
-        began = time.monotonic()
-        store.begin_snapshot()
-        held = time.monotonic() - began
-        deadline = time.monotonic() + FLUSH_WAIT_S
-        # RocksDB flushes in its own threads and offers no wake-up: polled.
-        while store.flushing() and time.monotonic() < deadline:  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
-        path = self.owner.data_dir / "snapshots" / f"frozen-{uuid.uuid4().hex}"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        began = time.monotonic()
-        store.freeze(path)
-        self.last_hold_s = max(held, time.monotonic() - began)
-        # A release's read stays in a thread: the partitions it gives up serve no one now
-        # (aiokafka's eager protocol revokes all of them), and a child's start (about 0.3 s)
-        # would add to every rebalance.
-        in_child = not releasing and 0 < self.child_min_keys <= store.estimated_partition_keys()
-        try:
-            return await read_frozen(path, partition, in_child=in_child)
-        finally:
-            await asyncio.to_thread(shutil.rmtree, path, True)
+        async with frozen_checkpoint(store, self.owner.data_dir / "snapshots",
+                                     flush_wait_s=FLUSH_WAIT_S) as frozen:
+            self.last_hold_s = frozen.hold_s
+            # A release's read stays in a thread: the partitions it gives up serve no one now
+            # (aiokafka's eager protocol revokes all of them), and a child's start (about
+            # 0.3 s) would add to every rebalance.
+            in_child = (not releasing
+                        and 0 < self.child_min_keys <= store.estimated_partition_keys())
+            return await read_frozen(frozen.path, partition, in_child=in_child)
 
     def _still_owned(self, own: Ownership, frozen: Frozen, releasing: bool) -> bool:
         states = (OwnershipState.ready, OwnershipState.draining) if releasing else (

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.flow.context import RunReleased
 from runstream.engine.worker.ownership import Ownership, OwnershipState
+from runstream.engine.worker.partition_tasks import PartitionTasks
 from runstream.engine.worker.run_protocols import ClaimSweepOwner
 from runstream.projections.state import RunState, RunStatus
 from runstream.projections.store import ProjectionStore
@@ -44,7 +45,8 @@ class ClaimSweeps:
 
     def __init__(self, owner: ClaimSweepOwner) -> None:
         self.owner = owner
-        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._tasks = PartitionTasks("claim-sweep", log=log, level=logging.ERROR,
+                                     failure="the claim's sweep failed")
         self.swept = 0  # runs looked at by sweeps, all partitions (for tests and logs)
 
     def start(self, own: Ownership, store: ProjectionStore,
@@ -52,24 +54,7 @@ class ClaimSweeps:
         """Sweep `own`'s partition in a task; `answer` answers what a run holds: its
         unanswered creates, the creates its full inbox refused, and fork requests naming
         it as their source (Activator._answer_requests)."""
-        previous = self._tasks.pop(own.partition, None)
-        if previous is not None:
-            previous.cancel()
-        task = asyncio.create_task(self._sweep(own, store, answer),
-                                   name=f"runstream-claim-sweep-{own.partition}")
-        self._tasks[own.partition] = task
-        task.add_done_callback(lambda done: self._ended(own.partition, done))
-        return task
-
-    def sweeping(self, partition: int) -> asyncio.Task[None] | None:
-        return self._tasks.get(partition)
-
-    def _ended(self, partition: int, task: asyncio.Task[None]) -> None:
-        if self._tasks.get(partition) is task:
-            del self._tasks[partition]
-        if not task.cancelled() and task.exception() is not None:
-            log.error("partition %d: the claim's sweep failed: %r", partition,
-                      task.exception())
+        return self._tasks.start(own.partition, self._sweep(own, store, answer))
 
     async def _sweep(self, own: Ownership, store: ProjectionStore,
                      answer: Callable[[Ownership, RunState], None]) -> None:

@@ -49,6 +49,7 @@ from runstream.engine.worker.confirmations import Confirmations, NotCalled
 from runstream.engine.worker.connect import Reconnector, abandon
 from runstream.engine.worker.deadletters import DeadLetterCopier, Polled, examine_poll, read_poll
 from runstream.engine.worker.executor import RunExecution, decision
+from runstream.engine.worker.frozen import open_store
 from runstream.engine.worker.kafka_driver import (
     DEAD_LETTER_REQUEST_BYTES,
     GroupPoller,
@@ -126,8 +127,7 @@ class Worker:
         self.concurrency = concurrency
         self.admission = Admission(concurrency, {  # slots, round-robin across flows
             f.name: f.max_concurrency for f in flows if f.max_concurrency is not None})
-        # Suspended runs' handlers kept in memory (RUNSTREAM_STICKY_CACHE overrides; 0: off).
-        self.sticky = StickyCache(sticky_size(sticky_cache),
+        self.sticky = StickyCache(sticky_size(sticky_cache),  # suspended runs' handlers kept
                                   forget=lambda run_id: self.executions.pop(run_id, None))
         self.partitions = 0  # of the journal topic, for requests to other partitions
         self.session_timeout_ms = session_timeout_ms
@@ -191,7 +191,7 @@ class Worker:
     async def start(self) -> None:
         """Open the projection, then reach the brokers: while they do not answer, wait for
         them (engine.worker.connect) instead of failing."""
-        self.store = SnapshotKeeper.open_store(self.data_dir)
+        self.store = open_store(self.data_dir)  # (and no frozen checkpoint left)
         self.projector = Projector(self.store)
         await self.reconnector.until_done("connecting to the brokers", self._connect)
         assert self._consumer is not None
