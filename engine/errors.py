@@ -271,6 +271,15 @@ class ClientClosed(RunstreamError):
                          "`async with Client(...)`, or open a new Client")
 
 
+class ReadModelClosed(RunstreamError):
+    """The read model was closed while this call caught it up or read it: a fold under way
+    stops at its next record (every record before it applied whole), and the store closes
+    once nothing reads it. A Client's calls raise ClientClosed instead."""
+
+    def __init__(self) -> None:
+        super().__init__("the read model was closed while this call read it")
+
+
 class SettingInvalid(InvalidInput, ValueError):
     """A RUNSTREAM_* variable the engine cannot take (engine.journal.settings.env_count,
     engine.config.env_duration): its message names the variable and the value."""

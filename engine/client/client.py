@@ -30,6 +30,7 @@ from runstream.engine.errors import (
     CancelRefused,
     CapabilityRefused,
     ClientClosed,
+    ReadModelClosed,
     ResumeRefused,
     RunNotFound,
     RunstreamError,
@@ -184,10 +185,16 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
                 raise ClientClosed()
             if self._read_model is None:
                 model = ReadModel(bootstrap=self.bootstrap, topic=self.topic,
-                                  path=self.read_model_dir, security=self.security)
+                                  path=self.read_model_dir, security=self.security,
+                                  closed_error=self._read_model_closed)
                 await model.open()
                 self._read_model = model
             return self._read_model
+
+    def _read_model_closed(self) -> RunstreamError:
+        """What a call raises when the read model closes under it: ClientClosed when the
+        client closed (a start that failed closes it too, then ReadModelClosed)."""
+        return ClientClosed() if self._closed else ReadModelClosed()
 
     async def __aenter__(self) -> Client:
         await self.start()

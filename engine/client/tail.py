@@ -226,6 +226,8 @@ class JournalTail:
             return await waiter.future
         finally:
             self._release(partition)
+            if waiter.future.done() and not waiter.future.cancelled():
+                waiter.future.exception()  # failed while this wait ended another way: seen
             waiters = self._waiters.get(key, [])
             if waiter in waiters:
                 waiters.remove(waiter)

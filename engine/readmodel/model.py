@@ -36,13 +36,13 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
 from runstream.engine.config import cache_root
-from runstream.engine.errors import RunstreamError
+from runstream.engine.errors import ReadModelClosed, RunstreamError
 from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.readmodel import records
 from runstream.engine.readmodel.bootstrap import OnLoading, SnapshotBootstrap, resolve_every
@@ -121,7 +121,8 @@ class ReadModel:
     def __init__(self, *, bootstrap: str, topic: str, path: Path | None = None,
                  checkpoint_every: int | None = None, checkpoint_keep: int | None = None,
                  security: KafkaSecurity | None = None, snapshot_every: int | None = None,
-                 load_wait: float = LOAD_WAIT, on_loading: OnLoading | None = None) -> None:
+                 load_wait: float = LOAD_WAIT, on_loading: OnLoading | None = None,
+                 closed_error: Callable[[], RunstreamError] = ReadModelClosed) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
         self.security = security  # None: from the RUNSTREAM_* environment
@@ -145,7 +146,9 @@ class ReadModel:
         self._projector: Projector | None = None  # the primary's
         self._secondary_dir: Path | None = None
         self._retired: list[ProjectionStore] = []  # a secondary's store, after promotion
-        self._catching_up = asyncio.Lock()
+        self._catching_up = asyncio.Lock()  # one fold (or completion) at a time; close() too
+        self._closing = False  # close() waits for the fold under way: it stops at a record
+        self._closed_error = closed_error  # what a call the close interrupted raises
 
     @property
     def partitions(self) -> int:
@@ -180,7 +183,18 @@ class ReadModel:
             raise
 
     async def close(self) -> None:
-        """Close the store (releasing the writer lock, removing a secondary's directory)."""
+        """Close the store (releasing the writer lock, removing a secondary's directory).
+        A catch-up under way stops at its next record and raises the closed error (every
+        record before it applied whole, with its offset); the store closes after it."""
+        self._closing = True
+        try:
+            async with self._catching_up:
+                self._close_stores()
+        finally:
+            self._closing = False
+        await self._source.close()
+
+    def _close_stores(self) -> None:
         for store in (self._store, *self._retired):
             if store is not None:
                 store.close()
@@ -189,7 +203,17 @@ class ReadModel:
         if self._secondary_dir is not None:
             shutil.rmtree(self._secondary_dir, ignore_errors=True)
             self._secondary_dir = None
-        await self._source.close()
+
+    def _live_store(self) -> ProjectionStore:
+        """The store, under _catching_up: the closed error if a close came first."""
+        if self._closing or self._store is None:
+            raise self._closed_error()
+        return self._store
+
+    def _check_open(self) -> None:
+        """Between two records of a fold: stop it if a close waits."""
+        if self._closing:
+            raise self._closed_error()
 
     def _open_primary(self) -> None:
         self._store = ProjectionStore(self.path, keep_records=True,
@@ -242,11 +266,11 @@ class ReadModel:
         if self._store is None:
             await self.open()
         async with self._catching_up:
+            self._live_store()
             self._try_promote()
             if self._projector is None:
                 await self._wait_loaded()  # before the end offsets: never past them
-            store = self._store
-            assert store is not None
+            store = self._live_store()
             chosen = self._chosen(partitions)
             ends = await self._source.end_offsets(chosen)
             self._check_not_ahead(store, ends)
@@ -259,6 +283,7 @@ class ReadModel:
             overlay = OverlayStore(store)
             projector = Projector(overlay)
             async for raw in self._source.read(starts, ends):
+                self._check_open()
                 projector.apply_raw(raw.partition, raw.offset, raw.value, raw.headers,
                                     raw.timestamp_ms, key=raw.key)
                 self.records_consumed += 1
@@ -271,8 +296,7 @@ class ReadModel:
         ReadModelLoading after `load_wait` seconds."""
         deadline = time.monotonic() + self.load_wait
         while True:
-            store = self._store
-            assert store is not None
+            store = self._live_store()
             store.catch_up_with_primary()
             loading = store.restoring()
             if not loading:
@@ -300,6 +324,7 @@ class ReadModel:
         before them), these partitions' own and those at `positions` lack, fetched from
         the journal (a partition loaded from a snapshot has none below its offset)."""
         async with self._catching_up:
+            self._live_store()
             await records.complete(view, self._source, self._cache, run_ids, partitions,
                                    positions)
         return view
@@ -321,6 +346,7 @@ class ReadModel:
         applied = 0
         with store.group():
             async for raw in self._source.read(starts, ends):
+                self._check_open()
                 if applied and applied % APPLY_GROUP == 0:
                     store.flush()
                 projector.apply_raw(raw.partition, raw.offset, raw.value, raw.headers,
