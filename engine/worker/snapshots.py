@@ -2,7 +2,8 @@
 it in the journal, and tombstoning those no longer kept.
 
 A snapshot of a partition this worker executes is due every `every` records applied to it
-since its newest anchored snapshot (RUNSTREAM_SNAPSHOT_EVERY, default 100,000; 0: off), when
+since its newest anchored snapshot (RUNSTREAM_SNAPSHOT_EVERY, default 100,000, or by default
+as many as the keys its last snapshot held when more: SnapshotKeeper.interval; 0: off), when
 that snapshot is older than the time bound (a quarter of the journal's retention when it has
 one, else a day), and on a graceful release that leaves time for one in the drain. Taking
 one:
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 
 from aiokafka import AIOKafkaProducer
@@ -76,10 +78,20 @@ def resolve_every(explicit: int | None = None) -> int:
     return value
 
 
+def interval_grows(explicit: int | None = None) -> bool:
+    """The interval is the default one (neither given nor set in RUNSTREAM_SNAPSHOT_EVERY),
+    which grows with the partition (SnapshotKeeper.interval); a set one is exact."""
+    return explicit is None and not os.environ.get(EVERY_ENV, "").strip()
+
+
 class SnapshotKeeper:
-    def __init__(self, owner: SnapshotOwner, *, every: int, keep: int = DEFAULT_KEEP,
+    def __init__(self, owner: SnapshotOwner, *, every: int | None, keep: int = DEFAULT_KEEP,
                  journal_retention_ms: int | None = None) -> None:
+        """`every`: records between two snapshots of a partition (None: the default,
+        RUNSTREAM_SNAPSHOT_EVERY or 100,000, growing with the partition's keys)."""
         self.owner = owner
+        self.grows = interval_grows(every)
+        every = resolve_every(every)
         self.every = every
         self.keep = keep
         self.bound_ms = journal_retention_ms // 4 if journal_retention_ms else DAY_MS
@@ -95,6 +107,8 @@ class SnapshotKeeper:
         # applied yet): one per owned partition.
         self._written: dict[int, int] = {}
         self._first_seen: dict[int, float] = {}  # partition -> ms: one per owned partition
+        # partition -> the keys of the last snapshot taken here: one per owned partition
+        self._keys: dict[int, int] = {}
         # partition -> (monotonic time before which it is not tried, the delay that set it)
         # after a failed snapshot: one per owned partition
         self._retry: dict[int, tuple[float, float]] = {}
@@ -122,6 +136,7 @@ class SnapshotKeeper:
         self._written.pop(partition, None)
         self._first_seen.pop(partition, None)
         self._retry.pop(partition, None)
+        self._keys.pop(partition, None)
 
     async def run(self) -> None:
         checked = time.monotonic()
@@ -153,15 +168,28 @@ class SnapshotKeeper:
         for partition, start in starts.items():
             margin = projector.partition(partition).snapshot_offset - start
             self.owner.metrics.set_snapshot_margin(partition, margin)
-            if margin < self.every:
+            if margin < self.interval(partition):
                 log.warning("partition %d: its newest snapshot (offset %d) is within one "
                             "snapshot interval (%d records) of the journal's log start %d: "
                             "records no snapshot covers may soon be deleted", partition,
-                            projector.partition(partition).snapshot_offset, self.every, start)
+                            projector.partition(partition).snapshot_offset,
+                            self.interval(partition), start)
 
     def _state(self, partition: int) -> PartitionState | None:
         projector = self.owner.projector
         return None if projector is None else projector.partition(partition)
+
+    def interval(self, partition: int) -> int:
+        """Records between two snapshots of `partition`. A set interval is exact. The default
+        is `every` or, once a snapshot taken here held more keys, that many records: a
+        snapshot reads every key of the partition, and under a retention the partition holds
+        what the retention keeps, so at a fixed interval a snapshot's cost per record applied
+        would grow with the run rate (and the whole with its square). Growing with the keys,
+        it stays about one key read per record; the time bound still applies, and a takeover
+        then folds up to about as many records as the partition holds keys."""
+        if not self.grows:
+            return self.every
+        return max(self.every, self._keys.get(partition, 0))
 
     def due(self, partition: int) -> bool:
         state = self._state(partition)
@@ -170,7 +198,7 @@ class SnapshotKeeper:
         since = state.next_offset - max(state.snapshot_offset, self._written.get(partition, 0))
         if since <= 0:
             return False
-        if since >= self.every:
+        if since >= self.interval(partition):
             return True
         # A partition never snapshotted ages from when this keeper first looked at it.
         born = state.snapshot_ms or self._first_seen.setdefault(partition, time.time() * 1000)
@@ -217,14 +245,16 @@ class SnapshotKeeper:
                 ticking.cancel()
             self._retry.pop(own.partition, None)
             self._took_s[own.partition] = time.monotonic() - started
+            self._keys[own.partition] = manifest.key_count
             self.reads[frozen.read_in] = self.reads.get(frozen.read_in, 0) + 1
             self.longest_gap_s = max(self.longest_gap_s, gaps.longest_s)
             log.info("partition %d: snapshot %s (%d keys, %d bytes in %d chunks, read in %s) "
                      "in %.2f s; it held the event loop %.1f ms at most, whose longest gap "
-                     "meanwhile was %.1f ms", own.partition, manifest.snapshot_id,
-                     manifest.key_count, manifest.value_bytes, len(manifest.chunks),
-                     frozen.read_in, self._took_s[own.partition], self.last_hold_s * 1000,
-                     gaps.longest_s * 1000)
+                     "meanwhile was %.1f ms; the next after %d records", own.partition,
+                     manifest.snapshot_id, manifest.key_count, manifest.value_bytes,
+                     len(manifest.chunks), frozen.read_in, self._took_s[own.partition],
+                     self.last_hold_s * 1000, gaps.longest_s * 1000,
+                     self.interval(own.partition))
             try:
                 await self._prune(own.partition, manifest)
             except SNAPSHOT_FAILURES as exc:

@@ -65,7 +65,7 @@ from runstream.engine.worker.relay import Relay
 from runstream.engine.worker.retention import RetentionSweeper
 from runstream.engine.worker.sent import SentRecords
 from runstream.engine.worker.shutdown import CLOSE_TIMEOUT_S, bounded
-from runstream.engine.worker.snapshots import DEFAULT_KEEP, SnapshotKeeper, resolve_every
+from runstream.engine.worker.snapshots import DEFAULT_KEEP, SnapshotKeeper
 from runstream.engine.worker.sticky import StickyCache, sticky_size
 from runstream.engine.worker.supervise import supervise
 from runstream.engine.worker.takeover import Takeovers
@@ -157,8 +157,7 @@ class Worker:
         self.timers = TimerSweeper(self)
         self.retention = RetentionSweeper(self)
         self.outbox = OutboxSender(self)
-        self.snapshots = SnapshotKeeper(self, every=resolve_every(snapshot_every),
-                                        keep=snapshot_keep)
+        self.snapshots = SnapshotKeeper(self, every=snapshot_every, keep=snapshot_keep)
         self.takeovers = Takeovers(self, self.snapshots)
         # Each source's producer, and the dead-letter copier's (engine.worker.kafka_driver).
         self._make_producer = partial(make_producer, self.bootstrap, name=self.name,
