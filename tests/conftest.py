@@ -140,6 +140,17 @@ def namespace() -> str:
 
 
 @pytest.fixture
+async def one_partition(bootstrap: str, namespace: str) -> AsyncIterator[str]:
+    """The namespace's topics with a journal of one partition (every run in it); yield the
+    journal's name. Deleted afterwards, as `journal`'s."""
+    report = await ensure_topics(bootstrap, namespace, partitions=1)
+    assert report.ok, report.mismatches()
+    yield report.journal.name
+    if os.environ.get("RUNSTREAM_KEEP_TOPICS") != "1":
+        await delete_topics(bootstrap, namespace)
+
+
+@pytest.fixture
 async def journal(bootstrap: str, namespace: str) -> AsyncIterator[str]:
     """Create the namespace's topics (journal with 4 partitions); yield the journal's name.
 

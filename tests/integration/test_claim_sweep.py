@@ -15,7 +15,7 @@ import asyncio
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,6 @@ from aiokafka import AIOKafkaProducer
 from runstream import Flow, FlowContext, Worker
 from runstream.engine.journal import Envelope, JournalRecord, encode
 from runstream.engine.journal import events as ev
-from runstream.engine.kafka.admin import delete_topics, ensure_topics
 from runstream.engine.worker.kafka_driver import group_generation
 from runstream.projections.state import RunStatus
 from tests.integration.support import until
@@ -114,15 +113,6 @@ async def produce(bootstrap: str, topic: str) -> int:
     finally:
         await producer.stop()
     return count
-
-
-@pytest.fixture
-async def one_partition(bootstrap: str, namespace: str) -> AsyncIterator[str]:
-    report = await ensure_topics(bootstrap, namespace, partitions=1)
-    assert report.ok, report.mismatches()
-    yield report.journal.name
-    if os.environ.get("RUNSTREAM_KEEP_TOPICS") != "1":
-        await delete_topics(bootstrap, namespace)
 
 
 class LagProbe:

@@ -13,10 +13,9 @@ RUNS runs' `run.created`, in one partition, for a catch-up that takes a second o
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,6 @@ from aiokafka import AIOKafkaProducer
 from runstream import Client, ClientClosed, ReadModelClosed
 from runstream.engine.journal import Envelope, JournalRecord, encode
 from runstream.engine.journal import events as ev
-from runstream.engine.kafka.admin import delete_topics, ensure_topics
 from runstream.engine.readmodel.model import ReadModel
 from tests.integration.support import until
 
@@ -72,13 +70,9 @@ async def produce(bootstrap: str, topic: str) -> None:
 
 
 @pytest.fixture
-async def long_journal(bootstrap: str, namespace: str) -> AsyncIterator[str]:
-    report = await ensure_topics(bootstrap, namespace, partitions=1)
-    assert report.ok, report.mismatches()
-    await produce(bootstrap, report.journal.name)
-    yield report.journal.name
-    if os.environ.get("RUNSTREAM_KEEP_TOPICS") != "1":
-        await delete_topics(bootstrap, namespace)
+async def long_journal(bootstrap: str, one_partition: str) -> str:
+    await produce(bootstrap, one_partition)
+    return one_partition
 
 
 async def folding(model: ReadModel) -> None:

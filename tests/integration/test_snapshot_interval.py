@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -21,7 +19,6 @@ import pytest
 from runstream import Client, Worker
 from runstream.engine.config import snapshot_topic
 from runstream.engine.demo.flows import checkout
-from runstream.engine.kafka.admin import delete_topics, ensure_topics
 from runstream.engine.kafka.snapshots import list_manifests
 from runstream.engine.worker.snapshots import interval_grows
 from runstream.projections.snapshot import Manifest
@@ -30,15 +27,6 @@ pytestmark = [pytest.mark.integration]
 
 EVERY = 40  # records: a few runs
 WAVES, WAVE = 12, 10  # runs: a wave writes about 50 records, more than EVERY
-
-
-@pytest.fixture
-async def one_partition(bootstrap: str, namespace: str) -> AsyncIterator[str]:
-    report = await ensure_topics(bootstrap, namespace, partitions=1)
-    assert report.ok, report.mismatches()
-    yield report.journal.name
-    if os.environ.get("RUNSTREAM_KEEP_TOPICS") != "1":
-        await delete_topics(bootstrap, namespace)
 
 
 async def _snapshots(bootstrap: str, namespace: str, grows: bool, data_dir: Path
