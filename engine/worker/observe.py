@@ -154,6 +154,10 @@ class WorkerObserver:
         self.gauges = RunGauges(owner.flows)
         self._counting = PartitionTasks("gauges", log=log, level=logging.WARNING,
                                         failure="the run gauges could not be counted")
+        # One off-loop count at a time: a claim of many large partitions at once would
+        # otherwise hold a checkpoint (hard links pinning SST files) and a thread of the
+        # default executor for each. The others wait before their frozen point.
+        self._one_count = asyncio.Lock()
         metrics.runs_gauges(self._run_counts)
 
     async def close(self) -> None:
@@ -213,9 +217,9 @@ class WorkerObserver:
 
     async def _count_off_loop(self, store: ProjectionStore, partition: int) -> None:
         began = time.monotonic()
-        async with frozen_checkpoint(store, self.owner.data_dir / "gauges",
-                                     flush_wait_s=FLUSH_WAIT_S,
-                                     at_freeze=lambda: self.gauges.freeze(partition)) as frozen:
+        async with self._one_count, frozen_checkpoint(
+                store, self.owner.data_dir / "gauges", flush_wait_s=FLUSH_WAIT_S,
+                at_freeze=lambda: self.gauges.freeze(partition)) as frozen:
             counted = await asyncio.to_thread(
                 lambda: self.gauges.count(partition, frozen_runs(frozen.path, partition)))
         self.gauges.finish(partition, *counted)

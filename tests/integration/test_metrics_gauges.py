@@ -6,10 +6,11 @@ run from the store; a run of a flow the worker does not register counts under `o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from runstream import Client, Flow, FlowContext, RunFailed, Worker
 from runstream.engine.worker import observe
+from runstream.engine.worker.frozen import frozen_checkpoint
 from runstream.projections.batch import BATCH_FLOW
 from runstream.projections.state import RunStatus
 from runstream.projections.store import ProjectionStore
@@ -128,6 +130,21 @@ def reads_in_a_scrape(w: Worker, reads: list[tuple[int, str]]) -> tuple[bytes, l
     return text, [name for ident, name in reads[before:] if ident == me]
 
 
+def one_by_one(at_once: list[int]) -> Callable[..., Any]:
+    """observe.frozen_checkpoint, counting the checkpoints held at once (now, most)."""
+    @contextlib.asynccontextmanager
+    async def counted(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        async with frozen_checkpoint(*args, **kwargs) as frozen:
+            at_once[0] += 1
+            at_once[1] = max(at_once)
+            try:
+                yield frozen
+            finally:
+                at_once[0] -= 1
+
+    return counted
+
+
 def worker(data_dir: Path, bootstrap: str, namespace: str) -> Worker:
     return Worker(flows=FLOWS, data_dir=data_dir, bootstrap_servers=bootstrap,
                   namespace=namespace, metrics_port=0)
@@ -147,8 +164,10 @@ async def test_run_gauges_follow_the_journal_without_reading_runs_at_scrape(
 ) -> None:
     """`off-the-loop`: every claim's count is taken from a frozen checkpoint in a thread,
     as a large partition's is, with the records applied meanwhile added in after it."""
+    frozen_at_once = [0, 0]  # (now, most): one count at a time, whatever is claimed at once
     if counted == "off-the-loop":
         monkeypatch.setattr(observe, "SYNC_COUNT_MAX_KEYS", -1)
+        monkeypatch.setattr(observe, "frozen_checkpoint", one_by_one(frozen_at_once))
     async with worker(tmp_path / "a", bootstrap, namespace) as w, \
             Client(bootstrap_servers=bootstrap, namespace=namespace, flows=FLOWS) as c:
         ok = [await c.create_run(done, None, run_id=f"ok-{i}") for i in range(3)]
@@ -195,3 +214,4 @@ async def test_run_gauges_follow_the_journal_without_reading_runs_at_scrape(
         assert runs[("waits", "completed")] == 2 and suspended[("sleepy", "timer")] == 1
         _, reads = reads_in_a_scrape(w, store_reads)
         assert reads == []
+    assert frozen_at_once[1] == (1 if counted == "off-the-loop" else 0)
