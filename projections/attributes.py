@@ -81,6 +81,11 @@ def check_name(name: Any) -> None:
 def _text(name: str, value: str) -> str:
     if "\x00" in value:
         raise InvalidAttributes(f"attribute {name!r}: a string may not hold NUL characters")
+    try:
+        value.encode()
+    except UnicodeEncodeError:  # a lone surrogate: JSON's "\udcff" decodes to one
+        raise InvalidAttributes(f"attribute {name!r}: a string must be valid Unicode (it "
+                                f"holds a lone surrogate)") from None
     return value
 
 

@@ -65,6 +65,8 @@ async def test_a_replay_takes_the_journaled_change_without_writing_another() -> 
     ({"o": {"a": 1}}, "none of str"),
     ({f"a{i}": i for i in range(65)}, "at most 64"),
     ({"big": "x" * 2100}, "at most 2048"),
+    ({"s": "\udcff"}, "lone surrogate"),
+    ({"xs": ["a", "\ud800"]}, "lone surrogate"),
 ])
 async def test_bad_attributes_are_refused_before_anything_is_sent(
         attributes: dict[str, Any], message: str) -> None:
@@ -85,6 +87,20 @@ async def test_the_owner_rejects_a_foreign_writers_bad_attributes() -> None:
         assert rejected and rejected[0].reason == "attributes-invalid"
         with pytest.raises(CreateRejected):
             raise CreateRejected("foreign", rejected[0].reason, rejected[0].requested_value)
+
+
+@pytest.mark.parametrize("text", ['{"s": "\\udcff"}', '{"xs": ["\\ud800"]}'])
+async def test_a_foreign_lone_surrogate_is_rejected_not_a_fold_failure(text: str) -> None:
+    async with TestEnvironment([order]) as env:
+        env._request(ev.RunCreateRequested, "foreign", flow="attr-order",
+                     payload_json='{"amount": 1}', attributes_json=text)
+        await env.run_until_idle()
+        rejected = [h.record for h in env.history("foreign")
+                    if isinstance(h.record, ev.RunCreateRejected)]
+        assert rejected and rejected[0].reason == "attributes-invalid"
+        assert await env.start(order, {"amount": 2}, run_id="after") is not None
+        await env.run_until_idle()
+        assert env.projection.runs["after"].status.value == "completed"
 
 
 async def test_list_and_count_by_query_with_paging_and_order() -> None:
