@@ -24,6 +24,7 @@ Bounds: MAX_QUERY_CHARS of text, MAX_IN_VALUES per `in`, MAX_DEPTH nested parent
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,9 @@ from runstream.projections.state import RunState, RunStatus
 MAX_QUERY_CHARS = 4096
 MAX_IN_VALUES = 1000
 MAX_DEPTH = 32
+# A whole number literal past this is no 64-bit float (the query index holds numbers as
+# floats: a larger one cannot be placed in it).
+MAX_INT_LITERAL = int(sys.float_info.max)
 OPERATORS = ("=", "!=", "<", "<=", ">", ">=")
 TIME_FIELDS = frozenset({"created", "updated", "settled"})
 STRING_FIELDS = frozenset({"run_id", "lineage", "flow", "status", "parent", "schedule"})
@@ -223,6 +227,8 @@ class _Parser:
         word = token.text.lower() if token.kind == "name" else ""
         if token.kind == "string":
             text = token.text[1:-1].replace("''", "'")
+            if not text.isascii():
+                _check_unicode(text, token.position)
             if field in TIME_FIELDS and not strings_only:
                 return Literal("t", _time(text, token.position))
             found = Literal("s", text)
@@ -231,6 +237,9 @@ class _Parser:
                                token.position)
         elif token.kind == "number":
             number = float(token.text) if any(c in token.text for c in ".eE") else int(token.text)
+            if isinstance(number, int) and abs(number) > MAX_INT_LITERAL:
+                raise QueryInvalid(f"the number {token.text[:20]}... is out of range (an "
+                                   f"attribute holds a 64-bit float)", token.position)
             found = Literal("n", number)
         elif word in ("true", "false"):
             found = Literal("b", word == "true")
@@ -245,6 +254,14 @@ class _Parser:
                                token.position)
         _check_type(field, found, token.position)
         return found
+
+
+def _check_unicode(text: str, position: int) -> None:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        raise QueryInvalid("a string must be valid Unicode (it holds a lone surrogate)",
+                           position) from None
 
 
 _WORDS = frozenset({"and", "or", "in", "is", "not", "null", "starts_with", "true", "false",

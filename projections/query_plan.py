@@ -21,6 +21,7 @@ import base64
 import heapq
 import itertools
 import json
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -176,10 +177,21 @@ def _run_id_source(query: Query, reader: QueryReader) -> Source | None:
         found = [reader.run(literal.value) for literal in query.literals]
         return Source(sorted((r.partition, r.run_id) for r in found if r is not None), True)
     if isinstance(query, StartsWith):
-        stop = query.prefix[:-1] + chr(ord(query.prefix[-1]) + 1) if query.prefix else None
-        ids = reader.run_ids_between(query.prefix, stop)
+        ids = reader.run_ids_between(query.prefix, _prefix_stop(query.prefix))
         return Source(((_partition_of(reader, i), i) for i in ids), False)
     return None
+
+
+def _prefix_stop(prefix: str) -> str | None:
+    """The first string after every string starting with `prefix` (None: no end): its last
+    character that is not the last code point, plus one (past the surrogates)."""
+    trimmed = prefix.rstrip(chr(sys.maxunicode))
+    if not trimmed:
+        return None
+    following = ord(trimmed[-1]) + 1
+    if 0xD800 <= following <= 0xDFFF:
+        following = 0xE000
+    return trimmed[:-1] + chr(following)
 
 
 def _partition_of(reader: QueryReader, run_id: str) -> int:
@@ -217,7 +229,7 @@ class Order:
 
     @classmethod
     def parse(cls, text: str | None) -> Order:
-        if not text:
+        if not text or not text.strip():
             return cls()
         words = text.split()
         direction = words[1].lower() if len(words) == 2 else "asc"
@@ -244,9 +256,12 @@ def answer(query: Query | None, reader: QueryReader, *, order: Order = Order(),
     ranked = sorted(found, key=lambda run: sort_key(run, order), reverse=order.descending)
     if after is not None:
         mark = _decode_cursor(after)
-        ranked = [run for run in ranked
-                  if (sort_key(run, order) < mark if order.descending
-                      else sort_key(run, order) > mark)]
+        try:
+            ranked = [run for run in ranked
+                      if (sort_key(run, order) < mark if order.descending
+                          else sort_key(run, order) > mark)]
+        except TypeError:  # (values of another type than the sort keys': not one we gave)
+            raise QueryInvalid(f"{after!r} is not a cursor this query gave", 0) from None
     return ranked[:limit]
 
 
@@ -298,12 +313,9 @@ def _streamed(query: Query | None, reader: QueryReader, source: Source | None,
 
 
 def _default_cursor(reader: QueryReader, after: str | None) -> RunKey | None:
-    if after is None:
-        return None
-    if _is_cursor(after):
-        partition, run_id = _decode_cursor(after)[-2:]
-        return int(partition), str(run_id)
-    return reader.place(after)
+    """In the default order a page's `next_after` is its last run id (cursor()), whatever
+    it starts with: a run named `c1.x` is a run id here, not a cursor."""
+    return None if after is None else reader.place(after)
 
 
 def sort_key(run: RunState, order: Order) -> tuple[Any, ...]:
@@ -402,6 +414,8 @@ def listed(reader: QueryReader, *, where: str | None = None,
     """A page of the runs matching `where` and `status` (Client.list_runs, `runs list`,
     the TestEnvironment's): QueryInvalid for a bad query or order."""
     order = Order.parse(order_by)
+    if limit is not None and limit < 1:
+        raise QueryInvalid(f"limit is 1 or more runs, not {limit}", 0)
     runs = answer(where_query(where, status), reader, order=order, limit=limit, after=after)
     return page_of(runs, order, limit)
 
