@@ -106,7 +106,10 @@ def on_record(view: OwnerView, run: RunState | None, record: ev.JournalRecord,
         answered = on_create_request(view, run, record.envelope.request_id)
         if answered:
             return answered
-    reactions = [] if next_round is None else react(view, next_round)
+    # A handoff: the next round's start, and the updates it carries that no verdict reached
+    # in time (a verdict on the ended round is ignored).
+    reactions = [] if next_round is None else [*react(view, next_round),
+                                               *judge_updates(view, next_round)]
     if run is None:
         return reactions
     if isinstance(record, ev.RunForkRequested):
@@ -178,7 +181,7 @@ def judge_updates(view: OwnerView, run: RunState) -> list[Reaction]:
         return []
     reactions: list[Reaction] = []
     for item in pending_updates(run):
-        key = f"update/{item.request_id}"
+        key = f"update/{run.run_id}/{item.request_id}"  # (a handoff carries it: judged again)
         if key in view.decided:
             continue
         if flow.validator_for(item.name or "") is None:

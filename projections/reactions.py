@@ -50,6 +50,50 @@ def _no_slot(flow: str) -> bool:
     return False
 
 
+class DecidedKeys:
+    """The keys an owner answered under one ownership (projections.owner: a key is sent
+    once), kept only while the projection does not dedupe them yet. A write's key goes when
+    the last of our decisions in flight about its run applies (`drained`): the projection
+    holds the write then (a wake's run has moved past its wait, an update has its verdict),
+    so the reaction does not come again. A create's answer goes by its request id when it
+    applies (`discard`). The rest (a fork answered: rare, read from the journal off the
+    record path) and a schedule's (see add) stay for the ownership. Bounded by the runs with
+    decisions in flight, plus those: before, every wake, resolution and update verdict added
+    a key for the ownership's life.
+    """
+
+    def __init__(self) -> None:
+        self._keys: set[str] = set()
+        self._by_run: dict[str, set[str]] = {}  # run id -> its writes' keys in flight
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def add(self, key: str, run_id: str | None = None) -> None:
+        """`key` answered; with `run_id`, by a write about that run sent now. A schedule's
+        writes name no run (""): nothing says when all of them applied, so their keys stay
+        for the ownership (one per fire: not bounded yet)."""
+        self._keys.add(key)
+        if run_id:
+            self._by_run.setdefault(run_id, set()).add(key)
+
+    def discard(self, key: str) -> None:
+        self._keys.discard(key)
+
+    def applied(self, request_id: str | None, run_id: str, *, drained: bool) -> None:
+        """A decision of ours is in the projection: the create answer of `request_id` goes,
+        and once it was the last of ours in flight about `run_id` (`drained`), the keys of
+        that run's writes."""
+        if request_id:
+            self._keys.discard(request_id)
+        if drained:
+            for key in self._by_run.pop(run_id, ()):
+                self._keys.discard(key)
+
+
 @dataclass(frozen=True, slots=True)
 class OwnerView:
     """What the owner knows beside the run. Callables, so that a caller answers from its

@@ -60,6 +60,7 @@ from runstream.projections.owner import on_record, swept, swept_requests
 from runstream.projections.projector import Outcome
 from runstream.projections.reactions import (
     AnswerFork,
+    DecidedKeys,
     FlowMissing,
     Interrupt,
     OwnerView,
@@ -112,7 +113,7 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates):
         self._crashes: set[tuple[str, int]] = set()
         # Keys answered under the current owner (a worker's Ownership.decided), forgotten
         # as their records are folded: bound, the owner's decisions not folded yet.
-        self._decided: set[str] = set()
+        self._decided = DecidedKeys()
         self.crashes = 0
         # Outbox requests that could never be sent (projections.outbox_fallback), as a worker
         # dead-letters them: bounded by the runs the test makes.
@@ -314,14 +315,14 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates):
         """A record folded: its outbox is sent, and the owner reacts (projections.owner)."""
         envelope = record.envelope
         ours = self.log.ours(record)
-        if ours and envelope.request_id:
-            self._decided.discard(envelope.request_id)  # the projection dedupes now
         if outcome.outbox:  # (a refused spawn of an expired run id has one too)
             for item in outcome.outbox:
                 self._send_request(item)
             self.log.partition_decision(partition, ev.PartitionOutboxSent,
                                         request_ids=[item.request_id for item in outcome.outbox])
         drained = ours and bool(envelope.run_id) and not self.log.in_flight(envelope.run_id)
+        if ours:  # what the projection dedupes now
+            self._decided.applied(envelope.request_id, envelope.run_id, drained=drained)
         self._act(on_record(self._view(), outcome.run, record, outcome.verdict,
                             next_round=outcome.next_round, drained=drained,
                             tombstone=outcome.tombstone))
@@ -351,7 +352,7 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates):
         """A (new) worker claims every partition: epochs move on, old handlers are fenced,
         and the claim's sweep (engine.worker.sweep) answers and starts what it finds."""
         self.log.new_source()
-        self._decided = set()
+        self._decided = DecidedKeys()
         for partition in range(self.partitions):
             self.log.partition_decision(partition, ev.PartitionEpochClaimed,
                                         epoch=self.log.epoch(partition) + 1, owner=OWNER_NAME,
@@ -395,7 +396,7 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates):
         for reaction in reactions:
             if isinstance(reaction, Write):
                 if reaction.key is not None:
-                    self._decided.add(reaction.key)
+                    self._decided.add(reaction.key, reaction.run.run_id)
                 if self._write(reaction):
                     self._act(reaction.then, launch=launch)
             elif isinstance(reaction, Start | FlowMissing):  # (FlowMissing: _launch raises)

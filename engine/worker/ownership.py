@@ -6,6 +6,8 @@ import asyncio
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from runstream.projections.reactions import DecidedKeys
+
 
 class OwnershipState(StrEnum):
     claiming = "claiming"  # claim written, projection not yet caught up to it
@@ -20,8 +22,8 @@ class Ownership:
     """Dropped when the partition is revoked, with everything it holds.
 
     `run_ids`: the partition's runs executing here (bounded by the worker's concurrency plus
-    the runs waiting for a slot). `decided`: create requests we answered whose answer the
-    projection has not applied yet (bounded by the requests in flight). `warned`: runs of an
+    the runs waiting for a slot). `decided`: what we answered that the projection does not
+    dedupe yet (projections.reactions.DecidedKeys, bounded there). `warned`: runs of an
     unregistered flow we logged once (bounded by the partition's pending runs).
     """
 
@@ -31,7 +33,7 @@ class Ownership:
     state: OwnershipState = OwnershipState.claiming
     epoch: int = -1
     run_ids: set[str] = field(default_factory=set)
-    decided: set[str] = field(default_factory=set)
+    decided: DecidedKeys = field(default_factory=DecidedKeys)
     warned: set[str] = field(default_factory=set)
     # The watchdog's stall count when our ownership was last confirmed (our claim or a
     # heartbeat sent after the stall applied); a lower count than the watchdog's means a

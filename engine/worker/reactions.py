@@ -165,16 +165,17 @@ class Reactions:
         if self.owner.owned.get(own.partition) is not own:
             return  # (its next owner judges it again, at its claim)
         try:
-            self.act(own, [Write(validate.run, (verdict_body(validate.item, reason),))])
+            self.act(own, [Write(validate.run, (verdict_body(validate.item, reason),),
+                                 validate.key)])
         except WorkerFatal:  # the source failed: its renewal claims again and re-judges
             pass
 
     def _write(self, own: Ownership, write: Write) -> bool:
         """Enqueue the write's records; False when one was too large to send (answered in
         its place, and the rest of the write, and what follows it, is not done)."""
-        if write.key is not None:
-            own.decided.add(write.key)
         run = write.run
+        if write.key is not None:
+            own.decided.add(write.key, run.run_id)
         if write.uses_refusal:
             refusal = self.owner.refused.pop(run.run_id, None)
             if refusal is not None and any(c is ev.RunFailed for c, _ in write.records):

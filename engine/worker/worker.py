@@ -426,8 +426,9 @@ class Worker:
         if record.envelope.source_id == self.source_id:
             drained = self.confirmations.applied(partition, record, outcome.verdict)
             self.timers.judged_record(record)  # any verdict: a lost race is judged too
-            if own is not None and record.envelope.request_id:
-                own.decided.discard(record.envelope.request_id)  # the projection dedupes now
+            if own is not None:  # what the projection dedupes now
+                own.decided.applied(record.envelope.request_id, record.envelope.run_id,
+                                    drained=drained)
         if isinstance(record, ev.PartitionEpochClaimed):
             self.claims.on_claim(partition, record, outcome)
         elif own is not None and own.executing:  # (else the next claim's sweep answers it)

@@ -21,7 +21,7 @@ from runstream import (
 )
 from runstream.engine.flow import validation
 from runstream.engine.journal import events as ev
-from runstream.projections.state import MAX_SIGNALS, RunStatus
+from runstream.projections.state import MAX_SIGNALS, RunStatus, round_run_id
 from runstream.testing import TestEnvironment
 
 approvals = Flow("upd-approvals")
@@ -127,3 +127,33 @@ async def test_a_handoff_carries_buffered_updates_to_the_next_round() -> None:
         await env.run_until_idle()
         assert await env.update("r", "approve", None) == "round 1"
         assert await env.result("r", follow=True) == "done"
+
+
+carried: Flow[Any, Any] = Flow("upd-carried")
+
+
+@carried.handler
+async def _carried(ctx: FlowContext, payload: Any) -> Any:
+    if payload == 0:
+        await ctx.sleep(10)
+        return Handoff(payload=1)
+    update = await ctx.wait_for_update("approve")
+    await update.reply(f"round {payload}")
+    return "done"
+
+
+async def test_an_update_a_handoff_carries_before_its_verdict_is_judged_in_the_next_round(
+) -> None:
+    """The verdict on the ended round is ignored; the next round is judged again (its key
+    names the round), and the owner then holds no key for it."""
+    async with TestEnvironment([carried]) as env:
+        await env.start(carried, 0, run_id="r")
+        await env.run_until_idle()
+        run = env.projection.runs["r"]
+        with env.log.held():  # the handoff in flight when the update request applies
+            env._request(ev.RunUpdateRequested, "r", request_id="u1", name="approve",
+                         payload_json="null")
+            env.decide(run, ev.RunHandedOff, next_run_id=round_run_id("r", 1), round=1,
+                       payload_json="1")
+        assert await env.update("r", "approve", None, request_id="u1") == "round 1"
+        assert len(env._decided) == 0

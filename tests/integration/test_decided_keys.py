@@ -1,0 +1,84 @@
+"""What an owner remembers it answered stays bounded by what is in flight (projections
+.reactions.DecidedKeys): a worker that wakes runs from their timers and judges their
+updates for as long as it owns the partitions holds no key for any of them once the
+projection has applied its decisions. Before, every wake, step resolution and update
+verdict left a key in the ownership's `decided` for the ownership's whole life.
+
+Also on the broker: an update whose run hands off before its verdict is judged again in
+the next round (its key names the round), where before it was never judged there and the
+caller waited for ever."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from runstream import Client, Flow, FlowContext, Handoff, RunStatus
+from tests.integration.support import running_worker, status_when, until
+from tests.integration.update_flows import approval
+
+SLEEPS = 15
+RUNS = 8
+
+napper: Flow[Any, Any] = Flow("decided-napper")
+
+
+@napper.handler
+async def _napper(ctx: FlowContext, payload: Any) -> Any:
+    for _ in range(SLEEPS):
+        await ctx.sleep(0.01)
+    return payload
+
+
+slow_check: Flow[Any, Any] = Flow("decided-slow-check")
+
+
+@slow_check.validator("approve")
+def _slowly(payload: Any) -> None:
+    import time
+    time.sleep(1.0)  # the handoff lands before this verdict
+
+
+@slow_check.handler
+async def _rounds(ctx: FlowContext, payload: Any) -> Any:
+    if payload == 0:
+        await ctx.sleep(0.3)
+        return Handoff(payload=1)
+    update = await ctx.wait_for_update("approve")
+    await update.reply(f"round {payload}")
+    return "done"
+
+
+FLOWS = [napper, approval, slow_check]
+
+
+async def test_the_owner_forgets_what_the_projection_holds(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path) -> None:
+    async with running_worker(bootstrap, namespace, tmp_path / "w", FLOWS) as worker, \
+            Client(bootstrap_servers=bootstrap, namespace=namespace, flows=FLOWS,
+                   read_model_dir=tmp_path / "rm") as client:
+        naps = [await client.create_run(napper, n, run_id=f"nap-{n}") for n in range(RUNS)]
+        await client.create_run(approval, {"count": 5}, run_id="approvals")
+        for amount in range(5):
+            assert await client.update("approvals", "approve", {"amount": amount}) == {
+                "total": sum(range(amount + 1))}
+        assert [await h.result(timeout=60) for h in naps] == list(range(RUNS))
+        await status_when(client, "approvals", RunStatus.completed)
+
+        def held() -> int:
+            return sum(len(own.decided) for own in worker.owned.values())
+        # RUNS x SLEEPS wakes and 5 update verdicts were decided: none is remembered once
+        # the projection applied it (the last record may still be on its way back).
+        await until(lambda: held() == 0, lambda: f"{held()} keys held", 30)
+
+
+async def test_an_update_carried_by_a_handoff_is_judged_in_the_next_round(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path) -> None:
+    async with running_worker(bootstrap, namespace, tmp_path / "w", FLOWS), \
+            Client(bootstrap_servers=bootstrap, namespace=namespace, flows=FLOWS,
+                   read_model_dir=tmp_path / "rm") as client:
+        await client.create_run(slow_check, 0, run_id="carried")
+        replied = await asyncio.wait_for(
+            client.update("carried", "approve", None, request_id="u-1"), 60)
+        assert replied == "round 1"
