@@ -111,7 +111,7 @@ def _change_existing(schedule: ScheduleState, change: Change, given: dict[str, A
         return [(ev.ScheduleFired, {**sid, "nominal_ms": now_ms, "run_id": run_id,
                                     "reason": "trigger", "next_fire_ms": None})]
     if action == "backfill":
-        return _backfill(schedule, given)
+        return _backfill(schedule, given, now_ms)
     paused = {"pause": True, "unpause": False}.get(action, given.get("paused", schedule.paused))
     note = given.get("note") if action in ("pause", "update") else None
     spec = _spec(given, schedule.spec) if action == "update" else schedule.spec
@@ -169,13 +169,17 @@ def _state(spec: ScheduleSpec, given: dict[str, Any], now_ms: int) -> dict[str, 
             "next_fire_ms": None if paused else next_fire(spec)(now_ms)}
 
 
-def _backfill(schedule: ScheduleState, given: dict[str, Any]) -> list[Record]:
+def _backfill(schedule: ScheduleState, given: dict[str, Any], now_ms: int) -> list[Record]:
     """Fire the instants in (start, end] the schedule did not handle itself (outside its
-    watermark range), MAX_BACKFILL at most, each as its own nominal run id."""
+    watermark range), up to now (an instant still to come is the schedule's own),
+    MAX_BACKFILL at most, each as its own nominal run id."""
     assert schedule.spec is not None
     start, end = given.get("start_ms"), given.get("end_ms")
     if start is None or end is None or end <= start:
         raise SpecInvalid("a backfill needs a start before its end")
+    if start >= now_ms:
+        raise SpecInvalid("a backfill fires past instants: its start is not in the past")
+    end = min(end, now_ms)
     instants = cron.fires_between(next_fire(schedule.spec), start, end, MAX_BACKFILL)
     chosen = [t for t in instants
               if not any(first <= t <= last for first, last in schedule.handled)]

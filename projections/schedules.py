@@ -141,6 +141,8 @@ def _decision(schedule: ScheduleState, record: ev.JournalRecord
     if isinstance(record, ev.ScheduleDeleted):
         return replace(answered, exists=False, next_fire_ms=None, buffered_ms=None,
                        updated_ms=when), ()
+    if isinstance(record, ev.ScheduleFired | ev.ScheduleSkipped) and _stopped(answered, record):
+        return answered, ()
     if isinstance(record, ev.ScheduleFired):
         return _fired(answered, record)
     if isinstance(record, ev.ScheduleSkipped):
@@ -177,11 +179,26 @@ def spec_of(record: ev.ScheduleCreated | ev.ScheduleUpdated) -> ScheduleSpec:
     return ScheduleSpec(**{k: v for k, v in given.items() if v is not None})
 
 
+def _stopped(schedule: ScheduleState, record: ev.ScheduleFired | ev.ScheduleSkipped) -> bool:
+    """A fire or skip the schedule no longer takes: deleted, or paused and the record its
+    own (decided on the state before the pause or delete, applied after it in log order).
+    A trigger or backfill of a paused schedule still fires."""
+    if not schedule.exists:
+        return True
+    own = isinstance(record, ev.ScheduleSkipped) or record.reason in _OWN_REASONS
+    return schedule.paused and own
+
+
+_OWN_REASONS = ("schedule", "catch-up", "buffered")
+
+
 def _fired(schedule: ScheduleState, record: ev.ScheduleFired
            ) -> tuple[ScheduleState, tuple[OutboxItem, ...]]:
-    if schedule.spec is None or any(f.run_id == record.run_id for f in schedule.recent):
+    if schedule.spec is None:
         return schedule, ()
     own = record.reason in ("schedule", "catch-up")
+    if any(f.run_id == record.run_id for f in schedule.recent):
+        return _fired_again(schedule, record, own), ()
     fired = Fired(run_id=record.run_id, nominal_ms=record.nominal_ms, reason=record.reason)
     running = tuple(r for r in schedule.running if r != record.cancel_run_id)
     made = replace(
@@ -203,6 +220,20 @@ def _fired(schedule: ScheduleState, record: ev.ScheduleFired
                           f"(overlap cancel_other)",
                 "requested_by": f"schedule/{schedule.schedule_id}"})))
     return made, tuple(outbox)
+
+
+def _fired_again(schedule: ScheduleState, record: ev.ScheduleFired, own: bool
+                 ) -> ScheduleState:
+    """An instant fired already (a backfill reached it before the schedule did, or this
+    is a fire sent again): no second run, but the schedule's own fire still moves it on to
+    its next instant, or it would wait on this one for ever (the owner decides each due
+    instant once). Forward only: a fire sent again is older than what followed it."""
+    after, current = record.next_fire_ms, schedule.next_fire_ms
+    if not own or after is None or current is None or after <= current:
+        return schedule
+    return replace(schedule, next_fire_ms=after, range_open=True,
+                   handled=extend(schedule.handled, schedule.range_open, record.nominal_ms),
+                   updated_ms=record.envelope.timestamp_ms)
 
 
 def fire_request(schedule: ScheduleState, record: ev.ScheduleFired) -> OutboxItem:

@@ -14,7 +14,12 @@ from runstream.engine.client.tail import JournalTail
 from runstream.engine.config import Duration
 from runstream.engine.errors import ScheduleNotFound, ScheduleRejected
 from runstream.engine.flow.definition import Flow
-from runstream.engine.flow.schedule_spec import backfill_fields, check_schedule_id, spec_fields
+from runstream.engine.flow.schedule_spec import (
+    NOT_GIVEN,
+    backfill_fields,
+    check_schedule_id,
+    spec_fields,
+)
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import request_envelope
@@ -66,7 +71,7 @@ class ScheduleCalls:
     async def update_schedule(self, schedule_id: str, **given: Any) -> None:
         """Change what is given (flow, payload, cron, every, timezone, overlap,
         catchup_window, jitter, run_timeout, paused, note); the next fire is recomputed."""
-        flow, payload = given.pop("flow", None), given.pop("payload", None)
+        flow, payload = given.pop("flow", None), given.pop("payload", NOT_GIVEN)
         await self._change("update", schedule_id, spec_fields(flow, payload, **given))
 
     async def pause_schedule(self, schedule_id: str, *, note: str = "") -> None:

@@ -17,6 +17,8 @@ from runstream.engine.flow.definition import Flow, dump_json
 from runstream.engine.journal.input_limits import check_name
 
 OVERLAPS = ("skip", "buffer_one", "allow_all", "cancel_other")
+# An update's payload when none is given (None is a payload: JSON null).
+NOT_GIVEN: Any = object()
 
 
 def check_schedule_id(schedule_id: str) -> str:
@@ -35,13 +37,14 @@ def _ms(value: Duration | None, what: str, *, positive: bool = False) -> int | N
     return ms
 
 
-def spec_fields(flow: Flow[Any, Any] | str | None = None, payload: Any = None, *,
+def spec_fields(flow: Flow[Any, Any] | str | None = None, payload: Any = NOT_GIVEN, *,
                 cron: str | None = None, every: Duration | None = None,
                 offset: Duration | None = None, timezone: str | None = None,
                 overlap: str | None = None, catchup_window: Duration | None = None,
                 jitter: Duration | None = None, run_timeout: Duration | None = None,
                 paused: bool | None = None, note: str | None = None) -> dict[str, Any]:
-    """The change request's fields for what is given (None: not given)."""
+    """The change request's fields for what is given (None: not given; for `payload`,
+    NOT_GIVEN: an update keeps the payload, whatever else it changes)."""
     if cron is not None and every is not None:
         raise InvalidInput("give a schedule cron or every, not both")
     if overlap is not None and overlap not in OVERLAPS:
@@ -57,6 +60,7 @@ def spec_fields(flow: Flow[Any, Any] | str | None = None, payload: Any = None, *
         name = flow.name if isinstance(flow, Flow) else flow
         check_name("flow", name)
         fields["flow"] = name
+    if payload is not NOT_GIVEN:
         fields["payload_json"] = (flow.dump_payload(payload) if isinstance(flow, Flow)
                                   else dump_json(payload))
     return {k: v for k, v in fields.items() if v is not None}

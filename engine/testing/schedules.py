@@ -12,7 +12,12 @@ from typing import Any
 from runstream.engine.config import Duration
 from runstream.engine.errors import ScheduleNotFound, ScheduleRejected
 from runstream.engine.flow.definition import Flow
-from runstream.engine.flow.schedule_spec import backfill_fields, check_schedule_id, spec_fields
+from runstream.engine.flow.schedule_spec import (
+    NOT_GIVEN,
+    backfill_fields,
+    check_schedule_id,
+    spec_fields,
+)
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import request_envelope
 from runstream.engine.testing.log import MemoryLog
@@ -54,7 +59,7 @@ class Schedules:
 
     async def update_schedule(self, schedule_id: str, **given: Any) -> None:
         """Change what is given (flow, payload, cron, every, timezone, overlap, ...)."""
-        flow, payload = given.pop("flow", None), given.pop("payload", None)
+        flow, payload = given.pop("flow", None), given.pop("payload", NOT_GIVEN)
         self._change("update", schedule_id, spec_fields(flow, payload, **given))
 
     async def pause_schedule(self, schedule_id: str, *, note: str = "") -> None:

@@ -81,6 +81,18 @@ async def test_every_2s_fires_in_real_time_through_every_door(
                 run = await client.describe(fired[0].run_id)
                 assert run.schedule_id == schedule_id
                 assert fired[0].run_id == fired_run_id(schedule_id, fired[0].nominal_ms)
+            # An update changes what it gives: a payload alone, or a flow alone (which keeps
+            # the payload), by the Client and the CLI.
+            await client.update_schedule("by-flow", payload={"door": "flow-2"})
+            updated = await cli("schedule", "update", "by-name", "--payload",
+                                '{"door": "name-2"}', bootstrap=bootstrap,
+                                namespace=namespace, cache=tmp_path / "cache")
+            assert updated.code == 0, updated.err
+            await client.update_schedule("by-producer", flow="sched-beat")
+            for schedule_id, door in (("by-flow", "flow-2"), ("by-name", "name-2"),
+                                      ("by-producer", "producer")):
+                run_id = await client.trigger_schedule(schedule_id)
+                assert await client.get_handle(run_id).result(timeout=60) == {"door": door}
             try:
                 await client.create_schedule("bad", beat, cron="61 * * * *")
                 raise AssertionError("a bad cron was taken")

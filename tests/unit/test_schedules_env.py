@@ -13,10 +13,12 @@ import pytest
 
 from runstream import Flow, ScheduleNotFound, ScheduleRejected
 from runstream.engine.journal import events as ev
-from runstream.engine.journal.records import request_envelope
+from runstream.engine.journal.records import decision_envelope, request_envelope
+from runstream.projections import schedules
 from runstream.projections.cron import fired_run_id
 from runstream.projections.schedule_owner import MAX_SCAN
-from runstream.projections.state import RunStatus
+from runstream.projections.schedule_state import ScheduleSpec, ScheduleState
+from runstream.projections.state import RunStatus, replace
 from runstream.testing import TestEnvironment
 
 tick = Flow("s-tick")
@@ -198,3 +200,67 @@ async def test_the_owner_refuses_a_schedule_id_no_client_would_send() -> None:
             assert "schedule id name" in answer.reason, answer.reason
         await env.sleep(120)
         assert env.list_schedules() == [] and env.projection.runs == {}
+
+
+async def test_a_backfill_reaching_past_now_fires_only_the_past() -> None:
+    """Backfilled instants still to come would be fired early, and the schedule's own fire
+    of each then ignored as a duplicate, leaving the schedule on that instant for ever."""
+    async with TestEnvironment([tick], start=START) as env:
+        await env.sleep(130)
+        await env.create_schedule("b", tick, every=60)  # its own instants: 180 s on
+        await env.backfill_schedule("b", START, START.replace(minute=5))
+        fired = env.describe_schedule("b").recent
+        assert [(f.reason, f.nominal_ms - ms(START)) for f in fired] == [
+            ("backfill", 60_000), ("backfill", 120_000)]
+        with pytest.raises(ScheduleRejected, match="past instants"):
+            await env.backfill_schedule("b", START.replace(minute=9), START.replace(minute=20))
+        await env.sleep(300)
+        schedule = env.describe_schedule("b")
+        own = [f.nominal_ms - ms(START) for f in schedule.recent if f.reason == "schedule"]
+        assert own == [180_000, 240_000, 300_000, 360_000, 420_000]
+
+
+def _fire(nominal: int, following: int, reason: str = "schedule") -> ev.ScheduleFired:
+    return ev.ScheduleFired(
+        envelope=decision_envelope(ev.ScheduleFired.TYPE, "", lineage_id="s", epoch=1,
+                                   source_id="w", now_ms=0),
+        schedule_id="s", nominal_ms=nominal, run_id=fired_run_id("s", nominal),
+        reason=reason, next_fire_ms=following)
+
+
+def test_a_fire_applied_after_a_delete_or_a_pause_starts_nothing() -> None:
+    """The owner decided it on the state before the pause or delete, which applied first."""
+    spec = ScheduleSpec(flow="s-tick", every_ms=60_000)
+    live = ScheduleState(schedule_id="s", partition=0, exists=True, spec=spec,
+                         next_fire_ms=120_000)
+    assert schedules._decision(live, _fire(120_000, 180_000))[1]  # (live: it fires)
+    deleted = replace(live, exists=False, next_fire_ms=None)
+    paused = replace(live, paused=True, next_fire_ms=None)
+    for stopped in (deleted, paused):
+        assert schedules._decision(stopped, _fire(120_000, 180_000)) == (stopped, ())
+    triggered = schedules._decision(paused, _fire(130_000, 0, reason="trigger"))
+    assert triggered[1] and triggered[0].next_fire_ms is None  # a trigger still fires
+    assert schedules._decision(deleted, _fire(130_000, 0, reason="trigger")) == (deleted, ())
+
+
+def test_the_schedules_own_fire_of_an_instant_fired_already_moves_it_on() -> None:
+    spec = ScheduleSpec(flow="s-tick", every_ms=60_000)
+    backfilled = schedules._decision(ScheduleState(
+        schedule_id="s", partition=0, exists=True, spec=spec, next_fire_ms=120_000),
+        _fire(120_000, 0, reason="backfill"))[0]
+    assert backfilled.next_fire_ms == 120_000
+    moved, outbox = schedules._decision(backfilled, _fire(120_000, 180_000))
+    assert outbox == () and moved.next_fire_ms == 180_000  # no second run, but on
+    again, _ = schedules._decision(moved, _fire(120_000, 180_000))
+    assert again is moved  # (the same fire sent again changes nothing)
+
+
+async def test_an_update_changes_the_payload_or_the_flow_alone() -> None:
+    async with TestEnvironment([tick], start=START) as env:
+        await env.create_schedule("u", tick, {"n": 1}, every=60)
+        await env.update_schedule("u", payload={"n": 2})
+        assert env.describe(await env.trigger_schedule("u")).payload_json == '{"n":2}'
+        await env.update_schedule("u", flow="s-tick")  # the flow alone keeps the payload
+        assert env.describe(await env.trigger_schedule("u")).payload_json == '{"n":2}'
+        await env.update_schedule("u", payload=None)  # None is a payload: JSON null
+        assert env.describe(await env.trigger_schedule("u")).payload_json == "null"
