@@ -23,6 +23,7 @@ from runstream.engine.journal import events as ev
 from runstream.engine.worker.executor import now_ms
 from runstream.engine.worker.ownership import Ownership
 from runstream.engine.worker.partition_protocols import TimerOwner
+from runstream.projections.cron import CronInvalid
 from runstream.projections.deadlines import DEADLINE_POSITION
 from runstream.projections.schedules import SCHEDULE_DECISIONS, schedule_id_of
 
@@ -145,6 +146,14 @@ class TimerSweeper:
                 sent = schedule is not None and owner.reactions.on_schedule_due(own, schedule)
             except WorkerFatal:  # the source failed: its renewal claims, then resets us
                 return
+            except CronInvalid as exc:
+                # A zone this host's tzdata lacks (the worker that created it had it): not
+                # this worker's to fire. Held as in flight, so not tried at every sweep:
+                # a change to the schedule, or another owner, tries again. (Raised, it
+                # stopped the sweeper: every timer of the worker, then the worker itself.)
+                log.error("partition %d: schedule %s cannot be fired on this worker: %s",
+                          own.partition, schedule_id, exc)
+                sent = True
             if sent:
                 self._in_flight[key] = (own.partition, SCHEDULE_POSITION)
 
