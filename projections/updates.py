@@ -136,6 +136,14 @@ def refusal_text(run: RunState) -> str:
             f"most it keeps ({MAX_SIGNALS})")
 
 
+def reused_request_text(request_id: str) -> str:
+    """Why an update whose request id is a duplicate of another request is refused: the
+    dedupe is the partition's, so the first request, to another run (or not an update),
+    answers it, and this update would wait for an outcome that never comes."""
+    return (f"its request id {request_id!r} was used before for another request (to another "
+            f"run, or not an update): give each update its own")
+
+
 def verdict_body(item: InboxItem, reason: str | None) -> tuple[type[ev.JournalRecord],
                                                                dict[str, object]]:
     """The owner's verdict on a pending update: accepted (`reason` None) or rejected."""

@@ -30,7 +30,13 @@ from runstream.engine.readmodel.view import View
 from runstream.projections.replay import update_outcome
 from runstream.projections.requests import describe_refusal
 from runstream.projections.state import RunState, Verdict
-from runstream.projections.updates import answer_of, carried, outcome_offset, refusal_text
+from runstream.projections.updates import (
+    answer_of,
+    carried,
+    outcome_offset,
+    refusal_text,
+    reused_request_text,
+)
 
 POLL_S = 0.05
 
@@ -64,7 +70,19 @@ class UpdateRequests:
         if answer.verdict is Verdict.refused:
             raise UpdateRefused(run_id, name, describe_refusal(answer.run, answer.record))
         target = answer.run.run_id if answer.run is not None else run_id
+        if answer.verdict is Verdict.duplicate and not await self._asked_before(
+                {run_id, target}, answer.partition, request_id):
+            raise UpdateRefused(run_id, name, reused_request_text(request_id))
         return await self._outcome(target, answer.partition, request_id, name, timeout)
+
+    async def _asked_before(self, run_ids: set[str], partition: int, request_id: str
+                            ) -> bool:
+        """Whether the request `request_id` duplicates is an update to one of `run_ids` (the
+        id asked, the round it reached)."""
+        view = await (await self.read_model()).catch_up([partition])
+        items = (view.request_item(run_id, request_id) for run_id in sorted(run_ids))
+        return any(item is not None and item.verdict is Verdict.applied
+                   and item.type == ev.RunUpdateRequested.TYPE for item in items)
 
     async def _outcome(self, run_id: str, partition: int, request_id: str, name: str,
                        timeout: float | None) -> Any:

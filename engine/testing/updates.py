@@ -16,7 +16,13 @@ from runstream.projections.memory import MemoryProjection
 from runstream.projections.replay import update_outcome
 from runstream.projections.requests import describe_refusal
 from runstream.projections.state import RunState, Verdict
-from runstream.projections.updates import answer_of, carried, outcome_offset, refusal_text
+from runstream.projections.updates import (
+    answer_of,
+    carried,
+    outcome_offset,
+    refusal_text,
+    reused_request_text,
+)
 
 
 class EnvUpdates:
@@ -47,6 +53,9 @@ class EnvUpdates:
                 envelope=envelope(ev.RunUpdateRequested, run_id, request_id, 0), name=name)
             raise UpdateRefused(run_id, name, describe_refusal(
                 run, asked, self.projection.store.tombstone(run_id)))
+        if verdict is Verdict.duplicate and not self._asked_before(
+                {run_id, run.run_id}, request_id):
+            raise UpdateRefused(run_id, name, reused_request_text(request_id))
         holder = [run.run_id]
         await self._drive(lambda: self._answered(holder, request_id))
         run = self.projection.runs[holder[0]]
@@ -54,6 +63,13 @@ class EnvUpdates:
         if outcome is None:
             raise UpdateRefused(run_id, name, refusal_text(run))
         return answer_of(run_id, name, outcome)
+
+    def _asked_before(self, run_ids: set[str], request_id: str) -> bool:
+        """Whether the request `request_id` duplicates is an update to one of `run_ids`."""
+        return any(item.verdict is Verdict.applied and isinstance(item.record,
+                                                                  ev.RunUpdateRequested)
+                   and item.record.envelope.request_id == request_id
+                   for run_id in run_ids for item in self.projection.history.get(run_id, []))
 
     def _answered(self, holder: list[str], request_id: str) -> bool:
         """Whether the update has its outcome, or its run settled without one (following it

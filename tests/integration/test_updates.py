@@ -19,6 +19,8 @@ import pytest
 
 from runstream import Client, RunStatus, UpdateRefused, UpdateRejected
 from runstream.engine.journal import events as ev
+from runstream.projections.partitioning import run_partition
+from tests.conftest import TEST_JOURNAL_PARTITIONS
 from tests.integration.support import WorkerProcess, fold, running_worker, status_when
 from tests.integration.test_cli import cli
 from tests.integration.test_lifetime import SCHEMAS, produce_plain
@@ -80,6 +82,16 @@ async def test_rejections_duplicates_and_refusals(bootstrap: str, namespace: str
             first = await client.update("r", "approve", {"amount": 3}, request_id="same")
             again = await client.update("r", "approve", {"amount": 50}, request_id="same")
             assert first == again == {"total": 3}
+            # The request ids are deduplicated per partition: "same" on another run of it is
+            # refused at once (it waited for ever for an outcome the first request had).
+            other = next(f"other-{n}" for n in range(1000) if run_partition(
+                f"other-{n}", TEST_JOURNAL_PARTITIONS) == run_partition(
+                "r", TEST_JOURNAL_PARTITIONS))
+            await client.create_run(approval, {"count": 1}, run_id=other)
+            with pytest.raises(UpdateRefused, match="used before for another request"):
+                await client.update(other, "approve", {"amount": 1}, request_id="same",
+                                    timeout=60)
+            assert await client.update(other, "approve", {"amount": 2}) == {"total": 2}
             # The run now takes one more, never answers it and completes: the caller
             # hears UpdateRefused, never silence.
             with pytest.raises(UpdateRefused, match="without answering it"):

@@ -157,3 +157,14 @@ async def test_an_update_a_handoff_carries_before_its_verdict_is_judged_in_the_n
                        payload_json="1")
         assert await env.update("r", "approve", None, request_id="u1") == "round 1"
         assert len(env._decided) == 0
+
+
+async def test_a_request_id_used_for_another_runs_update_is_refused_not_a_hang() -> None:
+    async with TestEnvironment([approvals], partitions=1) as env:  # (one partition: one
+        for run_id in ("quote-1", "quote-2"):                      # dedupe for both runs)
+            await env.start(approvals, {"count": 2}, run_id=run_id)
+        await env.run_until_idle()
+        first = await env.update("quote-1", "approve", {"amount": 1}, request_id="d-1")
+        assert await env.update("quote-1", "approve", {"amount": 7}, request_id="d-1") == first
+        with pytest.raises(UpdateRefused, match="used before for another request"):
+            await env.update("quote-2", "approve", {"amount": 2}, request_id="d-1")
