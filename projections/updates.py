@@ -24,6 +24,7 @@ and not replied) is refused: the caller reads the settled run and no outcome
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from runstream.engine.errors import UpdateRejected
@@ -127,6 +128,14 @@ def carried(run: RunState, request_id: str) -> bool:
         s.request_id == request_id for s in run.signals)
 
 
+def followed(next_round: RunState, request_id: str) -> bool:
+    """Whether the update went on into `next_round` (its handoff carried it): waiting there,
+    or answered there already (a caller that looks after the answer). A caller seeing its
+    round end follows the update there, else it was never answered. (Taken there and not
+    yet answered, it is neither for that moment: a known gap.)"""
+    return carried(next_round, request_id) or outcome_offset(next_round, request_id) is not None
+
+
 def refusal_text(run: RunState) -> str:
     """Why an update request is refused, or why an update taken by a run was never
     answered (its run settled)."""
@@ -134,6 +143,17 @@ def refusal_text(run: RunState) -> str:
         return f"the run has ended ({run.status.value}) without answering it"
     return (f"the run holds {buffered(run)} updates and signals no wait has taken yet, the "
             f"most it keeps ({MAX_SIGNALS})")
+
+
+def lineage_rounds(run_of: Callable[[str], RunState | None], lineage_id: str
+                   ) -> Iterator[RunState]:
+    """The rounds of a lineage still held, round 0 first, following its handoffs (an
+    update's request id names one update of the whole lineage: a request to a round
+    that ended is carried to the next)."""
+    run = run_of(lineage_id)
+    while run is not None:
+        yield run
+        run = run_of(run.handed_off_to) if run.handed_off_to else None
 
 
 def reused_request_text(request_id: str) -> str:

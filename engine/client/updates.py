@@ -32,7 +32,8 @@ from runstream.projections.requests import describe_refusal
 from runstream.projections.state import RunState, Verdict
 from runstream.projections.updates import (
     answer_of,
-    carried,
+    followed,
+    lineage_rounds,
     outcome_offset,
     refusal_text,
     reused_request_text,
@@ -70,17 +71,18 @@ class UpdateRequests:
         if answer.verdict is Verdict.refused:
             raise UpdateRefused(run_id, name, describe_refusal(answer.run, answer.record))
         target = answer.run.run_id if answer.run is not None else run_id
+        lineage = answer.run.lineage_id if answer.run is not None else run_id
         if answer.verdict is Verdict.duplicate and not await self._asked_before(
-                {run_id, target}, answer.partition, request_id):
+                lineage, answer.partition, request_id):
             raise UpdateRefused(run_id, name, reused_request_text(request_id))
         return await self._outcome(target, answer.partition, request_id, name, timeout)
 
-    async def _asked_before(self, run_ids: set[str], partition: int, request_id: str
-                            ) -> bool:
-        """Whether the request `request_id` duplicates is an update to one of `run_ids` (the
-        id asked, the round it reached)."""
+    async def _asked_before(self, lineage_id: str, partition: int, request_id: str) -> bool:
+        """Whether the request `request_id` duplicates is an update to a round of the
+        lineage."""
         view = await (await self.read_model()).catch_up([partition])
-        items = (view.request_item(run_id, request_id) for run_id in sorted(run_ids))
+        items = (view.request_item(run.run_id, request_id)
+                 for run in lineage_rounds(view.run, lineage_id))
         return any(item is not None and item.verdict is Verdict.applied
                    and item.type == ev.RunUpdateRequested.TYPE for item in items)
 
@@ -103,7 +105,7 @@ class UpdateRequests:
             if run.status.is_terminal:
                 following = run.handed_off_to
                 next_round = view.run(following) if following is not None else None
-                if next_round is None or not carried(next_round, request_id):
+                if next_round is None or not followed(next_round, request_id):
                     raise UpdateRefused(run_id, name, refusal_text(run))
                 run_id = next_round.run_id  # (carried by a handoff: answered there)
             if deadline is not None and time.monotonic() > deadline:

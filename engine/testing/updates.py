@@ -18,7 +18,8 @@ from runstream.projections.requests import describe_refusal
 from runstream.projections.state import RunState, Verdict
 from runstream.projections.updates import (
     answer_of,
-    carried,
+    followed,
+    lineage_rounds,
     outcome_offset,
     refusal_text,
     reused_request_text,
@@ -53,8 +54,7 @@ class EnvUpdates:
                 envelope=envelope(ev.RunUpdateRequested, run_id, request_id, 0), name=name)
             raise UpdateRefused(run_id, name, describe_refusal(
                 run, asked, self.projection.store.tombstone(run_id)))
-        if verdict is Verdict.duplicate and not self._asked_before(
-                {run_id, run.run_id}, request_id):
+        if verdict is Verdict.duplicate and not self._asked_before(run.lineage_id, request_id):
             raise UpdateRefused(run_id, name, reused_request_text(request_id))
         holder = [run.run_id]
         await self._drive(lambda: self._answered(holder, request_id))
@@ -64,26 +64,28 @@ class EnvUpdates:
             raise UpdateRefused(run_id, name, refusal_text(run))
         return answer_of(run_id, name, outcome)
 
-    def _asked_before(self, run_ids: set[str], request_id: str) -> bool:
-        """Whether the request `request_id` duplicates is an update to one of `run_ids`."""
-        return any(item.verdict is Verdict.applied and isinstance(item.record,
-                                                                  ev.RunUpdateRequested)
+    def _asked_before(self, lineage_id: str, request_id: str) -> bool:
+        """Whether the request `request_id` duplicates is an update to a round of the
+        lineage."""
+        return any(item.verdict is Verdict.applied
+                   and isinstance(item.record, ev.RunUpdateRequested)
                    and item.record.envelope.request_id == request_id
-                   for run_id in run_ids for item in self.projection.history.get(run_id, []))
+                   for run in lineage_rounds(self.projection.runs.get, lineage_id)
+                   for item in self.projection.history.get(run.run_id, []))
 
     def _answered(self, holder: list[str], request_id: str) -> bool:
         """Whether the update has its outcome, or its run settled without one (following it
         into the next round when a handoff carried it)."""
-        run = self.projection.runs[holder[0]]
-        if self._outcome(run, request_id) is not None:
-            return True
-        if not run.status.is_terminal:
-            return False
-        following = run.handed_off_to and self.projection.runs.get(run.handed_off_to)
-        if following and carried(following, request_id):
-            holder[0] = following.run_id
-            return False
-        return True
+        while True:
+            run = self.projection.runs[holder[0]]
+            if self._outcome(run, request_id) is not None:
+                return True
+            if not run.status.is_terminal:
+                return False
+            following = run.handed_off_to and self.projection.runs.get(run.handed_off_to)
+            if not (following and followed(following, request_id)):
+                return True
+            holder[0] = following.run_id  # (and look there now: it may be answered)
 
     def _outcome(self, run: RunState, request_id: str
                  ) -> ev.UpdateRejected | ev.UpdateCompleted | None:

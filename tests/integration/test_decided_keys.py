@@ -82,3 +82,8 @@ async def test_an_update_carried_by_a_handoff_is_judged_in_the_next_round(
         replied = await asyncio.wait_for(
             client.update("carried", "approve", None, request_id="u-1"), 60)
         assert replied == "round 1"
+        # The same request id again, by the lineage or by the round that answered: the same
+        # update (its request was to round 0), answered by its first outcome.
+        for addressed in ("carried", "carried~1"):
+            assert await asyncio.wait_for(client.update(
+                addressed, "approve", None, request_id="u-1"), 60) == "round 1"

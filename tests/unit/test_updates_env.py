@@ -168,3 +168,14 @@ async def test_a_request_id_used_for_another_runs_update_is_refused_not_a_hang()
         assert await env.update("quote-1", "approve", {"amount": 7}, request_id="d-1") == first
         with pytest.raises(UpdateRefused, match="used before for another request"):
             await env.update("quote-2", "approve", {"amount": 2}, request_id="d-1")
+
+
+async def test_an_update_answered_in_a_later_round_is_its_answer_to_a_repeat() -> None:
+    """A repeat of the request id, by the lineage or by the round that answered, gets the
+    outcome the next round gave (it was refused, or waited, once its own round ended)."""
+    async with TestEnvironment([carried]) as env:
+        await env.start(carried, 0, run_id="r")
+        await env.run_until_idle()
+        assert await env.update("r", "approve", None, request_id="d-1") == "round 1"
+        for addressed in ("r", round_run_id("r", 1)):
+            assert await env.update(addressed, "approve", None, request_id="d-1") == "round 1"
