@@ -1,11 +1,17 @@
 """Running an update's validator (Flow.validator) as its owner does: in a thread of its own,
-with a time limit, its verdict a reason to reject or None. The worker calls it from a thread
-of its pool (engine.worker.reactions), the TestEnvironment directly: the same code."""
+with a time limit, its verdict a reason to reject or None. The TestEnvironment waits for that
+thread (`judge`); the worker awaits it on its event loop (`judge_on_loop`, from
+engine.worker.reactions), so that no thread of the loop's pool stands waiting on a slow
+validator: that pool also runs sync steps and snapshot reads, and six slow validators held
+all of it here (two cores: min(32, cores + 4) threads). Same preparation, same verdicts.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from runstream.engine.errors import journal_text
@@ -14,11 +20,51 @@ from runstream.projections.state import InboxItem
 
 VALIDATOR_LIMIT_S = 5.0  # a validator still running after this rejects its update
 
+Verdict = str | None  # None: accepted; else why it is rejected
+Validation = Callable[[], Verdict]
+
 
 def judge(flow: RegisteredFlow, item: InboxItem, limit: float = VALIDATOR_LIMIT_S
-          ) -> str | None:
+          ) -> Verdict:
     """None: the update is accepted; else why it is rejected (the validator's message, or
     that it ran out of time; a validator that never returns is abandoned in its thread)."""
+    prepared = _prepared(flow, item)
+    if not callable(prepared):
+        return prepared
+    verdict: list[Verdict] = []
+    thread = threading.Thread(target=lambda: verdict.append(prepared()),
+                              name=f"runstream-validator-{item.name}", daemon=True)
+    thread.start()
+    thread.join(limit)
+    return verdict[0] if verdict else _out_of_time(item, limit)
+
+
+async def judge_on_loop(flow: RegisteredFlow, item: InboxItem,
+                        limit: float = VALIDATOR_LIMIT_S) -> Verdict:
+    """`judge`, awaited: the validator's thread hands its verdict to the loop."""
+    prepared = _prepared(flow, item)
+    if not callable(prepared):
+        return prepared
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Verdict] = loop.create_future()
+
+    def run() -> None:
+        verdict = prepared()
+        try:
+            loop.call_soon_threadsafe(_settle, done, verdict)
+        except RuntimeError:  # the loop closed meanwhile: nobody waits for it
+            pass
+
+    threading.Thread(target=run, name=f"runstream-validator-{item.name}", daemon=True).start()
+    try:
+        return await asyncio.wait_for(done, limit)
+    except TimeoutError:
+        return _out_of_time(item, limit)
+
+
+def _prepared(flow: RegisteredFlow, item: InboxItem) -> Verdict | Validation:
+    """The validation to run, or the verdict without one (no validator: accepted; a payload
+    that is not JSON: rejected)."""
     validator: Any = flow.validator_for(item.name or "")
     if validator is None:
         return None
@@ -26,19 +72,21 @@ def judge(flow: RegisteredFlow, item: InboxItem, limit: float = VALIDATOR_LIMIT_
         payload = json.loads(item.payload_json or "null")
     except ValueError as exc:
         return f"the payload is not JSON: {exc}"
-    verdict: list[str | None] = []
 
-    def run() -> None:
+    def validation() -> Verdict:
         try:
             validator(payload)
-            verdict.append(None)
+            return None
         except Exception as exc:  # its refusal, whatever it raised
-            verdict.append(journal_text(str(exc)) or type(exc).__name__)
+            return journal_text(str(exc)) or type(exc).__name__
 
-    thread = threading.Thread(target=run, name=f"runstream-validator-{item.name}",
-                              daemon=True)
-    thread.start()
-    thread.join(limit)
-    if not verdict:
-        return f"the validator of update {item.name!r} ran out of time ({limit:g}s)"
-    return verdict[0]
+    return validation
+
+
+def _settle(done: asyncio.Future[Verdict], verdict: Verdict) -> None:
+    if not done.done():  # (not after its time ran out)
+        done.set_result(verdict)
+
+
+def _out_of_time(item: InboxItem, limit: float) -> str:
+    return f"the validator of update {item.name!r} ran out of time ({limit:g}s)"

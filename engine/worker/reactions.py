@@ -16,7 +16,7 @@ from typing import Any
 
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.flow.context import RunReleased
-from runstream.engine.flow.validation import judge
+from runstream.engine.flow.validation import judge_on_loop
 from runstream.engine.journal import events as ev
 from runstream.engine.worker.committer import BLAME_AT_BYTES
 from runstream.engine.worker.executor import now_ms
@@ -161,7 +161,7 @@ class Reactions:
         flow = self.owner.flows.get(validate.run.flow)
         if flow is None:
             return
-        reason = await asyncio.to_thread(judge, flow, validate.item)
+        reason = await judge_on_loop(flow, validate.item)
         if self.owner.owned.get(own.partition) is not own:
             return  # (its next owner judges it again, at its claim)
         try:
