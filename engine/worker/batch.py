@@ -173,7 +173,7 @@ async def _match(io: BatchIO, where: str, after: str | None, ends: dict[int, int
         page = query_plan.answer(query, view, limit=CHUNK, after=after)
         for run in page:
             after = run.run_id
-            if run.run_id != batch_run_id and _existed(run, ends):
+            if run.run_id != batch_run_id and _existed(run, ends) and _own_target(run):
                 ids.append(run.run_id)
                 if len(ids) == CHUNK:
                     break
@@ -184,6 +184,13 @@ async def _match(io: BatchIO, where: str, after: str | None, ends: dict[int, int
 
 def _existed(run: RunState, ends: dict[int, int]) -> bool:
     return run.request_offset < ends.get(run.partition, 0)
+
+
+def _own_target(run: RunState) -> bool:
+    """Not a round that handed off: a request naming round 0's id (its lineage's) reaches the
+    lineage's latest round, which the query judges on its own (`round = 0` cancelled the
+    live round it did not match)."""
+    return run.handed_off_to is None or run.run_id != run.lineage_id
 
 
 async def _send(io: BatchIO, spec: BatchSpec, ceiling: tuple[str, ...] | None,
@@ -197,7 +204,10 @@ async def _send(io: BatchIO, spec: BatchSpec, ceiling: tuple[str, ...] | None,
     while waiting and time.monotonic() < deadline:
         view = await io.view()
         for run_id, record in list(waiting.items()):
-            item = view.request_item(run_id, record.envelope.request_id or "")
+            asked = record.envelope.request_id or ""
+            # (a run that handed off since its match: the request reached the latest round)
+            item = (view.request_item(run_id, asked)
+                    or view.request_item(view.addressed(run_id), asked))
             if item is None:
                 continue
             del waiting[run_id]

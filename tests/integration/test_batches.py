@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from runstream import Client, Flow, FlowContext, RunStatus
+from runstream import Client, Flow, FlowContext, Handoff, RunStatus
 from runstream.engine.journal import events as ev
 from runstream.projections.batch import batch_run_id
 from tests.integration.support import fold, running_worker, status_when
@@ -25,7 +25,17 @@ async def _parked(ctx: FlowContext, payload: Any) -> Any:
     return await ctx.wait_for("go")
 
 
-flows: list[Flow[Any, Any]] = [parked]
+handing: Flow[Any, Any] = Flow("batch-handing")
+
+
+@handing.handler
+async def _handing(ctx: FlowContext, payload: Any) -> Any:
+    if payload == 0:
+        return Handoff(payload=1)
+    return await ctx.wait_for("go")
+
+
+flows: list[Flow[Any, Any]] = [parked, handing]
 
 
 async def _create(client: Client, count: int, prefix: str, **attributes: Any) -> list[str]:
@@ -113,3 +123,24 @@ async def test_a_batch_reports_refusals_and_skips_runs_created_after_it_began(
                             bootstrap=bootstrap, namespace=namespace, cache=tmp_path / "c")
             assert bad.code != 0 and "position" in bad.err
             assert late
+
+
+async def test_a_batch_acts_on_the_rounds_it_matched_not_on_their_lineage(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """Round 0's id is its lineage's, and a request naming it reaches the latest round: a
+    batch matching a round 0 that handed off (`round = 0`) cancelled the live round, which
+    the query did not match, and reported the cancel as unanswered after its wait."""
+    async with running_worker(bootstrap, namespace, tmp_path / "w", flows):
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows,
+                          read_model_dir=tmp_path / "rm") as client:
+            await client.create_run(handing, 0, run_id="lin", attributes={"team": "h"})
+            await status_when(client, "lin~1", RunStatus.suspended)
+            first = await client.cancel_where("team = 'h' and round = 0", reason="r0")
+            report = await first.result(timeout=90)
+            assert (report["matched"], report["done"], report["refused"]) == (0, 0, 0)
+            assert (await client.describe("lin~1")).status is RunStatus.suspended
+            live = await client.cancel_where("team = 'h'", reason="all")
+            report = await live.result(timeout=90)
+            assert (report["matched"], report["done"], report["refused"]) == (1, 1, 0)
+            await status_when(client, "lin~1", RunStatus.cancelled)
