@@ -115,8 +115,12 @@ def _change_existing(schedule: ScheduleState, change: Change, given: dict[str, A
     paused = {"pause": True, "unpause": False}.get(action, given.get("paused", schedule.paused))
     note = given.get("note") if action in ("pause", "update") else None
     spec = _spec(given, schedule.spec) if action == "update" else schedule.spec
+    # On from the instant the schedule was on, not from now: one past its time but not
+    # due yet (its jitter) still fires, where a change made meanwhile dropped it.
+    on = schedule.next_fire_ms
+    since = now_ms if on is None else min(now_ms, on - 1)
     return [(ev.ScheduleUpdated, {**sid, **_state(spec, {"paused": paused, "note": note},
-                                                  now_ms)})]
+                                                  since)})]
 
 
 def _check_authority(spec: ScheduleSpec, given: dict[str, Any]) -> None:
@@ -245,7 +249,10 @@ def _fire_or_skip(schedule: ScheduleState, nominal: int, after: int, running: li
     run_id = cron.fired_run_id(sid, nominal)
     fired = {"schedule_id": sid, "nominal_ms": nominal, "run_id": run_id,
              "reason": "schedule", "next_fire_ms": after}
-    if not running or overlap == "allow_all":
+    # Under buffer_one a buffered fire not started yet holds the slot too (a settlement
+    # just sent it): firing beside it ran two at once.
+    taken = bool(running) or (overlap == "buffer_one" and buffered is not None)
+    if not taken or overlap == "allow_all":
         return (ev.ScheduleFired, fired), [*running, run_id], buffered
     if overlap == "cancel_other":
         return (ev.ScheduleFired, {**fired, "cancel_run_id": running[-1]}), [run_id], buffered

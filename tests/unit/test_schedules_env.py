@@ -14,8 +14,9 @@ import pytest
 from runstream import Flow, ScheduleNotFound, ScheduleRejected
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import decision_envelope, request_envelope
-from runstream.projections import schedules
+from runstream.projections import schedule_owner, schedules
 from runstream.projections.cron import fired_run_id
+from runstream.projections.reactions import DecidedKeys, OwnerView, Write
 from runstream.projections.schedule_owner import MAX_SCAN
 from runstream.projections.schedule_state import ScheduleSpec, ScheduleState
 from runstream.projections.state import RunStatus, replace
@@ -264,3 +265,33 @@ async def test_an_update_changes_the_payload_or_the_flow_alone() -> None:
         assert env.describe(await env.trigger_schedule("u")).payload_json == '{"n":2}'
         await env.update_schedule("u", payload=None)  # None is a payload: JSON null
         assert env.describe(await env.trigger_schedule("u")).payload_json == "null"
+
+
+async def test_a_change_keeps_an_instant_past_its_time_but_not_yet_due() -> None:
+    """Every 60 s with a 5-minute jitter: an update made after an instant's nominal time
+    and before its due time (nominal plus jitter) recomputed the next instant from now and
+    dropped that one, with no skip counted."""
+    async with TestEnvironment([tick], start=START) as env:
+        await env.create_schedule("j", tick, {"n": 1}, every=60, jitter=300)
+        schedule = env.describe_schedule("j")
+        nominal = next(n for n in range(ms(START) + 60_000, ms(START) + 3_600_000, 60_000)
+                       if schedule.due_of(n) - n > 60_000)
+        await env.sleep((nominal - ms(START)) / 1000 + 10)  # past it, before it is due
+        await env.update_schedule("j", payload={"n": 2})
+        await env.sleep(400)
+        assert env.describe(fired_run_id("j", nominal)).status is RunStatus.completed
+
+
+def test_a_buffered_fire_not_started_holds_the_slot_under_buffer_one() -> None:
+    """The settlement of the running fire sent the buffered one; the next instant, due
+    before that record applies, is skipped, not fired beside it."""
+    spec = ScheduleSpec(flow="s-tick", every_ms=60_000, overlap="buffer_one")
+    state = ScheduleState(schedule_id="s", partition=0, exists=True, spec=spec,
+                          next_fire_ms=180_000, buffered_ms=120_000)
+    view = OwnerView(flows={}, owner="w", entry=lambda run_id, position: None,
+                     decided=DecidedKeys(), in_flight=lambda run_id: False,
+                     executing=lambda run_id: False)
+    [write] = schedule_owner.on_due(view, state, 181_000)
+    assert isinstance(write, Write)
+    [(record, body)] = write.records
+    assert (record, body["reason"]) == (ev.ScheduleSkipped, "overlap")
