@@ -185,18 +185,20 @@ def _stopped(schedule: ScheduleState, record: ev.ScheduleFired | ev.ScheduleSkip
     A trigger or backfill of a paused schedule still fires."""
     if not schedule.exists:
         return True
-    own = isinstance(record, ev.ScheduleSkipped) or record.reason in _OWN_REASONS
+    own = isinstance(record, ev.ScheduleSkipped) or record.reason in (*_ON_TIME, "buffered")
     return schedule.paused and own
 
 
-_OWN_REASONS = ("schedule", "catch-up", "buffered")
+# The fires of the schedule's own instants (they move its watermark and next fire); with
+# "buffered", every fire that is the schedule's own and not a trigger or backfill.
+_ON_TIME = ("schedule", "catch-up")
 
 
 def _fired(schedule: ScheduleState, record: ev.ScheduleFired
            ) -> tuple[ScheduleState, tuple[OutboxItem, ...]]:
     if schedule.spec is None:
         return schedule, ()
-    own = record.reason in ("schedule", "catch-up")
+    own = record.reason in _ON_TIME
     if any(f.run_id == record.run_id for f in schedule.recent):
         return _fired_again(schedule, record, own), ()
     fired = Fired(run_id=record.run_id, nominal_ms=record.nominal_ms, reason=record.reason)

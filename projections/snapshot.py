@@ -275,7 +275,7 @@ def partition_ranges(partition: int) -> list[tuple[bytes, bytes, bool]]:
         else:
             starts = [(b"%s/%05d" if letter in "pv" else b"%s/%05d/") % (letter.encode(),
                                                                           partition)]
-        ranges.extend((start, start[:-1] + bytes([start[-1] + 1]), letter == "z")
+        ranges.extend((start, keys.upper_bound(start), letter == "z")
                       for start in starts)
     return ranges
 

@@ -168,7 +168,7 @@ def frozen_runs(path: Path, partition: int) -> Iterator[RunState]:
     try:
         start = keys.runs_prefix(partition)
         read = ReadOptions()
-        read.set_iterate_upper_bound(start[:-1] + bytes([start[-1] + 1]))
+        read.set_iterate_upper_bound(keys.upper_bound(start))
         found: Iterable[Any] = db.values(from_key=start, read_opt=read)
         for raw in found:
             yield decode_state(RunState, raw)
