@@ -9,6 +9,7 @@ from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from runstream.engine.journal.events import Envelope
 from runstream.projections.fork_transitions import ForkAsk
 from runstream.projections.sending import Record
 from runstream.projections.state import InboxItem, JournalEntry, RunState
@@ -50,21 +51,33 @@ def _no_slot(flow: str) -> bool:
     return False
 
 
+# What a decision that names no run is about: a schedule's (its lineage is the schedule
+# id), as "\0schedule/<id>" (no run id begins with NUL).
+SCHEDULE_SUBJECT = "\0schedule/"
+
+
+def subject_of(run_id: str, lineage_id: str) -> str:
+    """Whom a decision is about, for what an owner holds in flight: its run, or, for a
+    schedule's decision (run id ""), its schedule."""
+    return run_id or SCHEDULE_SUBJECT + lineage_id
+
+
 class DecidedKeys:
     """The keys an owner answered under one ownership (projections.owner: a key is sent
     once), kept only while the projection does not dedupe them yet. A write's key goes when
-    the last of our decisions in flight about its run applies (`drained`): the projection
-    holds the write then (a wake's run has moved past its wait, an update has its verdict),
-    so the reaction does not come again. A create's answer goes by its request id when it
-    applies (`discard`). The rest (a fork answered: rare, read from the journal off the
-    record path) and a schedule's (see add) stay for the ownership. Bounded by the runs with
-    decisions in flight, plus those: before, every wake, resolution and update verdict added
-    a key for the ownership's life.
+    the last of our decisions in flight about its subject (`subject_of`: its run, or its
+    schedule) applies (`drained`): the projection holds the write then (a wake's run has
+    moved past its wait, an update has its verdict, a schedule has moved past the instant
+    it fired or the change it answered), so the reaction does not come again. A create's
+    answer goes by its request id when it applies (`discard`). The rest (a fork answered:
+    rare, read from the journal off the record path) stay for the ownership. Bounded by the
+    subjects with decisions in flight, plus those: before, every wake, resolution, update
+    verdict and schedule fire added a key for the ownership's life.
     """
 
     def __init__(self) -> None:
         self._keys: set[str] = set()
-        self._by_run: dict[str, set[str]] = {}  # run id -> its writes' keys in flight
+        self._by_subject: dict[str, set[str]] = {}  # subject -> its writes' keys in flight
 
     def __contains__(self, key: object) -> bool:
         return key in self._keys
@@ -72,25 +85,24 @@ class DecidedKeys:
     def __len__(self) -> int:
         return len(self._keys)
 
-    def add(self, key: str, run_id: str | None = None) -> None:
-        """`key` answered; with `run_id`, by a write about that run sent now. A schedule's
-        writes name no run (""): nothing says when all of them applied, so their keys stay
-        for the ownership (one per fire: not bounded yet)."""
+    def add(self, key: str, subject: str | None = None) -> None:
+        """`key` answered; with `subject` (`subject_of`), by a write about it sent now."""
         self._keys.add(key)
-        if run_id:
-            self._by_run.setdefault(run_id, set()).add(key)
+        if subject:
+            self._by_subject.setdefault(subject, set()).add(key)
 
     def discard(self, key: str) -> None:
         self._keys.discard(key)
 
-    def applied(self, request_id: str | None, run_id: str, *, drained: bool) -> None:
-        """A decision of ours is in the projection: the create answer of `request_id` goes,
-        and once it was the last of ours in flight about `run_id` (`drained`), the keys of
-        that run's writes."""
-        if request_id:
-            self._keys.discard(request_id)
+    def applied(self, envelope: Envelope, *, drained: bool) -> None:
+        """A decision of ours is in the projection: the create answer of its request id
+        goes, and once it was the last of ours in flight about its subject (`drained`), the
+        keys of that subject's writes."""
+        if envelope.request_id:
+            self._keys.discard(envelope.request_id)
         if drained:
-            for key in self._by_run.pop(run_id, ()):
+            for key in self._by_subject.pop(subject_of(envelope.run_id, envelope.lineage_id),
+                                            ()):
                 self._keys.discard(key)
 
 

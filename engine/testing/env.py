@@ -69,6 +69,7 @@ from runstream.projections.reactions import (
     Start,
     Validate,
     Write,
+    subject_of,
 )
 from runstream.projections.requests import describe_refusal
 from runstream.projections.sending import carry_out
@@ -320,9 +321,11 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates):
                 self._send_request(item)
             self.log.partition_decision(partition, ev.PartitionOutboxSent,
                                         request_ids=[item.request_id for item in outcome.outbox])
-        drained = ours and bool(envelope.run_id) and not self.log.in_flight(envelope.run_id)
+        subject = subject_of(envelope.run_id, envelope.lineage_id)
+        settled = ours and not self.log.in_flight(subject)
         if ours:  # what the projection dedupes now
-            self._decided.applied(envelope.request_id, envelope.run_id, drained=drained)
+            self._decided.applied(envelope, drained=settled)
+        drained = settled and bool(envelope.run_id)  # (a schedule's decision names no run)
         self._act(on_record(self._view(), outcome.run, record, outcome.verdict,
                             next_round=outcome.next_round, drained=drained,
                             tombstone=outcome.tombstone))
@@ -396,7 +399,8 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates):
         for reaction in reactions:
             if isinstance(reaction, Write):
                 if reaction.key is not None:
-                    self._decided.add(reaction.key, reaction.run.run_id)
+                    self._decided.add(reaction.key, subject_of(reaction.run.run_id,
+                                                               reaction.run.lineage_id))
                 if self._write(reaction):
                     self._act(reaction.then, launch=launch)
             elif isinstance(reaction, Start | FlowMissing):  # (FlowMissing: _launch raises)

@@ -24,6 +24,7 @@ from runstream.engine.journal.records import (
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.partitioning import run_partition
 from runstream.projections.projector import Outcome
+from runstream.projections.reactions import subject_of
 from runstream.projections.state import RunState, Verdict
 from runstream.projections.values import HistoryEntry
 
@@ -59,10 +60,11 @@ class MemoryLog:
     def ours(self, record: JournalRecord) -> bool:
         return bool(self.source) and record.envelope.source_id == self.source
 
-    def in_flight(self, run_id: str) -> bool:
-        """Decisions of the current owner about the run queued and not folded yet."""
-        return any(record.envelope.run_id == run_id and self.ours(record)
-                   for _, record in self._queue)
+    def in_flight(self, subject: str) -> bool:
+        """Decisions of the current owner about `subject` (a run id, or a schedule's:
+        projections.reactions.subject_of) queued and not folded yet."""
+        return any(subject_of(record.envelope.run_id, record.envelope.lineage_id) == subject
+                   and self.ours(record) for _, record in self._queue)
 
     def decide(self, run: RunState, cls: type[JournalRecord], *,
                request_id: str | None = None, **body: Any) -> Verdict:

@@ -1,10 +1,11 @@
 """What a worker knows of its own decisions between sending them and applying them.
 
 Two bounded maps: the verdicts someone awaits (an irreversible step waits until its
-`step.started` is applied: bounded by those steps in flight), and, per run, the sequence of
-the last decision sent about it (bounded by the runs with decisions in flight). The owner
-reacts to a run's state only once the run has no decision of ours in flight, so it never
-acts on a state its own records are about to change.
+`step.started` is applied: bounded by those steps in flight), and, per subject (a run, or a
+schedule: projections.reactions.subject_of), the sequence of the last decision sent about it
+(bounded by the subjects with decisions in flight). The owner reacts to a run's state only
+once the run has no decision of ours in flight, so it never acts on a state its own records
+are about to change.
 
 And what it knows of the decisions it never saw confirmed (NotCalled): irreversible step
 attempts whose `step.started` went unconfirmed, so their function was never called.
@@ -16,16 +17,17 @@ import asyncio
 from collections import OrderedDict
 
 from runstream.engine.journal import JournalRecord
+from runstream.projections.reactions import subject_of
 from runstream.projections.state import Verdict
 
 
 class Confirmations:
     def __init__(self) -> None:
         self._waiters: dict[tuple[int, int], asyncio.Future[Verdict]] = {}
-        self._in_flight: dict[str, tuple[int, int]] = {}  # run id -> (partition, seq)
+        self._in_flight: dict[str, tuple[int, int]] = {}  # subject -> (partition, seq)
 
-    def sent(self, run_id: str, partition: int, seq: int) -> None:
-        self._in_flight[run_id] = (partition, seq)
+    def sent(self, subject: str, partition: int, seq: int) -> None:
+        self._in_flight[subject] = (partition, seq)
 
     def in_flight(self, run_id: str) -> bool:
         return run_id in self._in_flight
@@ -42,14 +44,14 @@ class Confirmations:
 
     def applied(self, partition: int, record: JournalRecord, verdict: Verdict) -> bool:
         """Our record is in the projection: wake whoever awaits its verdict. True when it
-        was the last decision we sent about its run."""
+        was the last decision we sent about its subject (its run, or its schedule)."""
         seq = record.envelope.source_seq or 0
         waiter = self._waiters.pop((partition, seq), None)
         if waiter is not None and not waiter.done():
             waiter.set_result(verdict)
-        run_id = record.envelope.run_id
-        if run_id and self._in_flight.get(run_id) == (partition, seq):
-            del self._in_flight[run_id]
+        subject = subject_of(record.envelope.run_id, record.envelope.lineage_id)
+        if self._in_flight.get(subject) == (partition, seq):
+            del self._in_flight[subject]
             return True
         return False
 
@@ -60,9 +62,9 @@ class Confirmations:
             waiter = self._waiters.pop(key)
             if not waiter.done():
                 waiter.set_result(Verdict.fenced)
-        for run_id in [r for r, (p, _) in self._in_flight.items()
-                       if partitions is None or p in partitions]:
-            del self._in_flight[run_id]
+        for subject in [r for r, (p, _) in self._in_flight.items()
+                        if partitions is None or p in partitions]:
+            del self._in_flight[subject]
 
 
 MAX_NOT_CALLED = 10_000

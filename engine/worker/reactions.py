@@ -36,6 +36,7 @@ from runstream.projections.reactions import (
     Start,
     Validate,
     Write,
+    subject_of,
 )
 from runstream.projections.schedule_state import ScheduleState
 from runstream.projections.sending import carry_out
@@ -175,7 +176,7 @@ class Reactions:
         its place, and the rest of the write, and what follows it, is not done)."""
         run = write.run
         if write.key is not None:
-            own.decided.add(write.key, run.run_id)
+            own.decided.add(write.key, subject_of(run.run_id, run.lineage_id))
         if write.uses_refusal:
             refusal = self.owner.refused.pop(run.run_id, None)
             if refusal is not None and any(c is ev.RunFailed for c, _ in write.records):

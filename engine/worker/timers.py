@@ -25,6 +25,7 @@ from runstream.engine.worker.ownership import Ownership
 from runstream.engine.worker.partition_protocols import TimerOwner
 from runstream.projections.cron import CronInvalid
 from runstream.projections.deadlines import DEADLINE_POSITION
+from runstream.projections.reactions import SCHEDULE_SUBJECT
 from runstream.projections.schedules import SCHEDULE_DECISIONS, schedule_id_of
 
 log = logging.getLogger("runstream.timers")
@@ -33,8 +34,8 @@ BATCH = 64
 # Fired timers not yet applied by this worker's projection, at most: the sweeper waits for
 # the projection (which removes them from the index) before it fires more.
 MAX_IN_FLIGHT = 4 * BATCH
-# A due schedule in flight, by "\0schedule/<id>" (no run id begins with NUL).
-SCHEDULE_KEY, SCHEDULE_POSITION = "\0schedule/", -1
+# A due schedule in flight, by its subject (projections.reactions.subject_of).
+SCHEDULE_KEY, SCHEDULE_POSITION = SCHEDULE_SUBJECT, -1
 IDLE_SWEEP_S = 1.0  # the longest a sweep waits when no timer is known to fall due sooner
 
 
@@ -64,14 +65,17 @@ class TimerSweeper:
             del self._in_flight[run_id]
             self._poke.set()
 
-    def judged_record(self, record: ev.JournalRecord) -> None:
+    def judged_record(self, record: ev.JournalRecord, settled: bool) -> None:
         """A record of ours got a verdict: a timer.fired, or what a due deadline sent (its
-        run.timed-out, or the run.failed at the end of its grace)."""
+        run.timed-out, or the run.failed at the end of its grace), or a schedule's decision.
+        `settled`: no decision of ours about its subject is in flight any more. A schedule
+        is done only then: a fire is one write of several records (fires and skips), and
+        fired again on the first one's verdict it fired the instants after it twice."""
         if isinstance(record, ev.TimerFired):
             self.judged(record.envelope.run_id, record.position)
         elif isinstance(record, ev.RunTimedOut | ev.RunFailed):
             self.judged(record.envelope.run_id, DEADLINE_POSITION)
-        elif record.__class__ in SCHEDULE_DECISIONS:
+        elif record.__class__ in SCHEDULE_DECISIONS and settled:
             self.judged(SCHEDULE_KEY + schedule_id_of(record), SCHEDULE_POSITION)
 
     def reset(self) -> None:

@@ -74,6 +74,7 @@ from runstream.engine.worker.upkeep import Upkeep
 from runstream.engine.worker.watchdog import LoopWatchdog
 from runstream.projections.batch import BATCH_FLOW
 from runstream.projections.projector import CopyFirst, Projector
+from runstream.projections.reactions import subject_of
 from runstream.projections.state import RunState, Verdict
 from runstream.projections.store import ProjectionStore
 
@@ -266,8 +267,7 @@ class Worker:
         await abandon(running, lambda: bool(self._tasks))
 
     async def _new_source(self) -> None:
-        """A new writer incarnation: a fresh source id with its own idempotent producer. The
-        worker switches to it only once its producer started."""
+        """A new writer incarnation (source id, idempotent producer), used once it started."""
         source_id = uuid.uuid4().hex
         committer = Committer(self._make_producer, topic=self.topic, source_id=source_id,
                               on_failure=self.claims.source_failed, sent=self.sent)
@@ -422,27 +422,27 @@ class Worker:
         ours = record.envelope.source_id == self.source_id
         self.observer.applied(outcome, ours)
         own = self.owned.get(partition)
-        drained = False
-        if record.envelope.source_id == self.source_id:
-            drained = self.confirmations.applied(partition, record, outcome.verdict)
-            self.timers.judged_record(record)  # any verdict: a lost race is judged too
+        drained = False  # (the last of ours about its run: a schedule's names none)
+        if ours:
+            settled = self.confirmations.applied(partition, record, outcome.verdict)
+            self.timers.judged_record(record, settled)  # any verdict: a lost race too
             if own is not None:  # what the projection dedupes now
-                own.decided.applied(record.envelope.request_id, record.envelope.run_id,
-                                    drained=drained)
+                own.decided.applied(record.envelope, drained=settled)
+            drained = settled and bool(record.envelope.run_id)
         if isinstance(record, ev.PartitionEpochClaimed):
             self.claims.on_claim(partition, record, outcome)
         elif own is not None and own.executing:  # (else the next claim's sweep answers it)
             self.reactions.on_record(own, outcome, drained=drained)
 
-    def enqueue(
-        self, own: Ownership, run: RunState, cls: type[JournalRecord], **body: Any
-    ) -> asyncio.Future[None]:
+    def enqueue(self, own: Ownership, run: RunState, cls: type[JournalRecord],
+                **body: Any) -> asyncio.Future[None]:
         """Queue a decision about `run` under `own`'s epoch; resolves once acknowledged."""
         request_id = body.pop("request_id", None)
         record = decision(cls, run_id=run.run_id, lineage_id=run.lineage_id, epoch=own.epoch,
                           source_id=self.source_id, request_id=request_id, body=body)
         acked = self.committer.enqueue(own.partition, record)
-        self.confirmations.sent(run.run_id, own.partition, self.committer.last_seq)
+        self.confirmations.sent(subject_of(run.run_id, run.lineage_id), own.partition,
+                                self.committer.last_seq)
         return acked
 
     def current_run(self, run_id: str) -> RunState | None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from runstream import Client, Flow, FlowContext, Handoff, RunStatus
-from tests.integration.support import running_worker, status_when, until
+from tests.integration.support import fold, running_worker, status_when, until
 from tests.integration.update_flows import approval
 
 SLEEPS = 15
@@ -50,7 +50,15 @@ async def _rounds(ctx: FlowContext, payload: Any) -> Any:
     return "done"
 
 
-FLOWS = [napper, approval, slow_check]
+ticker: Flow[Any, Any] = Flow("decided-ticker")
+
+
+@ticker.handler
+async def _tick(ctx: FlowContext, payload: Any) -> Any:
+    return payload
+
+
+FLOWS = [napper, approval, slow_check, ticker]
 
 
 async def test_the_owner_forgets_what_the_projection_holds(
@@ -71,6 +79,41 @@ async def test_the_owner_forgets_what_the_projection_holds(
         # RUNS x SLEEPS wakes and 5 update verdicts were decided: none is remembered once
         # the projection applied it (the last record may still be on its way back).
         await until(lambda: held() == 0, lambda: f"{held()} keys held", 30)
+
+
+async def test_the_owner_forgets_what_it_fired_and_answered_for_a_schedule(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path) -> None:
+    """A schedule's decisions name no run: their keys (one per fire, one per change
+    answered) stayed for the ownership's life. Now they go once the schedule's decisions
+    in flight have applied, and the schedule fires each instant once all the same."""
+    async with running_worker(bootstrap, namespace, tmp_path / "w", FLOWS) as worker, \
+            Client(bootstrap_servers=bootstrap, namespace=namespace, flows=FLOWS,
+                   read_model_dir=tmp_path / "rm") as client:
+        await client.create_schedule("keys", ticker, 1, every=0.2, overlap="allow_all")
+
+        async def fires() -> int:
+            return (await client.describe_schedule("keys")).fires
+        deadline = asyncio.get_running_loop().time() + 60
+        while await fires() < 8:
+            assert asyncio.get_running_loop().time() < deadline, "the schedule never fired"
+            await asyncio.sleep(0.2)
+        await client.update_schedule("keys", payload=2)
+        await client.pause_schedule("keys", note="held")
+        fired = await fires()
+
+        def held() -> int:
+            return sum(len(own.decided) for own in worker.owned.values())
+        await until(lambda: held() == 0, lambda: f"{held()} keys held", 30)
+        await client.unpause_schedule("keys")
+        deadline = asyncio.get_running_loop().time() + 60
+        while await fires() < fired + 5:  # a key gone lets no instant fire again
+            assert asyncio.get_running_loop().time() < deadline, "no fire after the pause"
+            await asyncio.sleep(0.2)
+        await client.delete_schedule("keys")
+        await until(lambda: held() == 0, lambda: f"{held()} keys held", 30)
+    projection = await fold(bootstrap, namespace)
+    started = [r for r in projection.runs.values() if r is not None and r.schedule_id == "keys"]
+    assert len(started) >= fired + 5
 
 
 async def test_an_update_carried_by_a_handoff_is_judged_in_the_next_round(

@@ -6,7 +6,7 @@ trigger, backfill, and the changes the owner refuses."""
 from __future__ import annotations
 
 import inspect
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -295,3 +295,18 @@ def test_a_buffered_fire_not_started_holds_the_slot_under_buffer_one() -> None:
     assert isinstance(write, Write)
     [(record, body)] = write.records
     assert (record, body["reason"]) == (ev.ScheduleSkipped, "overlap")
+
+
+async def test_the_owner_holds_no_key_for_what_a_schedule_decided_once_it_applied() -> None:
+    """One key a fire, a skip and a change answered stayed for the owner's life (a
+    schedule's decisions name no run): now none once they applied, as a worker's."""
+    async with TestEnvironment([tick, slow], start=START) as env:
+        await env.create_schedule("beat", tick, {"n": 1}, every=60)
+        await env.create_schedule("held", slow, None, every=60, overlap="buffer_one")
+        await env.sleep(60 * 10 + 1)
+        await env.update_schedule("beat", payload={"n": 2})
+        await env.pause_schedule("held")
+        await env.backfill_schedule("beat", START.replace(day=1, hour=0) - timedelta(hours=1),
+                                    START)
+        assert len(env.describe_schedule("beat").recent) >= 10
+        assert len(env._decided) == 0
