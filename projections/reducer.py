@@ -220,7 +220,8 @@ def _apply_request(
         return Applied(partition, updated, change.verdict, change.entry)
     if len(run.inbox) >= MAX_INBOX:
         if not isinstance(record, ev.RunCreateRequested):
-            return Applied(partition, run, Verdict.ignored)
+            # (an update: refused, so its caller is told, where ignored it waited for ever)
+            return Applied(partition, run, Verdict.refused)
         # Never dropped silently: a create is refused and kept (bounded) until the owner
         # answers it (its client raises CreateRejected), whoever owns the partition then.
         return Applied(partition, _refused_create(run, request_id_of(record, offset)),

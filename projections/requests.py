@@ -169,7 +169,8 @@ def describe_refusal(run: RunState | None, record: ev.JournalRecord,
     refusal = authority_refusal(run, record)
     if refusal is not None:
         return refusal
-    if isinstance(record, ev.RunForkRequested) and len(run.inbox) >= MAX_INBOX:
+    if (isinstance(record, ev.RunForkRequested | ev.RunUpdateRequested)
+            and not run.status.is_terminal and len(run.inbox) >= MAX_INBOX):
         return (f"run {run.run_id} holds {len(run.inbox)} requests its owner has not answered "
                 f"yet, the most it keeps: ask again once its owner is running")
     if isinstance(record, ev.RunForkRequested):

@@ -268,12 +268,16 @@ async def test_a_create_beyond_a_full_inbox_is_refused_and_its_client_told(
     """Item 9: creates for one run pile up while no worker runs; the claimant folds them,
     the reducer refuses those beyond the inbox bound, and the owner answers each: the
     client raises CreateRejected instead of waiting forever."""
-    from runstream import CreateRejected
+    from runstream import CreateRejected, UpdateRefused
     from runstream.projections.state import MAX_INBOX
 
     async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows) as c:
         handles = [await c.create_run(tidy, {"cleanup_sleep": 0}, run_id="crowded")
                    for _ in range(MAX_INBOX + 3)]
+        # An update to the full inbox is refused at once (it was ignored: its caller
+        # waited for ever, or for its timeout).
+        with pytest.raises(UpdateRefused, match="the most it keeps"):
+            await asyncio.wait_for(c.update("crowded", "hurry", None), 60)
         async with worker(bootstrap, namespace, tmp_path / "w"):
             await handles[0].admitted(timeout=60)
             for late in handles[-3:]:
