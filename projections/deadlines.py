@@ -47,13 +47,14 @@ from runstream.projections.state import (
 from runstream.projections.transitions import Change, transition
 from runstream.projections.wakes import exit_policy, exit_reason
 
-__all__ = ["DEADLINE_POSITION", "RUN_TIMED_OUT", "after_timed_out", "deadline_due",
-           "on_deadline", "timeout_limits", "transition_in_time"]
+__all__ = ["DEADLINE_POSITION", "RUN_TIMED_OUT", "SETTLING", "after_timed_out",
+           "deadline_due", "on_deadline", "timeout_limits", "transition_in_time"]
 
 RUN_TIMED_OUT = "RunTimedOut"
 DEFAULT_GRACE_MS = 30_000
 
-_SETTLING = (ev.RunCompleted, ev.RunFailed, ev.RunCancelled, ev.RunHandedOff,
+# The records that settle a run (or end its round).
+SETTLING = (ev.RunCompleted, ev.RunFailed, ev.RunCancelled, ev.RunHandedOff,
              ev.LineageExhausted, ev.RoundInvalid)
 
 # -- what the owner journals at creation ----------------------------------------------------
@@ -103,7 +104,7 @@ def transition_in_time(run: RunState, record: ev.JournalRecord, epoch: int,
     if isinstance(record, ev.RunTimedOut):
         return _timed_out(run, record)
     handoff = isinstance(record, ev.RunHandedOff)
-    if run.timed_out_at_ms is not None and isinstance(record, _SETTLING):
+    if run.timed_out_at_ms is not None and isinstance(record, SETTLING):
         record = _failed_instead(run, record)
     elif run.cancel_requested is not None and _is_timeout(record):
         record = _cancelled_instead(run, record)  # (interrupted as a cancel came: it wins)

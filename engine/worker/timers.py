@@ -24,7 +24,7 @@ from runstream.engine.worker.executor import now_ms
 from runstream.engine.worker.ownership import Ownership
 from runstream.engine.worker.partition_protocols import TimerOwner
 from runstream.projections.cron import CronInvalid
-from runstream.projections.deadlines import DEADLINE_POSITION
+from runstream.projections.deadlines import DEADLINE_POSITION, SETTLING
 from runstream.projections.reactions import SCHEDULE_SUBJECT
 from runstream.projections.schedules import SCHEDULE_DECISIONS, schedule_id_of
 
@@ -67,14 +67,20 @@ class TimerSweeper:
 
     def judged_record(self, record: ev.JournalRecord, settled: bool) -> None:
         """A record of ours got a verdict: a timer.fired, or what a due deadline sent (its
-        run.timed-out, or the run.failed at the end of its grace), or a schedule's decision.
+        run.timed-out, or what settles the run at the end of its grace), any settlement of
+        a run, or a schedule's decision.
         `settled`: no decision of ours about its subject is in flight any more. A schedule
         is done only then: a fire is one write of several records (fires and skips), and
         fired again on the first one's verdict it fired the instants after it twice."""
         if isinstance(record, ev.TimerFired):
             self.judged(record.envelope.run_id, record.position)
-        elif isinstance(record, ev.RunTimedOut | ev.RunFailed):
+        elif isinstance(record, ev.RunTimedOut):
             self.judged(record.envelope.run_id, DEADLINE_POSITION)
+        elif isinstance(record, SETTLING):
+            # Settled: nothing of the run fires any more. (At its grace's end under a
+            # cancel, the deadline sends run.cancelled: held as in flight for ever, 256 of
+            # them stopped every timer, deadline and schedule of the worker.)
+            self.applied(record.envelope.run_id)
         elif record.__class__ in SCHEDULE_DECISIONS and settled:
             self.judged(SCHEDULE_KEY + schedule_id_of(record), SCHEDULE_POSITION)
 
