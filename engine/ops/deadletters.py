@@ -36,8 +36,9 @@ from runstream.engine.worker.deadletters import (
     TOPIC_HEADER,
     TYPE_HEADER_COPY,
 )
-from runstream.engine.worker.relay import REASON_HEADER as RELAY_REASON_HEADER
-from runstream.engine.worker.relay import SOURCE_HEADER as RELAY_SOURCE_HEADER
+from runstream.engine.worker.relay_judge import REASON_HEADER as RELAY_REASON_HEADER
+from runstream.engine.worker.relay_judge import SIZE_HEADER as RELAY_SIZE_HEADER
+from runstream.engine.worker.relay_judge import SOURCE_HEADER as RELAY_SOURCE_HEADER
 
 PROGRESS_EVERY = 10_000  # copies read between two progress calls
 
@@ -137,7 +138,8 @@ def _owner_row(raw: RawRecord, headers: dict[str, str]) -> DeadLetterRow | None:
 def _relay_row(raw: RawRecord, headers: dict[str, str]) -> DeadLetterRow | None:
     """A relay's copy: the source from "<topic>:<partition>:<offset>" (a topic name has no
     colon), the reason's head ("wrong key", "decode error", ...) as the reason and the
-    whole sentence as the detail; the value is the refused record, whole."""
+    whole sentence as the detail; the value is the refused record, whole (or, larger than a
+    request may be, left out: its size in a header)."""
     topic, _, place = headers[RELAY_SOURCE_HEADER].partition(":")
     try:
         partition, offset = (int(part) for part in place.split(":"))
@@ -145,10 +147,14 @@ def _relay_row(raw: RawRecord, headers: dict[str, str]) -> DeadLetterRow | None:
         return None
     sentence = headers.get(RELAY_REASON_HEADER, "?")
     head = sentence.split(": ", 1)[0]
+    try:
+        size = int(headers.get(RELAY_SIZE_HEADER) or len(raw.value or b""))
+    except ValueError:
+        size = len(raw.value or b"")
     return DeadLetterRow(
         topic=topic, partition=partition, offset=offset,
         reason=head if len(head) <= RELAY_REASON_WIDTH else head[:RELAY_REASON_WIDTH - 3] + "...",
-        cause="", detail=sentence, size=len(raw.value or b""), log_time_ms=raw.timestamp_ms,
+        cause="", detail=sentence, size=size, log_time_ms=raw.timestamp_ms,
         type=headers.get(TYPE_HEADER), copied_by="relay")
 
 

@@ -23,7 +23,8 @@ from runstream.engine.journal import Envelope, decode, encode
 from runstream.engine.journal import events as ev
 from runstream.engine.kafka.admin import ensure_requests_topics
 from runstream.engine.kafka.reader import read_partitions
-from runstream.engine.worker.relay import REASON_HEADER, Relay
+from runstream.engine.worker.relay import Relay
+from runstream.engine.worker.relay_judge import REASON_HEADER
 from runstream.projections.partitioning import run_partition
 from tests.conftest import TEST_JOURNAL_PARTITIONS
 
@@ -265,3 +266,41 @@ async def test_a_relay_killed_before_committing_forwards_again_without_effect(
     result = json.loads(next(r.result_json for _, _, r in records
                              if isinstance(r, ev.RunCompleted) and r.envelope.run_id == "kc"))
     assert result == ["a", "b"]
+
+
+async def test_a_record_too_large_to_copy_whole_is_set_aside_and_the_relay_goes_on(
+        bootstrap: str, relayed: str, tmp_path: Path) -> None:
+    """A record the requests topic takes but the dead letters' copy cannot hold whole (its
+    value and the copy's headers over the producer's 1 MiB): the copy leaves the value out
+    and says its size. Before, the producer refused the copy and the relay read the same
+    record again and again: no request after it on that partition was relayed."""
+    from runstream.engine.ops.deadletters import row_of
+    namespace = relayed
+    partition = run_partition("after-big", TEST_JOURNAL_PARTITIONS)
+    topic = requests_topic(namespace)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, max_request_size=2 * 1024 * 1024)
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, value=b"\x00" * 1_048_400, key=b"after-big",
+                                     partition=partition)
+        create = ev.RunCreateRequested(
+            envelope=Envelope(type=ev.RunCreateRequested.TYPE, run_id="heavy",
+                              lineage_id="heavy", request_id="heavy-1",
+                              timestamp_ms=int(time.time() * 1000)),
+            flow="three", payload_json="{}")
+        value, headers = encode(create)
+        await producer.send_and_wait(  # (a request's headers are 16 KiB at most)
+            topic, value=value, key=b"heavy", headers=[*headers, ("trace", b"t" * 20_000)],
+            partition=run_partition("heavy", TEST_JOURNAL_PARTITIONS))
+    finally:
+        await producer.stop()
+    async with engine(bootstrap, namespace, tmp_path / "w") as relay, \
+            Client(bootstrap_servers=bootstrap, namespace=namespace, flows=FLOWS) as client:
+        after = await client.create_run(three, {}, run_id="after-big")
+        assert await after.result(timeout=60) == ["s0", "s1", "s2"]
+        assert relay.refused == 2
+    letters = [raw async for raw in read_partitions(bootstrap, dead_letter_topic(namespace))]
+    rows = sorted((row.reason, row.size, raw.value is None)
+                  for raw in letters if (row := row_of(raw)) is not None)
+    assert rows == sorted([("not a request", 1_048_400, True),
+                           ("not a request", len(value), True)])

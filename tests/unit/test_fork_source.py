@@ -15,7 +15,7 @@ from runstream.engine.errors import RunFailed
 from runstream.engine.journal import decode, encode
 from runstream.engine.journal import events as ev
 from runstream.engine.testing import TestEnvironment
-from runstream.engine.worker.relay import AUTHORITY_HEADER, Forward, Incoming, Refuse, judge
+from runstream.engine.worker.relay_judge import AUTHORITY_HEADER, Forward, Incoming, Refuse, judge
 from runstream.projections.decide import FIRST_SHAPE_FORK, fork_decisions
 from runstream.projections.fork_plan import answer_fork, within_limits
 from runstream.projections.fork_transitions import ForkAsk, entry_json, fork_asks

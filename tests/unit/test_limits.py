@@ -28,7 +28,7 @@ from runstream.engine.journal.input_limits import (
     encode_request,
     max_payload_bytes,
 )
-from runstream.engine.worker.relay import (
+from runstream.engine.worker.relay_judge import (
     AUTHORITY_HEADER,
     Forward,
     Incoming,
