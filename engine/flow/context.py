@@ -164,7 +164,7 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
             raise StepFailed(name, entry.error_type or "Error", entry.error_message or "",
                              entry.attempts)
         if entry is not None and entry.status == "started" and entry.irreversible:
-            entry = self._not_called_or_quarantine(position, name, entry)
+            entry = await self._not_called_or_quarantine(position, name, entry)
         self._check_cancel(position, name)
         attempt = entry.attempts + 1 if entry is not None else 1
         policy = retry or NO_RETRY
@@ -194,7 +194,7 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
                 if irreversible and not policy.proves_no_effect(exc):
                     started = JournalEntry(position=position, name=name, attempts=attempt - 1,
                                            irreversible=True)
-                    raise Quarantined(started, exc) from exc
+                    raise await self._port.quarantine(Quarantined(started, exc)) from exc
                 attempt = await self._attempt_failed(position, name, attempt, policy, exc,
                                                      digest)
                 continue
@@ -213,14 +213,14 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
                         error_message="interrupted: the run passed its deadline",
                         args_digest=digest)
 
-    def _not_called_or_quarantine(self, position: int, name: str,
+    async def _not_called_or_quarantine(self, position: int, name: str,
                                   entry: JournalEntry) -> JournalEntry:
         """A started irreversible step with no outcome is quarantined (its effect may have
         happened), unless this worker knows its function was never called: then that
         attempt is journaled not called and the step runs again."""
         attempt = entry.attempts + 1
         if not self._port.never_called(position, attempt):
-            raise Quarantined(entry)
+            raise await self._port.quarantine(Quarantined(entry))
         self._port.ensure_active()
         self._port.send(ev.StepFailed, position=position, name=name, attempt=attempt,
                         error_type=NOT_CALLED, will_retry=True, retry_delay_ms=0,

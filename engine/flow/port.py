@@ -97,6 +97,10 @@ class JournalPort(Protocol):
         """The run's journal entry at `position` as projected now (a child's outcome
         arrives in its spawn's entry while the parent runs)."""
 
+    async def quarantine(self, quarantine: Quarantined) -> Quarantined:
+        """Journal the quarantine (its evidence and run.suspended) and return it to raise:
+        from then on nothing of this handler is journaled, as a suspended one's."""
+
     async def suspend(self, wait: Wait) -> JournalEntry | None:
         """Journal the wait. Raises Suspend (the handler is dropped and replayed when the
         wait ends), or, with a sticky cache, returns the wait's outcome entry once woken

@@ -70,6 +70,8 @@ class HandlerRunner(ABC):
     def send(self, cls: type[JournalRecord], **body: Any) -> None:
         """Queue one decision about this run, after the step outcome held back, if any
         (inside it, when the decision is the run's completion and both are small)."""
+        if self._quarantined is not None:
+            raise RunReleased(self._quarantined)
         held, self._held = self._held, None
         if held is not None:
             if cls is ev.RunCompleted and held.rides_with(body):
@@ -117,8 +119,25 @@ class HandlerRunner(ABC):
         self.send_held()
         return await self._suspend(wait)
 
+    # Its quarantine is journaled: the handler's `finally` blocks unwind journaling
+    # nothing, as a suspended handler's (a step there was journaled at the quarantined
+    # step's next position, and the operator's resolution then replayed into another).
+    _quarantined: str | None = None
+
+    def ensure_active(self) -> None:
+        """Raise RunReleased unless this handler may still journal (and call functions)."""
+        if self._quarantined is not None:
+            raise RunReleased(self._quarantined)
+        self._ensure_active()
+
     @abstractmethod
-    def ensure_active(self) -> None: ...
+    def _ensure_active(self) -> None: ...
+
+    async def quarantine(self, quarantine: Quarantined) -> Quarantined:
+        if self._quarantined is None:
+            await self._quarantine(quarantine)
+            self._quarantined = f"quarantined: {quarantine}"
+        return quarantine
 
     @abstractmethod
     def now_ms(self) -> int: ...
@@ -196,7 +215,7 @@ class HandlerRunner(ABC):
                                                "requested_by": requested_by})
             return
         except Quarantined as quarantine:
-            await self._quarantine(quarantine)
+            await self.quarantine(quarantine)  # (journaled already where it was raised)
             return
         except PayloadInvalid as exc:
             await self._fail(exc, "PayloadInvalid")

@@ -49,7 +49,7 @@ class TestExecution(HandlerRunner):
         if self._verdict is not Verdict.applied:
             raise RunReleased(f"{cls.TYPE} was {self._verdict.value}")
 
-    def ensure_active(self) -> None:
+    def _ensure_active(self) -> None:
         if self.abandoned:
             raise RunReleased("its deadline and grace passed: the owner failed it")
         if self.crashed:

@@ -167,7 +167,7 @@ class Sandbox(HandlerRunner):
     async def _send_confirmed(self, cls: type[JournalRecord], **body: Any) -> None:
         self.send(cls, **body)
 
-    def ensure_active(self) -> None:
+    def _ensure_active(self) -> None:
         if self.stopped:
             raise SandboxStopped("dry run: stopped at its first new decision")
         if self._call is not None and self._call.kind == "step":

@@ -177,7 +177,7 @@ class RunExecution(HandlerRunner):
     def never_called(self, position: int, attempt: int) -> bool:
         return self.owner.not_called.known(self.run.run_id, position, attempt)
 
-    def ensure_active(self) -> None:
+    def _ensure_active(self) -> None:
         if self.abandoned:
             raise RunReleased(ABANDONED)
         if self.dropped is not None:

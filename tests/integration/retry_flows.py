@@ -96,9 +96,13 @@ async def _slow(ctx: FlowContext, payload: dict[str, Any]) -> dict[str, str]:
 
 @rash.handler
 async def _rash(ctx: FlowContext, payload: Any) -> str:
-    return str(await ctx.step("charge", _sleepy, 99, irreversible=True, timeout=0.2,
-                              retry=RetryPolicy(max_attempts=3, initial_interval=0,
-                                                retry_irreversible_on=(ConnectionError,))))
+    try:
+        charged = await ctx.step("charge", _sleepy, 99, irreversible=True, timeout=0.2,
+                                 retry=RetryPolicy(max_attempts=3, initial_interval=0,
+                                                   retry_irreversible_on=(ConnectionError,)))
+        return str(await ctx.step("receipt", str.upper, charged))
+    finally:  # journals nothing while the charge is quarantined: the resolution replays
+        await ctx.step("audit", str, "audited")
 
 
 @napper.handler

@@ -54,5 +54,14 @@ async def test_policies_timeouts_and_child_timeouts_through_every_door(
                 quarantined = await client.describe(f"rash-{door}")
                 assert quarantined.status is RunStatus.suspended
                 assert quarantined.wait is not None and quarantined.wait.kind == "quarantine"
+                # Its `finally` journaled nothing: the operator's skip replays into the
+                # steps after the charge (before, "audit" took position 1, and the
+                # resolution failed the run with NonDeterminism).
+                assert [e.name for e in await client.journal(f"rash-{door}")] == ["charge"]
+                await client.resume(f"rash-{door}", resolution="skip", position=0,
+                                    digest=quarantined.wait.digest, result="ok by hand")
+                assert await client.get_handle(f"rash-{door}").result(timeout=60) == "OK BY HAND"
+                assert [e.name for e in await client.journal(f"rash-{door}")] == [
+                    "charge", "receipt", "audit"]
     finally:
         await worker.stop()

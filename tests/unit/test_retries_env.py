@@ -62,6 +62,11 @@ async def test_an_irreversible_step_that_times_out_is_quarantined() -> None:
         run = env.describe(run_id)
         assert run.status is RunStatus.suspended
         assert run.wait is not None and run.wait.kind == "quarantine"
+        assert [e.name for e in env.journal(run_id)] == ["charge"]  # (its finally: nothing)
+        await env.resume(run_id, resolution="skip", position=0, digest=run.wait.digest,
+                         result="ok by hand")
+        assert await env.result(run_id) == "OK BY HAND"
+        assert [e.name for e in env.journal(run_id)] == ["charge", "receipt", "audit"]
 
 
 async def test_a_child_result_times_out_and_the_child_keeps_running() -> None:
