@@ -26,10 +26,10 @@ from runstream.engine.errors import (
     CapabilityRefused,
     NonDeterminism,
     StepFailed,
-    StepTimedOut,
     journal_text,
 )
 from runstream.engine.flow.attribute_calls import AttributeCalls
+from runstream.engine.flow.bounded import bounded
 from runstream.engine.flow.definition import NO_RETRY, RetryPolicy, dump_json
 from runstream.engine.flow.port import NOT_CALLED, JournalPort, Quarantined, RunReleased, Suspend
 from runstream.engine.flow.update_calls import Update, UpdateCalls
@@ -179,6 +179,7 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
             await self._retry_wait(position, name, entry.due_ms)
         while True:
             await self._port.barrier()
+            self._check_cancel(position, name)  # (a retry too: a cancel ends its attempts)
             self._port.ensure_active()
             if irreversible:
                 # Acknowledged is not enough: a paused, superseded owner's write is acked too,
@@ -187,10 +188,12 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
                                                 attempt=attempt, irreversible=True)
             try:
                 value = await self._call(name, position, fn, args, kwargs, attempt, limit)
-            except asyncio.CancelledError:
-                self._cut_short(position, name, attempt, digest)
-                raise
-            except Exception as exc:
+            except (Exception, asyncio.CancelledError) as exc:
+                if isinstance(exc, asyncio.CancelledError) and _cancelled_here():
+                    self._cut_short(position, name, attempt, digest)
+                    raise
+                # (a CancelledError the function raised itself is its failure: raised on,
+                # the run stood running with nothing journaled)
                 if irreversible and not policy.proves_no_effect(exc):
                     started = JournalEntry(position=position, name=name, attempts=attempt - 1,
                                            irreversible=True)
@@ -244,7 +247,7 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
                     if inspect.isawaitable(value):
                         value = await value
                 else:
-                    value = await _bounded(name, attempt, limit, fn, args, kwargs)
+                    value = await bounded(name, attempt, limit, fn, args, kwargs)
             ok = True
             return value
         finally:
@@ -293,8 +296,8 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
             self._position += 1
 
     async def _attempt_failed(
-        self, position: int, name: str, attempt: int, policy: RetryPolicy, exc: Exception,
-        digest: str,
+        self, position: int, name: str, attempt: int, policy: RetryPolicy,
+        exc: BaseException, digest: str,
     ) -> int:
         will_retry = attempt < policy.max_attempts and policy.retries(exc)
         delay_ms = int(policy.delay_after(attempt) * 1000) if will_retry else 0
@@ -392,25 +395,10 @@ def _seconds(timeout: float | timedelta | None) -> float | None:
     return seconds
 
 
-async def _bounded(name: str, attempt: int, limit: float, fn: Callable[..., Any],
-                   args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """One attempt under a time limit: an async function cancelled when it passes; a plain
-    one run in a thread (with this context: its idempotency key), abandoned when it passes.
-    Only our own limit becomes StepTimedOut; a TimeoutError the function raises stays its."""
-    try:
-        async with asyncio.timeout(limit) as scope:
-            if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-                    getattr(fn, "__call__", None)):  # noqa: B004  (an async callable object)
-                value = fn(*args, **kwargs)
-            else:
-                value = asyncio.to_thread(fn, *args, **kwargs)
-            while inspect.isawaitable(value):
-                value = await value
-            return value
-    except TimeoutError:
-        if scope.expired():
-            raise StepTimedOut(name, attempt, limit) from None
-        raise
+def _cancelled_here() -> bool:
+    """Whether this task is being cancelled (its deadline, its worker letting it go)."""
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
 
 
 def _result_adapter(fn: Callable[..., Any]) -> TypeAdapter[Any]:

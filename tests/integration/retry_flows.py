@@ -48,8 +48,8 @@ def flaky(error: str, succeed_at: int) -> str:
         raise NonRetryable("the card was declined")
     if error == "wrapped":
         raise RuntimeError("the gateway said no") from NonRetryable("declined")
-    raise {"value": ValueError, "key": KeyError, "connection": ConnectionError}[error](
-        f"{error} error at attempt {attempt}")
+    raise {"value": ValueError, "key": KeyError, "connection": ConnectionError,
+           "cancelled": asyncio.CancelledError}[error](f"{error} error at attempt {attempt}")
 
 
 @picky.handler

@@ -26,18 +26,22 @@ async def test_policies_timeouts_and_child_timeouts_through_every_door(
                 await made(picky, {"error": "connection"}, f"retried-{door}")
                 await made(picky, {"error": "value"}, f"not-retried-{door}")
                 await made(picky, {"error": "non-retryable"}, f"declined-{door}")
+                # (a CancelledError of the function's own: retried as any failure)
+                await made(picky, {"error": "cancelled"}, f"cancelled-{door}")
                 await made(slow, None, f"slow-{door}")
                 await made(impatient, {"child_sleeps": 2, "timeout": 0.3}, f"impatient-{door}")
                 await made(rash, None, f"rash-{door}")
             results: dict[str, Any] = {}
             for door in DOORS:
-                for name in ("retried", "not-retried", "declined", "slow", "impatient"):
+                for name in ("retried", "not-retried", "declined", "cancelled", "slow",
+                             "impatient"):
                     run_id = f"{name}-{door}"
                     results[run_id] = await client.get_handle(run_id).result(timeout=60)
             for door in DOORS:
                 assert results[f"retried-{door}"] == "ok at 3"
                 assert results[f"not-retried-{door}"] == "failed after 1: ValueError"
                 assert results[f"declined-{door}"] == "failed after 1: NonRetryable"
+                assert results[f"cancelled-{door}"] == "ok at 3"
                 assert results[f"slow-{door}"] == {"async": "ok at 3", "sync": "ok at 2",
                                                    "never": "StepTimedOut after 2"}
                 early = results[f"impatient-{door}"]["early"]
