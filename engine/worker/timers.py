@@ -115,10 +115,11 @@ class TimerSweeper:
         executing = [own for own in list(owner.owned.values()) if own.executing]
         self._forget_unowned({own.partition for own in executing})
         for own in executing:
+            before = len(sent)  # (BATCH a partition: one's backlog does not starve the rest)
             for timer in store.due_timers(own.partition, now, BATCH + len(self._in_flight)):
                 if timer.run_id in self._in_flight:
                     continue
-                if len(self._in_flight) >= MAX_IN_FLIGHT or len(sent) >= BATCH:
+                if len(self._in_flight) >= MAX_IN_FLIGHT or len(sent) - before >= BATCH:
                     break
                 run = store.run(timer.run_id)
                 if run is None:
