@@ -38,6 +38,7 @@ from runstream.projections.state import (
     replace,
 )
 from runstream.projections.transitions import RETRY_WAIT
+from runstream.projections.wakes import from_parent
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,12 +106,24 @@ def _signal(run: RunState, record: ev.RunSignalSent, request_id: str,
 
 
 def _cancel(run: RunState, record: ev.RunCancelRequested) -> RequestChange:
-    if run.status in TERMINAL_STATUSES:
+    if run.status in TERMINAL_STATUSES or _not_its_parents(run, record):
         return RequestChange(run, Verdict.refused)
     if run.cancel_requested is not None:
         return RequestChange(run, Verdict.ignored)  # the first reason stands
     return RequestChange(replace(run, cancel_requested=record.reason or "cancelled",
                                  cancel_requested_by=record.requested_by), Verdict.applied)
+
+
+def _not_its_parents(run: RunState, record: ev.RunCancelRequested) -> bool:
+    """A parent's exit cancels its children (projections.outbox_requests.cancels: request
+    id "cancel/<parent's incarnation>/<child>", requested by the parent): refused by a run
+    that is not its child. A spawn of a run id that exists already holds a link to that run
+    until the refusal comes back: the parent that ended meanwhile cancelled an unrelated
+    run. (A schedule's overlap cancel is requested by "schedule/<id>".)"""
+    by = record.requested_by
+    return (by is not None and not by.startswith("schedule/")
+            and (record.envelope.request_id or "").startswith("cancel/")
+            and not from_parent(run, by))
 
 
 def _resume(run: RunState, record: ev.RunResumeRequested) -> RequestChange:

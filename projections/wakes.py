@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runstream.engine.journal import events as ev
+from runstream.engine.journal.records import lineage_of
 from runstream.projections.state import ChildLink, JournalEntry, RunState, RunStatus
 from runstream.projections.transitions import (
     CANCEL_DELIVERED,
@@ -86,11 +87,17 @@ def decide_waiting(run: RunState, spawn: JournalEntry | None
     return None
 
 
+def from_parent(run: RunState, requested_by: str | None) -> bool:
+    """Whether `requested_by` is the run's parent: the round that spawned it, or a later
+    round of its lineage (a handoff carries its children)."""
+    return requested_by is not None and run.parent_run_id is not None and (
+        requested_by == run.parent_run_id
+        or lineage_of(requested_by) == (run.parent_lineage_id or run.parent_run_id))
+
+
 def cancel_wake_reason(run: RunState) -> str:
     """Who a cancel came from, as a wake's reason: the run's parent, or an operator."""
-    by_parent = run.cancel_requested_by is not None and (
-        run.cancel_requested_by == run.parent_run_id)
-    return "parent" if by_parent else "operator"
+    return "parent" if from_parent(run, run.cancel_requested_by) else "operator"
 
 
 @dataclass(frozen=True, slots=True)

@@ -199,3 +199,35 @@ async def test_a_later_round_s_child_that_hands_off_wakes_its_parent(by_name: bo
         result = await env.result("hp", follow=True)
         assert env.describe("hp~1").children == ()  # (a settled child is no longer open)
         assert result.startswith("hopped to hp~1@") and result.endswith("~2")
+
+
+async def test_a_child_cancelled_by_a_later_rounds_exit_is_woken_by_its_parent() -> None:
+    """Round 0 spawns it, round 1's exit cancels it: its wake says "parent" (it said
+    "operator": the canceller is not the round that spawned it, but it is its lineage)."""
+    from typing import Any
+
+    from runstream import Flow, FlowContext, Handoff
+    from runstream.testing import TestEnvironment
+
+    kid, par = Flow("r-kid"), Flow("r-par")
+
+    @kid.handler
+    async def _kid(ctx: FlowContext, payload: Any) -> Any:
+        return await ctx.wait_for("go")
+
+    @par.handler
+    async def _par(ctx: FlowContext, payload: Any) -> Any:
+        if payload == 0:
+            await ctx.spawn(kid, payload)
+            return Handoff(payload=1)
+        return "done"
+
+    async with TestEnvironment([kid, par]) as env:
+        await env.start(par, 0, run_id="P")
+        assert await env.result("P", follow=True) == "done"
+        await env.run_until_idle()
+        child = env.describe("P@1.0")
+        reasons = [h.record.reason for h in env.history("P@1.0")
+                   if h.record is not None and h.record.TYPE == "run.resumed"]
+        assert (child.status.value, child.cancel_requested_by, reasons) == (
+            "cancelled", "P~1", ["parent"])
