@@ -115,6 +115,9 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
         # Typed result loaders of the children spawned with a Flow: one per spawn at most.
         self._loaders_by_child: dict[str, Callable[[str], Any]] = {}
         self.nondeterminism: NonDeterminism | None = None
+        # The first step refused for its capability: the run fails, even where the handler
+        # caught the refusal (an `except Exception` completed it, with no evidence).
+        self.refused: CapabilityRefused | None = None
         self.observer: CallObserver | None = None
 
     @overload
@@ -263,9 +266,11 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
     def _check_capability(self, name: str, capability: str) -> None:
         if self._ceiling is not None and capability not in self._ceiling:
             allowed = ", ".join(self._ceiling) or "nothing"
-            raise CapabilityRefused(
+            refused = CapabilityRefused(
                 f"step {name!r} of run {self.run_id} requires capability {capability!r}, "
                 f"outside the run's ceiling ({allowed})", capability=capability, step=name)
+            self.refused = self.refused or refused
+            raise refused
 
     def patched(self, change_id: str) -> bool:
         """True for runs that reach this point under code that has the change, False for

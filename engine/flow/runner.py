@@ -197,6 +197,8 @@ class HandlerRunner(ABC):
         try:
             payload = flow.load_payload(run.payload_json)
             value = await flow.fn(ctx, payload)
+            if ctx.refused is not None:
+                raise ctx.refused  # (the handler caught it: the run fails all the same)
             if isinstance(value, Handoff):
                 await self._handoff(value)
                 return
@@ -221,11 +223,12 @@ class HandlerRunner(ABC):
             await self._fail(exc, "PayloadInvalid")
             return
         except CapabilityRefused as exc:
-            self._evidence("capability-refused", str(exc),
-                           {"capability": exc.capability, "step": exc.step})
-            await self._fail(exc)
+            await self._refuse(exc)
             return
         except Exception as exc:
+            if ctx.refused is not None and ctx.nondeterminism is None:
+                await self._refuse(ctx.refused)
+                return
             await self._fail(ctx.nondeterminism or exc)
             return
         if ctx.nondeterminism is not None:
@@ -236,6 +239,11 @@ class HandlerRunner(ABC):
             await self._exit(ev.RunCompleted, {"result_json": result_json})
         except EncodeError as exc:  # e.g. a result over the record size limit
             await self._fail(exc, "ResultTooLarge")
+
+    async def _refuse(self, refused: CapabilityRefused) -> None:
+        self._evidence("capability-refused", str(refused),
+                       {"capability": refused.capability, "step": refused.step})
+        await self._fail(refused)
 
     async def _exit(self, cls: type[JournalRecord], body: dict[str, Any]) -> None:
         """Settle the run; its open children first get the parent-exit policy. While a

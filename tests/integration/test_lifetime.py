@@ -146,6 +146,14 @@ async def test_a_run_keeps_its_flow_s_ceiling_and_round_budget_through_every_doo
             await c.get_handle(f"capped-{door}").result(timeout=60)
         assert failed.value.error_type == CapabilityRefused.__name__
         assert EFFECTS.get(f"capped-{door}") is None  # the charge never ran
+        # Caught by the handler, the refusal still fails the run, with its evidence (the
+        # run completed "fell back", with none).
+        await create(door)(capped, {"fallback": True}, f"caught-{door}")
+        with pytest.raises(RunFailed) as caught:
+            await c.get_handle(f"caught-{door}").result(timeout=60)
+        assert caught.value.error_type == CapabilityRefused.__name__
+        assert [e.kind for e in (await c.describe(f"caught-{door}")).evidence] == [
+            "capability-refused"]
         await create(door)(looper, {"n": 0}, f"looper-{door}")
         with pytest.raises(RunFailed) as exhausted:
             await c.get_handle(f"looper-{door}").result(timeout=60, follow=True)

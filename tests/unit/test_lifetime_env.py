@@ -36,6 +36,10 @@ async def test_a_run_created_by_name_keeps_its_flow_s_ceiling(by_name: bool) -> 
         assert failed.value.error_type == CapabilityRefused.__name__
         assert env.describe(run_id).ceiling == ("payments.read",)
         assert EFFECTS.get(run_id) is None  # the charge never ran
+        caught = await env.start(capped.name if by_name else capped, {"fallback": True})
+        with pytest.raises(RunFailed, match="CapabilityRefused"):  # (caught by the handler)
+            await env.result(caught)
+        assert [e.kind for e in env.describe(caught).evidence] == ["capability-refused"]
 
 
 @pytest.mark.parametrize("by_name", [False, True], ids=["flow", "name"])
