@@ -81,7 +81,7 @@ def handoff_timeout(run: RunState, flow: Any) -> dict[str, Any]:
                 "timeout_grace_ms": run.timeout_grace_ms}
     if flow is None or getattr(flow, "name", None) == run.flow:
         # (its creator's smaller timeout too; a flow not registered here: the timeout goes
-        # on, as no owner fixes a later round's limits)
+        # on until the first owner that registers it fixes the round's limits)
         return {"run_timeout_ms": run.run_timeout_ms, "lineage_timeout": False,
                 "timeout_grace_ms": run.timeout_grace_ms}
     return {"run_timeout_ms": getattr(flow, "timeout_ms", None), "lineage_timeout": False,

@@ -241,11 +241,20 @@ def limits_to_fix(run: RunState, flow: Any) -> dict[str, Any] | None:
     the run's first activation, when the owner that admitted it did not register the
     flow (so the run still has the request's limits); None when there is nothing to fix.
     A later round has its limits from the handoff (the lineage's budget, a ceiling that
-    only narrows). A fork has its source's, and is narrowed by its flow's here too."""
+    only narrows), unless the owner that handed off did not register its flow
+    (`limits_pending`): then its ceiling is narrowed by the flow's here, and its timeout is
+    the smaller of the flow's and the one it carries (a lineage's deadline stays), its
+    budget the lineage's. A fork has its source's, and is narrowed by its flow's too."""
     if (flow is None or run.limits_fixed or run.activations > 0 or not run.admitted
-            or run.round > 0):
+            or (run.round > 0 and not run.limits_pending)):
         return None
     limits = creation_limits(run, flow)
+    if run.round > 0:
+        timeout = ({"run_timeout_ms": run.run_timeout_ms, "lineage_timeout": True,
+                    "timeout_grace_ms": run.timeout_grace_ms} if run.lineage_timeout
+                   else {**timeout_limits(run, flow), "lineage_timeout": False})
+        return {"flow": run.flow, "ceiling": limits["ceiling"], "max_rounds": run.max_rounds,
+                **timeout}
     return {"flow": run.flow, "ceiling": limits["ceiling"], "max_rounds": limits["max_rounds"],
             **timeout_limits(run, flow)}
 

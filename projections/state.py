@@ -289,6 +289,10 @@ class RunState(_Frozen, frozen=True, array_like=True):
     # The run's ceiling and round budget were fixed by an owner that registers its flow
     # (run.created or run.limits-fixed); until then they are the request's.
     limits_fixed: bool = False
+    # A later round handed off to by an owner that does not register its flow (named, not
+    # given): its ceiling and timeout are fixed by the first owner that does, as a created
+    # run's are (projections.decide.limits_to_fix).
+    limits_pending: bool = False
     # Create requests refused because the inbox was full (MAX_INBOX at most), until the
     # owner answers each with run.create-rejected: any claimant finds them here.
     refused_creates: tuple[str, ...] = ()

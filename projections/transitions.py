@@ -277,7 +277,7 @@ def _limits_fixed(run: RunState, record: Any, epoch: int, _: Any) -> Change | No
         given = set(record.ceiling)
         ceiling = tuple(sorted(given if ceiling is None else given & set(ceiling)))
     return Change({"ceiling": ceiling, "max_rounds": record.max_rounds or run.max_rounds,
-                   "limits_fixed": True})
+                   "limits_fixed": True, "limits_pending": False})
 
 
 def _child_spawned(run: RunState, record: Any, epoch: int, previous: Any) -> Change | None:
@@ -371,7 +371,7 @@ def _handed_off(run: RunState, record: Any, epoch: int, _: Any) -> Change:
         parent_position=run.parent_position, detached=run.detached, ancestors=run.ancestors,
         signals=run.signals, children=run.children, max_rounds=record.max_rounds,
         ceiling=None if record.ceiling is None else tuple(sorted(record.ceiling)),
-        trace_context=trace)
+        trace_context=trace, limits_pending=record.limits_pending)
     result = json.dumps({"handed_off_to": record.next_run_id, "round": record.round})
     return Change({"status": RunStatus.completed, "result_json": result, "wait": None,
                    "signals": (), "children": (), "handed_off_to": record.next_run_id,

@@ -327,7 +327,8 @@ class HandlerRunner(ABC):
                       payload_json=decided.payload_json, flow=decided.flow,
                       max_rounds=decided.max_rounds,
                       ceiling=None if decided.ceiling is None else list(decided.ceiling),
-                      trace_context=dict(run.trace_context), **handoff_timeout(run, target))
+                      trace_context=dict(run.trace_context), limits_pending=target is None,
+                      **handoff_timeout(run, target))
             await self.barrier()
 
     def _evidence(self, kind: str, message: str, attributes: dict[str, str]) -> None:

@@ -749,38 +749,6 @@ class RunLimitsFixed:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunHandedOff:
-    """The round ended by handing off to the next round of its lineage; the reducer creates that
-    round from this record.
-    """
-
-    TYPE: ClassVar[str] = "run.handed-off"
-    KIND: ClassVar[str] = "decision"
-    SCHEMA_ID: ClassVar[int] = 169
-
-    envelope: Envelope
-    next_run_id: str
-    round: int
-    payload_json: str
-    # The next round's flow (empty: this round's).
-    flow: str = ""
-    # The lineage's round budget (0: unlimited), carried from round to round.
-    max_rounds: int = 0
-    # The next round's capability ceiling: the intersection along the lineage (null: unrestricted).
-    ceiling: list[str] | None = None
-    # W3C trace context the next round continues.
-    trace_context: dict[str, str] = _field(default_factory=dict)
-    # The next round's timeout (ms; null: none).
-    run_timeout_ms: int | None = None
-    # The next round's cleanup grace (ms; null: the default).
-    timeout_grace_ms: int | None = None
-    # True: the next round keeps the lineage's deadline (timeout_scope lineage: the deadline this
-    # round has when the handoff is applied); false: it has its own, this record's envelope time
-    # plus run_timeout_ms.
-    lineage_timeout: bool = False
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class RunTimedOut:
     """The run passed its deadline: its handler is interrupted, and whatever settles it from now on
     settles it failed with RunTimedOut (a cancel requested before wins: no timeout is journaled
@@ -1254,6 +1222,43 @@ class RunCreated:
     activated: bool = False
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunHandedOff:
+    """The round ended by handing off to the next round of its lineage; the reducer creates that
+    round from this record.
+    """
+
+    TYPE: ClassVar[str] = "run.handed-off"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 190
+
+    envelope: Envelope
+    next_run_id: str
+    round: int
+    payload_json: str
+    # The next round's flow (empty: this round's).
+    flow: str = ""
+    # The lineage's round budget (0: unlimited), carried from round to round.
+    max_rounds: int = 0
+    # The next round's capability ceiling: the intersection along the lineage (null: unrestricted).
+    ceiling: list[str] | None = None
+    # W3C trace context the next round continues.
+    trace_context: dict[str, str] = _field(default_factory=dict)
+    # The next round's timeout (ms; null: none).
+    run_timeout_ms: int | None = None
+    # The next round's cleanup grace (ms; null: the default).
+    timeout_grace_ms: int | None = None
+    # True: the next round keeps the lineage's deadline (timeout_scope lineage: the deadline this
+    # round has when the handoff is applied); false: it has its own, this record's envelope time
+    # plus run_timeout_ms.
+    lineage_timeout: bool = False
+    # True: the owner that handed off does not register the next round's flow (it was named, not
+    # given), so the round's capability ceiling and timeout are not the flow's yet: the first owner
+    # that registers the flow fixes them (run.limits-fixed, only narrowing) before the round's first
+    # activation.
+    limits_pending: bool = False
+
+
 # Any journal record; narrow with isinstance() or match on the class.
 JournalRecord: TypeAlias = (
     RunCreateRejected
@@ -1286,7 +1291,6 @@ JournalRecord: TypeAlias = (
     | PartitionSnapshotTaken
     | StepFailed
     | RunLimitsFixed
-    | RunHandedOff
     | RunTimedOut
     | ScheduleChangeRequested
     | ScheduleRunSettled
@@ -1305,6 +1309,7 @@ JournalRecord: TypeAlias = (
     | UpdateCompleted
     | RunCompleted
     | RunCreated
+    | RunHandedOff
 )
 
 # Record type string (the rs-type header and envelope.type) → class.
@@ -1339,7 +1344,6 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "partition.snapshot-taken": PartitionSnapshotTaken,
     "step.failed": StepFailed,
     "run.limits-fixed": RunLimitsFixed,
-    "run.handed-off": RunHandedOff,
     "run.timed-out": RunTimedOut,
     "schedule.change-requested": ScheduleChangeRequested,
     "schedule.run-settled": ScheduleRunSettled,
@@ -1358,6 +1362,7 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "update.completed": UpdateCompleted,
     "run.completed": RunCompleted,
     "run.created": RunCreated,
+    "run.handed-off": RunHandedOff,
 }
 
 REQUEST_TYPES: frozenset[str] = frozenset(
@@ -1401,7 +1406,6 @@ DECISION_TYPES: frozenset[str] = frozenset(
         "partition.snapshot-taken",
         "step.failed",
         "run.limits-fixed",
-        "run.handed-off",
         "run.timed-out",
         "schedule.created",
         "schedule.updated",
@@ -1415,5 +1419,6 @@ DECISION_TYPES: frozenset[str] = frozenset(
         "update.completed",
         "run.completed",
         "run.created",
+        "run.handed-off",
     }
 )

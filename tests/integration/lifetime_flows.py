@@ -15,6 +15,7 @@ hopper = Flow("h-hopper")
 hopper_parent = Flow("h-hopper-parent")
 tidy = Flow("h-tidy")
 swallower = Flow("h-swallower")
+mover = Flow("h-mover")
 
 # What the cleanup and charge steps did, per run id (steps record it here, so a test can
 # tell a step that ran from one that was replayed). Test-only: cleared by each test.
@@ -35,6 +36,12 @@ async def _capped(ctx: FlowContext, payload: Any) -> str:
         if not (payload or {}).get("fallback"):
             raise
         return "fell back"
+
+
+@mover.handler
+async def _mover(ctx: FlowContext, payload: Any) -> Handoff:
+    """Hands off to h-capped by name (an owner may lack it: a rolling deploy)."""
+    return Handoff(flow="h-capped", payload=payload)
 
 
 @looper.handler
@@ -79,4 +86,4 @@ async def _swallower(ctx: FlowContext, payload: Any) -> str:
     return "signalled"
 
 
-flows = [capped, looper, hopper, hopper_parent, tidy, swallower]
+flows = [capped, looper, hopper, hopper_parent, tidy, swallower, mover]

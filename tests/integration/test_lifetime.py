@@ -39,10 +39,11 @@ from tests.integration.lifetime_flows import (
     flows,
     hopper_parent,
     looper,
+    mover,
     swallower,
     tidy,
 )
-from tests.integration.support import fold
+from tests.integration.support import fold, status_or_none
 from tests.integration.test_cli import cli
 
 SCHEMAS = Path(__file__).parent.parent.parent / "schemas"
@@ -160,6 +161,29 @@ async def test_a_run_keeps_its_flow_s_ceiling_and_round_budget_through_every_doo
         assert exhausted.value.error_type == "LineageExhausted"
         last = await c.describe(f"looper-{door}~2")
         assert (last.max_rounds, last.status) == (3, RunStatus.failed)
+
+
+async def test_a_round_handed_off_to_a_flow_its_owner_lacks_gets_that_flows_limits(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """A rolling deploy: the owner that runs the handoff lacks the next round's flow (named,
+    not given). Before, that round kept the lineage's ceiling (none) for good, and its
+    charge ran; now the owner with the flow fixes the round's limits before it runs."""
+    async with doors(bootstrap, namespace, journal, tmp_path) as (c, create):
+        async with worker(bootstrap, namespace, tmp_path / "without", these=[mover, tidy]):
+            await create("flow")(mover, None, "rolling")
+            deadline = time.monotonic() + 60
+            while await status_or_none(c, "rolling~1") is None:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.2)
+            pending = await c.describe("rolling~1")
+            assert pending.ceiling is None and pending.limits_pending
+        async with worker(bootstrap, namespace, tmp_path / "with"):
+            with pytest.raises(RunFailed) as failed:
+                await c.get_handle("rolling~1").result(timeout=60)
+        assert failed.value.error_type == CapabilityRefused.__name__
+        assert (await c.describe("rolling~1")).ceiling == ("payments.read",)
+        assert EFFECTS.get("rolling~1") is None  # the charge never ran
 
 
 async def test_limits_are_fixed_by_the_first_owner_that_registers_the_flow(

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from runstream import CapabilityRefused, RunCancelled, RunFailed, RunStatus
@@ -167,3 +169,33 @@ def test_refused_creates_are_kept_in_the_run_until_answered() -> None:
                                 requested_value="")
     assert log.add(rejected).verdict is Verdict.applied
     assert log.run("r").refused_creates == ("late-2",)
+
+
+async def test_a_round_handed_off_to_a_flow_its_owner_lacks_gets_that_flows_limits() -> None:
+    """The owner that handed off lacked the next round's flow: the first owner with it
+    narrows the round's ceiling and gives it the flow's timeout before it runs (before, the
+    round kept the lineage's ceiling, none, and no timeout, for good)."""
+    from runstream import Flow, FlowContext, Handoff
+
+    starter, sleepy = Flow("l-starter"), Flow("l-sleepy", timeout=5)
+
+    @starter.handler
+    async def _start(ctx: FlowContext, payload: Any) -> Any:
+        return Handoff(flow="l-sleepy", payload=None)
+
+    @sleepy.handler
+    async def _sleepy(ctx: FlowContext, payload: Any) -> str:
+        await ctx.sleep(60)
+        return "slept"
+
+    async with TestEnvironment([starter]) as env:
+        await env.start(starter, None, run_id="roll")
+        await env.result("roll")  # (round 0 handed off)
+        assert env.describe("roll~1").limits_pending
+        env.flows[sleepy.name] = sleepy  # an owner with the flow takes over
+        with pytest.raises(RunFailed) as failed:
+            await env.result("roll~1")
+        assert failed.value.error_type == "RunTimedOut"
+        fixed = env.describe("roll~1")
+        assert (fixed.run_timeout_ms, fixed.limits_fixed, fixed.limits_pending) == (
+            5000, True, False)

@@ -59,6 +59,8 @@ ADDED_SINCE_FORMAT_2: dict[str, Any] = {
     "attributes": [], "attributes_error": None,
     # issue 21: updates (an inbox item's name; outcomes by request id)
     "name": None, "update_outcomes": [],
+    # issue 22's review: a later round whose flow the owner that handed off lacked
+    "limits_pending": False,
 }
 # Fields added since that every run.created sets from its own record (its envelope time):
 # a fixture recorded without them is not checked for their values.

@@ -204,9 +204,7 @@ async def test_a_later_round_s_child_that_hands_off_wakes_its_parent(by_name: bo
 async def test_a_child_cancelled_by_a_later_rounds_exit_is_woken_by_its_parent() -> None:
     """Round 0 spawns it, round 1's exit cancels it: its wake says "parent" (it said
     "operator": the canceller is not the round that spawned it, but it is its lineage)."""
-    from typing import Any
-
-    from runstream import Flow, FlowContext, Handoff
+    from runstream import Flow, Handoff
     from runstream.testing import TestEnvironment
 
     kid, par = Flow("r-kid"), Flow("r-par")
