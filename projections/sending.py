@@ -18,7 +18,7 @@ from runstream.engine.journal import EncodeError
 from runstream.engine.journal import events as ev
 
 Record = tuple[type[ev.JournalRecord], dict[str, Any]]  # a decision's class and body
-Send = Callable[[type[ev.JournalRecord], dict[str, Any]], None]  # raises EncodeError
+Send = Callable[[type[ev.JournalRecord], dict[str, Any]], object]  # raises EncodeError
 
 
 def carry_out(records: Iterable[Record], send: Send) -> tuple[Record, str] | None:

@@ -234,6 +234,9 @@ MAX_INBOX = 1024
 MAX_SIGNALS = 64
 # Children a run has spawned and that have not settled yet; a spawn past it fails.
 MAX_OPEN_CHILDREN = 1000
+# Their ids' bytes, at most, for a lineage: the exit's child.policy-applied and run.cancelled
+# (its `cascaded`) list them all, and must stay under the send limit (ids may be 1,024 chars).
+MAX_OPEN_CHILD_ID_BYTES = 400_000
 # How deep a tree of children may go (the ancestor path a create request carries).
 MAX_DEPTH = 64
 

@@ -33,7 +33,7 @@ from runstream.engine.flow.bounded import bounded
 from runstream.engine.flow.definition import NO_RETRY, RetryPolicy, dump_json
 from runstream.engine.flow.port import NOT_CALLED, JournalPort, Quarantined, RunReleased, Suspend
 from runstream.engine.flow.update_calls import Update, UpdateCalls
-from runstream.engine.flow.waits import ChildRun, WaitingCalls
+from runstream.engine.flow.waits import ChildRun, WaitingCalls, handed_down
 from runstream.engine.journal import events as ev
 from runstream.engine.observability.tracing import step_span
 from runstream.projections.deadlines import RUN_TIMED_OUT
@@ -104,7 +104,10 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
         self._entries = {entry.position: entry for entry in journal}
         self._port = port
         self._position = 0
-        self._spawns = 0  # spawns made so far in the handler (replayed ones included)
+        # Spawns made so far in the handler (replayed ones included), from the open children
+        # earlier rounds handed down: a lineage holds MAX_OPEN_CHILDREN open at most.
+        self._spawns = handed_down(run.children, self._entries)
+        self._open_child_bytes = sum(len(link.run_id.encode()) for link in run.children)
         self._taken: set[str] = set()  # signal request ids this execution delivered
         # Children this execution spawned (MAX_OPEN_CHILDREN at most): the parent-exit
         # policy covers them even before the worker's projection applied their spawn.

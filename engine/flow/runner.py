@@ -14,12 +14,19 @@ import traceback
 from abc import ABC, abstractmethod
 from typing import Any
 
-from runstream.engine.errors import Cancelled, CapabilityRefused, PayloadInvalid, journal_text
+from runstream.engine.errors import (
+    Cancelled,
+    CapabilityRefused,
+    PayloadInvalid,
+    StepFailed,
+    journal_text,
+)
 from runstream.engine.flow.context import FlowContext, Quarantined, RunReleased, Suspend
 from runstream.engine.flow.definition import Flow, Handoff, dump_json
 from runstream.engine.flow.held import HeldStep, may_hold
 from runstream.engine.journal import EncodeError, JournalRecord
 from runstream.engine.journal import events as ev
+from runstream.engine.journal.record_size import MAX_SENT_RECORD_BYTES
 from runstream.engine.observability.tracing import activation_span
 from runstream.projections.capabilities import narrow
 from runstream.projections.deadlines import RUN_TIMED_OUT, handoff_timeout, timed_out_failure
@@ -33,6 +40,8 @@ from runstream.projections.wakes import (
 )
 
 log = logging.getLogger("runstream.runner")
+
+RESULT_TOO_LARGE = "ResultTooLarge"
 
 
 class Dropped(BaseException):
@@ -78,7 +87,24 @@ class HandlerRunner(ABC):
                 body = {**body, **held.as_final_step()}
             else:
                 self._send(ev.StepCompleted, **held.body)
-        self._send(cls, **body)
+        try:
+            self._send(cls, **body)
+        except EncodeError as exc:  # over the send limit (a worker's and a test's alike)
+            if cls is not ev.StepCompleted or body.get("kind") != "step":
+                raise  # a run's result, a handoff, ...: the runner fails the run with it
+            self._step_too_large(body, exc)
+
+    def _step_too_large(self, body: dict[str, Any], exc: EncodeError) -> None:
+        """A step result too large to journal: the attempt is journaled as failed, for good
+        (the same function would return the same result), and the flow gets StepFailed,
+        as it would on replay."""
+        size = len(str(body.get("result_json") or "").encode())
+        message = (f"result is {size} bytes; the limit is {MAX_SENT_RECORD_BYTES} bytes per "
+                   f"journal record ({exc})")
+        self._send(ev.StepFailed, position=body["position"], name=body["name"],
+                   attempt=body["attempt"], error_type=RESULT_TOO_LARGE, error_message=message,
+                   will_retry=False, retry_delay_ms=0, args_digest=body.get("args_digest"))
+        raise StepFailed(str(body["name"]), RESULT_TOO_LARGE, message, int(body["attempt"]))
 
     def hold_step(self, body: dict[str, Any], irreversible: bool) -> None:
         """A step's outcome (a `step.completed` body of kind step): held back until this

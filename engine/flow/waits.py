@@ -9,7 +9,7 @@ suspends (`run.suspended`) and continues when the owner journals its outcome.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,6 +23,7 @@ from runstream.engine.errors import (
 )
 from runstream.engine.flow.definition import Flow, dump_json
 from runstream.engine.flow.port import JournalPort
+from runstream.engine.journal import EncodeError
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import (
     PayloadTooLarge,
@@ -35,6 +36,7 @@ from runstream.engine.observability.tracing import carrier
 from runstream.projections.capabilities import narrow
 from runstream.projections.state import (
     MAX_DEPTH,
+    MAX_OPEN_CHILD_ID_BYTES,
     MAX_OPEN_CHILDREN,
     ChildLink,
     JournalEntry,
@@ -56,6 +58,7 @@ class WaitingCalls:
     _entries: dict[int, JournalEntry]
     _port: JournalPort
     _spawns: int
+    _open_child_bytes: int  # the open children's ids, MAX_OPEN_CHILD_ID_BYTES at most
     _taken: set[str]
     spawned: list[ChildLink]
     cancel_delivered: bool
@@ -176,11 +179,15 @@ class WaitingCalls:
         self._port.ensure_active()
         caps = flow.capabilities if isinstance(flow, Flow) else None
         ceiling = narrow(self._ceiling, caps)  # a child's ceiling is at most its parent's
-        self._port.send(ev.ChildSpawned, child_run_id=child_id, child_lineage_id=child_id,
-                        flow=name, position=position, payload_json=payload_json,
-                        parent_exit_policy="cancel" if linked else "detach",
-                        ceiling=None if ceiling is None else list(ceiling),
-                        trace_context=carrier())
+        try:
+            self._port.send(ev.ChildSpawned, child_run_id=child_id, child_lineage_id=child_id,
+                            flow=name, position=position, payload_json=payload_json,
+                            parent_exit_policy="cancel" if linked else "detach",
+                            ceiling=None if ceiling is None else list(ceiling),
+                            trace_context=carrier())
+        except EncodeError as exc:  # over the send limit: nothing journaled, a refused spawn
+            raise SpawnRefused(f"run {self.run_id} cannot spawn {child_id}: its spawn cannot "
+                               f"be journaled: {exc}") from exc
         self.spawned.append(ChildLink(run_id=child_id, lineage_id=child_id, position=position,
                                       detached=not linked))
         return ChildRun(self, child_id, position, loader)
@@ -200,8 +207,14 @@ class WaitingCalls:
             raise SpawnRefused(f"run {self.run_id} is {len(path)} levels deep; a tree of runs "
                                f"goes {MAX_DEPTH} deep at most")
         if self._spawns > MAX_OPEN_CHILDREN:
-            raise SpawnRefused(f"run {self.run_id} has spawned {MAX_OPEN_CHILDREN} children, "
-                               f"the most one run may (hand off to a new round instead)")
+            raise SpawnRefused(f"run {self.run_id} has spawned {MAX_OPEN_CHILDREN} children "
+                               f"(with those still open that earlier rounds handed down), "
+                               f"the most one run may")
+        self._open_child_bytes += len(child_id.encode())
+        if self._open_child_bytes > MAX_OPEN_CHILD_ID_BYTES:
+            raise SpawnRefused(f"run {self.run_id} cannot spawn {child_id}: its open "
+                               f"children's ids would pass {MAX_OPEN_CHILD_ID_BYTES} bytes, "
+                               f"the most its exit can list")
 
     async def _child_result(self, child_id: str, spawn_position: int,
                             timeout: float | timedelta | None = None) -> Any:
@@ -315,3 +328,15 @@ def _has_outcome(entry: JournalEntry) -> bool:
 def _millis(duration: float | timedelta) -> int:
     seconds = duration.total_seconds() if isinstance(duration, timedelta) else float(duration)
     return max(0, int(seconds * 1000))
+
+
+def handed_down(children: Iterable[ChildLink], entries: Mapping[int, JournalEntry]) -> int:
+    """The open children an earlier round handed down: links no spawn of this run's journal
+    made. (A handoff carries them, and a round that spawned MAX_OPEN_CHILDREN more each
+    time grew its lineage's list past what its exit's child.policy-applied can hold: the
+    parent then never settled.)"""
+    def ours(link: ChildLink) -> bool:
+        entry = entries.get(link.position)
+        return (entry is not None and entry.kind == "spawn"
+                and json.loads(entry.result_json or "null") == link.run_id)
+    return sum(1 for link in children if not ours(link))

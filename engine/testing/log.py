@@ -71,7 +71,7 @@ class MemoryLog:
         """Write one decision of the current owner about `run` (applied at once)."""
         return self.append(run.partition, self._decision(run, cls, request_id, body))
 
-    def send(self, run: RunState, cls: type[JournalRecord], body: dict[str, Any]) -> None:
+    def send(self, run: RunState, cls: type[JournalRecord], body: dict[str, Any]) -> Verdict:
         """Write one decision as a worker's committer sends it: one over the send limit
         raises EncodeError and is not written (projections.sending.carry_out answers it)."""
         record = self._decision(run, cls, body.pop("request_id", None), body)
@@ -79,7 +79,7 @@ class MemoryLog:
         if error is not None:
             self._seq -= 1  # never sent: keep the sequence dense, as the committer does
             raise error
-        self.append(run.partition, record)
+        return self.append(run.partition, record)
 
     def _decision(self, run: RunState, cls: type[JournalRecord], request_id: str | None,
                   body: dict[str, Any]) -> JournalRecord:

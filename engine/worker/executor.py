@@ -9,25 +9,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from runstream.engine.errors import StepFailed, WorkerFatal
+from runstream.engine.errors import WorkerFatal
 from runstream.engine.flow.context import FlowContext, RunReleased, Suspend
 from runstream.engine.flow.definition import Flow
 from runstream.engine.flow.port import NOT_CALLED
 from runstream.engine.flow.runner import HandlerRunner, suspension
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
-from runstream.engine.journal.record_size import MAX_SENT_RECORD_BYTES
 from runstream.engine.journal.records import decision_envelope
-from runstream.engine.worker.committer import RecordTooLarge
 from runstream.engine.worker.ownership import Ownership, OwnershipState
 from runstream.engine.worker.run_protocols import ExecutionOwner
 from runstream.projections.decide import FLOW_CONCURRENCY_LIMIT, Activation, plan_activation
 from runstream.projections.state import JournalEntry, RunState, Verdict, Wait
 
 log = logging.getLogger("runstream.executor")
-
-RESULT_TOO_LARGE = "ResultTooLarge"
-
 
 ABANDONED = "its deadline and grace passed: the owner failed it without its handler"
 
@@ -94,25 +89,8 @@ class RunExecution(HandlerRunner):
             raise RunReleased(str(exc)) from None
 
     def _send(self, cls: type[JournalRecord], **body: Any) -> None:
-        try:
-            self._last_outcome = self._enqueue(cls, body)
-        except RecordTooLarge as exc:
-            if cls is not ev.StepCompleted or body.get("kind") != "step":
-                raise  # a run's result, a handoff, ...: the runner fails the run with it
-            self._step_too_large(body, exc)
-
-    def _step_too_large(self, body: dict[str, Any], exc: RecordTooLarge) -> None:
-        """A step result too large to journal: the attempt is journaled as failed, for good
-        (the same function would return the same result), and the flow gets StepFailed,
-        as it would on replay."""
-        size = len(str(body.get("result_json") or "").encode())
-        message = (f"result is {size} bytes; the limit is {MAX_SENT_RECORD_BYTES} bytes per "
-                   f"journal record ({exc})")
-        self._last_outcome = self._enqueue(ev.StepFailed, {
-            "position": body["position"], "name": body["name"], "attempt": body["attempt"],
-            "error_type": RESULT_TOO_LARGE, "error_message": message, "will_retry": False,
-            "retry_delay_ms": 0, "args_digest": body.get("args_digest")})
-        raise StepFailed(str(body["name"]), RESULT_TOO_LARGE, message, int(body["attempt"]))
+        # (RecordTooLarge over the send limit: engine.flow.runner answers a step's)
+        self._last_outcome = self._enqueue(cls, body)
 
     async def _barrier(self) -> None:
         """Our last step outcome is acknowledged; after a stall of the event loop, our

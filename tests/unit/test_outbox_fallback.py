@@ -48,18 +48,19 @@ async def test_an_oversized_child_payload_fails_the_spawn_before_anything_is_jou
         assert not [i for i in env.history("p") if isinstance(i.record, ev.ChildSpawned)]
 
 
-async def test_a_create_request_too_large_to_send_fails_the_parents_spawn(
+async def test_a_spawn_too_large_to_send_is_refused(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The payload passes a raised payload limit, but its create request is over one
-    journal record: the parent's spawn fails as a refused spawn does, nothing waits."""
+    """The payload passes a raised payload limit, but its child.spawned (and create
+    request) is over one journal record: the spawn is refused as an oversized payload's
+    is, nothing journaled. (A test held the handler's records to no send limit: the create
+    request went through the outbox's give-up there, while a worker refused the
+    child.spawned and failed the parent with EncodeError.)"""
     monkeypatch.setenv(PAYLOAD_ENV, "999000")
     async with TestEnvironment([parent, child]) as env:
-        answer = await env.run(parent, {"size": 950_000}, run_id="p")
-        assert answer["error_type"] == "SpawnRefused"
-        assert "cannot be sent (too-large)" in answer["message"]
-        [gone] = env.given_up
-        assert (gone.item.type, gone.reason) == (ev.RunCreateRequested.TYPE, "too-large")
-        assert env.describe("p").children == ()
+        with pytest.raises(RunFailed, match=r"SpawnRefused.*its spawn cannot be journaled"):
+            await env.run(parent, {"size": 950_000}, run_id="p")
+        assert not [i for i in env.history("p") if isinstance(i.record, ev.ChildSpawned)]
+        assert env.given_up == []
 
 
 def _item(type_: str, request_id: str, run_id: str, body: Any) -> OutboxItem:
