@@ -71,6 +71,7 @@ from runstream.projections.wakes import (
     CancelNow,
     Resolve,
     Wake,
+    cancel_cascade,
     cancel_on_pending,
     decide_waiting,
     exit_policy,
@@ -359,11 +360,13 @@ def _wake(view: OwnerView, run: RunState, wake: Wake) -> list[Reaction]:
     key = f"wake/{incarnation_id(run)}/{wake.position}/{wake.reason}"
     if key in view.decided:
         return []  # sent already; the projection has not applied it yet
-    return [Write(run, ((ev.RunResumed, {
+    resumed: Record = (ev.RunResumed, {
         "request_id": key, "reason": wake.reason, "position": wake.position,
         "name": wake.name, "signal_request_id": wake.signal_request_id,
         "result_json": wake.result_json, "error_type": wake.error_type,
-        "error_message": wake.error_message, "detail": f"woken: {wake.reason}"}),), key)]
+        "error_message": wake.error_message, "detail": f"woken: {wake.reason}"})
+    return [Write(run, (resumed, *cancel_cascade(run, wake)), key)]
+
 
 
 def _resolve(view: OwnerView, run: RunState, resolve: Resolve) -> list[Reaction]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import lineage_of
+from runstream.projections.sending import Record
 from runstream.projections.state import ChildLink, JournalEntry, RunState, RunStatus
 from runstream.projections.transitions import (
     CANCEL_DELIVERED,
@@ -208,3 +209,16 @@ def exit_reason(cls: type[ev.JournalRecord], body: dict[str, Any]) -> str:
     if cls is ev.RoundInvalid:
         return "failed (RoundInvalid)"
     return "completed"
+
+
+def cancel_cascade(run: RunState, wake: Wake) -> tuple[Record, ...]:
+    """A cancel that reaches a waiting handler cancels its linked children with it, not at
+    its exit (a cleanup that waited for one waited for ever: the cancel reached the child
+    only once the parent ended). The exit's policy names them again: the same cancel
+    request ids, taken once. (The owner writes it with the wake; a running handler meets
+    the cancel at its next durable call: engine.flow.waits._cascade.)"""
+    linked = [link.run_id for link in run.children if not link.detached]
+    if wake.error_type != CANCEL_DELIVERED or not linked:
+        return ()
+    return ((ev.ChildPolicyApplied, {"cancelled": linked, "detached": [],
+                                     "reason": f"cancelled ({wake.error_message})"}),)

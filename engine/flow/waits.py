@@ -40,6 +40,7 @@ from runstream.projections.state import (
     MAX_OPEN_CHILDREN,
     ChildLink,
     JournalEntry,
+    RunState,
     Signal,
     Wait,
 )
@@ -289,7 +290,23 @@ class WaitingCalls:
             self._port.send(ev.RunResumed, reason=cancel_wake_reason(run), position=position,
                             name=name, error_type=CANCEL_DELIVERED, error_message=reason,
                             detail="the cancel reached the handler here")
+            self._cascade(run, reason)
         raise Cancelled(reason)
+
+    def _cascade(self, run: RunState, reason: str) -> None:
+        """The cancel reached the handler: its linked children are cancelled now, not at its
+        exit (a cleanup that waited for one waited for ever: the cancel reached the child
+        only once the parent ended). Its exit's policy names them again: the same cancel
+        request ids, taken once."""
+        open_links = {link.run_id: link for link in run.children}
+        for link in self.spawned:
+            spawn = self._port.entry(link.position)
+            if link.run_id not in open_links and (spawn is None or spawn.child_status is None):
+                open_links[link.run_id] = link
+        linked = [link.run_id for link in open_links.values() if not link.detached]
+        if linked:
+            self._port.send(ev.ChildPolicyApplied, cancelled=linked, detached=[],
+                            reason=f"cancelled ({reason})")
 
     def _replay_cancel(self, entry: JournalEntry) -> None:
         """The journal says the cancel reached the handler at `entry`: raise it again here

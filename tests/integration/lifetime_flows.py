@@ -16,6 +16,8 @@ hopper_parent = Flow("h-hopper-parent")
 tidy = Flow("h-tidy")
 swallower = Flow("h-swallower")
 mover = Flow("h-mover")
+waiting_kid = Flow("h-waiting-kid")
+careful = Flow("h-careful")
 
 # What the cleanup and charge steps did, per run id (steps record it here, so a test can
 # tell a step that ran from one that was replayed). Test-only: cleared by each test.
@@ -86,4 +88,26 @@ async def _swallower(ctx: FlowContext, payload: Any) -> str:
     return "signalled"
 
 
-flows = [capped, looper, hopper, hopper_parent, tidy, swallower, mover]
+flows = [capped, looper, hopper, hopper_parent, tidy, swallower, mover, waiting_kid, careful]
+
+
+@waiting_kid.handler
+async def _waiting_kid(ctx: FlowContext, payload: Any) -> Any:
+    return await ctx.wait_for("go")
+
+
+@careful.handler
+async def _careful(ctx: FlowContext, payload: Any) -> str:
+    """Its cleanup waits for its linked child: the cancel reaches the child at once."""
+    kid = await ctx.spawn(waiting_kid, None)
+    try:
+        if payload == "running":  # meets the cancel at a durable call, not in a wait
+            for _ in range(600):
+                await ctx.sleep(0.1)
+        return str(await kid.result())
+    except Cancelled:
+        try:
+            await kid.result()
+        except Exception as ended:  # (ChildCancelled: the child was cancelled)
+            effect(ctx.run_id, type(ended).__name__)
+        raise

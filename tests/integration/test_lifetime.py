@@ -36,6 +36,7 @@ from runstream.projections.partitioning import run_partition
 from tests.integration.lifetime_flows import (
     EFFECTS,
     capped,
+    careful,
     flows,
     hopper_parent,
     looper,
@@ -43,7 +44,7 @@ from tests.integration.lifetime_flows import (
     swallower,
     tidy,
 )
-from tests.integration.support import fold, status_or_none
+from tests.integration.support import fold, status_or_none, status_when
 from tests.integration.test_cli import cli
 
 SCHEMAS = Path(__file__).parent.parent.parent / "schemas"
@@ -184,6 +185,26 @@ async def test_a_round_handed_off_to_a_flow_its_owner_lacks_gets_that_flows_limi
         assert failed.value.error_type == CapabilityRefused.__name__
         assert (await c.describe("rolling~1")).ceiling == ("payments.read",)
         assert EFFECTS.get("rolling~1") is None  # the charge never ran
+
+
+@pytest.mark.parametrize("where", ["waiting", "running"])
+async def test_a_cancel_reaches_the_linked_children_when_it_reaches_the_handler(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path, where: str
+) -> None:
+    """The parent's cleanup waits for its linked child: before, the cancel reached the child
+    only at the parent's exit, which waited for the child: neither ever ended."""
+    EFFECTS.clear()
+    async with worker(bootstrap, namespace, tmp_path / "w"), \
+            doors(bootstrap, namespace, journal, tmp_path) as (c, create):
+        await create("flow")(careful, where, f"careful-{where}")
+        await status_when(c, f"careful-{where}", RunStatus.suspended, RunStatus.running)
+        await asyncio.sleep(0.5)  # (its child spawned; waiting, or sleeping in steps)
+        await c.cancel(f"careful-{where}", reason="user abort")
+        with pytest.raises(RunCancelled):
+            await c.get_handle(f"careful-{where}").result(timeout=60)
+        child = await c.describe(f"careful-{where}@1.0")
+        assert child.status is RunStatus.cancelled
+    assert EFFECTS[f"careful-{where}"] == ["ChildCancelled"]
 
 
 async def test_limits_are_fixed_by_the_first_owner_that_registers_the_flow(

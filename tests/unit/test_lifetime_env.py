@@ -199,3 +199,24 @@ async def test_a_round_handed_off_to_a_flow_its_owner_lacks_gets_that_flows_limi
         fixed = env.describe("roll~1")
         assert (fixed.run_timeout_ms, fixed.limits_fixed, fixed.limits_pending) == (
             5000, True, False)
+
+
+@pytest.mark.parametrize("where", ["waiting", "running"])
+async def test_a_cancel_reaches_the_linked_children_when_it_reaches_the_handler(
+        where: str) -> None:
+    """A cleanup that waits for its linked child ends: the cancel reached the child only at
+    the parent's exit, and the parent's exit waited for the child (for ever)."""
+    from tests.integration.lifetime_flows import careful
+
+    EFFECTS.clear()
+    async with TestEnvironment(flows, partitions=2) as env:
+        run_id = await env.start(careful, where, run_id=f"careful-{where}")
+        await env.run_until_idle() if where == "waiting" else await env.sleep(0.5)
+        await env.cancel(run_id, reason="user abort")
+        with pytest.raises(RunCancelled):
+            await env.result(run_id)
+        [child] = [r for r in env.projection.runs.values()
+                   if r is not None and r.parent_run_id == run_id]
+        assert child.status is RunStatus.cancelled
+        assert child.cancel_requested == f"parent {run_id} ended: cancelled (user abort)"
+    assert EFFECTS[run_id] == ["ChildCancelled"]
