@@ -301,19 +301,22 @@ def next_every_ms(every_ms: int, after_ms: int, offset_ms: int = 0) -> int:
 
 
 def fires_between(next_fire: Callable[[int], int], start_ms: int, end_ms: int,
-                  limit: int) -> list[int]:
-    """The fires in (start_ms, end_ms], ascending, at most `limit` (the earliest ones):
-    `next_fire(t)` is the first fire strictly after `t`. ValueError if it does not move on."""
+                  limit: int, keep: Callable[[int], bool] | None = None,
+                  scan: int | None = None) -> list[int]:
+    """The fires in (start_ms, end_ms], ascending, at most `limit` (the earliest ones; with
+    `keep`, the earliest it keeps, looking at `scan` fires at most): `next_fire(t)` is the
+    first fire strictly after `t`. ValueError if it does not move on."""
     fires: list[int] = []
-    at = start_ms
-    while len(fires) < limit:
+    at, looked = start_ms, 0
+    while len(fires) < limit and (scan is None or looked < scan):
         fire = next_fire(at)
         if fire <= at:
             raise ValueError(f"next_fire({at}) returned {fire}, not a later instant")
         if fire > end_ms:
             break
-        fires.append(fire)
-        at = fire
+        if keep is None or keep(fire):
+            fires.append(fire)
+        at, looked = fire, looked + 1
     return fires
 
 

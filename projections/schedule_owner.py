@@ -184,9 +184,11 @@ def _backfill(schedule: ScheduleState, given: dict[str, Any], now_ms: int) -> li
     if start >= now_ms:
         raise SpecInvalid("a backfill fires past instants: its start is not in the past")
     end = min(end, now_ms)
-    instants = cron.fires_between(next_fire(schedule.spec), start, end, MAX_BACKFILL)
-    chosen = [t for t in instants
-              if not any(first <= t <= last for first, last in schedule.handled)]
+    # The earliest MAX_BACKFILL it did not handle (the cap applied before them chose none
+    # when the range began with more than that many the schedule had fired itself).
+    chosen = cron.fires_between(
+        next_fire(schedule.spec), start, end, MAX_BACKFILL, scan=MAX_SCAN,
+        keep=lambda t: not any(first <= t <= last for first, last in schedule.handled))
     if not chosen:
         raise SpecInvalid("no instant to backfill: the schedule handled all of them itself")
     sid = schedule.schedule_id

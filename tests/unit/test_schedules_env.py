@@ -310,3 +310,17 @@ async def test_the_owner_holds_no_key_for_what_a_schedule_decided_once_it_applie
                                     START)
         assert len(env.describe_schedule("beat").recent) >= 10
         assert len(env._decided) == 0
+
+
+def test_a_backfill_fires_the_instants_the_schedule_did_not_handle_past_the_cap() -> None:
+    """The first MAX_BACKFILL instants of the range were handled by the schedule itself:
+    the backfill fires the ones after them (it chose from the capped first ones, found
+    none, and refused "no instant to backfill")."""
+    spec = ScheduleSpec(flow="s-tick", every_ms=1000)
+    handled_to = 1_500_000  # the schedule fired each second up to here itself
+    schedule = ScheduleState(schedule_id="s", partition=0, exists=True, spec=spec,
+                             next_fire_ms=handled_to + 1000, handled=((1000, handled_to),))
+    records = schedule_owner._backfill(schedule, {"start_ms": 0, "end_ms": 2_000_000},
+                                       now_ms=3_000_000)
+    nominals = [body["nominal_ms"] for _, body in records]
+    assert nominals[0] == handled_to + 1000 and len(nominals) == 500
