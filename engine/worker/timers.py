@@ -45,6 +45,11 @@ class TimerSweeper:
         self._poke = asyncio.Event()
         # run id -> (partition, position) of its fired timer: MAX_IN_FLIGHT at most.
         self._in_flight: dict[str, tuple[int, int]] = {}
+        # Due schedules this worker cannot fire (a zone its tzdata lacks), by key -> their
+        # partition: left alone until a decision about them applies (a change) or the
+        # partition moves. Apart from the in-flight cap, which 256 of them filled, and
+        # looked past: at most the schedules of the partitions executed here.
+        self._unfireable: dict[str, int] = {}
         self.fired = 0
 
     def poke(self) -> None:
@@ -81,12 +86,16 @@ class TimerSweeper:
             # cancel, the deadline sends run.cancelled: held as in flight for ever, 256 of
             # them stopped every timer, deadline and schedule of the worker.)
             self.applied(record.envelope.run_id)
-        elif record.__class__ in SCHEDULE_DECISIONS and settled:
-            self.judged(SCHEDULE_KEY + schedule_id_of(record), SCHEDULE_POSITION)
+        elif record.__class__ in SCHEDULE_DECISIONS:
+            if self._unfireable.pop(SCHEDULE_KEY + schedule_id_of(record), None) is not None:
+                self._poke.set()  # (changed: this worker may fire it now)
+            if settled:
+                self.judged(SCHEDULE_KEY + schedule_id_of(record), SCHEDULE_POSITION)
 
     def reset(self) -> None:
         """Ownership changed: timers fired under the old one may never apply."""
         self._in_flight.clear()
+        self._unfireable.clear()
         self._poke.set()
 
     async def run(self) -> None:
@@ -148,10 +157,13 @@ class TimerSweeper:
         in flight until a decision of ours about it gets a verdict."""
         store, owner = self.owner.store, self.owner
         assert store is not None
-        for _, schedule_id in store.due_schedules(own.partition, now, BATCH):
+        due = store.due_schedules(own.partition, now, BATCH + len(self._unfireable))
+        for _, schedule_id in due:
             key = SCHEDULE_KEY + schedule_id
-            if key in self._in_flight or len(self._in_flight) >= MAX_IN_FLIGHT:
+            if key in self._in_flight or key in self._unfireable:
                 continue
+            if len(self._in_flight) >= MAX_IN_FLIGHT:
+                return
             schedule = store.schedule(schedule_id)
             try:
                 sent = schedule is not None and owner.reactions.on_schedule_due(own, schedule)
@@ -159,12 +171,13 @@ class TimerSweeper:
                 return
             except CronInvalid as exc:
                 # A zone this host's tzdata lacks (the worker that created it had it): not
-                # this worker's to fire. Held as in flight, so not tried at every sweep:
-                # a change to the schedule, or another owner, tries again. (Raised, it
-                # stopped the sweeper: every timer of the worker, then the worker itself.)
+                # this worker's to fire. Held aside, so not tried at every sweep: a change
+                # to the schedule, or another owner, tries again. (Raised, it stopped the
+                # sweeper: every timer of the worker, then the worker itself.)
                 log.error("partition %d: schedule %s cannot be fired on this worker: %s",
                           own.partition, schedule_id, exc)
-                sent = True
+                self._unfireable[key] = own.partition
+                continue
             if sent:
                 self._in_flight[key] = (own.partition, SCHEDULE_POSITION)
 
@@ -173,3 +186,5 @@ class TimerSweeper:
         verdicts may never reach us. At most MAX_IN_FLIGHT entries to look at."""
         for run_id in [r for r, (p, _) in self._in_flight.items() if p not in executing]:
             del self._in_flight[run_id]
+        for key in [k for k, p in self._unfireable.items() if p not in executing]:
+            del self._unfireable[key]

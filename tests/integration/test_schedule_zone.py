@@ -82,3 +82,25 @@ async def test_a_schedule_this_host_cannot_compute_is_left_alone(
 
 async def _fires_above(client: Client, schedule_id: str, fires: int) -> bool:
     return (await client.describe_schedule(schedule_id)).fires > fires
+
+
+async def test_many_schedules_this_host_cannot_compute_hold_back_no_timer(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each was held as a fire in flight: MAX_IN_FLIGHT of them (4 partitions of 64 due)
+    stopped every timer of the worker. Now they are held apart; and the due schedules
+    behind them are still looked at."""
+    from runstream.engine.worker.timers import MAX_IN_FLIGHT
+    count = MAX_IN_FLIGHT + 8
+    async with running_worker(bootstrap, namespace, tmp_path / "w", [beat, napper]), \
+            Client(bootstrap_servers=bootstrap, namespace=namespace, flows=[beat, napper],
+                   read_model_dir=tmp_path / "rm") as client:
+        await client.create_schedule("healthy", beat, None, every=2)
+        for n in range(count):
+            await client.create_schedule(f"lacking-{n}", beat, None, every=1)
+        monkeypatch.setattr(schedule_owner, "next_fire", _lacking(schedule_owner.next_fire))
+        await asyncio.sleep(3)  # each falls due, and is set aside
+        fires = (await client.describe_schedule("healthy")).fires
+        woke = await client.create_run(napper, None, run_id="timer-after")
+        assert await woke.result(timeout=30) == "woke"
+        await until(lambda: _fires_above(client, "healthy", fires), "the healthy one fires")
