@@ -323,6 +323,9 @@ class RunState(_Frozen, frozen=True, array_like=True):
     settled_at_ms: int | None = None
     # Its updates' outcomes by request id, the last MAX_UPDATE_OUTCOMES (projections.updates).
     update_outcomes: tuple[UpdateOutcome, ...] = ()
+    # Updates a wait of it took and it has not answered yet (their request ids, the last
+    # MAX_UPDATE_OUTCOMES): a caller whose update a handoff carried here finds it handled.
+    updates_taken: tuple[str, ...] = ()
 
     def has_evidence(self, kind: str) -> bool:
         return any(item.kind == kind for item in self.evidence)

@@ -30,6 +30,7 @@ from runstream.projections.state import (
     replace,
 )
 from runstream.projections.step_entries import final_step_entry, timed_out_message
+from runstream.projections.updates import taken_update
 
 Changes = dict[str, Any]
 
@@ -225,6 +226,7 @@ def _resumed(run: RunState, record: Any, epoch: int, previous: Any) -> Change | 
     if record.signal_request_id is not None:
         changes["signals"] = tuple(s for s in run.signals
                                    if s.request_id != record.signal_request_id)
+        changes.update(taken_update(run, record.signal_request_id))
     return Change(changes, entry)
 
 

@@ -106,11 +106,21 @@ def decided(run: RunState, record: ev.JournalRecord, offset: int
                          error_type="UpdateRejected" if record.rejected else None,
                          error_message=record.reason if record.rejected else None)
     steps = max(run.steps, record.position + 1)
+    taken = tuple(r for r in run.updates_taken if r != request_id)
     return replace(run, update_outcomes=_with_outcome(run, request_id, offset),
-                   steps=steps), entry
+                   steps=steps, updates_taken=taken), entry
 
 
 DECISIONS = frozenset({ev.UpdateAccepted, ev.UpdateRejected, ev.UpdateCompleted})
+
+
+def taken_update(run: RunState, signal_request_id: str) -> dict[str, Any]:
+    """The run's changes when a wait takes the signal `signal_request_id`: an update's is
+    remembered as taken until its answer (`followed`)."""
+    taken = next((s for s in run.signals if s.request_id == signal_request_id), None)
+    if taken is None or not taken.name.startswith(UPDATE_SIGNAL_PREFIX):
+        return {}
+    return {"updates_taken": (*run.updates_taken, signal_request_id)[-MAX_UPDATE_OUTCOMES:]}
 
 
 def outcome_offset(run: RunState, request_id: str) -> int | None:
@@ -130,10 +140,12 @@ def carried(run: RunState, request_id: str) -> bool:
 
 def followed(next_round: RunState, request_id: str) -> bool:
     """Whether the update went on into `next_round` (its handoff carried it): waiting there,
-    or answered there already (a caller that looks after the answer). A caller seeing its
-    round end follows the update there, else it was never answered. (Taken there and not
-    yet answered, it is neither for that moment: a known gap.)"""
-    return carried(next_round, request_id) or outcome_offset(next_round, request_id) is not None
+    taken by a wait there and not answered yet, or answered there already (a caller that
+    looks after the answer). A caller seeing its round end follows the update there, else
+    it was never answered. (Taken and not answered, it was refused to a caller that looked
+    then.)"""
+    return (carried(next_round, request_id) or request_id in next_round.updates_taken
+            or outcome_offset(next_round, request_id) is not None)
 
 
 def refusal_text(run: RunState) -> str:

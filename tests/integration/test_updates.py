@@ -24,7 +24,7 @@ from tests.conftest import TEST_JOURNAL_PARTITIONS
 from tests.integration.support import WorkerProcess, fold, running_worker, status_when
 from tests.integration.test_cli import cli
 from tests.integration.test_lifetime import SCHEMAS, produce_plain
-from tests.integration.update_flows import approval, flows
+from tests.integration.update_flows import approval, flows, rounds
 
 APP = "tests.integration.update_flows:flows"
 
@@ -169,3 +169,16 @@ async def test_a_new_owner_validates_an_update_its_dead_owner_was_validating(
     verdicts = [i.record for i in projection.history["v"]
                 if isinstance(i.record, ev.UpdateAccepted | ev.UpdateRejected)]
     assert [type(v) for v in verdicts] == [ev.UpdateAccepted]
+
+
+async def test_an_update_carried_by_a_handoff_and_taken_there_is_answered_not_refused(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path) -> None:
+    """The caller sees its round end while the next round holds the update taken and not
+    yet answered: it follows it there. Before, it was refused ("ended without answering
+    it") for as long as the next round took to answer."""
+    async with running_worker(bootstrap, namespace, tmp_path / "w", flows), \
+            Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows,
+                   read_model_dir=tmp_path / "rm") as client:
+        await client.create_run(rounds, 0, run_id="taken")
+        await status_when(client, "taken", RunStatus.suspended)
+        assert await asyncio.wait_for(client.update("taken", "approve", None), 60) == "round 1"

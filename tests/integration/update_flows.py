@@ -8,7 +8,7 @@ import os
 import time
 from typing import Any
 
-from runstream import Flow, FlowContext
+from runstream import Flow, FlowContext, Handoff
 
 approval = Flow("u-approval")
 
@@ -53,4 +53,20 @@ async def _approval(ctx: FlowContext, payload: Any) -> Any:
     return total
 
 
-flows = [approval]
+rounds = Flow("u-rounds")
+
+
+@rounds.handler
+async def _rounds(ctx: FlowContext, payload: Any) -> Any:
+    """Round 0 hands off the update sent meanwhile; round 1 takes it at once and answers
+    only after a while."""
+    if payload == 0:
+        await ctx.sleep(1)
+        return Handoff(payload=1)
+    update = await ctx.wait_for_update("approve")
+    await ctx.sleep(2)
+    await update.reply(f"round {payload}")
+    return "done"
+
+
+flows = [approval, rounds]

@@ -61,6 +61,8 @@ ADDED_SINCE_FORMAT_2: dict[str, Any] = {
     "name": None, "update_outcomes": [],
     # issue 22's review: a later round whose flow the owner that handed off lacked
     "limits_pending": False,
+    # ...and updates a wait took, not answered yet
+    "updates_taken": [],
 }
 # Fields added since that every run.created sets from its own record (its envelope time):
 # a fixture recorded without them is not checked for their values.
