@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
+import socket
 from datetime import timedelta
 from pathlib import Path
 
-from runstream.engine.errors import SettingInvalid
+from runstream.engine.errors import InvalidInput, SettingInvalid
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_NAMESPACE = "runstream"
@@ -15,7 +17,56 @@ DEFAULT_PARTITIONS = 12
 
 
 def resolve_bootstrap(explicit: str | None = None) -> str:
-    return explicit or os.environ.get("RUNSTREAM_BOOTSTRAP") or DEFAULT_BOOTSTRAP
+    """The bootstrap servers: `explicit`, else RUNSTREAM_BOOTSTRAP, else the default; each
+    `host[:port]` checked here (a bad one is one line, not a traceback from the Kafka client)."""
+    if explicit:
+        return check_bootstrap(explicit, "the bootstrap servers", InvalidInput)
+    given = os.environ.get("RUNSTREAM_BOOTSTRAP")
+    if given:
+        return check_bootstrap(given, "RUNSTREAM_BOOTSTRAP", SettingInvalid)
+    return DEFAULT_BOOTSTRAP
+
+
+def check_bootstrap(text: str, what: str,
+                    error: type[InvalidInput] = InvalidInput) -> str:
+    """`text` if it is a comma-separated list of `host`, `host:port` or `[ipv6]:port` with
+    a port from 1 to 65535 (the Kafka client's default, 9092, when none is given)."""
+    addresses = [a.strip() for a in str(text).split(",")]
+    for address in addresses:
+        problem = _address_problem(address)
+        if problem is not None:
+            raise error(f"{what} {text!r}: {problem} (write host:port, as 127.0.0.1:9092; "
+                        f"several separated by commas)")
+    return text
+
+
+def _address_problem(address: str) -> str | None:
+    """What is wrong with one `host[:port]`, or None."""
+    if not address:
+        return "an empty address"
+    if address.startswith("["):
+        host, bracket, rest = address[1:].partition("]")
+        if not bracket or not host or (rest and not rest.startswith(":")):
+            return f"{address!r} is not [ipv6 address]:port"
+        return None if not rest else _port_problem(address, rest[1:])
+    if ":" not in address or _is_ipv6(address):
+        return None
+    host, _, port = address.rpartition(":")
+    return f"{address!r} names no host" if not host else _port_problem(address, port)
+
+
+def _port_problem(address: str, port: str) -> str | None:
+    if not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535:
+        return f"{address!r} has no port from 1 to 65535"
+    return None
+
+
+def _is_ipv6(address: str) -> bool:
+    try:
+        socket.inet_pton(socket.AF_INET6, address)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def resolve_namespace(explicit: str | None = None) -> str:
@@ -69,14 +120,27 @@ _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*")
 
 
+class DurationInvalid(InvalidInput, ValueError):
+    """A duration or timeout that cannot be one: not a number, text or timedelta, NaN,
+    infinite, too long for a timedelta (over 999,999,999 days), or out of its range."""
+
+
 def parse_duration(text: str) -> timedelta:
-    """`5s`, `10m`, `12h`, `7d`, `250ms`, or plain seconds (`0`, `1.5`): ValueError with one
-    line otherwise."""
+    """`5s`, `10m`, `12h`, `7d`, `250ms`, or plain seconds (`0`, `1.5`): DurationInvalid (a
+    ValueError) with one line otherwise."""
     match = _DURATION.fullmatch(text)
     if match is None:
-        raise ValueError(f"{text!r} is not a duration: write it like 5s, 10m, 12h or 7d "
-                         f"(0: forever)")
-    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2) or "s"])
+        raise DurationInvalid(f"{text!r} is not a duration: write it like 5s, 10m, 12h or 7d "
+                              f"(0: forever)")
+    return _seconds(float(match.group(1)) * _UNITS[match.group(2) or "s"], text)
+
+
+def _seconds(seconds: float, given: object) -> timedelta:
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise DurationInvalid(f"{given!r} is too long a duration (at most 999999999 days)"
+                              ) from None
 
 
 Duration = timedelta | float | int | str
@@ -95,12 +159,18 @@ def env_duration(name: str, default: timedelta) -> timedelta:
 
 
 def as_duration(value: Duration) -> timedelta:
-    """A duration given as a timedelta, seconds or text (parse_duration)."""
+    """A duration given as a timedelta, seconds or text (parse_duration); DurationInvalid
+    for anything else (a bool, NaN, an infinity, more than a timedelta holds)."""
     if isinstance(value, timedelta):
         return value
     if isinstance(value, str):
         return parse_duration(value)
-    return timedelta(seconds=value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise DurationInvalid(f"{value!r} is not a duration: give seconds, a timedelta or "
+                              f"text like 5s, 10m, 12h or 7d")
+    if not math.isfinite(value):
+        raise DurationInvalid(f"{value!r} is not a duration: give a finite number of seconds")
+    return _seconds(value, value)
 
 
 def resolve_retention(explicit: Duration | None = None) -> timedelta:
@@ -145,10 +215,26 @@ def millis(duration: timedelta) -> int:
 
 
 def positive_ms(value: Duration | None, what: str) -> int | None:
-    """A timeout given as a Duration, in ms (None: none); ValueError unless more than 0."""
+    """A timeout given as a Duration, in ms (None: none); DurationInvalid (an InvalidInput
+    and a ValueError) unless it is one, of more than 0 ms."""
     if value is None:
         return None
-    ms = millis(as_duration(value))
+    try:
+        ms = millis(as_duration(value))
+    except DurationInvalid as exc:
+        raise DurationInvalid(f"{what}: {exc}") from None
     if ms <= 0:
-        raise ValueError(f"{what} must be more than 0, not {value!r}")
+        raise DurationInvalid(f"{what} must be more than 0, not {value!r}")
     return ms
+
+
+def wait_seconds(value: float | None, what: str = "timeout") -> float | None:
+    """How long a caller waits, in seconds (None: as long as it takes): InvalidInput unless
+    a finite number more than 0 (NaN or an infinity would make the wait last for ever)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or value <= 0:
+        raise DurationInvalid(f"{what} must be a finite number of seconds more than 0, "
+                              f"not {value!r}")
+    return float(value)

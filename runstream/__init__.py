@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from runstream.engine.client.client import Client
     from runstream.engine.client.handle import RunHandle
+    from runstream.engine.config import DurationInvalid
     from runstream.engine.errors import (
         AccessDenied,
         BrokerConnectionFailed,
@@ -67,7 +68,13 @@ if TYPE_CHECKING:
         WorkerFatal,
     )
     from runstream.engine.flow.context import ChildRun, FlowContext, Update, idempotency_key
-    from runstream.engine.flow.definition import Flow, HandedOff, Handoff, RetryPolicy
+    from runstream.engine.flow.definition import (
+        Flow,
+        HandedOff,
+        Handoff,
+        PayloadNotJson,
+        RetryPolicy,
+    )
     from runstream.engine.timetravel.dryrun import FlowNotInApp, NoDecision
     from runstream.engine.worker import Worker
     from runstream.projections.batch import BatchInvalid
@@ -128,6 +135,8 @@ _EXPORTS = {
     "HandedOff": "runstream.engine.flow.definition",
     "Handoff": "runstream.engine.flow.definition",
     "RetryPolicy": "runstream.engine.flow.definition",
+    "PayloadNotJson": "runstream.engine.flow.definition",
+    "DurationInvalid": "runstream.engine.config",
     "RunHandle": "runstream.engine.client.handle",
     "Worker": "runstream.engine.worker",
     "RunStatus": "runstream.projections.state",
@@ -146,6 +155,7 @@ __all__ = [
     "Client",
     "ClientClosed",
     "CreateRejected",
+    "DurationInvalid",
     "Flow",
     "FlowContext",
     "FlowCycleDetected",
@@ -163,6 +173,7 @@ __all__ = [
     "NonDeterminism",
     "NonRetryable",
     "PayloadInvalid",
+    "PayloadNotJson",
     "QueryInvalid",
     "ReadModelClosed",
     "ResultTimeout",

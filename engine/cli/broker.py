@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import click
 
-from runstream.engine.broker import BrokerCluster, BrokerError, provision
+from runstream.engine.broker import BrokerCluster, BrokerError, NodeStatus, provision
 from runstream.engine.broker.security import DEFAULT_USERS, MODES
 from runstream.engine.cli.errors import UserError
+from runstream.engine.cli.options import print_json
 
 _nodes_option = click.option(
     "--nodes", type=click.IntRange(1, 9), default=1, show_default=True,
@@ -145,10 +147,31 @@ def stop(nodes: int, data_dir: Path | None, node: int | None, timeout: float) ->
 @broker.command()
 @_nodes_option
 @_data_dir_option
-def status(nodes: int, data_dir: Path | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def status(nodes: int, data_dir: Path | None, as_json: bool) -> None:
     """Show each node; exit 1 unless every node answers."""
     cluster = _cluster(nodes, data_dir)
     statuses = cluster.status()
+    if as_json:
+        print_json(_status_json(cluster, statuses))
+    else:
+        _echo_status(cluster, statuses)
+    if not all(s.answering for s in statuses):
+        # SystemExit, not ctx.exit: the CLI runs click with standalone_mode=False, where
+        # ctx.exit's code would be returned and lost.
+        raise SystemExit(1)
+
+
+def _status_json(cluster: BrokerCluster, statuses: list[NodeStatus]) -> dict[str, Any]:
+    return {"bootstrap": cluster.bootstrap, "data_dir": str(cluster.data_dir),
+            "ok": all(s.answering for s in statuses),
+            "nodes": [{"node": s.node_id, "address": s.address,
+                       "controller_port": s.controller_port, "pid": s.pid,
+                       "running": s.running, "answering": s.answering,
+                       "log": str(s.log_path)} for s in statuses]}
+
+
+def _echo_status(cluster: BrokerCluster, statuses: list[NodeStatus]) -> None:
     for s in statuses:
         if s.answering:
             state = f"ready, pid {s.pid}"
@@ -159,10 +182,6 @@ def status(nodes: int, data_dir: Path | None) -> None:
         click.echo(f"node {s.node_id}: {state}; {s.address} (controller port "
                    f"{s.controller_port}); log {s.log_path}")
     click.echo(f"bootstrap {cluster.bootstrap}; data {cluster.data_dir}")
-    if not all(s.answering for s in statuses):
-        # SystemExit, not ctx.exit: the CLI runs click with standalone_mode=False, where
-        # ctx.exit's code would be returned and lost.
-        raise SystemExit(1)
 
 
 @broker.command("provision")

@@ -47,6 +47,15 @@ def run_cli(group: click.Group) -> None:
         sys.exit(130)
     except SystemExit:
         raise
+    except (OSError, ValueError) as exc:  # (ssl.SSLError is an OSError)
+        # A backstop: input is checked where it enters, but a file, a setting or an
+        # address the checks missed still ends the command with one line.
+        _fail(_one_line(exc), EXIT_USER)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _fail(message: str, code: int) -> None:

@@ -241,6 +241,7 @@ async def serve_worker(
     snapshot_every: int | None = None, durable_backoff_after: timedelta | None = None,
 ) -> None:
     """Run a worker until SIGINT/SIGTERM, then shut it down gracefully."""
+    _usable_dir(data_dir, "--data-dir")
     worker = Worker(flows=load_flows(app), data_dir=data_dir, bootstrap_servers=bootstrap,
                     namespace=namespace, concurrency=concurrency, name=name,
                     session_timeout_ms=session_timeout_ms, drain_timeout=drain_timeout,
@@ -263,6 +264,17 @@ async def serve_worker(
             # uvloop does not put the process's own handlers back when its loop closes: a
             # handler left to a closed loop would ignore Ctrl-C and SIGTERM from here on.
             loop.remove_signal_handler(sig)
+
+
+def _usable_dir(path: Path, what: str) -> None:
+    """Create `path` (and its parents) now, or say in one line why it cannot be."""
+    if path.exists() and not path.is_dir():
+        raise InvalidInput(f"{what} {str(path)!r} is a file, not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidInput(f"{what} {str(path)!r} cannot be a directory: "
+                           f"{exc.strerror or exc}") from None
 
 
 async def _freeze_once_started(worker: Worker) -> None:

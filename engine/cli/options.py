@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -10,7 +11,8 @@ from typing import Any, TypeVar
 
 import click
 
-from runstream.engine.config import resolve_bootstrap, resolve_namespace
+from runstream.engine.config import resolve_bootstrap, resolve_namespace, wait_seconds
+from runstream.engine.errors import InvalidInput
 from runstream.engine.kafka.connection import ENVIRONMENT, MECHANISMS, PROTOCOLS, KafkaSecurity
 from runstream.engine.readmodel.model import read_model_dir
 
@@ -26,6 +28,35 @@ cache_dir_option = click.option(
     help="Cache root holding the read model that answers queries, in "
     "<root>/readmodel/<hash of bootstrap>/<namespace> [default: ~/.cache/runstream].",
 )
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def positive_seconds(ctx: click.Context, param: click.Parameter, value: float | None
+                     ) -> float | None:
+    """A --timeout: InvalidInput (one `error:` line) unless finite and more than 0 (NaN or
+    inf would wait for ever)."""
+    return wait_seconds(value, _flag(param))
+
+
+def seconds_or_zero(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    """A --drain-timeout: InvalidInput unless finite and 0 or more."""
+    if not math.isfinite(value) or value < 0:
+        raise InvalidInput(f"{_flag(param)} must be a finite number of seconds, 0 or more, "
+                           f"not {value!r}")
+    return value
+
+
+def log_level(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A --log-level (any case): InvalidInput unless one of LOG_LEVELS."""
+    if value.upper() not in LOG_LEVELS:
+        raise InvalidInput(f"{_flag(param)} {value!r} is not one of {', '.join(LOG_LEVELS)}")
+    return value.upper()
+
+
+def _flag(param: click.Parameter) -> str:
+    return param.opts[0] if param.opts else str(param.name)
 
 
 def query_dir(cache_dir: Path | None, bootstrap: str | None, namespace: str | None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -18,6 +19,7 @@ from runstream.engine.cli.options import (
 )
 from runstream.engine.ops import verify as integrity
 from runstream.engine.ops import verify_snapshots as snapshot_checks
+from runstream.projections.fold import RebuildReport
 
 # Seconds between two progress lines when stderr is not a terminal (a log, CI).
 QUIET_EVERY = 10.0
@@ -69,9 +71,10 @@ def projection() -> None:
 @projection.command("rebuild")
 @click.option("--data-dir", required=True, type=click.Path(path_type=Path, exists=True))
 @click.option("--verify-only", is_flag=True, help="Compare, but keep the live projection.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @bootstrap_option
 @namespace_option
-def rebuild(data_dir: Path, verify_only: bool, bootstrap: str | None,
+def rebuild(data_dir: Path, verify_only: bool, as_json: bool, bootstrap: str | None,
             namespace: str | None) -> None:
     """Rebuild the projection from offset 0 and compare it with the live one."""
     progress = ProgressLine("rebuild")
@@ -79,6 +82,9 @@ def rebuild(data_dir: Path, verify_only: bool, bootstrap: str | None,
                                          data_dir=data_dir, replace=not verify_only,
                                          progress=progress))
     progress.finish()
+    if as_json:
+        print_json(_rebuild_json(report, replaced=not verify_only))
+        return
     click.echo(f"replayed {report.records} records of partitions {sorted(report.partitions)}")
     if report.differences:
         click.echo(f"differs from the live projection in {len(report.differences)}+ keys:")
@@ -86,6 +92,15 @@ def rebuild(data_dir: Path, verify_only: bool, bootstrap: str | None,
             click.echo(f"  {diff.key!r}")
     else:
         click.echo(f"identical to the live projection ({report.compared_keys} keys)")
+
+
+def _rebuild_json(report: RebuildReport, *, replaced: bool) -> dict[str, Any]:
+    """`projection rebuild --json`: the keys that differ as hex (the first 100)."""
+    return {"records": report.records, "replaced": replaced,
+            "partitions": {str(p): o for p, o in sorted(report.partitions.items())},
+            "compared_keys": report.compared_keys, "identical": not report.differences,
+            "differences": len(report.differences),
+            "differing_keys": [d.key.hex() for d in report.differences[:100]]}
 
 
 @projection.command("verify")

@@ -17,10 +17,14 @@ from runstream.engine.cli import operations
 from runstream.engine.cli.errors import EXIT_USER, UserError
 from runstream.engine.cli.eventloop import run_async
 from runstream.engine.cli.options import (
+    LOG_LEVELS,
     bootstrap_option,
     cache_dir_option,
+    log_level,
     namespace_option,
+    positive_seconds,
     query_dir,
+    seconds_or_zero,
 )
 from runstream.engine.cli.options import print_json as _print_json
 from runstream.engine.config import parse_duration
@@ -83,20 +87,23 @@ def _positive_duration(ctx: click.Context, param: click.Parameter, value: str | 
 @click.option("--payload", default="null", help="The run's payload as JSON.")
 @click.option("--id", "run_id", default=None, help="Run id (default: a new UUID).")
 @click.option("--wait", is_flag=True, help="Wait for the result and print it.")
-@click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait with --wait.")
+@click.option("--timeout", type=float, callback=positive_seconds, default=60.0,
+              show_default=True, help="Seconds to wait with --wait.")
 @click.option("--run-timeout", callback=_positive_duration, default=None, metavar="DURATION",
               help="How long the run may take (5s, 10m, 2h; the flow's own timeout wins when "
               "smaller): past it the run fails with RunTimedOut.")
 @click.option("--attributes", default=None, metavar="JSON",
               help='What the run is about, for queries: {"customer": "c-42", "amount": 12.5, '
               '"due": {"$time": "2026-12-01T00:00:00Z"}} (README: Finding runs).')
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (it always does).")
 @authority_name_option
 @bootstrap_option
 @namespace_option
 def create(flow: str, payload: str, run_id: str | None, wait: bool, timeout: float,
-           run_timeout: timedelta | None, attributes: str | None, authority_name: str | None,
-           bootstrap: str | None, namespace: str | None) -> None:
-    """Create a run of FLOW."""
+           run_timeout: timedelta | None, attributes: str | None, as_json: bool,
+           authority_name: str | None, bootstrap: str | None, namespace: str | None) -> None:
+    """Create a run of FLOW; print its id, partition and offset (with --wait, its result)
+    as JSON."""
     parsed = _parse_payload(payload)
     values = _parse_attributes(attributes)
     _checked(lambda: check_name("flow", flow),
@@ -202,10 +209,12 @@ def echo_outcome(view: dict[str, Any]) -> None:
 @click.argument("run_id")
 @click.option("--follow", is_flag=True,
               help="Follow the lineage's handoffs: wait for its last round's result.")
-@click.option("--timeout", default=60.0, show_default=True)
+@click.option("--timeout", type=float, callback=positive_seconds, default=60.0,
+              show_default=True, help="Seconds to wait for the result.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (it always does).")
 @bootstrap_option
 @namespace_option
-def result(run_id: str, follow: bool, timeout: float, bootstrap: str | None,
+def result(run_id: str, follow: bool, timeout: float, as_json: bool, bootstrap: str | None,
            namespace: str | None) -> None:
     """Wait for a run's result and print it as JSON.
 
@@ -267,8 +276,8 @@ def signal(run_id: str, name: str, payload: str, request_id: str | None,
 @click.option("--payload", default="null", help="The update's payload as JSON.")
 @click.option("--request-id", default=None,
               help="Request id: the same one again is the same update (its first outcome).")
-@click.option("--timeout", type=float, default=60.0, show_default=True,
-              help="Seconds to wait for the answer.")
+@click.option("--timeout", type=float, callback=positive_seconds, default=60.0,
+              show_default=True, help="Seconds to wait for the answer.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @authority_name_option
 @bootstrap_option
@@ -363,14 +372,17 @@ def resume(run_id: str, resolution: str | None, position: int | None, digest: st
 @click.command()
 @click.option("--app", required=True, help="package.module:flows_list")
 @click.option("--data-dir", required=True, type=click.Path(path_type=Path))
-@click.option("--concurrency", default=64, show_default=True)
+@click.option("--concurrency", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Runs executing at once.")
 @click.option("--name", default=None, help="Worker name shown in evidence (default host:pid).")
 @click.option("--session-timeout-ms", default=10_000, show_default=True,
               help="Consumer-group session timeout: how soon a dead worker's runs move.")
-@click.option("--drain-timeout", default=10.0, show_default=True,
+@click.option("--drain-timeout", type=float, callback=seconds_or_zero, default=10.0,
+              show_default=True,
               help="Seconds in-flight steps get to finish when partitions are revoked.")
-@click.option("--log-level", default="INFO", show_default=True)
-@click.option("--metrics-port", type=int, default=None,
+@click.option("--log-level", callback=log_level, default="INFO", show_default=True,
+              help=f"One of {', '.join(LOG_LEVELS)}.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve Prometheus metrics at http://127.0.0.1:PORT/metrics.")
 @click.option("--authorities", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help='JSON file {"authority": ["capability", ...]}: what runs created through '

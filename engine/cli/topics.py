@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from typing import Any
 
 import click
 
@@ -13,7 +14,13 @@ from runstream.engine.cli.eventloop import run_async
 from runstream.engine.cli.options import bootstrap_option, namespace_option, print_json
 from runstream.engine.config import DEFAULT_PARTITIONS, resolve_bootstrap, resolve_namespace
 from runstream.engine.journal.input_limits import check_authority_name
-from runstream.engine.kafka.admin import TopicsError, ensure_requests_topics, ensure_topics
+from runstream.engine.kafka.admin import (
+    RequestsTopic,
+    TopicReport,
+    TopicsError,
+    ensure_requests_topics,
+    ensure_topics,
+)
 from runstream.engine.kafka.journal_retention import (
     Standings,
     alter_journal_retention,
@@ -49,9 +56,12 @@ def topics() -> None:
               "authority (repeatable).")
 @click.option("--journal-retention", "retention", default="forever", metavar="DURATION",
               show_default=True, help=_RETENTION_HELP)
+@click.option("--json", "as_json", is_flag=True,
+              help="Print each topic as JSON (a difference is still an error, after it).")
 def create(
     partitions: int, replication_factor: int | None, namespace: str | None,
     bootstrap: str | None, with_requests: bool, authorities: tuple[str, ...], retention: str,
+    as_json: bool,
 ) -> None:
     """Create <namespace>.journal, .owners, .dead-letter and .snapshots unless they exist
     (with --requests, the requests topics too).
@@ -75,23 +85,39 @@ def create(
     except TopicsError as exc:
         raise UserError(str(exc)) from exc
     for result in report.topics:
-        if result.ok:
+        if result.ok and not as_json:
             click.echo(result.summary())
+    made = (_requests_topics(address, report.namespace, authorities, replication_factor)
+            if with_requests and report.ok else [])
+    if as_json:
+        print_json(_report_json(report, made))
     if not report.ok:
         have = report.journal.configs.get("retention.ms", str(retention_ms))
         hint = ("" if have == str(retention_ms) else f" (the journal's retention is "
                 f"{duration_text(int(have))}: name it with --journal-retention, or change "
                 "it with `runstream topics alter`)")
         raise UserError(" | ".join(report.mismatches()) + hint)
-    if with_requests:
-        try:
-            made = run_async(ensure_requests_topics(
-                address, report.namespace, list(authorities),
-                replication_factor=replication_factor))
-        except TopicsError as exc:
-            raise UserError(str(exc)) from exc
+    if not as_json:
         for topic in made:
             click.echo(topic.summary())
+
+
+def _requests_topics(address: str, namespace: str, authorities: tuple[str, ...],
+                     replication_factor: int | None) -> list[RequestsTopic]:
+    try:
+        return run_async(ensure_requests_topics(address, namespace, list(authorities),
+                                                replication_factor=replication_factor))
+    except TopicsError as exc:
+        raise UserError(str(exc)) from exc
+
+
+def _report_json(report: TopicReport, made: list[RequestsTopic]) -> dict[str, Any]:
+    return {"bootstrap": report.bootstrap, "namespace": report.namespace, "ok": report.ok,
+            "topics": [{"name": t.name, "created": t.created, "partitions": t.partitions,
+                        "replication_factor": t.replication_factor, "configs": t.configs,
+                        "mismatches": list(t.mismatches)} for t in report.topics],
+            "requests_topics": [{"name": t.name, "created": t.created,
+                                 "partitions": t.partitions} for t in made]}
 
 
 @topics.command()

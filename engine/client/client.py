@@ -209,10 +209,11 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
     ) -> RunHandle:
         """Append a create-run request; returns once Kafka has acknowledged it (relayed: once
         the requests topic has). Invalid input (journal.input_limits, InvalidAttributes) is
-        refused before anything is sent. `run_timeout`: how long the run may take (the
-        flow's own timeout wins when smaller); past it the run fails with RunTimedOut.
+        refused before anything is sent; `run_id` None: a new UUID. `run_timeout`: how long
+        the run may take (the flow's own timeout wins when smaller), past it the run fails
+        with RunTimedOut (InvalidInput unless finite and more than 0; not a bool).
         `attributes`: what the run is about (projections.attributes), for queries."""
-        run_id = check_run_id(run_id, new=True) if run_id else uuid.uuid4().hex
+        run_id = uuid.uuid4().hex if run_id is None else check_run_id(run_id, new=True)
         fields = self._create_fields(flow, payload, run_timeout, attributes)
         flow_name = fields["flow"]
         request_id = uuid.uuid4().hex

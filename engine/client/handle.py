@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from runstream.engine.config import wait_seconds
 from runstream.engine.errors import (
     CreateRejected,
     IdentityConflict,
@@ -38,7 +39,9 @@ class RunHandle:
     _from_offset: int | None = None
 
     async def admitted(self, timeout: float | None = None) -> None:
-        """Wait until the owner admitted the run; raises IdentityConflict or CreateRejected."""
+        """Wait until the owner admitted the run; raises IdentityConflict or CreateRejected.
+        `timeout`: seconds (None: no limit); InvalidInput unless finite and more than 0."""
+        timeout = wait_seconds(timeout)
         await asyncio.wait_for(self._admission(), timeout)
 
     async def _admission(self) -> int:
@@ -66,7 +69,9 @@ class RunHandle:
     async def result(self, timeout: float | None = None, *, follow: bool = False) -> Any:
         """The run's result; raises RunFailed, RunCancelled, or the admission error. A round
         that handed off returns HandedOff naming the next round; with `follow=True`, the
-        lineage's last round's result instead."""
+        lineage's last round's result instead. `timeout`: seconds (None: no limit), after
+        which ResultTimeout; InvalidInput unless finite and more than 0."""
+        timeout = wait_seconds(timeout)
         try:
             return await asyncio.wait_for(self._result(follow), timeout)
         except TimeoutError:

@@ -12,7 +12,7 @@ from typing import Any
 
 from runstream.engine.client.tail import JournalTail
 from runstream.engine.config import Duration
-from runstream.engine.errors import ScheduleNotFound, ScheduleRejected
+from runstream.engine.errors import InvalidInput, ScheduleNotFound, ScheduleRejected
 from runstream.engine.flow.definition import Flow
 from runstream.engine.flow.schedule_spec import (
     NOT_GIVEN,
@@ -59,8 +59,11 @@ class ScheduleCalls:
         """A schedule firing `flow` with `payload` at each instant of `cron` (five fields,
         read in `timezone`) or `every` (aligned to the epoch, plus `offset`). `overlap`:
         skip, buffer_one, allow_all or cancel_other; fires missed while no worker ran are
-        made up within `catchup_window` (at least 10 s). Raises ScheduleRejected (the
-        owner's reason) when it cannot be."""
+        made up within `catchup_window` (a window under 10 s counts as 10 s). Exactly one
+        of `cron` and `every` (InvalidInput, nothing sent, for neither or both). Raises
+        ScheduleRejected (the owner's reason) when it cannot be."""
+        if cron is None and every is None:
+            raise InvalidInput("a schedule needs a cron or an every (exactly one of them)")
         ceiling = None if self.authority is None else sorted(self.authority)
         await self._change("create", schedule_id, {**spec_fields(
             flow, payload, cron=cron, every=every, offset=offset, timezone=timezone,

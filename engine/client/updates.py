@@ -9,6 +9,7 @@ import time
 import uuid
 from typing import Any
 
+from runstream.engine.config import wait_seconds
 from runstream.engine.errors import (
     ResultTimeout,
     UpdateRefused,
@@ -57,7 +58,9 @@ class UpdateRequests:
         UpdateRejected (its validator or its handler rejected it), UpdateRefused (the run
         has ended, or ended without answering it, or holds as many updates and signals as
         it keeps), RunNotFound (RunExpired), ResultTimeout after `timeout` seconds. The same
-        `request_id` again is the same update: its first outcome."""
+        `request_id` again is the same update: its first outcome. InvalidInput, nothing
+        sent, for a bad id, name or payload, or a `timeout` not finite and more than 0."""
+        timeout = wait_seconds(timeout)
         check_run_id(run_id)
         check_name("update", name)
         if request_id is not None:
@@ -88,6 +91,7 @@ class UpdateRequests:
 
     async def _outcome(self, run_id: str, partition: int, request_id: str, name: str,
                        timeout: float | None) -> Any:
+        timeout = wait_seconds(timeout)  # (update() refused it before sending)
         deadline = None if timeout is None else time.monotonic() + timeout
         first = True
         while True:

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from runstream.engine.errors import RunstreamError
+from runstream.engine.errors import InvalidInput
 from runstream.engine.flow.definition import Flow
 
+_SHAPE = "must be a Flow, a list of Flow objects, or a function of no arguments returning one"
 
-class AppNotFound(RunstreamError):
-    pass
+
+class AppNotFound(InvalidInput):
+    """An `--app` that names no flows: one line saying why."""
 
 
 def load_flows(app: str) -> list[Flow[Any, Any]]:
@@ -28,11 +32,27 @@ def load_flows(app: str) -> list[Flow[Any, Any]]:
     value = getattr(module, attr, None)
     if value is None:
         raise AppNotFound(f"module {module_name!r} has no attribute {attr!r}")
-    flows = value() if callable(value) and not isinstance(value, Flow) else value
-    flows = [flows] if isinstance(flows, Flow) else list(flows)
-    if not flows or not all(isinstance(f, Flow) for f in flows):
-        raise AppNotFound(f"{app} must be a Flow or a list of Flow objects")
-    return flows
+    flows = _called(app, value) if callable(value) and not isinstance(value, Flow) else value
+    if isinstance(flows, Flow):
+        return [flows]
+    if not isinstance(flows, Iterable) or isinstance(flows, (str, bytes, Mapping)):
+        raise AppNotFound(f"{app} {_SHAPE}, not {type(flows).__name__}")
+    found = list(flows)
+    if not found or not all(isinstance(f, Flow) for f in found):
+        raise AppNotFound(f"{app} {_SHAPE}")
+    return found
+
+
+def _called(app: str, factory: Any) -> Any:
+    """What a factory of flows returns; one that needs arguments (json:dumps) is no
+    factory. (A factory that fails raises its own error, with its traceback.)"""
+    try:
+        inspect.signature(factory).bind()
+    except TypeError:
+        raise AppNotFound(f"{app} {_SHAPE}: it takes arguments") from None
+    except ValueError:
+        pass  # no signature to read (some builtins): calling it is the test
+    return factory()
 
 
 def _importable_here() -> None:

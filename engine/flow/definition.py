@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import warnings
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 from pydantic import TypeAdapter, ValidationError
 
 from runstream.engine.config import Duration, as_duration, millis, positive_ms
-from runstream.engine.errors import NonRetryable, PayloadInvalid
+from runstream.engine.errors import InvalidInput, NonRetryable, PayloadInvalid, RunstreamError
 
 if TYPE_CHECKING:
     from runstream.engine.flow.context import FlowContext
@@ -70,6 +71,8 @@ class RetryPolicy:
                 or max_attempts < 1:
             raise ValueError(f"max_attempts must be a whole number, 1 or more, not "
                              f"{max_attempts!r}")
+        _finite(initial_interval=initial, backoff_coefficient=coefficient,
+                maximum_interval=maximum)
         if initial < 0 or maximum < initial or coefficient < 1:
             raise ValueError("initial_interval must be 0 or more, maximum_interval at least "
                              "initial_interval and backoff_coefficient 1 or more, not "
@@ -132,6 +135,16 @@ def _renamed(old: str, old_value: float | None, new: str, new_value: float | Non
         raise ValueError(f"RetryPolicy: give {new} or its old name {old}, not both")
     _deprecated(old, new, stacklevel=4)
     return old_value
+
+
+def _finite(**intervals: float) -> None:
+    """RetryPolicy's numbers are finite: NaN compares false with every bound (a NaN wait
+    would pass every check) and an infinite wait never ends."""
+    for name, value in intervals.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value):
+            raise ValueError(f"RetryPolicy({name}=...) must be a finite number, not "
+                             f"{value!r}")
 
 
 def _deprecated(old: str, new: str, stacklevel: int = 3) -> None:
@@ -252,7 +265,9 @@ class Flow(Generic[P, R]):
             raise PayloadInvalid(self.name, _one_line(exc)) from None
 
     def dump_payload(self, payload: Any) -> str:
-        return dump_json(self.parse_payload(payload), self._payload)
+        """The payload as canonical JSON: PayloadInvalid if it does not fit, or holds NaN or
+        an infinity (PayloadNotJson)."""
+        return dump_json(self.parse_payload(payload), self._payload, flow=self.name)
 
     def dump_result(self, value: Any) -> str:
         return dump_json(value, self._result)
@@ -264,10 +279,53 @@ class Flow(Generic[P, R]):
         return f"Flow({self.name!r})"
 
 
-def dump_json(value: Any, adapter: TypeAdapter[Any] | None = None) -> str:
-    """Canonical JSON (sorted keys) so equal payloads compare equal as text."""
-    plain = (adapter or _ANY).dump_python(value, mode="json")
-    return json.dumps(plain, sort_keys=True, separators=(",", ":"))
+class PayloadNotJson(InvalidInput, PayloadInvalid):
+    """A value JSON cannot carry: NaN, Infinity or -Infinity somewhere in it. (Python's json
+    would write them as bare NaN / Infinity, which is not JSON; pydantic would turn some of
+    them into null, silently.)"""
+
+    def __init__(self, flow: str, detail: str) -> None:
+        where = f"payload does not fit flow {flow!r}" if flow else "not JSON"
+        RunstreamError.__init__(self, f"{where}: {detail}")
+        self.flow = flow
+        self.detail = detail
+
+
+def dump_json(value: Any, adapter: TypeAdapter[Any] | None = None, *, flow: str = "") -> str:
+    """Canonical JSON (sorted keys) so equal payloads compare equal as text. PayloadNotJson
+    (`flow`: whose payload it is, for the message) if the value holds a non-finite number,
+    typed or not."""
+    adapter = adapter or _ANY
+    plain = adapter.dump_python(value, mode="json")
+    try:
+        text = json.dumps(plain, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        raise PayloadNotJson(flow, _NOT_FINITE) from None
+    # pydantic writes NaN and infinities of untyped values as null: a null in the text may
+    # be one, so the value is looked at as Python holds it (rarely: only text with a null).
+    if "null" in text and _holds_non_finite(adapter.dump_python(value)):
+        raise PayloadNotJson(flow, _NOT_FINITE)
+    return text
+
+
+_NOT_FINITE = "it holds NaN or an infinity, which JSON cannot carry"
+
+
+def _holds_non_finite(value: Any) -> bool:
+    """Whether a float NaN or infinity is anywhere in `value` (nested dicts, lists, tuples
+    and sets, as pydantic's python-mode dump gives them)."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return True
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            pending.extend(item)
+    return False
 
 
 def _one_line(exc: ValidationError) -> str:

@@ -126,8 +126,18 @@ def check_payload(what: str, payload_json: str) -> str:
 
 
 def check_text(what: str, text: str, limit: int = MAX_TEXT_CHARS) -> str:
+    """Free text a request carries (a cancel's reason, a request id): a str of at most
+    `limit` characters that UTF-8 can encode (no lone surrogate, as undecodable bytes in
+    argv become), else InvalidInput."""
+    if not isinstance(text, str):
+        raise InvalidInput(f"{what} must be a string, not {type(text).__name__}")
     if len(text) > limit:
         raise InvalidInput(f"{what} is {len(text)} characters, over the {limit} allowed")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(f"{what} {_shown(text)} holds {text[exc.start]!r} at character "
+                           f"{exc.start}, a lone surrogate UTF-8 cannot encode") from None
     return text
 
 

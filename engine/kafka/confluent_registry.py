@@ -41,6 +41,7 @@ from runstream.engine.journal.schema_ids import SchemaRegistry, SchemaVersion
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 DEFAULT_TIMEOUT_S = 10.0
+EXAMPLE_URL = "http://localhost:8081"
 _NOT_FOUND = 404
 _UNSUPPORTED = frozenset({404, 405, 501})  # a registry without per-subject mode deletion
 
@@ -217,15 +218,15 @@ class UrllibTransport:
 
     def __call__(self, call: HttpCall) -> HttpAnswer:
         data = None if call.body is None else json.dumps(call.body).encode()
-        request = urllib.request.Request(
-            self.base_url.rstrip("/") + call.path, data=data, method=call.method,
-            headers={"Content-Type": CONTENT_TYPE, "Accept": CONTENT_TYPE})
         try:
+            request = urllib.request.Request(
+                self.base_url.rstrip("/") + call.path, data=data, method=call.method,
+                headers={"Content-Type": CONTENT_TYPE, "Accept": CONTENT_TYPE})
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 return HttpAnswer(response.status, _json_or_none(response.read()))
         except urllib.error.HTTPError as exc:
             return HttpAnswer(exc.code, _json_or_none(exc.read()))
-        except (urllib.error.URLError, OSError) as exc:
+        except (urllib.error.URLError, OSError, ValueError) as exc:  # (ValueError: a bad URL)
             reason = getattr(exc, "reason", exc)
             raise SchemaRegistrationError(
                 f"no schema registry answers at {self.base_url}: {reason}") from exc
@@ -328,6 +329,7 @@ def register_schemas(
     registry: SchemaRegistry | None = None, progress: Progress | None = None,
 ) -> RegisterReport:
     """Register every journal schema under its fixed id; see the module docstring."""
+    check_registry_url(registry_url)
     say = progress or (lambda _line: None)
     client = _Registry(registry_url, transport or UrllibTransport(registry_url))
     report = RegisterReport(registry_url)
@@ -345,3 +347,18 @@ def register_schemas(
                 say(f"registered id {item.schema_id}: {subject} ({item.record_type})")
     report.registered.sort(key=lambda r: r.schema_id)
     return report
+
+
+def check_registry_url(url: str) -> str:
+    """`url` if it is an http(s) URL with a host, else SchemaRegistrationError (one line,
+    before any request)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        _ = parts.port  # (a port that is not a number raises here)
+    except ValueError as exc:
+        raise SchemaRegistrationError(f"schema registry URL {url!r} is not valid: {exc}"
+                                      ) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise SchemaRegistrationError(f"schema registry URL {url!r} is not an http:// or "
+                                      f"https:// URL with a host (like {EXAMPLE_URL})")
+    return url

@@ -125,11 +125,28 @@ def kafka_options(security: KafkaSecurity | None = None) -> dict[str, Any]:
 
 def _ssl_context(settings: KafkaSecurity) -> ssl.SSLContext:
     """Verifies the broker against `ssl_cafile` (else the system's CAs); a client certificate
-    is presented when `ssl_certfile` is given (mutual TLS)."""
-    context = ssl.create_default_context(cafile=settings.ssl_cafile)
+    is presented when `ssl_certfile` is given (mutual TLS). A file that cannot be read or
+    holds no PEM is InvalidInput naming the setting."""
+    try:
+        context = ssl.create_default_context(cafile=settings.ssl_cafile)
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+        raise _unusable("ssl_cafile", settings.ssl_cafile, exc) from None
     if settings.ssl_certfile:
-        context.load_cert_chain(settings.ssl_certfile, settings.ssl_keyfile)
+        try:
+            context.load_cert_chain(settings.ssl_certfile, settings.ssl_keyfile)
+        except (OSError, ValueError) as exc:
+            field = "ssl_certfile" if not settings.ssl_keyfile else "ssl_certfile/ssl_keyfile"
+            given = ", ".join(f for f in (settings.ssl_certfile, settings.ssl_keyfile) if f)
+            raise _unusable(field, given, exc) from None
     return context
+
+
+def _unusable(field: str, given: str | None, error: BaseException) -> InvalidInput:
+    names = field.split("/")
+    flags = "/".join("--" + name.replace("_", "-") for name in names)
+    variables = "/".join(ENVIRONMENT[name] for name in names)
+    reason = getattr(error, "strerror", None) or getattr(error, "reason", None) or error
+    return InvalidInput(f"{flags} ({variables}) {given!r} cannot be used for TLS: {reason}")
 
 
 # ---- why a connection fails, in one line ------------------------------------------------------

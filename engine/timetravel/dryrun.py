@@ -57,8 +57,9 @@ _POSITIONAL: tuple[type[JournalRecord], ...] = (
     ev.StepCompleted, ev.StepFailed, ev.StepStarted, ev.ChildSpawned, ev.RunResumed)
 
 
-class FlowNotInApp(RunstreamError):
-    """The run's flow is not among the flows of the code it is dry-run against."""
+class FlowNotInApp(InvalidInput):
+    """The run's flow is not among the flows of the code it is dry-run against: the
+    caller's mistake (the UI answers 400), not the engine's."""
 
 
 class NoDecision(RunstreamError):

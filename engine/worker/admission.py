@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict, deque
 
+from runstream.engine.errors import InvalidInput
+
 
 class Admission:
     """`slots` execution slots; waiters queue per flow. Bounds: one queued future per
@@ -23,6 +25,10 @@ class Admission:
     one limit per flow name registered or seen here."""
 
     def __init__(self, slots: int, limits: dict[str, int] | None = None) -> None:
+        # No slot at all would let no run execute, ever: refused when the worker is built.
+        if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+            raise InvalidInput(f"concurrency must be a whole number of execution slots, 1 "
+                               f"or more, not {slots!r}")
         self.free = slots
         self._queues: OrderedDict[str, deque[asyncio.Future[None]]] = OrderedDict()
         self._limits = dict(limits or {})  # flow -> max_concurrency (absent: none)

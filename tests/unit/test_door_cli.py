@@ -1,0 +1,265 @@
+"""The command line refuses bad input with one `error:` line and exit code 2 before it
+connects (no traceback): timeouts that would wait for ever, unusable bootstrap addresses and
+TLS files, a worker's log level, data dir, app and concurrency, registry URLs, durations too
+long for a timedelta. `--json` is taken by `broker status`, `topics create`, `projection
+rebuild`, and by `run create` and `run result`, which print JSON anyway.
+
+In process, through the CLI's own entry point (run_cli) as `runstream` runs it; the
+bootstrap is 127.0.0.1:1, where nothing listens (a command that got that far exits 3)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+
+from runstream.engine.cli import cli, operations
+from runstream.engine.cli import projection as projection_cli
+from runstream.engine.cli import topics as topics_cli
+from runstream.engine.cli.errors import EXIT_USER, run_cli
+from runstream.engine.journal.input_limits import AUTHORITY_NAME_ENV
+from runstream.engine.kafka.admin import TopicReport, TopicResult
+from runstream.engine.kafka.connection import ENVIRONMENT
+from runstream.engine.worker.relay import AUTHORITIES_ENV
+from runstream.projections.fold import Difference, RebuildReport
+
+APP = "tests.ui.flows:flows"
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def runstream(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+              tmp_path: Path) -> Any:
+    """`runstream ARGS...` in this process, as in a fresh one: what a command exports into
+    the environment (the security settings) is put back after each."""
+    aiokafka = logging.getLogger("aiokafka")
+    level = aiokafka.level
+
+    def invoke(*args: str, env: dict[str, str] | None = None) -> Result:
+        for variable in (*ENVIRONMENT.values(), AUTHORITY_NAME_ENV, AUTHORITIES_ENV):
+            monkeypatch.delenv(variable, raising=False)
+        monkeypatch.setenv("RUNSTREAM_BOOTSTRAP", "127.0.0.1:1")
+        monkeypatch.setenv("RUNSTREAM_CACHE_DIR", str(tmp_path / "cache"))
+        for name, value in (env or {}).items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setattr(sys, "argv", ["runstream", *args])
+        code = 0
+        try:
+            run_cli(cli)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        finally:
+            aiokafka.setLevel(level)
+        out, err = capsys.readouterr()
+        return Result(code, out, err)
+
+    return invoke
+
+
+@pytest.fixture
+def no_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `runstream worker` whose options pass fails the test instead of serving."""
+    async def serve(**options: Any) -> None:
+        raise AssertionError(f"a worker was started with {options}")
+
+    monkeypatch.setattr(operations, "serve_worker", serve)
+
+
+def one_line_error(result: Result) -> str:
+    assert result.code == EXIT_USER, result
+    assert "Traceback" not in result.err + result.out, result.err
+    lines = [line for line in result.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.err
+    return lines[0]
+
+
+def click_error(result: Result, option: str) -> str:
+    """A usage error click reports for an option (its own format, exit 2)."""
+    assert result.code == EXIT_USER, result
+    assert "Traceback" not in result.err, result.err
+    last = result.err.strip().splitlines()[-1]
+    assert last.startswith(f"Error: Invalid value for '{option}'"), result.err
+    return last
+
+
+# ---- 1. timeouts -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0", "-1"])
+@pytest.mark.parametrize("command", [["run", "create", "f", "--wait"], ["run", "result", "x"],
+                                     ["run", "update", "x", "u"]])
+def test_a_timeout_that_would_wait_for_ever_is_refused_before_connecting(
+        runstream: Any, command: list[str], value: str) -> None:
+    line = one_line_error(runstream(*command, "--timeout", value))
+    assert "--timeout must be a finite number of seconds more than 0" in line
+
+
+def test_a_drain_timeout_must_be_finite(
+        runstream: Any, tmp_path: Path, no_worker: None) -> None:
+    line = one_line_error(runstream("worker", "--app", APP, "--data-dir", str(tmp_path / "w"),
+                                    "--drain-timeout", "nan"))
+    assert "--drain-timeout" in line
+
+
+# ---- 5. what used to end in a traceback ------------------------------------------------------
+
+
+@pytest.mark.parametrize("bootstrap", [":", "host:notaport", "host:99999"])
+def test_a_bootstrap_that_names_no_host_and_port_is_one_line(
+        runstream: Any, bootstrap: str) -> None:
+    line = one_line_error(runstream("run", "status", "x",
+                                    env={"RUNSTREAM_BOOTSTRAP": bootstrap}))
+    assert "RUNSTREAM_BOOTSTRAP" in line and "host:port" in line
+    line = one_line_error(runstream("run", "status", "x", "--bootstrap", bootstrap))
+    assert "host:port" in line
+
+
+def test_tls_files_that_cannot_be_used_are_one_line(runstream: Any, tmp_path: Path) -> None:
+    not_pem = tmp_path / "not.pem"
+    not_pem.write_text("not a certificate\n")
+    missing = str(tmp_path / "missing.pem")
+    for options, flag in ((["--ssl-cafile", missing], "--ssl-cafile"),
+                          (["--ssl-cafile", str(not_pem)], "--ssl-cafile"),
+                          (["--ssl-certfile", missing], "--ssl-certfile")):
+        line = one_line_error(runstream("--security-protocol", "SSL", *options,
+                                        "run", "status", "x"))
+        assert flag in line and "cannot be used for TLS" in line
+
+
+def test_a_bad_log_level_is_one_line(
+        runstream: Any, tmp_path: Path, no_worker: None) -> None:
+    line = one_line_error(runstream("worker", "--app", APP, "--data-dir", str(tmp_path / "w"),
+                                    "--log-level", "bogus"))
+    assert "--log-level 'bogus' is not one of DEBUG, INFO" in line
+
+
+def test_a_data_dir_that_cannot_be_a_directory_is_one_line(
+        runstream: Any, tmp_path: Path) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    line = one_line_error(runstream("worker", "--app", APP, "--data-dir", str(a_file)))
+    assert "is a file, not a directory" in line
+    line = one_line_error(runstream("worker", "--app", APP, "--data-dir",
+                                    str(a_file / "under")))
+    assert "--data-dir" in line and "cannot be a directory" in line
+
+
+@pytest.mark.parametrize("app", ["os:O_RDONLY", "json:dumps"])
+def test_an_app_that_names_no_flows_is_one_line(
+        runstream: Any, tmp_path: Path, app: str) -> None:
+    line = one_line_error(runstream("worker", "--app", app, "--data-dir", str(tmp_path / "w")))
+    assert "must be a Flow, a list of Flow objects" in line
+
+
+def test_a_registry_url_that_is_no_url_is_one_line(runstream: Any) -> None:
+    line = one_line_error(runstream("schemas", "register", "--registry", "notaurl"))
+    assert "http:// or https://" in line
+
+
+@pytest.mark.parametrize("command", [["schedule", "create", "s1", "f", "--every"],
+                                     ["run", "create", "f", "--run-timeout"]])
+def test_a_duration_too_long_for_a_timedelta_is_a_usage_error(
+        runstream: Any, command: list[str]) -> None:
+    last = click_error(runstream(*command, "99999999999999d"), command[-1])
+    assert "too long a duration" in last
+
+
+def test_the_backstop_turns_an_os_or_value_error_into_one_line(
+        runstream: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(**security: str | None) -> None:
+        raise FileNotFoundError(2, "No such file or directory", "/nowhere")
+
+    monkeypatch.setattr("runstream.engine.cli.apply_security", broken)
+    line = one_line_error(runstream("run", "status", "x"))
+    assert line == ("error: FileNotFoundError: [Errno 2] No such file or directory: "
+                    "'/nowhere'")
+
+
+# ---- 3. a worker without execution slots -----------------------------------------------------
+
+
+@pytest.mark.parametrize("concurrency", ["0", "-1"])
+def test_a_worker_without_execution_slots_is_a_usage_error(
+        runstream: Any, tmp_path: Path, concurrency: str, no_worker: None) -> None:
+    click_error(runstream("worker", "--app", APP, "--data-dir", str(tmp_path / "w"),
+                          "--concurrency", concurrency), "--concurrency")
+
+
+# ---- 7. --json -------------------------------------------------------------------------------
+
+
+def _command(*path: str) -> click.Command:
+    command: click.Command = cli
+    for name in path:
+        assert isinstance(command, click.Group)
+        command = command.commands[name]
+    return command
+
+
+@pytest.mark.parametrize("path", [("broker", "status"), ("topics", "create"),
+                                  ("projection", "rebuild"), ("run", "create"),
+                                  ("run", "result")])
+def test_every_command_that_prints_json_takes_json(path: tuple[str, ...]) -> None:
+    options = {opt for param in _command(*path).params for opt in getattr(param, "opts", [])}
+    assert "--json" in options
+
+
+@pytest.mark.parametrize("command", [["run", "create", "f"], ["run", "result", "x"]])
+def test_run_create_and_result_take_json_as_what_they_print_anyway(
+        runstream: Any, command: list[str]) -> None:
+    result = runstream(*command, "--json")
+    assert result.code == 3, result  # past the options: nothing listens at 127.0.0.1:1
+    assert "No such option" not in result.err
+
+
+def test_broker_status_json(runstream: Any, tmp_path: Path) -> None:
+    result = runstream("broker", "status", "--data-dir", str(tmp_path / "broker"), "--json")
+    status = json.loads(result.out)
+    assert {"bootstrap", "data_dir", "ok", "nodes"} <= status.keys()
+    assert result.code == (0 if status["ok"] else 1)
+    assert {"node", "address", "running", "answering", "log"} <= status["nodes"][0].keys()
+
+
+def test_topics_create_json(runstream: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def ensure(bootstrap: str, namespace: str, *args: Any, **kwargs: Any) -> TopicReport:
+        journal = TopicResult(f"{namespace}.journal", created=True, partitions=3,
+                              replication_factor=1, configs={"retention.ms": "-1"})
+        return TopicReport(bootstrap, namespace, (journal,))
+
+    monkeypatch.setattr(topics_cli, "ensure_topics", ensure)
+    result = runstream("topics", "create", "--namespace", "ns", "--json")
+    assert result.code == 0, result
+    report = json.loads(result.out)
+    assert report["ok"] is True and report["namespace"] == "ns"
+    assert report["topics"][0] == {"name": "ns.journal", "created": True, "partitions": 3,
+                                   "replication_factor": 1,
+                                   "configs": {"retention.ms": "-1"}, "mismatches": []}
+    assert report["requests_topics"] == []
+
+
+def test_projection_rebuild_json(runstream: Any, monkeypatch: pytest.MonkeyPatch,
+                                 tmp_path: Path) -> None:
+    async def rebuild(**kwargs: Any) -> RebuildReport:
+        return RebuildReport(records=7, partitions={1: 5, 0: 2},
+                             differences=[Difference(b"\x01k", b"a", None)], compared_keys=9)
+
+    monkeypatch.setattr(projection_cli.integrity, "rebuild", rebuild)
+    result = runstream("projection", "rebuild", "--data-dir", str(tmp_path), "--verify-only",
+                       "--json")
+    assert result.code == 0, result
+    assert json.loads(result.out) == {
+        "records": 7, "replaced": False, "partitions": {"0": 2, "1": 5},
+        "compared_keys": 9, "identical": False, "differences": 1,
+        "differing_keys": ["016b"]}
