@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from runstream.engine.config import Duration, as_duration, millis, positive_ms
 from runstream.engine.errors import InvalidInput, NonRetryable, PayloadInvalid, RunstreamError
@@ -301,9 +301,12 @@ def dump_json(value: Any, adapter: TypeAdapter[Any] | None = None, *, flow: str 
         text = json.dumps(plain, sort_keys=True, separators=(",", ":"), allow_nan=False)
     except ValueError:
         raise PayloadNotJson(flow, _NOT_FINITE) from None
-    # pydantic writes NaN and infinities of untyped values as null: a null in the text may
-    # be one, so the value is looked at as Python holds it (rarely: only text with a null).
-    if "null" in text and _holds_non_finite(adapter.dump_python(value)):
+    # A typed value's adapter writes NaN and infinities as null (pydantic's default, its
+    # model's to set): a null in the text may be one, so the value is looked at as Python
+    # holds it. (Untyped values keep them, and json.dumps refuses them above: no second
+    # look on the hot path.)
+    if adapter is not _ANY and "null" in text and _holds_non_finite(
+            adapter.dump_python(value)):
         raise PayloadNotJson(flow, _NOT_FINITE)
     return text
 
@@ -337,7 +340,8 @@ def _one_line(exc: ValidationError) -> str:
     return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
 
 
-_ANY: TypeAdapter[Any] = TypeAdapter(Any)
+# (NaN and infinities kept as floats in its JSON-mode dump, for dump_json to refuse)
+_ANY: TypeAdapter[Any] = TypeAdapter(Any, config=ConfigDict(ser_json_inf_nan="constants"))
 
 
 
