@@ -325,8 +325,11 @@ class HandlerRunner(ABC):
         if self._past_deadline():
             await self._exit(ev.RunFailed, timed_out_failure(run, "the handler handed off"))
             return
-        # A cancel pending wins over a next round in the reducer (projections.transitions
-        # _handed_off), for every reader alike: no need to decide it here too.
+        if run.cancel_requested is not None:
+            # The cancel wins (the reducer makes a handoff that lands after it the
+            # cancellation too): ended so here, it says so in evidence, as a return does.
+            await self._exit(ev.RunHandedOff, {})
+            return
         given = handoff.flow if isinstance(handoff.flow, Flow) else None
         name = given.name if given is not None else (handoff.flow or run.flow)
         if not isinstance(name, str):  # (Handoff(x) names a flow: Handoff(payload=x))

@@ -79,12 +79,12 @@ async def _tidy(ctx: FlowContext, payload: Any) -> str:
 
 
 @swallower.handler
-async def _swallower(ctx: FlowContext, payload: Any) -> str:
-    """Catches the cancel and returns as if nothing happened."""
+async def _swallower(ctx: FlowContext, payload: Any) -> Any:
+    """Catches the cancel and returns as if nothing happened (or hands off)."""
     try:
         await ctx.wait_for("never")
     except Cancelled:
-        return "ignored the cancel"
+        return Handoff(payload=None) if payload == "handoff" else "ignored the cancel"
     return "signalled"
 
 

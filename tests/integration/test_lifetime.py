@@ -263,7 +263,8 @@ async def test_a_cancelled_run_s_cleanup_waits_and_a_swallowed_cancel_still_canc
             doors(bootstrap, namespace, journal, tmp_path) as (c, create):
         await create(door)(tidy, {"cleanup_sleep": 1}, f"tidy-{door}")
         await create(door)(swallower, None, f"swallow-{door}")
-        for run_id in (f"tidy-{door}", f"swallow-{door}"):
+        await create(door)(swallower, "handoff", f"handoff-{door}")
+        for run_id in (f"tidy-{door}", f"swallow-{door}", f"handoff-{door}"):
             await _cancel_when_waiting(c, run_id)
             with pytest.raises(RunCancelled):
                 await c.get_handle(run_id).result(timeout=60)
@@ -271,9 +272,10 @@ async def test_a_cancelled_run_s_cleanup_waits_and_a_swallowed_cancel_still_canc
         projection = await fold(bootstrap, namespace)
         tidy_history = projection.history[f"tidy-{door}"]
         assert len(tidy_history) < 30, [i.record.TYPE for i in tidy_history if i.record]
-        swallowed = await c.describe(f"swallow-{door}")
-        assert swallowed.result_json is None
-        assert swallowed.has_evidence("settled-under-cancel")
+        for run_id in (f"swallow-{door}", f"handoff-{door}"):  # (a handoff said nothing)
+            swallowed = await c.describe(run_id)
+            assert swallowed.result_json is None
+            assert swallowed.has_evidence("settled-under-cancel")
 
 
 async def test_a_settled_run_s_create_re_applied_after_the_index_forgot_it_is_not_rerun(

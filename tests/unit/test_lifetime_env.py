@@ -91,9 +91,11 @@ async def test_a_cleanup_wait_after_a_cancel_waits_and_the_run_ends_cancelled() 
         assert env.describe(run_id).cancel_delivered_at == 0
 
 
-async def test_a_handler_that_swallows_the_cancel_ends_cancelled_with_evidence() -> None:
+@pytest.mark.parametrize("ends", ["returned", "handed off"])
+async def test_a_handler_that_swallows_the_cancel_ends_cancelled_with_evidence(
+        ends: str) -> None:
     async with TestEnvironment(flows) as env:
-        run_id = await env.start(swallower, None)
+        run_id = await env.start(swallower, "handoff" if ends == "handed off" else None)
         await env.run_until_idle()
         await env.cancel(run_id, reason="stop")
         with pytest.raises(RunCancelled):
@@ -101,7 +103,7 @@ async def test_a_handler_that_swallows_the_cancel_ends_cancelled_with_evidence()
         run = env.describe(run_id)
         assert run.status is RunStatus.cancelled and run.result_json is None
         [evidence] = [e for e in run.evidence if e.kind == "settled-under-cancel"]
-        assert "returned after the cancel was delivered" in evidence.message
+        assert f"{ends} after the cancel was delivered" in evidence.message
 
 
 def _run(**fields: object) -> RunState:
