@@ -66,10 +66,13 @@ class ForkTooLarge(RunstreamError):
 
 
 class ForkTargetExists(RunstreamError):
-    """The new run's id belongs to a run already."""
+    """The new run's id belongs to a run already (or to one that expired: its tombstone
+    keeps the id until it goes)."""
 
-    def __init__(self, run_id: str) -> None:
-        super().__init__(f"run {run_id!r} exists already: a fork needs a new run id "
+    def __init__(self, run_id: str, *, expired: bool = False) -> None:
+        held = "belonged to a run that expired (its id is kept while its tombstone is)" \
+            if expired else "exists already"
+        super().__init__(f"run {run_id!r} {held}: a fork needs a new run id "
                          f"(--as NEW_ID, or none for a generated one)")
         self.run_id = run_id
 

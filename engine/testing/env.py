@@ -247,11 +247,12 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates):
         if plan.warnings and not force:
             raise ForkNeedsForce(run_id, at_record, plan.warnings)
         target = fork_run_id(run_id, new_run_id)
-        if self.projection.store.run(target) is not None:
-            raise ForkTargetExists(target)
+        if self.projection.store.run(target) is not None or (
+                self.projection.store.tombstone(target) is not None):
+            raise ForkTargetExists(target, expired=self.projection.store.run(target) is None)
         # One request to the source's partition; its owner answers it (AnswerFork).
         self.log.append(self.partition_of(run_id), fork_request(
-            plan, target, forced=bool(plan.warnings), requested_by="test", now_ms=self.clock_ms))
+            plan, target, forced=force, requested_by="test", now_ms=self.clock_ms))
         return target
 
     def crash_at(self, run_id: str, position: int) -> None:

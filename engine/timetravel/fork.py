@@ -121,11 +121,15 @@ async def _fork(client: Client, run_id: str, at_record: int, target: str, force:
         raise ForkNeedsForce(run_id, at_record, plan.warnings)
     client.check_authority(plan.source)  # (the reducer checks the relayed authority)
     partition = run_partition(target, model.partitions)
-    if (await model.catch_up([partition])).run(target) is not None:
-        raise ForkTargetExists(target)
+    held = await model.catch_up([partition])
+    if held.run(target) is not None or held.expired(target) is not None:
+        # (an expired one's tombstone refuses the fork's first part: nothing was made)
+        raise ForkTargetExists(target, expired=held.run(target) is None)
     who = requester()
-    parts = len(part_bodies(plan, target, forced=bool(plan.warnings), requested_by=who))
-    request = fork_request(plan, target, forced=bool(plan.warnings), requested_by=who)
+    # `force` as the user gave it: the owner judges the source as it is when the request
+    # applies, which may hold an irreversible step this read did not see yet.
+    parts = len(part_bodies(plan, target, forced=force, requested_by=who))
+    request = fork_request(plan, target, forced=force, requested_by=who)
     [(source_partition, offset)] = await client.send_requests([request])
     answer = await client.answer(request, source_partition, offset)
     if answer.run_missing:
