@@ -201,7 +201,9 @@ def answer_fork(source: RunState, ask: ForkAsk, items: Sequence[HistoryEntry],
     try:
         plan = plan_fork(source.run_id, items, row, current, view=view)
         plan = dataclasses.replace(plan, source=within_limits(plan.source, source))
-        if plan.warnings and not ask.forced:
+        # (once a part went out, the rest follow: the target exists, and a refusal now, for
+        # what the source did since, left it half-copied for ever)
+        if plan.warnings and not ask.forced and ask.answered == 0:
             raise ForkNeedsForce(source.run_id, row, plan.warnings)
         bodies = part_bodies(plan, ask.target_run_id, forced=ask.forced,
                              requested_by=ask.requested_by, max_part_bytes=max_part_bytes)

@@ -43,3 +43,47 @@ async def test_a_fork_into_an_expired_runs_id_is_refused_before_it_is_sent() -> 
         await env.result(source)
         with pytest.raises(ForkTargetExists, match="expired"):
             await env.fork(source, at_record=len(env.history(source)), new_run_id="old")
+
+
+big = Flow("fr-big")
+
+
+def _work(name: str, size: int = 0) -> str:
+    return "x" * size if size else name
+
+
+@big.handler
+async def _big(ctx: FlowContext, payload: Any) -> str:
+    for i in range(3):  # three parts of a fork's prefix
+        await ctx.step(f"bulk-{i}", _work, f"bulk-{i}", 500_000)
+    await ctx.wait_for("go")
+    return str(await ctx.step("charge", _work, "charge", irreversible=True))
+
+
+async def test_a_fork_answered_in_part_finishes_whatever_the_source_did_since(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The owner fails over after the first part; the source then runs an irreversible
+    step past the cut. The next owner sends the rest (it refused, for that step: the new
+    run stayed half-copied for ever, though the fork had been reported made)."""
+    import runstream.engine.testing.env as env_module
+    from runstream.projections.fork_transitions import is_copying
+
+    answered = env_module.answer_fork
+    calls: list[int] = []
+
+    def first_part_only(*args: Any, **kwargs: Any) -> Any:
+        out = answered(*args, **kwargs)
+        calls.append(len(out))
+        return out[:1] if len(calls) == 1 else out
+    monkeypatch.setattr(env_module, "answer_fork", first_part_only)
+    async with TestEnvironment([big], partitions=2) as env:
+        source = await env.start(big, None, run_id="S")
+        await env.run_until_idle()
+        target = await env.fork(source, at_record=len(env.history(source)), new_run_id="T")
+        await env.run_until_idle()
+        assert is_copying(env.describe(target))
+        await env.signal(source, "go", 1)
+        assert await env.result(source) == "charge"
+        env._new_owner()  # a failover: the claim's sweep answers the fork again
+        await env.run_until_idle()
+        assert not is_copying(env.describe(target)) and env.describe(target).admitted
