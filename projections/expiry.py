@@ -20,7 +20,7 @@ nothing, and what a partition keeps of expired runs is bounded by time, not hist
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from runstream.engine.journal import events as ev
@@ -132,15 +132,18 @@ def expired_text(tombstone: Tombstone) -> str:
 # goes alone), and tombstones it drops: a record well under the size limit, and a batch
 # other records interleave with.
 SWEEP_BATCH = 256
-# Candidates a sweep looks at past the ineligible ones at the head of the settle index.
+# Candidates a sweep looks at in one read of the settle index, and in all: past the
+# ineligible ones at its head (a lineage with an unanswered request or an unacknowledged
+# outbox entry), a page at a time. (One read alone stalled expiry behind 1,024 of them.)
 SWEEP_LOOK = 4 * SWEEP_BATCH
+SWEEP_LOOK_ALL = 16 * SWEEP_LOOK
 
 
 class RetentionReads(Protocol):
     """What a sweep reads of a store (projections.store and projections.memory agree)."""
 
-    def settled_due(self, partition: int, until_ms: int, limit: int
-                    ) -> list[tuple[int, str]]: ...
+    def settled_due(self, partition: int, until_ms: int, limit: int,
+                    after: tuple[int, str] | None = None) -> list[tuple[int, str]]: ...
 
     def tombstones_due(self, partition: int, until_ms: int, limit: int
                        ) -> list[tuple[int, str]]: ...
@@ -156,6 +159,19 @@ class RetentionReads(Protocol):
 LineageLookup = Callable[[int, str, int], "LineageFacts | None"]
 
 
+def _settled_due(store: RetentionReads, partition: int, until_ms: int
+                 ) -> Iterator[tuple[int, str]]:
+    """The settle index's due entries, oldest first, a page at a time, SWEEP_LOOK_ALL at
+    most."""
+    after: tuple[int, str] | None = None
+    for _ in range(SWEEP_LOOK_ALL // SWEEP_LOOK):
+        page = store.settled_due(partition, until_ms, SWEEP_LOOK, after)
+        yield from page
+        if len(page) < SWEEP_LOOK:
+            return
+        after = page[-1]
+
+
 def sweep_body(store: RetentionReads, partition: PartitionState, now_ms: int,
                lineage: LineageLookup, *, batch: int = SWEEP_BATCH) -> dict[str, Any] | None:
     """The body of the owner's next `partition.runs-expired` for `partition` at `now_ms`
@@ -168,8 +184,7 @@ def sweep_body(store: RetentionReads, partition: PartitionState, now_ms: int,
     expired: list[str] = []
     settled: list[int] = []
     rounds = 0
-    for settled_ms, run_id in store.settled_due(number, now_ms - partition.retention_ms,
-                                                SWEEP_LOOK):
+    for settled_ms, run_id in _settled_due(store, number, now_ms - partition.retention_ms):
         facts = lineage(number, run_id, settled_ms)
         if not lineage_eligible(partition, facts, settled_ms, now_ms) or facts is None:
             continue

@@ -65,10 +65,14 @@ class IndexReads:
         prefix = keys.caused_prefix(partition, run_id)
         return [key[len(prefix):].decode() for key, _ in self._scan(prefix)]
 
-    def settled_due(self, partition: int, until_ms: int, limit: int) -> list[tuple[int, str]]:
+    def settled_due(self, partition: int, until_ms: int, limit: int,
+                    after: tuple[int, str] | None = None) -> list[tuple[int, str]]:
         """Up to `limit` (settle time, run id) of `partition`'s settled lineages, settled at
-        or before `until_ms`, oldest first: what a retention sweep considers."""
-        return _timed(self._scan(keys.settled_prefix(partition)), until_ms, limit)
+        or before `until_ms` (and after `after`), oldest first: what a retention sweep
+        considers."""
+        start = None if after is None else keys.settled_key(partition, *after) + b"\x00"
+        return _timed(self._scan(keys.settled_prefix(partition), start=start), until_ms,
+                      limit)
 
     def tombstones_due(self, partition: int, until_ms: int, limit: int
                        ) -> list[tuple[int, str]]:

@@ -129,11 +129,13 @@ class MemoryStore:
             return self._last[run_id]
         return self.base.last_offset(run_id) if self.base else None
 
-    def settled_due(self, partition: int, until_ms: int, limit: int) -> list[tuple[int, str]]:
-        """Settled lineages of `partition` by settle time, up to `until_ms` (a scan here: for
-        tests and the test environment)."""
+    def settled_due(self, partition: int, until_ms: int, limit: int,
+                    after: tuple[int, str] | None = None) -> list[tuple[int, str]]:
+        """Settled lineages of `partition` by settle time, up to `until_ms`, after `after`
+        (a scan here: for tests and the test environment)."""
         due = sorted((ms, run_id) for (p, ms, run_id), held in self._settled.items()
-                     if held and p == partition and ms <= until_ms)
+                     if held and p == partition and ms <= until_ms
+                     and (after is None or (ms, run_id) > after))
         return due[:limit]
 
     def tombstones_due(self, partition: int, until_ms: int, limit: int

@@ -246,3 +246,26 @@ def test_bookkeeping_before_an_offset_is_trimmed(journal: Journal) -> None:
     journal.expire(trim_before=2)  # never backwards
     assert journal.store.partition(0).trimmed_before == 4
     journal.agree()
+
+
+def test_a_sweep_looks_past_a_page_of_lineages_that_may_not_expire_yet(journal: Journal
+                                                                       ) -> None:
+    """The first SWEEP_LOOK settled lineages cannot expire (each has, say, an outbox entry
+    not acknowledged): the sweep pages on to one that can, in both stores (one read saw
+    only those, and expiry stood still behind them)."""
+    from runstream.projections.expiry import SWEEP_LOOK, sweep_body
+    from runstream.projections.values import LineageFacts
+
+    for n in range(SWEEP_LOOK + 1):
+        journal.run_to_completion(f"run-{n:05d}", f"q-{n}")
+    last = f"run-{SWEEP_LOOK:05d}"
+
+    def stuck_but_last(partition: int, run_id: str, settled_ms: int) -> LineageFacts | None:
+        facts = journal.projector.lineage_facts(partition, run_id, settled_ms)
+        if facts is None or run_id == last:
+            return facts
+        return dataclasses.replace(facts, caused_unsent=True)
+    now = journal.now + RETENTION_MS + 1000
+    for store in (journal.store, journal.memory.store):
+        body = sweep_body(store, journal.projector.partition(0), now, stuck_but_last)
+        assert body is not None and body["expired"] == [last]
