@@ -377,7 +377,8 @@ class MemoryProjection:
             item = HistoryEntry(outcome.partition.partition, outcome.offset, outcome.verdict,
                                 record.TYPE, when, record=record)
             run_id = record.envelope.run_id
-            if run_id:
+            if run_id and not (outcome.before is None and outcome.run is None
+                               and outcome.tombstone is None):
                 self.history.setdefault(run_id, []).append(item)
             else:
                 self.partition_history.setdefault(item.partition, []).append(item)

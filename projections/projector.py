@@ -273,11 +273,14 @@ class Projector:
                                      tombstone is not None, facts)
         after, verdict, next_round = applied.run, applied.verdict, applied.next_round
         # Positional: RecordWrite's field order (keywords cost more, once per record).
-        store.write(RecordWrite(
+        write = RecordWrite(
             applied.partition, offset, when, verdict, record.TYPE, run_id, before, after,
             applied.entry, request_id if verdict is _APPLIED else None, raw, False,
             applied.outbox, applied.outbox_done, next_round, applied.expiry,
-        ))
+        )
+        if before is None and after is None and tombstone is None and run_id is not None:
+            write.no_run = True  # (rare: set apart, not a keyword on every record)
+        store.write(write)
         self._partitions[partition] = applied.partition
         if applied.expiry is not None:
             for lineage in applied.expiry.expired:

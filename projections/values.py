@@ -77,6 +77,9 @@ class RecordWrite(msgspec.Struct, gc=False):  # made in C: half a dataclass's co
     schedule_id: str | None = None
     schedule_before: ScheduleState | None = None
     schedule_after: ScheduleState | None = None
+    # It names a run id the partition holds nothing of (no run, no tombstone): its history
+    # goes with the partition's (projections.writes.put_record).
+    no_run: bool = False
 
 
 

@@ -108,7 +108,10 @@ def put_record(batch: Batch, change: RecordWrite, keep_records: bool, place: Pla
     if change.dead_letter:
         batch.blind(keys.dead_letter_key(number, offset), change.raw or b"")
     placed = 0  # (where run_id's keys go: placed once, it is used up to three times)
-    if run_id is None:
+    if run_id is None or change.no_run:
+        # (a record naming no run the partition holds, as a signal to an id never used or
+        # long expired: the partition's history, which its trim bounds; under the id it
+        # was kept for ever, and a run made later under it began with it)
         batch.blind(keys.partition_history_key(number, offset), history)
     else:
         placed = place(run_id)

@@ -269,3 +269,18 @@ def test_a_sweep_looks_past_a_page_of_lineages_that_may_not_expire_yet(journal: 
     for store in (journal.store, journal.memory.store):
         body = sweep_body(store, journal.projector.partition(0), now, stuck_but_last)
         assert body is not None and body["expired"] == [last]
+
+
+def test_a_record_naming_no_run_the_partition_holds_goes_to_its_history(journal: Journal
+                                                                        ) -> None:
+    """A signal to an id never used (or long expired, its tombstone gone) was kept under
+    that id for ever, past every retention, and a run made later under the id began with
+    it. It goes to the partition's history now, which the retention's trim bounds."""
+    assert journal.add(request(ev.RunSignalSent, run_id="ghost", request_id="s-1", name="go",
+                               payload_json="1")) is Verdict.ignored
+    assert not [k for k, _ in journal.store.items() if k.startswith(b"h/") and b"ghost" in k]
+    assert "ghost" not in journal.memory.history
+    journal.run_to_completion("ghost", "q-ghost")  # the id used at last: its own history
+    assert journal.memory.history["ghost"][0].type == "run.create-requested"
+    assert [t for t in journal.memory.partition_history[0] if t.type == "run.signal-sent"]
+    journal.agree()
