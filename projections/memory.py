@@ -382,4 +382,19 @@ class MemoryProjection:
                 self.history.setdefault(run_id, []).append(item)
             else:
                 self.partition_history.setdefault(item.partition, []).append(item)
+            if outcome.expiry is not None:
+                self._forget(item.partition, outcome.expiry)
         return outcome.verdict
+
+    def _forget(self, partition: int, expiry: ExpiryChange) -> None:
+        """What an expiry takes of the history, as RocksDB's keys go (projections.writes):
+        an expired round's, a dropped tombstone's, and the partition's trimmed entries."""
+        for lineage in expiry.expired:
+            for gone in lineage.rounds:
+                self.history.pop(gone.run_id, None)
+        for stone in expiry.dropped:
+            self.history.pop(stone.run_id, None)
+        if expiry.trim_before > expiry.trim_from:
+            self.partition_history[partition] = [
+                item for item in self.partition_history.get(partition, [])
+                if not expiry.trim_from <= item.offset < expiry.trim_before]

@@ -284,3 +284,19 @@ def test_a_record_naming_no_run_the_partition_holds_goes_to_its_history(journal:
     assert journal.memory.history["ghost"][0].type == "run.create-requested"
     assert [t for t in journal.memory.partition_history[0] if t.type == "run.signal-sent"]
     journal.agree()
+
+
+def test_the_memory_store_forgets_history_as_rocksdb_does(journal: Journal) -> None:
+    """An expired round's history, a dropped tombstone's and the trimmed partition entries
+    go from the TestEnvironment's store as from RocksDB (it kept them: a reused id's history
+    mixed two lives, and a long test's memory grew)."""
+    journal.run_to_completion("a", "req-a")
+    journal.expire("a", after_ms=RETENTION_MS + 100)
+    journal.expire(dropped=("a",), after_ms=RETENTION_MS + 100,
+                   trim_before=len(journal.records))
+    journal.run_to_completion("a", "req-a2")  # the id is free again
+    rocks = [(h.offset, h.type) for h in journal.store.history("a")]
+    assert [(h.offset, h.type) for h in journal.memory.history["a"]] == rocks
+    assert rocks[0][1] == "run.create-requested" and len(rocks) == 5
+    assert [(h.offset, h.type) for h in journal.memory.partition_history[0]] == [
+        (h.offset, h.type) for h in journal.store.partition_history_from(0, 0)]
