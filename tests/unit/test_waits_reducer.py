@@ -790,3 +790,14 @@ def test_exit_policy_cancels_linked_children_and_leaves_detached_ones() -> None:
     assert exit_policy(links) == ExitPolicy(cancelled=["a", "c"], detached=["b"])
     assert exit_policy(iter(links)) == ExitPolicy(cancelled=["a", "c"], detached=["b"])
     assert exit_policy([]) == ExitPolicy(cancelled=[], detached=[])
+
+
+def test_a_handoff_that_lands_after_a_cancel_is_the_cancellation() -> None:
+    """The handler handed off before the cancel reached it, and the cancel was applied
+    first: the round ends cancelled, and no next round is made."""
+    log = Log()
+    log.start("h")
+    log.ask(ev.RunCancelRequested, "h", "stop", reason="stop")
+    log.decide(ev.RunHandedOff, "h", next_run_id="h~1", round=1, payload_json="null")
+    assert log.run("h").status is RunStatus.cancelled
+    assert "h~1" not in log.projection.runs
