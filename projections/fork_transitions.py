@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runstream.engine.journal import events as ev
+from runstream.projections.attributes import ATTRIBUTES_KIND
 from runstream.projections.requests import covers
 from runstream.projections.state import (
     MAX_INBOX,
@@ -53,11 +54,14 @@ from runstream.projections.state import (
     Verdict,
     replace,
 )
+from runstream.projections.updates import REPLY_KIND
 
 FORK_REQUEST = ev.RunForkRequested.TYPE
 FORK_PART = ev.RunForkPart.TYPE
-# The journal entry kinds a fork may copy (every kind a handler writes).
-COPYABLE_KINDS = frozenset({"step", "now", "uuid", "patch", "sleep", "wait", "child", "spawn"})
+# The journal entry kinds a fork may copy (every kind a handler writes: the prefix stopped
+# at the first set_attributes or update reply, and the steps after it ran again).
+COPYABLE_KINDS = frozenset({"step", "now", "uuid", "patch", "sleep", "wait", "child", "spawn",
+                            ATTRIBUTES_KIND, REPLY_KIND})
 
 
 def is_settled(entry: JournalEntry) -> bool:

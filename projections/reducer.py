@@ -352,7 +352,12 @@ def _decide_run(
         return _RunChange(apply_forked(run, record))
     if isinstance(record, ev.JournalEntryCopied):
         copied = apply_copied(run, record, entry)
-        return _RunChange(run) if copied is None else _RunChange(*copied)
+        if copied is None:
+            return _RunChange(run)
+        after, copy = copied
+        fields: dict[str, Any] = {}  # (a copied set_attributes sets them, as its own did)
+        settled_or_set(after, fields, copy, record.envelope.timestamp_ms, offset)
+        return _RunChange(replace(after, **fields) if fields else after, copy)
     if cls in UPDATE_DECISIONS:
         return _update_decided(run, record, offset)
     if (run.deadline_ms is None and run.cancel_requested is None

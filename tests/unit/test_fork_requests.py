@@ -87,3 +87,35 @@ async def test_a_fork_answered_in_part_finishes_whatever_the_source_did_since(
         env._new_owner()  # a failover: the claim's sweep answers the fork again
         await env.run_until_idle()
         assert not is_copying(env.describe(target)) and env.describe(target).admitted
+
+
+marked = Flow("fr-marked")
+CALLS: list[str] = []
+
+
+def _called(name: str) -> str:
+    CALLS.append(name)
+    return name
+
+
+@marked.handler
+async def _marked(ctx: FlowContext, payload: Any) -> list[str]:
+    first = await ctx.step("one", _called, "one")
+    await ctx.set_attributes({"stage": "charged"})
+    return [first, await ctx.step("two", _called, "two")]
+
+
+async def test_a_forks_prefix_copies_attributes_and_the_steps_after_them() -> None:
+    """The prefix stopped at the first set_attributes (or update reply): the steps after it
+    ran again in the fork, unforced and unwarned."""
+    CALLS.clear()
+    async with TestEnvironment([marked], partitions=2) as env:
+        source = await env.start(marked, None, run_id="src")
+        await env.result(source)
+        fork = await env.fork(source, at_record=len(env.history(source)), new_run_id="f")
+        assert await env.result(fork) == ["one", "two"]
+        assert CALLS == ["one", "two"]  # the source's calls alone
+        fork_state = env.describe(fork)
+        assert fork_state.fork is not None and fork_state.fork.entry_count == 3
+        assert [(a.name, a.value) for a in fork_state.attributes] == [
+            ("stage", "charged")]
