@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from runstream.engine.errors import journal_text
+from runstream.engine.flow.bounded import in_own_thread
 from runstream.projections.reactions import RegisteredFlow
 from runstream.projections.state import InboxItem
 
@@ -45,21 +46,12 @@ async def judge_on_loop(flow: RegisteredFlow, item: InboxItem,
     prepared = _prepared(flow, item)
     if not callable(prepared):
         return prepared
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[Verdict] = loop.create_future()
-
-    def run() -> None:
-        verdict = prepared()
-        try:
-            loop.call_soon_threadsafe(_settle, done, verdict)
-        except RuntimeError:  # the loop closed meanwhile: nobody waits for it
-            pass
-
-    threading.Thread(target=run, name=f"runstream-validator-{item.name}", daemon=True).start()
     try:
-        return await asyncio.wait_for(done, limit)
+        verdict: Verdict = await asyncio.wait_for(in_own_thread(
+            f"runstream-validator-{item.name}", prepared, (), {}), limit)
     except TimeoutError:
         return _out_of_time(item, limit)
+    return verdict
 
 
 def _prepared(flow: RegisteredFlow, item: InboxItem) -> Verdict | Validation:
@@ -81,11 +73,6 @@ def _prepared(flow: RegisteredFlow, item: InboxItem) -> Verdict | Validation:
             return journal_text(str(exc)) or type(exc).__name__
 
     return validation
-
-
-def _settle(done: asyncio.Future[Verdict], verdict: Verdict) -> None:
-    if not done.done():  # (not after its time ran out)
-        done.set_result(verdict)
 
 
 def _out_of_time(item: InboxItem, limit: float) -> str:
