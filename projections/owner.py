@@ -24,6 +24,7 @@ and `on_claim` for a run not acted on since the claim), `react`.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from runstream.engine.errors import PayloadInvalid, journal_text
 from runstream.engine.journal import events as ev
@@ -314,8 +315,9 @@ def start(view: OwnerView, run: RunState, *, woken: bool = False,
     refusal = view.refusal(run.run_id)
     if refusal is not None:
         why = f"the broker refused a decision of this run: {refusal.message}"
-        return [Write(run, ((ev.RunFailed, {"error_type": "RecordRefused", "traceback": "",
-                                            "error_message": journal_text(why)}),),
+        failed = {"error_type": "RecordRefused", "traceback": "",
+                  "error_message": journal_text(why)}
+        return [Write(run, (*exit_records(run, ev.RunFailed, failed), (ev.RunFailed, failed)),
                       uses_refusal=True)]
     if run.cancel_requested is not None and run.activations == 0:
         # Cancelled before it ever ran: nothing to interrupt, no handler to start.
@@ -386,15 +388,24 @@ def cancel_now(view: OwnerView, run: RunState, cancel: CancelNow) -> list[Reacti
     if key in view.decided:
         return []
     policy = exit_policy(run.children)
-    records: list[Record] = []
-    if policy.cancelled or policy.detached:
-        records.append((ev.ChildPolicyApplied, {
-            "cancelled": policy.cancelled, "detached": policy.detached,
-            "reason": exit_reason(ev.RunCancelled, {"reason": cancel.reason})}))
+    records = exit_records(run, ev.RunCancelled, {"reason": cancel.reason})
     records.append((ev.RunCancelled, {"request_id": key, "reason": cancel.reason,
                                       "requested_by": cancel.requested_by,
                                       "cascaded": policy.cancelled}))
     return [Write(run, tuple(records), key)]
+
+
+def exit_records(run: RunState, cls: type[ev.JournalRecord], body: dict[str, Any]
+                 ) -> list[Record]:
+    """What goes before a settlement the owner writes without a handler: its open
+    children's exit policy, if any. (A run failed for a refused record settled without it:
+    its linked children ran on.)"""
+    policy = exit_policy(run.children)
+    if not (policy.cancelled or policy.detached):
+        return []
+    return [(ev.ChildPolicyApplied, {"cancelled": policy.cancelled,
+                                     "detached": policy.detached,
+                                     "reason": exit_reason(cls, body)})]
 
 
 # -- forks ------------------------------------------------------------------------------------

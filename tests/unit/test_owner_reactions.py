@@ -341,3 +341,15 @@ async def test_the_environment_journals_a_quarantine_resolution_once_as_a_worker
         assert decided == [(ev.StepCompleted.TYPE, Verdict.applied, None),
                            (ev.RunResumed.TYPE, Verdict.applied,
                             f"resolve/{incarnation_id(env.describe(run_id))}/0")]
+
+
+def test_a_run_failed_for_a_refused_record_cancels_its_linked_children_first() -> None:
+    """It settled without the exit policy: its linked children ran on, the parent gone."""
+    children = (ChildLink(run_id="kid", lineage_id="kid", position=0),
+                ChildLink(run_id="free", lineage_id="free", position=1, detached=True))
+    [write] = react(view(refusal=Refusal("bad record", False)),
+                    a_run(admitted=True, children=children))
+    assert isinstance(write, Write)
+    assert [cls for cls, _ in write.records] == [ev.ChildPolicyApplied, ev.RunFailed]
+    assert (write.records[0][1]["cancelled"], write.records[0][1]["detached"]) == (
+        ["kid"], ["free"])
