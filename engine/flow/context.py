@@ -171,7 +171,6 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
                              entry.attempts)
         if entry is not None and entry.status == "started" and entry.irreversible:
             entry = await self._not_called_or_quarantine(position, name, entry)
-        self._check_cancel(position, name)
         attempt = entry.attempts + 1 if entry is not None else 1
         policy = retry or NO_RETRY
         limit = _seconds(timeout)
