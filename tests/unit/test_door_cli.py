@@ -43,12 +43,18 @@ class Result:
 def runstream(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
               tmp_path: Path) -> Any:
     """`runstream ARGS...` in this process, as in a fresh one: what a command exports into
-    the environment (the security settings) is put back after each."""
+    the environment (the security settings, straight into os.environ) is put back after
+    the test. (monkeypatch.delenv of a variable not set records nothing to put back: the
+    exported settings leaked into every later test of the process, and the broker tests'
+    workers there inherited a TLS file that does not exist.)"""
     aiokafka = logging.getLogger("aiokafka")
     level = aiokafka.level
+    exported = (*ENVIRONMENT.values(), AUTHORITY_NAME_ENV, AUTHORITIES_ENV)
+    for variable in exported:  # (recorded: put back, or removed, at the test's end)
+        monkeypatch.setenv(variable, "")
 
     def invoke(*args: str, env: dict[str, str] | None = None) -> Result:
-        for variable in (*ENVIRONMENT.values(), AUTHORITY_NAME_ENV, AUTHORITIES_ENV):
+        for variable in exported:
             monkeypatch.delenv(variable, raising=False)
         monkeypatch.setenv("RUNSTREAM_BOOTSTRAP", "127.0.0.1:1")
         monkeypatch.setenv("RUNSTREAM_CACHE_DIR", str(tmp_path / "cache"))
