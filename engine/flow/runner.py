@@ -24,6 +24,7 @@ from runstream.engine.errors import (
 from runstream.engine.flow.context import FlowContext, Quarantined, RunReleased, Suspend
 from runstream.engine.flow.definition import Flow, Handoff, dump_json
 from runstream.engine.flow.held import HeldStep, may_hold
+from runstream.engine.flow.waits import open_children
 from runstream.engine.journal import EncodeError, JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.record_size import MAX_SENT_RECORD_BYTES
@@ -370,15 +371,9 @@ class HandlerRunner(ABC):
             log.warning("run %s: evidence %s not journaled: %s", self.run.run_id, kind, exc)
 
     def _open_children(self) -> list[ChildLink]:
-        """Children spawned and not settled: the projection's, plus spawns this activation
-        sent that the projection has not applied yet (their spawn entries are missing)."""
-        links = {link.run_id: link for link in self.run_state().children}
-        for link in self._ctx.spawned if self._ctx is not None else ():
-            if link.run_id not in links:
-                spawn = self.entry(link.position)
-                if spawn is None or spawn.child_status is None:
-                    links[link.run_id] = link
-        return list(links.values())
+        """Children spawned and not settled (engine.flow.waits.open_children)."""
+        return open_children(self.run_state().children,
+                             self._ctx.spawned if self._ctx is not None else (), self.entry)
 
     async def _fail(self, exc: BaseException, error_type: str | None = None) -> None:
         trace = "".join(traceback.format_exception(exc, limit=20))

@@ -298,12 +298,8 @@ class WaitingCalls:
         exit (a cleanup that waited for one waited for ever: the cancel reached the child
         only once the parent ended). Its exit's policy names them again: the same cancel
         request ids, taken once."""
-        open_links = {link.run_id: link for link in run.children}
-        for link in self.spawned:
-            spawn = self._port.entry(link.position)
-            if link.run_id not in open_links and (spawn is None or spawn.child_status is None):
-                open_links[link.run_id] = link
-        linked = [link.run_id for link in open_links.values() if not link.detached]
+        open_links = open_children(run.children, self.spawned, self._port.entry)
+        linked = [link.run_id for link in open_links if not link.detached]
         if linked:
             self._port.send(ev.ChildPolicyApplied, cancelled=linked, detached=[],
                             reason=f"cancelled ({reason})")
@@ -357,3 +353,17 @@ def handed_down(children: Iterable[ChildLink], entries: Mapping[int, JournalEntr
         return (entry is not None and entry.kind == "spawn"
                 and json.loads(entry.result_json or "null") == link.run_id)
     return sum(1 for link in children if not ours(link))
+
+
+def open_children(children: Iterable[ChildLink], spawned: Iterable[ChildLink],
+                  entry: Callable[[int], JournalEntry | None]) -> list[ChildLink]:
+    """Children spawned and not settled: the projection's `children`, plus the `spawned`
+    of this activation the projection has not applied yet (their spawn entries are
+    missing, or hold no outcome)."""
+    links = {link.run_id: link for link in children}
+    for link in spawned:
+        if link.run_id not in links:
+            spawn = entry(link.position)
+            if spawn is None or spawn.child_status is None:
+                links[link.run_id] = link
+    return list(links.values())
