@@ -146,9 +146,11 @@ def apply_fork_request(
     if not _same_fork(run.fork, record) or not is_copying(run):
         return run, Verdict.refused
     held = {part.part for part in fork_parts(run)}
-    if (record.part in held or not record.entries_json or first < run.steps
-            or len(run.inbox) >= MAX_INBOX):
+    if record.part in held or not record.entries_json or first < run.steps:
         return run, Verdict.ignored  # received or copied already
+    # Not held to MAX_INBOX: other requests to the new run (a create of its id, an update, a
+    # fork of it) can fill its inbox while it copies, and an ignored part left it copying for
+    # ever. Its parts are bounded on their own: each of `parts` numbers once.
     return replace(run, inbox=(*run.inbox, item)), Verdict.applied
 
 

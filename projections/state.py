@@ -108,7 +108,8 @@ class InboxItem(_Frozen, frozen=True, array_like=True):
     # A fork request's part: its number, the position of its first entry, and its entries
     # (each JournalEntry's fields as JSON) until the owner has copied them all. Bound: one
     # request record's size per part (the sender keeps each under the record size limit);
-    # a run holds the parts received and not yet copied, MAX_INBOX at most.
+    # a run holds the parts received and not yet copied: its fork's number of parts at most,
+    # beside MAX_INBOX other requests.
     part: int = 0
     first_position: int = 0
     entries: tuple[str, ...] = ()

@@ -27,6 +27,7 @@ from runstream.projections.memory import MemoryProjection
 from runstream.projections.projector import Outcome, Projector
 from runstream.projections.replay import replay_run
 from runstream.projections.state import (
+    MAX_INBOX,
     ChildLink,
     JournalEntry,
     RunState,
@@ -320,3 +321,24 @@ def test_fork_fixture_copies_refusals_duplicates_replay_and_rocksdb_agree(
     forced = runs["fork-forced"].fork
     assert forced is not None and forced.forced
     assert runs["src"].fork is None  # the refused request changed nothing
+
+
+def test_a_later_part_joins_a_copying_fork_whose_inbox_other_requests_filled() -> None:
+    # Requests sent to the new run while its parts arrive (creates of its id here; updates,
+    # forks of it) fill its inbox: a part then still joins (it was ignored, and the fork
+    # stayed copying for ever with every request unanswered).
+    entries = [step(p, "x" * 300) for p in range(10)]
+    requests = parts(entries, max_part_bytes=1500)
+    log = Log()
+    assert log.add(requests[0]).verdict is Verdict.applied
+    for i in range(MAX_INBOX):
+        log.add(create(RUN, f"again-{i}"))
+    assert len(log.run().inbox) == MAX_INBOX
+    for part in requests[1:]:
+        assert log.add(part).verdict is Verdict.applied
+    outcomes = log.owner_decides()
+    assert [o.verdict for o in outcomes] == [Verdict.applied] * (1 + len(entries))
+    run = log.run()
+    assert run.admitted and run.steps == len(entries)
+    # (part 0 held a place while the creates came: the last of them was refused)
+    assert [i.type for i in run.inbox] == [ev.RunCreateRequested.TYPE] * (MAX_INBOX - 1)
