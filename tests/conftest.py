@@ -26,6 +26,7 @@ from runstream.engine.broker import BrokerCluster, BrokerError, is_answering
 from runstream.engine.config import DEFAULT_BOOTSTRAP
 from runstream.engine.kafka.admin import delete_topics, ensure_topics
 from tests.file_times import pytest_runtest_logreport, pytest_terminal_summary
+from tests.hang_dump import pytest_runtest_call
 
 # Same image as docker-compose.yml.
 REDPANDA_IMAGE = "docker.redpanda.com/redpandadata/redpanda:v24.2.7"
@@ -37,8 +38,8 @@ os.environ.setdefault("RUNSTREAM_CHECK_OWN_RECORDS", "1")
 # full (engine.client.tail): a difference fails every wait of that client.
 os.environ.setdefault("RUNSTREAM_CHECK_TAIL", "1")
 _INTEGRATION_DIR = Path(__file__).parent / "integration"
-# Hooks from tests/file_times.py, re-exported so pytest finds them here.
-__all__ = ["pytest_runtest_logreport", "pytest_terminal_summary"]
+# Hooks from tests/file_times.py and tests/hang_dump.py, re-exported so pytest finds them.
+__all__ = ["pytest_runtest_call", "pytest_runtest_logreport", "pytest_terminal_summary"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
