@@ -98,11 +98,26 @@ def timeout_view(run: RunState) -> dict[str, Any] | None:
         if not run.status.is_terminal:
             view["text"] += (f"; its handler has until "
                              f"{iso_time(deadline_due(run) or run.deadline_ms)} to clean up")
-    elif run.status.is_terminal:
-        view["text"] = f"settled before {scope} deadline {deadline} ({timeout})"
     else:
-        view["text"] = f"fails with RunTimedOut at {deadline} ({scope} deadline, {timeout})"
+        view["text"] = _untimed_text(run, scope, deadline, timeout)
     return view
+
+
+def _untimed_text(run: RunState, scope: str, deadline: str, timeout: str) -> str:
+    """A run that never timed out: settled before its deadline, or after it with a cancel
+    pending (projections.deadlines: a cancel requested before the deadline wins, and its
+    handler has the grace to settle), or not settled yet."""
+    settled = run.settled_at_ms
+    named = f"{scope} deadline {deadline} ({timeout})"
+    if run.status.is_terminal and (settled is None or settled < (run.deadline_ms or 0)):
+        return f"settled before {named}"
+    if run.status.is_terminal:
+        return (f"settled {run.status.value} at {iso_time(settled or 0)}, after {named}: "
+                f"a cancel was pending then, so it had the grace to settle")
+    if run.cancel_requested is not None:
+        return (f"a cancel is pending: cancelled at {iso_time(deadline_due(run) or 0)} at the "
+                f"latest (the grace after {named})")
+    return f"fails with RunTimedOut at {deadline} ({scope} deadline, {timeout})"
 
 
 def fork_view(run: RunState) -> dict[str, Any]:

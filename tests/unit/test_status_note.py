@@ -114,5 +114,22 @@ def test_the_timeout_is_said_before_at_and_after_the_deadline() -> None:
     assert (view["timeout"]["scope"], view["timeout"]["grace_ms"]) == ("lineage", 10_000)
     done = _run(status=RunStatus.completed, run_timeout_ms=60_000, deadline_ms=DUE_MS)
     assert run_view(done)["timeout"]["text"].startswith("settled before this round's deadline")
+    # A cancel requested before the deadline wins: the run is cancelled at the grace's end
+    # (projections.deadlines), never timed out, and said so (it was "settled before").
+    cancelling = _run(status=RunStatus.running, run_timeout_ms=60_000, deadline_ms=DUE_MS,
+                      timeout_grace_ms=10_000, cancel_requested="stop")
+    assert run_view(cancelling)["timeout"]["text"] == (
+        "a cancel is pending: cancelled at 2026-11-30T10:00:10Z at the latest (the grace "
+        "after this round's deadline 2026-11-30T10:00:00Z (60 s timeout))")
+    cut_off = _run(status=RunStatus.cancelled, run_timeout_ms=60_000, deadline_ms=DUE_MS,
+                   timeout_grace_ms=10_000, cancel_requested="stop",
+                   settled_at_ms=DUE_MS + 10_000)
+    assert run_view(cut_off)["timeout"]["text"] == (
+        "settled cancelled at 2026-11-30T10:00:10Z, after this round's deadline "
+        "2026-11-30T10:00:00Z (60 s timeout): a cancel was pending then, so it had the grace "
+        "to settle")
+    early = _run(status=RunStatus.cancelled, run_timeout_ms=60_000, deadline_ms=DUE_MS,
+                 settled_at_ms=DUE_MS - 1)
+    assert run_view(early)["timeout"]["text"].startswith("settled before this round's deadline")
     assert "timeout" not in run_view(_run())
     assert "<dt>timeout</dt><dd>timed out at 2026-11-30T10:00:00.005Z" in _summary(view)
