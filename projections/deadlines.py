@@ -6,8 +6,9 @@ when the admitting owner did not register the flow, or in the run.handed-off tha
 round), with the cleanup grace and the scope. The deadline is the run.created's envelope
 time (the admitting owner's clock as it wrote it) plus the timeout, or the handoff's for a
 later round; with `timeout_scope="lineage"` the next round keeps the deadline the round
-that handed off has when the handoff is applied. Every reader derives the same instant from
-the journal alone.
+that handed off has when the handoff is applied (a lineage that enters such a flow from one
+of scope round begins that deadline at the handoff). Every reader derives the same instant
+from the journal alone.
 
 The deadline is an entry of the timer index (position DEADLINE_POSITION) until the run
 settles. When it falls due the owner journals run.timed-out, unless a cancel was requested
@@ -84,7 +85,10 @@ def handoff_timeout(run: RunState, flow: Any) -> dict[str, Any]:
         # on until the first owner that registers it fixes the round's limits)
         return {"run_timeout_ms": run.run_timeout_ms, "lineage_timeout": False,
                 "timeout_grace_ms": run.timeout_grace_ms}
-    return {"run_timeout_ms": getattr(flow, "timeout_ms", None), "lineage_timeout": False,
+    # (another flow of scope lineage: its deadline counts from this handoff, and the rounds
+    # after carry it)
+    return {"run_timeout_ms": getattr(flow, "timeout_ms", None),
+            "lineage_timeout": getattr(flow, "timeout_scope", "round") == "lineage",
             "timeout_grace_ms": getattr(flow, "timeout_grace_ms", None)}
 
 
@@ -136,15 +140,17 @@ def admitted_fields(record: ev.RunCreated | ev.RunLimitsFixed, run: RunState
 
 
 def _next_round_fields(run: RunState, record: ev.RunHandedOff) -> dict[str, Any]:
-    """The next round's timeout: the lineage's deadline kept, or its own from the handoff."""
+    """The next round's timeout: the lineage's deadline kept, or its own from the handoff
+    (a round that enters a flow of scope lineage from one of scope round begins the
+    lineage's deadline there)."""
     at = record.envelope.timestamp_ms
     timeout = record.run_timeout_ms
-    if record.lineage_timeout:
+    if record.lineage_timeout and run.lineage_timeout:
         return {"run_timeout_ms": run.run_timeout_ms, "lineage_timeout": True,
                 "timeout_grace_ms": run.timeout_grace_ms,
                 "admitted_at_ms": run.admitted_at_ms, "deadline_ms": run.deadline_ms}
     return {"run_timeout_ms": timeout, "timeout_grace_ms": record.timeout_grace_ms,
-            "lineage_timeout": False, "admitted_at_ms": at,
+            "lineage_timeout": record.lineage_timeout, "admitted_at_ms": at,
             "deadline_ms": None if timeout is None else at + timeout}
 
 

@@ -33,6 +33,7 @@ brief = Flow("t-brief", timeout=60)
 late = Flow("t-late", timeout=5, timeout_grace=2)
 rounds_flow = Flow("t-rounds", timeout=60)
 lineage_flow = Flow("t-lineage", timeout=60, timeout_scope="lineage")
+into_lineage = Flow("t-into-lineage")
 
 
 @sleepy.handler
@@ -108,8 +109,14 @@ async def _hop(ctx: Any, payload: dict[str, int]) -> Any:
 rounds_flow.handler(_hop)
 lineage_flow.handler(_hop)
 
+
+@into_lineage.handler
+async def _into_lineage(ctx: Any, payload: Any) -> Any:
+    await ctx.sleep(5)
+    return Handoff(lineage_flow, {"n": 0})
+
 flows = [sleepy, unbounded, short_sleepy, stuck, tidy, stubborn, parent, child,
-         rounds_flow, lineage_flow, brief, late]
+         rounds_flow, lineage_flow, into_lineage, brief, late]
 
 
 @pytest.fixture(autouse=True)
@@ -348,6 +355,22 @@ async def test_a_lineage_s_deadline_is_carried_with_scope_lineage() -> None:
         assert (second.status, second.error_type) == (RunStatus.failed, "RunTimedOut")
         assert second.timed_out_at_ms == created + 60_000
         assert ms(env) == created + 60_000
+
+
+async def test_a_lineage_scope_reached_by_a_handoff_holds_for_the_rounds_after_it() -> None:
+    # Handed off into a flow of scope lineage, the lineage's deadline counts from that
+    # handoff and is carried on: each later round of it counted its own from its handoff
+    # (the first round's handoff said scope round), and the lineage never timed out.
+    async with TestEnvironment(flows) as env:
+        created = ms(env)
+        run_id = await env.start(into_lineage, None)
+        with pytest.raises(RunTimedOut, match="lineage"):
+            await env.result(run_id, follow=True)
+        entered, second = env.describe(f"{run_id}~1"), env.describe(f"{run_id}~2")
+        assert (entered.run_timeout_ms, entered.lineage_timeout) == (60_000, True)
+        assert entered.deadline_ms == second.deadline_ms == created + 5_000 + 60_000
+        assert (second.status, second.error_type) == (RunStatus.failed, "RunTimedOut")
+        assert ms(env) == created + 65_000
 
 
 async def test_a_new_owner_keeps_the_deadline_and_the_timeout() -> None:
