@@ -32,6 +32,7 @@ REQUEST_TYPES = frozenset({ev.RunCreateRequested.TYPE, ev.RunSignalSent.TYPE,
                            ev.RunSignalWithStartRequested.TYPE, ev.RunUpdateRequested.TYPE})
 # What makes a run exist: a create request admitted, or a fork request admitted.
 CREATION_TYPES = frozenset({ev.RunCreated.TYPE, ev.RunForked.TYPE})
+CREATED_ANSWERS = CREATION_TYPES | {ev.RunCreateRejected.TYPE}
 # The decisions the tail answers with, decoded in full; of every other record it decodes
 # the envelope alone.
 ANSWER_TYPES = ADMISSION_TYPES | TERMINAL_TYPES | CREATION_TYPES
@@ -68,8 +69,9 @@ def answer_in(view: View, key: str, run_id: str, partition: int,
                  or (kind == "req" and item.verdict not in NOT_ACCEPTED))
         if not taken or item.offset < from_offset or item.raw is None:
             continue
+        # (a rejected create too: engine.client.tail.JournalTail.created judges it)
         wanted = ((kind == "req" and item.type in ADMISSION_TYPES)
-                  or (kind == "created" and item.type in CREATION_TYPES)
+                  or (kind == "created" and item.type in CREATED_ANSWERS)
                   or (kind == "end" and item.type in TERMINAL_TYPES))
         if not wanted:
             continue

@@ -19,8 +19,8 @@ from runstream.engine.errors import (
 from runstream.engine.flow.definition import HandedOff
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
-from runstream.engine.journal.records import is_round
-from runstream.projections.state import RunStatus
+from runstream.engine.journal.records import ROUND_SEPARATOR, is_round
+from runstream.projections.state import RunState, RunStatus
 
 if TYPE_CHECKING:
     from runstream.engine.client.client import Client
@@ -55,6 +55,8 @@ class RunHandle:
             return self._from_offset
         if self.request_id is None:
             created = await tail.created(partition, 0, self.run_id)  # read model, then tail
+            if isinstance(created, ev.RunCreateRejected):
+                raise _rejection(self.run_id, created)
             created_by = ev.RunCreated | ev.RunForked
             self._from_offset = created.request_offset if isinstance(created, created_by) else 0
             return self._from_offset
@@ -83,23 +85,48 @@ class RunHandle:
             self.client.check_authority(await self.client.describe(self.run_id))
         handle: RunHandle = self
         while True:
-            record = await handle._settlement()
-            if not isinstance(record, ev.RunHandedOff):
-                return handle._outcome(record)
-            if (await self.client.describe(handle.run_id)).status is RunStatus.cancelled:
-                raise RunCancelled(handle.run_id, "cancelled as it handed off")
+            record, run = await handle._settlement()
+            outcome = handle._outcome(record) if run is None else handle._outcome_of(run)
+            if not isinstance(outcome, HandedOff):
+                return outcome
             if not follow:
-                return HandedOff(record.next_run_id, record.round)
-            handle = RunHandle(self.client, run_id=record.next_run_id, flow=None,
+                return outcome
+            handle = RunHandle(self.client, run_id=outcome.run_id, flow=None,
                                partition=await handle._partition(), request_offset=0,
                                request_id=None, _from_offset=handle._from_offset)
 
-    async def _settlement(self) -> JournalRecord:
+    async def _settlement(self) -> tuple[JournalRecord, RunState | None]:
+        """The record that settled the run, and, where the reducer may have made another
+        outcome of it than the record says, the run's state that says which (else None)."""
         from_offset = await self._admission()
-        return await self.client._tail.settlement(await self._partition(), from_offset,
-                                                  self.run_id)
+        partition = await self._partition()
+        tail = self.client._tail
+        record = await tail.settlement(partition, from_offset, self.run_id)
+        if not isinstance(record, ev.RunHandedOff) and tail.settled_as_passed(
+                partition, from_offset, self.run_id):
+            return record, None
+        # A handoff may have been cancelled (projections.transitions); a settlement after
+        # run.timed-out is a failure, and a timeout failure meeting a cancel is the cancel
+        # (projections.deadlines): the tail does not fold runs, the read model does. The
+        # round itself, not its lineage's latest (which a lineage id names).
+        exact = self.run_id if is_round(self.run_id) else f"{self.run_id}{ROUND_SEPARATOR}0"
+        return record, await self.client.describe(exact)
+
+    def _outcome_of(self, run: RunState) -> Any:
+        """The outcome the run's projected state says (it settled: its settlement applied)."""
+        if run.status is RunStatus.completed and run.handed_off_to is not None:
+            return HandedOff(run.handed_off_to, run.round + 1)
+        if run.status is RunStatus.completed:
+            flow = self.client.flow_named(self.flow)
+            text = run.result_json or "null"
+            return flow.load_result(text) if flow else json.loads(text)
+        if run.status is RunStatus.cancelled:
+            raise RunCancelled(self.run_id, run.error_message or "cancelled")
+        raise run_failure(self.run_id, run.error_type or "RunFailed", run.error_message or "")
 
     def _outcome(self, record: JournalRecord) -> Any:
+        if isinstance(record, ev.RunHandedOff):
+            return HandedOff(record.next_run_id, record.round)
         if isinstance(record, ev.RunCompleted):
             flow = self.client.flow_named(self.flow)
             return flow.load_result(record.result_json) if flow else json.loads(record.result_json)

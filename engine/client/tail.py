@@ -50,6 +50,9 @@ CHECK_ENV = "RUNSTREAM_CHECK_TAIL"
 # evicted one is looked up in the read model instead.
 ANSWER_CACHE = 100_000
 LAST_TYPES = 10_000  # the latest record type per run, for ResultTimeout's message
+# Runs whose run.timed-out the tail passed (the latest ones): their settlement is not what
+# its record says (projections.deadlines), and the handle asks the read model instead.
+TIMED_OUT_KEPT = 10_000
 
 ReadModelFactory = Callable[[], Awaitable[ReadModel]]
 
@@ -89,7 +92,7 @@ class JournalTail:
 
     Bounds: `_tails` and `_waiting` one entry per partition; `_answers` ANSWER_CACHE;
     `_waiters` the callers waiting right now; `_expected` the relayed requests in flight;
-    `last_type` LAST_TYPES.
+    `last_type` LAST_TYPES; `_timed_out` TIMED_OUT_KEPT.
     """
 
     def __init__(self, bootstrap: str, topic: str, read_model: ReadModelFactory,
@@ -106,6 +109,8 @@ class JournalTail:
         self._waiters: dict[str, list[_Waiter]] = {}
         self._waiting: dict[int, int] = {}  # partition -> waiters on it now
         self.last_type: OrderedDict[str, str] = OrderedDict()
+        self._timed_out: OrderedDict[str, tuple[int, int]] = OrderedDict()  # (partition, offset)
+        self._timed_out_dropped: dict[int, int] = {}  # partition -> a dropped mark's offset
         self._lock = asyncio.Lock()
         self._check = os.environ.get(CHECK_ENV) == "1"
         self._broken: TailMismatch | None = None
@@ -161,11 +166,33 @@ class JournalTail:
         return (await self._wait(f"req:{request_id}", partition, from_offset, run_id)).record
 
     async def created(self, partition: int, from_offset: int, run_id: str) -> JournalRecord:
-        return (await self._wait(f"created:{run_id}", partition, from_offset, run_id)).record
+        """The run's creation (run.created, or run.forked); or the run.create-rejected that
+        left no run (the reducer drops a run rejected before it was admitted): a caller that
+        attached to it would otherwise wait for ever."""
+        while True:
+            answer = await self._wait(f"created:{run_id}", partition, from_offset, run_id)
+            if not isinstance(answer.record, ev.RunCreateRejected):
+                return answer.record
+            # (a rejected repeat leaves the run: whether one is left, the reducer says)
+            view = await self._view_after(self._next_ticket(), partition)
+            if view.run(run_id) is None:
+                return answer.record
+            from_offset = answer.offset + 1
 
     async def settlement(self, partition: int, from_offset: int, run_id: str) -> JournalRecord:
         """The decision that ended run `run_id`: completed, failed or cancelled."""
         return (await self._wait(f"end:{run_id}", partition, from_offset, run_id)).record
+
+    def settled_as_passed(self, partition: int, from_offset: int, run_id: str) -> bool:
+        """Whether the reducer made of the run's settlement what its record says, as far as
+        the tail knows: it passed every record of the run since `from_offset` (where it
+        was created) and no run.timed-out of it. The tail folds partitions, not runs: a
+        settlement after a timeout is a failure, and a timeout failure that meets a cancel is
+        the cancel (projections.deadlines), which only the read model's run state says."""
+        tail = self._tails.get(partition)
+        return (tail is not None and tail.start <= from_offset
+                and run_id not in self._timed_out
+                and self._timed_out_dropped.get(partition, -1) < from_offset)
 
     async def end_offset(self, partition: int) -> int:
         """The journal partition's end offset now: a request sent after this call lands
@@ -344,6 +371,8 @@ class JournalTail:
             return
         if env.run_id:
             self._remember_type(env.run_id, record.TYPE)
+            if record.TYPE == ev.RunTimedOut.TYPE:
+                self._mark_timed_out(env.run_id, tail.state.partition, offset)
         if isinstance(record, Skimmed):  # (not an answer: those are decoded in full)
             return
         answer = Answer(tail.state.partition, offset, record)
@@ -351,6 +380,8 @@ class JournalTail:
             self._found(f"req:{env.request_id}", answer, value)
         if isinstance(record, ev.RunCreated | ev.RunForked):  # a fork is created by its owner
             self._found(f"created:{env.run_id}", answer, value)
+        elif isinstance(record, ev.RunCreateRejected):  # (not kept: `created` judges it)
+            self._answer_waiters(f"created:{env.run_id}", answer)
         if record.TYPE in TERMINAL_TYPES:
             self._found(f"end:{env.run_id}", answer, value)
 
@@ -375,9 +406,19 @@ class JournalTail:
                 _, (partition, offset, _) = answers.popitem(last=False)
                 tail = self._tails[partition]
                 tail.evicted_up_to = max(tail.evicted_up_to, offset)
+        self._answer_waiters(key, answer)
+
+    def _answer_waiters(self, key: str, answer: Answer) -> None:
         for waiter in self._waiters.get(key, []):
             if answer.offset >= waiter.from_offset and not waiter.future.done():
                 waiter.future.set_result(answer)
+
+    def _mark_timed_out(self, run_id: str, partition: int, offset: int) -> None:
+        self._timed_out[run_id] = (partition, offset)
+        while len(self._timed_out) > TIMED_OUT_KEPT:
+            _, (dropped_partition, dropped) = self._timed_out.popitem(last=False)
+            self._timed_out_dropped[dropped_partition] = max(
+                dropped, self._timed_out_dropped.get(dropped_partition, -1))
 
     def _remember_type(self, run_id: str, record_type: str) -> None:
         self.last_type[run_id] = record_type

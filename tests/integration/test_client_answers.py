@@ -1,0 +1,117 @@
+"""What a Client's `result()` answers when the reducer made another outcome of a settlement
+than its record says, against a real broker: the journal is written record by record (as an
+owner would), and the client's tail and read model answer.
+
+- A completion or a handoff journaled after run.timed-out is a failure with RunTimedOut
+  (projections.deadlines): the client said the handler's value, or a handoff that never
+  happened (and waited for ever following it).
+- Round 0 of a lineage whose later round was cancelled handed off all the same: its
+  `result()` raised RunCancelled (the client described the lineage's latest round).
+- A run whose create was rejected: `get_handle(...).result()` waited for ever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+
+from runstream import Client, CreateRejected, HandedOff, RunTimedOut
+from runstream.engine.journal import events as ev
+from runstream.projections.partitioning import partition_for
+from runstream.projections.state import RunStatus
+from tests.builders import create
+from tests.integration.test_read_model import PARTITIONS, Journal
+
+TIMEOUT_MS = 5
+
+
+async def _timed_out_run(writer: Journal, run_id: str) -> None:
+    """Created with a timeout, activated, then timed out by its owner."""
+    owner = writer.owners[partition_for(run_id, PARTITIONS)]
+    at = await writer.send(create(run_id, f"q-{run_id}"))
+    await writer.send(owner.decide(ev.RunCreated, run_id=run_id, request_id=f"q-{run_id}",
+                                   flow="checkout", payload_json="{}", request_offset=at,
+                                   run_timeout_ms=TIMEOUT_MS))
+    await writer.send(owner.decide(ev.RunActivated, run_id=run_id, mode="new", activation=1))
+    await writer.send(owner.decide(ev.RunTimedOut, run_id=run_id, deadline_ms=0,
+                                   run_timeout_ms=TIMEOUT_MS, grace_ms=1000))
+
+
+@pytest.mark.parametrize("waiting", ["before", "after"], ids=["tail", "read model"])
+async def test_a_settlement_after_a_timeout_is_the_timeout(
+        bootstrap: str, namespace: str, journal: str, waiting: str) -> None:
+    async with Journal(bootstrap, journal) as writer, Client(
+            bootstrap_servers=bootstrap, namespace=namespace) as client:
+        done, handed = f"done-{waiting}", f"handed-{waiting}"
+        await _timed_out_run(writer, done)
+        await _timed_out_run(writer, handed)
+        waits = []
+        if waiting == "before":  # (the tail passes the records after the waits began)
+            waits = [asyncio.create_task(client.get_handle(run_id).result(timeout=30))
+                     for run_id in (done, handed)]
+            await asyncio.sleep(1.0)
+        for run_id, record in ((done, ev.RunCompleted), (handed, ev.RunHandedOff)):
+            owner = writer.owners[partition_for(run_id, PARTITIONS)]
+            body = ({"result_json": '"the handler\'s value"'} if record is ev.RunCompleted
+                    else {"next_run_id": f"{run_id}~1", "round": 1, "payload_json": "{}"})
+            await writer.send(owner.decide(record, run_id=run_id, **body))
+        if waits:
+            for wait in waits:
+                with pytest.raises(RunTimedOut):
+                    await wait
+        for run_id in (done, handed):
+            with pytest.raises(RunTimedOut):
+                await client.get_handle(run_id).result(timeout=30)
+        with pytest.raises(RunTimedOut):  # (it followed a round that never began)
+            await client.get_handle(handed).result(timeout=30, follow=True)
+        assert (await client.describe(handed)).error_type == "RunTimedOut"
+
+
+async def test_round_zero_handed_off_though_a_later_round_was_cancelled(
+        bootstrap: str, namespace: str, journal: str) -> None:
+    async with Journal(bootstrap, journal) as writer, Client(
+            bootstrap_servers=bootstrap, namespace=namespace) as client:
+        lineage = "lineage-c"
+        partition = partition_for(lineage, PARTITIONS)
+        owner = writer.owners[partition]
+        await writer.run(lineage, steps=0, settle=False)
+        await writer.send(owner.decide(ev.RunHandedOff, run_id=lineage,
+                                       next_run_id=f"{lineage}~1", round=1, payload_json="{}"))
+        for record in (owner.decide(ev.RunActivated, run_id=f"{lineage}~1", mode="new",
+                                    activation=1),
+                       owner.decide(ev.RunCancelled, run_id=f"{lineage}~1", reason="stop")):
+            await writer.send(dataclasses.replace(record, envelope=dataclasses.replace(
+                record.envelope, lineage_id=lineage)), partition=partition)
+        assert (await client.describe(lineage)).status is RunStatus.cancelled
+        assert await client.get_handle(lineage).result(timeout=30) == HandedOff(
+            f"{lineage}~1", 1)
+
+
+@pytest.mark.parametrize("waiting", ["before", "after"], ids=["tail", "read model"])
+async def test_attaching_to_a_run_whose_create_was_rejected_raises(
+        bootstrap: str, namespace: str, journal: str, waiting: str) -> None:
+    async with Journal(bootstrap, journal) as writer, Client(
+            bootstrap_servers=bootstrap, namespace=namespace) as client:
+        gone, kept = f"order-{waiting}", f"kept-{waiting}"
+        waits = {}
+        if waiting == "before":
+            waits = {run_id: asyncio.create_task(client.get_handle(run_id).result(timeout=30))
+                     for run_id in (gone, kept)}
+            await asyncio.sleep(1.0)
+        for run_id in (gone, kept):
+            owner = writer.owners[partition_for(run_id, PARTITIONS)]
+            if run_id == kept:  # created, then a repeat of its create rejected: it stays
+                await writer.run(run_id, steps=0, settle=False)
+            await writer.send(create(run_id, f"again-{run_id}"))
+            await writer.send(owner.decide(ev.RunCreateRejected, run_id=run_id,
+                                           request_id=f"again-{run_id}",
+                                           reason="payload-invalid", field="payload",
+                                           existing_value="", requested_value="not a number"))
+        await writer.send(writer.owners[partition_for(kept, PARTITIONS)].decide(
+            ev.RunCompleted, run_id=kept, result_json='"kept"'))
+        with pytest.raises(CreateRejected, match="payload-invalid"):
+            await (waits[gone] if waits else client.get_handle(gone).result(timeout=30))
+        assert await (waits[kept] if waits else client.get_handle(kept).result(
+            timeout=30)) == "kept"
