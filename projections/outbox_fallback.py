@@ -31,10 +31,10 @@ from runstream.engine.journal import events as ev
 from runstream.engine.journal.events import RECORD_CLASSES
 from runstream.engine.journal.records import lineage_of, request_envelope, too_large_to_send
 from runstream.projections.outbox_requests import refused_spawn, wake_request
+from runstream.projections.sending import RESULT_UNDELIVERABLE
 from runstream.projections.state import InboxItem, OutboxItem, RunStatus
 
 UnsendableReason = Literal["old-shape", "encode-error", "too-large"]
-RESULT_UNDELIVERABLE = "ResultUndeliverable"  # the error type a replaced wake carries
 CANCEL_UNDELIVERABLE = "cancel-undeliverable"  # the evidence kind a given-up cancel leaves
 TEXT_LIMIT = 500  # characters of an error's detail a replacement or evidence carries
 

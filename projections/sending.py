@@ -17,6 +17,9 @@ from runstream.engine.errors import journal_text
 from runstream.engine.journal import EncodeError
 from runstream.engine.journal import events as ev
 
+# The error type of a wait whose value could not be delivered (a replaced wake, a resume
+# too large to send).
+RESULT_UNDELIVERABLE = "ResultUndeliverable"
 Record = tuple[type[ev.JournalRecord], dict[str, Any]]  # a decision's class and body
 Send = Callable[[type[ev.JournalRecord], dict[str, Any]], object]  # raises EncodeError
 
@@ -39,13 +42,22 @@ def carry_out(records: Iterable[Record], send: Send) -> tuple[Record, str] | Non
 
 def too_large_answer(record: Record, why: str) -> Record | None:
     """What a record too large to send is answered with (None: no answer, the error
-    stands): a create refused, a fork whose prefix cannot be copied failed."""
+    stands): a create refused, a fork whose prefix cannot be copied failed, a wait's
+    resumption without its value."""
     cls, body = record
     if cls is ev.RunCreated:
         return ev.RunCreateRejected, too_large_body(body["request_id"], why)
     if cls is ev.JournalEntryCopied:
         return ev.RunFailed, {"error_type": "ForkTooLarge", "traceback": "",
                               "error_message": journal_text(why)}
+    if cls is ev.RunResumed and body.get("result_json") is not None:
+        # The wait's value (a signal's payload, a child's result) fits its own record but
+        # not this one: the wait ends without it (engine.flow.waits raises ChildFailed or
+        # SignalRefused in the handler), where the owner stopped for ever on it.
+        return ev.RunResumed, {**body, "result_json": None,
+                               "error_type": RESULT_UNDELIVERABLE,
+                               "error_message": f"{RESULT_UNDELIVERABLE}: the value could not "
+                                                f"be delivered: {journal_text(why, 500)}"}
     return None
 
 

@@ -18,6 +18,7 @@ from runstream.engine.errors import (
     ChildCancelled,
     ChildFailed,
     FlowCycleDetected,
+    SignalRefused,
     SpawnRefused,
     WaitTimeout,
 )
@@ -34,6 +35,7 @@ from runstream.engine.journal.input_limits import (
 from runstream.engine.journal.records import is_round
 from runstream.engine.observability.tracing import carrier
 from runstream.projections.capabilities import narrow
+from runstream.projections.sending import RESULT_UNDELIVERABLE
 from runstream.projections.state import (
     MAX_DEPTH,
     MAX_OPEN_CHILD_ID_BYTES,
@@ -267,6 +269,10 @@ class WaitingCalls:
             text = entry.result_json or "null"
             return loader(text) if loader is not None else json.loads(text)
         message = entry.error_message or ""
+        if entry.kind == "wait" and entry.error_type == RESULT_UNDELIVERABLE:
+            # (the signal's payload fit its own record, not the resumption: projections.sending)
+            raise SignalRefused(self._port.run_state().run_id, entry.name,
+                                message.partition(": ")[2] or message)
         if entry.kind == "wait" or entry.error_type == WAIT_TIMEOUT:
             raise WaitTimeout(entry.name, message)
         if entry.error_type == CHILD_CANCELLED:

@@ -17,6 +17,7 @@ from typing import Any
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.flow.context import RunReleased
 from runstream.engine.flow.validation import judge_on_loop
+from runstream.engine.journal import EncodeError
 from runstream.engine.journal import events as ev
 from runstream.engine.worker.committer import BLAME_AT_BYTES
 from runstream.engine.worker.executor import now_ms
@@ -182,7 +183,16 @@ class Reactions:
             if refusal is not None and any(c is ev.RunFailed for c, _ in write.records):
                 log.error("run %s fails: the broker refused its record (%s)", run.run_id,
                           refusal)
-        answered = carry_out(write.records, lambda cls, body: self._send(own, run, cls, body))
+        try:
+            answered = carry_out(write.records,
+                                 lambda cls, body: self._send(own, run, cls, body))
+        except EncodeError as exc:
+            # One with no answer (projections.sending.too_large_answer): the run waits for an
+            # operator, and the worker goes on with every other run (it raised out of the
+            # consume loop and stopped the worker, and again at each restart).
+            log.error("run %s: a decision cannot be sent and has no answer; the run stays "
+                      "as it is: %s", run.run_id, exc)
+            return False
         if answered is not None and answered[0][0] is ev.JournalEntryCopied:
             log.error("fork %s cannot copy its prefix: %s", run.run_id, answered[1])
         return answered is None
