@@ -26,7 +26,7 @@ from runstream.engine.flow.context import FlowContext
 from runstream.engine.flow.definition import Flow
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
-from runstream.engine.journal.records import request_envelope
+from runstream.engine.journal.records import lineage_of, request_envelope
 from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.readmodel.model import ReadModel
 from runstream.engine.readmodel.view import View
@@ -169,21 +169,27 @@ async def _match(io: BatchIO, where: str, after: str | None, ends: dict[int, int
     view = await io.view()
     query = query_plan.where_query(where)
     ids: list[str] = []
-    while len(ids) < CHUNK:
+    while True:
         page = query_plan.answer(query, view, limit=CHUNK, after=after)
         for run in page:
+            if len(ids) == CHUNK:  # (full inside the page: the next chunk goes on here)
+                return {"ids": ids, "after": after, "done": False}
             after = run.run_id
-            if run.run_id != batch_run_id and _existed(run, ends) and _own_target(run):
+            if (run.run_id != batch_run_id and _existed(run, ends, view)
+                    and _own_target(run)):
                 ids.append(run.run_id)
-                if len(ids) == CHUNK:
-                    break
-        if len(page) < CHUNK:
+        if len(page) < CHUNK:  # the last page, and all of it matched
             return {"ids": ids, "after": after, "done": True}
-    return {"ids": ids, "after": after, "done": False}
+        if len(ids) == CHUNK:
+            return {"ids": ids, "after": after, "done": False}
 
 
-def _existed(run: RunState, ends: dict[int, int]) -> bool:
-    return run.request_offset < ends.get(run.partition, 0)
+def _existed(run: RunState, ends: dict[int, int], view: View) -> bool:
+    """Whether the run's lineage began before the batch (a later round is created by its
+    handoff, which may come after: the lineage existed all the same)."""
+    first = view.run(run.lineage_id) if run.round > 0 else None
+    began = (first or run).request_offset
+    return began < ends.get(run.partition, 0)
 
 
 def _own_target(run: RunState) -> bool:
@@ -226,8 +232,11 @@ async def _send(io: BatchIO, spec: BatchSpec, ceiling: tuple[str, ...] | None,
 
 
 def _request(spec: BatchSpec, run_id: str, ceiling: tuple[str, ...] | None) -> JournalRecord:
+    # Keyed by lineage: a run matched in round 0 and again in a later round (it handed off
+    # while the batch ran) is acted on once, the second request being its partition's
+    # duplicate.
     envelope = request_envelope(_TYPES[spec.operation].TYPE, run_id,
-                                request_id=request_id(spec.batch_id, run_id),
+                                request_id=request_id(spec.batch_id, lineage_of(run_id)),
                                 now_ms=int(time.time() * 1000))
     authority: dict[str, Any] = {} if ceiling is None else {
         "authority": f"batch {spec.batch_id}", "authority_capabilities": list(ceiling)}
