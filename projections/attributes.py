@@ -246,10 +246,33 @@ def settled_or_set(run: RunState, fields: dict[str, Any], entry: JournalEntry | 
     if (entry is not None and entry.kind == ATTRIBUTES_KIND and entry.result_json
             and entry.status == "completed"):
         try:
-            fields["attributes"] = merged(run.attributes, decode_changes(entry.result_json),
-                                          offset)
+            changes = decode_changes(entry.result_json)
+            fields["attributes"] = merged(run.attributes, changes, offset)
         except InvalidAttributes:
-            pass
+            return
+        if run.attributes_at_start is None:
+            start = round_start(run)
+            if any(item.name in changes for item in start):  # (lost from `attributes`)
+                fields["attributes_at_start"] = start
+
+
+def round_start(run: RunState) -> tuple[Attribute, ...]:
+    """The attributes the run's round began with (its create request's, or those the round
+    that handed off to it had): what a replayed handler starts from. Until its handler
+    removes or replaces one of them they are those set at or before the round's first
+    offset (a handler's changes are set at their own, later, records)."""
+    if run.attributes_at_start is not None:
+        return run.attributes_at_start
+    return tuple(item for item in run.attributes if item.offset <= run.request_offset)
+
+
+def replayed(current: tuple[Attribute, ...], change_json: str) -> tuple[Attribute, ...]:
+    """`current` with a journaled change applied as the reducer applied it (one it could not
+    take changed nothing)."""
+    try:
+        return merged(current, decode_changes(change_json), -1)
+    except InvalidAttributes:
+        return current
 
 
 def create_json(values: Mapping[str, Any] | None) -> str:

@@ -327,6 +327,10 @@ class RunState(_Frozen, frozen=True, array_like=True):
     # Updates a wait of it took and it has not answered yet (their request ids, the last
     # MAX_UPDATE_OUTCOMES): a caller whose update a handoff carried here finds it handled.
     updates_taken: tuple[str, ...] = ()
+    # The attributes its round began with, kept once its handler removed or replaced one of
+    # them (before that they are those set at or before `request_offset`): a replayed
+    # handler starts from them (projections.attributes.round_start).
+    attributes_at_start: tuple[Attribute, ...] | None = None
 
     def has_evidence(self, kind: str) -> bool:
         return any(item.kind == kind for item in self.evidence)

@@ -15,6 +15,7 @@ from runstream.projections.attributes import (
     as_dict,
     encode_changes,
     merged,
+    replayed,
 )
 from runstream.projections.state import Attribute
 
@@ -22,7 +23,9 @@ from runstream.projections.state import Attribute
 class AttributeCalls:
     """Mixed into FlowContext, which journals values (`_journaled_value`)."""
 
-    _attributes_now: tuple[Attribute, ...]  # the run's, with this execution's changes
+    # The round's first attributes (projections.attributes.round_start) with the changes
+    # this execution made or replayed so far.
+    _attributes_now: tuple[Attribute, ...]
 
     def _journaled_value(self, kind: str, make: Callable[[], str]) -> Awaitable[str]:
         raise NotImplementedError
@@ -39,6 +42,13 @@ class AttributeCalls:
         value, or past 64 attributes or 2 KiB in all."""
         changes = dict(values)
         text = encode_changes(changes)  # (checks each name and value)
-        after = merged(self._attributes_now, changes, -1)  # (checks the bounds)
-        await self._journaled_value(ATTRIBUTES_KIND, lambda: text)
-        self._attributes_now = after
+        checked: list[tuple[Attribute, ...]] = []
+
+        def change() -> str:  # a change not journaled yet: its bounds are checked
+            checked.append(merged(self._attributes_now, changes, -1))
+            return text
+
+        journaled = await self._journaled_value(ATTRIBUTES_KIND, change)
+        # (a replay: the change the journal holds, from where the round began)
+        self._attributes_now = checked[0] if checked else replayed(self._attributes_now,
+                                                                   journaled)

@@ -36,6 +36,7 @@ from runstream.engine.flow.update_calls import Update, UpdateCalls
 from runstream.engine.flow.waits import ChildRun, WaitingCalls, handed_down
 from runstream.engine.journal import events as ev
 from runstream.engine.observability.tracing import step_span
+from runstream.projections.attributes import round_start
 from runstream.projections.deadlines import RUN_TIMED_OUT
 from runstream.projections.state import ChildLink, JournalEntry, RunState, Wait, incarnation_id
 from runstream.projections.transitions import RETRY_WAIT
@@ -100,7 +101,7 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
         self.flow = run.flow
         self._ancestors = run.ancestors
         self._ceiling = run.ceiling
-        self._attributes_now = run.attributes
+        self._attributes_now = round_start(run)
         self._entries = {entry.position: entry for entry in journal}
         self._port = port
         self._position = 0

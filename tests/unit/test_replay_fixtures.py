@@ -63,6 +63,8 @@ ADDED_SINCE_FORMAT_2: dict[str, Any] = {
     "limits_pending": False,
     # ...and updates a wait took, not answered yet
     "updates_taken": [],
+    # ...and the attributes a round began with, once its handler replaced one of them
+    "attributes_at_start": None,
 }
 # Fields added since that every run.created sets from its own record (its envelope time):
 # a fixture recorded without them is not checked for their values.
