@@ -15,7 +15,7 @@ import logging
 import time
 import typing
 import uuid as uuid_mod
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast, overload
@@ -411,12 +411,16 @@ def _cancelled_here() -> bool:
 
 def _result_adapter(fn: Callable[..., Any]) -> TypeAdapter[Any]:
     """The step result's type from fn's return annotation, so replays return that type."""
-    code = getattr(fn, "__code__", None)
-    if code is None:
+    inner = fn if getattr(fn, "__wrapped__", None) is None else inspect.unwrap(fn)
+    code = getattr(inner, "__code__", None)
+    returns = getattr(fn, "__annotations__", {}).get("return")
+    if code is None or not isinstance(returns, Hashable):
         return _adapter_for(fn)
-    # Keyed by the function's code and globals: resolving string annotations costs more
-    # than a step's own bookkeeping. A lambda made per call shares its code object.
-    key = (code, id(getattr(fn, "__globals__", None)))
+    # Keyed by the function's code, globals and return annotation: resolving string
+    # annotations costs more than a step's own bookkeeping. A lambda made per call shares
+    # its code object; functions behind one decorator (functools.wraps) share the wrapper's,
+    # and closures of one factory their code with other annotations.
+    key = (code, id(getattr(inner, "__globals__", None)), returns)
     adapter = _BY_CODE.get(key)
     if adapter is None:
         if len(_BY_CODE) >= MAX_CACHED_FUNCTIONS:
@@ -426,7 +430,7 @@ def _result_adapter(fn: Callable[..., Any]) -> TypeAdapter[Any]:
 
 
 MAX_CACHED_FUNCTIONS = 4096
-_BY_CODE: dict[tuple[object, int], TypeAdapter[Any]] = {}  # MAX_CACHED_FUNCTIONS at most
+_BY_CODE: dict[tuple[object, int, Hashable], TypeAdapter[Any]] = {}  # MAX_CACHED_FUNCTIONS at most
 
 
 def _adapter_for(fn: Callable[..., Any]) -> TypeAdapter[Any]:

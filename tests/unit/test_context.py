@@ -7,6 +7,7 @@ second context built from the folded journal replays exactly what the first one 
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -205,6 +206,43 @@ async def test_first_run_returns_what_a_replay_returns() -> None:
     again = [await replayed.step("pair", pair), await replayed.step("model", model_as_dict)]
     assert first == again == [["x", 1], Receipt(order_id="o-1", amount=3)]
     assert type(first[1]) is Receipt
+
+
+class Invoice(BaseModel):
+    invoice_id: str
+    total: float
+
+
+def _logged(fn: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[Any]]:
+    @functools.wraps(fn)
+    async def wrapper() -> Any:
+        return await fn()
+
+    return wrapper
+
+
+@_logged
+async def _get_receipt() -> Receipt:
+    return Receipt(order_id="o-1", amount=3)
+
+
+@_logged
+async def _get_invoice() -> Invoice:
+    return Invoice(invoice_id="i-1", total=99.5)
+
+
+async def test_steps_behind_one_decorator_keep_their_own_result_types() -> None:
+    # The wrappers share one code object: the type of whichever the process met first was
+    # every one's (an Invoice came back a Receipt, its total lost from the journal).
+    port = MemoryPort()
+    ctx = port.context()
+    first = [await ctx.step("receipt", _get_receipt), await ctx.step("invoice", _get_invoice)]
+    replayed = port.context()
+    again = [await replayed.step("receipt", _get_receipt),
+             await replayed.step("invoice", _get_invoice)]
+    assert first == again == [Receipt(order_id="o-1", amount=3),
+                              Invoice(invoice_id="i-1", total=99.5)]
+    assert port.journal[1].result_json == '{"invoice_id":"i-1","total":99.5}'
 
 
 async def test_replay_resumes_after_the_last_journaled_position() -> None:
