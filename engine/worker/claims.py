@@ -238,9 +238,9 @@ class Claims:
             for task in pending:
                 task.cancel()
             if pending:  # (a handler that ignores its cancellation is left behind)
-                _, stuck = await asyncio.wait(pending, timeout=CANCEL_WAIT_S)
+                _, unwinding = await asyncio.wait(pending, timeout=CANCEL_WAIT_S)
                 for execution in executions:
-                    if execution.task in stuck:  # (or, the partition back here, its run
+                    if execution.task in unwinding:  # (or, the partition back here, its run
                         w.activator.left_behind(execution.run.run_id)  # never starts again)
         for execution in executions:
             own = execution.ownership
