@@ -13,9 +13,8 @@ import inspect
 import json
 import logging
 import time
-import typing
 import uuid as uuid_mod
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast, overload
@@ -32,6 +31,7 @@ from runstream.engine.flow.attribute_calls import AttributeCalls
 from runstream.engine.flow.bounded import bounded
 from runstream.engine.flow.definition import NO_RETRY, RetryPolicy, dump_json
 from runstream.engine.flow.port import NOT_CALLED, JournalPort, Quarantined, RunReleased, Suspend
+from runstream.engine.flow.result_types import RESULT_NOT_JSON, result_adapter
 from runstream.engine.flow.update_calls import Update, UpdateCalls
 from runstream.engine.flow.waits import ChildRun, WaitingCalls, handed_down
 from runstream.engine.journal import events as ev
@@ -163,7 +163,7 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
         position = self._next_position(name, "step", (args, kwargs))
         if requires is not None:
             self._check_capability(name, requires)
-        adapter = _result_adapter(fn)
+        adapter = result_adapter(fn)
         entry = self._entries.get(position)
         if entry is not None and entry.status == "completed":
             return cast(Any, adapter.validate_json(entry.result_json or "null"))
@@ -207,11 +207,25 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
                 attempt = await self._attempt_failed(position, name, attempt, policy, exc,
                                                      digest)
                 continue
-            result_json = dump_json(value, adapter)
+            result_json = self._result_json(value, adapter, position, name, attempt, digest)
             self._port.hold_step({"position": position, "name": name, "result_json": result_json,
                                   "attempt": attempt, "args_digest": digest}, irreversible)
             # Return what a replay would return, so first run and replay cannot differ.
             return cast(Any, adapter.validate_json(result_json))
+
+    def _result_json(self, value: Any, adapter: TypeAdapter[Any], position: int, name: str,
+                     attempt: int, digest: str) -> str:
+        """The step's result as the journal holds it. One JSON cannot carry (NaN, an object
+        of no JSON type) fails the step for good, journaled: its function ran, and left
+        unjournaled it ran again at every activation."""
+        try:
+            return dump_json(value, adapter)
+        except Exception as exc:
+            message = journal_text(f"its result cannot be journaled as JSON: {exc}")
+            self._port.send(ev.StepFailed, position=position, name=name, attempt=attempt,
+                            error_type=RESULT_NOT_JSON, error_message=message,
+                            will_retry=False, retry_delay_ms=0, args_digest=digest)
+            raise StepFailed(name, RESULT_NOT_JSON, message, attempt) from exc
 
     def _cut_short(self, position: int, name: str, attempt: int, digest: str) -> None:
         """The run's deadline interrupted this attempt: journaled failed, not retried."""
@@ -388,12 +402,6 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
             self.observer(position, kind, name, arguments)
 
 
-# One adapter per result type: bounded by the distinct return annotations of the flows'
-# step functions (code, not data).
-_ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
-_ANY_ADAPTER: TypeAdapter[Any] = TypeAdapter(Any)
-
-
 def _seconds(timeout: float | timedelta | None) -> float | None:
     if timeout is None:
         return None
@@ -407,44 +415,3 @@ def _cancelled_here() -> bool:
     """Whether this task is being cancelled (its deadline, its worker letting it go)."""
     task = asyncio.current_task()
     return task is None or task.cancelling() > 0
-
-
-def _result_adapter(fn: Callable[..., Any]) -> TypeAdapter[Any]:
-    """The step result's type from fn's return annotation, so replays return that type."""
-    inner = fn if getattr(fn, "__wrapped__", None) is None else inspect.unwrap(fn)
-    code = getattr(inner, "__code__", None)
-    returns = getattr(fn, "__annotations__", {}).get("return")
-    if code is None or not isinstance(returns, Hashable):
-        return _adapter_for(fn)
-    # Keyed by the function's code, globals and return annotation: resolving string
-    # annotations costs more than a step's own bookkeeping. A lambda made per call shares
-    # its code object; functions behind one decorator (functools.wraps) share the wrapper's,
-    # and closures of one factory their code with other annotations.
-    key = (code, id(getattr(inner, "__globals__", None)), returns)
-    adapter = _BY_CODE.get(key)
-    if adapter is None:
-        if len(_BY_CODE) >= MAX_CACHED_FUNCTIONS:
-            _BY_CODE.clear()
-        adapter = _BY_CODE[key] = _adapter_for(fn)
-    return adapter
-
-
-MAX_CACHED_FUNCTIONS = 4096
-_BY_CODE: dict[tuple[object, int, Hashable], TypeAdapter[Any]] = {}  # MAX_CACHED_FUNCTIONS at most
-
-
-def _adapter_for(fn: Callable[..., Any]) -> TypeAdapter[Any]:
-    try:
-        hint = typing.get_type_hints(fn).get("return", Any)
-    except Exception:
-        return _ANY_ADAPTER
-    if hint is None or hint is type(None):
-        hint = Any
-    adapter = _ADAPTERS.get(hint)
-    if adapter is None:
-        try:
-            adapter = TypeAdapter(hint)
-        except Exception:
-            adapter = _ANY_ADAPTER
-        _ADAPTERS[hint] = adapter
-    return adapter

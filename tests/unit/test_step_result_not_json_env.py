@@ -1,0 +1,55 @@
+"""A step whose result has no JSON form (NaN; an object of no JSON type) fails for good,
+journaled at its position, in the TestEnvironment (the worker's handler code): its function
+ran once. Nothing was journaled, so every later activation (each wake replays the handler)
+ran the function, and its effect, again."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from runstream import Flow, FlowContext, StepFailed
+from runstream.testing import TestEnvironment
+
+CALLS: list[str] = []
+charging = Flow("nj-charging")
+
+
+def _nan_fee() -> dict[str, Any]:
+    CALLS.append("nan")
+    return {"id": "ch-1", "fee_ratio": float("nan")}
+
+
+def _an_object() -> Any:
+    CALLS.append("object")
+    return object()
+
+
+@charging.handler
+async def _charging(ctx: FlowContext, payload: str) -> Any:
+    outcome = []
+    for name, fn in (("nan", _nan_fee), ("object", _an_object)):
+        try:
+            await ctx.step(name, fn)
+        except StepFailed as exc:  # (a handler that notes it and goes on)
+            outcome.append(exc.error_type)
+    await ctx.sleep(1)  # each wake replays the handler
+    await ctx.sleep(1)
+    return outcome
+
+
+@pytest.fixture(autouse=True)
+def _clear() -> None:
+    CALLS.clear()
+
+
+async def test_a_step_result_with_no_json_form_fails_it_once_for_good() -> None:
+    async with TestEnvironment([charging]) as env:
+        run_id = await env.start(charging, "x")
+        assert await env.result(run_id) == ["ResultNotJson", "ResultNotJson"]
+        assert CALLS == ["nan", "object"]
+        entries = env.journal(run_id)
+        assert [(e.name, e.status) for e in entries[:2]] == [("nan", "failed"),
+                                                              ("object", "failed")]
+        assert "cannot be journaled as JSON" in (entries[0].error_message or "")
