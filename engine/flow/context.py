@@ -327,15 +327,16 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
         # wait outlives this worker), its end journaled in the failure itself.
         retry_at = (self._port.now_ms() + delay_ms
                     if will_retry and delay_ms > self._port.durable_backoff_after_ms else None)
+        message = journal_text(str(exc))  # (what a replay raises: the same text)
         self._port.send(
             ev.StepFailed, position=position, name=name, attempt=attempt,
-            error_type=type(exc).__name__, error_message=journal_text(str(exc)),
+            error_type=type(exc).__name__, error_message=message,
             will_retry=will_retry, retry_delay_ms=delay_ms, args_digest=digest,
             retry_at_ms=retry_at,
         )
         if not will_retry:
             await self._port.barrier()  # the handler may act on the failure: make it durable
-            raise StepFailed(name, type(exc).__name__, str(exc), attempt) from exc
+            raise StepFailed(name, type(exc).__name__, message, attempt) from exc
         if retry_at is not None:
             await self._retry_wait(position, name, retry_at)
         else:

@@ -53,3 +53,27 @@ async def test_a_step_result_with_no_json_form_fails_it_once_for_good() -> None:
         assert [(e.name, e.status) for e in entries[:2]] == [("nan", "failed"),
                                                               ("object", "failed")]
         assert "cannot be journaled as JSON" in (entries[0].error_message or "")
+
+
+long_failure = Flow("nj-long-failure")
+
+
+def _fails_at_length() -> None:
+    raise ValueError("x" * 5000)
+
+
+@long_failure.handler
+async def _long_failure(ctx: FlowContext, payload: str) -> Any:
+    try:
+        await ctx.step("fails", _fails_at_length)
+    except StepFailed as exc:
+        CALLS.append(str(exc))  # (by the first execution, then by the replay)
+    await ctx.sleep(1)  # the wake replays: the failure comes from the journal
+    return None
+
+
+async def test_a_failed_step_says_the_same_on_its_first_run_and_on_replay() -> None:
+    async with TestEnvironment([long_failure]) as env:
+        await env.result(await env.start(long_failure, "x"))
+        first, replayed = CALLS  # (the replay raised the journal's text: cut to its size)
+        assert first == replayed and len(first) < 5000
