@@ -74,8 +74,13 @@ class RunExpired(RunNotFound):
 
 
 class ResultTimeout(RunstreamError, TimeoutError):
-    def __init__(self, run_id: str, timeout: float, status: str) -> None:
-        super().__init__(f"run {run_id} did not settle within {timeout:g}s (last seen: {status})")
+    """An answer a client waited for did not come in time: a run's settlement, by default
+    (`waited_for`: what else did not happen; `subject`: what it is about, if not the run)."""
+
+    def __init__(self, run_id: str, timeout: float, status: str = "", *,
+                 waited_for: str = "did not settle", subject: str | None = None) -> None:
+        seen = f" (last seen: {status})" if status else ""
+        super().__init__(f"{subject or f'run {run_id}'} {waited_for} within {timeout:g}s{seen}")
         self.run_id = run_id
 
 

@@ -42,7 +42,12 @@ class RunHandle:
         """Wait until the owner admitted the run; raises IdentityConflict or CreateRejected.
         `timeout`: seconds (None: no limit); InvalidInput unless finite and more than 0."""
         timeout = wait_seconds(timeout)
-        await asyncio.wait_for(self._admission(), timeout)
+        try:
+            await asyncio.wait_for(self._admission(), timeout)
+        except TimeoutError:
+            seen = self.client._tail.last_type.get(self.run_id, "nothing yet")
+            raise ResultTimeout(self.run_id, timeout or 0, seen,
+                                waited_for="was not admitted") from None
 
     async def _admission(self) -> int:
         if self._from_offset is not None:

@@ -12,7 +12,12 @@ from typing import Any
 
 from runstream.engine.client.tail import JournalTail
 from runstream.engine.config import Duration
-from runstream.engine.errors import InvalidInput, ScheduleNotFound, ScheduleRejected
+from runstream.engine.errors import (
+    InvalidInput,
+    ResultTimeout,
+    ScheduleNotFound,
+    ScheduleRejected,
+)
 from runstream.engine.flow.definition import Flow
 from runstream.engine.flow.schedule_spec import (
     NOT_GIVEN,
@@ -125,8 +130,14 @@ class ScheduleCalls:
                                             action=action, **fields)
         placed = await self._place(record)
         offset = await self._journal_offset(placed, record)
-        answer = await asyncio.wait_for(
-            self._tail.admission(placed.partition, offset, request_id, ""), ANSWER_TIMEOUT_S)
+        try:
+            answer = await asyncio.wait_for(
+                self._tail.admission(placed.partition, offset, request_id, ""),
+                ANSWER_TIMEOUT_S)
+        except TimeoutError:
+            raise ResultTimeout(schedule_id, ANSWER_TIMEOUT_S, subject=f"schedule {schedule_id}",
+                                waited_for=f"had no answer to its {action} (is a worker up?)"
+                                ) from None
         if isinstance(answer, ev.ScheduleChangeRejected):
             raise ScheduleRejected(schedule_id, action, answer.reason)
         return answer

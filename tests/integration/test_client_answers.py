@@ -17,7 +17,8 @@ import dataclasses
 
 import pytest
 
-from runstream import Client, CreateRejected, HandedOff, RunTimedOut
+from runstream import Client, CreateRejected, HandedOff, ResultTimeout, RunTimedOut
+from runstream.engine.client import schedules as client_schedules
 from runstream.engine.journal import events as ev
 from runstream.projections.partitioning import partition_for
 from runstream.projections.state import RunStatus
@@ -115,3 +116,16 @@ async def test_attaching_to_a_run_whose_create_was_rejected_raises(
             await (waits[gone] if waits else client.get_handle(gone).result(timeout=30))
         assert await (waits[kept] if waits else client.get_handle(kept).result(
             timeout=30)) == "kept"
+
+
+async def test_waits_with_no_worker_up_end_in_a_runstream_timeout(
+        bootstrap: str, namespace: str, journal: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # (they raised the builtin TimeoutError with no message)
+    monkeypatch.setattr(client_schedules, "ANSWER_TIMEOUT_S", 1.0)
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
+        handle = await client.create_run("checkout", {})
+        with pytest.raises(ResultTimeout, match="was not admitted within 1s"):
+            await handle.admitted(timeout=1)
+        with pytest.raises(ResultTimeout, match="schedule nightly had no answer to its create"):
+            await client.create_schedule("nightly", "checkout", every=60)
