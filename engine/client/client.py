@@ -155,10 +155,13 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
         try:
             async with self._lock:
                 await self._requests.start()
-            await self._tail.start()
         except BaseException:
-            await self._release(final=False)  # a later call may try again
+            # A later call may try again. The tail is left as it is: waits in progress
+            # (results of runs created before) go on, where closing it under them left
+            # them waiting for ever on partitions a restarted tail never read.
+            await self._requests.stop()
             raise
+        await self._tail.start()  # (one that fails cleans up after itself)
 
     async def route(self) -> Route:
         """Where this client's requests go (the journal, or a requests topic)."""
@@ -169,10 +172,7 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
     async def close(self) -> None:
         """Close for good: waits in progress and later calls raise ClientClosed."""
         self._closed = True
-        await self._release(final=True)
-
-    async def _release(self, *, final: bool) -> None:
-        await self._tail.close(final=final)
+        await self._tail.close(final=True)
         await self._requests.stop()
         if self._read_model is not None:
             await self._read_model.close()

@@ -20,6 +20,7 @@ import pytest
 from runstream import Client, CreateRejected, HandedOff, ResultTimeout, RunTimedOut
 from runstream.engine.client import schedules as client_schedules
 from runstream.engine.journal import events as ev
+from runstream.engine.kafka.requests_topic import RelayMisconfigured
 from runstream.projections.partitioning import partition_for
 from runstream.projections.state import RunStatus
 from tests.builders import create
@@ -129,3 +130,23 @@ async def test_waits_with_no_worker_up_end_in_a_runstream_timeout(
             await handle.admitted(timeout=1)
         with pytest.raises(ResultTimeout, match="schedule nightly had no answer to its create"):
             await client.create_schedule("nightly", "checkout", every=60)
+
+
+async def test_a_failed_start_of_the_requests_producer_leaves_waits_in_progress_going(
+        bootstrap: str, namespace: str, journal: str) -> None:
+    # (the client closed its tail under them: they waited for ever)
+    async with Journal(bootstrap, journal) as writer:
+        client = Client(bootstrap_servers=bootstrap, namespace=namespace,
+                        authority_name="billing")  # (no requests topic: RelayMisconfigured)
+        try:
+            await writer.run("waited-on", steps=1, settle=False)
+            waiting = asyncio.create_task(client.get_handle("waited-on").result(timeout=30))
+            await asyncio.sleep(1.0)
+            with pytest.raises(RelayMisconfigured):
+                await client.create_run("checkout", {})
+            owner = writer.owners[partition_for("waited-on", PARTITIONS)]
+            await writer.send(owner.decide(ev.RunCompleted, run_id="waited-on",
+                                           result_json='"done"'))
+            assert await waiting == "done"
+        finally:
+            await client.close()
