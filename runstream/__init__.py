@@ -24,7 +24,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from runstream.engine.client.client import Client
+    from runstream.engine.client.client import Client, RequestNotRelayed
     from runstream.engine.client.handle import RunHandle
     from runstream.engine.config import DurationInvalid
     from runstream.engine.errors import (
@@ -75,6 +75,7 @@ if TYPE_CHECKING:
         PayloadNotJson,
         RetryPolicy,
     )
+    from runstream.engine.kafka.requests_topic import RelayMisconfigured
     from runstream.engine.timetravel.dryrun import FlowNotInApp, NoDecision
     from runstream.engine.worker import Worker
     from runstream.projections.batch import BatchInvalid
@@ -83,6 +84,8 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "Client": "runstream.engine.client.client",
+    "RequestNotRelayed": "runstream.engine.client.client",
+    "RelayMisconfigured": "runstream.engine.kafka.requests_topic",
     "ChildRun": "runstream.engine.flow.context",
     "FlowContext": "runstream.engine.flow.context",
     "idempotency_key": "runstream.engine.flow.context",
@@ -176,6 +179,8 @@ __all__ = [
     "PayloadNotJson",
     "QueryInvalid",
     "ReadModelClosed",
+    "RelayMisconfigured",
+    "RequestNotRelayed",
     "ResultTimeout",
     "ResumeRefused",
     "RetryPolicy",

@@ -226,7 +226,8 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
             placed = await self._place(record, [(k, v.encode())
                                                 for k, v in record.trace_context.items()])
         return RunHandle(self, run_id=run_id, flow=flow_name, partition=placed.partition,
-                         request_offset=placed.offset, request_id=request_id)
+                         request_offset=placed.offset, request_id=request_id,
+                         _relayed=record if placed.relayed else None)
 
     def check_authority(self, run: RunState) -> None:
         """Refuse to act on a run whose ceiling this client's authority does not cover."""
@@ -337,6 +338,11 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
             self._tail.expect(record.envelope.request_id)
         await self._requests.send(partition, key, value, headers)
         return Placed(partition, start, relayed=True)
+
+    async def relayed_offset(self, partition: int, start: int, record: JournalRecord) -> int:
+        """Where the relay put `record`, sent when the partition's end was `start`
+        (RequestNotRelayed after `relay_timeout`)."""
+        return await self._journal_offset(Placed(partition, start, relayed=True), record)
 
     async def _journal_offset(self, placed: Placed, record: JournalRecord) -> int:
         """The request's offset in the journal (waiting for the relay when relayed)."""

@@ -37,6 +37,9 @@ class RunHandle:
     request_offset: int
     request_id: str | None
     _from_offset: int | None = None
+    # A create sent to a requests topic: where the relay put it is looked up first (its
+    # admission waited for ever when the relay refused it).
+    _relayed: JournalRecord | None = None
 
     async def admitted(self, timeout: float | None = None) -> None:
         """Wait until the owner admitted the run; raises IdentityConflict or CreateRejected.
@@ -65,6 +68,10 @@ class RunHandle:
             created_by = ev.RunCreated | ev.RunForked
             self._from_offset = created.request_offset if isinstance(created, created_by) else 0
             return self._from_offset
+        if self._relayed is not None:
+            record, self._relayed = self._relayed, None
+            self.request_offset = await self.client.relayed_offset(
+                partition, self.request_offset, record)
         answer = await tail.admission(partition, self.request_offset, self.request_id,
                                       self.run_id)
         if isinstance(answer, ev.RunCreateRejected):

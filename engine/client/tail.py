@@ -50,6 +50,9 @@ CHECK_ENV = "RUNSTREAM_CHECK_TAIL"
 # evicted one is looked up in the read model instead.
 ANSWER_CACHE = 100_000
 LAST_TYPES = 10_000  # the latest record type per run, for ResultTimeout's message
+# Relayed requests the tail looks out for (their ids): those sent and not seen yet. A create
+# whose handle is never waited on is seen only if its partition is followed meanwhile.
+MAX_EXPECTED = 100_000
 # Runs whose run.timed-out the tail passed (the latest ones): their settlement is not what
 # its record says (projections.deadlines), and the handle asks the read model instead.
 TIMED_OUT_KEPT = 10_000
@@ -91,7 +94,8 @@ class JournalTail:
     names the request ids it sent (`expect`) before sending them.
 
     Bounds: `_tails` and `_waiting` one entry per partition; `_answers` ANSWER_CACHE;
-    `_waiters` the callers waiting right now; `_expected` the relayed requests in flight;
+    `_waiters` the callers waiting right now; `_expected` the relayed requests in flight,
+    MAX_EXPECTED;
     `last_type` LAST_TYPES; `_timed_out` TIMED_OUT_KEPT.
     """
 
@@ -100,7 +104,7 @@ class JournalTail:
         self.bootstrap = bootstrap
         self.topic = topic
         self.security = security
-        self._expected: set[str] = set()
+        self._expected: dict[str, None] = {}  # (in the order they were sent)
         self._read_model = read_model
         self._consumer: AIOKafkaConsumer | None = None
         self._task: asyncio.Task[None] | None = None
@@ -214,7 +218,9 @@ class JournalTail:
 
     def expect(self, request_id: str) -> None:
         """Watch for relayed request `request_id` (call before sending it)."""
-        self._expected.add(request_id)
+        self._expected[request_id] = None
+        if len(self._expected) > MAX_EXPECTED:  # (the oldest: long placed, or never waited on)
+            del self._expected[next(iter(self._expected))]
 
     async def placed(self, partition: int, from_offset: int, request_id: str,
                      run_id: str) -> int:
@@ -224,7 +230,7 @@ class JournalTail:
             return (await self._wait(f"seen:{request_id}", partition, from_offset,
                                      run_id)).offset
         finally:
-            self._expected.discard(request_id)
+            self._expected.pop(request_id, None)
 
     async def _wait(self, key: str, partition: int, from_offset: int, run_id: str
                     ) -> Answer:
@@ -366,6 +372,7 @@ class JournalTail:
         if followed.verdict is None:  # a request
             if env.request_id in self._expected:
                 self._seen(tail.state.partition, offset, record, value, headers)
+                del self._expected[env.request_id]  # (kept as an answer from here)
             return
         if followed.verdict in NOT_ACCEPTED:
             return

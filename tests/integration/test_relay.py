@@ -17,7 +17,15 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
-from runstream import Client, Flow, FlowContext, RunCancelled, RunFailed, Worker
+from runstream import (
+    Client,
+    Flow,
+    FlowContext,
+    RequestNotRelayed,
+    RunCancelled,
+    RunFailed,
+    Worker,
+)
 from runstream.engine.config import dead_letter_topic, requests_topic
 from runstream.engine.journal import Envelope, decode, encode
 from runstream.engine.journal import events as ev
@@ -304,3 +312,22 @@ async def test_a_record_too_large_to_copy_whole_is_set_aside_and_the_relay_goes_
                   for raw in letters if (row := row_of(raw)) is not None)
     assert rows == sorted([("not a request", 1_048_400, True),
                            ("not a request", len(value), True)])
+
+
+async def test_a_create_the_relay_refuses_ends_its_handle_s_waits(
+        bootstrap: str, relayed: str, tmp_path: Path) -> None:
+    # (the handle waited for an admission that never came, and every relayed create left
+    # its request id in the tail's watch list for good)
+    namespace = relayed
+    async with engine(bootstrap, namespace, tmp_path / "w"), \
+            Client(bootstrap_servers=bootstrap, namespace=namespace, flows=FLOWS,
+                   authority_name="rogue", relay_timeout=3) as rogue, \
+            Client(bootstrap_servers=bootstrap, namespace=namespace, flows=FLOWS) as client:
+        refused = await rogue.create_run(three, {}, run_id="r-refused")
+        started = time.monotonic()
+        with pytest.raises(RequestNotRelayed):
+            await refused.result(timeout=30)
+        assert time.monotonic() - started < 15
+        done = await client.create_run(three, {}, run_id="r-done")
+        assert await done.result(timeout=30) == ["s0", "s1", "s2"]
+        assert not client._tail._expected and not rogue._tail._expected
