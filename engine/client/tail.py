@@ -370,8 +370,8 @@ class JournalTail:
             return
         env = record.envelope
         if followed.verdict is None:  # a request
-            if env.request_id in self._expected:
-                self._seen(tail.state.partition, offset, record, value, headers)
+            if env.request_id in self._expected and self._seen(
+                    tail.state.partition, offset, record, value, headers):
                 del self._expected[env.request_id]  # (kept as an answer from here)
             return
         if followed.verdict in NOT_ACCEPTED:
@@ -393,17 +393,18 @@ class JournalTail:
             self._found(f"end:{env.run_id}", answer, value)
 
     def _seen(self, partition: int, offset: int, record: JournalRecord | Skimmed, value: bytes,
-              headers: Sequence[tuple[str, bytes]]) -> None:
-        """A relayed request the client expects landed at `offset`. Bytes broken inside its
-        body (read only to its envelope so far) are a dead letter to every other reader, and
-        here too: it was never placed."""
+              headers: Sequence[tuple[str, bytes]]) -> bool:
+        """A relayed request the client expects landed at `offset` (False: bytes broken
+        inside its body, read only to its envelope so far, are a dead letter to every other
+        reader, and here too: it was never placed)."""
         if isinstance(record, Skimmed):
             try:
                 record = decode(value, headers)
             except DecodeError:
-                return
+                return False
         self._found(f"seen:{record.envelope.request_id}", Answer(partition, offset, record),
                     value)
+        return True
 
     def _found(self, key: str, answer: Answer, value: bytes) -> None:
         answers = self._answers
