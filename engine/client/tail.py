@@ -386,6 +386,8 @@ class JournalTail:
         if record.TYPE in ADMISSION_TYPES and env.request_id:
             self._found(f"req:{env.request_id}", answer, value)
         if isinstance(record, ev.RunCreated | ev.RunForked):  # a fork is created by its owner
+            if not getattr(record, "duplicate", False):
+                self._new_life(env.run_id, offset)
             self._found(f"created:{env.run_id}", answer, value)
         elif isinstance(record, ev.RunCreateRejected):  # (not kept: `created` judges it)
             self._answer_waiters(f"created:{env.run_id}", answer)
@@ -415,6 +417,14 @@ class JournalTail:
                 tail = self._tails[partition]
                 tail.evicted_up_to = max(tail.evicted_up_to, offset)
         self._answer_waiters(key, answer)
+
+    def _new_life(self, run_id: str, offset: int) -> None:
+        """The run was created at `offset`: answers kept from an earlier life of its id (one
+        used again once its tombstone went) are not its answers."""
+        for key in (f"created:{run_id}", f"end:{run_id}"):
+            kept = self._answers.get(key)
+            if kept is not None and kept[1] < offset:
+                del self._answers[key]
 
     def _answer_waiters(self, key: str, answer: Answer) -> None:
         for waiter in self._waiters.get(key, []):

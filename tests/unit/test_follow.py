@@ -28,6 +28,7 @@ from runstream.projections.follow import PARTITION_TYPES, Followed, differs_from
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.poison import Poison, examine_skim
 from runstream.projections.state import PartitionState, Verdict
+from tests.builders import Writer, create, created
 from tests.unit.test_replay_fixtures import JOURNALS, load
 
 # What the reducer counts from run state the tail does not hold: a request re-sent (its id
@@ -169,3 +170,35 @@ def test_an_expected_relayed_request_broken_in_its_body_is_skipped_not_fatal() -
     assert f"seen:{request_id}" not in tail._answers and partition.state.next_offset == 1
     tail._on_record(partition, 1, key, value, headers, 2)
     assert tail._answers[f"seen:{request_id}"][:2] == (0, 1)
+
+
+def test_a_run_id_used_again_is_answered_by_its_new_life() -> None:
+    """An id reused once its tombstone went (ARCHITECTURE.md): the tail's kept answers were
+    the first life's, so a handle on the new run got the old result, or, its settlement
+    passed before it waited, waited for ever."""
+    async def no_read_model() -> ReadModel:
+        raise AssertionError("not asked")
+
+    owner = Writer("owner")
+    tail = JournalTail("127.0.0.1:1", "t", no_read_model)
+    partition = _PartitionTail(start=0, state=PartitionState(partition=0))
+    offset = 0
+
+    def add(record: JournalRecord) -> int:
+        nonlocal offset
+        value, headers = encode(record)
+        tail._on_record(partition, offset, record.envelope.lineage_id.encode(), value,
+                        headers, 1_700_000_000_000 + offset)
+        offset += 1
+        return offset - 1
+
+    add(owner.claim(0))
+    for life in ("first", "second"):
+        at = add(create("job", f"q-{life}"))
+        add(created(owner, "job", f"q-{life}", request_offset=at))
+        add(owner.decide(ev.RunCompleted, run_id="job", result_json=f'"{life} life"'))
+        if life == "first":
+            add(created(owner, "job", "q-again", request_offset=at, duplicate=True))
+    second_at = offset - 3
+    assert tail._answers["created:job"][1] == second_at + 1
+    assert tail._answers["end:job"][1] == second_at + 2  # (what a later wait is given)
