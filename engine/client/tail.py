@@ -49,6 +49,7 @@ CHECK_ENV = "RUNSTREAM_CHECK_TAIL"
 # Answers the tail keeps after passing them (admission and settlement of recent runs); an
 # evicted one is looked up in the read model instead.
 ANSWER_CACHE = 100_000
+ANSWER_CACHE_BYTES = 64 * 1024 * 1024  # ...and their bytes at most (a payload is up to 1 MB)
 LAST_TYPES = 10_000  # the latest record type per run, for ResultTimeout's message
 # Relayed requests the tail looks out for (their ids): those sent and not seen yet. A create
 # whose handle is never waited on is seen only if its partition is followed meanwhile.
@@ -93,7 +94,8 @@ class JournalTail:
     It also finds where a relayed request landed in the journal (`placed`): the client
     names the request ids it sent (`expect`) before sending them.
 
-    Bounds: `_tails` and `_waiting` one entry per partition; `_answers` ANSWER_CACHE;
+    Bounds: `_tails` and `_waiting` one entry per partition; `_answers` ANSWER_CACHE and
+    ANSWER_CACHE_BYTES;
     `_waiters` the callers waiting right now; `_expected` the relayed requests in flight,
     MAX_EXPECTED;
     `last_type` LAST_TYPES; `_timed_out` TIMED_OUT_KEPT.
@@ -110,6 +112,7 @@ class JournalTail:
         self._task: asyncio.Task[None] | None = None
         self._tails: dict[int, _PartitionTail] = {}
         self._answers: OrderedDict[str, _Kept] = OrderedDict()
+        self._answer_bytes = 0  # of the records `_answers` keeps
         self._waiters: dict[str, list[_Waiter]] = {}
         self._waiting: dict[int, int] = {}  # partition -> waiters on it now
         self.last_type: OrderedDict[str, str] = OrderedDict()
@@ -412,8 +415,10 @@ class JournalTail:
         answers = self._answers
         if key not in answers:  # the first accepted answer stands, as in the reducer
             answers[key] = (answer.partition, answer.offset, value)
-            while len(answers) > ANSWER_CACHE:
-                _, (partition, offset, _) = answers.popitem(last=False)
+            self._answer_bytes += len(value)
+            while len(answers) > ANSWER_CACHE or self._answer_bytes > ANSWER_CACHE_BYTES:
+                _, (partition, offset, dropped) = answers.popitem(last=False)
+                self._answer_bytes -= len(dropped)
                 tail = self._tails[partition]
                 tail.evicted_up_to = max(tail.evicted_up_to, offset)
         self._answer_waiters(key, answer)
@@ -425,6 +430,7 @@ class JournalTail:
             kept = self._answers.get(key)
             if kept is not None and kept[1] < offset:
                 del self._answers[key]
+                self._answer_bytes -= len(kept[2])
 
     def _answer_waiters(self, key: str, answer: Answer) -> None:
         for waiter in self._waiters.get(key, []):

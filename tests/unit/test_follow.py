@@ -202,3 +202,29 @@ def test_a_run_id_used_again_is_answered_by_its_new_life() -> None:
     second_at = offset - 3
     assert tail._answers["created:job"][1] == second_at + 1
     assert tail._answers["end:job"][1] == second_at + 2  # (what a later wait is given)
+
+
+def test_the_answers_kept_are_bounded_by_their_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every admission and settlement the tail passes is kept for a later waiter, for every
+    run of the partitions it follows: 100,000 of them at up to 1 MB each was a bound of
+    100 GB. Their bytes are bounded too, the oldest going first (to the read model)."""
+    from runstream.engine.client import tail as tail_module
+
+    async def no_read_model() -> ReadModel:
+        raise AssertionError("not asked")
+
+    monkeypatch.setattr(tail_module, "ANSWER_CACHE_BYTES", 200_000)
+    owner = Writer("owner")
+    tail = JournalTail("127.0.0.1:1", "t", no_read_model)
+    partition = _PartitionTail(start=0, state=PartitionState(partition=0))
+    tail._tails[0] = partition
+    records = [owner.claim(0)] + [
+        owner.decide(ev.RunCompleted, run_id=f"r{n}", result_json=f'"{"x" * 40_000}"')
+        for n in range(20)]
+    for offset, record in enumerate(records):
+        value, headers = encode(record)
+        tail._on_record(partition, offset, record.envelope.lineage_id.encode(), value,
+                        headers, 1_700_000_000_000 + offset)
+    kept = sum(len(value) for _, _, value in tail._answers.values())
+    assert kept == tail._answer_bytes <= 200_000 and len(tail._answers) < 20
+    assert partition.evicted_up_to > 0 and "end:r19" in tail._answers
