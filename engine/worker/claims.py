@@ -297,17 +297,21 @@ class Claims:
     async def confirm(self, own: Ownership) -> None:
         """Return when `own` is confirmed since the latest stall of the event loop; raise
         RunReleased when a heartbeat sent now is not applied (someone claimed meanwhile).
-        One heartbeat per partition and stall, shared by every run that asks."""
-        stalls = self.owner.watchdog.observe()
-        if own.confirmed_stalls >= stalls:
-            return
-        if own.confirming is None or own.confirming.done():
-            own.confirming = asyncio.ensure_future(self._heartbeat_applied(own, stalls))
-        if not await asyncio.shield(own.confirming):
-            if own.state is OwnershipState.ready:
-                self.lose(own, "a heartbeat sent after the event loop stood still was fenced")
-            raise RunReleased(f"partition {own.partition} is no longer ours (confirmed after "
-                              f"a stall of the event loop)")
+        One heartbeat per partition and stall, shared by every run that asks. A stall while
+        it waits asks for another: a heartbeat sent before a stall proves nothing after it
+        (a rebalance during the second stall, and the heartbeat applied ahead of the new
+        owner's claim, let a zombie run its next step)."""
+        while (stalls := self.owner.watchdog.observe()) > own.confirmed_stalls:
+            if (own.confirming is None or own.confirming.done()
+                    or own.confirming_stalls < stalls):
+                own.confirming = asyncio.ensure_future(self._heartbeat_applied(own, stalls))
+                own.confirming_stalls = stalls
+            if not await asyncio.shield(own.confirming):
+                if own.state is OwnershipState.ready:
+                    self.lose(own, "a heartbeat sent after the event loop stood still was "
+                                   "fenced")
+                raise RunReleased(f"partition {own.partition} is no longer ours (confirmed "
+                                  f"after a stall of the event loop)")
 
     async def _heartbeat_applied(self, own: Ownership, stalls: int) -> bool:
         w = self.owner

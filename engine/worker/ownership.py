@@ -39,7 +39,9 @@ class Ownership:
     # heartbeat sent after the stall applied); a lower count than the watchdog's means a
     # stall since, after which we may have lost the partition without knowing yet.
     confirmed_stalls: int = 0
+    # The heartbeat in flight that confirms it, and the stall count it was sent after.
     confirming: asyncio.Future[bool] | None = field(default=None, repr=False)
+    confirming_stalls: int = 0
 
     @property
     def executing(self) -> bool:
