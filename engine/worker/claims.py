@@ -66,7 +66,24 @@ class Claims:
             elif outcome.verdict is Verdict.rejected:
                 self.reject(own, outcome)
         elif own.state is OwnershipState.ready and outcome.verdict is Verdict.applied:
-            self.lose(own, f"{record.owner} claimed it at epoch {outcome.partition.epoch}")
+            if record.owner == w.name and record.generation == own.generation:
+                self._claim_again(own, outcome.partition.epoch)
+            else:
+                self.lose(own, f"{record.owner} claimed it at epoch {outcome.partition.epoch}")
+
+    def _claim_again(self, own: Ownership, epoch: int) -> None:
+        """A claim of this member's own generation that is not this source's: one an
+        earlier source of ours sent before it failed, retried late (renew_source), took the
+        partition from under its renewal. Only this member holds that generation, so the
+        partition is still ours: it is claimed again (it was given up while still assigned,
+        and no one executed it until the next rebalance)."""
+        w = self.owner
+        self.lose(own, f"a claim an earlier source of ours sent landed late, at epoch {epoch}; "
+                       f"claiming it again")
+        renewed = Ownership(partition=own.partition, claim_id=uuid.uuid4().hex,
+                            generation=own.generation, confirmed_stalls=w.watchdog.stalls)
+        w.owned[own.partition] = renewed
+        self.write_claim(renewed, epoch)
 
     def source_failed(self) -> None:
         """The producer failed: from now on nothing is decided or executed under this source
