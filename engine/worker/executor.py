@@ -188,7 +188,10 @@ class RunExecution(HandlerRunner):
         self.suspending = True
         self.send(ev.RunSuspended, **suspension(wait))
         await self.barrier()
-        if not self.owner.sticky.park(self, wait):
+        # A wake applied while the suspension was on its way found nothing parked (it set
+        # `restart`): parked now, the handler would wait for a wake already gone. It unwinds
+        # instead, and the run starts again when it has.
+        if self.restart or not self.owner.sticky.park(self, wait):
             self.dropped = "suspended: the handler unwinds without side effects"
             raise Suspend(wait)
         self.suspending = False
