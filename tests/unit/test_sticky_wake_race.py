@@ -6,7 +6,8 @@ spent: the run hung until the cache evicted it. Now it unwinds, and the run star
 
 The worker's own RunExecution, StickyCache and Activator, driven in one process; what the
 owner around them does (its producer's acknowledgement, its projection) is played by the
-test: the broker's side of a suspension and the sticky cache is in tests/integration/test_waits.py."""
+test. The broker's side of suspensions and the sticky cache: tests/integration/test_waits.py.
+"""
 
 from __future__ import annotations
 
