@@ -73,21 +73,25 @@ class UpdateRequests:
             name=name, payload_json=payload_json))
         if answer.verdict is Verdict.refused:
             raise UpdateRefused(run_id, name, describe_refusal(answer.run, answer.record))
-        target = answer.run.run_id if answer.run is not None else run_id
         lineage = answer.run.lineage_id if answer.run is not None else run_id
-        if answer.verdict is Verdict.duplicate and not await self._asked_before(
-                lineage, answer.partition, request_id):
+        # The round that took the update (the read model's latest round may be a later one,
+        # which never answers it: a handoff after the reply).
+        asked = await self._round_asked(lineage, answer.partition, request_id)
+        if answer.verdict is Verdict.duplicate and asked is None:
             raise UpdateRefused(run_id, name, reused_request_text(request_id))
+        target = asked or (answer.run.run_id if answer.run is not None else run_id)
         return await self._outcome(target, answer.partition, request_id, name, timeout)
 
-    async def _asked_before(self, lineage_id: str, partition: int, request_id: str) -> bool:
-        """Whether the request `request_id` duplicates is an update to a round of the
-        lineage."""
+    async def _round_asked(self, lineage_id: str, partition: int, request_id: str
+                           ) -> str | None:
+        """The round of the lineage that took update `request_id` (None: no round did)."""
         view = await (await self.read_model()).catch_up([partition])
-        items = (view.request_item(run.run_id, request_id)
-                 for run in lineage_rounds(view.run, lineage_id))
-        return any(item is not None and item.verdict is Verdict.applied
-                   and item.type == ev.RunUpdateRequested.TYPE for item in items)
+        for run in lineage_rounds(view.run, lineage_id):
+            item = view.request_item(run.run_id, request_id)
+            if (item is not None and item.verdict is Verdict.applied
+                    and item.type == ev.RunUpdateRequested.TYPE):
+                return run.run_id
+        return None
 
     async def _outcome(self, run_id: str, partition: int, request_id: str, name: str,
                        timeout: float | None) -> Any:

@@ -21,10 +21,10 @@ from runstream import Client, RunStatus, UpdateRefused, UpdateRejected
 from runstream.engine.journal import events as ev
 from runstream.projections.partitioning import run_partition
 from tests.conftest import TEST_JOURNAL_PARTITIONS
-from tests.integration.support import WorkerProcess, fold, running_worker, status_when
+from tests.integration.support import WorkerProcess, fold, running_worker, status_when, until
 from tests.integration.test_cli import cli
 from tests.integration.test_lifetime import SCHEMAS, produce_plain
-from tests.integration.update_flows import approval, flows, rounds
+from tests.integration.update_flows import approval, counter, flows, rounds
 
 APP = "tests.integration.update_flows:flows"
 
@@ -182,3 +182,27 @@ async def test_an_update_carried_by_a_handoff_and_taken_there_is_answered_not_re
         await client.create_run(rounds, 0, run_id="taken")
         await status_when(client, "taken", RunStatus.suspended)
         assert await asyncio.wait_for(client.update("taken", "approve", None), 60) == "round 1"
+
+
+async def test_an_update_answered_by_a_round_that_handed_off_since_is_returned(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path) -> None:
+    """The reply is in the round that took the update; the lineage's latest round, which
+    the read model names by the lineage's id, never answers it: the caller (and a retry
+    with the same request id) waited for ever."""
+    async with running_worker(bootstrap, namespace, tmp_path / "w", flows), \
+            Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows,
+                   read_model_dir=tmp_path / "rm") as client:
+        await client.create_run(counter, 0, run_id="counting")
+        await status_when(client, "counting", RunStatus.suspended)
+        first = await client.update("counting", "add", 1, request_id="add-1", timeout=30)
+        assert first == {"was": 0}
+        await until(lambda: _round_of(client, "counting", 1), "round 1 suspended")
+        assert await client.update("counting", "add", 1, request_id="add-1",
+                                   timeout=30) == first
+        assert await client.update("counting", "add", 1, request_id="add-2",
+                                   timeout=30) == {"was": 1}
+
+
+async def _round_of(client: Client, lineage: str, number: int) -> bool:
+    run = await client.describe(lineage)
+    return run.round == number and run.status is RunStatus.suspended

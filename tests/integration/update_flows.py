@@ -69,4 +69,15 @@ async def _rounds(ctx: FlowContext, payload: Any) -> Any:
     return "done"
 
 
-flows = [approval, rounds]
+counter = Flow("u-counter")
+
+
+@counter.handler
+async def _counter(ctx: FlowContext, payload: Any) -> Any:
+    """Answers one update a round, then goes on as a new round (continue-as-new)."""
+    update = await ctx.wait_for_update("add")
+    await update.reply({"was": payload})
+    return Handoff(payload=payload + 1)
+
+
+flows = [approval, rounds, counter]
