@@ -247,12 +247,9 @@ def answer(query: Query | None, reader: QueryReader, *, order: Order = Order(),
         return _streamed(query, reader, source, limit, after)
     keys = source.keys if source is not None else (
         (run.partition, run.run_id) for run in reader.all_runs())
-    found = _checked(query, reader, set(keys))
     if order.field is None:
-        cursor = _default_cursor(reader, after)
-        ranked = sorted((r for r in found if cursor is None or (r.partition, r.run_id) > cursor),
-                        key=lambda r: (r.partition, r.run_id))
-        return ranked[:limit]
+        return _page_by_key(query, reader, set(keys), _default_cursor(reader, after), limit)
+    found = _checked(query, reader, set(keys))
     ranked = sorted(found, key=lambda run: sort_key(run, order), reverse=order.descending)
     if after is not None:
         mark = _decode_cursor(after)
@@ -283,6 +280,27 @@ def _checked(query: Query | None, reader: QueryReader, keys: set[RunKey]) -> lis
         if held is not None and (query is None or matches(query, held)):
             found[held.run_id] = held
     return list(found.values())
+
+
+def _page_by_key(query: Query | None, reader: QueryReader, keys: set[RunKey],
+                 cursor: RunKey | None, limit: int | None) -> list[RunState]:
+    """A page in the default order from keys in no order: the keys past the cursor, sorted,
+    read one by one until `limit` runs match. (Every candidate was read and decoded for
+    every page: a batch paging a range query over many runs read them all for each chunk.)"""
+    changed: dict[RunKey, RunState] = {}
+    for run in reader.changed_runs():  # (their index entries may be stale or missing)
+        key = (run.partition, run.run_id)
+        keys.discard(key)
+        if (cursor is None or key > cursor) and (query is None or matches(query, run)):
+            changed[key] = run
+    page: list[RunState] = []
+    for key in sorted(changed.keys() | {k for k in keys if cursor is None or k > cursor}):
+        if limit is not None and len(page) >= limit:
+            break
+        held = changed.get(key) or reader.run(key[1])
+        if held is not None and (key in changed or query is None or matches(query, held)):
+            page.append(held)
+    return page
 
 
 def _streamed(query: Query | None, reader: QueryReader, source: Source | None,
