@@ -24,8 +24,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from runstream.engine.client.client import Client, RequestNotRelayed
+    from runstream.engine.client.client import Client
     from runstream.engine.client.handle import RunHandle
+    from runstream.engine.client.placed import RequestNotRelayed
     from runstream.engine.config import DurationInvalid
     from runstream.engine.errors import (
         AccessDenied,
@@ -84,7 +85,7 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "Client": "runstream.engine.client.client",
-    "RequestNotRelayed": "runstream.engine.client.client",
+    "RequestNotRelayed": "runstream.engine.client.placed",
     "RelayMisconfigured": "runstream.engine.kafka.requests_topic",
     "ChildRun": "runstream.engine.flow.context",
     "FlowContext": "runstream.engine.flow.context",

@@ -7,7 +7,6 @@ import socket
 import time
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from pydantic import BaseModel
 
 from runstream.engine.client.batches import BatchCalls
 from runstream.engine.client.handle import RunHandle
+from runstream.engine.client.placed import Placed, RequestAnswer, RequestNotRelayed
 from runstream.engine.client.queries import QueryCalls
 from runstream.engine.client.schedules import ScheduleCalls
 from runstream.engine.client.starts import StartCalls
@@ -60,7 +60,6 @@ from runstream.projections.state import (
     JournalEntry,
     RunState,
     RunStatus,
-    Tombstone,
     Verdict,
     round_zero,
 )
@@ -75,39 +74,6 @@ UNSAFE_CANCEL = (
     "call (its finally blocks run, durable calls in them are journaled as cleanup); there is "
     "no way to interrupt code between durable calls. Call cancel() without unsafe=True"
 )
-
-
-class RequestNotRelayed(RunstreamError):
-    """A request sent to the requests topic did not reach the journal in time."""
-
-
-@dataclass(frozen=True, slots=True)
-class Placed:
-    """Where a request went: its journal partition, and its journal offset (direct) or the
-    partition's end offset read before it was sent (relayed: it lands at or past it)."""
-
-    partition: int
-    offset: int
-    relayed: bool
-
-
-@dataclass(frozen=True, slots=True)
-class RequestAnswer:
-    """A request this client produced, and what the reducer made of it (read model)."""
-
-    record: JournalRecord
-    partition: int
-    offset: int
-    verdict: Verdict | None  # None: the read model holds no record at that offset
-    run: RunState | None  # the run as the read model sees it now
-    tombstone: Tombstone | None = None  # what is left of it, when it has expired
-
-    @property
-    def run_missing(self) -> bool:
-        """The run did not exist when the request reached it (verdict `ignored`, no run)."""
-        if self.verdict not in (None, Verdict.ignored):
-            return False
-        return self.run is None or self.run.request_offset > self.offset
 
 
 class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):

@@ -191,11 +191,9 @@ class JournalTail:
         return (await self._wait(f"end:{run_id}", partition, from_offset, run_id)).record
 
     def settled_as_passed(self, partition: int, from_offset: int, run_id: str) -> bool:
-        """Whether the reducer made of the run's settlement what its record says, as far as
-        the tail knows: it passed every record of the run since `from_offset` (where it
-        was created) and no run.timed-out of it. The tail folds partitions, not runs: a
-        settlement after a timeout is a failure, and a timeout failure that meets a cancel is
-        the cancel (projections.deadlines), which only the read model's run state says."""
+        """Whether the run's settlement is what its record says: the tail passed every
+        record of the run since `from_offset` and no run.timed-out of it (the reducer turns
+        a settlement after one into a failure, or a cancel: projections.deadlines)."""
         tail = self._tails.get(partition)
         return (tail is not None and tail.start <= from_offset
                 and run_id not in self._timed_out

@@ -8,7 +8,6 @@ children) in engine.flow.waits, attributes and updates in attribute_calls, updat
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import inspect
 import json
 import logging
@@ -32,6 +31,7 @@ from runstream.engine.flow.bounded import bounded
 from runstream.engine.flow.definition import NO_RETRY, RetryPolicy, dump_json
 from runstream.engine.flow.port import NOT_CALLED, JournalPort, Quarantined, RunReleased, Suspend
 from runstream.engine.flow.result_types import RESULT_NOT_JSON, result_adapter
+from runstream.engine.flow.step_calls import StepCall, args_digest
 from runstream.engine.flow.update_calls import Update, UpdateCalls
 from runstream.engine.flow.waits import ChildRun, WaitingCalls, handed_down
 from runstream.engine.journal import events as ev
@@ -70,24 +70,6 @@ StepArguments = tuple[tuple[Any, ...], dict[str, Any]]
 CallObserver = Callable[[int, str, str, StepArguments | None], None]
 
 
-def args_digest(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    """The digest a step journals of its arguments (first 16 hex digits of the sha256 of
-    their canonical JSON), so that a dry run can tell when new code calls a step with other
-    arguments. Values JSON cannot hold are taken by their repr: stable for plain values and
-    dataclasses, not for objects whose repr shows an address."""
-    if not args and not kwargs:
-        return _NO_ARGUMENTS_DIGEST
-    try:
-        text = _CANONICAL.encode([args, kwargs])
-    except (TypeError, ValueError):  # keys JSON cannot sort or hold, a reference cycle
-        text = repr((args, sorted(kwargs.items())))
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-
-
-# Built once: json.dumps with options builds an encoder per call, which costs more than the
-# hashing (a step's digest is about 3 µs this way).
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=repr)
-_NO_ARGUMENTS_DIGEST = hashlib.sha256(b"[[],{}]").hexdigest()[:16]
 
 
 class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
@@ -114,6 +96,10 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
         # policy covers them even before the worker's projection applied their spawn.
         self.spawned: list[ChildLink] = []
         self.cancel_delivered = False
+        # Step functions running now (in concurrent branches): a suspension waits for them
+        # to end and their outcomes to be journaled (engine.flow.waits).
+        self._steps_running = 0
+        self._steps_ended = asyncio.Event()
         # Where the journal says the cancel reached the handler: a replay raises it there.
         self._cancel_delivered_at = run.cancel_delivered_at
         # Typed result loaders of the children spawned with a Flow: one per spawn at most.
@@ -183,6 +169,20 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
             # A durable backoff journaled and not over (its wait never began, or began
             # and goes on): wait it out before the next attempt.
             await self._retry_wait(position, name, entry.due_ms)
+        # Running (a suspension in another branch of the handler waits for it to end:
+        # engine.flow.waits), but for a durable backoff.
+        self._steps_running += 1
+        try:
+            return await self._attempts(StepCall(position, name, fn, args, kwargs, adapter,
+                                                  policy, limit, digest, irreversible), attempt)
+        finally:
+            self._step_ended()
+
+    async def _attempts(self, call: StepCall, attempt: int) -> Any:
+        """The step's attempts from `attempt` on, until one succeeds, or its failure is for
+        good (raised), or a cancel or the run's deadline cuts it short."""
+        (position, name, fn, args, kwargs, adapter, policy, limit, digest,
+         irreversible) = call
         while True:
             await self._port.barrier()
             self._check_cancel(position, name)  # (a retry too: a cancel ends its attempts)
@@ -208,8 +208,9 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
                                                      digest)
                 continue
             result_json = self._result_json(value, adapter, position, name, attempt, digest)
-            self._port.hold_step({"position": position, "name": name, "result_json": result_json,
-                                  "attempt": attempt, "args_digest": digest}, irreversible)
+            self._port.hold_step({"position": position, "name": name,
+                                  "result_json": result_json, "attempt": attempt,
+                                  "args_digest": digest}, irreversible)
             # Return what a replay would return, so first run and replay cannot differ.
             return cast(Any, adapter.validate_json(result_json))
 
@@ -226,6 +227,11 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
                             error_type=RESULT_NOT_JSON, error_message=message,
                             will_retry=False, retry_delay_ms=0, args_digest=digest)
             raise StepFailed(name, RESULT_NOT_JSON, message, attempt) from exc
+
+    def _step_ended(self) -> None:
+        self._steps_running -= 1
+        if not self._steps_running:
+            self._steps_ended.set()
 
     def _cut_short(self, position: int, name: str, attempt: int, digest: str) -> None:
         """The run's deadline interrupted this attempt: journaled failed, not retried."""
@@ -338,7 +344,11 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
             await self._port.barrier()  # the handler may act on the failure: make it durable
             raise StepFailed(name, type(exc).__name__, message, attempt) from exc
         if retry_at is not None:
-            await self._retry_wait(position, name, retry_at)
+            self._step_ended()  # (not running while it waits durably)
+            try:
+                await self._retry_wait(position, name, retry_at)
+            finally:
+                self._steps_running += 1
         else:
             await asyncio.sleep(delay_ms / 1000)
         return attempt + 1

@@ -8,6 +8,7 @@ suspends (`run.suspended`) and continues when the owner journals its outcome.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
@@ -67,6 +68,8 @@ class WaitingCalls:
     cancel_delivered: bool
     _cancel_delivered_at: int | None
     _loaders_by_child: dict[str, Callable[[str], Any]]
+    _steps_running: int
+    _steps_ended: asyncio.Event
 
     def _next_position(self, name: str, kind: str) -> int:
         raise NotImplementedError
@@ -248,8 +251,13 @@ class WaitingCalls:
     async def _suspended_until(self, wait: Wait, name: str,
                                ended: Callable[[JournalEntry], bool]) -> JournalEntry:
         """Suspend (the handler is dropped and replayed when woken, unless a sticky cache
-        keeps it) until the entry at the wait's position says it `ended`; that entry."""
+        keeps it) until the entry at the wait's position says it `ended`; that entry.
+        Steps running in other branches of the handler end first, their outcomes journaled:
+        dropped with the handler, they ran again on replay."""
         while True:
+            while self._steps_running:
+                self._steps_ended.clear()
+                await self._steps_ended.wait()
             await self._port.barrier()
             outcome = await self._port.suspend(wait)
             if outcome is not None and outcome.error_type == CANCEL_DELIVERED:

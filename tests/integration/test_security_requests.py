@@ -16,7 +16,7 @@ import pytest
 
 from runstream import Client, UpdateRefused, UpdateRejected
 from runstream.engine.broker import BrokerCluster
-from runstream.engine.client.client import Placed
+from runstream.engine.client.placed import Placed
 from runstream.engine.config import journal_topic
 from runstream.engine.demo.flows import PackingIn, packing, quote
 from runstream.engine.journal import JournalRecord, decode

@@ -1,10 +1,15 @@
-"""A step whose result has no JSON form (NaN; an object of no JSON type) fails for good,
-journaled at its position, in the TestEnvironment (the worker's handler code): its function
-ran once. Nothing was journaled, so every later activation (each wake replays the handler)
-ran the function, and its effect, again."""
+"""A step's outcome is journaled once, whatever the handler does around it, in the
+TestEnvironment (the worker's handler code):
+- a result with no JSON form (NaN; an object of no JSON type) fails the step for good,
+  journaled (nothing was, and every later activation ran the function again);
+- a failure raises the journaled text on the first run as on replay;
+- a step running beside a wait (asyncio.gather) ends, its outcome journaled, before the run
+  suspends (the handler was dropped with the outcome unsent, and the replay ran it again).
+"""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -77,3 +82,29 @@ async def test_a_failed_step_says_the_same_on_its_first_run_and_on_replay() -> N
         await env.result(await env.start(long_failure, "x"))
         first, replayed = CALLS  # (the replay raised the journal's text: cut to its size)
         assert first == replayed and len(first) < 5000
+
+
+charge_and_wait = Flow("nj-charge-and-wait")
+
+
+async def _charge() -> str:
+    CALLS.append("charge")
+    await asyncio.sleep(0.01)  # (a real call takes a moment: the sleep suspends meanwhile)
+    return "ch-1"
+
+
+@charge_and_wait.handler
+async def _charge_and_wait(ctx: FlowContext, payload: str) -> Any:
+    receipt, _ = await asyncio.gather(ctx.step("charge", _charge), ctx.sleep(60))
+    return receipt
+
+
+async def test_a_step_running_beside_a_wait_ends_before_the_run_suspends() -> None:
+    # (the suspension dropped the handler with the step's outcome unsent: the replay
+    # charged again)
+    async with TestEnvironment([charge_and_wait]) as env:
+        run_id = await env.start(charge_and_wait, "x")
+        assert await env.result(run_id) == "ch-1"
+        assert CALLS == ["charge"]
+        assert [(e.name, e.status) for e in env.journal(run_id)] == [
+            ("charge", "completed"), ("sleep", "completed")]

@@ -1,0 +1,42 @@
+"""Where a client's request went, and what the reducer made of it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runstream.engine.errors import RunstreamError
+from runstream.engine.journal import JournalRecord
+from runstream.projections.state import RunState, Tombstone, Verdict
+
+
+class RequestNotRelayed(RunstreamError):
+    """A request sent to the requests topic did not reach the journal in time."""
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """Where a request went: its journal partition, and its journal offset (direct) or the
+    partition's end offset read before it was sent (relayed: it lands at or past it)."""
+
+    partition: int
+    offset: int
+    relayed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RequestAnswer:
+    """A request this client produced, and what the reducer made of it (read model)."""
+
+    record: JournalRecord
+    partition: int
+    offset: int
+    verdict: Verdict | None  # None: the read model holds no record at that offset
+    run: RunState | None  # the run as the read model sees it now
+    tombstone: Tombstone | None = None  # what is left of it, when it has expired
+
+    @property
+    def run_missing(self) -> bool:
+        """The run did not exist when the request reached it (verdict `ignored`, no run)."""
+        if self.verdict not in (None, Verdict.ignored):
+            return False
+        return self.run is None or self.run.request_offset > self.offset
