@@ -132,6 +132,11 @@ class Restorer:
             if await self._try(usable[:max(0, MAX_REFUSALS - len(tried))], report, log_start,
                                until, tried):
                 break
+            # A load refused once written (unanchored) cleared the partition: the store now
+            # holds less than before, so older snapshots may serve, and the journal is folded
+            # from where the store stands (it folded from the log start silently, past what
+            # the broker deleted).
+            held = report.offset = self.owner.projector.partition(partition).next_offset
         if log_start > report.offset:
             raise RecordsDeleted(deleted_line(partition, report.offset, log_start))
         report.seconds = time.monotonic() - started

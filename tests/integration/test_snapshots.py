@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 
 from runstream import Client, Flow, FlowContext, RunExpired, RunHandle, RunNotFound, Worker
-from runstream.engine.config import snapshot_topic
+from runstream.engine.config import journal_topic, snapshot_topic
 from runstream.engine.demo.flows import checkout
 from runstream.engine.kafka.admin import topic_configs
 from runstream.engine.kafka.reader import reader_consumer
@@ -43,8 +44,8 @@ FLOWS = [checkout, waiter]
 
 def worker(bootstrap: str, namespace: str, data_dir: Path, **options: Any) -> Worker:
     return Worker(flows=FLOWS, data_dir=data_dir, bootstrap_servers=bootstrap,
-                  namespace=namespace, session_timeout_ms=6000, snapshot_every=EVERY,
-                  **options)
+                  namespace=namespace, **{"session_timeout_ms": 6000,
+                                          "snapshot_every": EVERY, **options})
 
 
 async def _fill(client: Client, count: int, prefix: str) -> None:
@@ -135,14 +136,16 @@ async def test_a_fresh_worker_takes_over_from_snapshots_and_folds_only_the_tail(
 
 
 async def _forge(bootstrap: str, namespace: str, partition: int, manifest: Manifest,
-                 chunks: list[bytes | None]) -> list[str]:
+                 chunks: list[bytes | None],
+                 damages: tuple[str, ...] = ("unanchored", "flipped", "torn", "format"),
+                 ) -> list[str]:
     """Snapshots that must not be applied, written after the real one (so tried first)."""
     topic = snapshot_topic(namespace)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, max_request_size=2 * 1024 * 1024)
     await producer.start()
     forged = []
     try:
-        for damage in ("unanchored", "flipped", "torn", "format"):
+        for damage in damages:
             sid = f"{manifest.snapshot_id}-{damage}"
             offsets = []
             for index, chunk in enumerate(chunks):
@@ -169,6 +172,18 @@ async def _forge(bootstrap: str, namespace: str, partition: int, manifest: Manif
     finally:
         await producer.stop()
     return forged
+
+
+async def _delete_below(bootstrap: str, namespace: str, offsets: dict[int, int]) -> None:
+    """What the journal's retention does, deterministically."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_records(
+            {TopicPartition(journal_topic(namespace), p): RecordsToDelete(o)
+             for p, o in offsets.items()}, timeout_ms=10_000)
+    finally:
+        await admin.close()
 
 
 async def test_corrupt_torn_unanchored_and_unknown_snapshots_are_refused_and_reported(
@@ -308,3 +323,57 @@ async def _ends(bootstrap: str, topic: str) -> dict[int, int]:
         return {tp.partition: o for tp, o in (await consumer.end_offsets(tps)).items()}
     finally:
         await consumer.stop()
+
+
+async def test_a_refused_load_of_a_store_behind_falls_back_to_an_older_snapshot(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path) -> None:
+    """A store more than an interval behind; the newest snapshot is intact but unanchored
+    (its owner died before its anchor), the good ones are older than what the store holds,
+    and the journal's retention deleted the records below the newest good one. The refused
+    load cleared the partition, and the worker then folded the journal from its log start
+    as if from offset 0, silently: the runs before it were gone. It now tries the older
+    snapshots for what the store holds since (and says RecordsDeleted when none serves)."""
+    first = worker(bootstrap, namespace, tmp_path / "a")
+    await first.start()
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=FLOWS) as client:
+            await _fill(client, 240, "kept-")
+            await until(lambda: _anchored(first), "a snapshot of every partition")
+    finally:
+        await first.stop()
+    assert first.projector is not None
+    held = first.projector.partition(0).next_offset
+    listed = await list_manifests(bootstrap, snapshot_topic(namespace), 0)
+    good = [item.manifest for item in listed if item.manifest is not None][-1]
+    later = worker(bootstrap, namespace, tmp_path / "b", snapshot_every=0)  # (takes none)
+    await later.start()
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=FLOWS) as client:
+            await _fill(client, 240, "later-")
+    finally:
+        await later.stop()
+    assert later.projector is not None
+    end = later.projector.partition(0).next_offset
+    assert end - held > EVERY and good.offset <= held, (held, end, good.offset)
+    chunks = await read_chunks(bootstrap, snapshot_topic(namespace), good)
+    [unanchored] = await _forge(bootstrap, namespace, 0,
+                                dataclasses.replace(good, offset=end - 5), chunks,
+                                damages=("unanchored",))
+    await _delete_below(bootstrap, namespace, {0: good.offset})
+    again = worker(bootstrap, namespace, tmp_path / "a")  # (the first store, behind)
+    await again.start()
+    try:
+        await until(lambda: 0 in again.takeovers.reports, "partition 0 brought up")
+        report = again.takeovers.reports[0]
+        assert [name for name, _ in report.refused] == [unanchored], report
+        assert report.source == "snapshot" and report.snapshot_id == good.snapshot_id, report
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=FLOWS) as client:
+            for prefix in ("kept-", "later-"):
+                for n in range(240):
+                    run = await client.describe(f"{prefix}{n}")
+                    assert run.status.value == "completed", run
+    finally:
+        await again.stop()
