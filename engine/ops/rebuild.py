@@ -15,6 +15,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runstream.engine.errors import RunstreamError
 from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.kafka.decode_ahead import (
     DecodeAhead,
@@ -23,7 +24,7 @@ from runstream.engine.kafka.decode_ahead import (
 )
 from runstream.engine.kafka.decode_ahead import available as decode_ahead_available
 from runstream.engine.kafka.reader import log_bounds, read_batches
-from runstream.engine.kafka.restore import write_checked
+from runstream.engine.kafka.restore import RecordsDeleted, deleted_line, write_checked
 from runstream.engine.kafka.snapshots import read_chunks
 from runstream.projections.fold import (
     FoldResult,
@@ -176,9 +177,14 @@ async def rebuild_and_verify(
     compare it with the live one, and optionally put the rebuilt one in its place."""
     live_path = data_dir / "projection"
     scratch = data_dir / "projection.rebuild"
-    live = ProjectionStore(live_path, checkpoints=CheckpointPolicy.never())
+    try:
+        live = ProjectionStore(live_path, checkpoints=CheckpointPolicy.never())
+    except Exception as exc:  # (rocksdict raises a bare Exception: a worker holds its lock)
+        raise RunstreamError(f"cannot open the projection in {live_path} (a worker running "
+                             f"on it holds it: stop it first): {exc}") from None
     try:
         until = {p.partition: p.next_offset for p in live.partitions()}
+        await _refuse_deleted(bootstrap, topic, until, security)
         count, reached = await rebuild_into(
             scratch, bootstrap=bootstrap, topic=topic, partitions=sorted(until) or None,
             until=until or None, progress=progress, security=security,
@@ -191,8 +197,27 @@ async def rebuild_and_verify(
     finally:
         live.close()
     if replace:
-        shutil.rmtree(live_path)
+        # Two renames, each atomic, then the old one goes: an interrupted rmtree of the live
+        # store left a directory RocksDB refused to open.
+        old = data_dir / "projection.old"
+        shutil.rmtree(old, ignore_errors=True)
+        live_path.rename(old)
         scratch.rename(live_path)
+        shutil.rmtree(old, ignore_errors=True)
     else:
         shutil.rmtree(scratch, ignore_errors=True)
     return RebuildReport(count, reached, differences, compared)
+
+
+async def _refuse_deleted(bootstrap: str, topic: str, until: dict[int, int],
+                          security: KafkaSecurity | None) -> None:
+    """A rebuild folds from offset 0: records the journal's retention deleted make it a
+    store missing them (a consumer starts at the log start silently), which `replace` put
+    in place of the live one. `projection verify` checks such a store from its snapshots."""
+    bounds = await log_bounds(bootstrap, topic, security=security)
+    for partition in sorted(until):
+        start = bounds.get(partition, (0, 0))[0]
+        if start > 0 and until[partition] > 0:
+            raise RecordsDeleted(
+                f"{deleted_line(partition, 0, start)}; a rebuild folds from offset 0: check "
+                f"this store with `runstream projection verify`, which starts from snapshots")

@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from aiokafka import TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 
 from runstream import Client
 from runstream.engine.demo.flows import checkout
@@ -189,3 +191,50 @@ async def test_the_fencing_index_answers_through_a_secondarys_overlay(
             assert entry is not None and entry.verdict is Verdict.fenced
             assert overlay.history_entry(f2, 0, offset) is None
         assert (await primary.catch_up()).fenced(0) == fenced
+
+
+async def test_rebuild_refuses_a_store_in_use_and_a_trimmed_journal_in_one_line(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path,
+) -> None:
+    """`projection rebuild` on the store a worker holds ended in a traceback; on a journal
+    whose retention deleted records it folded from the log start, silently, and `replace`
+    put that store in place of the live one. A replace swaps the stores by renames."""
+    data_dir = tmp_path / "w1"
+    worker = WorkerProcess(bootstrap, namespace, data_dir, "w1", tmp_path / "effects.log")
+    worker.start()
+    args = ("--data-dir", str(data_dir), "--bootstrap", bootstrap, "--namespace", namespace)
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=[checkout]) as client:
+            handles = [await client.create_run(checkout, {"order_id": f"o{i}", "amount": 1},
+                                               run_id=f"o{i}") for i in range(12)]
+            await asyncio.gather(*(h.result(timeout=120) for h in handles))
+        code, out, err = await cli("projection", "rebuild", *args)
+        assert code != 0 and "Traceback" not in err, err
+        assert err.strip().splitlines() == [err.strip()] and "stop it first" in err, err
+    finally:
+        assert worker.stop() == 0, worker.log_text()[-2000:]
+    code, out, err = await cli("projection", "rebuild", *args)  # (replace: the default)
+    assert code == 0 and "identical to the live projection" in out, (out, err)
+    assert sorted(p.name for p in data_dir.iterdir() if p.name.startswith("projection")) == [
+        "projection"]
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_records({TopicPartition(journal, 0): RecordsToDelete(1)},
+                                   timeout_ms=10_000)
+    finally:
+        await admin.close()
+    before = _keys(data_dir / "projection")
+    code, out, err = await cli("projection", "rebuild", *args)
+    assert code != 0 and "Traceback" not in err, err
+    assert "partition 0: records 0..0 are needed but the broker deleted them" in err, err
+    assert _keys(data_dir / "projection") == before  # (the live store stays as it was)
+
+
+def _keys(path: Path) -> int:
+    store = ProjectionStore(path, checkpoints=CheckpointPolicy.never())
+    try:
+        return sum(1 for _ in store.items())
+    finally:
+        store.close()
