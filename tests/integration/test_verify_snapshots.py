@@ -9,7 +9,9 @@ import asyncio
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
+import pytest
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.records_to_delete import RecordsToDelete
@@ -23,6 +25,7 @@ from runstream.engine.kafka.snapshots import (
     write_snapshot,
 )
 from runstream.engine.ops import verify as integrity
+from runstream.engine.ops import verify_snapshots as verify_module
 from runstream.engine.ops.verify_snapshots import verify_snapshots
 from runstream.projections import keys
 from runstream.projections.snapshot import Digest, Manifest, assemble, encode_chunks, snapshot_id
@@ -201,3 +204,42 @@ async def test_under_journal_retention_verify_starts_from_a_snapshot_and_says_so
                              "--bootstrap", bootstrap, "--namespace", namespace)
     assert code == 0, out
     assert "rebuilt from snapshot" in out and "not from offset 0" in out
+
+
+async def test_a_snapshot_taken_while_verify_runs_is_checked_against_the_journal_then(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The journal's ends were read once, at the start: a snapshot a worker took while the
+    partitions before its own were checked lay past them, and was compared with a store
+    folded short of it (a MISMATCH of an honest snapshot, exit 1)."""
+    await _history(bootstrap, namespace, tmp_path / "w", 300)
+    worker = Worker(flows=FLOWS, data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
+                    namespace=namespace, session_timeout_ms=6000, snapshot_every=EVERY)
+    listing = verify_module.list_manifests
+
+    async def listed_after_more_work(server: str, topic: str, partition: int,
+                                     **options: Any) -> Any:
+        if partition == TEST_JOURNAL_PARTITIONS - 1:  # (the others were checked already)
+            before = await _newest(bootstrap, namespace, partition)
+            await worker.start()
+            try:
+                async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                                  flows=FLOWS) as client:
+                    for batch in range(6):
+                        await _fill(client, 100, f"during{batch}-")
+                        if await _newest(bootstrap, namespace, partition) > before:
+                            break
+                        await asyncio.sleep(1.5)
+            finally:
+                await worker.stop()
+            assert await _newest(bootstrap, namespace, partition) > before
+        return await listing(server, topic, partition, **options)
+
+    monkeypatch.setattr(verify_module, "list_manifests", listed_after_more_work)
+    report = await verify_snapshots(bootstrap=bootstrap, namespace=namespace)
+    assert report.ok, report
+
+
+async def _newest(bootstrap: str, namespace: str, partition: int) -> int:
+    return max((m.offset for m in await _manifests(bootstrap, namespace, partition)),
+               default=-1)
