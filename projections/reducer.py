@@ -36,9 +36,19 @@ from runstream.projections.fork_transitions import (
     apply_fork_request,
     apply_forked,
 )
-from runstream.projections.outbox_requests import refused_spawn, spawn_answer
-from runstream.projections.requests import apply_run_request, inbox_item, request_id_of
-from runstream.projections.schedules import settled_notice
+from runstream.projections.outbox_requests import spawn_answer
+from runstream.projections.requests import (
+    apply_run_request,
+    expired_spawn,
+    inbox_item,
+    request_id_of,
+)
+from runstream.projections.schedules import (
+    fire_answered,
+    fired_by,
+    settled_as,
+    settled_notice,
+)
 from runstream.projections.signal_start import as_create, as_signal, first_signal
 from runstream.projections.snapshot import snapshot_anchored as anchor
 from runstream.projections.state import (
@@ -99,8 +109,10 @@ def apply(
         if run is None and tombstone is not None:
             # Expired: answered so (a create is never taken as a new life while the
             # tombstone is kept), whether or not the request id was seen before.
-            return Applied(moved, None, Verdict.refused, outbox=_expired_spawn(
-                tombstone, record, offset))
+            return Applied(moved, None, Verdict.refused, outbox=(
+                *expired_spawn(tombstone, record, offset),
+                *fire_answered(fired_by(record), tombstone.lineage_id,
+                               tombstone.status.value, offset)))
         return _apply_request(moved, run, record, offset, request_seen, entry)
     return apply_decision(partition, run, record, offset, timestamp_ms, entry,
                            tombstone is not None, expiry)
@@ -193,9 +205,11 @@ def _apply_request(
     request_seen: bool,
     entry: JournalEntry | None,
 ) -> Applied:
-    if request_seen:
+    if request_seen:  # (a fire repeated: its schedule hears of a run settled already)
         return Applied(replace(partition, duplicates=partition.duplicates + 1), run,
-                       Verdict.duplicate)
+                       Verdict.duplicate,
+                       outbox=fire_answered(fired_by(record), *settled_as(run, record),
+                                            offset))
     if isinstance(record, ev.RunForkRequested | ev.RunForkPart):
         request_id = request_id_of(record, offset)
         if isinstance(record, ev.RunForkRequested) and record.target_run_id is not None:
@@ -247,18 +261,6 @@ def _signal_with_start(partition: PartitionState, run: RunState | None,
     assert change is not None
     updated = change.run if change.run is run else replace(change.run, updated_at_ms=when)
     return Applied(partition, updated, change.verdict)
-
-
-def _expired_spawn(tombstone: Tombstone, record: ev.JournalRecord,
-                   offset: int) -> tuple[OutboxItem, ...]:
-    """A parent's spawn of a run id that expired fails that parent's spawn."""
-    if not isinstance(record, ev.RunCreateRequested) or record.parent_run_id is None:
-        return ()
-    item = inbox_item(record, request_id_of(record, offset), offset)
-    why = (f"run {tombstone.run_id} expired (it settled {tombstone.status.value}); a "
-           f"child's run id must be new")
-    wake = refused_spawn(tombstone.run_id, item, why)
-    return () if wake is None else (wake,)
 
 
 def _refused_create(run: RunState, request_id: str) -> RunState:
@@ -337,7 +339,10 @@ def _decide_run(
             return _RunChange(created, outbox=spawn_answer(run, record))
         assert run is not None
         if isinstance(record, ev.RunCreateRejected):  # answers a request in any status
-            return _RunChange(_rejected(run, record), outbox=spawn_answer(run, record))
+            left = _rejected(run, record)
+            rejected = () if left is not None else fire_answered(
+                run.schedule_id, run.run_id, "rejected", offset)
+            return _RunChange(left, outbox=(*spawn_answer(run, record), *rejected))
         if isinstance(record, ev.EvidenceRecorded):
             kept = (*run.evidence, Evidence(kind=record.kind, message=record.message,
                                             offset=offset))

@@ -24,12 +24,14 @@ from runstream.engine.journal.records import lineage_of
 from runstream.projections import updates
 from runstream.projections.attributes import attribute_error
 from runstream.projections.expiry import expired_text
+from runstream.projections.outbox_requests import refused_spawn
 from runstream.projections.state import (
     MAX_INBOX,
     MAX_SIGNALS,
     TERMINAL_STATUSES,
     InboxItem,
     JournalEntry,
+    OutboxItem,
     RunState,
     RunStatus,
     Signal,
@@ -241,3 +243,15 @@ def inbox_item(record: ev.JournalRecord, request_id: str, offset: int) -> InboxI
         return InboxItem(request_id=request_id, type=record.TYPE, offset=offset,
                          name=record.name, payload_json=record.payload_json)
     return InboxItem(request_id=request_id, type=record.TYPE, offset=offset)
+
+
+def expired_spawn(tombstone: Tombstone, record: ev.JournalRecord,
+                   offset: int) -> tuple[OutboxItem, ...]:
+    """A parent's spawn of a run id that expired fails that parent's spawn."""
+    if not isinstance(record, ev.RunCreateRequested) or record.parent_run_id is None:
+        return ()
+    item = inbox_item(record, request_id_of(record, offset), offset)
+    why = (f"run {tombstone.run_id} expired (it settled {tombstone.status.value}); a "
+           f"child's run id must be new")
+    wake = refused_spawn(tombstone.run_id, item, why)
+    return () if wake is None else (wake,)

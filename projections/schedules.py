@@ -33,7 +33,7 @@ from runstream.projections.schedule_state import (
     ScheduleSpec,
     ScheduleState,
 )
-from runstream.projections.state import OutboxItem, PartitionState, Verdict, replace
+from runstream.projections.state import OutboxItem, PartitionState, RunState, Verdict, replace
 
 SCHEDULE_REQUESTS = frozenset({ev.ScheduleChangeRequested, ev.ScheduleRunSettled})
 SCHEDULE_DECISIONS = frozenset({ev.ScheduleCreated, ev.ScheduleUpdated, ev.ScheduleDeleted,
@@ -133,8 +133,9 @@ def _decision(schedule: ScheduleState, record: ev.JournalRecord
         made = replace(answered, exists=True, spec=spec_of(record), paused=record.paused,
                        note=record.note, next_fire_ms=record.next_fire_ms, updated_ms=when,
                        buffered_ms=None if record.paused else answered.buffered_ms)
-        if isinstance(record, ev.ScheduleCreated):
-            made = replace(made, created_ms=when, handled=(), buffered_ms=None)
+        if isinstance(record, ev.ScheduleCreated):  # (a life of its own: no runs of one)
+            made = replace(made, created_ms=when, handled=(), buffered_ms=None, running=(),
+                           recent=())
         if record.paused:
             made = replace(made, range_open=False)
         return made, ()
@@ -251,8 +252,38 @@ def fire_request(schedule: ScheduleState, record: ev.ScheduleFired) -> OutboxIte
                       body_json=json.dumps(body))
 
 
-def settled_notice(schedule_id: str, run_id: str, status: str) -> OutboxItem:
-    """What a fired run's settlement sends its schedule (its owner's outbox)."""
-    return OutboxItem(request_id=f"settled/{run_id}", type=ev.ScheduleRunSettled.TYPE,
+def fire_answered(schedule_id: str | None, run_id: str, status: str | None, offset: int
+                  ) -> tuple[OutboxItem, ...]:
+    """A schedule's fire whose create makes no new run (it repeats a run settled already,
+    one expired, or is rejected) answered to its schedule as the run's settlement would
+    be: only a settlement took a fired run out of the schedule's running runs, and with
+    overlap `skip` the schedule never fired again. `status` None: the run has not settled
+    (its settlement answers). `offset`: the record that answers (each answer is a request
+    of its own at the schedule's partition, not a repeat of the run's settlement)."""
+    if not schedule_id or status is None:
+        return ()
+    return (settled_notice(schedule_id, run_id, status, answered_at=offset),)
+
+
+def fired_by(record: ev.JournalRecord) -> str | None:
+    """The schedule whose fire `record` is (a create request it sent), if any."""
+    return record.schedule_id if isinstance(record, ev.RunCreateRequested) else None
+
+
+def settled_as(run: RunState | None, record: ev.JournalRecord) -> tuple[str, str | None]:
+    """A repeated create's run, and how its lineage settled (None: not settled, or handed
+    off: its last round answers); a run gone since was rejected."""
+    if run is None:
+        return record.envelope.run_id, "rejected"
+    settled = run.status.is_terminal and run.handed_off_to is None
+    return run.lineage_id, run.status.value if settled else None
+
+
+def settled_notice(schedule_id: str, run_id: str, status: str, *,
+                   answered_at: int | None = None) -> OutboxItem:
+    """What a fired run's settlement sends its schedule (its owner's outbox); `answered_at`:
+    the offset of a fire's answer that made no run (projections.schedules.fire_answered)."""
+    at = "" if answered_at is None else f"/{answered_at}"
+    return OutboxItem(request_id=f"settled/{run_id}{at}", type=ev.ScheduleRunSettled.TYPE,
                       run_id="", lineage_id=schedule_id, body_json=json.dumps({
                           "schedule_id": schedule_id, "run_id": run_id, "status": status}))

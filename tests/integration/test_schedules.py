@@ -15,6 +15,8 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from runstream import Client, Flow, FlowContext, ScheduleNotFound, ScheduleRejected, Worker
 from runstream.projections.cron import fired_run_id
 from tests.integration.support import WorkerProcess, fold
@@ -179,3 +181,41 @@ async def test_a_kill_9_of_the_owner_loses_no_fire_and_doubles_none(
 def _instant(run_id: str) -> int:
     text = run_id.split("@", 1)[1].replace("Z", "+00:00")
     return int(datetime.fromisoformat(text).timestamp() * 1000)
+
+
+class _Numbered(BaseModel):
+    n: int
+
+
+typed: Flow[_Numbered, int] = Flow("sched-typed", payload=_Numbered)
+
+
+@typed.handler
+async def _typed(ctx: FlowContext, payload: _Numbered) -> int:
+    return payload.n
+
+
+async def test_a_fire_the_flow_rejects_leaves_the_schedule_firing(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """The first fire's create is rejected (a payload the flow refuses, the schedule
+    created by name): its run never settles, and only a settlement took it out of the
+    schedule's running runs, so with overlap `skip` the schedule never fired again, whatever
+    was changed. The rejection is answered to the schedule now."""
+    worker = Worker(flows=[typed], data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
+                    namespace=namespace, session_timeout_ms=6000)
+    await worker.start()
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=[typed]) as client:
+            await client.create_schedule("nightly", "sched-typed", {"n": "not a number"},
+                                         every=1)
+            deadline = time.monotonic() + 60
+            while not [f for f in (await client.describe_schedule("nightly")).recent
+                       if f.status == "rejected"]:
+                assert time.monotonic() < deadline, "no fire rejected"
+                await asyncio.sleep(0.3)
+            await client.update_schedule("nightly", payload={"n": 7})
+            assert len(await _fired(client, "nightly", 2)) >= 2
+    finally:
+        await worker.stop()

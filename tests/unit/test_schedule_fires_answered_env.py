@@ -1,0 +1,80 @@
+"""A schedule's fire that makes no new run is answered to its schedule, in the
+TestEnvironment (the worker's reducer and owner code): a create the flow's owner rejects, or
+one that repeats a run settled already (a backfill asked twice). Only a fired run's
+settlement took it out of the schedule's running runs, so with overlap `skip` the schedule
+never fired again, and no update, pause or new payload helped. A schedule created again
+begins with no running runs."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel
+
+from runstream import Flow
+from runstream.testing import TestEnvironment
+
+START = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+class Numbered(BaseModel):
+    n: int
+
+
+typed = Flow("sf-typed", payload=Numbered)
+tick = Flow("sf-tick")
+waiting = Flow("sf-waiting")
+
+
+@waiting.handler
+async def _waiting(ctx: Any, payload: Any) -> Any:
+    return await ctx.wait_for("never")
+
+
+@typed.handler
+async def _typed(ctx: Any, payload: Numbered) -> int:
+    return payload.n
+
+
+@tick.handler
+async def _tick(ctx: Any, payload: Any) -> Any:
+    return payload
+
+
+async def test_a_rejected_fire_leaves_the_schedule_firing() -> None:
+    async with TestEnvironment([typed], start=START) as env:
+        # (by flow name, as the CLI does: the payload is not checked before the owner does)
+        await env.create_schedule("s", "sf-typed", {"n": "not a number"}, every=60)
+        await env.sleep(61)
+        assert env.describe_schedule("s").running == ()
+        await env.update_schedule("s", payload={"n": 1})
+        await env.sleep(600)
+        schedule = env.describe_schedule("s")
+        assert schedule.fires >= 10 and schedule.skipped == 0, schedule
+        assert [f.status for f in schedule.recent][-3:] == ["completed"] * 3
+
+
+async def test_a_backfill_asked_twice_leaves_the_schedule_firing() -> None:
+    async with TestEnvironment([tick], start=START) as env:
+        await env.sleep(3600)
+        await env.create_schedule("s", tick, every=60)
+        for _ in range(2):  # (a retried command)
+            await env.backfill_schedule("s", START, START + timedelta(minutes=15))
+            await env.run_until_idle()
+        await env.sleep(600)
+        schedule = env.describe_schedule("s")
+        assert schedule.skipped == 0 and schedule.running == (), schedule
+
+
+async def test_a_schedule_created_again_begins_with_no_running_runs() -> None:
+    # (a run its first life fired, still running, held the new life's `skip` for good)
+    async with TestEnvironment([waiting, tick], start=START) as env:
+        await env.create_schedule("s", waiting, None, every=60)
+        await env.sleep(61)
+        assert len(env.describe_schedule("s").running) == 1
+        await env.delete_schedule("s")
+        await env.create_schedule("s", tick, 2, every=60)
+        await env.sleep(121)
+        schedule = env.describe_schedule("s")
+        assert schedule.skipped == 0 and schedule.fires >= 2, schedule
