@@ -203,7 +203,10 @@ def _fired(schedule: ScheduleState, record: ev.ScheduleFired
     if any(f.run_id == record.run_id for f in schedule.recent):
         return _fired_again(schedule, record, own), ()
     fired = Fired(run_id=record.run_id, nominal_ms=record.nominal_ms, reason=record.reason)
-    running = tuple(r for r in schedule.running if r != record.cancel_run_id)
+    # cancel_other: every run still running is cancelled (the owner named the newest; one
+    # fired before it, with a trigger or under allow_all, ran on beside every new fire).
+    cancelled = (schedule.running if record.cancel_run_id is not None else ())
+    running = tuple(r for r in schedule.running if r not in cancelled)
     made = replace(
         schedule, fires=schedule.fires + 1, recent=(*schedule.recent, fired)[-MAX_RECENT:],
         running=(*running, record.run_id)[-MAX_RUNNING:],
@@ -214,11 +217,11 @@ def _fired(schedule: ScheduleState, record: ev.ScheduleFired
         buffered_ms=None if record.reason == "buffered" else schedule.buffered_ms,
         updated_ms=record.envelope.timestamp_ms)
     outbox = [fire_request(schedule, record)]
-    if record.cancel_run_id is not None:
+    for other in dict.fromkeys((*cancelled, *filter(None, [record.cancel_run_id]))):
         outbox.append(OutboxItem(
-            request_id=f"cancel/{record.run_id}/{record.cancel_run_id}",
-            type=ev.RunCancelRequested.TYPE, run_id=record.cancel_run_id,
-            lineage_id=record.cancel_run_id, body_json=json.dumps({
+            request_id=f"cancel/{record.run_id}/{other}",
+            type=ev.RunCancelRequested.TYPE, run_id=other, lineage_id=other,
+            body_json=json.dumps({
                 "reason": f"schedule {schedule.schedule_id} fired {record.run_id} "
                           f"(overlap cancel_other)",
                 "requested_by": f"schedule/{schedule.schedule_id}"})))

@@ -1,9 +1,11 @@
-"""A schedule's fire that makes no new run is answered to its schedule, in the
-TestEnvironment (the worker's reducer and owner code): a create the flow's owner rejects, or
-one that repeats a run settled already (a backfill asked twice). Only a fired run's
-settlement took it out of the schedule's running runs, so with overlap `skip` the schedule
-never fired again, and no update, pause or new payload helped. A schedule created again
-begins with no running runs."""
+"""A schedule's fires, in the TestEnvironment (the worker's reducer and owner code):
+- one that makes no new run is answered to its schedule: a create the flow's owner rejects,
+  or one that repeats a run settled already (a backfill asked twice). Only a fired run's
+  settlement took it out of the schedule's running runs, so with overlap `skip` the
+  schedule never fired again, and no update, pause or new payload helped;
+- a schedule created again begins with no running runs;
+- under cancel_other every run still running is cancelled, not the newest alone.
+"""
 
 from __future__ import annotations
 
@@ -78,3 +80,28 @@ async def test_a_schedule_created_again_begins_with_no_running_runs() -> None:
         await env.sleep(121)
         schedule = env.describe_schedule("s")
         assert schedule.skipped == 0 and schedule.fires >= 2, schedule
+
+
+slow = Flow("sf-slow")
+
+
+@slow.handler
+async def _slow(ctx: Any, payload: Any) -> str:
+    await ctx.sleep(1000)
+    return "done"
+
+
+async def test_cancel_other_cancels_every_run_still_running() -> None:
+    # (a trigger beside a fired run left two running: each fire cancelled only the newest,
+    # and the oldest ran on beside every new one)
+    async with TestEnvironment([slow], start=START) as env:
+        await env.create_schedule("s", slow, every=60, overlap="cancel_other")
+        await env.sleep(65)
+        await env.trigger_schedule("s")
+        await env.run_until_idle()
+        assert len(env.describe_schedule("s").running) == 2
+        await env.sleep(60)
+        schedule = env.describe_schedule("s")
+        assert len(schedule.running) == 1
+        statuses = [env.status(f.run_id).value for f in schedule.recent]
+        assert statuses == ["cancelled", "cancelled", "suspended"], statuses
