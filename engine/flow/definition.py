@@ -77,6 +77,9 @@ class RetryPolicy:
             raise ValueError("initial_interval must be 0 or more, maximum_interval at least "
                              "initial_interval and backoff_coefficient 1 or more, not "
                              f"{initial!r}, {maximum!r} and {coefficient!r}")
+        if maximum > MAX_RETRY_INTERVAL_S:  # (a delay journaled in ms: it failed the run)
+            raise ValueError(f"maximum_interval (and initial_interval) must be at most "
+                             f"{MAX_RETRY_INTERVAL_S:g} s (ten years), not {maximum!r}")
         for name, value in (("max_attempts", max_attempts), ("initial_interval", float(initial)),
                             ("backoff_coefficient", float(coefficient)),
                             ("maximum_interval", float(maximum)),
@@ -125,6 +128,9 @@ class RetryPolicy:
             if delay >= self.maximum_interval:
                 return self.maximum_interval
         return min(delay, self.maximum_interval)
+
+
+MAX_RETRY_INTERVAL_S = 10 * 365 * 24 * 3600.0
 
 
 def _renamed(old: str, old_value: float | None, new: str, new_value: float | None,

@@ -189,6 +189,15 @@ def test_a_retry_policy_takes_finite_numbers_only(field: str, bad: float) -> Non
         RetryPolicy(**{field: bad})
 
 
+@pytest.mark.parametrize("fields", [{"initial_interval": 1e17},
+                                    {"maximum_interval": 1e12}])
+def test_a_retry_interval_the_journal_cannot_hold_is_refused(fields: dict[str, float]) -> None:
+    # (its delay, journaled in ms, did not fit: the run failed with EncodeError)
+    with pytest.raises(ValueError, match="ten years"):
+        RetryPolicy(**fields)
+    assert RetryPolicy(initial_interval=3600, maximum_interval=86400 * 365).maximum_interval
+
+
 # ---- 8. small gaps: run_timeout, reasons and request ids, schedules --------------------------
 
 
