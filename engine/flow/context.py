@@ -100,6 +100,8 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
         # to end and their outcomes to be journaled (engine.flow.waits).
         self._steps_running = 0
         self._steps_ended = asyncio.Event()
+        self._first_caller: asyncio.Task[Any] | None = None  # the task of the first call
+        self._branches = False  # a durable call came from another task since
         # Where the journal says the cancel reached the handler: a replay raises it there.
         self._cancel_delivered_at = run.cancel_delivered_at
         # Typed result loaders of the children spawned with a Flow: one per spawn at most.
@@ -387,6 +389,11 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
                        arguments: StepArguments | None = None) -> int:
         position = self._position
         self._position += 1
+        task = asyncio.current_task()
+        if self._first_caller is None:
+            self._first_caller = task
+        elif task is not self._first_caller:
+            self._branches = True  # (durable calls from concurrent branches: README)
         if self.observer is not None:
             self._observe_call(position, kind, name, arguments)
         entry = self._entries.get(position)
@@ -401,8 +408,10 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
             error = NonDeterminism(
                 f"run {self.run_id}: the handler asked for {kind} {name!r} at position "
                 f"{position}, but the journal holds {entry.kind} {entry.name!r} there; "
-                f"the flow's code changed under a running run (version the flow instead)"
-            )
+                + ("its durable calls come from concurrent branches (asyncio.gather), which "
+                   "replay in another order when a branch makes more than one: give such a "
+                   "branch a child run (ctx.spawn)" if self._branches else
+                   "the flow's code changed under a running run (version the flow instead)"))
             self.nondeterminism = error
             raise error
         return position

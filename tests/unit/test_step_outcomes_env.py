@@ -4,7 +4,9 @@ TestEnvironment (the worker's handler code):
   journaled (nothing was, and every later activation ran the function again);
 - a failure raises the journaled text on the first run as on replay;
 - a step running beside a wait (asyncio.gather) ends, its outcome journaled, before the run
-  suspends (the handler was dropped with the outcome unsent, and the replay ran it again).
+  suspends (the handler was dropped with the outcome unsent, and the replay ran it again);
+- branches that make several durable calls each replay in another order: the run fails
+  saying so (it said the flow's code had changed).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from runstream import Flow, FlowContext, StepFailed
+from runstream import Flow, FlowContext, RunFailed, StepFailed
 from runstream.testing import TestEnvironment
 
 CALLS: list[str] = []
@@ -108,3 +110,25 @@ async def test_a_step_running_beside_a_wait_ends_before_the_run_suspends() -> No
         assert CALLS == ["charge"]
         assert [(e.name, e.status) for e in env.journal(run_id)] == [
             ("charge", "completed"), ("sleep", "completed")]
+
+
+two_branches = Flow("nj-two-branches")
+
+
+@two_branches.handler
+async def _two_branches(ctx: FlowContext, payload: str) -> Any:
+    async def branch(i: int) -> str:
+        first = await ctx.step(f"a{i}", lambda: f"a{i}")
+        return first + await ctx.step(f"b{i}", lambda: f"b{i}")
+
+    both = await asyncio.gather(branch(1), branch(2))
+    await ctx.sleep(10)  # (the wake replays)
+    return both
+
+
+async def test_branches_of_several_durable_calls_fail_on_replay_saying_why() -> None:
+    # (README: durable calls in concurrent branches. It said the flow's code had changed.)
+    async with TestEnvironment([two_branches]) as env:
+        run_id = await env.start(two_branches, "x")
+        with pytest.raises(RunFailed, match=r"concurrent branches .* child run"):
+            await env.result(run_id)
