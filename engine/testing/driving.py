@@ -77,6 +77,14 @@ class Driving:
         timer (up to `until_ms`, when given) and fire what falls due. `passing`: time passes
         up to `until_ms` (a sleep) even while handlers are stalled."""
         start = sum(self._offsets)
+        self._driving = True
+        try:
+            await self._drive_on(done, start, until_ms, passing)
+        finally:
+            self._driving = False
+
+    async def _drive_on(self, done: Callable[[], bool], start: int, until_ms: int | None,
+                        passing: bool) -> None:
         while not done():
             if sum(self._offsets) - start > MAX_RECORDS_PER_DRIVE:
                 raise EnvironmentIdle("over a million records without settling: a livelock?")
@@ -95,7 +103,24 @@ class Driving:
                     return
                 raise EnvironmentIdle(idle_message(self.projection))
 
-    def _start_runnable(self) -> None:
+    # A drive is under way (runs given a Start then begin at the loop's next turn).
+    _driving = False
+    _start_pending = False
+
+    def _start_soon(self) -> None:
+        """A run given a Start while handlers run begins at the loop's next turn, as a
+        worker's Activator launches it at once: held to the drive's next turn, a linked
+        child spawned before its parent's exit was cancelled by it before it ever ran."""
+        if self._driving and not self._start_pending:
+            self._start_pending = True
+            asyncio.get_running_loop().call_soon(self._started_soon)
+
+    def _started_soon(self) -> None:
+        self._start_pending = False
+        if self._driving:  # (a run of a flow not registered here: left to the drive)
+            self._start_runnable(registered_only=True)
+
+    def _start_runnable(self, *, registered_only: bool = False) -> None:
         """Start the runs given a Start. A worker launches one at once; here handlers run when
         driven, and the run may have changed since (cancelled, settled, its flow registered):
         projections.owner.react decides as it stands, with the Start's claim and wake (as a
@@ -104,6 +129,8 @@ class Driving:
             current = self._executions.get(run_id)
             if current is not None and current.task is not None and not current.task.done():
                 continue  # its previous handler still unwinds: start after it
+            if registered_only and self.describe(run_id).flow not in self.flows:
+                continue
             given = self._runnable.pop(run_id)
             self._act(react(self._view(), self.describe(run_id), claiming=given.claimed,
                             woken=given.woken), launch=True)

@@ -410,6 +410,7 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates):
                     self._launch(run_id)
                 else:
                     self._runnable[run_id] = merged(self._runnable.get(run_id), reaction)
+                    self._start_soon()
             elif isinstance(reaction, AnswerFork):
                 self._decided.add(reaction.key)
                 view = RawView(self.log)
