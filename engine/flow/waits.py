@@ -30,6 +30,7 @@ from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import (
     PayloadTooLarge,
     RunIdInvalid,
+    check_name,
     check_payload,
     check_run_id,
 )
@@ -49,6 +50,7 @@ from runstream.projections.state import (
 )
 from runstream.projections.step_entries import timed_out_message
 from runstream.projections.transitions import CANCEL_DELIVERED, WAIT_TIMEOUT, wait_entry_name
+from runstream.projections.updates import UPDATE_SIGNAL_PREFIX
 from runstream.projections.wakes import CHILD_CANCELLED, cancel_wake_reason, child_wake
 
 
@@ -109,7 +111,10 @@ class WaitingCalls:
     async def wait_for(self, name: str, *, timeout: float | timedelta | None = None) -> Any:
         """The payload of the next signal `name` sent to this run (one signal per wait, in
         the order they arrived). Raises WaitTimeout when `timeout` passes first, or when an
-        operator ends the wait (`client.resume`)."""
+        operator ends the wait (`client.resume`). NameInvalid for a name no client can
+        send (it waited for ever)."""
+        if not name.startswith(UPDATE_SIGNAL_PREFIX):  # (an update's own wait: its name)
+            check_name("signal", name)
         position = self._next_position(name, "wait")
         entry = self._entries.get(position)
         if entry is not None and entry.status in ("completed", "failed"):

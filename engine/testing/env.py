@@ -33,6 +33,7 @@ from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.testing.driving import Driving, EnvironmentIdle
 from runstream.engine.testing.execution import TestExecution
+from runstream.engine.testing.inputs import check_request
 from runstream.engine.testing.log import MemoryLog, RawView, envelope
 from runstream.engine.testing.queries import RunQueries
 from runstream.engine.testing.schedules import Schedules
@@ -311,6 +312,7 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates):
 
     def _request(self, cls: type[JournalRecord], run_id: str, *,
                  request_id: str | None = None, **body: Any) -> Verdict:
+        check_request(cls, run_id, body)  # (what a Client refuses before sending)
         return self.log.request(cls, run_id, request_id=request_id, **body)
 
     def _folded(self, partition: int, record: JournalRecord, outcome: Outcome) -> None:

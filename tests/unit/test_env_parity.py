@@ -1,8 +1,10 @@
-"""The TestEnvironment runs a run given a Start as a worker does: at once, beside the
-handlers already running. It held such a run to the drive's next turn, after the handler
-that caused it, so a linked child spawned before its parent's work ended was cancelled by
-the parent's exit before it ever ran (on a worker it ran at once, and usually finished
-first)."""
+"""The TestEnvironment behaves as a worker and a Client do:
+- a run given a Start while handlers run begins at once, beside them: held to the drive's
+  next turn, a linked child spawned before its parent's work ended was cancelled by the
+  parent's exit before it ever ran (on a worker it ran at once, and usually finished first);
+- it refuses the run ids, names and payloads a Client refuses before sending (a test passed
+  with them), and a wait for a signal name no client can send fails the run at once.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +12,16 @@ import asyncio
 import json
 from typing import Any
 
-from runstream import Flow, FlowContext
+import pytest
+
+from runstream import (
+    Flow,
+    FlowContext,
+    InvalidInput,
+    InvalidRunId,
+    PayloadInvalid,
+    RunFailed,
+)
 from runstream.projections.state import RunStatus
 from runstream.testing import TestEnvironment
 
@@ -45,3 +56,36 @@ async def test_a_child_spawned_mid_handler_runs_beside_its_parent() -> None:
         [spawn] = [e for e in env.journal(run_id) if e.kind == "spawn"]
         kid = env.describe(json.loads(spawn.result_json or "null"))
         assert (kid.status, EFFECTS) == (RunStatus.completed, ["email"])
+
+
+waiter = Flow("ep-waiter")
+unsendable = Flow("ep-unsendable")
+
+
+@waiter.handler
+async def _waiter(ctx: FlowContext, payload: Any) -> Any:
+    return await ctx.wait_for("go")
+
+
+@unsendable.handler
+async def _unsendable(ctx: FlowContext, payload: Any) -> Any:
+    return await ctx.wait_for("go ahead")  # (no client can send a signal of that name)
+
+
+async def test_the_environment_refuses_what_every_client_refuses() -> None:
+    # (a test passed with inputs every production door refuses before sending)
+    async with TestEnvironment([waiter, unsendable]) as env:
+        with pytest.raises(InvalidRunId):
+            await env.start(waiter, None, run_id="order #1")
+        run_id = await env.start(waiter, None)
+        with pytest.raises(InvalidInput, match="signal name"):
+            await env.signal(run_id, "go ahead")
+        with pytest.raises(PayloadInvalid):
+            await env.signal(run_id, "go", "x" * 600_000)
+        with pytest.raises(InvalidInput, match="update name"):
+            await env.update(run_id, "not allowed!")
+        await env.signal(run_id, "go", 1)
+        assert await env.result(run_id) == 1
+        # A wait for a signal no client can send fails the run at once (it waited for ever).
+        with pytest.raises(RunFailed, match="NameInvalid"):
+            await env.run(unsendable, None)

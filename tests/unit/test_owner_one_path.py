@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from runstream import Flow, FlowContext, HandedOff, Handoff
 from runstream.engine.journal import events as ev
+from runstream.engine.journal.input_limits import PAYLOAD_ENV
 from runstream.engine.journal.record_size import MAX_SENT_RECORD_BYTES
 from runstream.engine.testing import TestEnvironment
 from runstream.projections import owner
@@ -34,10 +35,13 @@ async def _echo(ctx: FlowContext, payload: Text) -> int:
 # -- (a) a record too large to send ---------------------------------------------------------
 
 
-async def test_a_create_whose_run_created_is_over_the_send_limit_is_rejected_too_large() -> None:
+async def test_a_create_whose_run_created_is_over_the_send_limit_is_rejected_too_large(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """As a worker answers it (tests/integration/test_engine_semantics.py::
     test_oversized_payloads_are_refused_and_the_worker_lives_on): run.create-rejected,
-    reason too-large, no run created, and nothing runs."""
+    reason too-large, no run created, and nothing runs. (A payload limit raised near one
+    record's size: the Client sends such a create then.)"""
+    monkeypatch.setenv(PAYLOAD_ENV, "990000")
     async with TestEnvironment([echo]) as env:
         run_id = await env.start(echo, {"text": "x" * 899_900})
         await env.run_until_idle()

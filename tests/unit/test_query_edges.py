@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 
 from runstream import Flow, FlowContext, QueryInvalid
+from runstream.engine.journal import events as ev
 from runstream.engine.readmodel.view import View
 from runstream.projections import query_plan
+from runstream.projections.attributes import create_json
 from runstream.projections.projector import Projector
 from runstream.projections.query_plan import RunPage
 from runstream.projections.store import ProjectionStore
@@ -36,7 +38,12 @@ Lister = Callable[..., RunPage]
 async def listed(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Lister]:
     env = TestEnvironment([edge], partitions=2)
     for n, run_id in enumerate(IDS):
-        await env.start(edge, n, run_id=run_id, attributes={"amount": n, "s": f"v{n}"})
+        attributes = {"amount": n, "s": f"v{n}"}
+        if run_id.isascii():
+            await env.start(edge, n, run_id=run_id, attributes=attributes)
+        else:  # (an id no client sends: a producer that checks nothing)
+            env.log.request(ev.RunCreateRequested, run_id, flow=edge.name,
+                            payload_json=str(n), attributes_json=create_json(attributes))
     await env.run_until_idle()
     if request.param == "memory":
         yield lambda **kw: query_plan.listed(env._reader(), **kw)

@@ -15,13 +15,13 @@ from runstream import (
     Flow,
     FlowContext,
     Handoff,
-    SignalRefused,
+    InvalidInput,
     UpdateRefused,
     UpdateRejected,
 )
 from runstream.engine.flow import validation
 from runstream.engine.journal import events as ev
-from runstream.projections.state import MAX_SIGNALS, RunStatus, round_run_id
+from runstream.projections.state import MAX_SIGNALS, RunStatus, Verdict, round_run_id
 from runstream.testing import TestEnvironment
 
 approvals = Flow("upd-approvals")
@@ -92,8 +92,11 @@ async def test_updates_before_the_wait_are_taken_in_order_and_bounded() -> None:
             env._request(ev.RunSignalSent, "full", request_id=f"s{n}", name="other")
         with pytest.raises(UpdateRefused, match="the most it keeps"):
             await env.update("full", "approve", {"amount": 1})
-        with pytest.raises(SignalRefused, match="updates' own"):
+        with pytest.raises(InvalidInput, match="signal name"):  # (as a Client refuses it)
             await env.signal("full", "update/approve", {"amount": 1})
+        # (a producer that checks nothing: the run refuses it)
+        assert env.log.request(ev.RunSignalSent, "full", request_id="raw",
+                               name="update/approve") is Verdict.refused
 
 
 async def test_an_update_to_a_settled_run_or_left_unanswered_is_refused() -> None:
