@@ -15,7 +15,9 @@ from tests.integration.support import running_worker, status_when, until
 
 RUNS = MAX_IN_FLIGHT + 4
 
-held: Flow[Any, Any] = Flow("sweeper-held", timeout=2, timeout_grace=0.5)
+# (a timeout long enough that every run is running, and cancelled, before it passes on a
+# loaded machine: at 2 s one timed out before the test's cancel, and it failed)
+held: Flow[Any, Any] = Flow("sweeper-held", timeout=15, timeout_grace=0.5)
 napper: Flow[Any, Any] = Flow("sweeper-napper")
 
 
@@ -41,12 +43,12 @@ async def test_runs_cancelled_at_their_graces_end_leave_the_sweeper_free(
                    read_model_dir=tmp_path / "rm") as client:
         for n in range(RUNS):
             await client.create_run(held, None, run_id=f"held-{n}")
-        for n in range(RUNS):
-            await status_when(client, f"held-{n}", RunStatus.running)
+        await until(lambda: _count(client, "running"), f"{RUNS} runs running", 60)
         for n in range(RUNS):
             await client.cancel(f"held-{n}", reason="enough")
+        await until(lambda: _count(client, "cancelled"), f"{RUNS} runs cancelled", 90)
         for n in range(RUNS):
-            await status_when(client, f"held-{n}", RunStatus.cancelled, timeout=90)
+            await status_when(client, f"held-{n}", RunStatus.cancelled)
         sweeper = worker.timers
 
         def entries() -> int:
@@ -54,3 +56,7 @@ async def test_runs_cancelled_at_their_graces_end_leave_the_sweeper_free(
         await until(lambda: entries() == 0, lambda: f"{entries()} entries in flight", 30)
         woken = await client.create_run(napper, None, run_id="napper")
         assert await woken.result(timeout=60) == "woke"
+
+
+async def _count(client: Client, status: str) -> bool:
+    return await client.count_runs(f"flow = 'sweeper-held' and status = '{status}'") == RUNS
