@@ -99,9 +99,7 @@ class RunHandle:
         while True:
             record, run = await handle._settlement()
             outcome = handle._outcome(record) if run is None else handle._outcome_of(run)
-            if not isinstance(outcome, HandedOff):
-                return outcome
-            if not follow:
+            if not follow or not isinstance(outcome, HandedOff):
                 return outcome
             handle = RunHandle(self.client, run_id=outcome.run_id, flow=None,
                                partition=await handle._partition(), request_offset=0,
