@@ -16,7 +16,7 @@ from runstream.engine.errors import (
     RunFailed,
     run_failure,
 )
-from runstream.engine.flow.definition import HandedOff
+from runstream.engine.flow.definition import HandedOff, settled_outcome
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import ROUND_SEPARATOR, is_round
@@ -98,7 +98,8 @@ class RunHandle:
         handle: RunHandle = self
         while True:
             record, run = await handle._settlement()
-            outcome = handle._outcome(record) if run is None else handle._outcome_of(run)
+            outcome = (handle._outcome(record) if run is None else settled_outcome(
+                run, handle.run_id, self.client.flow_named(handle.flow)))
             if not follow or not isinstance(outcome, HandedOff):
                 return outcome
             handle = RunHandle(self.client, run_id=outcome.run_id, flow=None,
@@ -121,18 +122,6 @@ class RunHandle:
         # round itself, not its lineage's latest (which a lineage id names).
         exact = self.run_id if is_round(self.run_id) else f"{self.run_id}{ROUND_SEPARATOR}0"
         return record, await self.client.describe(exact)
-
-    def _outcome_of(self, run: RunState) -> Any:
-        """The outcome the run's projected state says (it settled: its settlement applied)."""
-        if run.status is RunStatus.completed and run.handed_off_to is not None:
-            return HandedOff(run.handed_off_to, run.round + 1)
-        if run.status is RunStatus.completed:
-            flow = self.client.flow_named(self.flow)
-            text = run.result_json or "null"
-            return flow.load_result(text) if flow else json.loads(text)
-        if run.status is RunStatus.cancelled:
-            raise RunCancelled(self.run_id, run.error_message or "cancelled")
-        raise run_failure(self.run_id, run.error_type or "RunFailed", run.error_message or "")
 
     def _outcome(self, record: JournalRecord) -> Any:
         if isinstance(record, ev.RunHandedOff):

@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from runstream.engine.config import Duration, as_duration, millis, positive_ms
-from runstream.engine.errors import InvalidInput, NonRetryable, PayloadInvalid, RunstreamError
+from runstream.engine.errors import (
+    InvalidInput,
+    NonRetryable,
+    PayloadInvalid,
+    RunCancelled,
+    RunstreamError,
+    run_failure,
+)
+from runstream.projections.state import RunState, RunStatus
 
 if TYPE_CHECKING:
     from runstream.engine.flow.context import FlowContext
@@ -367,3 +375,17 @@ class HandedOff:
 
     run_id: str
     round: int
+
+
+def settled_outcome(run: RunState, run_id: str, flow: Flow[Any, Any] | None) -> Any:
+    """What a settled round's state says its `result()` is: its value (loaded by `flow`, if
+    registered), HandedOff naming the next round, or the error it raises (RunCancelled,
+    RunFailed and its kinds). The Client and the TestEnvironment answer alike."""
+    if run.status is RunStatus.completed and run.handed_off_to is not None:
+        return HandedOff(run.handed_off_to, run.round + 1)
+    if run.status is RunStatus.completed:
+        text = run.result_json or "null"
+        return flow.load_result(text) if flow else json.loads(text)
+    if run.status is RunStatus.cancelled:
+        raise RunCancelled(run_id, run.error_message or "cancelled")
+    raise run_failure(run_id, run.error_type or "Error", run.error_message or "")

@@ -14,7 +14,6 @@ flow that sleeps for 30 days completes in milliseconds.
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
@@ -23,11 +22,9 @@ from typing import Any
 from runstream.engine.config import Duration, positive_ms
 from runstream.engine.errors import (
     ResumeRefused,
-    RunCancelled,
     SignalRefused,
-    run_failure,
 )
-from runstream.engine.flow.definition import Flow, HandedOff, dump_json
+from runstream.engine.flow.definition import Flow, HandedOff, dump_json, settled_outcome
 from runstream.engine.flow.validation import judge
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
@@ -162,17 +159,10 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates):
         that handed off gives HandedOff, or with `follow`, its lineage's last result."""
         await self._drive(lambda: self._settled(run_id))
         run = self.describe(run_id)
-        if run.handed_off_to is not None:
-            if follow:
-                return await self.result(run.handed_off_to, follow=True)
-            return HandedOff(run.handed_off_to, run.round + 1)
-        if run.status is RunStatus.completed:
-            flow = self.flows.get(run.flow)
-            text = run.result_json or "null"
-            return flow.load_result(text) if flow else json.loads(text)
-        if run.status is RunStatus.cancelled:
-            raise RunCancelled(run_id, run.error_message or "cancelled")
-        raise run_failure(run_id, run.error_type or "Error", run.error_message or "")
+        outcome = settled_outcome(run, run_id, self.flows.get(run.flow))
+        if follow and isinstance(outcome, HandedOff):
+            return await self.result(outcome.run_id, follow=True)
+        return outcome
 
     async def signal(self, run_id: str, name: str, payload: Any = None, *,
                      request_id: str | None = None) -> None:
