@@ -63,6 +63,22 @@ async def _settled(handle: RunHandle) -> None:
         assert "after it settled completed" in expired.detail, expired
 
 
+async def _snapshotted(bootstrap: str, namespace: str, data_dir: Path, runs: int,
+                       prefix: str) -> Worker:
+    """A worker (stopped once done) that completed `runs` runs and anchored a snapshot of
+    every partition."""
+    done = worker(bootstrap, namespace, data_dir)
+    await done.start()
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=FLOWS) as client:
+            await _fill(client, runs, prefix)
+            await until(lambda: _anchored(done), "a snapshot of every partition")
+    finally:
+        await done.stop()
+    return done
+
+
 def _anchored(w: Worker) -> bool:
     assert w.projector is not None
     return all(w.projector.partition(p).snapshot_id is not None
@@ -188,15 +204,7 @@ async def _delete_below(bootstrap: str, namespace: str, offsets: dict[int, int])
 
 async def test_corrupt_torn_unanchored_and_unknown_snapshots_are_refused_and_reported(
         bootstrap: str, namespace: str, journal: str, tmp_path: Path) -> None:
-    first = worker(bootstrap, namespace, tmp_path / "a")
-    await first.start()
-    try:
-        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
-                          flows=FLOWS) as client:
-            await _fill(client, 200, "r-")
-            await until(lambda: _anchored(first), "a snapshot of every partition")
-    finally:
-        await first.stop()
+    await _snapshotted(bootstrap, namespace, tmp_path / "a", 200, "r-")
     listed = await list_manifests(bootstrap, snapshot_topic(namespace), 0)
     real = [item.manifest for item in listed if item.manifest is not None][-1]
     chunks = await read_chunks(bootstrap, snapshot_topic(namespace), real)
@@ -333,15 +341,7 @@ async def test_a_refused_load_of_a_store_behind_falls_back_to_an_older_snapshot(
     load cleared the partition, and the worker then folded the journal from its log start
     as if from offset 0, silently: the runs before it were gone. It now tries the older
     snapshots for what the store holds since (and says RecordsDeleted when none serves)."""
-    first = worker(bootstrap, namespace, tmp_path / "a")
-    await first.start()
-    try:
-        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
-                          flows=FLOWS) as client:
-            await _fill(client, 240, "kept-")
-            await until(lambda: _anchored(first), "a snapshot of every partition")
-    finally:
-        await first.stop()
+    first = await _snapshotted(bootstrap, namespace, tmp_path / "a", 240, "kept-")
     assert first.projector is not None
     held = first.projector.partition(0).next_offset
     listed = await list_manifests(bootstrap, snapshot_topic(namespace), 0)

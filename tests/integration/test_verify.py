@@ -137,11 +137,7 @@ async def test_verify_a_workers_data_dir_while_it_runs_and_after(
     worker = WorkerProcess(bootstrap, namespace, data_dir, "w1", tmp_path / "effects.log")
     worker.start()
     try:
-        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
-                          flows=[checkout]) as client:
-            handles = [await client.create_run(checkout, {"order_id": f"o{i}", "amount": 1},
-                                               run_id=f"o{i}") for i in range(12)]
-            await asyncio.gather(*(h.result(timeout=120) for h in handles))
+        await _checkouts(bootstrap, namespace, 12)
         running = await integrity.verify(bootstrap=bootstrap, namespace=namespace,
                                          data_dir=data_dir)
         assert running.ok, running.as_dict()
@@ -204,11 +200,7 @@ async def test_rebuild_refuses_a_store_in_use_and_a_trimmed_journal_in_one_line(
     worker.start()
     args = ("--data-dir", str(data_dir), "--bootstrap", bootstrap, "--namespace", namespace)
     try:
-        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
-                          flows=[checkout]) as client:
-            handles = [await client.create_run(checkout, {"order_id": f"o{i}", "amount": 1},
-                                               run_id=f"o{i}") for i in range(12)]
-            await asyncio.gather(*(h.result(timeout=120) for h in handles))
+        await _checkouts(bootstrap, namespace, 12)
         code, out, err = await cli("projection", "rebuild", *args)
         assert code != 0 and "Traceback" not in err, err
         assert err.strip().splitlines() == [err.strip()] and "stop it first" in err, err
@@ -238,3 +230,12 @@ def _keys(path: Path) -> int:
         return sum(1 for _ in store.items())
     finally:
         store.close()
+
+
+async def _checkouts(bootstrap: str, namespace: str, count: int) -> None:
+    """`count` checkout runs created and completed (a worker runs them)."""
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                      flows=[checkout]) as client:
+        handles = [await client.create_run(checkout, {"order_id": f"o{i}", "amount": 1},
+                                           run_id=f"o{i}") for i in range(count)]
+        await asyncio.gather(*(h.result(timeout=120) for h in handles))

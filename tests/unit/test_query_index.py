@@ -106,11 +106,8 @@ async def test_the_index_answers_as_the_unindexed_planner(tmp_path: Path, text: 
 
 async def test_a_selective_query_reads_about_its_answer(tmp_path: Path) -> None:
     journal, env = await _recorded(200)
-    store = ProjectionStore(tmp_path / "rm", keep_records=True, partitions=4)
+    store = _folded(tmp_path / "rm", journal)
     try:
-        projector = Projector(store)
-        for partition, offset, record, ms in journal:
-            projector.apply_record(partition, offset, record, ms)
         counting = _Counting(View(store, None, 4))
         found = query_plan.answer(parse("labels = 'l17' and status = 'suspended'"),
                                   counting)  # type: ignore[arg-type]
@@ -126,11 +123,8 @@ async def test_paging_a_range_query_reads_about_each_page(tmp_path: Path) -> Non
     every candidate (a batch paging it read them all for every chunk); it reads the keys
     past the cursor, in order, until the page is full."""
     journal, env = await _recorded(200)
-    store = ProjectionStore(tmp_path / "rm", keep_records=True, partitions=4)
+    store = _folded(tmp_path / "rm", journal)
     try:
-        projector = Projector(store)
-        for partition, offset, record, ms in journal:
-            projector.apply_record(partition, offset, record, ms)
         query = parse("n >= 0")
         everything = query_plan.answer(query, View(store, None, 4))
         pages: list[RunState] = []
@@ -150,6 +144,16 @@ async def test_paging_a_range_query_reads_about_each_page(tmp_path: Path) -> Non
     finally:
         store.close()
         await env.close()
+
+
+def _folded(path: Path, journal: list[tuple[int, int, JournalRecord, int]]
+            ) -> ProjectionStore:
+    """A read model's store at `path` holding `journal` folded."""
+    store = ProjectionStore(path, keep_records=True, partitions=4)
+    projector = Projector(store)
+    for partition, offset, record, ms in journal:
+        projector.apply_record(partition, offset, record, ms)
+    return store
 
 
 def _z_keys(store: ProjectionStore) -> set[bytes]:
