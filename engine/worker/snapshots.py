@@ -139,20 +139,32 @@ class SnapshotKeeper:
         self._keys.pop(partition, None)
 
     async def run(self) -> None:
-        checked = time.monotonic()
+        # The margins are checked beside the snapshots, not between them: a take held up by
+        # a broker outage held the check up with it.
+        margins = asyncio.create_task(self._check_margins_on(), name="runstream-margins")
+        try:
+            while self.enabled:
+                await asyncio.sleep(CHECK_EVERY_S)
+                if margins.done():
+                    margins.result()  # (what failed it fails this task: supervise restarts)
+                for own in list(self.owner.owned.values()):
+                    if own.executing and self.due(own.partition):
+                        await self.take(own)
+        finally:
+            margins.cancel()
+            await asyncio.gather(margins, return_exceptions=True)
+
+    async def _check_margins_on(self) -> None:
         while self.enabled:
-            await asyncio.sleep(CHECK_EVERY_S)
-            for own in list(self.owner.owned.values()):
-                if own.executing and self.due(own.partition):
-                    await self.take(own)
-            if self.journal_retained and time.monotonic() - checked >= MARGIN_EVERY_S:
-                checked = time.monotonic()
-                try:
-                    await self.check_margins()
-                except BROKERS_UNAVAILABLE as exc:
-                    # (a warning only; a broker outage must not count as this task failing,
-                    # which the supervisor gives up on after ten in a row)
-                    log.warning("snapshot margins not checked: %r", exc)
+            await asyncio.sleep(MARGIN_EVERY_S)
+            if not self.journal_retained:
+                continue
+            try:
+                await self.check_margins()
+            except BROKERS_UNAVAILABLE as exc:
+                # (a warning only; a broker outage must not count as the snapshot task
+                # failing, which the supervisor gives up on after ten in a row)
+                log.warning("snapshot margins not checked: %r", exc)
 
     async def check_margins(self) -> None:
         """Under journal retention: warn (log and runstream_snapshot_margin_records) when a
