@@ -77,13 +77,9 @@ class Claims:
         partition from under its renewal. Only this member holds that generation, so the
         partition is still ours: it is claimed again (it was given up while still assigned,
         and no one executed it until the next rebalance)."""
-        w = self.owner
         self.lose(own, f"a claim an earlier source of ours sent landed late, at epoch {epoch}; "
                        f"claiming it again")
-        renewed = Ownership(partition=own.partition, claim_id=uuid.uuid4().hex,
-                            generation=own.generation, confirmed_stalls=w.watchdog.stalls)
-        w.owned[own.partition] = renewed
-        self.write_claim(renewed, epoch)
+        self._claim_anew(own, epoch)
 
     def source_failed(self) -> None:
         """The producer failed: from now on nothing is decided or executed under this source
@@ -211,17 +207,26 @@ class Claims:
             own.state = OwnershipState.lost
         w.confirmations.abandon()  # the old source's records are applied or lost
         w.sticky.evict_partitions(None)
-        for stuck in await self.cancel_executions(list(w.executions.values())):
-            # (it can journal nothing more; left in place it would keep its run from
-            # starting again under the renewed source)
-            w.activator.left_behind(stuck.run.run_id)
+        await self._stop_executions(list(w.executions.values()))
         await w.replace_source(failed)
         assert w.projector is not None
         for own in list(w.owned.values()):
-            renewed = Ownership(partition=own.partition, claim_id=uuid.uuid4().hex,
-                                generation=own.generation, confirmed_stalls=w.watchdog.stalls)
-            w.owned[own.partition] = renewed
-            self.write_claim(renewed, w.projector.partition(own.partition).epoch)
+            self._claim_anew(own, w.projector.partition(own.partition).epoch)
+
+    def _claim_anew(self, own: Ownership, epoch: int) -> None:
+        """Claim `own`'s partition again, at its generation, under a new claim id."""
+        w = self.owner
+        renewed = Ownership(partition=own.partition, claim_id=uuid.uuid4().hex,
+                            generation=own.generation, confirmed_stalls=w.watchdog.stalls)
+        w.owned[own.partition] = renewed
+        self.write_claim(renewed, epoch)
+
+    async def _stop_executions(self, executions: list[Execution]) -> None:
+        """Cancel the handlers; one that ignores it is left behind: it can journal nothing
+        more, and left in place it would keep its run from starting again here (under a
+        renewed source, or when the partition comes back)."""
+        for stuck in await self.cancel_executions(executions):
+            self.owner.activator.left_behind(stuck.run.run_id)
 
     # releases
 
@@ -252,13 +257,7 @@ class Claims:
                 log.warning("partitions %s: %d run(s) still executing after the drain timeout "
                             "(%.1fs), cancelled: %s", sorted(released), len(pending),
                             w.drain_timeout, ", ".join(stuck[:MAX_LOGGED_RUNS]))
-            for task in pending:
-                task.cancel()
-            if pending:  # (a handler that ignores its cancellation is left behind)
-                _, unwinding = await asyncio.wait(pending, timeout=CANCEL_WAIT_S)
-                for execution in executions:
-                    if execution.task in unwinding:  # (or, the partition back here, its run
-                        w.activator.left_behind(execution.run.run_id)  # never starts again)
+            await self._stop_executions([e for e in executions if e.task in pending])
         for execution in executions:
             own = execution.ownership
             unsettled = execution.activated and not execution.settled
