@@ -205,7 +205,8 @@ def _fired(schedule: ScheduleState, record: ev.ScheduleFired
     fired = Fired(run_id=record.run_id, nominal_ms=record.nominal_ms, reason=record.reason)
     # cancel_other: every run still running is cancelled (the owner named the newest; one
     # fired before it, with a trigger or under allow_all, ran on beside every new fire).
-    cancelled = (schedule.running if record.cancel_run_id is not None else ())
+    cancelled = (tuple(dict.fromkeys((*schedule.running, record.cancel_run_id)))
+                 if record.cancel_run_id is not None else ())
     running = tuple(r for r in schedule.running if r not in cancelled)
     made = replace(
         schedule, fires=schedule.fires + 1, recent=(*schedule.recent, fired)[-MAX_RECENT:],
@@ -217,7 +218,7 @@ def _fired(schedule: ScheduleState, record: ev.ScheduleFired
         buffered_ms=None if record.reason == "buffered" else schedule.buffered_ms,
         updated_ms=record.envelope.timestamp_ms)
     outbox = [fire_request(schedule, record)]
-    for other in dict.fromkeys((*cancelled, *filter(None, [record.cancel_run_id]))):
+    for other in cancelled:
         outbox.append(OutboxItem(
             request_id=f"cancel/{record.run_id}/{other}",
             type=ev.RunCancelRequested.TYPE, run_id=other, lineage_id=other,

@@ -70,8 +70,6 @@ StepArguments = tuple[tuple[Any, ...], dict[str, Any]]
 CallObserver = Callable[[int, str, str, StepArguments | None], None]
 
 
-
-
 class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
     """Passed to every flow handler. Durable calls are journaled and replayed."""
 
