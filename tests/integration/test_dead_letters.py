@@ -44,7 +44,7 @@ from runstream.projections.values import HistoryEntry
 from tests.builders import Writer, create
 from tests.conftest import TEST_JOURNAL_PARTITIONS
 from tests.integration.poison_records import KINDS, Bad, make_bad, produce_bad
-from tests.integration.support import fold
+from tests.integration.support import fold, until
 
 # A value just under the journal topic's size limit (the broker's default, 1,048,588 bytes
 # a batch): over MAX_RECORD_BYTES, so a dead letter, and too big for a 1 MB dead-letter
@@ -225,11 +225,18 @@ async def test_the_dead_letter_topic_takes_a_journal_record_whole_and_check_repo
             ConfigResourceType.TOPIC, topic, {"max.message.bytes": "1048588"})])
     finally:
         await admin.close()
+    # (the broker answers the alter before a describe sees it: once in CI, the check that
+    # followed read the old value)
+    await until(lambda: _max_bytes_is(bootstrap, topic, "1048588"), "the altered config")
     report = await ensure_topics(bootstrap, namespace, partitions=TEST_JOURNAL_PARTITIONS)
     assert not report.ok
     # (alter_configs resets the topic's other configs too: they are reported as well)
     [mismatch] = report.mismatches()
     assert mismatch.startswith(topic) and "max.message.bytes=1048588 (want 2097152)" in mismatch
+
+
+async def _max_bytes_is(bootstrap: str, topic: str, value: str) -> bool:
+    return (await topic_configs(bootstrap, topic))["max.message.bytes"] == value
 
 
 async def test_the_list_shows_the_relays_refusals_next_to_the_owners_copies(
