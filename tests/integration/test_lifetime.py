@@ -44,7 +44,7 @@ from tests.integration.lifetime_flows import (
     swallower,
     tidy,
 )
-from tests.integration.support import fold, status_or_none, status_when
+from tests.integration.support import fold, status_or_none, status_when, until
 from tests.integration.test_cli import cli
 
 SCHEMAS = Path(__file__).parent.parent.parent / "schemas"
@@ -198,7 +198,10 @@ async def test_a_cancel_reaches_the_linked_children_when_it_reaches_the_handler(
             doors(bootstrap, namespace, journal, tmp_path) as (c, create):
         await create("flow")(careful, where, f"careful-{where}")
         await status_when(c, f"careful-{where}", RunStatus.suspended, RunStatus.running)
-        await asyncio.sleep(0.5)  # (its child spawned; waiting, or sleeping in steps)
+        # (its child spawned, waiting or sleeping in steps: half a second was not always
+        # enough on a loaded machine, and the cancel then came before the spawn)
+        await until(lambda: status_or_none(c, f"careful-{where}@1.0"), "the child spawned")
+        await asyncio.sleep(0.5)
         await c.cancel(f"careful-{where}", reason="user abort")
         with pytest.raises(RunCancelled):
             await c.get_handle(f"careful-{where}").result(timeout=60)
