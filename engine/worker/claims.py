@@ -22,7 +22,7 @@ from runstream.engine.flow.context import RunReleased
 from runstream.engine.journal import events as ev
 from runstream.engine.worker.executor import decision
 from runstream.engine.worker.helper_protocols import Execution
-from runstream.engine.worker.kafka_driver import group_generation
+from runstream.engine.worker.kafka_driver import GroupAnswer, group_generation, group_heartbeat
 from runstream.engine.worker.ownership import Ownership, OwnershipState
 from runstream.engine.worker.partition_protocols import ClaimsOwner
 from runstream.projections.projector import Outcome
@@ -34,6 +34,9 @@ MAX_REFUSED = 1024
 END_OFFSETS_RETRY_S = 1.0
 MAX_LOGGED_RUNS = 10  # run ids named in one log line
 CANCEL_WAIT_S = 5.0  # how long a stop or a release waits for cancelled handlers to unwind
+# Asking the group's coordinator again while it does not answer (a broker restart).
+GROUP_ASK_FIRST_S = 0.2
+GROUP_ASK_MAX_S = 2.0
 
 
 class Claims:
@@ -331,6 +334,8 @@ class Claims:
 
     async def _heartbeat_applied(self, own: Ownership, stalls: int) -> bool:
         w = self.owner
+        if not await self._still_assigned(own):
+            return False
         record = decision(ev.PartitionHeartbeat, run_id="",
                           lineage_id=f"partition/{own.partition}", epoch=own.epoch,
                           source_id=w.source_id, body={"partition": own.partition})
@@ -349,6 +354,33 @@ class Claims:
         if verdict is Verdict.applied:
             own.confirmed_stalls = max(own.confirmed_stalls, stalls)
             return True
+        return False
+
+    async def _still_assigned(self, own: Ownership) -> bool:
+        """The group's coordinator, asked after the stall, still holds us at the generation
+        `own` was assigned in. The journal heartbeat alone proves only that no claim was
+        applied ahead of it: after a stall past the session the group may already have
+        given the partition to another member whose claim has not landed yet (it drains its
+        own partitions first, or loads a snapshot). Our heartbeat applied ahead of that
+        claim, and the zombie went on executing until it heard of the rebalance: a run of
+        it whose last step outcome was acknowledged late started its next step after the
+        new owner had completed it (chaos seed 376648)."""
+        w = self.owner
+        delay = GROUP_ASK_FIRST_S
+        while own.state in (OwnershipState.ready, OwnershipState.draining) and not w.stopping:
+            consumer = w.consumer
+            if consumer is None or own.generation is None:
+                return False
+            answer = await group_heartbeat(consumer, own.generation)
+            if answer is GroupAnswer.member:
+                return True
+            if answer is GroupAnswer.gone:
+                if own.state is OwnershipState.ready:
+                    self.lose(own, f"after the event loop stood still the group no longer "
+                                   f"holds this member at generation {own.generation}")
+                return False
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, GROUP_ASK_MAX_S)
         return False
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from enum import StrEnum
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -14,8 +15,11 @@ from aiokafka.errors import (
     GroupLoadInProgressError,
     KafkaError,
     MessageSizeTooLargeError,
+    NoError,
     NotCoordinatorForGroupError,
+    for_code,
 )
+from aiokafka.protocol.group import HeartbeatRequest
 
 from runstream.engine.journal import MAX_RECORD_BYTES
 from runstream.engine.kafka.connection import KafkaSecurity, kafka_options
@@ -98,6 +102,35 @@ def group_generation(consumer: AIOKafkaConsumer) -> int:
         raise RuntimeError(f"aiokafka's coordinator has no generation ({generation!r}): "
                            f"this aiokafka version keeps it elsewhere")
     return generation
+
+
+class GroupAnswer(StrEnum):
+    member = "member"  # the coordinator holds this member at that generation, stable
+    gone = "gone"  # it does not (expired, another generation, or a rebalance under way)
+    unreachable = "unreachable"  # no answer now (no coordinator known, a broker restart)
+
+
+async def group_heartbeat(consumer: AIOKafkaConsumer, generation: int) -> GroupAnswer:
+    """Ask the group's coordinator, with one Heartbeat of our own beside aiokafka's, whether
+    this member still holds the assignment of `generation`. Only "member" proves that no
+    other member was assigned anything since: a newer assignment means a newer generation,
+    which the coordinator would have answered with ILLEGAL_GENERATION (or UNKNOWN_MEMBER_ID,
+    this member expired). aiokafka keeps the member id and the request path in its private
+    coordinator; tests/integration/test_group_heartbeat.py fails if they move."""
+    coordinator = consumer._coordinator
+    if coordinator is None or getattr(coordinator, "generation", None) != generation:
+        return GroupAnswer.gone  # (aiokafka reset it: a rejoin is coming)
+    request = HeartbeatRequest(coordinator.group_id, generation, coordinator.member_id)
+    try:
+        response = await coordinator._send_req(request)
+    except KafkaError:
+        return GroupAnswer.unreachable
+    error = for_code(response.error_code)
+    if error is NoError:
+        return GroupAnswer.member
+    if error in COORDINATOR_MOVING:
+        return GroupAnswer.unreachable
+    return GroupAnswer.gone
 
 
 # The group coordinator's answers that mean "ask again soon": it is loading the group's

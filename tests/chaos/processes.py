@@ -25,6 +25,12 @@ BROKER_HEAP_MB = 384
 START_ATTEMPTS = 3  # a restarted node that exits during startup is started again
 
 
+def worker_log_level() -> str:
+    """WARNING, unless $RUNSTREAM_CHAOS_LOG_LEVEL asks for more (INFO shows each claim,
+    release and ownership confirmation: what a finding's timeline needs)."""
+    return os.environ.get("RUNSTREAM_CHAOS_LOG_LEVEL") or "WARNING"
+
+
 @dataclass
 class ChaosWorker:
     """`runstream worker` in its own OS process. A slot is one data dir; each incarnation
@@ -70,7 +76,8 @@ class ChaosWorker:
                  "--data-dir", str(self.data_dir), "--bootstrap", self.bootstrap,
                  "--namespace", self.namespace, "--name", self.name,
                  "--session-timeout-ms", str(self.session_timeout_ms),
-                 "--concurrency", "64", "--drain-timeout", "3", "--log-level", "WARNING"],
+                 "--concurrency", "64", "--drain-timeout", "3",
+                 "--log-level", worker_log_level()],
                 stdout=log, stderr=subprocess.STDOUT, env=env,
             )
         return self

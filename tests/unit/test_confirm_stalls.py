@@ -11,8 +11,14 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any, cast
+
+import pytest
 
 from runstream.engine.demo.flows import checkout
+from runstream.engine.flow.context import RunReleased
+from runstream.engine.worker import claims as claims_module
+from runstream.engine.worker.kafka_driver import GroupAnswer
 from runstream.engine.worker.ownership import Ownership, OwnershipState
 from runstream.engine.worker.worker import Worker
 
@@ -49,3 +55,32 @@ async def test_a_stall_while_confirming_asks_for_a_heartbeat_sent_after_it(
     sent[1][1].set_result(True)
     await asyncio.wait_for(asyncio.gather(first, second), 5)
     assert own.confirmed_stalls == 2
+
+
+async def test_after_a_stall_the_group_is_asked_again_until_it_answers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The coordinator does not answer (a broker restart): asked again, with a backoff, until
+    it does; its "gone" ends the ownership without a journal heartbeat. (Its real answers,
+    member and gone, against the broker: tests/integration/test_group_heartbeat.py.)"""
+    worker = Worker(flows=[checkout], data_dir=tmp_path / "w", namespace="t",
+                    bootstrap_servers="127.0.0.1:1", name="w1", relay=False)
+    worker._consumer = cast(Any, object())  # (handed to the answers below, never used)
+    answers = [GroupAnswer.unreachable, GroupAnswer.unreachable, GroupAnswer.gone]
+    asked: list[int] = []
+
+    async def group_heartbeat(consumer: object, generation: int) -> GroupAnswer:
+        asked.append(generation)
+        return answers.pop(0)
+
+    monkeypatch.setattr(claims_module, "group_heartbeat", group_heartbeat)
+    monkeypatch.setattr(claims_module, "GROUP_ASK_FIRST_S", 0.01)
+    own = Ownership(partition=0, claim_id="c", generation=5, state=OwnershipState.ready,
+                    epoch=7, confirmed_stalls=0)
+    worker.watchdog.stalls = 1
+    worker.watchdog._last_tick = float("inf")
+    # (A journal heartbeat would have met the unstarted worker's missing committer: an
+    # AssertionError, not RunReleased.)
+    with pytest.raises(RunReleased):
+        await asyncio.wait_for(worker.claims.confirm(own), 5)
+    assert asked == [5, 5, 5]
+    assert own.state is OwnershipState.lost

@@ -17,9 +17,10 @@ WORKER_DIR = Path(worker_package.__file__).parent
 WORKER_MODULE = "runstream.engine.worker.worker"
 # The Worker itself, and the package's lazy export of it.
 MAY_IMPORT_WORKER = {"worker.py", "__init__.py"}
-# aiokafka keeps the group generation only in its private coordinator (a thin driver's
-# documented exception: engine.worker.kafka_driver.group_generation).
-PRIVATE_READS_ALLOWED = {("kafka_driver.py", "_coordinator")}
+# aiokafka keeps the group generation only in its private coordinator, and sends a group
+# request only through it (a thin driver's documented exceptions:
+# engine.worker.kafka_driver.group_generation and group_heartbeat).
+PRIVATE_READS_ALLOWED = {("kafka_driver.py", "_coordinator"), ("kafka_driver.py", "_send_req")}
 # What the helpers ask of the worker (partition_protocols, run_protocols) and of one another.
 PROTOCOL_MODULES = ("partition_protocols.py", "run_protocols.py", "helper_protocols.py")
 
