@@ -39,6 +39,7 @@ from runstream.engine.journal.input_limits import (
     resolve_authority_name,
 )
 from runstream.engine.readmodel import describe as views
+from runstream.engine.worker.admission import DEFAULT_CONCURRENCY
 from runstream.engine.worker.relay import AUTHORITIES_ENV, load_authorities
 from runstream.projections.attributes import create_json, decode_changes
 
@@ -372,7 +373,8 @@ def resume(run_id: str, resolution: str | None, position: int | None, digest: st
 @click.command()
 @click.option("--app", required=True, help="package.module:flows_list")
 @click.option("--data-dir", required=True, type=click.Path(path_type=Path))
-@click.option("--concurrency", type=click.IntRange(min=1), default=64, show_default=True,
+@click.option("--concurrency", type=click.IntRange(min=1), default=DEFAULT_CONCURRENCY,
+              show_default=True,
               help="Runs executing at once.")
 @click.option("--name", default=None, help="Worker name shown in evidence (default host:pid).")
 @click.option("--session-timeout-ms", default=10_000, show_default=True,

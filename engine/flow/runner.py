@@ -31,7 +31,12 @@ from runstream.engine.journal.record_size import MAX_SENT_RECORD_BYTES
 from runstream.engine.observability.tracing import activation_span
 from runstream.projections.capabilities import narrow
 from runstream.projections.deadlines import RUN_TIMED_OUT, handoff_timeout, timed_out_failure
-from runstream.projections.decide import Exhausted, Invalid, decide_handoff
+from runstream.projections.decide import (
+    FLOW_CONCURRENCY_LIMIT,
+    Exhausted,
+    Invalid,
+    decide_handoff,
+)
 from runstream.projections.state import ChildLink, JournalEntry, RunState, Wait
 from runstream.projections.wakes import (
     HANDLER_ENDED_UNDER_CANCEL,
@@ -117,6 +122,15 @@ class HandlerRunner(ABC):
         self.send_held()
         self._held = HeldStep(body)
         asyncio.get_running_loop().call_soon(self._send_held_later)
+
+    def note_flow_limit(self, limit: int | None, held: int, where: str) -> None:
+        """Journal, once for this wait, why the run waits: its flow's runs hold every slot
+        its max_concurrency allows `where` (`run status` shows it)."""
+        flow = self.run.flow
+        message = (f"waits for a slot: flow {flow!r} has max_concurrency={limit} and "
+                   f"{held} of its runs execute on {where}")
+        self.send(ev.EvidenceRecorded, kind=FLOW_CONCURRENCY_LIMIT, message=message,
+                  attributes={"flow": flow, "max_concurrency": str(limit)})
 
     def send_held(self) -> None:
         """Send the step outcome held back, if any."""

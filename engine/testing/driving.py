@@ -143,6 +143,7 @@ class Driving:
             execution.interrupt(execution.task, abandon=interrupt.abandon)
             if interrupt.abandon:  # (it journals nothing more: no drive waits for it)
                 del self._executions[interrupt.run.run_id]
+                execution.release_slot()  # (a handler that ignores it may never end)
 
     def _fire_next_timers(self, until_ms: int | None) -> bool:
         """Jump to the earliest due timer and fire every timer due then, in due order."""

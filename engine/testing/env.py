@@ -43,6 +43,7 @@ from runstream.engine.testing.upkeep import (
     missing,
     virtual_settings,
 )
+from runstream.engine.worker.admission import DEFAULT_CONCURRENCY, Admission
 from runstream.projections import schedule_owner
 from runstream.projections.attributes import create_json
 from runstream.projections.fork_plan import (
@@ -91,14 +92,17 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates):
     def __init__(self, flows: Iterable[Flow[Any, Any]], *, partitions: int = 1,
                  start: datetime = DEFAULT_START, retention: Duration | None = None,
                  tombstone_retention: Duration | None = None,
-                 durable_backoff_after: Duration | None = None) -> None:
+                 durable_backoff_after: Duration | None = None,
+                 concurrency: int = DEFAULT_CONCURRENCY) -> None:
         """`retention`: how long settled runs stay before they expire, on the virtual
         clock (as a worker's --retention; default 7 days, whatever RUNSTREAM_RETENTION says:
         a shell's setting never expires a test's runs; 0 keeps forever);
         `tombstone_retention`: as the worker's (default: the retention);
         `durable_backoff_after`: as the worker's (default 2 s, whatever the shell says): a
-        longer retry backoff waits on the virtual clock, a shorter one is slept for real."""
+        longer retry backoff waits on the virtual clock, a shorter one is slept for real;
+        `concurrency`: execution slots, as a worker's (each flow's max_concurrency holds)."""
         self.flows = {flow.name: flow for flow in flows}
+        self.admission = Admission.for_flows(concurrency, self.flows.values())
         self.retention_ms, self.tombstone_retention_ms, self.durable_backoff_after_ms = \
             virtual_settings(retention, tombstone_retention, durable_backoff_after)
         self.partitions = partitions

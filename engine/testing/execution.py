@@ -10,6 +10,7 @@ from runstream.engine.flow.definition import Flow
 from runstream.engine.flow.runner import Dropped, HandlerRunner, suspension
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
+from runstream.engine.worker.admission import Admission
 from runstream.projections.decide import plan_activation
 from runstream.projections.state import JournalEntry, RunState, Verdict, Wait
 
@@ -31,6 +32,7 @@ class TestExecution(HandlerRunner):
         self.task: asyncio.Task[None] | None = None
         self._ctx: FlowContext | None = None
         self._verdict = Verdict.applied
+        self._holds_slot = False
 
     def _send(self, cls: type[JournalRecord], **body: Any) -> None:
         self.ensure_active()
@@ -82,6 +84,27 @@ class TestExecution(HandlerRunner):
         raise Suspend(wait)
 
     async def execute(self, flow: Flow[Any, Any]) -> None:
+        """As a worker's execution: a slot first (the environment's admission, with its
+        flows' max_concurrency), then the activation and the handler."""
+        admission: Admission = self.env.admission
+        if admission.at_limit(flow.name):
+            self.note_flow_limit(flow.max_concurrency, admission.held(flow.name),
+                                 "the test environment")
+        await admission.acquire(flow.name)
+        self._holds_slot = True
+        try:
+            if self.run_state().status.is_terminal:
+                return  # settled while it waited for a slot (a cancel): its handler never runs
+            await self._activated(flow)
+        finally:
+            self.release_slot()
+
+    def release_slot(self) -> None:
+        if self._holds_slot:
+            self._holds_slot = False
+            self.env.admission.release(self.run.flow)
+
+    async def _activated(self, flow: Flow[Any, Any]) -> None:
         run = self.run_state()
         plan = plan_activation(run, lambda source: f"source {source[:8]}")
         try:

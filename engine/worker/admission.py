@@ -15,8 +15,13 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict, deque
+from collections.abc import Iterable
+from typing import Any
 
 from runstream.engine.errors import InvalidInput
+from runstream.engine.flow.definition import Flow
+
+DEFAULT_CONCURRENCY = 64  # a worker's execution slots (and a TestEnvironment's)
 
 
 class Admission:
@@ -33,6 +38,12 @@ class Admission:
         self._queues: OrderedDict[str, deque[asyncio.Future[None]]] = OrderedDict()
         self._limits = dict(limits or {})  # flow -> max_concurrency (absent: none)
         self._held: dict[str, int] = {}  # flow -> slots its runs hold now
+
+    @classmethod
+    def for_flows(cls, slots: int, flows: Iterable[Flow[Any, Any]]) -> Admission:
+        """`slots` slots, each flow held to its own max_concurrency."""
+        return cls(slots, {f.name: f.max_concurrency for f in flows
+                           if f.max_concurrency is not None})
 
     @property
     def waiting(self) -> int:

@@ -19,7 +19,7 @@ from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import decision_envelope
 from runstream.engine.worker.ownership import Ownership, OwnershipState
 from runstream.engine.worker.run_protocols import ExecutionOwner
-from runstream.projections.decide import FLOW_CONCURRENCY_LIMIT, Activation, plan_activation
+from runstream.projections.decide import Activation, plan_activation
 from runstream.projections.state import JournalEntry, RunState, Verdict, Wait
 
 log = logging.getLogger("runstream.executor")
@@ -233,18 +233,10 @@ class RunExecution(HandlerRunner):
     async def _take_slot(self) -> None:
         admission, flow = self.owner.admission, self.run.flow
         if admission.at_limit(flow):
-            self._note_flow_limit(admission.held(flow))
+            self.note_flow_limit(self.owner.flows[flow].max_concurrency, admission.held(flow),
+                                 f"worker {self.owner.name}")
         await admission.acquire(flow)
         self._holds_slot = True
-
-    def _note_flow_limit(self, held: int) -> None:
-        """Journal, once for this wait, why the run waits: its flow's runs hold every slot
-        its max_concurrency allows on this worker (`run status` shows it)."""
-        limit = self.owner.flows[self.run.flow].max_concurrency
-        message = (f"waits for a slot: flow {self.run.flow!r} has max_concurrency={limit} and "
-                   f"{held} of its runs execute on worker {self.owner.name}")
-        self.send(ev.EvidenceRecorded, kind=FLOW_CONCURRENCY_LIMIT, message=message,
-                  attributes={"flow": self.run.flow, "max_concurrency": str(limit)})
 
     def release_slot(self) -> None:
         if self._holds_slot:

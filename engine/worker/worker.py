@@ -41,7 +41,7 @@ from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.kafka.reader import partition_count
 from runstream.engine.observability.metrics import WorkerMetrics
 from runstream.engine.worker.activation import Activator
-from runstream.engine.worker.admission import Admission
+from runstream.engine.worker.admission import DEFAULT_CONCURRENCY, Admission
 from runstream.engine.worker.batch import batch_flow
 from runstream.engine.worker.claims import Claims, Rebalance
 from runstream.engine.worker.committer import Committer
@@ -99,7 +99,7 @@ class Worker:
         data_dir: str | Path,
         bootstrap_servers: str | None = None,
         namespace: str | None = None,
-        concurrency: int = 64,
+        concurrency: int = DEFAULT_CONCURRENCY,
         name: str | None = None,
         session_timeout_ms: int = 10_000,
         drain_timeout: float = 10.0,
@@ -126,8 +126,8 @@ class Worker:
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.source_id = ""
         self.concurrency = concurrency
-        self.admission = Admission(concurrency, {  # slots, round-robin across flows
-            f.name: f.max_concurrency for f in flows if f.max_concurrency is not None})
+        # slots, round-robin across flows
+        self.admission = Admission.for_flows(concurrency, self.flows.values())
         self.sticky = StickyCache(sticky_size(sticky_cache),  # suspended runs' handlers kept
                                   forget=lambda run_id: self.executions.pop(run_id, None))
         self.partitions = 0  # of the journal topic, for requests to other partitions
