@@ -96,12 +96,12 @@ class Driving:
                 if not finished and not self._fire_next_timers(until_ms):
                     return  # stalled, and nothing more falls due within the sleep
                 continue
-            if self._runnable:
+            if any(self.describe(run_id).flow in self.flows for run_id in self._runnable):
                 continue
             if not self._fire_next_timers(until_ms):
                 if until_ms is not None:
                     return
-                raise EnvironmentIdle(idle_message(self.projection))
+                raise EnvironmentIdle(idle_message(self.projection, self.flows))
 
     # A drive is under way (runs given a Start then begin at the loop's next turn).
     _driving = False
@@ -117,10 +117,10 @@ class Driving:
 
     def _started_soon(self) -> None:
         self._start_pending = False
-        if self._driving:  # (a run of a flow not registered here: left to the drive)
-            self._start_runnable(registered_only=True)
+        if self._driving:
+            self._start_runnable()
 
-    def _start_runnable(self, *, registered_only: bool = False) -> None:
+    def _start_runnable(self) -> None:
         """Start the runs given a Start. A worker launches one at once; here handlers run when
         driven, and the run may have changed since (cancelled, settled, its flow registered):
         projections.owner.react decides as it stands, with the Start's claim and wake (as a
@@ -129,8 +129,8 @@ class Driving:
             current = self._executions.get(run_id)
             if current is not None and current.task is not None and not current.task.done():
                 continue  # its previous handler still unwinds: start after it
-            if registered_only and self.describe(run_id).flow not in self.flows:
-                continue
+            if self.describe(run_id).flow not in self.flows:
+                continue  # left pending, as a worker leaves it, until its flow is registered
             given = self._runnable.pop(run_id)
             self._act(react(self._view(), self.describe(run_id), claiming=given.claimed,
                             woken=given.woken), launch=True)

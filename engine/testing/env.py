@@ -400,7 +400,7 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates):
                                                                reaction.run.lineage_id))
                 if self._write(reaction):
                     self._act(reaction.then, launch=launch)
-            elif isinstance(reaction, Start | FlowMissing):  # (FlowMissing: _launch raises)
+            elif isinstance(reaction, Start | FlowMissing):  # (FlowMissing: left pending)
                 run_id = reaction.run.run_id
                 if launch:
                     self._launch(run_id)

@@ -4,7 +4,7 @@ how it says why nothing more can happen, and how it merges the starts it defers.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from runstream.engine.config import (
     DEFAULT_RETENTION,
@@ -58,10 +58,13 @@ def expired_create(projection: MemoryProjection, run_id: str) -> CreateRejected 
                                                          expired_text(tombstone))
 
 
-def idle_message(projection: MemoryProjection) -> str:
+def idle_message(projection: MemoryProjection, flows: Collection[str]) -> str:
     waiting = []
     for run in projection.runs.values():
-        if run.status is RunStatus.suspended and run.wait is not None:
+        if run.status is RunStatus.pending and run.flow not in flows:
+            waiting.append(f"{run.run_id} is of flow {run.flow!r}, which this environment "
+                           f"does not register")
+        elif run.status is RunStatus.suspended and run.wait is not None:
             wait = run.wait
             what = {"event": f"signal {wait.event_name!r}",
                     "child": f"child run {wait.child_run_id}",
