@@ -34,6 +34,8 @@ from runstream.engine.journal import encode
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import MAX_RECORD_BYTES, MAX_RUN_ID_CHARS, check_run_id
 from runstream.engine.journal.records import ROUND_SEPARATOR, decision_envelope, request_envelope
+from runstream.projections.attributes import encode as encode_attributes
+from runstream.projections.attributes import round_start
 from runstream.projections.fork_transitions import ForkAsk, entry_json, is_settled
 from runstream.projections.replay import HistoryView, RunAbsentAt, replay_run
 from runstream.projections.state import JournalEntry, RunState, replace
@@ -221,6 +223,9 @@ def part_bodies(plan: ForkPlan, target_run_id: str, *, forced: bool, requested_b
     fork's identity, so the new run's owner can tell a part of this fork from any other."""
     texts = [entry_json(entry) for entry in plan.prefix]
     source = plan.source
+    # (the copied attributes entries change them as the source's handler did)
+    start = round_start(source)
+    start_attributes = encode_attributes(start) if start else ""
 
     def body(number: int, parts: int, entries: list[str]) -> dict[str, Any]:
         return {"target_run_id": target_run_id, "source_offset": plan.source_offset,
@@ -229,7 +234,8 @@ def part_bodies(plan: ForkPlan, target_run_id: str, *, forced: bool, requested_b
                 "ceiling": None if source.ceiling is None else list(source.ceiling),
                 "max_rounds": source.max_rounds or None, "entry_count": len(texts),
                 "part": number, "parts": parts, "entries_json": entries, "forced": forced,
-                "requested_by": requested_by}
+                "requested_by": requested_by,
+                "attributes_json": start_attributes if number == 0 else ""}
 
     groups = _pack(texts, _size(source, body(0, 1, [])), _size(source, body(1, 2, [])),
                    max_part_bytes)

@@ -42,10 +42,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from runstream.engine.journal import events as ev
-from runstream.projections.attributes import ATTRIBUTES_KIND
+from runstream.projections.attributes import ATTRIBUTES_KIND, request_attributes
 from runstream.projections.requests import covers
 from runstream.projections.state import (
     MAX_INBOX,
+    Attribute,
     ForkOrigin,
     InboxItem,
     JournalEntry,
@@ -190,7 +191,16 @@ def _new_forked_run(record: ForkPartRecord, item: InboxItem, request_id: str,
         payload_json=record.payload_json, request_id=request_id, request_offset=offset,
         created_at_ms=env.timestamp_ms, updated_at_ms=env.timestamp_ms,
         ceiling=None if record.ceiling is None else tuple(sorted(record.ceiling)),
-        max_rounds=record.max_rounds or 0, inbox=(item,), fork=origin)
+        max_rounds=record.max_rounds or 0, inbox=(item,), fork=origin,
+        attributes=_start_attributes(record, offset))
+
+
+def _start_attributes(record: ForkPartRecord, offset: int) -> tuple[Attribute, ...]:
+    """The source round's first attributes (part 0 of an owner's fork; none in a part
+    written before they were carried, or in a first-shape request)."""
+    if isinstance(record, ev.RunForkPart):
+        return request_attributes(record.attributes_json, offset)
+    return ()
 
 
 # -- the source's side: the request and its answers --------------------------------------------
@@ -265,7 +275,8 @@ def apply_fork_answered(run: RunState, record: ev.RunForkAnswered
             "payload_json": record.payload_json, "ceiling": record.ceiling,
             "max_rounds": record.max_rounds, "entry_count": record.entry_count,
             "part": record.part, "parts": record.parts, "entries_json": record.entries_json,
-            "forced": record.forced, "requested_by": record.requested_by}
+            "forced": record.forced, "requested_by": record.requested_by,
+            "attributes_json": record.attributes_json}
     sent = OutboxItem(request_id=f"{request_id}/{record.part}", type=FORK_PART,
                       run_id=record.target_run_id, lineage_id=record.target_run_id,
                       body_json=json.dumps(body))

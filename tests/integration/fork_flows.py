@@ -17,6 +17,7 @@ risky = Flow("fork-risky")
 family = Flow("fork-family")
 child = Flow("fork-child")
 bulky = Flow("fork-bulky")
+tagged = Flow("fork-tagged")
 
 
 def _count(tag: str, name: str, size: int = 0) -> str:
@@ -69,4 +70,14 @@ async def _bulky(ctx: FlowContext, payload: dict[str, Any]) -> int:
     return total
 
 
-flows = [counted, risky, family, child, bulky]
+@tagged.handler
+async def _tagged(ctx: FlowContext, payload: dict[str, Any]) -> str:
+    tag = payload["tag"]
+    await ctx.set_attributes({"stage": "one"})
+    await ctx.step("a", _count, tag, "a")
+    await ctx.set_attributes({"stage": "two", "region": None})
+    await ctx.step("b", _count, tag, "b")
+    return "ok"
+
+
+flows = [counted, risky, family, child, bulky, tagged]

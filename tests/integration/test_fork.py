@@ -37,7 +37,7 @@ from runstream.projections.fork_transitions import fork_asks
 from runstream.projections.partitioning import partition_for
 from runstream.projections.state import RunState, Verdict, incarnation_id
 from runstream.projections.values import HistoryEntry
-from tests.integration.fork_flows import bulky, calls, counted, family, flows, risky
+from tests.integration.fork_flows import bulky, calls, counted, family, flows, risky, tagged
 from tests.integration.support import fold, status_or_none
 
 TIMEOUT_S = 60.0
@@ -129,6 +129,29 @@ async def test_a_fork_after_two_of_four_steps_runs_only_the_last_two_again(
     last = [r.final_step_position for r in records if isinstance(r, ev.RunCompleted)]
     # Only the steps after the prefix executed in the fork; the last rides in the completion.
     assert (steps, last) == ([2], [3])
+
+
+async def test_a_fork_starts_with_its_source_s_create_attributes(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """Its source's create attributes travel in part 0 (run.fork-part's attributes_json);
+    the copied attributes entry and the steps after it change them as the source did."""
+    tag = uuid.uuid4().hex
+    async with worker(bootstrap, namespace, tmp_path / "w"), \
+            client(bootstrap, namespace, tmp_path) as c:
+        source = await c.create_run(tagged, {"tag": tag}, run_id=f"src-{tag}",
+                                    attributes={"customer": "c1", "region": "eu"})
+        assert await source.result(timeout=TIMEOUT_S) == "ok"
+        at = await record_of(bootstrap, namespace, tmp_path, source.run_id, completed("a"))
+        result = await fork(bootstrap, namespace, tmp_path, source.run_id, at,
+                            new_run_id=f"fork-{tag}")
+        forked = await settled(c, result.run_id)
+        assert forked.status is RunStatus.completed
+        assert calls(tag) == {"a": 1, "b": 2}
+        listed = await c.list_runs(where="customer = 'c1' and stage = 'two'")
+        assert sorted(run.run_id for run in listed) == sorted([source.run_id, result.run_id])
+    state = (await fold(bootstrap, namespace)).runs[result.run_id]
+    assert {a.name: a.value for a in state.attributes} == {"customer": "c1", "stage": "two"}
 
 
 async def test_a_fork_before_an_irreversible_step_or_a_spawn_needs_force(
