@@ -367,7 +367,11 @@ def _wake(view: OwnerView, run: RunState, wake: Wake) -> list[Reaction]:
         "name": wake.name, "signal_request_id": wake.signal_request_id,
         "result_json": wake.result_json, "error_type": wake.error_type,
         "error_message": wake.error_message, "detail": f"woken: {wake.reason}"})
-    return [Write(run, (resumed, *cancel_cascade(run, wake)), key)]
+    # The cascade first: a crash between the two records then leaves the cancel undelivered,
+    # and the next owner writes both again (the children's cancels are taken once). After
+    # the delivery, a lost cascade was never written again: a cleanup awaiting a linked
+    # child waited for ever.
+    return [Write(run, (*cancel_cascade(run, wake), resumed), key)]
 
 
 

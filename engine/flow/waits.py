@@ -306,10 +306,11 @@ class WaitingCalls:
             return
         self.cancel_delivered = True
         if position is not None and run.cancel_delivered_at is None:
+            # The cascade first (projections.owner._wake says why).
+            self._cascade(run, reason)
             self._port.send(ev.RunResumed, reason=cancel_wake_reason(run), position=position,
                             name=name, error_type=CANCEL_DELIVERED, error_message=reason,
                             detail="the cancel reached the handler here")
-            self._cascade(run, reason)
         raise Cancelled(reason)
 
     def _cascade(self, run: RunState, reason: str) -> None:
