@@ -11,6 +11,8 @@ from typing import Any
 from runstream.engine.journal import events as ev
 from runstream.projections.state import InboxItem, OutboxItem, RunState, RunStatus, incarnation_id
 
+SPAWN_REFUSED = "SpawnRefused"  # a wake that answers one spawn: no child was made for it
+
 
 def parent_wake(run: RunState, status: RunStatus, changes: dict[str, Any]) -> OutboxItem | None:
     """The wake that tells a settled child's parent (None: the run has none) how it ended;
@@ -63,7 +65,7 @@ def refused_spawn(child_run_id: str, item: InboxItem, why: str) -> OutboxItem | 
         f"wake/{child_run_id}/{item.request_id}", item.parent_run_id,
         item.parent_lineage_id or item.parent_run_id, child_run_id=child_run_id,
         child_status=RunStatus.failed, position=item.parent_position,
-        error_type="SpawnRefused", error_message=why)
+        error_type=SPAWN_REFUSED, error_message=why)
 
 
 def spawn_answer(before: RunState | None,

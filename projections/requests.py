@@ -24,11 +24,12 @@ from runstream.engine.journal.records import lineage_of
 from runstream.projections import updates
 from runstream.projections.attributes import attribute_error
 from runstream.projections.expiry import expired_text
-from runstream.projections.outbox_requests import refused_spawn
+from runstream.projections.outbox_requests import SPAWN_REFUSED, refused_spawn
 from runstream.projections.state import (
     MAX_INBOX,
     MAX_SIGNALS,
     TERMINAL_STATUSES,
+    ChildLink,
     InboxItem,
     JournalEntry,
     OutboxItem,
@@ -162,10 +163,21 @@ def _wake(run: RunState, record: ev.RunWakeRequested,
     settles in a later round (`<child>~<n>`): matched by its lineage (the id the parent
     spawned) at the parent's spawn position, so the parent gets the lineage's outcome."""
     lineage = lineage_of(record.child_run_id)
-    children = tuple(link for link in run.children
-                     if link.run_id != record.child_run_id and link.lineage_id != lineage)
+    if record.error_type == SPAWN_REFUSED:
+        # It answers one spawn, whose id another child of the run may hold (a chosen id
+        # spawned again, in this round or one that handed it down): only that spawn's link
+        # goes, not the running child's, which its exit policy still reaches.
+        children = _without_refused(run.children, record.child_run_id, record.position)
+    else:
+        children = tuple(link for link in run.children
+                         if link.run_id != record.child_run_id and link.lineage_id != lineage)
+    # Addressed to an earlier round and reaching the one that holds the link now (a handoff
+    # handed the child down): that round never spawned it, and its spawn entry at the same
+    # position (positions start again each round) is another child's.
+    redirected = record.envelope.run_id != run.run_id
     entry = None
     if (spawn is not None and spawn.kind == "spawn" and spawn.child_status is None
+            and not redirected
             and spawn.result_json in (json.dumps(record.child_run_id), json.dumps(lineage))):
         entry = replace(spawn, child_status=record.child_status,
                         child_result_json=record.result_json, error_type=record.error_type,
@@ -173,6 +185,17 @@ def _wake(run: RunState, record: ev.RunWakeRequested,
     if entry is None and len(children) == len(run.children):
         return RequestChange(run, Verdict.ignored)
     return RequestChange(replace(run, children=children), Verdict.applied, entry)
+
+
+def _without_refused(children: tuple[ChildLink, ...], child_run_id: str,
+                     position: int | None) -> tuple[ChildLink, ...]:
+    """The links without the refused spawn's own: the newest one of that id at that
+    position (a link handed down from an earlier round comes before this round's)."""
+    for index in range(len(children) - 1, -1, -1):
+        link = children[index]
+        if link.run_id == child_run_id and (position is None or link.position == position):
+            return children[:index] + children[index + 1:]
+    return children
 
 
 def describe_refusal(run: RunState | None, record: ev.JournalRecord,
