@@ -18,7 +18,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from runstream.engine.errors import InvalidAttributes
@@ -41,6 +41,11 @@ TIME_KEY = "$time"
 AttributeValue = str | int | float | bool | datetime | list[str] | tuple[str, ...]
 
 
+# The times a journal's text can show (engine.journal.timetext.iso_time): years 1 to 9999.
+_TIME_RANGE_MS = (int(datetime(1, 1, 1, tzinfo=UTC).timestamp() * 1000),
+                  int(datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC).timestamp() * 1000))
+
+
 def typed(name: str, value: Any) -> tuple[str, Any]:
     """(kind, stored value) of a Python value, or InvalidAttributes naming what is wrong."""
     check_name(name)
@@ -60,7 +65,14 @@ def typed(name: str, value: Any) -> tuple[str, Any]:
         if value.tzinfo is None or value.utcoffset() is None:
             raise InvalidAttributes(f"attribute {name!r}: a datetime needs a timezone "
                                     f"(got the naive {value.isoformat()})")
-        return "time", int(value.timestamp() * 1000)
+        try:
+            millis = int(value.timestamp() * 1000)
+        except (ValueError, OverflowError):
+            millis = _TIME_RANGE_MS[1] + 1
+        if not _TIME_RANGE_MS[0] <= millis <= _TIME_RANGE_MS[1]:
+            raise InvalidAttributes(f"attribute {name!r}: {value.isoformat()} is outside "
+                                    f"the years 1 to 9999 UTC")
+        return "time", millis
     if isinstance(value, list | tuple):
         items = [_text(name, item) if isinstance(item, str) else _not_text(name, item)
                  for item in value]
@@ -161,6 +173,8 @@ def decode_changes(text: str) -> dict[str, Any]:
         raw = json.loads(text)
     except ValueError as exc:
         raise InvalidAttributes(f"the attributes are not JSON: {exc}") from None
+    except RecursionError:  # (a few kilobytes of brackets: the reducer must not raise)
+        raise InvalidAttributes("the attributes are nested too deeply") from None
     if not isinstance(raw, dict):
         raise InvalidAttributes("the attributes must be a JSON object of name -> value")
     return {name: _from_wire(name, value) for name, value in raw.items()}

@@ -6,7 +6,7 @@ query with paging and order."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -67,6 +67,10 @@ async def test_a_replay_takes_the_journaled_change_without_writing_another() -> 
     ({"big": "x" * 2100}, "at most 2048"),
     ({"s": "\udcff"}, "lone surrogate"),
     ({"xs": ["a", "\ud800"]}, "lone surrogate"),
+    # (times no journal text can show: a plain ValueError before)
+    ({"when": datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=14)))}, "years 1 to 9999"),
+    ({"when": datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-14)))},
+     "years 1 to 9999"),
 ])
 async def test_bad_attributes_are_refused_before_anything_is_sent(
         attributes: dict[str, Any], message: str) -> None:
@@ -89,8 +93,16 @@ async def test_the_owner_rejects_a_foreign_writers_bad_attributes() -> None:
             raise CreateRejected("foreign", rejected[0].reason, rejected[0].requested_value)
 
 
-@pytest.mark.parametrize("text", ['{"s": "\\udcff"}', '{"xs": ["\\ud800"]}'])
-async def test_a_foreign_lone_surrogate_is_rejected_not_a_fold_failure(text: str) -> None:
+@pytest.mark.parametrize("text", [
+    '{"s": "\\udcff"}', '{"xs": ["\\ud800"]}',
+    # Two kilobytes that made every reader raise (the worker's consume loop, then the next
+    # owner's, and every read model): nested too deeply, and a time past year 9999 in UTC.
+    '{"a": ' + "[" * 1000 + "]" * 1000 + "}",
+    '{"d": {"$time": "9999-12-31T23:59:59-14:00"}}',
+    '{"d": {"$time": "0001-01-01T00:00:00+14:00"}}',
+])
+async def test_a_foreign_writers_hostile_attributes_are_rejected_not_a_fold_failure(
+        text: str) -> None:
     async with TestEnvironment([order]) as env:
         env._request(ev.RunCreateRequested, "foreign", flow="attr-order",
                      payload_json='{"amount": 1}', attributes_json=text)
