@@ -14,6 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from runstream.engine.journal import events as ev
+from runstream.engine.journal.input_limits import (
+    MAX_TIMEOUT_MS,
+    NameInvalid,
+    RunIdInvalid,
+    check_name,
+    check_run_id,
+)
+from runstream.engine.journal.records import lineage_of
 from runstream.projections.capabilities import narrow
 from runstream.projections.deadlines import timeout_limits
 from runstream.projections.fork_transitions import entry_from_json, fork_parts, is_first_shape_part
@@ -84,7 +92,36 @@ def decide_create(
         return Reject("attributes-invalid", "attributes", "", request.attributes_error)
     if run is not None and run.request_id != request.request_id:
         return Duplicate(run.request_offset)
-    return Create()
+    return Create() if run is None else (invalid_create(run) or Create())
+
+
+def invalid_create(run: RunState) -> Reject | None:
+    """What a create request asks for that no run may have. A client, the CLI and the relay
+    check the run id, flow name and timeout before sending; a plain producer's request
+    reaches the owner unchecked (a run of an empty flow name waited for ever, a 5,000
+    character id could never be cancelled, a negative timeout made a deadline no clock
+    shows)."""
+    try:
+        check_run_id(run.run_id)
+    except RunIdInvalid as exc:
+        return Reject("run-id-invalid", "run_id", "", str(exc))
+    try:
+        check_name("flow", run.flow)
+    except NameInvalid as exc:
+        return Reject("flow-invalid", "flow", "", str(exc))
+    if run.round != 0 or run.lineage_id != lineage_of(run.run_id):
+        return Reject("lineage-invalid", "lineage", "",
+                      f"a create makes round 0 of lineage {lineage_of(run.run_id)!r}, not "
+                      f"round {run.round} of {run.lineage_id!r}")
+    timeout = run.run_timeout_ms
+    if timeout is not None and not 0 < timeout <= MAX_TIMEOUT_MS:
+        return Reject("run-timeout-invalid", "run_timeout", "",
+                      f"a run timeout is more than 0 ms and at most {MAX_TIMEOUT_MS} ms "
+                      f"(100 years), not {timeout} ms")
+    if run.max_rounds < 0:
+        return Reject("max-rounds-invalid", "max_rounds", "",
+                      f"a round budget is 0 (none) or more, not {run.max_rounds}")
+    return None
 
 
 def identity_conflict(run: RunState, request: InboxItem, flow: str,

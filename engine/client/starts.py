@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from runstream.engine.client.handle import RunHandle
-from runstream.engine.config import Duration, positive_ms
+from runstream.engine.config import Duration
 from runstream.engine.errors import CapabilityRefused, SignalRefused
-from runstream.engine.flow.definition import Flow, dump_json
+from runstream.engine.flow.definition import Flow, dump_json, timeout_ms
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import (
@@ -60,7 +60,7 @@ class StartCalls:
         """A new run's fields as a create request carries them, checked (its timeout, its
         flow's name, its payload) before anything is sent: run.create-requested's, and the
         start part of a signal-with-start."""
-        timeout_ms = positive_ms(run_timeout, "run_timeout")
+        asked_ms = timeout_ms(run_timeout, "run_timeout")
         check_name("flow", flow if isinstance(flow, str) else flow.name)
         flow_name, payload_json = self._payload_json(flow, payload)
         check_payload(f"the payload of flow {flow_name!r}", payload_json)
@@ -69,7 +69,7 @@ class StartCalls:
         return {"flow": flow_name, "payload_json": payload_json,
                 "ceiling": None if ceiling is None else list(ceiling),
                 "max_rounds": known.max_rounds if known is not None else 0,
-                "run_timeout_ms": timeout_ms, "attributes_json": create_json(attributes)}
+                "run_timeout_ms": asked_ms, "attributes_json": create_json(attributes)}
 
     async def send_requests(self, records: list[JournalRecord]) -> list[tuple[int, int]]:
         raise NotImplementedError

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
-from runstream.engine.config import Duration, as_duration, millis, positive_ms
+from runstream.engine.config import Duration, DurationInvalid, as_duration, millis, positive_ms
 from runstream.engine.errors import (
     InvalidInput,
     NonRetryable,
@@ -20,6 +20,7 @@ from runstream.engine.errors import (
     RunstreamError,
     run_failure,
 )
+from runstream.engine.journal.input_limits import MAX_TIMEOUT_MS
 from runstream.projections.state import RunState, RunStatus
 
 if TYPE_CHECKING:
@@ -141,6 +142,16 @@ class RetryPolicy:
 MAX_RETRY_INTERVAL_S = 10 * 365 * 24 * 3600.0
 
 
+def timeout_ms(value: Duration | None, what: str) -> int | None:
+    """A run's timeout given as a Duration, in ms (None: none): DurationInvalid unless more
+    than 0 ms and at most MAX_TIMEOUT_MS, so that its deadline is a time the journal's text
+    can show (the owner rejects any other: projections.decide.invalid_create)."""
+    ms = positive_ms(value, what)
+    if ms is not None and ms > MAX_TIMEOUT_MS:
+        raise DurationInvalid(f"{what} must be at most 100 years, not {value!r}")
+    return ms
+
+
 def _renamed(old: str, old_value: float | None, new: str, new_value: float | None,
              default: float) -> float:
     if old_value is None:
@@ -214,7 +225,7 @@ class Flow(Generic[P, R]):
             raise ValueError(f"max_rounds must be 0 (unlimited) or more, not {max_rounds}")
         if timeout_scope not in ("round", "lineage"):
             raise ValueError(f"timeout_scope must be 'round' or 'lineage', not {timeout_scope!r}")
-        self.timeout_ms = positive_ms(timeout, "timeout")
+        self.timeout_ms = timeout_ms(timeout, "timeout")
         self.timeout_grace_ms = millis(as_duration(timeout_grace))
         if self.timeout_grace_ms < 0:
             raise ValueError(f"timeout_grace must be 0 or more, not {timeout_grace!r}")

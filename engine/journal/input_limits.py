@@ -29,6 +29,9 @@ MAX_RUN_ID_CHARS = 200  # a run id a client chooses (create, fork --as)
 MAX_ADDRESSED_RUN_ID_CHARS = 1024
 MAX_NAME_CHARS = 128  # flow names and signal (event) names
 MAX_TEXT_CHARS = 4096  # free text a request carries (a cancel's reason)
+# A run's timeout (a flow's, or the one its creator asks for): a century at most, so that its
+# deadline is a time the journal's text can show (years 1 to 9999).
+MAX_TIMEOUT_MS = 100 * 365 * 24 * 3600 * 1000
 DEFAULT_MAX_PAYLOAD_BYTES = 512 * 1024
 PAYLOAD_ENV = "RUNSTREAM_MAX_PAYLOAD_BYTES"
 

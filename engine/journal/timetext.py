@@ -33,7 +33,10 @@ def iso_time(ms: int, *, precision: Precision = "ms", zone: Zone = "Z", sep: str
 
     Exact in integers: the milliseconds shown are `ms % 1000`, never a float's rounding."""
     seconds, millis = divmod(int(ms), 1000)
-    moment = datetime.fromtimestamp(seconds, tz=UTC)
+    try:
+        moment = datetime.fromtimestamp(seconds, tz=UTC)
+    except (ValueError, OverflowError, OSError):  # outside the years 1 to 9999: no ISO text
+        return f"{int(ms)} ms from the epoch"
     text = moment.strftime(f"%Y-%m-%d{sep}%H:%M:%S" if date else "%H:%M:%S")
     if precision == "ms" or (precision == "auto" and millis):
         text += f".{millis:03d}"

@@ -19,12 +19,12 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from runstream.engine.config import Duration, positive_ms
+from runstream.engine.config import Duration
 from runstream.engine.errors import (
     ResumeRefused,
     SignalRefused,
 )
-from runstream.engine.flow.definition import Flow, HandedOff, dump_json, settled_outcome
+from runstream.engine.flow.definition import Flow, HandedOff, dump_json, settled_outcome, timeout_ms
 from runstream.engine.flow.validation import judge
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
@@ -138,7 +138,7 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates):
         run_id = run_id or uuid.uuid4().hex
         verdict = self._request(ev.RunCreateRequested, run_id, flow=name,
                                 payload_json=payload_json,
-                                run_timeout_ms=positive_ms(run_timeout, "run_timeout"),
+                                run_timeout_ms=timeout_ms(run_timeout, "run_timeout"),
                                 attributes_json=create_json(attributes))
         if verdict is Verdict.refused and (expired := expired_create(self.projection, run_id)):
             raise expired
@@ -189,7 +189,7 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates):
         body: dict[str, Any] = {
             "flow": name, "payload_json": payload_json, "signal_name": signal,
             "signal_payload_json": dump_json(signal_payload),
-            "run_timeout_ms": positive_ms(run_timeout, "run_timeout"),
+            "run_timeout_ms": timeout_ms(run_timeout, "run_timeout"),
             "attributes_json": create_json(attributes)}
         if self._request(ev.RunSignalWithStartRequested, run_id, request_id=request_id,
                          **body) is Verdict.refused:
