@@ -49,7 +49,7 @@ from runstream.projections.schedules import (
     settled_as,
     settled_notice,
 )
-from runstream.projections.signal_start import as_create, as_signal, first_signal
+from runstream.projections.signal_start import as_create, as_signal, first_signal, is_json
 from runstream.projections.snapshot import snapshot_anchored as anchor
 from runstream.projections.state import (
     MAX_DEPTH,
@@ -248,11 +248,11 @@ def _apply_request(
 def _signal_with_start(partition: PartitionState, run: RunState | None,
                        record: ev.RunSignalWithStartRequested, offset: int) -> Applied:
     """projections.signal_start: a new run holding the signal, or the signal alone."""
-    request_id = request_id_of(record, offset)
-    when = record.envelope.timestamp_ms
+    request_id, when = request_id_of(record, offset), record.envelope.timestamp_ms
     if run is None:
-        create = as_create(record)
-        fresh = _new_run(partition.partition, create, request_id, offset)
+        if not is_json(record.signal_payload_json):  # (refused, as its signal alone is)
+            return Applied(partition, None, Verdict.refused)
+        fresh = _new_run(partition.partition, create := as_create(record), request_id, offset)
         return Applied(partition, replace(
             fresh, inbox=(inbox_item(create, request_id, offset),),
             signals=(first_signal(record, request_id, offset),), updated_at_ms=when),

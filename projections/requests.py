@@ -25,6 +25,7 @@ from runstream.projections import updates
 from runstream.projections.attributes import attribute_error
 from runstream.projections.expiry import expired_text
 from runstream.projections.outbox_requests import SPAWN_REFUSED, refused_spawn
+from runstream.projections.signal_start import is_json
 from runstream.projections.state import (
     MAX_INBOX,
     MAX_SIGNALS,
@@ -101,7 +102,8 @@ def apply_run_request(
 def _signal(run: RunState, record: ev.RunSignalSent, request_id: str,
             offset: int) -> RequestChange:
     if (run.status in TERMINAL_STATUSES or updates.buffered(run) >= MAX_SIGNALS
-            or record.name.startswith(updates.UPDATE_SIGNAL_PREFIX)):
+            or record.name.startswith(updates.UPDATE_SIGNAL_PREFIX)
+            or not is_json(record.payload_json)):
         return RequestChange(run, Verdict.refused)
     signal = Signal(request_id=request_id, name=record.name, payload_json=record.payload_json,
                     offset=offset)

@@ -12,6 +12,8 @@ The reducer (projections.reducer) applies it to the run its envelope names:
 
 from __future__ import annotations
 
+import json
+
 from runstream.engine.journal import events as ev
 from runstream.projections.state import Signal
 
@@ -38,3 +40,13 @@ def first_signal(record: ev.RunSignalWithStartRequested, request_id: str,
     """The signal a run this request creates holds from the start."""
     return Signal(request_id=request_id, name=record.signal_name,
                   payload_json=record.signal_payload_json, offset=offset)
+
+
+def is_json(text: str) -> bool:
+    """Whether a signal's payload is JSON the waiting handler can read: a request whose
+    payload is not is refused, where applied it failed the run that took it."""
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return True

@@ -1,0 +1,59 @@
+"""A signal whose payload is not JSON (a plain producer's: a client writes JSON) is refused
+by the reducer, as a signal to a settled run is; applied, it failed the run that took it
+(json.loads in the handler's wait). The same for a signal-with-start's signal, with its
+create: nothing of the request is taken."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from runstream import Flow, FlowContext
+from runstream.engine.journal import events as ev
+from runstream.engine.journal.records import request_envelope
+from runstream.engine.testing import TestEnvironment
+from runstream.projections.state import RunStatus, Verdict
+
+waits: Flow[Any, Any] = Flow("malformed-waits")
+
+NOT_JSON = ["{bad", "[" * 5000 + "]" * 5000, ""]
+
+
+@waits.handler
+async def _waits(ctx: FlowContext, payload: Any) -> Any:
+    return await ctx.wait_for("go")
+
+
+def _plain(env: TestEnvironment, record: ev.JournalRecord) -> Verdict:
+    return env.log.append(0, record)
+
+
+@pytest.mark.parametrize("payload_json", NOT_JSON)
+async def test_a_signal_that_is_not_json_is_refused_and_the_run_goes_on(
+        payload_json: str) -> None:
+    async with TestEnvironment([waits]) as env:
+        run_id = await env.start(waits, None, run_id="w")
+        await env.run_until_idle()
+        envelope = request_envelope(ev.RunSignalSent.TYPE, run_id, request_id="plain-1",
+                                    now_ms=env.clock_ms)
+        assert _plain(env, ev.RunSignalSent(envelope=envelope, name="go",
+                                            payload_json=payload_json)) is Verdict.refused
+        await env.run_until_idle()
+        assert env.status(run_id) is RunStatus.suspended
+        await env.signal(run_id, "go", {"ok": True})
+        assert await env.result(run_id) == {"ok": True}
+
+
+@pytest.mark.parametrize("payload_json", NOT_JSON)
+async def test_a_signal_with_start_whose_signal_is_not_json_takes_nothing(
+        payload_json: str) -> None:
+    async with TestEnvironment([waits]) as env:
+        envelope = request_envelope(ev.RunSignalWithStartRequested.TYPE, "s",
+                                    request_id="plain-2", now_ms=env.clock_ms)
+        record = ev.RunSignalWithStartRequested(
+            envelope=envelope, flow=waits.name, payload_json="null", signal_name="go",
+            signal_payload_json=payload_json)
+        assert _plain(env, record) is Verdict.refused
+        await env.run_until_idle()
+        assert "s" not in env.projection.runs
