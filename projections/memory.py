@@ -221,7 +221,7 @@ class MemoryStore:
         self.partitions[number] = change.partition
         if change.schedule_id is not None:
             self.schedules[change.schedule_id] = change.schedule_after
-        if change.run_id is not None:
+        if change.run_id is not None and not change.no_run:  # (as ProjectionStore.write)
             self._named.add(change.run_id)
             self._last[change.run_id] = change.offset
         if change.next_round is not None:

@@ -167,9 +167,11 @@ def _no_key(record_type: str, run_id: str) -> Poison:
 
 def needs_run(record: JournalRecord) -> bool:
     """Whether the record is a decision that is poison if its run never existed: any run
-    decision but run.created (which may come without a request before it)."""
+    decision but run.created (which may come without a request before it) and
+    run.create-rejected (the owner's answer to a create naming an expired run, which lands
+    after the run's tombstone went when the two cross: nothing of the run is left)."""
     return (record.KIND == "decision" and bool(record.envelope.run_id)
-            and not isinstance(record, ev.RunCreated))
+            and not isinstance(record, ev.RunCreated | ev.RunCreateRejected))
 
 
 def no_such_run(record: JournalRecord) -> Poison:

@@ -176,6 +176,9 @@ class ProjectionStore(RunKeys, PartitionRestore, IndexReads):
         # Runs the pending batch wrote a history item for (its history keys are blind
         # writes, not read back): bounded by one group's records.
         self._pending_runs: set[str] = set()
+        # Runs whose history the pending batch deletes (expired, or their tombstone
+        # dropped): none of their records is held here any more, as after the flush.
+        self._pending_gone: set[str] = set()
         # Running hash per partition (one per partition; None: written before hashes).
         self._hashes: dict[int, bytes | None] = {}
         self._grouping = False
@@ -217,6 +220,7 @@ class ProjectionStore(RunKeys, PartitionRestore, IndexReads):
         self._pending.clear()
         self._pending_partitions.clear()
         self._pending_runs.clear()
+        self._pending_gone.clear()
         self._db.write(batch)
         if self.policy.every and self._since_checkpoint >= self.policy.every:
             self.checkpoint()
@@ -332,10 +336,18 @@ class ProjectionStore(RunKeys, PartitionRestore, IndexReads):
         acknowledged = tuple(self.outbox_item(number, request_id)
                              for request_id in change.outbox_done) if change.outbox_done else ()
         encoded = put_record(batch, change, self.keep_records, self.placing(), acknowledged)
-        if change.run_id is not None:
+        # (a record naming nothing the partition holds goes to the partition's history: the
+        # run did not exist after it any more than before, flushed or not)
+        if change.run_id is not None and not change.no_run:
             self._pending_runs.add(change.run_id)
         if change.next_round is not None:
             self._pending_runs.add(change.next_round.run_id)
+        if change.expiry is not None:
+            gone = {stone.run_id for stone in change.expiry.dropped}
+            gone.update(run.run_id for lineage in change.expiry.expired
+                        for run in lineage.rounds)
+            self._pending_runs -= gone
+            self._pending_gone |= gone
         if previous is not None:
             self._hashes[number] = chain(previous, change, encoded)
         self._since_checkpoint += 1

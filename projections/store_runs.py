@@ -32,6 +32,7 @@ class RunKeys:
     access: str
     placement: Placement | None  # None: no count yet, so nothing placed
     _pending_runs: set[str]
+    _pending_gone: set[str]
 
     # ProjectionStore's own (it comes first in the MRO):
     def flush(self) -> None:
@@ -127,6 +128,8 @@ class RunKeys:
         whatever the run's length; the pending batch is not flushed."""
         if run_id in self._pending_runs:
             return True
+        if run_id in self._pending_gone:  # (its history's deletion is not flushed yet)
+            return False
         placed = self._placed(run_id)
         if placed is None:
             return False
