@@ -22,7 +22,12 @@ from runstream.engine.flow.context import RunReleased
 from runstream.engine.journal import events as ev
 from runstream.engine.worker.executor import decision
 from runstream.engine.worker.helper_protocols import Execution
-from runstream.engine.worker.kafka_driver import GroupAnswer, group_generation, group_heartbeat
+from runstream.engine.worker.kafka_driver import (
+    GroupAnswer,
+    group_generation,
+    group_heartbeat,
+    rejoin_group,
+)
 from runstream.engine.worker.ownership import Ownership, OwnershipState
 from runstream.engine.worker.partition_protocols import ClaimsOwner
 from runstream.projections.projector import Outcome
@@ -378,6 +383,9 @@ class Claims:
                 if own.state is OwnershipState.ready:
                     self.lose(own, f"after the event loop stood still the group no longer "
                                    f"holds this member at generation {own.generation}")
+                    # Nothing executes there until the group assigns it again: a rejoin
+                    # makes sure one comes (aiokafka's own heartbeat may not have heard).
+                    rejoin_group(consumer)
                 return False
             await asyncio.sleep(delay)
             delay = min(delay * 2, GROUP_ASK_MAX_S)

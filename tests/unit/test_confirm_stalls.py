@@ -64,7 +64,16 @@ async def test_after_a_stall_the_group_is_asked_again_until_it_answers(
     member and gone, against the broker: tests/integration/test_group_heartbeat.py.)"""
     worker = Worker(flows=[checkout], data_dir=tmp_path / "w", namespace="t",
                     bootstrap_servers="127.0.0.1:1", name="w1", relay=False)
-    worker._consumer = cast(Any, object())  # (handed to the answers below, never used)
+    rejoins: list[str] = []
+
+    class Coordinator:
+        def request_rejoin(self) -> None:
+            rejoins.append("asked")
+
+    class Consumer:  # (handed to the answers below; aiokafka's rejoin asked of it)
+        _coordinator = Coordinator()
+
+    worker._consumer = cast(Any, Consumer())
     answers = [GroupAnswer.unreachable, GroupAnswer.unreachable, GroupAnswer.gone]
     asked: list[int] = []
 
@@ -84,3 +93,4 @@ async def test_after_a_stall_the_group_is_asked_again_until_it_answers(
         await asyncio.wait_for(worker.claims.confirm(own), 5)
     assert asked == [5, 5, 5]
     assert own.state is OwnershipState.lost
+    assert rejoins == ["asked"]  # so that the group assigns the partition again
