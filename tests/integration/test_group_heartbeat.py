@@ -77,3 +77,15 @@ async def _partition_records(bootstrap: str, namespace: str,
     async for raw in read_partitions(bootstrap, journal_topic(namespace)):
         if raw.partition == partition:
             yield raw.offset, decode(raw.value, raw.headers)
+
+
+async def test_a_worker_that_stood_still_within_its_session_goes_on_executing(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path) -> None:
+    async with running_worker(bootstrap, namespace, tmp_path / "w", [checkout],
+                              session_timeout_ms=SESSION_MS) as worker:
+        await until(lambda: all_ready(worker), "the worker claimed every partition")
+        own = worker.owned[0]
+        time.sleep(3.0)  # noqa: ASYNC251  (past the watchdog's 2 s, within the session's 6 s)
+        await worker.claims.confirm(own)  # the group holds us; the journal heartbeat applies
+        assert own.state is OwnershipState.ready and worker.owned[0] is own
+        assert own.confirmed_stalls == worker.watchdog.stalls >= 1
