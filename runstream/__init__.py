@@ -76,8 +76,12 @@ if TYPE_CHECKING:
         PayloadNotJson,
         RetryPolicy,
     )
+    from runstream.engine.kafka.reader import TopicMissing
     from runstream.engine.kafka.requests_topic import RelayMisconfigured
+    from runstream.engine.kafka.restore import RecordsDeleted
+    from runstream.engine.readmodel.model import ReadModelAhead, ReadModelLoading
     from runstream.engine.timetravel.dryrun import FlowNotInApp, NoDecision
+    from runstream.engine.timetravel.fork import ForkNotAnswered, ForkRefused
     from runstream.engine.worker import Worker
     from runstream.projections.batch import BatchInvalid
     from runstream.projections.fork_plan import ForkNeedsForce, ForkTargetExists, ForkTooLarge
@@ -87,6 +91,12 @@ _EXPORTS = {
     "Client": "runstream.engine.client.client",
     "RequestNotRelayed": "runstream.engine.client.placed",
     "RelayMisconfigured": "runstream.engine.kafka.requests_topic",
+    "TopicMissing": "runstream.engine.kafka.reader",
+    "RecordsDeleted": "runstream.engine.kafka.restore",
+    "ReadModelAhead": "runstream.engine.readmodel.model",
+    "ReadModelLoading": "runstream.engine.readmodel.model",
+    "ForkRefused": "runstream.engine.timetravel.fork",
+    "ForkNotAnswered": "runstream.engine.timetravel.fork",
     "ChildRun": "runstream.engine.flow.context",
     "FlowContext": "runstream.engine.flow.context",
     "idempotency_key": "runstream.engine.flow.context",
@@ -165,6 +175,8 @@ __all__ = [
     "FlowCycleDetected",
     "FlowNotInApp",
     "ForkNeedsForce",
+    "ForkNotAnswered",
+    "ForkRefused",
     "ForkTargetExists",
     "ForkTooLarge",
     "HandedOff",
@@ -179,7 +191,10 @@ __all__ = [
     "PayloadInvalid",
     "PayloadNotJson",
     "QueryInvalid",
+    "ReadModelAhead",
     "ReadModelClosed",
+    "ReadModelLoading",
+    "RecordsDeleted",
     "RelayMisconfigured",
     "RequestNotRelayed",
     "ResultTimeout",
@@ -200,6 +215,7 @@ __all__ = [
     "SpawnRefused",
     "StepFailed",
     "StepTimedOut",
+    "TopicMissing",
     "Update",
     "UpdateRefused",
     "UpdateRejected",
