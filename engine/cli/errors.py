@@ -47,7 +47,7 @@ def run_cli(group: click.Group) -> None:
         sys.exit(130)
     except SystemExit:
         raise
-    except (OSError, ValueError) as exc:  # (ssl.SSLError is an OSError)
+    except (OSError, ValueError, RecursionError) as exc:  # (ssl.SSLError is an OSError)
         # A backstop: input is checked where it enters, but a file, a setting or an
         # address the checks missed still ends the command with one line.
         _fail(_one_line(exc), EXIT_USER)

@@ -27,9 +27,9 @@ from runstream.engine.cli.options import (
     seconds_or_zero,
 )
 from runstream.engine.cli.options import print_json as _print_json
-from runstream.engine.config import parse_duration
+from runstream.engine.config import DurationInvalid, parse_duration
 from runstream.engine.errors import InvalidAttributes
-from runstream.engine.flow.definition import HandedOff, dump_json
+from runstream.engine.flow.definition import HandedOff, dump_json, timeout_ms
 from runstream.engine.journal.input_limits import (
     AUTHORITY_NAME_ENV,
     check_name,
@@ -80,6 +80,10 @@ def _positive_duration(ctx: click.Context, param: click.Parameter, value: str | 
     duration = _duration(ctx, param, value)
     if duration is not None and duration <= timedelta(0):
         raise click.BadParameter(f"must be more than 0, not {value!r}")
+    try:  # (a run's timeout: at most 100 years, checked before connecting)
+        timeout_ms(duration, "it")
+    except DurationInvalid as exc:
+        raise click.BadParameter(str(exc).removeprefix("it ")) from None
     return duration
 
 
@@ -128,11 +132,13 @@ def _parse_attributes(text: str | None) -> dict[str, Any] | None:
     return values
 
 
-def _parse_payload(payload: str) -> Any:
+def _parse_payload(payload: str, option: str = "--payload") -> Any:
     try:
         return json.loads(payload)
     except json.JSONDecodeError as exc:
-        raise UserError(f"--payload is not valid JSON ({exc.msg} at column {exc.colno})") from None
+        raise UserError(f"{option} is not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        raise UserError(f"{option} is nested too deeply") from None
 
 
 @run.command("status")
@@ -259,7 +265,8 @@ def signal(run_id: str, name: str, payload: str, request_id: str | None,
     _checked(lambda: check_run_id(run_id), lambda: check_name("signal", name),
              lambda: check_payload(f"the payload of signal {name!r}", dump_json(parsed)))
     _use_authority(authority_name)
-    started = None if start_flow is None else (start_flow, _parse_payload(start_payload))
+    started = None if start_flow is None else (
+        start_flow, _parse_payload(start_payload, "--start-payload"))
     out = run_async(operations.signal_run(
         bootstrap=bootstrap, namespace=namespace, run_id=run_id, name=name, payload=parsed,
         request_id=request_id, read_model_dir=query_dir(cache_dir, bootstrap, namespace),

@@ -269,3 +269,26 @@ def test_projection_rebuild_json(runstream: Any, monkeypatch: pytest.MonkeyPatch
         "records": 7, "replaced": False, "partitions": {"0": 2, "1": 5},
         "compared_keys": 9, "identical": False, "differences": 1,
         "differing_keys": ["016b"]}
+
+
+DEEP = "[" * 5000 + "]" * 5000
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["run", "signal", "r1", "go", "--start", "f", "--start-payload", "{bad"],
+     "--start-payload is not valid JSON"),
+    (["run", "create", "f", "--payload", DEEP], "--payload is nested too deeply"),
+    (["run", "create", "f", "--attributes", '{"a": ' + DEEP + "}"],
+     "--attributes: the attributes are nested too deeply"),
+    (["run", "create", "f", "--attributes", '{"d": {"$time": "0001-01-01T00:00:00+14:00"}}'],
+     "outside the years 1 to 9999 UTC"),
+])
+def test_json_and_values_no_run_may_have_are_one_line_naming_their_option(
+        runstream: Any, args: list[str], message: str) -> None:
+    assert message in one_line_error(runstream(*args))
+
+
+def test_a_run_timeout_over_a_century_is_a_usage_error(runstream: Any) -> None:
+    last = click_error(runstream("run", "create", "f", "--run-timeout", "3000000d"),
+                       "--run-timeout")
+    assert "at most 100 years" in last
