@@ -384,8 +384,11 @@ def resume(run_id: str, resolution: str | None, position: int | None, digest: st
               show_default=True,
               help="Runs executing at once.")
 @click.option("--name", default=None, help="Worker name shown in evidence (default host:pid).")
-@click.option("--session-timeout-ms", default=10_000, show_default=True,
-              help="Consumer-group session timeout: how soon a dead worker's runs move.")
+@click.option("--session-timeout-ms", type=click.IntRange(min=1), default=10_000,
+              show_default=True,
+              help="Consumer-group session timeout: how soon a dead worker's runs move "
+                   "(the broker's group.min.session.timeout.ms, 6000 by default, is the "
+                   "least it takes).")
 @click.option("--drain-timeout", type=float, callback=seconds_or_zero, default=10.0,
               show_default=True,
               help="Seconds in-flight steps get to finish when partitions are revoked.")

@@ -292,3 +292,10 @@ def test_a_run_timeout_over_a_century_is_a_usage_error(runstream: Any) -> None:
     last = click_error(runstream("run", "create", "f", "--run-timeout", "3000000d"),
                        "--run-timeout")
     assert "at most 100 years" in last
+
+
+def test_a_session_timeout_below_one_ms_is_a_usage_error(
+        runstream: Any, tmp_path: Path) -> None:
+    result = runstream("worker", "--app", APP, "--data-dir", str(tmp_path / "w"),
+                       "--session-timeout-ms", "-5")
+    assert "--session-timeout-ms" in click_error(result, "--session-timeout-ms")
