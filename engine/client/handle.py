@@ -20,7 +20,12 @@ from runstream.engine.flow.definition import HandedOff, settled_outcome
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import ROUND_SEPARATOR, is_round
-from runstream.projections.state import RunState, RunStatus
+from runstream.projections.expiry import expired_text
+from runstream.projections.state import RunState, RunStatus, Tombstone
+
+# How long a create waits for its owner's answer before the read model is asked whether the
+# run it names had expired (its tombstone answers then: _admission_answer).
+EXPIRED_CHECK_S = 5.0
 
 if TYPE_CHECKING:
     from runstream.engine.client.client import Client
@@ -72,13 +77,33 @@ class RunHandle:
             record, self._relayed = self._relayed, None
             self.request_offset = await self.client.relayed_offset(
                 partition, self.request_offset, record)
-        answer = await tail.admission(partition, self.request_offset, self.request_id,
-                                      self.run_id)
+        answer = await self._admission_answer(partition)
         if isinstance(answer, ev.RunCreateRejected):
             raise _rejection(self.run_id, answer)
         assert isinstance(answer, ev.RunCreated)
         self._from_offset = answer.request_offset
         return self._from_offset
+
+    async def _admission_answer(self, partition: int) -> JournalRecord:
+        """The owner's answer to our create. Every owner rejects a create naming a run that
+        expired before it (reason `expired`), but the reducer keeps nothing of such a
+        create: one that lands while no owner executes the partition (a rebalance) is
+        answered by none, and its caller waited for ever. Unanswered after
+        EXPIRED_CHECK_S, the read model's tombstone answers it as the owner would."""
+        assert self.request_id is not None
+        waiting = asyncio.ensure_future(self.client._tail.admission(
+            partition, self.request_offset, self.request_id, self.run_id))
+        try:
+            while True:
+                done, _ = await asyncio.wait([waiting], timeout=EXPIRED_CHECK_S)
+                if done:
+                    return waiting.result()
+                view = await (await self.client.read_model()).catch_up()
+                stone = view.tombstone(self.run_id) if view.run(self.run_id) is None else None
+                if stone is not None and stone.expired_offset < self.request_offset:
+                    raise CreateRejected(self.run_id, "expired", expired_create_text(stone))
+        finally:
+            waiting.cancel()
 
     async def result(self, timeout: float | None = None, *, follow: bool = False) -> Any:
         """The run's result; raises RunFailed, RunCancelled, or the admission error. A round
@@ -155,8 +180,17 @@ def _rejection(run_id: str, answer: ev.RunCreateRejected) -> Exception:
     if answer.reason == "expired":
         # The owner's answer to a create naming an expired run (projections.owner
         # answer_expired): existing_value says when it expired, after what.
-        return CreateRejected(run_id, answer.reason,
-                              f"run {run_id} {answer.existing_value}, and an expired run's "
-                              f"id is not reused while its tombstone is kept; its records: "
-                              f"runstream run history {run_id}")
+        return CreateRejected(run_id, answer.reason, _expired_detail(run_id,
+                                                                     answer.existing_value))
     return CreateRejected(run_id, answer.reason, answer.requested_value)
+
+
+def _expired_detail(run_id: str, expired: str) -> str:
+    return (f"run {run_id} {expired}, and an expired run's id is not reused while its "
+            f"tombstone is kept; its records: runstream run history {run_id}")
+
+
+def expired_create_text(stone: Tombstone) -> str:
+    """CreateRejected's detail for a create naming the run `stone` is left of, as the
+    owner's answer words it."""
+    return _expired_detail(stone.run_id, expired_text(stone))

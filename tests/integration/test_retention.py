@@ -219,3 +219,31 @@ async def test_after_its_tombstone_goes_an_id_starts_a_new_life_its_old_spawn_ca
             assert outcome["result"] == "napped 2"
     finally:
         await w.stop()
+
+
+async def test_a_create_naming_an_expired_run_while_no_owner_runs_is_answered_expired(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path,
+) -> None:
+    """The reducer refuses such a create and keeps nothing of it; only a live owner answered
+    it. Sent while no worker executes the partition (a rebalance, a deploy), it was answered
+    by none and its caller waited for ever; the client now answers it from the run's
+    tombstone, as the owner would (engine.client.handle.RunHandle._admission_answer)."""
+    worker = Worker(flows=[checkout], data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
+                    namespace=namespace, session_timeout_ms=6000,
+                    retention=timedelta(seconds=2), tombstone_retention=KEPT)
+    await worker.start()
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                      flows=[checkout]) as c, \
+            Client(bootstrap_servers=bootstrap, namespace=namespace) as nameless:
+        try:
+            await (await c.create_run(checkout, CHECKOUT, run_id="gone")).result(timeout=60)
+            await until(_expired_check(c, "gone"), "gone to expire")
+        finally:
+            await worker.stop()  # no owner from here on
+        for client, flow in ((c, checkout), (nameless, checkout.name)):
+            again = await client.create_run(flow, CHECKOUT, run_id="gone")
+            with pytest.raises(CreateRejected, match="expired at"):
+                await again.admitted(timeout=30)
+    view = await fold(bootstrap, namespace)
+    assert not [i for i in view.history.get("gone", [])
+                if isinstance(i.record, ev.RunCreateRejected)]  # no owner answered them
