@@ -130,9 +130,8 @@ RETRY_WAIT = "retry"  # a durable backoff's wait: its entry stays the step's, re
 def wait_entry_name(wait: Wait) -> str:
     """The name of the journal entry `wait` stands at: a sleep's is "sleep", a signal
     wait's the signal's name, a child wait's the child's run id."""
-    name = {"timer": "sleep", "event": wait.event_name, "child": wait.child_run_id}.get(
-        wait.kind)
-    return name or ""
+    return {"timer": "sleep", "event": wait.event_name, "child": wait.child_run_id}.get(
+        wait.kind) or ""
 
 
 def _suspended(run: RunState, record: Any, epoch: int, previous: Any) -> Change | None:
@@ -164,6 +163,8 @@ def _timer_fired(run: RunState, record: Any, epoch: int, previous: Any) -> Chang
     if (wait is None or wait.position != record.position or wait.due_ms != record.due_ms
             or previous is None or previous.status != "waiting"):
         return None  # not what the run waits for now (ended, woken already, a re-send)
+    if wait.kind == "child" and all(link.run_id != wait.child_run_id for link in run.children):
+        return None  # its wake came first in the log: the owner delivers its outcome
     changes: Changes = {}
     signal = next((s for s in run.signals if s.name == previous.name), None)
     if previous.kind == "wait" and signal is not None:
