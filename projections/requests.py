@@ -94,8 +94,9 @@ def apply_run_request(
         return _resume(run, record)
     if isinstance(record, ev.RunWakeRequested):
         return _wake(run, record, previous)
-    if isinstance(record, ev.RunUpdateRequested) and updates.refuses(run):
-        return RequestChange(run, Verdict.refused)
+    if isinstance(record, ev.RunUpdateRequested) and (
+            updates.refuses(run) or not is_json(record.payload_json)):
+        return RequestChange(run, Verdict.refused)  # (not JSON: the handler would fail on it)
     return None  # (a create, or an update the run takes: into its inbox)
 
 
@@ -209,6 +210,9 @@ def describe_refusal(run: RunState | None, record: ev.JournalRecord,
     refusal = authority_refusal(run, record)
     if refusal is not None:
         return refusal
+    if isinstance(record, ev.RunSignalSent | ev.RunUpdateRequested) and not is_json(
+            record.payload_json):
+        return "its payload is not JSON"
     if (isinstance(record, ev.RunForkRequested | ev.RunUpdateRequested)
             and not run.status.is_terminal and len(run.inbox) >= MAX_INBOX):
         return (f"run {run.run_id} holds {len(run.inbox)} requests its owner has not answered "

@@ -1,5 +1,5 @@
-"""A signal whose payload is not JSON (a plain producer's: a client writes JSON) is refused
-by the reducer, as a signal to a settled run is; applied, it failed the run that took it
+"""A signal or an update whose payload is not JSON (a plain producer's: a client writes JSON)
+is refused by the reducer, saying so, as a signal to a settled run is; applied, it failed the run that took it
 (json.loads in the handler's wait). The same for a signal-with-start's signal, with its
 create: nothing of the request is taken."""
 
@@ -13,6 +13,7 @@ from runstream import Flow, FlowContext
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import request_envelope
 from runstream.engine.testing import TestEnvironment
+from runstream.projections.requests import describe_refusal
 from runstream.projections.state import RunStatus, Verdict
 
 waits: Flow[Any, Any] = Flow("malformed-waits")
@@ -57,3 +58,18 @@ async def test_a_signal_with_start_whose_signal_is_not_json_takes_nothing(
         assert _plain(env, record) is Verdict.refused
         await env.run_until_idle()
         assert "s" not in env.projection.runs
+
+
+@pytest.mark.parametrize("payload_json", NOT_JSON)
+async def test_an_update_that_is_not_json_is_refused_saying_so(payload_json: str) -> None:
+    async with TestEnvironment([waits]) as env:
+        run_id = await env.start(waits, None, run_id="u")
+        await env.run_until_idle()
+        envelope = request_envelope(ev.RunUpdateRequested.TYPE, run_id, request_id="plain-3",
+                                    now_ms=env.clock_ms)
+        record = ev.RunUpdateRequested(envelope=envelope, name="set",
+                                       payload_json=payload_json)
+        assert _plain(env, record) is Verdict.refused
+        assert describe_refusal(env.describe(run_id), record) == "its payload is not JSON"
+        await env.signal(run_id, "go", 1)
+        assert await env.result(run_id) == 1
