@@ -1,7 +1,7 @@
 """A signal or an update whose payload is not JSON (a plain producer's: a client writes JSON)
-is refused by the reducer, saying so, as a signal to a settled run is; applied, it failed the run that took it
-(json.loads in the handler's wait). The same for a signal-with-start's signal, with its
-create: nothing of the request is taken."""
+is refused by the reducer, saying so, as a signal to a settled run is; applied, it failed
+the run that took it (json.loads in the handler's wait). The same for a signal-with-start's
+signal, with its create: nothing of the request is taken."""
 
 from __future__ import annotations
 
