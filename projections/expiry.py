@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
+from runstream.engine.errors import CreateRejected
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.timetext import iso_time
 from runstream.projections.schedule_state import ScheduleState
@@ -126,6 +127,20 @@ def expired_text(tombstone: Tombstone) -> str:
     """When and after what the run expired, for answers and errors."""
     return (f"expired at {iso_time(tombstone.expired_ms)}, after it settled "
             f"{tombstone.status.value} at {iso_time(tombstone.settled_ms)}")
+
+
+def expired_create_detail(run_id: str, expired: str) -> str:
+    """CreateRejected's detail for a create naming an expired run (reason `expired`), from
+    `expired_text`'s words, as the owner's answer carries them (its existing_value)."""
+    return (f"run {run_id} {expired}, and an expired run's id is not reused while its "
+            f"tombstone is kept; its records: runstream run history {run_id}")
+
+
+def expired_create(tombstone: Tombstone) -> CreateRejected:
+    """The error of a create naming the run `tombstone` is left of: what its owner answers
+    (projections.owner.answer_expired), for the Client and the TestEnvironment alike."""
+    return CreateRejected(tombstone.run_id, "expired",
+                          expired_create_detail(tombstone.run_id, expired_text(tombstone)))
 
 
 # Lineages one expiry decision names at most (with their rounds, a lineage with more rounds

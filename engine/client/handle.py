@@ -20,8 +20,8 @@ from runstream.engine.flow.definition import HandedOff, settled_outcome
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import ROUND_SEPARATOR, is_round
-from runstream.projections.expiry import expired_text
-from runstream.projections.state import RunState, RunStatus, Tombstone
+from runstream.projections.expiry import expired_create, expired_create_detail
+from runstream.projections.state import RunState, RunStatus
 
 # How long a create waits for its owner's answer before the read model is asked whether the
 # run it names had expired (its tombstone answers then: _admission_answer).
@@ -101,7 +101,7 @@ class RunHandle:
                 view = await (await self.client.read_model()).catch_up()
                 stone = view.tombstone(self.run_id) if view.run(self.run_id) is None else None
                 if stone is not None and stone.expired_offset < self.request_offset:
-                    raise CreateRejected(self.run_id, "expired", expired_create_text(stone))
+                    raise expired_create(stone)
         finally:
             waiting.cancel()
 
@@ -180,17 +180,7 @@ def _rejection(run_id: str, answer: ev.RunCreateRejected) -> Exception:
     if answer.reason == "expired":
         # The owner's answer to a create naming an expired run (projections.owner
         # answer_expired): existing_value says when it expired, after what.
-        return CreateRejected(run_id, answer.reason, _expired_detail(run_id,
-                                                                     answer.existing_value))
+        return CreateRejected(run_id, answer.reason,
+                              expired_create_detail(run_id, answer.existing_value))
     return CreateRejected(run_id, answer.reason, answer.requested_value)
 
-
-def _expired_detail(run_id: str, expired: str) -> str:
-    return (f"run {run_id} {expired}, and an expired run's id is not reused while its "
-            f"tombstone is kept; its records: runstream run history {run_id}")
-
-
-def expired_create_text(stone: Tombstone) -> str:
-    """CreateRejected's detail for a create naming the run `stone` is left of, as the
-    owner's answer words it."""
-    return _expired_detail(stone.run_id, expired_text(stone))

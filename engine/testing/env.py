@@ -37,7 +37,7 @@ from runstream.engine.testing.schedules import Schedules
 from runstream.engine.testing.updates import EnvUpdates
 from runstream.engine.testing.upkeep import (
     expire_due,
-    expired_create,
+    expired_rejection,
     in_status,
     merged,
     missing,
@@ -140,7 +140,7 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates):
                                 payload_json=payload_json,
                                 run_timeout_ms=timeout_ms(run_timeout, "run_timeout"),
                                 attributes_json=create_json(attributes))
-        if verdict is Verdict.refused and (expired := expired_create(self.projection, run_id)):
+        if verdict is Verdict.refused and (expired := expired_rejection(self.projection, run_id)):
             raise expired
         return run_id
 

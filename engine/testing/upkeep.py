@@ -16,7 +16,7 @@ from runstream.engine.config import (
 from runstream.engine.errors import CreateRejected, RunExpired, RunNotFound
 from runstream.engine.journal import events as ev
 from runstream.engine.testing.log import MemoryLog
-from runstream.projections.expiry import expired_text, sweep_body
+from runstream.projections.expiry import expired_create, expired_text, sweep_body
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.reactions import FlowMissing, Start
 from runstream.projections.state import RunState, RunStatus
@@ -51,11 +51,10 @@ def missing(projection: MemoryProjection, run_id: str) -> RunNotFound:
     return RunNotFound(run_id)
 
 
-def expired_create(projection: MemoryProjection, run_id: str) -> CreateRejected | None:
+def expired_rejection(projection: MemoryProjection, run_id: str) -> CreateRejected | None:
     """A create naming an expired run is rejected (its owner answers so): the error."""
     tombstone = projection.store.tombstone(run_id)
-    return None if tombstone is None else CreateRejected(run_id, "expired",
-                                                         expired_text(tombstone))
+    return None if tombstone is None else expired_create(tombstone)
 
 
 def idle_message(projection: MemoryProjection, flows: Collection[str]) -> str:
