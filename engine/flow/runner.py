@@ -12,7 +12,7 @@ import asyncio
 import logging
 import traceback
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, Protocol
 
 from runstream.engine.errors import (
     Cancelled,
@@ -53,6 +53,15 @@ RESULT_TOO_LARGE = "ResultTooLarge"
 class Dropped(BaseException):
     """The handler is dropped without settling (evicted from a cache, a crash injected in a
     test): it unwinds without journaling anything, and the run continues by replay."""
+
+
+class Slots(Protocol):
+    """Execution slots (engine.worker.admission.Admission: a worker's, a TestEnvironment's)."""
+
+    def at_limit(self, flow: str) -> bool: ...
+    def held(self, flow: str) -> int: ...
+    async def acquire(self, flow: str) -> None: ...
+    def release(self, flow: str) -> None: ...
 
 
 class HandlerRunner(ABC):
@@ -123,14 +132,34 @@ class HandlerRunner(ABC):
         self._held = HeldStep(body)
         asyncio.get_running_loop().call_soon(self._send_held_later)
 
-    def note_flow_limit(self, limit: int | None, held: int, where: str) -> None:
-        """Journal, once for this wait, why the run waits: its flow's runs hold every slot
-        its max_concurrency allows `where` (`run status` shows it)."""
+    # -- the execution slot ---------------------------------------------------------------
+
+    _holds_slot: bool = False
+
+    def _slots(self) -> tuple[Slots, str]:
+        """The slots this run's execution takes one of, and where they are (evidence); a
+        runner that takes none (the dry run's sandbox) never asks."""
+        raise NotImplementedError
+
+    async def take_slot(self) -> None:
+        """A slot before the handler runs (again); a flow at its max_concurrency journals,
+        once for this wait, why the run waits (`run status` shows it)."""
+        slots, where = self._slots()
         flow = self.run.flow
-        message = (f"waits for a slot: flow {flow!r} has max_concurrency={limit} and "
-                   f"{held} of its runs execute on {where}")
-        self.send(ev.EvidenceRecorded, kind=FLOW_CONCURRENCY_LIMIT, message=message,
-                  attributes={"flow": flow, "max_concurrency": str(limit)})
+        if slots.at_limit(flow):
+            registered = self.flow_named(flow)
+            limit = registered.max_concurrency if registered is not None else None
+            message = (f"waits for a slot: flow {flow!r} has max_concurrency={limit} and "
+                       f"{slots.held(flow)} of its runs execute on {where}")
+            self.send(ev.EvidenceRecorded, kind=FLOW_CONCURRENCY_LIMIT, message=message,
+                      attributes={"flow": flow, "max_concurrency": str(limit)})
+        await slots.acquire(flow)
+        self._holds_slot = True
+
+    def release_slot(self) -> None:
+        if self._holds_slot:
+            self._holds_slot = False
+            self._slots()[0].release(self.run.flow)
 
     def send_held(self) -> None:
         """Send the step outcome held back, if any."""

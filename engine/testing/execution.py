@@ -7,10 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 from runstream.engine.flow.context import FlowContext, RunReleased, Suspend
 from runstream.engine.flow.definition import Flow
-from runstream.engine.flow.runner import Dropped, HandlerRunner, suspension
+from runstream.engine.flow.runner import Dropped, HandlerRunner, Slots, suspension
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
-from runstream.engine.worker.admission import Admission
 from runstream.projections.decide import plan_activation
 from runstream.projections.state import JournalEntry, RunState, Verdict, Wait
 
@@ -32,7 +31,6 @@ class TestExecution(HandlerRunner):
         self.task: asyncio.Task[None] | None = None
         self._ctx: FlowContext | None = None
         self._verdict = Verdict.applied
-        self._holds_slot = False
 
     def _send(self, cls: type[JournalRecord], **body: Any) -> None:
         self.ensure_active()
@@ -86,12 +84,7 @@ class TestExecution(HandlerRunner):
     async def execute(self, flow: Flow[Any, Any]) -> None:
         """As a worker's execution: a slot first (the environment's admission, with its
         flows' max_concurrency), then the activation and the handler."""
-        admission: Admission = self.env.admission
-        if admission.at_limit(flow.name):
-            self.note_flow_limit(flow.max_concurrency, admission.held(flow.name),
-                                 "the test environment")
-        await admission.acquire(flow.name)
-        self._holds_slot = True
+        await self.take_slot()
         try:
             if self.run_state().status.is_terminal:
                 return  # settled while it waited for a slot (a cancel): its handler never runs
@@ -99,10 +92,8 @@ class TestExecution(HandlerRunner):
         finally:
             self.release_slot()
 
-    def release_slot(self) -> None:
-        if self._holds_slot:
-            self._holds_slot = False
-            self.env.admission.release(self.run.flow)
+    def _slots(self) -> tuple[Slots, str]:
+        return self.env.admission, "the test environment"
 
     async def _activated(self, flow: Flow[Any, Any]) -> None:
         run = self.run_state()

@@ -13,7 +13,7 @@ from runstream.engine.errors import WorkerFatal
 from runstream.engine.flow.context import FlowContext, RunReleased, Suspend
 from runstream.engine.flow.definition import Flow
 from runstream.engine.flow.port import NOT_CALLED
-from runstream.engine.flow.runner import HandlerRunner, suspension
+from runstream.engine.flow.runner import HandlerRunner, Slots, suspension
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import decision_envelope
@@ -205,7 +205,7 @@ class RunExecution(HandlerRunner):
             outcome = await self.parked
         finally:
             self.parked = self.parked_wait = None
-        await self._take_slot()
+        await self.take_slot()
         self.settled = False
         self.activated = False
         plan = plan_activation(self.run_state(), self.owner.activator.owner_name)
@@ -230,21 +230,11 @@ class RunExecution(HandlerRunner):
             "previous_epoch": plan.previous_epoch,
         })
 
-    async def _take_slot(self) -> None:
-        admission, flow = self.owner.admission, self.run.flow
-        if admission.at_limit(flow):
-            self.note_flow_limit(self.owner.flows[flow].max_concurrency, admission.held(flow),
-                                 f"worker {self.owner.name}")
-        await admission.acquire(flow)
-        self._holds_slot = True
-
-    def release_slot(self) -> None:
-        if self._holds_slot:
-            self._holds_slot = False
-            self.owner.admission.release(self.run.flow)
+    def _slots(self) -> tuple[Slots, str]:
+        return self.owner.admission, f"worker {self.owner.name}"
 
     async def execute(self, flow: Flow[Any, Any]) -> None:
-        await self._take_slot()
+        await self.take_slot()
         try:
             if self.run_state().status.is_terminal and not self.activated:
                 return  # settled while it waited for a slot (a cancel): its handler never runs
