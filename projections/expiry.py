@@ -11,11 +11,15 @@ A lineage is eligible when all of:
   settlement, by log time, is older than the partition's journaled retention;
 - every round of it holds no unanswered request (inbox, refused creates);
 - no outbox entry any of its rounds caused is unacknowledged.
-It is replaced by one tombstone per round. A tombstone goes once it has been kept for the
-tombstone retention, which also bounds the request-dedupe window by log time (the record
-that drops it prunes the request index first: projections.values.request_prune), so a
-re-sent request of its past life is answered *expired*, never taken as a duplicate of
-nothing, and what a partition keeps of expired runs is bounded by time, not history.
+It is replaced by one tombstone per round. A round after the first that handed off expires
+alone under the same conditions, its handoff (its `settled_at_ms`) older than the retention,
+while its lineage lives on; round 0 stays until the lineage ends, as requests naming the
+lineage reach its latest round through it (docs/architecture.md, "A lineage shrinks").
+A tombstone goes once it has been kept for the tombstone retention, which also bounds the
+request-dedupe window by log time (the record that drops it prunes the request index first:
+projections.values.request_prune), so a re-sent request of its past life is answered
+*expired*, never taken as a duplicate of nothing, and what a partition keeps of expired
+runs is bounded by time, not history.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any, Protocol
 
 from runstream.engine.errors import CreateRejected
 from runstream.engine.journal import events as ev
+from runstream.engine.journal.records import lineage_of
 from runstream.engine.journal.timetext import iso_time
 from runstream.projections.schedule_state import ScheduleState
 from runstream.projections.state import PartitionState, RunState, Tombstone, replace
@@ -43,8 +48,10 @@ def lineage_eligible(partition: PartitionState, facts: LineageFacts | None, sett
     if facts is None or not facts.rounds or partition.retention_ms <= 0:
         return False
     final = facts.rounds[-1]
-    if (not final.status.is_terminal or final.handed_off_to is not None
-            or not facts.settle_indexed or settled_ms + partition.retention_ms > now_ms):
+    if final.handed_off_to is not None and (final.round == 0 or len(facts.rounds) != 1):
+        return False  # (round 0 stays while its lineage lives: requests reach it through it)
+    if (not final.status.is_terminal or not facts.settle_indexed
+            or settled_ms + partition.retention_ms > now_ms):
         return False
     if facts.caused_unsent:
         return False
@@ -141,6 +148,23 @@ def expired_create(tombstone: Tombstone) -> CreateRejected:
     (projections.owner.answer_expired), for the Client and the TestEnvironment alike."""
     return CreateRejected(tombstone.run_id, "expired",
                           expired_create_detail(tombstone.run_id, expired_text(tombstone)))
+
+
+class RoundReads(Protocol):
+    """What following a lineage reads (a store, a read model's view)."""
+
+    def run(self, run_id: str) -> RunState | None: ...
+
+    def latest_round(self, lineage_id: str) -> str | None: ...
+
+
+def round_to_follow(held: RoundReads, named: str) -> str:
+    """The round to follow after a handoff to `named`: itself while `held` holds it, else
+    (it expired alone while its lineage lived on, its records and maybe its tombstone gone)
+    the lineage's latest round, whose key is kept until round 0's tombstone goes."""
+    if held.run(named) is not None:
+        return named
+    return held.latest_round(lineage_of(named)) or named
 
 
 # Lineages one expiry decision names at most (with their rounds, a lineage with more rounds

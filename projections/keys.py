@@ -209,8 +209,11 @@ def outbox_key(partition: int, request_id: str) -> bytes:
 # from what it holds. 3: the run-keyed families carry their partition. 4: a child a later
 # round spawned is placed by its own lineage (projections.store_migrate moves a format 3
 # store's keys in place).
+# 5: a round after the first that handed off is in the settle index, by its handoff
+# (projections.store_migrate indexes a format 4 store's in place).
 FORMAT_KEY = b"m/format"
-STORE_FORMAT = b"4"
+STORE_FORMAT = b"5"
+ROUNDS_UNINDEXED_FORMAT = b"4"
 PLACED_BY_ROOT_FORMAT = b"3"
 # The journal's partition count, which places every run-keyed key: set once, when the
 # store's owner first learns it (projections.store).

@@ -27,7 +27,7 @@ from runstream.projections.state import (
     replace,
 )
 from runstream.projections.values import DueTimer, ExpiryChange, HistoryEntry, RecordWrite
-from runstream.projections.writes import settles
+from runstream.projections.writes import round_settles, settles
 
 # The in-memory history holds projections.values.HistoryEntry items, with `record` decoded.
 
@@ -50,7 +50,8 @@ class MemoryStore:
         self._requests: set[tuple[int, str]] = set()
         self._request_log: dict[int, deque[tuple[int, str, int]]] = {}  # offset, id, log ms
         self._outbox: dict[int, dict[str, OutboxItem]] = {}
-        self._latest: dict[str, str] = {}  # lineage id -> latest round's run id
+        # lineage id -> latest round's run id (None: deleted here, hide the base's)
+        self._latest: dict[str, str | None] = {}
         # (partition, run id, a deadline's) -> the run's wait timer, or its deadline: what
         # the RocksDB timer index holds.
         self._timers: dict[tuple[int, str, bool], DueTimer] = {}
@@ -93,10 +94,9 @@ class MemoryStore:
         return found
 
     def latest_round(self, lineage_id: str) -> str | None:
-        found = self._latest.get(lineage_id)
-        if found is None and self.base is not None:
-            return self.base.latest_round(lineage_id)
-        return found
+        if lineage_id in self._latest:
+            return self._latest[lineage_id]
+        return self.base.latest_round(lineage_id) if self.base is not None else None
 
     def request_seen(self, partition: int, request_id: str) -> bool:
         if (partition, request_id) in self._requests:
@@ -231,6 +231,8 @@ class MemoryStore:
             after = change.after
             if after is not None and settles(change.before, after):
                 self._settled[(number, change.timestamp_ms, after.run_id)] = True
+            elif after is not None and (ms := round_settles(change.before, after)) is not None:
+                self._settled[(number, ms, after.run_id)] = True
             self.runs[change.run_id] = change.after
             self._index_timer(number, change.run_id, change.after)
             if change.after is None:
@@ -267,13 +269,16 @@ class MemoryStore:
                 self.entries.pop(run.run_id, None)
                 self._timers.pop((partition, run.run_id, False), None)
                 self._timers.pop((partition, run.run_id, True), None)
-                self._latest.pop(run.lineage_id, None)
+                if (handed_off := round_settles(None, run)) is not None:
+                    self._settled[(partition, handed_off, run.run_id)] = False
                 self._named.discard(run.run_id)
                 self._last.pop(run.run_id, None)
                 self.tombstones[run.run_id] = stone
             self._settled[(partition, lineage.settled_ms, lineage.rounds[-1].run_id)] = False
         for stone in expiry.dropped:
             self.tombstones[stone.run_id] = None
+            if stone.run_id == stone.lineage_id:
+                self._latest[stone.lineage_id] = None
             self._named.discard(stone.run_id)
             self._last.pop(stone.run_id, None)
         for schedule in expiry.schedules:

@@ -248,6 +248,8 @@ class Projector:
                         and not self.run_existed(envelope.run_id)):
                     return self._dead_letter(partition, offset, raw or b"", no_such_run(record),
                                              when, gate)
+                if tombstone is not None and record.__class__ is ev.RunWakeRequested:
+                    run_id, before, tombstone = self._wake_past(run_id, tombstone)
         cls = record.__class__
         request = cls in REQUEST_CLASSES
         if request and before is not None and before.handed_off_to:
@@ -333,8 +335,11 @@ class Projector:
         final = self.run(run_id)
         if final is None or final.partition != partition:
             return None
-        rounds = [self.run(round_run_id(final.lineage_id, n)) for n in range(final.round)]
-        held = tuple(run for run in (*rounds, final) if run is not None)
+        if final.handed_off_to is not None:  # a round that expires alone (expiry.py)
+            held: tuple[RunState, ...] = (final,)
+        else:
+            rounds = [self.run(round_run_id(final.lineage_id, n)) for n in range(final.round)]
+            held = tuple(run for run in (*rounds, final) if run is not None)
         return LineageFacts(
             rounds=held,
             settle_indexed=self.store.settle_indexed(partition, settled_ms, run_id),
@@ -353,6 +358,19 @@ class Projector:
         latest_id = self.store.latest_round(run.lineage_id)
         latest = self.run(latest_id) if latest_id else None
         return (latest_id, latest) if latest_id and latest else (run.run_id, run)
+
+    def _wake_past(self, run_id: str, tombstone: Tombstone
+                   ) -> tuple[str, RunState | None, Tombstone | None]:
+        """A child's wake naming a round that expired alone (its lineage lives on) reaches
+        the latest round, which holds the child's link now, as it would have through the
+        round itself (_latest_round); naming any other expired run, the tombstone."""
+        if tombstone.round == 0:
+            return run_id, None, tombstone
+        latest_id = self.store.latest_round(tombstone.lineage_id)
+        latest = self.run(latest_id) if latest_id else None
+        if latest_id is None or latest is None:
+            return run_id, None, tombstone
+        return latest_id, latest, None
 
     def run_existed(self, run_id: str) -> bool:
         """Whether any record of the run was applied in this store: a run deleted since (a

@@ -97,6 +97,10 @@ def _round_created_by(view: HistoryView, handoff: HistoryEntry) -> RunState | No
     record = record_of(handoff)
     previous_id = record.envelope.run_id
     before = [item for item in view.history(previous_id) if item.offset < handoff.offset]
+    if not before:  # (a store written before handoffs kept their round's state)
+        raise RunstreamError(f"round {previous_id}, which handed off to this one, has "
+                             f"expired, and this store keeps no state of the round it made: "
+                             f"it cannot be replayed")
     previous, _ = replay_run(before, view=view)
     env = record.envelope
     partition = PartitionState(partition=handoff.partition, epoch=env.epoch or 0,

@@ -22,7 +22,9 @@ Key layout (ASCII prefixes, zero-padded numbers so byte order is numeric order):
   l/<P:05d>/<lineage_id>                     -> the lineage's latest round's run id
   y/<partition:05d>/<cause run id>\0<request_id> -> b""  outbox entries by the run that
                                                 caused them (they hold back its expiry)
-  e/<partition:05d>/<settled_ms:015d>/<run_id> -> b""  settled lineages by log time
+  e/<partition:05d>/<settled_ms:015d>/<run_id> -> b""  settled lineages by log time, and
+                                                     rounds after the first that handed
+                                                     off by their settled_at_ms
   b/<P:05d>/<run_id>                         -> Tombstone    what is left of an expired run
   c/<P:05d>/<schedule_id>                    -> ScheduleState (and a/ n/ u/, its indexes)
   k/<partition:05d>/<expired_ms:015d>/<run_id> -> b""  tombstones by expiry time
@@ -148,8 +150,9 @@ class ProjectionStore(RunKeys, PartitionRestore, IndexReads):
                 Rdict.destroy(str(self.path), options)
                 self.path.mkdir(parents=True, exist_ok=True)
                 self._db = Rdict(str(self.path), options)
-            elif self._db.get(keys.FORMAT_KEY) == keys.PLACED_BY_ROOT_FORMAT:
-                upgrade(self._db, str(self.path))
+            elif (held := self._db.get(keys.FORMAT_KEY)) in _UPGRADED:
+                upgrade(self._db, str(self.path),
+                        placed_by_root=held == keys.PLACED_BY_ROOT_FORMAT)
             self._db[keys.FORMAT_KEY] = keys.STORE_FORMAT
             if keep_records:
                 self._db[keys.QUERY_FORMAT_KEY] = keys.QUERY_FORMAT
@@ -406,10 +409,14 @@ class ProjectionStore(RunKeys, PartitionRestore, IndexReads):
             lambda path: Checkpoint(self._db).create_checkpoint(str(path)))
 
 
+# Older formats brought up to date in place (projections.store_migrate).
+_UPGRADED = (keys.PLACED_BY_ROOT_FORMAT, keys.ROUNDS_UNINDEXED_FORMAT)
+
+
 def _outdated(db: Rdict, keep_records: bool) -> bool:
     """A store holding records, of a format older than this layout's (a read model's: or
     written before its query index, projections.query_index, existed)."""
-    if db.get(keys.FORMAT_KEY) in (keys.STORE_FORMAT, keys.PLACED_BY_ROOT_FORMAT) and (
+    if db.get(keys.FORMAT_KEY) in (keys.STORE_FORMAT, *_UPGRADED) and (
             not keep_records or db.get(keys.QUERY_FORMAT_KEY) == keys.QUERY_FORMAT):
         return False
     read = ReadOptions()

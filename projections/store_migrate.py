@@ -1,4 +1,5 @@
 """Store format 3 -> 4: the keys of runs a later round spawned, moved to their own partition.
+Format 4 -> 5: rounds that handed off, indexed by their handoff (index_rounds, at the end).
 
 Format 3 placed a run-keyed name (r/ j/ h/ l/ b/ c/) in the partition of the text before its
 first `~`. For a round (`L~2`) that is its lineage's partition, as it should be. But a child
@@ -24,6 +25,8 @@ from rocksdict import Rdict, ReadOptions, WriteBatch
 
 from runstream.projections import keys
 from runstream.projections.partitioning import partition_for, run_partition
+from runstream.projections.state import RunState, decode_state
+from runstream.projections.writes import round_index_key
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +80,38 @@ def migrate_placement(db: Rdict) -> int:
     return moved
 
 
-def upgrade(db: Rdict, path: str) -> None:
-    """Bring a format 3 store to format 4 in place (the caller writes the format key)."""
-    moved = migrate_placement(db)
-    if moved:
-        log.warning("%s: moved %d keys of runs spawned by a later round to their own "
-                    "partition (store format 3 -> %s)", path, moved,
-                    keys.STORE_FORMAT.decode())
+def upgrade(db: Rdict, path: str, *, placed_by_root: bool) -> None:
+    """Bring a format 3 or 4 store to format 5 in place (the caller writes the format
+    key)."""
+    if placed_by_root:
+        moved = migrate_placement(db)
+        if moved:
+            log.warning("%s: moved %d keys of runs spawned by a later round to their own "
+                        "partition (store format 3 -> 4)", path, moved)
+    indexed = index_rounds(db)
+    if indexed:
+        log.warning("%s: indexed %d rounds that handed off, so retention expires each "
+                    "alone (store format 4 -> %s)", path, indexed, keys.STORE_FORMAT.decode())
+
+
+def index_rounds(db: Rdict) -> int:
+    """Format 4 -> 5: each held round after the first that handed off gets its settle index
+    entry (projections.writes.round_settles), so retention expires it alone as it does the
+    rounds that hand off from now on; returns how many. Only ids with a `~` are decoded (a
+    round's id is `<lineage>~<n>`); an entry already there is written again, unchanged."""
+    read = ReadOptions()
+    read.set_iterate_upper_bound(keys.upper_bound(b"r/"))
+    batch, indexed = WriteBatch(raw_mode=True), 0
+    for key, value in db.items(from_key=b"r/", read_opt=read):
+        assert isinstance(key, bytes) and isinstance(value, bytes)  # (raw mode)
+        if b"~" not in key:
+            continue
+        settled = round_index_key(decode_state(RunState, value))
+        if settled is not None:
+            batch.put(settled, b"")
+            indexed += 1
+            if indexed % MOVES_PER_BATCH == 0:
+                db.write(batch)
+                batch = WriteBatch(raw_mode=True)
+    db.write(batch)
+    return indexed

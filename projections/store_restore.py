@@ -20,6 +20,7 @@ from runstream.projections import keys
 from runstream.projections.query_index import index_keys
 from runstream.projections.snapshot import is_partition_state, key_partition, partition_ranges
 from runstream.projections.state import PartitionState, RunState, decode_state
+from runstream.projections.writes import round_index_key
 
 RESTORING = b"m/restoring/"
 
@@ -121,6 +122,10 @@ class PartitionRestore:
             if self.keep_records and key[:2] == b"r/":  # (a worker's snapshot has none)
                 for index_key in index_keys(decode_state(RunState, value)):
                     batch.put(index_key, b"")
+            if key[:2] == b"r/" and b"~" in key:  # a round's: an older snapshot lacks
+                settled = round_index_key(decode_state(RunState, value))  # its index entry
+                if settled is not None:
+                    batch.put(settled, b"")
             if count % batch_keys == 0:
                 self._db.write(batch)
                 batch = WriteBatch(raw_mode=True)

@@ -37,6 +37,7 @@ from runstream.projections.state import (
     Signal,
     UpdateOutcome,
     replace,
+    round_run_id,
 )
 
 UPDATE_SIGNAL_PREFIX = "update/"  # a signal name no client can send (a / is not allowed)
@@ -157,15 +158,26 @@ def refusal_text(run: RunState) -> str:
             f"most it keeps ({MAX_SIGNALS})")
 
 
-def lineage_rounds(run_of: Callable[[str], RunState | None], lineage_id: str
-                   ) -> Iterator[RunState]:
+def lineage_rounds(run_of: Callable[[str], RunState | None], lineage_id: str,
+                   latest_id: str | None = None) -> Iterator[RunState]:
     """The rounds of a lineage still held, round 0 first, following its handoffs (an
     update's request id names one update of the whole lineage: a request to a round
-    that ended is carried to the next)."""
-    run = run_of(lineage_id)
+    that ended is carried to the next). Past a gap (rounds that expired alone while the
+    lineage lived on: projections.expiry), the rounds held up to the latest, `latest_id`,
+    found walking back from it: all of them handed off within the retention."""
+    run, last = run_of(lineage_id), None
     while run is not None:
         yield run
+        last = run
         run = run_of(run.handed_off_to) if run.handed_off_to else None
+    if latest_id is None or last is None or last.handed_off_to is None:
+        return
+    after: list[RunState] = []
+    run = run_of(latest_id)
+    while run is not None and run.round > last.round:
+        after.append(run)
+        run = run_of(round_run_id(lineage_id, run.round - 1))
+    yield from reversed(after)
 
 
 def reused_request_text(request_id: str) -> str:

@@ -146,9 +146,11 @@ def put_record(batch: Batch, change: RecordWrite, keep_records: bool, place: Pla
             put_query_index(batch, None, change.next_round)
         lineage = change.next_round.lineage_id
         batch.put(keys.lineage_key(place(lineage), lineage), change.next_round.run_id.encode())
-        seeded = history if not keep_records else encode_history(
-            change.verdict, change.record_type, change.timestamp_ms, change.raw,
-            seed=encoded.next_round)
+        # (seeded in every store: replaying the round, as a fork's answer does, starts from
+        # its state, not from the rounds before it, which may have expired: projections.
+        # expiry)
+        seeded = encode_history(change.verdict, change.record_type, change.timestamp_ms,
+                                change.raw if keep_records else None, seed=encoded.next_round)
         next_id = change.next_round.run_id
         batch.blind(keys.history_key(place(next_id), next_id, number, change.offset), seeded)
     if change.outbox or change.outbox_done:
@@ -188,7 +190,8 @@ def put_expiry(batch: Batch, partition: int, expiry: ExpiryChange, place: Place,
             entries = keys.entries_prefix(placed, run.run_id)
             batch.delete_range(entries, keys.upper_bound(entries))
             _delete_history(batch, placed, run.run_id)
-            batch.delete(keys.lineage_key(place(run.lineage_id), run.lineage_id))
+            if (handed_off := round_settles(None, run)) is not None:
+                batch.delete(keys.settled_key(partition, handed_off, run.run_id))
             value = encode_state(stone)
             batch.put(keys.tombstone_key(placed, run.run_id), value)
             batch.put(keys.tombstone_index_key(partition, stone.expired_ms, run.run_id), b"")
@@ -199,6 +202,10 @@ def put_expiry(batch: Batch, partition: int, expiry: ExpiryChange, place: Place,
         batch.delete(keys.tombstone_key(placed, stone.run_id))
         batch.delete(keys.tombstone_index_key(partition, stone.expired_ms, stone.run_id))
         _delete_history(batch, placed, stone.run_id)
+        if stone.run_id == stone.lineage_id:
+            # (kept from the lineage's expiry until now: where its final round's tombstone
+            # is found, when earlier rounds' tombstones went before it: View.expired)
+            batch.delete(keys.lineage_key(place(stone.lineage_id), stone.lineage_id))
     for schedule in expiry.schedules:
         put_schedule(batch, schedule.schedule_id, schedule, None, place)
     if expiry.trim_before > expiry.trim_from:
@@ -278,6 +285,8 @@ def put_run(batch: Batch, before: RunState | None, after: RunState | None,
         if settles(before, after):  # (only ever at a change of status)
             # Put, not blind: an expiry in the same batch (a rebuild's) must see it.
             batch.put(keys.settled_key(after.partition, timestamp_ms, after.run_id), b"")
+        elif (settled_ms := round_settles(before, after)) is not None:
+            batch.put(keys.settled_key(after.partition, settled_ms, after.run_id), b"")
         put_new(keys.status_key(after.status, after.partition, after.run_id), b"")
     value = encode_state(after)
     batch.put(keys.run_key(placed, after.run_id), value)
@@ -293,6 +302,27 @@ def settles(before: RunState | None, after: RunState) -> bool:
     """Whether `after` settles its lineage (a round that handed off settles nothing)."""
     return (after.status in TERMINAL_STATUSES and after.handed_off_to is None
             and (before is None or before.status not in TERMINAL_STATUSES))
+
+
+def round_settles(before: RunState | None, after: RunState) -> int | None:
+    """When `after`, a round after the first, handed off (its `settled_at_ms`), if it did
+    just now; else None. Such a round is indexed by that time as a lineage's settlement is
+    by its log time, so retention expires it alone while its lineage lives on
+    (projections.expiry); round 0 stays while the lineage does, as requests naming the
+    lineage reach its latest round through it."""
+    if (after.handed_off_to is None or after.round == 0
+            or (before is not None and before.handed_off_to is not None)):
+        return None
+    return after.settled_at_ms
+
+
+def round_index_key(run: RunState) -> bytes | None:
+    """The settle index key of `run` if it is a round after the first that handed off
+    (round_settles): what a store written before rounds expired alone lacks
+    (projections.store_migrate, and a snapshot's load)."""
+    settled_ms = round_settles(None, run)
+    return None if settled_ms is None else keys.settled_key(run.partition, settled_ms,
+                                                             run.run_id)
 
 
 def put_schedule(batch: Batch, schedule_id: str, before: ScheduleState | None,

@@ -20,7 +20,11 @@ from runstream.engine.flow.definition import HandedOff, settled_outcome
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import ROUND_SEPARATOR, is_round
-from runstream.projections.expiry import expired_create, expired_create_detail
+from runstream.projections.expiry import (
+    expired_create,
+    expired_create_detail,
+    round_to_follow,
+)
 from runstream.projections.state import RunState, RunStatus
 
 # How long a create waits for its owner's answer before the read model is asked whether the
@@ -127,8 +131,10 @@ class RunHandle:
                 run, handle.run_id, self.client.flow_named(handle.flow)))
             if not follow or not isinstance(outcome, HandedOff):
                 return outcome
-            handle = RunHandle(self.client, run_id=outcome.run_id, flow=None,
-                               partition=await handle._partition(), request_offset=0,
+            partition = await handle._partition()
+            handle = RunHandle(self.client, run_id=await _round_to_follow(
+                                   self.client, partition, outcome.run_id), flow=None,
+                               partition=partition, request_offset=0,
                                request_id=None, _from_offset=handle._from_offset)
 
     async def _settlement(self) -> tuple[JournalRecord, RunState | None]:
@@ -172,6 +178,12 @@ class RunHandle:
         if self.partition is None:
             self.partition = await self.client.partition_of(self.run_id)
         return self.partition
+
+
+async def _round_to_follow(client: Client, partition: int, named: str) -> str:
+    """The round to follow after a handoff to `named` (projections.expiry.round_to_follow),
+    as the read model holds the lineage now."""
+    return round_to_follow(await (await client.read_model()).catch_up([partition]), named)
 
 
 def _rejection(run_id: str, answer: ev.RunCreateRejected) -> Exception:

@@ -86,7 +86,7 @@ class UpdateRequests:
                            ) -> str | None:
         """The round of the lineage that took update `request_id` (None: no round did)."""
         view = await (await self.read_model()).catch_up([partition])
-        for run in lineage_rounds(view.run, lineage_id):
+        for run in lineage_rounds(view.run, lineage_id, view.latest_round(lineage_id)):
             item = view.request_item(run.run_id, request_id)
             if (item is not None and item.verdict is Verdict.applied
                     and item.type == ev.RunUpdateRequested.TYPE):

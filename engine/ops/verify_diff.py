@@ -100,14 +100,16 @@ def first_differences(live: ProjectionStore, rebuilt: list[ProjectionStore], lim
 def _bytes_as_held(rebuilt: Iterable[tuple[bytes, bytes]], live: ProjectionStore
                    ) -> Iterator[tuple[bytes, bytes]]:
     """The rebuild's items, but a history item whose live twin holds no record bytes: a
-    read model loaded from a worker's snapshot has none below its offset (nor round seeds;
-    engine.readmodel.records fetches them when asked), so there it is compared without
-    them (its verdict, type and time still are)."""
+    read model loaded from a worker's snapshot has none below its offset (nor round seeds,
+    in a snapshot of a worker from before they were kept; engine.readmodel.records fetches
+    them when asked), so there it is compared without them (its verdict, type and time
+    still are)."""
     for key, value in rebuilt:
         if key.startswith((b"h/", b"g/")) and (held := _live_history(live, key)) is not None:
             item = decode_history(0, 0, value)
             if held.raw is None and item.raw is not None:
-                value = encode_history(item.verdict, item.type, item.timestamp_ms, None)
+                value = encode_history(item.verdict, item.type, item.timestamp_ms, None,
+                                       seed=item.seed if held.seed is not None else None)
         yield key, value
 
 

@@ -173,11 +173,14 @@ class View:
         stone = self.tombstone(exact)
         if stone is None or exact != run_id or stone.lineage_id != run_id:
             return stone
-        return self._final_round(stone)
+        latest = self.latest_round(run_id)  # (kept while round 0's tombstone is)
+        final = None if latest is None else self.tombstone(latest)
+        return final if final is not None else self._final_round(stone)
 
     def _final_round(self, first: Tombstone) -> Tombstone:
-        """The last round's tombstone of an expired lineage: every round of it has one, so
-        a doubling probe then a bisection finds it in O(log rounds) lookups."""
+        """The last round's tombstone of an expired lineage whose latest round's key went
+        with it (a store of a runstream before rounds expired alone): every round of it has
+        one, so a doubling probe then a bisection finds it in O(log rounds) lookups."""
         lineage, found = first.lineage_id, first
         high = 1
         while (stone := self.tombstone(round_run_id(lineage, high))) is not None:

@@ -46,6 +46,7 @@ from runstream.engine.testing.upkeep import (
 from runstream.engine.worker.admission import DEFAULT_CONCURRENCY, Admission
 from runstream.projections import schedule_owner
 from runstream.projections.attributes import create_json
+from runstream.projections.expiry import round_to_follow
 from runstream.projections.fork_plan import (
     ForkNeedsForce,
     ForkTargetExists,
@@ -165,7 +166,8 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates):
         run = self.describe(run_id)
         outcome = settled_outcome(run, run_id, self.flows.get(run.flow))
         if follow and isinstance(outcome, HandedOff):
-            return await self.result(outcome.run_id, follow=True)
+            return await self.result(round_to_follow(self.projection.store, outcome.run_id),
+                                     follow=True)
         return outcome
 
     async def signal(self, run_id: str, name: str, payload: Any = None, *,

@@ -70,7 +70,8 @@ class EnvUpdates:
         return any(item.verdict is Verdict.applied
                    and isinstance(item.record, ev.RunUpdateRequested)
                    and item.record.envelope.request_id == request_id
-                   for run in lineage_rounds(self.projection.runs.get, lineage_id)
+                   for run in lineage_rounds(self.projection.runs.get, lineage_id,
+                                              self.projection.store.latest_round(lineage_id))
                    for item in self.projection.history.get(run.run_id, []))
 
     def _answered(self, holder: list[str], request_id: str) -> bool:

@@ -474,6 +474,26 @@ def test_retention_fixture_expires_every_lineage_into_tombstones_and_rocksdb_agr
     assert all(v is Verdict.applied for v in verdicts[ev.PartitionRunsExpired.TYPE])
 
 
+def test_round_expiry_fixture_expires_rounds_alone_then_the_lineage(tmp_path: Path) -> None:
+    """round-expiry (recorded from a real worker with a 3 s retention by tests/fixtures/
+    record_round_expiry_fixture.py): rounds 1 and 2 of `loop` expired alone while it waited,
+    the kid's wake naming round 1 reached round 3, round 1's tombstone went, and the lineage
+    expired whole; its latest round's key is kept while round 0's tombstone is."""
+    records = load(JOURNALS / "round-expiry.jsonl")
+    with folded_twice(tmp_path, "round-expiry") as (memory, each, verdicts):
+        assert each.tombstone("loop~1") is None and each.tombstone("loop~2") is None
+        final = each.tombstone("loop~3")
+        assert final is not None and final == memory.store.tombstone("loop~3")
+        assert each.tombstone("loop") is not None
+        assert each.latest_round("loop") == memory.store.latest_round("loop") == "loop~3"
+        assert each.count_settled(0) + each.count_settled(1) == len(memory.runs)
+    alone = [r for _, _, r, _ in records if isinstance(r, ev.PartitionRunsExpired)
+             and {"loop~1", "loop~2"} & set(r.expired)]
+    assert alone and all("loop~3" not in r.expired for r in alone)
+    assert verdicts[ev.RunWakeRequested.TYPE] == [Verdict.applied]
+    assert all(v is Verdict.applied for v in verdicts[ev.PartitionRunsExpired.TYPE])
+
+
 def test_retries_fixture_waits_out_durable_backoffs_and_times_out(tmp_path: Path) -> None:
     """retries-timeouts (recorded from a real worker by tests/fixtures/
     record_retries_fixture.py): a backoff on a durable timer (step.failed with retry_at_ms,

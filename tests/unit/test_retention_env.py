@@ -87,3 +87,31 @@ async def test_retention_zero_keeps_everything() -> None:
         await env.run(one, None, run_id="kept")
         await env.sleep(10 * 86400)
         assert env.status("kept") is RunStatus.completed
+
+
+looper: Flow[Any, Any] = Flow("looper")
+
+
+@looper.handler
+async def _looper(ctx: FlowContext, payload: Any) -> Any:
+    if payload < 3:
+        return Handoff(payload=payload + 1)
+    await ctx.sleep(60)
+    return "looped"
+
+
+async def test_rounds_after_the_first_expire_alone_on_the_virtual_clock() -> None:
+    async with TestEnvironment([looper], retention=5, tombstone_retention=10) as env:
+        await env.start(looper, 0, run_id="l")
+        await env.sleep(20)
+        for run_id in ("l~1", "l~2"):
+            with pytest.raises(RunExpired, match="settled completed"):
+                env.describe(run_id)
+        assert env.describe("l").handed_off_to == "l~1"  # round 0 stays
+        assert env.status("l~3") is RunStatus.suspended
+        await env.sleep(20)  # the early rounds' tombstones go
+        assert env.projection.store.tombstone("l~1") is None
+        assert await env.result("l", follow=True) == "looped"
+        await env.sleep(6)
+        with pytest.raises(RunExpired, match="settled completed"):
+            env.describe("l")
