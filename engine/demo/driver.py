@@ -205,6 +205,10 @@ async def _show_rounds_and_quarantine(client: Client, echo: Echo) -> None:
     latest = await client.describe("sub-ada")
     echo(f"  the lineage id names its latest round: {latest.run_id} (round {latest.round} "
          f"of at most {latest.max_rounds}), {latest.status.value}")
+    view = await (await client.read_model()).catch_up([latest.partition])
+    kept = view.partition(latest.partition).retention_ms / 86_400_000
+    echo(f"  a lineage that hands off for ever does not grow: each round after the first "
+         f"leaves the projections {kept:g} days after its handoff, while the lineage lives on")
     echo("\nquarantine: a `refund` whose irreversible step timed out at the bank")
     await client.create_run(refund, {"amount": 30}, run_id="refund-1")
     run = await _until_quarantined(client, "refund-1")
