@@ -335,11 +335,7 @@ class Projector:
         final = self.run(run_id)
         if final is None or final.partition != partition:
             return None
-        if final.handed_off_to is not None:  # a round that expires alone (expiry.py)
-            held: tuple[RunState, ...] = (final,)
-        else:
-            rounds = [self.run(round_run_id(final.lineage_id, n)) for n in range(final.round)]
-            held = tuple(run for run in (*rounds, final) if run is not None)
+        held = (final,) if final.handed_off_to is not None else self._held_rounds(final)
         return LineageFacts(
             rounds=held,
             settle_indexed=self.store.settle_indexed(partition, settled_ms, run_id),
@@ -347,6 +343,21 @@ class Projector:
                               for run in held),
             last_offsets=tuple(self.store.last_offset(run.run_id) or run.request_offset
                                for run in held))
+
+    def _held_rounds(self, final: RunState) -> tuple[RunState, ...]:
+        """The rounds of `final`'s lineage an expiry of it takes: round 0 and the rounds
+        held before `final` back to the first gap (rounds that expired alone). A round held
+        before the gap (an unanswered request kept it) is in the settle index by its
+        handoff and expires alone later: the record's cost is the recent rounds', not the
+        lineage's length."""
+        later: list[RunState] = []
+        for number in range(final.round - 1, 0, -1):
+            run = self.run(round_run_id(final.lineage_id, number))
+            if run is None:
+                break
+            later.append(run)
+        first = self.run(final.lineage_id) if final.round > 0 else None
+        return (*([first] if first is not None else []), *reversed(later), final)
 
     def _latest_round(self, run: RunState, record: JournalRecord) -> tuple[str, RunState]:
         names_lineage = record.envelope.run_id == run.lineage_id

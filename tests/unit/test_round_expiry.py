@@ -220,3 +220,25 @@ def test_a_round_replays_from_the_state_its_handoff_made(journal: Journal) -> No
     with pytest.raises(RunstreamError, match="round loop~2, which handed off to this one, "
                                              "has expired"):
         replay_run(unseeded.history("loop~3"), view=unseeded)
+
+
+def test_a_lineage_expiry_looks_back_to_the_first_gap_alone(journal: Journal) -> None:
+    """Its cost is its recent rounds'; a round held before the gap (an unanswered create
+    kept it) stays and expires alone once answered."""
+    a_lineage_with_a_child(journal)
+    offset = len(journal.records)
+    journal.add(request(ev.RunCreateRequested, run_id="loop~1", request_id="req-again",
+                        flow="checkout", payload_json="{}"))
+    journal.expire("loop~1", "loop~2", after_ms=RETENTION_MS + 1)
+    assert journal.store.run("loop~1") is not None and journal.store.run("loop~2") is None
+    journal.decide(ev.RunCompleted, "loop~3", result_json='"done"')
+    journal.expire("loop~3", after_ms=RETENTION_MS + 1)
+    assert journal.store.tombstone("loop") is not None
+    assert journal.store.tombstone("loop~3") is not None
+    assert journal.store.run("loop~1") is not None  # held, in the settle index
+    journal.decide(ev.RunCreated, "loop~1", request_id="req-again", flow="checkout",
+                   payload_json="{}", request_offset=offset, duplicate=True)
+    journal.expire("loop~1", after_ms=RETENTION_MS + 1)
+    assert journal.store.run("loop~1") is None and journal.store.tombstone("loop~1") is not None
+    assert journal.store.count_settled(0) == 0
+    journal.agree()
