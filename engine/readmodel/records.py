@@ -60,15 +60,24 @@ class RecordCache:
 
 
 def lineage_runs(view: View, run_ids: Iterable[str]) -> list[str]:
-    """The runs whose bytes replaying `run_ids` needs: each, and every round before it."""
+    """The runs whose bytes replaying `run_ids` needs: each, and every round before a round
+    whose handoff's item holds no state (a store written before it did)."""
     wanted: dict[str, None] = {}
     for run_id in run_ids:
         run = view.run(run_id)
-        if run is not None and run.round > 0 and run.lineage_id is not None:
+        if run is not None and run.round > 0 and run.lineage_id is not None and not (
+                _seeded(view, run_id)):
             for number in range(run.round):
                 wanted[round_run_id(run.lineage_id, number)] = None
         wanted[run_id] = None
     return list(wanted)
+
+
+def _seeded(view: View, run_id: str) -> bool:
+    """Whether the round's history begins with its handoff holding the state it made (no
+    earlier round is replayed for it: projections.replay)."""
+    items = view.history(run_id)
+    return bool(items) and items[0].seed is not None
 
 
 def missing(view: View, run_ids: Iterable[str], partitions: Iterable[int],

@@ -117,8 +117,11 @@ class ForkAnswers:
 def _with_earlier_rounds(store: ProjectionStore, run: RunState,
                          items: list[HistoryEntry]) -> list[HistoryEntry]:
     """`items` and, for a later round (its history starts at the handoff that made it), the
-    earlier rounds' items before it: what replaying the round needs. Bound: the lineage's
+    earlier rounds' items before it: what replaying the round needs when its handoff's item
+    does not hold the state it made (a store written before it did). Bound: the lineage's
     records up to the point."""
+    if items and items[0].seed is not None:  # its handoff kept the state it made
+        return items
     first = items[0].offset if items else 0
     earlier = [item for number in range(run.round)
                for item in store.history(round_run_id(run.lineage_id, number))
