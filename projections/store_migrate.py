@@ -19,7 +19,7 @@ migration cut short runs again at the next open; the format key is written last.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from rocksdict import Rdict, ReadOptions, WriteBatch
 
@@ -62,22 +62,27 @@ def migrate_placement(db: Rdict) -> int:
     if raw is None:  # no partition count: nothing was ever placed
         return 0
     partitions = int(raw)
-    moved = 0
-    batch = WriteBatch(raw_mode=True)
     # (rocksdict's iteration may see moves already written: a moved key is in its new
     # partition, which moved_key leaves alone)
-    for key, target in _moves(db, partitions):
-        value = db.get(key)
-        if value is None:
-            continue
-        batch.put(target, value)
-        batch.delete(key)
-        moved += 1
-        if moved % MOVES_PER_BATCH == 0:
+    return _in_batches(db, (((target, value), key) for key, target in _moves(db, partitions)
+                            if (value := db.get(key)) is not None))
+
+
+def _in_batches(db: Rdict, writes: Iterable[tuple[tuple[bytes, bytes], bytes | None]]
+                ) -> int:
+    """Each (key and value put, key deleted or None) written, MOVES_PER_BATCH to a
+    WriteBatch; how many."""
+    batch, count = WriteBatch(raw_mode=True), 0
+    for (key, value), gone in writes:
+        batch.put(key, value)
+        if gone is not None:
+            batch.delete(gone)
+        count += 1
+        if count % MOVES_PER_BATCH == 0:
             db.write(batch)
             batch = WriteBatch(raw_mode=True)
     db.write(batch)
-    return moved
+    return count
 
 
 def upgrade(db: Rdict, path: str, *, placed_by_root: bool) -> None:
@@ -99,19 +104,13 @@ def index_rounds(db: Rdict) -> int:
     entry (projections.writes.round_settles), so retention expires it alone as it does the
     rounds that hand off from now on; returns how many. Only ids with a `~` are decoded (a
     round's id is `<lineage>~<n>`); an entry already there is written again, unchanged."""
+    return _in_batches(db, (((settled, b""), None) for settled in _round_index_keys(db)))
+
+
+def _round_index_keys(db: Rdict) -> Iterator[bytes]:
     read = ReadOptions()
     read.set_iterate_upper_bound(keys.upper_bound(b"r/"))
-    batch, indexed = WriteBatch(raw_mode=True), 0
     for key, value in db.items(from_key=b"r/", read_opt=read):
         assert isinstance(key, bytes) and isinstance(value, bytes)  # (raw mode)
-        if b"~" not in key:
-            continue
-        settled = round_index_key(decode_state(RunState, value))
-        if settled is not None:
-            batch.put(settled, b"")
-            indexed += 1
-            if indexed % MOVES_PER_BATCH == 0:
-                db.write(batch)
-                batch = WriteBatch(raw_mode=True)
-    db.write(batch)
-    return indexed
+        if b"~" in key and (settled := round_index_key(decode_state(RunState, value))):
+            yield settled
