@@ -207,8 +207,10 @@ def run_detail(view: View, run_id: str) -> RunDetail:
 def _related(view: View, run_id: str, round_number: int, position: int | None = None
              ) -> Related:
     run = view.run(run_id)
-    if run is None:
-        return Related(run_id, None, None, round_number, position)
+    if run is None:  # (a round that expired alone while its lineage lives on, or none)
+        stone = view.tombstone(run_id)
+        return (Related(run_id, None, None, round_number, position) if stone is None
+                else Related(run_id, stone.flow, "expired", stone.round, position))
     return Related(run_id, run.flow, run.status.value, run.round, position)
 
 

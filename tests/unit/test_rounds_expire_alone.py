@@ -14,15 +14,17 @@ from rocksdict import Options, Rdict
 
 from runstream.engine.errors import RunstreamError
 from runstream.engine.journal import events as ev
+from runstream.engine.ui.queries import run_detail
 from runstream.projections import keys
 from runstream.projections.expiry import round_to_follow
 from runstream.projections.replay import replay_run
 from runstream.projections.snapshot import key_partition
-from runstream.projections.state import RunStatus, Verdict
+from runstream.projections.state import RunStatus, Verdict, round_run_id
 from runstream.projections.store import ProjectionStore
 from runstream.projections.updates import lineage_rounds
 from runstream.projections.values import HistoryEntry
 from tests.builders import request
+from tests.unit.test_expired_answers import Folded
 from tests.unit.test_retention_core import RETENTION_MS, Journal, at, journal
 
 __all__ = ["journal"]  # (the fixture, used by name)
@@ -242,3 +244,20 @@ def test_a_lineage_expiry_looks_back_to_the_first_gap_alone(journal: Journal) ->
     assert journal.store.run("loop~1") is None and journal.store.tombstone("loop~1") is not None
     assert journal.store.count_settled(0) == 0
     journal.agree()
+
+
+def test_the_run_page_lists_a_round_that_expired_alone_as_expired(tmp_path: Path) -> None:
+    folded = Folded(tmp_path / "read-model")
+    try:
+        folded.create("loop", "req-l")
+        for number in (1, 2):
+            folded.decide(ev.RunHandedOff, round_run_id("loop", number - 1),
+                          next_run_id=f"loop~{number}", round=number, payload_json="{}",
+                          flow="checkout")
+            folded.decide(ev.RunActivated, f"loop~{number}", mode="fresh", activation=1)
+        assert folded.expire("loop~1") is Verdict.applied
+        detail = run_detail(folded.view(), "loop~2")
+        assert [(r.run_id, r.status) for r in detail.rounds] == [
+            ("loop", "completed"), ("loop~1", "expired"), ("loop~2", "running")]
+    finally:
+        folded.store.close()
