@@ -38,6 +38,7 @@ from runstream.projections.values import (
     ExpiryChange,
     ExpiryFacts,
     LineageFacts,
+    RejectedRun,
     tombstone_retention_ms,
 )
 
@@ -103,10 +104,22 @@ def expire(partition: PartitionState, record: ev.PartitionRunsExpired, offset: i
     trim_before = trim_from
     if record.trim_before is not None and trim_from < record.trim_before <= offset:
         trim_before = record.trim_before
-    change = ExpiryChange(tuple(expired), dropped, schedules, trim_from, trim_before)
+    change = ExpiryChange(tuple(expired), dropped, schedules, trim_from, trim_before,
+                          _rejected(partition, facts, timestamp_ms))
     if trim_before != trim_from:
         partition = replace(partition, trimmed_before=trim_before)
     return partition, change
+
+
+def _rejected(partition: PartitionState, facts: ExpiryFacts, now_ms: int
+              ) -> tuple[RejectedRun, ...]:
+    """The runs never admitted whose rejection is older than the tombstone retention (the
+    request-dedupe window: their create's request id is forgotten by then too), each with
+    its history when no record named the run since (its last item is the rejection's)."""
+    return tuple(RejectedRun(run_id, rejected_ms, whole=last == held)
+                 for (run_id, rejected_ms), (held, last) in facts.rejected.items()
+                 if held is not None and partition.retention_ms > 0
+                 and rejected_ms + tombstone_retention_ms(partition) <= now_ms)
 
 
 def _tombstone(run: RunState, facts: LineageFacts, index: int, settled_ms: int, offset: int,
@@ -194,6 +207,9 @@ class RetentionReads(Protocol):
 
     def schedule(self, schedule_id: str) -> ScheduleState | None: ...
 
+    def rejected_due(self, partition: int, until_ms: int, limit: int
+                     ) -> list[tuple[int, str]]: ...
+
 
 LineageLookup = Callable[[int, str, int], "LineageFacts | None"]
 
@@ -239,7 +255,9 @@ def sweep_body(store: RetentionReads, partition: PartitionState, now_ms: int,
     schedules = [schedule_id for _, schedule_id in store.idle_schedules(
         number, now_ms - partition.retention_ms, batch)
         if schedule_may_go(partition, store.schedule(schedule_id), now_ms)]
-    if not expired and not dropped and not schedules:
+    rejected = store.rejected_due(number, now_ms - tombstone_retention_ms(partition), batch)
+    if not expired and not dropped and not schedules and not rejected:
         return None
     return {"partition": number, "expired": expired, "settled_ms": settled, "dropped": dropped,
-            "schedules": schedules}
+            "schedules": schedules, "rejected": [run_id for _, run_id in rejected],
+            "rejected_ms": [ms for ms, _ in rejected]}

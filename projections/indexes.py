@@ -80,6 +80,21 @@ class IndexReads:
         before `until_ms`, oldest first."""
         return _timed(self._scan(keys.tombstone_prefix(partition)), until_ms, limit)
 
+    def rejected_due(self, partition: int, until_ms: int, limit: int
+                     ) -> list[tuple[int, str]]:
+        """Up to `limit` (rejection time, run id) of `partition`'s runs never admitted,
+        rejected at or before `until_ms`, oldest first."""
+        return _timed(self._scan(keys.rejected_prefix(partition)), until_ms, limit)
+
+    def rejected_offset(self, partition: int, rejected_ms: int, run_id: str) -> int | None:
+        """The offset of the rejection the rejected index holds for the run at that time."""
+        raw = self._get(keys.rejected_key(partition, rejected_ms, run_id))
+        return None if raw is None else int(raw)
+
+    def count_rejected(self, partition: int) -> int:
+        """Runs never admitted whose history `partition` holds (written ones, any thread)."""
+        return sum(1 for _ in self._scan_committed(keys.rejected_prefix(partition)))
+
     def count_tombstones(self, partition: int) -> int:
         """Tombstones of `partition` (written ones: no flush, so any thread)."""
         return sum(1 for _ in self._scan_committed(keys.tombstone_prefix(partition)))

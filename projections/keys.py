@@ -191,6 +191,17 @@ def tombstone_index_key(partition: int, expired_ms: int, run_id: str) -> bytes:
     return tombstone_prefix(partition) + b"%015d/%s" % (expired_ms, run_id.encode())
 
 
+def rejected_prefix(partition: int) -> bytes:
+    return b"R/%05d/" % partition
+
+
+def rejected_key(partition: int, rejected_ms: int, run_id: str) -> bytes:
+    """A run its create's rejection deleted before it was admitted, by the rejection's log
+    time -> the rejection's offset: what drops its history once the tombstone retention
+    has passed (the rest of it went with the run)."""
+    return rejected_prefix(partition) + b"%015d/%s" % (rejected_ms, run_id.encode())
+
+
 def caused_prefix(partition: int, run_id: str) -> bytes:
     return b"y/%05d/%s\x00" % (partition, run_id.encode())
 

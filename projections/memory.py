@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from runstream.engine.journal import JournalRecord
+from runstream.engine.journal import events as ev
 from runstream.projections import values
 from runstream.projections.deadlines import DEADLINE_POSITION, deadline_due
 from runstream.projections.partitioning import Placement
@@ -65,6 +66,9 @@ class MemoryStore:
         # lineages by (partition, settle time, run id) (False: deleted here), tombstones
         # (None: dropped here), each named run's last record: bounded like `runs`.
         self._settled: dict[tuple[int, int, str], bool] = {}
+        # Runs never admitted by (partition, rejection time, run id) -> the rejection's
+        # offset (None: deleted here): what keys.rejected_key holds, bounded like `runs`.
+        self._rejected: dict[tuple[int, int, str], int | None] = {}
         self.tombstones: dict[str, Tombstone | None] = {}
         self._last: dict[str, int] = {}
         # Outbox entries of the base's acknowledged here (hidden): bounded by the overlay.
@@ -144,6 +148,18 @@ class MemoryStore:
                      if stone is not None and stone.partition == partition
                      and stone.expired_ms <= until_ms)
         return due[:limit]
+
+    def rejected_due(self, partition: int, until_ms: int, limit: int
+                     ) -> list[tuple[int, str]]:
+        due = sorted((ms, run_id) for (p, ms, run_id), held in self._rejected.items()
+                     if held is not None and p == partition and ms <= until_ms)
+        return due[:limit]
+
+    def rejected_offset(self, partition: int, rejected_ms: int, run_id: str) -> int | None:
+        key = (partition, rejected_ms, run_id)
+        if key in self._rejected:
+            return self._rejected[key]
+        return self.base.rejected_offset(partition, rejected_ms, run_id) if self.base else None
 
     def run_existed(self, run_id: str) -> bool:
         """Whether any record of the run was applied here or in `base`, even if the run is
@@ -237,6 +253,9 @@ class MemoryStore:
             self._index_timer(number, change.run_id, change.after)
             if change.after is None:
                 self.entries.pop(change.run_id, None)
+                if change.expiry is None and change.record_type == ev.RunCreateRejected.TYPE:
+                    key = (number, change.timestamp_ms, change.run_id)
+                    self._rejected[key] = change.offset
         if change.next_round is not None:
             self.runs[change.next_round.run_id] = change.next_round
             self._index_timer(number, change.next_round.run_id, change.next_round)
@@ -283,6 +302,11 @@ class MemoryStore:
             self._last.pop(stone.run_id, None)
         for schedule in expiry.schedules:
             self.schedules[schedule.schedule_id] = None
+        for rejected in expiry.rejected:
+            self._rejected[(partition, rejected.rejected_ms, rejected.run_id)] = None
+            if rejected.whole:
+                self._named.discard(rejected.run_id)
+                self._last.pop(rejected.run_id, None)
 
     def _index_timer(self, partition: int, run_id: str, run: RunState | None) -> None:
         wait = run.wait if run is not None else None
@@ -399,6 +423,9 @@ class MemoryProjection:
                 self.history.pop(gone.run_id, None)
         for stone in expiry.dropped:
             self.history.pop(stone.run_id, None)
+        for rejected in expiry.rejected:
+            if rejected.whole:
+                self.history.pop(rejected.run_id, None)
         if expiry.trim_before > expiry.trim_from:
             self.partition_history[partition] = [
                 item for item in self.partition_history.get(partition, [])

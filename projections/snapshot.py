@@ -42,11 +42,11 @@ CHUNK_BYTES = 900 * 1024
 MANIFEST = "manifest"
 
 # Keys whose partition follows their prefix as %05d: all but the status and query indexes.
-_PARTITIONED = frozenset(b"abcdefghijklnopqrtuvwxy")
+_PARTITIONED = frozenset(b"Rabcdefghijklnopqrtuvwxy")
 # Keys a format 1 snapshot named by a run, lineage or schedule id alone.
 _RUN_KEYED = frozenset(prefix[0] for prefix in keys.RUN_KEYED_PREFIXES)
 # Every prefix of the layout (projections.keys) but m/ (the store's own), in byte order.
-_LETTERS = "abcdefghijklnopqrstuvwxyz"
+_LETTERS = "Rabcdefghijklnopqrstuvwxyz"  # (byte order: R/, runs never admitted, first)
 _STATUSES = sorted(status.value.encode() for status in RunStatus)
 
 

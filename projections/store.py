@@ -28,6 +28,8 @@ Key layout (ASCII prefixes, zero-padded numbers so byte order is numeric order):
   b/<P:05d>/<run_id>                         -> Tombstone    what is left of an expired run
   c/<P:05d>/<schedule_id>                    -> ScheduleState (and a/ n/ u/, its indexes)
   k/<partition:05d>/<expired_ms:015d>/<run_id> -> b""  tombstones by expiry time
+  R/<partition:05d>/<rejected_ms:015d>/<run_id> -> offset  runs never admitted (a rejected
+                                                create) whose history is still held
   m/format                                   -> the layout's version (an older one is rebuilt)
   m/query-format                             -> a read model's query index version (likewise)
   m/partitions                               -> the journal's partition count
@@ -349,6 +351,7 @@ class ProjectionStore(RunKeys, PartitionRestore, IndexReads):
             gone = {stone.run_id for stone in change.expiry.dropped}
             gone.update(run.run_id for lineage in change.expiry.expired
                         for run in lineage.rounds)
+            gone.update(left.run_id for left in change.expiry.rejected if left.whole)
             self._pending_runs -= gone
             self._pending_gone |= gone
         if previous is not None:

@@ -105,6 +105,10 @@ class ExpiryFacts:
     lineages: dict[str, LineageFacts | None]  # by the final round's id; None: not held
     tombstones: dict[str, Tombstone | None]  # the tombstones asked to go
     schedules: dict[str, ScheduleState | None] = field(default_factory=dict)  # asked to go
+    # (run id, rejection time) asked to go -> (the rejection's offset as the rejected index
+    # holds it, None: no such entry; the offset of the run's last history item)
+    rejected: dict[tuple[str, int], tuple[int | None, int | None]] = field(
+        default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +116,16 @@ class ExpiredLineage:
     rounds: tuple[RunState, ...]
     tombstones: tuple[Tombstone, ...]
     settled_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class RejectedRun:
+    """A run never admitted whose rejection's index entry goes, and with it its history
+    when nothing named the run since (`whole`)."""
+
+    run_id: str
+    rejected_ms: int
+    whole: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +137,7 @@ class ExpiryChange:
     schedules: tuple[ScheduleState, ...] = ()  # leftover schedules whose state goes
     trim_from: int = 0  # partition bookkeeping in [trim_from, trim_before) goes
     trim_before: int = 0
+    rejected: tuple[RejectedRun, ...] = ()
 
 
 def tombstone_retention_ms(partition: PartitionState) -> int:

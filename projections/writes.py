@@ -21,6 +21,7 @@ from typing import Protocol
 
 import msgspec
 
+from runstream.engine.journal import events as ev
 from runstream.projections import keys, values
 from runstream.projections.deadlines import deadline_due
 from runstream.projections.query_index import put_query_index
@@ -35,6 +36,7 @@ from runstream.projections.state import (
 )
 from runstream.projections.values import ExpiryChange, HistoryEntry, RecordWrite
 
+_REJECTED = ev.RunCreateRejected.TYPE
 HASH_BYTES = 16
 EMPTY_HASH = bytes(HASH_BYTES)  # a partition before its first record
 UNCHANGED = b"="  # the record left its run as it was
@@ -157,6 +159,11 @@ def put_record(batch: Batch, change: RecordWrite, keep_records: bool, place: Pla
         put_outbox(batch, change, acknowledged)
     if change.expiry is not None:
         put_expiry(batch, number, change.expiry, place, indexed=keep_records)
+    elif after is None and change.before is not None and run_id is not None and (
+            change.record_type == _REJECTED):
+        # A run its rejection deleted before it was admitted: its history goes later
+        # (projections.expiry), as an expired run's tombstone does.
+        batch.put(keys.rejected_key(number, change.timestamp_ms, run_id), b"%d" % offset)
     return encoded
 
 
@@ -208,6 +215,10 @@ def put_expiry(batch: Batch, partition: int, expiry: ExpiryChange, place: Place,
             batch.delete(keys.lineage_key(place(stone.lineage_id), stone.lineage_id))
     for schedule in expiry.schedules:
         put_schedule(batch, schedule.schedule_id, schedule, None, place)
+    for rejected in expiry.rejected:
+        batch.delete(keys.rejected_key(partition, rejected.rejected_ms, rejected.run_id))
+        if rejected.whole:
+            _delete_history(batch, place(rejected.run_id), rejected.run_id)
     if expiry.trim_before > expiry.trim_from:
         for key in (keys.partition_history_key, keys.fenced_key, keys.dead_letter_key):
             batch.delete_range(key(partition, expiry.trim_from), key(partition, expiry.trim_before))
@@ -244,6 +255,7 @@ def chain(previous: bytes, change: RecordWrite, encoded: Encoded) -> bytes:
                      for stone in lineage.tombstones)
         parts.extend(b"-" + stone.run_id.encode() for stone in change.expiry.dropped)
         parts.extend(b"~" + gone.schedule_id.encode() for gone in change.expiry.schedules)
+        parts.extend(b"!" + gone.run_id.encode() for gone in change.expiry.rejected)
     return _blake2b(b"\x1f".join(parts), digest_size=HASH_BYTES).digest()
 
 

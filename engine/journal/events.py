@@ -912,36 +912,6 @@ class ScheduleChangeRejected:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PartitionRunsExpired:
-    """The owner's retention sweep: settled lineages that leave the projection (each round replaced
-    by a tombstone), tombstones that go, deleted schedules whose state goes, and partition
-    bookkeeping before an offset that goes. The reducer re-checks every id and skips those not
-    eligible; the records themselves stay on the journal.
-    """
-
-    TYPE: ClassVar[str] = "partition.runs-expired"
-    KIND: ClassVar[str] = "decision"
-    SCHEMA_ID: ClassVar[int] = 180
-
-    envelope: Envelope
-    partition: int
-    # Lineages to expire, each named by its final round (settled, not handed off); its earlier
-    # rounds expire with it.
-    expired: list[str] = _field(default_factory=list)
-    # The log time each expired lineage settled at, as the settle index holds it (same order as
-    # expired).
-    settled_ms: list[int] = _field(default_factory=list)
-    # Schedules whose state goes: deleted (or never created) longer than the retention ago, with no
-    # change request waiting for an answer. Their records stay on the journal.
-    schedules: list[str] = _field(default_factory=list)
-    # Run ids whose tombstones go: the id is free again.
-    dropped: list[str] = _field(default_factory=list)
-    # Partition bookkeeping (claims and heartbeats, the fencing ledger, dead letters) at offsets
-    # below this goes.
-    trim_before: int | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class RunCreateRequested:
     """Someone asked for a run to exist."""
 
@@ -1269,6 +1239,43 @@ class RunForkAnswered:
     attributes_json: str = ""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionRunsExpired:
+    """The owner's retention sweep: settled lineages that leave the projection (each round replaced
+    by a tombstone), tombstones that go, deleted schedules whose state goes, and partition
+    bookkeeping before an offset that goes. The reducer re-checks every id and skips those not
+    eligible; the records themselves stay on the journal.
+    """
+
+    TYPE: ClassVar[str] = "partition.runs-expired"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 193
+
+    envelope: Envelope
+    partition: int
+    # Lineages to expire, each named by its final round (settled, not handed off); its earlier
+    # rounds still held expire with it. A round after the first that handed off, named here, expires
+    # alone while its lineage lives on.
+    expired: list[str] = _field(default_factory=list)
+    # The time each named run settled at, as the settle index holds it (same order as expired): a
+    # lineage's final round by log time, a round that handed off by its settled_at_ms.
+    settled_ms: list[int] = _field(default_factory=list)
+    # Schedules whose state goes: deleted (or never created) longer than the retention ago, with no
+    # change request waiting for an answer. Their records stay on the journal.
+    schedules: list[str] = _field(default_factory=list)
+    # Run ids whose tombstones go: the id is free again.
+    dropped: list[str] = _field(default_factory=list)
+    # Partition bookkeeping (claims and heartbeats, the fencing ledger, dead letters) at offsets
+    # below this goes.
+    trim_before: int | None = None
+    # Runs never admitted (their create was rejected) whose history goes, rejected longer than the
+    # tombstone retention ago; the history stays when the id was used again since.
+    rejected: list[str] = _field(default_factory=list)
+    # The log time each named run was rejected at, as the rejected index holds it (same order as
+    # rejected).
+    rejected_ms: list[int] = _field(default_factory=list)
+
+
 # Any journal record; narrow with isinstance() or match on the class.
 JournalRecord: TypeAlias = (
     RunCreateRejected
@@ -1308,7 +1315,6 @@ JournalRecord: TypeAlias = (
     | ScheduleFired
     | ScheduleSkipped
     | ScheduleChangeRejected
-    | PartitionRunsExpired
     | RunCreateRequested
     | RunSignalWithStartRequested
     | RunUpdateRequested
@@ -1320,6 +1326,7 @@ JournalRecord: TypeAlias = (
     | RunHandedOff
     | RunForkPart
     | RunForkAnswered
+    | PartitionRunsExpired
 )
 
 # Record type string (the rs-type header and envelope.type) → class.
@@ -1361,7 +1368,6 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "schedule.fired": ScheduleFired,
     "schedule.skipped": ScheduleSkipped,
     "schedule.change-rejected": ScheduleChangeRejected,
-    "partition.runs-expired": PartitionRunsExpired,
     "run.create-requested": RunCreateRequested,
     "run.signal-with-start-requested": RunSignalWithStartRequested,
     "run.update-requested": RunUpdateRequested,
@@ -1373,6 +1379,7 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "run.handed-off": RunHandedOff,
     "run.fork-part": RunForkPart,
     "run.fork-answered": RunForkAnswered,
+    "partition.runs-expired": PartitionRunsExpired,
 }
 
 REQUEST_TYPES: frozenset[str] = frozenset(
@@ -1422,7 +1429,6 @@ DECISION_TYPES: frozenset[str] = frozenset(
         "schedule.fired",
         "schedule.skipped",
         "schedule.change-rejected",
-        "partition.runs-expired",
         "update.accepted",
         "update.rejected",
         "update.completed",
@@ -1430,5 +1436,6 @@ DECISION_TYPES: frozenset[str] = frozenset(
         "run.created",
         "run.handed-off",
         "run.fork-answered",
+        "partition.runs-expired",
     }
 )

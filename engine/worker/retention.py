@@ -106,7 +106,7 @@ class RetentionSweeper:
             self._in_flight[own.partition] = now
             self.swept += 1
             more = more or len(body["expired"]) + len(body["dropped"]) + len(
-                body.get("schedules", ())) > 0
+                body.get("schedules", ())) + len(body.get("rejected", ())) > 0
         return more
 
 

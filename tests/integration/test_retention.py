@@ -247,3 +247,45 @@ async def test_a_create_naming_an_expired_run_while_no_owner_runs_is_answered_ex
     view = await fold(bootstrap, namespace)
     assert not [i for i in view.history.get("gone", [])
                 if isinstance(i.record, ev.RunCreateRejected)]  # no owner answered them
+
+
+async def test_a_create_rejected_before_admission_leaves_its_history_for_a_while(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path,
+) -> None:
+    """Creates a plain producer writes from schemas/ alone that their owner rejects (a
+    timeout of 0, a flow name no flow may have): `run history` explains each while the
+    tombstone retention lasts; then the owner's expiry decision drops what is left, so a
+    producer that keeps sending bad creates does not grow the partition for ever."""
+    worker = Worker(flows=[checkout], data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
+                    namespace=namespace, session_timeout_ms=6000,
+                    retention=timedelta(seconds=2), tombstone_retention=timedelta(seconds=4))
+    await worker.start()
+    bad = {"bad-timeout": _create_request_bytes("bad-timeout", checkout.name, CHECKOUT,
+                                                run_timeout_ms=0),
+           "bad-flow": _create_request_bytes("bad-flow", "no such flow!", CHECKOUT)}
+    try:
+        for run_id, value in bad.items():
+            await produce_plain(bootstrap, journal, run_id, value)
+
+        def held(run_id: str) -> bool:
+            store = worker.store
+            return store is not None and store.run_existed(run_id) and (
+                store.run(run_id) is None)
+        for run_id in bad:
+            await until(lambda r=run_id: held(r), f"{run_id} to be rejected")  # type: ignore[misc]
+            shown = await cli("run", "history", run_id, "--json", bootstrap=bootstrap,
+                              namespace=namespace, cache=tmp_path / "cache")
+            assert shown.code == 0, shown.err
+            kinds = [row["type"] for row in json.loads(shown.out)]
+            assert kinds == ["run.create-requested", "run.create-rejected"], kinds
+
+        def forgotten() -> bool:
+            store = worker.store
+            return store is not None and not any(store.run_existed(r) for r in bad) and (
+                sum(store.count_rejected(p) for p in range(TEST_JOURNAL_PARTITIONS)) == 0)
+        await until(forgotten, "the rejected creates' history to go", timeout=60)
+    finally:
+        await worker.stop()
+    view = await fold(bootstrap, namespace)
+    assert view.dead_letters == []
+    assert all(r not in view.history for r in bad)

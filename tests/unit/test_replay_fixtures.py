@@ -494,6 +494,26 @@ def test_round_expiry_fixture_expires_rounds_alone_then_the_lineage(tmp_path: Pa
     assert all(v is Verdict.applied for v in verdicts[ev.PartitionRunsExpired.TYPE])
 
 
+def test_rejected_history_fixture_drops_what_rejected_creates_left(tmp_path: Path) -> None:
+    """rejected-history (recorded from a real worker by tests/fixtures/
+    record_rejected_history_fixture.py): creates a plain producer wrote that their owner
+    rejected before admission left their history until the tombstone retention passed;
+    the expiry decisions naming them (`rejected`) dropped it, and the index with it."""
+    records = load(JOURNALS / "rejected-history.jsonl")
+    with folded_twice(tmp_path, "rejected-history") as (memory, each, verdicts):
+        for run_id in ("bad-timeout", "bad-flow"):
+            assert not each.run_existed(run_id) and not memory.store.run_existed(run_id)
+            assert not any(key.startswith(b"h/") and run_id.encode() + b"\x00" in key
+                           for key, _ in each.items())
+        assert each.count_rejected(0) + each.count_rejected(1) == 0
+    named = [r for _, _, r, _ in records
+             if isinstance(r, ev.PartitionRunsExpired) and r.rejected]
+    assert {run_id for r in named for run_id in r.rejected} == {"bad-timeout", "bad-flow",
+                                                               "again"}
+    assert all(v is Verdict.applied for v in verdicts[ev.PartitionRunsExpired.TYPE])
+    assert len(verdicts[ev.RunCreateRejected.TYPE]) == 3
+
+
 def test_retries_fixture_waits_out_durable_backoffs_and_times_out(tmp_path: Path) -> None:
     """retries-timeouts (recorded from a real worker by tests/fixtures/
     record_retries_fixture.py): a backoff on a durable timer (step.failed with retry_at_ms,
