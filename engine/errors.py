@@ -156,6 +156,21 @@ class StepTimedOut(RunstreamError, TimeoutError):
         self.seconds = seconds
 
 
+class ThreadsExhausted(RunstreamError):
+    """A step with a `timeout` or an update's validator needed a thread of its own while
+    MAX_OWN_THREADS such threads were alive (engine.flow.bounded), most of them calls
+    abandoned when their limit passed that never returned: the call was not started. A
+    step's attempt fails with it, and is retried under its RetryPolicy; a validator's
+    update is rejected."""
+
+    def __init__(self, name: str, alive: int) -> None:
+        super().__init__(f"{name}: not started, {alive} calls abandoned or running in "
+                         f"threads of their own are still alive (the most kept); a function "
+                         f"that never returns holds its thread")
+        self.name = name
+        self.alive = alive
+
+
 class WorkerFatal(RunstreamError):
     """The worker cannot go on safely (its producer failed); restart it."""
 

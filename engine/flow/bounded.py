@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from runstream.engine.errors import StepTimedOut
+from runstream.engine.errors import StepTimedOut, ThreadsExhausted
 
 
 async def bounded(name: str, attempt: int, limit: float, fn: Callable[..., Any],
@@ -41,25 +41,61 @@ async def bounded(name: str, attempt: int, limit: float, fn: Callable[..., Any],
         raise
 
 
+# Threads of in_own_thread alive at once in a process, abandoned ones included: a function
+# that never returns, retried under a step's RetryPolicy for days, started one more each
+# attempt. Past the bound a call is not started (ThreadsExhausted).
+MAX_OWN_THREADS = 256
+
+
+class _Alive:
+    """How many threads of in_own_thread are alive (they end on their own threads)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.lock = threading.Lock()
+
+    def take(self, name: str) -> None:
+        """One more, or ThreadsExhausted while MAX_OWN_THREADS are alive."""
+        with self.lock:
+            if self.count >= MAX_OWN_THREADS:
+                raise ThreadsExhausted(name, self.count)
+            self.count += 1
+
+    def give_back(self) -> None:
+        with self.lock:
+            self.count -= 1
+
+
+ALIVE = _Alive()
+
+
 async def in_own_thread(thread_name: str, fn: Callable[..., Any], args: tuple[Any, ...],
                         kwargs: dict[str, Any]) -> Any:
     """`fn(*args, **kwargs)` in a new daemon thread, in a copy of this context; its value
-    or its exception, handed to the loop. Cancelled, the caller stops waiting at once."""
+    or its exception, handed to the loop. Cancelled, the caller stops waiting at once.
+    Raises ThreadsExhausted, `fn` not called, while MAX_OWN_THREADS are alive."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[Any] = loop.create_future()
     context = contextvars.copy_context()
+    ALIVE.take(thread_name)
 
     def run() -> None:
         try:
             outcome: tuple[Any, BaseException | None] = (context.run(fn, *args, **kwargs), None)
         except BaseException as exc:  # (handed over whole, as asyncio.to_thread would)
             outcome = (None, exc)
+        finally:
+            ALIVE.give_back()
         try:
             loop.call_soon_threadsafe(_settle, done, *outcome)
         except RuntimeError:  # the loop closed meanwhile: nobody waits any more
             pass
 
-    threading.Thread(target=run, name=thread_name, daemon=True).start()
+    try:
+        threading.Thread(target=run, name=thread_name, daemon=True).start()
+    except BaseException:  # (not started: a thread the system refused)
+        ALIVE.give_back()
+        raise
     return await done
 
 

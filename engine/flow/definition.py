@@ -18,6 +18,7 @@ from runstream.engine.errors import (
     PayloadInvalid,
     RunCancelled,
     RunstreamError,
+    ThreadsExhausted,
     run_failure,
 )
 from runstream.engine.journal.input_limits import MAX_TIMEOUT_MS
@@ -117,7 +118,10 @@ class RetryPolicy:
         return self.maximum_interval
 
     def proves_no_effect(self, exc: BaseException) -> bool:
-        return isinstance(exc, self.retry_irreversible_on)
+        """Whether an irreversible step's failed attempt surely had no effect (retried, not
+        quarantined): the exceptions the policy names, and a call never started for want of
+        a thread (ThreadsExhausted)."""
+        return isinstance(exc, ThreadsExhausted) or isinstance(exc, self.retry_irreversible_on)
 
     def retries(self, exc: BaseException) -> bool:
         """Whether `exc` is worth another attempt (attempts left aside): see the class."""

@@ -14,8 +14,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from runstream.engine.errors import journal_text
-from runstream.engine.flow.bounded import in_own_thread
+from runstream.engine.errors import ThreadsExhausted, journal_text
+from runstream.engine.flow.bounded import ALIVE, in_own_thread
 from runstream.projections.reactions import RegisteredFlow
 from runstream.projections.state import InboxItem
 
@@ -33,8 +33,19 @@ def judge(flow: RegisteredFlow, item: InboxItem, limit: float = VALIDATOR_LIMIT_
     if not callable(prepared):
         return prepared
     verdict: list[Verdict] = []
-    thread = threading.Thread(target=lambda: verdict.append(prepared()),
-                              name=f"runstream-validator-{item.name}", daemon=True)
+    name = f"runstream-validator-{item.name}"
+    try:
+        ALIVE.take(name)  # (counted as the worker's are: the same verdicts)
+    except ThreadsExhausted as exc:
+        return str(exc)
+
+    def validate() -> None:
+        try:
+            verdict.append(prepared())
+        finally:
+            ALIVE.give_back()
+
+    thread = threading.Thread(target=validate, name=name, daemon=True)
     thread.start()
     thread.join(limit)
     return verdict[0] if verdict else _out_of_time(item, limit)
@@ -51,6 +62,8 @@ async def judge_on_loop(flow: RegisteredFlow, item: InboxItem,
             f"runstream-validator-{item.name}", prepared, (), {}), limit)
     except TimeoutError:
         return _out_of_time(item, limit)
+    except ThreadsExhausted as exc:
+        return str(exc)
     return verdict
 
 
