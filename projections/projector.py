@@ -47,6 +47,7 @@ from runstream.projections.state import (
     RunState,
     Tombstone,
     Verdict,
+    replace,
     round_run_id,
 )
 from runstream.projections.transitions import POSITIONED_CLASSES
@@ -265,7 +266,11 @@ class Projector:
                                          or cls is ev.JournalEntryCopied):
                 entry = store.entry(before.run_id, position)
         request_id = None
-        if request:
+        if request and run_id is None:
+            # A run's request naming no run (a producer's empty run id): refused, kept in the
+            # partition's history. It made a run of id "" that no owner could answer.
+            applied = Applied(replace(state, next_offset=offset + 1), None, Verdict.refused)
+        elif request:
             request_id = request_id_of(record, offset)
             seen = store.request_seen(partition, request_id)
             applied = apply(state, before, record, offset, when, entry, seen, tombstone)

@@ -25,10 +25,12 @@ from runstream import (
 )
 from runstream.engine.demo.flows import checkout
 from runstream.engine.journal import events as ev
+from runstream.engine.kafka.reader import read_partitions
 from runstream.engine.ops import verify as integrity
 from runstream.projections import values
+from runstream.projections.memory import MemoryProjection
 from runstream.projections.partitioning import run_partition
-from runstream.projections.state import incarnation_id
+from runstream.projections.state import Verdict, incarnation_id
 from tests.conftest import TEST_JOURNAL_PARTITIONS
 from tests.integration.support import WorkerProcess, claims, fold, until
 from tests.integration.test_cli import cli
@@ -266,6 +268,9 @@ async def test_a_create_rejected_before_admission_leaves_its_history_for_a_while
     try:
         for run_id, value in bad.items():
             await produce_plain(bootstrap, journal, run_id, value)
+        # One naming no run at all: refused, kept in its partition's history.
+        await produce_plain(bootstrap, journal, "",
+                            _create_request_bytes("", checkout.name, CHECKOUT))
 
         def held(run_id: str) -> bool:
             store = worker.store
@@ -286,6 +291,13 @@ async def test_a_create_rejected_before_admission_leaves_its_history_for_a_while
         await until(forgotten, "the rejected creates' history to go", timeout=60)
     finally:
         await worker.stop()
-    view = await fold(bootstrap, namespace)
-    assert view.dead_letters == []
+    view = MemoryProjection(journal_partitions=TEST_JOURNAL_PARTITIONS)
+    nameless = []
+    async for raw in read_partitions(bootstrap, journal):
+        verdict = view.apply_raw(raw.partition, raw.offset, raw.value, raw.headers,
+                                 raw.timestamp_ms, key=raw.key)
+        if raw.key == b"":
+            nameless.append(verdict)
+    assert nameless == [Verdict.refused], nameless  # (it made a run of id "" before)
+    assert view.dead_letters == [] and "" not in view.runs
     assert all(r not in view.history for r in bad)

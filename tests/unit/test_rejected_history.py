@@ -76,3 +76,21 @@ def test_the_owners_sweep_names_them(journal: Journal) -> None:
     assert journal.store.count_rejected(0) == 0
     assert not any(key.startswith(keys.rejected_prefix(0)) for key, _ in journal.store.items())
     journal.agree()
+
+
+def test_a_request_naming_no_run_is_refused_and_makes_no_run(journal: Journal) -> None:
+    """A producer's create (or signal) with an empty run id made a run of id "" in RocksDB
+    (and none in memory) that no owner could answer; it is refused, kept in the
+    partition's history."""
+    empty = request(ev.RunCreateRequested, run_id="", request_id="req-e", flow="checkout",
+                    payload_json="{}")
+    assert journal.add(empty) is Verdict.refused
+    signal = request(ev.RunSignalSent, run_id="", request_id="sig-e", name="go",
+                     payload_json="1")
+    assert journal.add(signal) is Verdict.refused
+    held = [key for key, _ in journal.store.items() if key[:2] in (b"r/", b"s/", b"i/")]
+    assert held == [] and journal.memory.runs == {}
+    assert not journal.store.request_seen(0, "req-e")
+    assert [i.verdict for i in journal.store.partition_history(0)][-2:] == [
+        Verdict.refused, Verdict.refused]
+    journal.agree()
