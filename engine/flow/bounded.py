@@ -69,6 +69,26 @@ class _Alive:
 ALIVE = _Alive()
 
 
+def start_own_thread(name: str, target: Callable[[], None]) -> threading.Thread:
+    """`target` started in a new daemon thread counted in ALIVE until it returns; raises
+    ThreadsExhausted, `target` not started, while MAX_OWN_THREADS are alive."""
+    ALIVE.take(name)
+
+    def run() -> None:
+        try:
+            target()
+        finally:
+            ALIVE.give_back()
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    try:
+        thread.start()
+    except BaseException:  # (not started: a thread the system refused)
+        ALIVE.give_back()
+        raise
+    return thread
+
+
 async def in_own_thread(thread_name: str, fn: Callable[..., Any], args: tuple[Any, ...],
                         kwargs: dict[str, Any]) -> Any:
     """`fn(*args, **kwargs)` in a new daemon thread, in a copy of this context; its value
@@ -77,25 +97,18 @@ async def in_own_thread(thread_name: str, fn: Callable[..., Any], args: tuple[An
     loop = asyncio.get_running_loop()
     done: asyncio.Future[Any] = loop.create_future()
     context = contextvars.copy_context()
-    ALIVE.take(thread_name)
 
     def run() -> None:
         try:
             outcome: tuple[Any, BaseException | None] = (context.run(fn, *args, **kwargs), None)
         except BaseException as exc:  # (handed over whole, as asyncio.to_thread would)
             outcome = (None, exc)
-        finally:
-            ALIVE.give_back()
         try:
             loop.call_soon_threadsafe(_settle, done, *outcome)
         except RuntimeError:  # the loop closed meanwhile: nobody waits any more
             pass
 
-    try:
-        threading.Thread(target=run, name=thread_name, daemon=True).start()
-    except BaseException:  # (not started: a thread the system refused)
-        ALIVE.give_back()
-        raise
+    start_own_thread(thread_name, run)
     return await done
 
 

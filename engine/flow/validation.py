@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from collections.abc import Callable
 from typing import Any
 
 from runstream.engine.errors import ThreadsExhausted, journal_text
-from runstream.engine.flow.bounded import ALIVE, in_own_thread
+from runstream.engine.flow.bounded import in_own_thread, start_own_thread
 from runstream.projections.reactions import RegisteredFlow
 from runstream.projections.state import InboxItem
 
@@ -33,20 +32,11 @@ def judge(flow: RegisteredFlow, item: InboxItem, limit: float = VALIDATOR_LIMIT_
     if not callable(prepared):
         return prepared
     verdict: list[Verdict] = []
-    name = f"runstream-validator-{item.name}"
-    try:
-        ALIVE.take(name)  # (counted as the worker's are: the same verdicts)
+    try:  # (counted as the worker's are: the same verdicts)
+        thread = start_own_thread(f"runstream-validator-{item.name}",
+                                  lambda: verdict.append(prepared()))
     except ThreadsExhausted as exc:
         return str(exc)
-
-    def validate() -> None:
-        try:
-            verdict.append(prepared())
-        finally:
-            ALIVE.give_back()
-
-    thread = threading.Thread(target=validate, name=name, daemon=True)
-    thread.start()
     thread.join(limit)
     return verdict[0] if verdict else _out_of_time(item, limit)
 
