@@ -48,7 +48,7 @@ from runstream.projections.state import (
     Tombstone,
     Verdict,
     replace,
-    round_run_id,
+    rounds_held_below,
 )
 from runstream.projections.transitions import POSITIONED_CLASSES
 from runstream.projections.values import ExpiryChange, ExpiryFacts, LineageFacts, RecordWrite
@@ -359,12 +359,7 @@ class Projector:
         before the gap (an unanswered request kept it) is in the settle index by its
         handoff and expires alone later: the record's cost is the recent rounds', not the
         lineage's length."""
-        later: list[RunState] = []
-        for number in range(final.round - 1, 0, -1):
-            run = self.run(round_run_id(final.lineage_id, number))
-            if run is None:
-                break
-            later.append(run)
+        later = rounds_held_below(self.run, final.lineage_id, final.round)
         first = self.run(final.lineage_id) if final.round > 0 else None
         return (*([first] if first is not None else []), *reversed(later), final)
 
@@ -375,22 +370,21 @@ class Projector:
             # A repeated create, a fork (of the round it names), or a request naming one
             # round; a child's wake reaches the round that holds its link now.
             return run.run_id, run
-        latest_id = self.store.latest_round(run.lineage_id)
+        return self._latest_of(run.lineage_id) or (run.run_id, run)
+
+    def _latest_of(self, lineage_id: str) -> tuple[str, RunState] | None:
+        """The lineage's latest round, if it handed off and the round is held."""
+        latest_id = self.store.latest_round(lineage_id)
         latest = self.run(latest_id) if latest_id else None
-        return (latest_id, latest) if latest_id and latest else (run.run_id, run)
+        return (latest_id, latest) if latest_id and latest else None
 
     def _wake_past(self, run_id: str, tombstone: Tombstone
                    ) -> tuple[str, RunState | None, Tombstone | None]:
         """A child's wake naming a round that expired alone (its lineage lives on) reaches
         the latest round, which holds the child's link now, as it would have through the
         round itself (_latest_round); naming any other expired run, the tombstone."""
-        if tombstone.round == 0:
-            return run_id, None, tombstone
-        latest_id = self.store.latest_round(tombstone.lineage_id)
-        latest = self.run(latest_id) if latest_id else None
-        if latest_id is None or latest is None:
-            return run_id, None, tombstone
-        return latest_id, latest, None
+        latest = None if tombstone.round == 0 else self._latest_of(tombstone.lineage_id)
+        return (run_id, None, tombstone) if latest is None else (*latest, None)
 
     def run_existed(self, run_id: str) -> bool:
         """Whether any record of the run was applied in this store: a run deleted since (a

@@ -12,6 +12,7 @@ a default; old bytes then decode with that default.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Any, TypeVar
 
@@ -365,6 +366,19 @@ def round_run_id(lineage_id: str, round_number: int) -> str:
     """Round n of a lineage: round 0 is the lineage id itself, later ones `<lineage>~<n>`,
     so the run id alone says which partition (the lineage's) holds it."""
     return lineage_id if round_number == 0 else f"{lineage_id}{ROUND_SEPARATOR}{round_number}"
+
+
+def rounds_held_below(run_of: Callable[[str], RunState | None], lineage_id: str,
+                      below: int, above: int = 0) -> list[RunState]:
+    """The lineage's rounds held just below round `below`, newest first, back to the first
+    one not held (a round that expired alone) or to round `above` (neither included)."""
+    held: list[RunState] = []
+    for number in range(below - 1, above, -1):
+        run = run_of(round_run_id(lineage_id, number))
+        if run is None:
+            break
+        held.append(run)
+    return held
 
 
 def round_zero(run_id: str) -> str:

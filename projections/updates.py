@@ -37,7 +37,7 @@ from runstream.projections.state import (
     Signal,
     UpdateOutcome,
     replace,
-    round_run_id,
+    rounds_held_below,
 )
 
 UPDATE_SIGNAL_PREFIX = "update/"  # a signal name no client can send (a / is not allowed)
@@ -172,12 +172,10 @@ def lineage_rounds(run_of: Callable[[str], RunState | None], lineage_id: str,
         run = run_of(run.handed_off_to) if run.handed_off_to else None
     if latest_id is None or last is None or last.handed_off_to is None:
         return
-    after: list[RunState] = []
-    run = run_of(latest_id)
-    while run is not None and run.round > last.round:
-        after.append(run)
-        run = run_of(round_run_id(lineage_id, run.round - 1))
-    yield from reversed(after)
+    latest = run_of(latest_id)
+    if latest is not None and latest.round > last.round:
+        yield from reversed(rounds_held_below(run_of, lineage_id, latest.round, last.round))
+        yield latest
 
 
 def reused_request_text(request_id: str) -> str:
