@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from runstream.engine.journal import JournalRecord
-from runstream.engine.journal import events as ev
 from runstream.projections import values
 from runstream.projections.deadlines import DEADLINE_POSITION, deadline_due
 from runstream.projections.partitioning import Placement
@@ -28,7 +27,7 @@ from runstream.projections.state import (
     replace,
 )
 from runstream.projections.values import DueTimer, ExpiryChange, HistoryEntry, RecordWrite
-from runstream.projections.writes import round_settles, settles
+from runstream.projections.writes import rejects_unadmitted, round_settles, settles
 
 # The in-memory history holds projections.values.HistoryEntry items, with `record` decoded.
 
@@ -253,9 +252,8 @@ class MemoryStore:
             self._index_timer(number, change.run_id, change.after)
             if change.after is None:
                 self.entries.pop(change.run_id, None)
-                if change.expiry is None and change.record_type == ev.RunCreateRejected.TYPE:
-                    key = (number, change.timestamp_ms, change.run_id)
-                    self._rejected[key] = change.offset
+                if rejects_unadmitted(change):
+                    self._rejected[(number, change.timestamp_ms, change.run_id)] = change.offset
         if change.next_round is not None:
             self.runs[change.next_round.run_id] = change.next_round
             self._index_timer(number, change.next_round.run_id, change.next_round)

@@ -11,7 +11,7 @@ travel (engine.timetravel), fork planning (projections.fork_plan) and the test e
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -89,6 +89,12 @@ def replay_steps(items: Iterable[HistoryEntry], *, view: HistoryView | None = No
             else:
                 run = _replay_one(item, run, entries)
         yield run, entries
+
+
+def replays_alone(items: Sequence[HistoryEntry]) -> bool:
+    """Whether a round's history begins with its handoff holding the state it made, so
+    replaying it needs no earlier round (a store written before handoffs kept it does)."""
+    return bool(items) and items[0].seed is not None
 
 
 def _round_created_by(view: HistoryView, handoff: HistoryEntry) -> RunState | None:

@@ -159,10 +159,7 @@ def put_record(batch: Batch, change: RecordWrite, keep_records: bool, place: Pla
         put_outbox(batch, change, acknowledged)
     if change.expiry is not None:
         put_expiry(batch, number, change.expiry, place, indexed=keep_records)
-    elif after is None and change.before is not None and run_id is not None and (
-            change.record_type == _REJECTED):
-        # A run its rejection deleted before it was admitted: its history goes later
-        # (projections.expiry), as an expired run's tombstone does.
+    elif run_id is not None and rejects_unadmitted(change):
         batch.put(keys.rejected_key(number, change.timestamp_ms, run_id), b"%d" % offset)
     return encoded
 
@@ -326,6 +323,14 @@ def round_settles(before: RunState | None, after: RunState) -> int | None:
             or (before is not None and before.handed_off_to is not None)):
         return None
     return after.settled_at_ms
+
+
+def rejects_unadmitted(change: RecordWrite) -> bool:
+    """Whether the record deleted a run never admitted (its create's rejection): indexed
+    by the rejection's log time, its history goes once the tombstone retention has passed
+    (projections.expiry), as an expired run's tombstone does."""
+    return (change.after is None and change.before is not None and change.expiry is None
+            and change.record_type == _REJECTED)
 
 
 def round_index_key(run: RunState) -> bytes | None:

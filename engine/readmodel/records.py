@@ -21,6 +21,7 @@ from collections.abc import Iterable
 
 from runstream.engine.readmodel.source import JournalSource
 from runstream.engine.readmodel.view import View
+from runstream.projections.replay import replays_alone
 from runstream.projections.state import round_run_id
 
 # Offsets of one partition at most this far apart are read in one sweep: a sweep reads every
@@ -66,18 +67,11 @@ def lineage_runs(view: View, run_ids: Iterable[str]) -> list[str]:
     for run_id in run_ids:
         run = view.run(run_id)
         if run is not None and run.round > 0 and run.lineage_id is not None and not (
-                _seeded(view, run_id)):
+                replays_alone(view.history(run_id))):
             for number in range(run.round):
                 wanted[round_run_id(run.lineage_id, number)] = None
         wanted[run_id] = None
     return list(wanted)
-
-
-def _seeded(view: View, run_id: str) -> bool:
-    """Whether the round's history begins with its handoff holding the state it made (no
-    earlier round is replayed for it: projections.replay)."""
-    items = view.history(run_id)
-    return bool(items) and items[0].seed is not None
 
 
 def missing(view: View, run_ids: Iterable[str], partitions: Iterable[int],

@@ -25,6 +25,7 @@ from runstream.engine.worker.run_protocols import ForkOwner
 from runstream.projections.fork_plan import MAX_PART_BYTES, answer_fork
 from runstream.projections.fork_transitions import ForkAsk, fork_asks
 from runstream.projections.reactions import AnswerFork
+from runstream.projections.replay import replays_alone
 from runstream.projections.state import RunState, round_run_id
 from runstream.projections.store import ProjectionStore
 from runstream.projections.values import HistoryEntry
@@ -120,7 +121,7 @@ def _with_earlier_rounds(store: ProjectionStore, run: RunState,
     earlier rounds' items before it: what replaying the round needs when its handoff's item
     does not hold the state it made (a store written before it did). Bound: the lineage's
     records up to the point."""
-    if items and items[0].seed is not None:  # its handoff kept the state it made
+    if replays_alone(items):
         return items
     first = items[0].offset if items else 0
     earlier = [item for number in range(run.round)
