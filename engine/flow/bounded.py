@@ -1,11 +1,15 @@
-"""One attempt of a step's function under a time limit (FlowContext.step's `timeout`).
+"""One attempt of a step's function (FlowContext.step), under a time limit when it has one.
 
-An async function is cancelled when the limit passes. A plain function runs in a thread of
-its own, with the caller's context (its idempotency key), and is abandoned when the limit
-passes: left to finish there, its result ignored. Not in the event loop's default pool:
-abandoned calls that never return held its threads (min(32, cores + 4): six on two
-cores), after which every timed step timed out without starting, and the loop's other
-users of that pool (name resolution for Kafka's reconnects) stood waiting too. Each
+A plain (sync) function runs in a thread of its own, with the caller's context (its
+idempotency key), timed or not: on the event loop it stood the whole worker still while it
+ran, every other run and the consumer group's heartbeat with it (a blocking HTTP call past
+the session timeout lost the worker its partitions). Restate's Python SDK moved its sync
+`ctx.run` actions to a thread for the same reason; an async function stays on the loop.
+A plain call is abandoned when its attempt is cut short (its limit passed, the run's deadline,
+a cancel, a release): left to finish in its thread, its result ignored. Not in the event
+loop's default pool: abandoned calls that never return held its threads (min(32, cores + 4):
+six on two cores), after which every timed step timed out without starting, and the loop's
+other users of that pool (name resolution for Kafka's reconnects) stood waiting too. Each
 abandoned call holds its one thread until its function returns.
 """
 
@@ -14,45 +18,65 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+import logging
 import threading
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from runstream.engine.errors import StepTimedOut, ThreadsExhausted
 
+log = logging.getLogger(__name__)
 
-async def bounded(name: str, attempt: int, limit: float, fn: Callable[..., Any],
-                  args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """The attempt's value. Only our own limit becomes StepTimedOut; a TimeoutError the
-    function raises stays its."""
+
+async def attempt_of(name: str, attempt: int, limit: float | None, fn: Callable[..., Any],
+                     args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The attempt's value, within `limit` seconds when given. Only our own limit becomes
+    StepTimedOut; a TimeoutError the function raises stays its."""
+    if limit is None:  # (past the bound, waits its turn for a thread: no limit to fail by)
+        return await _called(name, fn, args, kwargs, in_turn=True)
     try:
         async with asyncio.timeout(limit) as scope:
-            if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-                    getattr(fn, "__call__", None)):  # noqa: B004  (an async callable object)
-                value = fn(*args, **kwargs)
-            else:
-                value = in_own_thread(f"runstream-step-{name}", fn, args, kwargs)
-            while inspect.isawaitable(value):
-                value = await value
-            return value
+            return await _called(name, fn, args, kwargs, in_turn=False)
     except TimeoutError:
         if scope.expired():
             raise StepTimedOut(name, attempt, limit) from None
         raise
 
 
+async def _called(name: str, fn: Callable[..., Any], args: tuple[Any, ...],
+                  kwargs: dict[str, Any], *, in_turn: bool) -> Any:
+    """An async function called on the loop, a plain one in a thread of its own; whatever
+    either returns awaited until it is a value (a plain function may return an awaitable)."""
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+            getattr(fn, "__call__", None)):  # noqa: B004  (an async callable object)
+        value = fn(*args, **kwargs)
+    else:
+        value = await in_own_thread(f"runstream-step-{name}", fn, args, kwargs,
+                                    in_turn=in_turn)
+    while inspect.isawaitable(value):
+        value = await value
+    return value
+
+
 # Threads of in_own_thread alive at once in a process, abandoned ones included: a function
 # that never returns, retried under a step's RetryPolicy for days, started one more each
-# attempt. Past the bound a call is not started (ThreadsExhausted).
+# attempt. Past the bound a call with a time limit is not started (ThreadsExhausted); an
+# untimed step's call waits its turn for a thread, as in a thread pool's queue.
 MAX_OWN_THREADS = 256
 
 
 class _Alive:
-    """How many threads of in_own_thread are alive (they end on their own threads)."""
+    """How many threads of in_own_thread are alive (they end on their own threads), and the
+    untimed calls waiting for one."""
 
     def __init__(self) -> None:
         self.count = 0
         self.lock = threading.Lock()
+        # First come, first served; each waiter an attempt in flight (bounded by the runs a
+        # worker executes at once and the steps each runs at once). A thread that ends hands
+        # its place to the first waiter, so the count stays as it was.
+        self.waiting: deque[asyncio.Future[None]] = deque()
 
     def take(self, name: str) -> None:
         """One more, or ThreadsExhausted while MAX_OWN_THREADS are alive."""
@@ -61,9 +85,47 @@ class _Alive:
                 raise ThreadsExhausted(name, self.count)
             self.count += 1
 
-    def give_back(self) -> None:
+    async def take_in_turn(self, name: str) -> None:
+        """One more, after the calls waiting before this one, once a thread is free."""
         with self.lock:
-            self.count -= 1
+            if self.count < MAX_OWN_THREADS and not self.waiting:
+                self.count += 1
+                return
+            free: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self.waiting.append(free)
+            alive = self.count
+        log.warning("%s waits for a thread: %d calls running or abandoned in threads of their "
+                    "own are alive (the most kept)", name, alive)
+        try:
+            await free
+        except asyncio.CancelledError:
+            with self.lock:
+                handed = free not in self.waiting
+                if not handed:
+                    self.waiting.remove(free)
+            if handed:  # a thread's place came with the cancel: the next waiter's now
+                self.give_back()
+            raise
+
+    def give_back(self) -> None:
+        """A thread ended: its place to the first waiter whose loop still runs, else one
+        fewer alive."""
+        while True:
+            with self.lock:
+                if not self.waiting:
+                    self.count -= 1
+                    return
+                free = self.waiting.popleft()
+            try:
+                free.get_loop().call_soon_threadsafe(_handed, free)
+                return
+            except RuntimeError:  # its loop closed: nobody waits there any more
+                continue
+
+
+def _handed(free: asyncio.Future[None]) -> None:
+    if not free.done():  # (cancelled meanwhile: its waiter passes the place on)
+        free.set_result(None)
 
 
 ALIVE = _Alive()
@@ -73,6 +135,11 @@ def start_own_thread(name: str, target: Callable[[], None]) -> threading.Thread:
     """`target` started in a new daemon thread counted in ALIVE until it returns; raises
     ThreadsExhausted, `target` not started, while MAX_OWN_THREADS are alive."""
     ALIVE.take(name)
+    return _start_counted(name, target)
+
+
+def _start_counted(name: str, target: Callable[[], None]) -> threading.Thread:
+    """`target` in a new daemon thread whose place in ALIVE is already taken."""
 
     def run() -> None:
         try:
@@ -90,10 +157,11 @@ def start_own_thread(name: str, target: Callable[[], None]) -> threading.Thread:
 
 
 async def in_own_thread(thread_name: str, fn: Callable[..., Any], args: tuple[Any, ...],
-                        kwargs: dict[str, Any]) -> Any:
+                        kwargs: dict[str, Any], *, in_turn: bool = False) -> Any:
     """`fn(*args, **kwargs)` in a new daemon thread, in a copy of this context; its value
     or its exception, handed to the loop. Cancelled, the caller stops waiting at once.
-    Raises ThreadsExhausted, `fn` not called, while MAX_OWN_THREADS are alive."""
+    While MAX_OWN_THREADS are alive, `fn` is not called: ThreadsExhausted is raised, or,
+    `in_turn`, the call waits its turn for a thread."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[Any] = loop.create_future()
     context = contextvars.copy_context()
@@ -108,7 +176,11 @@ async def in_own_thread(thread_name: str, fn: Callable[..., Any], args: tuple[An
         except RuntimeError:  # the loop closed meanwhile: nobody waits any more
             pass
 
-    start_own_thread(thread_name, run)
+    if in_turn:
+        await ALIVE.take_in_turn(thread_name)
+    else:
+        ALIVE.take(thread_name)
+    _start_counted(thread_name, run)
     return await done
 
 

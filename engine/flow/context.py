@@ -8,7 +8,6 @@ children) in engine.flow.waits, attributes and updates in attribute_calls, updat
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import logging
 import time
@@ -27,7 +26,7 @@ from runstream.engine.errors import (
     journal_text,
 )
 from runstream.engine.flow.attribute_calls import AttributeCalls
-from runstream.engine.flow.bounded import bounded
+from runstream.engine.flow.bounded import attempt_of
 from runstream.engine.flow.definition import NO_RETRY, RetryPolicy, dump_json
 from runstream.engine.flow.port import NOT_CALLED, JournalPort, Quarantined, RunReleased, Suspend
 from runstream.engine.flow.result_types import RESULT_NOT_JSON, result_adapter
@@ -142,8 +141,9 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
         `requires`: a capability the step uses; the run fails (CapabilityRefused) when its
         ceiling does not include it. `timeout` (seconds or a timedelta) bounds each attempt:
         one that runs longer fails with StepTimedOut and is retried under `retry`. An async
-        function is cancelled there; a plain function runs in a thread when it has a timeout,
-        and one that times out is abandoned (left to finish in its thread, its result
+        function runs on the loop and is cancelled there; a plain function runs in a thread
+        of its own, so one that blocks stalls no other run, and one cut short (its timeout,
+        the run's deadline or cancel) is abandoned (left to finish in its thread, its result
         ignored). Inside `fn`, `runstream.idempotency_key()` is the same for every attempt
         of this step: pass it to the external system."""
         position = self._next_position(name, "step", (args, kwargs))
@@ -262,18 +262,14 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
                     args: tuple[Any, ...], kwargs: dict[str, Any], attempt: int,
                     limit: float | None) -> Any:
         """One attempt of a step's function: in a span, with its idempotency key set, timed
-        for the metrics; bounded by `limit` seconds (StepTimedOut) when given."""
+        for the metrics; bounded by `limit` seconds (StepTimedOut) when given; a plain
+        function in a thread of its own (engine.flow.bounded)."""
         token = _STEP_KEY.set(idempotency_key_of(self.run_id, position))
         started = time.perf_counter()
         ok = False
         try:
             with step_span(name, position):
-                if limit is None:
-                    value = fn(*args, **kwargs)
-                    if inspect.isawaitable(value):
-                        value = await value
-                else:
-                    value = await bounded(name, attempt, limit, fn, args, kwargs)
+                value = await attempt_of(name, attempt, limit, fn, args, kwargs)
             ok = True
             return value
         finally:

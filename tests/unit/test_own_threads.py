@@ -28,20 +28,20 @@ async def test_past_the_bound_a_call_is_not_started_until_one_returns(
         release.wait(10)
         return name
 
-    hung = [asyncio.ensure_future(bounded.bounded(f"s{n}", 1, 0.05, hang, (f"s{n}",), {}))
+    hung = [asyncio.ensure_future(bounded.attempt_of(f"s{n}", 1, 0.05, hang, (f"s{n}",), {}))
             for n in range(2)]
     for task in hung:
         with pytest.raises(bounded.StepTimedOut):
             await task  # abandoned in its thread, still alive
     with pytest.raises(ThreadsExhausted, match="not started, 2 calls"):
-        await bounded.bounded("third", 1, 0.05, hang, ("third",), {})
+        await bounded.attempt_of("third", 1, 0.05, hang, ("third",), {})
     assert started == ["s0", "s1"]  # the third never ran
     release.set()
     for _ in range(200):
         if bounded.ALIVE.count <= bounded.MAX_OWN_THREADS - 2:
             break
         await asyncio.sleep(0.01)
-    assert await bounded.bounded("fourth", 1, 1.0, lambda: "ran", (), {}) == "ran"
+    assert await bounded.attempt_of("fourth", 1, 1.0, lambda: "ran", (), {}) == "ran"
 
 
 class _Hanging:

@@ -1,0 +1,96 @@
+"""A plain (sync) step function runs in a thread of its own, timed or not
+(engine.flow.bounded.attempt_of): on the event loop, one that blocked stood every other run
+of its worker still, and the group's heartbeat with them. Past MAX_OWN_THREADS alive, an
+untimed one waits its turn for a thread, where a timed one is not started
+(ThreadsExhausted, test_own_threads)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+from runstream import Flow, FlowContext, idempotency_key
+from runstream.engine.flow import bounded
+from runstream.testing import TestEnvironment
+
+WAIT_S = 5.0  # how long a blocked step waits for its release: the loop's standstill before
+
+waiter: Flow[Any, Any] = Flow("waiter")
+releaser: Flow[Any, Any] = Flow("releaser")
+RELEASES: dict[str, threading.Event] = {}
+
+
+def _wait_for_release(key: str) -> dict[str, Any]:
+    released = RELEASES[key].wait(WAIT_S)
+    return {"released": released, "thread": threading.current_thread().name,
+            "key": idempotency_key()}
+
+
+@waiter.handler
+async def _waiter(ctx: FlowContext, key: str) -> dict[str, Any]:
+    return await ctx.step("wait", _wait_for_release, key)
+
+
+@releaser.handler
+async def _releaser(ctx: FlowContext, key: str) -> str:
+    return await ctx.step("release", lambda: RELEASES[key].set() or "set")
+
+
+async def test_a_blocked_plain_step_lets_another_run_release_it() -> None:
+    """Inline, the waiter's step held the loop for WAIT_S, the releaser never ran before it
+    gave up, and it returned released False."""
+    RELEASES["env"] = threading.Event()
+    async with TestEnvironment([waiter, releaser]) as env:
+        first = await env.start(waiter, "env", run_id="w")
+        await env.start(releaser, "env", run_id="r")
+        outcome = await env.result(first)
+    assert outcome["released"] is True
+    assert outcome["thread"] == "runstream-step-wait"
+    assert outcome["key"] == "w/0"  # the run's idempotency key reached the thread
+
+
+async def test_the_loop_turns_while_a_plain_step_runs() -> None:
+    turns = 0
+
+    async def tick() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0.005)
+
+    ticking = asyncio.ensure_future(tick())
+    try:
+        await bounded.attempt_of("slow", 1, None, threading.Event().wait, (0.3,), {})
+    finally:
+        ticking.cancel()
+    assert turns >= 10
+
+
+async def test_an_untimed_plain_step_waits_its_turn_for_a_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One thread left below the bound and held: the next call waits, is not refused, and
+    a waiter cancelled in its turn hands that turn to the one after it."""
+    base = bounded.ALIVE.count
+    monkeypatch.setattr(bounded, "MAX_OWN_THREADS", base + 1)
+    hold = threading.Event()
+    bounded.start_own_thread("holder", lambda: hold.wait(10) and None)
+    ran: list[str] = []
+    first = asyncio.ensure_future(
+        bounded.attempt_of("first", 1, None, ran.append, ("first",), {}))
+    second = asyncio.ensure_future(
+        bounded.attempt_of("second", 1, None, ran.append, ("second",), {}))
+    await asyncio.sleep(0.1)
+    assert ran == [] and not first.done() and len(bounded.ALIVE.waiting) == 2
+    first.cancel()
+    hold.set()
+    await asyncio.wait_for(second, 5)
+    assert ran == ["second"]
+    for _ in range(200):  # the second's thread ends after handing its value over
+        if bounded.ALIVE.count == base:
+            break
+        await asyncio.sleep(0.01)
+    assert (bounded.ALIVE.count, len(bounded.ALIVE.waiting)) == (base, 0)
