@@ -31,7 +31,10 @@ from runstream.projections.sending import Record
 from runstream.projections.state import RunState
 
 MAX_FIRES = 100  # fires (or skip records) one decision journals; the rest come next sweep
-MAX_SCAN = 100_000  # instants counted one by one for a skipped range (cron) at most
+# Steps at most: of a skipped range, whole days or hours of a cron schedule
+# (cron.fires_from) and then the instants within the jitter before the catch-up window,
+# counted one by one; of a backfill, the instants looked at.
+MAX_SCAN = 100_000
 MAX_BACKFILL = 1000  # instants one backfill request fires at most
 # The catch-up window is never shorter: an owner always fires a little after the instant
 # (its sweep, its poll), and a fire that late is not a missed one (Temporal's minimum too).
@@ -215,10 +218,10 @@ def on_due(view: OwnerView, schedule: ScheduleState, now_ms: int) -> list[Reacti
     due = schedule.due_of
     window_start = now_ms - max(spec.catchup_window_ms, MIN_CATCHUP_MS)
     if due(nominal) < window_start:
-        late = _late(schedule.schedule_id, nominal, window_start, following, due)
+        late = _late(schedule, nominal, window_start, following, due)
         records.append(late)
         nominal = late[1]["next_fire_ms"]
-        if due(nominal) < window_start:  # (more than MAX_SCAN missed: on from the window)
+        if due(nominal) < window_start:  # (past MAX_SCAN steps: on from the window)
             nominal = following(window_start - 1)
     running = list(schedule.running)
     buffered = schedule.buffered_ms
@@ -230,16 +233,33 @@ def on_due(view: OwnerView, schedule: ScheduleState, now_ms: int) -> list[Reacti
     return [Write(carrier(schedule), tuple(_merged(records)), key)]
 
 
-def _late(schedule_id: str, first: int, window_start: int, following: Callable[[int], int],
-          due: Callable[[int], int]) -> Record:
+def _late(schedule: ScheduleState, first: int, window_start: int,
+          following: Callable[[int], int], due: Callable[[int], int]) -> Record:
     """The instants due before the catch-up window (no owner ran then), skipped as one
-    range; its next_fire_ms is the first instant due within the window."""
-    count, last, at = 0, first, first
-    while due(at) < window_start and count < MAX_SCAN:
-        count, last, at = count + 1, at, following(at)
-    return (ev.ScheduleSkipped, {"schedule_id": schedule_id, "count": count,
+    range; its next_fire_ms is the first instant due within the window. Those before the
+    window by more than the jitter are late whatever their jitter, and counted at once
+    (_certainly_late); the rest one by one, as their jitter says."""
+    assert schedule.spec is not None
+    count, last, at = _certainly_late(schedule.spec, first,
+                                      window_start - schedule.spec.jitter_ms)
+    looked = 0
+    while due(at) < window_start and looked < MAX_SCAN:
+        count, last, at, looked = count + 1, at, following(at), looked + 1
+    return (ev.ScheduleSkipped, {"schedule_id": schedule.schedule_id, "count": count,
                                  "first_ms": first, "last_ms": last,
                                  "reason": "catch-up window", "next_fire_ms": at})
+
+
+def _certainly_late(spec: ScheduleSpec, first: int, cutoff: int) -> tuple[int, int, int]:
+    """The instants from `first` (one) before `cutoff`: how many, the last, the next."""
+    if first >= cutoff:
+        return 0, first, first
+    if spec.cron is not None:
+        return cron.fires_from(cron.parse_cron(spec.cron), spec.timezone, first, cutoff,
+                               MAX_SCAN)
+    assert spec.every_ms is not None
+    count = -(-(cutoff - first) // spec.every_ms)  # (`first` is on the interval's grid)
+    return count, first + (count - 1) * spec.every_ms, first + count * spec.every_ms
 
 
 def _fire_or_skip(schedule: ScheduleState, nominal: int, after: int, running: list[str],

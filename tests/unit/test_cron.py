@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import random
 import time
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -15,6 +16,7 @@ from runstream.projections.cron import (
     check_timezone,
     fired_run_id,
     fires_between,
+    fires_from,
     jitter_ms,
     next_cron_ms,
     next_every_ms,
@@ -25,6 +27,7 @@ NY = "America/New_York"
 BERLIN = "Europe/Berlin"
 MINUTE = 60_000
 HOUR = 60 * MINUTE
+DAY_MS = 24 * HOUR
 
 
 def utc(text: str) -> int:
@@ -498,3 +501,45 @@ def test_a_yearly_spec_skips_ahead() -> None:
     assert datetime.fromtimestamp(at / 1000, ZoneInfo(BERLIN)).replace(tzinfo=None) == datetime(
         2126, 1, 1)
     assert timedelta(milliseconds=at - utc("2126-01-01T00:00")) == -timedelta(hours=1)
+
+
+def _fire_by_fire(spec: CronSpec, zone: str, first: int, cutoff: int) -> tuple[int, int, int]:
+    count, last, at = 0, first, first
+    while at < cutoff:
+        count, last, at = count + 1, at, next_cron_ms(spec, at, zone)
+    return count, last, at
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Berlin", "America/New_York",
+                                  "Australia/Lord_Howe", "Asia/Kolkata", "America/Santiago"])
+def test_fires_from_counts_whole_days_and_hours_as_fire_by_fire(zone: str) -> None:
+    """Spans across clock changes (gaps, repeats, a 30-minute change, midnight changes),
+    with specs whose matches fall in them; the same count, last fire and next fire as
+    counting one by one."""
+    rnd = random.Random(zone)
+    changes = _clock_changes_2026(zone) or [1_767_225_600_000]  # (none: 2026-01-01)
+    exprs = ["* * * * *", "*/7 * * * *", "0,30 2 * * *", "15 1-3 * * 1-5", "0 * * * *",
+             "*/5 0-5 * 3,10,11 *", "@daily", "59 23 * * *", "0,1,2 2,3 * * *", "* 0 * * *"]
+    for change in changes:
+        for expr in exprs:
+            spec = parse_cron(expr)
+            first = next_cron_ms(spec, change - rnd.randrange(2 * DAY_MS), zone)
+            cutoff = change + rnd.randrange(2 * DAY_MS)
+            assert fires_from(spec, zone, first, cutoff, 10**6) == _fire_by_fire(
+                spec, zone, first, cutoff), (expr, first, cutoff)
+
+
+def _clock_changes_2026(zone: str) -> list[int]:
+    """Midnights (UTC) of 2026's days whose next day has another UTC offset in `zone`."""
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    days = [start + timedelta(days=n) for n in range(366)]
+    offsets = [d.astimezone(ZoneInfo(zone)).utcoffset() for d in days]
+    return [int(days[n].timestamp() * 1000) for n in range(365) if offsets[n] != offsets[n + 1]]
+
+
+def test_fires_from_stops_after_its_steps_where_fire_by_fire_would_be() -> None:
+    spec = parse_cron("* * * * *")
+    first = next_cron_ms(spec, 1_700_000_000_000, "UTC")
+    count, last, at = fires_from(spec, "UTC", first, first + 365 * DAY_MS, 3)
+    assert at == next_cron_ms(spec, last, "UTC") and at < first + 365 * DAY_MS
+    assert (count, last, at) == _fire_by_fire(spec, "UTC", first, at)

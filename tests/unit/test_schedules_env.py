@@ -129,6 +129,23 @@ async def test_an_outage_longer_than_the_skip_scan_fires_only_within_the_window(
         assert 9 <= schedule.fires <= 11 and schedule.skipped >= MAX_SCAN
 
 
+async def test_a_long_outage_of_a_minutely_cron_is_counted_whole_and_at_once() -> None:
+    """150 days unowned: 216,000 minutes skipped, counted a day at a time (cron.fires_from);
+    fire by fire the owner stopped counting at MAX_SCAN and skipped the rest unsaid."""
+    async with TestEnvironment([tick], start=START) as env:
+        await env.create_schedule("minutely", tick, cron="* * * * *", catchup_window=120,
+                                  overlap="allow_all")
+        env.clock_ms += 150 * 86_400_000
+        await env.sleep(0)
+        schedule = env.describe_schedule("minutely")
+        [skipped] = [h.record for h in env.projection.partition_history[schedule.partition]
+                     if isinstance(h.record, ev.ScheduleSkipped)]
+        window_start = env.clock_ms - 120_000
+        assert (skipped.first_ms, skipped.last_ms) == (ms(START) + 60_000, window_start - 60_000)
+        assert skipped.count == 150 * 1440 - 3 > MAX_SCAN  # (minutes 1 to 215,997)
+        assert schedule.fires == 3  # the window's three minutes, its start's included
+
+
 async def test_pause_unpause_delete_trigger_and_backfill() -> None:
     async with TestEnvironment([tick], start=START) as env:
         await env.create_schedule("p", tick, every=60)
