@@ -7,7 +7,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.flow.context import FlowContext, RunReleased, Suspend
@@ -184,6 +184,8 @@ class RunExecution(HandlerRunner):
 
     async def _suspend(self, wait: Wait) -> JournalEntry | None:
         self.ensure_active()
+        if self.suspending or self.parked is not None:
+            self._unwind_beside(wait)
         self.settled = True  # before anything is sent: it may land even if we stop
         self.suspending = True
         self.send(ev.RunSuspended, **suspension(wait))
@@ -191,11 +193,22 @@ class RunExecution(HandlerRunner):
         # A wake applied while the suspension was on its way found nothing parked (it set
         # `restart`): parked now, the handler would wait for a wake already gone. It unwinds
         # instead, and the run starts again when it has.
-        if self.restart or not self.owner.sticky.park(self, wait):
+        if self.restart or self.dropped is not None or not self.owner.sticky.park(self, wait):
             self.dropped = "suspended: the handler unwinds without side effects"
             raise Suspend(wait)
         self.suspending = False
         return await self._parked()
+
+    def _unwind_beside(self, wait: Wait) -> NoReturn:
+        """Another branch of the handler suspended already (asyncio.gather of two waits):
+        its wait is the run's. Parked too, this one would replace that branch's future,
+        which nothing would resolve any more (the handler hung, holding its run for ever).
+        The handler unwinds instead, both branches without side effects, as with no cache:
+        the run continues by replay when the first wait ends, its other waits then awaited
+        in turn."""
+        self.owner.sticky.drop(self.run.run_id)  # (the first branch, if parked already)
+        self.dropped = self.dropped or "suspended in two branches: the handler unwinds"
+        raise Suspend(wait)
 
     async def _parked(self) -> JournalEntry | None:
         """Wait in the sticky cache without a slot; woken, take a slot and activate again."""
