@@ -194,8 +194,10 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
                                                 attempt=attempt, irreversible=True)
             try:
                 value = await self._call(name, position, fn, args, kwargs, attempt, limit)
-            except (Exception, asyncio.CancelledError) as exc:
-                if isinstance(exc, asyncio.CancelledError) and _cancelled_here():
+            except (Exception, SystemExit, asyncio.CancelledError) as exc:
+                # (SystemExit: a function's sys.exit, e.g. a CLI library's, is its failure;
+                # raised on, it ended the worker's event loop, and every next owner's too)
+                if isinstance(exc, asyncio.CancelledError) and cancelled_here():
                     self._cut_short(position, name, attempt, digest)
                     raise
                 # (a CancelledError the function raised itself is its failure: raised on,
@@ -425,7 +427,7 @@ def _seconds(timeout: float | timedelta | None) -> float | None:
     return seconds
 
 
-def _cancelled_here() -> bool:
+def cancelled_here() -> bool:
     """Whether this task is being cancelled (its deadline, its worker letting it go)."""
     task = asyncio.current_task()
     return task is None or task.cancelling() > 0

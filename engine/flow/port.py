@@ -105,3 +105,19 @@ class JournalPort(Protocol):
         """Journal the wait. Raises Suspend (the handler is dropped and replayed when the
         wait ends), or, with a sticky cache, returns the wait's outcome entry once woken
         (None: woken without an outcome, e.g. for a cancel)."""
+
+
+class Slots(Protocol):
+    """Execution slots (engine.worker.admission.Admission: a worker's, a TestEnvironment's)."""
+
+    def at_limit(self, flow: str) -> bool: ...
+    def held(self, flow: str) -> int: ...
+    async def acquire(self, flow: str) -> None: ...
+    def release(self, flow: str) -> None: ...
+
+
+def suspension(wait: Wait) -> dict[str, Any]:
+    """The fields of the run.suspended record that journals `wait`."""
+    return {"reason": wait.kind, "position": wait.position, "wake_at_ms": wait.due_ms,
+            "event_name": wait.event_name, "child_run_id": wait.child_run_id,
+            "child_position": wait.child_position}

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import traceback
 from abc import ABC, abstractmethod
-from typing import Any, Protocol
+from typing import Any
 
 from runstream.engine.errors import (
     Cancelled,
@@ -21,9 +21,16 @@ from runstream.engine.errors import (
     StepFailed,
     journal_text,
 )
-from runstream.engine.flow.context import FlowContext, Quarantined, RunReleased, Suspend
+from runstream.engine.flow.context import (
+    FlowContext,
+    Quarantined,
+    RunReleased,
+    Suspend,
+    cancelled_here,
+)
 from runstream.engine.flow.definition import Flow, Handoff, dump_json
 from runstream.engine.flow.held import HeldStep, may_hold
+from runstream.engine.flow.port import Slots
 from runstream.engine.flow.waits import open_children
 from runstream.engine.journal import EncodeError, JournalRecord
 from runstream.engine.journal import events as ev
@@ -53,15 +60,6 @@ RESULT_TOO_LARGE = "ResultTooLarge"
 class Dropped(BaseException):
     """The handler is dropped without settling (evicted from a cache, a crash injected in a
     test): it unwinds without journaling anything, and the run continues by replay."""
-
-
-class Slots(Protocol):
-    """Execution slots (engine.worker.admission.Admission: a worker's, a TestEnvironment's)."""
-
-    def at_limit(self, flow: str) -> bool: ...
-    def held(self, flow: str) -> int: ...
-    async def acquire(self, flow: str) -> None: ...
-    def release(self, flow: str) -> None: ...
 
 
 class HandlerRunner(ABC):
@@ -275,7 +273,12 @@ class HandlerRunner(ABC):
             result_json = flow.dump_result(value)
         except (RunReleased, Suspend, Dropped):
             return
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
+            if not self._interrupted and not cancelled_here():
+                # The handler's own (a task it awaited was cancelled): its failure. Raised
+                # on, the run stood running with no handler, until its partition moved.
+                await self._fail(exc)
+                return
             if not self._interrupted or self.abandoned:
                 raise
             await self._exit(ev.RunFailed, timed_out_failure(
@@ -295,7 +298,7 @@ class HandlerRunner(ABC):
         except CapabilityRefused as exc:
             await self._refuse(exc)
             return
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # (a handler's sys.exit fails its run only)
             if ctx.refused is not None and ctx.nondeterminism is None:
                 await self._refuse(ctx.refused)
                 return
@@ -439,12 +442,3 @@ class HandlerRunner(ABC):
         self.send(ev.RunSuspended, reason="quarantine", position=quarantine.entry.position,
                   detail=journal_text(message))
         await self.barrier()
-
-
-
-def suspension(wait: Wait) -> dict[str, Any]:
-    """The fields of the run.suspended record that journals `wait`."""
-    return {"reason": wait.kind, "position": wait.position, "wake_at_ms": wait.due_ms,
-            "event_name": wait.event_name, "child_run_id": wait.child_run_id,
-            "child_position": wait.child_position}
-

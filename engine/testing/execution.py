@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from runstream.engine.flow.context import FlowContext, RunReleased, Suspend
 from runstream.engine.flow.definition import Flow
-from runstream.engine.flow.runner import Dropped, HandlerRunner, Slots, suspension
+from runstream.engine.flow.port import Slots, suspension
+from runstream.engine.flow.runner import Dropped, HandlerRunner
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.projections.decide import plan_activation

@@ -12,8 +12,8 @@ from typing import Any, NoReturn
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.flow.context import FlowContext, RunReleased, Suspend
 from runstream.engine.flow.definition import Flow
-from runstream.engine.flow.port import NOT_CALLED
-from runstream.engine.flow.runner import HandlerRunner, Slots, suspension
+from runstream.engine.flow.port import NOT_CALLED, Slots, suspension
+from runstream.engine.flow.runner import HandlerRunner
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import decision_envelope
