@@ -250,10 +250,12 @@ def run_tree(view: View, run_id: str, *, limit: int = MAX_TREE_RUNS) -> RunTree:
     current: str | None = run_id
     relation: Literal["run", "round"] = "run"
     while current is not None and current not in seen:
-        node = _node(view, current, relation, None, seen, budget)
-        if node is None:
+        if budget[0] <= 0:  # (past the limit: each later round counted with its children)
+            budget[1] += _count(view, current, seen)
+        elif (node := _node(view, current, relation, None, seen, budget)) is not None:
+            roots.append(node)
+        else:
             break
-        roots.append(node)
         run = view.run(current)
         current, relation = (run.handed_off_to if run is not None else None), "round"
     if not roots:
@@ -261,10 +263,22 @@ def run_tree(view: View, run_id: str, *, limit: int = MAX_TREE_RUNS) -> RunTree:
     return RunTree(roots, budget[1])
 
 
+def _count(view: View, run_id: str, seen: set[str]) -> int:
+    """The runs a node not shown stands for: it and the children it spawned, recursively."""
+    stack, count = [run_id], 0
+    while stack:
+        current = stack.pop()
+        if current not in seen:
+            seen.add(current)
+            count += 1
+            stack.extend(child for _, child in _spawned(view, current))
+    return count
+
+
 def _node(view: View, run_id: str, relation: Literal["run", "round", "child"],
           spawned_at: int | None, seen: set[str], budget: list[int]) -> TreeNode | None:
     if budget[0] <= 0:
-        budget[1] += 1
+        budget[1] += _count(view, run_id, seen)
         return None
     items = view.history(run_id)
     if not items and relation != "child":
