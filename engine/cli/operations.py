@@ -17,6 +17,7 @@ from runstream.engine.config import journal_topic, resolve_bootstrap, resolve_na
 from runstream.engine.errors import InvalidInput, RunExpired
 from runstream.engine.flow.apps import AppNotFound as AppNotFound  # the CLI's
 from runstream.engine.flow.apps import load_flows as load_flows
+from runstream.engine.flow.definition import HandedOff
 from runstream.engine.ops.rebuild import rebuild_and_verify
 from runstream.engine.readmodel.describe import (
     retry_view,
@@ -57,9 +58,10 @@ async def create_run(
                                          attributes=attributes)
         out: dict[str, Any] = {"run_id": handle.run_id, "partition": handle.partition,
                                "offset": handle.request_offset}
-        if wait:
+        if wait:  # (a round that handed off: HandedOff, which the command prints)
             out["result"] = await handle.result(timeout=timeout)
-            out["status"] = "completed"
+            out["status"] = ("handed-off" if isinstance(out["result"], HandedOff)
+                             else "completed")
         return out
 
 

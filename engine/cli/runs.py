@@ -118,6 +118,11 @@ def create(flow: str, payload: str, run_id: str | None, wait: bool, timeout: flo
     out = run_async(operations.create_run(
         bootstrap=bootstrap, namespace=namespace, flow=flow, payload=parsed, run_id=run_id,
         wait=wait, timeout=timeout, run_timeout=run_timeout, attributes=values))
+    handed = out.get("result")
+    if isinstance(handed, HandedOff):
+        _print_json({**out, "result": views.handed_off_view(handed)})
+        click.echo(views.handed_off_line(out["run_id"], handed), err=True)
+        return
     _print_json(out)
 
 

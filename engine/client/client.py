@@ -348,8 +348,10 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
         """Attach to an existing run without creating it."""
         check_run_id(run_id)
         name = flow.name if isinstance(flow, Flow) else flow
-        return RunHandle(self, run_id=run_id, flow=name, partition=None, request_offset=0,
-                         request_id=None)
+        # `<lineage>~0` is round 0, whose records name the lineage id: waited for as
+        # `<lineage>~0`, its settlement never came.
+        return RunHandle(self, run_id=round_zero(run_id), flow=name, partition=None,
+                         request_offset=0, request_id=None)
 
     async def status(self, run_id: str) -> RunStatus:
         return (await self.describe(run_id)).status
@@ -369,10 +371,11 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
     async def journal(self, run_id: str) -> tuple[JournalEntry, ...]:
         """The run's journal entries (its durable steps and values), in position order."""
         view = await (await self.read_model()).catch_up([await self.partition_of(run_id)])
-        if view.run(run_id) is None:
-            stone = view.tombstone(run_id)
+        exact = round_zero(run_id)  # `<lineage>~0` names round 0 itself
+        if view.run(exact) is None:
+            stone = view.tombstone(exact)
             raise RunNotFound(run_id) if stone is None else expired_error(stone)
-        return view.entries(run_id)
+        return view.entries(exact)
 
     async def partition_history(self, partition: int) -> list[HistoryEntry]:
         """The partition's own records: claims with their verdicts, heartbeats, dead letters."""

@@ -133,7 +133,8 @@ class RunHandle:
                 return outcome
             partition = await handle._partition()
             handle = RunHandle(self.client, run_id=await _round_to_follow(
-                                   self.client, partition, outcome.run_id), flow=None,
+                                   self.client, partition, outcome.run_id),
+                               flow=_next_flow(handle.flow, record, run),
                                partition=partition, request_offset=0,
                                request_id=None, _from_offset=handle._from_offset)
 
@@ -178,6 +179,13 @@ class RunHandle:
         if self.partition is None:
             self.partition = await self.client.partition_of(self.run_id)
         return self.partition
+
+
+def _next_flow(flow: str | None, handoff: JournalRecord, run: RunState | None) -> str | None:
+    """The flow whose result type loads the next round's result: the one the handoff names,
+    else the round's own (None: unknown, the result stays JSON, as for a handle by id)."""
+    named = handoff.flow if isinstance(handoff, ev.RunHandedOff) else ""
+    return named or (run.flow if run is not None else flow)
 
 
 async def _round_to_follow(client: Client, partition: int, named: str) -> str:

@@ -20,10 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from runstream.engine.config import Duration
-from runstream.engine.errors import (
-    ResumeRefused,
-    SignalRefused,
-)
+from runstream.engine.errors import ResumeRefused, SignalRefused
 from runstream.engine.flow.definition import Flow, HandedOff, dump_json, settled_outcome, timeout_ms
 from runstream.engine.flow.validation import judge
 from runstream.engine.journal import JournalRecord
@@ -73,7 +70,14 @@ from runstream.projections.reactions import (
 )
 from runstream.projections.requests import describe_refusal
 from runstream.projections.sending import carry_out
-from runstream.projections.state import JournalEntry, OutboxItem, RunState, RunStatus, Verdict
+from runstream.projections.state import (
+    JournalEntry,
+    OutboxItem,
+    RunState,
+    RunStatus,
+    Verdict,
+    round_zero,
+)
 from runstream.projections.updates import verdict_body
 from runstream.projections.values import HistoryEntry
 
@@ -258,7 +262,7 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates):
         self._crashes.add((run_id, position))
 
     def describe(self, run_id: str) -> RunState:
-        run = self.projection.store.run(run_id)
+        run = self.projection.store.run(round_zero(run_id))  # (`<lineage>~0`: round 0)
         if run is None:
             raise missing(self.projection, run_id)
         return run
@@ -267,11 +271,11 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates):
         return self.describe(run_id).status
 
     def journal(self, run_id: str) -> tuple[JournalEntry, ...]:
-        return self.projection.journal(run_id)
+        return self.projection.journal(round_zero(run_id))
 
     def history(self, run_id: str) -> list[HistoryEntry]:
         """Every record of the run, in log order, with the reducer's verdict."""
-        return list(self.projection.history.get(run_id, []))
+        return list(self.projection.history.get(round_zero(run_id), []))
 
     async def close(self) -> None:
         for execution in self._executions.values():

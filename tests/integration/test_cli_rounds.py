@@ -16,13 +16,26 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from runstream import Client, Flow, FlowContext, Handoff, RunStatus, Worker
+from pydantic import BaseModel
+
+from runstream import Client, Flow, FlowContext, HandedOff, Handoff, RunStatus, Worker
 from runstream.engine.readmodel.describe import SKIP_RESULT_PLACEHOLDER
 from tests.integration.test_cli import Result, cli, one_line_error
 
+
+class TallyOut(BaseModel):
+    total: int
+
+
 relay: Flow[Any, Any] = Flow("relay")
 charger: Flow[Any, Any] = Flow("charger")
-flows = [relay, charger]
+tally: Flow[Any, TallyOut] = Flow("tally", result=TallyOut)
+flows = [relay, charger, tally]
+
+
+@tally.handler
+async def _tally(ctx: FlowContext, n: int) -> TallyOut | Handoff:
+    return Handoff(payload=n + 1) if n < 2 else TallyOut(total=n)
 
 
 @relay.handler
@@ -69,6 +82,7 @@ def ok_json(result: Result) -> Any:
     return json.loads(result.out)
 
 
+
 async def test_cli_follows_a_lineage_and_shows_its_rounds(
     bootstrap: str, namespace: str, journal: str, tmp_path: Path
 ) -> None:
@@ -84,6 +98,21 @@ async def test_cli_follows_a_lineage_and_shows_its_rounds(
         assert ok_json(await run("run", "result", "rl~1")) == {"handed_off_to": "rl~2",
                                                                 "round": 2}
         assert ok_json(await run("run", "result", "rl~2")) == 2
+        # `<lineage>~0` is round 0 (its records name the lineage): it waited out its timeout
+        assert ok_json(await run("run", "result", "rl~0")) == {"handed_off_to": "rl~1",
+                                                                "round": 1}
+        assert await client.get_handle("rl~0").result(timeout=10) == HandedOff("rl~1", 1)
+        assert await client.journal("rl~0") == await client.journal("rl")
+        # `run create --wait` of a round that hands off prints it (a traceback before)
+        made = await run("run", "create", "relay", "--payload", '{"n": 1}', "--id", "rm",
+                         "--wait", "--timeout", "60")
+        out = ok_json(made)
+        assert (out["run_id"], out["status"]) == ("rm", "handed-off")
+        assert out["result"] == {"handed_off_to": "rm~1", "round": 1}
+        assert "handed off to round 1 (rm~1)" in made.err
+        # Followed, a typed flow's last round's result is its type (a dict before)
+        typed = await client.create_run(tally, 0, run_id="tl")
+        assert await typed.result(timeout=60, follow=True) == TallyOut(total=2)
 
         latest = ok_json(await run("run", "status", "rl", "--json"))
         assert latest["run_id"] == "rl~2" and latest["round"] == 2
