@@ -84,10 +84,16 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
         self._entries = {entry.position: entry for entry in journal}
         self._port = port
         self._position = 0
-        # Spawns made so far in the handler (replayed ones included), from the open children
-        # earlier rounds handed down: a lineage holds MAX_OPEN_CHILDREN open at most.
-        self._spawns = handed_down(run.children, self._entries)
-        self._open_child_bytes = sum(len(link.run_id.encode()) for link in run.children)
+        # Children open as the handler counts them: its spawns so far (replayed ones too) less
+        # those whose outcome it awaited, from the open children earlier rounds handed down;
+        # a lineage holds MAX_OPEN_CHILDREN open at most. Counted from the journal as the
+        # handler replays it: a spawn is refused at the same call on every replay.
+        down = handed_down(run.children, self._entries)
+        self._spawns = len(down)
+        self._open_child_bytes = sum(len(link.run_id.encode()) for link in down)
+        # Children whose outcome the handler awaited (no longer open for the limit): at most
+        # the spawns of this run, as its journal.
+        self._settled_children: set[str] = set()
         self._taken: set[str] = set()  # signal request ids this execution delivered
         # Children this execution spawned (MAX_OPEN_CHILDREN at most): the parent-exit
         # policy covers them even before the worker's projection applied their spawn.

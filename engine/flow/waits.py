@@ -65,6 +65,7 @@ class WaitingCalls:
     _port: JournalPort
     _spawns: int
     _open_child_bytes: int  # the open children's ids, MAX_OPEN_CHILD_ID_BYTES at most
+    _settled_children: set[str]  # those whose outcome the handler awaited
     _taken: set[str]
     spawned: list[ChildLink]
     cancel_delivered: bool
@@ -174,7 +175,9 @@ class WaitingCalls:
         entry = self._entries.get(position)
         self._spawns += 1
         if entry is not None and entry.status == "completed":
-            return ChildRun(self, json.loads(entry.result_json or "null"), position, loader)
+            spawned_id = str(json.loads(entry.result_json or "null"))
+            self._open_child_bytes += len(spawned_id.encode())  # (as when it was spawned)
+            return ChildRun(self, spawned_id, position, loader)
         self._check_cancel(position, name)
         child_id = run_id or f"{self._incarnation_id}.{position}"
         self._check_spawn(child_id)
@@ -218,9 +221,9 @@ class WaitingCalls:
             raise SpawnRefused(f"run {self.run_id} is {len(path)} levels deep; a tree of runs "
                                f"goes {MAX_DEPTH} deep at most")
         if self._spawns > MAX_OPEN_CHILDREN:
-            raise SpawnRefused(f"run {self.run_id} has spawned {MAX_OPEN_CHILDREN} children "
-                               f"(with those still open that earlier rounds handed down), "
-                               f"the most one run may")
+            raise SpawnRefused(f"run {self.run_id} has {MAX_OPEN_CHILDREN} children open "
+                               f"(spawned, their results not awaited yet, with those still "
+                               f"open that earlier rounds handed down), the most one run may")
         self._open_child_bytes += len(child_id.encode())
         if self._open_child_bytes > MAX_OPEN_CHILD_ID_BYTES:
             raise SpawnRefused(f"run {self.run_id} cannot spawn {child_id}: its open "
@@ -277,6 +280,8 @@ class WaitingCalls:
         """What a finished wait returns or raises, from its journal entry."""
         if entry.kind == "sleep":
             return None
+        if entry.kind == "child" and entry.error_type != WAIT_TIMEOUT:
+            self._child_settled(entry.name)
         if entry.status == "completed":
             loader = self._loaders_by_child.get(entry.name) if entry.kind == "child" else None
             text = entry.result_json or "null"
@@ -292,6 +297,16 @@ class WaitingCalls:
             raise ChildCancelled(entry.name, message)
         error_type, _, detail = message.partition(": ")
         raise ChildFailed(entry.name, error_type or "Error", detail)
+
+    def _child_settled(self, child_id: str) -> None:
+        """The handler has the child's outcome: it no longer counts against the spawn limit.
+        Only an outcome the handler awaited counts, never one the projection holds: the
+        journal gives it at the same point on every replay, so a spawn is refused (or not)
+        at the same call each time. (A child that settled unawaited still counts.)"""
+        if child_id not in self._settled_children:
+            self._settled_children.add(child_id)
+            self._spawns -= 1
+            self._open_child_bytes -= len(child_id.encode())
 
     def _check_cancel(self, position: int | None, name: str) -> None:
         """The first durable call after a cancel request (one not replayed from the journal)
@@ -363,7 +378,8 @@ def _millis(duration: float | timedelta) -> int:
     return max(0, int(seconds * 1000))
 
 
-def handed_down(children: Iterable[ChildLink], entries: Mapping[int, JournalEntry]) -> int:
+def handed_down(children: Iterable[ChildLink],
+                entries: Mapping[int, JournalEntry]) -> list[ChildLink]:
     """The open children an earlier round handed down: links no spawn of this run's journal
     made. (A handoff carries them, and a round that spawned MAX_OPEN_CHILDREN more each
     time grew its lineage's list past what its exit's child.policy-applied can hold: the
@@ -372,7 +388,7 @@ def handed_down(children: Iterable[ChildLink], entries: Mapping[int, JournalEntr
         entry = entries.get(link.position)
         return (entry is not None and entry.kind == "spawn"
                 and json.loads(entry.result_json or "null") == link.run_id)
-    return sum(1 for link in children if not ours(link))
+    return [link for link in children if not ours(link)]
 
 
 def open_children(children: Iterable[ChildLink], spawned: Iterable[ChildLink],
