@@ -134,24 +134,26 @@ ALIVE = _Alive()
 def start_own_thread(name: str, target: Callable[[], None]) -> threading.Thread:
     """`target` started in a new daemon thread counted in ALIVE until it returns; raises
     ThreadsExhausted, `target` not started, while MAX_OWN_THREADS are alive."""
-    ALIVE.take(name)
-    return _start_counted(name, target)
+    alive = ALIVE
+    alive.take(name)
+    return _start_counted(name, target, alive)
 
 
-def _start_counted(name: str, target: Callable[[], None]) -> threading.Thread:
-    """`target` in a new daemon thread whose place in ALIVE is already taken."""
+def _start_counted(name: str, target: Callable[[], None], alive: _Alive) -> threading.Thread:
+    """`target` in a new daemon thread whose place in `alive` is already taken (given back
+    there: ALIVE may be another count by the time it ends, in a test)."""
 
     def run() -> None:
         try:
             target()
         finally:
-            ALIVE.give_back()
+            alive.give_back()
 
     thread = threading.Thread(target=run, name=name, daemon=True)
     try:
         thread.start()
     except BaseException:  # (not started: a thread the system refused)
-        ALIVE.give_back()
+        alive.give_back()
         raise
     return thread
 
@@ -176,11 +178,12 @@ async def in_own_thread(thread_name: str, fn: Callable[..., Any], args: tuple[An
         except RuntimeError:  # the loop closed meanwhile: nobody waits any more
             pass
 
+    alive = ALIVE
     if in_turn:
-        await ALIVE.take_in_turn(thread_name)
+        await alive.take_in_turn(thread_name)
     else:
-        ALIVE.take(thread_name)
-    _start_counted(thread_name, run)
+        alive.take(thread_name)
+    _start_counted(thread_name, run, alive)
     return await done
 
 

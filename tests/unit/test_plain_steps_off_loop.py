@@ -72,10 +72,12 @@ async def test_the_loop_turns_while_a_plain_step_runs() -> None:
 async def test_an_untimed_plain_step_waits_its_turn_for_a_thread(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """One thread left below the bound and held: the next call waits, is not refused, and
-    a waiter cancelled in its turn hands that turn to the one after it."""
-    base = bounded.ALIVE.count
-    monkeypatch.setattr(bounded, "MAX_OWN_THREADS", base + 1)
+    """One thread below the bound, and held: the next call waits, is not refused, and a
+    waiter cancelled in its turn hands that turn to the one after it. (A count of its own:
+    other tests' abandoned threads end while this one runs.)"""
+    monkeypatch.setattr(bounded, "ALIVE", bounded._Alive())
+    monkeypatch.setattr(bounded, "MAX_OWN_THREADS", 1)
+    base = 0
     hold = threading.Event()
     bounded.start_own_thread("holder", lambda: hold.wait(10) and None)
     ran: list[str] = []
