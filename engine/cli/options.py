@@ -6,12 +6,18 @@ import json
 import math
 import os
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
-from runstream.engine.config import resolve_bootstrap, resolve_namespace, wait_seconds
+from runstream.engine.config import (
+    parse_duration,
+    resolve_bootstrap,
+    resolve_namespace,
+    wait_seconds,
+)
 from runstream.engine.errors import InvalidInput
 from runstream.engine.kafka.connection import ENVIRONMENT, MECHANISMS, PROTOCOLS, KafkaSecurity
 from runstream.engine.readmodel.model import read_model_dir
@@ -38,6 +44,15 @@ def positive_seconds(ctx: click.Context, param: click.Parameter, value: float | 
     """A --timeout: InvalidInput (one `error:` line) unless finite and more than 0 (NaN or
     inf would wait for ever)."""
     return wait_seconds(value, _flag(param))
+
+
+def duration(ctx: click.Context, param: click.Parameter, value: str | None
+             ) -> timedelta | None:
+    """A DURATION option (5s, 10m, 2h; config.parse_duration), or None when not given."""
+    try:
+        return None if value is None else parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def seconds_or_zero(ctx: click.Context, param: click.Parameter, value: float) -> float:

@@ -20,6 +20,7 @@ from runstream.engine.cli.options import (
     LOG_LEVELS,
     bootstrap_option,
     cache_dir_option,
+    duration,
     log_level,
     namespace_option,
     positive_seconds,
@@ -27,7 +28,7 @@ from runstream.engine.cli.options import (
     seconds_or_zero,
 )
 from runstream.engine.cli.options import print_json as _print_json
-from runstream.engine.config import DurationInvalid, parse_duration
+from runstream.engine.config import DurationInvalid
 from runstream.engine.errors import InvalidAttributes
 from runstream.engine.flow.definition import HandedOff, dump_json, timeout_ms
 from runstream.engine.journal.input_limits import (
@@ -67,24 +68,16 @@ def run() -> None:
     """Create, inspect and control one run."""
 
 
-def _duration(ctx: click.Context, param: click.Parameter, value: str | None
-              ) -> timedelta | None:
-    try:
-        return None if value is None else parse_duration(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
 def _positive_duration(ctx: click.Context, param: click.Parameter, value: str | None
                        ) -> timedelta | None:
-    duration = _duration(ctx, param, value)
-    if duration is not None and duration <= timedelta(0):
+    given = duration(ctx, param, value)
+    if given is not None and given <= timedelta(0):
         raise click.BadParameter(f"must be more than 0, not {value!r}")
     try:  # (a run's timeout: at most 100 years, checked before connecting)
-        timeout_ms(duration, "it")
+        timeout_ms(given, "it")
     except DurationInvalid as exc:
         raise click.BadParameter(str(exc).removeprefix("it ")) from None
-    return duration
+    return given
 
 
 @run.command("create")
@@ -118,12 +111,18 @@ def create(flow: str, payload: str, run_id: str | None, wait: bool, timeout: flo
     out = run_async(operations.create_run(
         bootstrap=bootstrap, namespace=namespace, flow=flow, payload=parsed, run_id=run_id,
         wait=wait, timeout=timeout, run_timeout=run_timeout, attributes=values))
-    handed = out.get("result")
-    if isinstance(handed, HandedOff):
-        _print_json({**out, "result": views.handed_off_view(handed)})
-        click.echo(views.handed_off_line(out["run_id"], handed), err=True)
-        return
+    if "result" in out:
+        out["result"] = _handed_off(out["run_id"], out["result"])
     _print_json(out)
+
+
+def _handed_off(run_id: str, result: Any) -> Any:
+    """A result to print: a round that handed off as the next round's id and number, with a
+    line naming it on stderr."""
+    if not isinstance(result, HandedOff):
+        return result
+    click.echo(views.handed_off_line(run_id, result), err=True)
+    return views.handed_off_view(result)
 
 
 def _parse_attributes(text: str | None) -> dict[str, Any] | None:
@@ -236,11 +235,7 @@ def result(run_id: str, follow: bool, timeout: float, as_json: bool, bootstrap: 
     out = run_async(operations.run_result(
         bootstrap=bootstrap, namespace=namespace, run_id=run_id, timeout=timeout,
         follow=follow))
-    if isinstance(out, HandedOff):
-        _print_json(views.handed_off_view(out))
-        click.echo(views.handed_off_line(run_id, out), err=True)
-        return
-    _print_json(out)
+    _print_json(_handed_off(run_id, out))
 
 
 @run.command("signal")
@@ -404,17 +399,17 @@ def resume(run_id: str, resolution: str | None, position: int | None, digest: st
 @click.option("--authorities", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help='JSON file {"authority": ["capability", ...]}: what runs created through '
               f"<namespace>.requests.<authority> may do [env {AUTHORITIES_ENV}, as JSON].")
-@click.option("--retention", callback=_duration, default=None, metavar="DURATION",
+@click.option("--retention", callback=duration, default=None, metavar="DURATION",
               help="How long settled runs stay in projections before they expire into "
               "tombstones: 5s, 10m, 12h, 7d; 0 keeps forever [env RUNSTREAM_RETENTION; "
               "default 7d].")
-@click.option("--tombstone-retention", callback=_duration, default=None, metavar="DURATION",
+@click.option("--tombstone-retention", callback=duration, default=None, metavar="DURATION",
               help="How long an expired run's tombstone is kept [env "
               "RUNSTREAM_TOMBSTONE_RETENTION; default: the retention].")
 @click.option("--snapshot-every", type=click.IntRange(min=0), default=None, metavar="N",
               help="Snapshot each owned partition to <namespace>.snapshots every N records "
               "applied to it; 0: no snapshots [env RUNSTREAM_SNAPSHOT_EVERY; default 100000].")
-@click.option("--durable-backoff-after", callback=_duration, default=None, metavar="DURATION",
+@click.option("--durable-backoff-after", callback=duration, default=None, metavar="DURATION",
               help="A step's retry backoff longer than this suspends its run on a durable "
               "timer (no slot held; it outlives the worker) instead of sleeping in memory "
               "[env RUNSTREAM_DURABLE_BACKOFF_AFTER; default 2s].")

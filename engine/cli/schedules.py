@@ -5,16 +5,20 @@ and backfill a schedule, and read its history. Each command is one application f
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import click
 
 from runstream.engine.cli.errors import UserError
 from runstream.engine.cli.eventloop import run_async
-from runstream.engine.cli.options import bootstrap_option, namespace_option, print_json
+from runstream.engine.cli.options import (
+    bootstrap_option,
+    duration,
+    namespace_option,
+    print_json,
+)
 from runstream.engine.client.client import Client
-from runstream.engine.config import parse_duration
 from runstream.engine.readmodel.rows import HistoryRow
 from runstream.engine.readmodel.schedule_view import schedule_lines, schedule_view
 from runstream.engine.timetravel.history import format_history, schedule_history
@@ -84,14 +88,6 @@ def history_of_schedule(bootstrap: str | None, namespace: str | None, schedule_i
 # -- the commands -------------------------------------------------------------------------------
 
 
-def _duration(ctx: click.Context, param: click.Parameter, value: str | None
-              ) -> timedelta | None:
-    try:
-        return None if value is None else parse_duration(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
 def _payload(text: str) -> Any:
     try:
         return json.loads(text)
@@ -121,16 +117,16 @@ def schedule() -> None:
 _WHEN = [
     click.option("--cron", default=None, help="Five-field cron (minute hour day month "
                  "weekday) or @hourly, @daily, ..."),
-    click.option("--every", callback=_duration, default=None, metavar="DURATION",
+    click.option("--every", callback=duration, default=None, metavar="DURATION",
                  help="A fixed interval (2s, 5m, 1h), aligned to the epoch."),
-    click.option("--offset", callback=_duration, default=None, metavar="DURATION",
+    click.option("--offset", callback=duration, default=None, metavar="DURATION",
                  help="An --every schedule's offset from the epoch's multiples."),
     click.option("--timezone", default=None, help="The cron's IANA time zone (default UTC)."),
     click.option("--overlap", type=click.Choice(["skip", "buffer_one", "allow_all",
                                                  "cancel_other"]), default=None),
-    click.option("--catchup-window", callback=_duration, default=None, metavar="DURATION"),
-    click.option("--jitter", callback=_duration, default=None, metavar="DURATION"),
-    click.option("--run-timeout", callback=_duration, default=None, metavar="DURATION"),
+    click.option("--catchup-window", callback=duration, default=None, metavar="DURATION"),
+    click.option("--jitter", callback=duration, default=None, metavar="DURATION"),
+    click.option("--run-timeout", callback=duration, default=None, metavar="DURATION"),
 ]
 
 
