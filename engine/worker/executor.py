@@ -79,6 +79,7 @@ class RunExecution(HandlerRunner):
     _ctx: FlowContext | None = field(default=None, repr=False)
 
     def _enqueue(self, cls: type[JournalRecord], body: dict[str, Any]) -> asyncio.Future[None]:
+        self._unpark_beside()
         if self.dropped is not None:
             raise RunReleased(self.dropped)
         if self.abandoned:
@@ -156,6 +157,7 @@ class RunExecution(HandlerRunner):
         return self.owner.not_called.known(self.run.run_id, position, attempt)
 
     def _ensure_active(self) -> None:
+        self._unpark_beside()
         if self.abandoned:
             raise RunReleased(ABANDONED)
         if self.dropped is not None:
@@ -210,12 +212,32 @@ class RunExecution(HandlerRunner):
         self.dropped = self.dropped or "suspended in two branches: the handler unwinds"
         raise Suspend(wait)
 
+    def _unpark_beside(self) -> None:
+        """A durable call or a settlement from another branch of the handler while it is
+        parked (its run suspended): without a cache the handler had unwound at the
+        suspension, and that call raised. So it does here: the handler unwinds without side
+        effects, and the run continues by replay when its wait ends. (Let through, a step
+        ran and a failure settled a run whose wait was still open.)"""
+        if self.parked is not None:
+            self.owner.sticky.drop(self.run.run_id)  # (its parked branch gets Dropped)
+            raise RunReleased(self.dropped or "parked: the handler unwinds")
+
     async def _parked(self) -> JournalEntry | None:
         """Wait in the sticky cache without a slot; woken, take a slot and activate again."""
-        assert self.parked is not None
+        assert self.parked is not None and self.parked_wait is not None
+        wait = self.parked_wait
         self.release_slot()
         try:
             outcome = await self.parked
+        except asyncio.CancelledError:
+            if self._interrupted or self.dropped is not None or not self.ownership.executing:
+                raise  # (the worker's: a deadline, an eviction, a release)
+            # The handler's own code cancelled its wait (asyncio.wait_for or timeout around
+            # it). Without a cache the wait had raised Suspend at once, before any timeout of
+            # the handler's: so it does now, and the run continues by replay when it ends.
+            self.owner.sticky.drop(self.run.run_id)
+            self.dropped = self.dropped or "its wait cancelled in the handler: it unwinds"
+            raise Suspend(wait) from None
         finally:
             self.parked = self.parked_wait = None
         await self.take_slot()

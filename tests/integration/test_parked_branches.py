@@ -1,0 +1,45 @@
+"""A handler parked in a worker's sticky cache behaves as one without it, against a real
+broker, for runs created through every door: a real-time limit the handler put around its
+wait, and a step another branch starts while the run is suspended, unwind the handler, and
+the run waits for its signal. Before, the parked handler went on: the first completed
+"gave up" with its wait still open, the second failed before its signal, and both refused
+the signal (tests/unit/test_parked_branches_env.py: the same flows without a cache)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from runstream import RunFailed, RunStatus
+from tests.integration.parked_flows import beside, impatient
+from tests.integration.support import all_ready, running_worker, status_when, until
+from tests.integration.test_lifetime import DOORS, doors
+
+
+async def test_a_parked_handler_acts_as_an_unwound_one_through_every_door(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    async with running_worker(bootstrap, namespace, tmp_path / "w",
+                              [impatient, beside]) as worker, \
+            doors(bootstrap, namespace, journal, tmp_path) as (client, create):
+        await until(lambda: all_ready(worker), "the worker claimed every partition")
+        for door in DOORS:
+            await create(door)(impatient, None, f"impatient-{door}")
+            await create(door)(beside, None, f"beside-{door}")
+        for door in DOORS:
+            await status_when(client, f"impatient-{door}", RunStatus.suspended)
+            await status_when(client, f"beside-{door}", RunStatus.suspended)
+        await asyncio.sleep(1.0)  # past both handlers' 0.3 s
+        for door in DOORS:
+            for run_id in (f"impatient-{door}", f"beside-{door}"):
+                assert await client.status(run_id) is RunStatus.suspended, run_id
+                await client.signal(run_id, "go", "hello")
+        for door in DOORS:
+            assert await client.get_handle(f"impatient-{door}").result(timeout=60) == "hello"
+            with pytest.raises(RunFailed, match="StepFailed"):
+                await client.get_handle(f"beside-{door}").result(timeout=60)
+            assert [(e.kind, e.status) for e in await client.journal(f"beside-{door}")] == [
+                ("wait", "completed"), ("step", "failed")]
+        assert len(worker.sticky) == 0  # nothing left parked
