@@ -235,6 +235,11 @@ def _fired_again(schedule: ScheduleState, record: ev.ScheduleFired, own: bool
     is a fire sent again): no second run, but the schedule's own fire still moves it on to
     its next instant, or it would wait on this one for ever (the owner decides each due
     instant once). Forward only: a fire sent again is older than what followed it."""
+    if record.reason == "buffered" and schedule.buffered_ms is not None:
+        # Its buffered instant ran already (a backfill fired it while it waited out its
+        # jitter): the buffer is empty all the same. Kept, it took buffer_one's slot for
+        # good, and every later instant was skipped as an overlap.
+        schedule = replace(schedule, buffered_ms=None, updated_ms=record.envelope.timestamp_ms)
     after, current = record.next_fire_ms, schedule.next_fire_ms
     if not own or after is None or current is None or after <= current:
         return schedule

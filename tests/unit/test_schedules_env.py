@@ -24,6 +24,7 @@ from runstream.testing import TestEnvironment
 
 tick = Flow("s-tick")
 slow = Flow("s-slow")  # runs 150 s of virtual time: longer than a 60 s interval
+hourly_long = Flow("s-hourly-long")  # runs 3,500 s: beside the next hourly instant's jitter
 START = datetime(2026, 3, 1, tzinfo=UTC)
 
 
@@ -35,6 +36,12 @@ async def _tick(ctx: Any, payload: Any) -> Any:
 @slow.handler
 async def _slow(ctx: Any, payload: Any) -> str:
     await ctx.sleep(150)
+    return "done"
+
+
+@hourly_long.handler
+async def _hourly_long(ctx: Any, payload: Any) -> str:
+    await ctx.sleep(3500)
     return "done"
 
 
@@ -144,6 +151,22 @@ async def test_a_long_outage_of_a_minutely_cron_is_counted_whole_and_at_once() -
         assert (skipped.first_ms, skipped.last_ms) == (ms(START) + 60_000, window_start - 60_000)
         assert skipped.count == 150 * 1440 - 3 > MAX_SCAN  # (minutes 1 to 215,997)
         assert schedule.fires == 3  # the window's three minutes, its start's included
+
+
+async def test_a_buffered_instant_a_backfill_ran_already_frees_buffer_one() -> None:
+    """A backfill fires an instant still waiting out its jitter; the schedule's own turn for
+    it finds the backfilled run running and buffers it; the buffered fire then names a run
+    that exists, and made none. Its buffer stayed taken: every later instant was skipped
+    as an overlap, for good."""
+    async with TestEnvironment([hourly_long], start=START + timedelta(seconds=30)) as env:
+        await env.create_schedule("jittery", hourly_long, every=3600, overlap="buffer_one",
+                                  jitter=3000)  # (01:00's jitter is 867 s)
+        await env.sleep(3630)  # 01:01: 01:00 is past, its jitter not
+        await env.backfill_schedule("jittery", ms(START) + 3_599_999, ms(START) + 3_600_000)
+        await env.sleep(6 * 3600)
+        schedule = env.describe_schedule("jittery")
+        assert schedule.buffered_ms is None or schedule.buffered_ms > ms(START) + 3_600_000
+        assert schedule.fires >= 5 and schedule.skipped == 0, schedule
 
 
 async def test_pause_unpause_delete_trigger_and_backfill() -> None:
