@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from runstream import Flow, FlowContext, RunStatus
-from tests.integration.support import all_ready, running_worker, until
-from tests.integration.test_lifetime import DOORS, doors
+from tests.integration.test_lifetime import DOORS, ready_with_doors
 
 pair: Flow[Any, Any] = Flow("gathering-pair")
 napper: Flow[Any, Any] = Flow("gathering-napper")
@@ -36,9 +35,8 @@ async def _pair(ctx: FlowContext, payload: Any) -> list[Any]:
 async def test_gathered_waits_settle_on_a_worker_through_every_door(
     bootstrap: str, namespace: str, journal: str, tmp_path: Path
 ) -> None:
-    async with running_worker(bootstrap, namespace, tmp_path / "w", [pair, napper]) as worker, \
-            doors(bootstrap, namespace, journal, tmp_path) as (client, create):
-        await until(lambda: all_ready(worker), "the worker claimed every partition")
+    async with ready_with_doors(bootstrap, namespace, journal, tmp_path,
+                                [pair, napper]) as (worker, client, create):
         for door in DOORS:
             await create(door)(pair, None, f"pair-{door}")
         for door in DOORS:

@@ -44,7 +44,14 @@ from tests.integration.lifetime_flows import (
     swallower,
     tidy,
 )
-from tests.integration.support import fold, status_or_none, status_when, until
+from tests.integration.support import (
+    all_ready,
+    fold,
+    running_worker,
+    status_or_none,
+    status_when,
+    until,
+)
 from tests.integration.test_cli import cli
 
 SCHEMAS = Path(__file__).parent.parent.parent / "schemas"
@@ -135,6 +142,18 @@ async def doors(bootstrap: str, namespace: str, journal: str, tmp_path: Path
                     await produce_plain(bootstrap, journal, run_id, value)
             return made
         yield nameless, create
+
+
+@asynccontextmanager
+async def ready_with_doors(bootstrap: str, namespace: str, journal: str, tmp_path: Path,
+                           these: list[Flow[Any, Any]]
+                           ) -> AsyncIterator[tuple[Worker, Client, Callable[[str], Create]]]:
+    """An in-process worker of `these` that claimed every partition, a client that knows no
+    flow, and `create(door)` (doors)."""
+    async with running_worker(bootstrap, namespace, tmp_path / "w", these) as ready, \
+            doors(bootstrap, namespace, journal, tmp_path) as (client, create):
+        await until(lambda: all_ready(ready), "the worker claimed every partition")
+        yield ready, client, create
 
 
 @pytest.mark.parametrize("door", DOORS)

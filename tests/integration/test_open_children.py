@@ -12,8 +12,7 @@ import pytest
 
 from runstream.engine.flow import waits
 from tests.integration.open_children_flows import fanout, item, orchestrator
-from tests.integration.support import all_ready, running_worker, until
-from tests.integration.test_lifetime import DOORS, doors
+from tests.integration.test_lifetime import DOORS, ready_with_doors
 
 LIMIT = 3
 
@@ -23,10 +22,8 @@ async def test_the_spawn_limit_counts_open_children_through_every_door(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(waits, "MAX_OPEN_CHILDREN", LIMIT)
-    async with running_worker(bootstrap, namespace, tmp_path / "w",
-                              [orchestrator, fanout, item]) as worker, \
-            doors(bootstrap, namespace, journal, tmp_path) as (client, create):
-        await until(lambda: all_ready(worker), "the worker claimed every partition")
+    async with ready_with_doors(bootstrap, namespace, journal, tmp_path,
+                                [orchestrator, fanout, item]) as (_, client, create):
         for door in DOORS:
             await create(door)(orchestrator, 3 * LIMIT, f"one-by-one-{door}")
             await create(door)(fanout, LIMIT + 2, f"all-at-once-{door}")

@@ -14,17 +14,15 @@ import pytest
 
 from runstream import RunFailed, RunStatus
 from tests.integration.parked_flows import beside, impatient
-from tests.integration.support import all_ready, running_worker, status_when, until
-from tests.integration.test_lifetime import DOORS, doors
+from tests.integration.support import status_when
+from tests.integration.test_lifetime import DOORS, ready_with_doors
 
 
 async def test_a_parked_handler_acts_as_an_unwound_one_through_every_door(
     bootstrap: str, namespace: str, journal: str, tmp_path: Path
 ) -> None:
-    async with running_worker(bootstrap, namespace, tmp_path / "w",
-                              [impatient, beside]) as worker, \
-            doors(bootstrap, namespace, journal, tmp_path) as (client, create):
-        await until(lambda: all_ready(worker), "the worker claimed every partition")
+    async with ready_with_doors(bootstrap, namespace, journal, tmp_path,
+                                [impatient, beside]) as (worker, client, create):
         for door in DOORS:
             await create(door)(impatient, None, f"impatient-{door}")
             await create(door)(beside, None, f"beside-{door}")

@@ -9,20 +9,20 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from runstream import Flow, FlowContext
+from runstream import Flow, FlowContext, idempotency_key
 from runstream.engine.worker.kafka_driver import group_generation
-from tests.integration.support import all_ready, running_worker, until
-from tests.integration.test_lifetime import DOORS, doors
+from tests.integration.test_lifetime import DOORS, ready_with_doors
 
 WAIT_S = 8.0  # a blocked step's wait for its release: past the tests' 6 s session
 
 held: Flow[Any, Any] = Flow("held")
 freer: Flow[Any, Any] = Flow("freer")
-RELEASES = {door: threading.Event() for door in DOORS}
+RELEASES = {door: threading.Event() for door in (*DOORS, "env")}  # (env: the unit test's)
 
 
 def _wait_for_release(door: str) -> dict[str, Any]:
-    return {"released": RELEASES[door].wait(WAIT_S), "thread": threading.current_thread().name}
+    return {"released": RELEASES[door].wait(WAIT_S), "thread": threading.current_thread().name,
+            "key": idempotency_key()}
 
 
 @held.handler
@@ -38,9 +38,8 @@ async def _freer(ctx: FlowContext, door: str) -> str:
 async def test_a_blocked_plain_step_leaves_its_worker_free_through_every_door(
     bootstrap: str, namespace: str, journal: str, tmp_path: Path
 ) -> None:
-    async with running_worker(bootstrap, namespace, tmp_path / "w", [held, freer]) as worker, \
-            doors(bootstrap, namespace, journal, tmp_path) as (client, create):
-        await until(lambda: all_ready(worker), "the worker claimed every partition")
+    async with ready_with_doors(bootstrap, namespace, journal, tmp_path,
+                                [held, freer]) as (worker, client, create):
         generation = group_generation(worker.consumer)
         for door in DOORS:
             await create(door)(held, door, f"held-{door}")
@@ -49,6 +48,7 @@ async def test_a_blocked_plain_step_leaves_its_worker_free_through_every_door(
         for door in DOORS:
             assert await client.get_handle(f"freer-{door}").result(timeout=60) == "freed"
             outcome = await client.get_handle(f"held-{door}").result(timeout=60)
-            assert outcome == {"released": True, "thread": "runstream-step-wait"}, door
+            assert outcome == {"released": True, "thread": "runstream-step-wait",
+                               "key": f"held-{door}/0"}, door
         # The loop kept the group's heartbeat going: no rebalance while steps blocked.
         assert group_generation(worker.consumer) == generation

@@ -13,18 +13,15 @@ import pytest
 
 from runstream import RunFailed, RunStatus
 from runstream.engine.demo.flows import checkout
-from tests.integration.support import all_ready, running_worker, until
-from tests.integration.test_lifetime import DOORS, doors
+from tests.integration.test_lifetime import DOORS, ready_with_doors
 from tests.integration.user_exit_flows import OUTCOMES, exiting
 
 
 async def test_a_users_base_exception_fails_its_run_through_every_door(
     bootstrap: str, namespace: str, journal: str, tmp_path: Path
 ) -> None:
-    async with running_worker(bootstrap, namespace, tmp_path / "w",
-                              [exiting, checkout]) as worker, \
-            doors(bootstrap, namespace, journal, tmp_path) as (client, create):
-        await until(lambda: all_ready(worker), "the worker claimed every partition")
+    async with ready_with_doors(bootstrap, namespace, journal, tmp_path,
+                                [exiting, checkout]) as (_, client, create):
         for door in DOORS:
             for mode in OUTCOMES:
                 await create(door)(exiting, mode, f"{mode}-{door}")

@@ -8,48 +8,24 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any
 
 import pytest
 
-from runstream import Flow, FlowContext, idempotency_key
 from runstream.engine.flow import bounded
 from runstream.testing import TestEnvironment
-
-WAIT_S = 5.0  # how long a blocked step waits for its release: the loop's standstill before
-
-waiter: Flow[Any, Any] = Flow("waiter")
-releaser: Flow[Any, Any] = Flow("releaser")
-RELEASES: dict[str, threading.Event] = {}
-
-
-def _wait_for_release(key: str) -> dict[str, Any]:
-    released = RELEASES[key].wait(WAIT_S)
-    return {"released": released, "thread": threading.current_thread().name,
-            "key": idempotency_key()}
-
-
-@waiter.handler
-async def _waiter(ctx: FlowContext, key: str) -> dict[str, Any]:
-    return await ctx.step("wait", _wait_for_release, key)
-
-
-@releaser.handler
-async def _releaser(ctx: FlowContext, key: str) -> str:
-    return await ctx.step("release", lambda: RELEASES[key].set() or "set")
+from tests.integration.test_plain_steps import freer, held
 
 
 async def test_a_blocked_plain_step_lets_another_run_release_it() -> None:
-    """Inline, the waiter's step held the loop for WAIT_S, the releaser never ran before it
-    gave up, and it returned released False."""
-    RELEASES["env"] = threading.Event()
-    async with TestEnvironment([waiter, releaser]) as env:
-        first = await env.start(waiter, "env", run_id="w")
-        await env.start(releaser, "env", run_id="r")
+    """The flows of tests/integration/test_plain_steps.py. Inline, the held step stood the
+    loop still for its whole wait, the freer never ran before it gave up, and it returned
+    released False."""
+    async with TestEnvironment([held, freer]) as env:
+        first = await env.start(held, "env", run_id="w")
+        await env.start(freer, "env", run_id="r")
         outcome = await env.result(first)
-    assert outcome["released"] is True
-    assert outcome["thread"] == "runstream-step-wait"
-    assert outcome["key"] == "w/0"  # the run's idempotency key reached the thread
+    # (its thread named for the step; the run's idempotency key reached it)
+    assert outcome == {"released": True, "thread": "runstream-step-wait", "key": "w/0"}
 
 
 async def test_the_loop_turns_while_a_plain_step_runs() -> None:
