@@ -141,6 +141,9 @@ def progress_of(spec: BatchSpec, steps: Iterable[tuple[str, Any]]) -> BatchProgr
             room = DRY_RUN_SHOWN - len(progress.first)
             progress.first.extend(result["ids"][:max(room, 0)])
         elif name.startswith("send-"):
+            # `again`: lineages matched here and in an earlier chunk (they handed off between
+            # them), counted once (absent from a send of an earlier release)
+            progress.matched -= result.get("again", 0)
             progress.sent += result["sent"]
             progress.done += result["done"]
             progress.refused += len(result["refused"])

@@ -193,10 +193,12 @@ def _existed(run: RunState, ends: dict[int, int], view: View) -> bool:
 
 
 def _own_target(run: RunState) -> bool:
-    """Not a round that handed off: a request naming round 0's id (its lineage's) reaches the
-    lineage's latest round, which the query judges on its own (`round = 0` cancelled the
-    live round it did not match)."""
-    return run.handed_off_to is None or run.run_id != run.lineage_id
+    """Not a round that handed off: one after round 0 refuses the request (it has ended),
+    or is answered `duplicate` when its lineage's live round took it first, and round 0's id
+    reaches the lineage's latest round, which the query judges on its own (`round = 0`
+    cancelled the live round it did not match). Each counted as a match, and a duplicate as
+    done, a lineage of ten rounds made ten."""
+    return run.handed_off_to is None
 
 
 async def _send(io: BatchIO, spec: BatchSpec, ceiling: tuple[str, ...] | None,
@@ -204,7 +206,7 @@ async def _send(io: BatchIO, spec: BatchSpec, ceiling: tuple[str, ...] | None,
     """The chunk's requests, then each run's answer, from the read model."""
     records = [_request(spec, run_id, ceiling) for run_id in ids]
     await io.send(records)
-    done, refused = 0, []
+    done, again, refused = 0, 0, []
     waiting = dict(zip(ids, records, strict=True))
     deadline = time.monotonic() + ANSWER_WAIT_S
     while waiting and time.monotonic() < deadline:
@@ -217,8 +219,13 @@ async def _send(io: BatchIO, spec: BatchSpec, ceiling: tuple[str, ...] | None,
             if item is None:
                 continue
             del waiting[run_id]
-            if item.verdict in (Verdict.applied, Verdict.duplicate):
+            if item.verdict is Verdict.applied:
                 done += 1
+            elif item.verdict is Verdict.duplicate:
+                # (its lineage took it in another round, matched in an earlier chunk before
+                # a handoff: counted there; a request sent again to the same run is found
+                # applied, in the request index)
+                again += 1
             else:
                 why = describe_refusal(view.run(run_id), record_of(item) if item.raw else record,
                                        view.tombstone(run_id))
@@ -227,8 +234,8 @@ async def _send(io: BatchIO, spec: BatchSpec, ceiling: tuple[str, ...] | None,
             await asyncio.sleep(0.2)
     refused.extend((run_id, "no answer within the batch's wait: sent, unconfirmed")
                    for run_id in waiting)
-    return {"sent": len(records), "done": done, "refused": refused[:MAX_REFUSALS_SHOWN * 10],
-            "at_ms": int(time.time() * 1000)}
+    return {"sent": len(records) - again, "done": done, "again": again,
+            "refused": refused[:MAX_REFUSALS_SHOWN * 10], "at_ms": int(time.time() * 1000)}
 
 
 def _request(spec: BatchSpec, run_id: str, ceiling: tuple[str, ...] | None) -> JournalRecord:

@@ -35,7 +35,17 @@ async def _handing(ctx: FlowContext, payload: Any) -> Any:
     return await ctx.wait_for("go")
 
 
-flows: list[Flow[Any, Any]] = [parked, handing]
+relaying: Flow[Any, Any] = Flow("batch-relaying")
+
+
+@relaying.handler
+async def _relaying(ctx: FlowContext, payload: int) -> Any:
+    if payload < 11:  # rounds 1..10 hand off too: "x~10" sorts before "x~2".."x~9"
+        return Handoff(payload=payload + 1)
+    return await ctx.wait_for("go")
+
+
+flows: list[Flow[Any, Any]] = [parked, handing, relaying]
 
 
 async def _create(client: Client, count: int, prefix: str, **attributes: Any) -> list[str]:
@@ -148,3 +158,24 @@ async def test_a_batch_acts_on_the_rounds_it_matched_not_on_their_lineage(
             report = await live.result(timeout=90)
             assert (report["matched"], report["done"], report["refused"]) == (1, 1, 0)
             await status_when(client, "lin~1", RunStatus.cancelled)
+
+
+async def test_a_batch_counts_each_lineage_once_whatever_its_rounds(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """Two lineages of 12 rounds: only each live round is a target. Rounds after the first
+    that handed off were matched too: the first ones refused the cancel (ended), and those
+    sorted after the live round were answered `duplicate` and counted as done (matched 22,
+    done 18, refused 2, for two runs cancelled)."""
+    async with running_worker(bootstrap, namespace, tmp_path / "w", flows):
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows,
+                          read_model_dir=tmp_path / "rm") as client:
+            for lineage in ("x", "y"):
+                await client.create_run(relaying, 0, run_id=lineage)
+            await _all_suspended(client, "flow = 'batch-relaying'", 2)
+            assert await client.count_runs("flow = 'batch-relaying'") == 24
+            batch = await client.cancel_where("flow = 'batch-relaying'", reason="all")
+            report = await batch.result(timeout=90)
+            assert [report[k] for k in ("matched", "sent", "done", "refused")] == [2, 2, 2, 0]
+            for lineage in ("x", "y"):
+                await status_when(client, f"{lineage}~11", RunStatus.cancelled)

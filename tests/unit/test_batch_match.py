@@ -4,7 +4,8 @@
 - a chunk that fills up inside the query's last, short page goes on from there: it was
   reported done, and the rest of the page was never matched (up to 499 runs a batch);
 - a lineage that existed when the batch began and handed off since is matched by its live
-  round, and the batch's requests are keyed by lineage, so a lineage is acted on once."""
+  round, and the batch's requests are keyed by lineage, so a lineage is acted on once;
+- a lineage matched again in a later chunk (it handed off between them) is counted once."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from runstream.engine.journal import encode
 from runstream.engine.journal import events as ev
 from runstream.engine.readmodel.view import View
 from runstream.engine.worker import batch as worker_batch
-from runstream.projections.batch import CHUNK, BatchSpec
+from runstream.projections.batch import CHUNK, BatchSpec, progress_of
 from runstream.projections.projector import Projector
 from runstream.projections.store import ProjectionStore
 from tests.builders import Writer, create, created
@@ -56,6 +57,10 @@ class IO:
     async def view(self) -> View:
         self.journal.store.flush()
         return View(self.journal.store, None, 1)
+
+    async def send(self, records: list[Any]) -> None:
+        for record in records:
+            self.journal.add(record)
 
 
 async def _matched(journal: Journal, ends: int) -> tuple[list[str], int]:
@@ -100,3 +105,23 @@ async def test_a_lineage_that_hands_off_after_the_batch_began_is_matched_once(
     # (one lineage, one request id: a second action on it is the partition's duplicate)
     assert (worker_batch._request(spec, "c-1~1", None).envelope.request_id
             == worker_batch._request(spec, "c-1", None).envelope.request_id)
+
+
+async def test_a_lineage_matched_again_after_a_handoff_counts_once(tmp_path: Path) -> None:
+    """Matched in one chunk, it handed off before the next matched its new round: the second
+    request (the same id: keyed by lineage) is the partition's duplicate. It counted as done
+    a second time, and the lineage as matched twice."""
+    journal = Journal(tmp_path / "store")
+    journal.run("c-1")
+    spec = BatchSpec(batch_id="b1", operation="signal", where=f"flow = '{FLOW}'",
+                     signal="go")
+    first = await worker_batch._send(IO(journal), spec, None, ["c-1"])
+    journal.hand_off("c-1")
+    second = await worker_batch._send(IO(journal), spec, None, ["c-1~1"])
+    assert (first["sent"], first["done"], first["again"]) == (1, 1, 0)
+    assert (second["sent"], second["done"], second["again"], second["refused"]) == (0, 0, 1, [])
+    progress = progress_of(spec, [("match-1", {"ids": ["c-1"], "done": False}),
+                                  ("send-1", first),
+                                  ("match-2", {"ids": ["c-1~1"], "done": True}),
+                                  ("send-2", second)])
+    assert (progress.matched, progress.sent, progress.done, progress.refused) == (1, 1, 1, 0)
