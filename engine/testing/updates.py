@@ -46,7 +46,7 @@ class EnvUpdates:
         request_id = request_id or uuid.uuid4().hex
         body = {"name": name, "payload_json": dump_json(payload)}
         verdict = self._request(ev.RunUpdateRequested, run_id, request_id=request_id, **body)
-        run = self.projection.runs.get(run_id)
+        run = self.projection.runs.get(self._addressed(run_id))
         if verdict is Verdict.refused or run is None:
             if run is None and self.projection.store.tombstone(run_id) is None:
                 raise RunNotFound(run_id)
@@ -54,9 +54,11 @@ class EnvUpdates:
                 envelope=envelope(ev.RunUpdateRequested, run_id, request_id, 0), name=name)
             raise UpdateRefused(run_id, name, describe_refusal(
                 run, asked, self.projection.store.tombstone(run_id)))
-        if verdict is Verdict.duplicate and not self._asked_before(run.lineage_id, request_id):
+        taken_by = self._round_asked(run.lineage_id, request_id)
+        if verdict is Verdict.duplicate and taken_by is None:
             raise UpdateRefused(run_id, name, reused_request_text(request_id))
-        holder = [run.run_id]
+        # (the round that took it: it may have handed off since, the request following it)
+        holder = [taken_by or run.run_id]
         await self._drive(lambda: self._answered(holder, request_id))
         run = self.projection.runs[holder[0]]
         outcome = self._outcome(run, request_id)
@@ -64,15 +66,23 @@ class EnvUpdates:
             raise UpdateRefused(run_id, name, refusal_text(run))
         return answer_of(run_id, name, outcome)
 
-    def _asked_before(self, lineage_id: str, request_id: str) -> bool:
-        """Whether the request `request_id` duplicates is an update to a round of the
-        lineage."""
-        return any(item.verdict is Verdict.applied
+    def _addressed(self, run_id: str) -> str:
+        """The round a request naming `run_id` reaches: a lineage's id names its latest."""
+        return self.projection.store.latest_round(run_id) or run_id
+
+    def _round_asked(self, lineage_id: str, request_id: str) -> str | None:
+        """The round of the lineage that took update `request_id` (None: no round did), as
+        a Client finds it (engine.client.updates._round_asked). Round 0 was taken for it:
+        past two handoffs the request, sent to the latest round, was never found following
+        round 1, and the update was reported refused although the run answered it."""
+        for run in lineage_rounds(self.projection.runs.get, lineage_id,
+                                  self.projection.store.latest_round(lineage_id)):
+            if any(item.verdict is Verdict.applied
                    and isinstance(item.record, ev.RunUpdateRequested)
                    and item.record.envelope.request_id == request_id
-                   for run in lineage_rounds(self.projection.runs.get, lineage_id,
-                                              self.projection.store.latest_round(lineage_id))
-                   for item in self.projection.history.get(run.run_id, []))
+                   for item in self.projection.history.get(run.run_id, [])):
+                return run.run_id
+        return None
 
     def _answered(self, holder: list[str], request_id: str) -> bool:
         """Whether the update has its outcome, or its run settled without one (following it
@@ -83,10 +93,24 @@ class EnvUpdates:
                 return True
             if not run.status.is_terminal:
                 return False
-            following = run.handed_off_to and self.projection.runs.get(run.handed_off_to)
-            if not (following and followed(following, request_id)):
+            following = self._carrying(run, request_id)
+            if following is None:
                 return True
             holder[0] = following.run_id  # (and look there now: it may be answered)
+
+    def _carrying(self, run: RunState, request_id: str) -> RunState | None:
+        """The first round after `run` that holds the update: a handoff carried it there, or
+        the request reached it directly (sent to the lineage, it reaches its latest round,
+        past rounds that never held it: the walk stopped at the first of them)."""
+        current = run
+        while current.handed_off_to is not None:
+            following = self.projection.runs.get(current.handed_off_to)
+            if following is None:
+                return None
+            if followed(following, request_id):
+                return following
+            current = following
+        return None
 
     def _outcome(self, run: RunState, request_id: str
                  ) -> ev.UpdateRejected | ev.UpdateCompleted | None:

@@ -24,7 +24,7 @@ from tests.conftest import TEST_JOURNAL_PARTITIONS
 from tests.integration.support import WorkerProcess, fold, running_worker, status_when, until
 from tests.integration.test_cli import cli
 from tests.integration.test_lifetime import SCHEMAS, produce_plain
-from tests.integration.update_flows import approval, counter, flows, rounds
+from tests.integration.update_flows import approval, counter, far, flows, rounds
 
 APP = "tests.integration.update_flows:flows"
 
@@ -206,3 +206,14 @@ async def test_an_update_answered_by_a_round_that_handed_off_since_is_returned(
 async def _round_of(client: Client, lineage: str, number: int) -> bool:
     run = await client.describe(lineage)
     return run.round == number and run.status is RunStatus.suspended
+
+
+async def test_an_update_to_a_lineage_past_two_handoffs_is_answered_by_its_latest_round(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path) -> None:
+    """As in the TestEnvironment (tests/unit/test_updates_env.py), which refused it."""
+    async with running_worker(bootstrap, namespace, tmp_path / "w", flows), \
+            Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows,
+                   read_model_dir=tmp_path / "rm") as client:
+        await client.create_run(far, 0, run_id="far")
+        await status_when(client, "far~2", RunStatus.suspended)
+        assert await client.update("far", "ask", None, timeout=60) == {"answered_by_round": 2}

@@ -80,4 +80,17 @@ async def _counter(ctx: FlowContext, payload: Any) -> Any:
     return Handoff(payload=payload + 1)
 
 
-flows = [approval, rounds, counter]
+far = Flow("u-far")
+
+
+@far.handler
+async def _far(ctx: FlowContext, payload: int) -> Any:
+    """Rounds 0 and 1 hand off at once; round 2 waits for an update and answers it."""
+    if payload < 2:
+        return Handoff(payload=payload + 1)
+    update = await ctx.wait_for_update("ask")
+    await update.reply({"answered_by_round": payload})
+    return "done"
+
+
+flows = [approval, rounds, counter, far]

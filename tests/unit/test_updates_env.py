@@ -23,6 +23,7 @@ from runstream.engine.flow import validation
 from runstream.engine.journal import events as ev
 from runstream.projections.state import MAX_SIGNALS, RunStatus, Verdict, round_run_id
 from runstream.testing import TestEnvironment
+from tests.integration.update_flows import far
 
 approvals = Flow("upd-approvals")
 
@@ -182,3 +183,15 @@ async def test_an_update_answered_in_a_later_round_is_its_answer_to_a_repeat() -
         assert await env.update("r", "approve", None, request_id="d-1") == "round 1"
         for addressed in ("r", round_run_id("r", 1)):
             assert await env.update(addressed, "approve", None, request_id="d-1") == "round 1"
+
+
+async def test_an_update_to_a_lineage_past_two_handoffs_is_answered_by_its_latest_round(
+) -> None:
+    """Sent to the lineage, the request reaches round 2; the environment looked for it in
+    round 1, found it never held it, and refused an update round 2 took and answered."""
+    async with TestEnvironment([far]) as env:
+        await env.start(far, 0, run_id="far")
+        await env.run_until_idle()
+        assert env.status("far~2") is RunStatus.suspended
+        assert await env.update("far", "ask", None) == {"answered_by_round": 2}
+        assert await env.result("far", follow=True) == "done"
