@@ -12,6 +12,12 @@ from runstream import Flow, FlowContext
 
 impatient: Flow[Any, Any] = Flow("parked-impatient")
 beside: Flow[Any, Any] = Flow("parked-beside")
+forever: Flow[Any, Any] = Flow("parked-forever")
+
+
+@forever.handler
+async def _forever(ctx: FlowContext, payload: Any) -> Any:
+    return await ctx.wait_for("never")
 
 
 def _fails() -> None:

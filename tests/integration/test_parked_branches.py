@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from runstream import RunFailed, RunStatus
-from tests.integration.parked_flows import beside, impatient
-from tests.integration.support import status_when
+from runstream import RunFailed, RunStatus, RunTimedOut
+from tests.integration.parked_flows import beside, forever, impatient
+from tests.integration.support import status_when, until
 from tests.integration.test_lifetime import DOORS, ready_with_doors
 
 
@@ -41,3 +41,19 @@ async def test_a_parked_handler_acts_as_an_unwound_one_through_every_door(
             assert [(e.kind, e.status) for e in await client.journal(f"beside-{door}")] == [
                 ("wait", "completed"), ("step", "failed")]
         assert len(worker.sticky) == 0  # nothing left parked
+
+
+async def test_a_handler_whose_deadline_passed_while_parked_leaves_the_cache(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """Its owner fails the run (no handler runs it) and drops the parked handler: nothing of
+    it is left in the cache or the worker's executions."""
+    async with ready_with_doors(bootstrap, namespace, journal, tmp_path,
+                                [forever]) as (worker, client, create):
+        for door in DOORS:
+            await create(door)(forever, None, f"forever-{door}", run_timeout=1.5)
+        for door in DOORS:
+            with pytest.raises(RunTimedOut):
+                await client.get_handle(f"forever-{door}").result(timeout=60)
+        await until(lambda: not worker.executions, "the handlers unwound")
+        assert len(worker.sticky) == 0
