@@ -21,7 +21,7 @@ from runstream.engine.journal.input_limits import (
     check_name,
     check_run_id,
 )
-from runstream.engine.journal.records import lineage_of
+from runstream.engine.journal.records import is_round, lineage_of
 from runstream.projections.capabilities import narrow
 from runstream.projections.deadlines import timeout_limits
 from runstream.projections.fork_transitions import entry_from_json, fork_parts, is_first_shape_part
@@ -105,6 +105,10 @@ def invalid_create(run: RunState) -> Reject | None:
         check_run_id(run.run_id)
     except RunIdInvalid as exc:
         return Reject("run-id-invalid", "run_id", "", str(exc))
+    if is_round(run.run_id):  # (made, a handoff of its lineage later took it over)
+        return Reject("run-id-invalid", "run_id", "",
+                      f"run id {run.run_id!r} names round {run.run_id.rsplit('~', 1)[1]} of "
+                      f"lineage {lineage_of(run.run_id)!r}: a create makes a round 0")
     try:
         check_name("flow", run.flow)
     except NameInvalid as exc:

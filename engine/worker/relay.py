@@ -43,11 +43,13 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from runstream.engine.config import dead_letter_topic, journal_topic, requests_topic
+from runstream.engine.errors import journal_text
 from runstream.engine.kafka.connection import KafkaSecurity, start_client
 from runstream.engine.kafka.requests_topic import relay_consumer, relay_producer, topic_partitions
 from runstream.engine.worker.kafka_driver import coordinator_moving, rejoin_group
 from runstream.engine.worker.relay_judge import (
     AUTHORITIES_ENV,
+    MAX_REASON_CHARS,
     Authorities,
     Forward,
     Incoming,
@@ -183,7 +185,8 @@ class Relay:
                 journal_topic(self.namespace), value=verdict.value, key=incoming.key,
                 headers=verdict.headers, partition=incoming.partition), True
         log.warning("relay %s: %s:%d:%d not relayed: %s", self.name, incoming.topic,
-                    incoming.partition, incoming.offset, verdict.reason)
+                    incoming.partition, incoming.offset,
+                    journal_text(verdict.reason, limit=MAX_REASON_CHARS))
         source = f"{incoming.topic}:{incoming.partition}:{incoming.offset}"
         value, headers = dead_letter_copy(incoming, verdict.reason)
         return await self._producer.send(

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runstream.engine.config import requests_topic
-from runstream.engine.errors import InvalidInput
+from runstream.engine.errors import InvalidInput, journal_text
 from runstream.engine.flow.schedule_spec import check_schedule_id
 from runstream.engine.journal import MAX_RECORD_BYTES, DecodeError, JournalRecord, decode, encode
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import check_authority_name, check_run_id
-from runstream.engine.journal.records import lineage_of
+from runstream.engine.journal.records import is_round, lineage_of
 from runstream.projections.capabilities import narrow
 from runstream.projections.partitioning import run_partition
 
@@ -33,6 +33,7 @@ SIZE_HEADER = "runstream-dead-letter-size"
 # letters larger than the value and these leaves both out, with the value's size: a copy
 # the producer refused stopped the relay for good, reading the record again and again.
 MAX_HEADER_BYTES = 16 * 1024
+MAX_REASON_CHARS = 2000  # a dead letter's reason, at most (its UTF-8: 8 KiB at most)
 
 CLIENT_REQUESTS = (ev.RunCreateRequested, ev.RunSignalSent, ev.RunCancelRequested,
                    ev.RunResumeRequested, ev.RunForkRequested, ev.ScheduleChangeRequested,
@@ -118,7 +119,10 @@ def dead_letter_copy(incoming: Incoming, reason: str
     """What a refused record's dead letter holds: the record whole, with why and whence;
     one larger than a request may be, only why, whence and its value's size."""
     source = f"{incoming.topic}:{incoming.partition}:{incoming.offset}"
-    ours = [(REASON_HEADER, reason.encode()), (SOURCE_HEADER, source.encode())]
+    # (a reason quotes the client's text, a fork's source id up to the record's size: whole,
+    # the copy passed the producer's 1 MiB, and the relay read the record again for ever)
+    shown = journal_text(reason, limit=MAX_REASON_CHARS)
+    ours = [(REASON_HEADER, shown.encode()), (SOURCE_HEADER, source.encode())]
     size = len(incoming.value or b"")
     if size <= MAX_RECORD_BYTES and header_bytes(incoming.headers) <= MAX_HEADER_BYTES:
         return incoming.value, [*incoming.headers, *ours]
@@ -175,6 +179,9 @@ def _not_relayable(record: JournalRecord, authority: str | None, incoming: Incom
         check_run_id(env.run_id)
     except InvalidInput as exc:
         return f"invalid input: {exc}"
+    if isinstance(record, ev.RunCreateRequested) and is_round(env.run_id):
+        return (f"invalid input: run id {env.run_id!r} names a round of lineage "
+                f"{lineage_of(env.run_id)!r} (`<lineage>~<n>`): a create makes a round 0")
     lineage = lineage_of(env.run_id)
     if env.lineage_id != lineage or incoming.key != lineage.encode():
         return f"wrong key: a request for run {env.run_id} is keyed by its lineage {lineage}"

@@ -331,3 +331,38 @@ async def test_a_create_the_relay_refuses_ends_its_handle_s_waits(
         done = await client.create_run(three, {}, run_id="r-done")
         assert await done.result(timeout=30) == ["s0", "s1", "s2"]
         assert not client._tail._expected and not rogue._tail._expected
+
+
+async def test_a_refusal_quoting_long_client_text_and_a_create_of_a_round_id_are_set_aside(
+        bootstrap: str, relayed: str, tmp_path: Path) -> None:
+    """A fork request whose source id is 600,000 characters: its refusal's reason quoted it
+    whole, the dead letter's copy passed the producer's 1 MiB, and the relay read it again
+    and again (every later request of its partition waited). A create naming `x~1`, a round
+    of lineage x: forwarded, it made a run that x's first handoff took over, and that round
+    never ran."""
+    from runstream.engine.ops.deadletters import row_of
+    from tests.integration.test_lifetime import plain_request
+    namespace = relayed
+    topic = requests_topic(namespace)
+    fork = plain_request("run.fork-requested", "src", source_run_id="s" * 600_000,
+                         source_offset=0, target_run_id="copy-1")
+    round_id = plain_request("run.create-requested", "x~1", lineage_id="x", flow="three",
+                             payload_json="{}")
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, max_request_size=2 * 1024 * 1024)
+    await producer.start()
+    try:
+        for run_id, key, value in (("src", b"src", fork), ("x~1", b"x", round_id)):
+            await producer.send_and_wait(topic, value=value, key=key, partition=run_partition(
+                run_id, TEST_JOURNAL_PARTITIONS))
+    finally:
+        await producer.stop()
+    async with engine(bootstrap, namespace, tmp_path / "w") as relay, \
+            Client(bootstrap_servers=bootstrap, namespace=namespace, flows=FLOWS) as client:
+        for run_id in ("src", "x"):  # (after each refused request, on its partition)
+            later = await client.create_run(three, {}, run_id=run_id)
+            assert await later.result(timeout=60) == ["s0", "s1", "s2"]
+        assert relay.refused == 2
+    letters = [raw async for raw in read_partitions(bootstrap, dead_letter_topic(namespace))]
+    said = [f"{row.reason}: {row.detail}" for raw in letters if (row := row_of(raw)) is not None]
+    assert len(said) == 2 and all(len(text) < 2100 for text in said), [len(t) for t in said]
+    assert any("names a round of lineage 'x'" in text for text in said), said

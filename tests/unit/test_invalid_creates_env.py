@@ -39,6 +39,7 @@ async def _echo(ctx: FlowContext, payload: Any) -> Any:
     ("j", {"run_timeout_ms": -5}, "run-timeout-invalid"),
     ("k", {"run_timeout_ms": 2**62}, "run-timeout-invalid"),
     ("m", {"max_rounds": -3}, "max-rounds-invalid"),
+    ("n~1", {"lineage_id": "n"}, "run-id-invalid"),  # (a handoff of n took it over)
 ])
 async def test_the_owner_rejects_what_no_run_may_ask_for(
         run_id: str, fields: dict[str, Any], reason: str) -> None:
