@@ -13,7 +13,7 @@ from runstream.engine.errors import WorkerFatal
 from runstream.engine.flow.context import FlowContext, RunReleased, Suspend
 from runstream.engine.flow.definition import Flow
 from runstream.engine.flow.port import NOT_CALLED, Slots, suspension
-from runstream.engine.flow.runner import HandlerRunner
+from runstream.engine.flow.runner import Dropped, HandlerRunner
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import decision_envelope
@@ -123,6 +123,8 @@ class RunExecution(HandlerRunner):
             self._not_called(cls, body, f"the confirmation was answered {verdict.value}")
             raise RunReleased(f"{cls.TYPE} was {verdict.value}: this worker no longer owns "
                               f"partition {partition}")
+        if self.abandoned:  # (its grace ran out meanwhile: the owner settles the run)
+            raise RunReleased(ABANDONED)
 
     def _not_called(self, cls: type[JournalRecord], body: dict[str, Any], why: str) -> None:
         """An irreversible step whose `step.started` was sent but not confirmed: its
@@ -240,6 +242,12 @@ class RunExecution(HandlerRunner):
             raise Suspend(wait) from None
         finally:
             self.parked = self.parked_wait = None
+        if self._interrupted:
+            # Its deadline passed as its wake came: the owner fails the run, as it fails a
+            # suspended one, and only a task it could cancel was told. Woken regardless, it
+            # went on, and ran an irreversible step after the deadline.
+            self.dropped = self.dropped or "its deadline passed as it was woken: it unwinds"
+            raise Dropped()
         await self.take_slot()
         self.settled = False
         self.activated = False
