@@ -178,12 +178,14 @@ def lineage_rounds(run_of: Callable[[str], RunState | None], lineage_id: str,
         yield latest
 
 
-def reused_request_text(request_id: str) -> str:
-    """Why an update whose request id is a duplicate of another request is refused: the
-    dedupe is the partition's, so the first request, to another run (or not an update),
-    answers it, and this update would wait for an outcome that never comes."""
+def reused_request_text(request_id: str, kind: str = "update") -> str:
+    """Why an update (or a signal: `kind`) whose request id is a duplicate of another
+    request is refused: the dedupe is the partition's, so the first request, to another
+    run (or not an update), answers it, and this update would wait for an outcome that
+    never comes (and this signal is taken by no run)."""
     return (f"its request id {request_id!r} was used before for another request (to another "
-            f"run, or not an update): give each update its own")
+            f"run, or not a{'n' if kind[0] in 'aeiou' else ''} {kind}): give each {kind} "
+            f"its own")
 
 
 def verdict_body(item: InboxItem, reason: str | None) -> tuple[type[ev.JournalRecord],

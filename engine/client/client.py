@@ -63,6 +63,7 @@ from runstream.projections.state import (
     Verdict,
     round_zero,
 )
+from runstream.projections.updates import reused_request_text
 from runstream.projections.values import HistoryEntry
 
 # How long a relayed request may take to reach the journal (the relay runs in the workers).
@@ -225,6 +226,13 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
             payload_json=payload_json))
         if answer.verdict is Verdict.refused:
             raise SignalRefused(run_id, name, describe_refusal(answer.run, answer.record))
+        asked = answer.record.envelope.request_id or ""
+        if answer.verdict is Verdict.duplicate and await self._round_asked(
+                answer.run.lineage_id if answer.run is not None else run_id,
+                answer.partition, asked, ev.RunSignalSent.TYPE) is None:
+            # (its id was another request's, another run's on the partition: nothing took
+            # this signal, and it returned as if the run had)
+            raise SignalRefused(run_id, name, reused_request_text(asked, "signal"))
         return answer.offset
 
     async def cancel(self, run_id: str, *, reason: str = "", unsafe: bool = False) -> None:

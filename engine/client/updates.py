@@ -82,14 +82,15 @@ class UpdateRequests:
         target = asked or (answer.run.run_id if answer.run is not None else run_id)
         return await self._outcome(target, answer.partition, request_id, name, timeout)
 
-    async def _round_asked(self, lineage_id: str, partition: int, request_id: str
-                           ) -> str | None:
-        """The round of the lineage that took update `request_id` (None: no round did)."""
+    async def _round_asked(self, lineage_id: str, partition: int, request_id: str,
+                           record_type: str = ev.RunUpdateRequested.TYPE) -> str | None:
+        """The round of the lineage that took request `request_id`, an update (or another
+        `record_type`: a signal), None when no round did."""
         view = await (await self.read_model()).catch_up([partition])
         for run in lineage_rounds(view.run, lineage_id, view.latest_round(lineage_id)):
             item = view.request_item(run.run_id, request_id)
             if (item is not None and item.verdict is Verdict.applied
-                    and item.type == ev.RunUpdateRequested.TYPE):
+                    and item.type == record_type):
                 return run.run_id
         return None
 

@@ -131,3 +131,28 @@ async def test_cli_signal_cancel_and_resume(
     status = json.loads(out)
     assert status["signals"] == 1 and status["cancel_requested"] == "stop"
     assert status["note"].startswith("cancel requested: stop; not admitted yet")
+
+
+async def test_a_signal_reusing_another_runs_request_id_is_refused_not_lost(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """Request ids are deduplicated per partition: a signal to run b with the id of a's
+    signal is the partition's duplicate, and no run takes it. It returned an offset (and
+    the CLI said delivered) as if b had."""
+    from runstream.projections.partitioning import run_partition
+    from tests.conftest import TEST_JOURNAL_PARTITIONS
+    a = "same-part-a"
+    b = next(f"same-part-b{n}" for n in range(1000) if run_partition(
+        f"same-part-b{n}", TEST_JOURNAL_PARTITIONS) == run_partition(a, TEST_JOURNAL_PARTITIONS))
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
+        for run_id in (a, b):
+            await client.create_run("checkout", {"order_id": run_id}, run_id=run_id)
+        await client.signal(a, "approve", "alice", request_id="approval")
+        assert await client.signal(a, "approve", "alice", request_id="approval")  # (a's own)
+        with pytest.raises(SignalRefused, match="'approval' was used before"):
+            await client.signal(b, "approve", "bob", request_id="approval")
+        assert (await client.describe(b)).signals == ()
+    line = one_line_error(await cli("run", "signal", b, "approve", "--request-id", "approval",
+                                    bootstrap=bootstrap, namespace=namespace,
+                                    cache=tmp_path / "cache"))
+    assert "was used before for another request" in line
