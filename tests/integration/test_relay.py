@@ -366,3 +366,53 @@ async def test_a_refusal_quoting_long_client_text_and_a_create_of_a_round_id_are
     said = [f"{row.reason}: {row.detail}" for raw in letters if (row := row_of(raw)) is not None]
     assert len(said) == 2 and all(len(text) < 2100 for text in said), [len(t) for t in said]
     assert any("names a round of lineage 'x'" in text for text in said), said
+
+
+# A producer writing a record whose header key is not UTF-8, as any client may (the Java
+# client reads such a key with replacement characters; aiokafka's reader raises): aiokafka's
+# pure-Python encoder, given a str whose encode() returns the bytes.
+BAD_HEADER_PRODUCER = """
+import asyncio, sys
+from aiokafka import AIOKafkaProducer
+
+class Key(str):
+    def encode(self, *args, **kwargs):
+        return b"\\xff\\xfe-bad"
+
+async def main(bootstrap, topic, partition):
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, b"junk", key=b"odd", partition=int(partition),
+                                     headers=[(Key("rs-type"), b"run.create-requested")])
+    finally:
+        await producer.stop()
+
+asyncio.run(main(*sys.argv[1:4]))
+"""
+
+
+async def test_a_record_whose_header_key_is_not_utf8_is_set_aside_and_the_relay_goes_on(
+        bootstrap: str, relayed: str, tmp_path: Path) -> None:
+    """aiokafka cannot read such a record: its poll raised UnicodeDecodeError, which ended
+    the relay (no log line), and every later request of the namespace waited; a new relay
+    died on it again."""
+    import os
+    import sys
+
+    from runstream.engine.ops.deadletters import row_of
+    namespace = relayed
+    partition = run_partition("after-odd", TEST_JOURNAL_PARTITIONS)
+    before = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", BAD_HEADER_PRODUCER, bootstrap, requests_topic(namespace),
+        str(partition), env={**os.environ, "AIOKAFKA_NO_EXTENSIONS": "1"})
+    assert await before.wait() == 0
+    async with engine(bootstrap, namespace, tmp_path / "w") as relay, \
+            Client(bootstrap_servers=bootstrap, namespace=namespace, flows=FLOWS) as client:
+        after = await client.create_run(three, {}, run_id="after-odd")
+        assert await after.result(timeout=60) == ["s0", "s1", "s2"]
+        assert relay.refused == 1 and relay._task is not None and not relay._task.done()
+    letters = [raw async for raw in read_partitions(bootstrap, dead_letter_topic(namespace))]
+    rows = [row for raw in letters if (row := row_of(raw)) is not None]
+    assert [(row.reason, row.partition, row.offset) for row in rows] == [
+        ("unreadable", partition, 0)]
