@@ -36,6 +36,7 @@ from runstream.engine.journal import DecodeError, JournalRecord, Skimmed, decode
 from runstream.engine.journal import events as ev
 from runstream.engine.kafka.connection import KafkaSecurity, start_client
 from runstream.engine.kafka.reader import partition_count, reader_consumer
+from runstream.engine.kafka.unreadable import getmany_readable
 from runstream.engine.readmodel.model import ReadModel
 from runstream.engine.readmodel.view import View
 from runstream.projections.follow import NOT_ACCEPTED, differs_from_reducer, follow
@@ -341,7 +342,7 @@ class JournalTail:
         assert self._consumer is not None
         while True:
             try:
-                batches = await self._consumer.getmany(timeout_ms=500, max_records=5000)
+                batches = await getmany_readable(self._consumer, timeout_ms=500, max_records=5000)
             except KafkaError as exc:  # a broker restart or leader move: keep following
                 log.warning("reading %s failed, retrying: %r", self.topic, exc)
                 await asyncio.sleep(1.0)

@@ -15,6 +15,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from runstream.engine.errors import AccessDenied, RunstreamError
 from runstream.engine.kafka.connection import KafkaSecurity, kafka_options, start_client
+from runstream.engine.kafka.unreadable import getmany_readable
 
 
 class TopicMissing(RunstreamError):
@@ -194,8 +195,8 @@ async def _drain(
     while open_parts:
         if time.monotonic() > deadline:
             raise TimeoutError(f"reading {topic} made no progress for {timeout}s")
-        batches = await consumer.getmany(
-            *(TopicPartition(topic, p) for p in open_parts), timeout_ms=200
+        batches = await getmany_readable(
+            consumer, *(TopicPartition(topic, p) for p in open_parts), timeout_ms=200
         )
         if batches:
             deadline = time.monotonic() + timeout

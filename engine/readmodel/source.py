@@ -22,6 +22,7 @@ from runstream.engine.errors import RunstreamError
 from runstream.engine.kafka.connection import KafkaSecurity, start_client
 from runstream.engine.kafka.reader import RawRecord, partition_count, reader_consumer
 from runstream.engine.kafka.restore import RecordsDeleted, deleted_line
+from runstream.engine.kafka.unreadable import getmany_readable
 
 # A partition with at most this many records left below its limit is fetched on its own,
 # taking only those: about what one fetch of a partition brings.
@@ -184,7 +185,8 @@ class JournalSource:
         calls = [((tp,), left) for tp, left in lefts.items() if 0 < left <= NEAR_LIMIT]
         progress = False
         for tps, most in ([(tuple(far), None)] if far else []) + calls:
-            batches = await consumer.getmany(*tps, timeout_ms=200, max_records=most)
+            batches = await getmany_readable(consumer, *tps, timeout_ms=200,
+                                             max_records=most)
             for tp, messages in batches.items():
                 progress = progress or bool(messages)
                 kept = [m for m in messages if m.offset < limits[tp.partition]]

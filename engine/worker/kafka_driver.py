@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
@@ -23,8 +24,10 @@ from aiokafka.protocol.group import HeartbeatRequest
 
 from runstream.engine.journal import MAX_RECORD_BYTES
 from runstream.engine.kafka.connection import KafkaSecurity, kafka_options
+from runstream.engine.kafka.unreadable import getmany_readable
 from runstream.engine.worker.committer import MAX_BATCH_BYTES
 from runstream.engine.worker.supervise import doubled_delay
+from runstream.projections.projector import Projector
 
 log = logging.getLogger("runstream.worker")
 
@@ -176,18 +179,29 @@ class GroupPoller:
     """The consume loop's getmany(). The coordinator's "ask again soon" (see
     COORDINATOR_MOVING) is a poll without records after a backoff (doubling from
     POLL_BACKOFF_FIRST_S to POLL_BACKOFF_MAX_S while it repeats) and a rejoin, not the end of
-    the worker; aiokafka retries the coordinator itself meanwhile. Any other error is raised."""
+    the worker; aiokafka retries the coordinator itself meanwhile. A record aiokafka cannot
+    read comes back as an Unreadable (engine.kafka.unreadable), the poll taken again from
+    where the projection applied each partition to. Any other error is raised."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, projector: Callable[[], Projector | None]) -> None:
         self.name = name
+        self.projector = projector  # (the worker's, once started)
         self.failures = 0  # in a row
         self.retried = 0  # in all (tests, logs)
+
+    def applied(self, tp: TopicPartition) -> int:
+        """Where the projection has applied the partition to: a poll that failed on a
+        record aiokafka cannot read is taken again from there (engine.kafka.unreadable)."""
+        projector = self.projector()
+        assert projector is not None
+        return projector.partition(tp.partition).next_offset
 
     async def poll(self, consumer: AIOKafkaConsumer, *, timeout_ms: int,
                    max_records: int) -> dict[TopicPartition, list[Any]]:
         try:
-            batches: dict[TopicPartition, list[Any]] = await consumer.getmany(
-                timeout_ms=timeout_ms, max_records=max_records)
+            batches: dict[TopicPartition, list[Any]] = await getmany_readable(
+                consumer, timeout_ms=timeout_ms, max_records=max_records,
+                applied=self.applied)
         except KafkaError as exc:
             if not coordinator_moving(exc):
                 raise

@@ -176,7 +176,7 @@ class Worker:
         self.store: ProjectionStore | None = None
         self.projector: Projector | None = None
         self._consumer: AIOKafkaConsumer | None = None
-        self._poller = GroupPoller(self.name)  # rides out the coordinator's "ask again soon"
+        self._poller = GroupPoller(self.name, lambda: self.projector)  # (its docstring says)
         self._committer: Committer | None = None
         self.claims = Claims(self)
         self.watchdog = LoopWatchdog(session_timeout_ms / 1000 * STALL_FRACTION)
