@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import IllegalStateError
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +70,11 @@ async def getmany_readable(consumer: AIOKafkaConsumer, *partitions: TopicPartiti
 def _position_now(consumer: AIOKafkaConsumer, tp: TopicPartition) -> int | None:
     """The partition's fetch position, without a round trip (None: it has none yet, so no
     poll takes records from it)."""
-    state = consumer._subscription._assigned_state(tp)  # (aiokafka 0.14: no public sync API)
-    return state.position if state is not None and state.has_valid_position else None
+    try:  # (aiokafka 0.14: no public sync API)
+        state = consumer._subscription._assigned_state(tp)
+    except (AssertionError, IllegalStateError):  # (not assigned now: getmany says so)
+        return None
+    return state.position if state.has_valid_position else None
 
 
 async def _one_by_one(consumer: AIOKafkaConsumer, before: dict[TopicPartition, int | None]
