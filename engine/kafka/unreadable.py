@@ -53,14 +53,17 @@ async def getmany_readable(consumer: AIOKafkaConsumer, *partitions: TopicPartiti
     `Unreadable`, in its place, instead of failing the poll. `applied`: where the caller
     has read each partition to (a group member's assignment may arrive during the poll,
     with positions this call never saw); else the positions before the poll."""
-    before = {tp: _position_now(consumer, tp)
-              for tp in list(partitions) or sorted(consumer.assignment())}
+    before: dict[TopicPartition, int | None] = {}
+    if applied is None:  # (a caller that knows where it read to pays no lookup a poll)
+        before = {tp: _position_now(consumer, tp)
+                  for tp in list(partitions) or sorted(consumer.assignment())}
     try:
         found: dict[TopicPartition, list[Any]] = await consumer.getmany(
             *partitions, timeout_ms=timeout_ms, max_records=max_records)
     except UnicodeDecodeError as exc:
         if applied is not None:
-            before = {tp: applied(tp) for tp in list(partitions) or consumer.assignment()}
+            before = {tp: applied(tp)
+                      for tp in list(partitions) or sorted(consumer.assignment())}
         log.warning("a record of %s cannot be read (%s): reading on one record a time",
                     ", ".join(f"{tp.topic}:{tp.partition}" for tp in sorted(before)), exc)
         return await _one_by_one(consumer, before)
