@@ -25,10 +25,12 @@ from runstream.engine.journal.input_limits import (
 )
 from runstream.engine.journal.records import request_envelope
 from runstream.engine.observability.tracing import carrier
+from runstream.engine.readmodel.model import ReadModel
 from runstream.projections.attributes import create_json
 from runstream.projections.capabilities import narrow
 from runstream.projections.requests import describe_refusal
 from runstream.projections.state import Verdict
+from runstream.projections.updates import reused_request_text
 
 ADMISSION_TIMEOUT_S = 60.0  # how long a created run waits for its owner's admission
 
@@ -77,6 +79,16 @@ class StartCalls:
     async def answer(self, record: JournalRecord, partition: int, offset: int) -> Any:
         raise NotImplementedError
 
+    async def read_model(self) -> ReadModel:
+        raise NotImplementedError
+
+    async def _deduped(self, partition: int, offset: int) -> bool:
+        """The request at (partition, offset) was found a duplicate by its request id and
+        reached no run: the partition's own history holds its verdict."""
+        view = await (await self.read_model()).catch_up([partition])
+        entry = view.history_entry(None, partition, offset)
+        return entry is not None and entry.verdict is Verdict.duplicate
+
     async def signal_with_start(
         self, flow: Flow[Any, Any] | str, payload: Any = None, *, run_id: str, signal: str,
         signal_payload: Any = None, request_id: str | None = None,
@@ -107,6 +119,10 @@ class StartCalls:
         [(partition, offset)] = await self.send_requests([record])
         answer = await self.answer(record, partition, offset)
         run = answer.run
+        if run is None and answer.verdict is None and await self._deduped(partition, offset):
+            # (its id was another request's on the partition, another run's: nothing took
+            # the signal, and nothing was created; "no such run" said the opposite)
+            raise SignalRefused(run_id, signal, reused_request_text(request_id, "signal"))
         if answer.verdict is Verdict.refused or (run is None and answer.verdict is None):
             raise SignalRefused(run_id, signal,
                                 describe_refusal(run, answer.record, answer.tombstone))

@@ -156,3 +156,14 @@ async def test_a_signal_reusing_another_runs_request_id_is_refused_not_lost(
                                     bootstrap=bootstrap, namespace=namespace,
                                     cache=tmp_path / "cache"))
     assert "was used before for another request" in line
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
+        # A signal-with-start naming a run that does not exist: nothing took the signal,
+        # nothing was created, and it said "no such run".
+        home = run_partition(a, TEST_JOURNAL_PARTITIONS)
+        fresh = next(f"same-part-c{n}" for n in range(1000)
+                     if run_partition(f"same-part-c{n}", TEST_JOURNAL_PARTITIONS) == home)
+        with pytest.raises(SignalRefused, match="'approval' was used before"):
+            await client.signal_with_start("checkout", {"order_id": fresh}, run_id=fresh,
+                                           signal="approve", request_id="approval")
+        with pytest.raises(RunNotFound):
+            await client.describe(fresh)
