@@ -217,14 +217,19 @@ def on_due(view: OwnerView, schedule: ScheduleState, now_ms: int) -> list[Reacti
     # owner acts: the jitter is a delay the schedule asked for, not a missed fire.
     due = schedule.due_of
     window_start = now_ms - max(spec.catchup_window_ms, MIN_CATCHUP_MS)
+    running = list(schedule.running)
+    buffered = schedule.buffered_ms
+    if nominal == schedule.kept_ms:  # (kept by an update: on time whatever the window)
+        after = following(nominal)
+        record, running, buffered = _fire_or_skip(schedule, nominal, after, running, buffered)
+        records.append(record)
+        nominal = after
     if due(nominal) < window_start:
         late = _late(schedule, nominal, window_start, following, due)
         records.append(late)
         nominal = late[1]["next_fire_ms"]
         if due(nominal) < window_start:  # (past MAX_SCAN steps: on from the window)
             nominal = following(window_start - 1)
-    running = list(schedule.running)
-    buffered = schedule.buffered_ms
     while due(nominal) <= now_ms and len(records) < MAX_FIRES:
         after = following(nominal)
         record, running, buffered = _fire_or_skip(schedule, nominal, after, running, buffered)

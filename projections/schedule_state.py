@@ -75,6 +75,9 @@ class ScheduleState(_Frozen, frozen=True, array_like=True):
     buffered_ms: int | None = None  # buffer_one: the one fire waiting for the running run
     recent: tuple[Fired, ...] = ()  # MAX_RECENT at most, newest last
     changes: tuple[Change, ...] = ()  # MAX_CHANGES at most
+    # The instant an update kept past its nominal time (it waited out its jitter then): it
+    # fires however its due time under the new spec stands to the catch-up window.
+    kept_ms: int | None = None
 
     @property
     def due_ms(self) -> int | None:

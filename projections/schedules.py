@@ -123,6 +123,20 @@ def _settled(schedule: ScheduleState, record: ev.ScheduleRunSettled) -> Schedule
 # -- decisions --------------------------------------------------------------------------------
 
 
+def _kept(schedule: ScheduleState, record: ev.ScheduleCreated | ev.ScheduleUpdated,
+          when: int) -> int | None:
+    """The instant an update kept past its nominal time, its old jitter not elapsed when
+    the change was made: its next instant, the same as before the change, not after it,
+    and not due before it. (A create's, and an unpause's, next instant comes after the
+    change; one missed while no owner ran is late, as ever.)"""
+    following = record.next_fire_ms
+    if (isinstance(record, ev.ScheduleCreated) or record.paused or following is None
+            or following > when or following != schedule.next_fire_ms
+            or schedule.due_of(following) <= when):
+        return None
+    return following
+
+
 def _decision(schedule: ScheduleState, record: ev.JournalRecord
               ) -> tuple[ScheduleState, tuple[OutboxItem, ...]]:
     answered = _answered(schedule, record.envelope.request_id)
@@ -132,7 +146,8 @@ def _decision(schedule: ScheduleState, record: ev.JournalRecord
             return answered, ()
         made = replace(answered, exists=True, spec=spec_of(record), paused=record.paused,
                        note=record.note, next_fire_ms=record.next_fire_ms, updated_ms=when,
-                       buffered_ms=None if record.paused else answered.buffered_ms)
+                       buffered_ms=None if record.paused else answered.buffered_ms,
+                       kept_ms=_kept(answered, record, when))
         if isinstance(record, ev.ScheduleCreated):  # (a life of its own: no runs of one)
             made = replace(made, created_ms=when, handled=(), buffered_ms=None, running=(),
                            recent=())

@@ -322,6 +322,44 @@ async def test_a_change_keeps_an_instant_past_its_time_but_not_yet_due() -> None
         assert env.describe(fired_run_id("j", nominal)).status is RunStatus.completed
 
 
+async def test_an_update_lowering_the_jitter_keeps_the_instant_waiting_out_the_old_one() -> None:
+    """The kept instant's due time under the new jitter lies before the catch-up window:
+    it was skipped as a missed fire (counted late), where an update keeps it."""
+    async with TestEnvironment([tick], start=START) as env:
+        await env.create_schedule("low", tick, {"n": 1}, every=3600, jitter=3000)
+        schedule = env.describe_schedule("low")
+        nominal = next(n for n in range(ms(START) + 3_600_000, ms(START) + 360_000_000,
+                                        3_600_000) if schedule.due_of(n) - n > 600_000)
+        await env.sleep((nominal - ms(START)) / 1000 + 300)  # 5 min past it, not due yet
+        before = env.describe_schedule("low").fires
+        await env.update_schedule("low", jitter=0)
+        await env.sleep(1)
+        assert env.describe(fired_run_id("low", nominal)).status is RunStatus.completed
+        later = env.describe_schedule("low")
+        assert (later.skipped, later.next_fire_ms) == (0, nominal + 3_600_000)
+        await env.sleep(3600)  # (and the next instant, past the window, fires on time)
+        assert env.describe_schedule("low").fires == before + 2
+
+
+@pytest.mark.parametrize(("next_fire_ms", "jitter_ms", "kept"), [
+    (60_000, 300_000, True),  # past its time, its old jitter not elapsed: kept
+    (60_000, 0, False),  # past its due time too: missed while no owner ran, late as ever
+    (180_000, 300_000, False),  # not past its time: an instant like any other
+])
+def test_an_update_keeps_only_an_instant_waiting_out_its_jitter(
+        next_fire_ms: int, jitter_ms: int, kept: bool) -> None:
+    spec = ScheduleSpec(flow="s-tick", every_ms=60_000, jitter_ms=jitter_ms)
+    state = ScheduleState(schedule_id="s", partition=0, exists=True, spec=spec,
+                          next_fire_ms=60_000)
+    changed_ms = 65_000  # (the instant at 60 s is due at 70.4 s under a 300 s jitter)
+    body = {name: getattr(spec, name) for name in ScheduleSpec.__struct_fields__}
+    record = ev.ScheduleUpdated(envelope=decision_envelope(
+        ev.ScheduleUpdated.TYPE, "", epoch=1, source_id="w", source_seq=1, now_ms=changed_ms,
+        lineage_id="s"), schedule_id="s", **{**body, "jitter_ms": 0}, paused=False,
+        next_fire_ms=next_fire_ms)
+    assert schedules._kept(state, record, changed_ms) == (next_fire_ms if kept else None)
+
+
 def test_a_buffered_fire_not_started_holds_the_slot_under_buffer_one() -> None:
     """The settlement of the running fire sent the buffered one; the next instant, due
     before that record applies, is skipped, not fired beside it."""
