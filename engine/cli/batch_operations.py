@@ -13,14 +13,23 @@ from runstream.engine.client.client import Client
 from runstream.projections.batch import BatchProgress
 
 POLL_S = 0.5
+COUNT_PAGE = 1000  # runs read a page while counting a confirmation's matches
 
 Progress = Callable[[BatchProgress], None]
 
 
 async def count_matches(*, bootstrap: str | None, namespace: str | None, where: str) -> int:
-    """How many runs match now (what a confirmation asks about)."""
+    """How many runs a batch would act on now (what a confirmation asks about): those
+    matching, but rounds that handed off, as the batch counts them (a lineage of ten rounds
+    is one run to cancel, not ten)."""
     async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
-        return await client.count_runs(where)
+        count, after = 0, None
+        while True:
+            page = await client.list_runs(where=where, limit=COUNT_PAGE, after=after)
+            count += sum(run.handed_off_to is None for run in page)
+            if page.next_after is None:
+                return count
+            after = page.next_after
 
 
 async def batch_runs(*, bootstrap: str | None, namespace: str | None, operation: str,

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from runstream import Client, Flow, FlowContext, Handoff, RunStatus
+from runstream.engine.cli import batch_operations
 from runstream.engine.journal import events as ev
 from runstream.projections.batch import batch_run_id
 from tests.integration.support import fold, running_worker, status_when, until
@@ -174,6 +175,9 @@ async def test_a_batch_counts_each_lineage_once_whatever_its_rounds(
                 await client.create_run(relaying, 0, run_id=lineage)
             await _all_suspended(client, "flow = 'batch-relaying'", 2)
             assert await client.count_runs("flow = 'batch-relaying'") == 24
+            # What `runs cancel --where` asks to confirm: the batch's targets (it said 24).
+            assert await batch_operations.count_matches(
+                bootstrap=bootstrap, namespace=namespace, where="flow = 'batch-relaying'") == 2
             batch = await client.cancel_where("flow = 'batch-relaying'", reason="all")
             report = await batch.result(timeout=90)
             assert [report[k] for k in ("matched", "sent", "done", "refused")] == [2, 2, 2, 0]
