@@ -41,7 +41,7 @@ from runstream.projections.state import (
     Verdict,
     replace,
 )
-from runstream.projections.wait_entries import RETRY_WAIT
+from runstream.projections.transitions import RETRY_WAIT
 from runstream.projections.wakes import from_parent
 
 

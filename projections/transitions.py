@@ -31,12 +31,6 @@ from runstream.projections.state import (
 )
 from runstream.projections.step_entries import final_step_entry, timed_out_message
 from runstream.projections.updates import taken_update
-from runstream.projections.wait_entries import (
-    RETRY_WAIT,
-    WAIT_ENTRY_KINDS,
-    timer_started,
-    wait_entry_name,
-)
 
 Changes = dict[str, Any]
 
@@ -88,11 +82,8 @@ def _released(run: RunState, record: Any, epoch: int, _: Any) -> Change | None:
     return Change({"status": RunStatus.pending, "released_cause": record.cause})
 
 
-def _step_started(run: RunState, record: Any, epoch: int, previous: Any) -> Change | None:
+def _step_started(run: RunState, record: Any, epoch: int, previous: Any) -> Change:
     assert isinstance(record, ev.StepStarted)
-    if record.kind is not None:  # a wait's timer
-        entry = timer_started(record, previous)
-        return None if entry is None else Change({}, entry)
     return Change({}, JournalEntry(
         position=record.position,
         name=record.name,
@@ -131,6 +122,18 @@ def _step_failed(run: RunState, record: Any, epoch: int, previous: Any) -> Chang
     ))
 
 
+# The journal entry a wait stands at: its kind, and its name from the suspension.
+_WAIT_KINDS = {"timer": "sleep", "event": "wait", "child": "child"}
+RETRY_WAIT = "retry"  # a durable backoff's wait: its entry stays the step's, retrying
+
+
+def wait_entry_name(wait: Wait) -> str:
+    """The name of the journal entry `wait` stands at: a sleep's is "sleep", a signal
+    wait's the signal's name, a child wait's the child's run id."""
+    return {"timer": "sleep", "event": wait.event_name, "child": wait.child_run_id}.get(
+        wait.kind) or ""
+
+
 def _suspended(run: RunState, record: Any, epoch: int, previous: Any) -> Change | None:
     assert isinstance(record, ev.RunSuspended)
     wait = Wait(kind=record.reason, position=record.position, due_ms=record.wake_at_ms,
@@ -138,7 +141,7 @@ def _suspended(run: RunState, record: Any, epoch: int, previous: Any) -> Change 
                 child_position=record.child_position)
     changes: Changes = {"status": RunStatus.suspended, "suspended_reason": record.reason,
                         "wait": wait, "resume_requested": False}
-    kind = WAIT_ENTRY_KINDS.get(record.reason)
+    kind = _WAIT_KINDS.get(record.reason)
     if record.reason == "quarantine" and record.position is not None and previous is not None:
         changes["wait"] = replace(wait, digest=quarantine_digest(
             run.run_id, record.position, previous.name, previous.attempts))

@@ -17,8 +17,12 @@ from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import lineage_of
 from runstream.projections.sending import Record
 from runstream.projections.state import ChildLink, JournalEntry, RunState, RunStatus
-from runstream.projections.transitions import CANCEL_DELIVERED, WAIT_TIMEOUT
-from runstream.projections.wait_entries import RETRY_WAIT, wait_entry_name
+from runstream.projections.transitions import (
+    CANCEL_DELIVERED,
+    RETRY_WAIT,
+    WAIT_TIMEOUT,
+    wait_entry_name,
+)
 
 CHILD_FAILED = "ChildFailed"
 CHILD_CANCELLED = "ChildCancelled"

@@ -38,8 +38,8 @@ from runstream.engine.observability.tracing import step_span
 from runstream.projections.attributes import round_start
 from runstream.projections.deadlines import RUN_TIMED_OUT
 from runstream.projections.state import ChildLink, JournalEntry, RunState, Wait, incarnation_id
+from runstream.projections.transitions import RETRY_WAIT
 from runstream.projections.transitions import idempotency_key as idempotency_key_of
-from runstream.projections.wait_entries import RETRY_WAIT
 
 __all__ = ["CallObserver", "ChildRun", "FlowContext", "JournalPort", "Quarantined",
            "RunReleased", "Suspend", "Update", "args_digest", "idempotency_key"]

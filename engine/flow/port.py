@@ -3,12 +3,10 @@ execution, the test environment), and the control-flow exceptions that cross it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from runstream.engine.journal import events as ev
 from runstream.projections.state import JournalEntry, RunState, Wait
-from runstream.projections.wait_entries import wait_entry_kind, wait_entry_name
 
 # The error type of a step.failed that says an irreversible step's function was never
 # called for that attempt (its step.started was not confirmed): it is retried, never
@@ -123,16 +121,3 @@ def suspension(wait: Wait) -> dict[str, Any]:
     return {"reason": wait.kind, "position": wait.position, "wake_at_ms": wait.due_ms,
             "event_name": wait.event_name, "child_run_id": wait.child_run_id,
             "child_position": wait.child_position}
-
-
-def timer_kept(wait: Wait, entry_at: Callable[[int], JournalEntry | None]
-               ) -> dict[str, Any] | None:
-    """The fields of the step.started that keeps the due time of `wait`, a wait the handler
-    unwinds at because another branch's is the run's; None when it has no timer, or its
-    entry (`entry_at` its position) holds its outcome or due time already."""
-    kind = wait_entry_kind(wait)
-    if (wait.due_ms is None or kind is None or wait.position is None
-            or entry_at(wait.position) is not None):
-        return None
-    return {"position": wait.position, "name": wait_entry_name(wait), "kind": kind,
-            "due_ms": wait.due_ms, "irreversible": False}

@@ -30,8 +30,7 @@ from runstream.engine.flow.context import (
 )
 from runstream.engine.flow.definition import Flow, Handoff, dump_json
 from runstream.engine.flow.held import HeldStep, may_hold
-from runstream.engine.flow.port import timer_kept
-from runstream.engine.flow.slotted import SlotTaking
+from runstream.engine.flow.port import Slots
 from runstream.engine.flow.waits import open_children
 from runstream.engine.journal import EncodeError, JournalRecord
 from runstream.engine.journal import events as ev
@@ -40,6 +39,7 @@ from runstream.engine.observability.tracing import activation_span
 from runstream.projections.capabilities import narrow
 from runstream.projections.deadlines import RUN_TIMED_OUT, handoff_timeout, timed_out_failure
 from runstream.projections.decide import (
+    FLOW_CONCURRENCY_LIMIT,
     Exhausted,
     Invalid,
     decide_handoff,
@@ -62,7 +62,7 @@ class Dropped(BaseException):
     test): it unwinds without journaling anything, and the run continues by replay."""
 
 
-class HandlerRunner(SlotTaking, ABC):
+class HandlerRunner(ABC):
     """Runs one activation of a run's handler; subclasses are its journal port."""
 
     run: RunState
@@ -130,6 +130,35 @@ class HandlerRunner(SlotTaking, ABC):
         self._held = HeldStep(body)
         asyncio.get_running_loop().call_soon(self._send_held_later)
 
+    # -- the execution slot ---------------------------------------------------------------
+
+    _holds_slot: bool = False
+
+    def _slots(self) -> tuple[Slots, str]:
+        """The slots this run's execution takes one of, and where they are (evidence); a
+        runner that takes none (the dry run's sandbox) never asks."""
+        raise NotImplementedError
+
+    async def take_slot(self) -> None:
+        """A slot before the handler runs (again); a flow at its max_concurrency journals,
+        once for this wait, why the run waits (`run status` shows it)."""
+        slots, where = self._slots()
+        flow = self.run.flow
+        if slots.at_limit(flow):
+            registered = self.flow_named(flow)
+            limit = registered.max_concurrency if registered is not None else None
+            message = (f"waits for a slot: flow {flow!r} has max_concurrency={limit} and "
+                       f"{slots.held(flow)} of its runs execute on {where}")
+            self.send(ev.EvidenceRecorded, kind=FLOW_CONCURRENCY_LIMIT, message=message,
+                      attributes={"flow": flow, "max_concurrency": str(limit)})
+        await slots.acquire(flow)
+        self._holds_slot = True
+
+    def release_slot(self) -> None:
+        if self._holds_slot:
+            self._holds_slot = False
+            self._slots()[0].release(self.run.flow)
+
     def send_held(self) -> None:
         """Send the step outcome held back, if any."""
         held, self._held = self._held, None
@@ -154,28 +183,9 @@ class HandlerRunner(SlotTaking, ABC):
         self.send_held()
         await self._send_confirmed(cls, **body)
 
-    # The wait this handler suspends on, until it goes on in memory (a sticky cache's wake).
-    _suspending_on: Wait | None = None
-
     async def suspend(self, wait: Wait) -> JournalEntry | None:
         self.send_held()
-        if self._suspending_on is not None:
-            # Another branch's wait is the run's (asyncio.gather of two): this one unwinds
-            # in `_suspend`. Its timer is journaled first, so a replay keeps its due time
-            # instead of starting it again when it reaches it.
-            kept = timer_kept(wait, self.entry)
-            if kept is not None:
-                self._send_beside(ev.StepStarted, **kept)
-        else:
-            self._suspending_on = wait
-        outcome = await self._suspend(wait)
-        self._suspending_on = None
-        return outcome
-
-    @abstractmethod
-    def _send_beside(self, cls: type[JournalRecord], **body: Any) -> None:
-        """Send a decision while another branch suspends (its handler unwinding): under
-        the run's ownership, not this handler's, so nothing if that is gone."""
+        return await self._suspend(wait)
 
     # Its quarantine is journaled: the handler's `finally` blocks unwind journaling
     # nothing, as a suspended handler's (a step there was journaled at the quarantined

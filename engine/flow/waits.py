@@ -49,9 +49,8 @@ from runstream.projections.state import (
     Wait,
 )
 from runstream.projections.step_entries import timed_out_message
-from runstream.projections.transitions import CANCEL_DELIVERED, WAIT_TIMEOUT
+from runstream.projections.transitions import CANCEL_DELIVERED, WAIT_TIMEOUT, wait_entry_name
 from runstream.projections.updates import UPDATE_SIGNAL_PREFIX
-from runstream.projections.wait_entries import wait_entry_name
 from runstream.projections.wakes import CHILD_CANCELLED, cancel_wake_reason, child_wake
 
 

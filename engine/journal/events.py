@@ -121,6 +121,21 @@ class RunActivated:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class StepStarted:
+    """An irreversible step is about to run."""
+
+    TYPE: ClassVar[str] = "step.started"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 110
+
+    envelope: Envelope
+    position: int
+    name: str
+    attempt: int = 1
+    irreversible: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TimerFired:
     """A durable timer became due."""
 
@@ -1261,32 +1276,11 @@ class PartitionRunsExpired:
     rejected_ms: list[int] = _field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StepStarted:
-    """A durable call began: an irreversible step about to run, or (kind set) the timer of a wait
-    the run did not suspend on, because another branch of its handler suspended first: its due
-    time is kept, so a replay waits for that instant, not a new one.
-    """
-
-    TYPE: ClassVar[str] = "step.started"
-    KIND: ClassVar[str] = "decision"
-    SCHEMA_ID: ClassVar[int] = 194
-
-    envelope: Envelope
-    position: int
-    name: str
-    attempt: int = 1
-    irreversible: bool = True
-    # Null for a step; for a wait's timer, the kind of its journal entry: sleep, wait or child.
-    kind: str | None = None
-    # For a wait's timer: when it is due (a sleep's end, or a wait's timeout).
-    due_ms: int | None = None
-
-
 # Any journal record; narrow with isinstance() or match on the class.
 JournalRecord: TypeAlias = (
     RunCreateRejected
     | RunActivated
+    | StepStarted
     | TimerFired
     | RunFailed
     | LineageExhausted
@@ -1333,13 +1327,13 @@ JournalRecord: TypeAlias = (
     | RunForkPart
     | RunForkAnswered
     | PartitionRunsExpired
-    | StepStarted
 )
 
 # Record type string (the rs-type header and envelope.type) → class.
 RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "run.create-rejected": RunCreateRejected,
     "run.activated": RunActivated,
+    "step.started": StepStarted,
     "timer.fired": TimerFired,
     "run.failed": RunFailed,
     "lineage.exhausted": LineageExhausted,
@@ -1386,7 +1380,6 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "run.fork-part": RunForkPart,
     "run.fork-answered": RunForkAnswered,
     "partition.runs-expired": PartitionRunsExpired,
-    "step.started": StepStarted,
 }
 
 REQUEST_TYPES: frozenset[str] = frozenset(
@@ -1408,6 +1401,7 @@ DECISION_TYPES: frozenset[str] = frozenset(
     {
         "run.create-rejected",
         "run.activated",
+        "step.started",
         "timer.fired",
         "run.failed",
         "lineage.exhausted",
@@ -1443,6 +1437,5 @@ DECISION_TYPES: frozenset[str] = frozenset(
         "run.handed-off",
         "run.fork-answered",
         "partition.runs-expired",
-        "step.started",
     }
 )

@@ -22,8 +22,8 @@ from runstream.projections.state import (
     Wait,
     to_builtins,
 )
+from runstream.projections.transitions import RETRY_WAIT
 from runstream.projections.updates import UPDATE_SIGNAL_PREFIX
-from runstream.projections.wait_entries import RETRY_WAIT
 
 
 def attributes_view(items: tuple[Attribute, ...]) -> dict[str, Any]:

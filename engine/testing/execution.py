@@ -43,10 +43,6 @@ class TestExecution(HandlerRunner):
         # a record a worker cannot send fails a test too.
         self._verdict = self.env.log.send(self.run_state(), cls, dict(body))
 
-    def _send_beside(self, cls: type[JournalRecord], **body: Any) -> None:
-        if not self.abandoned:  # (the run's, as a worker's owner sends it)
-            self.env.log.send(self.run_state(), cls, dict(body))
-
     async def _barrier(self) -> None:
         await asyncio.sleep(0)  # written already; let other handlers run
 

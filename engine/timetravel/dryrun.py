@@ -165,9 +165,6 @@ class Sandbox(HandlerRunner):
     async def _barrier(self) -> None:
         return None
 
-    def _send_beside(self, cls: type[JournalRecord], **body: Any) -> None:
-        return None  # (the dry run stopped at the first branch's wait, its first decision)
-
     async def _send_confirmed(self, cls: type[JournalRecord], **body: Any) -> None:
         self.send(cls, **body)
 

@@ -146,12 +146,11 @@ async def doors(bootstrap: str, namespace: str, journal: str, tmp_path: Path
 
 @asynccontextmanager
 async def ready_with_doors(bootstrap: str, namespace: str, journal: str, tmp_path: Path,
-                           these: list[Flow[Any, Any]], **options: Any
+                           these: list[Flow[Any, Any]]
                            ) -> AsyncIterator[tuple[Worker, Client, Callable[[str], Create]]]:
-    """An in-process worker of `these` (`options`: Worker's others) that claimed every
-    partition, a client that knows no flow, and `create(door)` (doors)."""
-    async with running_worker(bootstrap, namespace, tmp_path / "w", these,
-                              **options) as ready, \
+    """An in-process worker of `these` that claimed every partition, a client that knows no
+    flow, and `create(door)` (doors)."""
+    async with running_worker(bootstrap, namespace, tmp_path / "w", these) as ready, \
             doors(bootstrap, namespace, journal, tmp_path) as (client, create):
         await until(lambda: all_ready(ready), "the worker claimed every partition")
         yield ready, client, create

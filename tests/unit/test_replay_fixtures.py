@@ -717,20 +717,3 @@ def test_record_shapes_fixture_folds_5_record_runs_as_the_7_record_ones(
         assert isinstance(completion, ev.RunCompleted)
         assert completion.final_step_position is None, run_id
         assert memory.runs[run_id].status is RunStatus.completed
-
-
-def test_gathered_timers_fixture_keeps_a_second_branch_s_due_time(tmp_path: Path) -> None:
-    """gathered-timers (recorded from a real worker by tests/fixtures/
-    record_gathered_timers_fixture.py): a sleep the handler unwound at beside another
-    branch's wait is journaled where it was reached (`step.started` of kind sleep, with its
-    due time); the replay suspends on it at that due time. Every record applies, and a
-    store written record by record and one written in one batch agree."""
-    records = load(JOURNALS / "gathered-timers.jsonl")
-    with folded_twice(tmp_path, "gathered-timers") as (memory, _, verdicts):
-        assert all_applied(verdicts)
-    [kept] = [r for _, _, r, _ in records if isinstance(r, ev.StepStarted)]
-    assert (kept.kind, kept.irreversible, kept.envelope.run_id) == ("sleep", False, "both")
-    later = [r for _, _, r, _ in records if isinstance(r, ev.RunSuspended)
-             and r.envelope.run_id == "both" and r.position == kept.position]
-    assert [r.wake_at_ms for r in later] == [kept.due_ms]  # (not a due time of its own)
-    assert {memory.runs[r].status for r in ("both", "beside")} == {RunStatus.completed}
