@@ -187,8 +187,8 @@ class RunExecution(HandlerRunner):
         return self.owner.store.entry(self.run.run_id, position)
 
     async def _suspend(self, wait: Wait) -> JournalEntry | None:
-        self.ensure_active()
-        if self.suspending or self.parked is not None:
+        self.ensure_active()  # (a handler parked already unwinds there: _unpark_beside)
+        if self.suspending:
             self._unwind_beside(wait)
         self.settled = True  # before anything is sent: it may land even if we stop
         self.suspending = True
@@ -204,13 +204,13 @@ class RunExecution(HandlerRunner):
         return await self._parked()
 
     def _unwind_beside(self, wait: Wait) -> NoReturn:
-        """Another branch of the handler suspended already (asyncio.gather of two waits):
-        its wait is the run's. Parked too, this one would replace that branch's future,
-        which nothing would resolve any more (the handler hung, holding its run for ever).
-        The handler unwinds instead, both branches without side effects, as with no cache:
-        the run continues by replay when the first wait ends, its other waits then awaited
-        in turn."""
-        self.owner.sticky.drop(self.run.run_id)  # (the first branch, if parked already)
+        """Another branch of the handler is suspending already (asyncio.gather of two
+        waits): its wait is the run's. Parked too, this one would replace that branch's
+        future, which nothing would resolve any more (the handler hung, holding its run for
+        ever). The handler unwinds instead, both branches without side effects, as with no
+        cache (the first sees `dropped` once its suspension is acknowledged): the run
+        continues by replay when the first wait ends, its other waits then awaited in
+        turn."""
         self.dropped = self.dropped or "suspended in two branches: the handler unwinds"
         raise Suspend(wait)
 

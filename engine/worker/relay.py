@@ -46,7 +46,6 @@ from runstream.engine.config import dead_letter_topic, journal_topic, requests_t
 from runstream.engine.errors import journal_text
 from runstream.engine.kafka.connection import KafkaSecurity, start_client
 from runstream.engine.kafka.requests_topic import relay_consumer, relay_producer, topic_partitions
-from runstream.engine.kafka.unreadable import Unreadable, getmany_readable
 from runstream.engine.worker.kafka_driver import coordinator_moving, rejoin_group
 from runstream.engine.worker.relay_judge import (
     AUTHORITIES_ENV,
@@ -68,6 +67,7 @@ log = logging.getLogger("runstream.relay")
 
 BATCH_RECORDS = 500  # records relayed per round trip (the relay holds at most these)
 RETRY_SECONDS = 1.0
+SCAN_RECORDS = 2000  # records read one a time per partition, a round, to find an unreadable one
 
 
 class Relay:
@@ -136,13 +136,12 @@ class Relay:
         assert self._consumer is not None
         while True:
             try:
-                # (a record aiokafka cannot read comes back as an Unreadable: the relay
-                # takes every record of a poll before the next, so the positions before a
-                # poll are where it has relayed to)
-                batches = await getmany_readable(self._consumer, timeout_ms=500,
-                                                 max_records=BATCH_RECORDS)
+                batches = await self._consumer.getmany(timeout_ms=500,
+                                                       max_records=BATCH_RECORDS)
                 if batches:
                     await self._relay(batches)
+            except UnicodeDecodeError as exc:
+                await self._set_aside_unreadable(exc)
             except KafkaError as exc:  # a broker restart, a rebalance: read it all again
                 log.warning("relay %s: %r; retrying from the last commit", self.name, exc)
                 if coordinator_moving(exc):  # what gave up on it restarts only with a join
@@ -172,9 +171,7 @@ class Relay:
         acks, forwards = [], 0
         for tp, messages in batches.items():
             for message in messages:
-                ack, forwarded = await (self._set_aside(message)
-                                        if isinstance(message, Unreadable)
-                                        else self._send(_incoming(tp, message)))
+                ack, forwarded = await self._send(_incoming(tp, message))
                 acks.append(ack)
                 forwards += forwarded
         await asyncio.gather(*acks)
@@ -201,19 +198,42 @@ class Relay:
             dead_letter_topic(self.namespace), value=value,
             key=f"requests:{source}".encode(), headers=headers), False
 
-    async def _set_aside(self, record: Unreadable) -> tuple[asyncio.Future[object], bool]:
-        """Queue the dead letter of a record aiokafka cannot read (a header key not UTF-8,
-        as any producer may write to an authority's topic): it used to fail every poll, and
-        end the relay for the whole namespace. The letter says where it was; its value
-        cannot be read."""
-        assert self._producer is not None
-        source = f"{record.topic}:{record.partition}:{record.offset}"
-        reason = f"unreadable: {record.reason}; its value is not kept"
+    async def _set_aside_unreadable(self, exc: UnicodeDecodeError) -> None:
+        """A record aiokafka cannot read (a header key not UTF-8, as any producer may write
+        to an authority's topic) failed the whole poll: it ended the relay, silently, for
+        the whole namespace, and a new one died on it again. From the last commits, each
+        partition is read one record a time, relayed as ever, until the one that fails:
+        a dead letter says where it was (its value cannot be read), and the relay goes on
+        past it. Each partition is read SCAN_RECORDS records at most a round: a busy one
+        never ends; the next round, from further on, finds it."""
+        assert self._consumer is not None and self._producer is not None
+        log.warning("relay %s: a record cannot be read (%s); looking for it", self.name, exc)
+        await self._rewind()  # (what the failed poll took was neither relayed nor committed)
+        for tp in sorted(self._consumer.assignment()):
+            for _ in range(SCAN_RECORDS):
+                try:
+                    got = await self._consumer.getmany(tp, timeout_ms=200, max_records=1)
+                except UnicodeDecodeError as unreadable:
+                    await self._dead_letter_unreadable(tp, await self._consumer.position(tp),
+                                                       unreadable)
+                    return
+                if not got:
+                    break
+                await self._relay(got)
+
+    async def _dead_letter_unreadable(self, tp: TopicPartition, offset: int,
+                                      exc: UnicodeDecodeError) -> None:
+        assert self._consumer is not None and self._producer is not None
+        source = f"{tp.topic}:{tp.partition}:{offset}"
+        reason = (f"unreadable: a header key of the record is not UTF-8 ({exc.reason} at byte "
+                  f"{exc.start}); its value is not kept")
         log.warning("relay %s: %s not relayed: %s", self.name, source, reason)
-        return await self._producer.send(
+        await (await self._producer.send(
             dead_letter_topic(self.namespace), value=None, key=f"requests:{source}".encode(),
-            headers=[(REASON_HEADER, reason.encode()), (SOURCE_HEADER, source.encode())]
-        ), False
+            headers=[(REASON_HEADER, reason.encode()), (SOURCE_HEADER, source.encode())]))
+        await self._consumer.commit({tp: offset + 1})
+        self._consumer.seek(tp, offset + 1)
+        self.refused += 1
 
     async def _rewind(self) -> None:
         """Back to the committed offsets of the partitions still assigned (the start of a
