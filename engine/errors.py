@@ -338,6 +338,16 @@ class UpdateRejected(RunstreamError):
         self.run_id, self.name, self.reason = run_id, name, reason
 
 
+class UpdateAnswered(RunstreamError):
+    """A handler answered an update it had answered already (`reply` or `reject` a second
+    time): an update has one answer, its first."""
+
+    def __init__(self, name: str, request_id: str) -> None:
+        super().__init__(f"update {name!r} ({request_id}) was answered already: reply to or "
+                         f"reject an update once")
+        self.name, self.request_id = name, request_id
+
+
 class UpdateRefused(RunstreamError):
     """An update the run cannot answer: it has ended (before or after taking it, without
     answering it), or it holds as many updates and signals as it keeps."""

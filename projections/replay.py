@@ -156,10 +156,12 @@ def iso(timestamp_ms: int) -> str:
 def update_outcome(items: Iterable[HistoryEntry], request_id: str
                    ) -> ev.UpdateRejected | ev.UpdateCompleted | None:
     """The outcome record (projections.updates) of the update with this request id among a
-    run's history items, the latest first (None: not answered there)."""
-    for item in reversed(list(items)):
+    run's history items: the first applied (None: not answered there). An ignored or fenced
+    one (a second answer, a zombie's) is not its answer."""
+    for item in items:
         record = record_of(item)
-        if (isinstance(record, ev.UpdateRejected | ev.UpdateCompleted)
+        if (item.verdict is Verdict.applied
+                and isinstance(record, ev.UpdateRejected | ev.UpdateCompleted)
                 and record.envelope.request_id == request_id):
             return record
     return None

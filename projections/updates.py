@@ -149,6 +149,22 @@ def followed(next_round: RunState, request_id: str) -> bool:
             or outcome_offset(next_round, request_id) is not None)
 
 
+def carrying_round(run: RunState, request_id: str,
+                   run_of: Callable[[str], RunState | None]) -> RunState | None:
+    """The first round after `run` (which ended) that holds the update: a handoff carried
+    it there, or past rounds that ended before taking it (two handoffs between a caller's
+    looks: the round between has cleared it); None when no later round did."""
+    current = run
+    while current.handed_off_to is not None:
+        following = run_of(current.handed_off_to)
+        if following is None:
+            return None
+        if followed(following, request_id):
+            return following
+        current = following
+    return None
+
+
 def refusal_text(run: RunState) -> str:
     """Why an update request is refused, or why an update taken by a run was never
     answered (its run settled)."""

@@ -33,7 +33,7 @@ from runstream.projections.requests import describe_refusal
 from runstream.projections.state import RunState, Verdict
 from runstream.projections.updates import (
     answer_of,
-    followed,
+    carrying_round,
     lineage_rounds,
     outcome_offset,
     refusal_text,
@@ -99,6 +99,7 @@ class UpdateRequests:
         timeout = wait_seconds(timeout)  # (update() refused it before sending)
         deadline = None if timeout is None else time.monotonic() + timeout
         first = True
+        horizon = -1  # the newest outcome offset the run's index held at the last look
         while True:
             model = await self.read_model()
             view = await model.catch_up([partition])
@@ -107,14 +108,17 @@ class UpdateRequests:
                 stone = view.expired(run_id)
                 raise UpdateRefused(run_id, name, "no such run") if stone is None else (
                     expired_error(stone))
+            # (outcomes the index took and dropped between two looks may hold the answer:
+            # the history then, else a busy run's caller waited for ever)
+            rolled = bool(run.update_outcomes) and run.update_outcomes[0].offset > horizon
             found = await self._found(model, view, run, partition, request_id,
-                                      scan=first or run.status.is_terminal)
+                                      scan=first or run.status.is_terminal or rolled)
+            horizon = max((o.offset for o in run.update_outcomes), default=horizon)
             if found is not None:
                 return answer_of(run_id, name, found)
             if run.status.is_terminal:
-                following = run.handed_off_to
-                next_round = view.run(following) if following is not None else None
-                if next_round is None or not followed(next_round, request_id):
+                next_round = carrying_round(run, request_id, view.run)
+                if next_round is None:
                     raise UpdateRefused(run_id, name, refusal_text(run))
                 run_id = next_round.run_id  # (carried by a handoff: answered there)
             if deadline is not None and time.monotonic() > deadline:

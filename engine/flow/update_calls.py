@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from runstream.engine.errors import journal_text
+from runstream.engine.errors import UpdateAnswered, journal_text
 from runstream.engine.flow.definition import dump_json
 from runstream.engine.flow.port import JournalPort
 from runstream.engine.journal import events as ev
@@ -28,12 +28,24 @@ class Update:
     payload: Any
     _calls: UpdateCalls
 
+    _answered: bool = False  # (a second answer raises UpdateAnswered, journaling nothing)
+
     async def reply(self, value: Any = None) -> None:
+        self._answer_once()
         result_json = check_payload(f"the reply to update {self.name!r}", dump_json(value))
         await self._calls._answer(self, result_json=result_json)
 
     async def reject(self, reason: str) -> None:
+        self._answer_once()
         await self._calls._answer(self, rejected=True, reason=journal_text(reason))
+
+    def _answer_once(self) -> None:
+        """A second answer was journaled, ignored, and sent again at every replay (the
+        journal grew by one record a wake); once the first answer left the run's outcome
+        index, a replayed second one was applied and became the update's answer."""
+        if self._answered:
+            raise UpdateAnswered(self.name, self.request_id)
+        self._answered = True
 
 
 class UpdateCalls:

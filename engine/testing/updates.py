@@ -18,7 +18,7 @@ from runstream.projections.requests import describe_refusal
 from runstream.projections.state import RunState, Verdict
 from runstream.projections.updates import (
     answer_of,
-    followed,
+    carrying_round,
     lineage_rounds,
     outcome_offset,
     refusal_text,
@@ -93,24 +93,10 @@ class EnvUpdates:
                 return True
             if not run.status.is_terminal:
                 return False
-            following = self._carrying(run, request_id)
+            following = carrying_round(run, request_id, self.projection.runs.get)
             if following is None:
                 return True
             holder[0] = following.run_id  # (and look there now: it may be answered)
-
-    def _carrying(self, run: RunState, request_id: str) -> RunState | None:
-        """The first round after `run` that holds the update: a handoff carried it there, or
-        the request reached it directly (sent to the lineage, it reaches its latest round,
-        past rounds that never held it: the walk stopped at the first of them)."""
-        current = run
-        while current.handed_off_to is not None:
-            following = self.projection.runs.get(current.handed_off_to)
-            if following is None:
-                return None
-            if followed(following, request_id):
-                return following
-            current = following
-        return None
 
     def _outcome(self, run: RunState, request_id: str
                  ) -> ev.UpdateRejected | ev.UpdateCompleted | None:

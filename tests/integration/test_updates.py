@@ -24,7 +24,7 @@ from tests.conftest import TEST_JOURNAL_PARTITIONS
 from tests.integration.support import WorkerProcess, fold, running_worker, status_when, until
 from tests.integration.test_cli import cli
 from tests.integration.test_lifetime import SCHEMAS, produce_plain
-from tests.integration.update_flows import approval, counter, far, flows, rounds
+from tests.integration.update_flows import approval, busy, counter, far, flows, hops, rounds
 
 APP = "tests.integration.update_flows:flows"
 
@@ -217,3 +217,62 @@ async def test_an_update_to_a_lineage_past_two_handoffs_is_answered_by_its_lates
         await client.create_run(far, 0, run_id="far")
         await status_when(client, "far~2", RunStatus.suspended)
         assert await client.update("far", "ask", None, timeout=60) == {"answered_by_round": 2}
+
+
+async def test_an_update_carried_by_two_handoffs_between_two_looks_is_answered(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path) -> None:
+    """Round 0 hands off the buffered update, round 1 hands it off again before the
+    caller looks: the round between had cleared it, and the caller (and a retry with the
+    same request id) was told "refused" for an update round 2 answered."""
+    async with running_worker(bootstrap, namespace, tmp_path / "w", flows), \
+            Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows,
+                   read_model_dir=tmp_path / "rm") as client:
+        await client.create_run(hops, 0, run_id="h")
+        await status_when(client, "h", RunStatus.suspended)
+        asked = asyncio.create_task(client.update("h", "ask", None, request_id="ask-1",
+                                                  timeout=60))
+        await until(lambda: _buffered(client, "h"), "round 0 holds the update")
+        await client.signal("h", "go")
+        await status_when(client, "h~2", RunStatus.suspended)
+        assert await asked == {"answered_by_round": 2}
+        assert await client.update("h", "ask", None, request_id="ask-1",
+                                   timeout=60) == {"answered_by_round": 2}
+
+
+async def _buffered(client: Client, run_id: str) -> bool:
+    return bool((await client.describe(run_id)).signals)
+
+
+async def test_an_update_whose_answer_left_the_outcome_index_between_two_looks_gets_it(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A caller looks every POLL_S (made long here, as a slow catch-up under load makes it):
+    its first look found no answer, and by the next one more than MAX_UPDATE_OUTCOMES other
+    updates were answered, the run's index no longer held its own, and it waited for ever
+    (or its timeout) while the answer stood in the journal."""
+    from runstream.engine.client import updates as client_updates
+    from runstream.engine.journal.records import request_envelope
+    monkeypatch.setattr(client_updates, "POLL_S", 4.0)
+    async with running_worker(bootstrap, namespace, tmp_path / "w", flows), \
+            Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows,
+                   read_model_dir=tmp_path / "rm") as client, \
+            Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows,
+                   read_model_dir=tmp_path / "rm2") as other:
+        await client.create_run(busy, None, run_id="busy")
+        await status_when(client, "busy", RunStatus.suspended)
+        target = asyncio.create_task(client.update("busy", "inc", "target",
+                                                   request_id="target", timeout=30))
+        await asyncio.sleep(1)  # (its first look, before the answer)
+        await other.signal("busy", "go")
+        await other.send_requests([ev.RunUpdateRequested(
+            envelope=request_envelope(ev.RunUpdateRequested.TYPE, "busy",
+                                      request_id=f"other-{n}", now_ms=0),
+            name="inc", payload_json='"other"') for n in range(80)])
+        await until(lambda: _indexed_without(other, "busy", "target"),
+                    "the run's outcome index dropped the target's")
+        assert (await target)["payload"] == "target"
+
+
+async def _indexed_without(client: Client, run_id: str, request_id: str) -> bool:
+    outcomes = (await client.describe(run_id)).update_outcomes
+    return len(outcomes) >= 64 and all(o.request_id != request_id for o in outcomes)

@@ -93,4 +93,36 @@ async def _far(ctx: FlowContext, payload: int) -> Any:
     return "done"
 
 
-flows = [approval, rounds, counter, far]
+hops = Flow("u-hops")
+
+
+@hops.handler
+async def _hops(ctx: FlowContext, payload: int) -> Any:
+    """Round 0 waits for signal 'go' (an update sent meanwhile waits in its buffer), then
+    hands off; round 1 hands off at once, carrying it again; round 2 answers it."""
+    if payload == 0:
+        await ctx.wait_for("go")
+        return Handoff(payload=1)
+    if payload == 1:
+        return Handoff(payload=2)
+    update = await ctx.wait_for_update("ask")
+    await update.reply({"answered_by_round": payload})
+    await ctx.wait_for("end")
+    return "done"
+
+
+busy = Flow("u-busy")
+
+
+@busy.handler
+async def _busy(ctx: FlowContext, payload: Any) -> Any:
+    """Answers every update `inc` once signal 'go' came, for ever."""
+    await ctx.wait_for("go")
+    count = 0
+    while True:
+        update = await ctx.wait_for_update("inc")
+        count += 1
+        await update.reply({"n": count, "payload": update.payload})
+
+
+flows = [approval, rounds, counter, far, hops, busy]

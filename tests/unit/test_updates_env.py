@@ -16,6 +16,7 @@ from runstream import (
     FlowContext,
     Handoff,
     InvalidInput,
+    UpdateAnswered,
     UpdateRefused,
     UpdateRejected,
 )
@@ -195,3 +196,31 @@ async def test_an_update_to_a_lineage_past_two_handoffs_is_answered_by_its_lates
         assert env.status("far~2") is RunStatus.suspended
         assert await env.update("far", "ask", None) == {"answered_by_round": 2}
         assert await env.result("far", follow=True) == "done"
+
+
+twice: Flow[Any, Any] = Flow("upd-twice")
+
+
+@twice.handler
+async def _twice(ctx: FlowContext, payload: Any) -> Any:
+    update = await ctx.wait_for_update("ask")
+    await update.reply("first")
+    try:
+        await update.reply("second")
+    except UpdateAnswered as exc:
+        await ctx.wait_for("end")  # (a replay must raise it again, journaling nothing)
+        return str(exc)
+    return "answered twice"
+
+
+async def test_an_update_answered_twice_raises_and_its_first_answer_stands() -> None:
+    """The second answer was journaled, ignored, sent again at every replay, and once the
+    first left the run's outcome index a replayed second one became the answer."""
+    async with TestEnvironment([twice]) as env:
+        await env.start(twice, None, run_id="t")
+        assert await env.update("t", "ask", None) == "first"
+        await env.signal("t", "end")
+        assert "answered already" in await env.result("t")
+        outcomes = [h for h in env.history("t") if isinstance(h.record, ev.UpdateCompleted)]
+        assert [(h.record.result_json, h.verdict) for h in outcomes] == [
+            ('"first"', Verdict.applied)]
