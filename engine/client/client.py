@@ -14,7 +14,12 @@ from pydantic import BaseModel
 
 from runstream.engine.client.batches import BatchCalls
 from runstream.engine.client.handle import RunHandle
-from runstream.engine.client.placed import Placed, RequestAnswer, RequestNotRelayed
+from runstream.engine.client.placed import (
+    Placed,
+    RequestAnswer,
+    RequestNotRelayed,
+    round_live_at,
+)
 from runstream.engine.client.queries import QueryCalls
 from runstream.engine.client.schedules import ScheduleCalls
 from runstream.engine.client.starts import StartCalls
@@ -343,6 +348,11 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
         target = view.addressed(run_id)  # a request naming a lineage reaches its last round
         entry = (_history_at(view.history(run_id), partition, offset)
                  or _history_at(view.history(target), partition, offset))
+        latest = view.run(target) if entry is None and target != run_id else None
+        took = None if latest is None else round_live_at(view.run, latest, offset)
+        if took is not None:  # (the round that took it has handed off since)
+            target = took.run_id
+            entry = _history_at(view.history(target), partition, offset)
         if entry is not None and entry.raw is not None:
             # As the journal holds it: a relayed request carries its authority, which
             # explains a refusal (projections.requests.describe_refusal).
@@ -415,8 +425,10 @@ def requester() -> str:
 
 
 def _envelope(record_type: str, run_id: str, request_id: str | None = None) -> Envelope:
-    """A request's envelope, keyed by the run's lineage as in create_run."""
-    return request_envelope(record_type, run_id, request_id=request_id or uuid.uuid4().hex,
+    """A request's envelope, keyed by the run's lineage as in create_run (`<lineage>~0`
+    names round 0, whose records name the lineage id: sent as `~0`, no run took it)."""
+    return request_envelope(record_type, round_zero(run_id),
+                            request_id=request_id or uuid.uuid4().hex,
                             now_ms=int(time.time() * 1000))
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from runstream.engine.errors import RunstreamError
 from runstream.engine.journal import JournalRecord
 from runstream.projections.state import RunState, Tombstone, Verdict
+from runstream.projections.updates import lineage_rounds
 
 
 class RequestNotRelayed(RunstreamError):
@@ -40,3 +42,17 @@ class RequestAnswer:
         if self.verdict not in (None, Verdict.ignored):
             return False
         return self.run is None or self.run.request_offset > self.offset
+
+
+def round_live_at(run_of: Callable[[str], RunState | None], latest: RunState,
+                  offset: int) -> RunState | None:
+    """The round of `latest`'s lineage that was live when a request at `offset` (of its
+    partition) applied: the last created before it. A request to a lineage that hands off
+    right after it lands is in that round's history, neither round 0's nor the latest's."""
+    if latest.request_offset < offset:
+        return latest
+    took = None
+    for held in lineage_rounds(run_of, latest.lineage_id, latest.run_id):
+        if held.request_offset < offset:
+            took = held
+    return took
