@@ -25,7 +25,7 @@ import dataclasses
 import json
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +44,9 @@ from runstream.projections.values import HistoryEntry
 # What one part may take, encoded: well under a journal record's limit
 # (engine.journal.input_limits.MAX_RECORD_BYTES), which the broker's 1 MiB default leaves room for.
 MAX_PART_BYTES = 800_000
+MAX_LATER_ROUNDS = 1000  # a source's later rounds a fork's residue reads, at most
+MAX_LATER_WARNINGS = 10  # of what those rounds did, said one by one (the rest counted)
+LaterRound = tuple[str, tuple[JournalEntry, ...]]  # a later round's id and journal now
 # Per entry in a part, beyond its JSON text: Avro's string length and block counts.
 _ENTRY_OVERHEAD = 12
 
@@ -91,10 +94,12 @@ class ForkPlan:
 
 
 def plan_fork(run_id: str, items: Sequence[HistoryEntry], at_record: int,
-              current: Iterable[JournalEntry], *, view: HistoryView | None = None) -> ForkPlan:
+              current: Iterable[JournalEntry], *, view: HistoryView | None = None,
+              later: Sequence[LaterRound] = ()) -> ForkPlan:
     """The prefix and residue of forking the run whose history is `items` at row
     `at_record`; `current` is the run's journal now (what it did after the cut too), `view`
-    where a later round finds the rounds before it (projections.replay.replay_run)."""
+    where a later round finds the rounds before it (projections.replay.replay_run),
+    `later` the rounds its lineage handed off to since (later_rounds)."""
     if not items:
         raise RunNotFound(run_id)
     if not 1 <= at_record <= len(items):
@@ -108,7 +113,7 @@ def plan_fork(run_id: str, items: Sequence[HistoryEntry], at_record: int,
         # Where a cancel reached the source's handler: the fork has no such cancel, so its
         # prefix ends before it (the entries from there on were the cancel's cleanup).
         prefix = prefix[:run.cancel_delivered_at]
-    warnings = residue(len(prefix), run, current)
+    warnings = residue(len(prefix), run, current) + later_residue(later)
     return ForkPlan(run, at_record, items[at_record - 1].offset, prefix, tuple(warnings))
 
 
@@ -142,6 +147,41 @@ def residue(prefix_end: int, cut: RunState, current: Iterable[JournalEntry]) -> 
         if link.run_id not in reported:
             warnings.append(_child_warning(link.run_id, link.position, True))
     return warnings
+
+
+def later_rounds(run: RunState | None, run_of: Callable[[str], RunState | None],
+                 entries_of: Callable[[str], Iterable[JournalEntry]]) -> tuple[LaterRound, ...]:
+    """The rounds `run` (the source, as it stands now) handed off to since, each with its
+    journal: a fork of it runs its own later rounds, and what those did again."""
+    rounds: list[LaterRound] = []
+    following = run.handed_off_to if run is not None else None
+    while following is not None and len(rounds) < MAX_LATER_ROUNDS:
+        held = run_of(following)
+        if held is None:
+            break
+        rounds.append((following, tuple(entries_of(following))))
+        following = held.handed_off_to
+    return tuple(rounds)
+
+
+def later_residue(later: Sequence[LaterRound]) -> list[str]:
+    """What the source's later rounds did that a fork's own later rounds do again: their
+    irreversible steps and their children. (A fork of a round before its handoff took
+    neither into account, and charged the lineage twice without --force.)"""
+    said: list[str] = []
+    for round_id, entries in later:
+        for entry in sorted(entries, key=lambda e: e.position):
+            if entry.irreversible:
+                said.append(f"irreversible step {entry.name!r} at position {entry.position} "
+                            f"of the source's later round {round_id} {_how_it_ran(entry)}: "
+                            f"the fork's own later rounds run it again")
+            elif entry.kind == "spawn":
+                said.append(f"the source's later round {round_id} spawned child run "
+                            f"{_child_id(entry)}: the fork's own later rounds spawn theirs")
+    if len(said) > MAX_LATER_WARNINGS:
+        more = len(said) - MAX_LATER_WARNINGS
+        said = [*said[:MAX_LATER_WARNINGS], f"and {more} more in the source's later rounds"]
+    return said
 
 
 def _child_warning(child: str, position: int, running: bool) -> str:
@@ -185,6 +225,7 @@ def within_limits(cut: RunState, now: RunState) -> RunState:
 
 def answer_fork(source: RunState, ask: ForkAsk, items: Sequence[HistoryEntry],
                 current: Iterable[JournalEntry], *, view: HistoryView | None = None,
+                later: Sequence[LaterRound] = (),
                 max_part_bytes: int = MAX_PART_BYTES) -> list[Decision]:
     """What the source's owner writes for fork request `ask`: the parts not answered yet
     (`ask.answered` counts those applied), or one refusal. `items` is the source's whole
@@ -201,7 +242,7 @@ def answer_fork(source: RunState, ask: ForkAsk, items: Sequence[HistoryEntry],
         return refusal(f"record:{row} at offset {ask.source_offset} is not in run "
                        f"{source.run_id}'s history (`runstream run history {source.run_id}`)")
     try:
-        plan = plan_fork(source.run_id, items, row, current, view=view)
+        plan = plan_fork(source.run_id, items, row, current, view=view, later=later)
         plan = dataclasses.replace(plan, source=within_limits(plan.source, source))
         # (once a part went out, the rest follow: the target exists, and a refusal now, for
         # what the source did since, left it half-copied for ever)

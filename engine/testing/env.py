@@ -27,6 +27,7 @@ from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.testing.driving import Driving, EnvironmentIdle
 from runstream.engine.testing.execution import TestExecution
+from runstream.engine.testing.forks import EnvForks
 from runstream.engine.testing.inputs import check_request
 from runstream.engine.testing.log import MemoryLog, RawView, envelope
 from runstream.engine.testing.queries import RunQueries
@@ -44,14 +45,7 @@ from runstream.engine.worker.admission import DEFAULT_CONCURRENCY, Admission
 from runstream.projections import schedule_owner
 from runstream.projections.attributes import create_json
 from runstream.projections.expiry import round_to_follow
-from runstream.projections.fork_plan import (
-    ForkNeedsForce,
-    ForkTargetExists,
-    answer_fork,
-    fork_request,
-    fork_run_id,
-    plan_fork,
-)
+from runstream.projections.fork_plan import answer_fork
 from runstream.projections.outbox_fallback import GiveUp, checked_request
 from runstream.projections.owner import on_record, swept, swept_requests
 from runstream.projections.projector import Outcome
@@ -88,7 +82,7 @@ OWNER_NAME = "test-environment"
 CLOSE_WAIT_S = 5.0  # how long close() waits for cancelled handlers to unwind
 
 
-class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates):
+class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks):
     """An in-process namespace: `await env.run(flow, payload)`, signals, cancels, resumes,
     results, history, and crashes injected at a journal position."""
 
@@ -238,23 +232,6 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates):
     async def run_until_idle(self) -> None:
         """Drive until every run waits (no time passes)."""
         await self._drive(lambda: False, until_ms=self.clock_ms)
-
-    async def fork(self, run_id: str, *, at_record: int, new_run_id: str | None = None,
-                   force: bool = False) -> str:
-        """Fork `run_id` at row `at_record` of its history (engine.timetravel.fork); returns the new
-        run's id (it starts when the environment is driven). Raises ForkNeedsForce."""
-        items = self.log.raw_history(run_id)
-        plan = plan_fork(run_id, items, at_record, self.journal(run_id))
-        if plan.warnings and not force:
-            raise ForkNeedsForce(run_id, at_record, plan.warnings)
-        target = fork_run_id(run_id, new_run_id)
-        if self.projection.store.run(target) is not None or (
-                self.projection.store.tombstone(target) is not None):
-            raise ForkTargetExists(target, expired=self.projection.store.run(target) is None)
-        # One request to the source's partition; its owner answers it (AnswerFork).
-        self.log.append(self.partition_of(run_id), fork_request(
-            plan, target, forced=force, requested_by="test", now_ms=self.clock_ms))
-        return target
 
     def crash_at(self, run_id: str, position: int) -> None:
         """Crash the worker when `run_id` is about to journal journal position `position`:
@@ -416,9 +393,10 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates):
             elif isinstance(reaction, AnswerFork):
                 self._decided.add(reaction.key)
                 view = RawView(self.log)
-                answers = answer_fork(reaction.run, reaction.ask,
-                                      view.history(reaction.run.run_id),
-                                      self.journal(reaction.run.run_id), view=view)
+                source = reaction.run
+                answers = answer_fork(source, reaction.ask, view.history(source.run_id),
+                                      self.journal(source.run_id), view=view,
+                                      later=self.later_rounds(source))
                 with self.log.held():
                     for cls, body in answers:
                         self.decide(reaction.run, cls, **body)

@@ -37,6 +37,7 @@ from runstream.projections.fork_plan import (
     ForkTargetExists,
     fork_request,
     fork_run_id,
+    later_rounds,
     part_bodies,
     plan_fork,
 )
@@ -116,7 +117,8 @@ async def _fork(client: Client, run_id: str, at_record: int, target: str, force:
                 wait: bool, timeout: float) -> ForkResult:
     model = await client.read_model()
     view = await view_of(model, run_id, records=True)
-    plan = plan_fork(run_id, view.history(run_id), at_record, view.entries(run_id), view=view)
+    plan = plan_fork(run_id, view.history(run_id), at_record, view.entries(run_id), view=view,
+                     later=later_rounds(view.run(run_id), view.run, view.entries))
     if plan.warnings and not force:
         raise ForkNeedsForce(run_id, at_record, plan.warnings)
     client.check_authority(plan.source)  # (the reducer checks the relayed authority)

@@ -22,7 +22,7 @@ from runstream.engine.journal import events as ev
 from runstream.engine.kafka.reader import read_partitions
 from runstream.engine.worker.ownership import Ownership
 from runstream.engine.worker.run_protocols import ForkOwner
-from runstream.projections.fork_plan import MAX_PART_BYTES, answer_fork
+from runstream.projections.fork_plan import MAX_PART_BYTES, answer_fork, later_rounds
 from runstream.projections.fork_transitions import ForkAsk, fork_asks
 from runstream.projections.reactions import AnswerFork
 from runstream.projections.replay import replays_alone
@@ -76,7 +76,8 @@ class ForkAnswers:
             return  # answered meanwhile
         history = _RawHistory(store, raws)
         decisions = answer_fork(source, ask, history.of(items), store.entries(run_id),
-                                view=history, max_part_bytes=self.max_part_bytes)
+                                view=history, max_part_bytes=self.max_part_bytes,
+                                later=later_rounds(source, store.run, store.entries))
         try:
             for cls, body in decisions:
                 self.owner.enqueue(own, source, cls, **body)

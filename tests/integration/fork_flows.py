@@ -6,7 +6,7 @@ from __future__ import annotations
 import collections
 from typing import Any
 
-from runstream import Flow, FlowContext
+from runstream import Flow, FlowContext, Handoff
 
 # (tag, step name) -> how many times the step's function really ran. Bound: the steps the
 # tests run (a few hundred per test).
@@ -80,4 +80,17 @@ async def _tagged(ctx: FlowContext, payload: dict[str, Any]) -> str:
     return "ok"
 
 
-flows = [counted, risky, family, child, bulky, tagged]
+relayed = Flow("fork-relayed", max_rounds=3)
+
+
+@relayed.handler
+async def _relayed(ctx: FlowContext, payload: dict[str, Any]) -> Any:
+    """Round 0 prepares and hands off; round 1 charges (irreversible)."""
+    tag = payload["tag"]
+    if not payload.get("later"):
+        await ctx.step("prepare", _count, tag, "prepare")
+        return Handoff(payload={**payload, "later": True})
+    return await ctx.step("charge", _count, tag, "charge", irreversible=True)
+
+
+flows = [counted, risky, family, child, bulky, tagged, relayed]

@@ -37,7 +37,16 @@ from runstream.projections.fork_transitions import fork_asks
 from runstream.projections.partitioning import partition_for
 from runstream.projections.state import RunState, Verdict, incarnation_id
 from runstream.projections.values import HistoryEntry
-from tests.integration.fork_flows import bulky, calls, counted, family, flows, risky, tagged
+from tests.integration.fork_flows import (
+    bulky,
+    calls,
+    counted,
+    family,
+    flows,
+    relayed,
+    risky,
+    tagged,
+)
 from tests.integration.support import fold, status_or_none
 
 TIMEOUT_S = 60.0
@@ -343,3 +352,23 @@ def _decision(cls: type[Any], run_id: str, lineage_id: str, under_epoch: int,
                         source_seq=seq, timestamp_ms=int(time.time() * 1000))
     record: JournalRecord = cls(envelope=envelope, **body)
     return record
+
+
+async def test_a_fork_of_a_round_before_its_handoff_needs_force_for_the_later_rounds(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """The fork's own later rounds run again what the source's later rounds did: the
+    residue looked at the forked round's journal alone, and the lineage was charged twice
+    without --force."""
+    tag = uuid.uuid4().hex
+    async with worker(bootstrap, namespace, tmp_path / "w"), \
+            client(bootstrap, namespace, tmp_path) as c:
+        lineage = await c.create_run(relayed, {"tag": tag}, run_id=f"lin-{tag}")
+        assert await lineage.result(timeout=TIMEOUT_S, follow=True) == f"charge:{tag}"
+        at = await record_of(bootstrap, namespace, tmp_path, lineage.run_id,
+                             completed("prepare"))
+        with pytest.raises(ForkNeedsForce) as refused:
+            await fork(bootstrap, namespace, tmp_path, lineage.run_id, at)
+        assert any(f"'charge' at position 0 of the source's later round lin-{tag}~1" in w
+                   for w in refused.value.warnings), refused.value.warnings
+        assert calls(tag) == {"prepare": 1, "charge": 1}

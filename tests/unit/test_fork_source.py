@@ -17,7 +17,7 @@ from runstream.engine.journal import events as ev
 from runstream.engine.testing import TestEnvironment
 from runstream.engine.worker.relay_judge import AUTHORITY_HEADER, Forward, Incoming, Refuse, judge
 from runstream.projections.decide import FIRST_SHAPE_FORK, fork_decisions
-from runstream.projections.fork_plan import answer_fork, within_limits
+from runstream.projections.fork_plan import ForkNeedsForce, answer_fork, within_limits
 from runstream.projections.fork_transitions import ForkAsk, entry_json, fork_asks
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.partitioning import run_partition
@@ -35,7 +35,7 @@ from runstream.projections.store import ProjectionStore
 from runstream.projections.values import HistoryEntry
 from tests.builders import PartitionLog, create, request
 from tests.integration.fork_flows import flows as fork_flows
-from tests.integration.fork_flows import risky
+from tests.integration.fork_flows import relayed, risky
 from tests.unit.placing import placing_count
 from tests.unit.test_replay_fixtures import JOURNALS, load
 
@@ -230,6 +230,27 @@ async def test_the_owner_answers_from_the_source_history_or_refuses_with_a_reaso
     assert copied == ["prepare"] and {b["request_id"] for _, b in parts} == {"f"}
     assert answer_fork(run, asked(4, forced=True, answered=1), items, journal,
                        max_part_bytes=400) == parts[1:]
+
+
+async def test_a_fork_of_a_round_before_its_handoff_weighs_the_later_rounds() -> None:
+    """Forking round 0 before its handoff: the fork's round 1 charges again. The client's
+    plan and the owner's answer both saw round 0's journal alone."""
+    async with TestEnvironment(fork_flows) as env:
+        await env.run(relayed, {"tag": "later"}, run_id="lin")
+        row = next(k for k, i in enumerate(env.history("lin"), 1)
+                   if isinstance(i.record, ev.StepCompleted) and i.record.name == "prepare")
+        with pytest.raises(ForkNeedsForce, match="later round lin~1"):
+            await env.fork("lin", at_record=row)
+        items = [HistoryEntry(i.partition, i.offset, i.verdict, i.record.TYPE,
+                              i.record.envelope.timestamp_ms, encode(i.record)[0])
+                 for i in env.history("lin") if i.record is not None]
+        run = env.describe("lin")
+        ask = ForkAsk(request_id="f", offset=0, target_run_id="t", forced=False,
+                      source_offset=items[row - 1].offset, source_record=row,
+                      requested_by="me", answered=0)
+        [(_, refused)] = answer_fork(run, ask, items, env.journal("lin"),
+                                     later=env.later_rounds(run))
+        assert "needs --force" in (refused["refused"] or "") and "lin~1" in refused["refused"]
 
 
 # -- the relay ---------------------------------------------------------------------------------
