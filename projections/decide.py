@@ -256,8 +256,10 @@ def decide_handoff(run: RunState, flow: str, payload_json: str | None, error: st
         return Exhausted(rounds=run.round + 1, budget=run.max_rounds)
     if payload_json is None:
         return Invalid(error or "the handoff is malformed")
-    if not flow or "/" in flow:
-        return Invalid(f"{flow!r} is not a flow name")
+    try:  # (as a create's, a spawn's: a round of a name no worker may register waited for ever)
+        check_name("flow", flow)
+    except NameInvalid as exc:
+        return Invalid(str(exc))
     ceiling = narrow(run.ceiling, target_ceiling)
     return NextRound(next_run_id=round_run_id(run.lineage_id, run.round + 1),
                      round=run.round + 1, flow=flow, payload_json=payload_json,

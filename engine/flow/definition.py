@@ -21,7 +21,7 @@ from runstream.engine.errors import (
     ThreadsExhausted,
     run_failure,
 )
-from runstream.engine.journal.input_limits import MAX_TIMEOUT_MS
+from runstream.engine.journal.input_limits import MAX_TIMEOUT_MS, NameInvalid, check_name
 from runstream.projections.state import RunState, RunStatus
 
 if TYPE_CHECKING:
@@ -223,8 +223,10 @@ class Flow(Generic[P, R]):
         "lineage" (one deadline for all the rounds). `max_concurrency`: how many of its runs
         execute at once on each worker (None: any number within the worker's slots); the
         others wait, pending, in their partition's create order."""
-        if not name or "/" in name:
-            raise ValueError(f"flow name {name!r} must be non-empty and contain no '/'")
+        try:  # (a name no client could create a run of, nor a handoff name, spawn it)
+            check_name("flow", name)
+        except NameInvalid as exc:
+            raise ValueError(str(exc)) from None
         if max_rounds < 0:
             raise ValueError(f"max_rounds must be 0 (unlimited) or more, not {max_rounds}")
         if timeout_scope not in ("round", "lineage"):

@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
+from runstream.engine.config import Duration, as_duration, millis
 from runstream.engine.errors import (
     Cancelled,
     ChildCancelled,
@@ -82,7 +83,7 @@ class WaitingCalls:
         """The capabilities this run's steps (and the children it spawns) may use: None, any."""
         return self._ceiling
 
-    async def sleep(self, duration: float | timedelta) -> None:
+    async def sleep(self, duration: Duration) -> None:
         """Wait durably for `duration` (seconds or a timedelta): the run is suspended and a
         timer wakes it, on whichever worker owns its partition then."""
         millis = _millis(duration)
@@ -109,13 +110,14 @@ class WaitingCalls:
             return
         await self._wait(Wait(kind="timer", position=position, due_ms=due))
 
-    async def wait_for(self, name: str, *, timeout: float | timedelta | None = None) -> Any:
+    async def wait_for(self, name: str, *, timeout: Duration | None = None) -> Any:
         """The payload of the next signal `name` sent to this run (one signal per wait, in
         the order they arrived). Raises WaitTimeout when `timeout` passes first, or when an
         operator ends the wait (`client.resume`). NameInvalid for a name no client can
         send (it waited for ever)."""
         if not name.startswith(UPDATE_SIGNAL_PREFIX):  # (an update's own wait: its name)
             check_name("signal", name)
+        _checked(timeout)
         position = self._next_position(name, "wait")
         entry = self._entries.get(position)
         if entry is not None and entry.status in ("completed", "failed"):
@@ -139,7 +141,7 @@ class WaitingCalls:
 
     def _due_unless_timed_out(self, position: int, reason: str, name: str, kind: str,
                               entry: JournalEntry | None,
-                              timeout: float | timedelta | None) -> int | None:
+                              timeout: Duration | None) -> int | None:
         """When the wait at `position` times out (its entry's time on replay, else now plus
         `timeout`; None: never). A time already past ends the wait at once, journaled as a
         timeout (`reason` the wake's, `kind` the entry's), and raises WaitTimeout."""
@@ -231,7 +233,8 @@ class WaitingCalls:
                                f"the most its exit can list")
 
     async def _child_result(self, child_id: str, spawn_position: int,
-                            timeout: float | timedelta | None = None) -> Any:
+                            timeout: Duration | None = None) -> Any:
+        _checked(timeout)
         position = self._next_position(child_id, "child")
         entry = self._entries.get(position)
         if entry is not None and entry.status in ("completed", "failed"):
@@ -358,7 +361,7 @@ class ChildRun:
         if loader is not None:
             ctx._loaders_by_child[run_id] = loader
 
-    async def result(self, *, timeout: float | timedelta | None = None) -> Any:
+    async def result(self, *, timeout: Duration | None = None) -> Any:
         """The child's result; suspends the parent until the child settles. Raises
         ChildFailed or ChildCancelled with the child's error, or WaitTimeout when `timeout`
         (seconds or a timedelta, a durable timer) passes first: the child keeps running
@@ -373,9 +376,19 @@ def _has_outcome(entry: JournalEntry) -> bool:
     return entry.status in ("completed", "failed")
 
 
-def _millis(duration: float | timedelta) -> int:
-    seconds = duration.total_seconds() if isinstance(duration, timedelta) else float(duration)
-    return max(0, int(seconds * 1000))
+def _millis(duration: Duration) -> int:
+    """A wait's duration in ms (0 at least): seconds, a timedelta or text like 5m;
+    DurationInvalid (an InvalidInput and a ValueError) for anything else, NaN and the
+    infinities included (a bare ValueError or OverflowError failed the run)."""
+    return max(0, millis(as_duration(duration)))
+
+
+def _checked(timeout: Duration | None) -> Duration | None:
+    """A wait's timeout, checked before the journal is read: a handler that caught the
+    error got the wait's outcome at the same call on replay."""
+    if timeout is not None:
+        _millis(timeout)
+    return timeout
 
 
 def handed_down(children: Iterable[ChildLink],
