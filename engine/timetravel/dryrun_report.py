@@ -12,6 +12,7 @@ from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.timetext import iso_time
 from runstream.projections.state import JournalEntry, RunState, RunStatus, Wait
+from runstream.projections.transitions import RETRY_WAIT
 
 PREVIEW = 80  # characters of arguments, results and payloads shown to people
 
@@ -153,8 +154,11 @@ def wait_intent(call: Decision | None, wait: Wait) -> Decision:
     elif wait.kind == "event":
         timeout = f" (timeout {due})" if due else ""
         action = f"wait for signal {wait.event_name!r}{timeout} {at}"
+    elif wait.kind == RETRY_WAIT:  # (its step's durable backoff: "child None" before)
+        action = f"wait out a retry backoff until {due} {at}"
     else:
-        action = f"wait for child {wait.child_run_id!r} {at}"
+        timeout = f" (timeout {due})" if due else ""
+        action = f"wait for child {wait.child_run_id!r}{timeout} {at}"
     kind = call.kind if call is not None else wait.kind
     name = call.name if call is not None else ""
     return Decision(kind, action, action, name, wait.position)

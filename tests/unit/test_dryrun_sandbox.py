@@ -394,3 +394,15 @@ async def test_a_patched_deploy_replays_old_runs_on_their_old_branch() -> None:
     fresh = await dry(patched, run(RunStatus.running), ())
     assert fresh.difference is None
     assert fresh.next.action == "write patch marker 'dollars' (the new branch) at position 0"
+
+
+def test_a_wait_out_of_a_retry_backoff_and_a_timed_child_wait_say_what_they_are() -> None:
+    """A run waiting out a durable retry backoff was shown as "would next wait for child
+    None" (the CLI, --json and the UI)."""
+    from runstream.engine.timetravel.dryrun_report import wait_intent
+    backoff = wait_intent(None, Wait(kind="retry", position=1, due_ms=1_767_225_630_000))
+    assert backoff.action == ("wait out a retry backoff until 2026-01-01T00:00:30+00:00 "
+                              "at position 1")
+    child = wait_intent(None, Wait(kind="child", position=2, child_run_id="k",
+                                   due_ms=1_767_225_630_000))
+    assert child.action == "wait for child 'k' (timeout 2026-01-01T00:00:30+00:00) at position 2"
