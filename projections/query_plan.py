@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from runstream.engine.errors import QueryInvalid
 from runstream.projections import query_index as qi
+from runstream.projections.attributes import NAME_PATTERN
 from runstream.projections.query import (
     And,
     Compare,
@@ -235,6 +236,8 @@ class Order:
         direction = words[1].lower() if len(words) == 2 else "asc"
         if len(words) > 2 or direction not in ("asc", "desc"):
             raise QueryInvalid(f"order_by is '<field> [asc|desc]', not {text!r}", 0)
+        if NAME_PATTERN.fullmatch(words[0]) is None:  # ("amount,due", "-amount": no field)
+            raise QueryInvalid(f"order_by names one field, not {words[0]!r}", 0)
         return cls(words[0], direction == "desc")
 
 
@@ -422,6 +425,8 @@ def where_query(where: str | None, status: RunStatus | str | None = None) -> Que
     tree = parse(where) if where is not None and where.strip() else None
     if status is None:
         return tree
+    if status not in list(RunStatus):  # (StrEnum: its text too; a bare ValueError before)
+        raise QueryInvalid(f"{status!r} is not a status", 0)
     by_status = Compare("status", "=", Literal("s", RunStatus(status).value))
     return by_status if tree is None else And((by_status, tree))
 
