@@ -96,7 +96,7 @@ def entry_from_copy(record: ev.JournalEntryCopied) -> JournalEntry:
         result_json=record.result_json, error_type=record.error_type,
         error_message=record.error_message, due_ms=record.due_ms,
         child_status=record.child_status, child_result_json=record.child_result_json,
-        args_digest=record.args_digest)
+        args_digest=record.args_digest, child_flow=record.child_flow)
 
 
 def is_fork_part(item: InboxItem) -> bool:

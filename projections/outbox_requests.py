@@ -24,12 +24,13 @@ def parent_wake(run: RunState, status: RunStatus, changes: dict[str, Any]) -> Ou
         run.parent_lineage_id or run.parent_run_id,
         child_run_id=run.run_id, child_status=status, position=run.parent_position,
         result_json=changes.get("result_json"), error_type=changes.get("error_type"),
-        error_message=changes.get("error_message"))
+        error_message=changes.get("error_message"), flow=run.flow)
 
 
 def wake_request(request_id: str, run_id: str, lineage_id: str, *, child_run_id: str,
                  child_status: RunStatus, position: int | None, result_json: str | None = None,
-                 error_type: str | None = None, error_message: str | None = None) -> OutboxItem:
+                 error_type: str | None = None, error_message: str | None = None,
+                 flow: str | None = None) -> OutboxItem:
     """A `run.wake-requested` to the parent `run_id`: its child `child_run_id` ended so.
     The one place a wake's body is written (a settled child, a refused spawn, a wake that
     could not be delivered and is sent again without the child's outcome)."""
@@ -39,7 +40,7 @@ def wake_request(request_id: str, run_id: str, lineage_id: str, *, child_run_id:
         body_json=json.dumps({
             "child_run_id": child_run_id, "child_status": child_status.value,
             "result_json": result_json, "error_type": error_type,
-            "error_message": error_message, "position": position,
+            "error_message": error_message, "position": position, "flow": flow,
         }))
 
 

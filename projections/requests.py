@@ -184,7 +184,7 @@ def _wake(run: RunState, record: ev.RunWakeRequested,
             and spawn.result_json in (json.dumps(record.child_run_id), json.dumps(lineage))):
         entry = replace(spawn, child_status=record.child_status,
                         child_result_json=record.result_json, error_type=record.error_type,
-                        error_message=record.error_message)
+                        error_message=record.error_message, child_flow=record.flow)
     if entry is None and len(children) == len(run.children):
         return RequestChange(run, Verdict.ignored)
     return RequestChange(replace(run, children=children), Verdict.applied, entry)

@@ -152,6 +152,9 @@ class JournalEntry(_Frozen, frozen=True, array_like=True):
     # sha256 of the step's arguments (16 hex digits), when the step journaled it: what a
     # counterfactual dry run compares.
     args_digest: str | None = None
+    # A spawn's child's flow when it settled (its wake says, since the eighteenth session):
+    # another than the spawned one when the child handed off to another flow.
+    child_flow: str | None = None
 
 
 class Wait(_Frozen, frozen=True, array_like=True):

@@ -3,6 +3,7 @@ execution, the test environment), and the control-flow exceptions that cross it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from runstream.engine.journal import events as ev
@@ -96,6 +97,9 @@ class JournalPort(Protocol):
     def entry(self, position: int) -> JournalEntry | None:
         """The run's journal entry at `position` as projected now (a child's outcome
         arrives in its spawn's entry while the parent runs)."""
+
+    def result_loader(self, flow: str) -> Callable[[str], Any] | None:
+        """How flow `flow`'s results load, as registered here (None: it is not)."""
 
     async def quarantine(self, quarantine: Quarantined) -> Quarantined:
         """Journal the quarantine (its evidence and run.suspended) and return it to raise:

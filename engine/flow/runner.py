@@ -12,6 +12,7 @@ import asyncio
 import logging
 import traceback
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any
 
 from runstream.engine.errors import (
@@ -235,6 +236,10 @@ class HandlerRunner(ABC):
     @abstractmethod
     def flow_named(self, name: str) -> Flow[Any, Any] | None:
         """The flow this owner registers under `name`, if any."""
+
+    def result_loader(self, flow: str) -> Callable[[str], Any] | None:
+        registered = self.flow_named(flow)
+        return registered.load_result if registered is not None else None
 
     @property
     def timed_out(self) -> bool:

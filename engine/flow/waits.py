@@ -237,10 +237,11 @@ class WaitingCalls:
         _checked(timeout)
         position = self._next_position(child_id, "child")
         entry = self._entries.get(position)
+        spawn = self._port.entry(spawn_position)
+        self._typed_as_settled(child_id, spawn)
         if entry is not None and entry.status in ("completed", "failed"):
             return self._outcome(entry)
         self._check_cancel(position, child_id)
-        spawn = self._port.entry(spawn_position)
         if spawn is not None and spawn.child_status is not None:
             wake = child_wake(position, child_id, spawn)
             self._resumed_inline(position, "child", child_id, result_json=wake.result_json,
@@ -251,8 +252,25 @@ class WaitingCalls:
                 result_json=wake.result_json, error_type=wake.error_type,
                 error_message=wake.error_message))
         due = self._due_unless_timed_out(position, "child", child_id, "child", entry, timeout)
-        return await self._wait(Wait(kind="child", position=position, child_run_id=child_id,
-                                     child_position=spawn_position, due_ms=due))
+        wait = Wait(kind="child", position=position, child_run_id=child_id,
+                    child_position=spawn_position, due_ms=due)
+        outcome = await self._suspended_until(wait, child_id, _has_outcome)
+        self._typed_as_settled(child_id, self._port.entry(spawn_position))
+        return self._outcome(outcome)
+
+    def _typed_as_settled(self, child_id: str, spawn: JournalEntry | None) -> None:
+        """A child spawned as a Flow that handed off to another flow: its result loads as
+        that flow's (its final round's, which its wake names), as the client's
+        result(follow=True) does; as plain JSON when this worker does not register it.
+        (The spawned flow's type failed the parent for good, replay after replay.)"""
+        if (spawn is None or spawn.child_flow in (None, spawn.name)
+                or child_id not in self._loaders_by_child):
+            return
+        loader = self._port.result_loader(spawn.child_flow or "")
+        if loader is None:
+            del self._loaders_by_child[child_id]
+        else:
+            self._loaders_by_child[child_id] = loader
 
     async def _wait(self, wait: Wait) -> Any:
         """Suspend until the wait ends; with a sticky handler, go on with its outcome."""

@@ -310,24 +310,6 @@ class ChildPolicyApplied:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunWakeRequested:
-    """A child run settled; its parent should wake."""
-
-    TYPE: ClassVar[str] = "run.wake-requested"
-    KIND: ClassVar[str] = "request"
-    SCHEMA_ID: ClassVar[int] = 134
-
-    envelope: Envelope
-    child_run_id: str
-    child_status: str
-    result_json: str | None = None
-    error_type: str | None = None
-    error_message: str | None = None
-    # The parent's journal position of the spawn this settles.
-    position: int | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionOutboxSent:
     """The owner's cross-partition requests (child creates, parent wakes, cancel cascades) were
     acknowledged by the broker: their outbox entries are done.
@@ -386,40 +368,6 @@ class RunForked:
     entry_count: int
     # Offset of the fork request's part 0.
     request_offset: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class JournalEntryCopied:
-    """The owner of a forked run copied one journal entry of its source: replay returns it and
-    nothing re-executes.
-    """
-
-    TYPE: ClassVar[str] = "journal.entry-copied"
-    KIND: ClassVar[str] = "decision"
-    SCHEMA_ID: ClassVar[int] = 143
-
-    envelope: Envelope
-    position: int
-    name: str
-    kind: str = "step"
-    # completed or failed: only settled entries are copied.
-    status: str
-    attempts: int = 0
-    irreversible: bool = False
-    # The entry's result.
-    result_json: str | None = None
-    # The entry's error type.
-    error_type: str | None = None
-    # The entry's error message.
-    error_message: str | None = None
-    # A timer's due time.
-    due_ms: int | None = None
-    # A spawn's child outcome.
-    child_status: str | None = None
-    # A spawn's child result.
-    child_result_json: str | None = None
-    # The step's argument digest.
-    args_digest: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -1276,6 +1224,63 @@ class PartitionRunsExpired:
     rejected_ms: list[int] = _field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunWakeRequested:
+    """A child run settled; its parent should wake."""
+
+    TYPE: ClassVar[str] = "run.wake-requested"
+    KIND: ClassVar[str] = "request"
+    SCHEMA_ID: ClassVar[int] = 195
+
+    envelope: Envelope
+    child_run_id: str
+    child_status: str
+    result_json: str | None = None
+    error_type: str | None = None
+    error_message: str | None = None
+    # The parent's journal position of the spawn this settles.
+    position: int | None = None
+    # The flow of the child's round that settled: a child that handed off to another flow names its
+    # final round's, whose result type the parent loads the result with.
+    flow: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JournalEntryCopied:
+    """The owner of a forked run copied one journal entry of its source: replay returns it and
+    nothing re-executes.
+    """
+
+    TYPE: ClassVar[str] = "journal.entry-copied"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 196
+
+    envelope: Envelope
+    position: int
+    name: str
+    kind: str = "step"
+    # completed or failed: only settled entries are copied.
+    status: str
+    attempts: int = 0
+    irreversible: bool = False
+    # The entry's result.
+    result_json: str | None = None
+    # The entry's error type.
+    error_type: str | None = None
+    # The entry's error message.
+    error_message: str | None = None
+    # A timer's due time.
+    due_ms: int | None = None
+    # A spawn's child outcome.
+    child_status: str | None = None
+    # A spawn's child result.
+    child_result_json: str | None = None
+    # The step's argument digest.
+    args_digest: str | None = None
+    # A spawn's child's flow when it settled (its wake named it), as the source's entry holds it.
+    child_flow: str | None = None
+
+
 # Any journal record; narrow with isinstance() or match on the class.
 JournalRecord: TypeAlias = (
     RunCreateRejected
@@ -1292,11 +1297,9 @@ JournalRecord: TypeAlias = (
     | RunResumed
     | RunCancelled
     | ChildPolicyApplied
-    | RunWakeRequested
     | PartitionOutboxSent
     | ChildSpawned
     | RunForked
-    | JournalEntryCopied
     | StepCompleted
     | RunSignalSent
     | RunCancelRequested
@@ -1327,6 +1330,8 @@ JournalRecord: TypeAlias = (
     | RunForkPart
     | RunForkAnswered
     | PartitionRunsExpired
+    | RunWakeRequested
+    | JournalEntryCopied
 )
 
 # Record type string (the rs-type header and envelope.type) → class.
@@ -1345,11 +1350,9 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "run.resumed": RunResumed,
     "run.cancelled": RunCancelled,
     "child.policy-applied": ChildPolicyApplied,
-    "run.wake-requested": RunWakeRequested,
     "partition.outbox-sent": PartitionOutboxSent,
     "child.spawned": ChildSpawned,
     "run.forked": RunForked,
-    "journal.entry-copied": JournalEntryCopied,
     "step.completed": StepCompleted,
     "run.signal-sent": RunSignalSent,
     "run.cancel-requested": RunCancelRequested,
@@ -1380,11 +1383,12 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "run.fork-part": RunForkPart,
     "run.fork-answered": RunForkAnswered,
     "partition.runs-expired": PartitionRunsExpired,
+    "run.wake-requested": RunWakeRequested,
+    "journal.entry-copied": JournalEntryCopied,
 }
 
 REQUEST_TYPES: frozenset[str] = frozenset(
     {
-        "run.wake-requested",
         "run.signal-sent",
         "run.cancel-requested",
         "run.fork-requested",
@@ -1395,6 +1399,7 @@ REQUEST_TYPES: frozenset[str] = frozenset(
         "run.signal-with-start-requested",
         "run.update-requested",
         "run.fork-part",
+        "run.wake-requested",
     }
 )
 DECISION_TYPES: frozenset[str] = frozenset(
@@ -1416,7 +1421,6 @@ DECISION_TYPES: frozenset[str] = frozenset(
         "partition.outbox-sent",
         "child.spawned",
         "run.forked",
-        "journal.entry-copied",
         "step.completed",
         "partition.epoch-claimed",
         "partition.snapshot-taken",
@@ -1437,5 +1441,6 @@ DECISION_TYPES: frozenset[str] = frozenset(
         "run.handed-off",
         "run.fork-answered",
         "partition.runs-expired",
+        "journal.entry-copied",
     }
 )

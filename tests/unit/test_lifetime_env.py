@@ -222,3 +222,12 @@ async def test_a_cancel_reaches_the_linked_children_when_it_reaches_the_handler(
         assert child.status is RunStatus.cancelled
         assert child.cancel_requested == f"parent {run_id} ended: cancelled (user abort)"
     assert EFFECTS[run_id] == ["ChildCancelled"]
+
+
+async def test_a_child_handing_off_to_another_flow_gives_its_parent_that_flow_s_result(
+        ) -> None:
+    """tests/integration/test_child_handoff_flow.py's flows in the environment, which
+    replays every activation: the parent's replay loads the result the same way."""
+    from tests.integration.test_child_handoff_flow import EXPECTED, FLOWS, buyer
+    async with TestEnvironment(FLOWS, partitions=2) as env:
+        assert await env.run(buyer, None, run_id="b") == EXPECTED

@@ -65,6 +65,8 @@ ADDED_SINCE_FORMAT_2: dict[str, Any] = {
     "updates_taken": [],
     # ...and the attributes a round began with, once its handler replaced one of them
     "attributes_at_start": None,
+    # the eighteenth session: a spawn's child's flow when it settled (its wake names it)
+    "child_flow": None,
 }
 # Fields added since that every run.created sets from its own record (its envelope time):
 # a fixture recorded without them is not checked for their values.
@@ -716,4 +718,22 @@ def test_record_shapes_fixture_folds_5_record_runs_as_the_7_record_ones(
         completion = records[run_id][-1]
         assert isinstance(completion, ev.RunCompleted)
         assert completion.final_step_position is None, run_id
+        assert memory.runs[run_id].status is RunStatus.completed
+
+
+def test_child_handoff_flow_fixture_keeps_the_final_round_s_flow(tmp_path: Path) -> None:
+    """child-handoff-flow (recorded from a real worker by tests/fixtures/
+    record_child_handoff_flow_fixture.py): a typed child that handed off to another flow
+    woke its parent naming that flow (run.wake-requested `flow`); the parent's spawn entry
+    keeps it, and a fork of the parent copies it (journal.entry-copied `child_flow`). Every
+    record applies, and a store written record by record and one written in one batch
+    agree."""
+    records = load(JOURNALS / "child-handoff-flow.jsonl")
+    with folded_twice(tmp_path, "child-handoff-flow") as (memory, _, verdicts):
+        assert all_applied(verdicts)
+    [wake] = [r for _, _, r, _ in records if isinstance(r, ev.RunWakeRequested)]
+    assert wake.flow == "handoff-billing"
+    for run_id in ("buy", "buy-copy"):
+        [spawn] = [e for e in memory.journal(run_id) if e.kind == "spawn"]
+        assert (spawn.name, spawn.child_flow) == ("handoff-quoting", "handoff-billing")
         assert memory.runs[run_id].status is RunStatus.completed

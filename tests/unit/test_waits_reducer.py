@@ -500,7 +500,7 @@ def test_a_settled_child_with_a_parent_wakes_it_through_the_outbox() -> None:
         "wake/p.3", ev.RunWakeRequested.TYPE, "p", "p")
     assert json.loads(wake.body_json) == {
         "child_run_id": "p.3", "child_status": "completed", "result_json": "5",
-        "error_type": None, "error_message": None, "position": 3}
+        "error_type": None, "error_message": None, "position": 3, "flow": "child"}
     # A run with no parent wakes nobody.
     log.start("alone", 1)
     log.decide(ev.RunFailed, "alone", 1, error_type="ValueError", error_message="boom")
@@ -519,7 +519,7 @@ def test_a_failed_or_cancelled_child_wakes_its_parent_with_its_error() -> None:
     bodies = {i.request_id: json.loads(i.body_json) for i in log.outbox(1)}
     assert bodies["wake/p.0"] == {
         "child_run_id": "p.0", "child_status": "failed", "result_json": None,
-        "error_type": "ValueError", "error_message": "boom", "position": 0}
+        "error_type": "ValueError", "error_message": "boom", "position": 0, "flow": "child"}
     assert (bodies["wake/p.1"]["child_status"], bodies["wake/p.1"]["error_type"],
             bodies["wake/p.1"]["error_message"]) == ("cancelled", "RunCancelled", "stop")
 
