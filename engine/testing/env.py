@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from runstream.engine.config import Duration
-from runstream.engine.errors import ResumeRefused, SignalRefused
+from runstream.engine.errors import CancelRefused, ResumeRefused, SignalRefused
 from runstream.engine.flow.definition import Flow, HandedOff, dump_json, settled_outcome, timeout_ms
 from runstream.engine.flow.validation import judge
 from runstream.engine.journal import JournalRecord
@@ -170,7 +170,9 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks):
 
     async def signal(self, run_id: str, name: str, payload: Any = None, *,
                      request_id: str | None = None) -> None:
-        """Send signal `name`; raises SignalRefused when the run cannot take it."""
+        """Send signal `name`; raises SignalRefused when the run cannot take it, RunNotFound
+        (RunExpired) when there is none, as a Client does."""
+        self.describe(run_id)
         outcome = self._request(ev.RunSignalSent, run_id, request_id=request_id, name=name,
                                 payload_json=dump_json(payload))
         if outcome == Verdict.refused:
@@ -201,8 +203,14 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks):
         return run_id
 
     async def cancel(self, run_id: str, *, reason: str = "") -> None:
+        """As Client.cancel: CancelRefused when the run has ended (it returned as if taken)."""
         self.describe(run_id)
-        self._request(ev.RunCancelRequested, run_id, reason=reason, requested_by="test")
+        if self._request(ev.RunCancelRequested, run_id, reason=reason,
+                         requested_by="test") is Verdict.refused:
+            record = ev.RunCancelRequested(envelope=envelope(
+                ev.RunCancelRequested, run_id, None, 0), reason=reason)
+            raise CancelRefused(f"run {run_id} cannot be cancelled: "
+                                f"{describe_refusal(self.describe(run_id), record)}")
 
     async def resume(self, run_id: str, *, resolution: str | None = None,
                      position: int | None = None, digest: str | None = None,

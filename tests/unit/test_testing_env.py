@@ -376,3 +376,22 @@ async def test_a_fork_replays_its_copied_prefix_and_runs_the_rest_once_more() ->
         await env.result(tail)
         assert calls("env-kin") == {"before": 1, "child-work": 1, "after": 1}
         assert env.describe(tail).fork is not None
+
+
+async def test_a_cancel_of_a_settled_run_and_a_signal_to_none_raise_as_a_client_s_do() -> None:
+    """env.cancel of a completed run returned (its verdict was refused: a Client raises
+    CancelRefused), and env.signal to a run that does not exist returned (RunNotFound)."""
+    from runstream import CancelRefused, Flow, FlowContext, RunNotFound
+
+    quick: Flow[Any, Any] = Flow("env-quick")
+
+    @quick.handler
+    async def _quick(ctx: FlowContext, payload: Any) -> Any:
+        return payload
+
+    async with TestEnvironment([quick]) as env:
+        assert await env.run(quick, 1, run_id="q") == 1
+        with pytest.raises(CancelRefused, match="has ended"):
+            await env.cancel("q", reason="late")
+        with pytest.raises(RunNotFound):
+            await env.signal("nobody", "go")
