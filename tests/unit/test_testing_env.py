@@ -381,7 +381,7 @@ async def test_a_fork_replays_its_copied_prefix_and_runs_the_rest_once_more() ->
 async def test_a_cancel_of_a_settled_run_and_a_signal_to_none_raise_as_a_client_s_do() -> None:
     """env.cancel of a completed run returned (its verdict was refused: a Client raises
     CancelRefused), and env.signal to a run that does not exist returned (RunNotFound)."""
-    from runstream import CancelRefused, Flow, FlowContext, RunNotFound
+    from runstream import CancelRefused, Flow, RunNotFound
 
     quick: Flow[Any, Any] = Flow("env-quick")
 
