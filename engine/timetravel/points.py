@@ -12,7 +12,7 @@ included), `offset:N` (right after offset N of the run's partition), or an ISO-8
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -272,6 +272,7 @@ def _count(view: View, run_id: str, seen: set[str]) -> int:
             seen.add(current)
             count += 1
             stack.extend(child for _, child in _spawned(view, current))
+            stack.extend(_later_rounds(view, current, seen))
     return count
 
 
@@ -294,7 +295,23 @@ def _node(view: View, run_id: str, relation: Literal["run", "round", "child"],
             child = _node(view, child_id, "child", position, seen, budget)
             if child is not None:
                 node.children.append(child)
+            # A child that handed off lives on in its later rounds (shown completed and
+            # alone, its live round and that round's children were missing).
+            for later in _later_rounds(view, child_id, seen):
+                following = _node(view, later, "round", position, seen, budget)
+                if following is not None:
+                    node.children.append(following)
     return node
+
+
+def _later_rounds(view: View, run_id: str, seen: Container[str]) -> Iterator[str]:
+    """The rounds after `run_id` its handoffs made, in order, up to one shown already."""
+    run = view.run(run_id)
+    following = run.handed_off_to if run is not None else None
+    while following is not None and following not in seen:
+        yield following
+        later = view.run(following)
+        following = later.handed_off_to if later is not None else None
 
 
 def tree_run_ids(view: View, run_id: str, *, limit: int = MAX_TREE_RUNS) -> list[str]:
@@ -310,9 +327,10 @@ def tree_run_ids(view: View, run_id: str, *, limit: int = MAX_TREE_RUNS) -> list
         current = run.handed_off_to if run is not None else None
     while todo and len(found) < limit:
         for _, child_id in _spawned(view, todo.pop()):
-            if child_id not in found and len(found) < limit:
-                found[child_id] = None
-                todo.append(child_id)
+            for member in (child_id, *_later_rounds(view, child_id, found)):
+                if member not in found and len(found) < limit:
+                    found[member] = None
+                    todo.append(member)
     return list(found)
 
 
