@@ -94,7 +94,7 @@ def decided(run: RunState, record: ev.JournalRecord, offset: int
         signal = Signal(request_id=request_id, name=signal_name(item.name or ""),
                         payload_json=wrapped(request_id, item.payload_json or "null"),
                         offset=item.offset)
-        return replace(run, signals=(*run.signals, signal)), None
+        return replace(run, signals=_in_arrival_order(run.signals, signal)), None
     if isinstance(record, ev.UpdateRejected):
         if _item(run, request_id) is None or request_id is None:
             return None
@@ -110,6 +110,16 @@ def decided(run: RunState, record: ev.JournalRecord, offset: int
     taken = tuple(r for r in run.updates_taken if r != request_id)
     return replace(run, update_outcomes=_with_outcome(run, request_id, offset),
                    steps=steps, updates_taken=taken), entry
+
+
+def _in_arrival_order(signals: tuple[Signal, ...], signal: Signal) -> tuple[Signal, ...]:
+    """`signals` with an accepted update's `signal` among them by its request's offset: a
+    worker judges updates concurrently, and a slow validator's update went after one that
+    arrived later (wait_for_update promises arrival order; the TestEnvironment kept it)."""
+    at = len(signals)
+    while at > 0 and signals[at - 1].offset > signal.offset:
+        at -= 1
+    return (*signals[:at], signal, *signals[at:])
 
 
 DECISIONS = frozenset({ev.UpdateAccepted, ev.UpdateRejected, ev.UpdateCompleted})

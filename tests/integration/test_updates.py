@@ -24,7 +24,16 @@ from tests.conftest import TEST_JOURNAL_PARTITIONS
 from tests.integration.support import WorkerProcess, fold, running_worker, status_when, until
 from tests.integration.test_cli import cli
 from tests.integration.test_lifetime import SCHEMAS, produce_plain
-from tests.integration.update_flows import approval, busy, counter, far, flows, hops, rounds
+from tests.integration.update_flows import (
+    approval,
+    busy,
+    counter,
+    far,
+    flows,
+    hops,
+    ordered,
+    rounds,
+)
 
 APP = "tests.integration.update_flows:flows"
 
@@ -276,3 +285,27 @@ async def test_an_update_whose_answer_left_the_outcome_index_between_two_looks_g
 async def _indexed_without(client: Client, run_id: str, request_id: str) -> bool:
     outcomes = (await client.describe(run_id)).update_outcomes
     return len(outcomes) >= 64 and all(o.request_id != request_id for o in outcomes)
+
+
+async def test_updates_are_taken_in_the_order_they_arrived_whatever_their_validation(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path) -> None:
+    """The worker judges updates concurrently: u1's validator is slow, u2's verdict came
+    first and u2 went first (the TestEnvironment, judging one at a time, kept the order)."""
+    async with running_worker(bootstrap, namespace, tmp_path / "w", flows), \
+            Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows,
+                   read_model_dir=tmp_path / "rm") as client:
+        await client.create_run(ordered, None, run_id="o")
+        await status_when(client, "o", RunStatus.suspended)
+        first = asyncio.create_task(client.update("o", "put", {"n": 1, "slow": True},
+                                                  request_id="u1", timeout=60))
+        await asyncio.sleep(0.3)
+        second = asyncio.create_task(client.update("o", "put", {"n": 2}, request_id="u2",
+                                                   timeout=60))
+        await until(lambda: _buffered_count(client, "o", 2), "both updates accepted")
+        await client.signal("o", "go")
+        assert (await first, await second) == (1, 2)
+        assert await client.get_handle("o").result(timeout=60) == [1, 2]
+
+
+async def _buffered_count(client: Client, run_id: str, count: int) -> bool:
+    return len((await client.describe(run_id)).signals) >= count

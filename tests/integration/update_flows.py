@@ -125,4 +125,25 @@ async def _busy(ctx: FlowContext, payload: Any) -> Any:
         await update.reply({"n": count, "payload": update.payload})
 
 
-flows = [approval, rounds, counter, far, hops, busy]
+ordered = Flow("u-ordered")
+
+
+@ordered.validator("put")
+def _slow_for_some(payload: Any) -> None:
+    if payload.get("slow"):
+        time.sleep(1.0)
+
+
+@ordered.handler
+async def _ordered(ctx: FlowContext, payload: Any) -> list[int]:
+    """Takes two updates once signal 'go' came (both arrive and are judged meanwhile)."""
+    await ctx.wait_for("go")
+    taken = []
+    for _ in range(2):
+        update = await ctx.wait_for_update("put")
+        taken.append(update.payload["n"])
+        await update.reply(len(taken))
+    return taken
+
+
+flows = [approval, rounds, counter, far, hops, busy, ordered]
