@@ -6,6 +6,7 @@ model's secondary reader folds the records its primary has not applied yet into 
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from runstream.projections.state import (
     RunState,
     Tombstone,
     Verdict,
+    encode_state,
     replace,
 )
 from runstream.projections.values import DueTimer, ExpiryChange, HistoryEntry, RecordWrite
@@ -407,6 +409,9 @@ class MemoryProjection:
             if run_id and not (outcome.before is None and outcome.run is None
                                and outcome.tombstone is None):
                 self.history.setdefault(run_id, []).append(item)
+                if outcome.next_round is not None:  # (its round's first item, as RocksDB's)
+                    self.history.setdefault(outcome.next_round.run_id, []).append(
+                        dataclasses.replace(item, seed=encode_state(outcome.next_round)))
             else:
                 self.partition_history.setdefault(item.partition, []).append(item)
             if outcome.expiry is not None:

@@ -152,7 +152,7 @@ class MemoryLog:
         """The run's history as a worker's projection indexes it, with each record's bytes
         (what projections.fork_plan replays)."""
         return [HistoryEntry(i.partition, i.offset, i.verdict, i.record.TYPE,
-                             i.record.envelope.timestamp_ms, encode(i.record)[0])
+                             i.record.envelope.timestamp_ms, encode(i.record)[0], seed=i.seed)
                 for i in self.projection.history.get(run_id, []) if i.record is not None]
 
 

@@ -419,3 +419,16 @@ async def test_a_fork_of_a_cancelled_run_ends_its_prefix_where_the_cancel_was_de
                  for i in env.history(run_id) if i.record is not None]
         plan = plan_fork(run_id, items, len(items), env.journal(run_id))
         assert plan.prefix == ()
+
+
+async def test_the_environment_forks_a_later_round_as_a_worker_does() -> None:
+    """The in-memory projection kept a handoff only in the round that handed off: a later
+    round's history lacked the item (with the state it made) a replay starts the round
+    from, and env.fork('x~1') failed where the CLI's fork of the same round worked."""
+    async with TestEnvironment(fork_flows) as env:
+        assert await env.run(relayed, {"tag": "env-round"}, run_id="x") is not None
+        assert [i.type for i in env.history("x~1")][:2] == ["run.handed-off", "run.activated"]
+        row = next(k for k, i in enumerate(env.history("x~1"), 1)
+                   if i.type == "run.activated")
+        copy = await env.fork("x~1", at_record=row, new_run_id="x1-copy", force=True)
+        assert await env.result(copy) == "charge:env-round"
