@@ -157,6 +157,11 @@ def fork(run_id: str, at_point: str | None, new_run_id: str | None, force: bool,
     runs again), or, with --dry-run, check other flow code against the run's history."""
     model_dir = query_dir(cache_dir, bootstrap, namespace)
     if dry_run:
+        given = [name for name, value in (("--at", at_point), ("--as", new_run_id),
+                                          ("--force", force)) if value]
+        if given:  # (they were ignored: --at garbage exited 0 with the whole run's report)
+            raise UserError(f"--dry-run checks the run's whole history and forks nothing: "
+                            f"{', '.join(given)} does not go with it")
         _dry_run(run_id, app, exit_code, as_json, bootstrap, namespace, model_dir)
         return
     if at_point is None:

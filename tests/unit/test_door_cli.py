@@ -299,3 +299,11 @@ def test_a_session_timeout_below_one_ms_is_a_usage_error(
     result = runstream("worker", "--app", APP, "--data-dir", str(tmp_path / "w"),
                        "--session-timeout-ms", "-5")
     assert "--session-timeout-ms" in click_error(result, "--session-timeout-ms")
+
+
+@pytest.mark.parametrize("extra", [["--at", "garbage"], ["--as", "copy"], ["--force"]])
+def test_a_dry_run_refuses_the_options_of_a_fork_it_does_not_make(
+        runstream: Any, extra: list[str]) -> None:
+    """They were ignored: `--at garbage` exited 0 with a report on the whole run."""
+    line = one_line_error(runstream("run", "fork", "x", "--dry-run", *extra))
+    assert f"{extra[0]} does not go with it" in line
