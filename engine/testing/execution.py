@@ -79,9 +79,6 @@ class TestExecution(HandlerRunner):
     async def _suspend(self, wait: Wait) -> JournalEntry | None:
         self.settled = True
         self.send(ev.RunSuspended, **suspension(wait))
-        # As a worker's barrier: the other branches ready now journal first (a cancel met by
-        # one of them settles the run; dropped at once, the run stayed suspended for ever).
-        await asyncio.sleep(0)
         self.crashed = True  # like a worker's: the unwinding handler journals nothing more
         raise Suspend(wait)
 
