@@ -31,21 +31,22 @@ class Update:
     _answered: bool = False  # (a second answer raises UpdateAnswered, journaling nothing)
 
     async def reply(self, value: Any = None) -> None:
-        self._answer_once()
+        self._not_answered()
         result_json = check_payload(f"the reply to update {self.name!r}", dump_json(value))
         await self._calls._answer(self, result_json=result_json)
+        self._answered = True  # (a reply that raised, too large or not JSON, answered nothing)
 
     async def reject(self, reason: str) -> None:
-        self._answer_once()
+        self._not_answered()
         await self._calls._answer(self, rejected=True, reason=journal_text(reason))
+        self._answered = True
 
-    def _answer_once(self) -> None:
+    def _not_answered(self) -> None:
         """A second answer was journaled, ignored, and sent again at every replay (the
         journal grew by one record a wake); once the first answer left the run's outcome
         index, a replayed second one was applied and became the update's answer."""
         if self._answered:
             raise UpdateAnswered(self.name, self.request_id)
-        self._answered = True
 
 
 class UpdateCalls:

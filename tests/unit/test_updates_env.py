@@ -224,3 +224,26 @@ async def test_an_update_answered_twice_raises_and_its_first_answer_stands() -> 
         outcomes = [h for h in env.history("t") if isinstance(h.record, ev.UpdateCompleted)]
         assert [(h.record.result_json, h.verdict) for h in outcomes] == [
             ('"first"', Verdict.applied)]
+
+
+fallback: Flow[Any, Any] = Flow("upd-fallback")
+
+
+@fallback.handler
+async def _fallback(ctx: FlowContext, payload: Any) -> Any:
+    update = await ctx.wait_for_update("ask")
+    try:
+        await update.reply({"too": "x" * 2_000_000})  # (over the journal's payload limit)
+    except InvalidInput:
+        await update.reject("the answer does not fit")
+    return "done"
+
+
+async def test_a_reply_that_could_not_be_sent_leaves_the_update_to_be_rejected() -> None:
+    """The answered mark came before the reply's checks: a handler that caught a too
+    large reply and rejected instead failed with UpdateAnswered."""
+    async with TestEnvironment([fallback]) as env:
+        await env.start(fallback, None, run_id="f")
+        with pytest.raises(UpdateRejected, match="does not fit"):
+            await env.update("f", "ask", None)
+        assert await env.result("f") == "done"
