@@ -9,7 +9,9 @@ suspends (`run.suspended`) and continues when the owner journals its outcome.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import numbers
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -261,15 +263,13 @@ class WaitingCalls:
     def _typed_as_settled(self, child_id: str, spawn: JournalEntry | None) -> None:
         """A child spawned as a Flow that handed off to another flow: its result loads as
         that flow's (its final round's, which its wake names), as the client's
-        result(follow=True) does; as plain JSON when this worker does not register it.
-        (The spawned flow's type failed the parent for good, replay after replay.)"""
+        result(follow=True) does; as the spawned flow's when this worker does not register
+        it. (The spawned flow's type failed the parent for good, replay after replay.)"""
         if (spawn is None or spawn.child_flow in (None, spawn.name)
                 or child_id not in self._loaders_by_child):
             return
         loader = self._port.result_loader(spawn.child_flow or "")
-        if loader is None:
-            del self._loaders_by_child[child_id]
-        else:
+        if loader is not None:
             self._loaders_by_child[child_id] = loader
 
     async def _wait(self, wait: Wait) -> Any:
@@ -395,10 +395,17 @@ def _has_outcome(entry: JournalEntry) -> bool:
 
 
 def _millis(duration: Duration) -> int:
-    """A wait's duration in ms (0 at least): seconds, a timedelta or text like 5m;
-    DurationInvalid (an InvalidInput and a ValueError) for anything else, NaN and the
-    infinities included (a bare ValueError or OverflowError failed the run)."""
-    return max(0, millis(as_duration(duration)))
+    """A wait's duration in ms (0 at least): seconds (any real number, or text float()
+    reads, as before), a timedelta or text like 5m; DurationInvalid (an InvalidInput and a
+    ValueError) for anything else, NaN and the infinities included (a bare ValueError or
+    OverflowError failed the run)."""
+    given: Any = duration
+    if isinstance(given, numbers.Number) and not isinstance(given, bool | complex):
+        given = float(given)  # type: ignore[arg-type]  # (a Decimal, a Fraction)
+    elif isinstance(given, str):
+        with contextlib.suppress(ValueError):
+            given = float(given)  # ("1e3", "+5", "-1")
+    return max(0, millis(as_duration(given)))
 
 
 def _checked(timeout: Duration | None) -> Duration | None:
