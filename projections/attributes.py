@@ -150,11 +150,6 @@ def encode_changes(changes: Mapping[str, Any]) -> str:
     checked name by name (bounds are checked against the run's attributes when applied)."""
     wire: dict[str, Any] = {}
     for name, value in changes.items():
-        if isinstance(name, str) and name.lower() in KEYWORDS and name not in KEYWORDS:
-            # (the grammar's words are any case: `Null = 'x'` cannot name it. Refused where
-            # it is set, not where it is applied: an earlier journal may hold one.)
-            raise InvalidAttributes(f"attribute name {name!r} is a word of the query "
-                                    f"grammar in another case: no query could name it")
         if value is None:
             check_name(name)
             wire[name] = None

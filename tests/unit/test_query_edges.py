@@ -88,20 +88,6 @@ def test_run_ids_that_look_like_cursors_page_in_the_default_order(listed: Lister
     assert sorted(seen) == sorted(IDS) and len(seen) == len(IDS)
 
 
-@pytest.mark.parametrize("name", ["Null", "AND", "True", "Starts_With"])
-def test_an_attribute_named_a_grammar_word_in_another_case_is_refused_where_it_is_set(
-        name: str) -> None:
-    """The grammar's words are any case: `AND = 'y'` is no query, so such a name could be
-    set and never queried. (The reducer still applies one an earlier journal holds.)"""
-    from runstream.engine.errors import InvalidAttributes
-    from runstream.projections.attributes import create_json, encode_changes, merged
-    with pytest.raises(InvalidAttributes, match="word of the query grammar"):
-        encode_changes({name: 1})
-    with pytest.raises(InvalidAttributes, match="word of the query grammar"):
-        create_json({name: 1})
-    assert [a.name for a in merged((), {name: 1}, 7)] == [name]
-
-
 @pytest.mark.parametrize("order_by", ["amount,due", "-amount", "a.b desc"])
 def test_an_order_by_naming_no_field_is_a_query_error(order_by: str) -> None:
     """It was taken as a field no run has: the list came back unsorted, exit code 0."""
