@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 import time
 import uuid
@@ -281,6 +282,12 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
         if the run did not exist when the request reached it, RunExpired if it had expired
         (the reducer refuses every request naming a run only a tombstone is left of)."""
         run_id = record.envelope.run_id
+        if round_zero(run_id) != run_id:  # `<lineage>~0`: round 0, whose records name the lineage
+            zero = await self.describe(run_id)
+            if zero.handed_off_to is not None:  # (the lineage's id reaches its latest round)
+                return RequestAnswer(record, zero.partition, -1, Verdict.refused, zero)
+            record = dataclasses.replace(record, envelope=dataclasses.replace(
+                record.envelope, run_id=zero.run_id))
         if self.authority is not None:
             self.check_authority(await self.describe(run_id))
         [(partition, offset)] = await self.send_requests([record])
@@ -425,10 +432,8 @@ def requester() -> str:
 
 
 def _envelope(record_type: str, run_id: str, request_id: str | None = None) -> Envelope:
-    """A request's envelope, keyed by the run's lineage as in create_run (`<lineage>~0`
-    names round 0, whose records name the lineage id: sent as `~0`, no run took it)."""
-    return request_envelope(record_type, round_zero(run_id),
-                            request_id=request_id or uuid.uuid4().hex,
+    """A request's envelope, keyed by the run's lineage as in create_run."""
+    return request_envelope(record_type, run_id, request_id=request_id or uuid.uuid4().hex,
                             now_ms=int(time.time() * 1000))
 
 

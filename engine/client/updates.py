@@ -30,7 +30,7 @@ from runstream.engine.readmodel.model import ReadModel
 from runstream.engine.readmodel.view import View
 from runstream.projections.replay import update_outcome
 from runstream.projections.requests import describe_refusal
-from runstream.projections.state import RunState, Verdict, round_zero
+from runstream.projections.state import RunState, Verdict
 from runstream.projections.updates import (
     answer_of,
     carrying_round,
@@ -62,7 +62,6 @@ class UpdateRequests:
         sent, for a bad id, name or payload, or a `timeout` not finite and more than 0."""
         timeout = wait_seconds(timeout)
         check_run_id(run_id)
-        run_id = round_zero(run_id)  # (`<lineage>~0`: round 0, whose records name the lineage)
         check_name("update", name)
         if request_id is not None:
             check_text("a request id", request_id, MAX_NAME_CHARS)

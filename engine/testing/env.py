@@ -25,6 +25,7 @@ from runstream.engine.flow.definition import Flow, HandedOff, dump_json, settled
 from runstream.engine.flow.validation import judge
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
+from runstream.engine.journal.input_limits import check_run_id
 from runstream.engine.testing.driving import Driving, EnvironmentIdle
 from runstream.engine.testing.execution import TestExecution
 from runstream.engine.testing.forks import EnvForks
@@ -72,7 +73,7 @@ from runstream.projections.state import (
     Verdict,
     round_zero,
 )
-from runstream.projections.updates import verdict_body
+from runstream.projections.updates import reused_request_text, verdict_body
 from runstream.projections.values import HistoryEntry
 
 __all__ = ["EnvironmentIdle", "TestEnvironment"]
@@ -172,6 +173,8 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks):
                      request_id: str | None = None) -> None:
         """Send signal `name`; raises SignalRefused when the run cannot take it, RunNotFound
         (RunExpired) when there is none, as a Client does."""
+        check_run_id(run_id)
+        check_request(ev.RunSignalSent, run_id, {"name": name, "payload_json": "null"})
         self.describe(run_id)
         outcome = self._request(ev.RunSignalSent, run_id, request_id=request_id, name=name,
                                 payload_json=dump_json(payload))
@@ -193,8 +196,12 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks):
             "signal_payload_json": dump_json(signal_payload),
             "run_timeout_ms": timeout_ms(run_timeout, "run_timeout"),
             "attributes_json": create_json(attributes)}
-        if self._request(ev.RunSignalWithStartRequested, run_id, request_id=request_id,
-                         **body) is Verdict.refused:
+        verdict = self._request(ev.RunSignalWithStartRequested, run_id, request_id=request_id,
+                                **body)
+        if verdict is Verdict.duplicate and self.projection.store.run(run_id) is None:
+            # (its id was another request's on the partition: nothing took the signal)
+            raise SignalRefused(run_id, signal, reused_request_text(request_id or "", "signal"))
+        if verdict is Verdict.refused:
             stone = self.projection.store.tombstone(run_id)
             record = ev.RunSignalWithStartRequested(
                 envelope=envelope(ev.RunSignalWithStartRequested, run_id, None, 0), **body)
@@ -298,6 +305,11 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks):
     def _request(self, cls: type[JournalRecord], run_id: str, *,
                  request_id: str | None = None, **body: Any) -> Verdict:
         check_request(cls, run_id, body)  # (what a Client refuses before sending)
+        if round_zero(run_id) != run_id:  # `<lineage>~0`, as a Client sends it
+            zero = self.describe(run_id)
+            if zero.handed_off_to is not None:
+                return Verdict.refused  # (ended: the lineage's id reaches its latest round)
+            run_id = zero.run_id
         return self.log.request(cls, run_id, request_id=request_id, **body)
 
     def _folded(self, partition: int, record: JournalRecord, outcome: Outcome) -> None:
@@ -373,6 +385,7 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks):
     def _view(self) -> OwnerView:
         return OwnerView(flows=self.flows, owner=OWNER_NAME, entry=self.projection.store.entry,
                          decided=self._decided, in_flight=self.log.in_flight,
+                         writing=self._decided.holds,
                          executing=self._executing)
 
     def _executing(self, run_id: str) -> bool:

@@ -15,7 +15,7 @@ from runstream.engine.testing.log import envelope
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.replay import update_outcome
 from runstream.projections.requests import describe_refusal
-from runstream.projections.state import RunState, Verdict
+from runstream.projections.state import RunState, Verdict, round_zero
 from runstream.projections.updates import (
     answer_of,
     carrying_round,
@@ -46,6 +46,7 @@ class EnvUpdates:
         request_id = request_id or uuid.uuid4().hex
         body = {"name": name, "payload_json": dump_json(payload)}
         verdict = self._request(ev.RunUpdateRequested, run_id, request_id=request_id, **body)
+        run_id = round_zero(run_id)  # (`<lineage>~0`: round 0, as _request sent it)
         run = self.projection.runs.get(self._addressed(run_id))
         if verdict is Verdict.refused or run is None:
             if run is None and self.projection.store.tombstone(run_id) is None:

@@ -10,7 +10,15 @@ from typing import Any
 
 import pytest
 
-from runstream import Client, Flow, FlowContext, Handoff, RunCancelled
+from runstream import (
+    CancelRefused,
+    Client,
+    Flow,
+    FlowContext,
+    Handoff,
+    RunCancelled,
+    SignalRefused,
+)
 from tests.integration.support import running_worker
 
 spinner: Flow[Any, Any] = Flow("handoff-spinner")
@@ -42,6 +50,8 @@ waiter: Flow[Any, Any] = Flow("round-zero-waiter")
 
 @waiter.handler
 async def _wait(ctx: FlowContext, payload: Any) -> Any:
+    if payload == "hand off":
+        return Handoff(payload=None)
     return await ctx.wait_for("go")
 
 
@@ -49,7 +59,8 @@ async def test_requests_naming_round_zero_reach_the_lineage(
     bootstrap: str, namespace: str, journal: str, tmp_path: Path
 ) -> None:
     """`<lineage>~0` is round 0 for describe, result and the journal; a signal, resume or
-    cancel naming it was sent as named, reached no run and raised RunNotFound."""
+    cancel naming it was sent as named, reached no run and raised RunNotFound. Once round
+    0 handed off it has ended: refused, not sent to the lineage's live round."""
     from runstream import RunStatus
     from tests.integration.support import status_when
     async with running_worker(bootstrap, namespace, tmp_path / "w", [waiter]), \
@@ -63,3 +74,10 @@ async def test_requests_naming_round_zero_reach_the_lineage(
         await client.cancel("c~0", reason="by round")
         with pytest.raises(RunCancelled):
             await client.get_handle("c").result(timeout=60)
+        await client.create_run(waiter, "hand off", run_id="h")
+        await status_when(client, "h~1", RunStatus.suspended)
+        with pytest.raises(SignalRefused, match="has ended"):
+            await client.signal("h~0", "go", "late")
+        with pytest.raises(CancelRefused, match="has ended"):
+            await client.cancel("h~0")
+        assert (await client.describe("h~1")).status is RunStatus.suspended

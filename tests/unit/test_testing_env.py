@@ -395,3 +395,32 @@ async def test_a_cancel_of_a_settled_run_and_a_signal_to_none_raise_as_a_client_
             await env.cancel("q", reason="late")
         with pytest.raises(RunNotFound):
             await env.signal("nobody", "go")
+
+
+async def test_requests_naming_round_zero_and_a_reused_start_id_as_a_client_s() -> None:
+    """`<lineage>~0` reaches round 0 while it lives and is refused once it handed off (it
+    reached nothing: verdict ignored); a signal-with-start whose request id was another
+    run's returned its run id, and no run existed."""
+    from runstream import CancelRefused, Flow, Handoff, SignalRefused
+
+    waits: Flow[Any, Any] = Flow("env-round-zero")
+
+    @waits.handler
+    async def _waits(ctx: FlowContext, payload: Any) -> Any:
+        if payload == "hand off":
+            return Handoff(payload=None)
+        return await ctx.wait_for("go")
+
+    async with TestEnvironment([waits]) as env:
+        await env.start(waits, None, run_id="a")
+        await env.run_until_idle()
+        await env.signal("a~0", "go", "went")
+        assert await env.result("a") == "went"
+        await env.start(waits, "hand off", run_id="h")
+        await env.run_until_idle()
+        with pytest.raises(CancelRefused, match="has ended"):
+            await env.cancel("h~0")
+        await env.signal_with_start(waits, None, run_id="s", signal="go", request_id="shared")
+        with pytest.raises(SignalRefused, match="'shared' was used before"):
+            await env.signal_with_start(waits, None, run_id="t", signal="go",
+                                        request_id="shared")
