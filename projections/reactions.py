@@ -51,6 +51,10 @@ def _no_slot(flow: str) -> bool:
     return False
 
 
+def _not_writing(subject: str) -> bool:
+    return False
+
+
 # What a decision that names no run is about: a schedule's (its lineage is the schedule
 # id), as "\0schedule/<id>" (no run id begins with NUL).
 SCHEDULE_SUBJECT = "\0schedule/"
@@ -94,6 +98,10 @@ class DecidedKeys:
     def discard(self, key: str) -> None:
         self._keys.discard(key)
 
+    def holds(self, subject: str) -> bool:
+        """Whether a write of ours about `subject` (`subject_of`) is in flight."""
+        return bool(self._by_subject.get(subject))
+
     def applied(self, envelope: Envelope, *, drained: bool) -> None:
         """A decision of ours is in the projection: the create answer of its request id
         goes, and once it was the last of ours in flight about its subject (`drained`), the
@@ -123,6 +131,8 @@ class OwnerView:
     # fill its concurrency or the flow has a max_concurrency; the test environment's never
     # (its handlers run when it is driven).
     slot_free: Callable[[str], bool] = _no_slot
+    # subject (subject_of) -> a write of ours about it is in flight (DecidedKeys.holds)
+    writing: Callable[[str], bool] = _not_writing
 
 
 @dataclass(frozen=True, slots=True)

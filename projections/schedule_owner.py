@@ -20,7 +20,7 @@ from typing import Any
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import NameInvalid, check_name
 from runstream.projections import cron
-from runstream.projections.reactions import OwnerView, Reaction, Write
+from runstream.projections.reactions import OwnerView, Reaction, Write, subject_of
 from runstream.projections.schedule_state import (
     OVERLAPS,
     Change,
@@ -71,6 +71,12 @@ def answer_changes(view: OwnerView, schedule: ScheduleState, now_ms: int) -> lis
     a later change sees the earlier one applied only through its record, so each is judged
     against the schedule as this one leaves it)."""
     reactions: list[Reaction] = []
+    if view.writing(subject_of("", schedule.schedule_id)):
+        # A decision about it is in flight (a fire): answered from the state before it, an
+        # update named the instant just fired as the next, and that instant was handled
+        # again (skipped as an overlap, or buffered and its successor lost). Answered once
+        # it applies.
+        return reactions
     current = schedule
     for change in current.changes:
         key = f"schedule-change/{change.request_id}"
@@ -119,9 +125,13 @@ def _change_existing(schedule: ScheduleState, change: Change, given: dict[str, A
     note = given.get("note") if action in ("pause", "update") else None
     spec = _spec(given, schedule.spec) if action == "update" else schedule.spec
     # On from the instant the schedule was on, not from now: one past its time but not
-    # due yet (its jitter) still fires, where a change made meanwhile dropped it.
+    # due yet (its jitter) still fires, where a change made meanwhile dropped it. Only
+    # while its instants stay the same: new ones are counted from now (those of a new
+    # cron or interval before the change were fired at once, or skipped as missed).
     on = schedule.next_fire_ms
-    since = now_ms if on is None else min(now_ms, on - 1)
+    same = all(getattr(spec, name) == getattr(schedule.spec, name)
+               for name in ("cron", "every_ms", "offset_ms", "timezone"))
+    since = now_ms if on is None or not same else min(now_ms, on - 1)
     return [(ev.ScheduleUpdated, {**sid, **_state(spec, {"paused": paused, "note": note},
                                                   since)})]
 
@@ -219,7 +229,9 @@ def on_due(view: OwnerView, schedule: ScheduleState, now_ms: int) -> list[Reacti
     window_start = now_ms - max(spec.catchup_window_ms, MIN_CATCHUP_MS)
     running = list(schedule.running)
     buffered = schedule.buffered_ms
-    if nominal == schedule.kept_ms:  # (kept by an update: on time whatever the window)
+    if nominal == schedule.kept_ms and schedule.updated_ms >= window_start:
+        # (kept by an update made within the window: on time however the new jitter puts
+        # it; an owner acting long after the update finds it late, as any other)
         after = following(nominal)
         record, running, buffered = _fire_or_skip(schedule, nominal, after, running, buffered)
         records.append(record)

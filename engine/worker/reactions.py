@@ -59,6 +59,7 @@ class Reactions:
         """What projections.owner needs to know of this worker, under `own`."""
         w = self.owner
         return OwnerView(flows=w.flows, owner=w.name, entry=self._entry, decided=own.decided,
+                         writing=own.decided.holds,
                          in_flight=w.confirmations.in_flight,
                          executing=lambda run_id: run_id in w.executions,
                          refusal=self._refusal, slot_free=w.activator.slot_free)

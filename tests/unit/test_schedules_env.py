@@ -402,3 +402,55 @@ def test_a_backfill_fires_the_instants_the_schedule_did_not_handle_past_the_cap(
                                        now_ms=3_000_000)
     nominals = [body["nominal_ms"] for _, body in records]
     assert nominals[0] == handled_to + 1000 and len(nominals) == 500
+
+
+async def test_an_update_landing_as_the_owner_fires_is_answered_after_the_fire() -> None:
+    """Log order: the update's request, the owner's fire of T, its answer. The answer was
+    made from the state before the fire, named T as the next instant, and T was handled
+    again: buffered under buffer_one (its successor lost), skipped as an overlap under skip.
+    The owner now answers a change once its decisions about the schedule in flight apply
+    (a worker's in flight in the environment: log.held)."""
+    import uuid
+
+    from runstream.engine.journal.records import request_envelope
+    from runstream.projections.partitioning import run_partition
+    async with TestEnvironment([tick], start=START) as env:
+        await env.create_schedule("race", tick, {"n": 1}, every=60, overlap="buffer_one")
+        await env.sleep(59.5)
+        nominal = env.describe_schedule("race").next_fire_ms
+        assert nominal is not None
+        env.clock_ms = nominal  # (due now; the sweep has not fired it yet)
+        asked = ev.ScheduleChangeRequested(
+            envelope=request_envelope(ev.ScheduleChangeRequested.TYPE, "",
+                                      request_id=uuid.uuid4().hex, now_ms=env.clock_ms,
+                                      lineage_id="race"),
+            schedule_id="race", action="update", payload_json='{"n": 2}')
+        with env.log.held():
+            env.log.append(run_partition("race", env.partitions), asked)
+            env._act(schedule_owner.on_due(env._view(), env.describe_schedule("race"),
+                                           env.clock_ms))
+        after = env.describe_schedule("race")
+        assert after.next_fire_ms == nominal + 60_000 and after.fires == 1
+        await env.sleep(120)
+        assert [f.nominal_ms - nominal for f in env.describe_schedule("race").recent] == [
+            0, 60_000, 120_000]
+
+
+async def test_an_update_that_changes_the_instants_counts_them_from_the_change() -> None:
+    """Every hour with a 50-minute jitter, changed ten minutes past an instant to every
+    minute: the new spec's instants between that instant and the change were fired at once
+    or skipped as missed."""
+    async with TestEnvironment([tick], start=START) as env:
+        await env.create_schedule("spec", tick, {"n": 1}, every=3600, jitter=3000,
+                                  overlap="allow_all")
+        schedule = env.describe_schedule("spec")
+        nominal = next(n for n in range(ms(START) + 3_600_000, ms(START) + 360_000_000,
+                                        3_600_000) if schedule.due_of(n) - n > 900_000)
+        await env.sleep((nominal - ms(START)) / 1000 + 600)
+        before = env.describe_schedule("spec")
+        await env.update_schedule("spec", every=60, jitter=0)
+        changed = env.clock_ms
+        await env.sleep(1)
+        after = env.describe_schedule("spec")
+        assert after.skipped == before.skipped and after.next_fire_ms is not None
+        assert changed < after.next_fire_ms <= changed + 60_000
