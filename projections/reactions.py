@@ -98,6 +98,16 @@ class DecidedKeys:
     def discard(self, key: str) -> None:
         self._keys.discard(key)
 
+    def unsent(self, key: str, subject: str) -> None:
+        """The write of `key` about `subject` sent nothing (a record over the limit with no
+        answer): it stays answered, and in flight no more (nothing of it will apply, and a
+        schedule's later changes waited for it for the ownership's life)."""
+        keys = self._by_subject.get(subject)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._by_subject[subject]
+
     def holds(self, subject: str) -> bool:
         """Whether a write of ours about `subject` (`subject_of`) is in flight."""
         return bool(self._by_subject.get(subject))

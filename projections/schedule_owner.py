@@ -229,7 +229,7 @@ def on_due(view: OwnerView, schedule: ScheduleState, now_ms: int) -> list[Reacti
     window_start = now_ms - max(spec.catchup_window_ms, MIN_CATCHUP_MS)
     running = list(schedule.running)
     buffered = schedule.buffered_ms
-    if nominal == schedule.kept_ms and schedule.updated_ms >= window_start:
+    if nominal == schedule.kept_ms and (schedule.kept_at_ms or 0) >= window_start:
         # (kept by an update made within the window: on time however the new jitter puts
         # it; an owner acting long after the update finds it late, as any other)
         after = following(nominal)

@@ -78,6 +78,7 @@ class ScheduleState(_Frozen, frozen=True, array_like=True):
     # The instant an update kept past its nominal time (it waited out its jitter then): it
     # fires however its due time under the new spec stands to the catch-up window.
     kept_ms: int | None = None
+    kept_at_ms: int | None = None  # when the update that kept it was made (its log time)
 
     @property
     def due_ms(self) -> int | None:

@@ -147,7 +147,8 @@ def _decision(schedule: ScheduleState, record: ev.JournalRecord
         made = replace(answered, exists=True, spec=spec_of(record), paused=record.paused,
                        note=record.note, next_fire_ms=record.next_fire_ms, updated_ms=when,
                        buffered_ms=None if record.paused else answered.buffered_ms,
-                       kept_ms=_kept(answered, record, when))
+                       kept_ms=(kept := _kept(answered, record, when)),
+                       kept_at_ms=None if kept is None else when)
         if isinstance(record, ev.ScheduleCreated):  # (a life of its own: no runs of one)
             made = replace(made, created_ms=when, handled=(), buffered_ms=None, running=(),
                            recent=())

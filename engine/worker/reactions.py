@@ -177,17 +177,24 @@ class Reactions:
         """Enqueue the write's records; False when one was too large to send (answered in
         its place, and the rest of the write, and what follows it, is not done)."""
         run = write.run
+        subject = subject_of(run.run_id, run.lineage_id)
         if write.key is not None:
-            own.decided.add(write.key, subject_of(run.run_id, run.lineage_id))
+            own.decided.add(write.key, subject)
         if write.uses_refusal:
             refusal = self.owner.refused.pop(run.run_id, None)
             if refusal is not None and any(c is ev.RunFailed for c, _ in write.records):
                 log.error("run %s fails: the broker refused its record (%s)", run.run_id,
                           refusal)
+        sent: list[type[ev.JournalRecord]] = []
+
+        def send(cls: type[ev.JournalRecord], body: dict[str, Any]) -> None:
+            self._send(own, run, cls, body)
+            sent.append(cls)
         try:
-            answered = carry_out(write.records,
-                                 lambda cls, body: self._send(own, run, cls, body))
+            answered = carry_out(write.records, send)
         except EncodeError as exc:
+            if write.key is not None and not sent:
+                own.decided.unsent(write.key, subject)
             # One with no answer (projections.sending.too_large_answer): the run waits for an
             # operator, and the worker goes on with every other run (it raised out of the
             # consume loop and stopped the worker, and again at each restart).
