@@ -22,6 +22,7 @@ request (to the source's partition) that names the point; engine.timetravel.fork
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import time
 import uuid
@@ -39,6 +40,7 @@ from runstream.projections.attributes import round_start
 from runstream.projections.fork_transitions import ForkAsk, entry_json, is_settled
 from runstream.projections.replay import HistoryView, RunAbsentAt, replay_run
 from runstream.projections.state import JournalEntry, RunState, replace
+from runstream.projections.updates import rounds_after
 from runstream.projections.values import HistoryEntry
 
 # What one part may take, encoded: well under a journal record's limit
@@ -153,15 +155,8 @@ def later_rounds(run: RunState | None, run_of: Callable[[str], RunState | None],
                  entries_of: Callable[[str], Iterable[JournalEntry]]) -> tuple[LaterRound, ...]:
     """The rounds `run` (the source, as it stands now) handed off to since, each with its
     journal: a fork of it runs its own later rounds, and what those did again."""
-    rounds: list[LaterRound] = []
-    following = run.handed_off_to if run is not None else None
-    while following is not None and len(rounds) < MAX_LATER_ROUNDS:
-        held = run_of(following)
-        if held is None:
-            break
-        rounds.append((following, tuple(entries_of(following))))
-        following = held.handed_off_to
-    return tuple(rounds)
+    return tuple((held.run_id, tuple(entries_of(held.run_id)))
+                 for held in itertools.islice(rounds_after(run, run_of), MAX_LATER_ROUNDS))
 
 
 def later_residue(later: Sequence[LaterRound]) -> list[str]:

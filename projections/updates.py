@@ -164,15 +164,20 @@ def carrying_round(run: RunState, request_id: str,
     """The first round after `run` (which ended) that holds the update: a handoff carried
     it there, or past rounds that ended before taking it (two handoffs between a caller's
     looks: the round between has cleared it); None when no later round did."""
-    current = run
-    while current.handed_off_to is not None:
-        following = run_of(current.handed_off_to)
-        if following is None:
-            return None
-        if followed(following, request_id):
-            return following
-        current = following
-    return None
+    return next((held for held in rounds_after(run, run_of) if followed(held, request_id)),
+                None)
+
+
+def rounds_after(run: RunState | None, run_of: Callable[[str], RunState | None]
+                 ) -> Iterator[RunState]:
+    """The rounds `run`'s handoffs made after it, in order, as far as they are held."""
+    following = run.handed_off_to if run is not None else None
+    while following:
+        held = run_of(following)
+        if held is None:
+            return
+        yield held
+        following = held.handed_off_to
 
 
 def refusal_text(run: RunState) -> str:
@@ -191,12 +196,14 @@ def lineage_rounds(run_of: Callable[[str], RunState | None], lineage_id: str,
     that ended is carried to the next). Past a gap (rounds that expired alone while the
     lineage lived on: projections.expiry), the rounds held up to the latest, `latest_id`,
     found walking back from it: all of them handed off within the retention."""
-    run, last = run_of(lineage_id), None
-    while run is not None:
-        yield run
-        last = run
-        run = run_of(run.handed_off_to) if run.handed_off_to else None
-    if latest_id is None or last is None or last.handed_off_to is None:
+    first = run_of(lineage_id)
+    if first is None:
+        return
+    last = first
+    yield first
+    for last in rounds_after(first, run_of):
+        yield last
+    if latest_id is None or last.handed_off_to is None:
         return
     latest = run_of(latest_id)
     if latest is not None and latest.round > last.round:

@@ -282,14 +282,15 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
         if the run did not exist when the request reached it, RunExpired if it had expired
         (the reducer refuses every request naming a run only a tombstone is left of)."""
         run_id = record.envelope.run_id
+        named = None  # (the run as described, when it was)
         if round_zero(run_id) != run_id:  # `<lineage>~0`: round 0, whose records name the lineage
-            zero = await self.describe(run_id)
-            if zero.handed_off_to is not None:  # (the lineage's id reaches its latest round)
-                return RequestAnswer(record, zero.partition, -1, Verdict.refused, zero)
+            named = await self.describe(run_id)
+            if named.handed_off_to is not None:  # (the lineage's id reaches its latest round)
+                return RequestAnswer(record, named.partition, -1, Verdict.refused, named)
             record = dataclasses.replace(record, envelope=dataclasses.replace(
-                record.envelope, run_id=zero.run_id))
+                record.envelope, run_id=named.run_id))
         if self.authority is not None:
-            self.check_authority(await self.describe(run_id))
+            self.check_authority(named or await self.describe(run_id))
         [(partition, offset)] = await self.send_requests([record])
         answer = await self.answer(record, partition, offset)
         if answer.run is None and answer.tombstone is not None:

@@ -53,6 +53,7 @@ def round_live_at(run_of: Callable[[str], RunState | None], latest: RunState,
         return latest
     took = None
     for held in lineage_rounds(run_of, latest.lineage_id, latest.run_id):
-        if held.request_offset < offset:
-            took = held
+        if held.request_offset >= offset:  # (rounds come in creation order: the rest later)
+            break
+        took = held
     return took

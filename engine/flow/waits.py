@@ -408,12 +408,11 @@ def _millis(duration: Duration) -> int:
     return max(0, millis(as_duration(given)))
 
 
-def _checked(timeout: Duration | None) -> Duration | None:
+def _checked(timeout: Duration | None) -> None:
     """A wait's timeout, checked before the journal is read: a handler that caught the
     error got the wait's outcome at the same call on replay."""
     if timeout is not None:
         _millis(timeout)
-    return timeout
 
 
 def handed_down(children: Iterable[ChildLink],
