@@ -180,7 +180,14 @@ def extend(ranges: tuple[tuple[int, int], ...], open_: bool, nominal_ms: int
     if open_ and ranges:
         first, last = ranges[-1]
         return (*ranges[:-1], (min(first, nominal_ms), max(last, nominal_ms)))
-    return (*ranges, (nominal_ms, nominal_ms))[-MAX_RANGES:]
+    grown = (*ranges, (nominal_ms, nominal_ms))
+    if len(grown) <= MAX_RANGES:
+        return grown
+    # Past the bound the two oldest ranges merge, with the pause between them: dropping
+    # the oldest let a backfill fire its instants again, under run ids that stop nothing
+    # once retention dropped those runs. Never firing a pause's old instant is the price.
+    (first, _), (_, last) = grown[0], grown[1]
+    return ((first, last), *grown[2:])
 
 
 def _answered(schedule: ScheduleState, request_id: str | None) -> ScheduleState:

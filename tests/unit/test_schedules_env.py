@@ -454,3 +454,24 @@ async def test_an_update_that_changes_the_instants_counts_them_from_the_change()
         after = env.describe_schedule("spec")
         assert after.skipped == before.skipped and after.next_fire_ms is not None
         assert changed < after.next_fire_ms <= changed + 60_000
+
+
+async def test_a_backfill_after_many_pauses_fires_no_instant_the_schedule_fired() -> None:
+    """Each pause ends a range of the watermark, and it keeps MAX_RANGES of them: past that,
+    the oldest was dropped and a backfill over it fired its instants again (under the same
+    run ids, which stop nothing once retention dropped those runs). The two oldest ranges
+    now merge instead: the watermark forgets a pause's instants, never a fire."""
+    from runstream.projections.schedule_state import MAX_RANGES
+    async with TestEnvironment([tick], start=START) as env:
+        await env.create_schedule("many", tick, every=60)
+        for _ in range(MAX_RANGES + 2):
+            await env.sleep(60)
+            await env.pause_schedule("many")
+            await env.sleep(90)
+            await env.unpause_schedule("many")
+        handled = env.describe_schedule("many").handled
+        assert len(handled) == MAX_RANGES and handled[0][0] == ms(START) + 60_000, handled[:3]
+        with pytest.raises(ScheduleRejected, match="handled all of them"):
+            await env.backfill_schedule("many", START, START.replace(minute=1))
+        # (an instant inside a pause the merge covered is not fired either: the price)
+        assert not [f for f in env.describe_schedule("many").recent if f.reason == "backfill"]
