@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from runstream.engine.errors import InvalidAttributes
-from runstream.engine.journal.timetext import iso_time
+from runstream.engine.journal.timetext import epoch_ms, iso_time
 from runstream.projections.state import Attribute, JournalEntry, RunState
 
 MAX_ATTRIBUTES = 64
@@ -42,8 +42,8 @@ AttributeValue = str | int | float | bool | datetime | list[str] | tuple[str, ..
 
 
 # The times a journal's text can show (engine.journal.timetext.iso_time): years 1 to 9999.
-_TIME_RANGE_MS = (int(datetime(1, 1, 1, tzinfo=UTC).timestamp() * 1000),
-                  int(datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC).timestamp() * 1000))
+_TIME_RANGE_MS = (epoch_ms(datetime(1, 1, 1, tzinfo=UTC)),
+                  epoch_ms(datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC)))
 
 
 def typed(name: str, value: Any) -> tuple[str, Any]:
@@ -66,7 +66,7 @@ def typed(name: str, value: Any) -> tuple[str, Any]:
             raise InvalidAttributes(f"attribute {name!r}: a datetime needs a timezone "
                                     f"(got the naive {value.isoformat()})")
         try:
-            millis = int(value.timestamp() * 1000)
+            millis = epoch_ms(value)
         except (ValueError, OverflowError):
             millis = _TIME_RANGE_MS[1] + 1
         if not _TIME_RANGE_MS[0] <= millis <= _TIME_RANGE_MS[1]:

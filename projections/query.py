@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runstream.engine.errors import InvalidAttributes, QueryInvalid
+from runstream.engine.journal.timetext import epoch_ms
 from runstream.projections.attributes import BUILT_IN_FIELDS, parse_time
 from runstream.projections.state import RunState, RunStatus
 
@@ -270,7 +271,7 @@ _WORDS = frozenset({"and", "or", "in", "is", "not", "null", "starts_with", "true
 
 def _time(text: str, position: int) -> int:
     try:
-        return int(parse_time(text, what="time").timestamp() * 1000)
+        return epoch_ms(parse_time(text, what="time"))
     except InvalidAttributes as exc:
         raise QueryInvalid(str(exc), position) from None
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from runstream.engine.client.tail import JournalTail
@@ -28,6 +28,7 @@ from runstream.engine.flow.schedule_spec import (
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import request_envelope
+from runstream.engine.journal.timetext import epoch_ms
 from runstream.engine.readmodel.model import ReadModel
 from runstream.projections.schedule_state import ScheduleState
 
@@ -124,7 +125,7 @@ class ScheduleCalls:
         request_id = uuid.uuid4().hex
         envelope = request_envelope(ev.ScheduleChangeRequested.TYPE, "",
                                     request_id=request_id,
-                                    now_ms=int(datetime.now().timestamp() * 1000),
+                                    now_ms=epoch_ms(datetime.now(UTC)),
                                     lineage_id=schedule_id)
         record = ev.ScheduleChangeRequested(envelope=envelope, schedule_id=schedule_id,
                                             action=action, **fields)

@@ -15,6 +15,7 @@ from runstream.engine.config import Duration, as_duration, millis
 from runstream.engine.errors import InvalidInput
 from runstream.engine.flow.definition import Flow, dump_json
 from runstream.engine.journal.input_limits import check_name
+from runstream.engine.journal.timetext import epoch_ms
 
 OVERLAPS = ("skip", "buffer_one", "allow_all", "cancel_other")
 # An update's payload when none is given (None is a payload: JSON null).
@@ -68,8 +69,8 @@ def spec_fields(flow: Flow[Any, Any] | str | None = None, payload: Any = NOT_GIV
 
 def backfill_fields(start: datetime | int, end: datetime | int) -> dict[str, Any]:
     """A backfill's range (datetimes, or epoch ms): the instants after start, up to end."""
-    start_ms = start if isinstance(start, int) else int(start.timestamp() * 1000)
-    end_ms = end if isinstance(end, int) else int(end.timestamp() * 1000)
+    start_ms = start if isinstance(start, int) else epoch_ms(start)
+    end_ms = end if isinstance(end, int) else epoch_ms(end)
     if end_ms <= start_ms:
         raise InvalidInput("a backfill's start must come before its end")
     return {"start_ms": start_ms, "end_ms": end_ms}

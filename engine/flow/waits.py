@@ -38,6 +38,7 @@ from runstream.engine.journal.input_limits import (
     check_run_id,
 )
 from runstream.engine.journal.records import is_round
+from runstream.engine.journal.timetext import epoch_ms
 from runstream.engine.observability.tracing import carrier
 from runstream.projections.capabilities import narrow
 from runstream.projections.sending import RESULT_UNDELIVERABLE
@@ -94,7 +95,7 @@ class WaitingCalls:
     async def sleep_until(self, when: datetime) -> None:
         """Wait durably until `when` (a naive datetime is UTC); a past instant returns at once."""
         instant = when if when.tzinfo is not None else when.replace(tzinfo=UTC)
-        due = int(instant.timestamp() * 1000)
+        due = epoch_ms(instant)
         await self._timer(lambda _now: due)
 
     async def _timer(self, due_of: Callable[[int], int]) -> None:

@@ -26,6 +26,7 @@ from runstream.engine.flow.validation import judge
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import check_run_id
+from runstream.engine.journal.timetext import epoch_ms
 from runstream.engine.testing.driving import Driving, EnvironmentIdle
 from runstream.engine.testing.execution import TestExecution
 from runstream.engine.testing.forks import EnvForks
@@ -106,7 +107,7 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks):
         self.retention_ms, self.tombstone_retention_ms, self.durable_backoff_after_ms = \
             virtual_settings(retention, tombstone_retention, durable_backoff_after)
         self.partitions = partitions
-        self.clock_ms = int(start.timestamp() * 1000)
+        self.clock_ms = epoch_ms(start)
         self.log = MemoryLog(partitions, lambda: self.clock_ms, self._folded)
         self.projection = self.log.projection
         self._offsets = self.log.offsets  # (the same list: a test may write around the log)

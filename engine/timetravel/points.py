@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from runstream.engine.errors import InvalidInput, RunNotFound
+from runstream.engine.journal.timetext import epoch_ms
 from runstream.engine.readmodel.rows import HistoryRow, history_rows
 from runstream.engine.readmodel.view import View
 from runstream.projections.replay import PastRun, RunAbsentAt, iso, replay_run, replay_steps
@@ -50,7 +51,7 @@ def parse_time(text: str) -> int:
         raise InvalidInput(f"{text!r} is not an ISO-8601 time") from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
-    return int(parsed.timestamp() * 1000)
+    return epoch_ms(parsed)
 
 
 def parse_point(text: str) -> Point:

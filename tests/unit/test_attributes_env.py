@@ -160,3 +160,14 @@ async def test_a_bad_query_is_one_error_naming_its_position(query: str, position
             await env.list_runs(where=query)
         assert caught.value.position == position, str(caught.value)
         assert f"(at position {position})" in str(caught.value)
+
+
+async def test_a_time_before_1970_is_found_by_a_query_naming_its_millisecond() -> None:
+    """A time attribute with microseconds before 1970 was kept a millisecond late (a
+    float's truncation toward zero) while a query's literal was not: `=` found nothing."""
+    launch = datetime(1969, 7, 20, 20, 17, 40, 123456, tzinfo=UTC)
+    async with TestEnvironment([order]) as env:
+        await env.run(order, {"amount": 1}, run_id="apollo", attributes={"launch": launch})
+        assert await env.count_runs("launch = timestamp '1969-07-20T20:17:40.123Z'") == 1
+        [held] = [a for a in env.describe("apollo").attributes if a.name == "launch"]
+        assert held.value == -14_182_939_877

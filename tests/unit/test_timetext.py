@@ -74,3 +74,28 @@ def test_exact_where_dividing_by_1000_as_a_float_loses_a_millisecond() -> None:
     last = 253_402_300_799_999  # the last millisecond of year 9999
     assert _moment(last).isoformat(timespec="milliseconds").endswith(".998+00:00")
     assert iso_time(last) == "9999-12-31T23:59:59.999Z"
+
+
+def test_epoch_ms_is_the_instants_own_millisecond_in_any_year() -> None:
+    """`int(moment.timestamp() * 1000)` went through a float: before 1970 an instant with
+    microseconds came out a millisecond late (rounded toward zero), and from about 2100 on
+    one in a hundred came out a millisecond early. epoch_ms counts in integers, and
+    iso_time shows the same millisecond back."""
+    from datetime import timedelta
+
+    from runstream.engine.journal.timetext import epoch_ms
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    moon = datetime(1969, 7, 20, 20, 17, 40, 123456, tzinfo=UTC)
+    assert epoch_ms(moon) == -14_182_939_877 and int(moon.timestamp() * 1000) == -14_182_939_876
+    assert iso_time(epoch_ms(moon)) == "1969-07-20T20:17:40.123Z"
+    rng = random.Random(7)
+    for _ in range(20_000):
+        moment = datetime(rng.randint(1, 9998), rng.randint(1, 12), rng.randint(1, 28),
+                          rng.randint(0, 23), rng.randint(0, 59), rng.randint(0, 59),
+                          rng.randint(0, 999_999), tzinfo=UTC)
+        exact = (moment - epoch) // timedelta(milliseconds=1)
+        assert epoch_ms(moment) == exact, moment
+        assert iso_time(exact) == moment.strftime("%Y-%m-%dT%H:%M:%S.") + \
+            f"{moment.microsecond // 1000:03d}Z", moment
+    local = datetime(2026, 12, 2, 10, 0, 0, 250_000)  # (naive: local time, as timestamp())
+    assert epoch_ms(local) == int(local.timestamp() * 1000)
