@@ -5,12 +5,14 @@ parsed into a tree, and the tree's verdict on one run. Pure: no I/O, no clock.
     disjunct   := term ("and" term)*
     term       := "(" query ")" | NAME op literal | NAME "in" "(" literal ("," literal)* ")"
                 | NAME "starts_with" STRING | NAME "is" ["not"] "null"
+    NAME       := name | '"' name '"'   (quoted: never a word, `"And" = 1`)
     op         := "=" | "!=" | "<" | "<=" | ">" | ">="
     literal    := STRING | NUMBER | "true" | "false" | "timestamp" STRING
 
 STRING is single-quoted ('' inside is a quote); NUMBER an integer or a decimal; a
 `timestamp '2026-12-01T00:00:00Z'` is a time (ISO 8601 with a zone). Words are
-case-insensitive, names are not. NAME is an attribute or a built-in field: run_id, lineage,
+case-insensitive, names are not: an attribute whose name is a word in any case (`Null`,
+`AND`) is named in double quotes. NAME is an attribute or a built-in field: run_id, lineage,
 flow, status, created, updated, settled (times: a plain string literal is read as a time
 there), round (a number), parent, schedule.
 
@@ -48,6 +50,7 @@ _TOKEN = re.compile(r"""
   | (?P<string>'(?:[^']|'')*')
   | (?P<number>-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)
   | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
+  | (?P<quoted>"[A-Za-z_][A-Za-z0-9_]*")
   | (?P<op>!=|<>|<=|>=|=|<|>)
   | (?P<punct>[(),])
 """, re.VERBOSE)
@@ -112,6 +115,9 @@ def _tokens(text: str) -> list[_Token]:
         if match is None:
             if text[position] == "'":
                 raise QueryInvalid("a string is not closed", position)
+            if text[position] == '"':
+                raise QueryInvalid("a quoted name is a name in double quotes, \"like_this\"",
+                                   position)
             raise QueryInvalid(f"unexpected character {text[position]!r}", position)
         kind = match.lastgroup or ""
         if kind != "space":
@@ -184,6 +190,9 @@ class _Parser:
             inner = self.query(depth + 1)
             self.expect(")", "')'")
             return inner
+        if token.kind == "quoted":  # (a name that is a word in some case: never taken as one)
+            self.take()
+            return self.predicate(token.text[1:-1], token.position)
         if token.kind != "name" or token.text.lower() in _WORDS:
             raise QueryInvalid(f"expected a field name, found {token.text or 'the end'!r}",
                                token.position)

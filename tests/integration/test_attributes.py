@@ -599,3 +599,21 @@ async def test_an_expired_run_is_no_longer_found_and_leaves_no_query_index_key(
         assert [v["run_id"] for v in json.loads(listed.out)] == ["kept"]
     held = _query_index_runs(model)
     assert "gone" not in held and "kept" in held, held
+
+
+async def test_an_attribute_named_like_a_query_word_is_queried_in_double_quotes(
+    shared: Shared,
+) -> None:
+    """`Null` and `AND` are valid attribute names (words are case-insensitive, names are
+    not), and a query could never name them: `Null = 1` read as a word. In double quotes
+    a name is never a word, for the client and the CLI alike."""
+    s = shared
+    await s.client.create_run(noted, "words", run_id="word-named",
+                              attributes={"Null": 1, "AND": "x", "suite": "words"})
+    assert await s.client.get_handle("word-named").result(timeout=60) == "words"
+    assert await ids(s.client, "\"Null\" = 1 and \"AND\" = 'x'") == ["word-named"]
+    assert await ids(s.nameless, "suite = 'words' and \"Null\" is not null") == ["word-named"]
+    [shown] = await s.cli_json("runs", "list", "--where", "\"AND\" = 'x' and suite = 'words'")
+    assert shown["run_id"] == "word-named" and shown["attributes"]["Null"] == 1
+    refused = await s.cli("runs", "list", "--where", "\"AND = 'x'")
+    assert refused.code != 0 and "quoted name" in refused.err

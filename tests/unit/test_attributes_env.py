@@ -171,3 +171,12 @@ async def test_a_time_before_1970_is_found_by_a_query_naming_its_millisecond() -
         assert await env.count_runs("launch = timestamp '1969-07-20T20:17:40.123Z'") == 1
         [held] = [a for a in env.describe("apollo").attributes if a.name == "launch"]
         assert held.value == -14_182_939_877
+
+
+async def test_an_attribute_named_like_a_query_word_is_found_in_double_quotes() -> None:
+    async with TestEnvironment([order]) as env:
+        await env.run(order, {"amount": 1}, run_id="w", attributes={"Null": 1, "Or": "y"})
+        assert await env.count_runs("\"Null\" = 1 and \"Or\" = 'y'") == 1
+        assert await env.count_runs("\"Null\" is null") == 0
+        with pytest.raises(QueryInvalid, match="expected a field name"):
+            await env.count_runs("Null = 1")
