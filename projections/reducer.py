@@ -231,7 +231,7 @@ def _apply_request(
         updated = change.run
         if updated is not run:
             updated = replace(updated, updated_at_ms=record.envelope.timestamp_ms)
-        return Applied(partition, updated, change.verdict, change.entry)
+        return Applied(partition, updated, change.verdict, change.entry, change.outbox)
     if len(run.inbox) >= MAX_INBOX:
         if not isinstance(record, ev.RunCreateRequested):
             # (an update: refused, so its caller is told, where ignored it waited for ever)

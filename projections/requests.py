@@ -24,7 +24,7 @@ from runstream.engine.journal.records import lineage_of
 from runstream.projections import updates
 from runstream.projections.attributes import attribute_error
 from runstream.projections.expiry import expired_text
-from runstream.projections.outbox_requests import SPAWN_REFUSED, refused_spawn
+from runstream.projections.outbox_requests import SPAWN_REFUSED, cancels, refused_spawn
 from runstream.projections.signal_start import is_json
 from runstream.projections.state import (
     MAX_INBOX,
@@ -50,6 +50,7 @@ class RequestChange:
     run: RunState
     verdict: Verdict
     entry: JournalEntry | None = None
+    outbox: tuple[OutboxItem, ...] = ()  # requests to other runs (a cancel's cascade)
 
 
 AUTHORITY_REQUESTS = (ev.RunSignalSent, ev.RunCancelRequested, ev.RunResumeRequested,
@@ -116,8 +117,17 @@ def _cancel(run: RunState, record: ev.RunCancelRequested) -> RequestChange:
         return RequestChange(run, Verdict.refused)
     if run.cancel_requested is not None:
         return RequestChange(run, Verdict.ignored)  # the first reason stands
-    return RequestChange(replace(run, cancel_requested=record.reason or "cancelled",
-                                 cancel_requested_by=record.requested_by), Verdict.applied)
+    # Its linked children are cancelled as the cancel applies: a handler that meets it only
+    # at its next durable call (in a long step, or waiting for a slot under its flow's
+    # max_concurrency) left them running until then. The same request ids as the cancel's
+    # delivery and the exit's policy send again (projections.outbox_requests.cancels):
+    # each child takes one.
+    reason = record.reason or "cancelled"
+    linked = [link.run_id for link in run.children if not link.detached]
+    return RequestChange(replace(run, cancel_requested=reason,
+                                 cancel_requested_by=record.requested_by), Verdict.applied,
+                         outbox=cancels(run, linked,
+                                        f"parent {run.run_id} is being cancelled ({reason})"))
 
 
 def _not_its_parents(run: RunState, record: ev.RunCancelRequested) -> bool:

@@ -59,7 +59,31 @@ async def _gated(ctx: FlowContext, payload: Any) -> Any:
     return await ctx.step("work", _work, ctx.run_id)
 
 
-flows: list[Flow[Any, Any]] = [capped, free, single, gated]
+parental: Flow[Any, Any] = Flow("parental", max_concurrency=1)
+kid: Flow[Any, Any] = Flow("slot-kid")
+HOG = asyncio.Event()  # (set by the test: the run holding parental's one slot lets it go)
+
+
+@kid.handler
+async def _kid(ctx: FlowContext, payload: Any) -> Any:
+    return await ctx.wait_for("go")
+
+
+async def _hold() -> str:
+    await HOG.wait()
+    return "held"
+
+
+@parental.handler
+async def _parental(ctx: FlowContext, payload: Any) -> Any:
+    if payload == "hog":
+        return await ctx.step("hold", _hold)
+    child = await ctx.spawn(kid, None)
+    await ctx.sleep(1)  # (suspended: the hog takes the slot, and the wake waits for it)
+    return await child.result()
+
+
+flows: list[Flow[Any, Any]] = [capped, free, single, gated, parental, kid]
 
 
 def most_at_once(run_ids: list[str]) -> int:
@@ -165,3 +189,43 @@ async def test_a_run_cancelled_while_it_waits_for_a_slot_never_enters_its_handle
             after = await client.create_run(gated, None, run_id="g-after")
             assert await after.result(timeout=30) == "g-after"
     assert entered == {"g-busy", "g-after"}
+
+
+async def test_a_cancel_reaches_the_children_of_a_run_waiting_for_a_slot_at_once(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """A parent woken from a sleep waits for its flow's one slot, which a long step holds;
+    it is cancelled: its linked child is cancelled as the cancel applies, not once the slot
+    frees and the handler meets the cancel (it ran on for as long as the slot was held)."""
+    HOG.clear()
+    async with running_worker(bootstrap, namespace, tmp_path / "w", flows):
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=flows) as client:
+            parent = await client.create_run(parental, None, run_id="par")
+            await status_when(client, "par", RunStatus.suspended, timeout=30)
+            hog = await client.create_run(parental, "hog", run_id="par-hog")
+            await status_when(client, "par-hog", RunStatus.running, timeout=30)
+            await _waits_for_the_slot(client, "par")
+            [link] = (await client.describe("par")).children
+            await client.cancel("par", reason="no longer wanted")
+            await status_when(client, link.run_id, RunStatus.cancelled, timeout=15)
+            child = await client.describe(link.run_id)
+            assert child.cancel_requested == "parent par is being cancelled (no longer wanted)"
+            assert (await client.describe("par-hog")).status is RunStatus.running  # still held
+            HOG.set()
+            assert await hog.result(timeout=30) == "held"
+            with pytest.raises(RunCancelled):
+                await parent.result(timeout=30)
+
+
+async def _waits_for_the_slot(client: Client, run_id: str, timeout: float = 30) -> None:
+    """The run woke (its sleep's timer fired) and waits for a slot: pending again (it ran
+    before: its handler meets a cancel), with the limit's evidence."""
+    deadline = time.monotonic() + timeout
+    while True:
+        run = await client.describe(run_id)
+        if run.status is RunStatus.pending and run.activations > 0 and any(
+                e.kind == FLOW_CONCURRENCY_LIMIT for e in run.evidence):
+            return
+        assert time.monotonic() < deadline, f"{run_id} did not wait for a slot: {run.status}"
+        await asyncio.sleep(0.1)

@@ -220,7 +220,8 @@ async def test_a_cancel_reaches_the_linked_children_when_it_reaches_the_handler(
         [child] = [r for r in env.projection.runs.values()
                    if r is not None and r.parent_run_id == run_id]
         assert child.status is RunStatus.cancelled
-        assert child.cancel_requested == f"parent {run_id} ended: cancelled (user abort)"
+        # (as the cancel applied to the parent, before it reached the handler)
+        assert child.cancel_requested == f"parent {run_id} is being cancelled (user abort)"
     assert EFFECTS[run_id] == ["ChildCancelled"]
 
 
