@@ -57,6 +57,7 @@ from runstream.projections.reactions import (
     Validate,
     Write,
 )
+from runstream.projections.requests import request_id_of
 from runstream.projections.sending import Record, too_large_body
 from runstream.projections.state import (
     InboxItem,
@@ -85,12 +86,14 @@ from runstream.projections.wakes import (
 
 
 def on_record(view: OwnerView, run: RunState | None, record: ev.JournalRecord,
-              verdict: Verdict, *, next_round: RunState | None = None,
-              drained: bool = False, tombstone: Tombstone | None = None) -> list[Reaction]:
+              verdict: Verdict, *, offset: int | None = None,
+              next_round: RunState | None = None, drained: bool = False,
+              tombstone: Tombstone | None = None) -> list[Reaction]:
     """What follows `record`, judged `verdict`, about `run` (as it stands after it), in a
     partition the owner executes. `next_round`: the round a handoff just created.
     `drained`: the record was the last decision of ours about the run not yet applied.
-    `tombstone`: what is left of the run the record named, when it expired."""
+    `tombstone`: what is left of the run the record named, when it expired. `offset`: the
+    record's, which names a request written without an id (a plain producer's)."""
     if run is None and tombstone is not None:
         return answer_expired(view, tombstone, record)
     if run is None and next_round is None:
@@ -99,13 +102,16 @@ def on_record(view: OwnerView, run: RunState | None, record: ev.JournalRecord,
         return answer_refused(view, run) if run is not None else []
     if verdict is not Verdict.applied:
         return react(view, run) if drained and run is not None else []  # e.g. a stale wake
+    # (a request without an id is known by its offset: a create's inbox item holds that)
+    request_id = record.envelope.request_id or (
+        None if offset is None else request_id_of(record, offset))
     if isinstance(record, ev.RunCreateRequested):
-        return [] if run is None else on_create_request(view, run, record.envelope.request_id)
+        return [] if run is None else on_create_request(view, run, request_id)
     if isinstance(record, ev.RunUpdateRequested) and run is not None:
         return judge_updates(view, run)
     if isinstance(record, ev.RunSignalWithStartRequested) and run is not None:
         # It created the run: answer that create; else it signalled the run (below).
-        answered = on_create_request(view, run, record.envelope.request_id)
+        answered = on_create_request(view, run, request_id)
         if answered:
             return answered
     # A handoff: the next round's start, and the updates it carries that no verdict reached

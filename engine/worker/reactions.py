@@ -86,6 +86,7 @@ class Reactions:
             return
         try:
             self.act(own, owner.on_record(self.view(own), outcome.run, record, outcome.verdict,
+                                          offset=outcome.offset,
                                           next_round=outcome.next_round, drained=drained,
                                           tombstone=outcome.tombstone))
         except (WorkerFatal, RunReleased):  # the source failed: its renewal decides again

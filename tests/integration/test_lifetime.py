@@ -84,7 +84,7 @@ def _create_request_bytes(run_id: str, flow: str, payload: Any, **fields: Any) -
 
 
 def plain_request(record_type: str, run_id: str, *, lineage_id: str | None = None,
-                  **fields: Any) -> bytes:
+                  without_request_id: bool = False, **fields: Any) -> bytes:
     """A request as any producer writes it from schemas/ alone: Confluent framing (magic 0,
     the registry's schema id), the Avro datum by plain fastavro from the registry's current
     schema of `record_type` and the envelope's (a schedule's names no run: `run_id` "" and
@@ -96,7 +96,8 @@ def plain_request(record_type: str, run_id: str, *, lineage_id: str | None = Non
     fastavro.parse_schema(json.loads((SCHEMAS / "envelope.avsc").read_text()), named)
     schema = fastavro.parse_schema(json.loads((SCHEMAS / entry["file"]).read_text()), named)
     datum = {"envelope": {"type": record_type, "run_id": run_id,
-                          "lineage_id": lineage_id or run_id, "request_id": uuid.uuid4().hex,
+                          "lineage_id": lineage_id or run_id,
+                          "request_id": None if without_request_id else uuid.uuid4().hex,
                           "timestamp_ms": int(time.time() * 1000)}, **fields}
     buffer = io.BytesIO()
     fastavro.schemaless_writer(buffer, schema, datum)
@@ -362,3 +363,26 @@ async def test_a_create_beyond_a_full_inbox_is_refused_and_its_client_told(
                     await late.admitted(timeout=60)
                 assert refused.value.reason == "inbox-full"
             await handles[MAX_INBOX - 1].admitted(timeout=60)  # within the bound: answered
+
+
+async def test_a_plain_create_without_a_request_id_is_admitted_at_once(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """The envelope's request_id defaults to null in schemas/: such a create (or
+    signal-with-start) is known by its offset, and its owner answered it only at the next
+    claim (the run stayed pending, "not admitted yet", under a live owner)."""
+    EFFECTS.clear()
+    async with worker(bootstrap, namespace, tmp_path / "w") as w, \
+            doors(bootstrap, namespace, journal, tmp_path) as (c, _):
+        await until(lambda: all_ready(w), "the worker claimed every partition")
+        await produce_plain(bootstrap, journal, "no-id", plain_request(
+            "run.create-requested", "no-id", flow=tidy.name,
+            payload_json=json.dumps({"cleanup_sleep": 0}), without_request_id=True))
+        await produce_plain(bootstrap, journal, "no-id-sws", plain_request(
+            "run.signal-with-start-requested", "no-id-sws", flow=careful.name,
+            payload_json=json.dumps("waiting"), signal_name="ignored",
+            signal_payload_json="null", without_request_id=True),
+            record_type="run.signal-with-start-requested")
+        await status_when(c, "no-id", RunStatus.suspended, RunStatus.completed, timeout=20)
+        await status_when(c, "no-id-sws", RunStatus.suspended, timeout=20)
+        assert (await c.describe("no-id-sws")).activations == 1
