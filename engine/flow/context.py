@@ -198,8 +198,14 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
                 # and fenced. Only an applied StepStarted proves we still own the run.
                 await self._port.send_confirmed(ev.StepStarted, position=position, name=name,
                                                 attempt=attempt, irreversible=True)
+            interrupted = self._port.timed_out  # (before it: a cleanup's step runs whole)
             try:
                 value = await self._call(name, position, fn, args, kwargs, attempt, limit)
+                if self._port.timed_out and not interrupted:
+                    # The deadline interrupted it and its function swallowed the cancel (an
+                    # HTTP library finishing its request): the attempt fails as an interrupted
+                    # one does, and the handler is interrupted, or it ran its next steps.
+                    raise asyncio.CancelledError()
             except (Exception, SystemExit, asyncio.CancelledError) as exc:
                 # (SystemExit: a function's sys.exit, e.g. a CLI library's, is its failure;
                 # raised on, it ended the worker's event loop, and every next owner's too)

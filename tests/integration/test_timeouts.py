@@ -70,7 +70,30 @@ async def _stubborn(ctx: FlowContext, payload: Any) -> str:
     return "released"
 
 
-flows: list[Flow[Any, Any]] = [dozer, napper, grinder, stubborn]
+swallowed = Flow("timeouts-swallowed", timeout=1, timeout_grace=10)
+EFFECTS: dict[str, list[str]] = {}
+
+
+async def _finishes_anyway(run_id: str) -> str:
+    """A function that completes its request when cancelled (some client libraries do)."""
+    try:
+        await asyncio.sleep(30)
+    except asyncio.CancelledError:
+        await asyncio.sleep(0.3)
+    return "fetched"
+
+
+@swallowed.handler
+async def _swallowed(ctx: FlowContext, payload: Any) -> str:
+    try:
+        await ctx.step("fetch", _finishes_anyway, ctx.run_id)
+        await ctx.step("charge", lambda: EFFECTS.setdefault(ctx.run_id, []).append("charge"))
+        return "charged"
+    finally:
+        await ctx.step("undo", lambda: EFFECTS.setdefault(ctx.run_id, []).append("undo"))
+
+
+flows: list[Flow[Any, Any]] = [dozer, napper, grinder, stubborn, swallowed]
 
 
 async def _timed_out(client: Client, run_id: str) -> RunTimedOut:
@@ -167,3 +190,25 @@ async def _until_suspended(client: Client, run_id: str) -> None:
             pass
         await asyncio.sleep(0.05)
     raise AssertionError(f"{run_id} never suspended")
+
+
+async def test_a_step_that_swallows_the_deadline_s_interrupt_still_ends_the_handler(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """Its function caught the cancel and returned: the attempt was journaled completed and
+    the handler went on to its next step, an effect after the deadline. The attempt now
+    fails RunTimedOut and the handler is interrupted there; its `finally` still runs its
+    cleanup step (within the grace)."""
+    EFFECTS.clear()
+    async with worker(bootstrap, namespace, tmp_path / "w", flows), \
+            doors(bootstrap, namespace, journal, tmp_path) as (client, create):
+        for door in DOORS:
+            await create(door)(swallowed, None, f"swallowed-{door}")
+        for door in DOORS:
+            run_id = f"swallowed-{door}"
+            await _timed_out(client, run_id)
+            assert EFFECTS[run_id] == ["undo"], EFFECTS  # no charge after the deadline
+            fetch, undo = await client.journal(run_id)
+            assert (fetch.name, fetch.status, fetch.error_type) == (
+                "fetch", "failed", "RunTimedOut")
+            assert (undo.name, undo.status) == ("undo", "completed")

@@ -48,6 +48,7 @@ class MemoryPort:
         self.steps_timed: list[tuple[str, bool]] = []
         self.not_called: set[tuple[int, int]] = set()  # (position, attempt) never called
         self.durable_backoff_after_ms = 2_000
+        self.timed_out = False  # (the run's deadline never passes here)
         self._offset = 0
         self._fold(self.writer.claim(0))
         self._fold(create(RUN, "q1"))
