@@ -6,7 +6,8 @@ ran, every other run and the consumer group's heartbeat with it (a blocking HTTP
 the session timeout lost the worker its partitions). Restate's Python SDK moved its sync
 `ctx.run` actions to a thread for the same reason; an async function stays on the loop.
 A plain call is abandoned when its attempt is cut short (its limit passed, the run's deadline,
-a cancel, a release): left to finish in its thread, its result ignored. Not in the event
+a cancel, a release): left to finish in its thread, its result ignored. An async function
+with a limit runs in a task of its own, cancelled and abandoned the same way. Not in the event
 loop's default pool: abandoned calls that never return held its threads (min(32, cores + 4):
 six on two cores), after which every timed step timed out without starting, and the loop's
 other users of that pool (name resolution for Kafka's reconnects) stood waiting too. Each
@@ -35,13 +36,42 @@ async def attempt_of(name: str, attempt: int, limit: float | None, fn: Callable[
     StepTimedOut; a TimeoutError the function raises stays its."""
     if limit is None:  # (past the bound, waits its turn for a thread: no limit to fail by)
         return await _called(name, fn, args, kwargs, in_turn=True)
+    # In a task of its own, so the limit holds whatever the function does with a cancel:
+    # under asyncio.timeout in the caller's task, an async function that caught the cancel
+    # and went on (finishing its request) ran as long as it liked and its attempt succeeded.
+    # Past the limit it is told to stop and abandoned, as a plain function's thread is.
+    called = asyncio.ensure_future(_called(name, fn, args, kwargs, in_turn=False))
     try:
-        async with asyncio.timeout(limit) as scope:
-            return await _called(name, fn, args, kwargs, in_turn=False)
-    except TimeoutError:
-        if scope.expired():
-            raise StepTimedOut(name, attempt, limit) from None
+        done, _ = await asyncio.wait((called,), timeout=limit)
+    except asyncio.CancelledError:  # (the run's deadline, a release: passed on to it)
+        _abandon(called)
         raise
+    if done:
+        return called.result()
+    _abandon(called)
+    raise StepTimedOut(name, attempt, limit)
+
+
+# Attempts abandoned while their function still ran (it did not stop when told), kept
+# referenced until they end (the loop holds a task weakly). Bounded by the attempts whose
+# function has not returned: each leaves this set as it does.
+_ABANDONED: set[asyncio.Future[Any]] = set()
+
+
+def _abandon(called: asyncio.Future[Any]) -> None:
+    if called.done():
+        return
+    called.cancel()
+    _ABANDONED.add(called)
+    called.add_done_callback(_forget)
+
+
+def _forget(called: asyncio.Future[Any]) -> None:
+    """An abandoned attempt ended: its outcome is nobody's (retrieved, so asyncio does
+    not report it as never retrieved)."""
+    _ABANDONED.discard(called)
+    if not called.cancelled() and called.exception() is not None:
+        log.debug("an abandoned step attempt ended in %r", called.exception())
 
 
 async def _called(name: str, fn: Callable[..., Any], args: tuple[Any, ...],

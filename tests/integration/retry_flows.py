@@ -80,10 +80,24 @@ def _sleepy_sync(seconds_until: int) -> str:
     return f"ok at {attempt}"
 
 
+async def _deaf(seconds_until: int) -> str:
+    """Catches the cancel of its time limit and finishes anyway (a client library
+    completing its request): its attempt times out all the same."""
+    attempt = _attempt()
+    if attempt < seconds_until:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            await asyncio.sleep(1)
+            return f"late at {attempt}"
+    return f"ok at {attempt}"
+
+
 @slow.handler
 async def _slow(ctx: FlowContext, payload: dict[str, Any]) -> dict[str, str]:
     first = await ctx.step("async", _sleepy, 3, retry=FAST, timeout=0.3)
     second = await ctx.step("sync", _sleepy_sync, 2, retry=FAST, timeout=0.3)
+    deaf = await ctx.step("deaf", _deaf, 2, retry=FAST, timeout=0.3)
     try:
         await ctx.step("never", _sleepy, 99, retry=RetryPolicy(max_attempts=2,
                                                                   initial_interval=0),
@@ -91,7 +105,7 @@ async def _slow(ctx: FlowContext, payload: dict[str, Any]) -> dict[str, str]:
         third = "finished"
     except StepFailed as failed:
         third = f"{failed.error_type} after {failed.attempts}"
-    return {"async": first, "sync": second, "never": third}
+    return {"async": first, "sync": second, "never": third, "deaf": deaf}
 
 
 @rash.handler

@@ -43,7 +43,8 @@ async def test_policies_timeouts_and_child_timeouts_through_every_door(
                 assert results[f"declined-{door}"] == "failed after 1: NonRetryable"
                 assert results[f"cancelled-{door}"] == "ok at 3"
                 assert results[f"slow-{door}"] == {"async": "ok at 3", "sync": "ok at 2",
-                                                   "never": "StepTimedOut after 2"}
+                                                   "never": "StepTimedOut after 2",
+                                                   "deaf": "ok at 2"}
                 early = results[f"impatient-{door}"]["early"]
                 assert early.startswith("timed out: child run ") and "settled" in early
                 assert results[f"impatient-{door}"]["late"] == "rested"
