@@ -19,7 +19,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from runstream.engine.errors import journal_text
 from runstream.engine.journal import events as ev
+from runstream.engine.journal.input_limits import (
+    MAX_ADDRESSED_RUN_ID_CHARS,
+    MAX_NAME_CHARS,
+    MAX_TEXT_CHARS,
+)
 from runstream.engine.journal.records import lineage_of
 from runstream.projections import updates
 from runstream.projections.attributes import attribute_error
@@ -96,7 +102,8 @@ def apply_run_request(
     if isinstance(record, ev.RunWakeRequested):
         return _wake(run, record, previous)
     if isinstance(record, ev.RunUpdateRequested) and (
-            updates.refuses(run) or not is_json(record.payload_json)):
+            updates.refuses(run) or not is_json(record.payload_json)
+            or len(record.name) > MAX_NAME_CHARS):  # (its verdicts carry the name)
         return RequestChange(run, Verdict.refused)  # (not JSON: the handler would fail on it)
     return None  # (a create, or an update the run takes: into its inbox)
 
@@ -104,6 +111,7 @@ def apply_run_request(
 def _signal(run: RunState, record: ev.RunSignalSent, request_id: str,
             offset: int) -> RequestChange:
     if (run.status in TERMINAL_STATUSES or updates.buffered(run) >= MAX_SIGNALS
+            or len(record.name) > MAX_NAME_CHARS  # (no wait is named so: kept for nothing)
             or record.name.startswith(updates.UPDATE_SIGNAL_PREFIX)
             or not is_json(record.payload_json)):
         return RequestChange(run, Verdict.refused)
@@ -113,7 +121,8 @@ def _signal(run: RunState, record: ev.RunSignalSent, request_id: str,
 
 
 def _cancel(run: RunState, record: ev.RunCancelRequested) -> RequestChange:
-    if run.status in TERMINAL_STATUSES or _not_its_parents(run, record):
+    if (run.status in TERMINAL_STATUSES or _not_its_parents(run, record)
+            or len(record.requested_by or "") > MAX_ADDRESSED_RUN_ID_CHARS):
         return RequestChange(run, Verdict.refused)
     if run.cancel_requested is not None:
         return RequestChange(run, Verdict.ignored)  # the first reason stands
@@ -122,7 +131,9 @@ def _cancel(run: RunState, record: ev.RunCancelRequested) -> RequestChange:
     # max_concurrency) left them running until then. The same request ids as the cancel's
     # delivery and the exit's policy send again (projections.outbox_requests.cancels):
     # each child takes one.
-    reason = record.reason or "cancelled"
+    # Bounded as a client bounds it: a plain producer's 950 KB reason made the resumption
+    # and the cancellation that carry it too large to send, and the run never ended.
+    reason = journal_text(record.reason or "cancelled", MAX_TEXT_CHARS)
     linked = [link.run_id for link in run.children if not link.detached]
     return RequestChange(replace(run, cancel_requested=reason,
                                  cancel_requested_by=record.requested_by), Verdict.applied,

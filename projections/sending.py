@@ -42,14 +42,20 @@ def carry_out(records: Iterable[Record], send: Send) -> tuple[Record, str] | Non
 
 def too_large_answer(record: Record, why: str) -> Record | None:
     """What a record too large to send is answered with (None: no answer, the error
-    stands): a create refused, a fork whose prefix cannot be copied failed, a wait's
-    resumption without its value."""
+    stands): a create refused, a fork whose prefix cannot be copied failed, a schedule's
+    change rejected, a wait's resumption without its value."""
     cls, body = record
     if cls is ev.RunCreated:
         return ev.RunCreateRejected, too_large_body(body["request_id"], why)
     if cls is ev.JournalEntryCopied:
         return ev.RunFailed, {"error_type": "ForkTooLarge", "traceback": "",
                               "error_message": journal_text(why)}
+    if cls in (ev.ScheduleCreated, ev.ScheduleUpdated) and body.get("request_id"):
+        # (a plain producer's change with a payload or note over what a record holds: its
+        # sender is answered, where it waited for ever and every claim tried again)
+        return ev.ScheduleChangeRejected, {
+            "schedule_id": body["schedule_id"], "request_id": body["request_id"],
+            "reason": f"the schedule's record would be too large: {journal_text(why, 500)}"}
     if cls is ev.RunResumed and body.get("result_json") is not None:
         # The wait's value (a signal's payload, a child's result) fits its own record but
         # not this one: the wait ends without it (engine.flow.waits raises ChildFailed or
