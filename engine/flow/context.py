@@ -340,9 +340,12 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
         will_retry = attempt < policy.max_attempts and policy.retries(exc)
         delay_ms = int(policy.delay_after(attempt) * 1000) if will_retry else 0
         # A long backoff is waited on a durable timer (the run suspends: no slot held, the
-        # wait outlives this worker), its end journaled in the failure itself.
+        # wait outlives this worker), its end journaled in the failure itself; not in a
+        # timed-out run's cleanup, which its grace bounds: suspended, it was failed at once,
+        # and whether a cleanup's retry ran at all depended on a worker's setting.
         retry_at = (self._port.now_ms() + delay_ms
-                    if will_retry and delay_ms > self._port.durable_backoff_after_ms else None)
+                    if will_retry and delay_ms > self._port.durable_backoff_after_ms
+                    and not self._port.timed_out else None)
         message = journal_text(str(exc))  # (what a replay raises: the same text)
         self._port.send(
             ev.StepFailed, position=position, name=name, attempt=attempt,

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from runstream import Client, Flow, FlowContext, RunTimedOut
+from runstream import Client, Flow, FlowContext, RetryPolicy, RunTimedOut
 from runstream.engine.journal import events as ev
 from tests.integration.support import fold
 from tests.integration.test_cli import cli
@@ -93,7 +93,28 @@ async def _swallowed(ctx: FlowContext, payload: Any) -> str:
         await ctx.step("undo", lambda: EFFECTS.setdefault(ctx.run_id, []).append("undo"))
 
 
-flows: list[Flow[Any, Any]] = [dozer, napper, grinder, stubborn, swallowed]
+tidy = Flow("timeouts-tidy", timeout=1, timeout_grace=15)
+
+
+def _undo(run_id: str) -> str:
+    done = EFFECTS.setdefault(run_id, [])
+    done.append("undo")
+    if len(done) == 1:
+        raise ConnectionError("the first undo attempt fails")
+    return "undone"
+
+
+@tidy.handler
+async def _tidy(ctx: FlowContext, payload: Any) -> str:
+    try:
+        await ctx.step("main", _forever)
+        return "not reached"
+    finally:  # its retry backs off longer than the worker's durable threshold (2 s)
+        await ctx.step("undo", _undo, ctx.run_id,
+                       retry=RetryPolicy(initial_interval=2.5, max_attempts=3))
+
+
+flows: list[Flow[Any, Any]] = [dozer, napper, grinder, stubborn, swallowed, tidy]
 
 
 async def _timed_out(client: Client, run_id: str) -> RunTimedOut:
@@ -212,3 +233,20 @@ async def test_a_step_that_swallows_the_deadline_s_interrupt_still_ends_the_hand
             assert (fetch.name, fetch.status, fetch.error_type) == (
                 "fetch", "failed", "RunTimedOut")
             assert (undo.name, undo.status) == ("undo", "completed")
+
+
+async def test_a_cleanup_step_s_long_backoff_is_waited_within_the_grace(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """A timed-out run's cleanup step failed once and backed off 2.5 s, past the worker's
+    durable threshold: the run suspended on a durable timer and its owner failed it at once,
+    the cleanup never ran again though 14 s of grace were left. It waits in memory now."""
+    EFFECTS.clear()
+    async with worker(bootstrap, namespace, tmp_path / "w", flows), \
+            Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows) as client:
+        await client.create_run(tidy, None, run_id="tidy")
+        await _timed_out(client, "tidy")
+        assert EFFECTS["tidy"] == ["undo", "undo"]
+        main, undo = await client.journal("tidy")
+        assert (main.status, main.error_type) == ("failed", "RunTimedOut")
+        assert (undo.name, undo.status, undo.attempts) == ("undo", "completed", 2)
