@@ -58,7 +58,7 @@ from runstream.engine.journal.records import request_envelope
 from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.kafka.requests_topic import RequestProducer, Route
 from runstream.engine.observability.tracing import carrier, create_span
-from runstream.engine.readmodel.lookups import expired_error
+from runstream.engine.readmodel.lookups import expired_error, missing_run
 from runstream.engine.readmodel.model import ReadModel, default_read_model_dir
 from runstream.projections.partitioning import run_partition
 from runstream.projections.requests import describe_refusal
@@ -390,8 +390,7 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
         exact = round_zero(run_id)  # `<lineage>~0` names round 0 itself
         run = view.run(exact if exact != run_id else view.addressed(run_id))
         if run is None:
-            stone = view.expired(run_id)
-            raise RunNotFound(run_id) if stone is None else expired_error(stone)
+            raise await missing_run(await self.read_model(), view, run_id, view.expired(run_id))
         return run
 
     async def journal(self, run_id: str) -> tuple[JournalEntry, ...]:

@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from runstream.engine.config import journal_topic, resolve_bootstrap, resolve_namespace
-from runstream.engine.errors import RunExpired, RunNotFound
+from runstream.engine.errors import RunExpired, RunNotFound, journal_text
+from runstream.engine.journal import DecodeError, decode
+from runstream.engine.journal import events as ev
 from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.readmodel.model import ReadModel
 from runstream.engine.readmodel.view import View
@@ -87,5 +89,30 @@ async def addressed_or_expired(model: ReadModel, run_id: str, *, records: bool =
         return (await model.complete(view, [run.run_id]) if records else view), run
     stone = view.expired(run_id)
     if stone is None:
-        raise RunNotFound(run_id)
+        raise await missing_run(model, view, run_id, None)
     return view, stone
+
+
+async def missing_run(model: ReadModel, view: View, run_id: str, stone: Tombstone | None
+                      ) -> RunNotFound:
+    """What answers a query about a run `view` does not hold: RunExpired (its tombstone),
+    else RunNotFound, saying why its create was rejected when the journal rejected one (a
+    plain producer's create: no client was there to raise CreateRejected)."""
+    if stone is not None:
+        return expired_error(stone)
+    exact = round_zero(run_id)
+    if not any(item.type == ev.RunCreateRejected.TYPE for item in view.history(exact)):
+        return RunNotFound(run_id)
+    view = await model.complete(view, [exact])
+    for item in reversed(view.history(exact)):
+        if item.type != ev.RunCreateRejected.TYPE or item.raw is None:
+            continue
+        try:
+            record = decode(item.raw)
+        except DecodeError:
+            continue
+        if isinstance(record, ev.RunCreateRejected):
+            shown = record.requested_value or record.existing_value
+            why = f"{record.reason}: {shown}" if shown else record.reason
+            return RunNotFound(run_id, rejected=journal_text(why, 500))
+    return RunNotFound(run_id)

@@ -386,3 +386,29 @@ async def test_a_plain_create_without_a_request_id_is_admitted_at_once(
         await status_when(c, "no-id", RunStatus.suspended, RunStatus.completed, timeout=20)
         await status_when(c, "no-id-sws", RunStatus.suspended, timeout=20)
         assert (await c.describe("no-id-sws")).activations == 1
+
+
+async def test_a_rejected_plain_create_is_explained_where_the_run_is_asked_for(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """A plain producer's create the owner rejected: `run status` said "no run ...: check
+    the id and --namespace" for the right id; it says the create was rejected and why, as
+    the client's describe does."""
+    async with worker(bootstrap, namespace, tmp_path / "w") as w, \
+            doors(bootstrap, namespace, journal, tmp_path) as (c, _):
+        await until(lambda: all_ready(w), "the worker claimed every partition")
+        await produce_plain(bootstrap, journal, "bad-flow", plain_request(
+            "run.create-requested", "bad-flow", flow="two words", payload_json="null"))
+        deadline = time.monotonic() + 20
+        while True:
+            shown = await cli("run", "status", "bad-flow", bootstrap=bootstrap,
+                              namespace=namespace, cache=tmp_path / "cache")
+            if "rejected" in shown.err or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.3)
+        assert shown.code != 0 and shown.err.count("\n") <= 1, shown.err
+        assert "no run 'bad-flow': its create was rejected (flow-invalid: " in shown.err
+        with pytest.raises(RunNotFound, match="its create was rejected \\(flow-invalid"):
+            await c.describe("bad-flow")
+        with pytest.raises(RunNotFound, match="check the id"):
+            await c.describe("never-asked")
