@@ -22,7 +22,7 @@ import inspect
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from runstream.engine.errors import StepTimedOut, ThreadsExhausted
@@ -40,16 +40,29 @@ async def attempt_of(name: str, attempt: int, limit: float | None, fn: Callable[
     # under asyncio.timeout in the caller's task, an async function that caught the cancel
     # and went on (finishing its request) ran as long as it liked and its attempt succeeded.
     # Past the limit it is told to stop and abandoned, as a plain function's thread is.
-    called = asyncio.ensure_future(_called(name, fn, args, kwargs, in_turn=False))
+    called = asyncio.ensure_future(_contained(_called(name, fn, args, kwargs, in_turn=False)))
     try:
         done, _ = await asyncio.wait((called,), timeout=limit)
     except asyncio.CancelledError:  # (the run's deadline, a release: passed on to it)
         _abandon(called)
         raise
     if done:
-        return called.result()
+        value, exiting = called.result()
+        if exiting is not None:
+            raise exiting
+        return value
     _abandon(called)
     raise StepTimedOut(name, attempt, limit)
+
+
+async def _contained(attempt: Awaitable[Any]) -> tuple[Any, BaseException | None]:
+    """The attempt's value, or the SystemExit or KeyboardInterrupt it raised, handed to the
+    caller's task: asyncio raises those out of a task it runs, through the event loop (a
+    function's sys.exit ended the worker, and every next owner's as the step ran again)."""
+    try:
+        return await attempt, None
+    except (SystemExit, KeyboardInterrupt) as exc:
+        return None, exc
 
 
 # Attempts abandoned while their function still ran (it did not stop when told), kept

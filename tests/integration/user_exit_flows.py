@@ -31,6 +31,8 @@ async def _exiting(ctx: FlowContext, mode: str) -> str:
         await ctx.step("tool", _exit_sync)
     elif mode == "async-step":
         await ctx.step("tool", _exit_async)
+    elif mode == "timed-async-step":  # (in a task of its own: engine.flow.bounded)
+        await ctx.step("tool", _exit_async, timeout=5)
     elif mode == "caught":
         try:
             await ctx.step("tool", _exit_sync)
@@ -51,6 +53,7 @@ async def _exiting(ctx: FlowContext, mode: str) -> str:
 OUTCOMES: dict[str, tuple[str | None, str]] = {
     "step": ("StepFailed", "SystemExit"),
     "async-step": ("StepFailed", "SystemExit"),
+    "timed-async-step": ("StepFailed", "SystemExit"),
     "caught": (None, "caught SystemExit"),
     "handler": ("SystemExit", "3"),
     "cancelled": ("CancelledError", ""),
