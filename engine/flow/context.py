@@ -201,10 +201,12 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
             interrupted = self._port.timed_out  # (before it: a cleanup's step runs whole)
             try:
                 value = await self._call(name, position, fn, args, kwargs, attempt, limit)
-                if self._port.timed_out and not interrupted:
+                if self._port.timed_out and not interrupted and cancelled_here():
                     # The deadline interrupted it and its function swallowed the cancel (an
                     # HTTP library finishing its request): the attempt fails as an interrupted
                     # one does, and the handler is interrupted, or it ran its next steps.
+                    # (A task of the handler's the interrupt never reached goes on as it
+                    # was: no cancel of its own to pass on.)
                     raise asyncio.CancelledError()
             except (Exception, SystemExit, asyncio.CancelledError) as exc:
                 # (SystemExit: a function's sys.exit, e.g. a CLI library's, is its failure;
