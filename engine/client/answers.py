@@ -54,20 +54,29 @@ def lacks_bytes(view: View, run_id: str, from_offset: int) -> bool:
                for item in view.history(run_id))
 
 
+class AnswerTrimmed(Exception):
+    """The run's creation or settlement is in the read model's history, but the journal's
+    retention deleted its record (a read model from a snapshot has no bytes below it, and
+    the broker has none to fetch): the run's state says what it was
+    (engine.client.handle)."""
+
+
 def answer_in(view: View, key: str, run_id: str, partition: int,
-               from_offset: int) -> Answer | None:
-    """The answer to `key` among the run's records in the read model, if any."""
+              from_offset: int) -> Answer | None:
+    """The answer to `key` among the run's records in the read model, if any; AnswerTrimmed
+    when the run's creation or settlement is there with its record deleted."""
     kind, _, ident = key.partition(":")
     if kind == "seen":
         return request_in(view, ident, run_id, partition, from_offset)
     items = (view.history(run_id) if run_id
              else view.partition_history_from(partition, from_offset))  # (a schedule's)
+    trimmed = False
     for item in items:
         # (a create naming an expired run is rejected by a decision the reducer ignores:
         # its run is gone; the tail takes it all the same)
         taken = (item.verdict is Verdict.applied
                  or (kind == "req" and item.verdict not in NOT_ACCEPTED))
-        if not taken or item.offset < from_offset or item.raw is None:
+        if not taken or item.offset < from_offset:
             continue
         # (a rejected create too: engine.client.tail.JournalTail.created judges it)
         wanted = ((kind == "req" and item.type in ADMISSION_TYPES)
@@ -75,11 +84,16 @@ def answer_in(view: View, key: str, run_id: str, partition: int,
                   or (kind == "end" and item.type in TERMINAL_TYPES))
         if not wanted:
             continue
+        if item.raw is None:  # (its bytes were fetched before this: the broker has none)
+            trimmed = trimmed or (kind in ("created", "end") and bool(run_id))
+            continue
         record = decode(item.raw)
         if kind != "req" and record.envelope.run_id != run_id:
             continue  # the previous round's handoff, kept in this round's history too
         if kind != "req" or record.envelope.request_id == ident:
             return Answer(item.partition, item.offset, record)
+    if trimmed:
+        raise AnswerTrimmed(run_id)
     return None
 
 

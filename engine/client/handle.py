@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from runstream.engine.client.answers import AnswerTrimmed
 from runstream.engine.config import wait_seconds
 from runstream.engine.errors import (
     CreateRejected,
@@ -71,7 +72,11 @@ class RunHandle:
             self._from_offset = 0
             return self._from_offset
         if self.request_id is None:
-            created = await tail.created(partition, 0, self.run_id)  # read model, then tail
+            try:
+                created = await tail.created(partition, 0, self.run_id)  # read model, then tail
+            except AnswerTrimmed:  # (its record is gone: its settlement or state answers)
+                self._from_offset = 0
+                return self._from_offset
             if isinstance(created, ev.RunCreateRejected):
                 raise _rejection(self.run_id, created)
             created_by = ev.RunCreated | ev.RunForked
@@ -127,8 +132,12 @@ class RunHandle:
         handle: RunHandle = self
         while True:
             record, run = await handle._settlement()
-            outcome = (handle._outcome(record) if run is None else settled_outcome(
-                run, handle.run_id, self.client.flow_named(handle.flow)))
+            if run is None:
+                assert record is not None  # (no state: the record says it all)
+                outcome = handle._outcome(record)
+            else:
+                outcome = settled_outcome(run, handle.run_id,
+                                          self.client.flow_named(handle.flow))
             if not follow or not isinstance(outcome, HandedOff):
                 return outcome
             partition = await handle._partition()
@@ -138,21 +147,25 @@ class RunHandle:
                                partition=partition, request_offset=0,
                                request_id=None, _from_offset=handle._from_offset)
 
-    async def _settlement(self) -> tuple[JournalRecord, RunState | None]:
+    async def _settlement(self) -> tuple[JournalRecord | None, RunState | None]:
         """The record that settled the run, and, where the reducer may have made another
-        outcome of it than the record says, the run's state that says which (else None)."""
+        outcome of it than the record says, the run's state that says which (else None);
+        the state alone (record None) when the journal's retention deleted the record."""
         from_offset = await self._admission()
         partition = await self._partition()
         tail = self.client._tail
-        record = await tail.settlement(partition, from_offset, self.run_id)
-        if not isinstance(record, ev.RunHandedOff) and tail.settled_as_passed(
-                partition, from_offset, self.run_id):
-            return record, None
         # A handoff may have been cancelled (projections.transitions); a settlement after
         # run.timed-out is a failure, and a timeout failure meeting a cancel is the cancel
         # (projections.deadlines): the tail does not fold runs, the read model does. The
         # round itself, not its lineage's latest (which a lineage id names).
         exact = self.run_id if is_round(self.run_id) else f"{self.run_id}{ROUND_SEPARATOR}0"
+        try:
+            record = await tail.settlement(partition, from_offset, self.run_id)
+        except AnswerTrimmed:
+            return None, await self.client.describe(exact)
+        if not isinstance(record, ev.RunHandedOff) and tail.settled_as_passed(
+                partition, from_offset, self.run_id):
+            return record, None
         return record, await self.client.describe(exact)
 
     def _outcome(self, record: JournalRecord) -> Any:
@@ -181,7 +194,8 @@ class RunHandle:
         return self.partition
 
 
-def _next_flow(flow: str | None, handoff: JournalRecord, run: RunState | None) -> str | None:
+def _next_flow(flow: str | None, handoff: JournalRecord | None, run: RunState | None
+               ) -> str | None:
     """The flow whose result type loads the next round's result: the one the handoff names,
     else the round's own (None: unknown, the result stays JSON, as for a handle by id)."""
     named = handoff.flow if isinstance(handoff, ev.RunHandedOff) else ""

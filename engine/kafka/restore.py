@@ -46,7 +46,15 @@ MAX_REFUSALS = 16  # snapshots tried at one takeover before the journal
 
 class RecordsDeleted(RunstreamError):
     """Records the broker deleted (journal retention) that no snapshot covers; the message
-    is the one line (deleted_line)."""
+    is the one line (deleted_line). `partitions`: those a read found deleted before any
+    snapshot was tried (a caller that can load one does, and reads again), with their
+    `log_starts`."""
+
+    def __init__(self, message: str, partitions: tuple[int, ...] = (),
+                 log_starts: dict[int, int] | None = None) -> None:
+        super().__init__(message)
+        self.partitions = partitions
+        self.log_starts = log_starts or {}  # where those partitions' logs start now
 
 
 @dataclass(slots=True)

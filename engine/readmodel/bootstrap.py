@@ -78,12 +78,15 @@ class SnapshotBootstrap:
             store.clear_partition(partition, marker=None)
 
     async def bring_up(self, store: ProjectionStore, projector: Projector,
-                       ends: dict[int, int]) -> dict[int, RestoreReport]:
-        """Load a snapshot into each partition more than `every` records behind `ends`;
-        the reports of those loaded or tried (a partition's fold continues at its
-        report's offset)."""
+                       ends: dict[int, int], *, deleted: tuple[int, ...] = ()
+                       ) -> dict[int, RestoreReport]:
+        """Load a snapshot into each partition more than `every` records behind `ends`, and
+        into each of `deleted` (the broker deleted records it lacks: a fold cannot bring it
+        up, whatever the interval); the reports of those loaded or tried (a partition's fold
+        continues at its report's offset)."""
         behind = [p for p, end in sorted(ends.items())
-                  if self.every and end - store.partition(p).next_offset > self.every]
+                  if p in deleted
+                  or (self.every and end - store.partition(p).next_offset > self.every)]
         if not behind or not await self._topic_exists():
             return {}
         restorer = Restorer(RestoreTarget(self.bootstrap, self.topic,

@@ -44,6 +44,7 @@ from typing import Literal
 from runstream.engine.config import cache_root
 from runstream.engine.errors import ReadModelClosed, RunstreamError
 from runstream.engine.kafka.connection import KafkaSecurity
+from runstream.engine.kafka.restore import RecordsDeleted
 from runstream.engine.readmodel import records
 from runstream.engine.readmodel.bootstrap import OnLoading, SnapshotBootstrap, resolve_every
 from runstream.engine.readmodel.source import JournalSource
@@ -276,8 +277,16 @@ class ReadModel:
             self._check_not_ahead(store, ends)
             if self._projector is not None:
                 await self._load_snapshots(store, self._projector, ends)
-                starts = {p: store.partition(p).next_offset for p in chosen}
-                await self._apply(store, self._projector, starts, ends)
+                try:
+                    await self._apply(store, self._projector, self._starts(store, chosen), ends)
+                except RecordsDeleted as exc:
+                    # The broker deleted records the store lacks (journal retention) in a
+                    # partition not far enough behind to try a snapshot first (a fresh read
+                    # model of a small partition): one anchored past them covers them.
+                    if not exc.partitions:
+                        raise
+                    await self._load_snapshots(store, self._projector, ends, exc.partitions)
+                    await self._apply(store, self._projector, self._starts(store, chosen), ends)
                 return View(store, None, self.partitions)
             starts = {p: store.partition(p).next_offset for p in chosen}
             overlay = OverlayStore(store)
@@ -312,10 +321,15 @@ class ReadModel:
             await asyncio.sleep(LOAD_POLL)
 
     async def _load_snapshots(self, store: ProjectionStore, projector: Projector,
-                              ends: dict[int, int]) -> None:
+                              ends: dict[int, int], deleted: tuple[int, ...] = ()) -> None:
         assert self.snapshots is not None
-        for report in (await self.snapshots.bring_up(store, projector, ends)).values():
+        reports = await self.snapshots.bring_up(store, projector, ends, deleted=deleted)
+        for report in reports.values():
             self.records_consumed += report.records_folded
+
+    @staticmethod
+    def _starts(store: ProjectionStore, chosen: list[int]) -> dict[int, int]:
+        return {p: store.partition(p).next_offset for p in chosen}
 
     async def complete(self, view: View, run_ids: Iterable[str] = (),
                        partitions: Iterable[int] = (),

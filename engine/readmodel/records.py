@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable
 
+from runstream.engine.kafka.restore import RecordsDeleted
 from runstream.engine.readmodel.source import JournalSource
 from runstream.engine.readmodel.view import View
 from runstream.projections.replay import replays_alone
@@ -96,13 +97,27 @@ def sweeps(positions: Iterable[Position]) -> list[tuple[int, int, int]]:
 
 
 async def fetch(source: JournalSource, positions: set[Position]) -> dict[Position, bytes]:
-    """The bytes of the records at `positions` (those the journal still holds)."""
+    """The bytes of the records at `positions` (those the journal still holds: a sweep
+    that begins below the log start reads from it; the journal's retention deleted the
+    others, and their items keep no bytes, where the whole query failed)."""
     found: dict[Position, bytes] = {}
     for partition, first, end in sweeps(positions):
-        async for raw in source.read({partition: first}, {partition: end}):
-            if (raw.partition, raw.offset) in positions and raw.value is not None:
-                found[(raw.partition, raw.offset)] = raw.value
+        try:
+            await _read_into(found, source, positions, partition, first, end)
+        except RecordsDeleted as exc:
+            start = exc.log_starts.get(partition)
+            if start is None:
+                raise
+            if start < end:
+                await _read_into(found, source, positions, partition, start, end)
     return found
+
+
+async def _read_into(found: dict[Position, bytes], source: JournalSource,
+                     positions: set[Position], partition: int, first: int, end: int) -> None:
+    async for raw in source.read({partition: first}, {partition: end}):
+        if (raw.partition, raw.offset) in positions and raw.value is not None:
+            found[(raw.partition, raw.offset)] = raw.value
 
 
 async def complete(view: View, source: JournalSource, cache: RecordCache,

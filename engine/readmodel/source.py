@@ -116,10 +116,13 @@ class JournalSource:
         except OffsetOutOfRangeError as exc:
             # (asked only then: no ListOffsets on every catch-up)
             starts = await consumer.beginning_offsets(tps)
-            for tp in tps:
-                if starts[tp] > start.get(tp.partition, 0):
-                    raise RecordsDeleted(deleted_line(
-                        tp.partition, start.get(tp.partition, 0), starts[tp])) from exc
+            gone = [tp for tp in tps if starts[tp] > start.get(tp.partition, 0)]
+            if gone:
+                first = gone[0]
+                raise RecordsDeleted(deleted_line(
+                    first.partition, start.get(first.partition, 0), starts[first]),
+                    tuple(tp.partition for tp in gone),
+                    {tp.partition: starts[tp] for tp in gone}) from exc
             raise
         finally:
             # Stop fetching: a long-poll left in flight would hold the next catch-up's

@@ -377,3 +377,39 @@ async def test_a_refused_load_of_a_store_behind_falls_back_to_an_older_snapshot(
                     assert run.status.value == "completed", run
     finally:
         await again.stop()
+
+
+async def test_a_fresh_read_model_of_a_trimmed_journal_starts_from_its_snapshots(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path) -> None:
+    """The journal's retention deleted the records below each partition's newest snapshot,
+    and each partition holds fewer records than RUNSTREAM_SNAPSHOT_EVERY (100,000 by
+    default): a fresh read model folded from offset 0, not far enough behind to try a
+    snapshot, and every query, `runs list` and the UI failed for good with "no snapshot
+    covers them". It loads the snapshot where the broker deleted what it lacks."""
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=FLOWS) as c:
+        await c.create_run(waiter, {}, run_id="trimmed-waiter")  # (admitted by the worker)
+    await _snapshotted(bootstrap, namespace, tmp_path / "a", 240, "trimmed-")
+    anchors = {}
+    for p in range(TEST_JOURNAL_PARTITIONS):
+        listed = await list_manifests(bootstrap, snapshot_topic(namespace), p)
+        anchors[p] = [item.manifest for item in listed if item.manifest is not None][-1].offset
+    await _delete_below(bootstrap, namespace, anchors)
+    later = worker(bootstrap, namespace, tmp_path / "b")
+    await later.start()
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=FLOWS,
+                          read_model_dir=tmp_path / "fresh") as fresh:
+            assert (await fresh.describe("trimmed-3")).status.value == "completed"
+            # (its creation and settlement deleted: the state answers)
+            old = await fresh.get_handle("trimmed-5").result(timeout=30)
+            assert old["receipt"].startswith("receipt for ch-trimmed-5-"), old
+            # (its creation deleted, its settlement to come)
+            await fresh.signal("trimmed-waiter", "go", "after the trim")
+            assert await fresh.get_handle("trimmed-waiter").result(timeout=60) == {
+                "got": "after the trim"}
+        for command in (("runs", "list", "--json"), ("run", "result", "trimmed-7", "--json")):
+            shown = await cli(*command, bootstrap=bootstrap, namespace=namespace,
+                              cache=tmp_path / "cli-cache")
+            assert shown.code == 0, (command, shown.err)
+    finally:
+        await later.stop()
