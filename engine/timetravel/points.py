@@ -22,7 +22,7 @@ from runstream.engine.journal.timetext import epoch_ms
 from runstream.engine.readmodel.rows import HistoryRow, history_rows
 from runstream.engine.readmodel.view import View
 from runstream.projections.replay import PastRun, RunAbsentAt, iso, replay_run, replay_steps
-from runstream.projections.state import JournalEntry, RunState, to_builtins
+from runstream.projections.state import JournalEntry, RunState, round_run_id, to_builtins
 from runstream.projections.values import HistoryEntry
 
 # A tree shows at most this many runs (rounds and children, all levels): a fan-out of
@@ -257,8 +257,7 @@ def run_tree(view: View, run_id: str, *, limit: int = MAX_TREE_RUNS) -> RunTree:
             roots.append(node)
         else:
             break
-        run = view.run(current)
-        current, relation = (run.handed_off_to if run is not None else None), "round"
+        current, relation = _next_round(view, current), "round"
     if not roots:
         raise RunNotFound(run_id)
     return RunTree(roots, budget[1])
@@ -283,11 +282,15 @@ def _node(view: View, run_id: str, relation: Literal["run", "round", "child"],
         budget[1] += _count(view, run_id, seen)
         return None
     items = view.history(run_id)
-    if not items and relation != "child":
+    run = view.run(run_id)
+    stone = view.tombstone(run_id) if run is None else None
+    if not items and relation != "child" and stone is None:
         return None
     seen.add(run_id)
     budget[0] -= 1
-    run = view.run(run_id)
+    if run is None and stone is not None:  # (a round that expired alone: its records went)
+        return TreeNode(run_id, relation, stone.flow or None, "expired", stone.round,
+                        spawned_at, history_rows(items))
     node = TreeNode(run_id, relation, run.flow if run else None,
                     run.status.value if run else None, run.round if run else 0, spawned_at,
                     history_rows(items))
@@ -307,12 +310,25 @@ def _node(view: View, run_id: str, relation: Literal["run", "round", "child"],
 
 def _later_rounds(view: View, run_id: str, seen: Container[str]) -> Iterator[str]:
     """The rounds after `run_id` its handoffs made, in order, up to one shown already."""
-    run = view.run(run_id)
-    following = run.handed_off_to if run is not None else None
+    following = _next_round(view, run_id)
     while following is not None and following not in seen:
         yield following
-        later = view.run(following)
-        following = later.handed_off_to if later is not None else None
+        following = _next_round(view, following)
+
+
+def _next_round(view: View, run_id: str) -> str | None:
+    """The round `run_id`'s handoff made; through a round that expired alone (a lineage
+    that lives on drops its handed-off rounds: only their tombstones are left), the next
+    one its lineage holds, where the walk stopped and the later rounds went unshown."""
+    run = view.run(run_id)
+    if run is not None:
+        return run.handed_off_to
+    stone = view.tombstone(run_id)
+    if stone is None:
+        return None
+    following = round_run_id(stone.lineage_id, stone.round + 1)
+    known = view.run(following) is not None or view.tombstone(following) is not None
+    return following if known else None
 
 
 def tree_run_ids(view: View, run_id: str, *, limit: int = MAX_TREE_RUNS) -> list[str]:
@@ -324,8 +340,7 @@ def tree_run_ids(view: View, run_id: str, *, limit: int = MAX_TREE_RUNS) -> list
     while current is not None and current not in found and len(found) < limit:
         found[current] = None
         todo.append(current)
-        run = view.run(current)
-        current = run.handed_off_to if run is not None else None
+        current = _next_round(view, current)
     while todo and len(found) < limit:
         for _, child_id in _spawned(view, todo.pop()):
             for member in (child_id, *_later_rounds(view, child_id, found)):

@@ -7,6 +7,7 @@ earlier rounds' tombstones have gone."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,15 @@ async def test_rounds_expire_alone_and_the_lineage_answers_with_its_final_round(
             shown = await cli("run", "status", "by-cli~2", bootstrap=bootstrap,
                               namespace=namespace, cache=tmp_path / "cache")
             assert shown.code != 0 and "expired at" in shown.out + shown.err
+            # The tree walks on through the rounds that expired alone (it stopped at the
+            # first, and the live round went unshown).
+            tree = await cli("run", "history", "by-cli", "--tree", "--json",
+                             bootstrap=bootstrap, namespace=namespace, cache=tmp_path / "cache")
+            assert tree.code == 0, tree.err
+            rounds = json.loads(tree.out)["rounds"]
+            assert [r["round"] for r in rounds] == list(range(ROUNDS + 1)), tree.out
+            assert [r["status"] for r in rounds[1:]] == ["expired"] * (ROUNDS - 1) + [
+                "suspended"], tree.out
             # Its owner replays round 4 from its own start, the rounds before it gone.
             forked = await fork_run(bootstrap=None, namespace=None, run_id=f"by-name~{ROUNDS}",
                                     at_record=2, new_run_id="forked", force=True, client=c)
