@@ -83,7 +83,7 @@ class PartitionRow:
     generation: int | None = None  # claims: the consumer-group generation
     epoch: int | None = None  # claims: the epoch taken (applied) or asked for; else written under
     source: str | None = None
-    error: str | None = None  # dead letters: why the bytes did not decode
+    error: str | None = None  # dead letters: why the bytes did not decode (or are gone)
 
     def as_dict(self) -> dict[str, Any]:
         return {"partition": self.partition, "offset": self.offset,
@@ -94,10 +94,25 @@ class PartitionRow:
 
 def partition_history(view: View, partition: int) -> list[PartitionRow]:
     """The partition's own records in log order; an applied claim shows the epoch it took
-    (the reducer gives each applied claim the previous epoch + 1)."""
+    (the reducer gives each applied claim the previous epoch + 1). Counted back from the
+    partition's epoch now: the journal's retention may have deleted the claims before
+    the first one held (counted from 0, a claim at epoch 4 showed as 1)."""
     rows = []
-    epoch = 0
-    for item in view.partition_history(partition):
+    items = view.partition_history(partition)
+    applied = sum(1 for item in items if item.type == ev.PartitionEpochClaimed.TYPE
+                  and item.verdict is Verdict.applied)
+    epoch = max(0, view.partition(partition).epoch - applied)
+    for item in items:
+        claimed = (item.type == ev.PartitionEpochClaimed.TYPE
+                   and item.verdict is Verdict.applied)
+        if item.record is None and item.raw is None:
+            # (below the snapshot the read model began from, deleted by the journal's
+            # retention: what the item itself holds, where the whole history failed)
+            epoch += claimed
+            rows.append(PartitionRow(partition, item.offset, item.timestamp_ms, item.type,
+                                     item.verdict.value, epoch=epoch if claimed else None,
+                                     error="its record was deleted (the journal's retention)"))
+            continue
         try:
             record = record_of(item)
         except DecodeError as exc:

@@ -6,6 +6,7 @@ its snapshots. Each falls back or fails with one clear line, and loses nothing."
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import shutil
 import signal
@@ -33,6 +34,7 @@ from runstream.projections.snapshot import split_key
 from runstream.projections.store import ProjectionStore
 from tests.conftest import TEST_JOURNAL_PARTITIONS
 from tests.integration.support import WorkerProcess, end_offsets, fold
+from tests.integration.test_cli import cli
 from tests.integration.waiting_flows import approval, flows, quick
 
 APP = "tests.integration.waiting_flows:flows"
@@ -402,6 +404,16 @@ async def test_a_trimmed_journal_takes_over_from_snapshots_and_each_gap_fails_in
             await wait_log(second, CLAIMED_LINE, 0, count=PARTITIONS)
             restored = dict(RESTORED_LINE.findall(second.log_text()))
             assert sorted(restored) == [str(p) for p in range(PARTITIONS)], restored
+            # Its claims show the epochs they took, those below the horizon with their
+            # records gone too (the history failed whole: "no record bytes").
+            held = await cli("partition", "history", "0", "--json", bootstrap=bootstrap,
+                             namespace=namespace, cache=tmp_path / "history-cache")
+            assert held.code == 0, held.err
+            claims = [row for row in json.loads(held.out)
+                      if row["type"] == "partition.epoch-claimed" and row["verdict"] == "applied"]
+            assert [c["epoch"] for c in claims] == list(range(1, len(claims) + 1)), claims
+            assert claims[0]["error"] == "its record was deleted (the journal's retention)"
+            assert claims[-1]["error"] is None and len(claims) >= 2, claims
             await client.signal("long-waiter", "approval", "past the horizon")
             assert await waiting.result(timeout=60) == {"approved": "past the horizon"}
             late: dict[str, RunHandle] = {}
