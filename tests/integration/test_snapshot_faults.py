@@ -384,6 +384,9 @@ async def test_a_trimmed_journal_takes_over_from_snapshots_and_each_gap_fails_in
         # This client's read model reads on past every snapshot: it keeps its cache.
         await (await client.read_model()).catch_up()
         newest = await newest_snapshots(bootstrap, namespace)
+        folded = await cli("runs", "list", "--json", bootstrap=bootstrap, namespace=namespace,
+                           cache=tmp_path / "old-cache")  # (a read model folded from 0)
+        assert folded.code == 0, folded.err
         await delete_below(bootstrap, namespace, newest)
 
         # (d) A client with a fresh read model needs the deleted records: it loads the
@@ -429,6 +432,11 @@ async def test_a_trimmed_journal_takes_over_from_snapshots_and_each_gap_fails_in
                                      data_dir=second.data_dir)
     assert checked.ok, checked.as_dict()
     assert sorted(checked.seeded) == list(range(PARTITIONS)), checked.seeded
+    # The read model folded before the trim holds the bytes the seeded rebuild lacks: it is
+    # untouched (it was reported changed outside the log).
+    untouched = await cli("projection", "verify", bootstrap=bootstrap, namespace=namespace,
+                          cache=tmp_path / "old-cache")
+    assert untouched.code == 0, untouched.out + untouched.err
 
     # (c) Records above partition 0's newest snapshot deleted: no snapshot covers the gap.
     # (Its offset from the anchors the log holds: a fold from offset 0 of a trimmed journal
