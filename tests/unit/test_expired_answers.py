@@ -192,7 +192,11 @@ def test_run_status_views_of_an_expired_run_and_of_a_live_one(folded: Folded) ->
     assert due["text"].startswith(f"expires at {iso_time(due['expires_at_ms'])}")
     handed = replace(settled, handed_off_to="a~1")
     assert retention_view(handed, partition)["text"] == (
-        "expires with its lineage, 5s after the lineage's last round settles")
+        "expires with its lineage, 5s after the lineage's last round settles")  # (round 0)
+    later = retention_view(replace(handed, run_id="a~1", round=1, handed_off_to="a~2"),
+                           partition)  # (a later round expires alone)
+    assert later["expires_at_ms"] == settled.updated_at_ms + RETENTION_MS
+    assert later["text"].startswith(f"expires alone at {iso_time(later['expires_at_ms'])}")
     forever = retention_view(settled, PartitionState(partition=0))
     assert forever == {"retention_ms": 0, "text": "settled runs are kept forever (retention 0)"}
     assert [retention_text(ms) for ms in (604_800_000, 43_200_000, 600_000, 3000, 1500)] == [
