@@ -46,7 +46,7 @@ def retention_view(run: RunState, partition: PartitionState) -> dict[str, Any]:
     if run.handed_off_to is not None and run.round > 0:
         # (a later round expires alone once it handed off longer than the retention ago:
         # docs/architecture.md, "A lineage shrinks while it lives")
-        at = run.updated_at_ms + ms
+        at = (run.settled_at_ms or run.updated_at_ms) + ms
         return {"retention_ms": ms, "expires_at_ms": at,
                 "text": f"expires alone at {iso_time(at)} at the earliest (handed off + "
                         f"{retention_text(ms)}, while its lineage lives on)"}
