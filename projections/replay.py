@@ -142,9 +142,10 @@ def record_of(item: HistoryEntry) -> JournalRecord:
     if item.record is not None:
         return item.record
     if item.raw is None:
-        raise RunstreamError(f"the read model holds no record bytes for offset {item.offset} "
-                             f"of partition {item.partition}: delete its directory and query "
-                             f"again")
+        raise RunstreamError(f"no record bytes for offset {item.offset} of partition "
+                             f"{item.partition}: the journal's retention deleted the record "
+                             f"(its log starts past it), or the read model lost them (then "
+                             f"delete its directory and query again)")
     return decode(item.raw)
 
 
