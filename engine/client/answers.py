@@ -85,7 +85,10 @@ def answer_in(view: View, key: str, run_id: str, partition: int,
         if not wanted:
             continue
         if item.raw is None:  # (its bytes were fetched before this: the broker has none)
-            trimmed = trimmed or (kind in ("created", "end") and bool(run_id))
+            # (not the previous round's handoff, kept in this round's history with the
+            # state it made: it does not end this round)
+            trimmed = trimmed or (kind in ("created", "end") and bool(run_id)
+                                  and item.seed is None)
             continue
         record = decode(item.raw)
         if kind != "req" and record.envelope.run_id != run_id:

@@ -162,7 +162,14 @@ class RunHandle:
         try:
             record = await tail.settlement(partition, from_offset, self.run_id)
         except AnswerTrimmed:
-            return None, await self.client.describe(exact)
+            run = await self.client.describe(exact)
+            if run.status.is_terminal:  # (its settlement's record is gone: its state says)
+                return None, run
+            # (a previous round's handoff without its state, kept from an older store: this
+            # round's own settlement is still to come, past what the read model holds)
+            view = await (await self.client.read_model()).catch_up([partition])
+            record = await tail.settlement(partition, view.partition(partition).next_offset,
+                                           self.run_id)
         if not isinstance(record, ev.RunHandedOff) and tail.settled_as_passed(
                 partition, from_offset, self.run_id):
             return record, None

@@ -317,18 +317,34 @@ def _later_rounds(view: View, run_id: str, seen: Container[str]) -> Iterator[str
 
 
 def _next_round(view: View, run_id: str) -> str | None:
-    """The round `run_id`'s handoff made; through a round that expired alone (a lineage
-    that lives on drops its handed-off rounds: only their tombstones are left), the next
-    one its lineage holds, where the walk stopped and the later rounds went unshown."""
+    """The round `run_id`'s handoff made, or, when that one is gone (a lineage that lives on
+    drops its handed-off rounds, then their tombstones), the first later round its lineage
+    still holds: the walk stopped there, and the later rounds, the live one included, went
+    unshown."""
     run = view.run(run_id)
     if run is not None:
-        return run.handed_off_to
-    stone = view.tombstone(run_id)
-    if stone is None:
+        if run.handed_off_to is None or _held(view, run.handed_off_to):
+            return run.handed_off_to
+        lineage, after = run.lineage_id, run.round
+    elif (stone := view.tombstone(run_id)) is not None:
+        lineage, after = stone.lineage_id, stone.round
+    else:
         return None
-    following = round_run_id(stone.lineage_id, stone.round + 1)
-    known = view.run(following) is not None or view.tombstone(following) is not None
-    return following if known else None
+    latest = view.run(view.addressed(lineage))
+    if latest is None or latest.round <= after:
+        return None
+    # Rounds go (and their tombstones after them) oldest first: those still held are the
+    # later ones, found by halving [after + 1, latest] (a lineage may have had millions).
+    low, high = after + 1, latest.round
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (low, middle) if _held(view, round_run_id(lineage, middle)) else (
+            middle + 1, high)
+    return round_run_id(lineage, low)
+
+
+def _held(view: View, run_id: str) -> bool:
+    return view.run(run_id) is not None or view.tombstone(run_id) is not None
 
 
 def tree_run_ids(view: View, run_id: str, *, limit: int = MAX_TREE_RUNS) -> list[str]:

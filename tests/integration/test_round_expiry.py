@@ -124,6 +124,13 @@ async def test_rounds_expire_alone_and_the_lineage_answers_with_its_final_round(
             await until(lambda: all(worker.store is not None
                                     and worker.store.tombstone(f"{r}~1") is None
                                     for r in ids), "the early rounds' tombstones to go")
+            # With their tombstones gone too, the tree goes on to the rounds still held.
+            tree = await cli("run", "history", "by-cli", "--tree", "--json",
+                             bootstrap=bootstrap, namespace=namespace, cache=tmp_path / "cache")
+            assert tree.code == 0, tree.err
+            rounds = json.loads(tree.out)["rounds"]
+            assert rounds[0]["round"] == 0 and rounds[-1]["round"] == ROUNDS, tree.out
+            assert rounds[-1]["status"] == "suspended", tree.out
             await c.signal("by-flow", "finish", "fail")
             for run_id in ids[1:]:
                 await nameless.signal(run_id, "finish", "done")

@@ -15,7 +15,17 @@ import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 
-from runstream import Client, Flow, FlowContext, RunExpired, RunHandle, RunNotFound, Worker
+from runstream import (
+    Client,
+    Flow,
+    FlowContext,
+    Handoff,
+    ResultTimeout,
+    RunExpired,
+    RunHandle,
+    RunNotFound,
+    Worker,
+)
 from runstream.engine.config import journal_topic, snapshot_topic
 from runstream.engine.demo.flows import checkout
 from runstream.engine.kafka.admin import topic_configs
@@ -39,7 +49,17 @@ async def _waiter(ctx: FlowContext, payload: Any) -> Any:
     return {"got": got}
 
 
-FLOWS = [checkout, waiter]
+relayer = Flow("snapshots-relayer")  # hands off once; its next round waits
+
+
+@relayer.handler
+async def _relayer(ctx: FlowContext, payload: Any) -> Any:
+    if payload.get("round", 0) == 0:
+        return Handoff(payload={"round": 1})
+    return {"got": await ctx.wait_for("go")}
+
+
+FLOWS = [checkout, waiter, relayer]
 
 
 def worker(bootstrap: str, namespace: str, data_dir: Path, **options: Any) -> Worker:
@@ -388,6 +408,7 @@ async def test_a_fresh_read_model_of_a_trimmed_journal_starts_from_its_snapshots
     covers them". It loads the snapshot where the broker deleted what it lacks."""
     async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=FLOWS) as c:
         await c.create_run(waiter, {}, run_id="trimmed-waiter")  # (admitted by the worker)
+        await c.create_run(relayer, {}, run_id="trimmed-relay")  # (its round 1 waits)
     await _snapshotted(bootstrap, namespace, tmp_path / "a", 240, "trimmed-")
     anchors = {}
     for p in range(TEST_JOURNAL_PARTITIONS):
@@ -407,6 +428,12 @@ async def test_a_fresh_read_model_of_a_trimmed_journal_starts_from_its_snapshots
             await fresh.signal("trimmed-waiter", "go", "after the trim")
             assert await fresh.get_handle("trimmed-waiter").result(timeout=60) == {
                 "got": "after the trim"}
+            # (a later round still waiting, its predecessor's handoff deleted: not settled)
+            with pytest.raises(ResultTimeout):
+                await fresh.get_handle("trimmed-relay~1").result(timeout=2)
+            await fresh.signal("trimmed-relay", "go", "relayed")
+            assert await fresh.get_handle("trimmed-relay").result(timeout=60, follow=True) \
+                == {"got": "relayed"}
         for command in (("runs", "list", "--json"), ("run", "result", "trimmed-7", "--json")):
             shown = await cli(*command, bootstrap=bootstrap, namespace=namespace,
                               cache=tmp_path / "cli-cache")
