@@ -75,6 +75,7 @@ class RunHandle:
             try:
                 created = await tail.created(partition, 0, self.run_id)  # read model, then tail
             except AnswerTrimmed:  # (its record is gone: its settlement or state answers)
+                await self.client.describe(self.run_id)  # (RunNotFound: it was rejected)
                 self._from_offset = 0
                 return self._from_offset
             if isinstance(created, ev.RunCreateRejected):

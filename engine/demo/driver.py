@@ -146,6 +146,7 @@ async def _show_time_travel(client: Client, run_id: str, echo: Echo) -> None:
         echo(f"  step {entry.position} {entry.name}: {entry.result_json}")
     partition = rows[0].partition
     echo(f"\npartition {partition}'s own records (claims fenced by consumer-group generation):")
+    view = await (await client.read_model()).complete(view, partitions=[partition])
     for line in format_partition_history(partition_history(view, partition)):
         echo("  " + line)
 
