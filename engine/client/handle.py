@@ -26,7 +26,7 @@ from runstream.projections.expiry import (
     expired_create_detail,
     round_to_follow,
 )
-from runstream.projections.state import RunState, RunStatus
+from runstream.projections.state import RunState, RunStatus, round_zero
 
 # How long a create waits for its owner's answer before the read model is asked whether the
 # run it names had expired (its tombstone answers then: _admission_answer).
@@ -163,12 +163,14 @@ class RunHandle:
         try:
             record = await tail.settlement(partition, from_offset, self.run_id)
         except AnswerTrimmed:
-            run = await self.client.describe(exact)
+            view = await (await self.client.read_model()).catch_up([partition])
+            run = view.run(round_zero(exact))
+            if run is None:
+                return None, await self.client.describe(exact)  # (RunExpired, RunNotFound)
             if run.status.is_terminal:  # (its settlement's record is gone: its state says)
                 return None, run
             # (a previous round's handoff without its state, kept from an older store: this
-            # round's own settlement is still to come, past what the read model holds)
-            view = await (await self.client.read_model()).catch_up([partition])
+            # round's own settlement is still to come, past what this view holds)
             record = await tail.settlement(partition, view.partition(partition).next_offset,
                                            self.run_id)
         if not isinstance(record, ev.RunHandedOff) and tail.settled_as_passed(

@@ -425,6 +425,8 @@ async def test_a_fresh_read_model_of_a_trimmed_journal_starts_from_its_snapshots
             old = await fresh.get_handle("trimmed-5").result(timeout=30)
             assert old["receipt"].startswith("receipt for ch-trimmed-5-"), old
             # (its creation deleted, its settlement to come)
+            with pytest.raises(ResultTimeout):  # (its creation deleted, still waiting)
+                await fresh.get_handle("trimmed-waiter").result(timeout=1)
             await fresh.signal("trimmed-waiter", "go", "after the trim")
             assert await fresh.get_handle("trimmed-waiter").result(timeout=60) == {
                 "got": "after the trim"}
