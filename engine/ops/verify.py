@@ -265,7 +265,8 @@ def _compare(report: VerifyReport, live: ProjectionStore, checkpoints: list[Chec
                for spec in specs]
     try:
         report.keys_compared, differences = first_differences(
-            live, rebuilt, MAX_DIFFERENCES, before_hashes=bool(report.unhashed))
+            live, rebuilt, MAX_DIFFERENCES, before_hashes=bool(report.unhashed),
+            seeded=report.seeded)
     finally:
         for store in rebuilt:
             store.close()

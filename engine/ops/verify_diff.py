@@ -86,32 +86,33 @@ class KeyDiff:
 
 
 def first_differences(live: ProjectionStore, rebuilt: list[ProjectionStore], limit: int,
-                      *, before_hashes: bool = False) -> tuple[int, list[KeyDiff]]:
+                      *, before_hashes: bool = False, seeded: Iterable[int] = ()
+                      ) -> tuple[int, list[KeyDiff]]:
     """(keys of the live store compared, its first `limit` differing keys, decoded) against
     the rebuilt shards, merged. `before_hashes`: the live store was written (in part)
-    before running hashes and the fencing index existed."""
+    before running hashes and the fencing index existed. `seeded`: the partitions rebuilt
+    from a snapshot (the journal's retention deleted the records below it)."""
     skip = BEFORE_HASHES if before_hashes else HASHES
     shards = heapq.merge(*(store.items(skip=skip) for store in rebuilt))
-    compared, differences = compare_items(_bytes_as_rebuilt(live.items(skip=skip), rebuilt),
-                                          _bytes_as_held(shards, live), limit)
+    compared, differences = compare_items(
+        _bytes_as_rebuilt(live.items(skip=skip), rebuilt, frozenset(seeded)),
+        _bytes_as_held(shards, live), limit)
     return compared, decoded(differences)
 
 
-def _bytes_as_rebuilt(held: Iterable[tuple[bytes, bytes]], rebuilt: list[ProjectionStore]
-                      ) -> Iterator[tuple[bytes, bytes]]:
-    """The live store's items, but a history item whose rebuilt twin holds no record bytes:
-    a rebuild that began from a snapshot (the journal's retention deleted the records below
-    it) has none there, where the live store, folded before the trim, kept them; compared
-    without them, as _bytes_as_held does the other way (an untouched read model was
-    reported changed outside the log)."""
+def _bytes_as_rebuilt(held: Iterable[tuple[bytes, bytes]], rebuilt: list[ProjectionStore],
+                      seeded: frozenset[int]) -> Iterator[tuple[bytes, bytes]]:
+    """The live store's items, but a history item of a seeded partition whose rebuilt twin
+    holds no record bytes: a rebuild that began from a snapshot has none below it, where
+    the live store, folded before the trim, kept them; compared without them, as
+    _bytes_as_held does the other way (an untouched read model was reported changed
+    outside the log). Other partitions' items are not looked up."""
     for key, value in held:
-        if key.startswith((b"h/", b"g/")):
-            item = decode_history(0, 0, value)
-            if item.raw is not None:
-                twins = [t for store in rebuilt if (t := _live_history(store, key)) is not None]
-                if twins and twins[0].raw is None:
-                    value = encode_history(item.verdict, item.type, item.timestamp_ms, None,
-                                           seed=item.seed if twins[0].seed is not None else None)
+        if seeded and key.startswith((b"h/", b"g/")) and _history_key(key)[1] in seeded:
+            twin = next((t for store in rebuilt
+                         if (t := _history_at(store, key)) is not None), None)
+            if twin is not None:
+                value = _as_twin_holds(value, twin)
         yield key, value
 
 
@@ -123,22 +124,34 @@ def _bytes_as_held(rebuilt: Iterable[tuple[bytes, bytes]], live: ProjectionStore
     them when asked), so there it is compared without them (its verdict, type and time
     still are)."""
     for key, value in rebuilt:
-        if key.startswith((b"h/", b"g/")) and (held := _live_history(live, key)) is not None:
-            item = decode_history(0, 0, value)
-            if held.raw is None and item.raw is not None:
-                value = encode_history(item.verdict, item.type, item.timestamp_ms, None,
-                                       seed=item.seed if held.seed is not None else None)
+        if key.startswith((b"h/", b"g/")) and (held := _history_at(live, key)) is not None:
+            value = _as_twin_holds(value, held)
         yield key, value
 
 
-def _live_history(live: ProjectionStore, key: bytes) -> HistoryEntry | None:
-    """The live store's history item at a history key (None: it has none)."""
+def _as_twin_holds(value: bytes, twin: HistoryEntry) -> bytes:
+    """A history item's value without its record bytes when its twin on the other side
+    holds none (and its round seed too when the twin has none)."""
+    item = decode_history(0, 0, value)
+    if twin.raw is not None or item.raw is None:
+        return value
+    return encode_history(item.verdict, item.type, item.timestamp_ms, None,
+                          seed=item.seed if twin.seed is not None else None)
+
+
+def _history_key(key: bytes) -> tuple[str | None, int, int]:
+    """(run id, None for a partition's own; partition; offset) of a history key."""
     if key.startswith(b"g/"):
         partition, offset = key[2:].split(b"/")
-        return live.history_entry(None, int(partition), int(offset))
+        return None, int(partition), int(offset)
     run, position = key[8:].split(b"\x00", 1)  # h/<placed>/<run>\0<partition>/<offset>
     partition, offset = position.split(b"/")
-    return live.history_entry(run.decode(), int(partition), int(offset))
+    return run.decode(), int(partition), int(offset)
+
+
+def _history_at(store: ProjectionStore, key: bytes) -> HistoryEntry | None:
+    """The store's history item at a history key (None: it has none)."""
+    return store.history_entry(*_history_key(key))
 
 
 def decoded(differences: list[Difference], *, side: str = "live") -> list[KeyDiff]:
