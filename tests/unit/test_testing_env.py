@@ -401,15 +401,8 @@ async def test_requests_naming_round_zero_and_a_reused_start_id_as_a_client_s() 
     """`<lineage>~0` reaches round 0 while it lives and is refused once it handed off (it
     reached nothing: verdict ignored); a signal-with-start whose request id was another
     run's returned its run id, and no run existed."""
-    from runstream import CancelRefused, Flow, Handoff, SignalRefused
-
-    waits: Flow[Any, Any] = Flow("env-round-zero")
-
-    @waits.handler
-    async def _waits(ctx: FlowContext, payload: Any) -> Any:
-        if payload == "hand off":
-            return Handoff(payload=None)
-        return await ctx.wait_for("go")
+    from runstream import CancelRefused, SignalRefused
+    from tests.integration.test_requests_during_handoffs import waiter as waits
 
     async with TestEnvironment([waits]) as env:
         await env.start(waits, None, run_id="a")
