@@ -27,6 +27,7 @@ from runstream.engine.errors import (
 )
 from runstream.engine.flow.attribute_calls import AttributeCalls
 from runstream.engine.flow.bounded import attempt_of
+from runstream.engine.flow.branch_cancel import BranchCancel
 from runstream.engine.flow.definition import NO_RETRY, RetryPolicy, dump_json
 from runstream.engine.flow.port import NOT_CALLED, JournalPort, Quarantined, RunReleased, Suspend
 from runstream.engine.flow.result_types import RESULT_NOT_JSON, result_adapter
@@ -91,27 +92,27 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
         down = handed_down(run.children, self._entries)
         self._spawns = len(down)
         self._open_child_bytes = sum(len(link.run_id.encode()) for link in down)
-        # Children whose outcome the handler awaited (no longer open for the limit): at most
-        # the spawns of this run, as its journal.
+        # Children whose outcome the handler awaited (not open for the limit): its spawns, at most.
         self._settled_children: set[str] = set()
         self._taken: set[str] = set()  # signal request ids this execution delivered
         # Children this execution spawned (MAX_OPEN_CHILDREN at most): the parent-exit
         # policy covers them even before the worker's projection applied their spawn.
         self.spawned: list[ChildLink] = []
         self.cancel_delivered = False
+        self._branch_cancel = BranchCancel()  # (the branches a delivered cancel reaches)
         # Step functions running now (in concurrent branches): a suspension waits for them
         # to end and their outcomes to be journaled (engine.flow.waits).
         self._steps_running = 0
         self._steps_ended = asyncio.Event()
         self._first_caller: asyncio.Task[Any] | None = None  # the task of the first call
-        self._branches = False  # a durable call came from another task since
+        self._branches = False  # a durable call came from another task since (see README)
         # Where the journal says the cancel reached the handler: a replay raises it there.
         self._cancel_delivered_at = run.cancel_delivered_at
         # Typed result loaders of the children spawned with a Flow: one per spawn at most.
         self._loaders_by_child: dict[str, Callable[[str], Any]] = {}
         self.nondeterminism: NonDeterminism | None = None
         # The first step refused for its capability: the run fails, even where the handler
-        # caught the refusal (an `except Exception` completed it, with no evidence).
+        # caught it (an `except Exception` completed it, with no evidence).
         self.refused: CapabilityRefused | None = None
         self.observer: CallObserver | None = None
 
@@ -175,8 +176,7 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
             # A durable backoff journaled and not over (its wait never began, or began
             # and goes on): wait it out before the next attempt.
             await self._retry_wait(position, name, entry.due_ms)
-        # Running (a suspension in another branch of the handler waits for it to end:
-        # engine.flow.waits), but for a durable backoff.
+        # Running, past any durable backoff: a suspension in another branch waits for it.
         self._steps_running += 1
         try:
             return await self._attempts(StepCall(position, name, fn, args, kwargs, adapter,

@@ -26,6 +26,7 @@ from runstream.engine.errors import (
     SpawnRefused,
     WaitTimeout,
 )
+from runstream.engine.flow.branch_cancel import BranchCancel
 from runstream.engine.flow.definition import Flow, dump_json
 from runstream.engine.flow.port import JournalPort
 from runstream.engine.journal import EncodeError
@@ -77,6 +78,7 @@ class WaitingCalls:
     _loaders_by_child: dict[str, Callable[[str], Any]]
     _steps_running: int
     _steps_ended: asyncio.Event
+    _branch_cancel: BranchCancel
 
     def _next_position(self, name: str, kind: str) -> int:
         raise NotImplementedError
@@ -336,12 +338,14 @@ class WaitingCalls:
         there, and the owner knows not to end a cleanup wait for the same cancel); calls
         after it, in `finally` blocks, are journaled as cleanup."""
         if self.cancel_delivered or self._cancel_delivered_at is not None:
+            self._branch_cancel.check()  # (a branch running beside the one it reached)
             return
         run = self._port.run_state()
         reason = run.cancel_requested
         if reason is None:
             return
         self.cancel_delivered = True
+        self._branch_cancel.delivered(reason)
         if position is not None and run.cancel_delivered_at is None:
             # The cascade first (projections.owner._wake says why).
             self._cascade(run, reason)
@@ -366,7 +370,9 @@ class WaitingCalls:
         (once per execution; cleanup after it runs normally)."""
         self.cancel_delivered = True
         self._cancel_delivered_at = entry.position
-        raise Cancelled(entry.error_message or "cancelled")
+        reason = entry.error_message or "cancelled"
+        self._branch_cancel.delivered(reason)
+        raise Cancelled(reason)
 
 
 class ChildRun:

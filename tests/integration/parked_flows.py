@@ -8,11 +8,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from runstream import Flow, FlowContext
+from runstream import Cancelled, Flow, FlowContext
+from runstream.projections.state import JournalEntry
 
 impatient: Flow[Any, Any] = Flow("parked-impatient")
 beside: Flow[Any, Any] = Flow("parked-beside")
 forever: Flow[Any, Any] = Flow("parked-forever")
+cancel_beside: Flow[Any, Any] = Flow("parked-cancel-beside")
 
 
 @forever.handler
@@ -42,3 +44,40 @@ async def _beside(ctx: FlowContext, payload: Any) -> Any:
         await ctx.step("work", _fails)
     signal, _ = await asyncio.gather(ctx.wait_for("go"), later())
     return signal
+
+
+def _undone(what: str) -> str:
+    return f"undid {what}"
+
+
+@cancel_beside.handler
+async def _cancel_beside(ctx: FlowContext, payload: Any) -> Any:
+    """Two waits at once, cancelled while the run sleeps: the cancel reaches the branch
+    waiting for a signal too (it suspended the run there for ever), each branch cleans up,
+    and the handler's own cleanup (a wait, then branches started after the cancel) runs
+    whole."""
+    async def branch(which: str) -> None:
+        try:
+            if which == "sleep":
+                await ctx.sleep(600)
+            else:
+                await ctx.wait_for("never")
+        except Cancelled:
+            await ctx.step(f"undo-{which}", _undone, which)
+            raise
+    try:
+        await asyncio.gather(branch("sleep"), branch("signal"))
+    except Cancelled:
+        await ctx.wait_for("ack")
+        await asyncio.gather(ctx.step("undo-c", _undone, "c"), ctx.step("undo-d", _undone, "d"))
+        raise
+    return "never cancelled"
+
+
+# What cancel_beside's journal holds, steps and waits: each cleanup once, in order.
+CANCELLED_BESIDE = [("undo-sleep", "completed"), ("undo-signal", "completed"),
+                    ("ack", "completed"), ("undo-c", "completed"), ("undo-d", "completed")]
+
+
+def steps_and_waits(journal: tuple[JournalEntry, ...]) -> list[tuple[str, str]]:
+    return [(e.name, e.status) for e in journal if e.kind in ("step", "wait")]

@@ -12,8 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from runstream import RunFailed, RunStatus, RunTimedOut
-from tests.integration.parked_flows import beside, forever, impatient
+from runstream import Client, RunCancelled, RunFailed, RunStatus, RunTimedOut
+from tests.integration.parked_flows import (
+    CANCELLED_BESIDE,
+    beside,
+    cancel_beside,
+    forever,
+    impatient,
+    steps_and_waits,
+)
 from tests.integration.support import status_when, until
 from tests.integration.test_lifetime import DOORS, ready_with_doors
 
@@ -57,3 +64,33 @@ async def test_a_handler_whose_deadline_passed_while_parked_leaves_the_cache(
                 await client.get_handle(f"forever-{door}").result(timeout=60)
         await until(lambda: not worker.executions, "the handlers unwound")
         assert len(worker.sticky) == 0
+
+
+async def test_a_cancel_reaches_every_branch_through_every_door(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """Cancelled while one branch sleeps, the branch waiting for a signal beside it met the
+    cancel too (it suspended the run there for ever); both branches' cleanup and the
+    handler's own run whole (tests/unit/test_parked_branches_env.py: the same flow)."""
+    async with ready_with_doors(bootstrap, namespace, journal, tmp_path,
+                                [cancel_beside]) as (_, client, create):
+        for door in DOORS:
+            await create(door)(cancel_beside, None, f"beside-{door}")
+        for door in DOORS:
+            await status_when(client, f"beside-{door}", RunStatus.suspended)
+            await client.cancel(f"beside-{door}", reason="enough")
+        for door in DOORS:
+            await until_waiting_for(client, f"beside-{door}", "ack")
+            await client.signal(f"beside-{door}", "ack")
+        for door in DOORS:
+            with pytest.raises(RunCancelled, match="enough"):
+                await client.get_handle(f"beside-{door}").result(timeout=60)
+            journal_now = tuple(await client.journal(f"beside-{door}"))
+            assert steps_and_waits(journal_now) == CANCELLED_BESIDE
+
+
+async def until_waiting_for(client: Client, run_id: str, name: str) -> None:
+    async def waiting() -> bool:
+        wait = (await client.describe(run_id)).wait
+        return wait is not None and wait.event_name == name
+    await until(waiting, f"{run_id} waiting for {name!r}")

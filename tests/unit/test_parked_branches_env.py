@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from runstream import RunFailed, RunStatus
+from runstream import RunCancelled, RunFailed, RunStatus
 from runstream.testing import TestEnvironment
-from tests.integration.parked_flows import beside, impatient
+from tests.integration.parked_flows import (
+    CANCELLED_BESIDE,
+    beside,
+    cancel_beside,
+    impatient,
+    steps_and_waits,
+)
 
 
 async def test_a_handlers_own_limit_around_a_wait_does_not_end_the_wait() -> None:
@@ -29,3 +35,20 @@ async def test_a_step_beside_a_suspended_wait_runs_after_it() -> None:
             await env.result(run_id)
         assert [(e.kind, e.status) for e in env.journal(run_id)] == [
             ("wait", "completed"), ("step", "failed")]
+
+
+async def test_a_cancel_reaches_the_branch_waiting_beside_the_one_it_met() -> None:
+    """It suspended the run at the other branch's wait (no timeout): cancelled, it stayed
+    suspended for ever. Each branch's cleanup and the handler's own then run whole."""
+    async with TestEnvironment([cancel_beside]) as env:
+        run_id = await env.start(cancel_beside, None, run_id="c")
+        await env.sleep(5)
+        await env.cancel(run_id, reason="enough")
+        await env.sleep(5)
+        assert env.status(run_id) is RunStatus.suspended  # the handler's cleanup wait
+        assert env.describe(run_id).wait.event_name == "ack"  # type: ignore[union-attr]
+        await env.signal(run_id, "ack")
+        with pytest.raises(RunCancelled, match="enough"):
+            await env.result(run_id)
+        assert steps_and_waits(env.journal(run_id)) == CANCELLED_BESIDE
+
