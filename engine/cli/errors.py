@@ -59,7 +59,9 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _fail(message: str, code: int) -> None:
-    click.echo(f"error: {message}", err=True)
+    # One line, whatever the message holds (a validator's or a handler's reason with line
+    # breaks, a pydantic error's several lines).
+    click.echo(f"error: {' '.join(message.split())}", err=True)
     sys.exit(code)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import warnings
@@ -258,6 +259,11 @@ class Flow(Generic[P, R]):
         UpdateRejected carries). No durable calls in it: it is not journaled, only its
         verdict is."""
         def register(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+            if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+                    type(fn).__call__):  # (an object whose __call__ is async)
+                raise TypeError(f"the validator of update {name!r} of flow {self.name!r} is "
+                                f"async; a validator is a plain function (it runs off the "
+                                f"event loop, as Temporal's)")
             self._validators[name] = fn
             return fn
 
@@ -286,14 +292,14 @@ class Flow(Generic[P, R]):
         try:
             return self._payload.validate_python(payload)
         except ValidationError as exc:
-            raise PayloadInvalid(self.name, _one_line(exc)) from None
+            raise PayloadInvalid(self.name, one_line(exc)) from None
 
     def load_payload(self, payload_json: str | bytes) -> P:
         """Validate a payload given as JSON text, as the journal holds it."""
         try:
             return self._payload.validate_json(payload_json)
         except ValidationError as exc:
-            raise PayloadInvalid(self.name, _one_line(exc)) from None
+            raise PayloadInvalid(self.name, one_line(exc)) from None
 
     def dump_payload(self, payload: Any) -> str:
         """The payload as canonical JSON: PayloadInvalid if it does not fit, or holds NaN or
@@ -362,7 +368,8 @@ def _holds_non_finite(value: Any) -> bool:
     return False
 
 
-def _one_line(exc: ValidationError) -> str:
+def one_line(exc: ValidationError) -> str:
+    """A pydantic error in one line: its first three fields and what each lacks."""
     parts = []
     for error in exc.errors()[:3]:
         where = ".".join(str(p) for p in error["loc"]) or "payload"

@@ -9,12 +9,17 @@ all of it here (two cores: min(32, cores + 4) threads). Same preparation, same v
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 import json
 from collections.abc import Callable
 from typing import Any
 
+from pydantic import ValidationError
+
 from runstream.engine.errors import ThreadsExhausted, journal_text
 from runstream.engine.flow.bounded import in_own_thread, start_own_thread
+from runstream.engine.flow.definition import one_line
 from runstream.projections.reactions import RegisteredFlow
 from runstream.projections.state import InboxItem
 
@@ -70,12 +75,24 @@ def _prepared(flow: RegisteredFlow, item: InboxItem) -> Verdict | Validation:
 
     def validation() -> Verdict:
         try:
-            validator(payload)
-            return None
+            returned = validator(payload)
         except Exception as exc:  # its refusal, whatever it raised
-            return journal_text(str(exc)) or type(exc).__name__
+            return journal_text(_reason(exc))
+        if inspect.isawaitable(returned):  # (never awaited, it accepted every update)
+            with contextlib.suppress(Exception):
+                returned.close()  # type: ignore[attr-defined]
+            return (f"the validator of update {item.name!r} is async; a validator is a plain "
+                    f"function (it runs off the event loop)")
+        return None
 
     return validation
+
+
+def _reason(exc: Exception) -> str:
+    """Its refusal in one line: a pydantic error's fields, or the message's words."""
+    if isinstance(exc, ValidationError):
+        return one_line(exc)
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _out_of_time(item: InboxItem, limit: float) -> str:

@@ -33,6 +33,7 @@ from tests.integration.update_flows import (
     hops,
     ordered,
     rounds,
+    typed,
 )
 
 APP = "tests.integration.update_flows:flows"
@@ -62,7 +63,8 @@ async def test_updates_through_every_door(bootstrap: str, namespace: str, journa
             await status_when(knows, "doors", RunStatus.completed)
 
 
-def _with_request_id(run_id: str, request_id: str, payload_json: str) -> bytes:
+def _with_request_id(run_id: str, request_id: str, payload_json: str, *,
+                     name: str = "approve") -> bytes:
     """A plain producer's update request, from schemas/ alone, with its own request id."""
     registry = json.loads((SCHEMAS / "registry.json").read_text())
     [entry] = [e for e in registry["records"]
@@ -72,7 +74,7 @@ def _with_request_id(run_id: str, request_id: str, payload_json: str) -> bytes:
     schema = fastavro.parse_schema(json.loads((SCHEMAS / entry["file"]).read_text()), named)
     datum = {"envelope": {"type": "run.update-requested", "run_id": run_id,
                           "lineage_id": run_id, "request_id": request_id,
-                          "timestamp_ms": 0}, "name": "approve", "payload_json": payload_json}
+                          "timestamp_ms": 0}, "name": name, "payload_json": payload_json}
     buffer = io.BytesIO()
     fastavro.schemaless_writer(buffer, schema, datum)
     return b"\x00" + struct.pack(">I", entry["id"]) + buffer.getvalue()
@@ -309,3 +311,36 @@ async def test_updates_are_taken_in_the_order_they_arrived_whatever_their_valida
 
 async def _buffered_count(client: Client, run_id: str, count: int) -> bool:
     return len((await client.describe(run_id)).signals) >= count
+
+
+async def test_a_validator_s_rejection_is_one_line_and_an_async_check_rejects(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path) -> None:
+    """Through every door: a pydantic error's lines, one line of reason; a coroutine a
+    validator returned (it was dropped, and every update accepted), a rejection."""
+    async with running_worker(bootstrap, namespace, tmp_path / "w", flows):
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows,
+                          read_model_dir=tmp_path / "rm") as knows, \
+                Client(bootstrap_servers=bootstrap, namespace=namespace,
+                       read_model_dir=tmp_path / "rm2") as nameless:
+            await knows.create_run(typed, None, run_id="typed")
+            for client in (knows, nameless):
+                with pytest.raises(UpdateRejected, match="is async"):
+                    await client.update("typed", "later", {"x": 1}, timeout=30)
+                with pytest.raises(UpdateRejected) as bad:
+                    await client.update("typed", "discount", {"percent": "lots"}, timeout=30)
+                assert bad.value.reason.startswith("percent: Input should be a valid integer")
+                assert "\n" not in str(bad.value)
+            out = await cli("run", "update", "typed", "discount", "--payload", "[1, 2]",
+                            bootstrap=bootstrap, namespace=namespace, cache=tmp_path / "c")
+            assert out.code != 0 and out.err.count("\n") == 1, out.err
+            assert "Input should be a valid dictionary" in out.err
+            await produce_plain(bootstrap, journal, "typed", _with_request_id(
+                "typed", uuid.uuid4().hex, '{"code": 1}', name="discount"),
+                record_type="run.update-requested")
+            assert await nameless.update("typed", "discount",
+                                         {"percent": 1, "code": "x", "stop": True},
+                                         timeout=30) == {"percent": 1, "code": "x", "stop": True}
+    projection = await fold(bootstrap, namespace)
+    reasons = [i.record.reason for i in projection.history["typed"]
+               if isinstance(i.record, ev.UpdateRejected)]
+    assert len(reasons) == 6 and all("\n" not in r for r in reasons), reasons

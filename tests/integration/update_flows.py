@@ -8,6 +8,8 @@ import os
 import time
 from typing import Any
 
+from pydantic import BaseModel
+
 from runstream import Flow, FlowContext, Handoff
 
 approval = Flow("u-approval")
@@ -146,4 +148,36 @@ async def _ordered(ctx: FlowContext, payload: Any) -> list[int]:
     return taken
 
 
-flows = [approval, rounds, counter, far, hops, busy, ordered]
+typed = Flow("u-typed")
+
+
+class Discount(BaseModel):
+    percent: int
+    code: str
+
+
+@typed.validator("discount")
+def _discount(payload: Any) -> None:
+    Discount.model_validate(payload)  # its ValidationError is several lines long
+
+
+async def _judged_later(payload: Any) -> None:
+    raise ValueError("never awaited")
+
+
+# An async check passed through a plain callable (registering an async validator itself is
+# refused): the coroutine it returns was dropped, and every update accepted.
+typed.validator("later")(lambda payload: _judged_later(payload))
+
+
+@typed.handler
+async def _typed(ctx: FlowContext, payload: Any) -> Any:
+    """Replies to each update, 'discount' or 'later', until one says stop."""
+    while True:
+        update = await ctx.wait_for_update("discount")
+        await update.reply(update.payload)
+        if update.payload.get("stop"):
+            return "stopped"
+
+
+flows = [approval, rounds, counter, far, hops, busy, ordered, typed]

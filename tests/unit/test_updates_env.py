@@ -24,7 +24,7 @@ from runstream.engine.flow import validation
 from runstream.engine.journal import events as ev
 from runstream.projections.state import MAX_SIGNALS, RunStatus, Verdict, round_run_id
 from runstream.testing import TestEnvironment
-from tests.integration.update_flows import far
+from tests.integration.update_flows import far, typed
 
 approvals = Flow("upd-approvals")
 
@@ -247,3 +247,27 @@ async def test_a_reply_that_could_not_be_sent_leaves_the_update_to_be_rejected()
         with pytest.raises(UpdateRejected, match="does not fit"):
             await env.update("f", "ask", None)
         assert await env.result("f") == "done"
+
+
+async def test_an_async_validator_is_refused_and_a_rejection_is_one_line() -> None:
+    """An async validator was called and its coroutine dropped: every update accepted. It
+    is refused where it is registered, and a coroutine a plain callable returns rejects the
+    update; a pydantic error's lines are one line of reason."""
+    async def check(payload: Any) -> None:
+        raise ValueError("no")
+
+    with pytest.raises(TypeError, match="is async; a validator is a plain function"):
+        Flow("upd-async").validator("v")(check)
+    async with TestEnvironment([typed]) as env:
+        await env.start(typed, None, run_id="t")
+        with pytest.raises(UpdateRejected, match="is async") as later:
+            await env.update("t", "later", {"x": 1})
+        with pytest.raises(UpdateRejected) as bad:
+            await env.update("t", "discount", {"percent": "lots"})
+        for rejected in (later.value, bad.value):
+            assert "\n" not in str(rejected), str(rejected)
+        assert bad.value.reason == "percent: Input should be a valid integer, unable to " \
+                                   "parse string as an integer; code: Field required"
+        assert await env.update("t", "discount", {"percent": 5, "code": "x", "stop": 1}) \
+            == {"percent": 5, "code": "x", "stop": 1}
+        assert await env.result("t") == "stopped"
