@@ -16,6 +16,7 @@ one (`partition.outbox-sent`), and answers whoever waits for it:
   wake (a child settled)  a minimal wake under the same request id: the child failed with
                         ResultUndeliverable, "result could not be delivered: ...", so the
                         parent's `child.result()` raises ChildFailed instead of waiting
+  create (a fire)       its schedule hears the run was rejected (schedule.run-settled)
   cancel (a cascade)    evidence (`evidence.recorded`) on the run that sent it
 """
 
@@ -31,6 +32,7 @@ from runstream.engine.journal import events as ev
 from runstream.engine.journal.events import RECORD_CLASSES
 from runstream.engine.journal.records import lineage_of, request_envelope, too_large_to_send
 from runstream.projections.outbox_requests import refused_spawn, wake_request
+from runstream.projections.schedules import settled_notice
 from runstream.projections.sending import RESULT_UNDELIVERABLE
 from runstream.projections.state import InboxItem, OutboxItem, RunStatus
 
@@ -108,7 +110,8 @@ def give_up(item: OutboxItem, reason: UnsendableReason, detail: str) -> GiveUp:
     text = journal_text(detail, TEXT_LIMIT)
     body = _body(item)
     if item.type == ev.RunCreateRequested.TYPE:
-        return GiveUp(item, reason, text, replacement=_spawn_refused(item, body, reason, text))
+        return GiveUp(item, reason, text, replacement=(
+            _spawn_refused(item, body, reason, text) or _fire_refused(item, body)))
     if item.type == ev.RunWakeRequested.TYPE:
         return GiveUp(item, reason, text, replacement=_minimal_wake(item, body, text))
     if item.type == ev.RunCancelRequested.TYPE:
@@ -152,6 +155,14 @@ def _spawn_refused(item: OutboxItem, body: dict[str, Any], reason: UnsendableRea
                         parent_position=position)
     why = f"the create request of child {item.run_id} cannot be sent ({reason}): {detail}"
     return refused_spawn(item.run_id, request, why)
+
+
+def _fire_refused(item: OutboxItem, body: dict[str, Any]) -> OutboxItem | None:
+    """A schedule's fire: its schedule hears the run was rejected, as when the run's owner
+    rejects the create (it kept the run as running for ever, and an overlap policy but
+    allow_all skipped or held every later instant)."""
+    schedule_id = _text(body, "schedule_id")
+    return None if schedule_id is None else settled_notice(schedule_id, item.run_id, "rejected")
 
 
 def _minimal_wake(item: OutboxItem, body: dict[str, Any], detail: str) -> OutboxItem | None:

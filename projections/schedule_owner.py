@@ -18,10 +18,19 @@ from collections.abc import Callable
 from typing import Any
 
 from runstream.engine.journal import events as ev
-from runstream.engine.journal.input_limits import NameInvalid, check_name
+from runstream.engine.journal.input_limits import (
+    MAX_TIMEOUT_MS,
+    NameInvalid,
+    PayloadTooLarge,
+    check_name,
+    check_payload,
+)
 from runstream.projections import cron
 from runstream.projections.reactions import OwnerView, Reaction, Write, subject_of
 from runstream.projections.schedule_state import (
+    ACTIONS,
+    MAX_CHANGES,
+    OVERFLOWED,
     OVERLAPS,
     Change,
     ScheduleSpec,
@@ -90,9 +99,15 @@ def answer_changes(view: OwnerView, schedule: ScheduleState, now_ms: int) -> lis
 
 
 def _answer(schedule: ScheduleState, change: Change, now_ms: int) -> list[Record]:
-    given: dict[str, Any] = json.loads(change.body_json)
     sid = {"schedule_id": schedule.schedule_id}
+    if change.body_json == OVERFLOWED:
+        return [(ev.ScheduleChangeRejected, {**sid, "reason": (
+            f"schedule {schedule.schedule_id!r} had {MAX_CHANGES} changes waiting for an "
+            f"answer, the most it holds: send the {change.action} again")})]
+    given: dict[str, Any] = json.loads(change.body_json)
     try:
+        if change.action not in ACTIONS:  # (a plain producer's: an update, it was taken for)
+            raise SpecInvalid(f"no action {change.action!r}: one of {', '.join(ACTIONS)}")
         if change.action == "create":
             if schedule.exists:
                 raise SpecInvalid(f"schedule {schedule.schedule_id!r} exists already")
@@ -104,7 +119,7 @@ def _answer(schedule: ScheduleState, change: Change, now_ms: int) -> list[Record
             raise SpecInvalid(f"schedule {schedule.schedule_id!r} does not exist")
         _check_authority(schedule.spec, given)
         return _change_existing(schedule, change, given, now_ms)
-    except (SpecInvalid, cron.CronInvalid, NameInvalid, ValueError) as exc:
+    except (SpecInvalid, cron.CronInvalid, NameInvalid, PayloadTooLarge, ValueError) as exc:
         return [(ev.ScheduleChangeRejected, {**sid, "reason": str(exc)})]
 
 
@@ -122,7 +137,10 @@ def _change_existing(schedule: ScheduleState, change: Change, given: dict[str, A
     if action == "backfill":
         return _backfill(schedule, given, now_ms)
     paused = {"pause": True, "unpause": False}.get(action, given.get("paused", schedule.paused))
-    note = given.get("note") if action in ("pause", "update") else None
+    # An update keeps the pause's note unless it gives one (it wiped "why" off a schedule
+    # paused for a reason), and unpausing drops it.
+    note = given.get("note") if action == "pause" else (
+        given.get("note", schedule.note if paused else None) if action == "update" else None)
     spec = _spec(given, schedule.spec) if action == "update" else schedule.spec
     # On from the instant the schedule was on, not from now: one past its time but not
     # due yet (its jitter) still fires, where a change made meanwhile dropped it. Only
@@ -154,6 +172,8 @@ def _spec(given: dict[str, Any], base: ScheduleSpec | None) -> ScheduleSpec:
     fields: dict[str, Any] = {} if base is None else {
         name: getattr(base, name) for name in ScheduleSpec.__struct_fields__}
     fields.update({k: v for k, v in given.items() if k in ScheduleSpec.__struct_fields__})
+    if given.get("cron") is not None and given.get("every_ms") is not None:
+        raise SpecInvalid("give a schedule cron or every, not both")
     if "cron" in given and given["cron"] is not None:
         fields["every_ms"] = None
     elif "every_ms" in given and given["every_ms"] is not None:
@@ -172,9 +192,22 @@ def _spec(given: dict[str, Any], base: ScheduleSpec | None) -> ScheduleSpec:
     cron.check_timezone(spec.timezone)
     if spec.overlap not in OVERLAPS:
         raise SpecInvalid(f"overlap must be one of {', '.join(OVERLAPS)}, not {spec.overlap!r}")
-    if spec.catchup_window_ms < 0 or spec.jitter_ms < 0:
-        raise SpecInvalid("the catch-up window and the jitter must be 0 or more")
+    if spec.catchup_window_ms < 0 or spec.jitter_ms < 0 or spec.offset_ms < 0:
+        raise SpecInvalid("the catch-up window, the jitter and the offset must be 0 or more")
+    _check_runs(spec)
     return spec
+
+
+def _check_runs(spec: ScheduleSpec) -> None:
+    """What its fired runs' creates would be rejected for, at every fire (a plain
+    producer's change passes no client check): their flow name, payload and timeout."""
+    check_name("flow", spec.flow)
+    json.loads(spec.payload_json)  # (ValueError: the payload is not JSON)
+    check_payload(f"the payload of schedule runs of {spec.flow!r}", spec.payload_json)
+    timeout = spec.run_timeout_ms
+    if timeout is not None and not 0 < timeout <= MAX_TIMEOUT_MS:
+        raise SpecInvalid(f"a run timeout is more than 0 ms and at most {MAX_TIMEOUT_MS} ms "
+                          f"(100 years), not {timeout} ms")
 
 
 def _state(spec: ScheduleSpec, given: dict[str, Any], now_ms: int) -> dict[str, Any]:

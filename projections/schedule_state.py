@@ -13,6 +13,11 @@ from runstream.projections.state import _Frozen
 MAX_RUNNING = 64  # runs of one schedule not settled yet that it keeps track of (allow_all)
 MAX_RECENT = 10  # the latest fired runs `describe` shows
 MAX_CHANGES = 16  # change requests waiting for the owner's answer
+# Change requests past MAX_CHANGES kept without their fields (OVERFLOWED), each answered with
+# a refusal to send it again: a burst's callers hear why, where they waited 30 s for nothing.
+# Past both, a request is ignored (its caller's wait ends in ResultTimeout).
+MAX_OVERFLOW = 240
+OVERFLOWED = ""  # the body of a change kept past MAX_CHANGES (a kept one's is a JSON object)
 MAX_RANGES = 16  # ranges of the watermark kept
 
 OVERLAPS = ("skip", "buffer_one", "allow_all", "cancel_other")
@@ -51,7 +56,7 @@ class Change(_Frozen, frozen=True, array_like=True):
     request_id: str
     action: str
     offset: int
-    body_json: str  # the request's fields (projections.schedules.change_body)
+    body_json: str  # the request's fields (projections.schedules.change_body), or OVERFLOWED
 
 
 class ScheduleState(_Frozen, frozen=True, array_like=True):
@@ -74,7 +79,7 @@ class ScheduleState(_Frozen, frozen=True, array_like=True):
     running: tuple[str, ...] = ()  # fired runs not settled yet, MAX_RUNNING at most
     buffered_ms: int | None = None  # buffer_one: the one fire waiting for the running run
     recent: tuple[Fired, ...] = ()  # MAX_RECENT at most, newest last
-    changes: tuple[Change, ...] = ()  # MAX_CHANGES at most
+    changes: tuple[Change, ...] = ()  # MAX_CHANGES at most, and MAX_OVERFLOW overflowed
     # The instant an update kept past its nominal time (it waited out its jitter then): it
     # fires however its due time under the new spec stands to the catch-up window.
     kept_ms: int | None = None

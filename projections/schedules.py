@@ -25,9 +25,11 @@ from runstream.projections.fencing import accept
 from runstream.projections.requests import request_id_of
 from runstream.projections.schedule_state import (
     MAX_CHANGES,
+    MAX_OVERFLOW,
     MAX_RANGES,
     MAX_RECENT,
     MAX_RUNNING,
+    OVERFLOWED,
     Change,
     Fired,
     ScheduleSpec,
@@ -93,10 +95,12 @@ def _request(schedule: ScheduleState | None, record: ev.JournalRecord, offset: i
     if schedule is None:
         schedule = ScheduleState(schedule_id=record.schedule_id, partition=partition,
                                  created_ms=when, updated_ms=when)
-    if len(schedule.changes) >= MAX_CHANGES:
+    if len(schedule.changes) >= MAX_CHANGES + MAX_OVERFLOW:
         return schedule  # (ignored: its client is told by the request's absence of answer)
+    kept = sum(1 for change in schedule.changes if change.body_json != OVERFLOWED)
     change = Change(request_id=request_id_of(record, offset), action=record.action,
-                    offset=offset, body_json=change_body(record))
+                    offset=offset,
+                    body_json=change_body(record) if kept < MAX_CHANGES else OVERFLOWED)
     return replace(schedule, changes=(*schedule.changes, change), updated_ms=when)
 
 
@@ -151,7 +155,7 @@ def _decision(schedule: ScheduleState, record: ev.JournalRecord
                        kept_at_ms=None if kept is None else when)
         if isinstance(record, ev.ScheduleCreated):  # (a life of its own: no runs of one)
             made = replace(made, created_ms=when, handled=(), buffered_ms=None, running=(),
-                           recent=())
+                           recent=(), fires=0, skipped=0)
         if record.paused:
             made = replace(made, range_open=False)
         return made, ()

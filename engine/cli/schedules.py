@@ -5,7 +5,6 @@ and backfill a schedule, and read its history. Each command is one application f
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -22,6 +21,7 @@ from runstream.engine.client.client import Client
 from runstream.engine.readmodel.rows import HistoryRow
 from runstream.engine.readmodel.schedule_view import schedule_lines, schedule_view
 from runstream.engine.timetravel.history import format_history, schedule_history
+from runstream.engine.timetravel.points import parse_time
 from runstream.projections.partitioning import run_partition
 
 # -- the application functions ------------------------------------------------------------------
@@ -205,14 +205,16 @@ _simple("trigger", "Fire SCHEDULE_ID now; prints the run's id.")
 
 @schedule.command("backfill")
 @click.argument("schedule_id")
-@click.option("--start", required=True, type=click.DateTime(), help="After this instant (UTC).")
-@click.option("--end", required=True, type=click.DateTime(), help="Up to this one (UTC).")
+@click.option("--start", required=True,
+              help="After this instant (ISO-8601, as describe prints it; UTC when it names "
+                   "no zone).")
+@click.option("--end", required=True, help="Up to this one.")
 @_common
-def backfill(schedule_id: str, start: datetime, end: datetime, as_json: bool,
+def backfill(schedule_id: str, start: str, end: str, as_json: bool,
              bootstrap: str | None, namespace: str | None) -> None:
     """Fire the instants of (START, END] the schedule did not fire itself."""
     out = change_schedule(bootstrap, namespace, "backfill", schedule_id,
-                          start=start.replace(tzinfo=UTC), end=end.replace(tzinfo=UTC))
+                          start=parse_time(start), end=parse_time(end))
     _echo(out, as_json)
 
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from runstream.engine.config import Duration, as_duration, millis
 from runstream.engine.errors import InvalidInput
-from runstream.engine.flow.definition import Flow, dump_json
-from runstream.engine.journal.input_limits import check_name
+from runstream.engine.flow.definition import Flow, dump_json, timeout_ms
+from runstream.engine.journal.input_limits import check_name, check_payload
 from runstream.engine.journal.timetext import epoch_ms
 
 OVERLAPS = ("skip", "buffer_one", "allow_all", "cancel_other")
@@ -33,8 +33,8 @@ def _ms(value: Duration | None, what: str, *, positive: bool = False) -> int | N
         return None
     ms = millis(as_duration(value))
     if ms < (1 if positive else 0):
-        raise InvalidInput(f"{what} must be more than 0, not {value!r}" if positive
-                           else f"{what} must be 0 or more, not {value!r}")
+        raise InvalidInput(f"{what} must be more than 0, not {ms} ms" if positive
+                           else f"{what} must be 0 or more, not {ms} ms")
     return ms
 
 
@@ -55,15 +55,15 @@ def spec_fields(flow: Flow[Any, Any] | str | None = None, payload: Any = NOT_GIV
         "offset_ms": _ms(offset, "offset"), "timezone": timezone, "overlap": overlap,
         "catchup_window_ms": _ms(catchup_window, "catchup_window"),
         "jitter_ms": _ms(jitter, "jitter"),
-        "run_timeout_ms": _ms(run_timeout, "run_timeout", positive=True),
+        "run_timeout_ms": timeout_ms(run_timeout, "run_timeout"),
         "paused": paused, "note": note}
     if flow is not None:
         name = flow.name if isinstance(flow, Flow) else flow
         check_name("flow", name)
         fields["flow"] = name
     if payload is not NOT_GIVEN:
-        fields["payload_json"] = (flow.dump_payload(payload) if isinstance(flow, Flow)
-                                  else dump_json(payload))
+        fields["payload_json"] = check_payload("the payload of a schedule's runs", (
+            flow.dump_payload(payload) if isinstance(flow, Flow) else dump_json(payload)))
     return {k: v for k, v in fields.items() if v is not None}
 
 

@@ -1,0 +1,126 @@
+"""A schedule's inputs, checked as a run's are (review of issue 20): a burst of changes past
+the pending bound is refused, not dropped; a plain producer's spec its fired runs could never
+be created from is refused at once, not at every fire; a fire whose create cannot be sent
+frees the schedule; an update keeps a pause's note; a schedule made again starts counting
+from 0 (tests/integration/test_schedule_inputs.py: the same on a broker)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from runstream import DurationInvalid, Flow, InvalidInput
+from runstream.engine.journal import events as ev
+from runstream.engine.journal.records import request_envelope
+from runstream.projections.outbox_fallback import give_up
+from runstream.projections.schedule_owner import _answer
+from runstream.projections.schedule_state import (
+    MAX_CHANGES,
+    MAX_OVERFLOW,
+    OVERFLOWED,
+    ScheduleState,
+)
+from runstream.projections.schedules import apply_schedule
+from runstream.projections.state import OutboxItem, PartitionState
+from runstream.testing import TestEnvironment
+
+tock = Flow("si-tock")
+START = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+@tock.handler
+async def _tock(ctx: Any, payload: Any) -> Any:
+    return payload
+
+
+def change(schedule_id: str, request_id: str, action: str = "trigger",
+           **fields: Any) -> ev.ScheduleChangeRequested:
+    """A change request as a plain producer writes it."""
+    return ev.ScheduleChangeRequested(
+        envelope=request_envelope(ev.ScheduleChangeRequested.TYPE, "", request_id=request_id,
+                                  now_ms=0, lineage_id=schedule_id),
+        schedule_id=schedule_id, action=action, **fields)
+
+
+# A plain producer's spec no fired run could be created from, and why it is refused.
+BAD_SPECS = [
+    ({"action": "bogus"}, "no action 'bogus'"),
+    ({"cron": "0 * * * *", "every_ms": 60_000}, "cron or every, not both"),
+    ({"every_ms": 60_000, "payload_json": "{not json"}, "Expecting property name"),
+    ({"every_ms": 60_000, "run_timeout_ms": -1}, "a run timeout is more than 0 ms"),
+    ({"every_ms": 60_000, "offset_ms": -5}, "must be 0 or more"),
+    ({"every_ms": 60_000, "flow": "no such flow!"}, "flow name"),
+    ({"every_ms": 60_000, "payload_json": json.dumps("x" * 600_000)}, "over the"),
+]
+
+
+@pytest.mark.parametrize(("fields", "reason"), BAD_SPECS)
+async def test_a_spec_no_run_could_be_created_from_is_refused(fields: dict[str, Any],
+                                                              reason: str) -> None:
+    async with TestEnvironment([tock], start=START) as env:
+        given = {"action": "create", "flow": tock.name, **fields}
+        env.log.append(env.partition_of("s"), change("s", "bad", **given))
+        [answer] = [h.record for h in env.projection.partition_history[env.partition_of("s")]
+                    if isinstance(h.record, ev.ScheduleChangeRejected)]
+        assert reason in answer.reason, answer.reason
+        await env.sleep(180)
+        assert env.list_schedules() == [] and env.projection.runs == {}
+
+
+def test_changes_past_the_pending_bound_are_kept_to_be_refused() -> None:
+    """Past MAX_CHANGES a change is kept without its fields, and answered with a refusal
+    (it was ignored: its caller waited 30 s and heard 'is a worker up?'); past both bounds
+    it is ignored."""
+    partition, schedule = PartitionState(partition=0), None
+    total = MAX_CHANGES + MAX_OVERFLOW + 1
+    for n in range(total):
+        applied = apply_schedule(partition, schedule, change("s", f"r{n}"), n, 0)
+        partition, schedule = applied.partition, applied.schedule
+    assert isinstance(schedule, ScheduleState)
+    kept = [c for c in schedule.changes if c.body_json != OVERFLOWED]
+    assert len(kept) == MAX_CHANGES and len(schedule.changes) == MAX_CHANGES + MAX_OVERFLOW
+    [(cls, body)] = _answer(schedule, schedule.changes[-1], 0)
+    assert cls is ev.ScheduleChangeRejected
+    assert body["reason"] == (f"schedule 's' had {MAX_CHANGES} changes waiting for an answer, "
+                              f"the most it holds: send the trigger again")
+
+
+def test_a_fire_whose_create_cannot_be_sent_tells_its_schedule() -> None:
+    """The schedule kept the run as running for ever: under skip, every later instant was
+    skipped as an overlap."""
+    item = OutboxItem(request_id="fire/s@1", type=ev.RunCreateRequested.TYPE, run_id="s@1",
+                      lineage_id="s@1", body_json=json.dumps({"flow": "f", "schedule_id": "s"}))
+    replacement = give_up(item, "too-large", "over the record limit").replacement
+    assert replacement is not None and replacement.type == ev.ScheduleRunSettled.TYPE
+    assert json.loads(replacement.body_json) == {"schedule_id": "s", "run_id": "s@1",
+                                                 "status": "rejected"}
+
+
+async def test_an_update_keeps_the_pause_note_and_a_new_schedule_counts_from_zero() -> None:
+    async with TestEnvironment([tock], start=START) as env:
+        await env.create_schedule("s", tock, {"n": 1}, every=60)
+        await env.sleep(190)
+        await env.pause_schedule("s", note="db migration until friday")
+        await env.update_schedule("s", payload={"n": 2})
+        assert env.describe_schedule("s").note == "db migration until friday"
+        await env.update_schedule("s", payload={"n": 3}, note="until monday")
+        assert env.describe_schedule("s").note == "until monday"
+        await env.unpause_schedule("s")
+        assert env.describe_schedule("s").note is None
+        assert env.describe_schedule("s").fires == 3
+        await env.delete_schedule("s")
+        await env.create_schedule("s", tock, {"n": 1}, every=60)
+        made_again = env.describe_schedule("s")
+        assert (made_again.fires, made_again.skipped, made_again.recent) == (0, 0, ())
+
+
+async def test_the_client_checks_a_schedule_s_payload_and_run_timeout() -> None:
+    async with TestEnvironment([tock], start=START) as env:
+        with pytest.raises(InvalidInput, match="over the 524288-byte limit"):
+            await env.create_schedule("s", tock, "x" * 600_000, every=60)
+        with pytest.raises(DurationInvalid, match="at most 100 years"):
+            await env.create_schedule("s", tock, every=60, run_timeout=timedelta(days=365 * 200))
+        assert env.list_schedules() == []
