@@ -177,7 +177,8 @@ def resolves(run: RunState, record: ev.RunResumeRequested) -> bool:
     return (wait is not None and wait.kind == "quarantine"
             and record.resolution in ("retry", "skip")
             and record.position == wait.position and record.digest == wait.digest
-            and (record.resolution == "retry" or record.result_json is not None))
+            and (record.resolution == "retry" or (
+                record.result_json is not None and is_json(record.result_json))))
 
 
 def _wake(run: RunState, record: ev.RunWakeRequested,
@@ -267,8 +268,27 @@ def describe_refusal(run: RunState | None, record: ev.JournalRecord,
                 return (f"the resolution names position {record.position} digest "
                         f"{record.digest}, but the run is quarantined at position "
                         f"{wait.position} digest {wait.digest} (a stale resolution?)")
+            if record.resolution not in ("retry", "skip"):
+                return f"a resolution is retry or skip, not {record.resolution!r}"
+            if record.resolution == "skip" and record.result_json is not None:
+                return "the skip's result is not JSON"
             return "skip needs --result: the step's outcome to record"
+        if record.resolution is not None:
+            return (f"the run is not quarantined (it waits: {wait.kind} at position "
+                    f"{wait.position}): a resolution answers a quarantine")
     return "refused"
+
+
+def resume_refusal(resolution: str | None, position: int | None,
+                   digest: str | None) -> str | None:
+    """Why a client refuses a resume before sending it (None: it sends it): the Client and
+    the TestEnvironment alike."""
+    if resolution not in (None, "retry", "skip"):
+        return f"resolution must be retry or skip, not {resolution!r}"
+    if resolution is None and (position is not None or digest is not None):
+        # (without one it was an operator wake: it ended a signal wait with WaitTimeout)
+        return "a position and a digest name a quarantined step: give them with a resolution"
+    return None
 
 
 def request_id_of(record: ev.JournalRecord, offset: int) -> str:

@@ -61,7 +61,7 @@ from runstream.engine.observability.tracing import carrier, create_span
 from runstream.engine.readmodel.lookups import expired_error, missing_run
 from runstream.engine.readmodel.model import ReadModel, default_read_model_dir
 from runstream.projections.partitioning import run_partition
-from runstream.projections.requests import describe_refusal
+from runstream.projections.requests import describe_refusal, resume_refusal
 from runstream.projections.state import (
     JournalEntry,
     RunState,
@@ -264,8 +264,8 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
         `resolution`, resolve its quarantine: "retry" runs the step again, "skip" records
         `result` as the step's outcome. `position` and `digest` name the quarantined step
         (`run status` shows them). Raises ResumeRefused or RunNotFound (or RunExpired)."""
-        if resolution not in (None, "retry", "skip"):
-            raise ResumeRefused(run_id, f"resolution must be retry or skip, not {resolution!r}")
+        if (refusal := resume_refusal(resolution, position, digest)) is not None:
+            raise ResumeRefused(run_id, refusal)
         check_run_id(run_id)
         result_json = (check_payload("the skipped step's result", dump_json(result))
                        if resolution == "skip" else None)

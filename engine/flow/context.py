@@ -31,7 +31,7 @@ from runstream.engine.flow.branch_cancel import BranchCancel
 from runstream.engine.flow.definition import NO_RETRY, RetryPolicy, dump_json
 from runstream.engine.flow.port import NOT_CALLED, JournalPort, Quarantined, RunReleased, Suspend
 from runstream.engine.flow.result_types import RESULT_NOT_JSON, result_adapter
-from runstream.engine.flow.step_calls import StepCall, args_digest
+from runstream.engine.flow.step_calls import StepCall, args_digest, replayed_result
 from runstream.engine.flow.update_calls import Update, UpdateCalls
 from runstream.engine.flow.waits import ChildRun, WaitingCalls, handed_down
 from runstream.engine.journal import events as ev
@@ -159,7 +159,7 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
         adapter = result_adapter(fn)
         entry = self._entries.get(position)
         if entry is not None and entry.status == "completed":
-            return cast(Any, adapter.validate_json(entry.result_json or "null"))
+            return replayed_result(adapter, entry)
         if entry is not None and entry.status == "failed":
             raise StepFailed(name, entry.error_type or "Error", entry.error_message or "",
                              entry.attempts)

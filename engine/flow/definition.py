@@ -368,11 +368,12 @@ def _holds_non_finite(value: Any) -> bool:
     return False
 
 
-def one_line(exc: ValidationError) -> str:
-    """A pydantic error in one line: its first three fields and what each lacks."""
+def one_line(exc: ValidationError, whole: str = "payload") -> str:
+    """A pydantic error in one line: its first three fields (`whole`: the value itself)
+    and what each lacks."""
     parts = []
     for error in exc.errors()[:3]:
-        where = ".".join(str(p) for p in error["loc"]) or "payload"
+        where = ".".join(str(p) for p in error["loc"]) or whole
         parts.append(f"{where}: {error['msg']}")
     more = exc.error_count() - len(parts)
     return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")

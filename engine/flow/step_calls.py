@@ -8,9 +8,13 @@ import json
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
-from runstream.engine.flow.definition import RetryPolicy
+from runstream.engine.errors import StepFailed
+from runstream.engine.flow.definition import RetryPolicy, one_line
+from runstream.projections.state import JournalEntry
+
+RESULT_INVALID = "ResultInvalid"  # the error type of a journaled result the step's type refuses
 
 
 def args_digest(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
@@ -46,3 +50,21 @@ class StepCall(NamedTuple):
     limit: float | None
     digest: str
     irreversible: bool
+
+
+def replayed_result(adapter: TypeAdapter[Any], entry: JournalEntry) -> Any:
+    """A completed step's journaled result, as the step's return type reads it. One it does
+    not read (an operator's skip result of another type, or code changed under the run)
+    fails the step in one line; it failed the run with pydantic's several."""
+    try:
+        return adapter.validate_json(entry.result_json or "null")
+    except ValidationError as exc:
+        why = one_line(exc, "the result")
+        raise StepFailed(entry.name, RESULT_INVALID,
+                         f"its journaled result {_shown(entry.result_json)} does not fit the "
+                         f"step's return type: {why}", entry.attempts) from None
+
+
+def _shown(result_json: str | None) -> str:
+    text = result_json or "null"
+    return text if len(text) <= 80 else f"{text[:77]}..."

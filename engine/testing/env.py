@@ -64,7 +64,7 @@ from runstream.projections.reactions import (
     Write,
     subject_of,
 )
-from runstream.projections.requests import describe_refusal
+from runstream.projections.requests import describe_refusal, resume_refusal
 from runstream.projections.sending import carry_out
 from runstream.projections.state import (
     JournalEntry,
@@ -224,17 +224,16 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks):
                      position: int | None = None, digest: str | None = None,
                      result: Any = None) -> None:
         """An operator wake (ends a sleep early, or a wait_for with WaitTimeout), or with
-        `resolution` (retry | skip, naming the step's position and digest) the resolution
-        of a quarantine."""
+        `resolution` (retry | skip, naming the step's position and digest) a quarantine's."""
+        if (refusal := resume_refusal(resolution, position, digest)) is not None:
+            raise ResumeRefused(run_id, refusal)
         run = self.describe(run_id)
-        verdict = self._request(
-            ev.RunResumeRequested, run_id, operator="test", resolution=resolution,
-            position=position, digest=digest,
-            result_json=dump_json(result) if resolution == "skip" else None)
-        if verdict == Verdict.refused:
+        fields: dict[str, Any] = {
+            "operator": "test", "resolution": resolution, "position": position, "digest": digest,
+            "result_json": dump_json(result) if resolution == "skip" else None}
+        if self._request(ev.RunResumeRequested, run_id, **fields) == Verdict.refused:
             record = ev.RunResumeRequested(
-                envelope=envelope(ev.RunResumeRequested, run_id, None, 0), operator="test",
-                resolution=resolution, position=position, digest=digest)
+                envelope=envelope(ev.RunResumeRequested, run_id, None, 0), **fields)
             raise ResumeRefused(run_id, describe_refusal(run, record))
 
     async def sleep(self, duration: float | timedelta) -> None:

@@ -1,0 +1,26 @@
+"""Flows of the resolution checks (tests/integration/test_quarantine_inputs.py on a broker,
+tests/unit/test_quarantine_inputs_env.py in the TestEnvironment)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runstream import Flow, FlowContext
+
+counted = Flow("qi-counted")
+patient = Flow("qi-patient")
+
+
+def _charge() -> int:
+    raise TimeoutError("no answer from the bank")
+
+
+@counted.handler
+async def _counted(ctx: FlowContext, payload: Any) -> Any:
+    charged = await ctx.step("charge", _charge, irreversible=True)
+    return charged + 1
+
+
+@patient.handler
+async def _patient(ctx: FlowContext, payload: Any) -> Any:
+    return await ctx.wait_for("go")

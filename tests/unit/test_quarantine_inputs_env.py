@@ -1,0 +1,64 @@
+"""An operator's resolution, checked (review of the quarantine): a skip's result that is not
+JSON is refused (applied, it failed the run for good); one the step's return type does not
+read fails the step in one line (pydantic's several, as the run's error); a resolution to a
+run that is not quarantined, or a position without a resolution, says why
+(tests/integration/test_quarantine_inputs.py: the same on a broker)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from runstream import ResumeRefused, RunFailed, RunStatus
+from runstream.engine.journal import events as ev
+from runstream.engine.journal.records import request_envelope
+from runstream.projections.requests import describe_refusal
+from runstream.projections.state import Verdict
+from runstream.testing import TestEnvironment
+from tests.integration.quarantine_input_flows import counted, patient
+
+
+def plain_resume(run_id: str, **fields: Any) -> ev.RunResumeRequested:
+    return ev.RunResumeRequested(
+        envelope=request_envelope(ev.RunResumeRequested.TYPE, run_id, request_id="plain",
+                                  now_ms=0), operator="plain", **fields)
+
+
+async def test_a_skip_result_not_json_is_refused_and_one_of_another_type_fails_in_a_line(
+) -> None:
+    async with TestEnvironment([counted]) as env:
+        run_id = await env.start(counted, None, run_id="q")
+        await env.run_until_idle()
+        wait = env.describe(run_id).wait
+        assert wait is not None and wait.kind == "quarantine"
+        bad = plain_resume(run_id, resolution="skip", position=wait.position,
+                           digest=wait.digest, result_json="not json{")
+        env.log.append(env.partition_of(run_id), bad)
+        [verdict] = [h.verdict for h in env.history(run_id) if h.record == bad]
+        assert verdict is Verdict.refused
+        assert describe_refusal(env.describe(run_id), bad) == "the skip's result is not JSON"
+        assert env.describe(run_id).status is RunStatus.suspended  # (still quarantined)
+        await env.resume(run_id, resolution="skip", position=wait.position,
+                         digest=wait.digest, result="abc")
+        with pytest.raises(RunFailed) as failed:
+            await env.result(run_id)
+        assert str(failed.value).count("\n") == 0, str(failed.value)
+        assert "ResultInvalid" in str(failed.value)
+        assert "its journaled result \"abc\" does not fit the step's return type: " \
+               "the result: Input should be a valid integer" in str(failed.value)
+
+
+async def test_a_resolution_for_a_run_not_quarantined_says_why() -> None:
+    async with TestEnvironment([patient]) as env:
+        run_id = await env.start(patient, None, run_id="w")
+        await env.run_until_idle()
+        with pytest.raises(ResumeRefused, match="the run is not quarantined"):
+            await env.resume(run_id, resolution="skip", position=0, digest="x", result=1)
+        with pytest.raises(ResumeRefused, match="resolution must be retry or skip"):
+            await env.resume(run_id, resolution="bogus", position=0, digest="x")
+        with pytest.raises(ResumeRefused, match="give them with a resolution"):
+            await env.resume(run_id, position=0)
+        assert env.describe(run_id).status is RunStatus.suspended  # its wait goes on
+        await env.signal(run_id, "go", 7)
+        assert await env.result(run_id) == 7
