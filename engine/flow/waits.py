@@ -38,7 +38,7 @@ from runstream.engine.journal.input_limits import (
     check_payload,
     check_run_id,
 )
-from runstream.engine.journal.records import is_round
+from runstream.engine.journal.records import is_round, lineage_of
 from runstream.engine.journal.timetext import epoch_ms
 from runstream.engine.observability.tracing import carrier
 from runstream.projections.capabilities import narrow
@@ -78,7 +78,7 @@ class WaitingCalls:
     _loaders_by_child: dict[str, Callable[[str], Any]]
     _steps_running: int
     _steps_ended: asyncio.Event
-    _branch_cancel: BranchCancel
+    _branch_cancel: BranchCancel  # (the branches a delivered cancel reaches)
 
     def _next_position(self, name: str, kind: str) -> int:
         raise NotImplementedError
@@ -215,8 +215,10 @@ class WaitingCalls:
 
     def _check_spawn(self, child_id: str) -> None:
         path = [*self._ancestors, self.run_id]
-        if child_id in path:
-            raise FlowCycleDetected([*path[path.index(child_id):], child_id])
+        # (an ancestor's lineage id names it, or its later round, too: no "run exists")
+        named = [run_id for run_id in path if child_id in (run_id, lineage_of(run_id))]
+        if named:
+            raise FlowCycleDetected([*path[path.index(named[0]):], child_id])
         try:  # an id no client or CLI could address is refused, as a client's create is
             check_run_id(child_id)
         except RunIdInvalid as exc:
@@ -370,8 +372,7 @@ class WaitingCalls:
         (once per execution; cleanup after it runs normally)."""
         self.cancel_delivered = True
         self._cancel_delivered_at = entry.position
-        reason = entry.error_message or "cancelled"
-        self._branch_cancel.delivered(reason)
+        self._branch_cancel.delivered(reason := entry.error_message or "cancelled")
         raise Cancelled(reason)
 
 

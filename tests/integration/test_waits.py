@@ -231,6 +231,12 @@ async def test_spawn_cycle_is_detected(
         assert "root -> mid -> root" in str(caught.value)
         mid = await c.describe("mid")
         assert mid.status is RunStatus.failed and mid.error_type == "FlowCycleDetected"
+        # Named by its lineage id once it handed off: a cycle too ("run exists" before).
+        hopped = await c.create_run(cycle, {"spawn_as": "mid2", "back": "hop", "hop": True},
+                                    run_id="hop")
+        with pytest.raises(RunFailed, match="FlowCycleDetected") as caught:
+            await hopped.result(timeout=30, follow=True)
+        assert "hop~1 -> mid2 -> hop" in str(caught.value)
 
 
 async def test_signals_and_cancel_from_the_cli(

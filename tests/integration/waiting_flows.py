@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from runstream import Flow, FlowContext, WaitTimeout
+from runstream import Flow, FlowContext, Handoff, WaitTimeout
 from runstream.engine.errors import ChildCancelled, ChildFailed
 
 sleeper = Flow("sleeper")
@@ -122,9 +122,11 @@ async def _tree(ctx: FlowContext, payload: dict[str, Any]) -> str:
 
 @cycle.handler
 async def _cycle(ctx: FlowContext, payload: dict[str, Any]) -> str:
+    if payload.get("hop"):  # round 0 hands off: its child names it by its lineage id
+        return Handoff(payload={**payload, "hop": False})
     if payload.get("spawn_as"):
         target = payload["spawn_as"]
-        kid = await ctx.spawn(cycle, {"back": ctx.run_id}, run_id=target)
+        kid = await ctx.spawn(cycle, {"back": payload.get("back", ctx.run_id)}, run_id=target)
         return str(await kid.result())
     # A child that names its grandparent (the root) as its own child: a cycle.
     kid = await ctx.spawn(cycle, {}, run_id=payload["back"])
