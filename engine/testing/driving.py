@@ -52,8 +52,8 @@ class Driving:
     _executions: dict[str, TestExecution]
     _runnable: dict[str, Start]
 
-    def describe(self, run_id: str) -> RunState:
-        raise NotImplementedError
+    # (engine.testing.queries: annotated, not stubbed, so it does not shadow that mixin's)
+    _exact: Callable[[str], RunState]
 
     def decide(self, run: RunState, cls: type[JournalRecord], *,
                request_id: str | None = None, **body: Any) -> Verdict:
@@ -69,7 +69,7 @@ class Driving:
         raise NotImplementedError
 
     def _settled(self, run_id: str) -> bool:
-        return self.describe(run_id).status.is_terminal
+        return self._exact(run_id).status.is_terminal
 
     async def _drive(self, done: Callable[[], bool], *, until_ms: int | None = None,
                      passing: bool = False) -> None:
@@ -96,7 +96,7 @@ class Driving:
                 if not finished and not self._fire_next_timers(until_ms):
                     return  # stalled, and nothing more falls due within the sleep
                 continue
-            if any(self.describe(run_id).flow in self.flows for run_id in self._runnable):
+            if any(self._exact(run_id).flow in self.flows for run_id in self._runnable):
                 continue
             if not self._fire_next_timers(until_ms):
                 if until_ms is not None:
@@ -129,10 +129,10 @@ class Driving:
             current = self._executions.get(run_id)
             if current is not None and current.task is not None and not current.task.done():
                 continue  # its previous handler still unwinds: start after it
-            if self.describe(run_id).flow not in self.flows:
+            if self._exact(run_id).flow not in self.flows:
                 continue  # left pending, as a worker leaves it, until its flow is registered
             given = self._runnable.pop(run_id)
-            self._act(react(self._view(), self.describe(run_id), claiming=given.claimed,
+            self._act(react(self._view(), self._exact(run_id), claiming=given.claimed,
                             woken=given.woken), launch=True)
 
     def _interrupt(self, interrupt: Interrupt) -> None:

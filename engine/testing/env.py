@@ -40,7 +40,6 @@ from runstream.engine.testing.upkeep import (
     expired_rejection,
     in_status,
     merged,
-    missing,
     virtual_settings,
 )
 from runstream.engine.worker.admission import DEFAULT_CONCURRENCY, Admission
@@ -163,7 +162,7 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks):
         """Drive the environment (skipping time) until the run settles; its result. A round
         that handed off gives HandedOff, or with `follow`, its lineage's last result."""
         await self._drive(lambda: self._settled(run_id))
-        run = self.describe(run_id)
+        run = self._exact(run_id)
         outcome = settled_outcome(run, run_id, self.flows.get(run.flow))
         if follow and isinstance(outcome, HandedOff):
             return await self.result(round_to_follow(self.projection.store, outcome.run_id),
@@ -176,11 +175,11 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks):
         (RunExpired) when there is none, as a Client does."""
         check_run_id(run_id)
         check_request(ev.RunSignalSent, run_id, {"name": name, "payload_json": "null"})
-        self.describe(run_id)
+        self._exact(run_id)
         outcome = self._request(ev.RunSignalSent, run_id, request_id=request_id, name=name,
                                 payload_json=dump_json(payload))
         if outcome == Verdict.refused:
-            run = self.describe(run_id)
+            run = self._exact(run_id)
             record = ev.RunSignalSent(envelope=envelope(ev.RunSignalSent, run_id, None, 0),
                                       name=name)
             raise SignalRefused(run_id, name, describe_refusal(run, record))
@@ -212,13 +211,13 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks):
 
     async def cancel(self, run_id: str, *, reason: str = "") -> None:
         """As Client.cancel: CancelRefused when the run has ended (it returned as if taken)."""
-        self.describe(run_id)
+        self._exact(run_id)
         if self._request(ev.RunCancelRequested, run_id, reason=reason,
                          requested_by="test") is Verdict.refused:
             record = ev.RunCancelRequested(envelope=envelope(
                 ev.RunCancelRequested, run_id, None, 0), reason=reason)
             raise CancelRefused(f"run {run_id} cannot be cancelled: "
-                                f"{describe_refusal(self.describe(run_id), record)}")
+                                f"{describe_refusal(self._exact(run_id), record)}")
 
     async def resume(self, run_id: str, *, resolution: str | None = None,
                      position: int | None = None, digest: str | None = None,
@@ -227,7 +226,7 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks):
         `resolution` (retry | skip, naming the step's position and digest) a quarantine's."""
         if (refusal := resume_refusal(resolution, position, digest)) is not None:
             raise ResumeRefused(run_id, refusal)
-        run = self.describe(run_id)
+        run = self._exact(run_id)
         fields: dict[str, Any] = {
             "operator": "test", "resolution": resolution, "position": position, "digest": digest,
             "result_json": dump_json(result) if resolution == "skip" else None}
@@ -252,15 +251,6 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks):
         """Crash the worker when `run_id` is about to journal journal position `position`:
         that record is lost, every handler is dropped, and a new owner replays the runs."""
         self._crashes.add((run_id, position))
-
-    def describe(self, run_id: str) -> RunState:
-        run = self.projection.store.run(round_zero(run_id))  # (`<lineage>~0`: round 0)
-        if run is None:
-            raise missing(self.projection, run_id)
-        return run
-
-    def status(self, run_id: str) -> RunStatus:
-        return self.describe(run_id).status
 
     def journal(self, run_id: str) -> tuple[JournalEntry, ...]:
         return self.projection.journal(round_zero(run_id))
@@ -306,7 +296,7 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks):
                  request_id: str | None = None, **body: Any) -> Verdict:
         check_request(cls, run_id, body)  # (what a Client refuses before sending)
         if round_zero(run_id) != run_id:  # `<lineage>~0`, as a Client sends it
-            zero = self.describe(run_id)
+            zero = self._exact(run_id)
             if zero.handed_off_to is not None:
                 return Verdict.refused  # (ended: the lineage's id reaches its latest round)
             run_id = zero.run_id
@@ -439,7 +429,7 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks):
         return answered is None
 
     def _launch(self, run_id: str) -> None:
-        run = self.describe(run_id)
+        run = self._exact(run_id)
         flow = self.flows.get(run.flow)
         if flow is None:
             raise EnvironmentIdle(f"run {run_id} is of flow {run.flow!r}, which this "

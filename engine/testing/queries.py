@@ -1,12 +1,14 @@
-"""The TestEnvironment's run queries: Client.list_runs and count_runs over its in-memory
-projection, answered by the same planner (projections.query_plan) without an index."""
+"""The TestEnvironment's run queries: describe and status as a Client's, and list_runs and
+count_runs over its in-memory projection, answered by the same planner
+(projections.query_plan) without an index."""
 
 from __future__ import annotations
 
+from runstream.engine.testing.upkeep import missing
 from runstream.projections import query_plan
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.query_plan import RunPage, where_query
-from runstream.projections.state import RunStatus
+from runstream.projections.state import RunState, RunStatus, round_zero
 
 
 class RunQueries:
@@ -16,6 +18,27 @@ class RunQueries:
 
     def partition_of(self, run_id: str) -> int:
         raise NotImplementedError
+
+    def describe(self, run_id: str) -> RunState:
+        """As Client.describe: a lineage's id names its latest round (once it handed off),
+        `<lineage>~<n>` round n (`~0`: round 0, the lineage's id)."""
+        named = round_zero(run_id)
+        if named == run_id:
+            run = self.projection.store.run(run_id)
+            if run is not None and run.handed_off_to is not None and run.lineage_id == run_id:
+                named = self.projection.store.latest_round(run_id) or run_id
+        return self._exact(named)
+
+    def status(self, run_id: str) -> RunStatus:
+        return self.describe(run_id).status
+
+    def _exact(self, run_id: str) -> RunState:
+        """The run `run_id` names itself (a lineage's id: its round 0), as the environment's
+        own requests and results address it."""
+        run = self.projection.store.run(round_zero(run_id))  # (`<lineage>~0`: round 0)
+        if run is None:
+            raise missing(self.projection, run_id)
+        return run
 
     def _reader(self) -> query_plan.UnindexedRuns:
         return query_plan.UnindexedRuns(dict(self.projection.runs), self.partition_of)

@@ -244,7 +244,7 @@ async def test_a_fork_of_a_round_before_its_handoff_weighs_the_later_rounds() ->
         items = [HistoryEntry(i.partition, i.offset, i.verdict, i.record.TYPE,
                               i.record.envelope.timestamp_ms, encode(i.record)[0])
                  for i in env.history("lin") if i.record is not None]
-        run = env.describe("lin")
+        run = env.describe("lin~0")
         ask = ForkAsk(request_id="f", offset=0, target_run_id="t", forced=False,
                       source_offset=items[row - 1].offset, source_record=row,
                       requested_by="me", answered=0)

@@ -70,7 +70,7 @@ async def test_a_waiting_parent_and_an_unsettled_lineage_are_kept_until_settled(
         lineage = await env.start(relay, 0, run_id="r")
         await env.sleep(20)  # retention passes while both wait
         assert env.status(parent_id) is RunStatus.suspended
-        assert env.describe("r").handed_off_to == "r~1"  # a settled round, kept
+        assert env.describe("r~0").handed_off_to == "r~1"  # a settled round, kept
         await env.sleep(11)  # the child settles at 30 s, its parent at once
         assert await env.result(parent_id) == "napped 30"
         await env.sleep(30)  # the last round settles at 60 s
@@ -107,7 +107,7 @@ async def test_rounds_after_the_first_expire_alone_on_the_virtual_clock() -> Non
         for run_id in ("l~1", "l~2"):
             with pytest.raises(RunExpired, match="settled completed"):
                 env.describe(run_id)
-        assert env.describe("l").handed_off_to == "l~1"  # round 0 stays
+        assert env.describe("l~0").handed_off_to == "l~1"  # round 0 stays
         assert env.status("l~3") is RunStatus.suspended
         await env.sleep(20)  # the early rounds' tombstones go
         assert env.projection.store.tombstone("l~1") is None

@@ -22,7 +22,9 @@ async def test_round_zero_answers_by_its_round_id() -> None:
     async with TestEnvironment([relay]) as env:
         assert await env.result(await env.start(relay, 0, run_id="z"), follow=True) == 2
         assert await env.result("z~0") == HandedOff("z~1", 1) == await env.result("z")
-        assert env.describe("z~0") == env.describe("z")
+        # (as a Client's: the lineage's id names its latest round, `~0` round 0)
+        assert env.describe("z~0").run_id == "z" and env.describe("z").run_id == "z~2"
+        assert env.status("z") is env.status("z~2")
         assert env.journal("z~0") == env.journal("z") and env.journal("z")
         assert env.history("z~0") == env.history("z") and env.history("z")
         assert await env.result("z~2") == 2

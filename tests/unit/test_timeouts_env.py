@@ -323,7 +323,7 @@ async def test_each_round_has_its_own_deadline_with_scope_round() -> None:
         run_id = await env.start(rounds_flow, {"n": 0})
         assert await env.result(run_id, follow=True) == 3
         first, second, third = (env.describe(r) for r in
-                                (run_id, f"{run_id}~1", f"{run_id}~2"))
+                                (f"{run_id}~0", f"{run_id}~1", f"{run_id}~2"))
         assert first.deadline_ms == created + 60_000
         assert second.deadline_ms == created + 40_000 + 60_000
         assert third.deadline_ms == created + 80_000 + 60_000
@@ -348,7 +348,7 @@ async def test_a_lineage_s_deadline_is_carried_with_scope_lineage() -> None:
         run_id = await env.start(lineage_flow, {"n": 0})
         with pytest.raises(RunTimedOut, match="lineage"):
             await env.result(run_id, follow=True)
-        first, second = env.describe(run_id), env.describe(f"{run_id}~1")
+        first, second = env.describe(f"{run_id}~0"), env.describe(f"{run_id}~1")
         assert (first.status, first.handed_off_to) == (RunStatus.completed, second.run_id)
         assert (second.run_timeout_ms, second.lineage_timeout) == (60_000, True)
         assert second.deadline_ms == first.deadline_ms == created + 60_000
