@@ -294,7 +294,7 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks):
 
     def _request(self, cls: type[JournalRecord], run_id: str, *,
                  request_id: str | None = None, **body: Any) -> Verdict:
-        check_request(cls, run_id, body)  # (what a Client refuses before sending)
+        check_request(cls, run_id, body, request_id)  # (what a Client refuses before sending)
         if round_zero(run_id) != run_id:  # `<lineage>~0`, as a Client sends it
             zero = self._exact(run_id)
             if zero.handed_off_to is not None:

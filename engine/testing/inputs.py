@@ -9,7 +9,13 @@ from typing import Any
 
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
-from runstream.engine.journal.input_limits import check_name, check_payload, check_run_id
+from runstream.engine.journal.input_limits import (
+    MAX_NAME_CHARS,
+    check_name,
+    check_payload,
+    check_run_id,
+    check_text,
+)
 
 # A request's fields that name something (their kind, for the message) and carry a payload.
 _NAMES = {"flow": "flow", "name": "signal", "signal_name": "signal"}
@@ -17,9 +23,13 @@ _PAYLOADS = ("payload_json", "signal_payload_json")
 _NEW_RUNS = (ev.RunCreateRequested, ev.RunSignalWithStartRequested)
 
 
-def check_request(cls: type[JournalRecord], run_id: str, body: dict[str, Any]) -> None:
-    """RunIdInvalid, NameInvalid or PayloadTooLarge, as the Client raises them."""
+def check_request(cls: type[JournalRecord], run_id: str, body: dict[str, Any],
+                  request_id: str | None = None) -> None:
+    """RunIdInvalid, NameInvalid, PayloadTooLarge or InvalidInput (a request id over the
+    limit), as the Client raises them."""
     check_run_id(run_id, new=cls in _NEW_RUNS)
+    if request_id is not None:
+        check_text("a request id", request_id, MAX_NAME_CHARS)
     for field, kind in _NAMES.items():
         value = body.get(field)
         if value is not None:

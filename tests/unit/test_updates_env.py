@@ -271,3 +271,15 @@ async def test_an_async_validator_is_refused_and_a_rejection_is_one_line() -> No
         assert await env.update("t", "discount", {"percent": 5, "code": "x", "stop": 1}) \
             == {"percent": 5, "code": "x", "stop": 1}
         assert await env.result("t") == "stopped"
+
+
+async def test_a_request_id_over_the_limit_is_refused_before_it_is_sent() -> None:
+    """As the Client's: the environment sent it, and answered UpdateRefused."""
+    async with TestEnvironment([typed]) as env:
+        await env.start(typed, None, run_id="t")
+        before = len(env.history("t"))
+        with pytest.raises(InvalidInput, match="a request id is 300 characters"):
+            await env.update("t", "discount", {"percent": 1, "code": "x"}, request_id="r" * 300)
+        with pytest.raises(InvalidInput, match="a request id is 300 characters"):
+            await env.signal("t", "any", request_id="r" * 300)
+        assert len(env.history("t")) == before  # (nothing sent)
