@@ -250,8 +250,8 @@ def describe_refusal(run: RunState | None, record: ev.JournalRecord,
             updates.UPDATE_SIGNAL_PREFIX):
         return f"signal names starting {updates.UPDATE_SIGNAL_PREFIX!r} are updates' own"
     if isinstance(record, ev.RunSignalSent | ev.RunSignalWithStartRequested):
-        return (f"the run holds {len(run.signals)} signals no wait has taken yet, the most it "
-                f"keeps ({MAX_SIGNALS})")
+        return (f"the run held as many signals no wait had taken as it keeps ({MAX_SIGNALS}): "
+                f"send again once it takes some")
     if isinstance(record, ev.RunResumeRequested):
         wait = run.wait
         if wait is None or run.status is not RunStatus.suspended:

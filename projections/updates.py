@@ -185,8 +185,10 @@ def refusal_text(run: RunState) -> str:
     answered (its run settled)."""
     if run.status.is_terminal:
         return f"the run has ended ({run.status.value}) without answering it"
-    return (f"the run holds {buffered(run)} updates and signals no wait has taken yet, the "
-            f"most it keeps ({MAX_SIGNALS})")
+    # (no count: a client explains a refusal from the run's state when it reads it, later,
+    # when the run may have taken some, and "holds 0 ..., the most it keeps" said nothing)
+    return (f"the run held as many updates and signals no wait had taken as it keeps "
+            f"({MAX_SIGNALS}): ask again once it takes some")
 
 
 def lineage_rounds(run_of: Callable[[str], RunState | None], lineage_id: str,
