@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runstream.engine.errors import RunstreamError
+from runstream.engine.journal.input_limits import NameInvalid, check_name
 from runstream.projections.state import JournalEntry
 
 BATCH_FLOW = "runstream.batch"
@@ -33,6 +34,9 @@ MAX_RUNS = 1_000_000
 MAX_REFUSALS_SHOWN = 100
 DRY_RUN_SHOWN = 20
 _BATCH_ID = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
+_FIELD_TYPES: dict[str, type] = {"batch_id": str, "operation": str, "where": str, "reason": str,
+                                 "signal_payload_json": str, "dry_run": bool}
+_KIND_NAMES = {str: "text", bool: "true or false"}
 
 
 class BatchInvalid(RunstreamError, ValueError):
@@ -80,6 +84,7 @@ class BatchSpec:
         return spec
 
     def check(self) -> None:
+        self._typed()
         batch_run_id(self.batch_id)
         if self.operation not in OPERATIONS:
             raise BatchInvalid(f"a batch operation is one of {', '.join(OPERATIONS)}, not "
@@ -89,6 +94,26 @@ class BatchSpec:
         if not self.where.strip():
             raise BatchInvalid("a batch needs a query (--where): it never acts on every run "
                                "by default")
+        if self.signal is not None:
+            try:  # (the name a client would send: no wait takes another)
+                check_name("signal", self.signal)
+            except NameInvalid as exc:
+                raise BatchInvalid(f"a batch's signal: {exc}") from None
+
+    def _typed(self) -> None:
+        """Each field of the type a client sends (a plain producer's or a create by name
+        failed the batch later: `where: 5` in the matching, `reason: 12` at its first send)."""
+        for name, kind in _FIELD_TYPES.items():
+            value = getattr(self, name)
+            if not isinstance(value, kind) or (kind is str and isinstance(value, bool)):
+                raise BatchInvalid(f"a batch's {name} is {_KIND_NAMES[kind]}, not "
+                                   f"{type(value).__name__}")
+        if self.signal is not None and not isinstance(self.signal, str):
+            raise BatchInvalid(f"a batch's signal is text, not {type(self.signal).__name__}")
+        try:
+            json.loads(self.signal_payload_json)
+        except ValueError:
+            raise BatchInvalid("a batch's signal_payload_json is not JSON") from None
 
 
 @dataclass(slots=True)

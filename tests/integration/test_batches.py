@@ -17,6 +17,7 @@ from runstream.engine.journal import events as ev
 from runstream.projections.batch import batch_run_id
 from tests.integration.support import fold, running_worker, status_when, until
 from tests.integration.test_cli import cli
+from tests.integration.test_lifetime import plain_request, produce_plain
 
 parked: Flow[Any, Any] = Flow("batch-parked")
 
@@ -183,3 +184,35 @@ async def test_a_batch_counts_each_lineage_once_whatever_its_rounds(
             assert [report[k] for k in ("matched", "sent", "done", "refused")] == [2, 2, 2, 0]
             for lineage in ("x", "y"):
                 await status_when(client, f"{lineage}~11", RunStatus.cancelled)
+
+
+BAD_BATCHES = [
+    ({"where": 5}, "a batch's where is text, not int"),
+    ({"reason": 12}, "a batch's reason is text, not int"),
+    ({"operation": "signal", "signal": "bad name"}, "a batch's signal: signal name"),
+    ({"operation": "signal", "signal": "go", "signal_payload_json": "{no"},
+     "signal_payload_json is not JSON"),
+]
+
+
+async def test_a_batch_payload_no_client_sends_fails_before_any_step(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """Created by name or by a plain producer (a client checks what it sends): the batch
+    fails at once, naming the field; it failed in the matching, or at its first send, or
+    signalled a name no wait takes."""
+    async with running_worker(bootstrap, namespace, tmp_path / "w", flows), \
+            Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
+        for n, (fields, why) in enumerate(BAD_BATCHES):
+            payload = {"batch_id": f"bad{n}", "operation": "cancel", "where": "team = 'x'",
+                       **fields}
+            if n % 2:
+                await produce_plain(bootstrap, journal, f"batch-bad{n}", plain_request(
+                    "run.create-requested", f"batch-bad{n}", flow="runstream.batch",
+                    payload_json=json.dumps(payload)))
+            else:
+                await client.create_run("runstream.batch", payload, run_id=f"batch-bad{n}")
+            await status_when(client, f"batch-bad{n}", RunStatus.failed)
+            run = await client.describe(f"batch-bad{n}")
+            assert run.error_type == "BatchInvalid" and why in (run.error_message or ""), run
+            assert await client.journal(f"batch-bad{n}") == ()  # (no step ran)
