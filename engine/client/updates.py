@@ -66,13 +66,20 @@ class UpdateRequests:
         if request_id is not None:
             check_text("a request id", request_id, MAX_NAME_CHARS)
         payload_json = check_payload(f"the payload of update {name!r}", dump_json(payload))
-        request_id = request_id or uuid.uuid4().hex
+        repeat, request_id = request_id is not None, request_id or uuid.uuid4().hex
         answer = await self._request(ev.RunUpdateRequested(
             envelope=request_envelope(ev.RunUpdateRequested.TYPE, run_id,
                                       request_id=request_id, now_ms=int(time.time() * 1000)),
             name=name, payload_json=payload_json))
         if answer.verdict is Verdict.refused:
-            raise UpdateRefused(run_id, name, describe_refusal(answer.run, answer.record))
+            # `<lineage>~0` once it handed off is refused unsent; a repeat of an update a
+            # round of the lineage took is that update, wherever it was sent (as the
+            # lineage's id or another round's gets it)
+            taken = (await self._round_asked(answer.run.lineage_id, answer.partition, request_id)
+                     if repeat and answer.offset < 0 and answer.run is not None else None)
+            if taken is None:
+                raise UpdateRefused(run_id, name, describe_refusal(answer.run, answer.record))
+            return await self._outcome(taken, answer.partition, request_id, name, timeout)
         lineage = answer.run.lineage_id if answer.run is not None else run_id
         # The round that took the update (the read model's latest round may be a later one,
         # which never answers it: a handoff after the reply).

@@ -43,11 +43,17 @@ class EnvUpdates:
                      request_id: str | None = None) -> Any:
         """As Client.update, driving the environment until the update is answered (or its
         run settles without answering it: UpdateRefused)."""
-        request_id = request_id or uuid.uuid4().hex
+        repeat, request_id = request_id is not None, request_id or uuid.uuid4().hex
         body = {"name": name, "payload_json": dump_json(payload)}
         verdict = self._request(ev.RunUpdateRequested, run_id, request_id=request_id, **body)
-        run_id = round_zero(run_id)  # (`<lineage>~0`: round 0, as _request sent it)
+        zero, run_id = run_id != round_zero(run_id), round_zero(run_id)  # (`~0`: round 0)
         run = self.projection.runs.get(self._addressed(run_id))
+        taken_by = None if run is None else self._round_asked(run.lineage_id, request_id)
+        if zero and verdict is Verdict.refused:  # (round 0 had handed off: not sent)
+            if repeat and taken_by is not None:
+                verdict = Verdict.duplicate  # (a round took it: that update, as a Client's)
+            else:
+                run = self.projection.runs.get(run_id)  # (round 0's state says why)
         if verdict is Verdict.refused or run is None:
             if run is None and self.projection.store.tombstone(run_id) is None:
                 raise RunNotFound(run_id)
@@ -55,7 +61,6 @@ class EnvUpdates:
                 envelope=envelope(ev.RunUpdateRequested, run_id, request_id, 0), name=name)
             raise UpdateRefused(run_id, name, describe_refusal(
                 run, asked, self.projection.store.tombstone(run_id)))
-        taken_by = self._round_asked(run.lineage_id, request_id)
         if verdict is Verdict.duplicate and taken_by is None:
             raise UpdateRefused(run_id, name, reused_request_text(request_id))
         # (the round that took it: it may have handed off since, the request following it)

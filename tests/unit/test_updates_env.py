@@ -182,8 +182,10 @@ async def test_an_update_answered_in_a_later_round_is_its_answer_to_a_repeat() -
         await env.start(carried, 0, run_id="r")
         await env.run_until_idle()
         assert await env.update("r", "approve", None, request_id="d-1") == "round 1"
-        for addressed in ("r", round_run_id("r", 1)):
+        for addressed in ("r", round_run_id("r", 1), "r~0"):  # (`~0` handed off: not sent)
             assert await env.update(addressed, "approve", None, request_id="d-1") == "round 1"
+        with pytest.raises(UpdateRefused, match=r"the run has ended \(completed\)"):
+            await env.update("r~0", "approve", None, request_id="d-2")  # (a new one)
 
 
 async def test_an_update_to_a_lineage_past_two_handoffs_is_answered_by_its_latest_round(
