@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from runstream.engine.errors import journal_text
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import (
     MAX_TIMEOUT_MS,
@@ -358,3 +359,10 @@ def fork_decisions(run: RunState, entry_at: Callable[[int], JournalEntry | None]
             "request_id": part.request_id,
             **{name: getattr(entry, name) for name in entry.__struct_fields__}}))
     return records
+
+
+def rejection_why(record: ev.RunCreateRejected) -> str:
+    """Why a create was rejected, for a query about the run it did not make (a plain
+    producer's create: no client was there to raise CreateRejected): 500 characters at most."""
+    shown = record.requested_value or record.existing_value
+    return journal_text(f"{record.reason}: {shown}" if shown else record.reason, 500)

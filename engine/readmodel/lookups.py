@@ -6,12 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from runstream.engine.config import journal_topic, resolve_bootstrap, resolve_namespace
-from runstream.engine.errors import RunExpired, RunNotFound, journal_text
+from runstream.engine.errors import RunExpired, RunNotFound
 from runstream.engine.journal import DecodeError, decode
 from runstream.engine.journal import events as ev
 from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.readmodel.model import ReadModel
 from runstream.engine.readmodel.view import View
+from runstream.projections.decide import rejection_why
 from runstream.projections.expiry import expired_text
 from runstream.projections.partitioning import run_partition
 from runstream.projections.state import RunState, Tombstone, round_zero
@@ -112,7 +113,5 @@ async def missing_run(model: ReadModel, view: View, run_id: str, stone: Tombston
         except DecodeError:
             continue
         if isinstance(record, ev.RunCreateRejected):
-            shown = record.requested_value or record.existing_value
-            why = f"{record.reason}: {shown}" if shown else record.reason
-            return RunNotFound(run_id, rejected=journal_text(why, 500))
+            return RunNotFound(run_id, rejected=rejection_why(record))
     return RunNotFound(run_id)

@@ -16,10 +16,11 @@ from runstream.engine.config import (
 from runstream.engine.errors import CreateRejected, RunExpired, RunNotFound
 from runstream.engine.journal import events as ev
 from runstream.engine.testing.log import MemoryLog
+from runstream.projections.decide import rejection_why
 from runstream.projections.expiry import expired_create, expired_text, sweep_body
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.reactions import FlowMissing, Start
-from runstream.projections.state import RunState, RunStatus
+from runstream.projections.state import RunState, RunStatus, round_zero
 
 # Expiry decisions one sweep of a partition journals at most (each names a batch): the
 # environment folds them at once, so it sweeps until nothing is due, within this bound.
@@ -44,11 +45,23 @@ def expire_due(log: MemoryLog, projection: MemoryProjection, partitions: int,
 
 
 def missing(projection: MemoryProjection, run_id: str) -> RunNotFound:
-    """The error for a run the projection does not hold: expired, or never there."""
+    """The error for a run the projection does not hold: expired, or never there (saying
+    why its create was rejected, as a Client's: engine.readmodel.lookups.missing_run)."""
     tombstone = projection.store.tombstone(run_id)
     if tombstone is not None:
         return RunExpired(run_id, expired_text(tombstone))
+    rejected = rejected_create(projection, run_id)
+    if rejected is not None:
+        return RunNotFound(run_id, rejected=rejection_why(rejected))
     return RunNotFound(run_id)
+
+
+def rejected_create(projection: MemoryProjection, run_id: str) -> ev.RunCreateRejected | None:
+    """The latest rejection of a create of `run_id`, when it made no run."""
+    for item in reversed(projection.history.get(round_zero(run_id), [])):
+        if isinstance(item.record, ev.RunCreateRejected):
+            return item.record
+    return None
 
 
 def expired_rejection(projection: MemoryProjection, run_id: str) -> CreateRejected | None:

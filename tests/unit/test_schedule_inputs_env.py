@@ -11,8 +11,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
-from runstream import DurationInvalid, Flow, InvalidInput
+from runstream import DurationInvalid, Flow, InvalidInput, RunNotFound
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import request_envelope
 from runstream.projections.outbox_fallback import give_up
@@ -124,3 +125,27 @@ async def test_the_client_checks_a_schedule_s_payload_and_run_timeout() -> None:
         with pytest.raises(DurationInvalid, match="at most 100 years"):
             await env.create_schedule("s", tock, every=60, run_timeout=timedelta(days=365 * 200))
         assert env.list_schedules() == []
+
+
+class Order(BaseModel):
+    order_id: str
+
+
+typed_tock = Flow("si-typed", payload=Order)
+
+
+@typed_tock.handler
+async def _typed_tock(ctx: Any, payload: Order) -> str:
+    return payload.order_id
+
+
+async def test_a_fired_run_whose_create_was_rejected_says_why() -> None:
+    """As a Client's describe: the environment said "no run ... check the id"."""
+    async with TestEnvironment([typed_tock], start=START) as env:
+        await env.create_schedule("t", typed_tock, Order(order_id="a"), every=3600)
+        await env.update_schedule("t", payload={"order_id": 5})  # (no flow given: unchecked)
+        run_id = await env.trigger_schedule("t")
+        with pytest.raises(RunNotFound, match=r"its create was rejected \(payload-invalid"):
+            await env.result(run_id)
+        with pytest.raises(RunNotFound, match="order_id: Input should be a valid string"):
+            env.describe(run_id)
