@@ -26,3 +26,12 @@ def timed_out_message(kind: str, name: str) -> str:
     """Why a wait ended by its timeout: a signal wait's (kind "wait") or a child's."""
     what = f"no {name!r} signal" if kind == "wait" else f"child run {name!r} had not settled"
     return f"{what} before the timeout"
+
+
+def exhausted_text(record: ev.LineageExhausted) -> str:
+    """Why a lineage failed at its round budget. `rounds` counts its rounds so far, this
+    one's included (the text named the round after the last, and said "again" of a first
+    handoff)."""
+    plural = "" if record.budget == 1 else "s"
+    return (f"round {record.rounds - 1} handed off past the lineage's budget of "
+            f"{record.budget} round{plural}: no round {record.rounds}")

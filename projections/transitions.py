@@ -29,7 +29,7 @@ from runstream.projections.state import (
     incarnation_id,
     replace,
 )
-from runstream.projections.step_entries import final_step_entry, timed_out_message
+from runstream.projections.step_entries import exhausted_text, final_step_entry, timed_out_message
 from runstream.projections.updates import taken_update
 
 Changes = dict[str, Any]
@@ -383,10 +383,8 @@ def _handed_off(run: RunState, record: Any, epoch: int, _: Any) -> Change:
 
 def _exhausted(run: RunState, record: Any, epoch: int, _: Any) -> Change:
     assert isinstance(record, ev.LineageExhausted)
-    return _settled(run, RunStatus.failed, {
-        "error_type": "LineageExhausted",
-        "error_message": f"round {record.rounds} handed off again, past the lineage's "
-                         f"budget of {record.budget} rounds"})
+    return _settled(run, RunStatus.failed, {"error_type": "LineageExhausted",
+                                            "error_message": exhausted_text(record)})
 
 
 def _round_invalid(run: RunState, record: Any, epoch: int, _: Any) -> Change:

@@ -27,6 +27,7 @@ from runstream.projections.expiry import (
     round_to_follow,
 )
 from runstream.projections.state import RunState, RunStatus, round_zero
+from runstream.projections.step_entries import exhausted_text
 
 # How long a create waits for its owner's answer before the read model is asked whether the
 # run it names had expired (its tombstone answers then: _admission_answer).
@@ -187,9 +188,7 @@ class RunHandle:
         if isinstance(record, ev.RunFailed):
             raise run_failure(self.run_id, record.error_type, record.error_message)
         if isinstance(record, ev.LineageExhausted):
-            raise RunFailed(self.run_id, "LineageExhausted",
-                            f"round {record.rounds} handed off again, past the lineage's "
-                            f"budget of {record.budget} rounds")
+            raise RunFailed(self.run_id, "LineageExhausted", exhausted_text(record))
         if isinstance(record, ev.RoundInvalid):
             raise RunFailed(self.run_id, "RoundInvalid", record.reason)
         assert isinstance(record, ev.RunCancelled)

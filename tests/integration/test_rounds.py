@@ -82,8 +82,11 @@ async def test_handoff_rounds_budget_follow_invalid_and_unregistered(
         assert (latest.run_id, latest.round, latest.status) == ("three~2", 2, RunStatus.completed)
         assert (await c.describe("three~0")).handed_off_to == "three~1"
         five = await c.create_run(relay, {"n": 0, "to": 5}, run_id="five")
-        with pytest.raises(RunFailed, match="LineageExhausted"):
+        with pytest.raises(RunFailed, match="LineageExhausted: round 2 handed off past the "
+                                            "lineage's budget of 3 rounds: no round 3"):
             await five.result(timeout=60, follow=True)
+        assert (await c.describe("five")).error_message == (
+            "round 2 handed off past the lineage's budget of 3 rounds: no round 3")
         assert (await c.describe("five")).run_id == "five~2"  # 3 rounds, no fourth
         invalid = await c.create_run(to_strict, {"amount": -1}, run_id="invalid")
         with pytest.raises(RunFailed, match="RoundInvalid"):

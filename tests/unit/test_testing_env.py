@@ -331,7 +331,8 @@ async def test_handoff_rounds_and_a_quarantine_resolution_in_the_environment() -
     async with TestEnvironment([relay, risky]) as env:
         run_id = await env.start(relay, 0, run_id="relay")
         assert await env.result(run_id) == HandedOff("relay~1", 1)
-        with pytest.raises(RunFailed, match="LineageExhausted"):
+        with pytest.raises(RunFailed, match="LineageExhausted: round 2 handed off past the "
+                                            "lineage's budget of 3 rounds: no round 3"):
             await env.result(run_id, follow=True)
         risky_id = await env.start(risky, None, run_id="risky")
         await env.run_until_idle()
