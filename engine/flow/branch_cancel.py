@@ -1,17 +1,20 @@
-"""A cancel that reaches one branch of a handler reaches the branches running beside it.
+"""A cancel that reaches one branch of a handler reaches the branches waiting beside it.
 
 A cancel is delivered once, at the first durable call it meets (engine.flow.waits); the
 calls after it are cleanup. With concurrent branches (`asyncio.gather`, a task the handler
-started), another branch's next call came after the delivery and so counted as cleanup: a
+started), another branch's wait came after the delivery and so counted as cleanup: a
 `gather(ctx.sleep(60), ctx.wait_for("go"))` cancelled while it slept suspended the run at
-the signal's wait, and stayed suspended for ever, its cancel spent. As Temporal cancels
-every coroutine of a cancelled workflow, each task that was running when the cancel reached
-the handler raises `Cancelled` at its own next durable call (nothing journaled there), and
-then runs its cleanup as the first branch does. The handler's own task (which met the
-cancel through the branch it awaited) and tasks started after the delivery (cleanup
-branches) are not cancelled again. A replay delivers the cancel at the same call and the
-branches reach theirs in the same order (README: concurrent branches), so it raises at the
-same calls.
+the signal's wait, its cancel spent, and stayed suspended for ever.
+
+So once the cancel was delivered in this execution, a wait that would suspend the run raises
+`Cancelled` in a task the cancel has not reached yet, when that wait is the task's first
+durable call since the delivery (nothing journaled there); that task then counts as reached,
+and its cleanup runs, waits included. The handler's own task, the task the cancel reached,
+and a task that made another durable call since the delivery (cleanup: a step, say, of the
+handler's body running in a task of its own) wait as cleanup does. Steps are not affected.
+The rule names no task by when it was made, only which task made which durable call, so a
+replay (which makes the same calls in the same order: README, concurrent branches) raises
+at the same calls as the first execution.
 """
 
 from __future__ import annotations
@@ -29,26 +32,35 @@ class BranchCancel:
     def __init__(self) -> None:
         self._root = asyncio.current_task()
         self._reason: str | None = None
-        # The tasks alive when the cancel was delivered that have not met it yet: at most
-        # the event loop's tasks then, weakly held, dropped with the execution.
-        self._running: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+        # Tasks the cancel reached (by a durable call, or by a wait here), and the durable
+        # calls each task made since: at most the handler's tasks that made durable calls,
+        # weakly held, dropped with the execution.
+        self._reached: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+        self._calls: weakref.WeakKeyDictionary[asyncio.Task[Any], int] = (
+            weakref.WeakKeyDictionary())
+
+    def called(self) -> None:
+        """A durable call of the current task (counted once the cancel was delivered)."""
+        task = asyncio.current_task()
+        if self._reason is not None and task is not None:
+            self._calls[task] = self._calls.get(task, 0) + 1
 
     def delivered(self, reason: str) -> None:
         """The cancel reached the handler in the current task."""
-        if self._reason is not None:
-            return
-        self._reason = reason
-        here = asyncio.current_task()
-        self._running = weakref.WeakSet(
-            task for task in asyncio.all_tasks()
-            if task is not here and task is not self._root and not task.done())
+        task = asyncio.current_task()
+        if self._reason is None:
+            self._reason = reason
+        if task is not None:
+            self._reached.add(task)
 
-    def check(self) -> None:
-        """Raise Cancelled in a branch that was running when the cancel was delivered and
-        has not met it yet (once: its cleanup runs after it)."""
-        if self._reason is None or not self._running:
+    def before_suspending(self) -> None:
+        """Raise Cancelled in a task the delivered cancel has not reached, at its first
+        durable call since the delivery (once: its cleanup runs after it)."""
+        if self._reason is None:
             return
         task = asyncio.current_task()
-        if task is not None and task in self._running:
-            self._running.discard(task)
-            raise Cancelled(self._reason)
+        if (task is None or task is self._root or task in self._reached
+                or self._calls.get(task, 0) > 1):  # (this wait's call, and another before)
+            return
+        self._reached.add(task)
+        raise Cancelled(self._reason)

@@ -15,7 +15,7 @@ import uuid as uuid_mod
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar, cast, overload
+from typing import Any, TypeVar, overload
 
 from pydantic import TypeAdapter
 
@@ -159,7 +159,7 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
         adapter = result_adapter(fn)
         entry = self._entries.get(position)
         if entry is not None and entry.status == "completed":
-            return replayed_result(adapter, entry)
+            return replayed_result(adapter, name, entry.result_json, entry.attempts)
         if entry is not None and entry.status == "failed":
             raise StepFailed(name, entry.error_type or "Error", entry.error_message or "",
                              entry.attempts)
@@ -228,7 +228,7 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
                                   "result_json": result_json, "attempt": attempt,
                                   "args_digest": digest}, irreversible)
             # Return what a replay would return, so first run and replay cannot differ.
-            return cast(Any, adapter.validate_json(result_json))
+            return replayed_result(adapter, name, result_json, attempt)
 
     def _result_json(self, value: Any, adapter: TypeAdapter[Any], position: int, name: str,
                      attempt: int, digest: str) -> str:
@@ -400,8 +400,8 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
 
     def _next_position(self, name: str, kind: str,
                        arguments: StepArguments | None = None) -> int:
-        position = self._position
-        self._position += 1
+        position, self._position = self._position, self._position + 1
+        self._branch_cancel.called()
         task = asyncio.current_task()
         if self._first_caller is None:
             self._first_caller = task

@@ -12,7 +12,6 @@ from pydantic import TypeAdapter, ValidationError
 
 from runstream.engine.errors import StepFailed
 from runstream.engine.flow.definition import RetryPolicy, one_line
-from runstream.projections.state import JournalEntry
 
 RESULT_INVALID = "ResultInvalid"  # the error type of a journaled result the step's type refuses
 
@@ -52,17 +51,19 @@ class StepCall(NamedTuple):
     irreversible: bool
 
 
-def replayed_result(adapter: TypeAdapter[Any], entry: JournalEntry) -> Any:
+def replayed_result(adapter: TypeAdapter[Any], name: str, result_json: str | None,
+                    attempts: int) -> Any:
     """A completed step's journaled result, as the step's return type reads it. One it does
-    not read (an operator's skip result of another type, or code changed under the run)
-    fails the step in one line; it failed the run with pydantic's several."""
+    not read (an operator's skip result of another type, code changed under the run, or a
+    function that returned another type: the first run reads it so too) fails the step in
+    one line; it failed the run with pydantic's several."""
     try:
-        return adapter.validate_json(entry.result_json or "null")
+        return adapter.validate_json(result_json or "null")
     except ValidationError as exc:
         why = one_line(exc, "the result")
-        raise StepFailed(entry.name, RESULT_INVALID,
-                         f"its journaled result {_shown(entry.result_json)} does not fit the "
-                         f"step's return type: {why}", entry.attempts) from None
+        raise StepFailed(name, RESULT_INVALID,
+                         f"its journaled result {_shown(result_json)} does not fit the step's "
+                         f"return type: {why}", attempts) from None
 
 
 def _shown(result_json: str | None) -> str:

@@ -292,6 +292,7 @@ class WaitingCalls:
             while self._steps_running:
                 self._steps_ended.clear()
                 await self._steps_ended.wait()
+            self._branch_cancel.before_suspending()  # (a branch the cancel did not reach)
             await self._port.barrier()
             outcome = await self._port.suspend(wait)
             if outcome is not None and outcome.error_type == CANCEL_DELIVERED:
@@ -340,7 +341,6 @@ class WaitingCalls:
         there, and the owner knows not to end a cleanup wait for the same cancel); calls
         after it, in `finally` blocks, are journaled as cleanup."""
         if self.cancel_delivered or self._cancel_delivered_at is not None:
-            self._branch_cancel.check()  # (a branch running beside the one it reached)
             return
         run = self._port.run_state()
         reason = run.cancel_requested

@@ -25,7 +25,7 @@ from runstream.engine.flow.definition import Flow, HandedOff, dump_json, settled
 from runstream.engine.flow.validation import judge
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
-from runstream.engine.journal.input_limits import check_run_id
+from runstream.engine.journal.input_limits import check_payload, check_run_id
 from runstream.engine.journal.timetext import epoch_ms
 from runstream.engine.testing.driving import Driving, EnvironmentIdle
 from runstream.engine.testing.execution import TestExecution
@@ -229,7 +229,8 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks):
         run = self._exact(run_id)
         fields: dict[str, Any] = {
             "operator": "test", "resolution": resolution, "position": position, "digest": digest,
-            "result_json": dump_json(result) if resolution == "skip" else None}
+            "result_json": check_payload("the skipped step's result", dump_json(result))
+            if resolution == "skip" else None}
         if self._request(ev.RunResumeRequested, run_id, **fields) == Verdict.refused:
             record = ev.RunResumeRequested(
                 envelope=envelope(ev.RunResumeRequested, run_id, None, 0), **fields)

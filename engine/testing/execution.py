@@ -65,7 +65,7 @@ class TestExecution(HandlerRunner):
         return self.env.durable_backoff_after_ms
 
     def run_state(self) -> RunState:
-        return self.env.describe(self.run.run_id)
+        return self.env._exact(self.run.run_id)  # (the run itself, not its lineage's latest round)
 
     def entry(self, position: int) -> JournalEntry | None:
         return self.env.projection.store.entry(self.run.run_id, position)

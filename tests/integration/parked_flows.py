@@ -6,15 +6,21 @@ the suspension, so both end as the signal says, whatever the cache did."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from runstream import Cancelled, Flow, FlowContext
+from runstream import Cancelled, Flow, FlowContext, Handoff
 from runstream.projections.state import JournalEntry
 
 impatient: Flow[Any, Any] = Flow("parked-impatient")
 beside: Flow[Any, Any] = Flow("parked-beside")
 forever: Flow[Any, Any] = Flow("parked-forever")
 cancel_beside: Flow[Any, Any] = Flow("parked-cancel-beside")
+cancel_wrapped: Flow[Any, Any] = Flow("parked-cancel-wrapped")
+cancel_in_wait: Flow[Any, Any] = Flow("parked-cancel-in-wait")
+stray: Flow[Any, Any] = Flow("parked-stray")
+# How a step of cancel_in_wait asks its own run's cancel (a test sets it: env or client).
+CANCEL_ASKER: list[Callable[[], Awaitable[None]]] = []
 
 
 @forever.handler
@@ -72,6 +78,56 @@ async def _cancel_beside(ctx: FlowContext, payload: Any) -> Any:
         await asyncio.gather(ctx.step("undo-c", _undone, "c"), ctx.step("undo-d", _undone, "d"))
         raise
     return "never cancelled"
+
+
+
+@cancel_wrapped.handler
+async def _cancel_wrapped(ctx: FlowContext, payload: Any) -> Any:
+    """The handler's body in a task of its own (asyncio.wait_for makes one): its cleanup
+    is the handler's, not a branch's, and runs whole."""
+    async def body() -> Any:
+        try:
+            await asyncio.gather(ctx.sleep(600), ctx.wait_for("never"))
+        except Cancelled:
+            await ctx.step("undo", _undone, "body")
+            await ctx.wait_for("ack")
+            raise
+    return await asyncio.wait_for(body(), 3600)
+
+
+async def _ask_cancel() -> str:
+    await CANCEL_ASKER[0]()
+    return "asked"
+
+
+@cancel_in_wait.handler
+async def _cancel_in_wait(ctx: FlowContext, payload: Any) -> Any:
+    """The waiting branch is inside its wait already (waiting for the step beside it to end)
+    when the cancel reaches the other branch: it suspended the run there for ever."""
+    async def asker() -> None:
+        await ctx.step("ask", _ask_cancel)
+        await ctx.now()  # (the cancel reaches the handler here)
+    try:
+        await asyncio.gather(asker(), ctx.wait_for("never"))
+    except Cancelled:
+        await ctx.wait_for("ack")
+        raise
+    return "never cancelled"
+
+
+
+@stray.handler
+async def _stray(ctx: FlowContext, n: int) -> Any:
+    """Round 0 hands off while a task it started still runs, and makes a durable call."""
+    if n == 0:
+        async def late() -> None:
+            for _ in range(3):
+                await asyncio.sleep(0)
+            await ctx.now()
+        asyncio.get_running_loop().create_task(late())
+        return Handoff(payload=1)
+    await ctx.sleep(10)
+    return await ctx.step("real", _undone, "round-1")
 
 
 # What cancel_beside's journal holds, steps and waits: each cleanup once, in order.

@@ -17,6 +17,7 @@ from tests.integration.parked_flows import (
     CANCELLED_BESIDE,
     beside,
     cancel_beside,
+    cancel_wrapped,
     forever,
     impatient,
     steps_and_waits,
@@ -73,20 +74,23 @@ async def test_a_cancel_reaches_every_branch_through_every_door(
     cancel too (it suspended the run there for ever); both branches' cleanup and the
     handler's own run whole (tests/unit/test_parked_branches_env.py: the same flow)."""
     async with ready_with_doors(bootstrap, namespace, journal, tmp_path,
-                                [cancel_beside]) as (_, client, create):
-        for door in DOORS:
-            await create(door)(cancel_beside, None, f"beside-{door}")
-        for door in DOORS:
-            await status_when(client, f"beside-{door}", RunStatus.suspended)
-            await client.cancel(f"beside-{door}", reason="enough")
-        for door in DOORS:
-            await until_waiting_for(client, f"beside-{door}", "ack")
-            await client.signal(f"beside-{door}", "ack")
-        for door in DOORS:
+                                [cancel_beside, cancel_wrapped]) as (_, client, create):
+        runs = [(flow, f"{flow.name}-{door}") for flow in (cancel_beside, cancel_wrapped)
+                for door in DOORS]
+        for (flow, run_id), door in zip(runs, DOORS * 2, strict=True):
+            await create(door)(flow, None, run_id)
+        for _, run_id in runs:
+            await status_when(client, run_id, RunStatus.suspended)
+            await client.cancel(run_id, reason="enough")
+        for _, run_id in runs:
+            await until_waiting_for(client, run_id, "ack")
+            await client.signal(run_id, "ack")
+        for flow, run_id in runs:
             with pytest.raises(RunCancelled, match="enough"):
-                await client.get_handle(f"beside-{door}").result(timeout=60)
-            journal_now = tuple(await client.journal(f"beside-{door}"))
-            assert steps_and_waits(journal_now) == CANCELLED_BESIDE
+                await client.get_handle(run_id).result(timeout=60)
+            journal_now = steps_and_waits(tuple(await client.journal(run_id)))
+            assert journal_now == (CANCELLED_BESIDE if flow is cancel_beside else [
+                ("undo", "completed"), ("ack", "completed")]), run_id
 
 
 async def until_waiting_for(client: Client, run_id: str, name: str) -> None:

@@ -8,11 +8,15 @@ import pytest
 from runstream import RunCancelled, RunFailed, RunStatus
 from runstream.testing import TestEnvironment
 from tests.integration.parked_flows import (
+    CANCEL_ASKER,
     CANCELLED_BESIDE,
     beside,
     cancel_beside,
+    cancel_in_wait,
+    cancel_wrapped,
     impatient,
     steps_and_waits,
+    stray,
 )
 
 
@@ -52,3 +56,37 @@ async def test_a_cancel_reaches_the_branch_waiting_beside_the_one_it_met() -> No
             await env.result(run_id)
         assert steps_and_waits(env.journal(run_id)) == CANCELLED_BESIDE
 
+
+
+async def test_a_cancel_reaches_a_branch_already_inside_its_wait() -> None:
+    async with TestEnvironment([cancel_in_wait]) as env:
+        CANCEL_ASKER[:] = [lambda: env.cancel("w", reason="stop")]
+        await env.start(cancel_in_wait, None, run_id="w")
+        await env.sleep(5)
+        assert env.describe("w").wait.event_name == "ack"  # type: ignore[union-attr]
+        await env.signal("w", "ack")
+        with pytest.raises(RunCancelled, match="stop"):
+            await env.result("w")
+
+
+async def test_the_handler_s_body_in_a_task_of_its_own_cleans_up_whole() -> None:
+    async with TestEnvironment([cancel_wrapped]) as env:
+        await env.start(cancel_wrapped, None, run_id="b")
+        await env.sleep(5)
+        await env.cancel("b", reason="stop")
+        await env.sleep(5)
+        assert env.describe("b").wait.event_name == "ack"  # type: ignore[union-attr]
+        await env.signal("b", "ack")
+        with pytest.raises(RunCancelled, match="stop"):
+            await env.result("b")
+        assert steps_and_waits(env.journal("b")) == [("undo", "completed"), ("ack", "completed")]
+
+
+async def test_a_task_a_round_left_running_writes_nothing_into_the_next_round() -> None:
+    """The environment's execution read its run by the lineage's id (its latest round): a
+    branch round 0 left running after its handoff journaled into round 1, which failed with
+    NonDeterminism."""
+    async with TestEnvironment([stray]) as env:
+        await env.start(stray, 0, run_id="s")
+        assert await env.result("s", follow=True) == "undid round-1"
+        assert steps_and_waits(env.journal("s~1")) == [("real", "completed")]
