@@ -24,3 +24,20 @@ async def _counted(ctx: FlowContext, payload: Any) -> Any:
 @patient.handler
 async def _patient(ctx: FlowContext, payload: Any) -> Any:
     return await ctx.wait_for("go")
+
+
+mistyped = Flow("qi-mistyped")
+
+
+def _half() -> int:
+    return 1.5  # type: ignore[return-value]  (a function that returns another type)
+
+
+@mistyped.handler
+async def _mistyped(ctx: FlowContext, payload: Any) -> Any:
+    try:
+        await ctx.step("half", _half)
+    except Exception as exc:
+        seen = type(exc).__name__
+    await ctx.sleep(1)  # (a replay reads the journaled result again)
+    return seen

@@ -16,7 +16,7 @@ from runstream.engine.journal.records import request_envelope
 from runstream.projections.requests import describe_refusal
 from runstream.projections.state import Verdict
 from runstream.testing import TestEnvironment
-from tests.integration.quarantine_input_flows import counted, patient
+from tests.integration.quarantine_input_flows import counted, mistyped, patient
 
 
 def plain_resume(run_id: str, **fields: Any) -> ev.RunResumeRequested:
@@ -62,3 +62,11 @@ async def test_a_resolution_for_a_run_not_quarantined_says_why() -> None:
         assert env.describe(run_id).status is RunStatus.suspended  # its wait goes on
         await env.signal(run_id, "go", 7)
         assert await env.result(run_id) == 7
+
+
+@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings")  # (its dump of the 1.5)
+async def test_a_result_its_type_refuses_reads_the_same_first_and_on_replay() -> None:
+    """The first run raised pydantic's ValidationError, a replay StepFailed (ResultInvalid):
+    a worker with its sticky cache returned the one, without it the other."""
+    async with TestEnvironment([mistyped]) as env:
+        assert await env.run(mistyped, None) == "StepFailed"
