@@ -207,6 +207,7 @@ async def run_result(
     """The run's result; a round that handed off gives HandedOff (see handed_off_view),
     unless `follow`, which waits for the lineage's last round's result."""
     async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
+        await client.describe(run_id)  # (no such run: said at once, not after the timeout)
         return await client.get_handle(run_id).result(timeout=timeout, follow=follow)
 
 
@@ -322,7 +323,7 @@ async def run_tree(
     """The run's history with its later rounds and its children (every partition caught up:
     a child's lineage may live in another)."""
     async with read_model_of(bootstrap, namespace, read_model_dir) as model:
-        await view_of(model, run_id)
+        await view_of(model, round_zero(run_id))  # (`<lineage>~0`: round 0 itself)
         view = await model.catch_up()
         await model.complete(view, tree_run_ids(view, round_zero(run_id)))
         return _run_tree(view, round_zero(run_id))

@@ -6,6 +6,7 @@ import importlib
 import inspect
 import os
 import sys
+import traceback
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -29,6 +30,8 @@ def load_flows(app: str) -> list[Flow[Any, Any]]:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise AppNotFound(f"cannot import {module_name!r} for --app: {exc}") from None
+    except Exception as exc:  # (a syntax error, or the module's own code failing: one line)
+        raise AppNotFound(f"cannot import {module_name!r} for --app: {_where(exc)}") from None
     value = getattr(module, attr, None)
     if value is None:
         raise AppNotFound(f"module {module_name!r} has no attribute {attr!r}")
@@ -41,6 +44,15 @@ def load_flows(app: str) -> list[Flow[Any, Any]]:
     if not found or not all(isinstance(f, Flow) for f in found):
         raise AppNotFound(f"{app} {_SHAPE}")
     return found
+
+
+def _where(exc: Exception) -> str:
+    """The error, and where in the user's code it was raised (a syntax error says where)."""
+    text = f"{type(exc).__name__}: {exc}"
+    frames = traceback.extract_tb(exc.__traceback__)
+    if isinstance(exc, SyntaxError) or not frames:
+        return text
+    return f"{text} (at {frames[-1].filename}, line {frames[-1].lineno})"
 
 
 def _called(app: str, factory: Any) -> Any:

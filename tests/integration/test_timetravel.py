@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -146,6 +147,12 @@ async def test_cli_history_tree_at_record_and_diff(
     assert [c["run_id"] for c in shape["rounds"][0]["children"]] == ["tt-kid"]
     text = await cli("run", "history", "tt", "--tree", **common)
     assert "child spawned at position" in text.out and "tt~1" in text.out
+    # Round 0 by its own name, as `run history tt~0` takes it (it was "no run 'tt~0'").
+    zero = await cli("run", "history", "tt~0", "--tree", "--json", **common)
+    assert zero.code == 0 and json.loads(zero.out) == shape, zero.err
+    began = time.monotonic()  # (a typo waited out the whole timeout, "did not settle")
+    typo = await cli("run", "result", "tt-typo", "--timeout", "60", **common)
+    assert typo.code != 0 and "no run 'tt-typo'" in typo.err and time.monotonic() - began < 30
     rows = json.loads((await cli("run", "history", "tt", "--json", **common)).out)
     step_row = next(r for r in rows if r["type"] == "step.completed")
     at = await cli("run", "at", "tt", "--record", str(step_row["record"]), "--json", **common)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -281,6 +282,22 @@ def test_a_registry_url_that_is_no_http_url_is_one_line() -> None:
 def test_an_app_that_names_no_flows_is_one_line(app: str) -> None:
     with pytest.raises(AppNotFound, match="must be a Flow, a list of Flow objects"):
         load_flows(app)
+
+
+@pytest.mark.parametrize(("source", "said"), [
+    ("def (:\n", "SyntaxError: invalid syntax (broken_app.py, line 1)"),
+    ("x = 1\nraise RuntimeError('boom')\n", "RuntimeError: boom (at "),
+])
+def test_an_app_whose_module_fails_to_import_is_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, said: str) -> None:
+    """A syntax error or the module's own failure printed a 50-line traceback."""
+    (tmp_path / "broken_app.py").write_text(source)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(AppNotFound, match="cannot import 'broken_app' for --app") as refused:
+        load_flows("broken_app:flows")
+    assert said in str(refused.value) and "\n" not in str(refused.value)
+    sys.modules.pop("broken_app", None)
 
 
 def test_an_app_naming_flows_still_loads() -> None:
