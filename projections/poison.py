@@ -72,6 +72,15 @@ _DECODE_REASONS: dict[DecodeReason, DeadLetterReason] = {
 DEAD_LETTER_TYPE_PREFIX = "dead-letter:"
 
 
+def reason_of(cause: str) -> str:
+    """The dead-letter reason of a history item's cause (the codec's finer one, or the
+    reason itself)."""
+    for decoded, reason in _DECODE_REASONS.items():
+        if decoded == cause:
+            return reason
+    return cause
+
+
 class KeyUnknown(Enum):
     """The reader does not know the record's Kafka key: the key check is not made. Every
     reader of a real journal passes the key (engine.kafka.reader.RawRecord.key), so that it

@@ -19,6 +19,7 @@ from runstream.engine.journal import events as ev
 from runstream.engine.journal.timetext import iso_time
 from runstream.engine.readmodel.rows import HistoryRow, history_rows
 from runstream.engine.readmodel.view import View
+from runstream.projections.poison import DEAD_LETTER_TYPE_PREFIX, Poison, examine, reason_of
 from runstream.projections.replay import (
     PastRun,
     RunAbsentAt,
@@ -27,6 +28,7 @@ from runstream.projections.replay import (
     replay_run,
 )
 from runstream.projections.state import Verdict
+from runstream.projections.values import HistoryEntry
 
 
 def run_history(view: View, run_id: str) -> list[HistoryRow]:
@@ -103,6 +105,9 @@ def partition_history(view: View, partition: int) -> list[PartitionRow]:
                   and item.verdict is Verdict.applied)
     epoch = max(0, view.partition(partition).epoch - applied)
     for item in items:
+        if item.type.startswith(DEAD_LETTER_TYPE_PREFIX):
+            rows.append(_dead_letter_row(partition, item))
+            continue
         claimed = (item.type == ev.PartitionEpochClaimed.TYPE
                    and item.verdict is Verdict.applied)
         if item.record is None and item.raw is None:
@@ -132,6 +137,21 @@ def partition_history(view: View, partition: int) -> list[PartitionRow]:
                                source=env.source_id)
         rows.append(row)
     return rows
+
+
+def _dead_letter_row(partition: int, item: HistoryEntry) -> PartitionRow:
+    """`dead-letter:<reason>` and why (decoded again, a record set aside for its key, run or
+    partition showed as the record it decodes to, with no reason)."""
+    cause = item.type.removeprefix(DEAD_LETTER_TYPE_PREFIX)
+    detail = item.error
+    if detail is None and item.raw is not None:
+        examined = examine(item.raw)
+        detail = examined.detail if isinstance(examined, Poison) and examined.cause == cause else (
+            f"set aside ({cause})" + (f": a {examined.TYPE} record" if not isinstance(
+                examined, Poison) else ""))
+    return PartitionRow(partition, item.offset, item.timestamp_ms,
+                        DEAD_LETTER_TYPE_PREFIX + reason_of(cause), item.verdict.value,
+                        error=detail or f"set aside ({cause})")
 
 
 def _clock(timestamp_ms: int) -> str:

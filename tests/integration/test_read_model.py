@@ -337,6 +337,9 @@ async def test_partition_history_shows_claims_with_their_verdicts(
     await writer.send(claim(Writer("late"), 1, "late-worker", generation=3), partition=1)
     await writer.send(owner.decide(ev.PartitionHeartbeat, run_id="", partition=1), partition=1)
     await writer.send_bytes(b"\x07not avro", partition=1, key="junk")
+    # A run's record without a Kafka key: shown as the record it decodes to, no reason.
+    keyless = request(ev.RunCancelRequested, run_id="keyless", request_id="cancel-keyless")
+    await writer.send_bytes(encode(keyless)[0], partition=1)
     await writer.send(claim(Writer("next"), 1, "next-worker", generation=6, epoch=2),
                       partition=1)
     root = tmp_path / "cache"
@@ -358,9 +361,12 @@ async def test_partition_history_shows_claims_with_their_verdicts(
         ("partition.epoch-claimed", "applied", "worker-1", 5, 1),
         ("partition.epoch-claimed", "rejected", "late-worker", 3, 1),
         ("partition.heartbeat", "applied", None, None, 1),
-        ("dead-letter:bad-magic", "dead-letter", None, None, None),
+        ("dead-letter:garbage", "dead-letter", None, None, None),
+        ("dead-letter:missing-key", "dead-letter", None, None, None),
         ("partition.epoch-claimed", "applied", "next-worker", 6, 2),
     ]
+    assert rows[3]["error"].endswith("[bad-magic]"), rows[3]
+    assert rows[4]["error"] == "set aside (missing-key): a run.cancel-requested record"
     assert [r["offset"] for r in rows] == sorted(r["offset"] for r in rows)
     assert all(r["timestamp_ms"] > 0 for r in rows)
     code, out, err = await cli("partition", "history", "1")
