@@ -45,6 +45,15 @@ class RunKeys:
               ) -> Iterator[tuple[bytes, bytes]]:
         raise NotImplementedError
 
+    def meta(self, key: bytes) -> bytes | None:
+        """A key of the store's own (`m/`: in no snapshot, no verify)."""
+        return self._get(key)
+
+    def set_meta(self, key: bytes, value: bytes) -> None:
+        """Set a key of the store's own (a primary's; a secondary writes nothing)."""
+        if self.access == "primary":
+            self._db[key] = value
+
     def set_partition_count(self, partitions: int) -> None:
         """The journal's partition count: recorded once (a primary's), then only checked,
         since every run-keyed key is placed by it."""

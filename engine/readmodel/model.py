@@ -46,6 +46,7 @@ from runstream.engine.errors import ReadModelClosed, RunstreamError
 from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.kafka.restore import RecordsDeleted
 from runstream.engine.readmodel import records
+from runstream.engine.readmodel.anchors import Anchors
 from runstream.engine.readmodel.bootstrap import OnLoading, SnapshotBootstrap, resolve_every
 from runstream.engine.readmodel.source import JournalSource
 from runstream.engine.readmodel.view import OverlayStore, View
@@ -141,6 +142,7 @@ class ReadModel:
         self._on_loading = on_loading
         self.snapshots: SnapshotBootstrap | None = None  # the primary's, once open
         self._cache = records.RecordCache()
+        self._anchors = Anchors()  # (the check that the topic is the one folded)
         self._source = JournalSource(bootstrap, topic, security=security)
         self._lock = _WriterLock(self.path / LOCK_FILE)
         self._store: ProjectionStore | None = None
@@ -275,6 +277,7 @@ class ReadModel:
             chosen = self._chosen(partitions)
             ends = await self._source.end_offsets(chosen)
             self._check_not_ahead(store, ends)
+            await self._check_same_log(store, ends)
             if self._projector is not None:
                 await self._load_snapshots(store, self._projector, ends)
                 try:
@@ -365,8 +368,21 @@ class ReadModel:
                     store.flush()
                 projector.apply_raw(raw.partition, raw.offset, raw.value, raw.headers,
                                     raw.timestamp_ms, key=raw.key)
+                self._anchors.saw(raw)
                 applied += 1
                 self.records_consumed += 1
+        self._anchors.save(store)  # (the records are written: the group has ended)
+
+    async def _check_same_log(self, store: ProjectionStore, ends: dict[int, int]) -> None:
+        """A projection whose last record the topic no longer holds at its offset was built
+        from another log (the topic was recreated and has grown past where it was)."""
+        if self._projector is None:
+            return  # (a secondary applies nothing: its primary checks)
+        other = await self._anchors.other_log(store, self._source, ends)
+        if other is not None:
+            raise ReadModelAhead(
+                f"the read model in {self.path} has applied records of partition {other} "
+                f"that {self.topic} no longer holds at their offsets: {self._recreated}")
 
     def _check_not_ahead(self, store: ProjectionStore, ends: dict[int, int]) -> None:
         """A projection past the end of its partition (or of a partition the topic no longer

@@ -9,10 +9,11 @@ partitions.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import OffsetOutOfRangeError
@@ -75,6 +76,25 @@ class JournalSource:
         ends = await self._started().end_offsets(tps)
         return {tp.partition: ends[tp] for tp in tps}
 
+    async def record_at(self, partition: int, offset: int, end: int) -> RawRecord | None:
+        """The record at `offset` of `partition`, which ends at `end`; None when the topic
+        holds none there (past its end, or deleted by its retention)."""
+        if offset >= end:
+            return None
+        tp = TopicPartition(self.topic, partition)
+        if offset < (await self._started().beginning_offsets([tp]))[tp]:
+            return None  # (deleted by the journal's retention: a fetch there stalls)
+        try:
+            # (closed here: left to the collector, its `finally` paused the partition in
+            # the middle of the next read, which then made no progress)
+            async with contextlib.aclosing(
+                    self.read({partition: offset}, {partition: offset + 1})) as records:
+                async for raw in records:
+                    return raw if raw.offset == offset else None
+        except RecordsDeleted:
+            return None
+        return None
+
     async def offsets_after(self, timestamp_ms: int, partitions: list[int]
                             ) -> tuple[dict[int, int], dict[int, int]]:
         """The cut at log time `timestamp_ms`, and the end offsets read just before it.
@@ -98,7 +118,7 @@ class JournalSource:
         return cut, {tp.partition: ends[tp] for tp in tps}
 
     async def read(self, start: dict[int, int], until: dict[int, int]
-                   ) -> AsyncIterator[RawRecord]:
+                   ) -> AsyncGenerator[RawRecord, None]:
         """Every committed record of each partition p from start[p] up to until[p]
         (exclusive): in offset order within a partition, by log time across them."""
         consumer = self._started()

@@ -288,6 +288,17 @@ async def test_a_recreated_topic_is_refused(
     with pytest.raises(ReadModelAhead, match="recreated"):
         await operations.run_status(bootstrap=bootstrap, namespace=namespace, run_id="e1",
                                     read_model_dir=where)
+    # The new topic grown past where the old one ended: the read model folded the new
+    # records on top of the old state (runs gone listed, new ones "no run").
+    async with Journal(bootstrap, journal) as again:
+        for n in range(6):
+            await again.run(f"n{n}")
+    with pytest.raises(ReadModelAhead, match="no longer holds at their offsets"):
+        async with ReadModel(bootstrap=bootstrap, topic=journal, path=where) as model:
+            await model.catch_up()
+    async with ReadModel(bootstrap=bootstrap, topic=journal, path=tmp_path / "new") as model:
+        view = await model.catch_up()  # (a new read model of the new topic: no refusal)
+        assert view.run("e1") is None and view.run("n0") is not None
 
 
 async def test_run_at_equals_the_full_fold_at_every_offset(
