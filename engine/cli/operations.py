@@ -14,7 +14,7 @@ from typing import Any
 from runstream.engine.cli.eventloop import loop_name, run_async
 from runstream.engine.client.client import Client
 from runstream.engine.config import journal_topic, resolve_bootstrap, resolve_namespace
-from runstream.engine.errors import InvalidInput, RunExpired
+from runstream.engine.errors import InvalidInput, RunExpired, RunstreamError
 from runstream.engine.flow.apps import AppNotFound as AppNotFound  # the CLI's
 from runstream.engine.flow.apps import load_flows as load_flows
 from runstream.engine.flow.definition import HandedOff
@@ -41,6 +41,7 @@ from runstream.engine.timetravel.points import run_diff as _run_diff
 from runstream.engine.timetravel.points import run_tree as _run_tree
 from runstream.engine.worker import Worker, heap
 from runstream.projections import query_plan
+from runstream.projections.expiry import expired_text
 from runstream.projections.fold import RebuildReport
 from runstream.projections.partitioning import run_partition
 from runstream.projections.state import RunState, round_zero, to_builtins
@@ -312,6 +313,13 @@ async def run_history(
                 raise
             found = await expired_history(model.bootstrap, model.topic, stone, view=view,
                                           security=model.security, progress=progress)
+            if found.read == 0 and found.missing_before is not None:
+                # (it printed `[]`, or only the requests since, and exited 0: nothing said
+                # the run's own records were gone)
+                raise RunstreamError(
+                    f"run {run_id!r} {expired_text(stone)}; the journal no longer holds its "
+                    f"records (offsets {stone.first_offset}..{found.missing_before - 1}: its "
+                    f"retention deleted them)") from None
             return found.rows
         return _run_history(view, run_id)
 

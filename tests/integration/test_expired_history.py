@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 
 from runstream import Client, CreateRejected, RunExpired
 from runstream.engine.client.handle import RunHandle
@@ -169,3 +170,15 @@ async def test_an_expired_run_answers_expired_and_its_history_comes_from_the_jou
                                                     (10, "refused")]
     assert "offsets 2..6" in history.err and "read 5 records" in history.err
     assert "expired at" in one_line_error(at) and f"run history {run_id}" in at.err
+    # Its records deleted by the journal's retention too: said so, where it printed `[]`.
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_records({TopicPartition(journal, partition): RecordsToDelete(7)},
+                                   timeout_ms=10_000)
+    finally:
+        await admin.close()
+    gone = await run("run", "history", run_id, "--json")
+    last = gone.err.strip().splitlines()[-1]  # (after the lines of its progress)
+    assert gone.code == 2 and last.startswith("error: ") and gone.out == ""
+    assert "the journal no longer holds its records (offsets 2..6" in last
