@@ -6,7 +6,7 @@ import logging
 import sys
 
 import click
-from aiokafka.errors import KafkaConnectionError, KafkaError
+from aiokafka.errors import InvalidSessionTimeoutError, KafkaConnectionError, KafkaError
 
 from runstream.engine.cli.eventloop import run_async
 from runstream.engine.config import resolve_bootstrap
@@ -39,6 +39,10 @@ def run_cli(group: click.Group) -> None:
         _fail(str(exc), EXIT_USER)
     except KafkaConnectionError as exc:
         _fail(_connection_failure(exc), EXIT_CONNECTION)
+    except InvalidSessionTimeoutError:
+        _fail("the broker refused the worker's session timeout (--session-timeout-ms): it "
+              "takes one within its group.min.session.timeout.ms and "
+              "group.max.session.timeout.ms (6000 and 1800000 ms by default)", EXIT_USER)
     except KafkaError as exc:
         denied = access_denied(exc)
         _fail(str(denied) if denied else f"Kafka: {type(exc).__name__}: {exc}",

@@ -33,6 +33,8 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from runstream.engine.errors import SettingInvalid
+
 __all__ = ["LATENCY_BUCKETS", "SETTLE_BUCKETS", "RunsSource", "WorkerMetrics"]
 
 log = logging.getLogger(__name__)
@@ -331,7 +333,11 @@ class WorkerMetrics:
             if self._server is not None:
                 raise RuntimeError(
                     f"metrics already served on port {self._server.server_port}")
-            server, thread = start_http_server(port, addr, registry=self.registry)
+            try:
+                server, thread = start_http_server(port, addr, registry=self.registry)
+            except OSError as exc:  # (it said "[Errno 98] Address already in use", no more)
+                raise SettingInvalid(f"cannot serve metrics on {addr}:{port} (--metrics-port):"
+                                     f" {exc.strerror or exc}") from None
             self._server, self._server_thread = server, thread
             return int(server.server_port)
 
