@@ -14,7 +14,7 @@ from typing import Any
 from runstream.engine.cli.eventloop import loop_name, run_async
 from runstream.engine.client.client import Client
 from runstream.engine.config import journal_topic, resolve_bootstrap, resolve_namespace
-from runstream.engine.errors import InvalidInput, RunExpired, RunstreamError
+from runstream.engine.errors import InvalidInput, RunExpired, RunNotFound, RunstreamError
 from runstream.engine.flow.apps import AppNotFound as AppNotFound  # the CLI's
 from runstream.engine.flow.apps import load_flows as load_flows
 from runstream.engine.flow.definition import HandedOff
@@ -208,7 +208,14 @@ async def run_result(
     """The run's result; a round that handed off gives HandedOff (see handed_off_view),
     unless `follow`, which waits for the lineage's last round's result."""
     async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
-        await client.describe(run_id)  # (no such run: said at once, not after the timeout)
+        try:  # (no such run: said at once, where it waited out the timeout)
+            await client.describe(run_id)
+        except RunExpired:
+            raise
+        except RunNotFound:
+            if not (await client.route()).relayed:
+                raise
+            # (relayed: its create may still be in the requests topic, for a worker to move)
         return await client.get_handle(run_id).result(timeout=timeout, follow=follow)
 
 

@@ -49,7 +49,9 @@ def load_flows(app: str) -> list[Flow[Any, Any]]:
 def _where(exc: Exception) -> str:
     """The error, and where in the user's code it was raised (a syntax error says where)."""
     text = f"{type(exc).__name__}: {exc}"
-    frames = traceback.extract_tb(exc.__traceback__)
+    libraries = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})  # (json's own, say)
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith(libraries) and not f.filename.startswith("<")]
     if isinstance(exc, SyntaxError) or not frames:
         return text
     return f"{text} (at {frames[-1].filename}, line {frames[-1].lineno})"

@@ -7,14 +7,17 @@ started), another branch's wait came after the delivery and so counted as cleanu
 the signal's wait, its cancel spent, and stayed suspended for ever.
 
 So once the cancel was delivered in this execution, a wait that would suspend the run raises
-`Cancelled` in a task the cancel has not reached yet, when that wait is the task's first
-durable call since the delivery (nothing journaled there); that task then counts as reached,
-and its cleanup runs, waits included. The handler's own task, the task the cancel reached,
-and a task that made another durable call since the delivery (cleanup: a step, say, of the
-handler's body running in a task of its own) wait as cleanup does. Steps are not affected.
-The rule names no task by when it was made, only which task made which durable call, so a
-replay (which makes the same calls in the same order: README, concurrent branches) raises
-at the same calls as the first execution.
+`Cancelled` (nothing journaled there) in a task the cancel has not reached yet when that task
+made a durable call before the delivery (a branch running beside the one it reached), or
+when the wait is its first durable call since (a branch that had not begun). The task then
+counts as reached, and its cleanup runs, waits included. The handler's own task, the task the
+cancel reached, and a task that made no durable call before the delivery and another one
+since (cleanup: a step, say, of the handler's body running in a task of its own) wait as
+cleanup does. Steps are not affected. The rule names no task by when it was made, only which
+task made which durable call, so a replay (which makes the same calls in the same order:
+README, concurrent branches) raises at the same calls as the first execution. What it cannot
+tell from a branch: a cleanup in a task of its own that begins with a durable wait (begin it
+with a step, or wait in the handler's own task).
 """
 
 from __future__ import annotations
@@ -38,11 +41,16 @@ class BranchCancel:
         self._reached: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
         self._calls: weakref.WeakKeyDictionary[asyncio.Task[Any], int] = (
             weakref.WeakKeyDictionary())
+        self._before: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()  # (called then)
 
     def called(self) -> None:
-        """A durable call of the current task (counted once the cancel was delivered)."""
+        """A durable call of the current task."""
         task = asyncio.current_task()
-        if self._reason is not None and task is not None:
+        if task is None:
+            return
+        if self._reason is None:
+            self._before.add(task)
+        else:
             self._calls[task] = self._calls.get(task, 0) + 1
 
     def delivered(self, reason: str) -> None:
@@ -59,8 +67,9 @@ class BranchCancel:
         if self._reason is None:
             return
         task = asyncio.current_task()
-        if (task is None or task is self._root or task in self._reached
-                or self._calls.get(task, 0) > 1):  # (this wait's call, and another before)
+        if task is None or task is self._root or task in self._reached:
             return
+        if task not in self._before and self._calls.get(task, 0) > 1:
+            return  # (begun after the cancel, with another call before this wait: cleanup)
         self._reached.add(task)
         raise Cancelled(self._reason)

@@ -19,6 +19,7 @@ cancel_beside: Flow[Any, Any] = Flow("parked-cancel-beside")
 cancel_wrapped: Flow[Any, Any] = Flow("parked-cancel-wrapped")
 cancel_in_wait: Flow[Any, Any] = Flow("parked-cancel-in-wait")
 stray: Flow[Any, Any] = Flow("parked-stray")
+cancel_mid_steps: Flow[Any, Any] = Flow("parked-cancel-mid-steps")
 # How a step of cancel_in_wait asks its own run's cancel (a test sets it: env or client).
 CANCEL_ASKER: list[Callable[[], Awaitable[None]]] = []
 
@@ -114,6 +115,22 @@ async def _cancel_in_wait(ctx: FlowContext, payload: Any) -> Any:
         raise
     return "never cancelled"
 
+
+
+@cancel_mid_steps.handler
+async def _cancel_mid_steps(ctx: FlowContext, payload: Any) -> Any:
+    """A branch whose step was under way when the cancel reached the other, then another
+    step, then a wait: it suspended the run there for ever, its cancel spent."""
+    async def asker() -> None:
+        await ctx.step("ask", _ask_cancel)
+        await ctx.now()  # (the cancel reaches the handler here)
+
+    async def busy() -> None:
+        await ctx.step("s1", _undone, "s1")
+        await ctx.step("s2", _undone, "s2")
+        await ctx.wait_for("approval")
+    await asyncio.gather(asker(), busy(), return_exceptions=True)
+    return "settled"
 
 
 @stray.handler

@@ -287,6 +287,7 @@ def test_an_app_that_names_no_flows_is_one_line(app: str) -> None:
 @pytest.mark.parametrize(("source", "said"), [
     ("def (:\n", "SyntaxError: invalid syntax (broken_app.py, line 1)"),
     ("x = 1\nraise RuntimeError('boom')\n", "RuntimeError: boom (at "),
+    ("import json\njson.loads('{')\n", "broken_app.py, line 2)"),  # (not json's own line)
 ])
 def test_an_app_whose_module_fails_to_import_is_one_line(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, said: str) -> None:

@@ -13,6 +13,7 @@ from tests.integration.parked_flows import (
     beside,
     cancel_beside,
     cancel_in_wait,
+    cancel_mid_steps,
     cancel_wrapped,
     impatient,
     steps_and_waits,
@@ -90,3 +91,11 @@ async def test_a_task_a_round_left_running_writes_nothing_into_the_next_round() 
         await env.start(stray, 0, run_id="s")
         assert await env.result("s", follow=True) == "undid round-1"
         assert steps_and_waits(env.journal("s~1")) == [("real", "completed")]
+
+
+async def test_a_cancel_reaches_a_branch_that_was_stepping_and_then_waits() -> None:
+    async with TestEnvironment([cancel_mid_steps]) as env:
+        CANCEL_ASKER[:] = [lambda: env.cancel("m", reason="stop")]
+        await env.start(cancel_mid_steps, None, run_id="m")
+        with pytest.raises(RunCancelled, match="stop"):
+            await env.result("m")
