@@ -62,8 +62,9 @@ class BranchCancel:
             self._reached.add(task)
 
     def before_suspending(self) -> None:
-        """Raise Cancelled in a task the delivered cancel has not reached, at its first
-        durable call since the delivery (once: its cleanup runs after it)."""
+        """Raise Cancelled in a task the delivered cancel has not reached (once: its cleanup
+        runs after it), unless the task began after the delivery with another durable call
+        than this wait."""
         if self._reason is None:
             return
         task = asyncio.current_task()
