@@ -171,6 +171,16 @@ class RoundReads(Protocol):
     def latest_round(self, lineage_id: str) -> str | None: ...
 
 
+def addressed(held: RoundReads, run_id: str) -> str:
+    """The run a query or request naming `run_id` reaches: a lineage's id names its latest
+    round once it handed off; any other id names itself (a read model's view and the
+    TestEnvironment alike)."""
+    run = held.run(run_id)
+    if run is None or run.handed_off_to is None or run_id != run.lineage_id:
+        return run_id
+    return held.latest_round(run_id) or run_id
+
+
 def round_to_follow(held: RoundReads, named: str) -> str:
     """The round to follow after a handoff to `named`: itself while `held` holds it, else
     (it expired alone while its lineage lived on, its records and maybe its tombstone gone)

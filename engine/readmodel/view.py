@@ -12,6 +12,7 @@ import heapq
 import itertools
 from collections.abc import Iterable, Iterator
 
+from runstream.projections.expiry import addressed
 from runstream.projections.memory import MemoryStore
 from runstream.projections.partitioning import run_partition
 from runstream.projections.replay import record_of
@@ -152,12 +153,8 @@ class View:
         return (overlay or self._base).latest_round(lineage_id)
 
     def addressed(self, run_id: str) -> str:
-        """The run a query or request naming `run_id` reaches: a lineage's id names its
-        latest round once it handed off; any other id names itself."""
-        run = self.run(run_id)
-        if run is None or run.handed_off_to is None or run_id != run.lineage_id:
-            return run_id
-        return self.latest_round(run_id) or run_id
+        """The run a query or request naming `run_id` reaches (projections.expiry)."""
+        return addressed(self, run_id)
 
     def tombstone(self, run_id: str) -> Tombstone | None:
         """What is left of `run_id` if it expired (None: it did not, or its tombstone went).

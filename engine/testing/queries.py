@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from runstream.engine.testing.upkeep import missing
 from runstream.projections import query_plan
+from runstream.projections.expiry import addressed
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.query_plan import RunPage, where_query
 from runstream.projections.state import RunState, RunStatus, round_zero
@@ -23,11 +24,8 @@ class RunQueries:
         """As Client.describe: a lineage's id names its latest round (once it handed off),
         `<lineage>~<n>` round n (`~0`: round 0, the lineage's id)."""
         named = round_zero(run_id)
-        if named == run_id:
-            run = self.projection.store.run(run_id)
-            if run is not None and run.handed_off_to is not None and run.lineage_id == run_id:
-                named = self.projection.store.latest_round(run_id) or run_id
-        return self._exact(named)
+        return self._exact(named if named != run_id else addressed(self.projection.store,
+                                                                  run_id))
 
     def status(self, run_id: str) -> RunStatus:
         return self.describe(run_id).status
