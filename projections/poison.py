@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Final, Literal
+from typing import Final, Literal, cast
 
 from runstream.engine.journal import (
     MAX_RECORD_BYTES,
@@ -75,10 +75,8 @@ DEAD_LETTER_TYPE_PREFIX = "dead-letter:"
 def reason_of(cause: str) -> str:
     """The dead-letter reason of a history item's cause (the codec's finer one, or the
     reason itself)."""
-    for decoded, reason in _DECODE_REASONS.items():
-        if decoded == cause:
-            return reason
-    return cause
+    reasons = cast("dict[str, str]", _DECODE_REASONS)  # (its keys are str Literals)
+    return reasons.get(cause, cause)
 
 
 class KeyUnknown(Enum):

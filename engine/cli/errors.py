@@ -58,7 +58,7 @@ def run_cli(group: click.Group) -> None:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
+    text = str(exc).strip()  # (_fail makes it one line)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 

@@ -146,9 +146,10 @@ def _dead_letter_row(partition: int, item: HistoryEntry) -> PartitionRow:
     detail = item.error
     if detail is None and item.raw is not None:
         examined = examine(item.raw)
-        detail = examined.detail if isinstance(examined, Poison) and examined.cause == cause else (
-            f"set aside ({cause})" + (f": a {examined.TYPE} record" if not isinstance(
-                examined, Poison) else ""))
+        if not isinstance(examined, Poison):
+            detail = f"set aside ({cause}): a {examined.TYPE} record"
+        elif examined.cause == cause:
+            detail = examined.detail
     return PartitionRow(partition, item.offset, item.timestamp_ms,
                         DEAD_LETTER_TYPE_PREFIX + reason_of(cause), item.verdict.value,
                         error=detail or f"set aside ({cause})")
