@@ -46,8 +46,8 @@ class BranchCancel:
     def called(self) -> None:
         """A durable call of the current task."""
         task = asyncio.current_task()
-        if task is None:
-            return
+        if task is None or task is self._root:
+            return  # (exempt whatever it called: the common case, one task)
         if self._reason is None:
             self._before.add(task)
         else:
