@@ -15,6 +15,7 @@ from runstream.engine.errors import (
     ResultTimeout,
     RunCancelled,
     RunFailed,
+    RunstreamError,
     run_failure,
 )
 from runstream.engine.flow.definition import HandedOff, settled_outcome
@@ -32,6 +33,9 @@ from runstream.projections.step_entries import exhausted_text
 # How long a create waits for its owner's answer before the read model is asked whether the
 # run it names had expired (its tombstone answers then: _admission_answer).
 EXPIRED_CHECK_S = 5.0
+# How long a timed-out wait asks the read model for the run's status, when the tail passed
+# none of the run's records (they lay before where it started): the timeout's "last seen".
+LAST_SEEN_S = 2.0
 
 if TYPE_CHECKING:
     from runstream.engine.client.client import Client
@@ -59,8 +63,7 @@ class RunHandle:
         try:
             await asyncio.wait_for(self._admission(), timeout)
         except TimeoutError:
-            seen = self.client._tail.last_type.get(self.run_id, "nothing yet")
-            raise ResultTimeout(self.run_id, timeout or 0, seen,
+            raise ResultTimeout(self.run_id, timeout or 0, await self._last_seen(),
                                 waited_for="was not admitted") from None
 
     async def _admission(self) -> int:
@@ -125,8 +128,24 @@ class RunHandle:
         try:
             return await asyncio.wait_for(self._result(follow), timeout)
         except TimeoutError:
-            seen = self.client._tail.last_type.get(self.run_id, "nothing yet")
-            raise ResultTimeout(self.run_id, timeout or 0, seen) from None
+            raise ResultTimeout(self.run_id, timeout or 0, await self._last_seen()) from None
+
+    async def _last_seen(self) -> str:
+        """What a timeout says it saw last: the run's last record the tail passed, else its
+        status in the read model (a run suspended before this client followed it, whose
+        records lie before where the tail started), else "nothing yet"."""
+        seen = self.client._tail.last_type.get(self.run_id)
+        if seen is not None:
+            return seen
+        try:
+            run = await asyncio.wait_for(self.client.describe(self.run_id), LAST_SEEN_S)
+        except (RunstreamError, TimeoutError):
+            return "nothing yet"
+        wait = run.wait
+        if wait is None:
+            return run.status.value
+        named = wait.event_name or wait.child_run_id
+        return f"{run.status.value}, waiting on {wait.kind}" + (f" {named!r}" if named else "")
 
     async def _result(self, follow: bool) -> Any:
         if self.client.authority is not None:

@@ -132,6 +132,24 @@ async def test_waits_with_no_worker_up_end_in_a_runstream_timeout(
             await client.create_schedule("nightly", "checkout", every=60)
 
 
+async def test_a_timeout_names_the_status_of_a_run_suspended_before_the_client_came(
+        bootstrap: str, namespace: str, journal: str) -> None:
+    # (the tail starts past the run's records, so it said "last seen: nothing yet")
+    run_id = "parked"
+    async with Journal(bootstrap, journal) as writer:
+        owner = writer.owners[partition_for(run_id, PARTITIONS)]
+        await writer.run(run_id, steps=0, settle=False)
+        await writer.send(owner.decide(ev.RunSuspended, run_id=run_id, reason="event",
+                                       event_name="go", position=0))
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
+        with pytest.raises(ResultTimeout, match=r"within 1s \(last seen: suspended, "
+                                                r"waiting on event 'go'\)$"):
+            await client.get_handle(run_id).result(timeout=1)
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
+        with pytest.raises(ResultTimeout, match=r"within 1s \(last seen: nothing yet\)$"):
+            await client.get_handle("never-created").result(timeout=1)
+
+
 async def test_a_failed_start_of_the_requests_producer_leaves_waits_in_progress_going(
         bootstrap: str, namespace: str, journal: str) -> None:
     # (the client closed its tail under them: they waited for ever)
