@@ -354,7 +354,7 @@ async def run_state_at(
     async with read_model_of(bootstrap, namespace, read_model_dir) as model:
         view = await view_of(model, run_id, records=True)
         past = run_at(view, run_id, point)
-    out = run_view(past.run)
+    out = run_view(past.run, past=True)
     out["at"] = point.describe()
     out["journal"] = [to_builtins(entry) for entry in past.entries]
     return out

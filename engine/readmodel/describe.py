@@ -32,9 +32,11 @@ def attributes_view(items: tuple[Attribute, ...]) -> dict[str, Any]:
             for item in items}
 
 
-def run_view(run: RunState, *, namespace: str | None = None) -> dict[str, Any]:
+def run_view(run: RunState, *, namespace: str | None = None, past: bool = False
+             ) -> dict[str, Any]:
     """What `run status --json` and `runs list --json` print for one run. `namespace`: the
-    one the quarantine's resolve commands name (None or the default: they name none)."""
+    one the quarantine's resolve commands name (None or the default: they name none);
+    `past`: the run as it was at a past point (time travel), whose note gives no advice."""
     view: dict[str, Any] = {
         "run_id": run.run_id,
         "flow": run.flow,
@@ -75,7 +77,7 @@ def run_view(run: RunState, *, namespace: str | None = None) -> dict[str, Any]:
         view["result"] = json.loads(run.result_json)
     if run.error_type is not None:
         view["error"] = {"type": run.error_type, "message": run.error_message}
-    note = status_note(run)
+    note = status_note(run, past=past)
     if note:
         view["note"] = note
     return view
@@ -183,15 +185,16 @@ def iso_time(ms: int) -> str:
     return format_iso_time(ms, precision="auto")
 
 
-def status_note(run: RunState) -> str | None:
-    """Why a run that is not moving is not moving (and a pending cancel), in words."""
+def status_note(run: RunState, *, past: bool = False) -> str | None:
+    """Why a run that is not moving is not moving (and a pending cancel), in words; `past`:
+    as it stood at a past point, where "start a worker" is no advice (one came later)."""
     if run.status.is_terminal:
         return None
     notes = [f"cancel requested: {run.cancel_requested}"] if run.cancel_requested else []
     if run.status is RunStatus.suspended:
         notes.append(wait_note(run))
     elif run.status is RunStatus.pending:
-        why = _pending_note(run)
+        why = _pending_note(run, past=past)
         if why:
             notes.append(why)
     return "; ".join(notes) or None
@@ -253,11 +256,15 @@ def retry_view(run: RunState, entries: Iterable[JournalEntry]) -> dict[str, Any]
                     f"`{command}` runs it now"}
 
 
-def _pending_note(run: RunState) -> str | None:
+def _pending_note(run: RunState, *, past: bool) -> str | None:
     missing = [e for e in run.evidence if e.kind == FLOW_NOT_REGISTERED]
     if missing:
         return missing[-1].message
     fork = run.fork
+    if past and not run.admitted and (fork is None or not fork.accepted):
+        # (its owner had not answered the request yet at that point)
+        return "not admitted yet at this point" + (
+            f" (a fork of {fork.source_run_id})" if fork is not None else "")
     if fork is not None and not run.admitted:
         if not fork.accepted:
             return (f"a fork of {fork.source_run_id} not admitted yet: no worker has claimed "

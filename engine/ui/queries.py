@@ -263,7 +263,7 @@ def state_at_record(view: View, run_id: str, record: int) -> StateAt:
         past = run_at(view, run_id, Point("record", record))
     except RunAbsentAt as exc:
         return StateAt(record, len(items), row, None, str(exc), [])
-    state = run_view(past.run)
+    state = run_view(past.run, past=True)
     state["journal"] = [to_builtins(entry) for entry in past.entries]
     changes = [change.as_dict() for change in
                run_diff(view, run_id, Point("record", max(1, record - 1)),

@@ -160,6 +160,10 @@ async def test_cli_history_tree_at_record_and_diff(
     state = json.loads(at.out)
     assert [e["name"] for e in state["journal"]] == ["first"]
     assert state["at"] == f"record:{step_row['record']}"
+    first = json.loads((await cli("run", "at", "tt", "--record", "1", "--json", **common)).out)
+    assert rows[0]["type"] == "run.create-requested" and first["status"] == "pending"
+    # (it said "no worker has claimed partition N; start a worker" of a point in the past)
+    assert first["note"] == "not admitted yet at this point", first
     past_end = await cli("run", "at", "tt", "--record", "999", **common)
     assert "past the run's history" in one_line_error(past_end)
     diff = await cli("run", "diff", "tt", "--from", "record:1", "--to",

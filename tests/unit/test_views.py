@@ -13,6 +13,12 @@ def test_unadmitted_run_says_no_worker_claimed_its_partition() -> None:
     assert "not admitted yet: no worker has claimed partition 0" in (status_note(run) or "")
 
 
+def test_a_past_view_of_an_unadmitted_run_gives_no_advice() -> None:
+    run = fold([create("r1", "q1")]).runs["r1"]
+    assert status_note(run, past=True) == "not admitted yet at this point"
+    assert run_view(run, past=True)["note"] == "not admitted yet at this point"
+
+
 def test_unregistered_flow_note_comes_from_the_owners_evidence() -> None:
     a = Writer("a")
     run = fold([a.claim(0), create("r1", "q1"), created(a, "r1", "q1", request_offset=1),
