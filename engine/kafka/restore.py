@@ -95,12 +95,14 @@ class Restorer:
 
     async def bring_up_all(self, partitions: list[int], *,
                            enabled: dict[int, bool] | None = None,
-                           until: dict[int, int] | None = None) -> list[RestoreReport]:
+                           until: dict[int, int] | None = None,
+                           starts: dict[int, int] | None = None) -> list[RestoreReport]:
         """bring_up for each of `partitions` at once (each waits mostly on its own fetches),
-        their log starts asked in one request; `enabled` and `until` per partition (absent:
-        enabled, no cut)."""
-        starts = await log_starts(self.owner.bootstrap, self.owner.topic, partitions,
-                                  security=self.owner.security)
+        their log starts asked in one request unless given (`starts`); `enabled` and `until`
+        per partition (absent: enabled, no cut)."""
+        if starts is None:
+            starts = await log_starts(self.owner.bootstrap, self.owner.topic, partitions,
+                                      security=self.owner.security)
         _still_wanted()
         ended = await asyncio.gather(*(
             self.bring_up(p, enabled=(enabled or {}).get(p, True),

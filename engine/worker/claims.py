@@ -124,8 +124,9 @@ class Claims:
         # load (or the end-offset check) awaits.
         consumer.pause(*(TopicPartition(w.topic, p) for p in partitions))
         try:
-            ends = await self.check_not_ahead(partitions)
-            await w.takeovers.bring_up(ends)  # a snapshot first, where the store is far behind
+            ends, starts = await self.check_not_ahead(partitions)
+            # A snapshot first, where the store is far behind or needs deleted records.
+            await w.takeovers.bring_up(ends, starts)
         except WorkerFatal as exc:
             # aiokafka swallows a listener's exception: hand it to the consume loop instead.
             w.fail_next_turn(exc)
@@ -171,11 +172,14 @@ class Claims:
         except WorkerFatal:
             own.state = OwnershipState.lost
 
-    async def check_not_ahead(self, partitions: list[int]) -> dict[int, int]:
+    async def check_not_ahead(self, partitions: list[int]
+                              ) -> tuple[dict[int, int], dict[int, int]]:
         """A projection past the end of its partition was built from another log (the topic
         was recreated under the same name): applying this one on top would be garbage.
+        Returns the partitions' end offsets and log starts (records below a start were
+        deleted: the takeover loads a snapshot, it never folds past them).
 
-        The end offsets are asked again while the broker does not answer (a restart): the
+        The offsets are asked again while the broker does not answer (a restart): the
         rebalance that called us waits, and no claim is written before the check."""
         w, consumer = self.owner, self.owner.consumer
         assert consumer is not None and w.projector is not None
@@ -183,6 +187,7 @@ class Claims:
         while True:
             try:
                 ends = await consumer.end_offsets(tps)
+                starts = await consumer.beginning_offsets(tps)
                 break
             except KafkaError as exc:
                 if w.stopping:
@@ -197,7 +202,8 @@ class Claims:
                     f"up to offset {applied}, but {w.topic} ends at {ends[tp]}: the topic "
                     f"was recreated; move the data dir away (or `runstream projection "
                     f"rebuild`) and start again")
-        return {tp.partition: ends[tp] for tp in tps}
+        return ({tp.partition: ends[tp] for tp in tps},
+                {tp.partition: starts[tp] for tp in tps})
 
     async def renew_source(self) -> None:
         """Our producer failed: stop every run, take a new source id, claim again (under the

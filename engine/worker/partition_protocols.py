@@ -283,9 +283,10 @@ class ObservedOwner(Protocol):
 class SnapshotSteps(Protocol):
     """The snapshot steps of a claim and a release (engine.worker.takeover)."""
 
-    async def bring_up(self, ends: dict[int, int]) -> None:
+    async def bring_up(self, ends: dict[int, int], starts: dict[int, int]) -> None:
         """Before claims: load a snapshot where the store is far enough behind one (the
-        journal's end offsets `ends`); WorkerFatal when needed records were deleted."""
+        journal's end offsets `ends`) or needs records below a log start (`starts`) the
+        broker deleted; WorkerFatal when no snapshot covers them."""
 
     async def on_release(self, own: Ownership, seconds_left: float) -> None:
         """A graceful release: a snapshot if it fits in the time left."""

@@ -23,6 +23,7 @@ from runstream.engine.kafka.admin import (
     topic_configs,
 )
 from runstream.engine.kafka.connection import BROKERS_UNAVAILABLE
+from runstream.engine.kafka.reader import log_starts
 from runstream.engine.kafka.restore import (
     RecordsDeleted,
     Restorer,
@@ -103,13 +104,14 @@ class Takeovers:
             store.clear_partition(partition, marker=None)
             projector.forget_partition(partition, self.owner.partitions)
 
-    async def bring_up(self, ends: dict[int, int]) -> None:
-        """Before claiming `ends`' partitions (the journal's end offsets): load a snapshot
-        where the store is more than one interval behind, all partitions at once; again,
+    async def bring_up(self, ends: dict[int, int], starts: dict[int, int]) -> None:
+        """Before claiming `ends`' partitions (the journal's end offsets; `starts` their log
+        starts): load a snapshot where the store is more than one interval behind or needs
+        deleted records, all partitions at once; again,
         after clearing what a load left half done, while the brokers do not answer."""
         while True:
             try:
-                await self._bring_up(ends)
+                await self._bring_up(ends, starts)
                 return
             except BROKERS_UNAVAILABLE as exc:
                 if self.owner.stopping:
@@ -118,18 +120,34 @@ class Takeovers:
                             "%.0fs", sorted(ends), exc, LOAD_RETRY_S)
                 self._clear_unfinished("the brokers stopped answering")
                 await asyncio.sleep(LOAD_RETRY_S)
+                starts = await self._log_starts(list(ends))  # (they may have moved on)
 
-    async def _bring_up(self, ends: dict[int, int]) -> None:
+    async def _log_starts(self, partitions: list[int]) -> dict[int, int]:
+        """The partitions' log starts, asked again while the brokers do not answer."""
+        w = self.owner
+        while True:
+            try:
+                return await log_starts(w.bootstrap, w.topic, partitions, security=w.security)
+            except BROKERS_UNAVAILABLE as exc:
+                if w.stopping:
+                    raise WorkerFatal(f"stopping: {exc!r}") from exc
+                await asyncio.sleep(LOAD_RETRY_S)
+
+    async def _bring_up(self, ends: dict[int, int], starts: dict[int, int]) -> None:
         w = self.owner
         assert w.projector is not None and self.restorer is not None
-        behind = {p: end - w.projector.partition(p).next_offset for p, end in ends.items()}
-        worth = {p: self.keeper.enabled and gap > self.keeper.every
-                 for p, gap in behind.items()}
+        held = {p: w.projector.partition(p).next_offset for p in ends}
+        # A snapshot where the store is more than an interval behind, and wherever the
+        # broker deleted records it still needs, whether or not this worker knew of a
+        # journal retention: one set while it ran (or before a stopped worker's restart)
+        # used to be skipped past, the consumer's reset jumping to the log start.
+        worth = {p: (self.keeper.enabled and end - held[p] > self.keeper.every)
+                 or starts[p] > held[p] for p, end in ends.items()}
         chosen = [p for p in ends if worth[p] or self.journal_retention_ms is not None]
         if not chosen:
             return
         try:
-            reports = await self.restorer.bring_up_all(chosen, enabled=worth)
+            reports = await self.restorer.bring_up_all(chosen, enabled=worth, starts=starts)
         except RecordsDeleted as exc:
             raise WorkerFatal(str(exc)) from exc
         for report in reports:

@@ -84,10 +84,10 @@ async def _settled(handle: RunHandle) -> None:
 
 
 async def _snapshotted(bootstrap: str, namespace: str, data_dir: Path, runs: int,
-                       prefix: str) -> Worker:
+                       prefix: str, *, every: int = EVERY) -> Worker:
     """A worker (stopped once done) that completed `runs` runs and anchored a snapshot of
-    every partition."""
-    done = worker(bootstrap, namespace, data_dir)
+    every partition (one each `every` records)."""
+    done = worker(bootstrap, namespace, data_dir, snapshot_every=every)
     await done.start()
     try:
         async with Client(bootstrap_servers=bootstrap, namespace=namespace,
@@ -442,3 +442,41 @@ async def test_a_fresh_read_model_of_a_trimmed_journal_starts_from_its_snapshots
             assert shown.code == 0, (command, shown.err)
     finally:
         await later.stop()
+
+
+async def test_a_worker_needing_deleted_records_loads_a_snapshot_whatever_its_interval(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path) -> None:
+    """The broker deleted records (a journal retention, here delete_records) that a store
+    still needs, on partitions holding fewer records than the worker's snapshot interval.
+    A fresh worker stopped with WorkerFatal "no snapshot covers them" (it tried none: not
+    far enough behind), and one that did not know of the retention folded past the gap
+    silently (its consumer's reset jumped to the log start): its claims stood on a stale
+    epoch, were fenced, and its runs stayed pending. Both load the snapshot now."""
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=FLOWS) as c:
+        await c.create_run(waiter, {}, run_id="gap-waiter")
+    await _snapshotted(bootstrap, namespace, tmp_path / "stale", 12, "gap-a-", every=5)
+    # Another owner goes on, snapshots, and the broker deletes below its snapshots.
+    await _snapshotted(bootstrap, namespace, tmp_path / "on", 12, "gap-b-", every=5)
+    anchors = {}
+    for p in range(TEST_JOURNAL_PARTITIONS):
+        listed = await list_manifests(bootstrap, snapshot_topic(namespace), p)
+        anchors[p] = [item.manifest for item in listed if item.manifest is not None][-1].offset
+    await _delete_below(bootstrap, namespace, anchors)
+    for data_dir in (tmp_path / "fresh", tmp_path / "stale"):
+        later = worker(bootstrap, namespace, data_dir, snapshot_every=100_000)
+        await later.start()
+        try:
+            await until(lambda w=later: len(w.owned) == TEST_JOURNAL_PARTITIONS, "every claim")
+            assert {p: r.source for p, r in later.takeovers.reports.items()} == {
+                p: "snapshot" for p in range(TEST_JOURNAL_PARTITIONS)}, data_dir
+            async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                              flows=FLOWS) as client:
+                handle = await client.create_run(
+                    checkout, {"order_id": data_dir.name, "amount": 1},
+                    run_id=f"after-{data_dir.name}")
+                result = await handle.result(timeout=60)
+                assert result.receipt.startswith(f"receipt for ch-{data_dir.name}-"), result
+        finally:
+            await later.stop()
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=FLOWS) as c:
+        assert (await c.describe("gap-waiter")).status.value == "suspended"
