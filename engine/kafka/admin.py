@@ -276,6 +276,13 @@ async def snapshot_topic_exists(bootstrap: str, namespace: str,
         return await topic_partitions(admin, snapshot_topic(namespace)) is not None
 
 
+async def topic_exists(bootstrap: str, topic: str,
+                       security: KafkaSecurity | None = None) -> bool:
+    """Whether `topic` exists."""
+    async with _admin(bootstrap, 30.0, security) as admin:
+        return await topic_partitions(admin, topic) is not None
+
+
 _admin = admin_client
 
 

@@ -15,12 +15,14 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from runstream.engine.config import dead_letter_topic
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.kafka.admin import (
     TopicsError,
     TopicsUnreachable,
     snapshot_topic_exists,
     topic_configs,
+    topic_exists,
 )
 from runstream.engine.kafka.connection import BROKERS_UNAVAILABLE
 from runstream.engine.kafka.reader import log_starts
@@ -65,6 +67,12 @@ class Takeovers:
         self._clear_unfinished("the worker stopped during it")
         retention = await self._journal_retention()
         self.journal_retention_ms = retention if retention > 0 else None
+        dead_letters = dead_letter_topic(namespace)
+        if not await topic_exists(self.owner.bootstrap, dead_letters, self.owner.security):
+            # (one poison record would hold up every partition of the worker, retrying the
+            # copy for ever: its consume loop waits for each dead letter's acknowledgement)
+            raise WorkerFatal(f"{dead_letters} does not exist: poison records could not be "
+                              f"set aside; `runstream topics create` adds it")
         if not await snapshot_topic_exists(self.owner.bootstrap, namespace,
                                            self.owner.security):
             self.keeper.disable(f"{self.owner.snapshot_topic} does not exist (a namespace "

@@ -9,12 +9,13 @@ import json
 import sys
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import NewTopic
 
-from runstream.engine.config import journal_topic, snapshot_topic
+from runstream.engine.config import dead_letter_topic, journal_topic, snapshot_topic
 from runstream.engine.kafka.admin import (
     SNAPSHOT_MAX_MESSAGE_BYTES,
     admin_client,
@@ -90,10 +91,12 @@ async def test_topics_create_makes_a_compacted_snapshots_topic_a_large_chunk_fit
     assert (record.partition, record.offset, record.value) == (2, sent.offset, chunk)
 
 
-async def _old_namespace(bootstrap: str, namespace: str, partitions: int) -> None:
-    """The topics of a namespace made before snapshots: journal, owners, dead-letter."""
-    specs = [s for s in topic_specs(namespace, partitions, 1)
-             if s.name != snapshot_topic(namespace)]
+async def _old_namespace(bootstrap: str, namespace: str, partitions: int, *,
+                         without: str | None = None) -> None:
+    """The topics of a namespace made before snapshots: journal, owners, dead-letter
+    (`without`: every topic but that one)."""
+    left_out = without or snapshot_topic(namespace)
+    specs = [s for s in topic_specs(namespace, partitions, 1) if s.name != left_out]
     async with admin_client(bootstrap) as admin:
         await admin.create_topics([NewTopic(s.name, s.partitions, 1, topic_configs=s.configs)
                                    for s in specs])
@@ -201,3 +204,17 @@ async def test_alter_from_the_command_line_forever_needs_no_snapshot_a_bad_durat
     assert code == 2
     assert _errors(err) == [f"error: {journal_topic(namespace + '-none')} does not exist: "
                             "create it with `runstream topics create`"], err
+
+
+async def test_a_worker_refuses_to_start_without_the_dead_letter_topic(
+        bootstrap: str, namespace: str, cleanup: None, tmp_path: Path) -> None:
+    # (it started without a word, and the first poison record held up every partition it
+    # owned, the copy retried for ever, until it fell out of its group)
+    await _old_namespace(bootstrap, namespace, 2, without=dead_letter_topic(namespace))
+    code, _, err = await _runstream(
+        "worker", "--app", "runstream.engine.demo.flows:flows", "--data-dir",
+        str(tmp_path / "w"), "--namespace", namespace, "--bootstrap", bootstrap)
+    assert code != 0 and _errors(err) == [
+        f"error: {dead_letter_topic(namespace)} does not exist: poison records could not be "
+        f"set aside; `runstream topics create` adds it"], err
+    assert "Traceback" not in err
