@@ -184,6 +184,11 @@ class WorkerFatal(RunstreamError):
     """The worker cannot go on safely (its producer failed); restart it."""
 
 
+class StoreInUse(RunstreamError):
+    """A RocksDB store (a worker's data dir, a read model's) another process, or another
+    object of this one, holds open: RocksDB's lock allows one writer."""
+
+
 def journal_text(text: str, limit: int = 4000) -> str:
     """Text safe to journal: valid UTF-8 (lone surrogates escaped) and bounded in size.
 

@@ -85,6 +85,7 @@ from rocksdict import (
     WriteOptions,
 )
 
+from runstream.engine.errors import StoreInUse
 from runstream.projections import keys, values
 from runstream.projections.indexes import IndexReads
 from runstream.projections.manifest import (
@@ -139,7 +140,7 @@ class ProjectionStore(RunKeys, PartitionRestore, IndexReads):
         if access == "primary":
             self.path.mkdir(parents=True, exist_ok=True)
             options.create_if_missing(True)
-            self._db = Rdict(str(self.path), options)
+            self._db = _open_primary(self.path, options)
             if _outdated(self._db, keep_records):
                 # Written by an older layout: indexes it lacks (settle times, the causes of
                 # outbox entries) cannot be derived from what it holds, so it is folded
@@ -414,6 +415,19 @@ class ProjectionStore(RunKeys, PartitionRestore, IndexReads):
 
 # Older formats brought up to date in place (projections.store_migrate).
 _UPGRADED = (keys.PLACED_BY_ROOT_FORMAT, keys.ROUNDS_UNINDEXED_FORMAT)
+
+
+def _open_primary(path: Path, options: Options) -> Rdict:
+    """The store opened for writing; StoreInUse, one line, when another holds its lock
+    (rocksdict raises a bare Exception, which printed a traceback)."""
+    try:
+        return Rdict(str(path), options)
+    except Exception as exc:
+        if "lock" not in str(exc).lower():
+            raise
+        raise StoreInUse(f"{path} is in use: another worker or read model (or this "
+                         f"process) has it open; stop that one, or give this one its own "
+                         f"directory") from None
 
 
 def _outdated(db: Rdict, keep_records: bool) -> bool:
