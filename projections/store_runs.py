@@ -61,7 +61,11 @@ class RunKeys:
             if self.placement.partitions != partitions:
                 raise PartitionCountChanged(
                     f"{self.path} was built for a journal of {self.placement.partitions} "
-                    f"partitions, not {partitions}: remove it to fold it again")
+                    f"partitions, not {partitions}: a journal's partition count cannot "
+                    f"change (each run's partition is its id's hash over it, and a store "
+                    f"folded again sets every run's records aside as misplaced); keep the "
+                    f"journal at {self.placement.partitions} partitions or move to a new "
+                    f"namespace (a topic recreated on purpose: remove this directory)")
             return
         if self.access == "primary":
             self._db[keys.PARTITIONS_KEY] = b"%d" % partitions

@@ -119,6 +119,11 @@ class Claims:
             log.warning("no group generation for partitions %s: a rejoin is under way, "
                         "claiming after it", partitions)
             return
+        changed = partition_count_changed(w.topic, w.partitions,
+                                          consumer.partitions_for_topic(w.topic), partitions)
+        if changed is not None:
+            w.fail_next_turn(WorkerFatal(changed))
+            return
         # Nothing of them is fetched until each is sought to its projection's offset: the
         # fetcher would otherwise start at the group's committed offsets while a snapshot
         # load (or the end-offset check) awaits.
@@ -410,3 +415,18 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         if not self.claims.owner.stopping:
             await self.claims.claim([tp.partition for tp in assigned])
+
+
+def partition_count_changed(topic: str, placed_by: int, now: set[int] | None,
+                            assigned: list[int]) -> str | None:
+    """Why a worker must stop when the journal's partition count is no longer the one it
+    places runs by (None: it is): every run's partition is its lineage's hash over the
+    count, so runs created since land where no reader of the old count looks (dead
+    letters, `misplaced`) and creates routed to a new partition are never taken up."""
+    count = max(len(now or ()), max(assigned, default=-1) + 1)
+    if count == placed_by:
+        return None
+    return (f"{topic} has {count} partitions now, not the {placed_by} this worker places runs "
+            f"by: a journal's partition count cannot change (each run's partition is its "
+            f"id's hash over it); keep the journal at {placed_by} partitions, or move to a "
+            f"new namespace")

@@ -34,6 +34,9 @@ log = logging.getLogger("runstream.worker")
 # A dead letter's copy: the original value (up to the journal's own limit, a little over
 # MAX_RECORD_BYTES) plus its headers.
 DEAD_LETTER_REQUEST_BYTES = 4 * 1024 * 1024
+# How old the consumer's metadata may grow (Kafka's default is 5 minutes): one metadata
+# request a worker per period.
+METADATA_MAX_AGE_MS = 30_000
 
 
 def make_consumer(
@@ -55,6 +58,9 @@ def make_consumer(
         rebalance_timeout_ms=int(drain_timeout * 1000) + 20_000,
         max_poll_interval_ms=300_000,
         fetch_max_wait_ms=100,
+        # A partition added to the journal shows within this (a rebalance follows), and
+        # every worker stops at its claims (engine.worker.claims.partition_count_changed).
+        metadata_max_age_ms=METADATA_MAX_AGE_MS,
         **kafka_options(security),
     )
 

@@ -307,6 +307,10 @@ class ClaimsOwner(Protocol):
         """The journal topic: the claimed partitions are sought in it."""
 
     @property
+    def partitions(self) -> int:
+        """The journal's partition count the worker places runs by (read at its start)."""
+
+    @property
     def data_dir(self) -> Path:
         """Named when the projection is ahead of its topic (the topic was recreated)."""
 

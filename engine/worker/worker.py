@@ -300,8 +300,10 @@ class Worker:
         await self._tasks[0]
 
     async def stop(self) -> None:
-        """Graceful shutdown: finish in-flight steps, release runs, leave the group."""
+        """Graceful shutdown: finish in-flight steps, release runs, leave the group (after
+        a failure: once its own close ended, the store closed)."""
         if self._stopping:
+            await asyncio.shield(self._failure_stop or asyncio.sleep(0))
             return
         self._stopping = True
         await self._bounded(self.claims.release(list(self.owned), cause="shutdown"),
@@ -336,9 +338,9 @@ class Worker:
             await self._bounded(self._committer.close(), "closing the producer", left())
             log.info("worker %s: %s", self.name, self._committer.summary())
         self.metrics.close()
-        if self.store is not None:
-            self.store.close()
-            self.store = None
+        store, self.store = self.store, None
+        if store is not None:
+            store.close()
 
     async def __aenter__(self) -> Worker:
         await self.start()
@@ -365,8 +367,6 @@ class Worker:
     def committer(self) -> Committer:
         assert self._committer is not None, "worker not started"
         return self._committer
-
-    # the consume loop
 
     async def _consume(self) -> None:
         assert self._consumer is not None

@@ -31,7 +31,7 @@ from runstream import (
 from runstream.engine.demo.flows import checkout
 from runstream.engine.kafka.reader import read_partitions
 from runstream.engine.readmodel.describe import run_view
-from tests.integration.support import fold
+from tests.integration.support import fold, until
 
 
 @asynccontextmanager
@@ -302,6 +302,47 @@ async def test_worker_refuses_a_projection_from_a_recreated_topic(
                    namespace=namespace, session_timeout_ms=6000)
     try:
         with pytest.raises(WorkerFatal, match="topic was recreated"):
+            await asyncio.wait_for(again.run(), timeout=60)
+    finally:
+        await again.stop()
+
+
+async def test_a_worker_stops_when_the_journal_gains_a_partition(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # (it went on placing runs by the old count while clients placed them by the new one:
+    # new creates were set aside as misplaced, and one routed to the new partition was never
+    # taken up)
+    from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
+
+    from runstream.engine.errors import WorkerFatal
+    from runstream.engine.worker import kafka_driver
+    from runstream.projections.store import PartitionCountChanged
+
+    monkeypatch.setattr(kafka_driver, "METADATA_MAX_AGE_MS", 1000)
+    running = Worker(flows=[checkout], data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
+                     namespace=namespace, session_timeout_ms=6000)
+    served = asyncio.create_task(running.run())
+    try:
+        await until(lambda: len(running.owned) == 4, "the claims")
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            await admin.create_partitions({journal: NewPartitions(total_count=5)})
+        finally:
+            await admin.close()
+        with pytest.raises(WorkerFatal, match=r"has 5 partitions now, not the 4 this worker "
+                                              r"places runs by: a journal's partition count "
+                                              r"cannot change"):
+            await asyncio.wait_for(served, timeout=60)
+    finally:
+        served.cancel()
+        await running.stop()
+    again = Worker(flows=[checkout], data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
+                   namespace=namespace, session_timeout_ms=6000)
+    try:
+        with pytest.raises(PartitionCountChanged, match="cannot change"):
             await asyncio.wait_for(again.run(), timeout=60)
     finally:
         await again.stop()
