@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import json
 import logging
 import time
 from datetime import timedelta
+from typing import Any
 
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.journal import events as ev
@@ -49,6 +52,12 @@ class RetentionSweeper:
         self.owner = owner
         # partition -> when its expiry decision was sent: one per owned partition at most.
         self._in_flight: dict[int, float] = {}
+        # partition -> (digest of what its last decision named, when it was sent): one per
+        # owned partition at most. The reducer judges "due" by log time: a worker whose clock
+        # runs ahead names lineages it skips, and sent the same batch again at once, 20
+        # decisions a second for as long as the skew (a repeat waits a sweep interval).
+        self._last_named: dict[int, tuple[bytes, float]] = {}
+        self._interval = 1.0
         self._poke = asyncio.Event()
         self.swept = 0  # decisions journaled
 
@@ -60,12 +69,13 @@ class RetentionSweeper:
     def reset(self) -> None:
         """A claim: decisions of an earlier ownership may never be judged here."""
         self._in_flight.clear()
+        self._last_named.clear()
 
     async def run(self) -> None:
         retention = timedelta(milliseconds=self.owner.retention_ms)
         if retention <= timedelta(0):
             return  # kept forever
-        interval = sweep_interval_s(retention)
+        interval = self._interval = sweep_interval_s(retention)
         while True:
             more = self.sweep()
             self._poke.clear()
@@ -95,6 +105,11 @@ class RetentionSweeper:
                 continue
             body = body or {"partition": own.partition, "expired": [], "settled_ms": [],
                             "dropped": [], "schedules": []}
+            named = _named_digest(body)
+            last = self._last_named.get(own.partition)
+            if last is not None and last[0] == named and now - last[1] < self._interval:
+                continue  # (the same batch, skipped by log time: again after an interval)
+            self._last_named[own.partition] = (named, now)
             body["trim_before"] = trim
             record = decision(ev.PartitionRunsExpired, run_id="",
                               lineage_id=f"partition/{own.partition}", epoch=own.epoch,
@@ -108,6 +123,14 @@ class RetentionSweeper:
             more = more or len(body["expired"]) + len(body["dropped"]) + len(
                 body.get("schedules", ())) + len(body.get("rejected", ())) > 0
         return more
+
+
+def _named_digest(body: dict[str, Any]) -> bytes:
+    """What an expiry decision names (its trim aside: by the same clock, it moves on with
+    every decision, each one an entry to trim), as a short digest."""
+    named = [body.get(part, []) for part in ("expired", "dropped", "schedules", "rejected")]
+    return hashlib.blake2b(json.dumps(named, sort_keys=True, default=str).encode(),
+                           digest_size=16).digest()
 
 
 def trim_before(store: ProjectionStore, state: PartitionState, now_ms: int

@@ -24,6 +24,7 @@ from runstream import (
     Worker,
 )
 from runstream.engine.demo.flows import checkout
+from runstream.engine.journal import decode
 from runstream.engine.journal import events as ev
 from runstream.engine.kafka.reader import read_partitions
 from runstream.engine.ops import verify as integrity
@@ -301,3 +302,45 @@ async def test_a_create_rejected_before_admission_leaves_its_history_for_a_while
     assert nameless == [Verdict.refused], nameless  # (it made a run of id "" before)
     assert view.dead_letters == [] and "" not in view.runs
     assert all(r not in view.history for r in bad)
+
+
+class _ClockAhead:
+    """The `time` a worker's retention sweeper reads, its wall clock `skew_s` ahead of the
+    broker's log time (monotonic untouched)."""
+
+    def __init__(self, skew_s: float) -> None:
+        import time as real
+
+        self._real, self._skew = real, skew_s
+
+    def time(self) -> float:
+        return self._real.time() + self._skew
+
+    def monotonic(self) -> float:
+        return self._real.monotonic()
+
+
+async def test_a_worker_whose_clock_runs_ahead_does_not_repeat_its_expiry_decisions(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # (the reducer judges "due" by log time and skipped the lineage the sweeper named by its
+    # own clock; the verdict woke the sweeper, which sent the same batch again 50 ms later:
+    # about 145 decisions for one run with a 5 s skew, where 2 do)
+    from runstream.engine.worker import retention
+
+    monkeypatch.setattr(retention, "time", _ClockAhead(5.0))
+    w = Worker(flows=[checkout], data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
+               namespace=namespace, session_timeout_ms=6000, retention=timedelta(seconds=2),
+               tombstone_retention=KEPT)
+    await w.start()
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace) as c:
+            await (await c.create_run(checkout, CHECKOUT, run_id="skewed")).result(timeout=30)
+            await until(lambda: is_expired(c, "skewed"), "the run to expire", timeout=60)
+    finally:
+        await w.stop()
+    home = run_partition("skewed", TEST_JOURNAL_PARTITIONS)
+    decisions = [raw async for raw in read_partitions(bootstrap, journal, [home])
+                 if isinstance(decode(raw.value, raw.headers), ev.PartitionRunsExpired)]
+    assert 1 <= len(decisions) <= 4, len(decisions)
