@@ -190,8 +190,9 @@ async def run_status(
         view, run = await addressed_or_expired(model, run_id, records=why)
         if not isinstance(run, RunState):
             return expired_view(run)
-        out = run_view(run, namespace=resolve_namespace(namespace))
-        out["retention"] = retention_view(run, view.partition(run.partition))
+        partition = view.partition(run.partition)
+        out = run_view(run, namespace=resolve_namespace(namespace), owner=partition.owner_name)
+        out["retention"] = retention_view(run, partition)
         # (the run's journal is read only for a run waiting to retry)
         retry = retry_view(run, view.entries(run.run_id)) if waits_to_retry(run) else None
         if retry is not None:

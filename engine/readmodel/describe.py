@@ -32,11 +32,12 @@ def attributes_view(items: tuple[Attribute, ...]) -> dict[str, Any]:
             for item in items}
 
 
-def run_view(run: RunState, *, namespace: str | None = None, past: bool = False
-             ) -> dict[str, Any]:
+def run_view(run: RunState, *, namespace: str | None = None, past: bool = False,
+             owner: str | None = None) -> dict[str, Any]:
     """What `run status --json` and `runs list --json` print for one run. `namespace`: the
     one the quarantine's resolve commands name (None or the default: they name none);
-    `past`: the run as it was at a past point (time travel), whose note gives no advice."""
+    `past`: the run as it was at a past point (time travel), whose note gives no advice;
+    `owner`: its partition's owner, if one claimed it (the note names it)."""
     view: dict[str, Any] = {
         "run_id": run.run_id,
         "flow": run.flow,
@@ -77,7 +78,7 @@ def run_view(run: RunState, *, namespace: str | None = None, past: bool = False
         view["result"] = json.loads(run.result_json)
     if run.error_type is not None:
         view["error"] = {"type": run.error_type, "message": run.error_message}
-    note = status_note(run, past=past)
+    note = status_note(run, past=past, owner=owner)
     if note:
         view["note"] = note
     return view
@@ -185,7 +186,7 @@ def iso_time(ms: int) -> str:
     return format_iso_time(ms, precision="auto")
 
 
-def status_note(run: RunState, *, past: bool = False) -> str | None:
+def status_note(run: RunState, *, past: bool = False, owner: str | None = None) -> str | None:
     """Why a run that is not moving is not moving (and a pending cancel), in words; `past`:
     as it stood at a past point, where "start a worker" is no advice (one came later)."""
     if run.status.is_terminal:
@@ -194,7 +195,7 @@ def status_note(run: RunState, *, past: bool = False) -> str | None:
     if run.status is RunStatus.suspended:
         notes.append(wait_note(run))
     elif run.status is RunStatus.pending:
-        why = _pending_note(run, past=past)
+        why = _pending_note(run, past=past, owner=owner)
         if why:
             notes.append(why)
     return "; ".join(notes) or None
@@ -256,7 +257,7 @@ def retry_view(run: RunState, entries: Iterable[JournalEntry]) -> dict[str, Any]
                     f"`{command}` runs it now"}
 
 
-def _pending_note(run: RunState, *, past: bool) -> str | None:
+def _pending_note(run: RunState, *, past: bool, owner: str | None) -> str | None:
     missing = [e for e in run.evidence if e.kind == FLOW_NOT_REGISTERED]
     if missing:
         return missing[-1].message
@@ -271,6 +272,9 @@ def _pending_note(run: RunState, *, past: bool) -> str | None:
                     f"partition {run.partition}; start a worker (`runstream worker`)")
         return (f"copying the prefix forked from {fork.source_run_id}: {run.steps} of "
                 f"{fork.entry_count} journal entries copied; it runs once all are")
+    if not run.admitted and owner:  # (behind, stalled, or it cannot set a poison record aside)
+        return (f"not admitted yet: partition {run.partition}'s owner {owner} has not "
+                f"answered its create (`runstream partition history {run.partition}`)")
     if not run.admitted:
         return (f"not admitted yet: no worker has claimed partition {run.partition}; "
                 f"start a worker (`runstream worker`)")

@@ -249,6 +249,11 @@ async def test_processes_share_one_cache_dir(
         c2, c3, view = await asyncio.gather(status("c2"), status("c3"), primary.catch_up())
         assert c2["status"] == "completed" and c2["steps"] == 2
         assert c3["status"] == "running" and c3["steps"] == 1
+        await writer.send(create("c5", "q-c5"))  # (its partition's owner never answers)
+        c5 = await status("c5")
+        p5 = partition_for("c5", PARTITIONS)
+        assert c5["note"] == (f"not admitted yet: partition {p5}'s owner worker-{p5} has not "
+                              f"answered its create (`runstream partition history {p5}`)")
         assert view.run("c2") is not None and view.run("c3") is not None
         assert os.listdir(scratch) == []
         async with ReadModel(bootstrap=bootstrap, topic=journal, path=where) as follower:

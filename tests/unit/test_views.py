@@ -19,6 +19,16 @@ def test_a_past_view_of_an_unadmitted_run_gives_no_advice() -> None:
     assert run_view(run, past=True)["note"] == "not admitted yet at this point"
 
 
+def test_an_unadmitted_run_of_a_claimed_partition_names_its_owner() -> None:
+    # (it said "no worker has claimed partition 0; start a worker" under a live owner that
+    # was behind or held up)
+    run = fold([create("r1", "q1")]).runs["r1"]
+    assert status_note(run, owner="w-1") == (
+        "not admitted yet: partition 0's owner w-1 has not answered its create "
+        "(`runstream partition history 0`)")
+    assert run_view(run, owner="w-1")["note"] == status_note(run, owner="w-1")
+
+
 def test_unregistered_flow_note_comes_from_the_owners_evidence() -> None:
     a = Writer("a")
     run = fold([a.claim(0), create("r1", "q1"), created(a, "r1", "q1", request_offset=1),
