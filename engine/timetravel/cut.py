@@ -38,6 +38,7 @@ from runstream.engine.config import (
 )
 from runstream.engine.errors import InvalidInput, RunstreamError
 from runstream.engine.kafka.connection import KafkaSecurity
+from runstream.engine.kafka.reader import log_starts
 from runstream.engine.kafka.restore import RecordsDeleted, Restorer, RestoreTarget
 from runstream.engine.readmodel.bootstrap import snapshots_available
 from runstream.engine.readmodel.model import ReadModel
@@ -304,8 +305,13 @@ async def from_snapshots(source: JournalSource, store: ProjectionStore, cut: Cut
     nearest anchored snapshot before the cut, folded up to the cut: partition -> (snapshot
     id, its offset, records folded)."""
     namespace = source.topic.removesuffix(".journal")
+    # (and wherever the broker deleted records the replay needs: a journal retention made
+    # every cut fail, even now, on partitions shorter than `every`)
+    starts = await log_starts(source.bootstrap, source.topic, sorted(cut.offsets),
+                              security=source.security)
     short = [p for p, until in sorted(cut.offsets.items())
-             if every and until - store.partition(p).next_offset > every]
+             if (every and until - store.partition(p).next_offset > every)
+             or starts[p] > store.partition(p).next_offset]
     if not short or not await snapshots_available(source.bootstrap, namespace,
                                                   source.security):
         return {}
@@ -314,7 +320,7 @@ async def from_snapshots(source: JournalSource, store: ProjectionStore, cut: Cut
                                       Projector(store)))
     loaded = {}
     try:
-        reports = await restorer.bring_up_all(short, until=cut.offsets)
+        reports = await restorer.bring_up_all(short, until=cut.offsets, starts=starts)
     except RecordsDeleted as exc:
         raise RunstreamError(str(exc)) from None
     for report in reports:

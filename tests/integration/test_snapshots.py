@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -480,3 +480,8 @@ async def test_a_worker_needing_deleted_records_loads_a_snapshot_whatever_its_in
             await later.stop()
     async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=FLOWS) as c:
         assert (await c.describe("gap-waiter")).status.value == "suspended"
+    # Time travel too: `state --at` failed for every instant, even now (no snapshot tried).
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    state = await cli("state", "--at", now, "--json", bootstrap=bootstrap,
+                      namespace=namespace, cache=tmp_path / "cli-cache")
+    assert state.code == 0, state.err
