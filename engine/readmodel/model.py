@@ -62,6 +62,8 @@ STORE_APPEARS_TIMEOUT = 10.0
 # How long a secondary waits for its primary's snapshot load to finish before saying so.
 LOAD_WAIT = 60.0
 LOAD_POLL = 0.05
+# How often a secondary missing deleted records looks whether its primary has loaded them.
+DELETED_RETRY_S = 0.2
 
 Role = Literal["primary", "secondary"]
 
@@ -279,27 +281,50 @@ class ReadModel:
             self._check_not_ahead(store, ends)
             await self._check_same_log(store, ends)
             if self._projector is not None:
-                await self._load_snapshots(store, self._projector, ends)
-                try:
-                    await self._apply(store, self._projector, self._starts(store, chosen), ends)
-                except RecordsDeleted as exc:
-                    # The broker deleted records the store lacks (journal retention) in a
-                    # partition not far enough behind to try a snapshot first (a fresh read
-                    # model of a small partition): one anchored past them covers them.
-                    if not exc.partitions:
-                        raise
-                    await self._load_snapshots(store, self._projector, ends, exc.partitions)
-                    await self._apply(store, self._projector, self._starts(store, chosen), ends)
-                return View(store, None, self.partitions)
+                return await self._primary_view(store, self._projector, chosen, ends)
+            return await self._overlaid(store, chosen, ends)
+
+    async def _primary_view(self, store: ProjectionStore, projector: Projector,
+                            chosen: list[int], ends: dict[int, int]) -> View:
+        await self._load_snapshots(store, projector, ends)
+        try:
+            await self._apply(store, projector, self._starts(store, chosen), ends)
+        except RecordsDeleted as exc:
+            # The broker deleted records the store lacks (journal retention) in a partition
+            # not far enough behind to try a snapshot first (a fresh read model of a small
+            # partition): one anchored past them covers them.
+            if not exc.partitions:
+                raise
+            await self._load_snapshots(store, projector, ends, exc.partitions)
+            await self._apply(store, projector, self._starts(store, chosen), ends)
+        return View(store, None, self.partitions)
+
+    async def _overlaid(self, store: ProjectionStore, chosen: list[int],
+                        ends: dict[int, int]) -> View:
+        """A secondary's view: the primary's store, what it lacks up to `ends` folded over
+        it. Records the broker deleted are the primary's to load from a snapshot: waited
+        for (up to `load_wait`), as a load under way is (a secondary that began while the
+        primary had not yet tried raised RecordsDeleted, five times in five)."""
+        deadline = time.monotonic() + self.load_wait
+        while True:
             starts = {p: store.partition(p).next_offset for p in chosen}
             overlay = OverlayStore(store)
             projector = Projector(overlay)
-            async for raw in self._source.read(starts, ends):
-                self._check_open()
-                projector.apply_raw(raw.partition, raw.offset, raw.value, raw.headers,
-                                    raw.timestamp_ms, key=raw.key)
-                self.records_consumed += 1
-            return View(store, overlay, self.partitions)
+            try:
+                async for raw in self._source.read(starts, ends):
+                    self._check_open()
+                    projector.apply_raw(raw.partition, raw.offset, raw.value, raw.headers,
+                                        raw.timestamp_ms, key=raw.key)
+                    self.records_consumed += 1
+                return View(store, overlay, self.partitions)
+            except RecordsDeleted:
+                if time.monotonic() >= deadline:
+                    raise
+            await asyncio.sleep(DELETED_RETRY_S)
+            await self._wait_loaded()
+            store = self._live_store()
+            if self._projector is not None:  # (promoted: it loads them itself)
+                return await self._primary_view(store, self._projector, chosen, ends)
 
     async def _wait_loaded(self) -> None:
         """A secondary: refresh from the primary until no partition is under a restore

@@ -485,3 +485,9 @@ async def test_a_worker_needing_deleted_records_loads_a_snapshot_whatever_its_in
     state = await cli("state", "--at", now, "--json", bootstrap=bootstrap,
                       namespace=namespace, cache=tmp_path / "cli-cache")
     assert state.code == 0, state.err
+    # Two processes on one fresh read-model directory: the secondary waits for the
+    # primary's load (it failed with "no snapshot covers them").
+    both = await asyncio.gather(*(cli("runs", "count", bootstrap=bootstrap,
+                                      namespace=namespace, cache=tmp_path / "shared")
+                                  for _ in range(2)))
+    assert [shown.code for shown in both] == [0, 0], [shown.err for shown in both]
