@@ -23,6 +23,7 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
 
 from aiokafka import AIOKafkaProducer
 
@@ -97,6 +98,9 @@ class SnapshotKeeper:
         self.bound_ms = journal_retention_ms // 4 if journal_retention_ms else DAY_MS
         self.enabled = every > 0
         self.journal_retained = False  # the journal deletes records (engine.worker.takeover)
+        self.journal_retention_ms: int | None = None
+        # Reads the journal's retention again (None: it is kept forever), set by the takeover.
+        self.read_retention: Callable[[], Awaitable[int | None]] | None = None
         self._producer: AIOKafkaProducer | None = None
         self._lock = asyncio.Lock()  # one snapshot at a time
         # partition -> the manifests known there, oldest first: at most 2 x keep plus the
@@ -154,13 +158,24 @@ class SnapshotKeeper:
             margins.cancel()
             await asyncio.gather(margins, return_exceptions=True)
 
+    def set_journal_retention(self, retention_ms: int | None) -> None:
+        """The journal's retention (None: kept forever): snapshots at least every quarter
+        of it, and the margin to the log start watched."""
+        if retention_ms is not None and retention_ms != self.journal_retention_ms:
+            log.info("the journal deletes records after %d ms: a snapshot of each partition "
+                     "at least every %d ms", retention_ms, retention_ms // 4)
+        self.journal_retention_ms = retention_ms
+        self.bound_ms = retention_ms // 4 if retention_ms else DAY_MS
+        self.journal_retained = retention_ms is not None
+
     async def _check_margins_on(self) -> None:
         while self.enabled:
             await asyncio.sleep(MARGIN_EVERY_S)
-            if not self.journal_retained:
-                continue
             try:
-                await self.check_margins()
+                if self.journal_retained:
+                    await self.check_margins()
+                if self.read_retention is not None:  # (one set while this worker runs)
+                    self.set_journal_retention(await self.read_retention())
             except BROKERS_UNAVAILABLE as exc:
                 # (a warning only; a broker outage must not count as the snapshot task
                 # failing, which the supervisor gives up on after ten in a row)
@@ -168,19 +183,24 @@ class SnapshotKeeper:
 
     async def check_margins(self) -> None:
         """Under journal retention: warn (log and runstream_snapshot_margin_records) when a
-        partition's newest anchored snapshot is within one interval of the log start: the
-        broker may soon delete records no snapshot covers (snapshots are failing or rarer
-        than the retention)."""
+        partition's newest anchored snapshot is within one interval of the log start and
+        older than half the retention (or there is none): the broker may soon delete records
+        no snapshot covers (snapshots are failing or rarer than the retention). A partition
+        smaller than one interval, its snapshots taken every quarter of the retention, is
+        always within one interval: it was warned of every check."""
         projector = self.owner.projector
         owned = [own.partition for own in self.owner.owned.values() if own.executing]
         if projector is None or not owned:
             return
         starts = await log_starts(self.owner.bootstrap, self.owner.topic, owned,
                                   security=self.owner.security)
+        now_ms = time.time() * 1000
         for partition, start in starts.items():
-            margin = projector.partition(partition).snapshot_offset - start
+            state = projector.partition(partition)
+            margin = state.snapshot_offset - start
             self.owner.metrics.set_snapshot_margin(partition, margin)
-            if margin < self.interval(partition):
+            stale = now_ms - state.snapshot_ms > (self.journal_retention_ms or 0) / 2
+            if margin < self.interval(partition) and stale:
                 log.warning("partition %d: its newest snapshot (offset %d) is within one "
                             "snapshot interval (%d records) of the journal's log start %d: "
                             "records no snapshot covers may soon be deleted", partition,

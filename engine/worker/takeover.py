@@ -67,6 +67,7 @@ class Takeovers:
         self._clear_unfinished("the worker stopped during it")
         retention = await self._journal_retention()
         self.journal_retention_ms = retention if retention > 0 else None
+        self.keeper.read_retention = self._retention_now
         dead_letters = dead_letter_topic(namespace)
         if not await topic_exists(self.owner.bootstrap, dead_letters, self.owner.security):
             # (one poison record would hold up every partition of the worker, retrying the
@@ -83,9 +84,14 @@ class Takeovers:
                 f"retention) but this worker takes no snapshots: a new owner could need "
                 f"deleted records; start it with --snapshot-every > 0 and "
                 f"{self.owner.snapshot_topic} present")
-        if self.journal_retention_ms is not None:
-            self.keeper.bound_ms = self.journal_retention_ms // 4
-            self.keeper.journal_retained = True
+        self.keeper.set_journal_retention(self.journal_retention_ms)
+
+    async def _retention_now(self) -> int | None:
+        """The journal's retention as it is now (None: forever): one set while the worker
+        runs is followed (its snapshots went stale, and no margin warning came)."""
+        retention = await self._journal_retention()
+        self.journal_retention_ms = retention if retention > 0 else None
+        return self.journal_retention_ms
 
     async def _journal_retention(self) -> int:
         """The journal's retention.ms (-1: forever). A principal that may not describe

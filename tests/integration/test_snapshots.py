@@ -491,3 +491,35 @@ async def test_a_worker_needing_deleted_records_loads_a_snapshot_whatever_its_in
                                       namespace=namespace, cache=tmp_path / "shared")
                                   for _ in range(2)))
     assert [shown.code for shown in both] == [0, 0], [shown.err for shown in both]
+
+
+async def test_a_journal_retention_set_while_a_worker_runs_is_followed(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`topics alter --journal-retention` with workers running: they read the retention
+    once, at start, so they took no snapshot for lack of records (the interval) and warned
+    of no margin; the broker then deleted what no snapshot covered. They follow it now,
+    a snapshot of each partition at least every quarter of the retention."""
+    from runstream.engine.worker import snapshots
+    from tests.integration.test_snapshot_faults import set_journal_retention
+
+    monkeypatch.setattr(snapshots, "MARGIN_EVERY_S", 0.5)
+    running = worker(bootstrap, namespace, tmp_path / "w", snapshot_every=100_000)
+    await running.start()
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=FLOWS) as client:
+            await _fill(client, 8, "kept-")
+        await asyncio.sleep(1.5)
+        assert not running.snapshots.journal_retained and not _anchored(running)
+        await set_journal_retention(bootstrap, namespace, 8_000)
+        await until(lambda: running.snapshots.journal_retained, "the retention followed")
+        assert running.snapshots.bound_ms == 2_000
+        assert running.projector is not None
+        written = [p for p in range(TEST_JOURNAL_PARTITIONS)  # (more than its claim)
+                   if running.projector.partition(p).next_offset > 1]
+        assert written
+        await until(lambda: all(running.projector.partition(p).snapshot_id is not None
+                                for p in written), "a snapshot of each partition", timeout=30)
+    finally:
+        await running.stop()
