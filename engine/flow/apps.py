@@ -77,3 +77,15 @@ def _importable_here() -> None:
     here = os.getcwd()
     if "" not in sys.path and here not in sys.path:
         sys.path.insert(0, here)
+
+
+def flows_by_name(flows: Iterable[Flow[Any, Any]]) -> dict[str, Flow[Any, Any]]:
+    """The flows a worker runs, by name; InvalidInput when two differ under one name (the
+    last one silently won: runs of the first went to the second's handler)."""
+    named: dict[str, Flow[Any, Any]] = {}
+    for flow in flows:
+        if named.get(flow.name, flow) is not flow:
+            raise InvalidInput(f"two different flows are named {flow.name!r}: a worker runs "
+                               f"one flow per name (give one of them another name)")
+        named[flow.name] = flow
+    return named

@@ -34,6 +34,7 @@ from runstream.engine.config import (
     worker_group,
 )
 from runstream.engine.errors import WorkerFatal
+from runstream.engine.flow.apps import flows_by_name
 from runstream.engine.flow.definition import Flow
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
@@ -115,7 +116,7 @@ class Worker:
         snapshot_keep: int = DEFAULT_KEEP,
         durable_backoff_after: Duration | None = None,
     ) -> None:
-        self.flows = {BATCH_FLOW: batch_flow(self), **{f.name: f for f in flows}}
+        self.flows = {BATCH_FLOW: batch_flow(self), **flows_by_name(flows)}
         self.bootstrap = resolve_bootstrap(bootstrap_servers)
         self.namespace = resolve_namespace(namespace)
         self.topic = journal_topic(self.namespace)
@@ -227,8 +228,7 @@ class Worker:
         self._fatal = fatal
 
     async def _connect(self) -> None:
-        """One attempt: a source's producer, the group's consumer, the relay; whatever
-        started is closed again when a later part fails."""
+        """One attempt (a source's producer, the consumer, the relay), undone if it fails."""
         await self._new_source()
         consumer = make_consumer(
             self.bootstrap, group_id=self.group_id, name=self.name,
