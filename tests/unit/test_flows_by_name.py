@@ -32,3 +32,4 @@ def test_two_flows_under_one_name_are_refused(tmp_path: Path) -> None:
         Worker(flows=[first, second], data_dir=tmp_path / "w",
                bootstrap_servers="127.0.0.1:1")
     assert flows_by_name([first, first]) == {"dup": first}  # (the same one twice: one)
+
