@@ -88,8 +88,16 @@ class Takeovers:
 
     async def _retention_now(self) -> int | None:
         """The journal's retention as it is now (None: forever): one set while the worker
-        runs is followed (its snapshots went stale, and no margin warning came)."""
-        retention = await self._journal_retention()
+        runs is followed (its snapshots went stale, and no margin warning came). What was
+        known stands while it cannot be read (start-up said why, once)."""
+        try:
+            configs = await topic_configs(self.owner.bootstrap, self.owner.topic,
+                                          security=self.owner.security)
+        except TopicsUnreachable:
+            raise
+        except TopicsError:
+            return self.journal_retention_ms
+        retention = int(configs.get("retention.ms", "-1") or -1)
         self.journal_retention_ms = retention if retention > 0 else None
         return self.journal_retention_ms
 
