@@ -269,18 +269,17 @@ async def topic_partitions(admin: Any, topic: str) -> int | None:
     return len(found["partitions"]) or None
 
 
-async def snapshot_topic_exists(bootstrap: str, namespace: str,
-                                security: KafkaSecurity | None = None) -> bool:
-    """Whether `<ns>.snapshots` exists (a namespace made before it has none and works on)."""
-    async with _admin(bootstrap, 30.0, security) as admin:
-        return await topic_partitions(admin, snapshot_topic(namespace)) is not None
-
-
 async def topic_exists(bootstrap: str, topic: str,
                        security: KafkaSecurity | None = None) -> bool:
     """Whether `topic` exists."""
     async with _admin(bootstrap, 30.0, security) as admin:
         return await topic_partitions(admin, topic) is not None
+
+
+async def snapshot_topic_exists(bootstrap: str, namespace: str,
+                                security: KafkaSecurity | None = None) -> bool:
+    """Whether `<ns>.snapshots` exists (a namespace made before it has none and works on)."""
+    return await topic_exists(bootstrap, snapshot_topic(namespace), security)
 
 
 _admin = admin_client

@@ -91,13 +91,11 @@ class Takeovers:
         runs is followed (its snapshots went stale, and no margin warning came). What was
         known stands while it cannot be read (start-up said why, once)."""
         try:
-            configs = await topic_configs(self.owner.bootstrap, self.owner.topic,
-                                          security=self.owner.security)
+            retention = await self._read_retention()
         except TopicsUnreachable:
             raise
         except TopicsError:
             return self.journal_retention_ms
-        retention = int(configs.get("retention.ms", "-1") or -1)
         self.journal_retention_ms = retention if retention > 0 else None
         return self.journal_retention_ms
 
@@ -106,14 +104,18 @@ class Takeovers:
         configs (ACLs granted before this release) is told how to fix it, and the journal
         is taken to keep everything."""
         try:
-            configs = await topic_configs(self.owner.bootstrap, self.owner.topic,
-                                          security=self.owner.security)
+            return await self._read_retention()
         except TopicsUnreachable:
             raise  # (the worker waits for the brokers: read as forever, it could be wrong)
         except TopicsError as exc:
             log.warning("the journal's retention cannot be read (%s): taken as forever; "
                         "`runstream acl grant --role worker` grants DESCRIBE_CONFIGS", exc)
             return -1
+
+    async def _read_retention(self) -> int:
+        """The journal's retention.ms as the broker says it (-1: forever); TopicsError."""
+        configs = await topic_configs(self.owner.bootstrap, self.owner.topic,
+                                      security=self.owner.security)
         return int(configs.get("retention.ms", "-1") or -1)
 
     def _clear_unfinished(self, why: str) -> None:
