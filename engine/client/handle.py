@@ -22,6 +22,7 @@ from runstream.engine.flow.definition import HandedOff, settled_outcome
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import ROUND_SEPARATOR, is_round
+from runstream.engine.readmodel.describe import status_note
 from runstream.projections.expiry import (
     expired_create,
     expired_create_detail,
@@ -141,11 +142,8 @@ class RunHandle:
             run = await asyncio.wait_for(self.client.describe(self.run_id), LAST_SEEN_S)
         except (RunstreamError, TimeoutError):
             return "nothing yet"
-        wait = run.wait
-        if wait is None:
-            return run.status.value
-        named = wait.event_name or wait.child_run_id
-        return f"{run.status.value}, waiting on {wait.kind}" + (f" {named!r}" if named else "")
+        note = status_note(run)  # (as `run status` words it)
+        return f"{run.status.value}, {note}" if note else run.status.value
 
     async def _result(self, follow: bool) -> Any:
         if self.client.authority is not None:

@@ -143,7 +143,7 @@ async def test_a_timeout_names_the_status_of_a_run_suspended_before_the_client_c
                                        event_name="go", position=0))
     async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
         with pytest.raises(ResultTimeout, match=r"within 1s \(last seen: suspended, "
-                                                r"waiting on event 'go'\)$"):
+                                                r"waiting for signal 'go' \(no timeout\)\)$"):
             await client.get_handle(run_id).result(timeout=1)
     async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
         with pytest.raises(ResultTimeout, match=r"within 1s \(last seen: nothing yet\)$"):
