@@ -298,10 +298,16 @@ async def test_worker_refuses_a_projection_from_a_recreated_topic(
     await delete_topics(bootstrap, namespace)
     await asyncio.sleep(1)
     await ensure_topics(bootstrap, namespace, partitions=4)
-    again = Worker(flows=[checkout], data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
+    await _refused_on(bootstrap, namespace, tmp_path / "w", WorkerFatal, "topic was recreated")
+
+
+async def _refused_on(bootstrap: str, namespace: str, data_dir: Path,
+                      error: type[Exception], match: str) -> None:
+    """A worker started on `data_dir` stops with `error`."""
+    again = Worker(flows=[checkout], data_dir=data_dir, bootstrap_servers=bootstrap,
                    namespace=namespace, session_timeout_ms=6000)
     try:
-        with pytest.raises(WorkerFatal, match="topic was recreated"):
+        with pytest.raises(error, match=match):
             await asyncio.wait_for(again.run(), timeout=60)
     finally:
         await again.stop()
@@ -339,13 +345,8 @@ async def test_a_worker_stops_when_the_journal_gains_a_partition(
     finally:
         served.cancel()
         await running.stop()
-    again = Worker(flows=[checkout], data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
-                   namespace=namespace, session_timeout_ms=6000)
-    try:
-        with pytest.raises(PartitionCountChanged, match="cannot change"):
-            await asyncio.wait_for(again.run(), timeout=60)
-    finally:
-        await again.stop()
+    await _refused_on(bootstrap, namespace, tmp_path / "w", PartitionCountChanged,
+                      "cannot change")
 
 
 async def test_oversized_payloads_are_refused_and_the_worker_lives_on(
