@@ -48,6 +48,10 @@ class IndexReads:
                         ) -> Iterator[tuple[bytes, bytes]]:
         raise NotImplementedError
 
+    def _scan_back(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """The keys under `prefix`, newest (highest) first."""
+        raise NotImplementedError
+
     def tombstone(self, run_id: str) -> Tombstone | None:
         placed = self._placed(run_id)
         raw = None if placed is None else self._get(keys.tombstone_key(placed, run_id))
@@ -176,6 +180,12 @@ class IndexReads:
         for key, value in self._scan(b"g/%05d/" % partition):
             entries.append(decode_history(partition, int(key.split(b"/")[2]), value))
         return entries
+
+    def last_partition_record(self, partition: int) -> HistoryEntry | None:
+        """The newest of the partition's own records the store holds, or None."""
+        for key, value in self._scan_back(b"g/%05d/" % partition):
+            return decode_history(partition, int(key.split(b"/")[2]), value)
+        return None
 
     def partition_history_from(self, partition: int, offset: int) -> Iterator[HistoryEntry]:
         """The partition's own records from `offset` on, in offset order, lazily."""

@@ -290,7 +290,6 @@ class ProjectionStore(RunKeys, PartitionRestore, IndexReads):
         value = self._hash_of(partition)
         return "" if value is None else value.hex()
 
-
     def items(self, *, skip: tuple[bytes, ...] = ()) -> Iterator[tuple[bytes, bytes]]:
         """Every key and value in byte order, but those under the `skip` prefixes: what a
         rebuild is compared by. Iterated by RocksDB itself, range by range."""
@@ -323,6 +322,15 @@ class ProjectionStore(RunKeys, PartitionRestore, IndexReads):
             read.set_iterate_upper_bound(keys.upper_bound(prefix))
         # items() steps the iterator in Rust: about 2x faster per key than key()/value()/next()
         yield from self._db.items(from_key=start or prefix, read_opt=read)
+
+    def _scan_back(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        self.flush()
+        # (backwards, rocksdict's iterate bounds stop nothing: the prefix is checked)
+        for key, value in cast(Iterator[tuple[bytes, bytes]], self._db.items(
+                backwards=True, from_key=keys.upper_bound(prefix))):
+            if not key.startswith(prefix):
+                return
+            yield key, value
 
     # writes
 

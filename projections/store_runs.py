@@ -132,7 +132,9 @@ class RunKeys:
         found: Iterable[Any] = self._db.keys(from_key=keys.upper_bound(prefix), backwards=True,
                                              read_opt=read)
         for key in found:
-            return int(key.rsplit(b"/", 1)[1])
+            # (backwards, the lower bound stops nothing: a run with no history item found
+            # the key before its prefix, another run's)
+            return int(key.rsplit(b"/", 1)[1]) if key.startswith(prefix) else None
         return None
 
     def run_existed(self, run_id: str) -> bool:

@@ -4,10 +4,12 @@ At start: partitions left under a restore marker (a load that did not finish) ar
 to be loaded again; `<ns>.snapshots` missing turns snapshots off with one warning (an old
 namespace keeps working; `runstream topics create` adds it); a journal with retention and
 snapshots off is refused, since a new owner could then need records the broker deleted.
-At a claim: a snapshot is loaded when the store is more than one snapshot interval behind
-the journal's end (folding a shorter tail costs less than fetching a snapshot). While the
-brokers do not answer, the loads are tried again and the rebalance that called waits (as
-for its end offsets, engine.worker.claims): the claimed partitions stay paused until then.
+At a claim: a store folded from another log (the journal recreated under its name) is
+refused (engine.worker.same_log); a snapshot is loaded when the store is more than one
+snapshot interval behind the journal's end (folding a shorter tail costs less than fetching
+a snapshot). While the brokers do not answer, the checks and loads are tried again and the
+rebalance that called waits (as for its end offsets, engine.worker.claims): the claimed
+partitions stay paused until then.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from runstream.engine.kafka.restore import (
 from runstream.engine.worker.connect import Reconnector
 from runstream.engine.worker.ownership import Ownership
 from runstream.engine.worker.partition_protocols import SnapshotOwner
+from runstream.engine.worker.same_log import SameLog
 from runstream.engine.worker.snapshots import SnapshotKeeper
 
 log = logging.getLogger("runstream.snapshots")
@@ -51,6 +54,7 @@ class Takeovers:
         self.journal_retention_ms: int | None = None  # None: kept forever
         # partition -> its latest claim's load (tests, bench): one per partition at most.
         self.reports: dict[int, RestoreReport] = {}
+        self.same_log = SameLog()  # (a store kept across a recreated journal is refused)
 
     async def prepare(self, namespace: str, reconnector: Reconnector) -> None:
         """After connecting: clear unfinished loads, check the topics (see the module),
@@ -160,6 +164,13 @@ class Takeovers:
     async def _bring_up(self, ends: dict[int, int], starts: dict[int, int]) -> None:
         w = self.owner
         assert w.projector is not None and self.restorer is not None
+        assert w.store is not None
+        other = await self.same_log.other_log(w.store, w.bootstrap, w.topic, w.security,
+                                              ends, starts)
+        if other is not None:
+            raise WorkerFatal(f"the projection in {w.data_dir} was folded from another log: "
+                              f"{other}; the topic was recreated: move the data dir away "
+                              f"(or `runstream projection rebuild`) and start again")
         held = {p: w.projector.partition(p).next_offset for p in ends}
         # A snapshot where the store is more than an interval behind, and wherever the
         # broker deleted records it still needs, whether or not this worker knew of a

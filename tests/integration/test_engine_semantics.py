@@ -301,6 +301,35 @@ async def test_worker_refuses_a_projection_from_a_recreated_topic(
     await _refused_on(bootstrap, namespace, tmp_path / "w", WorkerFatal, "topic was recreated")
 
 
+async def test_worker_refuses_a_projection_from_a_recreated_topic_grown_past_it(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    # (once the new journal had grown past the old one's end, the worker folded the new
+    # records on top of the old state and its first decisions were fenced)
+    from runstream.engine.errors import WorkerFatal
+    from runstream.engine.kafka.admin import delete_topics, ensure_topics
+    from runstream.engine.kafka.reader import log_bounds
+
+    async def runs(data_dir: Path, prefix: str, count: int) -> dict[int, tuple[int, int]]:
+        async with worker(bootstrap, namespace, data_dir, [checkout]), \
+                Client(bootstrap_servers=bootstrap, namespace=namespace, flows=[checkout],
+                       read_model_dir=tmp_path / f"read-{prefix}") as c:
+            handles = [await c.create_run(checkout, {"order_id": f"{prefix}{i}", "amount": 1},
+                                          run_id=f"{prefix}{i}") for i in range(count)]
+            for handle in handles:
+                await handle.result(timeout=60)
+        return await log_bounds(bootstrap, journal)
+
+    old = await runs(tmp_path / "w", "r", 4)
+    await delete_topics(bootstrap, namespace)
+    await asyncio.sleep(1)
+    await ensure_topics(bootstrap, namespace, partitions=4)
+    new = await runs(tmp_path / "other", "n", 24)
+    assert all(new[p][1] > old[p][1] for p in old), (old, new)  # grown past the old ends
+    await _refused_on(bootstrap, namespace, tmp_path / "w", WorkerFatal,
+                      "folded from another log")
+
+
 async def _refused_on(bootstrap: str, namespace: str, data_dir: Path,
                       error: type[Exception], match: str) -> None:
     """A worker started on `data_dir` stops with `error`."""
