@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import signal
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from runstream.engine.cli.eventloop import loop_name, run_async
+from runstream.engine.cli.resolution import Resolution as Resolution  # (`run resume`'s)
+from runstream.engine.cli.resolution import parse_resolution as parse_resolution
 from runstream.engine.client.client import Client
 from runstream.engine.config import journal_topic, resolve_bootstrap, resolve_namespace
-from runstream.engine.errors import InvalidInput, RunExpired, RunNotFound, RunstreamError
+from runstream.engine.errors import (
+    InvalidInput,
+    ResultTimeout,
+    RunExpired,
+    RunNotFound,
+    RunstreamError,
+)
 from runstream.engine.flow.apps import AppNotFound as AppNotFound  # the CLI's
 from runstream.engine.flow.apps import load_flows as load_flows
 from runstream.engine.flow.definition import HandedOff
@@ -48,6 +54,10 @@ from runstream.projections.state import RunState, round_zero, to_builtins
 
 log = logging.getLogger(__name__)
 
+# How long `run create` without --wait waits for the owner's admission (a rejection is then
+# its error; an owner that does not answer by then is a note, the create being in the journal).
+ADMISSION_WAIT_S = 5.0
+
 
 async def create_run(
     *, bootstrap: str | None, namespace: str | None, flow: str, payload: Any,
@@ -63,6 +73,13 @@ async def create_run(
             out["result"] = await handle.result(timeout=timeout)
             out["status"] = ("handed-off" if isinstance(out["result"], HandedOff)
                              else "completed")
+            return out
+        try:  # (CreateRejected, IdentityConflict: the command's error)
+            await handle.admitted(timeout=min(timeout, ADMISSION_WAIT_S))
+            out["admitted"] = True
+        except ResultTimeout as exc:
+            out["admitted"] = False
+            out["note"] = f"{exc}; the create is in the journal until its owner admits it"
         return out
 
 
@@ -106,51 +123,6 @@ async def cancel_run(
         return {"run_id": run_id, "status": run.status.value,
                 "cancel_requested": run.cancel_requested,
                 "cancel_requested_by": run.cancel_requested_by}
-
-
-@dataclass(frozen=True, slots=True)
-class Resolution:
-    """An operator's resolution of a quarantine, as `run resume` takes it."""
-
-    resolution: str  # retry | skip
-    position: int
-    digest: str
-    result: Any = None  # skip: the step's outcome
-
-
-def parse_resolution(resolution: str | None, position: int | None, digest: str | None,
-                     result_json: str | None) -> Resolution | None:
-    """`run resume`'s resolution options checked together: None for a plain wake (no
-    option given); InvalidInput for a missing, extra or malformed one."""
-    if resolution is None:
-        given = [name for name, value in (("--position", position), ("--digest", digest),
-                                          ("--result", result_json)) if value is not None]
-        if given:
-            raise InvalidInput(f"{', '.join(given)} only go with --resolution retry|skip "
-                               f"(resolving a quarantine)")
-        return None
-    if resolution not in ("retry", "skip"):
-        raise InvalidInput(f"--resolution must be retry or skip, not {resolution!r}")
-    missing = [name for name, value in (("--position", position), ("--digest", digest))
-               if value is None]
-    if missing:
-        raise InvalidInput(f"--resolution {resolution} needs {' and '.join(missing)}: the "
-                           f"quarantined step's (`runstream run status ID` shows them)")
-    assert position is not None and digest is not None
-    if resolution == "retry":
-        if result_json is not None:
-            raise InvalidInput("--result goes with --resolution skip only: retry runs the "
-                               "step again")
-        return Resolution("retry", position, digest)
-    if result_json is None:
-        raise InvalidInput("--resolution skip needs --result: the step's outcome as JSON, "
-                           "recorded as if the step had returned it")
-    try:
-        result = json.loads(result_json)
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(f"--result is not valid JSON ({exc.msg} at column {exc.colno})"
-                           ) from None
-    return Resolution("skip", position, digest, result)
 
 
 async def resume_run(*, bootstrap: str | None, namespace: str | None, run_id: str,

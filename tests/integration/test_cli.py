@@ -67,6 +67,18 @@ async def test_cli_creates_waits_reports_and_refuses_clearly(
         invalid = one_line_error(await run(
             "run", "create", "checkout", "--payload", '{"order_id": "c2"}', "--wait"))
         assert "payload-invalid" in invalid and "amount" in invalid
+        # without --wait too: the owner's rejection is the command's error, not an offset
+        # printed with exit 0
+        rejected = one_line_error(await run(
+            "run", "create", "checkout", "--payload", '{"order_id": "c3"}', "--id", "c3"))
+        assert "payload-invalid" in rejected and "amount" in rejected
+        conflict = one_line_error(await run(
+            "run", "create", "checkout", "--payload", '{"order_id": "c1", "amount": 6}',
+            "--id", "c1"))
+        assert "already belongs" in conflict
+        admitted = await run("run", "create", "checkout", "--payload",
+                             '{"order_id": "c4", "amount": 1}', "--id", "c4", "--json")
+        assert admitted.code == 0 and json.loads(admitted.out)["admitted"] is True
 
         not_json = one_line_error(await run("run", "create", "checkout", "--payload", "{oops"))
         assert "--payload is not valid JSON" in not_json
@@ -80,7 +92,7 @@ async def test_cli_creates_waits_reports_and_refuses_clearly(
         done = json.loads((await run("run", "status", "c1", "--json")).out)
         assert done["status"] == "completed" and done["result"]["order_id"] == "c1"
         listed = json.loads((await run("runs", "list", "--json")).out)
-        assert {v["run_id"] for v in listed} == {"c1", "g1"}
+        assert {v["run_id"] for v in listed} == {"c1", "c4", "g1"}
         history = await run("run", "history", "c1")
         assert "run.completed" in history.out and "step.completed" in history.out
         rows = json.loads((await run("run", "history", "c1", "--json")).out)
