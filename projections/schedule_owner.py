@@ -14,7 +14,7 @@ Both owners call these functions: the worker (engine.worker) and the TestEnviron
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from runstream.engine.journal import events as ev
@@ -26,7 +26,8 @@ from runstream.engine.journal.input_limits import (
     check_payload,
 )
 from runstream.projections import cron
-from runstream.projections.reactions import OwnerView, Reaction, Write, subject_of
+from runstream.projections.owner import payload_refusal
+from runstream.projections.reactions import OwnerView, Reaction, RegisteredFlow, Write, subject_of
 from runstream.projections.schedule_state import (
     ACTIONS,
     MAX_CHANGES,
@@ -91,14 +92,15 @@ def answer_changes(view: OwnerView, schedule: ScheduleState, now_ms: int) -> lis
         key = f"schedule-change/{change.request_id}"
         if key in view.decided:
             continue
-        records = _answer(current, change, now_ms)
+        records = _answer(current, change, now_ms, view.flows)
         reactions.append(Write(carrier(schedule), tuple(
             (cls, {**body, "request_id": change.request_id}) for cls, body in records), key))
         break  # the next change is answered once this one is applied
     return reactions
 
 
-def _answer(schedule: ScheduleState, change: Change, now_ms: int) -> list[Record]:
+def _answer(schedule: ScheduleState, change: Change, now_ms: int,
+            flows: Mapping[str, RegisteredFlow]) -> list[Record]:
     sid = {"schedule_id": schedule.schedule_id}
     if change.body_json == OVERFLOWED:
         return [(ev.ScheduleChangeRejected, {**sid, "reason": (
@@ -114,17 +116,19 @@ def _answer(schedule: ScheduleState, change: Change, now_ms: int) -> list[Record
             # (a plain producer's create passes no client check: its fired runs' ids must
             # stay valid run ids within the limit)
             check_name("schedule id", schedule.schedule_id)
-            return [(ev.ScheduleCreated, {**sid, **_state(_spec(given, None), given, now_ms)})]
+            spec = _spec(given, None)
+            _check_payload(flows, spec, None)
+            return [(ev.ScheduleCreated, {**sid, **_state(spec, given, now_ms)})]
         if not schedule.exists or schedule.spec is None:
             raise SpecInvalid(f"schedule {schedule.schedule_id!r} does not exist")
         _check_authority(schedule.spec, given)
-        return _change_existing(schedule, change, given, now_ms)
+        return _change_existing(schedule, change, given, now_ms, flows)
     except (SpecInvalid, cron.CronInvalid, NameInvalid, PayloadTooLarge, ValueError) as exc:
         return [(ev.ScheduleChangeRejected, {**sid, "reason": str(exc)})]
 
 
 def _change_existing(schedule: ScheduleState, change: Change, given: dict[str, Any],
-                     now_ms: int) -> list[Record]:
+                     now_ms: int, flows: Mapping[str, RegisteredFlow]) -> list[Record]:
     assert schedule.spec is not None
     sid = {"schedule_id": schedule.schedule_id}
     action = change.action
@@ -142,6 +146,7 @@ def _change_existing(schedule: ScheduleState, change: Change, given: dict[str, A
     note = given.get("note") if action == "pause" else (
         given.get("note", schedule.note if paused else None) if action == "update" else None)
     spec = _spec(given, schedule.spec) if action == "update" else schedule.spec
+    _check_payload(flows, spec, schedule.spec)
     # On from the instant the schedule was on, not from now: one past its time but not
     # due yet (its jitter) still fires, where a change made meanwhile dropped it. Only
     # while its instants stay the same: new ones are counted from now (those of a new
@@ -208,6 +213,19 @@ def _check_runs(spec: ScheduleSpec) -> None:
     if timeout is not None and not 0 < timeout <= MAX_TIMEOUT_MS:
         raise SpecInvalid(f"a run timeout is more than 0 ms and at most {MAX_TIMEOUT_MS} ms "
                           f"(100 years), not {timeout} ms")
+
+
+def _check_payload(flows: Mapping[str, RegisteredFlow], spec: ScheduleSpec,
+                   before: ScheduleSpec | None) -> None:
+    """A payload the flow refuses (where the owner registers it) would have every fired
+    run rejected: refused when a create or an update sets it (an update that leaves the
+    flow and payload as they were is not judged again by a flow changed since)."""
+    if before is not None and (before.flow, before.payload_json) == (spec.flow,
+                                                                      spec.payload_json):
+        return
+    refusal = payload_refusal(flows, spec.flow, spec.payload_json)
+    if refusal is not None:
+        raise SpecInvalid(f"the schedule's runs would be rejected: {refusal}")
 
 
 def _state(spec: ScheduleSpec, given: dict[str, Any], now_ms: int) -> dict[str, Any]:

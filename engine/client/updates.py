@@ -129,7 +129,9 @@ class UpdateRequests:
                     raise UpdateRefused(run_id, name, refusal_text(run))
                 run_id = next_round.run_id  # (carried by a handoff: answered there)
             if deadline is not None and time.monotonic() > deadline:
-                raise ResultTimeout(run_id, timeout or 0, run.status.value)
+                raise ResultTimeout(run_id, timeout or 0, run.status.value,
+                                    subject=f"update {name!r} of run {run_id}",
+                                    waited_for="was not answered")
             first = False
             await asyncio.sleep(POLL_S)
 

@@ -30,8 +30,8 @@ def next_fires(schedule: ScheduleState, count: int = NEXT_SHOWN) -> list[int]:
 def schedule_view(schedule: ScheduleState,
                   status_of: Callable[[str], str | None] | None = None) -> dict[str, Any]:
     """The schedule as JSON. `status_of(run_id)`: a fired run's status as the read model
-    holds it (None: retention removed it: `expired`); without it, the status its
-    settlement brought back."""
+    holds it (None: retention removed it: `expired`; a run whose create was rejected never
+    had any); without it, the status its settlement brought back."""
     spec = schedule.spec
     assert spec is not None
     when = (f"cron {spec.cron!r} in {spec.timezone}" if spec.cron is not None
@@ -39,7 +39,7 @@ def schedule_view(schedule: ScheduleState,
     runs = []
     for fired in reversed(schedule.recent):
         status = fired.status or "running"
-        if status_of is not None:
+        if status_of is not None and status != "rejected":  # (a rejected run has no state)
             status = status_of(fired.run_id) or "expired"
         runs.append({"run_id": fired.run_id, "nominal": iso_time(fired.nominal_ms),
                      "reason": fired.reason, "status": status})

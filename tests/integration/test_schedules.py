@@ -10,11 +10,14 @@ import asyncio
 import json
 import signal
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import datetime
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pydantic import BaseModel
 
 from runstream import Client, Flow, FlowContext, ScheduleNotFound, ScheduleRejected, Worker
@@ -195,21 +198,30 @@ async def _typed(ctx: FlowContext, payload: _Numbered) -> int:
     return payload.n
 
 
+# The same flow as a release before `typed` had its payload model.
+loose: Flow[Any, Any] = Flow("sched-typed")
+
+
+@loose.handler
+async def _loose(ctx: FlowContext, payload: Any) -> Any:
+    return payload
+
+
 async def test_a_fire_the_flow_rejects_leaves_the_schedule_firing(
     bootstrap: str, namespace: str, journal: str, tmp_path: Path
 ) -> None:
-    """The first fire's create is rejected (a payload the flow refuses, the schedule
-    created by name): its run never settles, and only a settlement took it out of the
-    schedule's running runs, so with overlap `skip` the schedule never fired again, whatever
-    was changed. The rejection is answered to the schedule now."""
-    worker = Worker(flows=[typed], data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
-                    namespace=namespace, session_timeout_ms=6000)
-    await worker.start()
-    try:
-        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
-                          flows=[typed]) as client:
+    """A fire's create is rejected (the schedule made under a release whose flow took its
+    payload, the flow's model stricter since): its run never settles, and only a settlement
+    took it out of the schedule's running runs, so with overlap `skip` the schedule never
+    fired again, whatever was changed. The rejection is answered to the schedule now. A
+    payload the registered flow refuses is refused when the schedule is made or changed, by
+    name as by the Flow object and from the CLI (every fire was rejected)."""
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
+        async with running(bootstrap, namespace, tmp_path / "w", [loose]):
             await client.create_schedule("nightly", "sched-typed", {"n": "not a number"},
-                                         every=1)
+                                         every=1, paused=True)
+        async with running(bootstrap, namespace, tmp_path / "w", [typed]):
+            await client.unpause_schedule("nightly")
             deadline = time.monotonic() + 60
             while not [f for f in (await client.describe_schedule("nightly")).recent
                        if f.status == "rejected"]:
@@ -217,5 +229,23 @@ async def test_a_fire_the_flow_rejects_leaves_the_schedule_firing(
                 await asyncio.sleep(0.3)
             await client.update_schedule("nightly", payload={"n": 7})
             assert len(await _fired(client, "nightly", 2)) >= 2
+            with pytest.raises(ScheduleRejected, match=r"runs would be rejected.*valid integer"):
+                await client.create_schedule("bad", "sched-typed", {"n": "x"}, every=60)
+            with pytest.raises(ScheduleRejected, match="runs would be rejected"):
+                await client.update_schedule("nightly", payload={"n": "x"})
+            refused = await cli("schedule", "create", "bad", "sched-typed", "--payload",
+                                '{"n": "x"}', "--every", "1m", bootstrap=bootstrap,
+                                namespace=namespace, cache=tmp_path / "cache")
+            assert refused.code == 2 and "runs would be rejected" in refused.err, refused
+
+
+@asynccontextmanager
+async def running(bootstrap: str, namespace: str, data_dir: Path,
+                  flows: list[Flow[Any, Any]]) -> AsyncIterator[Worker]:
+    worker = Worker(flows=flows, data_dir=data_dir, bootstrap_servers=bootstrap,
+                    namespace=namespace, session_timeout_ms=6000)
+    await worker.start()
+    try:
+        yield worker
     finally:
         await worker.stop()

@@ -17,7 +17,7 @@ from pathlib import Path
 import fastavro
 import pytest
 
-from runstream import Client, RunStatus, UpdateRefused, UpdateRejected
+from runstream import Client, ResultTimeout, RunStatus, UpdateRefused, UpdateRejected
 from runstream.engine.journal import events as ev
 from runstream.projections.partitioning import run_partition
 from tests.conftest import TEST_JOURNAL_PARTITIONS
@@ -109,6 +109,15 @@ async def test_rejections_duplicates_and_refusals(bootstrap: str, namespace: str
                 await client.update("r", "approve", {"amount": 4}, timeout=60)
             with pytest.raises(UpdateRefused, match="has ended"):
                 await client.update("r", "approve", {"amount": 4})
+            await (await client.create_run(approval, {"count": 2}, run_id="r2")).admitted(
+                timeout=60)
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows,
+                      read_model_dir=tmp_path / "rm") as client:
+        # No owner answers now (the worker stopped): the caller hears what it waited for,
+        # not that the run "did not settle".
+        with pytest.raises(ResultTimeout, match=r"^update 'approve' of run r2 was not "
+                                                r"answered within 2s \(last seen: "):
+            await client.update("r2", "approve", {"amount": 1}, timeout=2)
     projection = await fold(bootstrap, namespace)
     kinds = [i.record.TYPE for i in projection.history["r"] if i.record is not None]
     assert kinds.count(ev.UpdateAccepted.TYPE) == 3 and kinds.count(ev.UpdateRejected.TYPE) == 1

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from runstream import DurationInvalid, Flow, InvalidInput, RunNotFound
+from runstream import DurationInvalid, Flow, InvalidInput, RunNotFound, ScheduleRejected
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import request_envelope
 from runstream.projections.outbox_fallback import give_up
@@ -83,7 +83,7 @@ def test_changes_past_the_pending_bound_are_kept_to_be_refused() -> None:
     assert isinstance(schedule, ScheduleState)
     kept = [c for c in schedule.changes if c.body_json != OVERFLOWED]
     assert len(kept) == MAX_CHANGES and len(schedule.changes) == MAX_CHANGES + MAX_OVERFLOW
-    [(cls, body)] = _answer(schedule, schedule.changes[-1], 0)
+    [(cls, body)] = _answer(schedule, schedule.changes[-1], 0, {})
     assert cls is ev.ScheduleChangeRejected
     assert body["reason"] == (f"schedule 's' had {MAX_CHANGES} changes waiting for an answer, "
                               f"the most it holds: send the trigger again")
@@ -143,9 +143,27 @@ async def test_a_fired_run_whose_create_was_rejected_says_why() -> None:
     """As a Client's describe: the environment said "no run ... check the id"."""
     async with TestEnvironment([typed_tock], start=START) as env:
         await env.create_schedule("t", typed_tock, Order(order_id="a"), every=3600)
-        await env.update_schedule("t", payload={"order_id": 5})  # (no flow given: unchecked)
+        # An owner that does not register the flow takes a payload it cannot judge (a mixed
+        # deployment); the fired run's owner, which does, rejects its create.
+        registered = env.flows.pop(typed_tock.name)
+        await env.update_schedule("t", payload={"order_id": 5})
+        env.flows[typed_tock.name] = registered
         run_id = await env.trigger_schedule("t")
         with pytest.raises(RunNotFound, match=r"its create was rejected \(payload-invalid"):
             await env.result(run_id)
         with pytest.raises(RunNotFound, match="order_id: Input should be a valid string"):
             env.describe(run_id)
+
+
+async def test_the_owner_refuses_a_payload_its_flow_refuses() -> None:
+    """By the flow's name (a client without the Flow object, the CLI, a plain producer):
+    accepted, every fire was then rejected."""
+    async with TestEnvironment([typed_tock], start=START) as env:
+        with pytest.raises(ScheduleRejected, match="runs would be rejected.*order_id"):
+            await env.create_schedule("t", typed_tock.name, {"order_id": 5}, every=3600)
+        assert env.list_schedules() == []
+        await env.create_schedule("t", typed_tock.name, {"order_id": "a"}, every=3600)
+        with pytest.raises(ScheduleRejected, match="runs would be rejected"):
+            await env.update_schedule("t", payload={"order_id": 5})
+        await env.update_schedule("t", every=60)  # (its payload is not judged again)
+        assert json.loads(env.describe_schedule("t").spec.payload_json) == {"order_id": "a"}
