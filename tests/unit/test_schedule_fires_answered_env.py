@@ -46,8 +46,11 @@ async def _tick(ctx: Any, payload: Any) -> Any:
 
 async def test_a_rejected_fire_leaves_the_schedule_firing() -> None:
     async with TestEnvironment([typed], start=START) as env:
-        # (by flow name, as the CLI does: the payload is not checked before the owner does)
+        # Made where the flow was not registered (a mixed deployment: no owner could judge
+        # the payload); the fired run's owner, which registers it, rejects the create.
+        registered = env.flows.pop(typed.name)
         await env.create_schedule("s", "sf-typed", {"n": "not a number"}, every=60)
+        env.flows[typed.name] = registered
         await env.sleep(61)
         assert env.describe_schedule("s").running == ()
         await env.update_schedule("s", payload={"n": 1})
