@@ -49,7 +49,8 @@ def iso_time(ms: int, *, precision: Precision = "ms", zone: Zone = "Z", sep: str
     try:
         moment = datetime.fromtimestamp(seconds, tz=UTC)
     except (ValueError, OverflowError, OSError):  # outside the years 1 to 9999: no ISO text
-        return f"{int(ms)} ms from the epoch"
+        return (f"{'after the year 9999' if ms > 0 else 'before the year 1'} ({int(ms)} ms "
+                f"from the epoch)")  # (a sleep of 1e13 s said only its millisecond count)
     text = moment.strftime(f"%Y-%m-%d{sep}%H:%M:%S" if date else "%H:%M:%S")
     if precision == "ms" or (precision == "auto" and millis):
         text += f".{millis:03d}"

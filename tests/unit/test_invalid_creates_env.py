@@ -68,5 +68,6 @@ async def test_a_timeout_over_a_century_is_refused_before_anything_is_sent() -> 
 
 
 def test_a_time_no_iso_text_can_show_is_still_shown() -> None:
-    assert iso_time(2**62) == f"{2**62} ms from the epoch"
+    assert iso_time(2**62) == f"after the year 9999 ({2**62} ms from the epoch)"
+    assert iso_time(-(2**62)) == f"before the year 1 ({-(2**62)} ms from the epoch)"
     assert iso_time(0) == "1970-01-01T00:00:00.000Z"

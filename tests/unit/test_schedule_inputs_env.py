@@ -159,7 +159,7 @@ async def test_the_owner_refuses_a_payload_its_flow_refuses() -> None:
     """By the flow's name (a client without the Flow object, the CLI, a plain producer):
     accepted, every fire was then rejected."""
     async with TestEnvironment([typed_tock], start=START) as env:
-        with pytest.raises(ScheduleRejected, match="runs would be rejected.*order_id"):
+        with pytest.raises(ScheduleRejected, match=r"runs would be rejected.*order_id"):
             await env.create_schedule("t", typed_tock.name, {"order_id": 5}, every=3600)
         assert env.list_schedules() == []
         await env.create_schedule("t", typed_tock.name, {"order_id": "a"}, every=3600)
