@@ -50,7 +50,7 @@ from runstream.projections import query_plan
 from runstream.projections.expiry import expired_text
 from runstream.projections.fold import RebuildReport
 from runstream.projections.partitioning import run_partition
-from runstream.projections.state import RunState, round_zero, to_builtins
+from runstream.projections.state import RunState, RunStatus, round_zero, to_builtins
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +171,28 @@ async def run_status(
             out["retry"] = retry
         if why:
             out["why"] = why_report(run, _run_history(view, run.run_id))
+        child = await _quarantined_child(model, run)
+        if child is not None:
+            out["note"] = (f"{out['note']}; the child is quarantined and needs an operator: "
+                           f"runstream run status {child}")
         return out
+
+
+async def _quarantined_child(model: ReadModel, run: RunState) -> str | None:
+    """The run id of the child `run` waits for when that child (its latest round) is
+    quarantined: the parent's note said only which child it waited for."""
+    wait = run.wait
+    if run.status is not RunStatus.suspended or wait is None or wait.kind != "child" \
+            or not wait.child_run_id:
+        return None
+    try:
+        _, child = await addressed_or_expired(model, wait.child_run_id)
+    except RunNotFound:
+        return None
+    if isinstance(child, RunState) and child.status is RunStatus.suspended \
+            and child.suspended_reason == "quarantine":
+        return child.run_id
+    return None
 
 
 async def run_result(

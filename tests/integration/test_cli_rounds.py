@@ -18,7 +18,16 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from runstream import Client, Flow, FlowContext, HandedOff, Handoff, RunStatus, Worker
+from runstream import (
+    Client,
+    Flow,
+    FlowContext,
+    HandedOff,
+    Handoff,
+    RunNotFound,
+    RunStatus,
+    Worker,
+)
 from runstream.engine.readmodel.describe import SKIP_RESULT_PLACEHOLDER
 from tests.integration.test_cli import Result, cli, one_line_error
 
@@ -30,7 +39,14 @@ class TallyOut(BaseModel):
 relay: Flow[Any, Any] = Flow("relay")
 charger: Flow[Any, Any] = Flow("charger")
 tally: Flow[Any, TallyOut] = Flow("tally", result=TallyOut)
-flows = [relay, charger, tally]
+charging_parent: Flow[Any, Any] = Flow("charging-parent")
+flows = [relay, charger, tally, charging_parent]
+
+
+@charging_parent.handler
+async def _charging_parent(ctx: FlowContext, payload: str) -> Any:
+    child = await ctx.spawn(charger, payload, run_id=f"{ctx.run_id}-charge")
+    return await child.result()
 
 
 @tally.handler
@@ -137,8 +153,11 @@ async def test_cli_follows_a_lineage_and_shows_its_rounds(
 async def _quarantined(client: Client, run_id: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while True:
-        run = await client.describe(run_id)
-        if run.status is RunStatus.suspended and run.wait is not None \
+        try:
+            run = await client.describe(run_id)
+        except RunNotFound:  # (a child not spawned yet)
+            run = None
+        if run is not None and run.status is RunStatus.suspended and run.wait is not None \
                 and run.wait.kind == "quarantine":
             return
         assert time.monotonic() < deadline, f"{run_id} never quarantined: {run}"
@@ -213,3 +232,12 @@ async def test_cli_shows_and_resolves_a_quarantine(
         assert ok_json(await run("run", "result", "q1")) == "x"
         done = ok_json(await run("run", "status", "q1", "--json"))
         assert done["status"] == "completed" and "quarantine" not in done
+
+        # A parent waiting for a quarantined child says the child needs an operator (it
+        # said only which child it waited for).
+        await client.create_run(charging_parent, "o-2", run_id="qp")
+        await _quarantined(client, "qp-charge")
+        parent = ok_json(await run("run", "status", "qp", "--json"))
+        assert parent["note"] == (
+            "waiting for child run qp-charge; the child is quarantined and needs an "
+            "operator: runstream run status qp-charge")
