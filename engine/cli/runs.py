@@ -184,6 +184,8 @@ def status(run_id: str, as_json: bool, why: bool, bootstrap: str | None,
     if "schedule_id" in view:
         click.echo(f"  fired by schedule {view['schedule_id']} "
                    f"(`runstream schedule describe {view['schedule_id']}`)")
+    if "parent" in view:
+        click.echo(f"  child of {view['parent']}")
     _echo_quarantine(view)
     if why:
         click.echo("why:")

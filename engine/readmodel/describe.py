@@ -68,6 +68,8 @@ def run_view(run: RunState, *, namespace: str | None = None, past: bool = False,
         view["forked_from"] = fork_view(run)
     if run.schedule_id is not None:
         view["schedule_id"] = run.schedule_id
+    if run.parent_run_id is not None:  # (a child: only the UI's page named its parent)
+        view["parent"] = run.parent_run_id
     quarantine = quarantine_view(run, namespace=namespace)
     if quarantine is not None:
         view["quarantine"] = quarantine

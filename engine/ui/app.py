@@ -7,6 +7,7 @@ only what was appended since the previous request (engine/readmodel/model.py).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ from runstream.engine.ui.queries import (
     status_counts,
 )
 from runstream.engine.ui.schedules_page import schedules_page
-from runstream.projections.state import RunStatus
+from runstream.projections.state import RunStatus, round_zero
 
 STATIC_DIR = Path(__file__).parent / "static"
 COUNT_LIMIT = 100_000  # runs counted per status on the system page ("now")
@@ -132,7 +133,7 @@ def _run_id(request: web.Request) -> str:
     run_id = request.query.get("id", "")
     if not run_id:
         raise InvalidInput("which run? add ?id=<run id>")
-    return run_id
+    return round_zero(run_id)  # (`<lineage>~0`: round 0, as the CLI takes it)
 
 
 def _record(request: web.Request, default: int | None = None) -> int:
@@ -145,23 +146,29 @@ def _record(request: web.Request, default: int | None = None) -> int:
         raise InvalidInput(f"record must be a whole number, not {text!r}") from None
 
 
+# A long run's replays (its page, each move of its slider) run in a thread: on the event loop
+# they held every other request of the UI until they were done.
+
 async def run_handler(request: web.Request) -> web.Response:
     run_id = _run_id(request)
     view = await _run_view(request)
-    detail = run_detail(view, run_id)
-    state = state_at_record(view, run_id, _record(request, default=len(detail.rows)))
+    detail = await asyncio.to_thread(run_detail, view, run_id)
+    state = await asyncio.to_thread(state_at_record, view, run_id,
+                                    _record(request, default=len(detail.rows)))
     settings = request.app[SETTINGS]
     return _html(run_page.run_page(detail, state, context=settings.context,
                                    dry_run_app=settings.app))
 
 
 async def state_fragment_handler(request: web.Request) -> web.Response:
-    state = state_at_record(await _run_view(request), _run_id(request), _record(request))
+    state = await asyncio.to_thread(state_at_record, await _run_view(request),
+                                    _run_id(request), _record(request))
     return _html(run_page.state_fragment(state))
 
 
 async def state_api(request: web.Request) -> web.Response:
-    state = state_at_record(await _run_view(request), _run_id(request), _record(request))
+    state = await asyncio.to_thread(state_at_record, await _run_view(request),
+                                    _run_id(request), _record(request))
     return web.json_response(state.as_dict())
 
 

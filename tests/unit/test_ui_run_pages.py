@@ -1,0 +1,66 @@
+"""The UI's run pages over a committed fixture (no broker): `<lineage>~0` names round 0 as
+the CLI takes it (the UI answered 404), and a child's view names its parent (only the HTML
+page did)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from runstream.engine.journal import encode
+from runstream.engine.readmodel.view import View
+from runstream.engine.ui import app as uiapp
+from runstream.engine.ui.app import UiSettings, create_app
+from runstream.projections.projector import Projector
+from runstream.projections.store import ProjectionStore
+from tests.unit.test_replay_fixtures import JOURNALS, load
+
+
+@pytest.fixture
+async def http(tmp_path: Path) -> AsyncIterator[TestClient[Any, Any]]:
+    records = load(JOURNALS / "rounds-quarantine-capabilities.jsonl")
+    partitions = max(p for p, *_ in records) + 1
+    store = ProjectionStore(tmp_path / "store", partitions=partitions, keep_records=True)
+    projector = Projector(store)
+    for partition, offset, record, timestamp in records:
+        value, headers = encode(record)
+        projector.apply_raw(partition, offset, value, headers, timestamp)
+    store.flush()
+
+    class Model:
+        async def catch_up(self, partitions: list[int] | None = None) -> View:
+            return View(store, None, partitions_count)
+
+        async def complete(self, view: View, *args: Any, **kwargs: Any) -> View:
+            return view
+
+        async def close(self) -> None:
+            pass
+
+    partitions_count = partitions
+    app = create_app(UiSettings(bootstrap="127.0.0.1:1", namespace="ns"))
+    app[uiapp.MODEL] = Model()  # type: ignore[assignment,misc]
+    try:
+        async with TestClient(TestServer(app)) as client:
+            yield client
+    finally:
+        store.close()
+
+
+async def test_round_zero_by_its_tilde_name(http: TestClient[Any, Any]) -> None:
+    named = await http.get("/api/run/at?id=five&record=2")
+    tilde = await http.get("/api/run/at?id=five~0&record=2")
+    assert named.status == tilde.status == 200, await tilde.text()
+    assert await named.json() == await tilde.json()
+    page = await http.get("/run?id=five~0")
+    assert page.status == 200 and "five~1" in await page.text()
+
+
+async def test_a_child_names_its_parent(http: TestClient[Any, Any]) -> None:
+    runs = {run["run_id"]: run for run in (await (await http.get("/api/runs")).json())["runs"]}
+    assert runs["greedy-parent.0"]["parent"] == "greedy-parent"
+    assert "parent" not in runs["greedy-parent"]
