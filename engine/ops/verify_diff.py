@@ -15,7 +15,9 @@ from typing import Any
 
 import msgspec
 
+from runstream.projections import keys
 from runstream.projections.fold import Difference, compare_items
+from runstream.projections.query_index import key_run
 from runstream.projections.state import (
     JournalEntry,
     OutboxItem,
@@ -41,7 +43,10 @@ _INDEXES: dict[bytes, tuple[str, int | None, int | None]] = {
     b"f/": ("fencing index", 1, None), b"l/": ("lineage's latest round", 1, 2),
     b"b/": ("tombstone", 1, 2), b"c/": ("schedule", 1, None),
     b"p/": ("partition state", 1, None), b"x/": ("outbox", 1, None),
-    b"g/": ("partition history", 1, None),
+    b"g/": ("partition history", 1, None), b"e/": ("settle index", 1, 3),
+    b"k/": ("tombstone index", 1, 3), b"R/": ("rejected creates", 1, 3),
+    b"y/": ("outbox entries by cause", 1, 2), b"a/": ("schedule index", 1, None),
+    b"n/": ("schedule fire index", 1, None), b"u/": ("idle schedule index", 1, None),
 }
 
 
@@ -161,7 +166,8 @@ def decoded(differences: list[Difference], *, side: str = "live") -> list[KeyDif
 
 def _decoded(difference: Difference, side: str) -> KeyDiff:
     key = difference.key
-    shown = key.replace(b"\x00", b"/").decode(errors="backslashreplace")
+    shown = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in
+                    key.replace(b"\x00", b"/").decode(errors="backslashreplace"))
     present = (difference.live is not None, difference.rebuilt is not None)
     if key.startswith((b"r/", b"j/", b"h/")):  # <prefix><partition:05d>/<run>...
         run = key[8:].split(b"\x00", 1)[0].decode(errors="backslashreplace")
@@ -173,6 +179,8 @@ def _decoded(difference: Difference, side: str) -> KeyDiff:
     parts = key.split(b"/")
     partition = _int(parts, partition_field)
     run_id = _text(parts, run_field)
+    if key.startswith(keys.QUERY_INDEX_PREFIX):  # (its value's bytes come before the run)
+        what, (partition, run_id) = "query index", key_run(key)
     if key.startswith(b"f/"):
         run_id = (difference.live or difference.rebuilt or b"").decode() or None
     fields = _fields_of(key, difference)
@@ -235,9 +243,10 @@ def _int(parts: list[bytes], index: int | None) -> int | None:
 
 
 def _text(parts: list[bytes], index: int | None) -> str | None:
+    """The run id from field `index` on (a run id may hold "/"), up to a NUL."""
     if index is None or index >= len(parts):
         return None
-    return parts[index].split(b"\x00", 1)[0].decode(errors="backslashreplace")
+    return b"/".join(parts[index:]).split(b"\x00", 1)[0].decode(errors="backslashreplace")
 
 
 def _shown(value: Any) -> Any:

@@ -291,3 +291,25 @@ def test_differences_are_decoded_into_runs_entries_and_index_keys(tmp_path: Path
     assert [(f.field, f.live, f.rebuilt) for f in found[1].fields] == [("attempts", 7, 1)]
     assert "run run-1 step 1 journal entry: attempts: live 7, rebuilt 1" == found[1].describe()
     assert split_partitions({0: 50, 1: 10, 2: 40, 3: 0}, 2) == [[0, 3], [1, 2]]
+
+
+def test_index_differences_name_their_partition_and_run(tmp_path: Path) -> None:
+    # (the query, settle and schedule indexes, and others, were "key"s of no partition: a
+    # diverged query index key of a partition-1 run was reported as partition 0's, no run)
+    from runstream.engine.ops.verify_diff import first_differences
+
+    raws = journal()
+    with folded(tmp_path / "live", raws, keep_records=True) as live, \
+            folded(tmp_path / "rebuilt", raws, keep_records=True) as rebuilt:
+        placed = live.place(RUN[1])
+        indexed = [key for key, _ in live.items()
+                   if key.startswith(b"z/") and key.endswith(b"\x00" + RUN[1].encode())]
+        assert indexed
+        for key in indexed:
+            live._db.delete(key)
+        live._db.put(keys.settled_key(placed, 5, RUN[1]), b"")
+        live._db.put(b"z/flow\x00s\x01\x16/" + b"%05d" % placed + b"\x00" + RUN[1].encode(), b"")
+        _, found = first_differences(live, [rebuilt], 100)
+    assert {(d.what, d.run_id, d.partition) for d in found} == {
+        ("query index", RUN[1], placed), ("settle index", RUN[1], placed)}
+    assert all(c.isprintable() for d in found for c in d.key), [d.key for d in found]
