@@ -71,8 +71,9 @@ def run_view(run: RunState, *, namespace: str | None = None, past: bool = False,
     if run.parent_run_id is not None:  # (a child: only the UI's page named its parent)
         view["parent"] = run.parent_run_id
     quarantine = quarantine_view(run, namespace=namespace)
-    if quarantine is not None:
-        view["quarantine"] = quarantine
+    if quarantine is not None:  # (a past view gives no advice: its commands may be stale)
+        view["quarantine"] = {"position": quarantine["position"],
+                              "digest": quarantine["digest"]} if past else quarantine
     timeout = timeout_view(run)
     if timeout is not None:
         view["timeout"] = timeout

@@ -64,3 +64,17 @@ async def test_a_child_names_its_parent(http: TestClient[Any, Any]) -> None:
     runs = {run["run_id"]: run for run in (await (await http.get("/api/runs")).json())["runs"]}
     assert runs["greedy-parent.0"]["parent"] == "greedy-parent"
     assert "parent" not in runs["greedy-parent"]
+
+
+async def test_a_past_quarantine_gives_no_commands(http: TestClient[Any, Any]) -> None:
+    """A past state is not advice: its resolve commands named no namespace (pasted, they
+    acted on the default one) and may be stale."""
+    seen = []
+    for record in range(1, 20):
+        answer = await http.get(f"/api/run/at?id=q-skip&record={record}")
+        if answer.status != 200:
+            break
+        state = (await answer.json())["state"]
+        if state and "quarantine" in state:
+            seen.append(state["quarantine"])
+    assert seen and all(set(q) == {"position", "digest"} for q in seen), seen
