@@ -26,7 +26,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -110,11 +110,19 @@ class ChangedRun:
     partition: int
     then: RunStatus | None
     now: RunStatus | None
+    # No status because retention expired it (its tombstone is kept), not because there was
+    # no such run: "expired" (an operator read "absent" as a run that vanished).
+    then_expired: bool = False
+    now_expired: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "partition": self.partition,
-                "then": self.then.value if self.then else "absent",
-                "now": self.now.value if self.now else "absent"}
+                "then": _status_text(self.then, self.then_expired),
+                "now": _status_text(self.now, self.now_expired)}
+
+
+def _status_text(status: RunStatus | None, expired: bool) -> str:
+    return status.value if status else "expired" if expired else "absent"
 
 
 @dataclass(slots=True)
@@ -377,11 +385,18 @@ def run_statuses(view: View) -> Iterator[RunKey]:
 
 def compare(then: View, now: View, limit: int) -> Comparison:
     """Counts by status at both, and the runs whose status differs (the first `limit` in
-    (partition, run id) order, and how many in all)."""
+    (partition, run id) order, and how many in all; a tombstone's read for each shown
+    without a status)."""
     members_then, members_now = then.status_members(), now.status_members()
     if members_then is not None and members_now is not None:
-        return _compare_sets(members_then, members_now, limit)
-    return _compare_walks(then, now, limit)
+        result = _compare_sets(members_then, members_now, limit)
+    else:
+        result = _compare_walks(then, now, limit)
+    result.changed = [replace(
+        run, then_expired=run.then is None and then.tombstone(run.run_id) is not None,
+        now_expired=run.now is None and now.tombstone(run.run_id) is not None)
+        for run in result.changed]
+    return result
 
 
 def _compare_sets(then: dict[RunStatus, set[bytes]], now: dict[RunStatus, set[bytes]],

@@ -130,3 +130,24 @@ def test_an_instant_is_iso_8601_and_utc_without_a_zone() -> None:
         parse_instant("noon")
     with pytest.raises(InvalidInput, match="before 1970"):
         parse_instant("1969-12-31T23:59:59Z")
+
+
+def test_a_run_expired_since_is_expired_not_absent(tmp_path: Path) -> None:
+    # ("absent" read as a run that vanished; the run's tombstone says it expired)
+    from tests.unit.test_retention_core import RETENTION_MS, Journal
+
+    journal = Journal(tmp_path / "j")
+    journal.run_to_completion("gone", "q-gone")
+    cut = len(journal.records)
+    journal.expire("gone", after_ms=RETENTION_MS + 1)
+    then_store = ProjectionStore(tmp_path / "then", partitions=1)
+    projector = Projector(then_store)
+    for offset, (record, when) in enumerate(journal.records[:cut]):
+        projector.apply_record(0, offset, record, when)
+    try:
+        result = compare(View(then_store, None, 1), View(journal.store, None, 1), limit=10)
+    finally:
+        then_store.close()
+        journal.store.close()
+    assert [run.as_dict() for run in result.changed] == [
+        {"run_id": "gone", "partition": 0, "then": "completed", "now": "expired"}]
