@@ -104,25 +104,21 @@ class StartPoint:
 
 @dataclass(frozen=True, slots=True)
 class ChangedRun:
-    """A run whose status at the cut differs from its status now (None: no such run)."""
+    """A run whose status at the cut differs from its status now (None: no such run, or
+    `*_expired`: retention expired it, its tombstone kept; "absent" read as vanished)."""
 
     run_id: str
     partition: int
     then: RunStatus | None
     now: RunStatus | None
-    # No status because retention expired it (its tombstone is kept), not because there was
-    # no such run: "expired" (an operator read "absent" as a run that vanished).
     then_expired: bool = False
     now_expired: bool = False
 
     def as_dict(self) -> dict[str, Any]:
+        said = ("absent", "expired")
         return {"run_id": self.run_id, "partition": self.partition,
-                "then": _status_text(self.then, self.then_expired),
-                "now": _status_text(self.now, self.now_expired)}
-
-
-def _status_text(status: RunStatus | None, expired: bool) -> str:
-    return status.value if status else "expired" if expired else "absent"
+                "then": self.then.value if self.then else said[self.then_expired],
+                "now": self.now.value if self.now else said[self.now_expired]}
 
 
 @dataclass(slots=True)
