@@ -45,6 +45,7 @@ from runstream.projections.requests import (
 )
 from runstream.projections.schedules import (
     fire_answered,
+    fire_taken,
     fired_by,
     settled_as,
     settled_notice,
@@ -102,8 +103,7 @@ def apply(
     `entry` is the run's journal entry at the record's position (step records),
     `request_seen` whether the request's id was applied before (requests), `tombstone` what
     is left of the run if it expired (it has no state then), `expiry` what the store holds
-    of the lineages and tombstones a partition.runs-expired names.
-    """
+    of the lineages and tombstones a partition.runs-expired names."""
     if record.KIND == "request":
         moved = replace(partition, next_offset=offset + 1)
         if run is None and tombstone is not None:
@@ -336,12 +336,12 @@ def _decide_run(
     if cls in _ANY_STATUS:
         if isinstance(record, ev.RunCreated):
             created = _created(run, record, offset, partition)
-            return _RunChange(created, outbox=spawn_answer(run, record))
+            return _RunChange(created, outbox=(*spawn_answer(run, record),
+                                               *fire_taken(run, record, offset)))
         assert run is not None
         if isinstance(record, ev.RunCreateRejected):  # answers a request in any status
             left = _rejected(run, record)
-            rejected = () if left is not None else fire_answered(
-                run.schedule_id, run.run_id, "rejected", offset)
+            rejected = fire_taken(run, record, offset, gone=left is None)
             return _RunChange(left, outbox=(*spawn_answer(run, record), *rejected))
         if isinstance(record, ev.EvidenceRecorded):
             kept = (*run.evidence, Evidence(kind=record.kind, message=record.message,

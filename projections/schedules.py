@@ -301,6 +301,31 @@ def fire_answered(schedule_id: str | None, run_id: str, status: str | None, offs
     return (settled_notice(schedule_id, run_id, status, answered_at=offset),)
 
 
+def fire_schedule(record: ev.JournalRecord) -> str | None:
+    """The schedule whose fire an answer to a create is, by its request id (a fire's is
+    `fire/<run id>`, the run id `<schedule id>@...`): the answer names only the run."""
+    env = record.envelope
+    if env.request_id != f"fire/{env.run_id}" or "@" not in env.run_id:
+        return None
+    return env.run_id.split("@", 1)[0]  # (a schedule id holds no "@": check_name)
+
+
+def fire_taken(run: RunState | None, record: ev.RunCreated | ev.RunCreateRejected,
+               offset: int, *, gone: bool = False) -> tuple[OutboxItem, ...]:
+    """A fire's create that made no run of its schedule's, answered to that schedule as
+    rejected: rejected itself (`gone`: the rejection removed the run it asked for), or
+    answered by a run someone else created first under the fire's predictable id (an
+    identity conflict, or a duplicate of it). Only a run that removal made answered
+    before: a client that took the next fire's id stopped a schedule with overlap `skip`
+    for good, its own run's settlement never reaching the schedule."""
+    if run is None or (isinstance(record, ev.RunCreated) and not record.duplicate):
+        return ()
+    schedule = run.schedule_id if gone else fire_schedule(record)
+    if not gone and schedule == run.schedule_id:  # (its own run: its settlement answers)
+        return ()
+    return fire_answered(schedule, run.run_id, "rejected", offset)
+
+
 def fired_by(record: ev.JournalRecord) -> str | None:
     """The schedule whose fire `record` is (a create request it sent), if any."""
     return record.schedule_id if isinstance(record, ev.RunCreateRequested) else None

@@ -249,3 +249,25 @@ async def running(bootstrap: str, namespace: str, data_dir: Path,
         yield worker
     finally:
         await worker.stop()
+
+
+async def test_fires_whose_ids_a_client_took_first_leave_the_schedule_firing(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """The next instants' run ids taken by a client (another payload: the fire's create is
+    rejected as an identity conflict; the same flow and payload: answered by that run):
+    the schedule hears each fire made no run of its own and goes on firing. It skipped
+    every later instant (overlap `skip`) for good."""
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows) as client, \
+            running(bootstrap, namespace, tmp_path / "w", flows):
+        await client.create_schedule("taken", beat, {"n": 1}, every=2, paused=True)
+        first = (int(time.time() * 1000) // 2000 + 3) * 2000
+        for k, payload in enumerate(({"squatter": True}, {"n": 1})):
+            await client.create_run(beat, payload, run_id=fired_run_id("taken", first + 2000 * k))
+        await client.unpause_schedule("taken")
+        fired = await _fired(client, "taken", 3)
+        assert len(fired) >= 3
+        schedule = await client.describe_schedule("taken")
+        taken = {f.run_id: f.status for f in schedule.recent
+                 if f.nominal_ms in (first, first + 2000)}
+        assert set(taken.values()) == {"rejected"}, schedule.recent

@@ -12,9 +12,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from pydantic import BaseModel
 
 from runstream import Flow
+from runstream.projections.cron import fired_run_id
 from runstream.testing import TestEnvironment
 
 START = datetime(2026, 3, 1, tzinfo=UTC)
@@ -108,3 +110,24 @@ async def test_cancel_other_cancels_every_run_still_running() -> None:
         assert len(schedule.running) == 1
         statuses = [env.status(f.run_id).value for f in schedule.recent]
         assert statuses == ["cancelled", "cancelled", "suspended"], statuses
+
+
+@pytest.mark.parametrize("payload", [{"n": "squatter"}, None])
+async def test_a_fire_whose_id_someone_took_first_leaves_the_schedule_firing(
+        payload: Any) -> None:
+    """A client creates the run id of the schedule's next fire first (fire ids are
+    predictable): the fire's create is rejected (another payload: an identity conflict) or
+    answered by that run (the same flow and payload). Neither answered the schedule, which
+    waited for a settlement that never came to it and, with overlap `skip`, skipped every
+    later instant."""
+    async with TestEnvironment([waiting, tick], start=START) as env:
+        await env.create_schedule("s", tick, None, every=60, overlap="skip")
+        nominal = int((START + timedelta(seconds=60)).timestamp() * 1000)
+        await env.start(tick if payload is None else waiting, payload,
+                        run_id=fired_run_id("s", nominal))
+        await env.sleep(600)
+        schedule = env.describe_schedule("s")
+        assert schedule.skipped == 0 and schedule.fires >= 9, schedule
+        assert schedule.running == ()
+        assert schedule.recent[0].status == "rejected", schedule.recent
+        assert [f.status for f in schedule.recent][-3:] == ["completed"] * 3
