@@ -384,6 +384,15 @@ def jitter_ms(schedule_id: str, nominal_ms: int, jitter_ms: int) -> int:
     return int.from_bytes(digest, "big") % jitter_ms
 
 
+# The ids of the runs a schedule starts: `<schedule>@<instant>`, `<schedule>@trigger/<id>`.
+_FIRE_ID = re.compile(r"[^@]+@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z|trigger/.+)")
+
+
+def is_fire_id(run_id: str) -> bool:
+    """Whether `run_id` has the shape of a schedule's fired run (they are predictable)."""
+    return _FIRE_ID.fullmatch(run_id) is not None
+
+
 def fired_run_id(schedule_id: str, nominal_ms: int) -> str:
     """The id of the run a fire starts: `{schedule_id}@YYYY-MM-DDTHH:MM:SS.mmmZ` (UTC)."""
     moment = _EPOCH + timedelta(milliseconds=nominal_ms)

@@ -28,6 +28,7 @@ from runstream.engine.journal.input_limits import (
     encode_request,
     max_payload_bytes,
 )
+from runstream.engine.journal.records import lineage_of
 from runstream.engine.worker.relay_judge import (
     AUTHORITY_HEADER,
     Forward,
@@ -234,6 +235,26 @@ def test_a_restricted_authority_gets_its_ceiling_narrowed() -> None:
     assert "operator's request" in _reason(_incoming(skip, topic=topic), caps)
     assert "authority 'other' is not configured" in _reason(
         _incoming(create("r1", "q1"), topic=f"{NS}.requests.other"), caps)
+
+
+def test_a_restricted_authority_may_not_take_a_schedule_s_fire_ids() -> None:
+    # (a fire whose predictable id a client took first made no run: every instant taken so
+    # was lost to the operator's schedule)
+    caps, topic = {"team": frozenset({"email"})}, f"{NS}.requests.team"
+    for run_id in ("nightly@2026-12-06T12:14:00.000Z", "nightly@trigger/r-1"):
+        key = lineage_of(run_id).encode()
+        assert "shape of a schedule's fired run" in _reason(
+            _incoming(create(run_id, "q1"), topic=topic, key=key), caps)
+        started = request(ev.RunSignalWithStartRequested, run_id=run_id, request_id="q2",
+                          signal_name="go", flow="f", payload_json="null")
+        assert "shape of a schedule's fired run" in _reason(
+            _incoming(started, topic=topic, key=key), caps)
+        # an operator's (the unrestricted topic) is forwarded: its runs are its own
+        assert isinstance(_judge(_incoming(create(run_id, "q1"), key=key)), Forward)
+    for run_id in ("order@home", "me@2026-12-06", "a@b@2026-12-06T12:14:00.000"):
+        verdict = _judge(_incoming(create(run_id, "q1"), topic=topic,
+                                   key=lineage_of(run_id).encode()), caps)
+        assert isinstance(verdict, Forward), (run_id, verdict)
 
 
 def test_authorities_come_from_json(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
