@@ -130,7 +130,29 @@ def _check(code: int, message: str | None, binding: AclBinding) -> None:
 async def grant_role(*, bootstrap: str, role: str, principal: str,
                      namespace: str | None = None, authority: str | None = None,
                      security: KafkaSecurity | None = None) -> list[AclBinding]:
-    """`runstream acl grant`: create the role's ACLs; return them."""
+    """`runstream acl grant`: create the role's ACLs; return them. A worker's grants are
+    prefixed by `<ns>.`, so another namespace whose topics start so (`<ns>.eu`, made before
+    new namespaces' names could hold no "."; engine.kafka.admin.ensure_topics) would be
+    inside them: refused."""
     bindings = role_bindings(role, principal, namespace, authority)
+    if role == "worker":
+        space = resolve_namespace(namespace)
+        async with admin_client(bootstrap, 30.0, security) as admin:
+            inside = sorted(t for t in await admin.list_topics() if foreign(space, t))
+        if inside:
+            raise InvalidInput(
+                f"a worker's grants cover every topic named {space}.*, and "
+                f"{', '.join(inside[:3])} belong{'s' if len(inside) == 1 else ''} to another "
+                f"namespace: its workers' journal would be writable by {principal}")
     await create_acls(bootstrap, bindings, security)
     return bindings
+
+
+def foreign(namespace: str, topic: str) -> bool:
+    """Whether `topic` starts with `<namespace>.` without being one of its topics (the
+    journal, owners, dead-letter, snapshots, requests, requests.<authority>)."""
+    own = topic.removeprefix(f"{namespace}.")
+    if own == topic:
+        return False
+    return not (own in ("journal", "owners", "dead-letter", "snapshots", "requests")
+                or (own.startswith("requests.") and "." not in own[len("requests."):]))

@@ -191,6 +191,11 @@ async def ensure_topics(
                 f"replication factor {rf} needs {rf} brokers; {bootstrap} has {brokers}"
             )
         existing = await topic_partitions(admin, journal_topic(namespace))
+        if existing is None and "." in namespace:
+            raise TopicsError(
+                f"namespace {namespace!r}: a new namespace's name holds no '.' (a worker's "
+                f"grants cover every topic named <namespace>.*, so {namespace}'s topics "
+                f"would be inside {namespace.split('.', 1)[0]}'s)")
         specs = topic_specs(namespace, partitions, rf, journal_retention_ms=journal_retention_ms,
                             snapshot_partitions=existing)
         created = await _create(admin, specs, request_timeout)
