@@ -277,6 +277,16 @@ async def start_client(client: Any, bootstrap: str, security: KafkaSecurity | No
     except KafkaConnectionError as exc:
         await _close(client)
         raise await diagnose(bootstrap, security) from exc
+    except ClusterAuthorizationFailedError as exc:
+        await _close(client)
+        if not hasattr(client, "send_and_wait"):
+            raise
+        # (an idempotent producer's InitProducerId needs WRITE on some topic, KIP-679: the
+        # broker's answer named only "this cluster operation")
+        raise AccessDenied(
+            f"not authorized: {principal(security)} may write no topic on {bootstrap}, and "
+            f"a producer needs WRITE on one; an administrator grants it with `runstream acl "
+            f"grant --role client` (or --role worker)") from exc
     except BaseException:
         await _close(client)
         raise

@@ -9,9 +9,11 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import TopicAuthorizationFailedError
+from aiokafka.protocol.metadata import MetadataRequest
 
 from runstream.engine.errors import AccessDenied, RunstreamError
 from runstream.engine.kafka.connection import KafkaSecurity, kafka_options, start_client
@@ -85,14 +87,27 @@ async def partition_count(consumer: AIOKafkaConsumer, topic: str, bootstrap: str
     if not partitions:
         await consumer._client.force_metadata_update()
         partitions = consumer.partitions_for_topic(topic)
-    if not partitions and topic in consumer._client.cluster.unauthorized_topics:
-        # With ACLs on, a topic this principal may not describe looks missing: say why.
+    if not partitions:
+        await check_describable(consumer._client, topic)
+        raise TopicMissing(topic, bootstrap)
+    return len(partitions)
+
+
+async def check_describable(client: Any, topic: str) -> None:
+    """AccessDenied when the broker's ACLs let this principal not describe `topic`, which
+    a metadata request for every topic leaves out as if it did not exist: asked by name
+    (a worker of a namespace its principal has no grants in waited for the journal's
+    creation for ever; a client said the topic did not exist)."""
+    node = client.get_random_node()
+    if node is None:
+        return
+    response = await client.send(node, MetadataRequest([topic],
+                                                       allow_auto_topic_creation=False))
+    codes = [t["error_code"] for t in response.to_object()["topics"] if t["topic"] == topic]
+    if codes == [TopicAuthorizationFailedError.errno]:
         raise AccessDenied(f"not authorized: the broker's ACLs do not allow this principal "
                            f"to describe {topic!r}; an administrator can grant it with "
                            f"`runstream acl grant`")
-    if not partitions:
-        raise TopicMissing(topic, bootstrap)
-    return len(partitions)
 
 
 async def log_starts(bootstrap: str, topic: str, partitions: list[int], *,

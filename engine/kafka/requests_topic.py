@@ -19,6 +19,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from runstream.engine.config import journal_topic, relay_group, requests_topic
 from runstream.engine.errors import RunstreamError
 from runstream.engine.kafka.connection import KafkaSecurity, kafka_options, start_client
+from runstream.engine.kafka.reader import check_describable
 
 _TOPIC_ALREADY_EXISTS = 36
 # Requests wait here only until a worker relays them (the journal keeps them for good);
@@ -93,6 +94,8 @@ class RequestProducer:
         await start_client(producer, self.bootstrap, self.security)
         try:
             topics = await topic_partitions(producer.client)
+            if journal_topic(self.namespace) not in topics:  # (or not describable)
+                await check_describable(producer.client, journal_topic(self.namespace))
             self.route = choose_route(self.namespace, self.authority_name, topics,
                                       self.bootstrap)
         except BaseException:

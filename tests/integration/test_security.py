@@ -29,6 +29,7 @@ from runstream.engine.broker import BrokerCluster, BrokerError, find_java
 from runstream.engine.config import journal_topic, requests_topic, snapshot_topic
 from runstream.engine.demo.flows import CheckoutIn, PackingIn, checkout, packing, refund
 from runstream.engine.errors import (
+    AccessDenied,
     CancelRefused,
     InvalidInput,
     ResumeRefused,
@@ -524,3 +525,33 @@ async def test_a_restricted_authority_signals_with_start_only_within_its_ceiling
             assert (await client.describe("w-out")).signals == ()
             await client.cancel("w-out")
             await shop.cancel("w-in")
+
+
+async def test_a_namespace_without_grants_is_access_denied_not_missing(
+        secure: BrokerCluster, tmp_path: Path) -> None:
+    """Topics this principal may not describe are left out of a metadata request for every
+    topic: a client said the journal did not exist, and a worker waited for its creation
+    for ever. Asked by name, the broker says the principal is not authorized."""
+    namespace = f"sec-{uuid.uuid4().hex[:10]}"  # (its topics made, nothing granted)
+    await ensure_topics(secure.bootstrap, namespace, PARTITIONS,
+                        security=security_of(secure, "admin"))
+    client = security_of(secure, "client")
+    done = await asyncio.to_thread(
+        _cli, [*_security_flags(client), "runs", "list", "--bootstrap", secure.bootstrap,
+               "--namespace", namespace, "--cache-dir", str(tmp_path / "cache")],
+        {"RUNSTREAM_SASL_PASSWORD": str(client.sasl_password)})
+    assert done.returncode != 0 and "not authorized" in done.stderr, done.stderr
+    assert f"describe '{namespace}.journal'" in done.stderr and "does not exist" not in (
+        done.stderr)
+    with pytest.raises(AccessDenied, match="not authorized"):
+        async with Client(bootstrap_servers=secure.bootstrap, namespace=namespace,
+                          security=client) as bare:
+            await bare.create_run("checkout", {"order_id": "x", "amount": 1})
+    worker = security_of(secure, "worker")  # (granted in other namespaces only)
+    proc = _start_worker(secure.bootstrap, namespace, worker, tmp_path)
+    try:
+        assert proc.wait(timeout=60) != 0
+    finally:
+        stop_process(proc, 5)
+    log = (tmp_path / "worker.log").read_text(errors="replace")
+    assert "not authorized" in log and "waiting for it to be created" not in log, log
