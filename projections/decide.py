@@ -346,7 +346,7 @@ def fork_decisions(run: RunState, entry_at: Callable[[int], JournalEntry | None]
             "flow": run.flow, "payload_json": run.payload_json,
             "ceiling": None if run.ceiling is None else list(run.ceiling),
             "max_rounds": run.max_rounds or None, "entry_count": fork.entry_count,
-            "request_offset": run.request_offset}))
+            "request_offset": run.request_offset, "incarnation": run.request_offset}))
     held = [part for part in fork_parts(run) if part.entries]  # (an empty part 0: none)
     if not held or held[0].first_position != run.steps:
         return records  # the next part has not arrived yet

@@ -304,7 +304,10 @@ def apply_forked(run: RunState, record: ev.RunForked) -> RunState:
         run, fork=replace(fork, accepted=True), admitted=empty, inbox=inbox, flow=record.flow,
         payload_json=record.payload_json, request_offset=record.request_offset,
         ceiling=None if record.ceiling is None else tuple(sorted(record.ceiling)),
-        max_rounds=record.max_rounds or 0, updated_at_ms=record.envelope.timestamp_ms)
+        max_rounds=record.max_rounds or 0, updated_at_ms=record.envelope.timestamp_ms,
+        # (ids derived from the fork carry it, as a created run's: a fork made again under
+        # an id whose tombstone went spawned the same child ids, and met its former children)
+        incarnation=run.incarnation if record.incarnation is None else record.incarnation)
 
 
 def apply_copied(run: RunState, record: ev.JournalEntryCopied,

@@ -348,29 +348,6 @@ class ChildSpawned:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunForked:
-    """The owner admitted a fork: the run exists, pending until its copied prefix is complete."""
-
-    TYPE: ClassVar[str] = "run.forked"
-    KIND: ClassVar[str] = "decision"
-    SCHEMA_ID: ClassVar[int] = 142
-
-    envelope: Envelope
-    source_run_id: str
-    source_offset: int
-    source_record: int
-    flow: str
-    payload_json: str
-    # The source run's capability ceiling (null: none).
-    ceiling: list[str] | None = None
-    # The source lineage's round budget.
-    max_rounds: int | None = None
-    entry_count: int
-    # Offset of the fork request's part 0.
-    request_offset: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class StepCompleted:
     """A step's result was journaled."""
 
@@ -1281,6 +1258,34 @@ class JournalEntryCopied:
     child_flow: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunForked:
+    """The owner admitted a fork: the run exists, pending until its copied prefix is complete."""
+
+    TYPE: ClassVar[str] = "run.forked"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 197
+
+    envelope: Envelope
+    source_run_id: str
+    source_offset: int
+    source_record: int
+    flow: str
+    payload_json: str
+    # The source run's capability ceiling (null: none).
+    ceiling: list[str] | None = None
+    # The source lineage's round budget.
+    max_rounds: int | None = None
+    entry_count: int
+    # Offset of the fork request's part 0.
+    request_offset: int
+    # This life of the forked run id: the offset of the fork request's part 0. Ids the owner derives
+    # from the run (default child ids, spawns, wakes, cancels, handoffs) carry it, as a created
+    # run's do (run.created), so a fork made again under an id whose tombstone went never meets its
+    # former life's children. Null in records written before forks had one.
+    incarnation: int | None = None
+
+
 # Any journal record; narrow with isinstance() or match on the class.
 JournalRecord: TypeAlias = (
     RunCreateRejected
@@ -1299,7 +1304,6 @@ JournalRecord: TypeAlias = (
     | ChildPolicyApplied
     | PartitionOutboxSent
     | ChildSpawned
-    | RunForked
     | StepCompleted
     | RunSignalSent
     | RunCancelRequested
@@ -1332,6 +1336,7 @@ JournalRecord: TypeAlias = (
     | PartitionRunsExpired
     | RunWakeRequested
     | JournalEntryCopied
+    | RunForked
 )
 
 # Record type string (the rs-type header and envelope.type) → class.
@@ -1352,7 +1357,6 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "child.policy-applied": ChildPolicyApplied,
     "partition.outbox-sent": PartitionOutboxSent,
     "child.spawned": ChildSpawned,
-    "run.forked": RunForked,
     "step.completed": StepCompleted,
     "run.signal-sent": RunSignalSent,
     "run.cancel-requested": RunCancelRequested,
@@ -1385,6 +1389,7 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "partition.runs-expired": PartitionRunsExpired,
     "run.wake-requested": RunWakeRequested,
     "journal.entry-copied": JournalEntryCopied,
+    "run.forked": RunForked,
 }
 
 REQUEST_TYPES: frozenset[str] = frozenset(
@@ -1420,7 +1425,6 @@ DECISION_TYPES: frozenset[str] = frozenset(
         "child.policy-applied",
         "partition.outbox-sent",
         "child.spawned",
-        "run.forked",
         "step.completed",
         "partition.epoch-claimed",
         "partition.snapshot-taken",
@@ -1442,5 +1446,6 @@ DECISION_TYPES: frozenset[str] = frozenset(
         "run.fork-answered",
         "partition.runs-expired",
         "journal.entry-copied",
+        "run.forked",
     }
 )
