@@ -194,8 +194,10 @@ async def test_a_fork_before_an_irreversible_step_or_a_spawn_needs_force(
                               new_run_id=f"kin-fork-{tag}", force=True)
         done = await settled(c, kin_fork.run_id)
         assert done.status is RunStatus.completed
-        # The fork spawned a child of its own; the source's child ran once, as before.
-        assert (await settled(c, f"kin-fork-{tag}.1")).status is RunStatus.completed
+        # The fork spawned a child of its own, under its own incarnation; the source's
+        # child ran once, as before.
+        assert (await settled(c, f"{incarnation_id(done)}.1")).status is RunStatus.completed
+        assert incarnation_id(done) != done.run_id
         assert calls(tag)["before"] == 1 and calls(tag)["child-work"] == 2
     journal_state = await fold(bootstrap, namespace)
     [request] = [i.record for i in journal_state.history[forced.run_id]
