@@ -274,5 +274,18 @@ def _restricted(record: JournalRecord, authority: str, capabilities: frozenset[s
     elif isinstance(record, AUTHORITY_REQUESTS):
         record = dataclasses.replace(record, authority=authority,
                                      authority_capabilities=sorted(capabilities))
-    value, _ = encode(record)
+    value, _ = encode(_said_by(record, authority))
     return Forward(value, tagged)
+
+
+def _said_by(record: JournalRecord, authority: str) -> JournalRecord:
+    """Who asked, as the history shows it (a cancel's or fork's requested_by, a resume's
+    operator), prefixed by the authority the request came through: a restricted client
+    named anyone ("admin@ops"), and nothing in the history said it came through it."""
+    def said(given: str | None) -> str:
+        return f"authority {authority}" + (f": {given}" if given else "")
+    if isinstance(record, ev.RunCancelRequested | ev.RunForkRequested):
+        return dataclasses.replace(record, requested_by=said(record.requested_by))
+    if isinstance(record, ev.RunResumeRequested):
+        return dataclasses.replace(record, operator=said(record.operator))
+    return record

@@ -230,6 +230,13 @@ def test_a_restricted_authority_gets_its_ceiling_narrowed() -> None:
         carried = decode(verdict.value)
         assert isinstance(carried, ev.RunSignalSent | ev.RunResumeRequested)
         assert (carried.authority, carried.authority_capabilities) == ("team", ["email"])
+        if isinstance(carried, ev.RunResumeRequested):  # (who asked: what the client said,
+            assert carried.operator == "authority team: x"  # behind the authority)
+    cancel = request(ev.RunCancelRequested, run_id="r1", request_id="c", reason="r",
+                     requested_by="admin@ops")
+    forwarded = _judge(_incoming(cancel, topic=topic), caps)
+    assert isinstance(forwarded, Forward)
+    assert decode(forwarded.value).requested_by == "authority team: admin@ops"  # type: ignore[attr-defined]
     skip = dataclasses.replace(resume, resolution="skip", position=0, digest="d",
                                result_json="1")
     assert "operator's request" in _reason(_incoming(skip, topic=topic), caps)
