@@ -269,7 +269,9 @@ async def topic_partitions(admin: Any, topic: str) -> int | None:
         error = for_code(code)  # (a leader not elected yet, after a restart, passes)
         failed = TopicsUnreachable if error.retriable else TopicsError
         raise failed(f"cannot describe {topic}: {error.__name__}"
-                     + ("; grant the role again (`runstream acl grant`)"
+                     + ("; this principal may not describe it: `topics create` runs as "
+                        "the broker's super user (no role creates topics), a worker or a "
+                        "client needs its role granted (`runstream acl grant`)"
                         if code in _DENIED_CODES else ""))
     return len(found["partitions"]) or None
 
