@@ -27,7 +27,6 @@ from runstream.engine.config import parse_duration, resolve_bootstrap
 from runstream.engine.errors import InvalidInput, PayloadInvalid, SettingInvalid
 from runstream.engine.flow.apps import AppNotFound, load_flows
 from runstream.engine.flow.definition import Flow, RetryPolicy, dump_json
-from runstream.engine.journal import encode
 from runstream.engine.journal.input_limits import check_text
 from runstream.engine.kafka.confluent_registry import (
     SchemaRegistrationError,
@@ -42,9 +41,8 @@ from runstream.engine.ui import UiSettings, create_app
 from runstream.engine.ui import app as uiapp
 from runstream.engine.worker import Worker
 from runstream.engine.worker.admission import Admission
-from runstream.projections.projector import Projector
-from runstream.projections.store import ProjectionStore
-from tests.unit.test_replay_fixtures import JOURNALS, load
+from tests.unit.fixture_stores import fixture_store
+from tests.unit.test_replay_fixtures import JOURNALS
 
 NEVER = [math.nan, math.inf, -math.inf, 0, 0.0, -1, True]
 GUARD_S = 5.0  # a call the old code let wait for ever fails the test after this
@@ -310,14 +308,7 @@ def test_an_app_naming_flows_still_loads() -> None:
 
 async def test_the_ui_answers_a_dry_run_of_a_flow_the_app_lacks_with_400(tmp_path: Path) -> None:
     assert issubclass(FlowNotInApp, InvalidInput)
-    records = load(JOURNALS / "updates.jsonl")
-    partitions = max(p for p, *_ in records) + 1
-    store = ProjectionStore(tmp_path / "store", partitions=partitions, keep_records=True)
-    projector = Projector(store)
-    for partition, offset, record, timestamp in records:
-        value, headers = encode(record)
-        projector.apply_raw(partition, offset, value, headers, timestamp)
-    store.flush()
+    store, partitions = fixture_store(JOURNALS / "updates.jsonl", tmp_path / "store")
 
     class Model:
         async def catch_up(self, partitions: list[int] | None = None) -> View:

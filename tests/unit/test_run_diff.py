@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from runstream.engine.journal import encode
 from runstream.engine.readmodel.view import View
 from runstream.engine.timetravel.points import (
     Cause,
@@ -20,25 +19,17 @@ from runstream.engine.timetravel.points import (
     rows_at,
     run_diff,
 )
-from runstream.projections.projector import Projector
 from runstream.projections.replay import replay_steps
 from runstream.projections.state import JournalEntry, RunState, to_builtins
-from runstream.projections.store import ProjectionStore
-from tests.unit.test_replay_fixtures import JOURNALS, load
+from tests.unit.fixture_stores import fixture_store
+from tests.unit.test_replay_fixtures import JOURNALS
 
 FIXTURES = sorted(JOURNALS.glob("*.jsonl"))
 
 
 @pytest.fixture(params=FIXTURES, ids=[path.stem for path in FIXTURES])
 def view(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[View]:
-    records = load(request.param)
-    partitions = max(p for p, *_ in records) + 1
-    store = ProjectionStore(tmp_path / "store", partitions=partitions, keep_records=True)
-    projector = Projector(store)
-    for partition, offset, record, timestamp in records:
-        value, headers = encode(record)
-        projector.apply_raw(partition, offset, value, headers, timestamp)
-    store.flush()
+    store, partitions = fixture_store(request.param, tmp_path / "store")
     try:
         yield View(store, None, partitions)
     finally:

@@ -11,25 +11,17 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from runstream.engine.journal import encode
 from runstream.engine.readmodel.view import View
 from runstream.engine.ui import app as uiapp
 from runstream.engine.ui.app import UiSettings, create_app
-from runstream.projections.projector import Projector
-from runstream.projections.store import ProjectionStore
-from tests.unit.test_replay_fixtures import JOURNALS, load
+from tests.unit.fixture_stores import fixture_store
+from tests.unit.test_replay_fixtures import JOURNALS
 
 
 @pytest.fixture
 async def http(tmp_path: Path) -> AsyncIterator[TestClient[Any, Any]]:
-    records = load(JOURNALS / "rounds-quarantine-capabilities.jsonl")
-    partitions = max(p for p, *_ in records) + 1
-    store = ProjectionStore(tmp_path / "store", partitions=partitions, keep_records=True)
-    projector = Projector(store)
-    for partition, offset, record, timestamp in records:
-        value, headers = encode(record)
-        projector.apply_raw(partition, offset, value, headers, timestamp)
-    store.flush()
+    store, partitions = fixture_store(JOURNALS / "rounds-quarantine-capabilities.jsonl",
+                                      tmp_path / "store")
 
     class Model:
         async def catch_up(self, partitions: list[int] | None = None) -> View:

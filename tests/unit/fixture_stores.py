@@ -1,0 +1,25 @@
+"""A committed fixture journal folded into a read model's RocksDB store (records kept), as
+the UI and the time-travel queries read one, without a broker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runstream.engine.journal import encode
+from runstream.projections.projector import Projector
+from runstream.projections.store import ProjectionStore
+from tests.unit.test_replay_fixtures import load
+
+
+def fixture_store(journal: Path, path: Path) -> tuple[ProjectionStore, int]:
+    """The store at `path` with `journal` applied, and the journal's partition count; the
+    caller closes it."""
+    records = load(journal)
+    partitions = max(p for p, *_ in records) + 1
+    store = ProjectionStore(path, partitions=partitions, keep_records=True)
+    projector = Projector(store)
+    for partition, offset, record, timestamp in records:
+        value, headers = encode(record)
+        projector.apply_raw(partition, offset, value, headers, timestamp)
+    store.flush()
+    return store, partitions
