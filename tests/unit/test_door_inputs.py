@@ -35,13 +35,12 @@ from runstream.engine.kafka.confluent_registry import (
     schema_by_id,
 )
 from runstream.engine.kafka.connection import KafkaSecurity, kafka_options
-from runstream.engine.readmodel.view import View
 from runstream.engine.timetravel.dryrun import FlowNotInApp
 from runstream.engine.ui import UiSettings, create_app
 from runstream.engine.ui import app as uiapp
 from runstream.engine.worker import Worker
 from runstream.engine.worker.admission import Admission
-from tests.unit.fixture_stores import fixture_store
+from tests.unit.fixture_stores import StoreModel, fixture_store
 from tests.unit.test_replay_fixtures import JOURNALS
 
 NEVER = [math.nan, math.inf, -math.inf, 0, 0.0, -1, True]
@@ -309,21 +308,9 @@ def test_an_app_naming_flows_still_loads() -> None:
 async def test_the_ui_answers_a_dry_run_of_a_flow_the_app_lacks_with_400(tmp_path: Path) -> None:
     assert issubclass(FlowNotInApp, InvalidInput)
     store, partitions = fixture_store(JOURNALS / "updates.jsonl", tmp_path / "store")
-
-    class Model:
-        async def catch_up(self, partitions: list[int] | None = None) -> View:
-            return View(store, None, partitions_count)
-
-        async def complete(self, view: View, *args: Any, **kwargs: Any) -> View:
-            return view
-
-        async def close(self) -> None:
-            pass
-
-    partitions_count = partitions
     app = create_app(UiSettings(bootstrap="127.0.0.1:1", namespace="ns",
                                 app="tests.ui.flows:flows"))
-    app[uiapp.MODEL] = Model()  # type: ignore[assignment]
+    app[uiapp.MODEL] = StoreModel(store, partitions)  # type: ignore[assignment]
     async with TestClient(TestServer(app)) as http:
         answer = await http.get("/run/dry-run?id=u")
         body = await answer.text()

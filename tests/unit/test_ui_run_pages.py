@@ -11,10 +11,9 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from runstream.engine.readmodel.view import View
 from runstream.engine.ui import app as uiapp
 from runstream.engine.ui.app import UiSettings, create_app
-from tests.unit.fixture_stores import fixture_store
+from tests.unit.fixture_stores import StoreModel, fixture_store
 from tests.unit.test_replay_fixtures import JOURNALS
 
 
@@ -22,20 +21,8 @@ from tests.unit.test_replay_fixtures import JOURNALS
 async def http(tmp_path: Path) -> AsyncIterator[TestClient[Any, Any]]:
     store, partitions = fixture_store(JOURNALS / "rounds-quarantine-capabilities.jsonl",
                                       tmp_path / "store")
-
-    class Model:
-        async def catch_up(self, partitions: list[int] | None = None) -> View:
-            return View(store, None, partitions_count)
-
-        async def complete(self, view: View, *args: Any, **kwargs: Any) -> View:
-            return view
-
-        async def close(self) -> None:
-            pass
-
-    partitions_count = partitions
     app = create_app(UiSettings(bootstrap="127.0.0.1:1", namespace="ns"))
-    app[uiapp.MODEL] = Model()  # type: ignore[assignment,misc]
+    app[uiapp.MODEL] = StoreModel(store, partitions)  # type: ignore[assignment,misc]
     try:
         async with TestClient(TestServer(app)) as client:
             yield client
