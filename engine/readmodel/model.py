@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
-from typing import Literal
+from typing import Literal, TypeVar
 
 from runstream.engine.config import cache_root
 from runstream.engine.errors import ReadModelClosed, RunstreamError
@@ -54,6 +54,7 @@ from runstream.projections.manifest import CheckpointPolicy
 from runstream.projections.projector import Projector
 from runstream.projections.store import ProjectionStore
 
+T = TypeVar("T")
 LOCK_FILE = "writer.lock"
 # Records the primary applies per RocksDB write while catching up.
 APPLY_GROUP = 1000
@@ -370,6 +371,15 @@ class ReadModel:
             await records.complete(view, self._source, self._cache, run_ids, partitions,
                                    positions)
         return view
+
+    async def in_thread(self, work: Callable[[], T]) -> T:
+        """`work()`, a long read of a View of this model (a run page's replays), in a
+        thread, with no fold, completion or close of the store meanwhile: a read's flush in
+        the middle of a fold's write wrote its half-built batch (on the event loop instead,
+        such a read held every other request of the UI)."""
+        async with self._catching_up:
+            self._live_store()
+            return await asyncio.to_thread(work)
 
     def _chosen(self, partitions: list[int] | None) -> list[int]:
         if partitions is None:

@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from runstream.engine.errors import InvalidInput, RunNotFound
+from runstream.engine.journal import JournalRecord
+from runstream.engine.journal import events as ev
 from runstream.engine.journal.timetext import epoch_ms
 from runstream.engine.readmodel.rows import HistoryRow, history_rows
 from runstream.engine.readmodel.view import View
@@ -209,14 +211,13 @@ class _Flat:
                    if fields.get(name) != self.fields.get(name)]
         self.fields = fields
         kept = entries if run is not None else {}
-        # A record writes one entry at most (replay_steps): the one at its position.
-        position = None if item is None or item.verdict is not Verdict.applied \
-            else entry_position(record_of(item))
+        written = set() if item is None or item.verdict is not Verdict.applied \
+            else _written(record_of(item))
         if item is None or len(kept) < len(self.journal) or (
-                position is None and len(kept) != len(self.journal)):
+                not written and len(kept) != len(self.journal)):
             positions = set(kept) | set(self.journal)
         else:
-            positions = {position} if position is not None else set()
+            positions = written
         for at in sorted(positions):
             value = to_builtins(kept[at]) if at in kept else None
             if value != self.journal.get(at):
@@ -226,6 +227,15 @@ class _Flat:
                 else:
                     self.journal[at] = value
         return changed
+
+
+def _written(record: JournalRecord) -> set[int]:
+    """The journal positions a record writes (replay_steps: its position's entry, and a
+    completion's final step riding in it, over a retried step's entry there)."""
+    found = {entry_position(record)}
+    if isinstance(record, ev.RunCompleted):
+        found.add(record.final_step_position)
+    return {position for position in found if position is not None}
 
 
 def _field_order(name: str) -> tuple[int, int, str]:

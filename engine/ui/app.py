@@ -7,7 +7,6 @@ only what was appended since the previous request (engine/readmodel/model.py).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from runstream.engine.ui import pages, run_page
 from runstream.engine.ui.dryrun_page import DryRunner, dry_run_fragment
 from runstream.engine.ui.html import error_page, esc
 from runstream.engine.ui.queries import (
+    StateAt,
     list_runs,
     parse_filter,
     run_detail,
@@ -146,30 +146,32 @@ def _record(request: web.Request, default: int | None = None) -> int:
         raise InvalidInput(f"record must be a whole number, not {text!r}") from None
 
 
-# A long run's replays (its page, each move of its slider) run in a thread: on the event loop
-# they held every other request of the UI until they were done.
+# A long run's replays (its page, each move of its slider) run in a thread, with no fold of
+# the read model meanwhile (ReadModel.in_thread): on the event loop they held every other
+# request of the UI until they were done.
 
 async def run_handler(request: web.Request) -> web.Response:
-    run_id = _run_id(request)
+    run_id, model = _run_id(request), request.app[MODEL]
     view = await _run_view(request)
-    detail = await asyncio.to_thread(run_detail, view, run_id)
-    state = await asyncio.to_thread(state_at_record, view, run_id,
-                                    _record(request, default=len(detail.rows)))
+    detail = await model.in_thread(lambda: run_detail(view, run_id))
+    record = _record(request, default=len(detail.rows))
+    state = await model.in_thread(lambda: state_at_record(view, run_id, record))
     settings = request.app[SETTINGS]
     return _html(run_page.run_page(detail, state, context=settings.context,
                                    dry_run_app=settings.app))
 
 
 async def state_fragment_handler(request: web.Request) -> web.Response:
-    state = await asyncio.to_thread(state_at_record, await _run_view(request),
-                                    _run_id(request), _record(request))
-    return _html(run_page.state_fragment(state))
+    return _html(run_page.state_fragment(await _state_at(request)))
 
 
 async def state_api(request: web.Request) -> web.Response:
-    state = await asyncio.to_thread(state_at_record, await _run_view(request),
-                                    _run_id(request), _record(request))
-    return web.json_response(state.as_dict())
+    return web.json_response((await _state_at(request)).as_dict())
+
+
+async def _state_at(request: web.Request) -> StateAt:
+    run_id, record, view = _run_id(request), _record(request), await _run_view(request)
+    return await request.app[MODEL].in_thread(lambda: state_at_record(view, run_id, record))
 
 
 async def dry_run_handler(request: web.Request) -> web.Response:

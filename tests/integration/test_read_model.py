@@ -9,6 +9,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from types import TracebackType
@@ -186,6 +187,39 @@ async def test_queries_answer_from_the_read_model_and_read_only_new_records(
         run = view.run("a5")
         assert run is not None and run.status is RunStatus.running
         assert_view_matches(view, await full_fold(bootstrap, journal))
+
+
+async def test_a_read_in_a_thread_holds_the_fold_off(
+    bootstrap: str, namespace: str, journal: str, writer: Journal, tmp_path: Path
+) -> None:
+    # (the UI's run pages replay in a thread: a history read's flush in the middle of a
+    # fold's write wrote its half-built batch, "this batch is already consumed")
+    await writer.run("t1")
+    async with ReadModel(bootstrap=bootstrap, topic=journal, path=tmp_path / "rm") as model:
+        view = await model.catch_up()
+        for run_id in ("t2", "t3"):
+            await writer.run(run_id)
+        reading = asyncio.Event()
+        spans: list[tuple[str, float]] = []
+
+        def read() -> int:
+            spans.append(("read", time.monotonic()))
+            reading.set()
+            time.sleep(0.5)  # (a long replay)
+            found = len(view.history("t1"))
+            spans.append(("read done", time.monotonic()))
+            return found
+
+        async def fold() -> None:
+            await reading.wait()
+            await model.catch_up()
+            spans.append(("fold done", time.monotonic()))
+
+        found, _ = await asyncio.gather(model.in_thread(read), fold())
+        assert found > 0
+        assert [name for name, _ in sorted(spans, key=lambda span: span[1])] == [
+            "read", "read done", "fold done"]
+        assert (await model.catch_up()).run("t3") is not None
 
 
 async def test_a_secondary_folds_what_the_primary_has_not_applied(

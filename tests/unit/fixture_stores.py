@@ -3,14 +3,17 @@ the UI and the time-travel queries read one, without a broker."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from runstream.engine.journal import encode
 from runstream.engine.readmodel.view import View
 from runstream.projections.projector import Projector
 from runstream.projections.store import ProjectionStore
 from tests.unit.test_replay_fixtures import load
+
+T = TypeVar("T")
 
 
 def fixture_store(journal: Path, path: Path) -> tuple[ProjectionStore, int]:
@@ -42,3 +45,6 @@ class StoreModel:
 
     async def close(self) -> None:
         pass
+
+    async def in_thread(self, work: Callable[[], T]) -> T:
+        return work()

@@ -50,7 +50,7 @@ def test_a_diff_is_the_whole_runs_flattened_at_every_record(view: View) -> None:
     assert compared or not list(view.runs())  # (rejected-history: no run was admitted)
 
 
-def _flattened_diff(view: View, run_id: str, first: int, last: int
+def _flattened_diff(view: Any, run_id: str, first: int, last: int
                     ) -> tuple[FieldChange, ...]:
     """run_diff as it was: every record's whole state flattened and compared."""
     items = view.history(run_id)
@@ -85,3 +85,21 @@ def _flatten(run: RunState | None, entries: dict[int, JournalEntry]) -> dict[str
 
 def _order(name: str) -> tuple[int, int, str]:
     return (1, int(name[8:-1]), name) if name.startswith("journal[") else (0, 0, name)
+
+
+async def test_a_final_step_riding_in_the_completion_over_a_retried_entry() -> None:
+    """run.completed writes the entry of its final step at a position a retried step's
+    step.failed wrote already: the diff saw no change there (rv22f)."""
+    from runstream.engine.testing.log import RawView
+    from runstream.testing import TestEnvironment
+    from tests.integration.retry_flows import flows, picky
+
+    async with TestEnvironment(flows) as env:
+        run_id = await env.start(picky, {"error": "connection"})
+        assert await env.result(run_id) == "ok at 3"
+        raw = RawView(env.log)
+        rows = len(raw.history(run_id))
+        for first in range(1, rows + 1):
+            start, end = parse_point(f"record:{first}"), parse_point(f"record:{rows}")
+            assert run_diff(raw, run_id, start, end).changes == _flattened_diff(
+                raw, run_id, first, rows), first  # type: ignore[arg-type]
