@@ -13,6 +13,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable
+from typing import cast
 
 from aiokafka import ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
@@ -192,8 +193,13 @@ class Claims:
         while True:
             try:
                 # (asked together: one round trip of a claim's, not two)
-                ends, starts = await asyncio.gather(consumer.end_offsets(tps),
-                                                    consumer.beginning_offsets(tps))
+                asked = await asyncio.gather(consumer.end_offsets(tps),
+                                             consumer.beginning_offsets(tps),
+                                             return_exceptions=True)  # (both awaited)
+                for answer in asked:
+                    if isinstance(answer, BaseException):
+                        raise answer
+                ends, starts = cast(list[dict[TopicPartition, int]], asked)
                 break
             except KafkaError as exc:
                 if w.stopping:

@@ -25,8 +25,11 @@ declare); its signals, cancels, resumes and forks carry the authority, its name 
 capabilities, in the request's `authority` fields (and a `runstream-authority` header), and
 the reducer refuses them for runs the authority does not cover (projections.requests); a
 resume that skips a quarantined step (it records the step's result) is refused here, an
-operator's action. The relay strips those fields from every other request, so only the
-relay sets them.
+operator's action, and so is a create (or signal-with-start) whose run id has the shape of a
+schedule's fired run (`<schedule>@<instant>`: predictable, and taken first it cost the
+schedule that instant's run). Who asked (a cancel's or fork's requested_by, a resume's
+operator) is written behind the authority: `authority shop: <what the client said>`. The
+relay strips the authority fields from every other request, so only the relay sets them.
 
 A fork request carries no journal content: only the source run, the point and the new
 run's id. The source's owner sends the prefix (`run.fork-part`, an owner's request, refused

@@ -18,6 +18,8 @@ journal's retention deleted since, or a partition whose store holds none, is tak
 
 from __future__ import annotations
 
+from aiokafka.errors import KafkaTimeoutError
+
 from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.kafka.reader import RawRecord, read_partitions
 from runstream.projections.store import ProjectionStore
@@ -43,11 +45,14 @@ class SameLog:
         if not kept:
             return None
         found: dict[int, RawRecord] = {}
-        async for raw in read_partitions(
-                bootstrap, topic, sorted(kept), start={p: e.offset for p, e in kept.items()},
-                until={p: e.offset + 1 for p, e in kept.items()}, timeout=READ_TIMEOUT_S,
-                security=security):
-            found[raw.partition] = raw
+        try:
+            async for raw in read_partitions(
+                    bootstrap, topic, sorted(kept), start={p: e.offset for p, e in kept.items()},
+                    until={p: e.offset + 1 for p, e in kept.items()}, timeout=READ_TIMEOUT_S,
+                    security=security):
+                found[raw.partition] = raw
+        except TimeoutError as exc:  # (no progress: asked again, as a broker's error is)
+            raise KafkaTimeoutError(f"reading {topic} to compare: {exc}") from exc
         for partition, entry in sorted(kept.items()):
             there = found.get(partition)
             if (there is None or there.offset != entry.offset

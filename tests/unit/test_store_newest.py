@@ -46,3 +46,20 @@ def test_a_run_with_no_history_has_no_last_offset(store: ProjectionStore) -> Non
     later = next(f"{held}-{i}" for i in range(1_000)
                  if run_partition(f"{held}-{i}", PARTITIONS) == 0)
     assert store.last_offset(later) is None  # (it found the held run's offset)
+
+
+def test_what_a_first_claim_compares_against_the_journal(store: ProjectionStore) -> None:
+    """engine.worker.same_log: the newest partition record the store holds, where the
+    journal still holds its offset; a partition with none, or whose record retention
+    deleted since, is taken as it is (and not looked at again)."""
+    from runstream.engine.worker.same_log import SameLog
+
+    projector, owner = Projector(store), Writer("owner")
+    projector.apply_record(0, 4, owner.claim(0), 5_000)
+    projector.apply_record(1, 9, owner.claim(1), 6_000)
+    same = SameLog()
+    kept = same._to_check(store, {0: 10, 1: 20, 2: 5}, {0: 0, 1: 10, 2: 0})
+    assert {p: (e.offset, e.timestamp_ms) for p, e in kept.items()} == {0: (4, 5_000)}
+    # partition 1's record was deleted (log start 10 > 9), partition 2 holds none: taken
+    assert same._to_check(store, {0: 10, 1: 20, 2: 5}, {0: 0, 1: 10, 2: 0}).keys() == {0}
+    assert same._to_check(store, {1: 20, 2: 5}, {1: 0, 2: 0}) == {}  # (checked already)
