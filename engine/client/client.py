@@ -186,7 +186,7 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
         the run may take (the flow's own timeout wins when smaller), past it the run fails
         with RunTimedOut (InvalidInput unless finite and more than 0; not a bool).
         `attributes`: what the run is about (projections.attributes), for queries."""
-        run_id = uuid.uuid4().hex if run_id is None else check_run_id(run_id, new=True)
+        run_id = uuid.uuid4().hex if run_id is None else self._new_run_id(run_id)
         fields = self._create_fields(flow, payload, run_timeout, attributes)
         flow_name = fields["flow"]
         request_id = uuid.uuid4().hex

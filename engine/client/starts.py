@@ -12,7 +12,7 @@ from typing import Any
 
 from runstream.engine.client.handle import RunHandle
 from runstream.engine.config import Duration
-from runstream.engine.errors import CapabilityRefused, SignalRefused
+from runstream.engine.errors import CapabilityRefused, InvalidInput, SignalRefused
 from runstream.engine.flow.definition import Flow, dump_json, timeout_ms
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
@@ -24,10 +24,12 @@ from runstream.engine.journal.input_limits import (
     check_text,
 )
 from runstream.engine.journal.records import request_envelope
+from runstream.engine.kafka.requests_topic import RequestProducer
 from runstream.engine.observability.tracing import carrier
 from runstream.engine.readmodel.model import ReadModel
 from runstream.projections.attributes import create_json
 from runstream.projections.capabilities import narrow
+from runstream.projections.cron import is_fire_id
 from runstream.projections.requests import describe_refusal
 from runstream.projections.state import Verdict
 from runstream.projections.updates import reused_request_text
@@ -40,6 +42,18 @@ class StartCalls:
 
     flows: dict[str, Flow[Any, Any]]
     authority: frozenset[str] | None
+    _requests: RequestProducer
+
+    def _new_run_id(self, run_id: str) -> str:
+        """A run id this client chooses for a new run: under a restricted authority, none of
+        a schedule's fired runs' shape, which the relay refuses (engine.worker.relay_judge):
+        said now, where the create waited out the relay's timeout."""
+        check_run_id(run_id, new=True)
+        if self._requests.authority_name is not None and is_fire_id(run_id):
+            raise InvalidInput(f"run id {run_id!r} has the shape of a schedule's fired run "
+                               f"(`<schedule>@<instant>`): authority "
+                               f"{self._requests.authority_name!r} may not create it")
+        return run_id
 
     def _payload_json(self, flow: Flow[Any, Any] | str, payload: Any) -> tuple[str, str]:
         raise NotImplementedError
@@ -103,7 +117,7 @@ class StartCalls:
         admitted yet holds the signal: this returns once it is (CreateRejected if it is
         not: the run and the signal are gone). Raises SignalRefused when the run has settled
         or expired, or its signal buffer is full."""
-        check_run_id(run_id, new=True)
+        self._new_run_id(run_id)
         check_name("signal", signal)
         if request_id is not None:
             check_text("a request id", request_id, MAX_NAME_CHARS)

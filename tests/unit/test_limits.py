@@ -285,3 +285,19 @@ def _reason(incoming: Incoming, authorities: dict[str, frozenset[str]] | None = 
     verdict = _judge(incoming, authorities)
     assert isinstance(verdict, Refuse), verdict
     return verdict.reason
+
+
+async def test_a_restricted_client_is_told_at_once_it_may_not_take_a_fire_id() -> None:
+    # (the relay refuses it: the create waited out the relay's timeout, then asked whether
+    # a worker was up)
+    from runstream import Client
+
+    fire_id = "nightly@2026-12-06T12:14:00.000Z"
+    client = Client(bootstrap_servers="127.0.0.1:1", namespace="ns", authority_name="team")
+    try:  # (refused before anything connects: nothing listens there)
+        with pytest.raises(InvalidInput, match="shape of a schedule's fired run"):
+            await client.create_run("f", None, run_id=fire_id)
+        with pytest.raises(InvalidInput, match="shape of a schedule's fired run"):
+            await client.signal_with_start("f", None, run_id=fire_id, signal="go")
+    finally:
+        await client.close()
