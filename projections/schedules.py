@@ -336,6 +336,8 @@ def settled_as(run: RunState | None, record: ev.JournalRecord) -> tuple[str, str
     off: its last round answers); a run gone since was rejected."""
     if run is None:
         return record.envelope.run_id, "rejected"
+    if run.schedule_id != fired_by(record):  # (a run someone else made under the fire's id)
+        return run.run_id, "rejected"
     settled = run.status.is_terminal and run.handed_off_to is None
     return run.lineage_id, run.status.value if settled else None
 

@@ -131,3 +131,27 @@ async def test_a_fire_whose_id_someone_took_first_leaves_the_schedule_firing(
         assert schedule.running == ()
         assert schedule.recent[0].status == "rejected", schedule.recent
         assert [f.status for f in schedule.recent][-3:] == ["completed"] * 3
+
+
+def test_a_fire_sent_again_answers_rejected_over_someone_else_s_run() -> None:
+    """The fire's create re-sent (an owner's outbox after a crash) meets the request id
+    seen: it answered with the squatter's own status ("completed"), over the "rejected"
+    its first answer gave."""
+    import json
+
+    from runstream.engine.journal import events as ev
+    from runstream.engine.journal.records import request_envelope
+    from runstream.projections.reducer import apply
+    from runstream.projections.state import PartitionState, RunState, RunStatus
+
+    run_id = fired_run_id("s", 60_000)
+    squatter = RunState(run_id=run_id, lineage_id=run_id, partition=0, flow="sf-tick",
+                        payload_json="null", request_id="q-squat", request_offset=1,
+                        created_at_ms=0, updated_at_ms=0, status=RunStatus.completed)
+    fire = ev.RunCreateRequested(
+        envelope=request_envelope(ev.RunCreateRequested.TYPE, run_id,
+                                  request_id=f"fire/{run_id}", now_ms=0),
+        flow="sf-tick", payload_json="null", schedule_id="s")
+    applied = apply(PartitionState(partition=0), squatter, fire, 7, 0, request_seen=True)
+    [notice] = applied.outbox
+    assert json.loads(notice.body_json)["status"] == "rejected"
