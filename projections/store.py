@@ -323,15 +323,6 @@ class ProjectionStore(RunKeys, PartitionRestore, IndexReads):
         # items() steps the iterator in Rust: about 2x faster per key than key()/value()/next()
         yield from self._db.items(from_key=start or prefix, read_opt=read)
 
-    def _scan_back(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-        self.flush()
-        # (backwards, rocksdict's iterate bounds stop nothing: the prefix is checked)
-        for key, value in cast(Iterator[tuple[bytes, bytes]], self._db.items(
-                backwards=True, from_key=keys.upper_bound(prefix))):
-            if not key.startswith(prefix):
-                return
-            yield key, value
-
     # writes
 
     def write(self, change: RecordWrite) -> None:

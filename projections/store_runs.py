@@ -121,21 +121,23 @@ class RunKeys:
 
     def last_offset(self, run_id: str) -> int | None:
         """The offset of the run's last history item (None: it has none): one seek."""
-        self.flush()
         placed = self._placed(run_id)
         if placed is None:
             return None
-        prefix = keys.history_prefix(placed, run_id)
-        read = ReadOptions()  # both bounds: a lower bound alone finds nothing backwards
-        read.set_iterate_lower_bound(prefix)
-        read.set_iterate_upper_bound(keys.upper_bound(prefix))
-        found: Iterable[Any] = self._db.keys(from_key=keys.upper_bound(prefix), backwards=True,
-                                             read_opt=read)
-        for key in found:
-            # (backwards, the lower bound stops nothing: a run with no history item found
-            # the key before its prefix, another run's)
-            return int(key.rsplit(b"/", 1)[1]) if key.startswith(prefix) else None
+        for key, _ in self._scan_back(keys.history_prefix(placed, run_id)):
+            return int(key.rsplit(b"/", 1)[1])
         return None
+
+    def _scan_back(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """The keys under `prefix`, highest first (what is pending written first)."""
+        self.flush()
+        # (backwards, rocksdict's iterate bounds stop nothing: a prefix with no key under it
+        # found the key before it, another run's or partition's; the prefix is checked)
+        found: Iterable[Any] = self._db.items(backwards=True, from_key=keys.upper_bound(prefix))
+        for key, value in found:
+            if not key.startswith(prefix):
+                return
+            yield key, value
 
     def run_existed(self, run_id: str) -> bool:
         """Whether any record of the run was applied here (it has a history item), even if
