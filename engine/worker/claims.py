@@ -31,6 +31,7 @@ from runstream.engine.worker.kafka_driver import (
 )
 from runstream.engine.worker.ownership import Ownership, OwnershipState
 from runstream.engine.worker.partition_protocols import ClaimsOwner
+from runstream.engine.worker.same_log import folded_elsewhere
 from runstream.projections.projector import Outcome
 from runstream.projections.state import Verdict
 
@@ -209,11 +210,9 @@ class Claims:
         for tp in tps:
             applied = w.projector.partition(tp.partition).next_offset
             if applied > ends[tp]:
-                raise WorkerFatal(
-                    f"the projection in {w.data_dir} has applied partition {tp.partition} "
-                    f"up to offset {applied}, but {w.topic} ends at {ends[tp]}: the topic "
-                    f"was recreated; move the data dir away (or `runstream projection "
-                    f"rebuild`) and start again")
+                raise folded_elsewhere(w.data_dir, (
+                    f"has applied partition {tp.partition} up to offset {applied}, but "
+                    f"{w.topic} ends at {ends[tp]}"))
         return ({tp.partition: ends[tp] for tp in tps},
                 {tp.partition: starts[tp] for tp in tps})
 

@@ -18,8 +18,11 @@ journal's retention deleted since, or a partition whose store holds none, is tak
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from aiokafka.errors import KafkaTimeoutError
 
+from runstream.engine.errors import WorkerFatal
 from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.kafka.reader import RawRecord, read_partitions
 from runstream.projections.store import ProjectionStore
@@ -27,6 +30,13 @@ from runstream.projections.values import HistoryEntry
 
 # Longest the read of the records to compare may go without progress.
 READ_TIMEOUT_S = 30.0
+
+
+def folded_elsewhere(data_dir: Path, why: str) -> WorkerFatal:
+    """A worker's refusal of a store folded from another log (`why`, the evidence: past the
+    journal's end, engine.worker.claims; another record at its offset, SameLog)."""
+    return WorkerFatal(f"the projection in {data_dir} {why}: the topic was recreated; move "
+                       f"the data dir away (or `runstream projection rebuild`) and start again")
 
 
 class SameLog:

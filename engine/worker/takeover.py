@@ -38,7 +38,7 @@ from runstream.engine.kafka.restore import (
 from runstream.engine.worker.connect import Reconnector
 from runstream.engine.worker.ownership import Ownership
 from runstream.engine.worker.partition_protocols import SnapshotOwner
-from runstream.engine.worker.same_log import SameLog
+from runstream.engine.worker.same_log import SameLog, folded_elsewhere
 from runstream.engine.worker.snapshots import SnapshotKeeper
 
 log = logging.getLogger("runstream.snapshots")
@@ -168,9 +168,7 @@ class Takeovers:
         other = await self.same_log.other_log(w.store, w.bootstrap, w.topic, w.security,
                                               ends, starts)
         if other is not None:
-            raise WorkerFatal(f"the projection in {w.data_dir} was folded from another log: "
-                              f"{other}; the topic was recreated: move the data dir away "
-                              f"(or `runstream projection rebuild`) and start again")
+            raise folded_elsewhere(w.data_dir, f"was folded from another log: {other}")
         held = {p: w.projector.partition(p).next_offset for p in ends}
         # A snapshot where the store is more than an interval behind, and wherever the
         # broker deleted records it still needs, whether or not this worker knew of a
