@@ -28,7 +28,6 @@ from typing import Any
 from aiokafka.admin import NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import for_code
-from aiokafka.protocol.metadata import MetadataRequest
 
 from runstream.engine.config import (
     DEFAULT_PARTITIONS,
@@ -43,7 +42,7 @@ from runstream.engine.config import (
 from runstream.engine.kafka.admin_client import TopicsError as TopicsError  # re-exported
 from runstream.engine.kafka.admin_client import TopicsUnreachable as TopicsUnreachable
 from runstream.engine.kafka.admin_client import admin_client as admin_client
-from runstream.engine.kafka.connection import KafkaSecurity
+from runstream.engine.kafka.connection import KafkaSecurity, named_topic
 
 OWNERS_PARTITIONS = 1
 DEAD_LETTER_PARTITIONS = 1
@@ -259,9 +258,7 @@ async def topic_configs(
 async def topic_partitions(admin: Any, topic: str) -> int | None:
     """How many partitions `topic` has; None when it does not exist. Asks without letting a
     broker with auto.create.topics.enable make it (the admin's describe_topics would)."""
-    response = await admin._send_request(MetadataRequest([topic],
-                                                         allow_auto_topic_creation=False))
-    [found] = [t for t in response.to_object()["topics"] if t["topic"] == topic]
+    found = await named_topic(admin._send_request, topic)
     code = found["error_code"]
     if code == _UNKNOWN_TOPIC:
         return None

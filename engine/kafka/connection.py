@@ -15,6 +15,7 @@ import asyncio
 import os
 import re
 import ssl
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -298,3 +299,13 @@ async def _close(client: Any) -> None:
         await closing()
     except (KafkaError, OSError):
         pass  # already broken: its sockets are what we release
+
+
+async def named_topic(send: Callable[[Any], Awaitable[Any]], topic: str) -> dict[str, Any]:
+    """`topic`'s entry (error_code, partitions) of a Metadata request naming it, `send` one
+    request (an admin's `_send_request`, a client's send to a node): a broker with
+    auto.create.topics.enable does not make it, and a topic the principal may not describe
+    says so (29), where a request for every topic leaves it out."""
+    response = await send(MetadataRequest([topic], allow_auto_topic_creation=False))
+    [found] = [t for t in response.to_object()["topics"] if t["topic"] == topic]
+    return dict(found)

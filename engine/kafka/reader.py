@@ -13,10 +13,14 @@ from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import TopicAuthorizationFailedError
-from aiokafka.protocol.metadata import MetadataRequest
 
 from runstream.engine.errors import AccessDenied, RunstreamError
-from runstream.engine.kafka.connection import KafkaSecurity, kafka_options, start_client
+from runstream.engine.kafka.connection import (
+    KafkaSecurity,
+    kafka_options,
+    named_topic,
+    start_client,
+)
 from runstream.engine.kafka.unreadable import getmany_readable
 
 
@@ -101,10 +105,8 @@ async def check_describable(client: Any, topic: str) -> None:
     node = client.get_random_node()
     if node is None:
         return
-    response = await client.send(node, MetadataRequest([topic],
-                                                       allow_auto_topic_creation=False))
-    codes = [t["error_code"] for t in response.to_object()["topics"] if t["topic"] == topic]
-    if codes == [TopicAuthorizationFailedError.errno]:
+    found = await named_topic(lambda request: client.send(node, request), topic)
+    if found["error_code"] == TopicAuthorizationFailedError.errno:
         raise AccessDenied(f"not authorized: the broker's ACLs do not allow this principal "
                            f"to describe {topic!r}; an administrator can grant it with "
                            f"`runstream acl grant`")
