@@ -388,9 +388,14 @@ def jitter_ms(schedule_id: str, nominal_ms: int, jitter_ms: int) -> int:
 _FIRE_ID = re.compile(r"[^@]+@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z|trigger/.+)")
 
 
-def is_fire_id(run_id: str) -> bool:
-    """Whether `run_id` has the shape of a schedule's fired run (they are predictable)."""
-    return _FIRE_ID.fullmatch(run_id) is not None
+def fire_id_refusal(run_id: str, authority: str | None) -> str | None:
+    """Why a restricted `authority` may not create `run_id` (None: it may, or no authority
+    restricts it): the shape of a schedule's fired run, predictable, which taken first cost
+    the schedule that instant's run. The relay refuses it; the client says so at once."""
+    if authority is None or _FIRE_ID.fullmatch(run_id) is None:
+        return None
+    return (f"run id {run_id!r} has the shape of a schedule's fired run "
+            f"(`<schedule>@<instant>`): authority {authority!r} may not create it")
 
 
 def fired_run_id(schedule_id: str, nominal_ms: int) -> str:

@@ -29,7 +29,7 @@ from runstream.engine.observability.tracing import carrier
 from runstream.engine.readmodel.model import ReadModel
 from runstream.projections.attributes import create_json
 from runstream.projections.capabilities import narrow
-from runstream.projections.cron import is_fire_id
+from runstream.projections.cron import fire_id_refusal
 from runstream.projections.requests import describe_refusal
 from runstream.projections.state import Verdict
 from runstream.projections.updates import reused_request_text
@@ -49,10 +49,9 @@ class StartCalls:
         a schedule's fired runs' shape, which the relay refuses (engine.worker.relay_judge):
         said now, where the create waited out the relay's timeout."""
         check_run_id(run_id, new=True)
-        if self._requests.authority_name is not None and is_fire_id(run_id):
-            raise InvalidInput(f"run id {run_id!r} has the shape of a schedule's fired run "
-                               f"(`<schedule>@<instant>`): authority "
-                               f"{self._requests.authority_name!r} may not create it")
+        taken = fire_id_refusal(run_id, self._requests.authority_name)
+        if taken is not None:
+            raise InvalidInput(taken)
         return run_id
 
     def _payload_json(self, flow: Flow[Any, Any] | str, payload: Any) -> tuple[str, str]:

@@ -20,7 +20,7 @@ from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import check_authority_name, check_run_id
 from runstream.engine.journal.records import is_round, lineage_of
 from runstream.projections.capabilities import narrow
-from runstream.projections.cron import is_fire_id
+from runstream.projections.cron import fire_id_refusal
 from runstream.projections.partitioning import run_partition
 
 AUTHORITIES_ENV = "RUNSTREAM_AUTHORITIES"
@@ -185,10 +185,9 @@ def _not_relayable(record: JournalRecord, authority: str | None, incoming: Incom
     if isinstance(record, ev.RunCreateRequested) and is_round(env.run_id):
         return (f"invalid input: run id {env.run_id!r} names a round of lineage "
                 f"{lineage_of(env.run_id)!r} (`<lineage>~<n>`): a create makes a round 0")
-    if authority is not None and isinstance(record, STARTS) and is_fire_id(env.run_id):
-        # (taken first, an operator's schedule's fire made no run: projections.schedules)
-        return (f"not allowed: run id {env.run_id!r} has the shape of a schedule's fired run "
-                f"(`<schedule>@<instant>`), not {authority!r}'s to create")
+    taken = fire_id_refusal(env.run_id, authority) if isinstance(record, STARTS) else None
+    if taken is not None:
+        return f"not allowed: {taken}"
     lineage = lineage_of(env.run_id)
     if env.lineage_id != lineage or incoming.key != lineage.encode():
         return f"wrong key: a request for run {env.run_id} is keyed by its lineage {lineage}"
