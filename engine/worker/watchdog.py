@@ -8,12 +8,17 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import sys
+import threading
 import time
+import traceback
 from typing import Any
 
 log = logging.getLogger("runstream.worker")
 
 TICK_S = 0.25
+SAMPLE_FRAMES = 4  # the innermost frames of the loop's thread a stall report names
+OTHER_THREADS = 8  # and the innermost frame of at most this many other threads
 
 
 class CollectorClock:
@@ -41,40 +46,109 @@ class CollectorClock:
             self._began = 0.0
 
 
+class StallSampler:
+    """Where the event loop's thread stood while it stood still: a thread that wakes every
+    TICK_S and, once the loop has missed its ticks for half the stall threshold, keeps the
+    loop thread's innermost frames (one sample a stall, the latest). A native call that
+    holds the GIL delays the sample to its return, which still names its caller."""
+
+    def __init__(self, watchdog: LoopWatchdog) -> None:
+        self._watchdog = watchdog
+        self._loop_thread = threading.get_ident()
+        self._stop = threading.Event()
+        self.sample: str | None = None  # the frames of the current stall, innermost last
+        self._sampled_tick = -1.0  # the tick the sample was taken after
+        self._thread = threading.Thread(target=self._run, name="runstream-stall-sampler",
+                                        daemon=True)
+
+    def start(self) -> None:
+        self._loop_thread = threading.get_ident()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(TICK_S):
+            tick = self._watchdog.last_tick
+            if (time.monotonic() - tick > self._watchdog.threshold_s / 2
+                    and tick != self._sampled_tick):
+                self.sample, self._sampled_tick = self._frames(), tick
+
+    def _frames(self) -> str | None:
+        """The loop thread's innermost frames, then every other thread's innermost one (a
+        thread in a native call that holds the GIL stands the loop still as well)."""
+        frames = sys._current_frames()
+        loop = frames.pop(self._loop_thread, None)
+        if loop is None:
+            return None
+        names = {t.ident: t.name for t in threading.enumerate()}
+        others = [f"{names.get(ident, ident)} at {_line(traceback.extract_stack(frame)[-1])}"
+                  for ident, frame in frames.items() if ident != threading.get_ident()]
+        stack = traceback.extract_stack(loop)[-SAMPLE_FRAMES:]
+        where = " <- ".join(_line(f) for f in reversed(stack))
+        return where + (f"; other threads: {', '.join(others[:OTHER_THREADS])}" if others else "")
+
+    def take(self, tick: float) -> str | None:
+        """The sample taken during the stall that ended after `tick`, if one was."""
+        return self.sample if self._sampled_tick == tick else None
+
+
+def _line(frame: traceback.FrameSummary) -> str:
+    return f"{_short(frame.filename)}:{frame.lineno} {frame.name}"
+
+
+def _short(filename: str) -> str:
+    """A frame's file from its package on (runstream/..., aiokafka/...)."""
+    for marker in ("/runstream/", "/site-packages/", "/lib/python"):
+        at = filename.rfind(marker)
+        if at >= 0:
+            return filename[at + len(marker):]
+    return filename
+
+
 class LoopWatchdog:
-    """Counts stalls: gaps between its ticks longer than `threshold_s`. Two numbers."""
+    """Counts stalls: gaps between its ticks longer than `threshold_s`. Two numbers, and
+    where the loop stood in the latest (`where`, from the StallSampler thread)."""
 
     def __init__(self, threshold_s: float) -> None:
         self.threshold_s = max(threshold_s, 4 * TICK_S)
         self.stalls = 0
         self.longest_s = 0.0
+        self.where: str | None = None  # the latest stall's frames, when they were sampled
         self.collector = CollectorClock()
-        self._last_tick = time.monotonic()
+        self.last_tick = time.monotonic()
         self._collected_by_last_tick = 0.0
+        self._sampler: StallSampler | None = None
 
     async def run(self) -> None:
         # Ticks start now, not at construction: the time a worker spent waiting for the
         # brokers before this task started is no stall (it used to be reported as one).
-        self._last_tick = time.monotonic()
+        self.last_tick = time.monotonic()
         self.collector.install()
+        self._sampler = StallSampler(self)
+        self._sampler.start()
         try:
             while True:
                 await asyncio.sleep(TICK_S)
                 self.observe()
         finally:
+            self._sampler.stop()
             self.collector.remove()
 
     def observe(self) -> int:
         """The stall count, counting a stall still unnoticed (the loop just resumed and
         this caller runs before the watchdog's own tick)."""
-        now = time.monotonic()
-        gap, self._last_tick = now - self._last_tick, now
+        now, tick = time.monotonic(), self.last_tick
+        gap, self.last_tick = now - tick, now
         collected = self.collector.total_s - self._collected_by_last_tick
         self._collected_by_last_tick = self.collector.total_s
         if gap > self.threshold_s:
             self.stalls += 1
             self.longest_s = max(self.longest_s, gap)
+            self.where = self._sampler.take(tick) if self._sampler is not None else None
             log.warning("the event loop stood still for %.1fs (stall %d; %.1fs of it in the "
-                        "garbage collector): ownership is confirmed before the next step of "
-                        "each run", gap, self.stalls, collected)
+                        "garbage collector; it stood in %s): ownership is confirmed before "
+                        "the next step of each run", gap, self.stalls, collected,
+                        self.where or "a place not sampled")
         return self.stalls

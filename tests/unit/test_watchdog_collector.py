@@ -4,6 +4,7 @@ say so."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import time
@@ -36,7 +37,7 @@ def test_a_stall_names_the_collector_s_share(caplog: pytest.LogCaptureFixture) -
     watchdog.collector.install()
     try:
         heap = [[i] for i in range(1_000_000)]
-        watchdog._last_tick = time.monotonic() - 3.0  # (the loop stood still 3 s)
+        watchdog.last_tick = time.monotonic() - 3.0  # (the loop stood still 3 s)
         while watchdog.collector.total_s < 0.1:  # (long enough to show in tenths)
             gc.collect()
         with caplog.at_level(logging.WARNING, logger="runstream.worker"):
@@ -46,5 +47,30 @@ def test_a_stall_names_the_collector_s_share(caplog: pytest.LogCaptureFixture) -
         watchdog.collector.remove()
     [message] = [r.getMessage() for r in caplog.records]
     took = watchdog.collector.total_s
-    assert took >= 0.1 and f"(stall 1; {took:.1f}s of it in the garbage collector)" in message
+    assert took >= 0.1 and f"(stall 1; {took:.1f}s of it in the garbage collector;" in message
     assert watchdog.observe() == 1  # (no stall since: nothing counted twice)
+
+
+def _stand_still(seconds: float) -> None:
+    """A blocking call on the event loop's thread (as a long synchronous store write is)."""
+    time.sleep(seconds)
+
+
+async def test_a_stall_names_where_the_loop_stood(caplog: pytest.LogCaptureFixture) -> None:
+    watchdog = LoopWatchdog(1.0)
+    watching = asyncio.create_task(watchdog.run())
+    try:
+        await asyncio.sleep(0.3)  # (ticking)
+        with caplog.at_level(logging.WARNING, logger="runstream.worker"):
+            _stand_still(1.6)
+            await asyncio.sleep(0.3)  # (the watchdog's next tick counts it)
+    finally:
+        watching.cancel()
+        await asyncio.gather(watching, return_exceptions=True)
+    assert watchdog.stalls == 1
+    assert watchdog.where is not None
+    innermost, caller = watchdog.where.split("; other threads: ")[0].split(" <- ")[:2]
+    assert innermost.endswith(" _stand_still") and "test_watchdog_collector.py:" in innermost
+    assert caller.endswith(" test_a_stall_names_where_the_loop_stood"), watchdog.where
+    [message] = [r.getMessage() for r in caplog.records]
+    assert f"it stood in {watchdog.where})" in message

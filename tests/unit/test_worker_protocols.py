@@ -20,7 +20,10 @@ MAY_IMPORT_WORKER = {"worker.py", "__init__.py"}
 # aiokafka keeps the group generation only in its private coordinator, and sends a group
 # request only through it (a thin driver's documented exceptions:
 # engine.worker.kafka_driver.group_generation and group_heartbeat).
-PRIVATE_READS_ALLOWED = {("kafka_driver.py", "_coordinator"), ("kafka_driver.py", "_send_req")}
+# sys._current_frames is CPython's documented way to read another thread's stack (the
+# watchdog's stall sampler; faulthandler's Python-level twin).
+PRIVATE_READS_ALLOWED = {("kafka_driver.py", "_coordinator"), ("kafka_driver.py", "_send_req"),
+                         ("watchdog.py", "_current_frames")}
 # What the helpers ask of the worker (partition_protocols, run_protocols) and of one another.
 PROTOCOL_MODULES = ("partition_protocols.py", "run_protocols.py", "helper_protocols.py")
 
