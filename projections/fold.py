@@ -121,8 +121,8 @@ async def examined_batches(batches: AsyncIterable[Sequence[FoldedRecord]]
                            ) -> AsyncIterator[list[FoldRow]]:
     """Each batch's records examined here, in order."""
     async for batch in batches:
-        yield [(r.partition, r.offset, r.timestamp, r.value, examine(r.value, r.headers, r.key))
-               for r in batch]
+        yield [(r.partition, r.offset, r.timestamp, r.value,
+                examine(r.value, r.headers, r.key, (r.partition, r.offset))) for r in batch]
 
 
 async def fold_examined(store: ProjectionStore,

@@ -65,7 +65,8 @@ def follow(partition: PartitionState, offset: int, key: RecordKey, value: bytes 
            headers: Sequence[tuple[str, bytes | None]] | None, timestamp_ms: int,
            full: frozenset[str]) -> Followed:
     """Fold the record at `offset` (log time `timestamp_ms`) into `partition`."""
-    record = examine_skim(value, headers, key, _decoded_in_full(full))
+    record = examine_skim(value, headers, key, _decoded_in_full(full),
+                          (partition.partition, offset))
     if isinstance(record, Poison):
         return Followed(apply_dead_letter(partition, offset), None, None)
     if record.KIND == "request":  # (a request changes a run, and the partition only by its offset)
@@ -89,7 +90,7 @@ def differs_from_reducer(partition: PartitionState, followed: Followed, offset: 
     """How `followed` differs from folding the same record decoded in full through the
     reducer (None: it does not), but for the one exception the module names. For a check
     mode: the client's tail runs it on every record when RUNSTREAM_CHECK_TAIL=1."""
-    record = examine(value, headers, key)
+    record = examine(value, headers, key, (partition.partition, offset))
     if isinstance(record, Poison):
         if isinstance(followed.record, Skimmed):
             return None  # broken only inside a body the tail does not read

@@ -10,7 +10,8 @@ Kinds (`reason`, what `runstream dead-letters list` shows):
   garbage            bytes that are not a framed Avro record (empty, wrong magic byte,
                      malformed Avro, trailing bytes)
   truncated          a frame or an Avro datum that ends early
-  unknown-schema-id  a schema id the registry does not know
+  unknown-schema-id  a schema id the registry does not know (but a newer runstream's:
+                     NewerRecord below)
   unknown-type       a type header or envelope type that is not the schema id's type, or a
                      writer schema that cannot be read as a known type
   oversize           a value larger than MAX_RECORD_BYTES (never decoded)
@@ -30,6 +31,15 @@ Not found on the journal, so not in REASONS (no reader classifies a record so):
                      projections.outbox_fallback; the cause says which
 `cause` is finer (the codec's DecodeReason for the first four) and is what the history item
 and the running hash record, as they did before the other kinds existed.
+
+Not poison either: a record a newer runstream wrote (a rolling upgrade's newer worker, a
+newer client), whose schema id lies just above every id this runstream knows and which
+carries a type header. Skipping it as a dead letter would fold a journal without a record
+every newer reader applies (a step's completion, say, after which an older owner would run
+the step again), so examine() raises NewerRecord instead and every reader stops before it:
+a worker stops (its partitions go to the group's other workers, which may be newer), a
+rebuild or a read model fails, each saying to upgrade. Nothing is written for it, and its
+offset is never committed past.
 """
 
 from __future__ import annotations
@@ -39,6 +49,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final, Literal, cast
 
+from runstream.engine.errors import RunstreamError
 from runstream.engine.journal import (
     MAX_RECORD_BYTES,
     TYPE_HEADER,
@@ -70,6 +81,10 @@ _DECODE_REASONS: dict[DecodeReason, DeadLetterReason] = {
     "incompatible-schema": "unknown-type",
 }
 DEAD_LETTER_TYPE_PREFIX = "dead-letter:"
+# Ids above this runstream's newest that a newer runstream may have given its new schemas
+# (about five times as many as every release so far took together); an id further off is
+# garbage that happens to start with the magic byte, a dead letter.
+NEWER_SCHEMA_IDS = 1_000
 
 
 def reason_of(cause: str) -> str:
@@ -113,15 +128,54 @@ Examined = JournalRecord | Poison
 FoldRow = tuple[int, int, int, bytes | None, Examined]
 
 
+class NewerRecord(RunstreamError):
+    """A record of a newer runstream on the journal: no reader of this one may apply it or
+    skip it (the module's docstring)."""
+
+    def __init__(self, schema_id: int, record_type: str, newest_id: int,
+                 at: tuple[int, int] | None = None) -> None:
+        super().__init__(schema_id, record_type, newest_id, at)  # (all in args: it pickles)
+        self.schema_id = schema_id
+        self.record_type = record_type
+        self.newest_id = newest_id
+        self.at = at  # (partition, offset), where the reader knows it
+
+    def __repr__(self) -> str:  # (a worker logs the error it stops for by its repr)
+        return f"NewerRecord: {self}"
+
+    def __str__(self) -> str:
+        where = f"partition {self.at[0]} offset {self.at[1]}" if self.at else "the journal"
+        return (f"{where} holds a {self.record_type} record of schema id {self.schema_id}, "
+                f"written by a newer runstream (this one knows schema ids up to "
+                f"{self.newest_id}): it is neither applied nor skipped; upgrade runstream "
+                f"(pip install -U runstream) to read on")
+
+
+def newer_record(error: DecodeError, headers: Sequence[tuple[str, bytes | None]] | None,
+                 at: tuple[int, int] | None) -> NewerRecord | None:
+    """The NewerRecord `error` is, if its schema id is just above every id known and the
+    record names its type in a header (as every runstream writer's records do)."""
+    if error.reason != "unknown-schema-id" or error.schema_id is None:
+        return None
+    newest = default_codec().registry.newest_id
+    named = next((v for n, v in headers or () if n == TYPE_HEADER and v), None)
+    if named is None or not newest < error.schema_id <= newest + NEWER_SCHEMA_IDS:
+        return None
+    return NewerRecord(error.schema_id, named.decode(errors="replace"), newest, at)
+
+
 def examine(value: bytes | None, headers: Sequence[tuple[str, bytes | None]] | None = None,
-            key: RecordKey = KEY_UNKNOWN) -> Examined:
-    """The decoded record, or why it is poison, from the record's own bytes alone."""
+            key: RecordKey = KEY_UNKNOWN, at: tuple[int, int] | None = None) -> Examined:
+    """The decoded record, or why it is poison, from the record's own bytes alone; raises
+    NewerRecord for a newer runstream's (`at`: its partition and offset, for the message)."""
     # oversize(), decode() and missing_key() without their frames (once per record folded)
     if value is not None and len(value) > MAX_RECORD_BYTES:
         return _too_large(len(value))
     try:
         record = default_codec().decode(value, headers)
     except DecodeError as error:
+        if (newer := newer_record(error, headers, at)) is not None:
+            raise newer from None
         return from_decode_error(error)
     if key or not record.envelope.run_id:  # (KEY_UNKNOWN is true: no key check)
         return record
@@ -129,7 +183,8 @@ def examine(value: bytes | None, headers: Sequence[tuple[str, bytes | None]] | N
 
 
 def examine_skim(value: bytes | None, headers: Sequence[tuple[str, bytes | None]] | None,
-                 key: RecordKey, full: frozenset[str]) -> JournalRecord | Skimmed | Poison:
+                 key: RecordKey, full: frozenset[str], at: tuple[int, int] | None = None
+                 ) -> JournalRecord | Skimmed | Poison:
     """examine() for a reader that needs only the envelope of the types not in `full`
     (Codec.decode_or_skim; projections.follow says what it does not find)."""
     if value is not None and len(value) > MAX_RECORD_BYTES:
@@ -137,6 +192,8 @@ def examine_skim(value: bytes | None, headers: Sequence[tuple[str, bytes | None]
     try:
         record = default_codec().decode_or_skim(value, headers, full)
     except DecodeError as error:
+        if (newer := newer_record(error, headers, at)) is not None:
+            raise newer from None
         return from_decode_error(error)
     env = record.envelope
     if key is KEY_UNKNOWN or key or not env.run_id:

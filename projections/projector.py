@@ -169,7 +169,8 @@ class Projector:
     ) -> Outcome:
         """Classify and apply one consumed record; `key` is its Kafka key (KEY_UNKNOWN:
         a reader that does not have it, and does not check it)."""
-        return self.apply_examined(partition, offset, examine(value, headers, key), value,
+        return self.apply_examined(partition, offset,
+                                   examine(value, headers, key, (partition, offset)), value,
                                    timestamp_ms)
 
     def apply_examined(

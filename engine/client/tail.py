@@ -40,6 +40,7 @@ from runstream.engine.kafka.unreadable import getmany_readable
 from runstream.engine.readmodel.model import ReadModel
 from runstream.engine.readmodel.view import View
 from runstream.projections.follow import NOT_ACCEPTED, differs_from_reducer, follow
+from runstream.projections.poison import NewerRecord  # (which a tail can neither fold nor skip)
 from runstream.projections.state import PartitionState
 
 log = logging.getLogger("runstream.tail")
@@ -98,8 +99,7 @@ class JournalTail:
     Bounds: `_tails` and `_waiting` one entry per partition; `_answers` ANSWER_CACHE and
     ANSWER_CACHE_BYTES;
     `_waiters` the callers waiting right now; `_expected` the relayed requests in flight,
-    MAX_EXPECTED;
-    `last_type` LAST_TYPES; `_timed_out` TIMED_OUT_KEPT.
+    MAX_EXPECTED; `last_type` LAST_TYPES; `_timed_out` TIMED_OUT_KEPT.
     """
 
     def __init__(self, bootstrap: str, topic: str, read_model: ReadModelFactory,
@@ -121,7 +121,7 @@ class JournalTail:
         self._timed_out_dropped: dict[int, int] = {}  # partition -> a dropped mark's offset
         self._lock = asyncio.Lock()
         self._check = os.environ.get(CHECK_ENV) == "1"
-        self._broken: TailMismatch | None = None
+        self._broken: TailMismatch | NewerRecord | None = None
         self.partitions = 0
         # Read-model catch-ups are shared: a waiter needs one that started after it
         # registered, and one catch-up serves every waiter registered before it started.
@@ -327,7 +327,7 @@ class JournalTail:
     async def _follow(self) -> None:
         try:
             await self._read_on()
-        except TailMismatch as exc:  # (check mode only) every wait fails with it from now
+        except (TailMismatch, NewerRecord) as exc:  # every wait fails with it from now on
             self._broken = exc
             self._fail_waiters(exc)
             raise

@@ -238,6 +238,12 @@ class SchemaRegistry:
         """The version registered under `schema_id`, current or archived."""
         return self._by_id.get(schema_id)
 
+    @property
+    def newest_id(self) -> int:
+        """The highest schema id registered (current or archived): a newer runstream's new
+        schemas take ids above it (ids are handed out in order and never reused)."""
+        return max(self._by_id, default=0)
+
     def current(self, record_type: str) -> SchemaVersion:
         """The current (reader) schema of a record type."""
         try:

@@ -187,7 +187,7 @@ async def _serve(spec: ReadSpec, frames: queue.Queue[bytes | None]) -> None:
 def _rows(batch: Sequence[Polled]) -> list[Outgoing]:
     rows: list[Outgoing] = []
     for m in batch:
-        examined = examine(m.value, m.headers, m.key)
+        examined = examine(m.value, m.headers, m.key, (m.partition, m.offset))
         if examined.__class__ is Poison:
             rows.append((m.partition, m.offset, m.timestamp, m.key, m.value,
                          list(m.headers or ()), NOT_SENT, None))

@@ -106,7 +106,7 @@ def polled(partition: int, offset: int, key: bytes | None, value: bytes | None,
     """`sent`: the record this worker built and sent as exactly `value` (engine.worker.sent),
     which examine() would decode to; its key is checked all the same."""
     kept = tuple(headers or ())
-    examined = (examine(value, kept, key) if sent is None
+    examined = (examine(value, kept, key, (partition, offset)) if sent is None
                 else missing_key(sent, key) or sent)
     return Polled(partition, offset, key, value, kept, timestamp_ms, examined)
 

@@ -41,7 +41,7 @@ async def test_a_stall_while_confirming_asks_for_a_heartbeat_sent_after_it(
 
     worker.claims._heartbeat_applied = heartbeat_applied  # type: ignore[method-assign]
     worker.watchdog.stalls = 1
-    worker.watchdog._last_tick = float("inf")  # (no stall of its own counted meanwhile)
+    worker.watchdog.last_tick = float("inf")  # (no stall of its own counted meanwhile)
     first = asyncio.create_task(worker.claims.confirm(own))
     await asyncio.sleep(0.01)
     assert [stalls for stalls, _ in sent] == [1]
@@ -86,7 +86,7 @@ async def test_after_a_stall_the_group_is_asked_again_until_it_answers(
     own = Ownership(partition=0, claim_id="c", generation=5, state=OwnershipState.ready,
                     epoch=7, confirmed_stalls=0)
     worker.watchdog.stalls = 1
-    worker.watchdog._last_tick = float("inf")
+    worker.watchdog.last_tick = float("inf")
     # (A journal heartbeat would have met the unstarted worker's missing committer: an
     # AssertionError, not RunReleased.)
     with pytest.raises(RunReleased):
