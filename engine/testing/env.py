@@ -21,6 +21,7 @@ from typing import Any
 
 from runstream.engine.config import Duration
 from runstream.engine.errors import CancelRefused, ResumeRefused, SignalRefused
+from runstream.engine.flow.apps import flows_by_name
 from runstream.engine.flow.definition import Flow, HandedOff, dump_json, settled_outcome, timeout_ms
 from runstream.engine.flow.validation import judge
 from runstream.engine.journal import JournalRecord
@@ -101,7 +102,7 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks):
         `durable_backoff_after`: as the worker's (default 2 s, whatever the shell says): a
         longer retry backoff waits on the virtual clock, a shorter one is slept for real;
         `concurrency`: execution slots, as a worker's (each flow's max_concurrency holds)."""
-        self.flows = {flow.name: flow for flow in flows}
+        self.flows = flows_by_name(flows)  # (two differing under one name: as a worker, refused)
         self.admission = Admission.for_flows(concurrency, self.flows.values())
         self.retention_ms, self.tombstone_retention_ms, self.durable_backoff_after_ms = \
             virtual_settings(retention, tombstone_retention, durable_backoff_after)
