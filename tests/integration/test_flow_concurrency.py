@@ -32,9 +32,19 @@ async def _work(run_id: str) -> str:
     return run_id
 
 
+CAPPED_GO = asyncio.Event()  # (set by the test once it has read a waiting run's status)
+
+
+async def _capped_work(run_id: str) -> str:
+    # The two runs holding the slots keep them until the test has looked: under load a
+    # `run status` took longer than WORK_S, and the run it asked about had its turn.
+    await CAPPED_GO.wait()
+    return await _work(run_id)
+
+
 @capped.handler
 async def _capped(ctx: FlowContext, payload: Any) -> Any:
-    return await ctx.step("work", _work, ctx.run_id)
+    return await ctx.step("work", _capped_work, ctx.run_id)
 
 
 @free.handler
@@ -113,6 +123,7 @@ async def test_max_concurrency_bounds_a_flow_and_holds_back_no_other(
     bootstrap: str, namespace: str, journal: str, tmp_path: Path
 ) -> None:
     spans.clear()
+    CAPPED_GO.clear()
     async with running_worker(bootstrap, namespace, tmp_path / "w", flows,
                               concurrency=16) as worker:
         async with Client(bootstrap_servers=bootstrap, namespace=namespace,
@@ -124,6 +135,7 @@ async def test_max_concurrency_bounds_a_flow_and_holds_back_no_other(
                                namespace=namespace, cache=tmp_path / "cache")
             assert "waits for a slot: flow 'capped' has max_concurrency=2 and 2 of its runs " \
                    f"execute on worker {worker.name}" in status.out, status.out
+            CAPPED_GO.set()
             other = await client.create_run(free, None, run_id="free-1")
             assert await other.result(timeout=30) == "free-1"
             assert spans["free-1"][1] - spans["free-1"][0] < WORK_S + 1  # not held back
