@@ -73,6 +73,10 @@ class PartitionRestore:
         """Memtables still being flushed (begin_snapshot's)."""
         return bool(self._db.property_int_value("rocksdb.num-immutable-mem-table"))
 
+    def unflushed_bytes(self) -> int:
+        """The active memtable's size: what a checkpoint made now would flush itself."""
+        return int(self._db.property_int_value("rocksdb.cur-size-active-mem-table") or 0)
+
     def freeze(self, path: Path) -> None:
         """A RocksDB checkpoint of the whole store at `path`: one consistent point, at a
         WriteBatch boundary (every record's batch holds its offset). rocksdict's Snapshot

@@ -4,11 +4,18 @@ removes them once the store is open, and nothing else (engine.worker.frozen)."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
+from rocksdict import WriteBatch
 
-from runstream.engine.worker.frozen import FROZEN_DIRS, frozen_checkpoint, open_store
+from runstream.engine.worker.frozen import (
+    FROZEN_DIRS,
+    RESIDUE_BYTES,
+    frozen_checkpoint,
+    open_store,
+)
 from runstream.projections.store import ProjectionStore
 
 
@@ -68,5 +75,34 @@ async def test_a_checkpoint_that_fails_to_freeze_leaves_nothing(tmp_path: Path) 
                                          at_freeze=fail):
                 pass
         assert list((tmp_path / "snapshots").iterdir()) == []
+    finally:
+        store.close()
+
+
+async def test_a_freeze_flushes_again_what_was_written_while_it_waited(
+        tmp_path: Path) -> None:
+    """The checkpoint flushes the memtable left at the freeze holding the GIL (the event
+    loop stands still meanwhile), so what the loop wrote during the first flush is flushed
+    again before it (RESIDUE_BYTES)."""
+    store = ProjectionStore(tmp_path / "projection")
+
+    def fill(prefix: bytes, megabytes: int) -> None:
+        batch = WriteBatch(raw_mode=True)
+        for i in range(megabytes * 8_000):  # (about 130 bytes a key and value)
+            batch.put(b"k/%s/%09d" % (prefix, i), bytes(110))
+        store._db.write(batch)
+
+    async def write_meanwhile() -> None:
+        await asyncio.sleep(0)  # (the first turn after the first flush began)
+        fill(b"during", 16)
+
+    try:
+        fill(b"before", 30)  # (a flush that takes a while)
+        writer = asyncio.ensure_future(write_meanwhile())
+        async with frozen_checkpoint(store, tmp_path / "snapshots", flush_wait_s=30.0
+                                     ) as frozen:
+            assert writer.done()
+            assert frozen.residue_bytes <= RESIDUE_BYTES
+        assert store.unflushed_bytes() <= RESIDUE_BYTES
     finally:
         store.close()
