@@ -22,6 +22,7 @@ from runstream.engine.journal.records import is_round, lineage_of
 from runstream.projections.capabilities import narrow
 from runstream.projections.cron import fire_id_refusal
 from runstream.projections.partitioning import run_partition
+from runstream.projections.poison import newer_record
 
 AUTHORITIES_ENV = "RUNSTREAM_AUTHORITIES"
 AUTHORITY_HEADER = "runstream-authority"
@@ -148,7 +149,10 @@ def judge(incoming: Incoming, namespace: str, authorities: Authorities,
     try:
         record = decode(incoming.value, incoming.headers)
     except DecodeError as exc:
-        return Refuse(f"decode error: {exc.reason}: {exc.detail}")
+        newer = newer_record(exc, incoming.headers, None)  # (a newer client's: say so)
+        return Refuse(f"decode error: {exc.reason}: {exc.detail}" + (
+            f" (a {newer.record_type} request of a newer runstream: upgrade the workers)"
+            if newer is not None else ""))
     why = _not_relayable(record, authority, incoming, journal_partitions)
     if why is not None:
         return Refuse(why)
