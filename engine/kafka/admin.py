@@ -283,7 +283,15 @@ async def topic_exists(bootstrap: str, topic: str,
 async def snapshot_topic_exists(bootstrap: str, namespace: str,
                                 security: KafkaSecurity | None = None) -> bool:
     """Whether `<ns>.snapshots` exists (a namespace made before it has none and works on)."""
-    return await topic_exists(bootstrap, snapshot_topic(namespace), security)
+    return await snapshot_topic_partitions(bootstrap, namespace, security) is not None
+
+
+async def snapshot_topic_partitions(bootstrap: str, namespace: str,
+                                    security: KafkaSecurity | None = None) -> int | None:
+    """How many partitions `<ns>.snapshots` has (None: it does not exist): the journal's
+    count when the topic was made, as a journal does not record its own."""
+    async with _admin(bootstrap, 30.0, security) as admin:
+        return await topic_partitions(admin, snapshot_topic(namespace))
 
 
 _admin = admin_client

@@ -22,7 +22,7 @@ from runstream.engine.errors import WorkerFatal
 from runstream.engine.kafka.admin import (
     TopicsError,
     TopicsUnreachable,
-    snapshot_topic_exists,
+    snapshot_topic_partitions,
     topic_configs,
     topic_exists,
 )
@@ -78,10 +78,16 @@ class Takeovers:
             # copy for ever: its consume loop waits for each dead letter's acknowledgement)
             raise WorkerFatal(f"{dead_letters} does not exist: poison records could not be "
                               f"set aside; `runstream topics create` adds it")
-        if not await snapshot_topic_exists(self.owner.bootstrap, namespace,
-                                           self.owner.security):
+        made_with = await snapshot_topic_partitions(w.bootstrap, namespace, w.security)
+        if made_with is None:
             self.keeper.disable(f"{self.owner.snapshot_topic} does not exist (a namespace "
                                 f"made before snapshots): `runstream topics create` adds it")
+        elif made_with != w.partitions:  # (a store's count catches it; a fresh one has none)
+            raise WorkerFatal(
+                f"{w.topic} has {w.partitions} partitions, but {w.snapshot_topic} was made "
+                f"with the journal's {made_with}: a journal's partition count cannot change "
+                f"(each run's partition is its id's hash over it); keep the journal at "
+                f"{made_with} partitions, or move to a new namespace")
         if self.journal_retention_ms is not None and not self.keeper.enabled:
             raise WorkerFatal(
                 f"{self.owner.topic} deletes records after {retention} ms (journal "

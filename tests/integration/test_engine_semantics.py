@@ -376,6 +376,11 @@ async def test_a_worker_stops_when_the_journal_gains_a_partition(
         await running.stop()
     await _refused_on(bootstrap, namespace, tmp_path / "w", PartitionCountChanged,
                       "cannot change")
+    # A fresh worker, with no store to compare against, is refused by the snapshot topic's
+    # count (made with the journal's): it used to place runs by 5 and take them all up.
+    await _refused_on(bootstrap, namespace, tmp_path / "fresh", WorkerFatal,
+                      f"{journal} has 5 partitions, but {namespace}.snapshots was made with "
+                      f"the journal's 4: a journal's partition count cannot change")
 
 
 async def test_oversized_payloads_are_refused_and_the_worker_lives_on(
