@@ -20,6 +20,7 @@ from runstream.engine.kafka.reader import RawRecord, read_partitions
 from runstream.engine.readmodel.expired import expired_line
 from runstream.engine.readmodel.rows import HistoryRow, history_rows
 from runstream.engine.readmodel.view import View
+from runstream.projections.poison import newer_record
 from runstream.projections.state import Tombstone, Verdict
 from runstream.projections.values import HistoryEntry
 
@@ -77,6 +78,8 @@ def _row(raw: RawRecord) -> HistoryRow:
     try:
         record = decode(raw.value, raw.headers)
     except DecodeError as exc:
+        if (newer := newer_record(exc, raw.headers, (raw.partition, raw.offset))) is not None:
+            raise newer from None  # (as every reader: projections.poison)
         return HistoryRow(raw.partition, raw.offset, raw.timestamp_ms, "dead-letter",
                           Verdict.dead_letter.value, None, None, {"error": str(exc)})
     item = HistoryEntry(raw.partition, raw.offset, Verdict.applied, record.TYPE,

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 import traceback
+from types import FrameType
 from typing import Any
 
 log = logging.getLogger("runstream.worker")
@@ -50,13 +51,15 @@ class StallSampler:
     """Where the event loop's thread stood while it stood still: a thread that wakes every
     TICK_S and, once the loop has missed its ticks for half the stall threshold, keeps the
     loop thread's innermost frames (one sample a stall, the latest). A native call that
-    holds the GIL delays the sample to its return, which still names its caller."""
+    holds the GIL delays the sample to its return, which still names its caller: the loop
+    thread counting that stall waits for it (take), briefly."""
 
     def __init__(self, watchdog: LoopWatchdog) -> None:
         self._watchdog = watchdog
         self._loop_thread = threading.get_ident()
         self._stop = threading.Event()
-        self.sample: str | None = None  # the frames of the current stall, innermost last
+        self._published = threading.Condition()
+        self.sample: str | None = None  # the frames of the current stall, innermost first
         self._sampled_tick = -1.0  # the tick the sample was taken after
         self._thread = threading.Thread(target=self._run, name="runstream-stall-sampler",
                                         daemon=True)
@@ -73,25 +76,62 @@ class StallSampler:
             tick = self._watchdog.last_tick
             if (time.monotonic() - tick > self._watchdog.threshold_s / 2
                     and tick != self._sampled_tick):
-                self.sample, self._sampled_tick = self._frames(), tick
+                self._sample(tick)
 
-    def _frames(self) -> str | None:
-        """The loop thread's innermost frames, then every other thread's innermost one (a
-        thread in a native call that holds the GIL stands the loop still as well)."""
-        frames = sys._current_frames()
+    def _sample(self, tick: float) -> None:
+        """The loop thread's innermost frames, published at once (its file names and line
+        numbers only), then every other thread's innermost frame added (a thread in a
+        native call that holds the GIL stands the loop still as well)."""
+        frames = _thread_frames()
         loop = frames.pop(self._loop_thread, None)
-        if loop is None:
-            return None
+        if loop is None or _waiting_in_take(loop):  # (too late: the loop is counting it)
+            self._publish(None, tick)
+            return
+        where = " <- ".join(_line(f) for f in _innermost(loop, SAMPLE_FRAMES))
+        self._publish(where, tick)
         names = {t.ident: t.name for t in threading.enumerate()}
-        others = [f"{names.get(ident, ident)} at {_line(traceback.extract_stack(frame)[-1])}"
+        others = [f"{names.get(ident, ident)} at {_line(_innermost(frame, 1)[0])}"
                   for ident, frame in frames.items() if ident != threading.get_ident()]
-        stack = traceback.extract_stack(loop)[-SAMPLE_FRAMES:]
-        where = " <- ".join(_line(f) for f in reversed(stack))
-        return where + (f"; other threads: {', '.join(others[:OTHER_THREADS])}" if others else "")
+        if others:
+            self._publish(f"{where}; other threads: {', '.join(others[:OTHER_THREADS])}", tick)
 
-    def take(self, tick: float) -> str | None:
-        """The sample taken during the stall that ended after `tick`, if one was."""
-        return self.sample if self._sampled_tick == tick else None
+    def _publish(self, where: str | None, tick: float) -> None:
+        with self._published:
+            self.sample, self._sampled_tick = where, tick
+            self._published.notify_all()
+
+    def take(self, tick: float, wait_s: float = TICK_S + 0.05) -> str | None:
+        """The sample taken during the stall that ended after `tick`, waiting `wait_s` at
+        most for a sampler that could not run before the loop did."""
+        with self._published:
+            self._published.wait_for(lambda: self._sampled_tick == tick, timeout=wait_s)
+            return self.sample if self._sampled_tick == tick else None
+
+
+def _thread_frames() -> dict[int, FrameType]:
+    """Every thread's current frame, with the cycle collector off meanwhile: a collection
+    inside sys._current_frames could deadlock CPython before 3.11.9 (gh-106883, whose fix
+    turns it off there too)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return sys._current_frames()
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _waiting_in_take(frame: FrameType) -> bool:
+    """Whether the loop thread stands in StallSampler.take (a few frames up: the wait)."""
+    for at, _ in zip(traceback.walk_stack(frame), range(8), strict=False):
+        if at[0].f_code is StallSampler.take.__code__:
+            return True
+    return False
+
+
+def _innermost(frame: FrameType, count: int) -> traceback.StackSummary:
+    return traceback.StackSummary.extract(traceback.walk_stack(frame), limit=count,
+                                          lookup_lines=False)
 
 
 def _line(frame: traceback.FrameSummary) -> str:
@@ -140,13 +180,16 @@ class LoopWatchdog:
         """The stall count, counting a stall still unnoticed (the loop just resumed and
         this caller runs before the watchdog's own tick)."""
         now, tick = time.monotonic(), self.last_tick
-        gap, self.last_tick = now - tick, now
+        gap = now - tick
         collected = self.collector.total_s - self._collected_by_last_tick
         self._collected_by_last_tick = self.collector.total_s
         if gap > self.threshold_s:
+            # (before the tick moves on: a sampler that could not run yet samples this one)
+            self.where = self._sampler.take(tick) if self._sampler is not None else None
+        self.last_tick = now
+        if gap > self.threshold_s:
             self.stalls += 1
             self.longest_s = max(self.longest_s, gap)
-            self.where = self._sampler.take(tick) if self._sampler is not None else None
             log.warning("the event loop stood still for %.1fs (stall %d; %.1fs of it in the "
                         "garbage collector; it stood in %s): ownership is confirmed before "
                         "the next step of each run", gap, self.stalls, collected,

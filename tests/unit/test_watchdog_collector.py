@@ -5,6 +5,7 @@ say so."""
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import gc
 import logging
 import time
@@ -74,3 +75,25 @@ async def test_a_stall_names_where_the_loop_stood(caplog: pytest.LogCaptureFixtu
     assert caller.endswith(" test_a_stall_names_where_the_loop_stood"), watchdog.where
     [message] = [r.getMessage() for r in caplog.records]
     assert f"it stood in {watchdog.where})" in message
+
+
+def _hold_the_gil(seconds: float) -> None:
+    """A native call that keeps the GIL (ctypes.PyDLL does not release it): as a RocksDB
+    write or checkpoint does, nothing else of the process runs meanwhile."""
+    ctypes.PyDLL(None).usleep(int(seconds * 1_000_000))
+
+
+async def test_a_stall_in_a_native_call_that_holds_the_gil_is_named_too() -> None:
+    # (the sampler runs only once the call returns; the stall's count waits for its sample)
+    watchdog = LoopWatchdog(1.0)
+    watching = asyncio.create_task(watchdog.run())
+    try:
+        await asyncio.sleep(0.3)
+        _hold_the_gil(1.6)
+        await asyncio.sleep(0.3)
+    finally:
+        watching.cancel()
+        await asyncio.gather(watching, return_exceptions=True)
+    assert watchdog.stalls == 1
+    assert watchdog.where is not None
+    assert watchdog.where.split(" <- ")[0].endswith(" _hold_the_gil"), watchdog.where
