@@ -34,6 +34,7 @@ from runstream.engine.ui import pages, run_page
 from runstream.engine.ui.dryrun_page import DryRunner, dry_run_fragment
 from runstream.engine.ui.html import error_page, esc
 from runstream.engine.ui.queries import (
+    RunDetail,
     StateAt,
     list_runs,
     parse_filter,
@@ -153,9 +154,12 @@ def _record(request: web.Request, default: int | None = None) -> int:
 async def run_handler(request: web.Request) -> web.Response:
     run_id, model = _run_id(request), request.app[MODEL]
     view = await _run_view(request)
-    detail = await model.in_thread(lambda: run_detail(view, run_id))
-    record = _record(request, default=len(detail.rows))
-    state = await model.in_thread(lambda: state_at_record(view, run_id, record))
+
+    def page_data() -> tuple[RunDetail, StateAt]:  # (one hold of the read model, not two)
+        detail = run_detail(view, run_id)
+        return detail, state_at_record(view, run_id, _record(request, default=len(detail.rows)))
+
+    detail, state = await model.in_thread(page_data)
     settings = request.app[SETTINGS]
     return _html(run_page.run_page(detail, state, context=settings.context,
                                    dry_run_app=settings.app))

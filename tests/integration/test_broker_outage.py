@@ -179,6 +179,7 @@ async def test_a_worker_s_topic_checks_at_start_wait_for_the_brokers(
                     namespace=namespace)
     worker.store = ProjectionStore(tmp_path / "w" / "projection")  # as start() opens them
     worker.projector = Projector(worker.store)
+    worker.partitions = TEST_JOURNAL_PARTITIONS  # (as its connect reads it)
     try:
         await asyncio.to_thread(cluster.stop, timeout=15.0)
         with pytest.raises(TopicsUnreachable, match="nothing listens") as unreachable:
