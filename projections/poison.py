@@ -158,10 +158,10 @@ def newer_record(error: DecodeError, headers: Sequence[tuple[str, bytes | None]]
     if error.reason != "unknown-schema-id" or error.schema_id is None:
         return None
     newest = default_codec().registry.newest_id
-    named = next((v for n, v in headers or () if n == TYPE_HEADER and v), None)
-    if named is None or not newest < error.schema_id <= newest + NEWER_SCHEMA_IDS:
+    named = type_header(headers)
+    if not named or not newest < error.schema_id <= newest + NEWER_SCHEMA_IDS:
         return None
-    return NewerRecord(error.schema_id, named.decode(errors="replace"), newest, at)
+    return NewerRecord(error.schema_id, named, newest, at)
 
 
 def examine(value: bytes | None, headers: Sequence[tuple[str, bytes | None]] | None = None,
@@ -251,9 +251,9 @@ def misplaced(record: JournalRecord, name: str, partition: int, home: int) -> Po
                   f"lineage id)")
 
 
-def type_header(headers: Sequence[tuple[str, bytes]] | None) -> str | None:
+def type_header(headers: Sequence[tuple[str, bytes | None]] | None) -> str | None:
     """The record's type header, if it has one (a dead letter's copy repeats it)."""
     for name, value in headers or ():
         if name == TYPE_HEADER:
-            return value.decode(errors="replace")
+            return value.decode(errors="replace") if value is not None else None
     return None

@@ -273,25 +273,23 @@ async def topic_partitions(admin: Any, topic: str) -> int | None:
     return len(found["partitions"]) or None
 
 
+async def topic_partition_count(bootstrap: str, topic: str,
+                                security: KafkaSecurity | None = None) -> int | None:
+    """How many partitions `topic` has (None: it does not exist), on a connection of its own."""
+    async with _admin(bootstrap, 30.0, security) as admin:
+        return await topic_partitions(admin, topic)
+
+
 async def topic_exists(bootstrap: str, topic: str,
                        security: KafkaSecurity | None = None) -> bool:
     """Whether `topic` exists."""
-    async with _admin(bootstrap, 30.0, security) as admin:
-        return await topic_partitions(admin, topic) is not None
+    return await topic_partition_count(bootstrap, topic, security) is not None
 
 
 async def snapshot_topic_exists(bootstrap: str, namespace: str,
                                 security: KafkaSecurity | None = None) -> bool:
     """Whether `<ns>.snapshots` exists (a namespace made before it has none and works on)."""
-    return await snapshot_topic_partitions(bootstrap, namespace, security) is not None
-
-
-async def snapshot_topic_partitions(bootstrap: str, namespace: str,
-                                    security: KafkaSecurity | None = None) -> int | None:
-    """How many partitions `<ns>.snapshots` has (None: it does not exist): the journal's
-    count when the topic was made, as a journal does not record its own."""
-    async with _admin(bootstrap, 30.0, security) as admin:
-        return await topic_partitions(admin, snapshot_topic(namespace))
+    return await topic_exists(bootstrap, snapshot_topic(namespace), security)
 
 
 _admin = admin_client

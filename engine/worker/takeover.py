@@ -22,9 +22,9 @@ from runstream.engine.errors import WorkerFatal
 from runstream.engine.kafka.admin import (
     TopicsError,
     TopicsUnreachable,
-    snapshot_topic_partitions,
     topic_configs,
     topic_exists,
+    topic_partition_count,
 )
 from runstream.engine.kafka.connection import BROKERS_UNAVAILABLE
 from runstream.engine.kafka.reader import log_starts
@@ -78,7 +78,8 @@ class Takeovers:
             # copy for ever: its consume loop waits for each dead letter's acknowledgement)
             raise WorkerFatal(f"{dead_letters} does not exist: poison records could not be "
                               f"set aside; `runstream topics create` adds it")
-        made_with = await snapshot_topic_partitions(w.bootstrap, namespace, w.security)
+        # (<ns>.snapshots is made with the journal's count, which the journal does not keep)
+        made_with = await topic_partition_count(w.bootstrap, w.snapshot_topic, w.security)
         if made_with is None:
             self.keeper.disable(f"{self.owner.snapshot_topic} does not exist (a namespace "
                                 f"made before snapshots): `runstream topics create` adds it")
