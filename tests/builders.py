@@ -6,7 +6,7 @@ import dataclasses
 import itertools
 from typing import Any
 
-from runstream.engine.journal import Envelope, JournalRecord
+from runstream.engine.journal import Envelope, JournalRecord, default_codec, encode
 from runstream.engine.journal import events as ev
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.projector import Outcome
@@ -83,3 +83,15 @@ class PartitionLog:
         run = self.projection.store.run(run_id)
         assert run is not None
         return run
+
+
+NEWER_TYPE = "run.something-newer"  # a type this runstream does not know
+
+
+def from_a_newer_runstream(record: JournalRecord, *, above: int = 1
+                           ) -> tuple[bytes, list[tuple[str, bytes]]]:
+    """`record`'s bytes and headers as a newer runstream frames a type this one does not
+    know: a schema id `above` past the newest known, and NEWER_TYPE in its type header."""
+    value, _ = encode(record)
+    schema_id = default_codec().registry.newest_id + above
+    return b"\x00" + schema_id.to_bytes(4, "big") + value[5:], [("rs-type", NEWER_TYPE.encode())]

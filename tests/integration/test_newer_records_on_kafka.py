@@ -7,7 +7,6 @@ line (projections.poison.NewerRecord)."""
 from __future__ import annotations
 
 import asyncio
-import struct
 import subprocess
 import sys
 import time
@@ -19,15 +18,11 @@ from aiokafka import AIOKafkaProducer
 
 from runstream import Client, Flow, FlowContext, RunStatus, Worker
 from runstream.engine.demo.flows import checkout
-from runstream.engine.journal import default_codec, encode
 from runstream.engine.ops.deadletters import list_dead_letters
 from runstream.projections.partitioning import run_partition
 from runstream.projections.poison import NewerRecord
-from tests.builders import create
+from tests.builders import create, from_a_newer_runstream
 from tests.conftest import TEST_JOURNAL_PARTITIONS
-
-NEWEST = default_codec().registry.newest_id
-
 
 parked: Flow[Any, Any] = Flow("newer-parked")
 
@@ -64,14 +59,13 @@ async def test_a_worker_and_a_rebuild_stop_before_a_newer_runstream_s_record(
             await until_status(client, parked_run.run_id, RunStatus.suspended)
             waiting = asyncio.ensure_future(parked_run.result(timeout=60))
             await asyncio.sleep(1.0)  # (its tail follows the partition)
-            value, _ = encode(create("from-the-future", "q-future"))
+            value, headers = from_a_newer_runstream(create("from-the-future", "q-future"))
             producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
             await producer.start()
             try:
                 sent = await producer.send_and_wait(
                     journal, key=b"from-the-future", partition=0,
-                    value=b"\x00" + struct.pack(">I", NEWEST + 1) + value[5:],
-                    headers=[("rs-type", b"run.something-newer")])
+                    value=value, headers=headers)
             finally:
                 await producer.stop()
             with pytest.raises(NewerRecord) as raised:

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from runstream.engine.errors import InvalidInput, InvalidRunId, PayloadInvalid
-from runstream.engine.journal import decode, default_codec, encode
+from runstream.engine.journal import decode, encode
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import (
     MAX_ADDRESSED_RUN_ID_CHARS,
@@ -39,7 +39,7 @@ from runstream.engine.worker.relay_judge import (
 )
 from runstream.projections.fork_plan import fork_run_id
 from runstream.projections.partitioning import run_partition
-from tests.builders import Writer, request
+from tests.builders import Writer, from_a_newer_runstream, request
 
 NS = "ns"
 PARTITIONS = 4
@@ -204,11 +204,9 @@ def test_garbage_bad_keys_and_ids_are_refused() -> None:
     garbage = Incoming(f"{NS}.requests", 0, 1, b"k", b"\x00\x00\x00\x00\x01junk", ())
     assert _reason(garbage).startswith("decode error:")
     assert "newer runstream" not in _reason(garbage)
-    value, _ = encode(create("r1", "q1"))
+    value, headers = from_a_newer_runstream(create("r1", "q1"))
     newer = dataclasses.replace(  # (a newer client's request type, under a newer schema id)
-        _incoming(create("r1", "q1"), key=b"r1"),
-        value=b"\x00" + (default_codec().registry.newest_id + 1).to_bytes(4, "big") + value[5:],
-        headers=(("rs-type", b"run.something-newer"),))
+        _incoming(create("r1", "q1"), key=b"r1"), value=value, headers=tuple(headers))
     assert _reason(newer).endswith(
         "(a run.something-newer request of a newer runstream: upgrade the workers)")
     assert _reason(Incoming(f"{NS}.requests", 0, 1, b"k", None, ())).startswith("not a request")

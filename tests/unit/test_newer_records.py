@@ -5,7 +5,6 @@ NewerRecord and every reader stops before it (projections.poison)."""
 from __future__ import annotations
 
 import pickle
-import struct
 
 import pytest
 
@@ -15,19 +14,14 @@ from runstream.projections.memory import MemoryStore
 from runstream.projections.poison import NEWER_SCHEMA_IDS, NewerRecord, Poison, examine
 from runstream.projections.projector import Projector
 from runstream.projections.state import PartitionState
-from tests.builders import create
+from tests.builders import create, from_a_newer_runstream
 
 NEWEST = default_codec().registry.newest_id
 
 
-def framed_as(schema_id: int, value: bytes) -> bytes:
-    return b"\x00" + struct.pack(">I", schema_id) + value[5:]
-
-
-def newer(schema_id: int = NEWEST + 1) -> tuple[bytes, list[tuple[str, bytes]]]:
+def newer(above: int = 1) -> tuple[bytes, list[tuple[str, bytes]]]:
     """A create request's bytes under a schema id a newer runstream gave a new type."""
-    value, _ = encode(create("r-new", "q-new"))
-    return framed_as(schema_id, value), [("rs-type", b"run.something-newer")]
+    return from_a_newer_runstream(create("r-new", "q-new"), above=above)
 
 
 def test_a_newer_runstream_s_record_raises_and_says_where_and_what_to_do() -> None:
@@ -49,10 +43,10 @@ def test_garbage_and_far_ids_stay_dead_letters() -> None:
     value, headers = newer()
     no_header = examine(value, [], b"r-new")
     assert isinstance(no_header, Poison) and no_header.reason == "unknown-schema-id"
-    far_value, _ = newer(NEWEST + NEWER_SCHEMA_IDS + 1)
+    far_value, _ = newer(NEWER_SCHEMA_IDS + 1)
     far = examine(far_value, headers, b"r-new")
     assert isinstance(far, Poison) and far.reason == "unknown-schema-id"
-    edge_value, _ = newer(NEWEST + NEWER_SCHEMA_IDS)
+    edge_value, _ = newer(NEWER_SCHEMA_IDS)
     with pytest.raises(NewerRecord):
         examine(edge_value, headers, b"r-new")
 
