@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
-from aiokafka import AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaProducer, ConsumerRecord
 
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal.records import lineage_of
@@ -90,14 +90,14 @@ def examine_poll(records: Iterable[Polled], projector: Projector) -> list[tuple[
     return found
 
 
-def read_poll(batches: Mapping[TopicPartition, Iterable[ConsumerRecord[bytes, bytes]]],
+def read_poll(messages: Iterable[tuple[int, ConsumerRecord[bytes, bytes]]],
               sent: SentRecords) -> list[Polled]:
-    """A poll's records in order, examined; this worker's own decisions taken back as built
-    (engine.worker.sent), without decoding them."""
+    """A poll's (partition, record) pairs in order (engine.worker.slices), examined; this
+    worker's own decisions taken back as built (engine.worker.sent), without decoding them."""
     take = sent.take
-    return [polled(tp.partition, m.offset, m.key, m.value, m.headers, m.timestamp,
-                   take(tp.partition, m.offset, m.value))
-            for tp, messages in batches.items() for m in messages]
+    return [polled(partition, m.offset, m.key, m.value, m.headers, m.timestamp,
+                   take(partition, m.offset, m.value))
+            for partition, m in messages]
 
 
 def polled(partition: int, offset: int, key: bytes | None, value: bytes | None,

@@ -66,6 +66,7 @@ from runstream.engine.worker.relay import Relay
 from runstream.engine.worker.retention import RetentionSweeper
 from runstream.engine.worker.sent import SentRecords
 from runstream.engine.worker.shutdown import CLOSE_TIMEOUT_S, bounded
+from runstream.engine.worker.slices import Chunk, PollSlicer
 from runstream.engine.worker.snapshots import DEFAULT_KEEP, SnapshotKeeper
 from runstream.engine.worker.sticky import StickyCache, sticky_size
 from runstream.engine.worker.supervise import supervise
@@ -178,6 +179,7 @@ class Worker:
         self.projector: Projector | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._poller = GroupPoller(self.name, lambda: self.projector)  # (its docstring says)
+        self.slicer = PollSlicer()  # a big poll lets the loop run (engine.worker.slices)
         self._committer: Committer | None = None
         self.claims = Claims(self)
         self.watchdog = LoopWatchdog(session_timeout_ms / 1000 * STALL_FRACTION)
@@ -374,8 +376,7 @@ class Worker:
             batches = await self._poller.poll(self._consumer, timeout_ms=200, max_records=2000)
             if read_back_waits(self.committer.busy, self.confirmations.awaited(), batches):
                 await self.committer.quiet(READ_BACK_DEFER_S)
-            records = read_poll(batches, self.sent)
-            await self._apply_poll(records)
+            await self.slicer.apply(batches, self._apply_chunk)
             self.outbox.flush()
             self.observer.consumer_lag()
             if self.committer.failure is not None:
@@ -384,16 +385,15 @@ class Worker:
                 raise self._fatal
             await self.upkeep.commit_offsets()
 
-    async def _apply_poll(self, records: list[Polled]) -> None:
-        """Apply a poll in one RocksDB write, after its dead letters are copied (see
-        engine.worker.deadletters); a dead letter found only while applying splits it."""
+    async def _apply_chunk(self, messages: Chunk) -> None:
+        """Apply a poll's chunk (engine.worker.slices) in one RocksDB write, after its dead
+        letters are copied (engine.worker.deadletters); one found only while applying splits it."""
         assert self.projector is not None and self.store is not None
+        records, start, stopping = read_poll(messages, self.sent), 0, lambda: self._stopping
         self.dead_letters.new_poll()
-        stopping = lambda: self._stopping  # noqa: E731
         await self.dead_letters.copy(examine_poll(records, self.projector), stopping)
-        start = 0
         while start < len(records):
-            with self.store.group():  # one RocksDB write per poll, each record atomic in it
+            with self.store.group():  # one RocksDB write per chunk, each record atomic in it
                 try:
                     for index in range(start, len(records)):
                         start = index

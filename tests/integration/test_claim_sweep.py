@@ -72,12 +72,12 @@ def signalled_ids() -> list[str]:
     return [f"zz-{i:03d}" for i in range(SIGNALLED)]  # after every "run-..." in key order
 
 
-def journal_records() -> Iterator[tuple[str, JournalRecord]]:
+def journal_records(runs: int) -> Iterator[tuple[str, JournalRecord]]:
     src = _Source()
     yield "", ev.PartitionEpochClaimed(
         envelope=src.envelope(ev.PartitionEpochClaimed, "", epoch=0), partition=0, epoch=1,
         owner="sweep-gen")
-    run_ids = [f"run-{i:07d}" for i in range(RUNS - SIGNALLED)] + signalled_ids()
+    run_ids = [f"run-{i:07d}" for i in range(runs - SIGNALLED)] + signalled_ids()
     for offset, run_id in enumerate(run_ids):
         yield run_id, ev.RunCreated(envelope=src.envelope(ev.RunCreated, run_id),
                                     flow=parked.name, payload_json="null",
@@ -90,7 +90,7 @@ def journal_records() -> Iterator[tuple[str, JournalRecord]]:
             payload_json='"went"')
 
 
-async def produce(bootstrap: str, topic: str) -> int:
+async def produce(bootstrap: str, topic: str, runs: int = RUNS) -> int:
     """Whole record batches: far cheaper than one send() per record."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
                                 enable_idempotence=True, max_batch_size=256 * 1024)
@@ -99,7 +99,7 @@ async def produce(bootstrap: str, topic: str) -> int:
     try:
         batch = producer.create_batch()
         sent: list[asyncio.Future[Any]] = []
-        for key, record in journal_records():
+        for key, record in journal_records(runs):
             value, headers = encode(record)
             args = dict(key=key.encode() or None, value=value, timestamp=None, headers=headers)
             if batch.append(**args) is None:
@@ -194,3 +194,46 @@ async def test_claiming_a_partition_of_many_suspended_runs_keeps_the_group_heart
             await worker.stop()
     limit = SESSION_TIMEOUT_MS / 1000 / 3
     assert probe.worst < limit, f"the event loop stood still for {probe.worst:.2f} s"
+
+
+async def test_a_big_poll_is_applied_in_chunks_with_the_loop_let_run_between_them(
+        bootstrap: str, namespace: str, one_partition: str, tmp_path: Path) -> None:
+    """A fold's polls of up to 2,000 records each take longer than SLICE_S to apply: the
+    loop runs while one is half applied (engine.worker.slices), and a task running then
+    sees the store part of the way through the poll, as after a smaller poll."""
+    runs = 5_000
+    produced = await produce(bootstrap, one_partition, runs)
+    worker = Worker(flows=[parked], data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
+                    namespace=namespace, sticky_cache=0)
+    polls: list[tuple[int, int]] = []  # (first offset, last offset) of each poll of partition 0
+    seen: set[int] = set()  # where the projection stood whenever the probe ran
+    poll = worker._poller.poll
+
+    async def spied(*args: Any, **kwargs: Any) -> Any:
+        batches = await poll(*args, **kwargs)
+        polls.extend((messages[0].offset, messages[-1].offset)
+                     for tp, messages in batches.items() if tp.partition == 0 and messages)
+        return batches
+
+    async def probe() -> None:
+        while True:
+            if worker.projector is not None:
+                seen.add(worker.projector.partition(0).next_offset)
+            await asyncio.sleep(0.001)
+
+    worker._poller.poll = spied  # type: ignore[method-assign]
+    watching = asyncio.create_task(probe())
+    await worker.start()
+    try:
+        await until(lambda: worker.projector is not None
+                    and worker.projector.partition(0).next_offset >= produced,
+                    "the fold", timeout=120)
+    finally:
+        watching.cancel()
+        await worker.stop()
+    big = [(first, last) for first, last in polls if last - first + 1 >= 1_000]
+    assert big, f"no poll of 1,000 records or more: {polls}"
+    halfway = [(first, last) for first, last in big
+               if any(first < at <= last for at in seen)]
+    assert halfway, f"the loop never ran inside a poll: polls {big}"
+    assert worker.slicer.breaths > 0

@@ -1,0 +1,61 @@
+"""A poll applied in chunks, with the event loop let run between them once they took long.
+
+A worker polls up to 2,000 records at a time, and decoding, examining and applying them is
+Python that holds the event loop: about 0.2 s for a full poll of another source's records
+on an idle core here, and over 2 s in CI beside the rest of the suite. That is a stall
+of the loop that runs aiokafka's heartbeat, every run's execution and every acknowledgement:
+a claim that folds a partition of 400,000 records stood it still for 2.2 s in one
+CI run (tests/integration/test_claim_sweep.py; the stall sampler of engine.worker.watchdog
+named the fold).
+
+So a poll is cut into chunks of CHUNK records in poll order; each is decoded, examined and
+applied in its own RocksDB write (engine.worker.worker.Worker._apply_chunk), and once the
+chunks since the loop last ran have taken SLICE_S, the loop runs (`asyncio.sleep(0)`)
+before the next one. Each record stays atomic, and what the store holds between two
+chunks is what it would hold after a smaller poll. A poll that takes less than SLICE_S,
+the hot path's usual case, runs without a yield.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from aiokafka import TopicPartition
+
+CHUNK = 256  # records per RocksDB write while a big poll is applied
+SLICE_S = 0.05  # the longest the chunks of a poll hold the event loop before it runs
+
+Message = tuple[int, Any]  # (partition, aiokafka ConsumerRecord)
+Chunk = Sequence[Message]
+
+
+def in_poll_order(batches: Mapping[TopicPartition, Sequence[Any]]) -> list[Message]:
+    """A poll's records as (partition, record), partition by partition, in offset order."""
+    return [(tp.partition, message) for tp, messages in batches.items() for message in messages]
+
+
+class PollSlicer:
+    """Applies each poll in chunks; counts the times it let the loop run (tests, logs)."""
+
+    def __init__(self, *, chunk: int = CHUNK, slice_s: float = SLICE_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if chunk < 1:
+            raise ValueError(f"a chunk holds at least one record, not {chunk}")
+        self.chunk = chunk
+        self.slice_s = slice_s
+        self._clock = clock
+        self.breaths = 0
+
+    async def apply(self, batches: Mapping[TopicPartition, Sequence[Any]],
+                    apply_chunk: Callable[[Chunk], Awaitable[None]]) -> None:
+        messages = in_poll_order(batches)
+        began = self._clock()
+        for start in range(0, len(messages), self.chunk):
+            if start and self._clock() - began >= self.slice_s:
+                self.breaths += 1
+                await asyncio.sleep(0)
+                began = self._clock()
+            await apply_chunk(messages[start:start + self.chunk])
