@@ -7,9 +7,10 @@ here among the run's records in the read model.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from runstream.engine.journal import JournalRecord, decode
+from runstream.engine.journal import DecodeError, JournalRecord, Skimmed, decode
 from runstream.engine.journal import events as ev
 from runstream.engine.readmodel.lookups import expired_error
 from runstream.engine.readmodel.view import View
@@ -129,3 +130,16 @@ def request_in(view: View, request_id: str, run_id: str, partition: int,
             if record.envelope.request_id == request_id:
                 return Answer(item.partition, item.offset, record)
     return None
+
+
+def placed_request(record: JournalRecord | Skimmed, value: bytes,
+                   headers: Sequence[tuple[str, bytes]]) -> JournalRecord | None:
+    """A relayed request the tail passed, decoded in full; None when bytes broken inside
+    its body (read only to its envelope so far) make it a dead letter to every other
+    reader, and here too: it was never placed."""
+    if not isinstance(record, Skimmed):
+        return record
+    try:
+        return decode(value, headers)
+    except DecodeError:
+        return None

@@ -135,7 +135,7 @@ class RunHandle:
         """What a timeout says it saw last: the run's last record the tail passed, else its
         status in the read model (a run suspended before this client followed it, whose
         records lie before where the tail started), else "nothing yet"."""
-        seen = self.client._tail.last_type.get(self.run_id)
+        seen = self.client._tail.passed.last_type.get(self.run_id)
         if seen is not None:
             return seen
         try:

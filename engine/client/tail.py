@@ -29,10 +29,12 @@ from runstream.engine.client.answers import (
     Answer,
     answer_in,
     lacks_bytes,
+    placed_request,
     raise_if_expired,
 )
+from runstream.engine.client.passed import PassedRuns
 from runstream.engine.errors import ClientClosed
-from runstream.engine.journal import DecodeError, JournalRecord, Skimmed, decode
+from runstream.engine.journal import JournalRecord, Skimmed, decode
 from runstream.engine.journal import events as ev
 from runstream.engine.kafka.connection import KafkaSecurity, start_client
 from runstream.engine.kafka.reader import partition_count, reader_consumer
@@ -52,13 +54,9 @@ CHECK_ENV = "RUNSTREAM_CHECK_TAIL"
 # evicted one is looked up in the read model instead.
 ANSWER_CACHE = 100_000
 ANSWER_CACHE_BYTES = 64 * 1024 * 1024  # ...and their bytes at most (a payload is up to 1 MB)
-LAST_TYPES = 10_000  # the latest record type per run, for ResultTimeout's message
 # Relayed requests the tail looks out for (their ids): those sent and not seen yet. A create
 # whose handle is never waited on is seen only if its partition is followed meanwhile.
 MAX_EXPECTED = 100_000
-# Runs whose run.timed-out the tail passed (the latest ones): their settlement is not what
-# its record says (projections.deadlines), and the handle asks the read model instead.
-TIMED_OUT_KEPT = 10_000
 
 ReadModelFactory = Callable[[], Awaitable[ReadModel]]
 
@@ -72,6 +70,7 @@ class _PartitionTail:
     start: int  # the read model had applied everything before this offset
     state: PartitionState  # the partition's own state, folded by the reducer
     evicted_up_to: int = -1  # highest offset of an answer dropped from the cache
+    broken: NewerRecord | None = None  # a newer runstream's record: followed no further
 
 
 # An answer kept after it was passed: (partition, offset, the record's bytes), decoded again
@@ -85,6 +84,7 @@ _Kept = tuple[int, int, bytes]
 class _Waiter:
     key: str
     from_offset: int
+    partition: int
     future: asyncio.Future[Answer] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -99,7 +99,7 @@ class JournalTail:
     Bounds: `_tails` and `_waiting` one entry per partition; `_answers` ANSWER_CACHE and
     ANSWER_CACHE_BYTES;
     `_waiters` the callers waiting right now; `_expected` the relayed requests in flight,
-    MAX_EXPECTED; `last_type` LAST_TYPES; `_timed_out` TIMED_OUT_KEPT.
+    MAX_EXPECTED; `passed` (engine.client.passed) its own.
     """
 
     def __init__(self, bootstrap: str, topic: str, read_model: ReadModelFactory,
@@ -116,12 +116,10 @@ class JournalTail:
         self._answer_bytes = 0  # of the records `_answers` keeps
         self._waiters: dict[str, list[_Waiter]] = {}
         self._waiting: dict[int, int] = {}  # partition -> waiters on it now
-        self.last_type: OrderedDict[str, str] = OrderedDict()
-        self._timed_out: OrderedDict[str, tuple[int, int]] = OrderedDict()  # (partition, offset)
-        self._timed_out_dropped: dict[int, int] = {}  # partition -> a dropped mark's offset
+        self.passed = PassedRuns()
         self._lock = asyncio.Lock()
         self._check = os.environ.get(CHECK_ENV) == "1"
-        self._broken: TailMismatch | NewerRecord | None = None
+        self._broken: TailMismatch | None = None  # (a newer record breaks one partition)
         self.partitions = 0
         # Read-model catch-ups are shared: a waiter needs one that started after it
         # registered, and one catch-up serves every waiter registered before it started.
@@ -197,8 +195,7 @@ class JournalTail:
         a settlement after one into a failure, or a cancel: projections.deadlines)."""
         tail = self._tails.get(partition)
         return (tail is not None and tail.start <= from_offset
-                and run_id not in self._timed_out
-                and self._timed_out_dropped.get(partition, -1) < from_offset)
+                and not self.passed.timed_out_since(run_id, partition, from_offset))
 
     async def end_offset(self, partition: int) -> int:
         """The journal partition's end offset now: a request sent after this call lands
@@ -237,12 +234,13 @@ class JournalTail:
     async def _wait(self, key: str, partition: int, from_offset: int, run_id: str
                     ) -> Answer:
         await self.start()
-        if self._broken is not None:
-            raise self._broken
+        broken = self._broken or getattr(self._tails.get(partition), "broken", None)
+        if broken is not None:
+            raise broken
         known = self._answers.get(key)
         if known is not None and known[1] >= from_offset:
             return Answer(known[0], known[1], decode(known[2]))
-        waiter = _Waiter(key, from_offset)
+        waiter = _Waiter(key, from_offset, partition)
         self._waiters.setdefault(key, []).append(waiter)
         ticket = self._next_ticket()
         self._hold(partition)
@@ -272,7 +270,8 @@ class JournalTail:
     def _hold(self, partition: int) -> None:
         """A waiter on `partition`: follow it (again) from where the tail stopped."""
         self._waiting[partition] = self._waiting.get(partition, 0) + 1
-        if partition in self._tails and self._consumer is not None:
+        tail = self._tails.get(partition)
+        if tail is not None and tail.broken is None and self._consumer is not None:
             self._consumer.resume(TopicPartition(self.topic, partition))
 
     def _release(self, partition: int) -> None:
@@ -327,16 +326,25 @@ class JournalTail:
     async def _follow(self) -> None:
         try:
             await self._read_on()
-        except (TailMismatch, NewerRecord) as exc:  # every wait fails with it from now on
+        except TailMismatch as exc:  # every wait fails with it from now on
             self._broken = exc
             self._fail_waiters(exc)
             raise
 
-    def _fail_waiters(self, exc: Exception) -> None:
+    def _fail_waiters(self, exc: Exception, partition: int | None = None) -> None:
         for waiters in self._waiters.values():
             for waiter in waiters:
-                if not waiter.future.done():
+                if not waiter.future.done() and partition in (None, waiter.partition):
                     waiter.future.set_exception(exc)
+
+    def _break(self, tail: _PartitionTail, exc: NewerRecord) -> None:
+        """A newer runstream's record, which this one can neither fold nor skip: the waits
+        on its partition fail with it from now on; the other partitions are followed on."""
+        log.error("%s", exc)
+        tail.broken = exc
+        assert self._consumer is not None
+        self._consumer.pause(TopicPartition(self.topic, tail.state.partition))
+        self._fail_waiters(exc, tail.state.partition)
 
     async def _read_on(self) -> None:
         assert self._consumer is not None
@@ -349,10 +357,15 @@ class JournalTail:
                 continue
             for tp, messages in batches.items():
                 tail = self._tails.get(tp.partition)
-                for m in messages:
-                    if tail is not None and m.offset >= tail.state.next_offset:
-                        self._on_record(tail, m.offset, m.key, m.value, m.headers,
-                                        m.timestamp)
+                if tail is None or tail.broken is not None:
+                    continue
+                try:
+                    for m in messages:
+                        if m.offset >= tail.state.next_offset:
+                            self._on_record(tail, m.offset, m.key, m.value, m.headers,
+                                            m.timestamp)
+                except NewerRecord as exc:
+                    self._break(tail, exc)
 
     def _on_record(self, tail: _PartitionTail, offset: int, key: bytes | None,
                    value: bytes | None, headers: Sequence[tuple[str, bytes]],
@@ -372,16 +385,18 @@ class JournalTail:
             return
         env = record.envelope
         if followed.verdict is None:  # a request
-            if env.request_id in self._expected and self._seen(
-                    tail.state.partition, offset, record, value, headers):
-                del self._expected[env.request_id]  # (kept as an answer from here)
+            request_id = env.request_id or ""
+            placed = (placed_request(record, value, headers)
+                      if request_id in self._expected else None)
+            if placed is not None:  # (kept as an answer from here)
+                del self._expected[request_id]
+                self._found(f"seen:{request_id}", Answer(tail.state.partition, offset, placed),
+                            value)
             return
         if followed.verdict in NOT_ACCEPTED:
             return
         if env.run_id:
-            self._remember_type(env.run_id, record.TYPE)
-            if record.TYPE == ev.RunTimedOut.TYPE:
-                self._mark_timed_out(env.run_id, tail.state.partition, offset)
+            self.passed.passed(env.run_id, record.TYPE, tail.state.partition, offset)
         if isinstance(record, Skimmed):  # (not an answer: those are decoded in full)
             return
         answer = Answer(tail.state.partition, offset, record)
@@ -395,20 +410,6 @@ class JournalTail:
             self._answer_waiters(f"created:{env.run_id}", answer)
         if record.TYPE in TERMINAL_TYPES:
             self._found(f"end:{env.run_id}", answer, value)
-
-    def _seen(self, partition: int, offset: int, record: JournalRecord | Skimmed, value: bytes,
-              headers: Sequence[tuple[str, bytes]]) -> bool:
-        """A relayed request the client expects landed at `offset` (False: bytes broken
-        inside its body, read only to its envelope so far, are a dead letter to every other
-        reader, and here too: it was never placed)."""
-        if isinstance(record, Skimmed):
-            try:
-                record = decode(value, headers)
-            except DecodeError:
-                return False
-        self._found(f"seen:{record.envelope.request_id}", Answer(partition, offset, record),
-                    value)
-        return True
 
     def _found(self, key: str, answer: Answer, value: bytes) -> None:
         answers = self._answers
@@ -435,16 +436,3 @@ class JournalTail:
         for waiter in self._waiters.get(key, []):
             if answer.offset >= waiter.from_offset and not waiter.future.done():
                 waiter.future.set_result(answer)
-
-    def _mark_timed_out(self, run_id: str, partition: int, offset: int) -> None:
-        self._timed_out[run_id] = (partition, offset)
-        while len(self._timed_out) > TIMED_OUT_KEPT:
-            _, (dropped_partition, dropped) = self._timed_out.popitem(last=False)
-            self._timed_out_dropped[dropped_partition] = max(
-                dropped, self._timed_out_dropped.get(dropped_partition, -1))
-
-    def _remember_type(self, run_id: str, record_type: str) -> None:
-        self.last_type[run_id] = record_type
-        self.last_type.move_to_end(run_id)
-        while len(self.last_type) > LAST_TYPES:
-            self.last_type.popitem(last=False)

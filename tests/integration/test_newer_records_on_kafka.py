@@ -1,8 +1,9 @@
 """A rolling upgrade's newer runstream wrote a record this one does not know: the worker
 stops before it instead of copying it to the dead letters and folding on without it (its
 partitions go to the group's other, newer, workers);
-nothing is applied past it, and a read model (every `runs` command) fails on it with one
-line (projections.poison.NewerRecord)."""
+nothing is applied past it, a client's waits on runs of its partition fail with it (those
+of other partitions are answered), and a read model (every `runs` command) fails on it with
+one line (projections.poison.NewerRecord)."""
 
 from __future__ import annotations
 
@@ -39,9 +40,9 @@ async def until_status(client: Client, run_id: str, status: RunStatus) -> None:
         await asyncio.sleep(0.2)
 
 
-def on_partition_0(prefix: str) -> str:
+def on_partition(prefix: str, partition: int) -> str:
     return next(run_id for i in range(1000) if run_partition(
-        run_id := f"{prefix}-{i}", TEST_JOURNAL_PARTITIONS) == 0)
+        run_id := f"{prefix}-{i}", TEST_JOURNAL_PARTITIONS) == partition)
 
 
 async def test_a_worker_and_a_rebuild_stop_before_a_newer_runstream_s_record(
@@ -53,9 +54,10 @@ async def test_a_worker_and_a_rebuild_stop_before_a_newer_runstream_s_record(
     try:
         async with Client(bootstrap_servers=bootstrap, namespace=namespace,
                           flows=[checkout, parked]) as client:
-            before = await client.create_run(checkout, {"order_id": "o1", "amount": 1})
+            before = await client.create_run(checkout, {"order_id": "o1", "amount": 1},
+                                             run_id=on_partition("before", 1))
             assert (await before.result(timeout=60)).order_id == "o1"
-            parked_run = await client.create_run(parked, None, run_id=on_partition_0("parked"))
+            parked_run = await client.create_run(parked, None, run_id=on_partition("parked", 0))
             await until_status(client, parked_run.run_id, RunStatus.suspended)
             waiting = asyncio.ensure_future(parked_run.result(timeout=60))
             await asyncio.sleep(1.0)  # (its tail follows the partition)
@@ -76,6 +78,12 @@ async def test_a_worker_and_a_rebuild_stop_before_a_newer_runstream_s_record(
             with pytest.raises(NewerRecord):
                 await asyncio.wait_for(waiting, timeout=60)
             assert time.monotonic() - began < 30
+            # ...and on that partition alone: the tail reads the others on, and a wait on
+            # a run of another partition is answered.
+            again = client.get_handle(before.run_id, flow=checkout)
+            assert (await again.result(timeout=30)).order_id == "o1"
+            with pytest.raises(NewerRecord):
+                await client.get_handle(parked_run.run_id).result(timeout=30)
     finally:
         await worker.stop()
     assert raised.value.at == (0, sent.offset)
