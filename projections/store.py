@@ -46,7 +46,8 @@ a rebuild can check a store at each of its checkpoints.
 
 Atomicity: every applied record goes into one WriteBatch with its partition's next offset
 and running hash, so a crash never half-applies a record. Inside `store.group()` the
-records of one consumer poll share that batch (reads see its pending writes), which takes
+records of one chunk of a consumer poll (engine.worker.slices) share that batch (reads see
+its pending writes), which takes
 the fixed cost of a RocksDB write, write-ahead log included, off each record. The WAL stays
 on: a worker killed with -9 restarts from what it had applied (not from offset 0), and
 RocksDB secondaries (read-model readers) see a primary's writes without a memtable flush.

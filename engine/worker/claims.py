@@ -50,6 +50,13 @@ class Claims:
     def __init__(self, owner: ClaimsOwner) -> None:
         self.owner = owner
         self._release_lock = asyncio.Lock()
+        # The group's listener turns begun: a poll taken before one is not applied on past
+        # it (engine.worker.slices), since each claim seeks its partition again.
+        self.rebalances = 0
+
+    def no_rebalance_since(self, turn: int) -> bool:
+        """No listener turn began since `rebalances` was `turn`."""
+        return self.rebalances == turn
 
     # claims
 
@@ -416,9 +423,11 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         self.claims = claims
 
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        self.claims.rebalances += 1
         await self.claims.release([tp.partition for tp in revoked], cause="rebalance")
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        self.claims.rebalances += 1
         if not self.claims.owner.stopping:
             await self.claims.claim([tp.partition for tp in assigned])
 

@@ -13,6 +13,9 @@ that moves the partition past its offset:
 2. the poll is applied with a gate: a dead letter the first pass did not foresee (a
    decision whose run an earlier record of the poll named but did not create) stops the
    poll's group there; it is copied, and the poll goes on from it.
+
+A "poll" here is what is applied in one RocksDB write: a chunk of a consumer poll
+(engine.worker.slices), up to CHUNK records.
 """
 
 from __future__ import annotations
@@ -121,7 +124,7 @@ class DeadLetterCopier:
         self.source_topic = source_topic
         self.metrics = metrics
         self._producer: AIOKafkaProducer | None = None
-        self.copied: set[tuple[int, int]] = set()  # acknowledged, this poll's: bounded by it
+        self.copied: set[tuple[int, int]] = set()  # acknowledged, this chunk's: bounded by it
         self.copies = 0  # acknowledged copies, all polls
 
     def alike(self) -> DeadLetterCopier:

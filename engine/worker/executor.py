@@ -297,6 +297,6 @@ class RunExecution(HandlerRunner):
         assert self.owner.store is not None
         if self.run_state().steps == 0:
             # A new run has no entries: skip the scan, which would also write the poll's
-            # pending batch early (one RocksDB write per activation instead of per poll).
+            # pending batch early (one RocksDB write per activation instead of per chunk).
             return ()
         return self.owner.store.entries(self.run.run_id)

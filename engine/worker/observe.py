@@ -14,7 +14,7 @@ Counting is O(runs in the partition), settled runs kept for the retention includ
 partition of 200,000 suspended runs took 1-2.5 s here, all of it with the event loop
 standing still, long enough for the watchdog to count a stall (and a larger one would
 outlast the group's session). So a partition of more than SYNC_COUNT_MAX_KEYS keys is
-counted off the loop: a RocksDB checkpoint frozen between two polls is one consistent
+counted off the loop: a RocksDB checkpoint frozen between two chunks is one consistent
 point, a thread counts its runs, and the changes applied after that point wait beside it
 (`pending`, per series) until the count is added in. Its gauges appear when that is done.
 """

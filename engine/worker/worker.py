@@ -66,7 +66,7 @@ from runstream.engine.worker.relay import Relay
 from runstream.engine.worker.retention import RetentionSweeper
 from runstream.engine.worker.sent import SentRecords
 from runstream.engine.worker.shutdown import CLOSE_TIMEOUT_S, bounded
-from runstream.engine.worker.slices import Chunk, PollSlicer
+from runstream.engine.worker.slices import PollSlicer
 from runstream.engine.worker.snapshots import DEFAULT_KEEP, SnapshotKeeper
 from runstream.engine.worker.sticky import StickyCache, sticky_size
 from runstream.engine.worker.supervise import supervise
@@ -128,13 +128,11 @@ class Worker:
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.source_id = ""
         self.concurrency = concurrency
-        # slots, round-robin across flows
-        self.admission = Admission.for_flows(concurrency, self.flows.values())
+        self.admission = Admission.for_flows(concurrency, self.flows.values())  # (round-robin)
         self.sticky = StickyCache(sticky_size(sticky_cache),  # suspended runs' handlers kept
                                   forget=lambda run_id: self.executions.pop(run_id, None))
         self.partitions = 0  # of the journal topic, for requests to other partitions
-        self.session_timeout_ms = session_timeout_ms
-        self.drain_timeout = drain_timeout
+        self.session_timeout_ms, self.drain_timeout = session_timeout_ms, drain_timeout
         self.lease_ms = lease_ms
         # Settled lineages leave the projection after `retention` (RUNSTREAM_RETENTION; 0:
         # never), journaled in each claim; tombstones after `tombstone_retention`.
@@ -374,9 +372,11 @@ class Worker:
         assert self._consumer is not None
         while not self._stopping:
             batches = await self._poller.poll(self._consumer, timeout_ms=200, max_records=2000)
+            turn = self.claims.rebalances  # (a rebalance begun since drops the rest of the poll)
             if read_back_waits(self.committer.busy, self.confirmations.awaited(), batches):
                 await self.committer.quiet(READ_BACK_DEFER_S)
-            await self.slicer.apply(batches, self._apply_chunk)
+            await self.slicer.apply(batches, lambda chunk: self._apply_poll(read_poll(
+                chunk, self.sent)), partial(self.claims.no_rebalance_since, turn))
             self.outbox.flush()
             self.observer.consumer_lag()
             if self.committer.failure is not None:
@@ -385,11 +385,11 @@ class Worker:
                 raise self._fatal
             await self.upkeep.commit_offsets()
 
-    async def _apply_chunk(self, messages: Chunk) -> None:
+    async def _apply_poll(self, records: list[Polled]) -> None:
         """Apply a poll's chunk (engine.worker.slices) in one RocksDB write, after its dead
         letters are copied (engine.worker.deadletters); one found only while applying splits it."""
         assert self.projector is not None and self.store is not None
-        records, start, stopping = read_poll(messages, self.sent), 0, lambda: self._stopping
+        start, stopping = 0, lambda: self._stopping
         self.dead_letters.new_poll()
         await self.dead_letters.copy(examine_poll(records, self.projector), stopping)
         while start < len(records):

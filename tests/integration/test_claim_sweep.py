@@ -26,6 +26,7 @@ from aiokafka import AIOKafkaProducer
 from runstream import Flow, FlowContext, Worker
 from runstream.engine.journal import Envelope, JournalRecord, encode
 from runstream.engine.journal import events as ev
+from runstream.engine.ops.verify import verify
 from runstream.engine.worker import heap
 from runstream.engine.worker.kafka_driver import group_generation
 from runstream.projections.state import RunStatus
@@ -237,3 +238,41 @@ async def test_a_big_poll_is_applied_in_chunks_with_the_loop_let_run_between_the
                if any(first < at <= last for at in seen)]
     assert halfway, f"the loop never ran inside a poll: polls {big}"
     assert worker.slicer.breaths > 0
+
+
+async def test_a_rebalance_begun_while_a_poll_is_half_applied_drops_its_rest_and_loses_nothing(
+        bootstrap: str, namespace: str, one_partition: str, tmp_path: Path) -> None:
+    """The group's listener may run between a poll's chunks: a claim then seeks the
+    partition to its projection's offset (after a snapshot load, perhaps) while the poll's
+    rest waits. The rest is dropped and read again: the worker's projection ends equal to
+    a rebuild of the journal, every record applied once."""
+    produced = await produce(bootstrap, one_partition, 5_000)
+    a = Worker(flows=[parked], data_dir=tmp_path / "a", bootstrap_servers=bootstrap,
+               namespace=namespace, sticky_cache=0, session_timeout_ms=SESSION_TIMEOUT_MS)
+    b = Worker(flows=[parked], data_dir=tmp_path / "b", bootstrap_servers=bootstrap,
+               namespace=namespace, sticky_cache=0, session_timeout_ms=SESSION_TIMEOUT_MS)
+    apply_chunk, chunks = a._apply_poll, [0]
+
+    async def held(records: Any) -> None:
+        """The third chunk of A's fold waits for a rebalance to begin: B joins."""
+        chunks[0] += 1
+        if chunks[0] == 3:
+            turn = a.claims.rebalances
+            await b.start()
+            await until(lambda: a.claims.rebalances > turn, "a rebalance", timeout=60)
+        await apply_chunk(records)
+
+    a._apply_poll = held  # type: ignore[method-assign]
+    await a.start()
+    try:
+        await until(lambda: a.slicer.dropped > 0, "the poll's rest dropped", timeout=120)
+        await b.stop()  # partition 0 comes back to A, if B had it
+        await until(lambda: a.projector is not None
+                    and a.projector.partition(0).next_offset >= produced,
+                    "A's fold", timeout=120)
+    finally:
+        await b.stop()
+        await a.stop()
+    report = await verify(bootstrap=bootstrap, namespace=namespace, data_dir=tmp_path / "a")
+    assert report.ok, report.as_dict()
+    assert report.records == report.partitions[0] >= produced

@@ -69,10 +69,27 @@ async def test_a_quick_poll_runs_without_a_yield() -> None:
         applied.append(len(chunk))
 
     await slicer.apply(poll({0: 9}), apply)
-    await slicer.apply({}, apply)
-    assert applied == [2, 2, 2, 2, 1] and slicer.breaths == 0
+    await slicer.apply({}, apply)  # (an empty poll is one empty chunk)
+    assert applied == [2, 2, 2, 2, 1, 0] and slicer.breaths == 0
 
 
 def test_a_chunk_holds_a_record() -> None:
     with pytest.raises(ValueError, match="at least one record"):
         PollSlicer(chunk=0)
+
+
+async def test_a_rebalance_begun_drops_the_rest_of_the_poll_even_its_first_chunk() -> None:
+    clock = Clock()
+    slicer = PollSlicer(chunk=2, slice_s=0.05, clock=clock)
+    applied: list[int] = []
+    rebalances = [0]
+
+    async def apply(chunk: Chunk) -> None:
+        applied.extend(m.offset for _, m in chunk)
+        if len(applied) == 4:
+            rebalances[0] += 1  # the listener ran while this chunk awaited
+
+    await slicer.apply(poll({0: 9}), apply, lambda: rebalances[0] == 0)
+    assert applied == [0, 1, 2, 3] and slicer.dropped == 5
+    await slicer.apply(poll({1: 3}), apply, lambda: False)  # began while the poll waited
+    assert applied == [0, 1, 2, 3] and slicer.dropped == 8
