@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from runstream.engine.errors import RunExpired
 from runstream.engine.journal import DecodeError, JournalRecord, Skimmed, decode
 from runstream.engine.journal import events as ev
 from runstream.engine.readmodel.lookups import expired_error
@@ -112,6 +113,22 @@ def raise_if_expired(view: View, key: str, run_id: str, from_offset: int) -> Non
         return
     if kind != "req" or from_offset < stone.expired_offset:
         raise expired_error(stone)
+
+
+def raise_if_forgotten(view: View, run_id: str, partition: int, from_offset: int) -> None:
+    """RunExpired when the read model applied the record at `from_offset`, which made the
+    run (its create request, or its creation), and holds nothing of the run: it settled,
+    expired, and its tombstone went after the tombstone retention, all before this wait
+    began; the tail follows on from past it, so the wait would last for ever. Something is
+    always left of a run whose answer is still to come: the run (a create request makes a
+    pending run, the request in its inbox), its tombstone, or its history (a rejection)."""
+    if (view.partition(partition).next_offset <= from_offset or view.run(run_id) is not None
+            or view.tombstone(run_id) is not None
+            or any(item.offset >= from_offset for item in view.history(run_id))):
+        return
+    raise RunExpired(run_id, f"expired, and its tombstone went too after the tombstone "
+                             f"retention: the projections keep nothing of it past partition "
+                             f"{partition} offset {from_offset}")
 
 
 def request_in(view: View, request_id: str, run_id: str, partition: int,

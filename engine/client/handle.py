@@ -56,6 +56,7 @@ class RunHandle:
     # A create sent to a requests topic: where the relay put it is looked up first (its
     # admission waited for ever when the relay refused it).
     _relayed: JournalRecord | None = None
+    _existed: bool = False  # the record at _from_offset made the run (an answer said so)
 
     async def admitted(self, timeout: float | None = None) -> None:
         """Wait until the owner admitted the run; raises IdentityConflict or CreateRejected.
@@ -86,7 +87,10 @@ class RunHandle:
             if isinstance(created, ev.RunCreateRejected):
                 raise _rejection(self.run_id, created)
             created_by = ev.RunCreated | ev.RunForked
-            self._from_offset = created.request_offset if isinstance(created, created_by) else 0
+            if isinstance(created, created_by):
+                self._from_offset, self._existed = created.request_offset, True
+            else:
+                self._from_offset = 0
             return self._from_offset
         if self._relayed is not None:
             record, self._relayed = self._relayed, None
@@ -96,7 +100,7 @@ class RunHandle:
         if isinstance(answer, ev.RunCreateRejected):
             raise _rejection(self.run_id, answer)
         assert isinstance(answer, ev.RunCreated)
-        self._from_offset = answer.request_offset
+        self._from_offset, self._existed = answer.request_offset, True
         return self._from_offset
 
     async def _admission_answer(self, partition: int) -> JournalRecord:
@@ -179,7 +183,8 @@ class RunHandle:
         # round itself, not its lineage's latest (which a lineage id names).
         exact = self.run_id if is_round(self.run_id) else f"{self.run_id}{ROUND_SEPARATOR}0"
         try:
-            record = await tail.settlement(partition, from_offset, self.run_id)
+            record = await tail.settlement(partition, from_offset, self.run_id,
+                                           existed=self._existed)
         except AnswerTrimmed:
             view = await (await self.client.read_model()).catch_up([partition])
             run = view.run(round_zero(exact))

@@ -31,6 +31,7 @@ from runstream.engine.client.answers import (
     lacks_bytes,
     placed_request,
     raise_if_expired,
+    raise_if_forgotten,
 )
 from runstream.engine.client.passed import PassedRuns
 from runstream.engine.errors import ClientClosed
@@ -168,8 +169,10 @@ class JournalTail:
 
     async def admission(self, partition: int, from_offset: int, request_id: str,
                         run_id: str) -> JournalRecord:
-        """The decision (created or rejected) that answers create request `request_id`."""
-        return (await self._wait(f"req:{request_id}", partition, from_offset, run_id)).record
+        """The decision (created or rejected) that answers create request `request_id`, which
+        the journal holds at `from_offset` (a run's, or a schedule change's: run id "")."""
+        return (await self._wait(f"req:{request_id}", partition, from_offset, run_id,
+                                 existed=bool(run_id))).record
 
     async def created(self, partition: int, from_offset: int, run_id: str) -> JournalRecord:
         """The run's creation (run.created, or run.forked); or the run.create-rejected that
@@ -185,9 +188,12 @@ class JournalTail:
                 return answer.record
             from_offset = answer.offset + 1
 
-    async def settlement(self, partition: int, from_offset: int, run_id: str) -> JournalRecord:
-        """The decision that ended run `run_id`: completed, failed or cancelled."""
-        return (await self._wait(f"end:{run_id}", partition, from_offset, run_id)).record
+    async def settlement(self, partition: int, from_offset: int, run_id: str, *,
+                         existed: bool = False) -> JournalRecord:
+        """The decision that ended run `run_id`: completed, failed or cancelled. `existed`:
+        the record at `from_offset` made the run (answers.raise_if_forgotten)."""
+        return (await self._wait(f"end:{run_id}", partition, from_offset, run_id,
+                                 existed=existed)).record
 
     def settled_as_passed(self, partition: int, from_offset: int, run_id: str) -> bool:
         """Whether the run's settlement is what its record says: the tail passed every
@@ -231,8 +237,8 @@ class JournalTail:
         finally:
             self._expected.pop(request_id, None)
 
-    async def _wait(self, key: str, partition: int, from_offset: int, run_id: str
-                    ) -> Answer:
+    async def _wait(self, key: str, partition: int, from_offset: int, run_id: str, *,
+                    existed: bool = False) -> Answer:
         await self.start()
         broken = self._broken or getattr(self._tails.get(partition), "broken", None)
         if broken is not None:
@@ -256,6 +262,8 @@ class JournalTail:
                 if found is not None:
                     return found
                 raise_if_expired(view, key, run_id, from_offset)
+                if existed:
+                    raise_if_forgotten(view, run_id, partition, from_offset)
             return await waiter.future
         finally:
             self._release(partition)

@@ -344,3 +344,37 @@ async def test_a_worker_whose_clock_runs_ahead_does_not_repeat_its_expiry_decisi
     decisions = [raw async for raw in read_partitions(bootstrap, journal, [home])
                  if isinstance(decode(raw.value, raw.headers), ev.PartitionRunsExpired)]
     assert 1 <= len(decisions) <= 4, len(decisions)
+
+
+async def test_a_handle_first_waited_on_after_its_run_and_tombstone_went_is_told_at_once(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path,
+) -> None:
+    """Nothing is left of a run in the projections when its handle first waits: it
+    settled, expired, and its tombstone went. The wait says so at once (RunExpired), where
+    it waited out its timeout: the tail follows on from past the answer, and the read model
+    has no trace of it (engine.client.answers.raise_if_forgotten)."""
+    w = Worker(flows=[*flows, checkout], data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
+               namespace=namespace, session_timeout_ms=6000, retention=timedelta(seconds=2),
+               tombstone_retention=timedelta(seconds=2))
+    await w.start()
+    ids = ("forgotten-result", "forgotten-admitted")
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=[*flows, checkout]) as c:
+            handles = [await c.create_run(checkout, CHECKOUT, run_id=run_id) for run_id in ids]
+            await until(lambda: all(w.current_run(run_id) is not None for run_id in ids),
+                        "the runs to be created", timeout=60)
+
+            def gone() -> bool:
+                assert w.store is not None
+                return all(w.current_run(run_id) is None and w.store.tombstone(run_id) is None
+                           for run_id in ids)
+            await until(gone, "the runs to expire and their tombstones to go", timeout=60)
+            began = asyncio.get_running_loop().time()
+            with pytest.raises(RunExpired, match="its tombstone went too"):
+                await handles[0].result(timeout=60)
+            with pytest.raises(RunExpired, match="its tombstone went too"):
+                await handles[1].admitted(timeout=60)
+            assert asyncio.get_running_loop().time() - began < 30
+    finally:
+        await w.stop()

@@ -69,9 +69,16 @@ def worker(bootstrap: str, namespace: str, data_dir: Path, **options: Any) -> Wo
 
 
 async def _fill(client: Client, count: int, prefix: str) -> None:
-    handles = [await client.create_run(checkout, {"order_id": f"{prefix}{n}", "amount": 1},
-                                       run_id=f"{prefix}{n}") for n in range(count)]
-    await asyncio.gather(*(_settled(h) for h in handles))
+    """Each run's wait begins as soon as it is created: with a 2 s retention and 2 s of
+    tombstone retention, a run waited for only after all 400 were created (slowly, beside
+    the rest of the suite) had left nothing behind by then (engine.client.answers
+    .raise_if_forgotten: RunExpired, not its completion)."""
+    waits = []
+    for n in range(count):
+        handle = await client.create_run(checkout, {"order_id": f"{prefix}{n}", "amount": 1},
+                                         run_id=f"{prefix}{n}")
+        waits.append(asyncio.ensure_future(_settled(handle)))
+    await asyncio.gather(*waits)
 
 
 async def _settled(handle: RunHandle) -> None:
