@@ -30,9 +30,10 @@ def run_cli(group: click.Group) -> None:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
+    except click.UsageError as exc:  # (click's own three lines: usage, a hint, the error)
+        _fail(f"{exc.format_message()} (see `{_command_of(exc.ctx)} --help`)", exc.exit_code)
     except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
+        _fail(exc.format_message(), exc.exit_code)
     except BrokerConnectionFailed as exc:
         _fail(str(exc), EXIT_CONNECTION)
     except (UserError, RunstreamError) as exc:
@@ -55,6 +56,15 @@ def run_cli(group: click.Group) -> None:
         # A backstop: input is checked where it enters, but a file, a setting or an
         # address the checks missed still ends the command with one line.
         _fail(_one_line(exc), EXIT_USER)
+
+
+def _command_of(ctx: click.Context | None) -> str:
+    """The command a usage error is about, as the user types it ("runstream runs list")."""
+    names: list[str] = []
+    while ctx is not None and ctx.parent is not None:
+        names.insert(0, ctx.info_name or "")
+        ctx = ctx.parent
+    return " ".join(["runstream", *names])
 
 
 def _one_line(exc: BaseException) -> str:

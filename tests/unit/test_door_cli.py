@@ -92,12 +92,11 @@ def one_line_error(result: Result) -> str:
 
 
 def click_error(result: Result, option: str) -> str:
-    """A usage error click reports for an option (its own format, exit 2)."""
-    assert result.code == EXIT_USER, result
-    assert "Traceback" not in result.err, result.err
-    last = result.err.strip().splitlines()[-1]
-    assert last.startswith(f"Error: Invalid value for '{option}'"), result.err
-    return last
+    """A usage error click finds in an option, in one line as every other error (exit 2)."""
+    line = one_line_error(result)
+    assert line.startswith(f"error: Invalid value for '{option}'"), result.err
+    assert line.endswith("--help`)"), line
+    return line
 
 
 # ---- 1. timeouts -----------------------------------------------------------------------------
@@ -117,6 +116,16 @@ def test_a_drain_timeout_must_be_finite(
     line = one_line_error(runstream("worker", "--app", APP, "--data-dir", str(tmp_path / "w"),
                                     "--drain-timeout", "nan"))
     assert "--drain-timeout" in line
+
+
+def test_click_s_usage_errors_are_one_line_naming_the_help_to_read(runstream: Any) -> None:
+    """Click prints three lines (usage, a hint, the error); every other error is one."""
+    line = one_line_error(runstream("runs", "list", "--bogus"))
+    assert line == "error: No such option '--bogus'. (see `runstream runs list --help`)"
+    line = one_line_error(runstream("nosuch"))
+    assert line == "error: No such command 'nosuch'. (see `runstream --help`)"
+    line = one_line_error(runstream("run", "status"))
+    assert "Missing argument" in line and line.endswith("(see `runstream run status --help`)")
 
 
 # ---- 5. what used to end in a traceback ------------------------------------------------------
