@@ -117,7 +117,7 @@ class RunHandle:
                 done, _ = await asyncio.wait([waiting], timeout=EXPIRED_CHECK_S)
                 if done:
                     return waiting.result()
-                view = await (await self.client.read_model()).catch_up()
+                view = await (await self.client.read_model()).catch_up([partition])
                 stone = view.tombstone(self.run_id) if view.run(self.run_id) is None else None
                 if stone is not None and stone.expired_offset < self.request_offset:
                     raise expired_create(stone)

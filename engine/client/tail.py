@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -33,7 +32,7 @@ from runstream.engine.client.answers import (
     raise_if_expired,
     raise_if_forgotten,
 )
-from runstream.engine.client.passed import PassedRuns
+from runstream.engine.client.passed import AnswerCache, PassedRuns
 from runstream.engine.errors import ClientClosed
 from runstream.engine.journal import JournalRecord, Skimmed, decode
 from runstream.engine.journal import events as ev
@@ -51,10 +50,6 @@ log = logging.getLogger("runstream.tail")
 # RUNSTREAM_CHECK_TAIL=1 (the test suite sets it): fold every record the tail reads through
 # the reducer as well, decoded in full, and stop following on any difference.
 CHECK_ENV = "RUNSTREAM_CHECK_TAIL"
-# Answers the tail keeps after passing them (admission and settlement of recent runs); an
-# evicted one is looked up in the read model instead.
-ANSWER_CACHE = 100_000
-ANSWER_CACHE_BYTES = 64 * 1024 * 1024  # ...and their bytes at most (a payload is up to 1 MB)
 # Relayed requests the tail looks out for (their ids): those sent and not seen yet. A create
 # whose handle is never waited on is seen only if its partition is followed meanwhile.
 MAX_EXPECTED = 100_000
@@ -71,14 +66,6 @@ class _PartitionTail:
     start: int  # the read model had applied everything before this offset
     state: PartitionState  # the partition's own state, folded by the reducer
     evicted_up_to: int = -1  # highest offset of an answer dropped from the cache
-    broken: NewerRecord | None = None  # a newer runstream's record: followed no further
-
-
-# An answer kept after it was passed: (partition, offset, the record's bytes), decoded again
-# for a waiter that comes later. Not the decoded record: a tuple of ints and bytes is one
-# object the collector stops tracking, where a decoded answer is three it walks on every
-# full collection of the client's process (up to ANSWER_CACHE of them).
-_Kept = tuple[int, int, bytes]
 
 
 @dataclass
@@ -97,8 +84,8 @@ class JournalTail:
     It also finds where a relayed request landed in the journal (`placed`): the client
     names the request ids it sent (`expect`) before sending them.
 
-    Bounds: `_tails` and `_waiting` one entry per partition; `_answers` ANSWER_CACHE and
-    ANSWER_CACHE_BYTES;
+    Bounds: `_tails`, `_waiting` and `_newer` one entry per partition; `_answers` its own
+    (engine.client.passed);
     `_waiters` the callers waiting right now; `_expected` the relayed requests in flight,
     MAX_EXPECTED; `passed` (engine.client.passed) its own.
     """
@@ -113,14 +100,14 @@ class JournalTail:
         self._consumer: AIOKafkaConsumer | None = None
         self._task: asyncio.Task[None] | None = None
         self._tails: dict[int, _PartitionTail] = {}
-        self._answers: OrderedDict[str, _Kept] = OrderedDict()
-        self._answer_bytes = 0  # of the records `_answers` keeps
+        self._answers = AnswerCache()
         self._waiters: dict[str, list[_Waiter]] = {}
         self._waiting: dict[int, int] = {}  # partition -> waiters on it now
         self.passed = PassedRuns()
         self._lock = asyncio.Lock()
         self._check = os.environ.get(CHECK_ENV) == "1"
         self._broken: TailMismatch | None = None  # (a newer record breaks one partition)
+        self._newer: dict[int, NewerRecord] = {}  # partitions broken so, one entry each
         self.partitions = 0
         # Read-model catch-ups are shared: a waiter needs one that started after it
         # registered, and one catch-up serves every waiter registered before it started.
@@ -240,12 +227,10 @@ class JournalTail:
     async def _wait(self, key: str, partition: int, from_offset: int, run_id: str, *,
                     existed: bool = False) -> Answer:
         await self.start()
-        broken = self._broken or getattr(self._tails.get(partition), "broken", None)
-        if broken is not None:
-            raise broken
         known = self._answers.get(key)
         if known is not None and known[1] >= from_offset:
             return Answer(known[0], known[1], decode(known[2]))
+        self._raise_if_broken(partition)
         waiter = _Waiter(key, from_offset, partition)
         self._waiters.setdefault(key, []).append(waiter)
         ticket = self._next_ticket()
@@ -255,6 +240,7 @@ class JournalTail:
             if tail is None or from_offset <= max(tail.start - 1, tail.evicted_up_to):
                 # The answer may lie where only the read model has it.
                 view = await self._view_after(ticket, partition)
+                self._raise_if_broken(partition)  # (met by that catch-up, perhaps)
                 self._follow_from(view, partition)
                 if lacks_bytes(view, run_id, from_offset):  # loaded from a snapshot
                     view = await (await self._read_model()).complete(view, [run_id])
@@ -278,8 +264,7 @@ class JournalTail:
     def _hold(self, partition: int) -> None:
         """A waiter on `partition`: follow it (again) from where the tail stopped."""
         self._waiting[partition] = self._waiting.get(partition, 0) + 1
-        tail = self._tails.get(partition)
-        if tail is not None and tail.broken is None and self._consumer is not None:
+        if partition in self._tails and partition not in self._newer and self._consumer:
             self._consumer.resume(TopicPartition(self.topic, partition))
 
     def _release(self, partition: int) -> None:
@@ -317,8 +302,16 @@ class JournalTail:
             self._catching = asyncio.create_task(self._catch_up(self._catching_partitions))
 
     async def _catch_up(self, partitions: frozenset[int]) -> View:
+        """A catch-up of `partitions`; one that meets a newer runstream's record breaks
+        that partition alone (`_break`) and is made again without it."""
         model = await self._read_model()
-        return await model.catch_up(sorted(partitions))
+        while True:
+            try:
+                return await model.catch_up(sorted(partitions - self._newer.keys()))
+            except NewerRecord as exc:
+                if exc.at is None or exc.at[0] not in partitions - self._newer.keys():
+                    raise
+                self._break(exc.at[0], exc)
 
     def _follow_from(self, view: View, partition: int) -> None:
         """Start following `partition` where the read model stands, if not yet."""
@@ -345,14 +338,22 @@ class JournalTail:
                 if not waiter.future.done() and partition in (None, waiter.partition):
                     waiter.future.set_exception(exc)
 
-    def _break(self, tail: _PartitionTail, exc: NewerRecord) -> None:
-        """A newer runstream's record, which this one can neither fold nor skip: the waits
-        on its partition fail with it from now on; the other partitions are followed on."""
+    def _raise_if_broken(self, partition: int) -> None:
+        broken = self._broken or self._newer.get(partition)
+        if broken is not None:
+            raise broken
+
+    def _break(self, partition: int, exc: NewerRecord) -> None:
+        """A newer runstream's record, met by the tail or a read-model catch-up, which this
+        one can neither fold nor skip: the waits on its partition fail with it from now on;
+        the other partitions are followed on."""
+        if partition in self._newer:
+            return
         log.error("%s", exc)
-        tail.broken = exc
-        assert self._consumer is not None
-        self._consumer.pause(TopicPartition(self.topic, tail.state.partition))
-        self._fail_waiters(exc, tail.state.partition)
+        self._newer[partition] = exc
+        if partition in self._tails and self._consumer is not None:
+            self._consumer.pause(TopicPartition(self.topic, partition))
+        self._fail_waiters(exc, partition)
 
     async def _read_on(self) -> None:
         assert self._consumer is not None
@@ -365,7 +366,7 @@ class JournalTail:
                 continue
             for tp, messages in batches.items():
                 tail = self._tails.get(tp.partition)
-                if tail is None or tail.broken is not None:
+                if tail is None or tp.partition in self._newer:
                     continue
                 try:
                     for m in messages:
@@ -373,7 +374,7 @@ class JournalTail:
                             self._on_record(tail, m.offset, m.key, m.value, m.headers,
                                             m.timestamp)
                 except NewerRecord as exc:
-                    self._break(tail, exc)
+                    self._break(tp.partition, exc)
 
     def _on_record(self, tail: _PartitionTail, offset: int, key: bytes | None,
                    value: bytes | None, headers: Sequence[tuple[str, bytes]],
@@ -412,7 +413,7 @@ class JournalTail:
             self._found(f"req:{env.request_id}", answer, value)
         if isinstance(record, ev.RunCreated | ev.RunForked):  # a fork is created by its owner
             if not getattr(record, "duplicate", False):
-                self._new_life(env.run_id, offset)
+                self._answers.new_life(env.run_id, offset)
             self._found(f"created:{env.run_id}", answer, value)
         elif isinstance(record, ev.RunCreateRejected):  # (not kept: `created` judges it)
             self._answer_waiters(f"created:{env.run_id}", answer)
@@ -420,25 +421,10 @@ class JournalTail:
             self._found(f"end:{env.run_id}", answer, value)
 
     def _found(self, key: str, answer: Answer, value: bytes) -> None:
-        answers = self._answers
-        if key not in answers:  # the first accepted answer stands, as in the reducer
-            answers[key] = (answer.partition, answer.offset, value)
-            self._answer_bytes += len(value)
-            while len(answers) > ANSWER_CACHE or self._answer_bytes > ANSWER_CACHE_BYTES:
-                _, (partition, offset, dropped) = answers.popitem(last=False)
-                self._answer_bytes -= len(dropped)
-                tail = self._tails[partition]
-                tail.evicted_up_to = max(tail.evicted_up_to, offset)
+        for partition, offset in self._answers.keep(key, answer.partition, answer.offset, value):
+            tail = self._tails[partition]
+            tail.evicted_up_to = max(tail.evicted_up_to, offset)
         self._answer_waiters(key, answer)
-
-    def _new_life(self, run_id: str, offset: int) -> None:
-        """The run was created at `offset`: answers kept from an earlier life of its id (one
-        used again once its tombstone went) are not its answers."""
-        for key in (f"created:{run_id}", f"end:{run_id}"):
-            kept = self._answers.get(key)
-            if kept is not None and kept[1] < offset:
-                del self._answers[key]
-                self._answer_bytes -= len(kept[2])
 
     def _answer_waiters(self, key: str, answer: Answer) -> None:
         for waiter in self._waiters.get(key, []):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from runstream import Client, RunHandle, Worker
-from runstream.engine.client import tail as tail_module
+from runstream.engine.client import passed as passed_module
 from runstream.engine.demo.flows import checkout
 from runstream.projections.state import RunStatus
 
@@ -44,7 +44,7 @@ async def test_result_returns_even_after_its_answer_left_the_cache(
 ) -> None:
     """Defect 3: the tail kept answers in an LRU and never re-read what it passed, so a
     waiter whose answer was evicted waited forever. Now it asks the read model."""
-    monkeypatch.setattr(tail_module, "ANSWER_CACHE", 3)
+    monkeypatch.setattr(passed_module, "ANSWER_CACHE", 3)
     async with _worker_and_client(bootstrap, namespace, tmp_path / "w") as client:
         first = await client.create_run(checkout, {"order_id": "first", "amount": 1},
                                         run_id="first")

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from runstream import Client, Flow, FlowContext, RunStatus, Worker
+from runstream import Client, Flow, FlowContext, ResultTimeout, RunStatus, Worker
 from runstream.engine.demo.flows import checkout
 from runstream.engine.ops.deadletters import list_dead_letters
 from runstream.projections.partitioning import run_partition
@@ -102,3 +102,38 @@ async def test_a_worker_and_a_rebuild_stop_before_a_newer_runstream_s_record(
     [line] = [line for line in listed.stderr.splitlines() if line.startswith("error")]
     assert line.startswith(f"error: partition 0 offset {sent.offset} holds a "
                            f"run.something-newer record"), listed.stderr
+
+
+async def _newer_on_partition_0(bootstrap: str, journal: str) -> None:
+    value, headers = from_a_newer_runstream(create("from-the-future", "q-future"))
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    try:
+        await producer.send_and_wait(journal, key=b"from-the-future", partition=0,
+                                     value=value, headers=headers)
+    finally:
+        await producer.stop()
+
+
+async def test_a_read_model_catch_up_that_meets_a_newer_record_breaks_its_partition_alone(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path) -> None:
+    """Waits on three partitions share the tail's read-model catch-ups; the one that meets
+    the newer record on partition 0 fails partition 0's waits only, the others wait on."""
+    await _newer_on_partition_0(bootstrap, journal)
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                      read_model_dir=tmp_path / "rm") as client:
+        tail = client._tail
+        await tail.start()
+        waits = [asyncio.ensure_future(tail.settlement(p, 0, on_partition("waits", p)))
+                 for p in (2, 1, 0)]
+        done = await asyncio.gather(*(asyncio.wait_for(asyncio.shield(w), 5) for w in waits),
+                                    return_exceptions=True)
+        for wait in waits:
+            wait.cancel()
+        assert [type(outcome).__name__ for outcome in done] == [
+            "TimeoutError", "TimeoutError", "NewerRecord"]
+        # An unanswered create on partition 1 (no worker runs) is checked against its own
+        # partition's read model after EXPIRED_CHECK_S, not every partition's.
+        handle = await client.create_run("no-worker-flow", {}, run_id=on_partition("h", 1))
+        with pytest.raises(ResultTimeout):
+            await handle.admitted(timeout=8)

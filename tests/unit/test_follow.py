@@ -208,12 +208,12 @@ def test_the_answers_kept_are_bounded_by_their_bytes(monkeypatch: pytest.MonkeyP
     """Every admission and settlement the tail passes is kept for a later waiter, for every
     run of the partitions it follows: 100,000 of them at up to 1 MB each was a bound of
     100 GB. Their bytes are bounded too, the oldest going first (to the read model)."""
-    from runstream.engine.client import tail as tail_module
+    from runstream.engine.client import passed as passed_module
 
     async def no_read_model() -> ReadModel:
         raise AssertionError("not asked")
 
-    monkeypatch.setattr(tail_module, "ANSWER_CACHE_BYTES", 200_000)
+    monkeypatch.setattr(passed_module, "ANSWER_CACHE_BYTES", 200_000)
     owner = Writer("owner")
     tail = JournalTail("127.0.0.1:1", "t", no_read_model)
     partition = _PartitionTail(start=0, state=PartitionState(partition=0))
@@ -226,5 +226,5 @@ def test_the_answers_kept_are_bounded_by_their_bytes(monkeypatch: pytest.MonkeyP
         tail._on_record(partition, offset, record.envelope.lineage_id.encode(), value,
                         headers, 1_700_000_000_000 + offset)
     kept = sum(len(value) for _, _, value in tail._answers.values())
-    assert kept == tail._answer_bytes <= 200_000 and len(tail._answers) < 20
+    assert kept == tail._answers.kept_bytes <= 200_000 and len(tail._answers) < 20
     assert partition.evicted_up_to > 0 and "end:r19" in tail._answers
