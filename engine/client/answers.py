@@ -89,7 +89,8 @@ def answer_in(view: View, key: str, run_id: str, partition: int,
         if item.raw is None:  # (its bytes were fetched before this: the broker has none)
             # (not the previous round's handoff, kept in this round's history with the
             # state it made: it does not end this round)
-            trimmed = trimmed or (kind in ("created", "end") and bool(run_id)
+            # (a create's answer too: its handle waited for ever for a record gone)
+            trimmed = trimmed or (kind in ("req", "created", "end") and bool(run_id)
                                   and item.seed is None)
             continue
         record = decode(item.raw)

@@ -96,7 +96,12 @@ class RunHandle:
             record, self._relayed = self._relayed, None
             self.request_offset = await self.client.relayed_offset(
                 partition, self.request_offset, record)
-        answer = await self._admission_answer(partition)
+        try:
+            answer = await self._admission_answer(partition)
+        except AnswerTrimmed:  # (the journal's retention deleted it: the run's state answers)
+            run = await self.client.describe(self.run_id)  # (RunExpired, RunNotFound)
+            self._from_offset, self._existed = run.request_offset, True
+            return self._from_offset
         if isinstance(answer, ev.RunCreateRejected):
             raise _rejection(self.run_id, answer)
         assert isinstance(answer, ev.RunCreated)

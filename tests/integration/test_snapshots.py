@@ -412,10 +412,14 @@ async def test_a_fresh_read_model_of_a_trimmed_journal_starts_from_its_snapshots
     and each partition holds fewer records than RUNSTREAM_SNAPSHOT_EVERY (100,000 by
     default): a fresh read model folded from offset 0, not far enough behind to try a
     snapshot, and every query, `runs list` and the UI failed for good with "no snapshot
-    covers them". It loads the snapshot where the broker deleted what it lacks."""
-    async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=FLOWS) as c:
-        await c.create_run(waiter, {}, run_id="trimmed-waiter")  # (admitted by the worker)
-        await c.create_run(relayer, {}, run_id="trimmed-relay")  # (its round 1 waits)
+    covers them". It loads the snapshot where the broker deleted what it lacks. The handles
+    their creates gave, first waited on after the trim, are answered (their creation's
+    record gone: the run's state answers), where they waited for ever."""
+    creator = Client(bootstrap_servers=bootstrap, namespace=namespace, flows=FLOWS,
+                     read_model_dir=tmp_path / "creator")
+    await creator.start()
+    waiting = await creator.create_run(waiter, {}, run_id="trimmed-waiter")  # (admitted...
+    relaying = await creator.create_run(relayer, {}, run_id="trimmed-relay")  # ...round 1 waits)
     await _snapshotted(bootstrap, namespace, tmp_path / "a", 240, "trimmed-")
     anchors = {}
     for p in range(TEST_JOURNAL_PARTITIONS):
@@ -443,12 +447,15 @@ async def test_a_fresh_read_model_of_a_trimmed_journal_starts_from_its_snapshots
             await fresh.signal("trimmed-relay", "go", "relayed")
             assert await fresh.get_handle("trimmed-relay").result(timeout=60, follow=True) \
                 == {"got": "relayed"}
+            assert await waiting.result(timeout=30) == {"got": "after the trim"}
+            assert await relaying.result(timeout=30, follow=True) == {"got": "relayed"}
         for command in (("runs", "list", "--json"), ("run", "result", "trimmed-7", "--json")):
             shown = await cli(*command, bootstrap=bootstrap, namespace=namespace,
                               cache=tmp_path / "cli-cache")
             assert shown.code == 0, (command, shown.err)
     finally:
         await later.stop()
+        await creator.close()
 
 
 async def test_a_worker_needing_deleted_records_loads_a_snapshot_whatever_its_interval(
