@@ -41,9 +41,17 @@ class HistoryRow:
                 "source": self.source, "epoch": self.epoch, "detail": self.detail}
 
 
+DELETED = "its record was deleted (the journal's retention)"
+
+
 def history_rows(items: Iterable[HistoryEntry]) -> list[HistoryRow]:
-    """The rows `run history` prints for these history items."""
-    return [_row(item, record_of(item)) for item in items]
+    """The rows `run history` prints for these history items. An item whose record the
+    journal's retention deleted (below the snapshot a read model began from) is a row of
+    what the item itself holds, where the whole history failed with one line."""
+    return [_row(item, record_of(item)) if item.record is not None or item.raw is not None
+            else HistoryRow(item.partition, item.offset, item.timestamp_ms, item.type,
+                            item.verdict.value, None, None, {"error": DELETED})
+            for item in items]
 
 
 # A schedule record's fields worth a row (its instants as ISO times, by their names less _ms).

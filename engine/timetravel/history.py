@@ -17,7 +17,7 @@ from runstream.engine.errors import RunNotFound
 from runstream.engine.journal import DecodeError
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.timetext import iso_time
-from runstream.engine.readmodel.rows import HistoryRow, history_rows
+from runstream.engine.readmodel.rows import DELETED, HistoryRow, history_rows
 from runstream.engine.readmodel.view import View
 from runstream.projections.poison import DEAD_LETTER_TYPE_PREFIX, Poison, examine, reason_of
 from runstream.projections.replay import (
@@ -116,7 +116,7 @@ def partition_history(view: View, partition: int) -> list[PartitionRow]:
             epoch += claimed
             rows.append(PartitionRow(partition, item.offset, item.timestamp_ms, item.type,
                                      item.verdict.value, epoch=epoch if claimed else None,
-                                     error="its record was deleted (the journal's retention)"))
+                                     error=DELETED))
             continue
         try:
             record = record_of(item)
@@ -166,7 +166,8 @@ _UNMARKED = frozenset({"applied", "unjudged"})
 def format_history(rows: list[HistoryRow]) -> list[str]:
     lines = []
     for row in rows:
-        who = f"{row.source[:8]}@e{row.epoch}" if row.source else "request"
+        who = (f"{row.source[:8]}@e{row.epoch}" if row.source
+               else "(deleted)" if row.detail.get("error") == DELETED else "request")
         # (an expired run's rows, read back from the journal, carry no verdict: unjudged)
         mark = "" if row.verdict in _UNMARKED else f"  [{row.verdict.upper()}]"
         detail = " ".join(f"{k}={_short(v)}" for k, v in row.detail.items())

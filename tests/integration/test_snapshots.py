@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from runstream.engine.kafka.admin import topic_configs
 from runstream.engine.kafka.reader import reader_consumer
 from runstream.engine.kafka.snapshots import list_manifests, read_chunks
 from runstream.engine.ops import verify as integrity
+from runstream.engine.readmodel.rows import DELETED
 from runstream.engine.worker.snapshot_reader import CHILD_MIN_KEYS_ENV
 from runstream.projections.snapshot import Manifest, chunk_key, manifest_key
 from tests.conftest import TEST_JOURNAL_PARTITIONS
@@ -449,10 +451,16 @@ async def test_a_fresh_read_model_of_a_trimmed_journal_starts_from_its_snapshots
                 == {"got": "relayed"}
             assert await waiting.result(timeout=30) == {"got": "after the trim"}
             assert await relaying.result(timeout=30, follow=True) == {"got": "relayed"}
-        for command in (("runs", "list", "--json"), ("run", "result", "trimmed-7", "--json")):
+        for command in (("runs", "list", "--json"), ("run", "result", "trimmed-7", "--json"),
+                        ("run", "history", "trimmed-waiter", "--json")):
             shown = await cli(*command, bootstrap=bootstrap, namespace=namespace,
                               cache=tmp_path / "cli-cache")
             assert shown.code == 0, (command, shown.err)
+        # Its history: the records the journal still holds, and a row for each deleted one
+        # (where the whole command failed with one line).
+        rows = json.loads(shown.out)
+        deleted = [row for row in rows if row["detail"].get("error") == DELETED]
+        assert deleted and rows[0] in deleted and rows[-1]["type"] == "run.completed", rows
     finally:
         await later.stop()
         await creator.close()
