@@ -127,9 +127,14 @@ def raise_if_forgotten(view: View, run_id: str, partition: int, from_offset: int
             or view.tombstone(run_id) is not None
             or any(item.offset >= from_offset for item in view.history(run_id))):
         return
-    raise RunExpired(run_id, f"expired (or was rejected), and its tombstone went too after "
-                             f"the tombstone retention: the projections keep nothing of it "
-                             f"past partition {partition} offset {from_offset}")
+    raise forgotten(run_id, partition, from_offset)
+
+
+def forgotten(run_id: str, partition: int, from_offset: int) -> RunExpired:
+    """What answers a wait for a run that existed past `from_offset` and left nothing."""
+    return RunExpired(run_id, f"expired (or was rejected), and its tombstone went too after "
+                              f"the tombstone retention: the projections keep nothing of it "
+                              f"past partition {partition} offset {from_offset}")
 
 
 def request_in(view: View, request_id: str, run_id: str, partition: int,

@@ -7,14 +7,16 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from runstream.engine.client.answers import AnswerTrimmed
+from runstream.engine.client.answers import AnswerTrimmed, forgotten
 from runstream.engine.config import wait_seconds
 from runstream.engine.errors import (
     CreateRejected,
     IdentityConflict,
     ResultTimeout,
     RunCancelled,
+    RunExpired,
     RunFailed,
+    RunNotFound,
     RunstreamError,
     run_failure,
 )
@@ -204,7 +206,14 @@ class RunHandle:
         if not isinstance(record, ev.RunHandedOff) and tail.settled_as_passed(
                 partition, from_offset, self.run_id):
             return record, None
-        return record, await self.client.describe(exact)
+        try:
+            return record, await self.client.describe(exact)
+        except RunExpired:
+            raise
+        except RunNotFound:  # (an answer kept from before the run left: not the round id)
+            if not self._existed:
+                raise
+            raise forgotten(self.run_id, partition, from_offset) from None
 
     def _outcome(self, record: JournalRecord) -> Any:
         if isinstance(record, ev.RunHandedOff):

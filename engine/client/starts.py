@@ -23,7 +23,7 @@ from runstream.engine.journal.input_limits import (
     check_run_id,
     check_text,
 )
-from runstream.engine.journal.records import request_envelope
+from runstream.engine.journal.records import is_round, request_envelope
 from runstream.engine.kafka.requests_topic import RequestProducer
 from runstream.engine.observability.tracing import carrier
 from runstream.engine.readmodel.model import ReadModel
@@ -154,5 +154,11 @@ class StartCalls:
             await RunHandle(client, run_id=run.run_id, flow=run.flow, partition=partition,
                             request_offset=run.request_offset,
                             request_id=run.request_id).admitted(timeout=ADMISSION_TIMEOUT_S)
+        # An admitted run (round 0, not a fork): its creation is known, so its handle waits
+        # for the settlement alone, and a run that leaves nothing behind meanwhile says so
+        # (engine.client.answers.raise_if_forgotten) where waiting for its creation from
+        # offset 0 lasted until the timeout.
+        known = not is_round(run.run_id) and run.fork is None
         return RunHandle(client, run_id=run.run_id, flow=run.flow, partition=partition,
-                         request_offset=offset, request_id=None)
+                         request_offset=offset, request_id=None,
+                         _from_offset=run.request_offset if known else None, _existed=known)

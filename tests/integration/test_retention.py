@@ -378,3 +378,41 @@ async def test_a_handle_first_waited_on_after_its_run_and_tombstone_went_is_told
             assert asyncio.get_running_loop().time() - began < 30
     finally:
         await w.stop()
+
+
+async def test_handles_of_runs_known_to_exist_say_when_nothing_is_left_of_them(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path,
+) -> None:
+    """Two more handles that know their run existed, asked after it expired and its
+    tombstone went: signal-with-start's on a run that was there (it waited for the run's
+    creation from offset 0, to its timeout), and a create's whose round 0 handoff the tail
+    had passed (it said RunNotFound of `<id>~0`, an id never typed)."""
+    w = Worker(flows=flows, data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
+               namespace=namespace, session_timeout_ms=6000, retention=timedelta(seconds=2),
+               tombstone_retention=timedelta(seconds=2))
+    await w.start()
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows) as c:
+            signalled = await c.create_run(looper, {"n": 1}, run_id="signalled-gone")
+            await signalled.admitted(timeout=60)
+            started = await c.signal_with_start(looper, {"n": 1}, run_id="signalled-gone",
+                                                signal="finish", signal_payload="done")
+            handed = await c.create_run(looper, {"n": 0}, run_id="handed-gone")
+            assert (await handed.result(timeout=60)).run_id == "handed-gone~1"  # (passed)
+            await c.signal("handed-gone", "finish", "done")
+            ids = ("signalled-gone", "handed-gone", "handed-gone~1")
+
+            def gone() -> bool:
+                assert w.store is not None
+                return all(w.current_run(run_id) is None and w.store.tombstone(run_id) is None
+                           for run_id in ids)
+            await until(gone, "the runs to expire and their tombstones to go", timeout=60)
+            began = asyncio.get_running_loop().time()
+            with pytest.raises(RunExpired, match="its tombstone went too"):
+                await started.result(timeout=60)
+            for follow in (False, True):
+                with pytest.raises(RunExpired, match="its tombstone went too"):
+                    await handed.result(timeout=60, follow=follow)
+            assert asyncio.get_running_loop().time() - began < 30
+    finally:
+        await w.stop()
