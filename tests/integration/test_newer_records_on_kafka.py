@@ -61,15 +61,7 @@ async def test_a_worker_and_a_rebuild_stop_before_a_newer_runstream_s_record(
             await until_status(client, parked_run.run_id, RunStatus.suspended)
             waiting = asyncio.ensure_future(parked_run.result(timeout=60))
             await asyncio.sleep(1.0)  # (its tail follows the partition)
-            value, headers = from_a_newer_runstream(create("from-the-future", "q-future"))
-            producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
-            await producer.start()
-            try:
-                sent = await producer.send_and_wait(
-                    journal, key=b"from-the-future", partition=0,
-                    value=value, headers=headers)
-            finally:
-                await producer.stop()
+            sent = await _newer_on_partition_0(bootstrap, journal)
             with pytest.raises(NewerRecord) as raised:
                 await asyncio.wait_for(asyncio.shield(running), timeout=60)
             # The client's tail met it too: the wait on a run of that partition fails at
@@ -104,13 +96,14 @@ async def test_a_worker_and_a_rebuild_stop_before_a_newer_runstream_s_record(
                            f"run.something-newer record"), listed.stderr
 
 
-async def _newer_on_partition_0(bootstrap: str, journal: str) -> None:
+async def _newer_on_partition_0(bootstrap: str, journal: str) -> Any:
+    """A newer runstream's record, produced to partition 0; its RecordMetadata."""
     value, headers = from_a_newer_runstream(create("from-the-future", "q-future"))
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
     await producer.start()
     try:
-        await producer.send_and_wait(journal, key=b"from-the-future", partition=0,
-                                     value=value, headers=headers)
+        return await producer.send_and_wait(journal, key=b"from-the-future", partition=0,
+                                            value=value, headers=headers)
     finally:
         await producer.stop()
 

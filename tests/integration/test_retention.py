@@ -346,6 +346,16 @@ async def test_a_worker_whose_clock_runs_ahead_does_not_repeat_its_expiry_decisi
     assert 1 <= len(decisions) <= 4, len(decisions)
 
 
+async def _until_nothing_is_left(w: Worker, ids: tuple[str, ...]) -> None:
+    """Until the worker holds neither run nor tombstone of any of `ids` (each settled,
+    expired, and its tombstone went)."""
+    def gone() -> bool:
+        assert w.store is not None
+        return all(w.current_run(run_id) is None and w.store.tombstone(run_id) is None
+                   for run_id in ids)
+    await until(gone, "the runs to expire and their tombstones to go", timeout=60)
+
+
 async def test_a_handle_first_waited_on_after_its_run_and_tombstone_went_is_told_at_once(
     bootstrap: str, namespace: str, journal: str, tmp_path: Path,
 ) -> None:
@@ -364,12 +374,7 @@ async def test_a_handle_first_waited_on_after_its_run_and_tombstone_went_is_told
             handles = [await c.create_run(checkout, CHECKOUT, run_id=run_id) for run_id in ids]
             await until(lambda: all(w.current_run(run_id) is not None for run_id in ids),
                         "the runs to be created", timeout=60)
-
-            def gone() -> bool:
-                assert w.store is not None
-                return all(w.current_run(run_id) is None and w.store.tombstone(run_id) is None
-                           for run_id in ids)
-            await until(gone, "the runs to expire and their tombstones to go", timeout=60)
+            await _until_nothing_is_left(w, ids)
             began = asyncio.get_running_loop().time()
             with pytest.raises(RunExpired, match="its tombstone went too"):
                 await handles[0].result(timeout=60)
@@ -400,13 +405,7 @@ async def test_handles_of_runs_known_to_exist_say_when_nothing_is_left_of_them(
             handed = await c.create_run(looper, {"n": 0}, run_id="handed-gone")
             assert (await handed.result(timeout=60)).run_id == "handed-gone~1"  # (passed)
             await c.signal("handed-gone", "finish", "done")
-            ids = ("signalled-gone", "handed-gone", "handed-gone~1")
-
-            def gone() -> bool:
-                assert w.store is not None
-                return all(w.current_run(run_id) is None and w.store.tombstone(run_id) is None
-                           for run_id in ids)
-            await until(gone, "the runs to expire and their tombstones to go", timeout=60)
+            await _until_nothing_is_left(w, ("signalled-gone", "handed-gone", "handed-gone~1"))
             began = asyncio.get_running_loop().time()
             with pytest.raises(RunExpired, match="its tombstone went too"):
                 await started.result(timeout=60)
