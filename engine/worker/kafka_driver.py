@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from enum import StrEnum
 from typing import Any
 
@@ -222,3 +223,21 @@ class GroupPoller:
             return {}
         self.failures = 0
         return batches
+
+
+@asynccontextmanager
+async def fetches_held(consumer: AIOKafkaConsumer, unchanged: Callable[[], bool]
+                       ) -> AsyncIterator[None]:
+    """No fetch of the consumer's assigned partitions inside: each is paused, unless paused
+    already (a claim's, engine.worker.claims), and resumed after, unless `unchanged()` says
+    a rebalance began meanwhile (a new assignment starts unpaused, and a claim resumes its
+    partitions itself once sought). Records fetched before are dropped by aiokafka and
+    fetched again: nothing is skipped."""
+    held = [tp for tp in consumer.assignment() if tp not in consumer.paused()]
+    consumer.pause(*held)
+    try:
+        yield
+    finally:
+        if unchanged():
+            assigned = consumer.assignment()
+            consumer.resume(*(tp for tp in held if tp in assigned))

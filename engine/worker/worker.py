@@ -54,6 +54,7 @@ from runstream.engine.worker.frozen import open_store
 from runstream.engine.worker.kafka_driver import (
     DEAD_LETTER_REQUEST_BYTES,
     GroupPoller,
+    fetches_held,
     make_consumer,
     make_producer,
 )
@@ -148,9 +149,8 @@ class Worker:
         # Runs whose record the broker refused (too large, corrupt): failed (or their create
         # rejected) when next decided, not re-executed; the latest claims.MAX_REFUSED.
         self.refused: OrderedDict[str, str] = OrderedDict()
-        # Irreversible step attempts whose step.started went unconfirmed and could not be
-        # journaled not called (the source failed): retried, not quarantined, should this
-        # worker execute the run again.
+        # Irreversible step attempts whose step.started went unconfirmed and could not be journaled
+        # not called (the source failed): retried, not quarantined, if executed here again.
         self.not_called = NotCalled()
         self.activator = Activator(self)
         self.upkeep = Upkeep(self)
@@ -220,8 +220,7 @@ class Worker:
 
     def _give_up(self, fatal: WorkerFatal) -> None:
         """A background task cannot go on: the consume loop raises it next (_on_loop_done)."""
-        if self._fatal is None:
-            self._fatal = fatal
+        self._fatal = self._fatal or fatal
 
     def fail_next_turn(self, fatal: WorkerFatal) -> None:
         """The consume loop raises `fatal` next (a rebalance listener's, aiokafka swallows it)."""
@@ -372,11 +371,13 @@ class Worker:
         assert self._consumer is not None
         while not self._stopping:
             batches = await self._poller.poll(self._consumer, timeout_ms=200, max_records=2000)
-            turn = self.claims.rebalances  # (a rebalance begun since drops the rest of the poll)
+            # (a rebalance begun since drops the rest of the poll, and leaves fetches alone)
+            unchanged = partial(self.claims.no_rebalance_since, self.claims.rebalances)
             if read_back_waits(self.committer.busy, self.confirmations.awaited(), batches):
-                await self.committer.quiet(READ_BACK_DEFER_S)
+                async with fetches_held(self._consumer, unchanged):  # (the rest in one fetch)
+                    await self.committer.quiet(READ_BACK_DEFER_S)
             await self.slicer.apply(batches, lambda chunk: self._apply_poll(read_poll(
-                chunk, self.sent)), partial(self.claims.no_rebalance_since, turn))
+                chunk, self.sent)), unchanged)
             self.outbox.flush()
             self.observer.consumer_lag()
             if self.committer.failure is not None:
@@ -386,8 +387,8 @@ class Worker:
             await self.upkeep.commit_offsets()
 
     async def _apply_poll(self, records: list[Polled]) -> None:
-        """Apply a poll's chunk (engine.worker.slices) in one RocksDB write, after its dead
-        letters are copied (engine.worker.deadletters); one found only while applying splits it."""
+        """Apply a poll's chunk in one RocksDB write, its dead letters copied first (one found
+        only while applying splits it): engine.worker.slices, engine.worker.deadletters."""
         assert self.projector is not None and self.store is not None
         start, stopping = 0, lambda: self._stopping
         self.dead_letters.new_poll()
@@ -437,10 +438,9 @@ class Worker:
     def enqueue(self, own: Ownership, run: RunState, cls: type[JournalRecord],
                 **body: Any) -> asyncio.Future[None]:
         """Queue a decision about `run` under `own`'s epoch; resolves once acknowledged."""
-        request_id = body.pop("request_id", None)
-        record = decision(cls, run_id=run.run_id, lineage_id=run.lineage_id, epoch=own.epoch,
-                          source_id=self.source_id, request_id=request_id, body=body)
-        acked = self.committer.enqueue(own.partition, record)
+        acked = self.committer.enqueue(own.partition, decision(
+            cls, run_id=run.run_id, lineage_id=run.lineage_id, epoch=own.epoch,
+            source_id=self.source_id, request_id=body.pop("request_id", None), body=body))
         self.confirmations.sent(subject_of(run.run_id, run.lineage_id), own.partition,
                                 self.committer.last_seq)
         return acked

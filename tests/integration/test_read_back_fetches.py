@@ -1,0 +1,100 @@
+"""The owner's read-back of its own decisions, against a real broker: while it is deferred
+behind the run's step path (engine.worker.readback), the worker's consumer fetches nothing,
+so the rest of the path's decisions come back in one fetch, not one fetch each; and the
+pause it takes leaves alone a partition someone else paused, and every partition after a
+rebalance (engine.worker.kafka_driver.fetches_held)."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from runstream import Client, Flow, FlowContext
+from runstream.engine.worker import worker as worker_module
+from runstream.engine.worker.kafka_driver import fetches_held
+from runstream.engine.worker.readback import DECISION_TYPES
+from runstream.projections.poison import type_header
+from tests.integration.support import running_worker, until
+
+STEPS = 6
+
+steps: Flow[Any, Any] = Flow("read-back-steps")
+
+
+def _step(n: int) -> int:
+    return n + 1
+
+
+@steps.handler
+async def _steps(ctx: FlowContext, start: int) -> int:
+    value = start
+    for position in range(STEPS):
+        value = await ctx.step(f"s{position}", _step, value)
+    return value
+
+
+async def test_a_step_paths_decisions_come_back_in_two_polls_not_one_each(
+        bootstrap: str, namespace: str, one_partition: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One run of six steps on one worker: its run.created (with the first steps) comes
+    back in one poll; the rest waits unfetched while the producer is busy, then comes in one
+    poll. Fetched as before, each step's outcome came back in a poll of its own (seven or
+    so). The bound on the wait is lifted so a slow machine cannot end it early."""
+    monkeypatch.setattr(worker_module, "READ_BACK_DEFER_S", 30.0)
+    polls: list[list[str]] = []  # the decision types of each poll with any, in order
+    async with running_worker(bootstrap, namespace, tmp_path / "w", [steps]) as worker:
+        poll = worker._poller.poll
+
+        async def spied(*args: Any, **kwargs: Any) -> Any:
+            batches = await poll(*args, **kwargs)
+            types = [str(type_header(m.headers)) for messages in batches.values()
+                     for m in messages]
+            if any(kind in DECISION_TYPES for kind in types):
+                polls.append(types)
+            return batches
+
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=[steps]) as client:
+            first = await client.create_run(steps, 0, run_id=f"warm-{uuid.uuid4().hex[:6]}")
+            assert await first.result(timeout=60) == STEPS
+            worker._poller.poll = spied  # type: ignore[method-assign]
+            handle = await client.create_run(steps, 10, run_id=f"rb-{uuid.uuid4().hex[:6]}")
+            assert await handle.result(timeout=60) == 10 + STEPS
+            await until(lambda: any("run.completed" in types for types in polls),
+                        "run.completed read back", timeout=30)
+    ours = [types for types in polls if "run.completed" in types or "step.completed" in types
+            or "run.created" in types]
+    assert len(ours) <= 2, f"the run's decisions came back in {len(ours)} polls: {ours}"
+    assert "run.created" in ours[0] and "run.completed" in ours[-1], ours
+
+
+async def test_holding_fetches_leaves_a_claims_pause_alone_and_nothing_after_a_rebalance(
+        bootstrap: str, journal: str) -> None:
+    """A real consumer assigned the journal's partitions: the ones paused before (a claim
+    restoring them) stay paused; the others are paused inside and fetch again after; after
+    a rebalance (`unchanged` false) nothing is resumed, as a new assignment starts afresh."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(journal, p) for p in sorted(
+            consumer.partitions_for_topic(journal) or await _partitions(consumer, journal))]
+        consumer.assign(tps)
+        claimed = tps[0]
+        consumer.pause(claimed)
+        async with fetches_held(consumer, lambda: True):
+            assert consumer.paused() == set(tps)
+        assert consumer.paused() == {claimed}
+        async with fetches_held(consumer, lambda: False):
+            pass
+        assert consumer.paused() == set(tps)
+    finally:
+        await consumer.stop()
+
+
+async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
+    await consumer._client.force_metadata_update()
+    return consumer.partitions_for_topic(topic) or set()
