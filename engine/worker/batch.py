@@ -216,9 +216,13 @@ async def _send(io: BatchIO, spec: BatchSpec, ceiling: tuple[str, ...] | None,
             # (a run that handed off since its match: the request reached the latest round)
             item = (view.request_item(run_id, asked)
                     or view.request_item(view.addressed(run_id), asked))
-            if item is None:
+            if item is None and view.run(view.addressed(run_id)) is not None:
                 continue
             del waiting[run_id]
+            if item is None:  # (gone since its match: it expired, and its requests with it)
+                refused.append((run_id, describe_refusal(None, record,
+                                                         view.expired(run_id))))
+                continue
             if item.verdict is Verdict.applied:
                 done += 1
             elif item.verdict is Verdict.duplicate:

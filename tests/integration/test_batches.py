@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 from runstream import Client, Flow, FlowContext, Handoff, RunStatus
 from runstream.engine.cli import batch_operations
 from runstream.engine.journal import events as ev
-from runstream.projections.batch import batch_run_id
+from runstream.engine.worker.batch import ANSWER_WAIT_S, BatchIO, _send
+from runstream.projections.batch import BatchSpec, batch_run_id
 from tests.integration.support import fold, running_worker, status_when, until
 from tests.integration.test_cli import cli
 from tests.integration.test_lifetime import plain_request, produce_plain
@@ -216,3 +218,25 @@ async def test_a_batch_payload_no_client_sends_fails_before_any_step(
             run = await client.describe(f"batch-bad{n}")
             assert run.error_type == "BatchInvalid" and why in (run.error_message or ""), run
             assert await client.journal(f"batch-bad{n}") == ()  # (no step ran)
+
+
+async def test_a_chunks_request_to_a_run_gone_since_its_match_is_answered_at_once(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """A run matched, then gone before its request reached it (it expired, and its tombstone
+    went: nothing of it is left): the chunk's send finds no run in its read model and says
+    so, beside a run that takes its request. It waited the whole ANSWER_WAIT_S for an answer
+    no run would record, then called the request sent, unconfirmed."""
+    async with running_worker(bootstrap, namespace, tmp_path / "w", flows) as worker, \
+            Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
+        [live] = await _create(client, 1, "gone-beside", team="g")
+        await _all_suspended(client, "team = 'g'", 1)
+        io = BatchIO(worker)
+        spec = BatchSpec(batch_id="gone", operation="cancel", where="team = 'g'")
+        started = time.monotonic()
+        async with io.session():
+            sent = await _send(io, spec, None, [live, "gone-since-its-match"])
+        assert time.monotonic() - started < ANSWER_WAIT_S / 3, sent
+        assert (sent["done"], sent["refused"]) == (1, [("gone-since-its-match",
+                                                        "no such run")]), sent
+        await status_when(client, live, RunStatus.cancelled)
