@@ -38,6 +38,8 @@ from runstream.projections.state import (
 FLOW_NOT_REGISTERED = "flow-not-registered"
 # A run waits for a slot: its flow's max_concurrency runs execute on the worker already.
 FLOW_CONCURRENCY_LIMIT = "flow-concurrency-limit"
+# The rejection of a create standing in for one its sender gave up (projections.outbox_fallback).
+UNSENDABLE = "unsendable"
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +78,8 @@ def decide_create(
     """
     flow = request.flow or ""
     payload = request.payload_json or "null"
+    if request.unsendable is not None:  # (a stand-in: what it stands in for never came)
+        return Reject(UNSENDABLE, "request", "", request.unsendable)
     if run is not None and run.admitted and run.request_id == request.request_id:
         return Duplicate(run.request_offset)
     if run is not None and run.request_id != request.request_id:

@@ -16,7 +16,9 @@ one (`partition.outbox-sent`), and answers whoever waits for it:
   wake (a child settled)  a minimal wake under the same request id: the child failed with
                         ResultUndeliverable, "result could not be delivered: ...", so the
                         parent's `child.result()` raises ChildFailed instead of waiting
-  create (a fire)       its schedule hears the run was rejected (schedule.run-settled)
+  create (a fire)       a small create under the same ids (`unsendable` set), which every
+                        owner rejects: the schedule hears the run was rejected, and a
+                        handle to the fired run raises
   cancel (a cascade)    evidence (`evidence.recorded`) on the run that sent it
 """
 
@@ -32,7 +34,6 @@ from runstream.engine.journal import events as ev
 from runstream.engine.journal.events import RECORD_CLASSES
 from runstream.engine.journal.records import lineage_of, request_envelope, too_large_to_send
 from runstream.projections.outbox_requests import refused_spawn, wake_request
-from runstream.projections.schedules import settled_notice
 from runstream.projections.sending import RESULT_UNDELIVERABLE
 from runstream.projections.state import InboxItem, OutboxItem, RunStatus
 
@@ -111,7 +112,7 @@ def give_up(item: OutboxItem, reason: UnsendableReason, detail: str) -> GiveUp:
     body = _body(item)
     if item.type == ev.RunCreateRequested.TYPE:
         return GiveUp(item, reason, text, replacement=(
-            _spawn_refused(item, body, reason, text) or _fire_refused(item, body)))
+            _spawn_refused(item, body, reason, text) or _fire_refused(item, body, reason, text)))
     if item.type == ev.RunWakeRequested.TYPE:
         return GiveUp(item, reason, text, replacement=_minimal_wake(item, body, text))
     if item.type == ev.RunCancelRequested.TYPE:
@@ -157,12 +158,21 @@ def _spawn_refused(item: OutboxItem, body: dict[str, Any], reason: UnsendableRea
     return refused_spawn(item.run_id, request, why)
 
 
-def _fire_refused(item: OutboxItem, body: dict[str, Any]) -> OutboxItem | None:
-    """A schedule's fire: its schedule hears the run was rejected, as when the run's owner
-    rejects the create (it kept the run as running for ever, and an overlap policy but
-    allow_all skipped or held every later instant)."""
+def _fire_refused(item: OutboxItem, body: dict[str, Any], reason: UnsendableReason,
+                  detail: str) -> OutboxItem | None:
+    """A schedule's fire: a small create under the same run id and request id, which its
+    owner rejects (reason unsendable), as any create it rejects. So its schedule hears the
+    run was rejected (it kept the run as running for ever, and an overlap policy but
+    allow_all skipped or held every later instant), and whoever waits for the fired run (a
+    handle from trigger_schedule's id) is told why, where it waited out its timeout."""
     schedule_id = _text(body, "schedule_id")
-    return None if schedule_id is None else settled_notice(schedule_id, item.run_id, "rejected")
+    if schedule_id is None:
+        return None
+    why = f"the create of fired run {item.run_id} cannot be sent ({reason}): {detail}"
+    stand_in = {"flow": _text(body, "flow") or "", "payload_json": "null",
+                "schedule_id": schedule_id, "unsendable": journal_text(why, TEXT_LIMIT)}
+    return OutboxItem(request_id=item.request_id, type=item.type, run_id=item.run_id,
+                      lineage_id=item.lineage_id, body_json=json.dumps(stand_in))
 
 
 def _minimal_wake(item: OutboxItem, body: dict[str, Any], detail: str) -> OutboxItem | None:

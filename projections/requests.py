@@ -308,7 +308,8 @@ def inbox_item(record: ev.JournalRecord, request_id: str, offset: int) -> InboxI
                          lineage_id=record.envelope.lineage_id, round=record.round,
                          ceiling=None if record.ceiling is None
                          else tuple(sorted(record.ceiling)),
-                         attributes_error=attribute_error(record.attributes_json))
+                         attributes_error=attribute_error(record.attributes_json),
+                         unsendable=record.unsendable)
     if isinstance(record, ev.RunUpdateRequested):
         return InboxItem(request_id=request_id, type=record.TYPE, offset=offset,
                          name=record.name, payload_json=record.payload_json)

@@ -117,6 +117,8 @@ class InboxItem(_Frozen, frozen=True, array_like=True):
     # A create whose attributes the engine cannot take: why (the owner rejects it).
     attributes_error: str | None = None
     name: str | None = None  # an update's (projections.updates)
+    # A create standing in for one its sender gave up (projections.outbox_fallback): why.
+    unsendable: str | None = None
 
 
 class ForkOrigin(_Frozen, frozen=True, array_like=True):

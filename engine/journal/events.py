@@ -837,44 +837,6 @@ class ScheduleChangeRejected:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunCreateRequested:
-    """Someone asked for a run to exist."""
-
-    TYPE: ClassVar[str] = "run.create-requested"
-    KIND: ClassVar[str] = "request"
-    SCHEMA_ID: ClassVar[int] = 182
-
-    envelope: Envelope
-    flow: str
-    payload_json: str
-    parent_run_id: str | None = None
-    parent_lineage_id: str | None = None
-    # Handoff round of the lineage this run belongs to.
-    round: int = 0
-    # cancel or detach: what happens to this child when its parent ends.
-    parent_exit_policy: str | None = None
-    # The spawning runs from the root to the parent, for cycle detection.
-    ancestors: list[str] = _field(default_factory=list)
-    # The parent's journal position of the spawn.
-    parent_position: int | None = None
-    # The ceiling the creator asks for: the flow's declared capabilities, at most the parent's.
-    ceiling: list[str] | None = None
-    # The flow's round budget as the creator knows it (0: unknown or unlimited).
-    max_rounds: int = 0
-    # W3C trace context (traceparent, tracestate) of the creator's span.
-    trace_context: dict[str, str] = _field(default_factory=dict)
-    # The longest the run may take, asked by its creator (ms, from its run.created); the flow's own
-    # timeout wins when smaller. Null: none asked.
-    run_timeout_ms: int | None = None
-    # The schedule that fired this run (its settlement is sent back to the schedule).
-    schedule_id: str | None = None
-    # The run's attributes, a JSON object name -> value (string, integer, float written with a
-    # point, boolean, list of strings, or {"$time": "<ISO 8601 time with a zone>"}); names [A-Za-
-    # z_][A-Za-z0-9_]{0,63}, at most 64 and 2 KiB in all. "": none.
-    attributes_json: str = ""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class RunSignalWithStartRequested:
     """Signal a run, creating it first if it does not exist (Temporal's SignalWithStart), in one
     request. The run exists and has not settled: the signal is delivered and the start part is
@@ -1286,6 +1248,48 @@ class RunForked:
     incarnation: int | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunCreateRequested:
+    """Someone asked for a run to exist."""
+
+    TYPE: ClassVar[str] = "run.create-requested"
+    KIND: ClassVar[str] = "request"
+    SCHEMA_ID: ClassVar[int] = 198
+
+    envelope: Envelope
+    flow: str
+    payload_json: str
+    parent_run_id: str | None = None
+    parent_lineage_id: str | None = None
+    # Handoff round of the lineage this run belongs to.
+    round: int = 0
+    # cancel or detach: what happens to this child when its parent ends.
+    parent_exit_policy: str | None = None
+    # The spawning runs from the root to the parent, for cycle detection.
+    ancestors: list[str] = _field(default_factory=list)
+    # The parent's journal position of the spawn.
+    parent_position: int | None = None
+    # The ceiling the creator asks for: the flow's declared capabilities, at most the parent's.
+    ceiling: list[str] | None = None
+    # The flow's round budget as the creator knows it (0: unknown or unlimited).
+    max_rounds: int = 0
+    # W3C trace context (traceparent, tracestate) of the creator's span.
+    trace_context: dict[str, str] = _field(default_factory=dict)
+    # The longest the run may take, asked by its creator (ms, from its run.created); the flow's own
+    # timeout wins when smaller. Null: none asked.
+    run_timeout_ms: int | None = None
+    # The schedule that fired this run (its settlement is sent back to the schedule).
+    schedule_id: str | None = None
+    # The run's attributes, a JSON object name -> value (string, integer, float written with a
+    # point, boolean, list of strings, or {"$time": "<ISO 8601 time with a zone>"}); names [A-Za-
+    # z_][A-Za-z0-9_]{0,63}, at most 64 and 2 KiB in all. "": none.
+    attributes_json: str = ""
+    # Why the sender gave up the create this one stands in for (an owner's outbox create that could
+    # never be sent, e.g. a schedule's fire over the record size limit): every owner rejects it,
+    # reason unsendable, so whoever waits for the run hears why. Null: an ordinary create.
+    unsendable: str | None = None
+
+
 # Any journal record; narrow with isinstance() or match on the class.
 JournalRecord: TypeAlias = (
     RunCreateRejected
@@ -1322,7 +1326,6 @@ JournalRecord: TypeAlias = (
     | ScheduleFired
     | ScheduleSkipped
     | ScheduleChangeRejected
-    | RunCreateRequested
     | RunSignalWithStartRequested
     | RunUpdateRequested
     | UpdateAccepted
@@ -1337,6 +1340,7 @@ JournalRecord: TypeAlias = (
     | RunWakeRequested
     | JournalEntryCopied
     | RunForked
+    | RunCreateRequested
 )
 
 # Record type string (the rs-type header and envelope.type) → class.
@@ -1375,7 +1379,6 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "schedule.fired": ScheduleFired,
     "schedule.skipped": ScheduleSkipped,
     "schedule.change-rejected": ScheduleChangeRejected,
-    "run.create-requested": RunCreateRequested,
     "run.signal-with-start-requested": RunSignalWithStartRequested,
     "run.update-requested": RunUpdateRequested,
     "update.accepted": UpdateAccepted,
@@ -1390,6 +1393,7 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "run.wake-requested": RunWakeRequested,
     "journal.entry-copied": JournalEntryCopied,
     "run.forked": RunForked,
+    "run.create-requested": RunCreateRequested,
 }
 
 REQUEST_TYPES: frozenset[str] = frozenset(
@@ -1400,11 +1404,11 @@ REQUEST_TYPES: frozenset[str] = frozenset(
         "run.resume-requested",
         "schedule.change-requested",
         "schedule.run-settled",
-        "run.create-requested",
         "run.signal-with-start-requested",
         "run.update-requested",
         "run.fork-part",
         "run.wake-requested",
+        "run.create-requested",
     }
 )
 DECISION_TYPES: frozenset[str] = frozenset(

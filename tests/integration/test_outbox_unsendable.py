@@ -12,7 +12,16 @@ from typing import Any
 import pytest
 from rocksdict import Options, Rdict
 
-from runstream import ChildFailed, Client, Flow, FlowContext, RunStatus, Worker
+from runstream import (
+    ChildFailed,
+    Client,
+    CreateRejected,
+    Flow,
+    FlowContext,
+    RunNotFound,
+    RunStatus,
+    Worker,
+)
 from runstream.engine.journal import Envelope, encode
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import PAYLOAD_ENV
@@ -268,3 +277,39 @@ async def test_a_childs_id_is_known_once_its_parent_is_admitted(
             await until(spawned, "the child to exist under that id")
         finally:
             await worker.stop()
+
+
+async def test_a_fire_given_up_on_the_claim_is_rejected_and_its_handle_says_why(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path) -> None:
+    """A schedule's fire whose create entry an older version wrote is in the store when the
+    worker claims: given up, it is replaced by a small create under the same ids, which the
+    owner rejects (reason unsendable). A handle to the fired run (trigger_schedule gives its
+    id) raises with the reason; it waited out its timeout, the run never created."""
+    data_dir = tmp_path / "w"
+    fired = "nightly@1700000000000"
+    partition = run_partition(fired, TEST_JOURNAL_PARTITIONS)
+    worker = new_worker(bootstrap, namespace, data_dir)
+    await worker.start()
+    await worker.stop()
+    old = OutboxItem(request_id=f"fire/{fired}", type=ev.RunCreateRequested.TYPE,
+                     run_id=fired, lineage_id=fired,
+                     body_json=json.dumps({"flow_name": quick.name, "payload": "null",
+                                           "schedule_id": "nightly"}))
+    db = Rdict(str(data_dir / "projection"), Options(raw_mode=True))
+    db[keys.outbox_prefix(partition) + old.request_id.encode()] = encode_state(old)
+    db.close()
+
+    worker = new_worker(bootstrap, namespace, data_dir)
+    await worker.start()
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=flows) as client:
+            with pytest.raises(CreateRejected, match=r"unsendable.*cannot be sent \(old-shape"):
+                await client.get_handle(fired).result(timeout=60)
+            await outbox_empty(worker, partition)
+            with pytest.raises(RunNotFound, match="its create was rejected"):
+                await client.describe(fired)
+    finally:
+        await worker.stop()
+    row = await dead_letter(bootstrap, namespace, "old-shape")
+    assert row.partition == partition and row.type == ev.RunCreateRequested.TYPE

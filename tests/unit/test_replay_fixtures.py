@@ -67,6 +67,8 @@ ADDED_SINCE_FORMAT_2: dict[str, Any] = {
     "attributes_at_start": None,
     # the eighteenth session: a spawn's child's flow when it settled (its wake names it)
     "child_flow": None,
+    # the twenty-fifth session: a create standing in for one its sender gave up
+    "unsendable": None,
 }
 # Fields added since that every run.created sets from its own record (its envelope time):
 # a fixture recorded without them is not checked for their values.

@@ -16,7 +16,9 @@ from pydantic import BaseModel
 from runstream import DurationInvalid, Flow, InvalidInput, RunNotFound, ScheduleRejected
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import request_envelope
-from runstream.projections.outbox_fallback import give_up
+from runstream.projections.decide import UNSENDABLE, Reject, decide_create
+from runstream.projections.outbox_fallback import give_up, request_of
+from runstream.projections.requests import inbox_item
 from runstream.projections.schedule_owner import _answer
 from runstream.projections.schedule_state import (
     MAX_CHANGES,
@@ -25,7 +27,7 @@ from runstream.projections.schedule_state import (
     ScheduleState,
 )
 from runstream.projections.schedules import apply_schedule
-from runstream.projections.state import OutboxItem, PartitionState
+from runstream.projections.state import OutboxItem, PartitionState, RunState
 from runstream.testing import TestEnvironment
 
 tock = Flow("si-tock")
@@ -89,15 +91,29 @@ def test_changes_past_the_pending_bound_are_kept_to_be_refused() -> None:
                               f"the most it holds: send the trigger again")
 
 
-def test_a_fire_whose_create_cannot_be_sent_tells_its_schedule() -> None:
-    """The schedule kept the run as running for ever: under skip, every later instant was
-    skipped as an overlap."""
+def test_a_fire_whose_create_cannot_be_sent_is_replaced_by_a_create_every_owner_rejects(
+) -> None:
+    """The schedule kept the run as running for ever (under skip, every later instant was
+    skipped as an overlap), and a handle to the fired run waited out its timeout: a small
+    create under the same ids, rejected `unsendable` whatever the run, answers both."""
     item = OutboxItem(request_id="fire/s@1", type=ev.RunCreateRequested.TYPE, run_id="s@1",
-                      lineage_id="s@1", body_json=json.dumps({"flow": "f", "schedule_id": "s"}))
+                      lineage_id="s@1", body_json=json.dumps({"flow": "f", "schedule_id": "s",
+                                                              "payload_json": "x" * 10}))
     replacement = give_up(item, "too-large", "over the record limit").replacement
-    assert replacement is not None and replacement.type == ev.ScheduleRunSettled.TYPE
-    assert json.loads(replacement.body_json) == {"schedule_id": "s", "run_id": "s@1",
-                                                 "status": "rejected"}
+    assert replacement is not None and replacement.type == ev.RunCreateRequested.TYPE
+    assert (replacement.request_id, replacement.run_id) == ("fire/s@1", "s@1")
+    stand_in = request_of(replacement, 0)
+    assert isinstance(stand_in, ev.RunCreateRequested)
+    assert (stand_in.flow, stand_in.payload_json, stand_in.schedule_id) == ("f", "null", "s")
+    assert stand_in.unsendable == ("the create of fired run s@1 cannot be sent (too-large): "
+                                   "over the record limit")
+    request = inbox_item(stand_in, "fire/s@1", 7)
+    existing = RunState(run_id="s@1", lineage_id="s@1", flow="f", partition=0,
+                        request_id="other", payload_json="1", request_offset=3,
+                        created_at_ms=0, updated_at_ms=0, admitted=True)
+    for run in (None, existing):
+        assert decide_create(run, request, lambda flow, payload: None) == Reject(
+            UNSENDABLE, "request", "", stand_in.unsendable)
 
 
 async def test_an_update_keeps_the_pause_note_and_a_new_schedule_counts_from_zero() -> None:
