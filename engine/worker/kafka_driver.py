@@ -231,8 +231,8 @@ async def fetches_held(consumer: AIOKafkaConsumer, unchanged: Callable[[], bool]
     """No fetch of the consumer's assigned partitions inside: each is paused, unless paused
     already (a claim's, engine.worker.claims), and resumed after, unless `unchanged()` says
     a rebalance began meanwhile (a new assignment starts unpaused, and a claim resumes its
-    partitions itself once sought). Records fetched before are dropped by aiokafka and
-    fetched again: nothing is skipped."""
+    partitions itself once sought). A fetch already answered or in flight keeps its records
+    for the next poll after it: aiokafka moves a position only for the records it hands out."""
     held = [tp for tp in consumer.assignment() if tp not in consumer.paused()]
     consumer.pause(*held)
     try:
