@@ -142,6 +142,17 @@ async def dead_letter(bootstrap: str, namespace: str, cause: str) -> DeadLetterR
     return row
 
 
+def put_old_create(data_dir: Path, partition: int, request_id: str, run_id: str,
+                   fields: dict[str, Any]) -> None:
+    """An outbox create entry in the shape an older version wrote (`payload` for
+    `payload_json`, and `fields`) in a stopped worker's store, as if it was never sent."""
+    old = OutboxItem(request_id=request_id, type=ev.RunCreateRequested.TYPE, run_id=run_id,
+                     lineage_id=run_id, body_json=json.dumps({"payload": "null", **fields}))
+    db = Rdict(str(data_dir / "projection"), Options(raw_mode=True))
+    db[keys.outbox_prefix(partition) + old.request_id.encode()] = encode_state(old)
+    db.close()
+
+
 async def still_runs_its_partition(client: Client, worker: Worker, run_id: str) -> None:
     """The worker goes on: a new run of the same partition completes."""
     other = same_partition(run_id, "after")
@@ -228,13 +239,9 @@ async def test_an_old_shape_outbox_body_in_the_store_is_given_up_on_the_claim(
             await outbox_empty(worker, partition)
     finally:
         await worker.stop()
-    old = OutboxItem(request_id=spawn_id, type=ev.RunCreateRequested.TYPE,
-                     run_id=kid, lineage_id=kid,
-                     body_json=json.dumps({"flow_name": waiter.name, "payload": "null",
-                                           "parent_run_id": parent_id, "parent_position": 0}))
-    db = Rdict(str(data_dir / "projection"), Options(raw_mode=True))
-    db[keys.outbox_prefix(partition) + old.request_id.encode()] = encode_state(old)
-    db.close()
+    put_old_create(data_dir, partition, spawn_id, kid, {"flow_name": waiter.name,
+                                                        "parent_run_id": parent_id,
+                                                        "parent_position": 0})
 
     worker = new_worker(bootstrap, namespace, data_dir)
     await worker.start()
@@ -291,13 +298,8 @@ async def test_a_fire_given_up_on_the_claim_is_rejected_and_its_handle_says_why(
     worker = new_worker(bootstrap, namespace, data_dir)
     await worker.start()
     await worker.stop()
-    old = OutboxItem(request_id=f"fire/{fired}", type=ev.RunCreateRequested.TYPE,
-                     run_id=fired, lineage_id=fired,
-                     body_json=json.dumps({"flow_name": quick.name, "payload": "null",
-                                           "schedule_id": "nightly"}))
-    db = Rdict(str(data_dir / "projection"), Options(raw_mode=True))
-    db[keys.outbox_prefix(partition) + old.request_id.encode()] = encode_state(old)
-    db.close()
+    put_old_create(data_dir, partition, f"fire/{fired}", fired,
+                   {"flow_name": quick.name, "schedule_id": "nightly"})
 
     worker = new_worker(bootstrap, namespace, data_dir)
     await worker.start()
