@@ -63,6 +63,7 @@ class PollSlicer:
         self._clock = clock
         self.breaths = 0
         self.dropped = 0
+        self._current: Callable[[], bool] = lambda: True  # the poll's being applied
 
     async def apply(self, batches: Mapping[TopicPartition, Sequence[Any]],
                     apply_chunk: Callable[[Chunk], Awaitable[None]],
@@ -72,15 +73,24 @@ class PollSlicer:
         An empty poll is one empty chunk: the apply runs at every turn of the consume loop,
         as it always has (tests hold records in it and hand them on at a later turn)."""
         messages = in_poll_order(batches)
+        self._current = current
         began = self._clock()
         for start in range(0, max(len(messages), 1), self.chunk):
             if start and self._clock() - began >= self.slice_s:
                 self.breaths += 1
                 await asyncio.sleep(0)
                 began = self._clock()
-            if not current():
-                self.dropped += len(messages) - start
-                log.info("a rebalance began: %d records of the poll are dropped, to be read "
-                         "again from where each claim sought", len(messages) - start)
+            if not self.still(len(messages) - start):
                 return
             await apply_chunk(messages[start:start + self.chunk])
+
+    def still(self, left: int) -> bool:
+        """Whether no rebalance began since the poll being applied was taken; else its
+        `left` records are dropped. Asked before each chunk, and by a chunk after an await of
+        its own (a dead letter's copy, engine.worker.deadletters)."""
+        if self._current():
+            return True
+        self.dropped += left
+        log.info("a rebalance began: %d records of the poll are dropped, to be read again "
+                 "from where each claim sought", left)
+        return False

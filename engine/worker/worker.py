@@ -388,12 +388,12 @@ class Worker:
 
     async def _apply_poll(self, records: list[Polled]) -> None:
         """Apply a poll's chunk in one RocksDB write, its dead letters copied first (one found
-        only while applying splits it): engine.worker.slices, engine.worker.deadletters."""
+        applying splits it), unless a rebalance began meanwhile (engine.worker.slices)."""
         assert self.projector is not None and self.store is not None
         start, stopping = 0, lambda: self._stopping
         self.dead_letters.new_poll()
         await self.dead_letters.copy(examine_poll(records, self.projector), stopping)
-        while start < len(records):
+        while start < len(records) and self.slicer.still(len(records) - start):
             with self.store.group():  # one RocksDB write per chunk, each record atomic in it
                 try:
                     for index in range(start, len(records)):

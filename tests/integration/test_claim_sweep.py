@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import random
 import time
 import uuid
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ from runstream.engine.ops.verify import verify
 from runstream.engine.worker import heap
 from runstream.engine.worker.kafka_driver import group_generation
 from runstream.projections.state import RunStatus
+from tests.integration.poison_records import make_bad, produce_bad
 from tests.integration.support import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -276,3 +278,54 @@ async def test_a_rebalance_begun_while_a_poll_is_half_applied_drops_its_rest_and
     report = await verify(bootstrap=bootstrap, namespace=namespace, data_dir=tmp_path / "a")
     assert report.ok, report.as_dict()
     assert report.records == report.partitions[0] >= produced
+
+
+async def test_a_rebalance_begun_while_a_dead_letter_is_copied_drops_that_chunk_too(
+        bootstrap: str, namespace: str, one_partition: str, tmp_path: Path) -> None:
+    """A chunk holding a poison record awaits its dead letter's copy before it is applied:
+    a rebalance that begins then (B joins) drops the chunk itself, not only the poll's rest,
+    since a claim may be loading a snapshot into the partition meanwhile. It was applied
+    when the copy returned. A's projection ends equal to a rebuild, every record once."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    try:
+        await produce_bad(producer, one_partition, make_bad("garbage", random.Random(5), 0), 0)
+    finally:
+        await producer.stop()
+    produced = 1 + await produce(bootstrap, one_partition, 1_000)
+    a = Worker(flows=[parked], data_dir=tmp_path / "a", bootstrap_servers=bootstrap,
+               namespace=namespace, sticky_cache=0, session_timeout_ms=SESSION_TIMEOUT_MS)
+    b = Worker(flows=[parked], data_dir=tmp_path / "b", bootstrap_servers=bootstrap,
+               namespace=namespace, sticky_cache=0, session_timeout_ms=SESSION_TIMEOUT_MS)
+    copy, apply_chunk, at = a.dead_letters.copy, a._apply_poll, {}
+
+    async def held(letters: Any, stopping: Any) -> None:
+        await copy(letters, stopping)
+        if letters and not at:  # (the poison's chunk: B joins while it waits)
+            turn = a.claims.rebalances
+            await b.start()
+            await until(lambda: a.claims.rebalances > turn, "a rebalance", timeout=60)
+            assert a.projector is not None
+            at["copied"] = a.projector.partition(0).next_offset
+
+    async def spied(records: Any) -> None:
+        await apply_chunk(records)
+        if "copied" in at and "applied" not in at:
+            assert a.projector is not None
+            at["applied"] = a.projector.partition(0).next_offset
+
+    a.dead_letters.copy = held  # type: ignore[method-assign]
+    a._apply_poll = spied  # type: ignore[method-assign]
+    await a.start()
+    try:
+        await until(lambda: "applied" in at, "the poison's chunk", timeout=120)
+        assert at["applied"] == at["copied"], at
+        await b.stop()
+        await until(lambda: a.projector is not None
+                    and a.projector.partition(0).next_offset >= produced,
+                    "A's fold", timeout=120)
+    finally:
+        await b.stop()
+        await a.stop()
+    report = await verify(bootstrap=bootstrap, namespace=namespace, data_dir=tmp_path / "a")
+    assert report.ok, report.as_dict()
