@@ -89,15 +89,30 @@ def decide_create(
         if run.admitted:
             return Duplicate(run.request_offset)
         # Same identity as a first request not yet admitted: it gets the first one's answer,
-        # which depends only on the payload check.
+        # which depends only on the payload check, unless that one makes no run for what it
+        # alone carries (first_admits).
     error = check_payload(flow, payload)
     if error is not None:
         return Reject("payload-invalid", "payload", "", error)
     if request.attributes_error is not None:
         return Reject("attributes-invalid", "attributes", "", request.attributes_error)
-    if run is not None and run.request_id != request.request_id:
+    if run is not None and run.request_id != request.request_id and first_admits(run):
         return Duplicate(run.request_offset)
     return Create() if run is None else (invalid_create(run) or Create())
+
+
+def first_admits(run: RunState) -> bool:
+    """Whether the first create request of `run`, not admitted, makes the run: it is still
+    to be answered and carries no refusal of its own (invalid attributes, a stand-in's
+    `unsendable`). A first one answered already without admitting the run (rejected, with
+    this repeat still in the inbox, so the run stayed) or refused for what it alone carries
+    makes none, and a repeat of it is judged as a first request: answered as its duplicate,
+    it emptied the inbox of a run never admitted, whose caller waited for ever. (A fork
+    being copied is its fork request's: a create is its duplicate.)"""
+    if run.fork is not None:
+        return True
+    first = next((item for item in run.inbox if item.request_id == run.request_id), None)
+    return first is not None and first.attributes_error is None and first.unsendable is None
 
 
 def invalid_create(run: RunState) -> Reject | None:

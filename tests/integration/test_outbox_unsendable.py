@@ -32,6 +32,7 @@ from runstream.projections.partitioning import run_partition
 from runstream.projections.state import OutboxItem, encode_state, incarnation_id
 from tests.conftest import TEST_JOURNAL_PARTITIONS
 from tests.integration.support import child_id, status_or_none, until
+from tests.integration.test_lifetime import plain_request, produce_plain
 
 pytestmark = pytest.mark.integration
 
@@ -315,3 +316,30 @@ async def test_a_fire_given_up_on_the_claim_is_rejected_and_its_handle_says_why(
         await worker.stop()
     row = await dead_letter(bootstrap, namespace, "old-shape")
     assert row.partition == partition and row.type == ev.RunCreateRequested.TYPE
+
+
+@pytest.mark.parametrize("refused", ["unsendable", "attributes_json"])
+async def test_a_create_behind_a_first_one_refused_for_its_own_fields_makes_the_run(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path, refused: str) -> None:
+    """A plain producer's create of a run id, after a first create of the same identity the
+    owner rejects for what that one alone carries (a stand-in's `unsendable`, invalid
+    attributes), both in the journal before the owner answers either: the second makes the
+    run, which completes. Answered as the first one's duplicate, it left the run pending and
+    never admitted, and its handle waited on (a reviewer's probe)."""
+    run_id = f"behind-{refused}"
+    value = "gave up" if refused == "unsendable" else "{bad"
+    first = plain_request("run.create-requested", run_id, flow=quick.name, payload_json="null",
+                          **{refused: value})
+    second = plain_request("run.create-requested", run_id, flow=quick.name,
+                           payload_json="null")
+    for request in (first, second):
+        await produce_plain(bootstrap, journal, run_id, request)
+    worker = new_worker(bootstrap, namespace, tmp_path / "w")
+    await worker.start()
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=flows) as client:
+            assert await client.get_handle(run_id, flow=quick).result(timeout=60) == "done"
+            assert (await client.describe(run_id)).status is RunStatus.completed
+    finally:
+        await worker.stop()

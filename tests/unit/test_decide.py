@@ -6,6 +6,9 @@ tested on the states a worker would actually see.
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
 from pydantic import BaseModel, Field
 
 from runstream.engine.errors import PayloadInvalid
@@ -77,6 +80,41 @@ def test_first_request_for_a_run_is_created() -> None:
     assert not run.admitted and run.request_id == "q1"
     assert decide_create(run, inbox_item(run, "q1"), check_payload) == Create()
     assert decide_create(None, inbox_item(run, "q1"), check_payload) == Create()
+
+
+def _first_refused_alone(a: Writer, first: JournalRecord) -> list[JournalRecord]:
+    """r1's first create (q1, refused for what it alone carries), then a plain repeat (q2)."""
+    return [a.claim(0), first, create("r1", "q2")]
+
+
+@pytest.mark.parametrize("field", ["unsendable", "attributes_json"])
+def test_a_repeat_of_a_first_create_refused_for_its_own_fields_is_judged_as_a_first(
+        field: str) -> None:
+    """A stand-in (`unsendable`) or a create of invalid attributes came first; a plain create
+    of the same identity followed before either was answered. The first is rejected; the
+    second, answered as its duplicate, emptied the inbox of a run never admitted (pending
+    for ever, its caller waiting on). Now it creates the run, whether it is decided before
+    the first's rejection applies or after."""
+    value = "gave up" if field == "unsendable" else "{bad"
+    first = dataclasses.replace(create("r1", "q1"), **{field: value})
+    a = Writer("src-a")
+    log = _first_refused_alone(a, first)
+    run = fold(log).runs["r1"]
+    assert isinstance(decide_create(run, inbox_item(run, "q1"), check_payload), Reject)
+    assert decide_create(run, inbox_item(run, "q2"), check_payload) == Create()
+    reason = "unsendable" if field == "unsendable" else "attributes-invalid"
+    rejected = a.decide(ev.RunCreateRejected, run_id="r1", request_id="q1", reason=reason,
+                        field="x", existing_value="", requested_value="")
+    after = fold([*log, rejected]).runs["r1"]
+    assert not after.admitted and [i.request_id for i in after.inbox] == ["q2"]
+    assert decide_create(after, inbox_item(after, "q2"), check_payload) == Create()
+    made = fold([*log, rejected, created(a, "r1", "q2", request_offset=2)]).runs["r1"]
+    assert made.admitted and made.inbox == ()
+
+
+def test_a_repeat_of_a_first_create_still_to_be_admitted_is_its_duplicate() -> None:
+    run = fold([Writer("src-a").claim(0), create("r1", "q1"), create("r1", "q2")]).runs["r1"]
+    assert decide_create(run, inbox_item(run, "q2"), check_payload) == Duplicate(1)
 
 
 def test_payload_check_sees_the_requested_flow_and_payload() -> None:
