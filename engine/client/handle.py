@@ -150,11 +150,18 @@ class RunHandle:
         if seen is not None:
             return seen
         try:
-            run = await asyncio.wait_for(self.client.describe(self.run_id), LAST_SEEN_S)
+            run, owner = await asyncio.wait_for(self._described(), LAST_SEEN_S)
         except (RunstreamError, TimeoutError):
             return "nothing yet"
-        note = status_note(run)  # (as `run status` words it)
+        note = status_note(run, owner=owner)  # (as `run status` words it)
         return f"{run.status.value}, {note}" if note else run.status.value
+
+    async def _described(self) -> tuple[RunState, str | None]:
+        """The run as the read model holds it, and its partition's owner (a run not admitted
+        names it: "no worker has claimed" it was, when one had)."""
+        run = await self.client.describe(self.run_id)
+        view = await (await self.client.read_model()).catch_up([run.partition])
+        return run, view.partition(run.partition).owner_name
 
     async def _result(self, follow: bool) -> Any:
         if self.client.authority is not None:

@@ -150,6 +150,21 @@ async def test_a_timeout_names_the_status_of_a_run_suspended_before_the_client_c
             await client.get_handle("never-created").result(timeout=1)
 
 
+async def test_a_timeout_of_a_run_not_admitted_names_the_owner_that_has_not_answered(
+        bootstrap: str, namespace: str, journal: str) -> None:
+    # (it said "no worker has claimed partition N; start a worker" whatever the partition's
+    # state: `run status` names the owner that claimed it)
+    run_id = "unanswered"
+    partition = partition_for(run_id, PARTITIONS)
+    async with Journal(bootstrap, journal) as writer:
+        await writer.send(create(run_id, "q-unanswered"))
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
+        with pytest.raises(ResultTimeout, match=(
+                rf"last seen: pending, not admitted yet: partition {partition}'s owner "
+                rf"worker-{partition} has not answered its create")):
+            await client.get_handle(run_id).result(timeout=1)
+
+
 async def test_a_failed_start_of_the_requests_producer_leaves_waits_in_progress_going(
         bootstrap: str, namespace: str, journal: str) -> None:
     # (the client closed its tail under them: they waited for ever)
