@@ -90,29 +90,44 @@ def decide_create(
             return Duplicate(run.request_offset)
         # Same identity as a first request not yet admitted: it gets the first one's answer,
         # which depends only on the payload check, unless that one makes no run for what it
-        # alone carries (first_admits).
+        # alone carries (run_maker).
     error = check_payload(flow, payload)
     if error is not None:
         return Reject("payload-invalid", "payload", "", error)
     if request.attributes_error is not None:
         return Reject("attributes-invalid", "attributes", "", request.attributes_error)
-    if run is not None and run.request_id != request.request_id and first_admits(run):
-        return Duplicate(run.request_offset)
+    if run is not None and run.request_id != request.request_id:
+        # The run's own fields (its first request's) refuse every create of it: a repeat
+        # answered as a duplicate of a run never admitted hung (run_maker).
+        invalid = invalid_create(run)
+        if invalid is not None:
+            return invalid
+        maker = run_maker(run)
+        if maker is None:
+            return Duplicate(run.request_offset)
+        if maker.request_id != request.request_id:
+            return Duplicate(maker.offset)
     return Create() if run is None else (invalid_create(run) or Create())
 
 
-def first_admits(run: RunState) -> bool:
-    """Whether the first create request of `run`, not admitted, makes the run: it is still
-    to be answered and carries no refusal of its own (invalid attributes, a stand-in's
-    `unsendable`). A first one answered already without admitting the run (rejected, with
-    this repeat still in the inbox, so the run stayed) or refused for what it alone carries
-    makes none, and a repeat of it is judged as a first request: answered as its duplicate,
-    it emptied the inbox of a run never admitted, whose caller waited for ever. (A fork
-    being copied is its fork request's: a create is its duplicate.)"""
+def run_maker(run: RunState) -> InboxItem | None:
+    """The create that makes `run`, not admitted, when its first one makes none (None: the
+    first one does, or the run is a fork being copied, its fork request's). The first makes
+    none once answered without admitting the run (rejected, a repeat still in the inbox, so
+    the run stayed) or refused for what it alone carries (invalid attributes, a stand-in's
+    `unsendable`): then the earliest create behind it makes the run, and the others are its
+    duplicates. Answered as the first one's duplicates, they emptied the inbox of a run
+    never admitted, and their callers waited for ever. The run keeps the first request's
+    fields, identity aside (theirs too): a maker decided beside the first one's rejection is
+    created with them, one decided after it with its own."""
     if run.fork is not None:
-        return True
+        return None
     first = next((item for item in run.inbox if item.request_id == run.request_id), None)
-    return first is not None and first.attributes_error is None and first.unsendable is None
+    if first is not None and first.attributes_error is None and first.unsendable is None:
+        return None
+    return next((item for item in run.inbox if item.type == ev.RunCreateRequested.TYPE
+                 and item.request_id != run.request_id and item.attributes_error is None
+                 and item.unsendable is None), None)
 
 
 def invalid_create(run: RunState) -> Reject | None:

@@ -343,3 +343,29 @@ async def test_a_create_behind_a_first_one_refused_for_its_own_fields_makes_the_
             assert (await client.describe(run_id)).status is RunStatus.completed
     finally:
         await worker.stop()
+
+
+async def test_creates_behind_a_first_one_asking_what_no_run_may_have_are_all_rejected(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path) -> None:
+    """A plain producer's first create asks for a negative run timeout, a plain create of
+    the same identity follows before the owner answers: the owner rejects both (the run
+    holds the first one's fields) and the run goes; the second, answered as a duplicate,
+    left the run pending for ever (a reviewer's probe)."""
+    run_id = "behind-timeout"
+    first = plain_request("run.create-requested", run_id, flow=quick.name, payload_json="null",
+                          run_timeout_ms=-5)
+    second = plain_request("run.create-requested", run_id, flow=quick.name,
+                           payload_json="null")
+    for request in (first, second):
+        await produce_plain(bootstrap, journal, run_id, request)
+    worker = new_worker(bootstrap, namespace, tmp_path / "w")
+    await worker.start()
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=flows) as client:
+            with pytest.raises(CreateRejected, match="run-timeout-invalid"):
+                await client.get_handle(run_id, flow=quick).result(timeout=60)
+            await until(lambda: worker.current_run(run_id) is None, "the run to go",
+                        timeout=30)
+    finally:
+        await worker.stop()

@@ -112,6 +112,28 @@ def test_a_repeat_of_a_first_create_refused_for_its_own_fields_is_judged_as_a_fi
     assert made.admitted and made.inbox == ()
 
 
+def test_behind_a_first_create_refused_alone_the_earliest_repeat_makes_the_run() -> None:
+    """Three creates before any answer, the first a stand-in: the second makes the run, the
+    third is its duplicate (both were created, the third's caller told it made the run)."""
+    a = Writer("src-a")
+    first = dataclasses.replace(create("r1", "q1"), unsendable="gave up")
+    run = fold([a.claim(0), first, create("r1", "q2"), create("r1", "q3")]).runs["r1"]
+    assert decide_create(run, inbox_item(run, "q2"), check_payload) == Create()
+    assert decide_create(run, inbox_item(run, "q3"), check_payload) == Duplicate(2)
+
+
+def test_every_create_of_a_run_whose_first_asks_what_no_run_may_have_is_refused() -> None:
+    """A first create whose run-level field no run may have (a negative timeout), a plain
+    repeat behind it: both are refused with it (the run state holds the first one's
+    fields), so the run goes; the repeat, answered as a duplicate, left it pending."""
+    a = Writer("src-a")
+    first = dataclasses.replace(create("r1", "q1"), run_timeout_ms=-5)
+    run = fold([a.claim(0), first, create("r1", "q2")]).runs["r1"]
+    for request_id in ("q1", "q2"):
+        answer = decide_create(run, inbox_item(run, request_id), check_payload)
+        assert isinstance(answer, Reject) and answer.reason == "run-timeout-invalid", answer
+
+
 def test_a_repeat_of_a_first_create_still_to_be_admitted_is_its_duplicate() -> None:
     run = fold([Writer("src-a").claim(0), create("r1", "q1"), create("r1", "q2")]).runs["r1"]
     assert decide_create(run, inbox_item(run, "q2"), check_payload) == Duplicate(1)
