@@ -249,10 +249,7 @@ async def test_a_rebalance_begun_while_a_poll_is_half_applied_drops_its_rest_and
     rest waits. The rest is dropped and read again: the worker's projection ends equal to
     a rebuild of the journal, every record applied once."""
     produced = await produce(bootstrap, one_partition, 5_000)
-    a = Worker(flows=[parked], data_dir=tmp_path / "a", bootstrap_servers=bootstrap,
-               namespace=namespace, sticky_cache=0, session_timeout_ms=SESSION_TIMEOUT_MS)
-    b = Worker(flows=[parked], data_dir=tmp_path / "b", bootstrap_servers=bootstrap,
-               namespace=namespace, sticky_cache=0, session_timeout_ms=SESSION_TIMEOUT_MS)
+    a, b = (_parked_worker(bootstrap, namespace, tmp_path / name) for name in "ab")
     apply_chunk, chunks = a._apply_poll, [0]
 
     async def held(records: Any) -> None:
@@ -268,10 +265,7 @@ async def test_a_rebalance_begun_while_a_poll_is_half_applied_drops_its_rest_and
     await a.start()
     try:
         await until(lambda: a.slicer.dropped > 0, "the poll's rest dropped", timeout=120)
-        await b.stop()  # partition 0 comes back to A, if B had it
-        await until(lambda: a.projector is not None
-                    and a.projector.partition(0).next_offset >= produced,
-                    "A's fold", timeout=120)
+        await _back_to_a(a, b, produced)
     finally:
         await b.stop()
         await a.stop()
@@ -293,11 +287,9 @@ async def test_a_rebalance_begun_while_a_dead_letter_is_copied_drops_that_chunk_
     finally:
         await producer.stop()
     produced = 1 + await produce(bootstrap, one_partition, 1_000)
-    a = Worker(flows=[parked], data_dir=tmp_path / "a", bootstrap_servers=bootstrap,
-               namespace=namespace, sticky_cache=0, session_timeout_ms=SESSION_TIMEOUT_MS)
-    b = Worker(flows=[parked], data_dir=tmp_path / "b", bootstrap_servers=bootstrap,
-               namespace=namespace, sticky_cache=0, session_timeout_ms=SESSION_TIMEOUT_MS)
-    copy, apply_chunk, at = a.dead_letters.copy, a._apply_poll, {}
+    a, b = (_parked_worker(bootstrap, namespace, tmp_path / name) for name in "ab")
+    copy, apply_chunk = a.dead_letters.copy, a._apply_poll
+    at: dict[str, int] = {}  # where A's projection stood when the copy returned, and after
 
     async def held(letters: Any, stopping: Any) -> None:
         await copy(letters, stopping)
@@ -320,12 +312,21 @@ async def test_a_rebalance_begun_while_a_dead_letter_is_copied_drops_that_chunk_
     try:
         await until(lambda: "applied" in at, "the poison's chunk", timeout=120)
         assert at["applied"] == at["copied"], at
-        await b.stop()
-        await until(lambda: a.projector is not None
-                    and a.projector.partition(0).next_offset >= produced,
-                    "A's fold", timeout=120)
+        await _back_to_a(a, b, produced)
     finally:
         await b.stop()
         await a.stop()
     report = await verify(bootstrap=bootstrap, namespace=namespace, data_dir=tmp_path / "a")
     assert report.ok, report.as_dict()
+
+
+def _parked_worker(bootstrap: str, namespace: str, data_dir: Path) -> Worker:
+    return Worker(flows=[parked], data_dir=data_dir, bootstrap_servers=bootstrap,
+                  namespace=namespace, sticky_cache=0, session_timeout_ms=SESSION_TIMEOUT_MS)
+
+
+async def _back_to_a(a: Worker, b: Worker, produced: int) -> None:
+    """B leaves (partition 0 comes back to A, if B had it), and A folds it all."""
+    await b.stop()
+    await until(lambda: a.projector is not None
+                and a.projector.partition(0).next_offset >= produced, "A's fold", timeout=120)

@@ -318,6 +318,15 @@ async def test_a_fire_given_up_on_the_claim_is_rejected_and_its_handle_says_why(
     assert row.partition == partition and row.type == ev.RunCreateRequested.TYPE
 
 
+async def _two_creates(bootstrap: str, journal: str, run_id: str,
+                       first_fields: dict[str, Any]) -> None:
+    """A plain producer's two creates of `run_id` (flow `quick`, payload null), the first
+    with `first_fields`, both in the journal before any worker runs."""
+    for fields in (first_fields, {}):
+        await produce_plain(bootstrap, journal, run_id, plain_request(
+            "run.create-requested", run_id, flow=quick.name, payload_json="null", **fields))
+
+
 @pytest.mark.parametrize("refused", ["unsendable", "attributes_json"])
 async def test_a_create_behind_a_first_one_refused_for_its_own_fields_makes_the_run(
         bootstrap: str, namespace: str, journal: str, tmp_path: Path, refused: str) -> None:
@@ -328,12 +337,7 @@ async def test_a_create_behind_a_first_one_refused_for_its_own_fields_makes_the_
     never admitted, and its handle waited on (a reviewer's probe)."""
     run_id = f"behind-{refused}"
     value = "gave up" if refused == "unsendable" else "{bad"
-    first = plain_request("run.create-requested", run_id, flow=quick.name, payload_json="null",
-                          **{refused: value})
-    second = plain_request("run.create-requested", run_id, flow=quick.name,
-                           payload_json="null")
-    for request in (first, second):
-        await produce_plain(bootstrap, journal, run_id, request)
+    await _two_creates(bootstrap, journal, run_id, {refused: value})
     worker = new_worker(bootstrap, namespace, tmp_path / "w")
     await worker.start()
     try:
@@ -352,12 +356,7 @@ async def test_creates_behind_a_first_one_asking_what_no_run_may_have_are_all_re
     holds the first one's fields) and the run goes; the second, answered as a duplicate,
     left the run pending for ever (a reviewer's probe)."""
     run_id = "behind-timeout"
-    first = plain_request("run.create-requested", run_id, flow=quick.name, payload_json="null",
-                          run_timeout_ms=-5)
-    second = plain_request("run.create-requested", run_id, flow=quick.name,
-                           payload_json="null")
-    for request in (first, second):
-        await produce_plain(bootstrap, journal, run_id, request)
+    await _two_creates(bootstrap, journal, run_id, {"run_timeout_ms": -5})
     worker = new_worker(bootstrap, namespace, tmp_path / "w")
     await worker.start()
     try:
