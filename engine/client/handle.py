@@ -25,6 +25,7 @@ from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import ROUND_SEPARATOR, is_round
 from runstream.engine.readmodel.describe import status_note
+from runstream.engine.readmodel.lookups import addressed
 from runstream.projections.expiry import (
     expired_create,
     expired_create_detail,
@@ -157,10 +158,10 @@ class RunHandle:
         return f"{run.status.value}, {note}" if note else run.status.value
 
     async def _described(self) -> tuple[RunState, str | None]:
-        """The run as the read model holds it, and its partition's owner (a run not admitted
-        names it: "no worker has claimed" it was, when one had)."""
-        run = await self.client.describe(self.run_id)
-        view = await (await self.client.read_model()).catch_up([run.partition])
+        """The run as the read model holds it (as Client.describe), and its partition's
+        owner from the same catch-up (a run not admitted names it: "no worker has claimed"
+        it was, when one had)."""
+        view, run = await addressed(await self.client.read_model(), self.run_id)
         return run, view.partition(run.partition).owner_name
 
     async def _result(self, follow: bool) -> Any:
