@@ -123,11 +123,15 @@ def run_maker(run: RunState) -> InboxItem | None:
     if run.fork is not None:
         return None
     first = next((item for item in run.inbox if item.request_id == run.request_id), None)
-    if first is not None and first.attributes_error is None and first.unsendable is None:
+    if first is not None and not _refused_alone(first):
         return None
     return next((item for item in run.inbox if item.type == ev.RunCreateRequested.TYPE
-                 and item.request_id != run.request_id and item.attributes_error is None
-                 and item.unsendable is None), None)
+                 and item.request_id != run.request_id and not _refused_alone(item)), None)
+
+
+def _refused_alone(request: InboxItem) -> bool:
+    """A create refused for what it alone carries, whatever the run (decide_create)."""
+    return request.attributes_error is not None or request.unsendable is not None
 
 
 def invalid_create(run: RunState) -> Reject | None:
