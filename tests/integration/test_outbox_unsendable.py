@@ -32,6 +32,7 @@ from runstream.projections.partitioning import run_partition
 from runstream.projections.state import OutboxItem, encode_state, incarnation_id
 from tests.conftest import TEST_JOURNAL_PARTITIONS
 from tests.integration.support import child_id, status_or_none, until
+from tests.integration.test_cli import cli
 from tests.integration.test_lifetime import plain_request, produce_plain
 
 pytestmark = pytest.mark.integration
@@ -310,6 +311,9 @@ async def test_a_fire_given_up_on_the_claim_is_rejected_and_its_handle_says_why(
             with pytest.raises(CreateRejected, match=r"unsendable.*cannot be sent \(old-shape"):
                 await client.get_handle(fired).result(timeout=60)
             await outbox_empty(worker, partition)
+            said = await cli("run", "result", fired, "--timeout", "60", bootstrap=bootstrap,
+                             namespace=namespace, cache=tmp_path / "c")
+            assert said.code != 0 and "unsendable" in said.err, said
             with pytest.raises(RunNotFound, match="its create was rejected"):
                 await client.describe(fired)
     finally:
