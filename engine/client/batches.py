@@ -1,19 +1,15 @@
 """A Client's batch operations (mixed into engine.client.client.Client): cancel, signal or
 resume every run a query matches, as a run of the built-in flow `runstream.batch`
-(projections.batch, engine.worker.batch), with its progress read from that run's journal."""
+(projections.batch, engine.flow.batch_run), with its progress read from that run's journal."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from runstream.engine.client.handle import RunHandle
-from runstream.engine.flow.definition import dump_json
-from runstream.engine.journal.input_limits import check_name, check_payload, check_text
-from runstream.projections import query_plan
+from runstream.engine.flow.batch_run import cancel_spec, ready, resume_spec, signal_spec
 from runstream.projections.batch import (
     BATCH_FLOW,
     BatchProgress,
@@ -67,22 +63,19 @@ class BatchCalls:
         a batch (a run of `runstream.batch`) that a worker carries out: returns its handle
         once sent. The same `batch_id` again attaches to that batch (nothing is matched
         again). `dry_run`: match only (the report's `matched` and `first`)."""
-        check_text("a cancel's reason", reason)
-        return await self._batch(BatchSpec(batch_id or "", "cancel", where, reason=reason,
-                                           dry_run=dry_run))
+        return await self._batch(cancel_spec(where, reason=reason, batch_id=batch_id,
+                                             dry_run=dry_run))
 
     async def signal_where(self, where: str, name: str, payload: Any = None, *,
                            batch_id: str | None = None, dry_run: bool = False) -> BatchHandle:
         """Send signal `name` to every run matching `where`, as cancel_where does."""
-        check_name("signal", name)
-        payload_json = check_payload(f"the payload of signal {name!r}", dump_json(payload))
-        return await self._batch(BatchSpec(batch_id or "", "signal", where, signal=name,
-                                           signal_payload_json=payload_json, dry_run=dry_run))
+        return await self._batch(signal_spec(where, name, payload, batch_id=batch_id,
+                                             dry_run=dry_run))
 
     async def resume_where(self, where: str, *, batch_id: str | None = None,
                            dry_run: bool = False) -> BatchHandle:
         """Wake every waiting run matching `where` (an operator resume), as cancel_where."""
-        return await self._batch(BatchSpec(batch_id or "", "resume", where, dry_run=dry_run))
+        return await self._batch(resume_spec(where, batch_id=batch_id, dry_run=dry_run))
 
     async def batch(self, batch_id: str, *, dry_run: bool = False) -> BatchHandle:
         """The handle of an existing batch (RunNotFound if there is none)."""
@@ -97,10 +90,6 @@ class BatchCalls:
     async def _batch(self, spec: BatchSpec) -> BatchHandle:
         """Sent once checked: a bad batch (BatchInvalid) or query (QueryInvalid) sends
         nothing."""
-        if not spec.batch_id:
-            spec = dataclasses.replace(spec, batch_id=uuid.uuid4().hex[:12])
-        spec.check()
-        query_plan.where_query(spec.where)  # (QueryInvalid before anything is sent)
-        run_id = batch_run_id(spec.batch_id, dry_run=spec.dry_run)
+        spec, run_id = ready(spec)
         handle = await self.create_run(BATCH_FLOW, spec.payload(), run_id=run_id)
         return BatchHandle(spec.batch_id, spec, handle, self)

@@ -22,12 +22,14 @@ from typing import Any
 from runstream.engine.config import Duration
 from runstream.engine.errors import CancelRefused, ResumeRefused, SignalRefused
 from runstream.engine.flow.apps import flows_by_name
+from runstream.engine.flow.batch_run import batch_flow
 from runstream.engine.flow.definition import Flow, HandedOff, dump_json, settled_outcome, timeout_ms
 from runstream.engine.flow.validation import judge
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import check_payload, check_run_id
 from runstream.engine.journal.timetext import epoch_ms
+from runstream.engine.testing.batches import EnvBatches, EnvBatchIO
 from runstream.engine.testing.driving import Driving, EnvironmentIdle
 from runstream.engine.testing.execution import TestExecution
 from runstream.engine.testing.forks import EnvForks
@@ -46,6 +48,7 @@ from runstream.engine.testing.upkeep import (
 from runstream.engine.worker.admission import DEFAULT_CONCURRENCY, Admission
 from runstream.projections import schedule_owner
 from runstream.projections.attributes import create_json
+from runstream.projections.batch import BATCH_FLOW
 from runstream.projections.expiry import round_to_follow
 from runstream.projections.fork_plan import answer_fork
 from runstream.projections.outbox_fallback import GiveUp, checked_request
@@ -84,7 +87,7 @@ OWNER_NAME = "test-environment"
 CLOSE_WAIT_S = 5.0  # how long close() waits for cancelled handlers to unwind
 
 
-class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks):
+class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks, EnvBatches):
     """An in-process namespace: `await env.run(flow, payload)`, signals, cancels, resumes,
     results, history, and crashes injected at a journal position."""
 
@@ -102,13 +105,15 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks):
         `durable_backoff_after`: as the worker's (default 2 s, whatever the shell says): a
         longer retry backoff waits on the virtual clock, a shorter one is slept for real;
         `concurrency`: execution slots, as a worker's (each flow's max_concurrency holds)."""
-        self.flows = flows_by_name(flows)  # (two differing under one name: as a worker, refused)
-        self.admission = Admission.for_flows(concurrency, self.flows.values())
         self.retention_ms, self.tombstone_retention_ms, self.durable_backoff_after_ms = \
             virtual_settings(retention, tombstone_retention, durable_backoff_after)
         self.partitions = partitions
         self.clock_ms = epoch_ms(start)
         self.log = MemoryLog(partitions, lambda: self.clock_ms, self._folded)
+        # (two differing under one name: as a worker, refused; the batch flow as a worker's)
+        self.flows = {BATCH_FLOW: batch_flow(EnvBatchIO(self.log, lambda: self.clock_ms)),
+                      **flows_by_name(flows)}
+        self.admission = Admission.for_flows(concurrency, self.flows.values())
         self.projection = self.log.projection
         self._offsets = self.log.offsets  # (the same list: a test may write around the log)
         self._executions: dict[str, TestExecution] = {}

@@ -14,8 +14,9 @@ from typing import Any
 
 from runstream import Client, Flow, FlowContext, Handoff, RunStatus
 from runstream.engine.cli import batch_operations
+from runstream.engine.flow.batch_run import ANSWER_WAIT_S, _send
 from runstream.engine.journal import events as ev
-from runstream.engine.worker.batch import ANSWER_WAIT_S, BatchIO, _send
+from runstream.engine.worker.batch import WorkerBatchIO
 from runstream.projections.batch import BatchSpec, batch_run_id
 from tests.integration.support import fold, running_worker, status_when, until
 from tests.integration.test_cli import cli
@@ -231,7 +232,7 @@ async def test_a_chunks_request_to_a_run_gone_since_its_match_is_answered_at_onc
             Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
         [live] = await _create(client, 1, "gone-beside", team="g")
         await _all_suspended(client, "team = 'g'", 1)
-        io = BatchIO(worker)
+        io = WorkerBatchIO(worker)
         spec = BatchSpec(batch_id="gone", operation="cancel", where="team = 'g'")
         started = time.monotonic()
         async with io.session():

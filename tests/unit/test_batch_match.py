@@ -1,4 +1,4 @@
-"""The batch flow's matching (engine.worker.batch._match) over a real read-model store
+"""The batch flow's matching (engine.flow.batch_run._match) over a real read-model store
 (RocksDB), folded from journal records written as an owner would:
 
 - a chunk that fills up inside the query's last, short page goes on from there: it was
@@ -12,10 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from runstream.engine.flow import batch_run
 from runstream.engine.journal import encode
 from runstream.engine.journal import events as ev
 from runstream.engine.readmodel.view import View
-from runstream.engine.worker import batch as worker_batch
 from runstream.projections.batch import CHUNK, BatchSpec, progress_of
 from runstream.projections.projector import Projector
 from runstream.projections.store import ProjectionStore
@@ -51,8 +51,13 @@ class Journal:
 
 
 class IO:
+    partitions = 1
+
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
+
+    def now_ms(self) -> int:
+        return 1_000
 
     async def view(self) -> View:
         self.journal.store.flush()
@@ -67,8 +72,8 @@ async def _matched(journal: Journal, ends: int) -> tuple[list[str], int]:
     after: str | None = None
     ids: list[str] = []
     for chunk in range(1, 100):
-        found = await worker_batch._match(IO(journal), f"flow = '{FLOW}'", after, {0: ends},
-                                          "batch-x")
+        found = batch_run._match(await IO(journal).view(), f"flow = '{FLOW}'", after,
+                                 {0: ends}, "batch-x")
         ids += found["ids"]
         after = found["after"]
         if found["done"]:
@@ -103,8 +108,8 @@ async def test_a_lineage_that_hands_off_after_the_batch_began_is_matched_once(
     assert ids == ["c-0", "c-1~1", "c-2"], ids
     spec = BatchSpec(batch_id="b1", operation="cancel", where=f"flow = '{FLOW}'")
     # (one lineage, one request id: a second action on it is the partition's duplicate)
-    assert (worker_batch._request(spec, "c-1~1", None).envelope.request_id
-            == worker_batch._request(spec, "c-1", None).envelope.request_id)
+    assert (batch_run._request(spec, "c-1~1", None, 0).envelope.request_id
+            == batch_run._request(spec, "c-1", None, 0).envelope.request_id)
 
 
 async def test_a_lineage_matched_again_after_a_handoff_counts_once(tmp_path: Path) -> None:
@@ -115,9 +120,9 @@ async def test_a_lineage_matched_again_after_a_handoff_counts_once(tmp_path: Pat
     journal.run("c-1")
     spec = BatchSpec(batch_id="b1", operation="signal", where=f"flow = '{FLOW}'",
                      signal="go")
-    first = await worker_batch._send(IO(journal), spec, None, ["c-1"])
+    first = await batch_run._send(IO(journal), spec, None, ["c-1"])
     journal.hand_off("c-1")
-    second = await worker_batch._send(IO(journal), spec, None, ["c-1~1"])
+    second = await batch_run._send(IO(journal), spec, None, ["c-1~1"])
     assert (first["sent"], first["done"], first["again"]) == (1, 1, 0)
     assert (second["sent"], second["done"], second["again"], second["refused"]) == (0, 0, 1, [])
     progress = progress_of(spec, [("match-1", {"ids": ["c-1"], "done": False}),

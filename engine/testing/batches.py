@@ -1,0 +1,167 @@
+"""The TestEnvironment's batch operations: cancel_where, signal_where and resume_where (and
+batch() of one already made), as a Client's, carried out by the built-in flow
+`runstream.batch` through the same code as a worker's (engine.flow.batch_run), reading the
+environment's in-memory projection and writing its requests to the environment's log."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from runstream.engine.flow.batch_run import (
+    BatchView,
+    cancel_spec,
+    ready,
+    resume_spec,
+    signal_spec,
+)
+from runstream.engine.journal import JournalRecord
+from runstream.engine.testing.log import MemoryLog
+from runstream.projections import query_plan
+from runstream.projections.batch import (
+    BATCH_FLOW,
+    BatchProgress,
+    BatchSpec,
+    batch_run_id,
+    progress_of,
+    steps_of,
+)
+from runstream.projections.expiry import addressed
+from runstream.projections.state import (
+    JournalEntry,
+    PartitionState,
+    RunState,
+    Tombstone,
+    round_zero,
+)
+from runstream.projections.values import HistoryEntry
+
+
+class EnvBatchView(query_plan.UnindexedRuns):
+    """The environment's projection as a batch reads it (engine.flow.batch_run.BatchView):
+    its runs unindexed, as the environment's list_runs answers, and each run's history."""
+
+    def __init__(self, log: MemoryLog) -> None:
+        projection = log.projection
+        super().__init__(dict(projection.runs), log.partition_of)
+        self._log = log
+
+    def partition(self, p: int) -> PartitionState:
+        return self._log.projection.partition(p)
+
+    def addressed(self, run_id: str) -> str:
+        return addressed(self._log.projection.store, run_id)
+
+    def tombstone(self, run_id: str) -> Tombstone | None:
+        return self._log.projection.store.tombstone(run_id)
+
+    def expired(self, run_id: str) -> Tombstone | None:
+        """The tombstone of the run `run_id` reaches (a lineage's: its final round's), as a
+        read model's View.expired."""
+        exact = round_zero(run_id)
+        stone = self.tombstone(exact)
+        if stone is None or exact != run_id or stone.lineage_id != run_id:
+            return stone
+        latest = self._log.projection.store.latest_round(run_id)
+        final = None if latest is None else self.tombstone(latest)
+        return final if final is not None else stone
+
+    def request_item(self, run_id: str, request_id: str) -> HistoryEntry | None:
+        """The run's history item of the request `request_id`, read from its end."""
+        for item in reversed(self._log.projection.history.get(run_id, [])):
+            if item.record is not None and item.record.envelope.request_id == request_id:
+                return item
+        return None
+
+
+class EnvBatchIO:
+    """Where the environment's batches read (its projection) and send (its log, folded at
+    once, so each chunk's answers are there when it looks)."""
+
+    def __init__(self, log: MemoryLog, clock: Callable[[], int]) -> None:
+        self.log = log
+        self.partitions = log.partitions
+        self._clock = clock
+
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[None]:
+        yield
+
+    async def view(self) -> BatchView:
+        return EnvBatchView(self.log)
+
+    async def send(self, records: list[JournalRecord]) -> None:
+        for record in records:
+            self.log.append(self.log.partition_of(record.envelope.lineage_id), record)
+
+    def now_ms(self) -> int:
+        return self._clock()
+
+
+@dataclass(frozen=True, slots=True)
+class EnvBatch:
+    """A batch in the environment: its id, its run, and what it asked for."""
+
+    batch_id: str
+    spec: BatchSpec
+    run_id: str
+    env: EnvBatches
+
+    async def progress(self) -> BatchProgress:
+        """What the batch's journal says so far (as BatchHandle.progress)."""
+        return progress_of(self.spec, steps_of(self.env.journal(self.run_id)))
+
+    async def result(self) -> dict[str, Any]:
+        """Drive the environment until the batch completed: its report (as
+        BatchHandle.result)."""
+        report: dict[str, Any] = await self.env.result(self.run_id)
+        return report
+
+
+class EnvBatches:
+    """Mixed into TestEnvironment."""
+
+    async def start(self, flow: Any, payload: Any = None, *,
+                    run_id: str | None = None) -> str:
+        raise NotImplementedError
+
+    async def result(self, run_id: str, *, follow: bool = False) -> Any:
+        raise NotImplementedError
+
+    def journal(self, run_id: str) -> tuple[JournalEntry, ...]:
+        raise NotImplementedError
+
+    def describe(self, run_id: str) -> RunState:
+        raise NotImplementedError
+
+    async def cancel_where(self, where: str, *, reason: str = "", batch_id: str | None = None,
+                           dry_run: bool = False) -> EnvBatch:
+        """As Client.cancel_where: the batch runs when the environment is driven
+        (`await batch.result()`)."""
+        return await self._batch(cancel_spec(where, reason=reason, batch_id=batch_id,
+                                             dry_run=dry_run))
+
+    async def signal_where(self, where: str, name: str, payload: Any = None, *,
+                           batch_id: str | None = None, dry_run: bool = False) -> EnvBatch:
+        """As Client.signal_where."""
+        return await self._batch(signal_spec(where, name, payload, batch_id=batch_id,
+                                             dry_run=dry_run))
+
+    async def resume_where(self, where: str, *, batch_id: str | None = None,
+                           dry_run: bool = False) -> EnvBatch:
+        """As Client.resume_where."""
+        return await self._batch(resume_spec(where, batch_id=batch_id, dry_run=dry_run))
+
+    async def batch(self, batch_id: str, *, dry_run: bool = False) -> EnvBatch:
+        """The batch `batch_id` (RunNotFound if there is none), as Client.batch."""
+        run = self.describe(batch_run_id(batch_id, dry_run=dry_run))
+        spec = BatchSpec.from_payload(json.loads(run.payload_json))
+        return EnvBatch(batch_id, spec, run.run_id, self)
+
+    async def _batch(self, spec: BatchSpec) -> EnvBatch:
+        spec, run_id = ready(spec)
+        await self.start(BATCH_FLOW, spec.payload(), run_id=run_id)
+        return EnvBatch(spec.batch_id, spec, run_id, self)
