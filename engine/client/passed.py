@@ -11,7 +11,7 @@ partition for the marks dropped past that.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from runstream.engine.journal import events as ev
 
@@ -29,6 +29,7 @@ TIMED_OUT_KEPT = 10_000
 # object the collector stops tracking, where a decoded answer is three it walks on every
 # full collection of the client's process (up to ANSWER_CACHE of them).
 Kept = tuple[int, int, bytes]
+NONE_EVICTED: tuple[tuple[int, int], ...] = ()
 
 
 class AnswerCache:
@@ -57,14 +58,18 @@ class AnswerCache:
     def kept_bytes(self) -> int:
         return self._bytes
 
-    def keep(self, key: str, partition: int, offset: int, value: bytes) -> list[tuple[int, int]]:
+    def keep(self, key: str, partition: int, offset: int, value: bytes
+             ) -> Sequence[tuple[int, int]]:
         """Keep the answer, unless one is kept for `key` (the first accepted answer stands,
-        as in the reducer); returns the (partition, offset) of the answers evicted for it."""
-        evicted: list[tuple[int, int]] = []
+        as in the reducer); returns the (partition, offset) of the answers evicted for it
+        (NONE_EVICTED, shared, when nothing was: the tail keeps an answer per record)."""
         if key in self._kept:
-            return evicted
+            return NONE_EVICTED
         self._kept[key] = (partition, offset, value)
         self._bytes += len(value)
+        if len(self._kept) <= ANSWER_CACHE and self._bytes <= ANSWER_CACHE_BYTES:
+            return NONE_EVICTED
+        evicted: list[tuple[int, int]] = []
         while len(self._kept) > ANSWER_CACHE or self._bytes > ANSWER_CACHE_BYTES:
             _, (dropped_partition, dropped_offset, dropped) = self._kept.popitem(last=False)
             self._bytes -= len(dropped)
