@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runstream.engine.client.handle import RunHandle
-from runstream.engine.flow.batch_run import cancel_spec, ready, resume_spec, signal_spec
+from runstream.engine.flow.batch_run import BatchOperations, ready
 from runstream.projections.batch import (
     BATCH_FLOW,
     BatchProgress,
@@ -44,8 +44,9 @@ class BatchHandle:
         return report
 
 
-class BatchCalls:
-    """cancel_where, signal_where, resume_where and batch()."""
+class BatchCalls(BatchOperations[BatchHandle]):
+    """cancel_where, signal_where, resume_where (engine.flow.batch_run.BatchOperations: a
+    worker carries the batch out) and batch()."""
 
     async def create_run(self, flow: Any, payload: Any = None, *,
                          run_id: str | None = None) -> RunHandle:
@@ -56,26 +57,6 @@ class BatchCalls:
 
     async def journal(self, run_id: str) -> tuple[JournalEntry, ...]:
         raise NotImplementedError
-
-    async def cancel_where(self, where: str, *, reason: str = "", batch_id: str | None = None,
-                           dry_run: bool = False) -> BatchHandle:
-        """Cancel every run matching `where` (projections.query) when the batch starts, as
-        a batch (a run of `runstream.batch`) that a worker carries out: returns its handle
-        once sent. The same `batch_id` again attaches to that batch (nothing is matched
-        again). `dry_run`: match only (the report's `matched` and `first`)."""
-        return await self._batch(cancel_spec(where, reason=reason, batch_id=batch_id,
-                                             dry_run=dry_run))
-
-    async def signal_where(self, where: str, name: str, payload: Any = None, *,
-                           batch_id: str | None = None, dry_run: bool = False) -> BatchHandle:
-        """Send signal `name` to every run matching `where`, as cancel_where does."""
-        return await self._batch(signal_spec(where, name, payload, batch_id=batch_id,
-                                             dry_run=dry_run))
-
-    async def resume_where(self, where: str, *, batch_id: str | None = None,
-                           dry_run: bool = False) -> BatchHandle:
-        """Wake every waiting run matching `where` (an operator resume), as cancel_where."""
-        return await self._batch(resume_spec(where, batch_id=batch_id, dry_run=dry_run))
 
     async def batch(self, batch_id: str, *, dry_run: bool = False) -> BatchHandle:
         """The handle of an existing batch (RunNotFound if there is none)."""

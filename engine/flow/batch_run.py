@@ -21,7 +21,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from runstream.engine.flow.context import FlowContext
 from runstream.engine.flow.definition import Flow, dump_json
@@ -44,6 +44,8 @@ from runstream.projections.replay import record_of
 from runstream.projections.requests import describe_refusal
 from runstream.projections.state import PartitionState, RunState, Tombstone, Verdict
 from runstream.projections.values import HistoryEntry
+
+H = TypeVar("H")  # a batch's handle: a Client's BatchHandle, the environment's EnvBatch
 
 ANSWER_WAIT_S = 30.0  # how long a chunk waits for the runs it sent to answer
 ANSWER_POLL_S = 0.2  # how often it looks again meanwhile
@@ -93,22 +95,36 @@ def batch_flow(io: BatchIO) -> Flow[Any, Any]:
 
 # -- what a client (a Client, the TestEnvironment) asks for -----------------------------------
 
-def cancel_spec(where: str, *, reason: str, batch_id: str | None,
-                dry_run: bool) -> BatchSpec:
-    check_text("a cancel's reason", reason)
-    return BatchSpec(batch_id or "", "cancel", where, reason=reason, dry_run=dry_run)
+class BatchOperations(Generic[H]):
+    """cancel_where, signal_where and resume_where, for a Client (engine.client.batches)
+    and the TestEnvironment (engine.testing.batches): each builds the batch's spec and
+    hands it to `_batch`, which makes the batch's run and returns its handle `H`."""
 
+    async def _batch(self, spec: BatchSpec) -> H:
+        raise NotImplementedError
 
-def signal_spec(where: str, name: str, payload: Any, *, batch_id: str | None,
-                dry_run: bool) -> BatchSpec:
-    check_name("signal", name)
-    payload_json = check_payload(f"the payload of signal {name!r}", dump_json(payload))
-    return BatchSpec(batch_id or "", "signal", where, signal=name,
-                     signal_payload_json=payload_json, dry_run=dry_run)
+    async def cancel_where(self, where: str, *, reason: str = "", batch_id: str | None = None,
+                           dry_run: bool = False) -> H:
+        """Cancel every run matching `where` (projections.query) when the batch starts, as
+        a batch (a run of `runstream.batch`): returns its handle once made. The same
+        `batch_id` again attaches to that batch (nothing is matched again). `dry_run`:
+        match only (the report's `matched` and `first`)."""
+        check_text("a cancel's reason", reason)
+        return await self._batch(BatchSpec(batch_id or "", "cancel", where, reason=reason,
+                                           dry_run=dry_run))
 
+    async def signal_where(self, where: str, name: str, payload: Any = None, *,
+                           batch_id: str | None = None, dry_run: bool = False) -> H:
+        """Send signal `name` to every run matching `where`, as cancel_where does."""
+        check_name("signal", name)
+        payload_json = check_payload(f"the payload of signal {name!r}", dump_json(payload))
+        return await self._batch(BatchSpec(batch_id or "", "signal", where, signal=name,
+                                           signal_payload_json=payload_json, dry_run=dry_run))
 
-def resume_spec(where: str, *, batch_id: str | None, dry_run: bool) -> BatchSpec:
-    return BatchSpec(batch_id or "", "resume", where, dry_run=dry_run)
+    async def resume_where(self, where: str, *, batch_id: str | None = None,
+                           dry_run: bool = False) -> H:
+        """Wake every waiting run matching `where` (an operator resume), as cancel_where."""
+        return await self._batch(BatchSpec(batch_id or "", "resume", where, dry_run=dry_run))
 
 
 def ready(spec: BatchSpec) -> tuple[BatchSpec, str]:

@@ -11,13 +11,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from runstream.engine.flow.batch_run import (
-    BatchView,
-    cancel_spec,
-    ready,
-    resume_spec,
-    signal_spec,
-)
+from runstream.engine.flow.batch_run import BatchOperations, BatchView, ready
 from runstream.engine.journal import JournalRecord
 from runstream.engine.testing.log import MemoryLog
 from runstream.projections import query_plan
@@ -121,8 +115,10 @@ class EnvBatch:
         return report
 
 
-class EnvBatches:
-    """Mixed into TestEnvironment."""
+class EnvBatches(BatchOperations[EnvBatch]):
+    """Mixed into TestEnvironment: cancel_where, signal_where and resume_where as a
+    Client's (engine.flow.batch_run.BatchOperations), each batch run when the environment is
+    driven (`await batch.result()`), and batch()."""
 
     async def start(self, flow: Any, payload: Any = None, *,
                     run_id: str | None = None) -> str:
@@ -136,24 +132,6 @@ class EnvBatches:
 
     def describe(self, run_id: str) -> RunState:
         raise NotImplementedError
-
-    async def cancel_where(self, where: str, *, reason: str = "", batch_id: str | None = None,
-                           dry_run: bool = False) -> EnvBatch:
-        """As Client.cancel_where: the batch runs when the environment is driven
-        (`await batch.result()`)."""
-        return await self._batch(cancel_spec(where, reason=reason, batch_id=batch_id,
-                                             dry_run=dry_run))
-
-    async def signal_where(self, where: str, name: str, payload: Any = None, *,
-                           batch_id: str | None = None, dry_run: bool = False) -> EnvBatch:
-        """As Client.signal_where."""
-        return await self._batch(signal_spec(where, name, payload, batch_id=batch_id,
-                                             dry_run=dry_run))
-
-    async def resume_where(self, where: str, *, batch_id: str | None = None,
-                           dry_run: bool = False) -> EnvBatch:
-        """As Client.resume_where."""
-        return await self._batch(resume_spec(where, batch_id=batch_id, dry_run=dry_run))
 
     async def batch(self, batch_id: str, *, dry_run: bool = False) -> EnvBatch:
         """The batch `batch_id` (RunNotFound if there is none), as Client.batch."""
