@@ -5,6 +5,7 @@ environment's in-memory projection and writing its requests to the environment's
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -29,6 +30,7 @@ from runstream.projections.state import (
     PartitionState,
     RunState,
     Tombstone,
+    Verdict,
     round_zero,
 )
 from runstream.projections.values import HistoryEntry
@@ -64,11 +66,17 @@ class EnvBatchView(query_plan.UnindexedRuns):
         return final if final is not None else stone
 
     def request_item(self, run_id: str, request_id: str) -> HistoryEntry | None:
-        """The run's history item of the request `request_id`, read from its end."""
+        """The run's history item of the request `request_id`: the one applied (a request
+        sent again after a crash is the run's duplicate, and the first one answered it, as
+        a read model's request index says), else the latest, read from the history's end."""
+        latest: HistoryEntry | None = None
         for item in reversed(self._log.projection.history.get(run_id, [])):
-            if item.record is not None and item.record.envelope.request_id == request_id:
+            if item.record is None or item.record.envelope.request_id != request_id:
+                continue
+            if item.verdict is Verdict.applied:
                 return item
-        return None
+            latest = latest or item
+        return latest
 
 
 class EnvBatchIO:
@@ -108,10 +116,10 @@ class EnvBatch:
         """What the batch's journal says so far (as BatchHandle.progress)."""
         return progress_of(self.spec, steps_of(self.env.journal(self.run_id)))
 
-    async def result(self) -> dict[str, Any]:
+    async def result(self, *, timeout: float | None = None) -> dict[str, Any]:
         """Drive the environment until the batch completed: its report (as
-        BatchHandle.result)."""
-        report: dict[str, Any] = await self.env.result(self.run_id)
+        BatchHandle.result; `timeout`: real seconds, the batch's own waits being virtual)."""
+        report: dict[str, Any] = await asyncio.wait_for(self.env.result(self.run_id), timeout)
         return report
 
 

@@ -145,3 +145,24 @@ async def test_a_bad_batch_or_query_starts_nothing() -> None:
         with pytest.raises(BatchInvalid):
             await env.signal_where("team = 'a'", "go", batch_id="no spaces allowed")
         assert await env.count_runs(f"flow = '{BATCH_FLOW}'") == 0
+
+
+@pytest.mark.parametrize("position", [0, 1, 2, 3])
+async def test_a_batch_replayed_after_a_crash_reports_as_one_never_crashed(position: int
+                                                                          ) -> None:
+    """A crash as the batch journals step `position` (2: its chunk sent, its step's result
+    lost): the new owner replays it, the chunk is sent again and every run that took it
+    answers `duplicate`, which counts as done, as a worker's request index says. Each run
+    read its latest answer (the duplicate) as the chunk's, and the report shrank to
+    matched 1, done 0."""
+    async with TestEnvironment(FLOWS, partitions=3) as env:
+        ids = await _parked_runs(env, "c", 6, t="x")
+        await env.signal(ids[0], "go")
+        await env.result(ids[0])  # (ended: it refuses, on either send)
+        env.crash_at(batch_run_id("crashed"), position)
+        batch = await env.cancel_where("t = 'x'", batch_id="crashed")
+        report = await batch.result(timeout=30)
+        assert (report["matched"], report["sent"], report["done"], report["refused"]
+                ) == (6, 6, 5, 1), report
+        assert env.crashes == (1 if position < 3 else 0)
+        assert all(env.status(r) is RunStatus.cancelled for r in ids[1:])
