@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from runstream.engine.errors import CreateRejected
+from runstream.engine.errors import CreateRejected, IdentityConflict, RunstreamError
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import lineage_of
 from runstream.engine.journal.timetext import iso_time
@@ -161,6 +161,20 @@ def expired_create(tombstone: Tombstone) -> CreateRejected:
     (projections.owner.answer_expired), for the Client and the TestEnvironment alike."""
     return CreateRejected(tombstone.run_id, "expired",
                           expired_create_detail(tombstone.run_id, expired_text(tombstone)))
+
+
+def create_rejection(run_id: str, answer: ev.RunCreateRejected) -> RunstreamError:
+    """The error a create of `run_id` rejected by its owner with `answer` raises, for the
+    Client (a handle's admission) and the TestEnvironment (its start) alike."""
+    if answer.reason == "identity-conflict":
+        return IdentityConflict(run_id, answer.field, answer.existing_value,
+                                answer.requested_value)
+    if answer.reason == "expired":
+        # The owner's answer to a create naming an expired run (projections.owner
+        # answer_expired): existing_value says when it expired, after what.
+        return CreateRejected(run_id, answer.reason,
+                              expired_create_detail(run_id, answer.existing_value))
+    return CreateRejected(run_id, answer.reason, answer.requested_value)
 
 
 class RoundReads(Protocol):

@@ -10,8 +10,6 @@ from typing import TYPE_CHECKING, Any
 from runstream.engine.client.answers import AnswerTrimmed, forgotten
 from runstream.engine.config import wait_seconds
 from runstream.engine.errors import (
-    CreateRejected,
-    IdentityConflict,
     ResultTimeout,
     RunCancelled,
     RunExpired,
@@ -27,8 +25,8 @@ from runstream.engine.journal.records import ROUND_SEPARATOR, is_round
 from runstream.engine.readmodel.describe import status_note
 from runstream.engine.readmodel.lookups import addressed
 from runstream.projections.expiry import (
+    create_rejection,
     expired_create,
-    expired_create_detail,
     round_to_follow,
 )
 from runstream.projections.state import RunState, RunStatus, round_zero
@@ -88,7 +86,7 @@ class RunHandle:
                 self._from_offset = 0
                 return self._from_offset
             if isinstance(created, ev.RunCreateRejected):
-                raise _rejection(self.run_id, created)
+                raise create_rejection(self.run_id, created)
             created_by = ev.RunCreated | ev.RunForked
             if isinstance(created, created_by):
                 self._from_offset, self._existed = created.request_offset, True
@@ -106,7 +104,7 @@ class RunHandle:
             self._from_offset, self._existed = run.request_offset, True
             return self._from_offset
         if isinstance(answer, ev.RunCreateRejected):
-            raise _rejection(self.run_id, answer)
+            raise create_rejection(self.run_id, answer)
         assert isinstance(answer, ev.RunCreated)
         self._from_offset, self._existed = answer.request_offset, True
         return self._from_offset
@@ -261,13 +259,4 @@ async def _round_to_follow(client: Client, partition: int, named: str) -> str:
     return round_to_follow(await (await client.read_model()).catch_up([partition]), named)
 
 
-def _rejection(run_id: str, answer: ev.RunCreateRejected) -> Exception:
-    if answer.reason == "identity-conflict":
-        return IdentityConflict(run_id, answer.field, answer.existing_value, answer.requested_value)
-    if answer.reason == "expired":
-        # The owner's answer to a create naming an expired run (projections.owner
-        # answer_expired): existing_value says when it expired, after what.
-        return CreateRejected(run_id, answer.reason,
-                              expired_create_detail(run_id, answer.existing_value))
-    return CreateRejected(run_id, answer.reason, answer.requested_value)
 

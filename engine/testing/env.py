@@ -43,13 +43,14 @@ from runstream.engine.testing.upkeep import (
     expired_rejection,
     in_status,
     merged,
+    rejection_of,
     virtual_settings,
 )
 from runstream.engine.worker.admission import DEFAULT_CONCURRENCY, Admission
 from runstream.projections import schedule_owner
 from runstream.projections.attributes import create_json
 from runstream.projections.batch import BATCH_FLOW
-from runstream.projections.expiry import round_to_follow
+from runstream.projections.expiry import create_rejection, round_to_follow
 from runstream.projections.fork_plan import answer_fork
 from runstream.projections.outbox_fallback import GiveUp, checked_request
 from runstream.projections.owner import on_record, swept, swept_requests
@@ -141,13 +142,15 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks, EnvB
         """Create a run (it starts when the environment is driven); returns its id.
         `run_timeout`, `attributes`: as Client.create_run's, on the virtual clock."""
         name, payload_json = self._payload_of(flow, payload)
-        run_id = run_id or uuid.uuid4().hex
-        verdict = self._request(ev.RunCreateRequested, run_id, flow=name,
-                                payload_json=payload_json,
+        run_id, request_id = run_id or uuid.uuid4().hex, uuid.uuid4().hex
+        verdict = self._request(ev.RunCreateRequested, run_id, request_id=request_id,
+                                flow=name, payload_json=payload_json,
                                 run_timeout_ms=timeout_ms(run_timeout, "run_timeout"),
                                 attributes_json=create_json(attributes))
         if verdict is Verdict.refused and (expired := expired_rejection(self.projection, run_id)):
             raise expired
+        if (rejected := rejection_of(self.projection, run_id, request_id)) is not None:
+            raise create_rejection(run_id, rejected)  # (as a Client's handle: its admission)
         return run_id
 
     def _payload_of(self, flow: Flow[Any, Any] | str, payload: Any) -> tuple[str, str]:

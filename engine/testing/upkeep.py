@@ -64,6 +64,18 @@ def rejected_create(projection: MemoryProjection, run_id: str) -> ev.RunCreateRe
     return None
 
 
+def rejection_of(projection: MemoryProjection, run_id: str, request_id: str
+                 ) -> ev.RunCreateRejected | None:
+    """The owner's rejection of the create `request_id` of `run_id` (an identity conflict
+    with the run that id names, an invalid field...), once folded; None: none (yet)."""
+    for item in reversed(projection.history.get(round_zero(run_id), [])):
+        record = item.record
+        if (isinstance(record, ev.RunCreateRejected)
+                and record.envelope.request_id == request_id):
+            return record
+    return None
+
+
 def expired_rejection(projection: MemoryProjection, run_id: str) -> CreateRejected | None:
     """A create naming an expired run is rejected (its owner answers so): the error."""
     tombstone = projection.store.tombstone(run_id)

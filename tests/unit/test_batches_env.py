@@ -71,7 +71,8 @@ async def test_cancel_where_cancels_the_matches_and_leaves_the_rest() -> None:
         assert (progress.matched, progress.done, progress.matching_done) == (7, 7, True)
         # The same batch id attaches: nothing is matched or sent again.
         before = len(env.journal(batch.run_id))
-        again = await env.cancel_where("deploy = 'bad'", batch_id="bad-deploy")
+        again = await env.cancel_where("deploy = 'bad'", reason="bad deploy",
+                                       batch_id="bad-deploy")
         assert (await again.result())["done"] == 7
         assert len(env.journal(batch.run_id)) == before
         assert (await env.batch("bad-deploy")).spec.reason == "bad deploy"

@@ -3,7 +3,10 @@
   next turn, a linked child spawned before its parent's work ended was cancelled by the
   parent's exit before it ever ran (on a worker it ran at once, and usually finished first);
 - it refuses the run ids, names and payloads a Client refuses before sending (a test passed
-  with them), and a wait for a signal name no client can send fails the run at once.
+  with them), and a wait for a signal name no client can send fails the run at once;
+- a create the owner rejects raises what a Client's handle raises (IdentityConflict; and
+  CreateRejected, tests/unit/test_owner_one_path.py): it returned the id, and `env.run` the result of the run that id already
+  named, whatever flow or payload it was asked for.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import pytest
 from runstream import (
     Flow,
     FlowContext,
+    IdentityConflict,
     InvalidInput,
     InvalidRunId,
     PayloadInvalid,
@@ -89,3 +93,21 @@ async def test_the_environment_refuses_what_every_client_refuses() -> None:
         # A wait for a signal no client can send fails the run at once (it waited for ever).
         with pytest.raises(RunFailed, match="NameInvalid"):
             await env.run(unsendable, None)
+
+
+async def test_a_create_the_owner_rejects_raises_as_a_client_s_handle_does() -> None:
+    async with TestEnvironment([waiter, parent]) as env:
+        first = await env.start(waiter, {"a": 1}, run_id="taken")
+        assert await env.start(waiter, {"a": 1}, run_id="taken") == first  # (the same run)
+        with pytest.raises(IdentityConflict, match="payload") as conflict:
+            await env.run(waiter, {"a": 2}, run_id="taken")
+        assert (conflict.value.field, conflict.value.existing, conflict.value.requested
+                ) == ("payload", '{"a":1}', '{"a":2}')
+        with pytest.raises(IdentityConflict, match="flow"):
+            await env.start(parent.name, None, run_id="taken")  # (by name, too)
+        await env.signal(first, "go", "done")
+        assert await env.result(first) == "done"
+        signalled = await env.signal_where("flow = 'ep-waiter'", "go", batch_id="b")
+        with pytest.raises(IdentityConflict, match="payload"):  # (another batch under its id)
+            await env.cancel_where("flow = 'ep-waiter'", batch_id="b")
+        assert (await signalled.result())["matched"] == 1

@@ -13,7 +13,6 @@ import pytest
 
 import runstream
 from runstream.engine.client.answers import answer_in, raise_if_expired
-from runstream.engine.client.handle import _rejection
 from runstream.engine.errors import CreateRejected, RunExpired, RunNotFound
 from runstream.engine.journal import encode
 from runstream.engine.journal import events as ev
@@ -31,7 +30,7 @@ from runstream.engine.timetravel.expired import UNJUDGED, _row
 from runstream.engine.timetravel.fencing import fencing_ledger, format_ledger
 from runstream.engine.timetravel.history import format_history
 from runstream.engine.ui.queries import run_detail, state_at_record
-from runstream.projections.expiry import expired_text
+from runstream.projections.expiry import create_rejection, expired_text
 from runstream.projections.projector import Projector
 from runstream.projections.state import PartitionState, RunStatus, Verdict, replace
 from runstream.projections.store import ProjectionStore
@@ -169,7 +168,7 @@ def test_the_client_tail_answers_expired_and_takes_the_owners_expired_rejection(
     view = folded.view()
     answer = answer_in(view, "req:req-b", "a", 0, again)
     assert answer is not None and isinstance(answer.record, ev.RunCreateRejected)
-    error = _rejection("a", answer.record)
+    error = create_rejection("a", answer.record)
     assert isinstance(error, CreateRejected) and error.reason == "expired"
     assert f"run a {expired_text(stone)}" in str(error) and "run history a" in str(error)
     # Waiting for the creation or the settlement of a run whose records went: expired.

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from runstream import Flow, FlowContext, HandedOff, Handoff
+from runstream import CreateRejected, Flow, FlowContext, HandedOff, Handoff
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import PAYLOAD_ENV
 from runstream.engine.journal.record_size import MAX_SENT_RECORD_BYTES
@@ -43,7 +43,9 @@ async def test_a_create_whose_run_created_is_over_the_send_limit_is_rejected_too
     record's size: the Client sends such a create then.)"""
     monkeypatch.setenv(PAYLOAD_ENV, "990000")
     async with TestEnvironment([echo]) as env:
-        run_id = await env.start(echo, {"text": "x" * 899_900})
+        run_id = "too-large"
+        with pytest.raises(CreateRejected, match="too-large"):  # (as a Client's admission)
+            await env.start(echo, {"text": "x" * 899_900}, run_id=run_id)
         await env.run_until_idle()
         types = [item.record.TYPE for item in env.history(run_id) if item.record is not None]
         assert types == [ev.RunCreateRequested.TYPE, ev.RunCreateRejected.TYPE]
