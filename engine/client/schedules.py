@@ -13,7 +13,6 @@ from typing import Any
 from runstream.engine.client.tail import JournalTail
 from runstream.engine.config import Duration
 from runstream.engine.errors import (
-    InvalidInput,
     ResultTimeout,
     ScheduleNotFound,
     ScheduleRejected,
@@ -23,6 +22,7 @@ from runstream.engine.flow.schedule_spec import (
     NOT_GIVEN,
     backfill_fields,
     check_schedule_id,
+    create_fields,
     spec_fields,
 )
 from runstream.engine.journal import JournalRecord
@@ -68,10 +68,8 @@ class ScheduleCalls:
         made up within `catchup_window` (a window under 10 s counts as 10 s). Exactly one
         of `cron` and `every` (InvalidInput, nothing sent, for neither or both). Raises
         ScheduleRejected (the owner's reason) when it cannot be."""
-        if cron is None and every is None:
-            raise InvalidInput("a schedule needs a cron or an every (exactly one of them)")
         ceiling = None if self.authority is None else sorted(self.authority)
-        await self._change("create", schedule_id, {**spec_fields(
+        await self._change("create", schedule_id, {**create_fields(
             flow, payload, cron=cron, every=every, offset=offset, timezone=timezone,
             overlap=overlap,
             catchup_window=catchup_window, jitter=jitter, paused=paused,

@@ -38,6 +38,15 @@ def _ms(value: Duration | None, what: str, *, positive: bool = False) -> int | N
     return ms
 
 
+def create_fields(flow: Flow[Any, Any] | str, payload: Any, *, cron: str | None,
+                  every: Duration | None, **given: Any) -> dict[str, Any]:
+    """A create's fields (spec_fields): exactly one of `cron` and `every` (InvalidInput,
+    nothing sent, for neither: an update may give neither, a create must give one)."""
+    if cron is None and every is None:
+        raise InvalidInput("a schedule needs a cron or an every (exactly one of them)")
+    return spec_fields(flow, payload, cron=cron, every=every, **given)
+
+
 def spec_fields(flow: Flow[Any, Any] | str | None = None, payload: Any = NOT_GIVEN, *,
                 cron: str | None = None, every: Duration | None = None,
                 offset: Duration | None = None, timezone: str | None = None,

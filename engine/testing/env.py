@@ -188,7 +188,7 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks, EnvB
         outcome = self._request(ev.RunSignalSent, run_id, request_id=request_id, name=name,
                                 payload_json=dump_json(payload))
         if outcome == Verdict.refused:
-            run = self._exact(run_id)
+            run = self.describe(run_id)  # (a lineage id: its latest round)
             record = ev.RunSignalSent(envelope=envelope(ev.RunSignalSent, run_id, None, 0),
                                       name=name)
             raise SignalRefused(run_id, name, describe_refusal(run, record))
@@ -226,7 +226,7 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks, EnvB
             record = ev.RunCancelRequested(envelope=envelope(
                 ev.RunCancelRequested, run_id, None, 0), reason=reason)
             raise CancelRefused(f"run {run_id} cannot be cancelled: "
-                                f"{describe_refusal(self._exact(run_id), record)}")
+                                f"{describe_refusal(self.describe(run_id), record)}")
 
     async def resume(self, run_id: str, *, resolution: str | None = None,
                      position: int | None = None, digest: str | None = None,
@@ -235,7 +235,7 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks, EnvB
         `resolution` (retry | skip, naming the step's position and digest) a quarantine's."""
         if (refusal := resume_refusal(resolution, position, digest)) is not None:
             raise ResumeRefused(run_id, refusal)
-        run = self._exact(run_id)
+        run = self.describe(run_id)  # (a lineage id: its latest round)
         fields: dict[str, Any] = {
             "operator": "test", "resolution": resolution, "position": position, "digest": digest,
             "result_json": check_payload("the skipped step's result", dump_json(result))

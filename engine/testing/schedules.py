@@ -16,6 +16,7 @@ from runstream.engine.flow.schedule_spec import (
     NOT_GIVEN,
     backfill_fields,
     check_schedule_id,
+    create_fields,
     spec_fields,
 )
 from runstream.engine.journal import events as ev
@@ -51,7 +52,7 @@ class Schedules:
         run_timeout: Duration | None = None,
     ) -> None:
         """As Client.create_schedule, on the virtual clock."""
-        self._change("create", schedule_id, spec_fields(
+        self._change("create", schedule_id, create_fields(
             flow, payload, cron=cron, every=every, offset=offset, timezone=timezone,
             overlap=overlap,
             catchup_window=catchup_window, jitter=jitter, paused=paused,
@@ -90,7 +91,8 @@ class Schedules:
         store = self.projection.store
         found = [store.schedule(sid) for p in range(self.partitions)
                  for sid in store.schedule_ids(p)]
-        return [s for s in found if s is not None and s.exists]
+        return sorted((s for s in found if s is not None and s.exists),
+                      key=lambda s: s.schedule_id)  # (as a Client's)
 
     def _change(self, action: str, schedule_id: str, fields: dict[str, Any]) -> str:
         check_schedule_id(schedule_id)

@@ -5,8 +5,11 @@
 - it refuses the run ids, names and payloads a Client refuses before sending (a test passed
   with them), and a wait for a signal name no client can send fails the run at once;
 - a create the owner rejects raises what a Client's handle raises (IdentityConflict; and
-  CreateRejected, tests/unit/test_owner_one_path.py): it returned the id, and `env.run` the result of the run that id already
-  named, whatever flow or payload it was asked for.
+  CreateRejected, tests/unit/test_owner_one_path.py): it returned the id, and `env.run`
+  the result of the run that id already named, whatever flow or payload it was asked for;
+- a request naming a lineage's id that its latest round refuses says why in that round's
+  words (it described round 0's), a schedule create with neither cron nor every is refused
+  before it is sent (InvalidInput), and schedules are listed by id, as a Client's.
 """
 
 from __future__ import annotations
@@ -18,13 +21,17 @@ from typing import Any
 import pytest
 
 from runstream import (
+    CancelRefused,
     Flow,
     FlowContext,
+    Handoff,
     IdentityConflict,
     InvalidInput,
     InvalidRunId,
     PayloadInvalid,
+    ResumeRefused,
     RunFailed,
+    SignalRefused,
 )
 from runstream.projections.state import RunStatus
 from runstream.testing import TestEnvironment
@@ -111,3 +118,31 @@ async def test_a_create_the_owner_rejects_raises_as_a_client_s_handle_does() -> 
         with pytest.raises(IdentityConflict, match="payload"):  # (another batch under its id)
             await env.cancel_where("flow = 'ep-waiter'", batch_id="b")
         assert (await signalled.result())["matched"] == 1
+
+
+hop = Flow("ep-hop")
+
+
+@hop.handler
+async def _hop(ctx: FlowContext, payload: int) -> Any:
+    if payload == 0:
+        return Handoff(payload=1)
+    raise RuntimeError("round 1 failed")
+
+
+async def test_refusals_of_a_lineage_id_name_its_latest_round_and_schedules_as_a_client() -> None:
+    async with TestEnvironment([hop, waiter], partitions=3) as env:
+        await env.start(hop, 0, run_id="hf")
+        with pytest.raises(RunFailed):
+            await env.result("hf", follow=True)
+        for refused, call in ((CancelRefused, env.cancel("hf")),
+                              (SignalRefused, env.signal("hf", "go")),
+                              (ResumeRefused, env.resume("hf"))):
+            with pytest.raises(refused, match=r"ended \(failed\)"):  # (round 0 completed)
+                await call
+        with pytest.raises(InvalidInput, match="cron or an every"):
+            await env.create_schedule("none", waiter)
+        for schedule_id in ("zeta", "alpha", "mid", "s9", "beta"):
+            await env.create_schedule(schedule_id, waiter, every=3600)
+        assert [s.schedule_id for s in env.list_schedules()] == [
+            "alpha", "beta", "mid", "s9", "zeta"]
