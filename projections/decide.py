@@ -9,6 +9,7 @@ applied record is projections.owner.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -64,10 +65,23 @@ class Reject:
 
 CreateDecision = Create | Duplicate | Reject
 PayloadCheck = Callable[[str, str], str | None]  # (flow, payload_json) -> error or None
+# (flow, payload_json) -> the payload as its flow writes it, to compare two creates' payloads
+PayloadForm = Callable[[str, str], str]
+
+
+def json_form(flow: str, payload_json: str) -> str:
+    """A payload's JSON with its keys sorted and no spaces (the text when it is no JSON):
+    the same value sent by a plain producer, the CLI or a Client is the same payload."""
+    try:
+        return json.dumps(json.loads(payload_json), sort_keys=True, separators=(",", ":"),
+                          ensure_ascii=False)
+    except (ValueError, RecursionError):
+        return payload_json
 
 
 def decide_create(
-    run: RunState | None, request: InboxItem, check_payload: PayloadCheck
+    run: RunState | None, request: InboxItem, check_payload: PayloadCheck,
+    payload_form: PayloadForm = json_form,
 ) -> CreateDecision:
     """Answer a create request, given the run as it stands (None: no such run yet).
 
@@ -83,7 +97,7 @@ def decide_create(
     if run is not None and run.admitted and run.request_id == request.request_id:
         return Duplicate(run.request_offset)
     if run is not None and run.request_id != request.request_id:
-        conflict = identity_conflict(run, request, flow, payload)
+        conflict = identity_conflict(run, request, flow, payload, payload_form)
         if conflict is not None:
             return conflict
         if run.admitted:
@@ -167,10 +181,15 @@ def invalid_create(run: RunState) -> Reject | None:
     return None
 
 
-def identity_conflict(run: RunState, request: InboxItem, flow: str,
-                      payload: str) -> Reject | None:
-    """A create request naming an existing run must name the same run: flow, payload,
-    parent, lineage, round and capabilities."""
+def identity_conflict(run: RunState, request: InboxItem, flow: str, payload: str,
+                      payload_form: PayloadForm = json_form) -> Reject | None:
+    """A create request naming an existing run must name the same run: flow, payload (as
+    `payload_form` writes each: the flow's own form where the owner registers it, so a
+    field left to its default is the same payload as the default written out), parent,
+    lineage, round and capabilities."""
+    if run.flow == flow and run.payload_json != payload and (
+            payload_form(flow, run.payload_json) == payload_form(flow, payload)):
+        payload = run.payload_json  # (the same payload, written another way)
     fields = (
         ("flow", run.flow, flow),
         ("payload", run.payload_json, payload),

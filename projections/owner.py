@@ -23,10 +23,9 @@ and `on_claim` for a run not acted on since the claim), `react`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from runstream.engine.errors import PayloadInvalid, journal_text
+from runstream.engine.errors import journal_text
 from runstream.engine.journal import events as ev
 from runstream.projections.deadlines import after_timed_out
 from runstream.projections.decide import (
@@ -46,12 +45,12 @@ from runstream.projections.decide import (
 )
 from runstream.projections.expiry import expired_text, ghost_of
 from runstream.projections.fork_transitions import fork_asks, is_copying
+from runstream.projections.payload_checks import payload_form, payload_refusal
 from runstream.projections.reactions import (
     AnswerFork,
     FlowMissing,
     OwnerView,
     Reaction,
-    RegisteredFlow,
     Resume,
     Start,
     Validate,
@@ -233,7 +232,8 @@ def _answer_create(view: OwnerView, run: RunState, item: InboxItem) -> list[Reac
     if key in view.decided:
         return []
     answer = decide_create(run, item, lambda flow, payload: payload_refusal(
-        view.flows, flow, payload))
+        view.flows, flow, payload), lambda flow, payload: payload_form(view.flows, flow,
+                                                                      payload))
     if isinstance(answer, Reject):
         return [Write(run, ((ev.RunCreateRejected, {
             "request_id": key, "reason": answer.reason, "field": answer.field,
@@ -266,20 +266,6 @@ def _starts_now(view: OwnerView, then: tuple[Reaction, ...]) -> bool:
     return (len(then) == 1 and isinstance(then[0], Start) and not then[0].claimed
             and then[0].run.activations == 0 and not view.executing(then[0].run.run_id)
             and view.slot_free(then[0].run.flow))
-
-
-def payload_refusal(flows: Mapping[str, RegisteredFlow], flow_name: str,
-                  payload_json: str) -> str | None:
-    """Why the registered flow refuses the payload (None: it takes it, or the flow is not
-    registered here: an owner that registers it validates it, at activation)."""
-    flow = flows.get(flow_name)
-    if flow is None:
-        return None
-    try:
-        flow.load_payload(payload_json)
-    except PayloadInvalid as exc:
-        return str(exc)
-    return None
 
 
 def answer_expired(view: OwnerView, tombstone: Tombstone, record: ev.JournalRecord

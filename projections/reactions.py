@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from runstream.engine.journal.events import Envelope
 from runstream.projections.fork_transitions import ForkAsk
@@ -26,6 +26,10 @@ class RegisteredFlow(Protocol):
 
     def load_payload(self, payload_json: str) -> object:
         """The payload as the flow takes it; raises PayloadInvalid."""
+        ...
+
+    def dump_payload(self, payload: Any) -> str:
+        """The payload as the flow writes it (canonical JSON); raises PayloadInvalid."""
         ...
 
     def validator_for(self, name: str) -> object | None:

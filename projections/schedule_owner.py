@@ -26,7 +26,7 @@ from runstream.engine.journal.input_limits import (
     check_payload,
 )
 from runstream.projections import cron
-from runstream.projections.owner import payload_refusal
+from runstream.projections.payload_checks import payload_refusal
 from runstream.projections.reactions import OwnerView, Reaction, RegisteredFlow, Write, subject_of
 from runstream.projections.schedule_state import (
     ACTIONS,

@@ -29,9 +29,11 @@ from runstream import (
     Worker,
 )
 from runstream.engine.demo.flows import checkout
+from runstream.engine.journal import events as ev
 from runstream.engine.kafka.reader import read_partitions
 from runstream.engine.readmodel.describe import run_view
 from tests.integration.support import fold, until
+from tests.integration.test_lifetime import plain_request, produce_plain
 
 
 @asynccontextmanager
@@ -98,10 +100,36 @@ async def test_identity_conflict_names_field_and_both_values(
             await clash.admitted(timeout=30)
         assert caught.value.field == "payload"
         assert '"amount":1' in caught.value.existing and '"amount":2' in caught.value.requested
+        await _same_payload_through_every_door(c, bootstrap, namespace, journal)
         other_flow = await c.create_run("refund", {"order_id": "x", "amount": 1}, run_id="same")
         with pytest.raises(IdentityConflict, match="flow=checkout"):
             await other_flow.result(timeout=30)
         assert await c.status("same") is RunStatus.completed
+
+
+async def _same_payload_through_every_door(c: Client, bootstrap: str, namespace: str,
+                                          journal: str) -> None:
+    """The payload the Flow door wrote (its model's defaults filled in), written by a door
+    that does not know the flow (no defaults) or by a plain producer (other key order and
+    spacing), names the same run: it was an IdentityConflict, and the CLI exited 2."""
+    async with client(bootstrap, namespace) as by_name:
+        again = await by_name.create_run("checkout", {"order_id": "x", "amount": 1},
+                                         run_id="same")
+        assert (await again.result(timeout=30))["order_id"] == "x"
+    await produce_plain(bootstrap, journal, "same", plain_request(
+        "run.create-requested", "same", flow="checkout",
+        payload_json='{ "pack_seconds": 1.0, "amount": 1, "order_id": "x" }'))
+    seen: list[tuple[str, bool, str]] = []
+
+    async def plain_answered() -> bool:
+        history = (await fold(bootstrap, namespace)).history["same"]
+        seen[:] = [(type(i.record).__name__, getattr(i.record, "duplicate", False),
+                    getattr(i.record, "field", "")) for i in history
+                   if isinstance(i.record, ev.RunCreated | ev.RunCreateRejected)]
+        return len(seen) == 4
+    await until(plain_answered, lambda: f"the plain create's answer: {seen}", 30)
+    assert seen == [("RunCreated", False, ""), ("RunCreateRejected", False, "payload"),
+                    ("RunCreated", True, ""), ("RunCreated", True, "")]
 
 
 async def test_bad_payload_refused_by_client_and_by_owner(

@@ -23,6 +23,7 @@ from runstream.projections.decide import (
     Reject,
     decide_create,
     flow_missing_message,
+    json_form,
     needs_activation,
     plan_activation,
     unanswered_creates,
@@ -174,6 +175,34 @@ def test_different_payload_is_an_identity_conflict() -> None:
     run = fold([*admitted_log(a), create("r1", "q2", payload_json='{"amount":6}')]).runs["r1"]
     answer = decide_create(run, inbox_item(run, "q2"), never_called)
     assert answer == Reject("identity-conflict", "payload", '{"amount":5}', '{"amount":6}')
+
+
+@pytest.mark.parametrize(("requested", "same"), [
+    ('{ "amount": 5 }', True),  # (another producer's spacing)
+    ('{"amount":5.0}', False),  # (a float is not the int the run was made with)
+    ('{"amount":true}', False),
+    ('{"amount":5,"note":null}', False),
+])
+def test_a_payload_is_compared_as_json_where_no_flow_writes_it(requested: str,
+                                                                same: bool) -> None:
+    a = Writer("src-a")
+    run = fold([*admitted_log(a), create("r1", "q2", payload_json=requested)]).runs["r1"]
+    answer = decide_create(run, inbox_item(run, "q2"), never_called)
+    assert (answer == Duplicate(run.request_offset)) is same, answer
+    assert json_form("f", '{"b":1, "a":[2, {"d":3,"c":4}]}') == '{"a":[2,{"c":4,"d":3}],"b":1}'
+    assert json_form("f", "not json") == "not json"
+
+
+def test_the_owner_s_form_of_a_payload_decides_whether_it_is_the_same() -> None:
+    """The owner passes its flow's form (its model's defaults written out): a create that
+    leaves a default out names the same run as one that wrote it."""
+    a = Writer("src-a")
+    run = fold([*admitted_log(a), create("r1", "q2", payload_json='{}')]).runs["r1"]
+    def form(flow: str, payload: str) -> str:  # (a model whose only field defaults to 5)
+        return json_form(flow, payload if payload != "{}" else '{"amount":5}')
+    assert decide_create(run, inbox_item(run, "q2"), never_called, form) == Duplicate(
+        run.request_offset)
+    assert isinstance(decide_create(run, inbox_item(run, "q2"), never_called), Reject)
 
 
 def test_flow_conflict_is_reported_before_payload_conflict() -> None:
