@@ -130,8 +130,9 @@ def parse_duration(text: str) -> timedelta:
     ValueError) with one line otherwise."""
     match = _DURATION.fullmatch(text)
     if match is None:
-        raise DurationInvalid(f"{text!r} is not a duration: write it like 5s, 10m, 12h or 7d "
-                              f"(0: forever)")
+        # (no "0: forever" here: 0 means forever for a retention alone, and is refused
+        # where a duration must be more than 0: a run timeout, a schedule's every)
+        raise DurationInvalid(f"{text!r} is not a duration: write it like 5s, 10m, 12h or 7d")
     return _seconds(float(match.group(1)) * _UNITS[match.group(2) or "s"], text)
 
 

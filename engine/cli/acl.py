@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import click
 
-from runstream.engine.cli.errors import UserError
 from runstream.engine.cli.eventloop import run_async
 from runstream.engine.cli.options import bootstrap_option, namespace_option, print_json
 from runstream.engine.config import resolve_bootstrap
 from runstream.engine.kafka.acl import ROLES, grant_role
-from runstream.engine.kafka.admin import TopicsError
 
 
 @click.group()
@@ -31,12 +29,9 @@ def grant(role: str, principal: str, authority: str | None, namespace: str | Non
           bootstrap: str | None, as_json: bool) -> None:
     """Grant ROLE's ACLs to PRINCIPAL; connect as an administrator (the group's SASL options
     or RUNSTREAM_* variables)."""
-    try:
-        bindings = run_async(grant_role(
-            bootstrap=resolve_bootstrap(bootstrap), role=role, principal=principal,
-            namespace=namespace, authority=authority))
-    except TopicsError as exc:
-        raise UserError(str(exc)) from exc
+    bindings = run_async(grant_role(
+        bootstrap=resolve_bootstrap(bootstrap), role=role, principal=principal,
+        namespace=namespace, authority=authority))
     if as_json:
         print_json([{"principal": b.principal, "resource": b.resource, "name": b.name,
                      "pattern": b.pattern, "operation": b.operation} for b in bindings])

@@ -11,6 +11,7 @@ from aiokafka.errors import InvalidSessionTimeoutError, KafkaConnectionError, Ka
 from runstream.engine.cli.eventloop import run_async
 from runstream.engine.config import resolve_bootstrap
 from runstream.engine.errors import BrokerConnectionFailed, RunstreamError
+from runstream.engine.kafka.admin_client import TopicsError
 from runstream.engine.kafka.connection import access_denied, bootstrap_of, diagnose
 
 EXIT_USER = 2
@@ -36,7 +37,7 @@ def run_cli(group: click.Group) -> None:
         _fail(exc.format_message(), exc.exit_code)
     except BrokerConnectionFailed as exc:
         _fail(str(exc), EXIT_CONNECTION)
-    except (UserError, RunstreamError) as exc:
+    except (UserError, RunstreamError, TopicsError) as exc:  # (unreachable: above, 3)
         _fail(str(exc), EXIT_USER)
     except KafkaConnectionError as exc:
         _fail(_connection_failure(exc), EXIT_CONNECTION)

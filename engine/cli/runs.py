@@ -438,10 +438,9 @@ def worker(app: str, data_dir: Path, concurrency: int, name: str | None,
         durable_backoff_after=durable_backoff_after))
 
 
-
 @click.command("demo")
-@click.option("--runs", "run_count", default=300, show_default=True)
-@click.option("--workers", default=2, show_default=True)
+@click.option("--runs", "run_count", default=300, show_default=True, type=click.IntRange(min=1))
+@click.option("--workers", default=2, show_default=True, type=click.IntRange(min=1))
 @click.option("--keep-broker", is_flag=True, help="Leave a broker this command started running.")
 @bootstrap_option
 def demo(run_count: int, workers: int, keep_broker: bool, bootstrap: str | None) -> None:

@@ -17,7 +17,6 @@ from runstream.engine.journal.input_limits import check_authority_name
 from runstream.engine.kafka.admin import (
     RequestsTopic,
     TopicReport,
-    TopicsError,
     ensure_requests_topics,
     ensure_topics,
 )
@@ -76,14 +75,11 @@ def create(
         check_authority_name(name)
     retention_ms = _retention_ms(retention)
     address = resolve_bootstrap(bootstrap)
-    # aiokafka logs each failed connection attempt; the failure is reported once, below.
+    # aiokafka logs each failed connection attempt; the failure is reported once (run_cli).
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
-    try:
-        report = run_async(ensure_topics(
-            address, resolve_namespace(namespace), partitions, replication_factor,
-            journal_retention_ms=retention_ms))
-    except TopicsError as exc:
-        raise UserError(str(exc)) from exc
+    report = run_async(ensure_topics(
+        address, resolve_namespace(namespace), partitions, replication_factor,
+        journal_retention_ms=retention_ms))
     for result in report.topics:
         if result.ok and not as_json:
             click.echo(result.summary())
@@ -104,11 +100,8 @@ def create(
 
 def _requests_topics(address: str, namespace: str, authorities: tuple[str, ...],
                      replication_factor: int | None) -> list[RequestsTopic]:
-    try:
-        return run_async(ensure_requests_topics(address, namespace, list(authorities),
-                                                replication_factor=replication_factor))
-    except TopicsError as exc:
-        raise UserError(str(exc)) from exc
+    return run_async(ensure_requests_topics(address, namespace, list(authorities),
+                                            replication_factor=replication_factor))
 
 
 def _report_json(report: TopicReport, made: list[RequestsTopic]) -> dict[str, Any]:
@@ -133,12 +126,9 @@ def alter(retention: str, namespace: str | None, bootstrap: str | None, as_json:
     _retention_ms(retention)  # a bad duration fails before any connection
     address, space = resolve_bootstrap(bootstrap), resolve_namespace(namespace)
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
-    try:
-        change = run_async(alter_journal_retention(
-            address, space, retention, security=None, standings=_snapshot_standings(address, space),
-            now_ms=int(time.time() * 1000)))
-    except TopicsError as exc:
-        raise UserError(str(exc)) from exc
+    change = run_async(alter_journal_retention(
+        address, space, retention, security=None, standings=_snapshot_standings(address, space),
+        now_ms=int(time.time() * 1000)))
     if as_json:
         print_json(change.as_json())
     else:

@@ -190,10 +190,11 @@ async def diagnose(bootstrap: str, security: KafkaSecurity | None = None,
     settings = resolve_security(security)
     reasons: list[str] = []
     for address in [a.strip() for a in bootstrap.split(",") if a.strip()]:
-        host, _, port = address.rpartition(":")
+        host, colon, port = address.rpartition(":")
+        if not colon:  # (no port: Kafka's clients take 9092, as check_bootstrap says)
+            host, port = address, "9092"
         try:
-            await asyncio.wait_for(probe(host or address, int(port or 9092), settings),
-                                   timeout)
+            await asyncio.wait_for(probe(host, int(port), settings), timeout)
         except (OSError, KafkaError, ValueError) as exc:  # TimeoutError is an OSError
             reasons.append(explain(exc, address, settings, timeout))
             continue

@@ -19,7 +19,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from runstream.engine.config import journal_topic, relay_group, requests_topic
 from runstream.engine.errors import RunstreamError
 from runstream.engine.kafka.connection import KafkaSecurity, kafka_options, start_client
-from runstream.engine.kafka.reader import check_describable
+from runstream.engine.kafka.reader import TopicMissing, check_describable
 
 _TOPIC_ALREADY_EXISTS = 36
 # Requests wait here only until a worker relays them (the journal keeps them for good);
@@ -53,9 +53,7 @@ def choose_route(namespace: str, authority_name: str | None,
     partition count."""
     journal = journal_topic(namespace)
     if journal not in topics:
-        raise RelayMisconfigured(
-            f"topic {journal!r} does not exist on {bootstrap}: create it with `runstream "
-            f"topics create` (or check --namespace / RUNSTREAM_NAMESPACE)")
+        raise TopicMissing(journal, bootstrap)  # (as every reader of the namespace says)
     partitions = topics[journal]
     topic = requests_topic(namespace, authority_name)
     # A restricted principal may see only its own requests topic (the metadata lists only

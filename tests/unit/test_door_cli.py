@@ -141,6 +141,35 @@ def test_a_bootstrap_that_names_no_host_and_port_is_one_line(
     assert "host:port" in line
 
 
+def test_a_bootstrap_without_a_port_that_fails_says_why(runstream: Any) -> None:
+    """Port 9092 is taken when none is given: the diagnosis of a failed connection said
+    "invalid literal for int()" of the host name, for every such address."""
+    result = runstream("run", "status", "x", "--bootstrap", "nosuchhost.invalid")
+    assert result.code == 3 and result.err.count("\n") == 1, result  # (a broker error)
+    assert "nosuchhost.invalid" in result.err and "int()" not in result.err, result
+
+
+@pytest.mark.parametrize("args", [("--workers", "0"), ("--runs", "0"), ("--runs", "-5")])
+def test_a_demo_of_no_workers_or_runs_is_a_usage_error(runstream: Any,
+                                                      args: tuple[str, str]) -> None:
+    """It hung with no worker, and reported -5 runs at -3790 runs/s before failing."""
+    assert "x>=1" in one_line_error(runstream("demo", *args))
+
+
+def test_a_bad_run_timeout_is_not_told_that_0_is_forever(runstream: Any) -> None:
+    line = one_line_error(runstream("run", "create", "checkout", "--run-timeout", "10x"))
+    assert "is not a duration" in line and "forever" not in line, line
+
+
+@pytest.mark.parametrize("args", [("topics", "create"), ("acl", "grant", "--role", "worker", "--principal", "User:w"),
+                                  ("topics", "alter", "--journal-retention", "0")])
+def test_no_broker_is_exit_3_for_the_admin_commands_as_for_every_other(
+        runstream: Any, args: tuple[str, ...]) -> None:
+    """Nothing listens at 127.0.0.1:1: these exited 2, a usage error's code."""
+    result = runstream(*args)
+    assert result.code == 3 and result.err.count("\n") == 1, result
+
+
 def test_tls_files_that_cannot_be_used_are_one_line(runstream: Any, tmp_path: Path) -> None:
     not_pem = tmp_path / "not.pem"
     not_pem.write_text("not a certificate\n")
