@@ -69,8 +69,20 @@ def _is_ipv6(address: str) -> bool:
     return True
 
 
+# A namespace names Kafka topics (<namespace>.journal, ...) and groups: Kafka's legal
+# characters, short enough for its longest topic names (a topic name is 249 at most).
+_NAMESPACE = re.compile(r"[A-Za-z0-9._-]{1,200}")
+
+
 def resolve_namespace(explicit: str | None = None) -> str:
-    return explicit or os.environ.get("RUNSTREAM_NAMESPACE") or DEFAULT_NAMESPACE
+    """The namespace given, else RUNSTREAM_NAMESPACE, else `runstream`; InvalidInput for
+    one no topic can be named after (Kafka said InvalidTopicError, or a command advised
+    creating its topics)."""
+    namespace = explicit or os.environ.get("RUNSTREAM_NAMESPACE") or DEFAULT_NAMESPACE
+    if _NAMESPACE.fullmatch(namespace) is None:
+        raise InvalidInput(f"namespace {namespace[:80]!r}: a namespace is 1 to 200 of "
+                           f"A-Z a-z 0-9 . _ - (it names Kafka topics: <namespace>.journal)")
+    return namespace
 
 
 def cache_root() -> Path:

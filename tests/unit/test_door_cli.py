@@ -19,6 +19,7 @@ from typing import Any
 import click
 import pytest
 
+from runstream import Client, InvalidInput
 from runstream.engine.cli import cli, operations
 from runstream.engine.cli import projection as projection_cli
 from runstream.engine.cli import topics as topics_cli
@@ -161,13 +162,25 @@ def test_a_bad_run_timeout_is_not_told_that_0_is_forever(runstream: Any) -> None
     assert "is not a duration" in line and "forever" not in line, line
 
 
-@pytest.mark.parametrize("args", [("topics", "create"), ("acl", "grant", "--role", "worker", "--principal", "User:w"),
-                                  ("topics", "alter", "--journal-retention", "0")])
+@pytest.mark.parametrize("args", [
+    ("topics", "create"), ("acl", "grant", "--role", "worker", "--principal", "User:w"),
+    ("topics", "alter", "--journal-retention", "0")])
 def test_no_broker_is_exit_3_for_the_admin_commands_as_for_every_other(
         runstream: Any, args: tuple[str, ...]) -> None:
     """Nothing listens at 127.0.0.1:1: these exited 2, a usage error's code."""
     result = runstream(*args)
     assert result.code == 3 and result.err.count("\n") == 1, result
+
+
+@pytest.mark.parametrize("args", [("run", "status", "x"), ("topics", "create"),
+                                  ("runs", "list")])
+def test_a_namespace_no_topic_can_be_named_after_is_one_line(
+        runstream: Any, args: tuple[str, ...]) -> None:
+    """Kafka said InvalidTopicError, or a command advised `runstream topics create`."""
+    line = one_line_error(runstream(*args, "--namespace", "orders eu"))
+    assert "namespace 'orders eu'" in line and "A-Z a-z 0-9 . _ -" in line, line
+    with pytest.raises(InvalidInput, match="namespace"):
+        Client(namespace="orders/eu")
 
 
 def test_tls_files_that_cannot_be_used_are_one_line(runstream: Any, tmp_path: Path) -> None:
