@@ -26,12 +26,7 @@ from runstream.engine.client.schedules import ScheduleCalls
 from runstream.engine.client.starts import StartCalls
 from runstream.engine.client.tail import JournalTail
 from runstream.engine.client.updates import UpdateRequests
-from runstream.engine.config import (
-    Duration,
-    journal_topic,
-    resolve_bootstrap,
-    resolve_namespace,
-)
+from runstream.engine.config import Duration, journal_topic, resolve_bootstrap, resolve_namespace
 from runstream.engine.errors import (
     CancelRefused,
     CapabilityRefused,
@@ -60,6 +55,7 @@ from runstream.engine.kafka.requests_topic import RequestProducer, Route
 from runstream.engine.observability.tracing import carrier, create_span
 from runstream.engine.readmodel.lookups import expired_error, missing_run
 from runstream.engine.readmodel.model import ReadModel, default_read_model_dir
+from runstream.engine.readmodel.view import View
 from runstream.projections.partitioning import run_partition
 from runstream.projections.requests import describe_refusal, resume_refusal
 from runstream.projections.state import (
@@ -386,7 +382,7 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
         """The run's projected state, from the read model caught up to now. A lineage's id
         names its latest round; `<lineage>~<n>` names round n. RunExpired once it expired
         (while its tombstone is kept), RunNotFound if there is no such run."""
-        view = await (await self.read_model()).catch_up([await self.partition_of(run_id)])
+        view = await self._view_of(run_id)
         exact = round_zero(run_id)  # `<lineage>~0` names round 0 itself
         run = view.run(exact if exact != run_id else view.addressed(run_id))
         if run is None:
@@ -395,12 +391,16 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
 
     async def journal(self, run_id: str) -> tuple[JournalEntry, ...]:
         """The run's journal entries (its durable steps and values), in position order."""
-        view = await (await self.read_model()).catch_up([await self.partition_of(run_id)])
+        view = await self._view_of(run_id)
         exact = round_zero(run_id)  # `<lineage>~0` names round 0 itself
         if view.run(exact) is None:
             stone = view.tombstone(exact)
             raise RunNotFound(run_id) if stone is None else expired_error(stone)
         return view.entries(exact)
+
+    async def _view_of(self, run_id: str) -> View:
+        partition = await self.partition_of(check_run_id(run_id))  # (no id: before connecting)
+        return await (await self.read_model()).catch_up([partition])
 
     async def partition_history(self, partition: int) -> list[HistoryEntry]:
         """The partition's own records: claims with their verdicts, heartbeats, dead letters."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic_core import PydanticSerializationError
 
 from runstream.engine.config import Duration, DurationInvalid, as_duration, millis, positive_ms
 from runstream.engine.errors import (
@@ -333,7 +334,12 @@ def dump_json(value: Any, adapter: TypeAdapter[Any] | None = None, *, flow: str 
     (`flow`: whose payload it is, for the message) if the value holds a non-finite number,
     typed or not."""
     adapter = adapter or _ANY
-    plain = adapter.dump_python(value, mode="json")
+    try:
+        plain = adapter.dump_python(value, mode="json")
+    except (PydanticSerializationError, ValueError, RecursionError) as exc:
+        # (an object pydantic cannot write, a value nested deeper than it writes)
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise PayloadNotJson(flow, detail[:200]) from None
     try:
         text = json.dumps(plain, sort_keys=True, separators=(",", ":"), allow_nan=False)
     except ValueError:

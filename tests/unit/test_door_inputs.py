@@ -26,7 +26,7 @@ from runstream.engine.client.handle import RunHandle
 from runstream.engine.config import parse_duration, resolve_bootstrap
 from runstream.engine.errors import InvalidInput, PayloadInvalid, SettingInvalid
 from runstream.engine.flow.apps import AppNotFound, load_flows
-from runstream.engine.flow.definition import Flow, RetryPolicy, dump_json
+from runstream.engine.flow.definition import Flow, PayloadNotJson, RetryPolicy, dump_json
 from runstream.engine.journal.input_limits import check_text
 from runstream.engine.kafka.confluent_registry import (
     SchemaRegistrationError,
@@ -162,6 +162,29 @@ def test_non_finite_numbers_are_refused_typed_or_not(bad: float) -> None:
     loose = Flow("loose", payload=Loose)
     with pytest.raises(PayloadInvalid, match="NaN or an infinity"):
         loose.dump_payload({"note": {"deep": bad}})  # an Any field of a model: null
+
+
+def test_a_payload_json_cannot_hold_is_payload_not_json() -> None:
+    """An object pydantic cannot write, or a value nested past its depth: a client sending
+    it by flow name raised PydanticSerializationError, or a bare ValueError."""
+    deep: list[Any] = []
+    inner = deep
+    for _ in range(5000):
+        inner.append([])
+        inner = inner[0]
+    for value, why in ((object(), "Unable to serialize"), (deep, "depth")):
+        with pytest.raises(PayloadNotJson, match=why):
+            dump_json(value)
+
+
+@pytest.mark.parametrize("run_id", [None, 123, ""])
+async def test_a_query_of_what_is_no_run_id_is_invalid_input_before_connecting(
+        run_id: Any) -> None:
+    """It was an AttributeError, from the partition's hash (nothing listens at :1)."""
+    client = Client(bootstrap_servers="127.0.0.1:1", namespace="no-broker")
+    for query in (client.status, client.describe, client.journal):
+        with pytest.raises(InvalidInput, match="run id"):
+            await query(run_id)
 
 
 def test_finite_values_and_nulls_are_written_as_before() -> None:
