@@ -132,6 +132,12 @@ def _batch(operation: str, *, where: str, dry_run: bool, yes: bool, batch_id: st
     if not dry_run and not yes and batch_id is None:
         count = run_async(batch_operations.count_matches(
             bootstrap=bootstrap, namespace=namespace, where=where))
+        if count == 0:  # (nothing to confirm: a batch begun now could act on runs made since)
+            click.echo(f"no run matches {where!r}: nothing sent", err=True)
+            if as_json:
+                _print_json({"batch_id": None, "matched": 0, "sent": 0, "done": 0,
+                             "refused": 0})
+            return
         click.confirm(f"{operation} the {count} run(s) matching {where!r} now?", abort=True,
                       err=True)
     report = run_async(batch_operations.batch_runs(

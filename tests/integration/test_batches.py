@@ -133,6 +133,12 @@ async def test_a_batch_reports_refusals_and_skips_runs_created_after_it_began(
             assert (report["matched"], report["done"], report["refused"]) == (6, 5, 1)
             assert report["refusals"][0]["run_id"] == ids[0]
             assert "ended" in report["refusals"][0]["reason"]
+            # Nothing matches: nothing to confirm, nothing sent (it asked, and with no
+            # terminal said "aborted" and exited 130).
+            none = await cli("runs", "cancel", "--where", "team = 'nobody'",
+                             bootstrap=bootstrap, namespace=namespace, cache=tmp_path / "c")
+            assert (none.code, none.err.strip()) == (
+                0, "no run matches \"team = 'nobody'\": nothing sent"), none
             for run_id in ids[1:]:
                 await status_when(client, run_id, RunStatus.completed)
             late = await _create(client, 1, "late", team="t1")
