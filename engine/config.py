@@ -72,6 +72,7 @@ def _is_ipv6(address: str) -> bool:
 # A namespace names Kafka topics (<namespace>.journal, ...) and groups: Kafka's legal
 # characters, short enough for its longest topic names (a topic name is 249 at most).
 _NAMESPACE = re.compile(r"[A-Za-z0-9._-]{1,200}")
+MAX_TOPIC_CHARS = 249  # Kafka's
 
 
 def resolve_namespace(explicit: str | None = None) -> str:
@@ -79,7 +80,7 @@ def resolve_namespace(explicit: str | None = None) -> str:
     one no topic can be named after (Kafka said InvalidTopicError, or a command advised
     creating its topics)."""
     namespace = explicit or os.environ.get("RUNSTREAM_NAMESPACE") or DEFAULT_NAMESPACE
-    if _NAMESPACE.fullmatch(namespace) is None:
+    if _NAMESPACE.fullmatch(namespace) is None or namespace in (".", ".."):  # (a path, too)
         raise InvalidInput(f"namespace {namespace[:80]!r}: a namespace is 1 to 200 of "
                            f"A-Z a-z 0-9 . _ - (it names Kafka topics: <namespace>.journal)")
     return namespace
@@ -120,7 +121,12 @@ def requests_topic(namespace: str, authority: str | None = None) -> str:
     """Where clients send requests when the namespace relays them (see ARCHITECTURE.md,
     Security): `<ns>.requests` for unrestricted principals, `<ns>.requests.<authority>` for a
     principal whose runs are limited to that authority's capabilities."""
-    return f"{namespace}.requests" if authority is None else f"{namespace}.requests.{authority}"
+    topic = f"{namespace}.requests" if authority is None else f"{namespace}.requests.{authority}"
+    if len(topic) > MAX_TOPIC_CHARS:  # (a long namespace with a long authority name)
+        raise InvalidInput(f"the requests topic of authority {authority!r} would be "
+                           f"{len(topic)} characters, over Kafka's {MAX_TOPIC_CHARS}: use a "
+                           f"shorter authority name or namespace")
+    return topic
 
 
 def relay_group(namespace: str) -> str:

@@ -187,8 +187,8 @@ def identity_conflict(run: RunState, request: InboxItem, flow: str, payload: str
     `payload_form` writes each: the flow's own form where the owner registers it, so a
     field left to its default is the same payload as the default written out), parent,
     lineage, round and capabilities."""
-    if run.flow == flow and run.payload_json != payload and (
-            payload_form(flow, run.payload_json) == payload_form(flow, payload)):
+    if run.flow == flow and run.payload_json != payload and _same_payload(
+            flow, run.payload_json, payload, payload_form):
         payload = run.payload_json  # (the same payload, written another way)
     fields = (
         ("flow", run.flow, flow),
@@ -207,6 +207,15 @@ def identity_conflict(run: RunState, request: InboxItem, flow: str, payload: str
         return Reject("identity-conflict", "capabilities", _caps(run.ceiling),
                       _caps(request.ceiling))
     return None
+
+
+def _same_payload(flow: str, existing: str, requested: str, form: PayloadForm) -> bool:
+    """The same JSON (key order and spacing aside), or the same as the flow writes it (a
+    model whose default comes from a factory, a uuid or the time, writes it anew each time:
+    the JSON alone says they are the same)."""
+    if json_form(flow, existing) == json_form(flow, requested):
+        return True
+    return form is not json_form and form(flow, existing) == form(flow, requested)
 
 
 def _caps(ceiling: tuple[str, ...] | None) -> str:

@@ -77,6 +77,7 @@ if TYPE_CHECKING:
         HandedOff,
         Handoff,
         PayloadNotJson,
+        ResultNotJson,
         RetryPolicy,
     )
     from runstream.engine.kafka.reader import TopicMissing
@@ -156,6 +157,7 @@ _EXPORTS = {
     "Handoff": "runstream.engine.flow.definition",
     "RetryPolicy": "runstream.engine.flow.definition",
     "PayloadNotJson": "runstream.engine.flow.definition",
+    "ResultNotJson": "runstream.engine.flow.definition",
     "DurationInvalid": "runstream.engine.config",
     "RunHandle": "runstream.engine.client.handle",
     "Worker": "runstream.engine.worker",
@@ -203,6 +205,7 @@ __all__ = [
     "RecordsDeleted",
     "RelayMisconfigured",
     "RequestNotRelayed",
+    "ResultNotJson",
     "ResultTimeout",
     "ResumeRefused",
     "RetryPolicy",

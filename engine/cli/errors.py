@@ -37,7 +37,7 @@ def run_cli(group: click.Group) -> None:
         _fail(exc.format_message(), exc.exit_code)
     except BrokerConnectionFailed as exc:
         _fail(str(exc), EXIT_CONNECTION)
-    except (UserError, RunstreamError, TopicsError) as exc:  # (unreachable: above, 3)
+    except (UserError, RunstreamError, TopicsError) as exc:  # (TopicsUnreachable: above)
         _fail(str(exc), EXIT_USER)
     except KafkaConnectionError as exc:
         _fail(_connection_failure(exc), EXIT_CONNECTION)

@@ -12,7 +12,12 @@ import click
 from runstream.engine.cli.errors import UserError
 from runstream.engine.cli.eventloop import run_async
 from runstream.engine.cli.options import bootstrap_option, namespace_option, print_json
-from runstream.engine.config import DEFAULT_PARTITIONS, resolve_bootstrap, resolve_namespace
+from runstream.engine.config import (
+    DEFAULT_PARTITIONS,
+    requests_topic,
+    resolve_bootstrap,
+    resolve_namespace,
+)
 from runstream.engine.journal.input_limits import check_authority_name
 from runstream.engine.kafka.admin import (
     RequestsTopic,
@@ -71,8 +76,8 @@ def create(
     """
     if authorities and not with_requests:
         raise UserError("--authority NAME goes with --requests")
-    for name in authorities:
-        check_authority_name(name)
+    for name in authorities:  # (every topic's name checked before any is made)
+        requests_topic(resolve_namespace(namespace), check_authority_name(name))
     retention_ms = _retention_ms(retention)
     address = resolve_bootstrap(bootstrap)
     # aiokafka logs each failed connection attempt; the failure is reported once (run_cli).

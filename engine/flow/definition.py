@@ -308,7 +308,12 @@ class Flow(Generic[P, R]):
         return dump_json(self.parse_payload(payload), self._payload, flow=self.name)
 
     def dump_result(self, value: Any) -> str:
-        return dump_json(value, self._result)
+        """The handler's result as JSON: ResultNotJson when JSON cannot hold it (NaN, an
+        object pydantic cannot write), which fails the run as such, not as PayloadInvalid."""
+        try:
+            return dump_json(value, self._result)
+        except PayloadNotJson as exc:
+            raise ResultNotJson(self.name, exc.detail) from None
 
     def load_result(self, result_json: str) -> R:
         return self._result.validate_json(result_json)
@@ -325,6 +330,15 @@ class PayloadNotJson(InvalidInput, PayloadInvalid):
     def __init__(self, flow: str, detail: str) -> None:
         where = f"payload does not fit flow {flow!r}" if flow else "not JSON"
         RunstreamError.__init__(self, f"{where}: {detail}")
+        self.flow = flow
+        self.detail = detail
+
+
+class ResultNotJson(RunstreamError):
+    """A handler returned a value JSON cannot carry: its run fails with this."""
+
+    def __init__(self, flow: str, detail: str) -> None:
+        super().__init__(f"the result of flow {flow!r} is not JSON: {detail}")
         self.flow = flow
         self.detail = detail
 

@@ -179,6 +179,20 @@ def access_denied(error: KafkaError, security: KafkaSecurity | None = None
     return None
 
 
+def host_port(address: str) -> tuple[str, int]:
+    """(host, port) of one bootstrap address: `host:port`, `host` (port 9092, as Kafka's
+    clients take it), `[v6]:port`, `[v6]` or a bare IPv6 address (its colons are not a
+    port's); ValueError for a port that is no number."""
+    if address.startswith("["):
+        host, _, rest = address[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else "9092"
+    elif address.count(":") == 1:
+        host, _, port = address.partition(":")
+    else:
+        host, port = address, "9092"
+    return host, int(port)
+
+
 async def diagnose(bootstrap: str, security: KafkaSecurity | None = None,
                    timeout: float = DIAGNOSIS_TIMEOUT_S) -> BrokerConnectionFailed:
     """Why no client could connect to `bootstrap` with these settings, as one line.
@@ -190,11 +204,8 @@ async def diagnose(bootstrap: str, security: KafkaSecurity | None = None,
     settings = resolve_security(security)
     reasons: list[str] = []
     for address in [a.strip() for a in bootstrap.split(",") if a.strip()]:
-        host, colon, port = address.rpartition(":")
-        if not colon:  # (no port: Kafka's clients take 9092, as check_bootstrap says)
-            host, port = address, "9092"
         try:
-            await asyncio.wait_for(probe(host, int(port), settings), timeout)
+            await asyncio.wait_for(probe(*host_port(address), settings), timeout)
         except (OSError, KafkaError, ValueError) as exc:  # TimeoutError is an OSError
             reasons.append(explain(exc, address, settings, timeout))
             continue

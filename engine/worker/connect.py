@@ -36,6 +36,7 @@ from runstream.engine.kafka.connection import (
     KafkaSecurity,
     access_denied,
     explain,
+    host_port,
     probe,
     resolve_security,
 )
@@ -83,9 +84,8 @@ async def diagnose_failure(error: BaseException, bootstrap: str,
         return Diagnosis(f"{error} (waiting for it to be created)")
     addresses = [a.strip() for a in bootstrap.split(",") if a.strip()]
     for address in addresses:
-        host, _, port = address.rpartition(":")
         try:
-            await asyncio.wait_for(probe(host or address, int(port or 9092), settings,
+            await asyncio.wait_for(probe(*host_port(address), settings,
                                          timeout=PROBE_TIMEOUT_S,
                                          client_id="runstream-worker-probe"),
                                    PROBE_TIMEOUT_S)

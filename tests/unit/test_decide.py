@@ -203,6 +203,14 @@ def test_the_owner_s_form_of_a_payload_decides_whether_it_is_the_same() -> None:
     assert decide_create(run, inbox_item(run, "q2"), never_called, form) == Duplicate(
         run.request_offset)
     assert isinstance(decide_create(run, inbox_item(run, "q2"), never_called), Reject)
+    # A model whose default comes from a factory (a uuid, the time) writes it anew each
+    # time: the same JSON is the same payload all the same (it was an IdentityConflict).
+    spaced = fold([*admitted_log(a), create("r1", "q2", payload_json='{ "amount": 5 }')]
+                  ).runs["r1"]
+    fresh = iter(range(100))
+    assert decide_create(spaced, inbox_item(spaced, "q2"), never_called,
+                         lambda flow, payload: str(next(fresh))) == Duplicate(
+        spaced.request_offset)
 
 
 def test_flow_conflict_is_reported_before_payload_conflict() -> None:

@@ -132,3 +132,29 @@ async def test_branches_of_several_durable_calls_fail_on_replay_saying_why() -> 
         run_id = await env.start(two_branches, "x")
         with pytest.raises(RunFailed, match=r"concurrent branches .* child run"):
             await env.result(run_id)
+
+
+returns: Flow[Any, Any] = Flow("returns-no-json")
+
+
+@returns.handler
+async def _returns(ctx: FlowContext, payload: str) -> Any:
+    if payload == "nan":
+        return {"x": float("nan")}
+    if payload == "deep":
+        nested: list[Any] = []
+        for _ in range(5000):
+            nested = [nested]
+        return nested
+    return object()
+
+
+@pytest.mark.parametrize(("payload", "why"), [
+    ("nan", "NaN"), ("object", "Unable to serialize"), ("deep", "depth")])
+async def test_a_handler_result_with_no_json_form_fails_its_run_as_such(payload: str,
+                                                                       why: str) -> None:
+    """Not as PayloadInvalid (the payload was fine), nor as pydantic's own error."""
+    async with TestEnvironment([returns]) as env:
+        with pytest.raises(RunFailed, match=why) as failed:
+            await env.run(returns, payload)
+        assert failed.value.error_type == "ResultNotJson"
