@@ -55,6 +55,19 @@ def _address_problem(address: str) -> str | None:
     return f"{address!r} names no host" if not host else _port_problem(address, port)
 
 
+def host_port(address: str) -> tuple[str, int]:
+    """(host, port) of one address as check_bootstrap reads it: `host` or a bare IPv6
+    address (port 9092, the Kafka client's default), `host:port`, `[ipv6]` or `[ipv6]:port`;
+    ValueError for a port that is no number."""
+    if address.startswith("["):
+        host, _, rest = address[1:].partition("]")
+        return host, int(rest[1:]) if rest else 9092
+    if ":" not in address or _is_ipv6(address):
+        return address, 9092
+    host, _, port = address.rpartition(":")
+    return host, int(port)
+
+
 def _port_problem(address: str, port: str) -> str | None:
     if not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535:
         return f"{address!r} has no port from 1 to 65535"

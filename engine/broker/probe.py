@@ -12,6 +12,8 @@ import ssl
 import struct
 from dataclasses import dataclass
 
+from runstream.engine.config import host_port
+
 _METADATA_API_KEY = 3
 # v4 is non-flexible (simple framing), understood by Kafka 1.0 … 4.x and by Redpanda, and
 # returns the broker list, the cluster id and the controller id, which is all we need.
@@ -59,12 +61,10 @@ def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
         item = item.strip()
         if not item:
             continue
-        host, sep, port = item.rpartition(":")
-        if not sep:
-            host, port = item, "9092"
-        if not port.isdigit():
-            raise ValueError(f"bad bootstrap address {item!r}: expected host:port")
-        addresses.append((host.strip("[]"), int(port)))
+        try:
+            addresses.append(host_port(item))
+        except ValueError:
+            raise ValueError(f"bad bootstrap address {item!r}: expected host:port") from None
     if not addresses:
         raise ValueError(f"empty bootstrap address {bootstrap!r}")
     return addresses

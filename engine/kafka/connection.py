@@ -33,6 +33,7 @@ from aiokafka.errors import (
 )
 from aiokafka.protocol.metadata import MetadataRequest
 
+from runstream.engine.config import host_port
 from runstream.engine.errors import AccessDenied, BrokerConnectionFailed, InvalidInput
 
 # What a call to the brokers raises when they do not answer (down, restarting, unreachable):
@@ -177,20 +178,6 @@ def access_denied(error: KafkaError, security: KafkaSecurity | None = None
                 f"not authorized: the broker's ACLs do not allow {principal(security)} this "
                 f"{what}{target}; an administrator can grant it with `runstream acl grant`")
     return None
-
-
-def host_port(address: str) -> tuple[str, int]:
-    """(host, port) of one bootstrap address: `host:port`, `host` (port 9092, as Kafka's
-    clients take it), `[v6]:port`, `[v6]` or a bare IPv6 address (its colons are not a
-    port's); ValueError for a port that is no number."""
-    if address.startswith("["):
-        host, _, rest = address[1:].partition("]")
-        port = rest[1:] if rest.startswith(":") else "9092"
-    elif address.count(":") == 1:
-        host, _, port = address.partition(":")
-    else:
-        host, port = address, "9092"
-    return host, int(port)
 
 
 async def diagnose(bootstrap: str, security: KafkaSecurity | None = None,

@@ -31,12 +31,12 @@ from aiokafka.errors import (
     UnsupportedSaslMechanismError,
 )
 
+from runstream.engine.config import host_port
 from runstream.engine.errors import AccessDenied, BrokerConnectionFailed
 from runstream.engine.kafka.connection import (
     KafkaSecurity,
     access_denied,
     explain,
-    host_port,
     probe,
     resolve_security,
 )

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from runstream import InvalidInput
-from runstream.engine.config import requests_topic, resolve_namespace
-from runstream.engine.kafka.connection import host_port
+from runstream.engine.broker.probe import parse_bootstrap
+from runstream.engine.config import host_port, requests_topic, resolve_namespace
 
 
 @pytest.mark.parametrize(("address", "expected"), [
@@ -19,6 +19,7 @@ from runstream.engine.kafka.connection import host_port
 ])
 def test_a_bootstrap_address_s_host_and_port(address: str, expected: tuple[str, int]) -> None:
     assert host_port(address) == expected
+    assert parse_bootstrap(f"{address},other") == [expected, ("other", 9092)]  # (the probe's)
 
 
 @pytest.mark.parametrize("namespace", ["a b", "a/b", "..", ".", "x" * 201, "orders:eu"])
