@@ -32,7 +32,7 @@ from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import lineage_of
 from runstream.engine.journal.timetext import iso_time
 from runstream.projections.schedule_state import ScheduleState
-from runstream.projections.state import PartitionState, RunState, Tombstone, replace
+from runstream.projections.state import PartitionState, RunState, Tombstone, replace, round_zero
 from runstream.projections.values import (
     ExpiredLineage,
     ExpiryChange,
@@ -193,6 +193,32 @@ def addressed(held: RoundReads, run_id: str) -> str:
     if run is None or run.handed_off_to is None or run_id != run.lineage_id:
         return run_id
     return held.latest_round(run_id) or run_id
+
+
+class TombstoneReads(Protocol):
+    """What finding an expired run's tombstone reads (a store, a read model's view)."""
+
+    def tombstone(self, run_id: str) -> Tombstone | None: ...
+
+    def latest_round(self, lineage_id: str) -> str | None: ...
+
+
+def reached_tombstone(held: TombstoneReads, run_id: str,
+                      final_round: Callable[[Tombstone], Tombstone] | None = None
+                      ) -> Tombstone | None:
+    """The tombstone of the run a query naming `run_id` reaches (as `addressed`): a
+    lineage's id reaches its final round, `<lineage>~0` round 0, any other id itself. None
+    while the run lives or once its tombstone went. `final_round`: where the lineage's latest
+    round's key went with it, how its final round's tombstone is found (else round 0's)."""
+    exact = round_zero(run_id)
+    stone = held.tombstone(exact)
+    if stone is None or exact != run_id or stone.lineage_id != run_id:
+        return stone
+    latest = held.latest_round(run_id)  # (kept while round 0's tombstone is)
+    final = None if latest is None else held.tombstone(latest)
+    if final is not None:
+        return final
+    return stone if final_round is None else final_round(stone)
 
 
 def round_to_follow(held: RoundReads, named: str) -> str:

@@ -23,6 +23,7 @@ and `on_claim` for a run not acted on since the claim), `react`.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from runstream.engine.errors import journal_text
@@ -231,9 +232,8 @@ def _answer_create(view: OwnerView, run: RunState, item: InboxItem) -> list[Reac
     key = item.request_id
     if key in view.decided:
         return []
-    answer = decide_create(run, item, lambda flow, payload: payload_refusal(
-        view.flows, flow, payload), lambda flow, payload: payload_form(view.flows, flow,
-                                                                      payload))
+    answer = decide_create(run, item, partial(payload_refusal, view.flows),
+                           partial(payload_form, view.flows))
     if isinstance(answer, Reject):
         return [Write(run, ((ev.RunCreateRejected, {
             "request_id": key, "reason": answer.reason, "field": answer.field,

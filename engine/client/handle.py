@@ -257,6 +257,3 @@ async def _round_to_follow(client: Client, partition: int, named: str) -> str:
     """The round to follow after a handoff to `named` (projections.expiry.round_to_follow),
     as the read model holds the lineage now."""
     return round_to_follow(await (await client.read_model()).catch_up([partition]), named)
-
-
-

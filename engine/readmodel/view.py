@@ -12,7 +12,7 @@ import heapq
 import itertools
 from collections.abc import Iterable, Iterator
 
-from runstream.projections.expiry import addressed
+from runstream.projections.expiry import addressed, reached_tombstone
 from runstream.projections.memory import MemoryStore
 from runstream.projections.partitioning import run_partition
 from runstream.projections.replay import record_of
@@ -25,7 +25,6 @@ from runstream.projections.state import (
     Tombstone,
     encode_state,
     round_run_id,
-    round_zero,
 )
 from runstream.projections.store import ProjectionStore
 from runstream.projections.values import HistoryEntry, RecordWrite
@@ -165,14 +164,8 @@ class View:
     def expired(self, run_id: str) -> Tombstone | None:
         """The tombstone of the run a query naming `run_id` reaches (as `addressed`): a
         lineage's id reaches its final round, `<lineage>~0` round 0, any other id itself.
-        None while the run lives or once its tombstone went."""
-        exact = round_zero(run_id)
-        stone = self.tombstone(exact)
-        if stone is None or exact != run_id or stone.lineage_id != run_id:
-            return stone
-        latest = self.latest_round(run_id)  # (kept while round 0's tombstone is)
-        final = None if latest is None else self.tombstone(latest)
-        return final if final is not None else self._final_round(stone)
+        None while the run lives or once its tombstone went (projections.expiry)."""
+        return reached_tombstone(self, run_id, self._final_round)
 
     def _final_round(self, first: Tombstone) -> Tombstone:
         """The last round's tombstone of an expired lineage whose latest round's key went

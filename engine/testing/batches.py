@@ -24,14 +24,13 @@ from runstream.projections.batch import (
     progress_of,
     steps_of,
 )
-from runstream.projections.expiry import addressed
+from runstream.projections.expiry import addressed, reached_tombstone
 from runstream.projections.state import (
     JournalEntry,
     PartitionState,
     RunState,
     Tombstone,
     Verdict,
-    round_zero,
 )
 from runstream.projections.values import HistoryEntry
 
@@ -55,15 +54,8 @@ class EnvBatchView(query_plan.UnindexedRuns):
         return self._log.projection.store.tombstone(run_id)
 
     def expired(self, run_id: str) -> Tombstone | None:
-        """The tombstone of the run `run_id` reaches (a lineage's: its final round's), as a
-        read model's View.expired."""
-        exact = round_zero(run_id)
-        stone = self.tombstone(exact)
-        if stone is None or exact != run_id or stone.lineage_id != run_id:
-            return stone
-        latest = self._log.projection.store.latest_round(run_id)
-        final = None if latest is None else self.tombstone(latest)
-        return final if final is not None else stone
+        """As a read model's View.expired (projections.expiry.reached_tombstone)."""
+        return reached_tombstone(self._log.projection.store, run_id)
 
     def request_item(self, run_id: str, request_id: str) -> HistoryEntry | None:
         """The run's history item of the request `request_id`: the one applied (a request

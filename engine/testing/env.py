@@ -43,7 +43,7 @@ from runstream.engine.testing.upkeep import (
     expired_rejection,
     in_status,
     merged,
-    rejection_of,
+    rejected_create,
     virtual_settings,
 )
 from runstream.engine.worker.admission import DEFAULT_CONCURRENCY, Admission
@@ -149,7 +149,7 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks, EnvB
                                 attributes_json=create_json(attributes))
         if verdict is Verdict.refused and (expired := expired_rejection(self.projection, run_id)):
             raise expired
-        if (rejected := rejection_of(self.projection, run_id, request_id)) is not None:
+        if (rejected := rejected_create(self.projection, run_id, request_id)) is not None:
             raise create_rejection(run_id, rejected)  # (as a Client's handle: its admission)
         return run_id
 

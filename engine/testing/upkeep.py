@@ -56,22 +56,14 @@ def missing(projection: MemoryProjection, run_id: str) -> RunNotFound:
     return RunNotFound(run_id)
 
 
-def rejected_create(projection: MemoryProjection, run_id: str) -> ev.RunCreateRejected | None:
-    """The latest rejection of a create of `run_id`, when it made no run."""
-    for item in reversed(projection.history.get(round_zero(run_id), [])):
-        if isinstance(item.record, ev.RunCreateRejected):
-            return item.record
-    return None
-
-
-def rejection_of(projection: MemoryProjection, run_id: str, request_id: str
-                 ) -> ev.RunCreateRejected | None:
-    """The owner's rejection of the create `request_id` of `run_id` (an identity conflict
-    with the run that id names, an invalid field...), once folded; None: none (yet)."""
+def rejected_create(projection: MemoryProjection, run_id: str,
+                    request_id: str | None = None) -> ev.RunCreateRejected | None:
+    """The latest rejection of a create of `run_id` (of the create `request_id`, when
+    given: an identity conflict with the run that id names, an invalid field...)."""
     for item in reversed(projection.history.get(round_zero(run_id), [])):
         record = item.record
-        if (isinstance(record, ev.RunCreateRejected)
-                and record.envelope.request_id == request_id):
+        if isinstance(record, ev.RunCreateRejected) and request_id in (
+                None, record.envelope.request_id):
             return record
     return None
 
