@@ -256,9 +256,7 @@ async def test_a_rebalance_begun_while_a_poll_is_half_applied_drops_its_rest_and
         """The third chunk of A's fold waits for a rebalance to begin: B joins."""
         chunks[0] += 1
         if chunks[0] == 3:
-            turn = a.claims.rebalances
-            await b.start()
-            await until(lambda: a.claims.rebalances > turn, "a rebalance", timeout=60)
+            await _b_joins(a, b)
         await apply_chunk(records)
 
     a._apply_poll = held  # type: ignore[method-assign]
@@ -294,9 +292,7 @@ async def test_a_rebalance_begun_while_a_dead_letter_is_copied_drops_that_chunk_
     async def held(letters: Any, stopping: Any) -> None:
         await copy(letters, stopping)
         if letters and not at:  # (the poison's chunk: B joins while it waits)
-            turn = a.claims.rebalances
-            await b.start()
-            await until(lambda: a.claims.rebalances > turn, "a rebalance", timeout=60)
+            await _b_joins(a, b)
             assert a.projector is not None
             at["copied"] = a.projector.partition(0).next_offset
 
@@ -323,6 +319,13 @@ async def test_a_rebalance_begun_while_a_dead_letter_is_copied_drops_that_chunk_
 def _parked_worker(bootstrap: str, namespace: str, data_dir: Path) -> Worker:
     return Worker(flows=[parked], data_dir=data_dir, bootstrap_servers=bootstrap,
                   namespace=namespace, sticky_cache=0, session_timeout_ms=SESSION_TIMEOUT_MS)
+
+
+async def _b_joins(a: Worker, b: Worker) -> None:
+    """B starts, and A hears a rebalance begin."""
+    turn = a.claims.rebalances
+    await b.start()
+    await until(lambda: a.claims.rebalances > turn, "a rebalance", timeout=60)
 
 
 async def _back_to_a(a: Worker, b: Worker, produced: int) -> None:
