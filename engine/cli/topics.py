@@ -76,14 +76,15 @@ def create(
     """
     if authorities and not with_requests:
         raise UserError("--authority NAME goes with --requests")
+    space = resolve_namespace(namespace)
     for name in authorities:  # (every topic's name checked before any is made)
-        requests_topic(resolve_namespace(namespace), check_authority_name(name))
+        requests_topic(space, check_authority_name(name))
     retention_ms = _retention_ms(retention)
     address = resolve_bootstrap(bootstrap)
     # aiokafka logs each failed connection attempt; the failure is reported once (run_cli).
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     report = run_async(ensure_topics(
-        address, resolve_namespace(namespace), partitions, replication_factor,
+        address, space, partitions, replication_factor,
         journal_retention_ms=retention_ms))
     for result in report.topics:
         if result.ok and not as_json:
