@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
+from msgspec.structs import replace
 
 from runstream.engine.client.answers import (
     ADMISSION_TYPES,
@@ -109,6 +110,7 @@ class JournalTail:
         self._broken: TailMismatch | None = None  # (a newer record breaks one partition)
         self._newer: dict[int, NewerRecord] = {}  # partitions broken so, one entry each
         self.partitions = 0
+        self.records_read = self.stepped_over = 0  # (counts: folded; stepped over unread)
         # Read-model catch-ups are shared: a waiter needs one that started after it
         # registered, and one catch-up serves every waiter registered before it started.
         self._ticket = 0
@@ -158,6 +160,8 @@ class JournalTail:
                         run_id: str) -> JournalRecord:
         """The decision (created or rejected) that answers create request `request_id`, which
         the journal holds at `from_offset` (a run's, or a schedule change's: run id "")."""
+        await self.start()
+        self._step_over_request(partition, from_offset)
         return (await self._wait(f"req:{request_id}", partition, from_offset, run_id,
                                  existed=bool(run_id))).record
 
@@ -260,6 +264,19 @@ class JournalTail:
                 waiters.remove(waiter)
             if not waiters:
                 self._waiters.pop(key, None)
+
+    def _step_over_request(self, partition: int, offset: int) -> None:
+        """The journal holds a request at `offset` (the caller's): a tail standing right before
+        it on a partition nobody follows steps over it unread. A request changes the partition
+        by its offset only (projections.follow), so its fetch cost a round trip for nothing
+        (in a one-at-a-time run, the create alone came back: docs/performance.md)."""
+        tail = self._tails.get(partition)
+        if (tail is None or self._consumer is None or partition in self._waiting
+                or partition in self._newer or tail.state.next_offset != offset):
+            return  # (followed now: its fetch may be in flight; or not standing there)
+        tail.state = replace(tail.state, next_offset=offset + 1)
+        self._consumer.seek(TopicPartition(self.topic, partition), offset + 1)
+        self.stepped_over += 1
 
     def _hold(self, partition: int) -> None:
         """A waiter on `partition`: follow it (again) from where the tail stopped."""
@@ -371,6 +388,7 @@ class JournalTail:
                 try:
                     for m in messages:
                         if m.offset >= tail.state.next_offset:
+                            self.records_read += 1
                             self._on_record(tail, m.offset, m.key, m.value, m.headers,
                                             m.timestamp)
                 except NewerRecord as exc:

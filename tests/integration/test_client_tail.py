@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runstream import Client, RunHandle, Worker
+from runstream import Client, RunHandle, SignalRefused, Worker
 from runstream.engine.client import passed as passed_module
 from runstream.engine.demo.flows import checkout
 from runstream.projections.state import RunStatus
@@ -106,3 +106,56 @@ async def test_a_passed_answer_is_kept_as_bytes_and_served_again_from_them(
         monkeypatch.setattr(tail, "_view_after", no_read_model)
         again = [await h.result(timeout=20) for h in handles]
     assert again == first and [r.order_id for r in first] == [f"k{i}" for i in range(5)]
+
+
+async def _same_partition_ids(client: Client, prefix: str, count: int) -> list[str]:
+    """`count` run ids that hash to one journal partition."""
+    by_partition: dict[int, list[str]] = {}
+    for i in range(10_000):
+        ids = by_partition.setdefault(await client.partition_of(f"{prefix}{i}"), [])
+        ids.append(f"{prefix}{i}")
+        if len(ids) == count:
+            return ids
+    raise AssertionError("no partition got enough ids")
+
+
+async def test_the_tail_steps_over_its_own_create_without_reading_it(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path,
+) -> None:
+    """A run waited for right after its create: the tail stood right before the create, so
+    it steps over it unread (a request changes the partition by its offset only), where it
+    fetched it (the create came back alone: a round trip of the client's and the broker's
+    for nothing). Through a Flow, by flow name and by signal-with-start. The partition
+    state the tail folds on is the reducer's (the read model's) all the same; and a record
+    another writer put between its position and the create is read, not stepped over."""
+    async with _worker_and_client(bootstrap, namespace, tmp_path / "w") as client:
+        tail = client._tail
+        first, by_name, with_signal, last = await _same_partition_ids(client, "step-", 4)
+        await (await client.create_run(checkout, {"order_id": "1", "amount": 1},
+                                       run_id=first)).result(timeout=60)
+        partition = await client.partition_of(first)
+        for door in ("flow name", "signal-with-start"):
+            at = tail._tails[partition].state.next_offset
+            read, stepped = tail.records_read, tail.stepped_over
+            if door == "flow name":
+                handle = await client.create_run("checkout", {"order_id": "2", "amount": 1},
+                                                 run_id=by_name)
+            else:
+                handle = await client.signal_with_start(
+                    checkout, {"order_id": "3", "amount": 1}, run_id=with_signal,
+                    signal="nudge")
+            await handle.result(timeout=60)
+            assert handle.request_offset == at and tail.stepped_over == stepped + 1, door
+            end = tail._tails[partition].state.next_offset
+            assert tail.records_read - read == end - at - 1, door  # all but the create
+        view = await (await client.read_model()).catch_up([partition])
+        assert view.partition(partition) == tail._tails[partition].state
+        # Another client's request lands first: the tail reads it, and the create too.
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace) as other:
+            with pytest.raises(SignalRefused):  # (the run has settled: journaled, refused)
+                await other.signal(first, "late")
+        stepped = tail.stepped_over
+        handle = await client.create_run(checkout, {"order_id": "4", "amount": 1},
+                                         run_id=last)
+        assert (await handle.result(timeout=60)).order_id == "4"
+        assert tail.stepped_over == stepped
