@@ -37,7 +37,7 @@ from runstream.engine.errors import WorkerFatal
 from runstream.engine.journal import EncodeError, JournalRecord, default_codec, encode
 from runstream.engine.journal.record_size import MAX_SENT_RECORD_BYTES
 from runstream.engine.journal.records import oversize_message
-from runstream.engine.worker.sent import SentRecords
+from runstream.engine.worker.sent import LOG_APPEND_TIME, SentRecords
 
 log = logging.getLogger("runstream.committer")
 
@@ -240,8 +240,11 @@ class Committer:
             else:
                 if self._sent is not None and pending.record is not None:
                     acked = cast(RecordMetadata, result.result())
-                    self._sent.acknowledged(acked.partition, acked.offset, pending.value,
-                                            pending.record)
+                    self._sent.acknowledged(
+                        acked.partition, acked.offset, pending.value, pending.record,
+                        key=pending.key, headers=tuple(pending.headers),
+                        log_time_ms=(acked.timestamp if acked.timestamp_type == LOG_APPEND_TIME
+                                     else None))
                 if not future.done():
                     future.set_result(None)
 

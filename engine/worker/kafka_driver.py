@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from enum import StrEnum
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.errors import (
     GroupCoordinatorNotAvailableError,
     GroupLoadInProgressError,
@@ -27,6 +27,7 @@ from runstream.engine.journal import MAX_RECORD_BYTES
 from runstream.engine.kafka.connection import KafkaSecurity, kafka_options
 from runstream.engine.kafka.unreadable import getmany_readable
 from runstream.engine.worker.committer import MAX_BATCH_BYTES
+from runstream.engine.worker.sent import LOG_APPEND_TIME, SentRecords
 from runstream.engine.worker.supervise import doubled_delay
 from runstream.projections.projector import Projector
 
@@ -241,3 +242,36 @@ async def fetches_held(consumer: AIOKafkaConsumer, unchanged: Callable[[], bool]
         if unchanged():
             assigned = consumer.assignment()
             consumer.resume(*(tp for tp in held if tp in assigned))
+
+
+async def read_back_held(consumer: AIOKafkaConsumer, batches: dict[TopicPartition, list[Any]],
+                         unchanged: Callable[[], bool], quiet: Callable[[], Awaitable[None]],
+                         sent: SentRecords) -> dict[TopicPartition, list[Any]]:
+    """A poll of our own decisions, held until `quiet()` (the producer quiet: the step path
+    sent) with no fetch meanwhile, and returned with the rest of the path read ahead, unless
+    a rebalance began (`unchanged()` false)."""
+    async with fetches_held(consumer, unchanged):
+        await quiet()
+        return read_ahead(consumer, batches, sent) if unchanged() else batches
+
+
+def read_ahead(consumer: AIOKafkaConsumer, batches: dict[TopicPartition, list[Any]],
+               sent: SentRecords) -> dict[TopicPartition, list[Any]]:
+    """A poll with, behind each partition's last record, the decisions of ours acknowledged
+    right after it (engine.worker.sent.unread), and the consumer sought past them: a
+    read-back held until the producer was quiet (engine.worker.readback) applies the whole
+    step path without fetching its rest. Call inside fetches_held (no fetch of these
+    partitions is then sent; one in flight is dropped by aiokafka, its position moved)."""
+    extended = dict(batches)
+    for tp, messages in batches.items():
+        if not messages or tp not in consumer.assignment():
+            continue
+        ahead = sent.unread(tp.partition, messages[-1].offset + 1)
+        if not ahead:
+            continue
+        extended[tp] = [*messages, *(
+            ConsumerRecord(tp.topic, tp.partition, u.offset, u.log_time_ms, LOG_APPEND_TIME,
+                           u.key, u.value, None, len(u.key or b""), len(u.value), u.headers)
+            for u in ahead)]
+        consumer.seek(tp, ahead[-1].offset + 1)
+    return extended

@@ -13,11 +13,18 @@ The record built and the record decoded must be the same to the last type (an in
 the schema says double, a tuple where it says array, would fold to other state bytes).
 RUNSTREAM_CHECK_OWN_RECORDS=1 decodes as well and compares their reprs: the test suite runs
 with it, so every decision any test writes is checked; a difference stops the worker.
+
+A read-back need not fetch them at all (`unread`): the offsets the broker acknowledged hold
+exactly the bytes sent there, and the journal stamps LogAppendTime, so the acknowledgement
+carries the log time every reader sees. Where the projection stands right before such an
+offset, what lies from there to the last one acknowledged in a row is known without asking
+the broker (engine.worker.kafka_driver.read_ahead).
 """
 
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.journal import JournalRecord, decode
@@ -31,33 +38,65 @@ from runstream.engine.journal import JournalRecord, decode
 # about 5,000 records/s at most here, so this holds seconds of them.
 SENT_KEPT = 20_000
 CHECK_ENV = "RUNSTREAM_CHECK_OWN_RECORDS"
+LOG_APPEND_TIME = 1  # an acknowledgement's timestamp type when the broker stamped the time
+
+
+class Unread(NamedTuple):
+    """An acknowledged decision as a consumer would read it at `offset`."""
+
+    offset: int
+    key: bytes | None
+    value: bytes
+    headers: tuple[tuple[str, bytes], ...]
+    log_time_ms: int
 
 
 class SentRecords:
-    """(partition, offset) → (bytes sent, record) for acknowledged decisions; bounded by
-    `limit` entries."""
+    """(partition, offset) → (bytes sent, record, and, when the acknowledgement carried the
+    log time, what a read-back needs instead of a fetch) for acknowledged decisions; bounded
+    by `limit` entries."""
 
     def __init__(self, *, limit: int = SENT_KEPT, check: bool | None = None) -> None:
         self._kept: dict[tuple[int, int], tuple[bytes, JournalRecord]] = {}
+        self._unread: dict[tuple[int, int], Unread] = {}  # (the kept ones with a log time)
         self._limit = limit
         self.check = os.environ.get(CHECK_ENV) == "1" if check is None else check
         self.reused = 0  # records taken back without decoding
         self.evicted = 0
+        self.read_ahead = 0  # records a read-back applied without fetching them
 
     def __len__(self) -> int:
         return len(self._kept)
 
-    def acknowledged(self, partition: int, offset: int, value: bytes,
-                     record: JournalRecord) -> None:
+    def acknowledged(self, partition: int, offset: int, value: bytes, record: JournalRecord,
+                     *, key: bytes | None = None, headers: tuple[tuple[str, bytes], ...] = (),
+                     log_time_ms: int | None = None) -> None:
+        """`log_time_ms`: the broker's LogAppendTime from the acknowledgement (None: it gave
+        none, and the record is read back by fetching it)."""
         kept = self._kept
         kept[(partition, offset)] = (value, record)
+        if log_time_ms is not None:
+            self._unread[(partition, offset)] = Unread(offset, key, value, headers, log_time_ms)
         if len(kept) > self._limit:
-            del kept[next(iter(kept))]
+            oldest = next(iter(kept))
+            del kept[oldest]
+            self._unread.pop(oldest, None)
             self.evicted += 1
+
+    def unread(self, partition: int, offset: int) -> list[Unread]:
+        """The decisions acknowledged at `offset`, `offset + 1`, ... of `partition`, as long
+        as each is kept with its log time: a reader standing at `offset` would fetch exactly
+        these first. Counted in `read_ahead`; each is still `take`n when applied."""
+        found: list[Unread] = []
+        while (entry := self._unread.get((partition, offset + len(found)))) is not None:
+            found.append(entry)
+        self.read_ahead += len(found)
+        return found
 
     def take(self, partition: int, offset: int, value: bytes | None) -> JournalRecord | None:
         """The record sent at this offset when `value` is its bytes, else None (decode)."""
         found = self._kept.pop((partition, offset), None)
+        self._unread.pop((partition, offset), None)
         if found is None or value is None:
             return None
         sent, record = found

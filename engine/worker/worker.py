@@ -54,9 +54,9 @@ from runstream.engine.worker.frozen import open_store
 from runstream.engine.worker.kafka_driver import (
     DEAD_LETTER_REQUEST_BYTES,
     GroupPoller,
-    fetches_held,
     make_consumer,
     make_producer,
+    read_back_held,
 )
 from runstream.engine.worker.observe import WorkerObserver
 from runstream.engine.worker.outbox import OutboxSender
@@ -374,8 +374,8 @@ class Worker:
             # (a rebalance begun since drops the rest of the poll, and leaves fetches alone)
             unchanged = partial(self.claims.no_rebalance_since, self.claims.rebalances)
             if read_back_waits(self.committer.busy, self.confirmations.awaited(), batches):
-                async with fetches_held(self._consumer, unchanged):  # (the rest in one fetch)
-                    await self.committer.quiet(READ_BACK_DEFER_S)
+                batches = await read_back_held(self._consumer, batches, unchanged, partial(
+                    self.committer.quiet, READ_BACK_DEFER_S), self.sent)
             await self.slicer.apply(batches, lambda chunk: self._apply_poll(read_poll(
                 chunk, self.sent)), unchanged)
             self.outbox.flush()

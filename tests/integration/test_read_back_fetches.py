@@ -2,7 +2,8 @@
 behind the run's step path (engine.worker.readback), the worker's consumer fetches nothing,
 so the rest of the path's decisions come back in one fetch, not one fetch each; and the
 pause it takes leaves alone a partition someone else paused, and every partition after a
-rebalance (engine.worker.kafka_driver.fetches_held)."""
+rebalance (engine.worker.kafka_driver.fetches_held). Once the producer is quiet, the
+decisions acknowledged right after the held poll are applied without fetching them."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from runstream import Client, Flow, FlowContext, RunStatus
+from runstream.engine.ops import verify as integrity
 from runstream.engine.worker import worker as worker_module
 from runstream.engine.worker.kafka_driver import fetches_held
 from runstream.engine.worker.readback import DECISION_TYPES
@@ -37,14 +39,16 @@ async def _steps(ctx: FlowContext, start: int) -> int:
     return value
 
 
-async def test_a_step_paths_decisions_come_back_in_two_polls_not_one_each(
+async def test_a_step_paths_decisions_come_back_in_one_poll_the_rest_read_ahead(
         bootstrap: str, namespace: str, one_partition: str, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """One run of six steps on one worker: its run.created (with the first steps) comes
-    back in one poll; the rest waits unfetched while the producer is busy, then comes in one
-    poll. Fetched as before, a step's outcome fetched during the wait came back in a poll
-    of its own (three or four polls). The bound on the wait is lifted so a slow machine
-    cannot end it early."""
+    back in one poll; the rest is not fetched at all: held until the producer is quiet, the
+    read-back applies the decisions acknowledged right after that poll from what the
+    acknowledgements said (engine.worker.kafka_driver.read_ahead). Fetched, they came back
+    in a poll of their own (two polls; three or four before the hold). The projection is
+    what a rebuild from the journal gives. The bound on the wait is lifted so a slow
+    machine cannot end it early."""
     monkeypatch.setattr(worker_module, "READ_BACK_DEFER_S", 30.0)
     polls: list[list[str]] = []  # the decision types of each poll with any, in order
     async with running_worker(bootstrap, namespace, tmp_path / "w", [steps]) as worker:
@@ -66,14 +70,22 @@ async def test_a_step_paths_decisions_come_back_in_two_polls_not_one_each(
                         and run.status is RunStatus.completed, "the first run read back",
                         timeout=30)
             worker._poller.poll = spied  # type: ignore[method-assign]
+            read_ahead = worker.sent.read_ahead
             handle = await client.create_run(steps, 10, run_id=f"rb-{uuid.uuid4().hex[:6]}")
             assert await handle.result(timeout=60) == 10 + STEPS
-            await until(lambda: any("run.completed" in types for types in polls),
-                        "run.completed read back", timeout=30)
+            await until(lambda: (run := worker.current_run(handle.run_id)) is not None
+                        and run.status is RunStatus.completed, "run.completed read back",
+                        timeout=30)
+            assert worker.sent.read_ahead > read_ahead
+            unread = worker.sent.read_ahead - read_ahead
     ours = [types for types in polls if "run.completed" in types or "step.completed" in types
             or "run.created" in types]
-    assert len(ours) <= 2, f"the run's decisions came back in {len(ours)} polls: {ours}"
-    assert "run.created" in ours[0] and "run.completed" in ours[-1], ours
+    assert len(ours) == 1 and "run.created" in ours[0], ours
+    assert "run.completed" not in ours[0]  # (read ahead, with the steps after the poll)
+    assert len(ours[0]) + unread == STEPS + 1, (ours, unread)  # run.created + the steps
+    report = await integrity.verify(bootstrap=bootstrap, namespace=namespace,
+                                    data_dir=tmp_path / "w")
+    assert report.ok, report.as_dict()
 
 
 async def test_holding_fetches_leaves_a_claims_pause_alone_and_nothing_after_a_rebalance(

@@ -85,3 +85,30 @@ def test_polled_takes_the_sent_record_and_still_checks_its_key() -> None:
     assert isinstance(keyless.examined, Poison) and keyless.examined.reason == "missing-key"
     decoded = polled(0, 5, b"r1", value, headers, 1)
     assert decoded.examined == record and decoded.examined is not record
+
+
+def test_unread_gives_the_acknowledged_run_from_an_offset_as_a_consumer_reads_it() -> None:
+    """What a read-back may apply without fetching: the decisions acknowledged at the offset
+    and right after it, each with the log time its acknowledgement carried; not past a gap,
+    not one acknowledged without a log time (a topic that stamps CreateTime), not one taken
+    or evicted already."""
+    sent = SentRecords(limit=5, check=False)
+    records = [_step(n) for n in range(5)]
+    values = [encode(r)[0] for r in records]
+    headers = (("rs-type", b"step.completed"),)
+    for offset in (10, 11, 12):
+        sent.acknowledged(0, offset, values[offset - 10], records[offset - 10], key=b"r1",
+                          headers=headers, log_time_ms=1000 + offset)
+    sent.acknowledged(0, 14, values[4], records[4], key=b"r1", log_time_ms=2000)  # (a gap)
+    sent.acknowledged(1, 10, values[3], records[3], key=b"r1")  # (no log time)
+    unread = sent.unread(0, 10)
+    assert [(u.offset, u.value, u.key, u.headers, u.log_time_ms) for u in unread] == [
+        (o, values[o - 10], b"r1", headers, 1000 + o) for o in (10, 11, 12)]
+    assert sent.unread(0, 13) == [] and sent.unread(1, 10) == []
+    assert sent.read_ahead == 3
+    assert sent.take(0, 10, values[0]) is records[0]  # applied as any read-back
+    assert [u.offset for u in sent.unread(0, 10)] == []  # taken: not unread any more
+    assert [u.offset for u in sent.unread(0, 11)] == [11, 12]
+    sent.acknowledged(2, 0, values[0], records[0], log_time_ms=1)
+    sent.acknowledged(2, 1, values[1], records[1], log_time_ms=1)  # evicts the oldest, 11
+    assert sent.unread(0, 11) == [] and [u.offset for u in sent.unread(0, 12)] == [12]
