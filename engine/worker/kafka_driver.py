@@ -260,12 +260,15 @@ def read_ahead(consumer: AIOKafkaConsumer, batches: dict[TopicPartition, list[An
     """A poll with, behind each partition's last record, the decisions of ours acknowledged
     right after it (engine.worker.sent.unread), and the consumer sought past them: a
     read-back held until the producer was quiet (engine.worker.readback) applies the whole
-    step path without fetching its rest. Call inside fetches_held (no fetch of these
-    partitions is then sent; one in flight is dropped by aiokafka, its position moved)."""
+    step path without fetching its rest. Only where the poll shows the journal stamping
+    LogAppendTime, the time an acknowledgement carries then. Call inside fetches_held (no
+    fetch of these partitions is then sent; one in flight is dropped by aiokafka)."""
     extended = dict(batches)
     for tp, messages in batches.items():
-        if not messages or tp not in consumer.assignment():
-            continue
+        if (not messages or tp not in consumer.assignment()
+                or messages[-1].timestamp_type != LOG_APPEND_TIME):
+            continue  # (a journal stamping CreateTime: a duplicate's acknowledgement says
+            # type 1 with the batch's highest time, each record's own in the log)
         ahead = sent.unread(tp.partition, messages[-1].offset + 1)
         if not ahead:
             continue

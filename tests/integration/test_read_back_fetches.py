@@ -7,18 +7,23 @@ decisions acknowledged right after the held poll are applied without fetching th
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from runstream import Client, Flow, FlowContext, RunStatus
+from runstream.engine.journal import JournalRecord, encode
+from runstream.engine.journal import events as ev
+from runstream.engine.journal.records import decision_envelope
 from runstream.engine.ops import verify as integrity
 from runstream.engine.worker import worker as worker_module
-from runstream.engine.worker.kafka_driver import fetches_held
+from runstream.engine.worker.kafka_driver import fetches_held, read_ahead
 from runstream.engine.worker.readback import DECISION_TYPES
+from runstream.engine.worker.sent import LOG_APPEND_TIME, SentRecords
 from runstream.projections.poison import type_header
 from tests.integration.support import running_worker, until
 
@@ -109,6 +114,42 @@ async def test_holding_fetches_leaves_a_claims_pause_alone_and_nothing_after_a_r
         assert consumer.paused() == set(tps)
     finally:
         await consumer.stop()
+
+
+async def test_read_ahead_needs_a_journal_stamping_log_append_time(
+        bootstrap: str, journal: str) -> None:
+    """A real consumer assigned a journal partition, decisions of ours acknowledged right
+    after a poll's last record: read ahead, and sought past, behind a record the broker
+    stamped (LogAppendTime); not behind one stamped CreateTime, where a duplicate's
+    acknowledgement says type 1 with the batch's highest time, not each record's."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await consumer.start()
+    try:
+        tp = TopicPartition(journal, 0)
+        consumer.assign([tp])
+        consumer.pause(tp)  # (as inside fetches_held: and the journal holds no offset 5)
+        sent = SentRecords(check=False)
+        record = _a_decision()
+        value = encode(record)[0]
+        for offset in (5, 6):
+            sent.acknowledged(0, offset, value, record, key=b"r1", log_time_ms=1000 + offset)
+        for stamped, read in ((0, 0), (LOG_APPEND_TIME, 2)):  # (CreateTime, LogAppendTime)
+            last = ConsumerRecord(journal, 0, 4, 999, stamped, b"r1", value, None, 2,
+                                  len(value), ())
+            consumer.seek(tp, 5)
+            polled = read_ahead(consumer, {tp: [last]}, sent)
+            assert [m.offset for m in polled[tp]] == [4, 5, 6][:1 + read]
+            assert [m.timestamp for m in polled[tp][1:]] == [1005, 1006][:read]
+            assert await consumer.position(tp) == 5 + read
+        await asyncio.sleep(0)  # (aiokafka's stop fails for a consumer whose tasks never ran)
+    finally:
+        await consumer.stop()
+
+
+def _a_decision() -> JournalRecord:
+    envelope = decision_envelope(ev.StepCompleted.TYPE, "r1", lineage_id="r1", epoch=1,
+                                 source_id="s" * 32, now_ms=1, source_seq=1)
+    return ev.StepCompleted(envelope=envelope, position=0, name="s0", result_json="1")
 
 
 async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
