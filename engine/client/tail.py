@@ -157,11 +157,12 @@ class JournalTail:
         self._task = None
 
     async def admission(self, partition: int, from_offset: int, request_id: str,
-                        run_id: str) -> JournalRecord:
+                        run_id: str, *, exact: bool = False) -> JournalRecord:
         """The decision (created or rejected) that answers create request `request_id`, which
-        the journal holds at `from_offset` (a run's, or a schedule change's: run id "")."""
+        the journal holds at `from_offset` (`exact`) or past it (a run's, or a schedule's)."""
         await self.start()
-        self._step_over_request(partition, from_offset)
+        if exact:  # (a request there changes the partition by its offset only: skipped)
+            self._step_over_request(partition, from_offset)
         return (await self._wait(f"req:{request_id}", partition, from_offset, run_id,
                                  existed=bool(run_id))).record
 
@@ -266,10 +267,9 @@ class JournalTail:
                 self._waiters.pop(key, None)
 
     def _step_over_request(self, partition: int, offset: int) -> None:
-        """The journal holds a request at `offset` (the caller's): a tail standing right before
-        it on a partition nobody follows steps over it unread. A request changes the partition
-        by its offset only (projections.follow), so its fetch cost a round trip for nothing
-        (in a one-at-a-time run, the create alone came back: docs/performance.md)."""
+        """A tail standing right before the caller's request at `offset` on a partition nobody
+        follows steps over it unread (projections.follow): its fetch brought back the create
+        alone, in a one-at-a-time run (docs/performance.md)."""
         tail = self._tails.get(partition)
         if (tail is None or self._consumer is None or partition in self._waiting
                 or partition in self._newer or tail.state.next_offset != offset):

@@ -22,6 +22,7 @@ from runstream import (
     Flow,
     FlowContext,
     RequestNotRelayed,
+    ResultTimeout,
     RunCancelled,
     RunFailed,
     Worker,
@@ -35,6 +36,7 @@ from runstream.engine.worker.relay import Relay
 from runstream.engine.worker.relay_judge import REASON_HEADER
 from runstream.projections.partitioning import run_partition
 from tests.conftest import TEST_JOURNAL_PARTITIONS
+from tests.integration.support import until
 
 AUTHORITIES = {"team": frozenset({"email"})}
 three = Flow("relay-three")
@@ -85,14 +87,15 @@ async def relayed(bootstrap: str, namespace: str, journal: str) -> AsyncIterator
 
 @asynccontextmanager
 async def engine(bootstrap: str, namespace: str, path: Path,
-                 relay: Relay | None = None) -> AsyncIterator[Relay]:
+                 relay: Relay | None = None, relay_later: bool = False) -> AsyncIterator[Relay]:
     """An in-process worker and a relay next to it (as each worker will run one)."""
     worker = Worker(flows=FLOWS, data_dir=path, bootstrap_servers=bootstrap,
                     namespace=namespace, session_timeout_ms=6000,
                     relay=False)  # the test's own relay, which it can stop and replace
     relay = relay or Relay(bootstrap, namespace, None, AUTHORITIES, name="r1")
     await worker.start()
-    await relay.start()
+    if not relay_later:  # (else the test starts it)
+        await relay.start()
     try:
         yield relay
     finally:
@@ -331,6 +334,50 @@ async def test_a_create_the_relay_refuses_ends_its_handle_s_waits(
         done = await client.create_run(three, {}, run_id="r-done")
         assert await done.result(timeout=30) == ["s0", "s1", "s2"]
         assert not client._tail._expected and not rogue._tail._expected
+
+
+async def test_a_relayed_create_whose_first_wait_was_cut_short_is_answered_later(
+        bootstrap: str, relayed: str, tmp_path: Path) -> None:
+    """A relayed create's handle knows, until the relay's offset is found, only where the
+    tail stood when it was sent; a wait cut short then (no relay up) leaves it that. The
+    next wait, once a worker is back, finds its answer from there, reading what landed
+    first (here the new owner's claim), which the tail stepped over as if it were the
+    create (54a6f70): its fold fell an epoch behind, and the result never came."""
+    namespace = relayed
+    ids = [f"cut-{i}" for i in range(1000)]
+    first, waited, later = [i for i in ids if run_partition(i, TEST_JOURNAL_PARTITIONS)
+                            == run_partition(ids[0], TEST_JOURNAL_PARTITIONS)][:3]
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=FLOWS) as client:
+        async with engine(bootstrap, namespace, tmp_path / "w1"):
+            done = await client.create_run(three, {}, run_id=first)
+            assert await done.result(timeout=30) == ["s0", "s1", "s2"]  # (the tail follows)
+        handles = []
+        for run_id, seconds in ((waited, 3), (later, 0.5)):  # (the first wait reads to the
+            handles.append(await client.create_run(three, {}, run_id=run_id))  # partition's
+            with pytest.raises(ResultTimeout):  # end: the next is sent there)
+                await handles[-1].admitted(timeout=seconds)
+        partition = run_partition(later, TEST_JOURNAL_PARTITIONS)
+        epoch = (await (await client.read_model()).catch_up([partition])).partition(
+            partition).epoch
+        relay = Relay(bootstrap, namespace, None, AUTHORITIES, name="r2")
+        relay_started = False
+
+        async def claimed_then_relayed() -> bool:  # (the claim lands first, then the creates)
+            nonlocal relay_started
+            view = await (await client.read_model()).catch_up([partition])
+            if view.partition(partition).epoch > epoch and not relay_started:
+                await relay.start()
+                relay_started = True
+            return relay_started
+
+        async with engine(bootstrap, namespace, tmp_path / "w2", relay=relay, relay_later=True):
+            await until(claimed_then_relayed, "the new owner's claim", timeout=30)
+            for handle in reversed(handles):  # (the later first: the tail stands at its offset)
+                assert await handle.result(timeout=30) == ["s0", "s1", "s2"]
+            view = await (await client.read_model()).catch_up([partition])
+            tail = client._tail._tails[partition].state
+            assert (tail.epoch, tail.owner_name) == (view.partition(partition).epoch,
+                                                     view.partition(partition).owner_name)
 
 
 async def test_a_refusal_quoting_long_client_text_and_a_create_of_a_round_id_are_set_aside(
