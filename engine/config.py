@@ -19,7 +19,7 @@ DEFAULT_PARTITIONS = 12
 def resolve_bootstrap(explicit: str | None = None) -> str:
     """The bootstrap servers: `explicit`, else RUNSTREAM_BOOTSTRAP, else the default; each
     `host[:port]` checked here (a bad one is one line, not a traceback from the Kafka client)."""
-    if explicit:
+    if explicit is not None:  # (given empty: refused, not taken for "not given")
         return check_bootstrap(explicit, "the bootstrap servers", InvalidInput)
     given = os.environ.get("RUNSTREAM_BOOTSTRAP")
     if given:
@@ -92,7 +92,8 @@ def resolve_namespace(explicit: str | None = None) -> str:
     """The namespace given, else RUNSTREAM_NAMESPACE, else `runstream`; InvalidInput for
     one no topic can be named after (Kafka said InvalidTopicError, or a command advised
     creating its topics)."""
-    namespace = explicit or os.environ.get("RUNSTREAM_NAMESPACE") or DEFAULT_NAMESPACE
+    namespace = (explicit if explicit is not None  # (given empty: refused, as any bad one)
+                 else os.environ.get("RUNSTREAM_NAMESPACE") or DEFAULT_NAMESPACE)
     if _NAMESPACE.fullmatch(namespace) is None or namespace in (".", ".."):  # (a path, too)
         raise InvalidInput(f"namespace {namespace[:80]!r}: a namespace is 1 to 200 of "
                            f"A-Z a-z 0-9 . _ - (it names Kafka topics: <namespace>.journal)")

@@ -142,6 +142,14 @@ def test_a_bootstrap_that_names_no_host_and_port_is_one_line(
     assert "host:port" in line
 
 
+def test_an_empty_bootstrap_or_namespace_is_one_line_not_the_default(runstream: Any) -> None:
+    """(`--namespace "$NS"` with NS unset read the default namespace's runs)"""
+    for option, said in (("--namespace", "namespace ''"), ("--bootstrap", "empty address")):
+        result = runstream("run", "status", "r1", option, "")
+        assert result.code == 2 and said in result.err, result
+        assert len(result.err.strip().splitlines()) == 1, result
+
+
 def test_a_bootstrap_without_a_port_that_fails_says_why(runstream: Any) -> None:
     """Port 9092 is taken when none is given: the diagnosis of a failed connection said
     "invalid literal for int()" of the host name, for every such address."""

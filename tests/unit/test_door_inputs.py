@@ -23,7 +23,7 @@ from pydantic import BaseModel
 
 from runstream.engine.client.client import Client
 from runstream.engine.client.handle import RunHandle
-from runstream.engine.config import parse_duration, resolve_bootstrap
+from runstream.engine.config import parse_duration, resolve_bootstrap, resolve_namespace
 from runstream.engine.errors import InvalidInput, PayloadInvalid, SettingInvalid
 from runstream.engine.flow.apps import AppNotFound, load_flows
 from runstream.engine.flow.definition import Flow, PayloadNotJson, RetryPolicy, dump_json
@@ -272,6 +272,19 @@ def test_a_bootstrap_address_that_names_no_host_and_port_is_one_line(
     monkeypatch.setenv("RUNSTREAM_BOOTSTRAP", bad)
     with pytest.raises(SettingInvalid, match="RUNSTREAM_BOOTSTRAP"):
         resolve_bootstrap()
+
+
+def test_an_empty_bootstrap_or_namespace_given_is_refused_not_the_default(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--bootstrap ''` and `--namespace ''` (a variable that expanded to nothing) went to
+    the default broker and namespace; an empty variable is still "not set"."""
+    with pytest.raises(InvalidInput, match="empty address"):
+        resolve_bootstrap("")
+    with pytest.raises(InvalidInput, match="namespace ''"):
+        resolve_namespace("")
+    monkeypatch.setenv("RUNSTREAM_BOOTSTRAP", "")
+    monkeypatch.setenv("RUNSTREAM_NAMESPACE", "")
+    assert (resolve_bootstrap(), resolve_namespace()) == ("127.0.0.1:9092", "runstream")
 
 
 @pytest.mark.parametrize("good", ["127.0.0.1:9092", "a:1, b:65535", "broker", "::1",
