@@ -63,7 +63,7 @@ class SentRecords:
         self.check = os.environ.get(CHECK_ENV) == "1" if check is None else check
         self.reused = 0  # records taken back without decoding
         self.evicted = 0
-        self.read_ahead = 0  # records a read-back applied without fetching them
+        self.read_ahead = 0  # records read ahead, unfetched (a poll a rebalance drops: again)
 
     def __len__(self) -> int:
         return len(self._kept)
