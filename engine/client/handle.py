@@ -58,10 +58,6 @@ class RunHandle:
     # admission waited for ever when the relay refused it).
     _relayed: JournalRecord | None = None
     _existed: bool = False  # the record at _from_offset made the run (an answer said so)
-    # request_offset is the request's own (else, relayed and not placed yet, where the tail
-    # stood when it was sent: a wait from there finds its answer, but the record there may
-    # be any other)
-    _exact: bool = True
 
     async def admitted(self, timeout: float | None = None) -> None:
         """Wait until the owner admitted the run; raises IdentityConflict or CreateRejected.
@@ -98,11 +94,12 @@ class RunHandle:
                 self._from_offset = 0
             return self._from_offset
         if self._relayed is not None:
-            record, self._relayed = self._relayed, None
-            self._exact = False  # (until found: a wait cut short keeps the tail's offset)
+            # Until the relay's offset is found, request_offset is where the tail stood when
+            # the request was sent: a wait cut short (a timeout) looks it up again, where
+            # the next waited from there for ever when the relay had refused the request.
             self.request_offset = await self.client.relayed_offset(
-                partition, self.request_offset, record)
-            self._exact = True
+                partition, self.request_offset, self._relayed)
+            self._relayed = None  # (request_offset is the request's own from here)
         try:
             answer = await self._admission_answer(partition)
         except AnswerTrimmed:  # (the journal's retention deleted it: the run's state answers)
@@ -123,7 +120,7 @@ class RunHandle:
         EXPIRED_CHECK_S, the read model's tombstone answers it as the owner would."""
         assert self.request_id is not None
         waiting = asyncio.ensure_future(self.client._tail.admission(
-            partition, self.request_offset, self.request_id, self.run_id, exact=self._exact))
+            partition, self.request_offset, self.request_id, self.run_id, exact=True))
         try:
             while True:
                 done, _ = await asyncio.wait([waiting], timeout=EXPIRED_CHECK_S)

@@ -213,21 +213,21 @@ class JournalTail:
             return tail.state.next_offset
         return await self.end_offset(partition)
 
-    def expect(self, request_id: str) -> None:
-        """Watch for relayed request `request_id` (call before sending it)."""
-        self._expected[request_id] = None
+    def expect(self, request_id: str, *, watch: bool = True) -> None:
+        """Watch for relayed request `request_id` (call before sending it); or stop."""
+        self._expected.pop(request_id, None)
+        if watch:
+            self._expected[request_id] = None
         if len(self._expected) > MAX_EXPECTED:  # (the oldest: long placed, or never waited on)
             del self._expected[next(iter(self._expected))]
 
     async def placed(self, partition: int, from_offset: int, request_id: str,
                      run_id: str) -> int:
         """The journal offset (at or past `from_offset`) where the relay put request
-        `request_id`, named with `expect` before it was sent."""
-        try:
-            return (await self._wait(f"seen:{request_id}", partition, from_offset,
-                                     run_id)).offset
-        finally:
-            self._expected.pop(request_id, None)
+        `request_id`, named with `expect` before it was sent (a wait cut short: still)."""
+        offset = (await self._wait(f"seen:{request_id}", partition, from_offset, run_id)).offset
+        self.expect(request_id, watch=False)
+        return offset
 
     async def _wait(self, key: str, partition: int, from_offset: int, run_id: str, *,
                     existed: bool = False) -> Answer:

@@ -380,6 +380,25 @@ async def test_a_relayed_create_whose_first_wait_was_cut_short_is_answered_later
                                                      view.partition(partition).owner_name)
 
 
+async def test_a_refused_create_whose_first_wait_was_cut_short_still_ends_its_waits(
+        bootstrap: str, relayed: str, tmp_path: Path) -> None:
+    # (where the relay put it was looked up once: cut short by a timeout, every later wait
+    # waited from where the tail stood when it was sent, for ever, for a create the relay
+    # had refused)
+    namespace = relayed
+    async with engine(bootstrap, namespace, tmp_path / "w"), \
+            Client(bootstrap_servers=bootstrap, namespace=namespace, flows=FLOWS,
+                   authority_name="rogue", relay_timeout=3) as rogue:
+        refused = await rogue.create_run(three, {}, run_id="r-cut-refused")
+        with pytest.raises(ResultTimeout):
+            await refused.admitted(timeout=0.5)
+        started = time.monotonic()
+        with pytest.raises(RequestNotRelayed):
+            await refused.result(timeout=20)
+        assert time.monotonic() - started < 15
+        assert not rogue._tail._expected
+
+
 async def test_a_refusal_quoting_long_client_text_and_a_create_of_a_round_id_are_set_aside(
         bootstrap: str, relayed: str, tmp_path: Path) -> None:
     """A fork request whose source id is 600,000 characters: its refusal's reason quoted it
