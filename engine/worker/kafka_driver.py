@@ -233,7 +233,8 @@ async def fetches_held(consumer: AIOKafkaConsumer, unchanged: Callable[[], bool]
     already (a claim's, engine.worker.claims), and resumed after, unless `unchanged()` says
     a rebalance began meanwhile (a new assignment starts unpaused, and a claim resumes its
     partitions itself once sought). A fetch already answered or in flight keeps its records
-    for the next poll after it: aiokafka moves a position only for the records it hands out."""
+    for the next poll after it (aiokafka moves a position only for the records it hands
+    out), unless the partition is sought meanwhile (read_ahead): aiokafka drops them then."""
     held = [tp for tp in consumer.assignment() if tp not in consumer.paused()]
     consumer.pause(*held)
     try:
@@ -262,7 +263,7 @@ def read_ahead(consumer: AIOKafkaConsumer, batches: dict[TopicPartition, list[An
     read-back held until the producer was quiet (engine.worker.readback) applies the whole
     step path without fetching its rest. Only where the poll shows the journal stamping
     LogAppendTime, the time an acknowledgement carries then. Call inside fetches_held (no
-    fetch of these partitions is then sent; one in flight is dropped by aiokafka)."""
+    fetch of these partitions is then sent; what one brought or brings is dropped)."""
     extended = dict(batches)
     for tp, messages in batches.items():
         if (not messages or tp not in consumer.assignment()

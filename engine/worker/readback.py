@@ -17,9 +17,10 @@ meanwhile waits at most READ_BACK_DEFER_S. Under load, polls hold requests and n
 
 While it waits, the consumer fetches nothing (engine.worker.kafka_driver.fetches_held): a fetch
 then would bring back the next decision of the step path, alone, only to wait in turn. Once the
-producer is quiet, the rest of the path is not fetched at all: the decisions acknowledged right
-after the poll are applied from their acknowledgements (engine.worker.kafka_driver.read_ahead;
-2.05 worker fetches a W2 run, against 3.20 read as they came and 2.87 fetched after the wait).
+producer is quiet (or the wait is over), the decisions acknowledged in a row right after the
+poll are not fetched: they are applied from their acknowledgements, on a LogAppendTime journal
+(engine.worker.kafka_driver.read_ahead; 2.05 worker fetches a W2 run, against 3.20 read as
+they came and 2.87 fetched after the wait). What is not acknowledged yet is fetched after.
 """
 
 from __future__ import annotations

@@ -15,10 +15,10 @@ RUNSTREAM_CHECK_OWN_RECORDS=1 decodes as well and compares their reprs: the test
 with it, so every decision any test writes is checked; a difference stops the worker.
 
 A read-back need not fetch them at all (`unread`): the offsets the broker acknowledged hold
-exactly the bytes sent there, and the journal stamps LogAppendTime, so the acknowledgement
-carries the log time every reader sees. Where the projection stands right before such an
-offset, what lies from there to the last one acknowledged in a row is known without asking
-the broker (engine.worker.kafka_driver.read_ahead).
+exactly the bytes sent there, and on a journal that stamps LogAppendTime (as `topics create`
+makes it) the acknowledgement carries the log time every reader sees. Behind a poll's last
+record, what lies up to the last decision acknowledged in a row after it is then known
+without asking the broker (engine.worker.kafka_driver.read_ahead, which checks the stamp).
 """
 
 from __future__ import annotations
@@ -38,7 +38,9 @@ from runstream.engine.journal import JournalRecord, decode
 # about 5,000 records/s at most here, so this holds seconds of them.
 SENT_KEPT = 20_000
 CHECK_ENV = "RUNSTREAM_CHECK_OWN_RECORDS"
-LOG_APPEND_TIME = 1  # an acknowledgement's timestamp type when the broker stamped the time
+# A timestamp type 1: the broker's time. aiokafka says it of any acknowledgement carrying a
+# time, a duplicate's on a CreateTime journal too (that batch's highest create time).
+LOG_APPEND_TIME = 1
 
 
 class Unread(NamedTuple):
@@ -71,8 +73,8 @@ class SentRecords:
     def acknowledged(self, partition: int, offset: int, value: bytes, record: JournalRecord,
                      *, key: bytes | None = None, headers: tuple[tuple[str, bytes], ...] = (),
                      log_time_ms: int | None = None) -> None:
-        """`log_time_ms`: the broker's LogAppendTime from the acknowledgement (None: it gave
-        none, and the record is read back by fetching it)."""
+        """`log_time_ms`: the time the acknowledgement carried (None: none, and the record is
+        read back by fetching it); the log time on a LogAppendTime journal alone."""
         kept = self._kept
         kept[(partition, offset)] = (value, record)
         if log_time_ms is not None:
