@@ -29,6 +29,7 @@ from runstream import (
 )
 from runstream.engine.config import journal_topic, snapshot_topic
 from runstream.engine.demo.flows import checkout
+from runstream.engine.journal import events as ev
 from runstream.engine.kafka.admin import topic_configs
 from runstream.engine.kafka.reader import reader_consumer
 from runstream.engine.kafka.snapshots import list_manifests, read_chunks
@@ -325,6 +326,12 @@ async def test_what_a_takeover_loads_is_the_live_state_not_the_history(
                 for p in range(TEST_JOURNAL_PARTITIONS)),
                 "every settled run to expire and its tombstone to go", timeout=90)
             live = sum(1 for key, _ in first.store.items() if key.startswith(b"r/"))
+            # (each retention sweep's partition.runs-expired stays in the partition's own
+            # history for its window: as many as sweeps ran, which a loaded machine runs
+            # more of; 135 keys loaded in one CI run)
+            sweeps = sum(1 for p in range(TEST_JOURNAL_PARTITIONS)
+                         for entry in first.store.partition_history(p)
+                         if entry.type == ev.PartitionRunsExpired.TYPE)
     finally:
         await first.stop()  # a graceful release snapshots each partition
     records = sum((await _ends(bootstrap, journal)).values())
@@ -341,7 +348,7 @@ async def test_what_a_takeover_loads_is_the_live_state_not_the_history(
         # its tombstone and request entries about 4 once expired): the live run and each
         # partition's bookkeeping (its state, hash, recent partition records).
         assert live == 1
-        assert loaded <= 30 * TEST_JOURNAL_PARTITIONS, (loaded, records)  # 20-74 seen
+        assert loaded - sweeps <= 30 * TEST_JOURNAL_PARTITIONS, (loaded, sweeps, records)
         assert folded <= TEST_JOURNAL_PARTITIONS * (EVERY + 20), (folded, records)
         assert records > 2000, records  # 400 runs of 5 records went through the journal
         async with Client(bootstrap_servers=bootstrap, namespace=namespace,
