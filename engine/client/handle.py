@@ -120,7 +120,7 @@ class RunHandle:
         EXPIRED_CHECK_S, the read model's tombstone answers it as the owner would."""
         assert self.request_id is not None
         waiting = asyncio.ensure_future(self.client._tail.admission(
-            partition, self.request_offset, self.request_id, self.run_id, exact=True))
+            partition, self.request_offset, self.request_id, self.run_id))
         try:
             while True:
                 done, _ = await asyncio.wait([waiting], timeout=EXPIRED_CHECK_S)

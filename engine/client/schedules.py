@@ -131,7 +131,7 @@ class ScheduleCalls:
         offset = await self._journal_offset(placed, record)
         try:
             answer = await asyncio.wait_for(
-                self._tail.admission(placed.partition, offset, request_id, "", exact=True),
+                self._tail.admission(placed.partition, offset, request_id, ""),
                 ANSWER_TIMEOUT_S)
         except TimeoutError:
             raise ResultTimeout(schedule_id, ANSWER_TIMEOUT_S, subject=f"schedule {schedule_id}",

@@ -157,12 +157,11 @@ class JournalTail:
         self._task = None
 
     async def admission(self, partition: int, from_offset: int, request_id: str,
-                        run_id: str, *, exact: bool = False) -> JournalRecord:
+                        run_id: str) -> JournalRecord:
         """The decision (created or rejected) that answers create request `request_id`, which
-        the journal holds at `from_offset` (`exact`) or past it (a run's, or a schedule's)."""
+        the journal holds at `from_offset`, its own offset (a run's, or a schedule's)."""
         await self.start()
-        if exact:  # (a request there changes the partition by its offset only: skipped)
-            self._step_over_request(partition, from_offset)
+        self._step_over_request(partition, from_offset)  # (by its offset only: skipped)
         return (await self._wait(f"req:{request_id}", partition, from_offset, run_id,
                                  existed=bool(run_id))).record
 
@@ -225,6 +224,7 @@ class JournalTail:
                      run_id: str) -> int:
         """The journal offset (at or past `from_offset`) where the relay put request
         `request_id`, named with `expect` before it was sent (a wait cut short: still)."""
+        self.expect(request_id)  # (again: a lookup retried after RequestNotRelayed)
         offset = (await self._wait(f"seen:{request_id}", partition, from_offset, run_id)).offset
         self.expect(request_id, watch=False)
         return offset

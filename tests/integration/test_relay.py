@@ -399,6 +399,20 @@ async def test_a_refused_create_whose_first_wait_was_cut_short_still_ends_its_wa
         assert not rogue._tail._expected
 
 
+async def test_a_create_not_relayed_in_time_is_found_once_relayed_later(
+        bootstrap: str, relayed: str, tmp_path: Path) -> None:
+    # (after RequestNotRelayed the tail no longer watched for the request: the next lookup
+    # missed it once relayed, and said RequestNotRelayed again)
+    namespace = relayed
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=FLOWS,
+                      relay_timeout=5) as client:
+        late = await client.create_run(three, {}, run_id="r-relayed-late")
+        with pytest.raises(RequestNotRelayed):  # (no relay up yet)
+            await late.admitted(timeout=30)
+        async with engine(bootstrap, namespace, tmp_path / "w"):
+            assert await late.result(timeout=30) == ["s0", "s1", "s2"]
+
+
 async def test_a_refusal_quoting_long_client_text_and_a_create_of_a_round_id_are_set_aside(
         bootstrap: str, relayed: str, tmp_path: Path) -> None:
     """A fork request whose source id is 600,000 characters: its refusal's reason quoted it
