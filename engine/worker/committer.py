@@ -242,7 +242,7 @@ class Committer:
                     acked = cast(RecordMetadata, result.result())
                     self._sent.acknowledged(
                         acked.partition, acked.offset, pending.value, pending.record,
-                        key=pending.key, headers=tuple(pending.headers),
+                        key=pending.key, headers=pending.headers,
                         log_time_ms=(acked.timestamp if acked.timestamp_type == LOG_APPEND_TIME
                                      else None))
                 if not future.done():

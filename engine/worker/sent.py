@@ -24,6 +24,7 @@ without asking the broker (engine.worker.kafka_driver.read_ahead, which checks t
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from runstream.engine.errors import WorkerFatal
@@ -49,18 +50,24 @@ class Unread(NamedTuple):
     offset: int
     key: bytes | None
     value: bytes
-    headers: tuple[tuple[str, bytes], ...]
+    headers: Sequence[tuple[str, bytes]]
     log_time_ms: int
 
 
+class _Sent(NamedTuple):
+    value: bytes
+    record: JournalRecord
+    key: bytes | None
+    headers: Sequence[tuple[str, bytes]]
+    log_time_ms: int | None  # (None: the acknowledgement carried none)
+
+
 class SentRecords:
-    """(partition, offset) → (bytes sent, record, and, when the acknowledgement carried the
-    log time, what a read-back needs instead of a fetch) for acknowledged decisions; bounded
-    by `limit` entries."""
+    """(partition, offset) → (bytes sent, record, and what a read-back needs instead of a
+    fetch) for acknowledged decisions; bounded by `limit` entries."""
 
     def __init__(self, *, limit: int = SENT_KEPT, check: bool | None = None) -> None:
-        self._kept: dict[tuple[int, int], tuple[bytes, JournalRecord]] = {}
-        self._unread: dict[tuple[int, int], Unread] = {}  # (the kept ones with a log time)
+        self._kept: dict[tuple[int, int], _Sent] = {}
         self._limit = limit
         self.check = os.environ.get(CHECK_ENV) == "1" if check is None else check
         self.reused = 0  # records taken back without decoding
@@ -71,18 +78,14 @@ class SentRecords:
         return len(self._kept)
 
     def acknowledged(self, partition: int, offset: int, value: bytes, record: JournalRecord,
-                     *, key: bytes | None = None, headers: tuple[tuple[str, bytes], ...] = (),
+                     *, key: bytes | None = None, headers: Sequence[tuple[str, bytes]] = (),
                      log_time_ms: int | None = None) -> None:
         """`log_time_ms`: the time the acknowledgement carried (None: none, and the record is
         read back by fetching it); the log time on a LogAppendTime journal alone."""
         kept = self._kept
-        kept[(partition, offset)] = (value, record)
-        if log_time_ms is not None:
-            self._unread[(partition, offset)] = Unread(offset, key, value, headers, log_time_ms)
+        kept[(partition, offset)] = _Sent(value, record, key, headers, log_time_ms)
         if len(kept) > self._limit:
-            oldest = next(iter(kept))
-            del kept[oldest]
-            self._unread.pop(oldest, None)
+            del kept[next(iter(kept))]
             self.evicted += 1
 
     def unread(self, partition: int, offset: int) -> list[Unread]:
@@ -90,24 +93,23 @@ class SentRecords:
         as each is kept with its log time: a reader standing at `offset` would fetch exactly
         these first. Counted in `read_ahead`; each is still `take`n when applied."""
         found: list[Unread] = []
-        while (entry := self._unread.get((partition, offset + len(found)))) is not None:
-            found.append(entry)
+        at = offset
+        while (entry := self._kept.get((partition, at))) is not None \
+                and entry.log_time_ms is not None:
+            found.append(Unread(at, entry.key, entry.value, entry.headers, entry.log_time_ms))
+            at += 1
         self.read_ahead += len(found)
         return found
 
     def take(self, partition: int, offset: int, value: bytes | None) -> JournalRecord | None:
         """The record sent at this offset when `value` is its bytes, else None (decode)."""
         found = self._kept.pop((partition, offset), None)
-        self._unread.pop((partition, offset), None)
-        if found is None or value is None:
-            return None
-        sent, record = found
-        if sent != value:
+        if found is None or value is None or found.value != value:
             return None
         if self.check:
-            _check_same(record, value, partition, offset)
+            _check_same(found.record, value, partition, offset)
         self.reused += 1
-        return record
+        return found.record
 
 
 def _check_same(record: JournalRecord, value: bytes, partition: int, offset: int) -> None:
