@@ -53,7 +53,9 @@ _DENIED_CODES = (29, 30, 31)
 _KEEP_FOREVER = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"}
 # Record timestamps from the broker's clock, monotonic per partition: claim leases and time
 # travel by time compare them, so no writer's clock may decide them.
-_BROKER_TIME = {"message.timestamp.type": "LogAppendTime"}
+TIMESTAMP_TYPE = "message.timestamp.type"
+BROKER_TIME = "LogAppendTime"
+_BROKER_TIME = {TIMESTAMP_TYPE: BROKER_TIME}
 _MIN_ISR = "min.insync.replicas"
 # A dead letter's copy is the journal record whole (up to the journal's own size limit,
 # about 1 MiB by the broker's default) plus the headers saying why: twice that is room.
@@ -69,7 +71,8 @@ SNAPSHOT_MAX_MESSAGE_BYTES = 2 * 1024 * 1024
 SNAPSHOT_SEGMENT_MS = 3600 * 1000
 SNAPSHOT_CONFIGS = {"cleanup.policy": "compact", _MAX_MESSAGE: str(SNAPSHOT_MAX_MESSAGE_BYTES),
                     "segment.ms": str(SNAPSHOT_SEGMENT_MS), "min.compaction.lag.ms": "0"}
-_MANAGED_KEYS = list(dict.fromkeys([*_KEEP_FOREVER, _MIN_ISR, *SNAPSHOT_CONFIGS]))
+_MANAGED_KEYS = list(dict.fromkeys([*_KEEP_FOREVER, *_BROKER_TIME, _MIN_ISR,
+                                    *SNAPSHOT_CONFIGS]))
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,8 @@ import logging
 from runstream.engine.config import dead_letter_topic
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.kafka.admin import (
+    BROKER_TIME,
+    TIMESTAMP_TYPE,
     TopicsError,
     TopicsUnreachable,
     topic_configs,
@@ -115,19 +117,23 @@ class Takeovers:
         configs (ACLs granted before this release) is told how to fix it, and the journal
         is taken to keep everything."""
         try:
-            return await self._read_retention()
+            configs = await self._journal_configs()
         except TopicsUnreachable:
             raise  # (the worker waits for the brokers: read as forever, it could be wrong)
         except TopicsError as exc:
             log.warning("the journal's retention cannot be read (%s): taken as forever; "
                         "`runstream acl grant --role worker` grants DESCRIBE_CONFIGS", exc)
             return -1
+        check_broker_time(self.owner.topic, configs)
+        return _retention_ms(configs)
 
     async def _read_retention(self) -> int:
         """The journal's retention.ms as the broker says it (-1: forever); TopicsError."""
-        configs = await topic_configs(self.owner.bootstrap, self.owner.topic,
-                                      security=self.owner.security)
-        return int(configs.get("retention.ms", "-1") or -1)
+        return _retention_ms(await self._journal_configs())
+
+    async def _journal_configs(self) -> dict[str, str]:
+        return await topic_configs(self.owner.bootstrap, self.owner.topic,
+                                   security=self.owner.security)
 
     def _clear_unfinished(self, why: str) -> None:
         """Partitions a load left under its restore marker: cleared, to be loaded again."""
@@ -202,3 +208,22 @@ class Takeovers:
 
     def forget(self, partition: int) -> None:
         self.keeper.forget(partition)
+
+
+def _retention_ms(configs: dict[str, str]) -> int:
+    return int(configs.get("retention.ms", "-1") or -1)
+
+
+def check_broker_time(topic: str, configs: dict[str, str]) -> None:
+    """WorkerFatal unless `topic` stamps its records with the broker's clock (a journal made
+    by hand takes the broker's default, the writers' clocks): a claim's lease and time
+    travel by time compare record times, which no writer's clock may decide. A broker
+    that does not report the config is taken at its word (`topics create` set it)."""
+    stamps = configs.get(TIMESTAMP_TYPE)
+    if stamps is not None and stamps != BROKER_TIME:
+        raise WorkerFatal(
+            f"{topic} stamps its records with {TIMESTAMP_TYPE}={stamps}, each writer's "
+            f"clock; claims and time travel compare record times, so the journal needs "
+            f"{BROKER_TIME} (`runstream topics create` makes it so): set it with "
+            f"kafka-configs.sh --alter --entity-type topics --entity-name {topic} "
+            f"--add-config {TIMESTAMP_TYPE}={BROKER_TIME}, or move to a new namespace")

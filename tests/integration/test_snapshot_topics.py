@@ -5,6 +5,7 @@ create` makes (also on a namespace made before snapshots), and `topics alter
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import sys
 import time
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from runstream.engine.config import dead_letter_topic, journal_topic, snapshot_topic
 from runstream.engine.kafka.admin import (
@@ -92,11 +94,15 @@ async def test_topics_create_makes_a_compacted_snapshots_topic_a_large_chunk_fit
 
 
 async def _old_namespace(bootstrap: str, namespace: str, partitions: int, *,
-                         without: str | None = None) -> None:
+                         without: str | None = None, journal_configs: dict[str, str] | None = None,
+                         ) -> None:
     """The topics of a namespace made before snapshots: journal, owners, dead-letter
-    (`without`: every topic but that one)."""
+    (`without`: every topic but that one; `journal_configs`: the journal's, if not ours)."""
     left_out = without or snapshot_topic(namespace)
     specs = [s for s in topic_specs(namespace, partitions, 1) if s.name != left_out]
+    if journal_configs is not None:
+        specs = [dataclasses.replace(s, configs=journal_configs)
+                 if s.name == journal_topic(namespace) else s for s in specs]
     async with admin_client(bootstrap) as admin:
         await admin.create_topics([NewTopic(s.name, s.partitions, 1, topic_configs=s.configs)
                                    for s in specs])
@@ -218,3 +224,36 @@ async def test_a_worker_refuses_to_start_without_the_dead_letter_topic(
         f"error: {dead_letter_topic(namespace)} does not exist: poison records could not be "
         f"set aside; `runstream topics create` adds it"], err
     assert "Traceback" not in err
+
+
+async def test_a_journal_stamping_the_writers_clocks_is_named_and_refused_by_a_worker(
+        bootstrap: str, namespace: str, cleanup: None, tmp_path: Path) -> None:
+    # A journal made by hand takes the broker's default, CreateTime: each record stamped by
+    # its writer's clock. Claims' leases and time travel by time compare record times, and
+    # a worker ran on such a journal without a word (`topics create` did not compare it).
+    journal = journal_topic(namespace)
+    await _old_namespace(bootstrap, namespace, 2,
+                         journal_configs={"retention.ms": "-1", "retention.bytes": "-1"})
+    code, out, err = await _runstream("topics", "create", "--partitions", "2", "--namespace",
+                                      namespace, "--bootstrap", bootstrap)
+    assert code == 2 and _errors(err) == [
+        f"error: {journal} exists but differs: message.timestamp.type=CreateTime (want "
+        "LogAppendTime)"], err
+    code, _, err = await _runstream(
+        "worker", "--app", "runstream.engine.demo.flows:flows", "--data-dir",
+        str(tmp_path / "w"), "--namespace", namespace, "--bootstrap", bootstrap)
+    assert code != 0 and _errors(err) == [
+        f"error: {journal} stamps its records with message.timestamp.type=CreateTime, each "
+        "writer's clock; claims and time travel compare record times, so the journal needs "
+        "LogAppendTime (`runstream topics create` makes it so): set it with kafka-configs.sh "
+        f"--alter --entity-type topics --entity-name {journal} --add-config "
+        "message.timestamp.type=LogAppendTime, or move to a new namespace"], err
+    assert "Traceback" not in err
+    async with admin_client(bootstrap) as admin:  # (set as told, the same journal is ours)
+        await admin.alter_configs([ConfigResource(
+            ConfigResourceType.TOPIC, journal,
+            {"message.timestamp.type": "LogAppendTime", "retention.ms": "-1",
+             "retention.bytes": "-1"})])
+    code, out, err = await _runstream("topics", "create", "--partitions", "2", "--namespace",
+                                      namespace, "--bootstrap", bootstrap)
+    assert code == 0 and f"exists {journal} (2 partitions" in out, err
