@@ -50,4 +50,31 @@ def hop_rows(section: Section, label: str, times: dict[str, dict[str, int]],
         section.add(Row(f"{label}: {name}", p50, "ms",
                         note=f"p50; p99 {p99:.1f} ms, max {max(values) * 1000:.1f} ms, "
                              f"{len(values)} runs (log time: 1 ms resolution)"))
+    _slowest_rows(section, label, times, walls)
     return hops
+
+
+def _slowest_rows(section: Section, label: str, times: dict[str, dict[str, int]],
+                  walls: dict[str, tuple[float, float]]) -> None:
+    """Where the slowest 1 % of the runs (at or above the p99) spent their time: each hop's
+    mean over those runs alone, beside its mean over all (the p99's make-up, not the
+    hops' own p99s, which different runs reach)."""
+    took = {run_id: end - start for run_id, (start, end) in walls.items()}
+    if len(took) < 100:
+        return
+    cut = percentile(list(took.values()), 99)
+    slow = {run_id for run_id, t in took.items() if t >= cut}
+    sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for run_id, (start, end) in walls.items():
+        marks: dict[str, float] = {k: v / 1000 for k, v in times.get(run_id, {}).items()}
+        marks.update(start=start, result=end)
+        present = [m for m in MARKS if m in marks]
+        for src, dst in itertools.pairwise(present):
+            entry = sums[f"{src} -> {dst}"]
+            entry[0] += marks[dst] - marks[src]
+            if run_id in slow:
+                entry[1] += marks[dst] - marks[src]
+    for name, (every, slowest) in sums.items():
+        section.add(Row(f"{label}, slowest 1 %: {name}", slowest / len(slow) * 1000, "ms",
+                        note=f"mean over the {len(slow)} runs at or above the p99 "
+                             f"({cut * 1000:.1f} ms); over all {every / len(took) * 1000:.2f} ms"))

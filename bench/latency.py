@@ -126,6 +126,9 @@ async def run(ctx: Context, args: argparse.Namespace) -> Section:
                 steady = await open_loop(client, rate, count, "steady")
             _latency_rows(section, f"steady {rate:.0f} runs/s", steady.latencies, raw,
                           _note(steady, f"{why}; schedule lag max {steady.max_lag * 1000:.0f} ms"))
+            times = await journal_times(ctx.bootstrap, journal_topic(namespace),
+                                        set(steady.walls))
+            hop_rows(section, f"steady {rate:.0f} runs/s hop", times, steady.walls)
         pool.check_alive()
     section.info = {"workers": workers, "steady_rate": rate, "rate_source": why,
                     "sequential_runs": sequential_runs, "discarded": discard}
