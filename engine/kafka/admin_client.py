@@ -4,6 +4,7 @@ or TopicsUnreachable when the brokers did not answer (what a worker waits out)."
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -37,11 +38,13 @@ async def admin_client(bootstrap: str, request_timeout: float = 30.0,
         client_id="runstream-admin",
         request_timeout_ms=int(request_timeout * 1000),
     )
+    started = time.monotonic()
     try:
         await admin.start()
     except KafkaConnectionError as exc:
+        waited = time.monotonic() - started
         await admin.close()
-        raise TopicsUnreachable(str(await diagnose(bootstrap, security))) from exc
+        raise TopicsUnreachable(str(await diagnose(bootstrap, security, waited=waited))) from exc
     except KafkaError as exc:
         await admin.close()
         raise TopicsUnreachable(f"no Kafka broker answers at {bootstrap}: {exc}") from exc

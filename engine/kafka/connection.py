@@ -15,6 +15,7 @@ import asyncio
 import os
 import re
 import ssl
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, fields
 from typing import Any
@@ -181,20 +182,23 @@ def access_denied(error: KafkaError, security: KafkaSecurity | None = None
 
 
 async def diagnose(bootstrap: str, security: KafkaSecurity | None = None,
-                   timeout: float = DIAGNOSIS_TIMEOUT_S) -> BrokerConnectionFailed:
+                   timeout: float | None = None, *, waited: float | None = None,
+                   ) -> BrokerConnectionFailed:
     """Why no client could connect to `bootstrap` with these settings, as one line.
 
     aiokafka reports a failed bootstrap as "Unable to bootstrap" and only logs the cause, so
-    this connects once more to each address, directly, within `timeout`, and explains the
-    first failure in terms of the settings to change.
-    """
+    this connects once more to each address, directly, within `timeout` (None:
+    DIAGNOSIS_TIMEOUT_S), and explains the first failure in terms of the settings to change.
+    `waited`: seconds the failed attempt took, which a silent listener's line names (its
+    caller waited that, then `timeout`)."""
     settings = resolve_security(security)
+    timeout = DIAGNOSIS_TIMEOUT_S if timeout is None else timeout
     reasons: list[str] = []
     for address in [a.strip() for a in bootstrap.split(",") if a.strip()]:
         try:
             await asyncio.wait_for(probe(*host_port(address), settings), timeout)
         except (OSError, KafkaError, ValueError) as exc:  # TimeoutError is an OSError
-            reasons.append(explain(exc, address, settings, timeout))
+            reasons.append(explain(exc, address, settings, timeout, waited=waited))
             continue
         reasons.append(f"{address} accepted a connection just now; it failed before: "
                        "the broker may have been restarting")
@@ -216,8 +220,9 @@ async def probe(host: str, port: int, settings: KafkaSecurity, *,
 
 
 def explain(error: BaseException, address: str, settings: KafkaSecurity,
-            timeout: float = DIAGNOSIS_TIMEOUT_S) -> str:
-    """One line: what `error` (from connecting to `address` with `settings`) means."""
+            timeout: float = DIAGNOSIS_TIMEOUT_S, *, waited: float | None = None) -> str:
+    """One line: what `error` (from connecting to `address` with `settings`) means;
+    `waited`, seconds an earlier attempt waited in vain (a timeout's line names it)."""
     protocol = settings.security_protocol
     if isinstance(error, SaslAuthenticationFailed):
         return (f"SASL authentication failed at {address} for user "
@@ -240,8 +245,10 @@ def explain(error: BaseException, address: str, settings: KafkaSecurity,
         return (f"nothing listens at {address}: start a broker (`runstream broker start`) or "
                 "set --bootstrap / RUNSTREAM_BOOTSTRAP")
     if isinstance(error, TimeoutError):
-        return (f"{address} did not complete a {protocol} connection within {timeout:g}s: "
-                "check --security-protocol and the address")
+        # (connected or not: a listener that accepts and never answers times out alike)
+        before = f", nor in the {waited:.0f}s of the attempt before" if waited else ""
+        return (f"{address} did not answer a Kafka request over {protocol} within "
+                f"{timeout:g}s{before}: check --security-protocol and the address")
     if isinstance(error, KafkaConnectionError):
         return _closed(address, settings)
     return f"cannot connect to {address} with {protocol}: {type(error).__name__}: {error}"
@@ -272,11 +279,13 @@ async def start_client(client: Any, bootstrap: str, security: KafkaSecurity | No
                        ) -> None:
     """`await client.start()` for an aiokafka producer, consumer or admin client; a failed
     bootstrap becomes BrokerConnectionFailed saying why (after releasing the client)."""
+    started = time.monotonic()
     try:
         await client.start()
     except KafkaConnectionError as exc:
+        waited = time.monotonic() - started  # (its request timeout, 40s, to a silent one)
         await _close(client)
-        raise await diagnose(bootstrap, security) from exc
+        raise await diagnose(bootstrap, security, waited=waited) from exc
     except ClusterAuthorizationFailedError as exc:
         await _close(client)
         if not hasattr(client, "send_and_wait"):

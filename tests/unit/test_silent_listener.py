@@ -1,0 +1,56 @@
+"""A listener that accepts connections and never answers (a wrong port, a proxy, a broker
+hung mid-start): the one line a client's start ends with names how long it waited. It said
+"within 10s" after 41-53 s: aiokafka's own request timeout (40 s) ran first, unnamed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from runstream.engine.errors import BrokerConnectionFailed
+from runstream.engine.kafka import connection
+from runstream.engine.kafka.connection import diagnose, start_client
+
+
+@pytest.fixture
+async def silent() -> AsyncIterator[str]:
+    """Accepts every connection, reads what comes, answers nothing."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+        while await reader.read(4096):
+            pass
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    try:
+        yield f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        for writer in held:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+
+
+async def test_a_diagnosis_of_a_silent_listener_names_both_waits(silent: str) -> None:
+    found = await diagnose(silent, timeout=0.2, waited=40.3)
+    assert str(found) == (f"{silent} did not answer a Kafka request over PLAINTEXT within "
+                          "0.2s, nor in the 40s of the attempt before: check "
+                          "--security-protocol and the address")
+    alone = await diagnose(silent, timeout=0.2)
+    assert str(alone) == (f"{silent} did not answer a Kafka request over PLAINTEXT within "
+                          "0.2s: check --security-protocol and the address")
+
+
+async def test_a_client_start_against_a_silent_listener_says_how_long_it_waited(
+        silent: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(connection, "DIAGNOSIS_TIMEOUT_S", 0.2)
+    producer = AIOKafkaProducer(bootstrap_servers=silent, request_timeout_ms=1500)
+    with pytest.raises(BrokerConnectionFailed) as failed:
+        await start_client(producer, silent)
+    assert str(failed.value) == (
+        f"{silent} did not answer a Kafka request over PLAINTEXT within 0.2s, nor in the 2s "
+        "of the attempt before: check --security-protocol and the address")
