@@ -141,10 +141,12 @@ class StartCalls:
                                 describe_refusal(run, answer.record, answer.tombstone))
         client: Any = self  # (the Client this is mixed into)
         created = run is None or run.request_id == request_id  # (None: made, then rejected)
-        if created:
+        if created:  # (by this request, or by an earlier send of it: that one's flow)
             first = offset if run is None else run.request_offset
-            handle = RunHandle(client, run_id=run_id, flow=flow_name, partition=partition,
-                               request_offset=first, request_id=request_id)
+            handle = RunHandle(client, run_id=run_id,
+                               flow=flow_name if run is None else run.flow,
+                               partition=partition, request_offset=first,
+                               request_id=request_id)
             await handle.admitted(timeout=ADMISSION_TIMEOUT_S)  # (CreateRejected)
             return handle
         assert run is not None

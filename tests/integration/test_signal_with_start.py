@@ -72,6 +72,16 @@ async def _existing_runs_get_the_signal_alone(client: Client, nameless: Client) 
                                               signal="go", signal_payload="later")
     assert handle.request_id is None  # the run existed: the signal alone
     assert await waiting.result(timeout=60) == {"payload": "first", "signal": "later"}
+    # The same request sent again (a retry reusing its request id) names the run its first
+    # send made, whatever the retry says; its handle said the retry's flow.
+    first = await nameless.signal_with_start("sws-waiter", "once", run_id="retried",
+                                             signal="go", signal_payload="a",
+                                             request_id="retry-1")
+    again = await nameless.signal_with_start("some-other-flow", "twice", run_id="retried",
+                                             signal="go", signal_payload="b",
+                                             request_id="retry-1")
+    assert (first.flow, again.flow, again.request_id) == ("sws-waiter", "sws-waiter", "retry-1")
+    assert await again.result(timeout=60) == {"payload": "once", "signal": "a"}
     for n in range(5):
         run_id = f"race-{n}"
         created, started = await asyncio.gather(
