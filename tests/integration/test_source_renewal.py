@@ -13,6 +13,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from runstream import Client, Flow, FlowContext, RunFailed, Worker
 from runstream.engine.demo.flows import checkout
 from runstream.engine.journal import events as ev
+from runstream.engine.kafka.admin import topic_specs
 from runstream.projections.state import Verdict
 from tests.integration.support import fold
 
@@ -26,11 +27,15 @@ async def run_huge(ctx: FlowContext, p: Any) -> str:
 
 
 async def _limit_records(bootstrap: str, topic: str, max_bytes: int) -> None:
+    # (AlterConfigs replaces every config set on the topic: the journal's own are named again,
+    # where without them it stamped CreateTime and kept 7 days, which a worker refuses)
+    [spec] = [s for s in topic_specs(topic.removesuffix(".journal"), 1, 1) if s.name == topic]
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
         await admin.alter_configs([ConfigResource(
-            ConfigResourceType.TOPIC, topic, configs={"max.message.bytes": str(max_bytes)})])
+            ConfigResourceType.TOPIC, topic,
+            configs={**spec.configs, "max.message.bytes": str(max_bytes)})])
     finally:
         await admin.close()
 
