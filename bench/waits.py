@@ -112,7 +112,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--burst-runs", type=int,
                        help="runs sleeping until one instant T [10000; quick 300]")
     group.add_argument("--burst-lead", type=float,
-                       help="seconds from the first create to T [60; quick 15]")
+                       help="seconds from the first create to T [60; quick 6]")
     group.add_argument("--burst-in-flight", type=int, help="creates in flight at most [200]")
     group.add_argument("--waits-workers", type=int, help="worker processes [1]")
     group.add_argument("--sticky-runs", type=int,
@@ -364,7 +364,7 @@ async def _burst_phases(
 async def burst(ctx: Context, args: argparse.Namespace, section: Section,
                 raw_per_s: float) -> dict[str, Any]:
     runs = pick(args, "burst_runs", 10_000, 300)
-    lead = pick(args, "burst_lead", 60.0, 15.0)
+    lead = pick(args, "burst_lead", 60.0, 6.0)
     in_flight = pick(args, "burst_in_flight", 200, 200)
     workers = pick(args, "waits_workers", 1, 1)
     ids = [f"{SLEEPER_PREFIX}{i:05d}" for i in range(runs)]
