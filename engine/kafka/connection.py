@@ -187,22 +187,24 @@ async def diagnose(bootstrap: str, security: KafkaSecurity | None = None,
     """Why no client could connect to `bootstrap` with these settings, as one line.
 
     aiokafka reports a failed bootstrap as "Unable to bootstrap" and only logs the cause, so
-    this connects once more to each address, directly, within `timeout` (None:
+    this connects once more to each address in turn, directly, within `timeout` (None:
     DIAGNOSIS_TIMEOUT_S), and explains the first failure in terms of the settings to change.
     `waited`: seconds the failed attempt took, which a silent listener's line names (its
     caller waited that, then `timeout`)."""
     settings = resolve_security(security)
     timeout = DIAGNOSIS_TIMEOUT_S if timeout is None else timeout
-    reasons: list[str] = []
+    accepted: list[str] = []
     for address in [a.strip() for a in bootstrap.split(",") if a.strip()]:
         try:
             await asyncio.wait_for(probe(*host_port(address), settings), timeout)
         except (OSError, KafkaError, ValueError) as exc:  # TimeoutError is an OSError
-            reasons.append(explain(exc, address, settings, timeout, waited=waited))
-            continue
-        reasons.append(f"{address} accepted a connection just now; it failed before: "
-                       "the broker may have been restarting")
-    return BrokerConnectionFailed(reasons[0] if reasons else f"empty bootstrap {bootstrap!r}")
+            # (the first failure is the line: the addresses after it are not waited for,
+            # `timeout` each when they are silent too)
+            return BrokerConnectionFailed(explain(exc, address, settings, timeout,
+                                                  waited=waited))
+        accepted.append(f"{address} accepted a connection just now; it failed before: "
+                        "the broker may have been restarting")
+    return BrokerConnectionFailed(accepted[0] if accepted else f"empty bootstrap {bootstrap!r}")
 
 
 async def probe(host: str, port: int, settings: KafkaSecurity, *,

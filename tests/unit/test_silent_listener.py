@@ -5,6 +5,8 @@ hung mid-start): the one line a client's start ends with names how long it waite
 from __future__ import annotations
 
 import asyncio
+import socket
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -54,3 +56,17 @@ async def test_a_client_start_against_a_silent_listener_says_how_long_it_waited(
     assert str(failed.value) == (
         f"{silent} did not answer a Kafka request over PLAINTEXT within 0.2s, nor in the 2s "
         "of the attempt before: check --security-protocol and the address")
+
+
+async def test_a_diagnosis_ends_at_the_first_address_that_fails(silent: str) -> None:
+    # (it probed every address and reported the first's reason: the silent ones after a
+    # failing one were each waited for in vain)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = f"127.0.0.1:{sock.getsockname()[1]}"  # (nothing listens once closed)
+    started = time.monotonic()
+    found = await diagnose(f"{closed},{silent}", timeout=5.0)
+    assert time.monotonic() - started < 2.5
+    assert str(found).startswith(f"nothing listens at {closed}: ")
+    later = await diagnose(f"{silent},{closed}", timeout=0.2)
+    assert str(later).startswith(f"{silent} did not answer a Kafka request")
