@@ -187,24 +187,24 @@ async def diagnose(bootstrap: str, security: KafkaSecurity | None = None,
     """Why no client could connect to `bootstrap` with these settings, as one line.
 
     aiokafka reports a failed bootstrap as "Unable to bootstrap" and only logs the cause, so
-    this connects once more to each address in turn, directly, within `timeout` (None:
-    DIAGNOSIS_TIMEOUT_S), and explains the first failure in terms of the settings to change.
+    this connects once more to the first address, directly, within `timeout` (None:
+    DIAGNOSIS_TIMEOUT_S), and explains its failure in terms of the settings to change.
     `waited`: seconds the failed attempt took, which a silent listener's line names (its
-    caller waited that, then `timeout`)."""
+    caller waited that, then `timeout`) when it was a second or more."""
     settings = resolve_security(security)
     timeout = DIAGNOSIS_TIMEOUT_S if timeout is None else timeout
-    accepted: list[str] = []
+    # The first address decides the line, as engine.worker.connect's does: the addresses
+    # after it are not waited for (`timeout` each when silent), and one answering now means
+    # the failure was passing (a client bootstraps from any one), not a later one's fault.
     for address in [a.strip() for a in bootstrap.split(",") if a.strip()]:
         try:
             await asyncio.wait_for(probe(*host_port(address), settings), timeout)
         except (OSError, KafkaError, ValueError) as exc:  # TimeoutError is an OSError
-            # (the first failure is the line: the addresses after it are not waited for,
-            # `timeout` each when they are silent too)
             return BrokerConnectionFailed(explain(exc, address, settings, timeout,
                                                   waited=waited))
-        accepted.append(f"{address} accepted a connection just now; it failed before: "
-                        "the broker may have been restarting")
-    return BrokerConnectionFailed(accepted[0] if accepted else f"empty bootstrap {bootstrap!r}")
+        return BrokerConnectionFailed(f"{address} accepted a connection just now; it failed "
+                                      "before: the broker may have been restarting")
+    return BrokerConnectionFailed(f"empty bootstrap {bootstrap!r}")
 
 
 async def probe(host: str, port: int, settings: KafkaSecurity, *,
@@ -248,7 +248,9 @@ def explain(error: BaseException, address: str, settings: KafkaSecurity,
                 "set --bootstrap / RUNSTREAM_BOOTSTRAP")
     if isinstance(error, TimeoutError):
         # (connected or not: a listener that accepts and never answers times out alike)
-        before = f", nor in the {waited:.0f}s of the attempt before" if waited else ""
+        # (an attempt that failed at once, refused before a broker listened, is not named)
+        before = (f", nor in the {waited:.0f}s of the attempt before"
+                  if waited is not None and waited >= 1.0 else "")
         return (f"{address} did not answer a Kafka request over {protocol} within "
                 f"{timeout:g}s{before}: check --security-protocol and the address")
     if isinstance(error, KafkaConnectionError):

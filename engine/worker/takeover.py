@@ -121,7 +121,8 @@ class Takeovers:
         except TopicsUnreachable:
             raise  # (the worker waits for the brokers: read as forever, it could be wrong)
         except TopicsError as exc:
-            log.warning("the journal's retention cannot be read (%s): taken as forever; "
+            log.warning("the journal's configs cannot be read (%s): its retention is taken "
+                        "as forever, its timestamp type as LogAppendTime, unchecked; "
                         "`runstream acl grant --role worker` grants DESCRIBE_CONFIGS", exc)
             return -1
         check_broker_time(self.owner.topic, configs)

@@ -34,6 +34,7 @@ from runstream.engine.kafka.journal_retention import (
     alter_journal_retention,
 )
 from runstream.projections.snapshot_horizon import SnapshotStanding
+from tests.integration.support import until
 
 pytestmark = pytest.mark.integration
 
@@ -254,6 +255,11 @@ async def test_a_journal_stamping_the_writers_clocks_is_named_and_refused_by_a_w
             ConfigResourceType.TOPIC, journal,
             {"message.timestamp.type": "LogAppendTime", "retention.ms": "-1",
              "retention.bytes": "-1"})])
+
+    async def altered() -> bool:  # (the broker answers an alter before a describe sees it)
+        return (await topic_configs(bootstrap, journal))["message.timestamp.type"] == (
+            "LogAppendTime")
+    await until(altered, "the altered timestamp type")
     code, out, err = await _runstream("topics", "create", "--partitions", "2", "--namespace",
                                       namespace, "--bootstrap", bootstrap)
     assert code == 0 and f"exists {journal} (2 partitions" in out, err
