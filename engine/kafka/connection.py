@@ -247,8 +247,8 @@ def explain(error: BaseException, address: str, settings: KafkaSecurity,
         return (f"nothing listens at {address}: start a broker (`runstream broker start`) or "
                 "set --bootstrap / RUNSTREAM_BOOTSTRAP")
     if isinstance(error, TimeoutError):
-        # (connected or not: a listener that accepts and never answers times out alike)
-        # (an attempt that failed at once, refused before a broker listened, is not named)
+        # (connected or not: a listener that accepts and never answers times out alike; an
+        # earlier attempt that failed at once, refused before a broker listened, goes unnamed)
         before = (f", nor in the {waited:.0f}s of the attempt before"
                   if waited is not None and waited >= 1.0 else "")
         return (f"{address} did not answer a Kafka request over {protocol} within "

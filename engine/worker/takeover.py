@@ -113,9 +113,9 @@ class Takeovers:
         return self.journal_retention_ms
 
     async def _journal_retention(self) -> int:
-        """The journal's retention.ms (-1: forever). A principal that may not describe
-        configs (ACLs granted before this release) is told how to fix it, and the journal
-        is taken to keep everything."""
+        """The journal's retention.ms (-1: forever), once its timestamp type is checked
+        (check_broker_time). A principal that may not describe configs (ACLs granted before
+        this release) is told how to fix it, and the journal is taken to keep everything."""
         try:
             configs = await self._journal_configs()
         except TopicsUnreachable:
