@@ -303,6 +303,11 @@ class View:
     def all_runs(self, after: str | None = None) -> Iterator[RunState]:
         return self._merged_runs(None, after)  # (lazily: a page reads its page)
 
+    def request_applied_at(self, partition: int, request_id: str) -> int | None:
+        """The offset of the request with this id applied on `partition` (None: none in the
+        request index): what a later request reusing the id was a duplicate of."""
+        return self._base.request_offset(partition, request_id)
+
     def request_item(self, run_id: str, request_id: str) -> HistoryEntry | None:
         """The history item of the request with this id to `run_id`, with its verdict (None:
         not seen yet). An applied one is found in the request index; one refused (or

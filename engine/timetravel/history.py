@@ -10,7 +10,7 @@ the same state the full fold of the partition had there.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from runstream.engine.errors import RunNotFound
@@ -86,12 +86,18 @@ class PartitionRow:
     epoch: int | None = None  # claims: the epoch taken (applied) or asked for; else written under
     source: str | None = None
     error: str | None = None  # dead letters: why the bytes did not decode (or are gone)
+    # A request that reached no run (a duplicate of another run's request id, one naming no
+    # run): the run it named, its request id, and the offset of the request it duplicates.
+    run_id: str | None = None
+    request_id: str | None = None
+    duplicate_of: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"partition": self.partition, "offset": self.offset,
                 "timestamp_ms": self.timestamp_ms, "type": self.type, "verdict": self.verdict,
                 "owner": self.owner, "generation": self.generation, "epoch": self.epoch,
-                "source": self.source, "error": self.error}
+                "source": self.source, "error": self.error, "run_id": self.run_id,
+                "request_id": self.request_id, "duplicate_of": self.duplicate_of}
 
 
 def partition_history(view: View, partition: int) -> list[PartitionRow]:
@@ -127,6 +133,8 @@ def partition_history(view: View, partition: int) -> list[PartitionRow]:
         env = record.envelope
         row = PartitionRow(partition, item.offset, item.timestamp_ms, record.TYPE,
                            item.verdict.value, epoch=env.epoch, source=env.source_id)
+        if record.KIND == "request":
+            row = _request_row(view, row, env.run_id, env.request_id, item.verdict)
         if isinstance(record, ev.PartitionEpochClaimed):
             if item.verdict is Verdict.applied:
                 epoch += 1
@@ -137,6 +145,17 @@ def partition_history(view: View, partition: int) -> list[PartitionRow]:
                                source=env.source_id)
         rows.append(row)
     return rows
+
+
+def _request_row(view: View, row: PartitionRow, run_id: str, request_id: str | None,
+                 verdict: Verdict) -> PartitionRow:
+    """A request in the partition's own history reached no run: which run it named, and for
+    a duplicate, where its request id was applied first (a create whose id another run's
+    request had: without it, nothing said where that create went)."""
+    first = (view.request_applied_at(row.partition, request_id)
+             if verdict is Verdict.duplicate and request_id else None)
+    return replace(row, run_id=run_id or None, request_id=request_id,
+                   duplicate_of=first if first != row.offset else None)
 
 
 def _dead_letter_row(partition: int, item: HistoryEntry) -> PartitionRow:
@@ -180,7 +199,9 @@ def format_partition_history(rows: list[PartitionRow]) -> list[str]:
     lines = []
     for row in rows:
         fields = {"owner": row.owner, "generation": row.generation, "epoch": row.epoch,
-                  "source": row.source[:8] if row.source else None, "error": row.error}
+                  "source": row.source[:8] if row.source else None, "run": row.run_id,
+                  "request_id": row.request_id, "duplicate_of": row.duplicate_of,
+                  "error": row.error}
         detail = " ".join(f"{k}={_short(v)}" for k, v in fields.items() if v is not None)
         lines.append(f"{row.offset:>7}  {_clock(row.timestamp_ms)}  {row.type:<28} "
                      f"{row.verdict:<11} {detail}")

@@ -25,7 +25,7 @@ from runstream.engine.kafka.admin import delete_topics, ensure_topics
 from runstream.engine.kafka.reader import RawRecord, read_partitions
 from runstream.engine.readmodel.model import ReadModel, ReadModelAhead, read_model_dir
 from runstream.engine.readmodel.view import View
-from runstream.engine.timetravel.history import run_history, state_at
+from runstream.engine.timetravel.history import format_partition_history, run_history, state_at
 from runstream.engine.timetravel.points import Point
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.partitioning import partition_for
@@ -427,6 +427,30 @@ async def test_partition_history_shows_claims_with_their_verdicts(
     assert fold.partition(1).rejected_claims == 1
     assert [i.verdict for i in fold.partition_history[1]][:2] == [Verdict.applied,
                                                                   Verdict.rejected]
+
+
+async def test_a_create_reusing_another_run_s_request_id_shows_where_it_went(
+    bootstrap: str, namespace: str, journal: str, writer: Journal, tmp_path: Path
+) -> None:
+    # A producer reusing a request id for another run: the reducer folds its create as a
+    # duplicate, and the run it names is never made. Nothing said where that create went
+    # (`run history` of its run: "no run"); the partition's history now names the run, the
+    # request id and the request it duplicates.
+    first_run, second_run = [run_id for run_id in (f"dup-{i}" for i in range(200))
+                             if partition_for(run_id, TEST_JOURNAL_PARTITIONS) == 1][:2]
+    first = await writer.send(create(first_run, "reused-id"), partition=1)
+    second = await writer.send(create(second_run, "reused-id"), partition=1)
+    rows, _ = await operations.partition_history(
+        bootstrap=bootstrap, namespace=namespace, partition=1,
+        read_model_dir=tmp_path / "cache")
+    [row] = [r for r in rows if r.offset == second]
+    assert (row.type, row.verdict, row.run_id, row.request_id, row.duplicate_of) == (
+        "run.create-requested", "duplicate", second_run, "reused-id", first)
+    assert row.as_dict()["duplicate_of"] == first
+    assert not [r for r in rows if r.offset == first]  # (it made its run: the run's history)
+    [line] = [text for text in format_partition_history(rows) if text.lstrip().startswith(
+        f"{second} ")]
+    assert f"run={second_run} request_id=reused-id duplicate_of={first}" in line, line
 
 
 async def test_an_older_secondary_view_stays_exact_when_its_base_moves_on(
