@@ -338,7 +338,7 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
                 placed.partition, placed.offset, env.request_id, env.run_id),
                 self.relay_timeout)
         except TimeoutError:
-            self._tail.expect(env.request_id, watch=False)
+            self._tail.unexpect(env.request_id)
             raise RequestNotRelayed(
                 f"{record.TYPE} for run {env.run_id} was sent to "
                 f"{(await self.route()).topic} but did not reach the journal within "

@@ -75,20 +75,18 @@ class _Waiter:
     from_offset: int
     partition: int
     future: asyncio.Future[Answer] = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future()
-    )
+        default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
 class JournalTail:
     """Follows the partitions someone waits on; answers admission and settlement.
 
     It also finds where a relayed request landed in the journal (`placed`): the client
-    names the request ids it sent (`expect`) before sending them.
+    names the request ids it sent (`expect`) before sending them (`unexpect`: given up).
 
     Bounds: `_tails`, `_waiting` and `_newer` one entry per partition; `_answers` its own
-    (engine.client.passed);
-    `_waiters` the callers waiting right now; `_expected` the relayed requests in flight,
-    MAX_EXPECTED; `passed` (engine.client.passed) its own.
+    (engine.client.passed); `_waiters` the callers waiting right now; `_expected` the relayed
+    requests in flight, MAX_EXPECTED; `passed` (engine.client.passed) its own.
     """
 
     def __init__(self, bootstrap: str, topic: str, read_model: ReadModelFactory,
@@ -212,13 +210,15 @@ class JournalTail:
             return tail.state.next_offset
         return await self.end_offset(partition)
 
-    def expect(self, request_id: str, *, watch: bool = True) -> None:
-        """Watch for relayed request `request_id` (call before sending it); or stop."""
-        self._expected.pop(request_id, None)
-        if watch:
-            self._expected[request_id] = None
+    def expect(self, request_id: str) -> None:
+        """Watch for relayed request `request_id` (call before sending it) as the newest."""
+        self.unexpect(request_id)
+        self._expected[request_id] = None
         if len(self._expected) > MAX_EXPECTED:  # (the oldest: long placed, or never waited on)
             del self._expected[next(iter(self._expected))]
+
+    def unexpect(self, request_id: str) -> None:
+        self._expected.pop(request_id, None)  # (found, or its lookup given up)
 
     async def placed(self, partition: int, from_offset: int, request_id: str,
                      run_id: str) -> int:
@@ -226,7 +226,7 @@ class JournalTail:
         `request_id`, named with `expect` before it was sent (a wait cut short: still)."""
         self.expect(request_id)  # (again: a lookup retried after RequestNotRelayed)
         offset = (await self._wait(f"seen:{request_id}", partition, from_offset, run_id)).offset
-        self.expect(request_id, watch=False)
+        self.unexpect(request_id)
         return offset
 
     async def _wait(self, key: str, partition: int, from_offset: int, run_id: str, *,
