@@ -4,15 +4,19 @@ or TopicsUnreachable when the brokers did not answer (what a worker waits out)."
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import KafkaConnectionError, KafkaError
+from aiokafka.errors import KafkaError
 
 from runstream.engine.errors import BrokerConnectionFailed
-from runstream.engine.kafka.connection import KafkaSecurity, access_denied, diagnose, kafka_options
+from runstream.engine.kafka.connection import (
+    KafkaSecurity,
+    access_denied,
+    kafka_options,
+    start_client,
+)
 
 
 class TopicsError(Exception):
@@ -38,15 +42,11 @@ async def admin_client(bootstrap: str, request_timeout: float = 30.0,
         client_id="runstream-admin",
         request_timeout_ms=int(request_timeout * 1000),
     )
-    started = time.monotonic()
     try:
-        await admin.start()
-    except KafkaConnectionError as exc:
-        waited = time.monotonic() - started
-        await admin.close()
-        raise TopicsUnreachable(str(await diagnose(bootstrap, security, waited=waited))) from exc
+        await start_client(admin, bootstrap, security)  # (closed again when it fails)
+    except BrokerConnectionFailed as exc:  # (diagnosed: why, and how long it waited)
+        raise TopicsUnreachable(str(exc)) from exc
     except KafkaError as exc:
-        await admin.close()
         raise TopicsUnreachable(f"no Kafka broker answers at {bootstrap}: {exc}") from exc
     try:
         yield admin
