@@ -37,24 +37,36 @@ async def journal_times(bootstrap: str, topic: str, runs: set[str]) -> dict[str,
 
 def hop_rows(section: Section, label: str, times: dict[str, dict[str, int]],
              walls: dict[str, tuple[float, float]]) -> dict[str, list[float]]:
-    """A p50/p99 row per hop (ms), from log times and the client's wall clock."""
+    """A p50/p99 row per hop (ms), from log times and the client's wall clock; then the
+    make-up of the slowest 1 % (_slowest_rows)."""
+    by_run = _run_hops(times, walls)
     hops: dict[str, list[float]] = defaultdict(list)
-    for run_id, (start, end) in walls.items():
-        marks: dict[str, float] = {k: v / 1000 for k, v in times.get(run_id, {}).items()}
-        marks.update(start=start, result=end)
-        present = [m for m in MARKS if m in marks]
-        for src, dst in itertools.pairwise(present):
-            hops[f"{src} -> {dst}"].append(marks[dst] - marks[src])
+    for run_hops in by_run.values():
+        for name, seconds in run_hops.items():
+            hops[name].append(seconds)
     for name, values in hops.items():
         p50, p99 = (percentile(values, q) * 1000 for q in (50, 99))
         section.add(Row(f"{label}: {name}", p50, "ms",
                         note=f"p50; p99 {p99:.1f} ms, max {max(values) * 1000:.1f} ms, "
                              f"{len(values)} runs (log time: 1 ms resolution)"))
-    _slowest_rows(section, label, times, walls)
+    _slowest_rows(section, label, by_run, walls)
     return hops
 
 
-def _slowest_rows(section: Section, label: str, times: dict[str, dict[str, int]],
+def _run_hops(times: dict[str, dict[str, int]], walls: dict[str, tuple[float, float]]
+              ) -> dict[str, dict[str, float]]:
+    """Run id -> {hop: seconds}, each from one mark to the next one the run has."""
+    by_run: dict[str, dict[str, float]] = {}
+    for run_id, (start, end) in walls.items():
+        marks: dict[str, float] = {k: v / 1000 for k, v in times.get(run_id, {}).items()}
+        marks.update(start=start, result=end)
+        present = [m for m in MARKS if m in marks]
+        by_run[run_id] = {f"{src} -> {dst}": marks[dst] - marks[src]
+                          for src, dst in itertools.pairwise(present)}
+    return by_run
+
+
+def _slowest_rows(section: Section, label: str, by_run: dict[str, dict[str, float]],
                   walls: dict[str, tuple[float, float]]) -> None:
     """Where the slowest 1 % of the runs (at or above the p99) spent their time: each hop's
     mean over those runs alone, beside its mean over all (the p99's make-up, not the
@@ -66,15 +78,12 @@ def _slowest_rows(section: Section, label: str, times: dict[str, dict[str, int]]
     cut = percentile(list(took.values()), 99)
     slow = {run_id for run_id, t in took.items() if t >= cut}
     sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for run_id, (start, end) in walls.items():
-        marks: dict[str, float] = {k: v / 1000 for k, v in times.get(run_id, {}).items()}
-        marks.update(start=start, result=end)
-        present = [m for m in MARKS if m in marks]
-        for src, dst in itertools.pairwise(present):
-            entry = sums[f"{src} -> {dst}"]
-            entry[0] += marks[dst] - marks[src]
+    for run_id, run_hops in by_run.items():
+        for name, seconds in run_hops.items():
+            entry = sums[name]
+            entry[0] += seconds
             if run_id in slow:
-                entry[1] += marks[dst] - marks[src]
+                entry[1] += seconds
     for name, (every, slowest) in sums.items():
         section.add(Row(f"{label}, slowest 1 %: {name}", slowest / len(slow) * 1000, "ms",
                         note=f"mean over the {len(slow)} runs at or above the p99 "
