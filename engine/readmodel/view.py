@@ -313,7 +313,7 @@ class View:
         not seen yet). An applied one is found in the request index; one refused (or
         forgotten by the index) in the run's history, read from its end."""
         partition = self.place(run_id)[0]
-        offset = self._base.request_offset(partition, request_id)
+        offset = self.request_applied_at(partition, request_id)
         if offset is not None:
             found = self.history_entry(run_id, partition, offset)
             if found is not None:
