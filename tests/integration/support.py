@@ -7,6 +7,7 @@ import collections
 import inspect
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -250,3 +251,10 @@ async def status_when(client: Any, run_id: str, *wanted: RunStatus,
     while (status := await status_or_none(client, run_id)) not in wanted:
         assert time.monotonic() < deadline, f"{run_id} is {status}, not one of {wanted}"
         await asyncio.sleep(0.05)
+
+
+def nothing_listens() -> str:
+    """An address where nothing listens (a port just freed)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{sock.getsockname()[1]}"

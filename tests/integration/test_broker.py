@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from runstream.engine.config import dead_letter_topic, journal_topic, owners_topic
 from runstream.engine.kafka.admin import delete_topics, ensure_topics, topic_configs
 from runstream.engine.kafka.connection import diagnose
+from tests.integration.support import nothing_listens
 
 pytestmark = pytest.mark.integration
 
@@ -183,9 +183,6 @@ async def test_ensure_topics_reports_a_journal_with_finite_retention(
 async def test_a_diagnosis_is_the_first_address_s_an_answering_one_too(bootstrap: str) -> None:
     # (a client bootstraps from any one address: the first answering now means the failure
     # was passing; the line blamed the next one, down for good, and waited for it)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        closed = f"127.0.0.1:{sock.getsockname()[1]}"
-    found = await diagnose(f"{bootstrap},{closed}", timeout=5.0)
+    found = await diagnose(f"{bootstrap},{nothing_listens()}", timeout=5.0)
     assert str(found) == (f"{bootstrap} accepted a connection just now; it failed before: "
                           "the broker may have been restarting")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import socket
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ from runstream.engine.demo.flows import checkout
 from runstream.engine.kafka.restore import Restorer
 from runstream.projections.partitioning import run_partition
 from tests.conftest import TEST_JOURNAL_PARTITIONS
-from tests.integration.support import all_ready, until
+from tests.integration.support import all_ready, nothing_listens, until
 
 pytestmark = pytest.mark.integration
 
@@ -49,13 +48,6 @@ def ids_on_every_partition(per_partition: int) -> list[str]:
             left[partition] -= 1
             ids.append(run_id)
     return ids
-
-
-def nothing_listens() -> str:
-    """An address where nothing listens (a port just freed)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
 
 
 async def test_a_claims_loads_are_tried_again_while_the_brokers_do_not_answer(

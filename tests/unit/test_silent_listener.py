@@ -5,7 +5,6 @@ hung mid-start): the one line a client's start ends with names how long it waite
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import AsyncIterator
 
@@ -15,6 +14,7 @@ from aiokafka import AIOKafkaProducer
 from runstream.engine.errors import BrokerConnectionFailed
 from runstream.engine.kafka import connection
 from runstream.engine.kafka.connection import diagnose, start_client
+from tests.integration.support import nothing_listens
 
 
 @pytest.fixture
@@ -61,9 +61,7 @@ async def test_a_client_start_against_a_silent_listener_says_how_long_it_waited(
 async def test_a_diagnosis_is_the_first_address_s_alone(silent: str) -> None:
     # (it probed every address and reported the first's reason: the silent ones after it
     # were each waited for in vain)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        closed = f"127.0.0.1:{sock.getsockname()[1]}"  # (nothing listens once closed)
+    closed = nothing_listens()
     started = time.monotonic()
     found = await diagnose(f"{closed},{silent}", timeout=5.0)
     assert time.monotonic() - started < 2.5

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import re
-import socket
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,15 +16,10 @@ from runstream.engine.observability.metrics import WorkerMetrics
 from runstream.engine.worker.ownership import Ownership, OwnershipState
 from runstream.engine.worker.snapshots import RETRY_FIRST_S, SnapshotKeeper
 from runstream.projections.projector import Projector
+from tests.integration.support import nothing_listens
 from tests.unit.placing import placing_count
 from tests.unit.test_replay_fixtures import load
 from tests.unit.test_snapshot_format import FIXTURES, _fold
-
-
-def _unused_address() -> str:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{probe.getsockname()[1]}"
 
 
 def _failures(metrics: WorkerMetrics) -> float:
@@ -45,7 +39,7 @@ async def test_a_snapshot_with_no_broker_fails_alone_and_is_retried_later_and_la
     metrics = WorkerMetrics()
     owner = SimpleNamespace(
         owned={partition: own}, store=store, projector=projector, data_dir=tmp_path,
-        bootstrap=_unused_address(), name="w-test", security=None, metrics=metrics,
+        bootstrap=nothing_listens(), name="w-test", security=None, metrics=metrics,
         snapshot_topic="t.snapshots", topic="t.journal", source_id="s", committer=None)
     keeper = SnapshotKeeper(owner, every=1)
     try:

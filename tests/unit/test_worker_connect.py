@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,12 +15,7 @@ from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.kafka.reader import TopicMissing
 from runstream.engine.worker import Worker, connect
 from runstream.engine.worker.connect import Reconnector, diagnose_failure
-
-
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])  # closed again: nothing listens there
+from tests.integration.support import nothing_listens
 
 
 @pytest.fixture
@@ -42,7 +36,7 @@ async def hangs_up() -> AsyncIterator[str]:
 
 async def test_nothing_listening_is_worth_waiting_for() -> None:
     found = await diagnose_failure(KafkaConnectionError("Unable to bootstrap"),
-                                   f"127.0.0.1:{_closed_port()}", KafkaSecurity())
+                                   nothing_listens(), KafkaSecurity())
     assert not found.permanent and not found.suspect
     assert found.line.startswith("nothing listens at")
 
@@ -56,7 +50,7 @@ async def test_a_missing_topic_is_waited_for_and_denied_access_is_not() -> None:
 
 async def test_retries_until_the_attempt_succeeds(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(connect, "FIRST_DELAY_S", 0.01)
-    reconnector = Reconnector(f"127.0.0.1:{_closed_port()}", KafkaSecurity(), "t",
+    reconnector = Reconnector(nothing_listens(), KafkaSecurity(), "t",
                               lambda: False)
     tries = []
 
@@ -94,7 +88,7 @@ async def test_access_denied_is_raised_at_once() -> None:
 
 
 async def test_stopping_ends_the_wait() -> None:
-    reconnector = Reconnector(f"127.0.0.1:{_closed_port()}", KafkaSecurity(), "t",
+    reconnector = Reconnector(nothing_listens(), KafkaSecurity(), "t",
                               lambda: True)
 
     async def attempt() -> None:
@@ -109,8 +103,8 @@ async def test_a_stop_while_connecting_ends_the_worker_without_the_attempt_s_err
     """A SIGTERM during a broker restart: aiokafka may swallow the cancel and the attempt end
     with its connection error instead (the chaos harness saw such a worker exit 3). The stop
     wins; without a stop, the error still ends serve_until."""
-    worker = Worker(flows=[], data_dir=tmp_path / "w", bootstrap_servers=f"127.0.0.1:"
-                    f"{_closed_port()}", namespace="t", relay=False)
+    worker = Worker(flows=[], data_dir=tmp_path / "w", bootstrap_servers=nothing_listens(),
+                    namespace="t", relay=False)
     stop = asyncio.Event()
 
     async def cut_short() -> None:

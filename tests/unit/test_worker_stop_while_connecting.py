@@ -8,7 +8,6 @@ address, and the attempt stands in for aiokafka's failure path."""
 from __future__ import annotations
 
 import asyncio
-import socket
 from pathlib import Path
 
 import pytest
@@ -17,18 +16,13 @@ from aiokafka.errors import KafkaConnectionError
 from runstream.engine.demo.flows import checkout
 from runstream.engine.worker.shutdown import bounded
 from runstream.engine.worker.worker import Worker
-
-
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])  # closed again: nothing listens there
+from tests.integration.support import nothing_listens
 
 
 async def test_a_stop_while_connecting_ends_even_if_a_cancel_is_swallowed(
         tmp_path: Path) -> None:
     worker = Worker(flows=[checkout], data_dir=tmp_path, namespace="stop-connecting",
-                    bootstrap_servers=f"127.0.0.1:{_closed_port()}", name="w")
+                    bootstrap_servers=nothing_listens(), name="w")
     swallowed: list[str] = []
 
     async def attempt_that_swallows_one_cancel() -> None:
