@@ -57,14 +57,16 @@ class PayloadInvalid(RunstreamError):
 
 class RunNotFound(RunstreamError):
     """No such run. `rejected`: why the journal's create of that id was rejected, when it
-    holds one (a plain producer's create: no client was there to raise CreateRejected)."""
+    holds one (a plain producer's create: no client was there to raise CreateRejected);
+    `records`: the command that shows its records (default: the run's history)."""
 
-    def __init__(self, run_id: str, *, rejected: str | None = None) -> None:
+    def __init__(self, run_id: str, *, rejected: str | None = None,
+                 records: str | None = None) -> None:
         if rejected is None:
             text = f"no run {run_id!r} in this namespace: check the id and --namespace"
         else:
             text = (f"no run {run_id!r}: its create was rejected ({rejected}); its records: "
-                    f"runstream run history {run_id}")
+                    f"{records or f'runstream run history {run_id}'}")
         super().__init__(text)
         self.run_id = run_id
         self.rejected = rejected

@@ -57,6 +57,12 @@ from runstream.projections.reactions import (
     Validate,
     Write,
 )
+from runstream.projections.request_reuse import (
+    CreateRequest,
+    reused_key,
+    reused_rejection,
+    unmade_run,
+)
 from runstream.projections.requests import request_id_of
 from runstream.projections.sending import Record, too_large_body
 from runstream.projections.state import (
@@ -88,14 +94,18 @@ from runstream.projections.wakes import (
 def on_record(view: OwnerView, run: RunState | None, record: ev.JournalRecord,
               verdict: Verdict, *, offset: int | None = None,
               next_round: RunState | None = None, drained: bool = False,
-              tombstone: Tombstone | None = None) -> list[Reaction]:
+              tombstone: Tombstone | None = None,
+              partition: int | None = None) -> list[Reaction]:
     """What follows `record`, judged `verdict`, about `run` (as it stands after it), in a
     partition the owner executes. `next_round`: the round a handoff just created.
     `drained`: the record was the last decision of ours about the run not yet applied.
     `tombstone`: what is left of the run the record named, when it expired. `offset`: the
-    record's, which names a request written without an id (a plain producer's)."""
+    record's, which names a request written without an id (a plain producer's).
+    `partition`: the record's, where a create naming no run is answered."""
     if run is None and tombstone is not None:
         return answer_expired(view, tombstone, record)
+    if run is None and verdict is Verdict.duplicate:
+        return answer_reused(view, record, partition, offset)
     if run is None and next_round is None:
         return []
     if verdict is Verdict.refused and isinstance(record, ev.RunCreateRequested):
@@ -280,6 +290,19 @@ def answer_expired(view: OwnerView, tombstone: Tombstone, record: ev.JournalReco
         "request_id": key, "reason": "expired", "field": "run_id",
         "existing_value": expired_text(tombstone),
         "requested_value": tombstone.run_id}),), key)]
+
+
+def answer_reused(view: OwnerView, record: ev.JournalRecord, partition: int | None,
+                  offset: int | None) -> list[Reaction]:
+    """A create repeating a request id of its partition, naming a run that does not exist,
+    is rejected: nothing else answers it (projections.request_reuse)."""
+    request_id = record.envelope.request_id
+    if (not isinstance(record, CreateRequest) or request_id is None or partition is None
+            or offset is None or reused_key(request_id, offset) in view.decided):
+        return []
+    return [Write(unmade_run(record, partition, offset),
+                  ((ev.RunCreateRejected, reused_rejection(request_id, partition)),),
+                  reused_key(request_id, offset))]
 
 
 def answer_refused(view: OwnerView, run: RunState) -> list[Reaction]:

@@ -100,7 +100,19 @@ def answer_in(view: View, key: str, run_id: str, partition: int,
             return Answer(item.partition, item.offset, record)
     if trimmed:
         raise AnswerTrimmed(run_id)
+    if kind == "created" and run_id and view.run(run_id) is None:
+        return _reuse_answer(view, run_id, from_offset)
     return None
+
+
+def _reuse_answer(view: View, run_id: str, from_offset: int) -> Answer | None:
+    """The rejection of a create of `run_id` that made no run, its request id its
+    partition's before: kept in the partition's history (projections.request_reuse), not
+    the run's, so an attach after it waited for ever."""
+    found = view.reuse_rejection(run_id)
+    if found is None or found[0].offset < from_offset:
+        return None
+    return Answer(found[0].partition, found[0].offset, found[1])
 
 
 def raise_if_expired(view: View, key: str, run_id: str, from_offset: int) -> None:

@@ -49,8 +49,8 @@ async def view_of(model: ReadModel, run_id: str, *, records: bool = False) -> Vi
         raise expired_error(stone)
     if not _known(view, run_id):
         view = await model.catch_up()
-        if not _known(view, run_id):
-            raise RunNotFound(run_id)
+        if not _known(view, run_id):  # (why, when a create of it was rejected)
+            raise await missing_run(model, view, run_id, None)
     return await model.complete(view, [run_id]) if records else view
 
 
@@ -103,7 +103,11 @@ async def missing_run(model: ReadModel, view: View, run_id: str, stone: Tombston
         return expired_error(stone)
     exact = round_zero(run_id)
     if not any(item.type == ev.RunCreateRejected.TYPE for item in view.history(exact)):
-        return RunNotFound(run_id)
+        reused = view.reuse_rejection(exact)  # (a create that repeated a request id)
+        if reused is None:
+            return RunNotFound(run_id)
+        return RunNotFound(run_id, rejected=rejection_why(reused[1]),
+                           records=f"runstream partition history {reused[0].partition}")
     view = await model.complete(view, [exact])
     for item in reversed(view.history(exact)):
         if item.type != ev.RunCreateRejected.TYPE or item.raw is None:

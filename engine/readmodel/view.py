@@ -12,10 +12,12 @@ import heapq
 import itertools
 from collections.abc import Iterable, Iterator
 
+from runstream.engine.journal.events import RunCreateRejected
 from runstream.projections.expiry import addressed, reached_tombstone
 from runstream.projections.memory import MemoryStore
 from runstream.projections.partitioning import run_partition
 from runstream.projections.replay import record_of
+from runstream.projections.request_reuse import reuse_rejection
 from runstream.projections.schedule_state import ScheduleState
 from runstream.projections.state import (
     JournalEntry,
@@ -322,6 +324,15 @@ class View:
             if item.raw is not None and record_of(item).envelope.request_id == request_id:
                 return item
         return None
+
+    def reuse_rejection(self, run_id: str) -> tuple[HistoryEntry, RunCreateRejected] | None:
+        """The owner's answer to the latest create of `run_id` that made no run, its request
+        id its partition's before (projections.request_reuse); None when there is none."""
+        partition = run_partition(run_id, self._partitions)
+        repeats = [offset for offset, named in self.fenced(partition) if named == run_id]
+        if not repeats:
+            return None
+        return reuse_rejection(run_id, self.partition_history_from(partition, repeats[-1]))
 
     def _base_runs(self, status: RunStatus, cursor: tuple[int, str] | None
                    ) -> Iterator[RunState]:

@@ -328,7 +328,7 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks, EnvB
         drained = settled and bool(envelope.run_id)  # (a schedule's decision names no run)
         self._act(on_record(self._view(), outcome.run, record, outcome.verdict,
                             offset=outcome.offset, next_round=outcome.next_round, drained=drained,
-                            tombstone=outcome.tombstone))
+                            tombstone=outcome.tombstone, partition=partition))
         if outcome.schedule is not None:
             self._act(schedule_owner.on_record(self._view(), outcome.schedule, record,
                                                self.clock_ms))

@@ -35,7 +35,7 @@ class RunQueries:
         own requests and results address it."""
         run = self.projection.store.run(round_zero(run_id))  # (`<lineage>~0`: round 0)
         if run is None:
-            raise missing(self.projection, run_id)
+            raise missing(self.projection, run_id, self.partition_of(round_zero(run_id)))
         return run
 
     def _reader(self) -> query_plan.UnindexedRuns:

@@ -20,6 +20,7 @@ from runstream.projections.decide import rejection_why
 from runstream.projections.expiry import expired_create, expired_text, sweep_body
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.reactions import FlowMissing, Start
+from runstream.projections.request_reuse import reuse_rejection
 from runstream.projections.state import RunState, RunStatus, round_zero
 
 # Expiry decisions one sweep of a partition journals at most (each names a batch): the
@@ -44,7 +45,7 @@ def expire_due(log: MemoryLog, projection: MemoryProjection, partitions: int,
     return journaled
 
 
-def missing(projection: MemoryProjection, run_id: str) -> RunNotFound:
+def missing(projection: MemoryProjection, run_id: str, partition: int) -> RunNotFound:
     """The error for a run the projection does not hold: expired, or never there (saying
     why its create was rejected, as a Client's: engine.readmodel.lookups.missing_run)."""
     tombstone = projection.store.tombstone(run_id)
@@ -53,6 +54,11 @@ def missing(projection: MemoryProjection, run_id: str) -> RunNotFound:
     rejected = rejected_create(projection, run_id)
     if rejected is not None:
         return RunNotFound(run_id, rejected=rejection_why(rejected))
+    # (a create that repeated a request id: answered in the partition's history)
+    reused = reuse_rejection(run_id, reversed(projection.partition_history.get(partition, [])))
+    if reused is not None:
+        return RunNotFound(run_id, rejected=rejection_why(reused[1]),
+                           records=f"runstream partition history {partition}")
     return RunNotFound(run_id)
 
 

@@ -88,7 +88,8 @@ class Reactions:
             self.act(own, owner.on_record(self.view(own), outcome.run, record, outcome.verdict,
                                           offset=outcome.offset,
                                           next_round=outcome.next_round, drained=drained,
-                                          tombstone=outcome.tombstone))
+                                          tombstone=outcome.tombstone,
+                                          partition=own.partition))
         except (WorkerFatal, RunReleased):  # the source failed: its renewal decides again
             own.state = OwnershipState.lost
 

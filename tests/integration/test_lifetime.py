@@ -84,7 +84,8 @@ def _create_request_bytes(run_id: str, flow: str, payload: Any, **fields: Any) -
 
 
 def plain_request(record_type: str, run_id: str, *, lineage_id: str | None = None,
-                  without_request_id: bool = False, **fields: Any) -> bytes:
+                  without_request_id: bool = False, request_id: str | None = None,
+                  **fields: Any) -> bytes:
     """A request as any producer writes it from schemas/ alone: Confluent framing (magic 0,
     the registry's schema id), the Avro datum by plain fastavro from the registry's current
     schema of `record_type` and the envelope's (a schedule's names no run: `run_id` "" and
@@ -97,7 +98,8 @@ def plain_request(record_type: str, run_id: str, *, lineage_id: str | None = Non
     schema = fastavro.parse_schema(json.loads((SCHEMAS / entry["file"]).read_text()), named)
     datum = {"envelope": {"type": record_type, "run_id": run_id,
                           "lineage_id": lineage_id or run_id,
-                          "request_id": None if without_request_id else uuid.uuid4().hex,
+                          "request_id": None if without_request_id else (
+                              request_id or uuid.uuid4().hex),
                           "timestamp_ms": int(time.time() * 1000)}, **fields}
     buffer = io.BytesIO()
     fastavro.schemaless_writer(buffer, schema, datum)

@@ -518,6 +518,25 @@ def test_rejected_history_fixture_drops_what_rejected_creates_left(tmp_path: Pat
     assert len(verdicts[ev.RunCreateRejected.TYPE]) == 3
 
 
+def test_request_reuse_fixture_leaves_no_run_for_the_reused_id(tmp_path: Path) -> None:
+    """request-reuse (recorded from a real worker by tests/fixtures/
+    record_request_reuse_fixture.py): a plain create of `second` reusing the request id of
+    `first`'s is a duplicate, its owner's rejection (`request-id-reused`) names a run that
+    does not exist and is ignored, so neither leaves `second` anything; the create of it
+    with its own id made the run."""
+    records = load(JOURNALS / "request-reuse.jsonl")
+    [rejection] = [r for _, _, r, _ in records if isinstance(r, ev.RunCreateRejected)]
+    assert (rejection.reason, rejection.envelope.run_id) == ("request-id-reused", "second")
+    with folded_twice(tmp_path, "request-reuse") as (memory, each, verdicts):
+        assert verdicts[ev.RunCreateRejected.TYPE] == [Verdict.ignored]
+        assert Verdict.duplicate in verdicts[ev.RunCreateRequested.TYPE]
+        second = memory.store.run("second")
+        assert second is not None and second.status is RunStatus.completed
+        assert second.request_id != "shared" and each.run("second") == second
+        assert [i.type for i in memory.history["second"]][:2] == [
+            ev.RunCreateRequested.TYPE, ev.RunCreated.TYPE]
+
+
 def test_retries_fixture_waits_out_durable_backoffs_and_times_out(tmp_path: Path) -> None:
     """retries-timeouts (recorded from a real worker by tests/fixtures/
     record_retries_fixture.py): a backoff on a durable timer (step.failed with retry_at_ms,

@@ -1,0 +1,77 @@
+"""A create whose request id its partition applied before, naming a run that does not exist:
+answered, so that its sender is not left waiting. Pure: no I/O, no clock.
+
+Request ids are deduplicated per partition (projections.reducer: a repeated id is a
+duplicate, whatever run it names). A create naming a run that does not exist, with an id the
+partition holds, is therefore the repeat of another request: another run's (a producer that
+reused an id), or an earlier send of this very create that was rejected (a rejected run is
+dropped). Either way no run is made, and before this nothing answered it: a plain producer
+waited for its answer for ever, and so did a client attached to the run. Its owner rejects
+it (reason `request-id-reused`). The reducer ignores a rejection of a run it does not hold,
+as it ignores an expired run's (projections.owner.answer_expired): the rejection is there
+for readers, in the journal and in the run's history.
+
+Not answered: a create reusing an id for a run that does exist (the run is there to
+query), and one a crash kept its owner from answering (no inbox holds it for the next
+owner's sweep)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from itertools import islice
+
+from runstream.engine.journal import events as ev
+from runstream.projections.replay import record_of
+from runstream.projections.state import RunState
+from runstream.projections.values import HistoryEntry
+
+REQUEST_ID_REUSED = "request-id-reused"
+
+CreateRequest = ev.RunCreateRequested | ev.RunSignalWithStartRequested
+
+
+def reused_key(request_id: str, offset: int) -> str:
+    """The owner's decided key for its answer to the reused id at `offset`: the id alone is
+    the answer to the request that used it first (it may be in flight still)."""
+    return f"reused@{offset}:{request_id}"
+
+
+def unmade_run(record: CreateRequest, partition: int, offset: int) -> RunState:
+    """The run the create names, as far as the answer about it needs (ids, partition): what
+    the rejection is written from. Never stored."""
+    env = record.envelope
+    return RunState(run_id=env.run_id, lineage_id=env.lineage_id, partition=partition,
+                    flow=record.flow, payload_json="null", request_id=env.request_id or "",
+                    request_offset=offset, created_at_ms=env.timestamp_ms,
+                    updated_at_ms=env.timestamp_ms)
+
+
+def reused_rejection(request_id: str, partition: int) -> dict[str, str]:
+    """The run.create-rejected body answering it (CreateRejected's detail is
+    requested_value)."""
+    return {"request_id": request_id, "reason": REQUEST_ID_REUSED, "field": "request_id",
+            "existing_value": f"applied before on partition {partition}",
+            "requested_value": (
+                f"request id {request_id!r} was applied before on partition {partition}, to "
+                f"another request (another run's, or an earlier send of this create, whose "
+                f"answer stands): no run was made; give each create its own request id")}
+
+
+# Partition-history items read past a repeated create for its answer: the owner answers it
+# as it applies it, so the answer follows within the records other writers sent meanwhile.
+ANSWER_SCAN = 256
+
+
+def reuse_rejection(run_id: str, items: Iterable[HistoryEntry]
+                    ) -> tuple[HistoryEntry, ev.RunCreateRejected] | None:
+    """The first rejection among a partition's history `items` of a create of `run_id` that
+    repeated a request id (it names no run the partition holds: projections.writes keeps it
+    in the partition's history, not under the id), ANSWER_SCAN items at most."""
+    for item in islice(items, ANSWER_SCAN):
+        if item.type != ev.RunCreateRejected.TYPE or (item.record is None and item.raw is None):
+            continue
+        record = record_of(item)
+        if (isinstance(record, ev.RunCreateRejected) and record.reason == REQUEST_ID_REUSED
+                and record.envelope.run_id == run_id):
+            return item, record
+    return None

@@ -1,0 +1,62 @@
+"""projections.request_reuse: a create repeating its partition's request id for a run that
+does not exist is rejected by the one owner path, which the TestEnvironment runs too."""
+
+from __future__ import annotations
+
+import pytest
+
+from runstream import RunNotFound
+from runstream.engine.journal import events as ev
+from runstream.engine.testing import TestEnvironment
+from runstream.projections.owner import on_record
+from runstream.projections.reactions import Write
+from runstream.projections.request_reuse import REQUEST_ID_REUSED, reused_key
+from runstream.projections.state import Verdict
+from tests.builders import create, request
+from tests.unit.test_owner_reactions import a_run, capped, view
+
+
+def test_a_repeated_create_naming_no_run_is_rejected_once_on_its_partition() -> None:
+    record = create("r2", "q1", flow=capped.name)
+    [write] = on_record(view(), None, record, Verdict.duplicate, offset=9, partition=3)
+    assert isinstance(write, Write) and write.key == reused_key("q1", 9)
+    assert (write.run.run_id, write.run.partition) == ("r2", 3)
+    [(cls, body)] = write.records
+    assert cls is ev.RunCreateRejected
+    assert (body["request_id"], body["reason"], body["field"]) == ("q1", REQUEST_ID_REUSED,
+                                                                   "request_id")
+    assert "applied before on partition 3" in str(body["requested_value"])
+    # Once per ownership; and not while the first request's own answer is in flight.
+    assert on_record(view(decided=frozenset({reused_key("q1", 9)})), None, record,
+                     Verdict.duplicate, offset=9, partition=3) == []
+    assert on_record(view(decided=frozenset({"q1"})), None, record, Verdict.duplicate,
+                     offset=9, partition=3) != []
+
+
+def test_a_repeat_of_a_run_that_exists_or_of_another_request_type_is_left_alone() -> None:
+    record = create("r1", "q1", flow=capped.name)
+    assert on_record(view(), a_run(), record, Verdict.duplicate, offset=9, partition=0) == []
+    signal = request(ev.RunSignalSent, run_id="r2", request_id="q1", name="go",
+                     payload_json="null")
+    assert on_record(view(), None, signal, Verdict.duplicate, offset=9, partition=0) == []
+
+
+async def test_the_environment_rejects_it_and_says_so_where_the_run_is_asked_for() -> None:
+    async with TestEnvironment([capped]) as env:
+        body = {"flow": capped.name, "payload_json": '{"amount":5}'}
+        assert env.log.request(ev.RunCreateRequested, "a", request_id="q", **body) \
+            is Verdict.applied
+        assert env.log.request(ev.RunCreateRequested, "b", request_id="q", **body) \
+            is Verdict.duplicate
+        await env.run_until_idle()
+        assert await env.result("a") == 5
+        with pytest.raises(RunNotFound, match=r"its create was rejected \(request-id-reused: "
+                           r"request id 'q' was applied before on partition 0.*its records: "
+                           r"runstream partition history 0$"):
+            await env.result("b")
+        with pytest.raises(RunNotFound, match="check the id"):
+            env.describe("c")
+        # The id stays free for a create of its own.
+        await env.start(capped, {"amount": 7}, run_id="b")
+        await env.run_until_idle()
+        assert await env.result("b") == 7
