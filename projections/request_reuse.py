@@ -22,12 +22,18 @@ from itertools import islice
 
 from runstream.engine.journal import events as ev
 from runstream.projections.replay import record_of
-from runstream.projections.state import RunState
+from runstream.projections.state import RunState, Verdict
 from runstream.projections.values import HistoryEntry
 
 REQUEST_ID_REUSED = "request-id-reused"
 
 CreateRequest = ev.RunCreateRequested | ev.RunSignalWithStartRequested
+
+
+def is_reuse_answer(record: ev.JournalRecord) -> bool:
+    """Whether `record` is such a rejection: it answers no request of the run that used its
+    request id first (a reader keying admissions by request id alone must not take it)."""
+    return isinstance(record, ev.RunCreateRejected) and record.reason == REQUEST_ID_REUSED
 
 
 def reused_key(request_id: str, offset: int) -> str:
@@ -60,18 +66,23 @@ def reused_rejection(request_id: str, partition: int) -> dict[str, str]:
 # Partition-history items read past a repeated create for its answer: the owner answers it
 # as it applies it, so the answer follows within the records other writers sent meanwhile.
 ANSWER_SCAN = 256
+# The latest repeats naming a run whose answers are looked for (a later repeat of another
+# kind, as a signal reusing an id, names the run too).
+REPEATS_SCANNED = 8
 
 
 def reuse_rejection(run_id: str, items: Iterable[HistoryEntry]
                     ) -> tuple[HistoryEntry, ev.RunCreateRejected] | None:
     """The first rejection among a partition's history `items` of a create of `run_id` that
     repeated a request id (it names no run the partition holds: projections.writes keeps it
-    in the partition's history, not under the id), ANSWER_SCAN items at most."""
+    in the partition's history, not under the id), ANSWER_SCAN items at most; one its owner
+    wrote (ignored: a fenced one is a deposed owner's, which no live reader takes)."""
     for item in islice(items, ANSWER_SCAN):
-        if item.type != ev.RunCreateRejected.TYPE or (item.record is None and item.raw is None):
+        if (item.type != ev.RunCreateRejected.TYPE or item.verdict is not Verdict.ignored
+                or (item.record is None and item.raw is None)):
             continue
         record = record_of(item)
-        if (isinstance(record, ev.RunCreateRejected) and record.reason == REQUEST_ID_REUSED
+        if (isinstance(record, ev.RunCreateRejected) and is_reuse_answer(record)
                 and record.envelope.run_id == run_id):
             return item, record
     return None

@@ -16,6 +16,7 @@ from runstream.engine.journal import events as ev
 from runstream.engine.readmodel.lookups import expired_error
 from runstream.engine.readmodel.view import View
 from runstream.projections.follow import NOT_ACCEPTED
+from runstream.projections.request_reuse import is_reuse_answer
 from runstream.projections.state import Verdict
 
 # What ends a round (a handoff too: its round is completed, the lineage goes on).
@@ -96,7 +97,8 @@ def answer_in(view: View, key: str, run_id: str, partition: int,
         record = decode(item.raw)
         if kind != "req" and record.envelope.run_id != run_id:
             continue  # the previous round's handoff, kept in this round's history too
-        if kind != "req" or record.envelope.request_id == ident:
+        if kind != "req" or (record.envelope.request_id == ident
+                             and not is_reuse_answer(record)):
             return Answer(item.partition, item.offset, record)
     if trimmed:
         raise AnswerTrimmed(run_id)

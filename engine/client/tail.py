@@ -4,10 +4,9 @@ A client's handles wait here for the decision that admits their run and the one 
 settles it. Every partition the tail follows starts from the read model's state (its
 partition state and its answers up to where it has applied), and from there the tail folds
 the partition's own state through the reducer, so it judges claims (generation, lease) and
-fences decisions exactly as every other reader does. An answer the tail passed before anyone
-waited for it comes from a bounded cache, or, once evicted, from the read model again:
-a waiter never waits for an answer that is already in the log. A partition nobody waits on
-is paused where it stands and read on from there by its next waiter.
+fences decisions exactly as every other reader does. An answer passed before anyone waited
+for it comes from a bounded cache, or, once evicted, from the read model again (never waited
+for in vain). A partition nobody waits on is paused where it stands, read on by its next.
 """
 
 from __future__ import annotations
@@ -44,6 +43,7 @@ from runstream.engine.readmodel.model import ReadModel
 from runstream.engine.readmodel.view import View
 from runstream.projections.follow import NOT_ACCEPTED, differs_from_reducer, follow
 from runstream.projections.poison import NewerRecord  # (which a tail can neither fold nor skip)
+from runstream.projections.request_reuse import is_reuse_answer
 from runstream.projections.state import PartitionState
 
 log = logging.getLogger("runstream.tail")
@@ -427,8 +427,8 @@ class JournalTail:
         if isinstance(record, Skimmed):  # (not an answer: those are decoded in full)
             return
         answer = Answer(tail.state.partition, offset, record)
-        if record.TYPE in ADMISSION_TYPES and env.request_id:
-            self._found(f"req:{env.request_id}", answer, value)
+        if record.TYPE in ADMISSION_TYPES and env.request_id and not is_reuse_answer(record):
+            self._found(f"req:{env.request_id}", answer, value)  # (else another run's id)
         if isinstance(record, ev.RunCreated | ev.RunForked):  # a fork is created by its owner
             if not getattr(record, "duplicate", False):
                 self._answers.new_life(env.run_id, offset)

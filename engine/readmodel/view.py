@@ -17,7 +17,7 @@ from runstream.projections.expiry import addressed, reached_tombstone
 from runstream.projections.memory import MemoryStore
 from runstream.projections.partitioning import run_partition
 from runstream.projections.replay import record_of
-from runstream.projections.request_reuse import reuse_rejection
+from runstream.projections.request_reuse import ANSWER_SCAN, REPEATS_SCANNED, reuse_rejection
 from runstream.projections.schedule_state import ScheduleState
 from runstream.projections.state import (
     JournalEntry,
@@ -208,13 +208,15 @@ class View:
         extra = self._overlay.partition_history.get(p, []) if self._overlay is not None else []
         return self._with_bytes(_union(self._base.partition_history(p), extra))
 
-    def partition_history_from(self, p: int, offset: int) -> list[HistoryEntry]:
+    def partition_history_from(self, p: int, offset: int, limit: int | None = None
+                               ) -> list[HistoryEntry]:
         """partition_history from `offset` on (a schedule's answers: its records name no
-        run): what the store holds past it, without reading the partition's past."""
-        base = list(self._base.partition_history_from(p, offset))
+        run): what the store holds past it, without reading the partition's past; `limit`
+        items at most (the overlay's follow the base's)."""
+        base = list(itertools.islice(self._base.partition_history_from(p, offset), limit))
         extra = ([i for i in self._overlay.partition_history.get(p, []) if i.offset >= offset]
                  if self._overlay is not None else [])
-        return self._with_bytes(_union(base, extra))
+        return self._with_bytes(_union(base, extra)[:limit])
 
     def fenced(self, p: int) -> list[tuple[int, str | None]]:
         """(offset, run id; None for a partition record) of every record of partition `p`
@@ -330,9 +332,12 @@ class View:
         id its partition's before (projections.request_reuse); None when there is none."""
         partition = run_partition(run_id, self._partitions)
         repeats = [offset for offset, named in self.fenced(partition) if named == run_id]
-        if not repeats:
-            return None
-        return reuse_rejection(run_id, self.partition_history_from(partition, repeats[-1]))
+        for offset in reversed(repeats[-REPEATS_SCANNED:]):
+            found = reuse_rejection(run_id, self.partition_history_from(
+                partition, offset, ANSWER_SCAN))
+            if found is not None:
+                return found
+        return None
 
     def _base_runs(self, status: RunStatus, cursor: tuple[int, str] | None
                    ) -> Iterator[RunState]:

@@ -53,6 +53,12 @@ async def test_a_plain_create_reusing_another_run_s_request_id_is_rejected_at_ev
             await waiting
         assert live.value.reason == "request-id-reused"
         assert "request id 'shared' was applied before" in str(live.value)
+        # The same client sends first's create again with its request id (a signal-with-
+        # start retried): its tail passed second's rejection, which names the id too, and
+        # answered first's admission with it.
+        again = await client.signal_with_start(echo.name, 5, run_id=first, signal="ping",
+                                               request_id="shared")
+        assert again.run_id == first and await again.result(timeout=30) == 5
         with pytest.raises(RunNotFound, match=r"\(request-id-reused: request id 'shared' "
                            rf".*its records: runstream partition history {home}$"):
             await client.describe(second)

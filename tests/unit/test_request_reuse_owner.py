@@ -3,16 +3,24 @@ does not exist is rejected by the one owner path, which the TestEnvironment runs
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 
 from runstream import RunNotFound
+from runstream.engine.client.answers import answer_in
+from runstream.engine.journal import JournalRecord, encode
 from runstream.engine.journal import events as ev
+from runstream.engine.readmodel.view import View
 from runstream.engine.testing import TestEnvironment
 from runstream.projections.owner import on_record
+from runstream.projections.projector import Projector
 from runstream.projections.reactions import Write
-from runstream.projections.request_reuse import REQUEST_ID_REUSED, reused_key
+from runstream.projections.request_reuse import REQUEST_ID_REUSED, reused_key, reused_rejection
 from runstream.projections.state import Verdict
-from tests.builders import create, request
+from runstream.projections.store import ProjectionStore
+from tests.builders import Writer, create, request
 from tests.unit.test_owner_reactions import a_run, capped, view
 
 
@@ -60,3 +68,59 @@ async def test_the_environment_rejects_it_and_says_so_where_the_run_is_asked_for
         await env.start(capped, {"amount": 7}, run_id="b")
         await env.run_until_idle()
         assert await env.result("b") == 7
+
+
+class Log:
+    """Partition 0 of a read model's RocksDB store, folded record by record."""
+
+    def __init__(self, path: Path) -> None:
+        self.store = ProjectionStore(path, keep_records=True, partitions=1)
+        self.projector, self.offset, self.now = Projector(self.store), 0, 1_800_000_000_000
+        self.owner = Writer("owner")
+        self.add(self.owner.claim(0, owner="owner"))
+
+    def add(self, record: JournalRecord) -> Verdict:
+        self.now += 1
+        value, headers = encode(record)
+        verdict = self.projector.apply_raw(0, self.offset, value, headers, self.now).verdict
+        self.offset += 1
+        return verdict
+
+    def reused_create(self, run_id: str) -> None:
+        assert self.add(create(run_id, "shared")) is Verdict.duplicate
+
+    def view(self) -> View:
+        self.store.flush()
+        return View(self.store, None, 1)
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Iterator[Log]:
+    made = Log(tmp_path / "store")
+    offset = made.offset
+    made.add(create("first", "shared"))
+    made.add(made.owner.decide(ev.RunCreated, run_id="first", request_id="shared",
+                               flow="checkout", payload_json="{}", request_offset=offset,
+                               incarnation=offset))
+    yield made
+    made.store.close()
+
+
+def test_a_reader_takes_its_owner_s_answer_not_a_deposed_one_s(log: Log) -> None:
+    log.reused_create("x")
+    log.add(Writer("owner2", epoch=2).claim(0, owner="owner2"))
+    assert log.add(log.owner.decide(ev.RunCreateRejected, run_id="x",
+                                    **reused_rejection("shared", 0))) is Verdict.fenced
+    assert log.view().reuse_rejection("x") is None
+    assert answer_in(log.view(), "created:x", "x", 0, 0) is None
+
+
+def test_a_later_repeat_naming_the_run_does_not_hide_its_answer(log: Log) -> None:
+    log.reused_create("x")
+    answered = log.offset
+    log.add(log.owner.decide(ev.RunCreateRejected, run_id="x", **reused_rejection("shared", 0)))
+    assert log.add(request(ev.RunSignalSent, run_id="x", request_id="shared", name="go",
+                           payload_json="1")) is Verdict.duplicate
+    found = answer_in(log.view(), "created:x", "x", 0, 0)
+    assert found is not None and found.offset == answered
+    assert isinstance(found.record, ev.RunCreateRejected)
