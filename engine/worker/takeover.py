@@ -57,6 +57,7 @@ class Takeovers:
         # partition -> its latest claim's load (tests, bench): one per partition at most.
         self.reports: dict[int, RestoreReport] = {}
         self.same_log = SameLog()  # (a store kept across a recreated journal is refused)
+        self._stamps_wrong = False  # the journal stamps writers' clocks (said once a switch)
 
     async def prepare(self, namespace: str, reconnector: Reconnector) -> None:
         """After connecting: clear unfinished loads, check the topics (see the module),
@@ -104,13 +105,33 @@ class Takeovers:
         runs is followed (its snapshots went stale, and no margin warning came). What was
         known stands while it cannot be read (start-up said why, once)."""
         try:
-            retention = await self._read_retention()
+            configs = await self._journal_configs()
         except TopicsUnreachable:
             raise
         except TopicsError:
             return self.journal_retention_ms
+        self._watch_broker_time(configs)
+        retention = _retention_ms(configs)
+        if retention != (self.journal_retention_ms or -1):
+            log.warning("the journal's retention.ms is now %d (was %s), set while this "
+                        "worker runs: followed (a plain AlterConfigs resets every config it "
+                        "does not name; `runstream topics create` checks the journal's)",
+                        retention, self.journal_retention_ms or -1)
         self.journal_retention_ms = retention if retention > 0 else None
         return self.journal_retention_ms
+
+    def _watch_broker_time(self, configs: dict[str, str]) -> None:
+        """A journal switched to the writers' clocks while this worker runs (start-up
+        refuses one: check_broker_time): an error once at each switch, with the fix. The
+        worker goes on; a claim's lease is judged by writers' clocks until it is set back."""
+        try:
+            check_broker_time(self.owner.topic, configs)
+        except WorkerFatal as exc:
+            if not self._stamps_wrong:
+                log.error("changed while this worker runs: %s", exc)
+            self._stamps_wrong = True
+            return
+        self._stamps_wrong = False
 
     async def _journal_retention(self) -> int:
         """The journal's retention.ms (-1: forever), once its timestamp type is checked
@@ -127,10 +148,6 @@ class Takeovers:
             return -1
         check_broker_time(self.owner.topic, configs)
         return _retention_ms(configs)
-
-    async def _read_retention(self) -> int:
-        """The journal's retention.ms as the broker says it (-1: forever); TopicsError."""
-        return _retention_ms(await self._journal_configs())
 
     async def _journal_configs(self) -> dict[str, str]:
         return await topic_configs(self.owner.bootstrap, self.owner.topic,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -550,5 +551,47 @@ async def test_a_journal_retention_set_while_a_worker_runs_is_followed(
         assert written
         await until(lambda: all(running.projector.partition(p).snapshot_id is not None
                                 for p in written), "a snapshot of each partition", timeout=30)
+    finally:
+        await running.stop()
+
+
+async def test_a_journal_reset_by_a_plain_alter_while_a_worker_runs_is_named(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A plain AlterConfigs naming one config resets every other: the journal then stamps
+    the writers' clocks (CreateTime, which start-up refuses) and keeps the broker's default
+    retention. A running worker followed the retention without a word and never looked at
+    the stamps again; it says both, the switch once, and goes on."""
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    from runstream.engine.kafka.admin import admin_client
+    from runstream.engine.worker import snapshots
+
+    monkeypatch.setattr(snapshots, "MARGIN_EVERY_S", 0.5)
+    caplog.set_level(logging.WARNING, logger="runstream")
+
+    def said(text: str) -> list[logging.LogRecord]:
+        return [r for r in caplog.records if text in r.getMessage()]
+
+    running = worker(bootstrap, namespace, tmp_path / "w")
+    await running.start()
+    try:
+        await asyncio.sleep(1.5)  # (checked as created: nothing said)
+        assert not said("while this worker runs")
+        async with admin_client(bootstrap) as admin:
+            await admin.alter_configs([ConfigResource(
+                ConfigResourceType.TOPIC, journal, {"max.message.bytes": "2000000"})])
+        await until(lambda: said("changed while this worker runs"), "the switch said")
+        [switched] = said("changed while this worker runs")
+        assert switched.levelno == logging.ERROR
+        assert "stamps its records with message.timestamp.type=CreateTime" in (
+            switched.getMessage())
+        [reset] = said("retention.ms is now")
+        assert reset.levelno == logging.WARNING and "(was -1)" in reset.getMessage()
+        await asyncio.sleep(1.5)  # (more checks: said once a switch)
+        assert len(said("changed while this worker runs")) == 1
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=FLOWS) as client:
+            await _fill(client, 2, "after-")  # (the worker goes on)
     finally:
         await running.stop()
