@@ -193,18 +193,34 @@ async def diagnose(bootstrap: str, security: KafkaSecurity | None = None,
     caller waited that, then `timeout`) when it was a second or more."""
     settings = resolve_security(security)
     timeout = DIAGNOSIS_TIMEOUT_S if timeout is None else timeout
-    # The first address decides the line, as engine.worker.connect's does: the addresses
-    # after it are not waited for (`timeout` each when silent), and one answering now means
-    # the failure was passing (a client bootstraps from any one), not a later one's fault.
-    for address in [a.strip() for a in bootstrap.split(",") if a.strip()]:
-        try:
-            await asyncio.wait_for(probe(*host_port(address), settings), timeout)
-        except (OSError, KafkaError, ValueError) as exc:  # TimeoutError is an OSError
-            return BrokerConnectionFailed(explain(exc, address, settings, timeout,
-                                                  waited=waited))
-        return BrokerConnectionFailed(f"{address} accepted a connection just now; it failed "
-                                      "before: the broker may have been restarting")
-    return BrokerConnectionFailed(f"empty bootstrap {bootstrap!r}")
+    probed = await probe_first(bootstrap, settings, timeout)
+    if probed is None:
+        return BrokerConnectionFailed(f"empty bootstrap {bootstrap!r}")
+    address, failure = probed
+    if failure is not None:
+        return BrokerConnectionFailed(explain(failure, address, settings, timeout,
+                                              waited=waited))
+    return BrokerConnectionFailed(f"{address} accepted a connection just now; it failed "
+                                  "before: the broker may have been restarting")
+
+
+async def probe_first(bootstrap: str, settings: KafkaSecurity, timeout: float, *,
+                      client_id: str = "runstream-diagnose"
+                      ) -> tuple[str, OSError | KafkaError | ValueError | None] | None:
+    """The first address of `bootstrap` probed within `timeout`: (it, what its probe raised,
+    None when it answered); None for an empty bootstrap. The first decides a diagnosis
+    (this module's and engine.worker.connect's): the addresses after it are not waited for
+    (`timeout` each when silent), and one answering now means the failure was passing (a
+    client bootstraps from any one), not a later one's fault."""
+    addresses = [a.strip() for a in bootstrap.split(",") if a.strip()]
+    if not addresses:
+        return None
+    try:
+        await asyncio.wait_for(probe(*host_port(addresses[0]), settings, timeout=timeout,
+                                     client_id=client_id), timeout)
+    except (OSError, KafkaError, ValueError) as exc:  # TimeoutError is an OSError
+        return addresses[0], exc
+    return addresses[0], None
 
 
 async def probe(host: str, port: int, settings: KafkaSecurity, *,

@@ -31,13 +31,12 @@ from aiokafka.errors import (
     UnsupportedSaslMechanismError,
 )
 
-from runstream.engine.config import host_port
 from runstream.engine.errors import AccessDenied, BrokerConnectionFailed
 from runstream.engine.kafka.connection import (
     KafkaSecurity,
     access_denied,
     explain,
-    probe,
+    probe_first,
     resolve_security,
 )
 from runstream.engine.kafka.reader import TopicMissing
@@ -82,24 +81,20 @@ async def diagnose_failure(error: BaseException, bootstrap: str,
         return Diagnosis(str(denied), permanent=True)
     if isinstance(error, TopicMissing):
         return Diagnosis(f"{error} (waiting for it to be created)")
-    addresses = [a.strip() for a in bootstrap.split(",") if a.strip()]
-    for address in addresses:
-        try:
-            await asyncio.wait_for(probe(*host_port(address), settings,
-                                         timeout=PROBE_TIMEOUT_S,
-                                         client_id="runstream-worker-probe"),
-                                   PROBE_TIMEOUT_S)
-        except (OSError, KafkaError, ValueError) as exc:  # TimeoutError is an OSError
-            line = explain(exc, address, settings, PROBE_TIMEOUT_S)
-            if is_wrong_settings(exc):
-                return Diagnosis(line, permanent=True)
-            hung_up = isinstance(exc, KafkaConnectionError) or (
-                settings.uses_tls and isinstance(exc, ssl.SSLError | ConnectionResetError
-                                                   | BrokenPipeError))
-            return Diagnosis(line, suspect=hung_up)
-        else:
-            return Diagnosis(f"{address} answers again ({type(error).__name__}: {error})")
-    return Diagnosis(f"empty bootstrap {bootstrap!r}", permanent=True)
+    probed = await probe_first(bootstrap, settings, PROBE_TIMEOUT_S,
+                               client_id="runstream-worker-probe")
+    if probed is None:
+        return Diagnosis(f"empty bootstrap {bootstrap!r}", permanent=True)
+    address, exc = probed
+    if exc is None:
+        return Diagnosis(f"{address} answers again ({type(error).__name__}: {error})")
+    line = explain(exc, address, settings, PROBE_TIMEOUT_S)
+    if is_wrong_settings(exc):
+        return Diagnosis(line, permanent=True)
+    hung_up = isinstance(exc, KafkaConnectionError) or (
+        settings.uses_tls and isinstance(exc, ssl.SSLError | ConnectionResetError
+                                         | BrokenPipeError))
+    return Diagnosis(line, suspect=hung_up)
 
 
 class Reconnector:
