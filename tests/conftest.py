@@ -38,6 +38,7 @@ os.environ.setdefault("RUNSTREAM_CHECK_OWN_RECORDS", "1")
 # full (engine.client.tail): a difference fails every wait of that client.
 os.environ.setdefault("RUNSTREAM_CHECK_TAIL", "1")
 _INTEGRATION_DIR = Path(__file__).parent / "integration"
+_STARTED = pytest.StashKey[BrokerCluster]()  # the broker the xdist controller started
 # Hooks from tests/file_times.py and tests/hang_dump.py, re-exported so pytest finds them.
 __all__ = ["pytest_runtest_call", "pytest_runtest_logreport", "pytest_terminal_summary"]
 
@@ -90,6 +91,37 @@ def _redpanda() -> Iterator[str]:
         yield str(container.get_bootstrap_server())
     finally:
         container.stop()
+
+
+def _shared_broker_needed(config: pytest.Config) -> bool:
+    """pytest-xdist's controller about to start its processes, with no broker to share: each
+    would start its own local broker on one port (they collided), and the first to finish
+    would stop it under the others."""
+    return (not hasattr(config, "workerinput") and bool(config.getoption("numprocesses", None))
+            and not os.environ.get("RUNSTREAM_BOOTSTRAP") and not _docker_answers()
+            and not is_answering(DEFAULT_BOOTSTRAP))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under `pytest -n N`, the controller starts the local broker once, before its
+    processes, which find it answering; it stops it after them (pytest_sessionfinish)."""
+    if not _shared_broker_needed(session.config):
+        return
+    cluster = BrokerCluster()
+    try:
+        cluster.start()
+    except BrokerError as exc:  # (each process then says so, or fails under CI=true)
+        print(f"the local broker did not start: {exc}")
+        return
+    session.config.stash[_STARTED] = cluster
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    cluster = session.config.stash.get(_STARTED, None)
+    if cluster is not None:
+        cluster.stop()
 
 
 def _local_broker() -> Iterator[str]:
