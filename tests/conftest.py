@@ -38,6 +38,7 @@ os.environ.setdefault("RUNSTREAM_CHECK_OWN_RECORDS", "1")
 # full (engine.client.tail): a difference fails every wait of that client.
 os.environ.setdefault("RUNSTREAM_CHECK_TAIL", "1")
 _INTEGRATION_DIR = Path(__file__).parent / "integration"
+_UNIT_DIR = (Path(__file__).parent / "unit").resolve()
 _STARTED = pytest.StashKey[BrokerCluster]()  # the broker the xdist controller started
 # Hooks from tests/file_times.py and tests/hang_dump.py, re-exported so pytest finds them.
 __all__ = ["pytest_runtest_call", "pytest_runtest_logreport", "pytest_terminal_summary"]
@@ -98,8 +99,16 @@ def _shared_broker_needed(config: pytest.Config) -> bool:
     would start its own local broker on one port (they collided), and the first to finish
     would stop it under the others."""
     return (not hasattr(config, "workerinput") and bool(config.getoption("numprocesses", None))
+            and not _unit_tests_only(config.args)
             and not os.environ.get("RUNSTREAM_BOOTSTRAP") and not _docker_answers()
             and not is_answering(DEFAULT_BOOTSTRAP))
+
+
+def _unit_tests_only(args: list[str]) -> bool:
+    """Every path pytest was given lies in tests/unit (`-n 2 tests/unit`: no broker needed,
+    none started; a unit test that asks for one still starts its own)."""
+    paths = [Path(arg.split("::")[0]).resolve() for arg in args]
+    return bool(paths) and all(p.is_relative_to(_UNIT_DIR) for p in paths)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -58,6 +58,7 @@ class Takeovers:
         self.reports: dict[int, RestoreReport] = {}
         self.same_log = SameLog()  # (a store kept across a recreated journal is refused)
         self._stamps_wrong = False  # the journal stamps writers' clocks (said once a switch)
+        self._configs_read = False  # the journal's configs were read (at start-up or since)
 
     async def prepare(self, namespace: str, reconnector: Reconnector) -> None:
         """After connecting: clear unfinished loads, check the topics (see the module),
@@ -112,12 +113,14 @@ class Takeovers:
             return self.journal_retention_ms
         self._watch_broker_time(configs)
         retention = _retention_ms(configs)
-        if retention != (self.journal_retention_ms or -1):
+        kept = retention if retention > 0 else None  # (0 too, as at start-up)
+        if self._configs_read and kept != self.journal_retention_ms:
             log.warning("the journal's retention.ms is now %d (was %s), set while this "
                         "worker runs: followed (a plain AlterConfigs resets every config it "
                         "does not name; `runstream topics create` checks the journal's)",
                         retention, self.journal_retention_ms or -1)
-        self.journal_retention_ms = retention if retention > 0 else None
+        self._configs_read = True  # (unreadable at start-up: nothing changed, it was said)
+        self.journal_retention_ms = kept
         return self.journal_retention_ms
 
     def _watch_broker_time(self, configs: dict[str, str]) -> None:
@@ -128,7 +131,8 @@ class Takeovers:
             check_broker_time(self.owner.topic, configs)
         except WorkerFatal as exc:
             if not self._stamps_wrong:
-                log.error("changed while this worker runs: %s", exc)
+                log.error("%s: %s", "changed while this worker runs" if self._configs_read
+                          else "unchecked at this worker's start (unreadable)", exc)
             self._stamps_wrong = True
             return
         self._stamps_wrong = False
@@ -147,6 +151,7 @@ class Takeovers:
                         "`runstream acl grant --role worker` grants DESCRIBE_CONFIGS", exc)
             return -1
         check_broker_time(self.owner.topic, configs)
+        self._configs_read = True
         return _retention_ms(configs)
 
     async def _journal_configs(self) -> dict[str, str]:

@@ -566,6 +566,7 @@ async def test_a_journal_reset_by_a_plain_alter_while_a_worker_runs_is_named(
 
     from runstream.engine.kafka.admin import admin_client
     from runstream.engine.worker import snapshots
+    from tests.integration.test_snapshot_faults import set_journal_retention
 
     monkeypatch.setattr(snapshots, "MARGIN_EVERY_S", 0.5)
     caplog.set_level(logging.WARNING, logger="runstream")
@@ -588,8 +589,14 @@ async def test_a_journal_reset_by_a_plain_alter_while_a_worker_runs_is_named(
             switched.getMessage())
         [reset] = said("retention.ms is now")
         assert reset.levelno == logging.WARNING and "(was -1)" in reset.getMessage()
-        await asyncio.sleep(1.5)  # (more checks: said once a switch)
+        await asyncio.sleep(1.5)  # (more checks: said once a switch, once a change)
         assert len(said("changed while this worker runs")) == 1
+        assert len(said("retention.ms is now")) == 1
+        # 0 is taken as forever, as at start-up: said once, not at every check.
+        await set_journal_retention(bootstrap, namespace, 0)
+        await until(lambda: said("retention.ms is now 0"), "the retention of 0 said")
+        await asyncio.sleep(1.5)
+        assert len(said("retention.ms is now")) == 2
         async with Client(bootstrap_servers=bootstrap, namespace=namespace,
                           flows=FLOWS) as client:
             await _fill(client, 2, "after-")  # (the worker goes on)
