@@ -17,7 +17,7 @@ owner's sweep)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from itertools import islice
 
 from runstream.engine.journal import events as ev
@@ -69,14 +69,35 @@ ANSWER_SCAN = 256
 # The latest repeats naming a run whose answers are looked for (a later repeat of another
 # kind, as a signal reusing an id, names the run too).
 REPEATS_SCANNED = 8
+_CREATES = frozenset({ev.RunCreateRequested.TYPE, ev.RunSignalWithStartRequested.TYPE})
 
 
-def reuse_rejection(run_id: str, items: Iterable[HistoryEntry]
-                    ) -> tuple[HistoryEntry, ev.RunCreateRejected] | None:
-    """The first rejection among a partition's history `items` of a create of `run_id` that
-    repeated a request id (it names no run the partition holds: projections.writes keeps it
-    in the partition's history, not under the id), ANSWER_SCAN items at most; one its owner
-    wrote (ignored: a fenced one is a deposed owner's, which no live reader takes)."""
+def reuse_answer(run_id: str, repeats: Sequence[int],
+                 history_from: Callable[[int], Iterable[HistoryEntry]]
+                 ) -> tuple[HistoryEntry, ev.RunCreateRejected] | None:
+    """What answers the latest create of `run_id`, a run that does not exist, that repeated
+    its partition's request id: the owner's rejection, or, when none follows it (none is
+    written while no owner executes the partition: a rebalance, every worker stopped), the
+    one it would write, judged as the owner judges it, from the repeat's own verdict.
+    `repeats`: the offsets of the partition's duplicates naming the run, oldest first;
+    `history_from(offset)`: the partition's history from there (where a record naming no
+    run the partition holds is kept: projections.writes)."""
+    for offset in reversed(repeats[-REPEATS_SCANNED:]):
+        items = iter(history_from(offset))
+        repeat = next(items, None)
+        if (repeat is None or repeat.offset != offset or repeat.type not in _CREATES
+                or repeat.verdict is not Verdict.duplicate
+                or (repeat.record is None and repeat.raw is None)):
+            continue  # (a repeated signal, say: it names the run too)
+        written = _written(run_id, items)
+        return (repeat, _as_owner_would(repeat, record_of(repeat))) if written is None else written
+    return None
+
+
+def _written(run_id: str, items: Iterable[HistoryEntry]
+             ) -> tuple[HistoryEntry, ev.RunCreateRejected] | None:
+    """The owner's rejection of a create of `run_id` among the ANSWER_SCAN `items` after it
+    (ignored: a fenced one is a deposed owner's, which no live reader takes)."""
     for item in islice(items, ANSWER_SCAN):
         if (item.type != ev.RunCreateRejected.TYPE or item.verdict is not Verdict.ignored
                 or (item.record is None and item.raw is None)):
@@ -86,3 +107,12 @@ def reuse_rejection(run_id: str, items: Iterable[HistoryEntry]
                 and record.envelope.run_id == run_id):
             return item, record
     return None
+
+
+def _as_owner_would(repeat: HistoryEntry, request: ev.JournalRecord) -> ev.RunCreateRejected:
+    env = request.envelope
+    body = reused_rejection(env.request_id or "", repeat.partition)
+    del body["request_id"]
+    return ev.RunCreateRejected(envelope=ev.Envelope(
+        type=ev.RunCreateRejected.TYPE, run_id=env.run_id, lineage_id=env.lineage_id,
+        request_id=env.request_id, timestamp_ms=repeat.timestamp_ms), **body)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import ROUND_SEPARATOR, is_round
 from runstream.engine.readmodel.describe import status_note
 from runstream.engine.readmodel.lookups import addressed
+from runstream.engine.readmodel.view import View
 from runstream.projections.expiry import (
     create_rejection,
     expired_create,
@@ -80,7 +82,8 @@ class RunHandle:
             return self._from_offset
         if self.request_id is None:
             try:
-                created = await tail.created(partition, 0, self.run_id)  # read model, then tail
+                created = await self._checked(  # (the read model, then the tail)
+                    tail.created(partition, 0, self.run_id), partition, self._reused)
             except AnswerTrimmed:  # (its record is gone: its settlement or state answers)
                 await self.client.describe(self.run_id)  # (RunNotFound: it was rejected)
                 self._from_offset = 0
@@ -119,17 +122,36 @@ class RunHandle:
         answered by none, and its caller waited for ever. Unanswered after
         EXPIRED_CHECK_S, the read model's tombstone answers it as the owner would."""
         assert self.request_id is not None
-        waiting = asyncio.ensure_future(self.client._tail.admission(
-            partition, self.request_offset, self.request_id, self.run_id))
+        return await self._checked(self.client._tail.admission(
+            partition, self.request_offset, self.request_id, self.run_id), partition,
+            self._expired)
+
+    def _expired(self, view: View) -> None:
+        stone = view.tombstone(self.run_id) if view.run(self.run_id) is None else None
+        if stone is not None and stone.expired_offset < self.request_offset:
+            raise expired_create(stone)
+
+    def _reused(self, view: View) -> JournalRecord | None:
+        """A create of the run that repeated its partition's request id while no owner
+        executed the partition is answered by none: the read model judges it as the owner
+        would (projections.request_reuse), where an attached handle waited for ever."""
+        found = view.reuse_rejection(self.run_id) if view.run(self.run_id) is None else None
+        return None if found is None else found[1]
+
+    async def _checked(self, answer: Awaitable[JournalRecord], partition: int,
+                       check: Callable[[View], JournalRecord | None]) -> JournalRecord:
+        """`answer`, unless `check` of the partition's read model, every EXPIRED_CHECK_S
+        while it does not come, raises or answers first."""
+        waiting = asyncio.ensure_future(answer)
         try:
             while True:
                 done, _ = await asyncio.wait([waiting], timeout=EXPIRED_CHECK_S)
                 if done:
                     return waiting.result()
                 view = await (await self.client.read_model()).catch_up([partition])
-                stone = view.tombstone(self.run_id) if view.run(self.run_id) is None else None
-                if stone is not None and stone.expired_offset < self.request_offset:
-                    raise expired_create(stone)
+                judged = check(view)
+                if judged is not None:
+                    return judged
         finally:
             waiting.cancel()
 

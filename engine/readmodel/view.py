@@ -17,7 +17,7 @@ from runstream.projections.expiry import addressed, reached_tombstone
 from runstream.projections.memory import MemoryStore
 from runstream.projections.partitioning import run_partition
 from runstream.projections.replay import record_of
-from runstream.projections.request_reuse import ANSWER_SCAN, REPEATS_SCANNED, reuse_rejection
+from runstream.projections.request_reuse import ANSWER_SCAN, reuse_answer
 from runstream.projections.schedule_state import ScheduleState
 from runstream.projections.state import (
     JournalEntry,
@@ -328,16 +328,12 @@ class View:
         return None
 
     def reuse_rejection(self, run_id: str) -> tuple[HistoryEntry, RunCreateRejected] | None:
-        """The owner's answer to the latest create of `run_id` that made no run, its request
-        id its partition's before (projections.request_reuse); None when there is none."""
+        """What answers the latest create of `run_id` that made no run, its request id its
+        partition's before (projections.request_reuse.reuse_answer); None when none did."""
         partition = run_partition(run_id, self._partitions)
         repeats = [offset for offset, named in self.fenced(partition) if named == run_id]
-        for offset in reversed(repeats[-REPEATS_SCANNED:]):
-            found = reuse_rejection(run_id, self.partition_history_from(
-                partition, offset, ANSWER_SCAN))
-            if found is not None:
-                return found
-        return None
+        return reuse_answer(run_id, repeats, lambda offset: self.partition_history_from(
+            partition, offset, ANSWER_SCAN + 1))
 
     def _base_runs(self, status: RunStatus, cursor: tuple[int, str] | None
                    ) -> Iterator[RunState]:

@@ -20,8 +20,8 @@ from runstream.projections.decide import rejection_why
 from runstream.projections.expiry import expired_create, expired_text, sweep_body
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.reactions import FlowMissing, Start
-from runstream.projections.request_reuse import reuse_rejection
-from runstream.projections.state import RunState, RunStatus, round_zero
+from runstream.projections.request_reuse import reuse_answer
+from runstream.projections.state import RunState, RunStatus, Verdict, round_zero
 
 # Expiry decisions one sweep of a partition journals at most (each names a batch): the
 # environment folds them at once, so it sweeps until nothing is due, within this bound.
@@ -55,7 +55,11 @@ def missing(projection: MemoryProjection, run_id: str, partition: int) -> RunNot
     if rejected is not None:
         return RunNotFound(run_id, rejected=rejection_why(rejected))
     # (a create that repeated a request id: answered in the partition's history)
-    reused = reuse_rejection(run_id, reversed(projection.partition_history.get(partition, [])))
+    items = projection.partition_history.get(partition, [])
+    repeats = [i.offset for i in items if i.verdict is Verdict.duplicate
+               and i.record is not None and i.record.envelope.run_id == run_id]
+    reused = reuse_answer(run_id, repeats,
+                          lambda offset: (i for i in items if i.offset >= offset))
     if reused is not None:
         return RunNotFound(run_id, rejected=rejection_why(reused[1]),
                            records=f"runstream partition history {partition}")

@@ -91,13 +91,17 @@ class PartitionRow:
     run_id: str | None = None
     request_id: str | None = None
     duplicate_of: int | None = None
+    # A decision about a run the partition does not hold (an owner's rejection of a create
+    # that made no run): the run and request it answers, and why (a rejection's reason).
+    reason: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"partition": self.partition, "offset": self.offset,
                 "timestamp_ms": self.timestamp_ms, "type": self.type, "verdict": self.verdict,
                 "owner": self.owner, "generation": self.generation, "epoch": self.epoch,
                 "source": self.source, "error": self.error, "run_id": self.run_id,
-                "request_id": self.request_id, "duplicate_of": self.duplicate_of}
+                "request_id": self.request_id, "duplicate_of": self.duplicate_of,
+                "reason": self.reason}
 
 
 def partition_history(view: View, partition: int) -> list[PartitionRow]:
@@ -135,6 +139,9 @@ def partition_history(view: View, partition: int) -> list[PartitionRow]:
                            item.verdict.value, epoch=env.epoch, source=env.source_id)
         if record.KIND == "request":
             row = _request_row(view, row, env.run_id, env.request_id, item.verdict)
+        elif env.run_id:  # (which run it answers: several may share a partition's history)
+            row = replace(row, run_id=env.run_id, request_id=env.request_id,
+                          reason=getattr(record, "reason", None))
         if isinstance(record, ev.PartitionEpochClaimed):
             if item.verdict is Verdict.applied:
                 epoch += 1
@@ -201,7 +208,7 @@ def format_partition_history(rows: list[PartitionRow]) -> list[str]:
         fields = {"owner": row.owner, "generation": row.generation, "epoch": row.epoch,
                   "source": row.source[:8] if row.source else None, "run": row.run_id,
                   "request_id": row.request_id, "duplicate_of": row.duplicate_of,
-                  "error": row.error}
+                  "reason": row.reason, "error": row.error}
         detail = " ".join(f"{k}={_short(v)}" for k, v in fields.items() if v is not None)
         lines.append(f"{row.offset:>7}  {_clock(row.timestamp_ms)}  {row.type:<28} "
                      f"{row.verdict:<11} {detail}")

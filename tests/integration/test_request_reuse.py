@@ -38,8 +38,8 @@ async def test_a_plain_create_reusing_another_run_s_request_id_is_rejected_at_ev
 ) -> None:
     first = "reuse-first"
     home = run_partition(first, TEST_JOURNAL_PARTITIONS)
-    second, third = [run_id for run_id in (f"reuse-{n}" for n in range(1000))
-                     if run_partition(run_id, TEST_JOURNAL_PARTITIONS) == home][:2]
+    second, third, fourth = [run_id for run_id in (f"reuse-{n}" for n in range(1000))
+                             if run_partition(run_id, TEST_JOURNAL_PARTITIONS) == home][:3]
     async with worker(bootstrap, namespace, tmp_path / "w", [echo]) as w, \
             Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
         await until(lambda: all_ready(w), "the worker claimed every partition")
@@ -75,10 +75,30 @@ async def test_a_plain_create_reusing_another_run_s_request_id_is_rejected_at_ev
         # it waited for ever.
         with pytest.raises(CreateRejected, match="request-id-reused"):
             await later.get_handle(second).result(timeout=30)
+        # Sent while no worker runs, no owner answers it (nor will the next: no run, no
+        # inbox holds it for a claim's sweep): the readers judge it from its verdict, as
+        # the owner would, before it is sent (an attached handle looks again every 5 s)
+        # and after.
+        waiting = asyncio.ensure_future(later.get_handle(fourth).result(timeout=30))
+        await asyncio.sleep(0.5)
+        await produce_plain(bootstrap, journal, fourth, _plain_create(fourth, "shared"))
+        with pytest.raises(CreateRejected, match="request-id-reused"):
+            await waiting
+        with pytest.raises(CreateRejected, match="request-id-reused"):
+            await later.get_handle(fourth).result(timeout=30)
+        with pytest.raises(RunNotFound, match=r"\(request-id-reused: request id 'shared' "):
+            await later.describe(fourth)
     shown = await cli("run", "status", second, bootstrap=bootstrap, namespace=namespace,
                       cache=tmp_path / "cache")
     assert shown.code != 0 and shown.err.count("\n") <= 1, shown.err
     assert f"no run '{second}': its create was rejected (request-id-reused:" in shown.err
+    # The command it points to names the rejection's run, request and reason.
+    shown = await cli("partition", "history", str(home), "--json", bootstrap=bootstrap,
+                      namespace=namespace, cache=tmp_path / "cache")
+    assert shown.code == 0, shown.err
+    [row] = [r for r in json.loads(shown.out) if r["type"] == "run.create-rejected"]
+    assert (row["run_id"], row["request_id"], row["reason"]) == (second, "shared",
+                                                                "request-id-reused")
     # The id stays free: a create of it with its own request id makes the run.
     async with worker(bootstrap, namespace, tmp_path / "w", [echo]) as w, \
             Client(bootstrap_servers=bootstrap, namespace=namespace) as client:

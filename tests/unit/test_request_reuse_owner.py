@@ -64,6 +64,12 @@ async def test_the_environment_rejects_it_and_says_so_where_the_run_is_asked_for
             await env.result("b")
         with pytest.raises(RunNotFound, match="check the id"):
             env.describe("c")
+        # After many more records of the partition, as a worker's readers: it read only the
+        # partition's newest 256.
+        for n in range(300):
+            env.log.request(ev.RunCreateRequested, f"more-{n}", request_id="q", **body)
+        with pytest.raises(RunNotFound, match="request-id-reused"):
+            env.describe("b")
         # The id stays free for a create of its own.
         await env.start(capped, {"amount": 7}, run_id="b")
         await env.run_until_idle()
@@ -108,11 +114,33 @@ def log(tmp_path: Path) -> Iterator[Log]:
 
 def test_a_reader_takes_its_owner_s_answer_not_a_deposed_one_s(log: Log) -> None:
     log.reused_create("x")
+    answered = log.offset
+    log.add(log.owner.decide(ev.RunCreateRejected, run_id="x", **reused_rejection("shared", 0)))
+    found = log.view().reuse_rejection("x")
+    assert found is not None and found[0].offset == answered  # (the owner's own record)
+    log.reused_create("y")
+    repeated = log.offset - 1
     log.add(Writer("owner2", epoch=2).claim(0, owner="owner2"))
-    assert log.add(log.owner.decide(ev.RunCreateRejected, run_id="x",
+    assert log.add(log.owner.decide(ev.RunCreateRejected, run_id="y",
                                     **reused_rejection("shared", 0))) is Verdict.fenced
-    assert log.view().reuse_rejection("x") is None
-    assert answer_in(log.view(), "created:x", "x", 0, 0) is None
+    # The deposed owner's is not taken: the readers judge the repeat as an owner would.
+    found = log.view().reuse_rejection("y")
+    assert found is not None and found[0].offset == repeated
+    assert found[1].envelope.run_id == "y" and found[1].reason == "request-id-reused"
+
+
+def test_a_repeat_no_owner_answered_is_judged_by_its_readers(log: Log) -> None:
+    """Sent while no owner executed the partition, a repeated create is answered by none
+    (nor by the next owner's sweep: it left no run, no inbox); a reader judges it from its
+    verdict, as the owner would have."""
+    log.reused_create("z")
+    answer = answer_in(log.view(), "created:z", "z", 0, 0)
+    assert answer is not None and isinstance(answer.record, ev.RunCreateRejected)
+    assert (answer.record.reason, answer.record.envelope.request_id) == (REQUEST_ID_REUSED,
+                                                                        "shared")
+    assert answer.offset == log.offset - 1 and answer_in(log.view(), "created:z", "z", 0,
+                                                         log.offset) is None
+    assert log.view().reuse_rejection("never-sent") is None
 
 
 def test_a_later_repeat_naming_the_run_does_not_hide_its_answer(log: Log) -> None:
