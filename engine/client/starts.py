@@ -30,6 +30,8 @@ from runstream.engine.readmodel.model import ReadModel
 from runstream.projections.attributes import create_json
 from runstream.projections.capabilities import narrow
 from runstream.projections.cron import fire_id_refusal
+from runstream.projections.expiry import create_rejection
+from runstream.projections.replay import record_of
 from runstream.projections.requests import describe_refusal
 from runstream.projections.state import Verdict
 from runstream.projections.updates import reused_request_text
@@ -102,6 +104,23 @@ class StartCalls:
         entry = view.history_entry(None, partition, offset)
         return entry is not None and entry.verdict is Verdict.duplicate
 
+    async def _rejected_before(self, partition: int, run_id: str, request_id: str
+                               ) -> ev.RunCreateRejected | None:
+        """The rejection of an earlier send of this very request (the same id to the same
+        run, whose rejected create left no run): what a retry is answered with."""
+        view = await (await self.read_model()).catch_up([partition])
+        first = view.request_applied_at(partition, request_id)
+        if first is None or view.history_entry(run_id, partition, first) is None:
+            return None
+        view = await (await self.read_model()).complete(view, [run_id])
+        for item in reversed(view.history(run_id)):
+            if item.type == ev.RunCreateRejected.TYPE and item.raw is not None:
+                record = record_of(item)
+                if (isinstance(record, ev.RunCreateRejected)
+                        and record.envelope.request_id == request_id):
+                    return record
+        return None
+
     async def signal_with_start(
         self, flow: Flow[Any, Any] | str, payload: Any = None, *, run_id: str, signal: str,
         signal_payload: Any = None, request_id: str | None = None,
@@ -133,6 +152,9 @@ class StartCalls:
         answer = await self.answer(record, partition, offset)
         run = answer.run
         if run is None and answer.verdict is None and await self._deduped(partition, offset):
+            earlier = await self._rejected_before(partition, run_id, request_id)
+            if earlier is not None:  # (sent again: its first send's answer stands)
+                raise create_rejection(run_id, earlier)
             # (its id was another request's on the partition, another run's: nothing took
             # the signal, and nothing was created; "no such run" said the opposite)
             raise SignalRefused(run_id, signal, reused_request_text(request_id, "signal"))

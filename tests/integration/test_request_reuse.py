@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from runstream import Client, CreateRejected, Flow, FlowContext, RunNotFound
 from runstream.engine.journal import decode
@@ -108,3 +109,31 @@ async def test_a_plain_create_reusing_another_run_s_request_id_is_rejected_at_ev
         await produce_plain(bootstrap, journal, third, _plain_create(third, "shared"))
         with pytest.raises(CreateRejected, match="request-id-reused"):
             await client.get_handle(third).result(timeout=30)
+
+
+class Amount(BaseModel):
+    n: int
+
+
+typed = Flow("reuse-typed", payload=Amount)
+
+
+@typed.handler
+async def _typed(ctx: FlowContext, amount: Amount) -> int:
+    return amount.n
+
+
+async def test_a_rejected_signal_with_start_sent_again_is_answered_as_the_first_send(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    # The first send (by flow name: the client cannot check the payload) is rejected and
+    # leaves no run; the same request sent again, fixed, repeats its id. It said "its request
+    # id 'K' was used before for another request (to another run, or not a signal)".
+    async with worker(bootstrap, namespace, tmp_path / "w", [typed]) as w, \
+            Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
+        await until(lambda: all_ready(w), "the worker claimed every partition")
+        for payload in ({"n": "x"}, {"n": 3}):
+            with pytest.raises(CreateRejected) as rejected:
+                await client.signal_with_start(typed.name, payload, run_id="k1", signal="go",
+                                               request_id="K")
+            assert rejected.value.reason == "payload-invalid", rejected.value
