@@ -184,10 +184,12 @@ class SnapshotKeeper:
     async def check_margins(self) -> None:
         """Under journal retention: warn (log and runstream_snapshot_margin_records) when a
         partition's newest anchored snapshot is within one interval of the log start and
-        older than half the retention (or there is none): the broker may soon delete records
-        no snapshot covers (snapshots are failing or rarer than the retention). A partition
-        smaller than one interval, its snapshots taken every quarter of the retention, is
-        always within one interval: it was warned of every check."""
+        older than half the retention (or there is none, and the broker deleted records of
+        it, or this keeper has looked at it for half the retention): the broker may soon
+        delete records no snapshot covers (snapshots are failing or rarer than the
+        retention). A partition smaller than one interval, its snapshots taken every
+        quarter of the retention, is always within one interval: it was warned of every
+        check."""
         projector = self.owner.projector
         owned = [own.partition for own in self.owner.owned.values() if own.executing]
         if projector is None or not owned:
@@ -199,7 +201,13 @@ class SnapshotKeeper:
             state = projector.partition(partition)
             margin = state.snapshot_offset - start
             self.owner.metrics.set_snapshot_margin(partition, margin)
-            stale = now_ms - state.snapshot_ms > (self.journal_retention_ms or 0) / 2
+            # A partition never snapshotted ages from when this keeper first looked at it,
+            # as `due` takes it (it was stale at once, warned of at every check until its
+            # first snapshot, a quarter of the retention later), unless the broker already
+            # deleted records of it.
+            born = state.snapshot_ms or self._first_seen.setdefault(partition, now_ms)
+            stale = (now_ms - born > (self.journal_retention_ms or 0) / 2
+                     or (not state.snapshot_ms and start > 0))
             if margin < self.interval(partition) and stale:
                 log.warning("partition %d: its newest snapshot (offset %d) is within one "
                             "snapshot interval (%d records) of the journal's log start %d: "

@@ -592,6 +592,10 @@ async def test_a_journal_reset_by_a_plain_alter_while_a_worker_runs_is_named(
         await asyncio.sleep(1.5)  # (more checks: said once a switch, once a change)
         assert len(said("changed while this worker runs")) == 1
         assert len(said("retention.ms is now")) == 1
+        # Under a 7-day retention now, a partition with no snapshot yet deletes nothing
+        # for days: it was warned of at every check ("records no snapshot covers may soon
+        # be deleted"), until its first snapshot, a quarter of the retention later.
+        assert not said("may soon be deleted")
         # 0 is taken as forever, as at start-up: said once, not at every check.
         await set_journal_retention(bootstrap, namespace, 0)
         await until(lambda: said("retention.ms is now 0"), "the retention of 0 said")
