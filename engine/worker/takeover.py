@@ -57,7 +57,7 @@ class Takeovers:
         # partition -> its latest claim's load (tests, bench): one per partition at most.
         self.reports: dict[int, RestoreReport] = {}
         self.same_log = SameLog()  # (a store kept across a recreated journal is refused)
-        self._stamps_wrong = False  # the journal stamps writers' clocks (said once a switch)
+        self._journal_wrong = False  # stamps writers' clocks, or deletes by size or key (said once)
         self._configs_read = False  # the journal's configs were read (at start-up or since)
 
     async def prepare(self, namespace: str, reconnector: Reconnector) -> None:
@@ -111,7 +111,7 @@ class Takeovers:
             raise
         except TopicsError:
             return self.journal_retention_ms
-        self._watch_broker_time(configs)
+        self._watch_journal(configs)
         retention = _retention_ms(configs)
         kept = retention if retention > 0 else None  # (0 too, as at start-up)
         if self._configs_read and kept != self.journal_retention_ms:
@@ -123,24 +123,26 @@ class Takeovers:
         self.journal_retention_ms = kept
         return self.journal_retention_ms
 
-    def _watch_broker_time(self, configs: dict[str, str]) -> None:
+    def _watch_journal(self, configs: dict[str, str]) -> None:
         """A journal switched to the writers' clocks while this worker runs (start-up
-        refuses one: check_broker_time): an error once at each switch, with the fix. The
-        worker goes on; a claim's lease is judged by writers' clocks until it is set back."""
+        refuses one: check_journal), or to delete by size or by key: an error once at each
+        switch, with the fix. The worker goes on; a claim's lease is judged by writers'
+        clocks, a record may be deleted before a snapshot covers it, until it is set back."""
         try:
-            check_broker_time(self.owner.topic, configs)
+            check_journal(self.owner.topic, configs)
         except WorkerFatal as exc:
-            if not self._stamps_wrong:
+            if not self._journal_wrong:
                 log.error("%s: %s", "changed while this worker runs" if self._configs_read
                           else "unchecked at this worker's start (unreadable)", exc)
-            self._stamps_wrong = True
+            self._journal_wrong = True
             return
-        self._stamps_wrong = False
+        self._journal_wrong = False
 
     async def _journal_retention(self) -> int:
-        """The journal's retention.ms (-1: forever), once its timestamp type is checked
-        (check_broker_time). A principal that may not describe configs (ACLs granted before
-        this release) is told how to fix it, and the journal is taken to keep everything."""
+        """The journal's retention.ms (-1: forever), once its timestamp type and that it
+        keeps its records are checked (check_journal). A principal that may not describe
+        configs (ACLs granted before this release) is told how to fix it, and the journal
+        is taken to keep everything."""
         try:
             configs = await self._journal_configs()
         except TopicsUnreachable:
@@ -150,7 +152,7 @@ class Takeovers:
                         "as forever, its timestamp type as LogAppendTime, unchecked; "
                         "`runstream acl grant --role worker` grants DESCRIBE_CONFIGS", exc)
             return -1
-        check_broker_time(self.owner.topic, configs)
+        check_journal(self.owner.topic, configs)
         self._configs_read = True
         return _retention_ms(configs)
 
@@ -235,6 +237,36 @@ class Takeovers:
 
 def _retention_ms(configs: dict[str, str]) -> int:
     return int(configs.get("retention.ms", "-1") or -1)
+
+
+def check_journal(topic: str, configs: dict[str, str]) -> None:
+    """WorkerFatal unless `topic` stamps the broker's clock (check_broker_time) and keeps
+    every record for as long as its retention.ms says (check_keeps_records)."""
+    check_broker_time(topic, configs)
+    check_keeps_records(topic, configs)
+
+
+def check_keeps_records(topic: str, configs: dict[str, str]) -> None:
+    """WorkerFatal when `topic` deletes records by size (retention.bytes) or compacts them
+    (cleanup.policy): snapshots cover a journal's retention by time (retention.ms), and a
+    run's records are needed until a snapshot covers them; by size or by key, the broker
+    deletes them whenever a partition grows (a worker ran on such a journal, taken to
+    keep everything: `topics create` names both, a worker said nothing)."""
+    size = configs.get("retention.bytes")
+    if size is not None and int(size or -1) >= 0:
+        raise WorkerFatal(
+            f"{topic} deletes records by size (retention.bytes={size}); a new owner needs "
+            f"every record no snapshot covers, and snapshots follow the retention by time: "
+            f"set retention.bytes=-1 with kafka-configs.sh --alter --entity-type topics "
+            f"--entity-name {topic} --add-config retention.bytes=-1 (`runstream topics "
+            f"alter --journal-retention` sets one by time)")
+    policy = configs.get("cleanup.policy")
+    if policy is not None and "compact" in policy:
+        raise WorkerFatal(
+            f"{topic} is compacted (cleanup.policy={policy}): compaction keeps a run's last "
+            f"record alone, and its state is all of them; set cleanup.policy=delete with "
+            f"kafka-configs.sh --alter --entity-type topics --entity-name {topic} "
+            f"--add-config cleanup.policy=delete, or move to a new namespace")
 
 
 def check_broker_time(topic: str, configs: dict[str, str]) -> None:

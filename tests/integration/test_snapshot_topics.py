@@ -263,3 +263,26 @@ async def test_a_journal_stamping_the_writers_clocks_is_named_and_refused_by_a_w
     code, out, err = await _runstream("topics", "create", "--partitions", "2", "--namespace",
                                       namespace, "--bootstrap", bootstrap)
     assert code == 0 and f"exists {journal} (2 partitions" in out, err
+
+
+@pytest.mark.parametrize(("config", "named"), [
+    ({"retention.bytes": "100000"}, "deletes records by size (retention.bytes=100000)"),
+    ({"cleanup.policy": "compact,delete"}, "is compacted (cleanup.policy=compact,delete)"),
+])
+async def test_a_journal_deleting_by_size_or_key_is_refused_by_a_worker(
+        bootstrap: str, namespace: str, cleanup: None, tmp_path: Path, config: dict[str, str],
+        named: str) -> None:
+    # Snapshots follow a journal's retention by time; by size or by key the broker deletes a
+    # run's records whenever a partition grows, before any snapshot covers them. A worker
+    # took such a journal to keep everything (`topics create` named the config; it did not).
+    journal = journal_topic(namespace)
+    await _old_namespace(bootstrap, namespace, 2, journal_configs={
+        "retention.ms": "-1", "message.timestamp.type": "LogAppendTime",
+        "retention.bytes": "-1", **config})
+    code, _, err = await _runstream(
+        "worker", "--app", "runstream.engine.demo.flows:flows", "--data-dir",
+        str(tmp_path / "w"), "--namespace", namespace, "--bootstrap", bootstrap,
+        "--snapshot-every", "0")
+    assert code != 0 and "Traceback" not in err, err
+    [line] = _errors(err)
+    assert line.startswith(f"error: {journal} {named}"), line

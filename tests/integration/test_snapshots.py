@@ -565,6 +565,7 @@ async def test_a_journal_reset_by_a_plain_alter_while_a_worker_runs_is_named(
     from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
     from runstream.engine.kafka.admin import admin_client
+    from runstream.engine.kafka.journal_retention import _set_configs
     from runstream.engine.worker import snapshots
     from tests.integration.test_snapshot_faults import set_journal_retention
 
@@ -601,6 +602,15 @@ async def test_a_journal_reset_by_a_plain_alter_while_a_worker_runs_is_named(
         await until(lambda: said("retention.ms is now 0"), "the retention of 0 said")
         await asyncio.sleep(1.5)
         assert len(said("retention.ms is now")) == 2
+        # Set back, then made to delete by size (which start-up refuses too): said once.
+        async with admin_client(bootstrap) as admin:
+            await _set_configs(admin, journal, {"message.timestamp.type": "LogAppendTime"})
+            await asyncio.sleep(1.5)
+            await _set_configs(admin, journal, {"retention.bytes": "100000"})
+        await until(lambda: said("deletes records by size"), "the size retention said")
+        await asyncio.sleep(1.5)
+        [sized] = said("deletes records by size")
+        assert sized.levelno == logging.ERROR and "retention.bytes=100000" in sized.getMessage()
         async with Client(bootstrap_servers=bootstrap, namespace=namespace,
                           flows=FLOWS) as client:
             await _fill(client, 2, "after-")  # (the worker goes on)
