@@ -207,20 +207,27 @@ async def diagnose(bootstrap: str, security: KafkaSecurity | None = None,
 async def probe_first(bootstrap: str, settings: KafkaSecurity, timeout: float, *,
                       client_id: str = "runstream-diagnose"
                       ) -> tuple[str, OSError | KafkaError | ValueError | None] | None:
-    """The first address of `bootstrap` probed within `timeout`: (it, what its probe raised,
-    None when it answered); None for an empty bootstrap. The first decides a diagnosis
-    (this module's and engine.worker.connect's): the addresses after it are not waited for
+    """The first address of `bootstrap` that does not refuse the connection, probed within
+    `timeout`: (it, what its probe raised, None when it answered); the first address and
+    its refusal when all refuse; None for an empty bootstrap. It decides a diagnosis (this
+    module's and engine.worker.connect's): the addresses after it are not waited for
     (`timeout` each when silent), and one answering now means the failure was passing (a
-    client bootstraps from any one), not a later one's fault."""
+    client bootstraps from any one), not a later one's fault. A refusal costs nothing to
+    pass: a broker down first in the list hid wrong settings at the next, and a worker
+    retried for ever where it stops on wrong settings."""
     addresses = [a.strip() for a in bootstrap.split(",") if a.strip()]
-    if not addresses:
-        return None
-    try:
-        await asyncio.wait_for(probe(*host_port(addresses[0]), settings, timeout=timeout,
-                                     client_id=client_id), timeout)
-    except (OSError, KafkaError, ValueError) as exc:  # TimeoutError is an OSError
-        return addresses[0], exc
-    return addresses[0], None
+    refused: tuple[str, OSError] | None = None
+    for address in addresses:
+        try:
+            await asyncio.wait_for(probe(*host_port(address), settings, timeout=timeout,
+                                         client_id=client_id), timeout)
+        except ConnectionRefusedError as exc:
+            refused = refused or (address, exc)
+            continue
+        except (OSError, KafkaError, ValueError) as exc:  # TimeoutError is an OSError
+            return address, exc
+        return address, None
+    return refused
 
 
 async def probe(host: str, port: int, settings: KafkaSecurity, *,

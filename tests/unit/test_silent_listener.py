@@ -14,6 +14,7 @@ from aiokafka import AIOKafkaProducer
 from runstream.engine.errors import BrokerConnectionFailed
 from runstream.engine.kafka import connection
 from runstream.engine.kafka.connection import diagnose, start_client
+from runstream.engine.worker.connect import diagnose_failure
 from tests.integration.support import nothing_listens
 
 
@@ -58,14 +59,35 @@ async def test_a_client_start_against_a_silent_listener_says_how_long_it_waited(
         "of the attempt before: check --security-protocol and the address")
 
 
-async def test_a_diagnosis_is_the_first_address_s_alone(silent: str) -> None:
+async def test_a_diagnosis_is_the_first_address_that_does_not_refuse(silent: str) -> None:
     # (it probed every address and reported the first's reason: the silent ones after it
-    # were each waited for in vain)
-    closed = nothing_listens()
+    # were each waited for in vain; then it stopped at the first, refused or not, and a
+    # broker down first in the list hid what was wrong at the next)
+    closed, also_closed = nothing_listens(), nothing_listens()
     started = time.monotonic()
-    found = await diagnose(f"{closed},{silent}", timeout=5.0)
-    assert time.monotonic() - started < 2.5
-    assert str(found).startswith(f"nothing listens at {closed}: ")
     later = await diagnose(f"{silent},{closed}", timeout=0.2, waited=0.01)
+    assert time.monotonic() - started < 2.5  # (the silent one alone, once)
     assert str(later) == (f"{silent} did not answer a Kafka request over PLAINTEXT within "
                           "0.2s: check --security-protocol and the address")  # (no "0s")
+    passed = await diagnose(f"{closed},{silent}", timeout=0.2)
+    assert str(passed).startswith(f"{silent} did not answer a Kafka request"), passed
+    refused = await diagnose(f"{closed},{also_closed}", timeout=0.2)
+    assert str(refused).startswith(f"nothing listens at {closed}: "), refused
+
+
+async def test_a_worker_stops_on_settings_wrong_behind_a_broker_that_is_down() -> None:
+    """A listener that hangs up on every connection (TLS expected, say) is wrong settings a
+    worker stops on; behind an address where nothing listens, it retried for ever."""
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+
+    server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+    closer = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    try:
+        alone = await diagnose_failure(OSError("bootstrap failed"), closer, None)
+        behind = await diagnose_failure(OSError("bootstrap failed"), f"{nothing_listens()},"
+                                        f"{closer}", None)
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert alone.suspect and behind == alone, (alone, behind)
