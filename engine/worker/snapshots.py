@@ -144,14 +144,16 @@ class SnapshotKeeper:
 
     async def run(self) -> None:
         # The margins are checked beside the snapshots, not between them: a take held up by
-        # a broker outage held the check up with it.
+        # a broker outage held the check up with it. The journal's configs are watched with
+        # snapshots off too (it ended at once, and a journal given a retention, which such a
+        # worker is refused at its next start, went unsaid).
         margins = asyncio.create_task(self._check_margins_on(), name="runstream-margins")
         try:
-            while self.enabled:
+            while True:
                 await asyncio.sleep(CHECK_EVERY_S)
                 if margins.done():
                     margins.result()  # (what failed it fails this task: supervise restarts)
-                for own in list(self.owner.owned.values()):
+                for own in list(self.owner.owned.values()) if self.enabled else ():
                     if own.executing and self.due(own.partition):
                         await self.take(own)
         finally:
@@ -162,17 +164,23 @@ class SnapshotKeeper:
         """The journal's retention (None: kept forever): snapshots at least every quarter
         of it, and the margin to the log start watched."""
         if retention_ms is not None and retention_ms != self.journal_retention_ms:
-            log.info("the journal deletes records after %d ms: a snapshot of each partition "
-                     "at least every %d ms", retention_ms, retention_ms // 4)
+            if not self.enabled:  # (a worker is refused such a journal at its start)
+                log.error("the journal deletes records after %d ms, but this worker takes "
+                          "no snapshots: a new owner could need deleted records; start "
+                          "workers with --snapshot-every > 0 and %s present, or set the "
+                          "retention back", retention_ms, self.owner.snapshot_topic)
+            else:
+                log.info("the journal deletes records after %d ms: a snapshot of each "
+                         "partition at least every %d ms", retention_ms, retention_ms // 4)
         self.journal_retention_ms = retention_ms
         self.bound_ms = retention_ms // 4 if retention_ms else DAY_MS
         self.journal_retained = retention_ms is not None
 
     async def _check_margins_on(self) -> None:
-        while self.enabled:
+        while True:
             await asyncio.sleep(MARGIN_EVERY_S)
             try:
-                if self.journal_retained:
+                if self.enabled and self.journal_retained:
                     await self.check_margins()
                 if self.read_retention is not None:  # (one set while this worker runs)
                     self.set_journal_retention(await self.read_retention())

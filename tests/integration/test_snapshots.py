@@ -616,3 +616,35 @@ async def test_a_journal_reset_by_a_plain_alter_while_a_worker_runs_is_named(
             await _fill(client, 2, "after-")  # (the worker goes on)
     finally:
         await running.stop()
+
+
+async def test_a_worker_without_snapshots_watches_the_journal_too(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """With snapshots off the watch ended at once: a journal reset to the writers' clocks
+    and given the broker's default retention (which such a worker is refused at its next
+    start) went unsaid."""
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    from runstream.engine.kafka.admin import admin_client
+    from runstream.engine.worker import snapshots
+
+    monkeypatch.setattr(snapshots, "MARGIN_EVERY_S", 0.5)
+    caplog.set_level(logging.WARNING, logger="runstream")
+
+    def said(text: str) -> list[logging.LogRecord]:
+        return [r for r in caplog.records if text in r.getMessage()]
+
+    running = worker(bootstrap, namespace, tmp_path / "w", snapshot_every=0)
+    await running.start()
+    try:
+        async with admin_client(bootstrap) as admin:
+            await admin.alter_configs([ConfigResource(
+                ConfigResourceType.TOPIC, journal, {"max.message.bytes": "2000000"})])
+        await until(lambda: said("takes no snapshots"), "the retention without snapshots")
+        await asyncio.sleep(1.5)
+        [unsnapshotted] = said("takes no snapshots")
+        assert unsnapshotted.levelno == logging.ERROR
+        assert len(said("changed while this worker runs")) == 1
+    finally:
+        await running.stop()
