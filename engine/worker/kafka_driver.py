@@ -24,6 +24,7 @@ from aiokafka.errors import (
 from aiokafka.protocol.group import HeartbeatRequest
 
 from runstream.engine.journal import MAX_RECORD_BYTES
+from runstream.engine.kafka.admin import DEAD_LETTER_MAX_MESSAGE_BYTES
 from runstream.engine.kafka.connection import KafkaSecurity, kafka_options
 from runstream.engine.kafka.unreadable import getmany_readable
 from runstream.engine.worker.committer import MAX_BATCH_BYTES
@@ -96,6 +97,12 @@ async def send_acked(producer: AIOKafkaProducer, topic: str, *, key: bytes, valu
     try:
         await (await producer.send(topic, value=value, key=key, headers=headers))
     except MessageSizeTooLargeError:
+        # (said: a topic reset by a plain AlterConfigs to the broker's default refuses what
+        # its own 2 MiB took whole, and the copy was cut without a word)
+        log.warning("%s refused a copy of %d bytes as too large: sent cut to %d bytes "
+                    "(header rs-cut); its max.message.bytes is below what `runstream topics "
+                    "create` sets (%d), which it checks", topic, len(value), MAX_RECORD_BYTES,
+                    DEAD_LETTER_MAX_MESSAGE_BYTES)
         await (await producer.send(topic, value=value[:MAX_RECORD_BYTES], key=key,
                                    headers=[*headers, ("rs-cut", b"1")]))
 

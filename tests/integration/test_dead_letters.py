@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import random
 import time
 import uuid
@@ -15,6 +16,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
@@ -37,6 +39,7 @@ from runstream.engine.ops.deadletters import DeadLetterList, list_dead_letters
 from runstream.engine.ops.rebuild import FoldSpec, fold_into
 from runstream.engine.readmodel.lookups import read_model_of
 from runstream.engine.worker.deadletters import copy_headers, polled
+from runstream.engine.worker.kafka_driver import send_acked
 from runstream.engine.worker.relay import Relay
 from runstream.projections.poison import DEAD_LETTER_TYPE_PREFIX, Poison
 from runstream.projections.store import ProjectionStore
@@ -212,7 +215,7 @@ async def _check_copied_whole(bootstrap: str, namespace: str, where: tuple[int, 
 
 
 async def test_the_dead_letter_topic_takes_a_journal_record_whole_and_check_reports_it(
-    bootstrap: str, namespace: str, journal: str
+    bootstrap: str, namespace: str, journal: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """~0.4 s: created with max.message.bytes 2 MiB; a topic without it is a mismatch."""
     topic = dead_letter_topic(namespace)
@@ -233,6 +236,20 @@ async def test_the_dead_letter_topic_takes_a_journal_record_whole_and_check_repo
     # (alter_configs resets the topic's other configs too: they are reported as well)
     [mismatch] = report.mismatches()
     assert mismatch.startswith(topic) and "max.message.bytes=1048588 (want 2097152)" in mismatch
+    # A copy it refuses now is sent cut, with a warning (the copy was cut without a word).
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, max_request_size=4 * 1024 * 1024)
+    await producer.start()
+    try:
+        with caplog.at_level(logging.WARNING, logger="runstream"):
+            await send_acked(producer, topic, key=b"0:7", value=b"x" * 1_048_550,
+                             headers=[("rs-reason", b"oversize")])
+    finally:
+        await producer.stop()
+    [cut] = [r.getMessage() for r in caplog.records if "refused a copy" in r.getMessage()]
+    assert cut.startswith(f"{topic} refused a copy of 1048550 bytes as too large: sent cut "
+                          "to 1000000 bytes (header rs-cut)"), cut
+    [copy] = [raw async for raw in read_partitions(bootstrap, topic) if raw.key == b"0:7"]
+    assert len(copy.value or b"") == 1_000_000 and dict(copy.headers)["rs-cut"] == b"1"
 
 
 async def _max_bytes_is(bootstrap: str, topic: str, value: str) -> bool:
