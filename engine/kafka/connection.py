@@ -12,6 +12,7 @@ every place that creates a producer, consumer or admin client passes them throug
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import re
 import ssl
@@ -187,8 +188,9 @@ async def diagnose(bootstrap: str, security: KafkaSecurity | None = None,
     """Why no client could connect to `bootstrap` with these settings, as one line.
 
     aiokafka reports a failed bootstrap as "Unable to bootstrap" and only logs the cause, so
-    this connects once more to the first address, directly, within `timeout` (None:
-    DIAGNOSIS_TIMEOUT_S), and explains its failure in terms of the settings to change.
+    this connects once more, directly, to the first address that does not refuse
+    (probe_first), within `timeout` (None: DIAGNOSIS_TIMEOUT_S), and explains its failure
+    in terms of the settings to change.
     `waited`: seconds the failed attempt took, which a silent listener's line names (its
     caller waited that, then `timeout`) when it was a second or more."""
     settings = resolve_security(security)
@@ -216,18 +218,29 @@ async def probe_first(bootstrap: str, settings: KafkaSecurity, timeout: float, *
     pass: a broker down first in the list hid wrong settings at the next, and a worker
     retried for ever where it stops on wrong settings."""
     addresses = [a.strip() for a in bootstrap.split(",") if a.strip()]
-    refused: tuple[str, OSError] | None = None
+    refused: tuple[str, OSError | KafkaError | ValueError] | None = None
     for address in addresses:
         try:
             await asyncio.wait_for(probe(*host_port(address), settings, timeout=timeout,
                                          client_id=client_id), timeout)
-        except ConnectionRefusedError as exc:
+        except (OSError, KafkaError, ValueError) as exc:  # TimeoutError is an OSError
+            if not is_refused(exc):
+                return address, exc
             refused = refused or (address, exc)
             continue
-        except (OSError, KafkaError, ValueError) as exc:  # TimeoutError is an OSError
-            return address, exc
         return address, None
     return refused
+
+
+def is_refused(error: BaseException) -> bool:
+    """Nothing listens where `error` came from: a refused connection, or every address a
+    name resolves to refused (asyncio's "Multiple exceptions: [Errno 111] ..." OSError, as
+    for `localhost` on a machine listing ::1 and 127.0.0.1)."""
+    if isinstance(error, ConnectionRefusedError):
+        return True
+    codes = re.findall(r"\[Errno (\d+)\]", str(error))
+    return (type(error) is OSError and str(error).startswith("Multiple exceptions: ")
+            and bool(codes) and all(int(code) == errno.ECONNREFUSED for code in codes))
 
 
 async def probe(host: str, port: int, settings: KafkaSecurity, *,
@@ -266,7 +279,7 @@ def explain(error: BaseException, address: str, settings: KafkaSecurity,
                                                 BrokenPipeError)):
         return (f"{address} broke off the TLS handshake ({protocol}): the listener is "
                 "probably not TLS; use --security-protocol PLAINTEXT or SASL_PLAINTEXT")
-    if isinstance(error, ConnectionRefusedError):
+    if is_refused(error):
         return (f"nothing listens at {address}: start a broker (`runstream broker start`) or "
                 "set --bootstrap / RUNSTREAM_BOOTSTRAP")
     if isinstance(error, TimeoutError):

@@ -99,10 +99,10 @@ async def send_acked(producer: AIOKafkaProducer, topic: str, *, key: bytes, valu
     except MessageSizeTooLargeError:
         # (said: a topic reset by a plain AlterConfigs to the broker's default refuses what
         # its own 2 MiB took whole, and the copy was cut without a word)
-        log.warning("%s refused a copy of %d bytes as too large: sent cut to %d bytes "
-                    "(header rs-cut); its max.message.bytes is below what `runstream topics "
-                    "create` sets (%d), which it checks", topic, len(value), MAX_RECORD_BYTES,
-                    DEAD_LETTER_MAX_MESSAGE_BYTES)
+        log.warning("%s refused a record of %d bytes as too large: sending it cut to %d "
+                    "bytes (header rs-cut); is its max.message.bytes below what `runstream "
+                    "topics create` sets (%d for the dead letters), which it checks?", topic,
+                    len(value), MAX_RECORD_BYTES, DEAD_LETTER_MAX_MESSAGE_BYTES)
         await (await producer.send(topic, value=value[:MAX_RECORD_BYTES], key=key,
                                    headers=[*headers, ("rs-cut", b"1")]))
 

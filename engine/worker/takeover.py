@@ -57,7 +57,9 @@ class Takeovers:
         # partition -> its latest claim's load (tests, bench): one per partition at most.
         self.reports: dict[int, RestoreReport] = {}
         self.same_log = SameLog()  # (a store kept across a recreated journal is refused)
-        self._journal_wrong = False  # stamps writers' clocks, or deletes by size or key (said once)
+        # What is wrong with the journal's configs, as said (once each: stamps writers'
+        # clocks, deletes by size or by key); None while nothing is.
+        self._journal_wrong: str | None = None
         self._configs_read = False  # the journal's configs were read (at start-up or since)
 
     async def prepare(self, namespace: str, reconnector: Reconnector) -> None:
@@ -131,12 +133,12 @@ class Takeovers:
         try:
             check_journal(self.owner.topic, configs)
         except WorkerFatal as exc:
-            if not self._journal_wrong:
+            if str(exc) != self._journal_wrong:  # (another problem, or the first again)
                 log.error("%s: %s", "changed while this worker runs" if self._configs_read
                           else "unchecked at this worker's start (unreadable)", exc)
-            self._journal_wrong = True
+            self._journal_wrong = str(exc)
             return
-        self._journal_wrong = False
+        self._journal_wrong = None
 
     async def _journal_retention(self) -> int:
         """The journal's retention.ms (-1: forever), once its timestamp type and that it

@@ -13,7 +13,7 @@ from aiokafka import AIOKafkaProducer
 
 from runstream.engine.errors import BrokerConnectionFailed
 from runstream.engine.kafka import connection
-from runstream.engine.kafka.connection import diagnose, start_client
+from runstream.engine.kafka.connection import diagnose, is_refused, start_client
 from runstream.engine.worker.connect import diagnose_failure
 from tests.integration.support import nothing_listens
 
@@ -91,3 +91,18 @@ async def test_a_worker_stops_on_settings_wrong_behind_a_broker_that_is_down() -
         server.close()
         await server.wait_closed()
     assert alone.suspect and behind == alone, (alone, behind)
+
+
+def test_a_name_whose_every_address_refuses_is_refused() -> None:
+    """asyncio's error when every address a name resolves to refuses (`localhost` with ::1
+    and 127.0.0.1): a plain OSError, which a diagnosis stopped at as wrong where it passes
+    a refusal, and whose line did not say that nothing listens."""
+    both = OSError("Multiple exceptions: [Errno 111] Connect call failed ('::1', 9, 0, 0), "
+                   "[Errno 111] Connect call failed ('127.0.0.1', 9)")
+    mixed = OSError("Multiple exceptions: [Errno 111] Connect call failed ('::1', 9, 0, 0), "
+                    "[Errno 113] Connect call failed ('10.0.0.9', 9)")
+    assert is_refused(both) and is_refused(ConnectionRefusedError(111, "refused"))
+    assert not is_refused(mixed) and not is_refused(OSError("Multiple exceptions: "))
+    settings = connection.resolve_security(None)
+    assert connection.explain(both, "localhost:9", settings, 1.0).startswith(
+        "nothing listens at localhost:9: ")
