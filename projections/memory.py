@@ -405,7 +405,10 @@ class MemoryProjection:
             when = record.envelope.timestamp_ms if timestamp_ms is None else timestamp_ms
             item = HistoryEntry(outcome.partition.partition, outcome.offset, outcome.verdict,
                                 record.TYPE, when, record=record)
-            run_id = record.envelope.run_id
+            # (the run it reached, as the store files it: a request naming a lineage reaches
+            # its latest round, where it was kept in round 0's history)
+            reached = outcome.before or outcome.run
+            run_id = reached.run_id if reached is not None else record.envelope.run_id
             if run_id and not (outcome.before is None and outcome.run is None
                                and outcome.tombstone is None):
                 self.history.setdefault(run_id, []).append(item)

@@ -52,7 +52,7 @@ class OverlayStore(MemoryStore):
         super().write(change)
         item = HistoryEntry(change.partition.partition, change.offset, change.verdict,
                             change.record_type, change.timestamp_ms, change.raw)
-        if change.run_id is None:
+        if change.run_id is None or change.no_run:  # (as the store files it: writes)
             self.partition_history.setdefault(item.partition, []).append(item)
         else:
             self.history.setdefault(change.run_id, []).append(item)

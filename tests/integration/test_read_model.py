@@ -453,6 +453,27 @@ async def test_a_create_reusing_another_run_s_request_id_shows_where_it_went(
     assert f"run={second_run} request_id=reused-id duplicate_of={first}" in line, line
 
 
+async def test_a_secondary_files_a_request_naming_no_run_as_the_store_does(
+    bootstrap: str, journal: str, writer: Journal, tmp_path: Path
+) -> None:
+    """A secondary's overlay filed a record naming no run the partition holds (a create
+    repeating another's request id) under that run's history, where the store keeps it in
+    the partition's: its readers judged no such create (View.reuse_rejection)."""
+    where = tmp_path / "rm"
+    first_run, second_run = [run_id for run_id in (f"ovl-{i}" for i in range(200))
+                             if partition_for(run_id, TEST_JOURNAL_PARTITIONS) == 1][:2]
+    async with ReadModel(bootstrap=bootstrap, topic=journal, path=where) as primary:
+        await primary.catch_up()
+        async with ReadModel(bootstrap=bootstrap, topic=journal, path=where) as secondary:
+            await writer.send(create(first_run, "overlaid"), partition=1)
+            repeat = await writer.send(create(second_run, "overlaid"), partition=1)
+            view = await secondary.catch_up()  # (both in its overlay)
+            assert not view.history(second_run)
+            found = view.reuse_rejection(second_run)
+            assert found is not None and found[0].offset == repeat
+            assert found[1].reason == "request-id-reused"
+
+
 async def test_an_older_secondary_view_stays_exact_when_its_base_moves_on(
     bootstrap: str, journal: str, writer: Journal, tmp_path: Path
 ) -> None:
