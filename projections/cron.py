@@ -75,6 +75,7 @@ the calendar (year 9999) is ever reached."""
 
 _MINUTE = timedelta(minutes=1)
 _EPOCH = datetime(1970, 1, 1)
+BACKFILL_EPOCH = "1970-01-01T00:00:00Z"  # the earliest instant a backfill starts at
 _MS = timedelta(milliseconds=1)
 
 

@@ -123,7 +123,8 @@ def _answer(schedule: ScheduleState, change: Change, now_ms: int,
             raise SpecInvalid(f"schedule {schedule.schedule_id!r} does not exist")
         _check_authority(schedule.spec, given)
         return _change_existing(schedule, change, given, now_ms, flows)
-    except (SpecInvalid, cron.CronInvalid, NameInvalid, PayloadTooLarge, ValueError) as exc:
+    except (SpecInvalid, cron.CronInvalid, NameInvalid, PayloadTooLarge, ValueError,
+            OverflowError) as exc:  # (a time out of any calendar's range: rejected too)
         return [(ev.ScheduleChangeRejected, {**sid, "reason": str(exc)})]
 
 
@@ -247,6 +248,8 @@ def _backfill(schedule: ScheduleState, given: dict[str, Any], now_ms: int) -> li
         raise SpecInvalid("a backfill needs a start before its end")
     if start >= now_ms:
         raise SpecInvalid("a backfill fires past instants: its start is not in the past")
+    if start < 0:  # (before year 1 a fire's run id overflowed, and the worker stopped)
+        raise SpecInvalid(f"a backfill starts at {cron.BACKFILL_EPOCH} or later")
     end = min(end, now_ms)
     # The earliest MAX_BACKFILL it did not handle (the cap applied before them chose none
     # when the range began with more than that many the schedule had fired itself).

@@ -16,6 +16,7 @@ from runstream.engine.errors import InvalidInput
 from runstream.engine.flow.definition import Flow, dump_json, timeout_ms
 from runstream.engine.journal.input_limits import check_name, check_payload
 from runstream.engine.journal.timetext import epoch_ms
+from runstream.projections.cron import BACKFILL_EPOCH
 
 OVERLAPS = ("skip", "buffer_one", "allow_all", "cancel_other")
 # An update's payload when none is given (None is a payload: JSON null).
@@ -82,4 +83,6 @@ def backfill_fields(start: datetime | int, end: datetime | int) -> dict[str, Any
     end_ms = end if isinstance(end, int) else epoch_ms(end)
     if end_ms <= start_ms:
         raise InvalidInput("a backfill's start must come before its end")
+    if start_ms < 0:  # (the owner rejects it: before year 1 it stopped the worker)
+        raise InvalidInput(f"a backfill starts at {BACKFILL_EPOCH} or later")
     return {"start_ms": start_ms, "end_ms": end_ms}

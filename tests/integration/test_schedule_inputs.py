@@ -62,6 +62,17 @@ async def test_a_burst_bad_specs_the_cli_s_times_notes_and_counts(
                         cache=cache)
         assert out.code == 0, out.err
         assert (await client.describe_schedule("hourly")).fires == 3
+        # A start before 1970 is refused by the CLI; sent anyway, by its owner, which went
+        # on (its fire's run id overflowed before year 1: the worker stopped, and again at
+        # each start, its claim's sweep asking the same).
+        out = await cli("schedule", "backfill", "hourly", "--start",
+                        "0001-01-01T00:00:00+05:00", "--end", iso(now_ms),
+                        bootstrap=bootstrap, namespace=namespace, cache=cache)
+        assert out.code == 2 and out.err.strip() == (
+            "error: a backfill starts at 1970-01-01T00:00:00Z or later"), out.err
+        await produce_plain(bootstrap, journal, "hourly", _change_bytes(
+            "hourly", action="backfill", start_ms=-62_135_614_800_000, end_ms=now_ms),
+            record_type="schedule.change-requested")
         for args in (("pause", "hourly", "--note", "db migration"),
                      ("update", "hourly", "--payload", '{"n": 2}')):
             done = await cli("schedule", *args, bootstrap=bootstrap, namespace=namespace,
@@ -83,6 +94,7 @@ async def test_a_burst_bad_specs_the_cli_s_times_notes_and_counts(
     assert "cron or every, not both" in reasons["both"]
     assert "Expecting property name" in reasons["notjson"]
     assert "a run timeout is more than 0 ms" in reasons["untimed"]
+    assert reasons["hourly"] == "a backfill starts at 1970-01-01T00:00:00Z or later"
 
 
 async def test_a_fire_whose_create_cannot_be_sent_frees_its_schedule(
