@@ -134,9 +134,11 @@ def _batch(operation: str, *, where: str, dry_run: bool, yes: bool, batch_id: st
             bootstrap=bootstrap, namespace=namespace, where=where))
         if count == 0:  # (nothing to confirm: a batch begun now could act on runs made since)
             click.echo(f"no run matches {where!r}: nothing sent", err=True)
-            if as_json:
-                _print_json({"batch_id": None, "matched": 0, "sent": 0, "done": 0,
-                             "refused": 0})
+            if as_json:  # (the keys of every batch's report: scripts read one shape)
+                _print_json({"batch_id": None, "run_id": None, "dry_run": False,
+                             "operation": operation, "matched": 0, "matching_done": True,
+                             "sent": 0, "done": 0, "refused": 0, "refusals": [],
+                             "first": [], "rate_per_s": 0.0})
             return
         click.confirm(f"{operation} the {count} run(s) matching {where!r} now?", abort=True,
                       err=True)

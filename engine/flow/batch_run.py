@@ -110,21 +110,32 @@ class BatchOperations(Generic[H]):
         `batch_id` again attaches to that batch (nothing is matched again). `dry_run`:
         match only (the report's `matched` and `first`)."""
         check_text("a cancel's reason", reason)
-        return await self._batch(BatchSpec(batch_id or "", "cancel", where, reason=reason,
-                                           dry_run=dry_run))
+        return await self._batch(BatchSpec(given_batch_id(batch_id), "cancel", where,
+                                           reason=reason, dry_run=dry_run))
 
     async def signal_where(self, where: str, name: str, payload: Any = None, *,
                            batch_id: str | None = None, dry_run: bool = False) -> H:
         """Send signal `name` to every run matching `where`, as cancel_where does."""
         check_name("signal", name)
         payload_json = check_payload(f"the payload of signal {name!r}", dump_json(payload))
-        return await self._batch(BatchSpec(batch_id or "", "signal", where, signal=name,
-                                           signal_payload_json=payload_json, dry_run=dry_run))
+        return await self._batch(BatchSpec(given_batch_id(batch_id), "signal", where,
+                                           signal=name, signal_payload_json=payload_json,
+                                           dry_run=dry_run))
 
     async def resume_where(self, where: str, *, batch_id: str | None = None,
                            dry_run: bool = False) -> H:
         """Wake every waiting run matching `where` (an operator resume), as cancel_where."""
-        return await self._batch(BatchSpec(batch_id or "", "resume", where, dry_run=dry_run))
+        return await self._batch(BatchSpec(given_batch_id(batch_id), "resume", where,
+                                           dry_run=dry_run))
+
+
+def given_batch_id(batch_id: str | None) -> str:
+    """The batch id asked for, checked (BatchInvalid: an empty one started a new batch,
+    and the CLI asked no confirmation), or "" for a new batch."""
+    if batch_id is None:
+        return ""
+    batch_run_id(batch_id)
+    return batch_id
 
 
 def ready(spec: BatchSpec) -> tuple[BatchSpec, str]:

@@ -38,6 +38,7 @@ from runstream.engine.config import (
     snapshot_topic,
 )
 from runstream.engine.errors import AccessDenied, InvalidInput
+from runstream.engine.journal.input_limits import check_authority_name
 from runstream.engine.kafka.admin import admin_client
 from runstream.engine.kafka.connection import KafkaSecurity
 
@@ -77,6 +78,8 @@ def role_bindings(role: str, principal: str, namespace: str | None = None,
     if kind != "User" or not name:
         raise InvalidInput(f"principal {principal!r} must look like User:NAME")
     space = resolve_namespace(namespace)
+    if authority is not None:  # (it names a topic: `topics create --requests` checks it too)
+        check_authority_name(authority)
     if role == "worker":
         if authority is not None:
             raise InvalidInput("--authority applies to the client role only")

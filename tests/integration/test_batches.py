@@ -139,6 +139,15 @@ async def test_a_batch_reports_refusals_and_skips_runs_created_after_it_began(
                              bootstrap=bootstrap, namespace=namespace, cache=tmp_path / "c")
             assert (none.code, none.err.strip()) == (
                 0, "no run matches \"team = 'nobody'\": nothing sent"), none
+            # Its JSON has every key a batch's report has (it had five of them); an empty
+            # batch id is refused (it skipped the confirmation and began a new batch).
+            shape = await cli("runs", "cancel", "--where", "team = 'nobody'", "--json",
+                              bootstrap=bootstrap, namespace=namespace, cache=tmp_path / "c")
+            assert set(json.loads(shape.out)) == set(report), shape
+            empty = await cli("runs", "cancel", "--where", "team = 't1'", "--batch-id", "",
+                              bootstrap=bootstrap, namespace=namespace, cache=tmp_path / "c")
+            assert empty.code == 2 and empty.err.strip().startswith(
+                "error: a batch id is 1 to 100 of"), empty
             for run_id in ids[1:]:
                 await status_when(client, run_id, RunStatus.completed)
             late = await _create(client, 1, "late", team="t1")

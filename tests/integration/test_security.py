@@ -124,6 +124,9 @@ def test_the_client_role_never_writes_the_journal() -> None:
         ("topic", "ns.", "prefixed"), ("group", "ns.", "prefixed")}
     with pytest.raises(InvalidInput):
         role_bindings("client", "client", "ns")  # not a principal
+    for bad in ("bad name!", ""):  # (each named a topic no namespace can have)
+        with pytest.raises(InvalidInput, match="authority name"):
+            role_bindings("client", "User:c", "ns", authority=bad)
 
 
 def _cli(arguments: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
