@@ -200,6 +200,14 @@ def _spec(given: dict[str, Any], base: ScheduleSpec | None) -> ScheduleSpec:
         raise SpecInvalid(f"overlap must be one of {', '.join(OVERLAPS)}, not {spec.overlap!r}")
     if spec.catchup_window_ms < 0 or spec.jitter_ms < 0 or spec.offset_ms < 0:
         raise SpecInvalid("the catch-up window, the jitter and the offset must be 0 or more")
+    # (a plain producer's: past them a next fire time overflowed the record's 64 bits, its
+    # answer could not be sent, and every later change of the schedule waited behind it)
+    for name, ms in (("every", spec.every_ms or 0), ("the offset", spec.offset_ms),
+                     ("the jitter", spec.jitter_ms),
+                     ("the catch-up window", spec.catchup_window_ms)):
+        if ms > MAX_TIMEOUT_MS:
+            raise SpecInvalid(f"{name} must be at most {MAX_TIMEOUT_MS} ms (100 years), not "
+                              f"{ms} ms")
     _check_runs(spec)
     return spec
 

@@ -154,8 +154,9 @@ def timeout_ms(value: Duration | None, what: str) -> int | None:
     can show (the owner rejects any other: projections.decide.invalid_create)."""
     ms = positive_ms(value, what)
     if ms is not None and ms > MAX_TIMEOUT_MS:
-        raise DurationInvalid(f"{what} must be at most 100 years, not {ms / 86_400_000:,.0f} "
-                              f"days")  # (the value's repr: datetime.timedelta(days=36600))
+        days = ms / 86_400_000  # (not the value's repr: datetime.timedelta(days=36600))
+        shown = f"{days:,.0f}" if days.is_integer() else f"{days:,.2f}"
+        raise DurationInvalid(f"{what} must be at most 100 years, not {shown} days")
     return ms
 
 

@@ -234,13 +234,18 @@ async def probe_first(bootstrap: str, settings: KafkaSecurity, timeout: float, *
 
 def is_refused(error: BaseException) -> bool:
     """Nothing listens where `error` came from: a refused connection, or every address a
-    name resolves to refused (asyncio's "Multiple exceptions: [Errno 111] ..." OSError, as
-    for `localhost` on a machine listing ::1 and 127.0.0.1)."""
+    name resolves to refused or unreachable (asyncio's "Multiple exceptions: [Errno 111]
+    ..." OSError, as for `localhost` on a machine listing ::1 and 127.0.0.1)."""
     if isinstance(error, ConnectionRefusedError):
         return True
-    codes = re.findall(r"\[Errno (\d+)\]", str(error))
+    codes = {int(code) for code in re.findall(r"\[Errno (\d+)\]", str(error))}
     return (type(error) is OSError and str(error).startswith("Multiple exceptions: ")
-            and bool(codes) and all(int(code) == errno.ECONNREFUSED for code in codes))
+            and errno.ECONNREFUSED in codes and codes <= _NOT_THERE)
+
+
+# What the other addresses of a name one of which refused may say: none reachable (::1 with
+# IPv6 off), nothing listening.
+_NOT_THERE = {errno.ECONNREFUSED, errno.EADDRNOTAVAIL, errno.ENETUNREACH, errno.EAFNOSUPPORT}
 
 
 async def probe(host: str, port: int, settings: KafkaSecurity, *,

@@ -102,7 +102,10 @@ def test_a_name_whose_every_address_refuses_is_refused() -> None:
     mixed = OSError("Multiple exceptions: [Errno 111] Connect call failed ('::1', 9, 0, 0), "
                     "[Errno 113] Connect call failed ('10.0.0.9', 9)")
     assert is_refused(both) and is_refused(ConnectionRefusedError(111, "refused"))
+    no_v6 = OSError("Multiple exceptions: [Errno 99] Cannot assign requested address, "
+                    "[Errno 111] Connect call failed ('127.0.0.1', 9)")
     assert not is_refused(mixed) and not is_refused(OSError("Multiple exceptions: "))
+    assert is_refused(no_v6)  # (::1 with IPv6 off)
     settings = connection.resolve_security(None)
     assert connection.explain(both, "localhost:9", settings, 1.0).startswith(
         "nothing listens at localhost:9: ")
