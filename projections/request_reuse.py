@@ -9,18 +9,22 @@ dropped). Either way no run is made, and before this nothing answered it: a plai
 waited for its answer for ever, and so did a client attached to the run. Its owner rejects
 it (reason `request-id-reused`). The reducer ignores a rejection of a run it does not hold,
 as it ignores an expired run's (projections.owner.answer_expired): the rejection is there
-for readers, in the journal and in the run's history.
+for readers, in the journal and in the partition's history (projections.writes keeps a
+record naming no run there). One no owner answered (sent while none executed the
+partition: no inbox holds it for the next owner's sweep) its readers judge from the
+repeat's own verdict, as the owner would have (`reuse_answer`).
 
 Not answered: a create reusing an id for a run that does exist (the run is there to
-query), and one a crash kept its owner from answering (no inbox holds it for the next
-owner's sweep)."""
+query)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from itertools import islice
 
+from runstream.engine.errors import RunNotFound
 from runstream.engine.journal import events as ev
+from runstream.projections.decide import rejection_why
 from runstream.projections.replay import record_of
 from runstream.projections.state import RunState, Verdict
 from runstream.projections.values import HistoryEntry
@@ -107,6 +111,14 @@ def _written(run_id: str, items: Iterable[HistoryEntry]
                 and record.envelope.run_id == run_id):
             return item, record
     return None
+
+
+def reused_not_found(run_id: str, answer: HistoryEntry, record: ev.RunCreateRejected
+                     ) -> RunNotFound:
+    """What a query about `run_id` raises once `reuse_answer` found its rejection (a
+    Client's, engine.readmodel.lookups, and the TestEnvironment's alike)."""
+    return RunNotFound(run_id, rejected=rejection_why(record),
+                       records=f"runstream partition history {answer.partition}")
 
 
 def _as_owner_would(repeat: HistoryEntry, request: ev.JournalRecord) -> ev.RunCreateRejected:

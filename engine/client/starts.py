@@ -26,12 +26,12 @@ from runstream.engine.journal.input_limits import (
 from runstream.engine.journal.records import is_round, request_envelope
 from runstream.engine.kafka.requests_topic import RequestProducer
 from runstream.engine.observability.tracing import carrier
+from runstream.engine.readmodel.lookups import rejection_in
 from runstream.engine.readmodel.model import ReadModel
 from runstream.projections.attributes import create_json
 from runstream.projections.capabilities import narrow
 from runstream.projections.cron import fire_id_refusal
 from runstream.projections.expiry import create_rejection
-from runstream.projections.replay import record_of
 from runstream.projections.requests import describe_refusal
 from runstream.projections.state import Verdict
 from runstream.projections.updates import reused_request_text
@@ -112,14 +112,8 @@ class StartCalls:
         first = view.request_applied_at(partition, request_id)
         if first is None or view.history_entry(run_id, partition, first) is None:
             return None
-        view = await (await self.read_model()).complete(view, [run_id])
-        for item in reversed(view.history(run_id)):
-            if item.type == ev.RunCreateRejected.TYPE and item.raw is not None:
-                record = record_of(item)
-                if (isinstance(record, ev.RunCreateRejected)
-                        and record.envelope.request_id == request_id):
-                    return record
-        return None
+        return rejection_in(await (await self.read_model()).complete(view, [run_id]), run_id,
+                            request_id)
 
     async def signal_with_start(
         self, flow: Flow[Any, Any] | str, payload: Any = None, *, run_id: str, signal: str,

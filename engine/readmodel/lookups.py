@@ -15,6 +15,7 @@ from runstream.engine.readmodel.view import View
 from runstream.projections.decide import rejection_why
 from runstream.projections.expiry import expired_text
 from runstream.projections.partitioning import run_partition
+from runstream.projections.request_reuse import reused_not_found
 from runstream.projections.state import RunState, Tombstone, round_zero
 
 
@@ -104,18 +105,24 @@ async def missing_run(model: ReadModel, view: View, run_id: str, stone: Tombston
     exact = round_zero(run_id)
     if not any(item.type == ev.RunCreateRejected.TYPE for item in view.history(exact)):
         reused = view.reuse_rejection(exact)  # (a create that repeated a request id)
-        if reused is None:
-            return RunNotFound(run_id)
-        return RunNotFound(run_id, rejected=rejection_why(reused[1]),
-                           records=f"runstream partition history {reused[0].partition}")
-    view = await model.complete(view, [exact])
-    for item in reversed(view.history(exact)):
+        return RunNotFound(run_id) if reused is None else reused_not_found(run_id, *reused)
+    record = rejection_in(await model.complete(view, [exact]), exact)
+    return RunNotFound(run_id, rejected=None if record is None else rejection_why(record))
+
+
+def rejection_in(view: View, run_id: str, request_id: str | None = None
+                 ) -> ev.RunCreateRejected | None:
+    """The latest rejection of a create of `run_id` among its records in `view` (with their
+    bytes: ReadModel.complete), of the create `request_id` when given; what
+    engine.testing.upkeep.rejected_create finds in the environment."""
+    for item in reversed(view.history(run_id)):
         if item.type != ev.RunCreateRejected.TYPE or item.raw is None:
             continue
         try:
             record = decode(item.raw)
         except DecodeError:
             continue
-        if isinstance(record, ev.RunCreateRejected):
-            return RunNotFound(run_id, rejected=rejection_why(record))
-    return RunNotFound(run_id)
+        if isinstance(record, ev.RunCreateRejected) and request_id in (
+                None, record.envelope.request_id):
+            return record
+    return None

@@ -20,7 +20,7 @@ from runstream.projections.decide import rejection_why
 from runstream.projections.expiry import expired_create, expired_text, sweep_body
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.reactions import FlowMissing, Start
-from runstream.projections.request_reuse import reuse_answer
+from runstream.projections.request_reuse import reuse_answer, reused_not_found
 from runstream.projections.state import RunState, RunStatus, Verdict, round_zero
 
 # Expiry decisions one sweep of a partition journals at most (each names a batch): the
@@ -60,10 +60,7 @@ def missing(projection: MemoryProjection, run_id: str, partition: int) -> RunNot
                and i.record is not None and i.record.envelope.run_id == run_id]
     reused = reuse_answer(run_id, repeats,
                           lambda offset: (i for i in items if i.offset >= offset))
-    if reused is not None:
-        return RunNotFound(run_id, rejected=rejection_why(reused[1]),
-                           records=f"runstream partition history {partition}")
-    return RunNotFound(run_id)
+    return RunNotFound(run_id) if reused is None else reused_not_found(run_id, *reused)
 
 
 def rejected_create(projection: MemoryProjection, run_id: str,

@@ -259,16 +259,14 @@ def check_keeps_records(topic: str, configs: dict[str, str]) -> None:
         raise WorkerFatal(
             f"{topic} deletes records by size (retention.bytes={size}); a new owner needs "
             f"every record no snapshot covers, and snapshots follow the retention by time: "
-            f"set retention.bytes=-1 with kafka-configs.sh --alter --entity-type topics "
-            f"--entity-name {topic} --add-config retention.bytes=-1 (`runstream topics "
-            f"alter --journal-retention` sets one by time)")
+            f"set retention.bytes=-1 with {_set_config(topic, 'retention.bytes=-1')} "
+            f"(`runstream topics alter --journal-retention` sets one by time)")
     policy = configs.get("cleanup.policy")
     if policy is not None and "compact" in policy:
         raise WorkerFatal(
             f"{topic} is compacted (cleanup.policy={policy}): compaction keeps a run's last "
             f"record alone, and its state is all of them; set cleanup.policy=delete with "
-            f"kafka-configs.sh --alter --entity-type topics --entity-name {topic} "
-            f"--add-config cleanup.policy=delete, or move to a new namespace")
+            f"{_set_config(topic, 'cleanup.policy=delete')}, or move to a new namespace")
 
 
 def check_broker_time(topic: str, configs: dict[str, str]) -> None:
@@ -282,5 +280,11 @@ def check_broker_time(topic: str, configs: dict[str, str]) -> None:
             f"{topic} stamps its records with {TIMESTAMP_TYPE}={stamps}, each writer's "
             f"clock; claims and time travel compare record times, so the journal needs "
             f"{BROKER_TIME} (`runstream topics create` makes it so): set it with "
-            f"kafka-configs.sh --alter --entity-type topics --entity-name {topic} "
-            f"--add-config {TIMESTAMP_TYPE}={BROKER_TIME}, or move to a new namespace")
+            f"{_set_config(topic, f'{TIMESTAMP_TYPE}={BROKER_TIME}')}, or move to a new "
+            f"namespace")
+
+
+def _set_config(topic: str, setting: str) -> str:
+    """The command that sets one config of `topic` (and no other: incremental)."""
+    return (f"kafka-configs.sh --alter --entity-type topics --entity-name {topic} "
+            f"--add-config {setting}")
