@@ -142,8 +142,8 @@ class OwnerView:
     refusal: Callable[[str], Refusal | None] = _no_refusal
     # flow -> the owner starts a run of it at once, in a slot free now: its first
     # activation then rides in its run.created. A worker's is true unless its executions
-    # fill its concurrency or the flow has a max_concurrency; the test environment's never
-    # (its handlers run when it is driven).
+    # fill its concurrency or the flow has a max_concurrency; the test environment's the
+    # same, counting the runs it will start when driven (engine.testing.driving).
     slot_free: Callable[[str], bool] = _no_slot
     # subject (subject_of) -> a write of ours about it is in flight (DecidedKeys.holds)
     writing: Callable[[str], bool] = _not_writing

@@ -22,11 +22,12 @@ from runstream.engine.journal import events as ev
 from runstream.engine.testing.execution import TestExecution
 from runstream.engine.testing.log import MemoryLog
 from runstream.engine.testing.upkeep import expire_due, idle_message
+from runstream.engine.worker.admission import Admission
 from runstream.projections.deadlines import DEADLINE_POSITION, on_deadline
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.owner import react
 from runstream.projections.reactions import Interrupt, OwnerView, Reaction, Start
-from runstream.projections.state import RunState, Verdict
+from runstream.projections.state import RunState, RunStatus, Verdict
 from runstream.projections.values import DueTimer
 
 # Records one drive may write before the environment calls it a livelock (a flow that
@@ -51,6 +52,7 @@ class Driving:
     _offsets: list[int]
     _executions: dict[str, TestExecution]
     _runnable: dict[str, Start]
+    admission: Admission
 
     # (engine.testing.queries: annotated, not stubbed, so it does not shadow that mixin's)
     _exact: Callable[[str], RunState]
@@ -65,8 +67,19 @@ class Driving:
     def _act(self, reactions: Iterable[Reaction], *, launch: bool = False) -> None:
         raise NotImplementedError
 
-    def _launch(self, run_id: str) -> None:
+    def _launch(self, run_id: str, *, activated: bool = False) -> None:
         raise NotImplementedError
+
+    def _slot_free(self, flow: str) -> bool:
+        """As a worker's Activator.slot_free: a run of `flow` started now would have a slot
+        at once (then its first activation rides in its run.created). The runs marked to
+        start count as started: a worker launches them at once, this environment when
+        driven."""
+        registered = self.flows.get(flow)
+        started = sum(1 for execution in self._executions.values()
+                      if execution.task is not None and not execution.task.done())
+        return (registered is not None and registered.max_concurrency is None
+                and started + len(self._runnable) < self.admission.slots)
 
     def _settled(self, run_id: str) -> bool:
         return self._exact(run_id).status.is_terminal
@@ -132,7 +145,13 @@ class Driving:
             if self._exact(run_id).flow not in self.flows:
                 continue  # left pending, as a worker leaves it, until its flow is registered
             given = self._runnable.pop(run_id)
-            self._act(react(self._view(), self._exact(run_id), claiming=given.claimed,
+            run = self._exact(run_id)
+            if given.activated and run.status is RunStatus.running:
+                # Its first activation rode in its run.created: launched as a worker's
+                # Activator launched it (at once), without a run.activated of its own.
+                self._launch(run_id, activated=True)
+                continue
+            self._act(react(self._view(), run, claiming=given.claimed,
                             woken=given.woken), launch=True)
 
     def _interrupt(self, interrupt: Interrupt) -> None:

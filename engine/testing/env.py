@@ -386,7 +386,7 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks, EnvB
         return OwnerView(flows=self.flows, owner=OWNER_NAME, entry=self.projection.store.entry,
                          decided=self._decided, in_flight=self.log.in_flight,
                          writing=self._decided.holds,
-                         executing=self._executing)
+                         executing=self._executing, slot_free=self._slot_free)
 
     def _executing(self, run_id: str) -> bool:
         execution = self._executions.get(run_id)
@@ -438,12 +438,12 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks, EnvB
                                  lambda cls, body: self.log.send(write.run, cls, body))
         return answered is None
 
-    def _launch(self, run_id: str) -> None:
+    def _launch(self, run_id: str, *, activated: bool = False) -> None:
         run = self._exact(run_id)
         flow = self.flows.get(run.flow)
         if flow is None:
             raise EnvironmentIdle(f"run {run_id} is of flow {run.flow!r}, which this "
                                   f"environment does not register")
-        execution = TestExecution(self, run)
+        execution = TestExecution(self, run, activated=activated)
         self._executions[run_id] = execution
         execution.task = asyncio.create_task(execution.execute(flow))

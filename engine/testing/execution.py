@@ -24,9 +24,12 @@ class TestExecution(HandlerRunner):
 
     __test__ = False
 
-    def __init__(self, env: TestEnvironment, run: RunState) -> None:
+    def __init__(self, env: TestEnvironment, run: RunState, *, activated: bool = False
+                 ) -> None:
+        """`activated`: its first activation rode in its run.created (projections.owner)."""
         self.env = env
         self.run = run
+        self.activated = activated
         self.settled = False
         self.crashed = False
         self.task: asyncio.Task[None] | None = None
@@ -100,9 +103,10 @@ class TestExecution(HandlerRunner):
         run = self.run_state()
         plan = plan_activation(run, lambda source: f"source {source[:8]}")
         try:
-            self.send(ev.RunActivated, mode=plan.mode, activation=run.activations + 1,
-                      evidence=plan.evidence, previous_owner=plan.previous_owner,
-                      previous_epoch=plan.previous_epoch)
+            if not self.activated:
+                self.send(ev.RunActivated, mode=plan.mode, activation=run.activations + 1,
+                          evidence=plan.evidence, previous_owner=plan.previous_owner,
+                          previous_epoch=plan.previous_epoch)
             await self.run_handler(flow)
         except (RunReleased, Dropped):
             return

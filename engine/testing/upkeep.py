@@ -99,10 +99,13 @@ def idle_message(projection: MemoryProjection, flows: Collection[str]) -> str:
 
 def merged(marked: Start | None, given: Start | FlowMissing) -> Start:
     """A run given a Start (or left pending, FlowMissing: its flow may be registered before
-    the environment is driven), merged with the one it holds: claimed or woken if either is."""
+    the environment is driven), merged with the one it holds: claimed, woken or activated
+    (in its run.created) if either is."""
     claimed = given.claimed or (marked is not None and marked.claimed)
     woken = (isinstance(given, Start) and given.woken) or (marked is not None and marked.woken)
-    return Start(given.run, woken=woken, claimed=claimed)
+    activated = ((isinstance(given, Start) and given.activated)
+                 or (marked is not None and marked.activated))
+    return Start(given.run, woken=woken, claimed=claimed, activated=activated)
 
 
 def in_status(status: RunStatus) -> Callable[[RunState], bool]:

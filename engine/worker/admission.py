@@ -34,6 +34,7 @@ class Admission:
         if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
             raise InvalidInput(f"concurrency must be a whole number of execution slots, 1 "
                                f"or more, not {slots!r}")
+        self.slots = slots  # (all of them)
         self.free = slots
         self._queues: OrderedDict[str, deque[asyncio.Future[None]]] = OrderedDict()
         self._limits = dict(limits or {})  # flow -> max_concurrency (absent: none)

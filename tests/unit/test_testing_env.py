@@ -161,8 +161,12 @@ async def test_a_failed_child_raises_child_failed_in_its_parent() -> None:
 
 
 async def test_cancel_pending_running_suspended_and_a_tree() -> None:
-    async with TestEnvironment(flows, partitions=3) as env:
+    async with TestEnvironment(flows, partitions=3, concurrency=1) as env:
+        # Pending: the one slot is marked for the first run (as a worker's would be held).
+        ahead = await env.start(sleeper, {"seconds": 1})
         pending = await env.start(sleeper, {"seconds": 1})
+        assert (env.describe(ahead).status, env.describe(pending).status) == (
+            RunStatus.running, RunStatus.pending)  # (the first activated in its run.created)
         await env.cancel(pending, reason="no")
         with pytest.raises(RunCancelled, match="no"):
             await env.result(pending)
@@ -207,7 +211,11 @@ async def test_a_crash_injected_at_a_position_replays_from_the_journal() -> None
         assert calls == ["a", "b", "b", "c"]  # b ran again, a did not
         assert env.crashes == 1
         modes = [i.record.mode for i in env.history("r") if isinstance(i.record, ev.RunActivated)]
-        assert modes == ["new", "stolen"]
+        # The first activation rode in its run.created, as a worker's does; the new owner's
+        # is a record of its own.
+        assert modes == ["stolen"]
+        [created] = [i.record for i in env.history("r") if isinstance(i.record, ev.RunCreated)]
+        assert created.activated
 
 
 async def test_idle_environment_says_what_runs_wait_for() -> None:

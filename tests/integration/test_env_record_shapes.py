@@ -1,0 +1,91 @@
+"""The TestEnvironment journals what a worker journals: the same records, in the same order,
+for the same flows, since both decide through the same owner code (projections.owner) and
+run handlers through the same runner (engine.flow.runner). Runs created through every door
+of a worker (a Flow, a flow name, the CLI, a plain producer from schemas/ alone) and of the
+environment (a Flow, a flow name) give one sequence of record types per flow. Before, the
+environment wrote a run.activated of its own where a worker's first activation rides in its
+run.created."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runstream import Flow, FlowContext
+from runstream.projections.memory import MemoryProjection
+from runstream.projections.state import Verdict
+from runstream.testing import TestEnvironment
+from tests.integration.support import fold, until
+from tests.integration.test_lifetime import DOORS, doors, worker
+
+steps: Flow[Any, Any] = Flow("shapes-steps")
+waits: Flow[Any, Any] = Flow("shapes-waits")
+spawns: Flow[Any, Any] = Flow("shapes-spawns")
+FLOWS: list[Flow[Any, Any]] = [steps, waits, spawns]
+
+
+@steps.handler
+async def _steps(ctx: FlowContext, payload: Any) -> int:
+    total = 0
+    for name in ("a", "b", "c"):
+        total += await ctx.step(name, lambda n=name: len(n))
+    return total
+
+
+@waits.handler
+async def _waits(ctx: FlowContext, payload: Any) -> str:
+    await ctx.step("before", lambda: 1)
+    await ctx.sleep(0.2)
+    return "slept"
+
+
+@spawns.handler
+async def _spawns(ctx: FlowContext, payload: Any) -> int:
+    child = await ctx.spawn(steps, None, run_id=f"{ctx.run_id}-kid")
+    return int(await child.result()) + 1
+
+
+def types_of(history: list[Any]) -> list[str]:
+    """The record types applied to a run, in journal order."""
+    return [item.record.TYPE for item in history
+            if item.record is not None and item.verdict is Verdict.applied]
+
+
+async def in_environment() -> dict[str, list[str]]:
+    """flow name -> its run's record types, for runs created by a Flow and by name (equal)."""
+    shapes: dict[str, list[str]] = {}
+    async with TestEnvironment(FLOWS) as env:
+        for flow in FLOWS:
+            by_flow = await env.start(flow, None, run_id=f"env-{flow.name}")
+            by_name = await env.start(flow.name, None, run_id=f"env-name-{flow.name}")
+            await env.result(by_flow)
+            await env.result(by_name)
+            shapes[flow.name] = types_of(env.history(by_flow))
+            assert types_of(env.history(by_name)) == shapes[flow.name], flow.name
+    return shapes
+
+
+@pytest.mark.parametrize("door", DOORS)
+async def test_a_worker_and_the_environment_journal_the_same_records(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path, door: str
+) -> None:
+    expected = await in_environment()
+    assert "run.activated" not in expected[steps.name]  # it rides in run.created
+    async with worker(bootstrap, namespace, tmp_path / "w", FLOWS), \
+            doors(bootstrap, namespace, journal, tmp_path) as (client, create):
+        for flow in FLOWS:
+            await create(door)(flow, None, f"{door}-{flow.name}")
+        for flow in FLOWS:
+            await client.get_handle(f"{door}-{flow.name}").result(timeout=60)
+        kid = f"{door}-{spawns.name}-kid"
+
+        async def folded() -> MemoryProjection | None:
+            # (the kid's wake of its parent is applied before the parent settles)
+            view = await fold(bootstrap, namespace)
+            return view if types_of(view.history.get(kid, [])) else None
+        projection: MemoryProjection = await until(folded, "the journal to hold every run")
+    for flow in FLOWS:
+        made = types_of(projection.history[f"{door}-{flow.name}"])
+        assert made == expected[flow.name], (flow.name, made, expected[flow.name])
