@@ -50,7 +50,10 @@ _TOPIC_ALREADY_EXISTS = 36
 _UNKNOWN_TOPIC = 3  # UnknownTopicOrPartition
 # TopicAuthorizationFailed, GroupAuthorizationFailed, ClusterAuthorizationFailed
 _DENIED_CODES = (29, 30, 31)
-_KEEP_FOREVER = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"}
+# A journal keeps every record no snapshot covers: none deleted by size or by key (a worker
+# refuses a journal without these: engine.worker.takeover.check_keeps_records).
+KEEPS_RECORDS = {"retention.bytes": "-1", "cleanup.policy": "delete"}
+_KEEP_FOREVER = {"retention.ms": "-1", **KEEPS_RECORDS}
 # Record timestamps from the broker's clock, monotonic per partition: claim leases and time
 # travel by time compare them, so no writer's clock may decide them.
 TIMESTAMP_TYPE = "message.timestamp.type"

@@ -21,6 +21,7 @@ from runstream.engine.config import dead_letter_topic
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.kafka.admin import (
     BROKER_TIME,
+    KEEPS_RECORDS,
     TIMESTAMP_TYPE,
     TopicsError,
     TopicsUnreachable,
@@ -259,14 +260,21 @@ def check_keeps_records(topic: str, configs: dict[str, str]) -> None:
         raise WorkerFatal(
             f"{topic} deletes records by size (retention.bytes={size}); a new owner needs "
             f"every record no snapshot covers, and snapshots follow the retention by time: "
-            f"set retention.bytes=-1 with {_set_config(topic, 'retention.bytes=-1')} "
+            f"set {_keeping('retention.bytes')} with "
+            f"{_set_config(topic, _keeping('retention.bytes'))} "
             f"(`runstream topics alter --journal-retention` sets one by time)")
     policy = configs.get("cleanup.policy")
     if policy is not None and "compact" in policy:
         raise WorkerFatal(
             f"{topic} is compacted (cleanup.policy={policy}): compaction keeps a run's last "
-            f"record alone, and its state is all of them; set cleanup.policy=delete with "
-            f"{_set_config(topic, 'cleanup.policy=delete')}, or move to a new namespace")
+            f"record alone, and its state is all of them; set {_keeping('cleanup.policy')} "
+            f"with {_set_config(topic, _keeping('cleanup.policy'))}, or move to a new "
+            f"namespace")
+
+
+def _keeping(config: str) -> str:
+    """`config`=its value in a journal that keeps its records (engine.kafka.admin)."""
+    return f"{config}={KEEPS_RECORDS[config]}"
 
 
 def check_broker_time(topic: str, configs: dict[str, str]) -> None:

@@ -265,13 +265,15 @@ async def test_a_journal_stamping_the_writers_clocks_is_named_and_refused_by_a_w
     assert code == 0 and f"exists {journal} (2 partitions" in out, err
 
 
-@pytest.mark.parametrize(("config", "named"), [
-    ({"retention.bytes": "100000"}, "deletes records by size (retention.bytes=100000)"),
-    ({"cleanup.policy": "compact,delete"}, "is compacted (cleanup.policy=compact,delete)"),
+@pytest.mark.parametrize(("config", "named", "fix"), [
+    ({"retention.bytes": "100000"}, "deletes records by size (retention.bytes=100000)",
+     "--add-config retention.bytes=-1"),
+    ({"cleanup.policy": "compact,delete"}, "is compacted (cleanup.policy=compact,delete)",
+     "--add-config cleanup.policy=delete"),
 ])
 async def test_a_journal_deleting_by_size_or_key_is_refused_by_a_worker(
         bootstrap: str, namespace: str, cleanup: None, tmp_path: Path, config: dict[str, str],
-        named: str) -> None:
+        named: str, fix: str) -> None:
     # Snapshots follow a journal's retention by time; by size or by key the broker deletes a
     # run's records whenever a partition grows, before any snapshot covers them. A worker
     # took such a journal to keep everything (`topics create` named the config; it did not).
@@ -286,3 +288,4 @@ async def test_a_journal_deleting_by_size_or_key_is_refused_by_a_worker(
     assert code != 0 and "Traceback" not in err, err
     [line] = _errors(err)
     assert line.startswith(f"error: {journal} {named}"), line
+    assert f"--entity-name {journal} {fix}" in line, line  # the one command that mends it
