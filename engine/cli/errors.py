@@ -29,8 +29,10 @@ def run_cli(group: click.Group) -> None:
     try:
         group.main(standalone_mode=False)
     except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(130)
+        # A confirmation declined (or its prompt closed): 1, as click's own; 130 is for
+        # an interrupt, which the confirmation's "no" is not.
+        click.echo("aborted: nothing sent", err=True)
+        sys.exit(1)
     except click.UsageError as exc:  # (click's own three lines: usage, a hint, the error)
         _fail(f"{exc.format_message()} (see `{_command_of(exc.ctx)} --help`)", exc.exit_code)
     except click.ClickException as exc:

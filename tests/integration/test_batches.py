@@ -123,6 +123,11 @@ async def test_a_batch_reports_refusals_and_skips_runs_created_after_it_began(
                           read_model_dir=tmp_path / "rm") as client:
             ids = await _create(client, 6, "r", team="t1")
             await _all_suspended(client, "team = 't1'", 6)
+            # A confirmation answered no: nothing sent, exit 1 (it exited 130, an interrupt's).
+            declined = await cli("runs", "cancel", "--where", "team = 't1'", stdin="n\n",
+                                 bootstrap=bootstrap, namespace=namespace, cache=tmp_path / "c")
+            assert declined.code == 1, declined
+            assert declined.err.strip().endswith("aborted: nothing sent"), declined
             await client.signal(ids[0], "go")  # it completes: a cancel is refused
             await status_when(client, ids[0], RunStatus.completed)
             result = await cli("runs", "signal", "go", "--where", "team = 't1'",

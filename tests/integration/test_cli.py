@@ -21,15 +21,17 @@ class Result:
     err: str
 
 
-async def cli(*args: str, bootstrap: str, namespace: str, cache: Path | None = None) -> Result:
+async def cli(*args: str, bootstrap: str, namespace: str, cache: Path | None = None,
+              stdin: str | None = None) -> Result:
     # A subprocess driven from the event loop: the in-process worker keeps running meanwhile.
     # Queries keep their read model under `cache` (RUNSTREAM_CACHE_DIR), not in ~/.cache.
     env = {**os.environ, "RUNSTREAM_CACHE_DIR": str(cache)} if cache else None
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "runstream.engine.cli", *args, "--bootstrap", bootstrap,
-        "--namespace", namespace,
+        "--namespace", namespace, stdin=None if stdin is None else asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
+    given = None if stdin is None else stdin.encode()
+    out, err = await asyncio.wait_for(proc.communicate(given), timeout=120)
     assert proc.returncode is not None
     return Result(proc.returncode, out.decode(), err.decode())
 
