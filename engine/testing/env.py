@@ -27,7 +27,7 @@ from runstream.engine.flow.definition import Flow, HandedOff, dump_json, settled
 from runstream.engine.flow.validation import judge
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
-from runstream.engine.journal.input_limits import check_payload, check_run_id
+from runstream.engine.journal.input_limits import check_payload
 from runstream.engine.journal.timetext import epoch_ms
 from runstream.engine.testing.batches import EnvBatches, EnvBatchIO
 from runstream.engine.testing.driving import Driving, EnvironmentIdle
@@ -177,21 +177,6 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks, EnvB
             return await self.result(round_to_follow(self.projection.store, outcome.run_id),
                                      follow=True)
         return outcome
-
-    async def signal(self, run_id: str, name: str, payload: Any = None, *,
-                     request_id: str | None = None) -> None:
-        """Send signal `name`; raises SignalRefused when the run cannot take it, RunNotFound
-        (RunExpired) when there is none, as a Client does."""
-        check_run_id(run_id)
-        check_request(ev.RunSignalSent, run_id, {"name": name, "payload_json": "null"})
-        self._exact(run_id)
-        outcome = self._request(ev.RunSignalSent, run_id, request_id=request_id, name=name,
-                                payload_json=dump_json(payload))
-        if outcome == Verdict.refused:
-            run = self.describe(run_id)  # (a lineage id: its latest round)
-            record = ev.RunSignalSent(envelope=envelope(ev.RunSignalSent, run_id, None, 0),
-                                      name=name)
-            raise SignalRefused(run_id, name, describe_refusal(run, record))
 
     async def signal_with_start(
         self, flow: Flow[Any, Any] | str, payload: Any = None, *, run_id: str, signal: str,

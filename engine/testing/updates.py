@@ -1,5 +1,6 @@
-"""The TestEnvironment's updates: Client.update on the virtual clock, through the same
-reducer, owner and validator code as a worker's (projections.updates, engine.flow.validation)."""
+"""The TestEnvironment's updates and signals: Client.update and Client.signal on the virtual
+clock, through the same reducer, owner and validator code as a worker's (projections.updates,
+engine.flow.validation), and the same judgement of a repeated request id."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from runstream.engine.errors import RunNotFound, UpdateRefused
+from runstream.engine.errors import RunNotFound, SignalRefused, UpdateRefused
 from runstream.engine.flow.definition import dump_json
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
+from runstream.engine.journal.input_limits import check_run_id
+from runstream.engine.testing.inputs import check_request
 from runstream.engine.testing.log import envelope
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.replay import update_outcome
@@ -38,6 +41,32 @@ class EnvUpdates:
     async def _drive(self, done: Callable[[], bool], *, until_ms: int | None = None,
                      passing: bool = False) -> None:
         raise NotImplementedError
+
+    # (engine.testing.queries: annotated, not stubbed, so they do not shadow that mixin's)
+    _exact: Callable[[str], RunState]
+    describe: Callable[[str], RunState]
+
+    async def signal(self, run_id: str, name: str, payload: Any = None, *,
+                     request_id: str | None = None) -> None:
+        """Send signal `name`; raises SignalRefused when the run cannot take it (or its
+        request id was another request's: no run took it), RunNotFound (RunExpired) when
+        there is none, as a Client does. The same request id again is the signal it sent
+        (its payload is not compared, as a Client's and as Temporal's request id)."""
+        check_run_id(run_id)
+        check_request(ev.RunSignalSent, run_id, {"name": name, "payload_json": "null"})
+        self._exact(run_id)
+        outcome = self._request(ev.RunSignalSent, run_id, request_id=request_id, name=name,
+                                payload_json=dump_json(payload))
+        if outcome == Verdict.refused:
+            run = self.describe(run_id)  # (a lineage id: its latest round)
+            record = ev.RunSignalSent(envelope=envelope(ev.RunSignalSent, run_id, None, 0),
+                                      name=name)
+            raise SignalRefused(run_id, name, describe_refusal(run, record))
+        lineage = self.describe(run_id).lineage_id
+        if outcome is Verdict.duplicate and self._round_asked(
+                lineage, request_id or "", ev.RunSignalSent) is None:
+            # (its id was another request's on the partition: no run took this signal)
+            raise SignalRefused(run_id, name, reused_request_text(request_id or "", "signal"))
 
     async def update(self, run_id: str, name: str, payload: Any = None, *,
                      request_id: str | None = None) -> Any:
@@ -76,18 +105,20 @@ class EnvUpdates:
         """The round a request naming `run_id` reaches: a lineage's id names its latest."""
         return self.projection.store.latest_round(run_id) or run_id
 
-    def _round_asked(self, lineage_id: str, request_id: str) -> str | None:
-        """The round of the lineage that took update `request_id` (None: no round did), as
-        a Client finds it (engine.client.updates._round_asked). Round 0 was taken for it:
-        past two handoffs the request, sent to the latest round, was never found following
-        round 1, and the update was reported refused although the run answered it."""
+    def _round_asked(self, lineage_id: str, request_id: str,
+                     cls: type[ev.RunUpdateRequested | ev.RunSignalSent] = ev.RunUpdateRequested,
+                     ) -> str | None:
+        """The round of the lineage that took update `request_id` (or a request of `cls`),
+        None when no round did, as a Client finds it (engine.client.updates._round_asked).
+        Round 0 was taken for it: past two handoffs the request, sent to the latest round,
+        was never found following round 1, and the update was reported refused although
+        the run answered it."""
         for run in lineage_rounds(self.projection.runs.get, lineage_id,
                                   self.projection.store.latest_round(lineage_id)):
-            if any(item.verdict is Verdict.applied
-                   and isinstance(item.record, ev.RunUpdateRequested)
-                   and item.record.envelope.request_id == request_id
-                   for item in self.projection.history.get(run.run_id, [])):
-                return run.run_id
+            for item in self.projection.history.get(run.run_id, []):
+                if (item.verdict is Verdict.applied and isinstance(item.record, cls)
+                        and item.record.envelope.request_id == request_id):
+                    return run.run_id
         return None
 
     def _answered(self, holder: list[str], request_id: str) -> bool:
