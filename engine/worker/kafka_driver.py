@@ -25,7 +25,7 @@ from aiokafka.protocol.group import HeartbeatRequest
 
 from runstream.engine.journal import MAX_RECORD_BYTES
 from runstream.engine.kafka.admin import DEAD_LETTER_MAX_MESSAGE_BYTES
-from runstream.engine.kafka.connection import KafkaSecurity, kafka_options
+from runstream.engine.kafka.connection import KafkaSecurity, kafka_options, watched_start
 from runstream.engine.kafka.unreadable import getmany_readable
 from runstream.engine.worker.committer import MAX_BATCH_BYTES
 from runstream.engine.worker.sent import LOG_APPEND_TIME, SentRecords
@@ -83,7 +83,7 @@ async def make_producer(bootstrap: str, *, name: str, security: KafkaSecurity | 
         **kafka_options(security),
     )
     try:
-        await producer.start()
+        await watched_start(producer.start(), bootstrap, security)
     except BaseException:
         await producer.stop()
         raise

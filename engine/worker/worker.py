@@ -38,7 +38,7 @@ from runstream.engine.flow.apps import flows_by_name
 from runstream.engine.flow.definition import Flow
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
-from runstream.engine.kafka.connection import KafkaSecurity
+from runstream.engine.kafka.connection import KafkaSecurity, watched_start
 from runstream.engine.kafka.reader import partition_count
 from runstream.engine.observability.metrics import WorkerMetrics
 from runstream.engine.worker.activation import Activator
@@ -234,7 +234,7 @@ class Worker:
             session_timeout_ms=self.session_timeout_ms, drain_timeout=self.drain_timeout,
             security=self.security)
         try:
-            await consumer.start()
+            await watched_start(consumer.start(), self.bootstrap, self.security)
             self.partitions = await partition_count(consumer, self.topic, self.bootstrap)
             if self.relay is not None:
                 await self.relay.start(only_if_relaying=True)

@@ -1,6 +1,8 @@
 """A listener that accepts connections and never answers (a wrong port, a proxy, a broker
 hung mid-start): the one line a client's start ends with names how long it waited. It said
-"within 10s" after 41-53 s: aiokafka's own request timeout (40 s) ran first, unnamed."""
+"within 10s" after 41-53 s: aiokafka's own request timeout (40 s) ran first, unnamed. Now a
+start still waiting after a few seconds is probed meanwhile, and ends at the probe's
+silence (engine.kafka.connection.watched_start)."""
 
 from __future__ import annotations
 
@@ -57,6 +59,23 @@ async def test_a_client_start_against_a_silent_listener_says_how_long_it_waited(
     assert str(failed.value) == (
         f"{silent} did not answer a Kafka request over PLAINTEXT within 0.2s, nor in the 2s "
         "of the attempt before: check --security-protocol and the address")
+
+
+async def test_a_start_held_by_a_silent_listener_ends_at_its_probe_not_its_timeout(
+        silent: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With aiokafka's own request timeout (40 s), a start that has not bootstrapped after
+    SILENT_AFTER_S is probed meanwhile, and the probe's silence ends it: a CLI command
+    took 51 s to say so, a worker 45 s for its first warning."""
+    monkeypatch.setattr(connection, "SILENT_AFTER_S", 0.3)
+    monkeypatch.setattr(connection, "DIAGNOSIS_TIMEOUT_S", 0.2)
+    producer = AIOKafkaProducer(bootstrap_servers=silent)  # (request_timeout_ms 40000)
+    started = time.monotonic()
+    with pytest.raises(BrokerConnectionFailed) as failed:
+        await start_client(producer, silent)
+    assert time.monotonic() - started < 5.0
+    assert str(failed.value) == (
+        f"{silent} did not answer a Kafka request over PLAINTEXT within 0.5s: check "
+        "--security-protocol and the address")
 
 
 async def test_a_diagnosis_is_the_first_address_that_does_not_refuse(silent: str) -> None:
