@@ -20,6 +20,7 @@ import msgspec
 
 from runstream.engine.journal import DecodeError, JournalRecord
 from runstream.engine.journal import events as ev
+from runstream.engine.journal.records import lineage_of
 from runstream.projections.partitioning import Placement, run_partition
 from runstream.projections.poison import (
     KEY_UNKNOWN,
@@ -251,7 +252,7 @@ class Projector:
                         and not self.run_existed(envelope.run_id)):
                     return self._dead_letter(partition, offset, raw or b"", no_such_run(record),
                                              when, gate)
-                if tombstone is not None and record.__class__ is ev.RunWakeRequested:
+                if record.__class__ is ev.RunWakeRequested:
                     run_id, before, tombstone = self._wake_past(run_id, tombstone)
         cls = record.__class__
         request = cls in REQUEST_CLASSES
@@ -379,12 +380,19 @@ class Projector:
         latest = self.run(latest_id) if latest_id else None
         return (latest_id, latest) if latest_id and latest else None
 
-    def _wake_past(self, run_id: str, tombstone: Tombstone
+    def _wake_past(self, run_id: str, tombstone: Tombstone | None
                    ) -> tuple[str, RunState | None, Tombstone | None]:
         """A child's wake naming a round that expired alone (its lineage lives on) reaches
         the latest round, which holds the child's link now, as it would have through the
-        round itself (_latest_round); naming any other expired run, the tombstone."""
-        latest = None if tombstone.round == 0 else self._latest_of(tombstone.lineage_id)
+        round itself (_latest_round); naming any other expired run, the tombstone. So does
+        one that comes after the round's tombstone went (a child of a long-lived lineage may
+        settle days after the round that spawned it expired): it was ignored, and the
+        latest round held the settled child's link for ever. Its run id says its round's
+        lineage; a wake names only a round that was (parent_wake), and the latest round is
+        held while the lineage lives, whose key it is found by."""
+        lineage_id = lineage_of(run_id) if tombstone is None else tombstone.lineage_id
+        alone = lineage_id != run_id if tombstone is None else tombstone.round != 0
+        latest = self._latest_of(lineage_id) if alone else None
         return (run_id, None, tombstone) if latest is None else (*latest, None)
 
     def run_existed(self, run_id: str) -> bool:

@@ -106,6 +106,39 @@ def test_a_childs_wake_naming_an_expired_round_reaches_the_latest(journal: Journ
     journal.agree()
 
 
+def test_a_childs_wake_after_its_rounds_tombstone_went_reaches_the_latest(
+    journal: Journal,
+) -> None:
+    """The kid settles after the tombstone of the round that spawned it went (the lineage
+    lives on): its wake was ignored, and the latest round held the kid's link for ever
+    (test_round_expiry's flake: the wake raced the tombstone's 6 s)."""
+    a_lineage_with_a_child(journal)
+    journal.expire("loop~1", "loop~2", after_ms=RETENTION_MS + 1)
+    journal.expire(dropped=("loop~1", "loop~2"), after_ms=RETENTION_MS + 1)
+    assert journal.store.tombstone("loop~1") is None and journal.store.run("loop~1") is None
+    assert journal.store.latest_round("loop") == "loop~3"
+    wake = request(ev.RunWakeRequested, run_id="loop~1", request_id="wake/kid",
+                   child_run_id="kid", child_status="completed", result_json="5", position=0)
+    assert journal.add(wake) is Verdict.applied
+    latest = journal.store.run("loop~3")
+    assert latest is not None and latest.children == ()
+    journal.agree()
+
+
+def test_a_wake_naming_a_round_of_a_lineage_gone_whole_is_ignored(journal: Journal) -> None:
+    a_lineage_with_a_child(journal)
+    journal.expire("loop~1", "loop~2", after_ms=RETENTION_MS + 1)
+    journal.decide(ev.RunCompleted, "loop~3", result_json='"done"')
+    journal.expire("loop~3", after_ms=RETENTION_MS + 1)
+    journal.expire(dropped=("loop~1", "loop~2"), after_ms=RETENTION_MS + 1)
+    journal.expire(dropped=("loop", "loop~3"), after_ms=RETENTION_MS + 1)
+    assert journal.store.latest_round("loop") is None
+    wake = request(ev.RunWakeRequested, run_id="loop~1", request_id="wake/kid",
+                   child_run_id="kid", child_status="completed", result_json="5", position=0)
+    assert journal.add(wake) is Verdict.ignored
+    journal.agree()
+
+
 def test_the_lineage_expires_whole_then_its_tombstones_go_and_its_latest_key(
     journal: Journal,
 ) -> None:
