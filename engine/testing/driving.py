@@ -21,7 +21,7 @@ from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.testing.execution import TestExecution
 from runstream.engine.testing.log import MemoryLog
-from runstream.engine.testing.upkeep import expire_due, idle_message
+from runstream.engine.testing.upkeep import expire_due, idle_message, next_expiry_ms
 from runstream.engine.worker.admission import Admission
 from runstream.projections.deadlines import DEADLINE_POSITION, on_deadline
 from runstream.projections.memory import MemoryProjection
@@ -30,6 +30,9 @@ from runstream.projections.reactions import Interrupt, OwnerView, Reaction, Star
 from runstream.projections.state import RunState, RunStatus, Verdict
 from runstream.projections.values import DueTimer
 
+# Instants one jump of the clock stops at to expire what falls due then (each is later than
+# the one before: a bound on the work, not on correctness).
+MAX_EXPIRY_STOPS = 10_000
 # Records one drive may write before the environment calls it a livelock (a flow that
 # loops forever without waiting).
 MAX_RECORDS_PER_DRIVE = 1_000_000
@@ -171,6 +174,7 @@ class Driving:
         due = min(dues) if dues else None
         if due is None or (until_ms is not None and due > until_ms):
             return False
+        self._expire_until(due)
         self.clock_ms = max(self.clock_ms, due)
         expire_due(self.log, self.projection, self.partitions, self.clock_ms)
         for partition in range(self.partitions):
@@ -180,6 +184,18 @@ class Driving:
                     self._fire(run, timer)
         self._fire_due_schedules()
         return True
+
+    def _expire_until(self, target_ms: int) -> None:
+        """Expire what falls due up to `target_ms`, each at its own instant, as a worker's
+        sweeper does: swept at the end of a jump alone, a run due early was expired late,
+        its tombstone kept past its time (a request then told RunExpired where a worker's
+        answer was RunNotFound), and one sleep(8) differed from two sleep(4)."""
+        for _ in range(MAX_EXPIRY_STOPS):
+            due = next_expiry_ms(self.projection, self.partitions, self.clock_ms)
+            if due is None or due > target_ms:
+                return
+            self.clock_ms = due
+            expire_due(self.log, self.projection, self.partitions, due)
 
     def _fire_due_schedules(self) -> None:
         raise NotImplementedError

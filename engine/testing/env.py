@@ -235,6 +235,7 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks, EnvB
         seconds = duration.total_seconds() if isinstance(duration, timedelta) else duration
         until = self.clock_ms + int(seconds * 1000)
         await self._drive(lambda: False, until_ms=until, passing=True)
+        self._expire_until(until)
         self.clock_ms = max(self.clock_ms, until)
         expire_due(self.log, self.projection, self.partitions, self.clock_ms)
 

@@ -22,6 +22,7 @@ from runstream.projections.memory import MemoryProjection
 from runstream.projections.reactions import FlowMissing, Start
 from runstream.projections.request_reuse import reuse_answer, reused_not_found
 from runstream.projections.state import RunState, RunStatus, Verdict, round_zero
+from runstream.projections.values import tombstone_retention_ms
 
 # Expiry decisions one sweep of a partition journals at most (each names a batch): the
 # environment folds them at once, so it sweeps until nothing is due, within this bound.
@@ -43,6 +44,31 @@ def expire_due(log: MemoryLog, projection: MemoryProjection, partitions: int,
             log.partition_decision(partition, ev.PartitionRunsExpired, **body)
             journaled += 1
     return journaled
+
+
+# Entries of each retention index looked at for the next instant one falls due.
+LOOK_AHEAD = 256
+_EVER = 1 << 62
+
+
+def next_expiry_ms(projection: MemoryProjection, partitions: int, after_ms: int
+                   ) -> int | None:
+    """The first instant after `after_ms` at which a settled lineage, a tombstone, an idle
+    schedule or a rejected create falls due by the retention (eligible or not: the sweep
+    then decides), None when none will: where the virtual clock stops on its way, as a
+    worker's sweeper acts within a second of it."""
+    store, found = projection.store, []
+    for number in range(partitions):
+        partition = projection.partition(number)
+        if partition.retention_ms <= 0:
+            continue
+        keep, stones = partition.retention_ms, tombstone_retention_ms(partition)
+        found += [ms + keep for ms, _ in store.settled_due(number, _EVER, LOOK_AHEAD)]
+        found += [ms + keep for ms, _ in store.idle_schedules(number, _EVER, LOOK_AHEAD)]
+        found += [ms + stones for ms, _ in store.tombstones_due(number, _EVER, LOOK_AHEAD)]
+        found += [ms + stones for ms, _ in store.rejected_due(number, _EVER, LOOK_AHEAD)]
+    later = [ms for ms in found if ms > after_ms]
+    return min(later) if later else None
 
 
 def missing(projection: MemoryProjection, run_id: str, partition: int) -> RunNotFound:
