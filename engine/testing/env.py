@@ -50,6 +50,7 @@ from runstream.engine.worker.admission import DEFAULT_CONCURRENCY, Admission
 from runstream.projections import schedule_owner
 from runstream.projections.attributes import create_json
 from runstream.projections.batch import BATCH_FLOW
+from runstream.projections.capabilities import narrow
 from runstream.projections.expiry import create_rejection, round_to_follow
 from runstream.projections.fork_plan import answer_fork
 from runstream.projections.outbox_fallback import GiveUp, checked_request
@@ -146,7 +147,8 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks, EnvB
         verdict = self._request(ev.RunCreateRequested, run_id, request_id=request_id,
                                 flow=name, payload_json=payload_json,
                                 run_timeout_ms=timeout_ms(run_timeout, "run_timeout"),
-                                attributes_json=create_json(attributes))
+                                attributes_json=create_json(attributes),
+                                **self._asked_limits(name))
         if verdict is Verdict.refused and (expired := expired_rejection(self.projection, run_id)):
             raise expired
         if (rejected := rejected_create(self.projection, run_id, request_id)) is not None:
@@ -158,6 +160,14 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks, EnvB
         name = flow.name if isinstance(flow, Flow) else flow
         known = self.flows.get(name)
         return name, known.dump_payload(payload) if known else dump_json(payload)
+
+    def _asked_limits(self, name: str) -> dict[str, Any]:
+        """The ceiling and round budget a Client's create request carries for a flow it
+        knows (engine.client.starts._create_fields; this environment has no authority)."""
+        known = self.flows.get(name)
+        ceiling = narrow(None, known.capabilities if known is not None else None)
+        return {"ceiling": None if ceiling is None else list(ceiling),
+                "max_rounds": known.max_rounds if known is not None else 0}
 
     async def run(self, flow: Flow[Any, Any] | str, payload: Any = None, *,
                   run_id: str | None = None, run_timeout: Duration | None = None,
@@ -189,7 +199,7 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks, EnvB
             "flow": name, "payload_json": payload_json, "signal_name": signal,
             "signal_payload_json": dump_json(signal_payload),
             "run_timeout_ms": timeout_ms(run_timeout, "run_timeout"),
-            "attributes_json": create_json(attributes)}
+            "attributes_json": create_json(attributes), **self._asked_limits(name)}
         verdict = self._request(ev.RunSignalWithStartRequested, run_id, request_id=request_id,
                                 **body)
         if verdict is Verdict.duplicate and self.projection.store.run(run_id) is None:

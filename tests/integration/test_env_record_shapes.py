@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from runstream import Flow, FlowContext
+from runstream.engine.journal import events as ev
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.state import Verdict
 from runstream.testing import TestEnvironment
@@ -23,7 +24,8 @@ from tests.integration.test_lifetime import DOORS, doors, worker
 steps: Flow[Any, Any] = Flow("shapes-steps")
 waits: Flow[Any, Any] = Flow("shapes-waits")
 spawns: Flow[Any, Any] = Flow("shapes-spawns")
-FLOWS: list[Flow[Any, Any]] = [steps, waits, spawns]
+capped: Flow[Any, Any] = Flow("shapes-capped", capabilities={"pay"}, max_rounds=2)
+FLOWS: list[Flow[Any, Any]] = [steps, waits, spawns, capped]
 
 
 @steps.handler
@@ -41,10 +43,22 @@ async def _waits(ctx: FlowContext, payload: Any) -> str:
     return "slept"
 
 
+@capped.handler
+async def _capped(ctx: FlowContext, payload: Any) -> str:
+    return str(await ctx.step("pay", lambda: "paid", requires="pay"))
+
+
 @spawns.handler
 async def _spawns(ctx: FlowContext, payload: Any) -> int:
     child = await ctx.spawn(steps, None, run_id=f"{ctx.run_id}-kid")
     return int(await child.result()) + 1
+
+
+def asked(history: list[Any]) -> tuple[Any, Any]:
+    """What the run's create request asked for: (its ceiling, its round budget)."""
+    [create] = [item.record for item in history
+                if isinstance(item.record, ev.RunCreateRequested)]
+    return create.ceiling, create.max_rounds
 
 
 def types_of(history: list[Any]) -> list[str]:
@@ -53,9 +67,11 @@ def types_of(history: list[Any]) -> list[str]:
             if item.record is not None and item.verdict is Verdict.applied]
 
 
-async def in_environment() -> dict[str, list[str]]:
-    """flow name -> its run's record types, for runs created by a Flow and by name (equal)."""
+async def in_environment() -> tuple[dict[str, list[str]], dict[str, tuple[Any, Any]]]:
+    """flow name -> its run's record types, for runs created by a Flow and by name (equal);
+    flow name -> what its create request asked for."""
     shapes: dict[str, list[str]] = {}
+    asks: dict[str, tuple[Any, Any]] = {}
     async with TestEnvironment(FLOWS) as env:
         for flow in FLOWS:
             by_flow = await env.start(flow, None, run_id=f"env-{flow.name}")
@@ -64,14 +80,16 @@ async def in_environment() -> dict[str, list[str]]:
             await env.result(by_name)
             shapes[flow.name] = types_of(env.history(by_flow))
             assert types_of(env.history(by_name)) == shapes[flow.name], flow.name
-    return shapes
+            asks[flow.name] = asked(env.history(by_flow))
+    return shapes, asks
 
 
 @pytest.mark.parametrize("door", DOORS)
 async def test_a_worker_and_the_environment_journal_the_same_records(
     bootstrap: str, namespace: str, journal: str, tmp_path: Path, door: str
 ) -> None:
-    expected = await in_environment()
+    expected, asks = await in_environment()
+    assert asks[capped.name] == (["pay"], 2)  # (it asked for neither)
     assert "run.activated" not in expected[steps.name]  # it rides in run.created
     async with worker(bootstrap, namespace, tmp_path / "w", FLOWS), \
             doors(bootstrap, namespace, journal, tmp_path) as (client, create):
@@ -89,3 +107,5 @@ async def test_a_worker_and_the_environment_journal_the_same_records(
     for flow in FLOWS:
         made = types_of(projection.history[f"{door}-{flow.name}"])
         assert made == expected[flow.name], (flow.name, made, expected[flow.name])
+        if door == "flow":  # (the other doors know no flow: they ask for no limits)
+            assert asked(projection.history[f"{door}-{flow.name}"]) == asks[flow.name]
