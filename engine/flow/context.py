@@ -299,6 +299,9 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
             log.warning("recording step %r of run %s failed", name, self.run_id, exc_info=True)
 
     def _check_capability(self, name: str, capability: str) -> None:
+        if not isinstance(capability, str):  # (a set was refused as "{'pay'}" outside "pay")
+            raise TypeError(f"requires= names one capability, a str, not {capability!r} "
+                            f"(step {name!r})")
         if self._ceiling is not None and capability not in self._ceiling:
             allowed = ", ".join(self._ceiling) or "nothing"
             refused = CapabilityRefused(
