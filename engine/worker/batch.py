@@ -8,6 +8,7 @@ through the worker's own producer.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -22,6 +23,8 @@ from runstream.engine.readmodel.model import ReadModel
 from runstream.engine.readmodel.view import View
 from runstream.engine.worker.committer import Committer
 from runstream.projections.partitioning import partition_for
+
+log = logging.getLogger("runstream.batch")
 
 
 class BatchHost(Protocol):
@@ -44,6 +47,7 @@ class WorkerBatchIO:
     def __init__(self, host: BatchHost) -> None:
         self.host = host
         self._model: ReadModel | None = None
+        self._closing: asyncio.Task[None] | None = None  # the last one's close, under way
         self._users = 0
         self._lock = asyncio.Lock()
 
@@ -60,10 +64,19 @@ class WorkerBatchIO:
             self._users -= 1
             if self._users == 0 and self._model is not None:
                 model, self._model = self._model, None
-                await model.close()
+                # Closed once the batch's handler returned, not inside it: awaited here, the
+                # close let the handler's last step go out alone before its run.completed,
+                # where it rides in the run.completed (as in the TestEnvironment's journal).
+                self._closing = asyncio.create_task(model.close())
 
     async def view(self) -> View:
         async with self._lock:
+            if self._closing is not None:  # (its store is the one a new model opens)
+                closing, self._closing = self._closing, None
+                try:
+                    await closing
+                except Exception as exc:  # (the batch it served has ended: this one goes on)
+                    log.warning("closing the batches' read model failed: %r", exc)
             if self._model is None:
                 self._model = ReadModel(bootstrap=self.host.bootstrap, topic=self.host.topic,
                                         path=self.host.data_dir / "batch-readmodel",

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from runstream import Flow, FlowContext
+from runstream import Client, Flow, FlowContext, RunStatus
 from runstream.engine.journal import events as ev
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.state import Verdict
@@ -109,3 +109,47 @@ async def test_a_worker_and_the_environment_journal_the_same_records(
         assert made == expected[flow.name], (flow.name, made, expected[flow.name])
         if door == "flow":  # (the other doors know no flow: they ask for no limits)
             assert asked(projection.history[f"{door}-{flow.name}"]) == asks[flow.name]
+
+
+signalled: Flow[Any, Any] = Flow("shapes-signalled")
+
+
+@signalled.handler
+async def _signalled(ctx: FlowContext, payload: Any) -> Any:
+    return await ctx.wait_for("go")
+
+
+WHERE = "flow = 'shapes-signalled'"
+
+
+async def test_a_batch_journals_the_same_records_in_a_worker_and_the_environment(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """A batch's run (runstream.batch) too: its last step rides in its run.completed in
+    both. A worker's closed its read model inside the handler, which let the step go out
+    alone first."""
+    async with TestEnvironment([signalled]) as env:
+        for n in range(2):
+            await env.start(signalled, None, run_id=f"env-s{n}")
+        await env.run_until_idle()
+        batch = await env.signal_where(WHERE, "go", 1)
+        assert (await batch.result())["done"] == 2
+        expected = types_of(env.history(batch.run_id))
+    assert expected[-2:] == ["step.completed", "run.completed"], expected
+    async with worker(bootstrap, namespace, tmp_path / "w", [signalled]), \
+            Client(bootstrap_servers=bootstrap, namespace=namespace, flows=[signalled],
+                   read_model_dir=tmp_path / "rm") as client:
+        for n in range(2):
+            await client.create_run(signalled, None, run_id=f"s{n}")
+        for n in range(2):
+            await until(lambda n=n: _suspended(client, f"s{n}"),  # type: ignore[misc]
+                        f"s{n} to wait")
+        handle = await client.signal_where(WHERE, "go", 1)
+        assert (await handle.result(timeout=60))["done"] == 2
+    projection = await fold(bootstrap, namespace)
+    made = types_of(projection.history[handle.run_id])
+    assert made == expected, (made, expected)
+
+
+async def _suspended(client: Client, run_id: str) -> bool:
+    return (await client.describe(run_id)).status is RunStatus.suspended
