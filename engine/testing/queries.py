@@ -23,9 +23,9 @@ class RunQueries:
     def describe(self, run_id: str) -> RunState:
         """As Client.describe: a lineage's id names its latest round (once it handed off),
         `<lineage>~<n>` round n (`~0`: round 0, the lineage's id)."""
-        named = round_zero(run_id)
-        return self._exact(named if named != run_id else addressed(self.projection.store,
-                                                                  run_id))
+        named = round_zero(run_id)  # (`~0` passed as it is: its tombstone is round 0's)
+        return self._exact(run_id if named != run_id else addressed(self.projection.store,
+                                                                   run_id))
 
     def status(self, run_id: str) -> RunStatus:
         return self.describe(run_id).status

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from runstream.engine.errors import RunNotFound, SignalRefused, UpdateRefused
+from runstream.engine.errors import SignalRefused, UpdateRefused
 from runstream.engine.flow.definition import dump_json
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
@@ -84,8 +84,8 @@ class EnvUpdates:
             else:
                 run = self.projection.runs.get(run_id)  # (round 0's state says why)
         if verdict is Verdict.refused or run is None:
-            if run is None and self.projection.store.tombstone(run_id) is None:
-                raise RunNotFound(run_id)
+            if run is None:
+                self._exact(run_id)  # (RunExpired or RunNotFound, as a Client's request)
             asked = ev.RunUpdateRequested(
                 envelope=envelope(ev.RunUpdateRequested, run_id, request_id, 0), name=name)
             raise UpdateRefused(run_id, name, describe_refusal(

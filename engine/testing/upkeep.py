@@ -17,7 +17,12 @@ from runstream.engine.errors import CreateRejected, RunExpired, RunNotFound
 from runstream.engine.journal import events as ev
 from runstream.engine.testing.log import MemoryLog
 from runstream.projections.decide import rejection_why
-from runstream.projections.expiry import expired_create, expired_text, sweep_body
+from runstream.projections.expiry import (
+    expired_create,
+    expired_text,
+    reached_tombstone,
+    sweep_body,
+)
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.reactions import FlowMissing, Start
 from runstream.projections.request_reuse import reuse_answer, reused_not_found
@@ -73,8 +78,10 @@ def next_expiry_ms(projection: MemoryProjection, partitions: int, after_ms: int
 
 def missing(projection: MemoryProjection, run_id: str, partition: int) -> RunNotFound:
     """The error for a run the projection does not hold: expired, or never there (saying
-    why its create was rejected, as a Client's: engine.readmodel.lookups.missing_run)."""
-    tombstone = projection.store.tombstone(run_id)
+    why its create was rejected, as a Client's: engine.readmodel.lookups.missing_run). An
+    expired one says how the run its id reaches ended (a lineage's id: its final round;
+    `<lineage>~0`: round 0), as a Client's (View.expired)."""
+    tombstone = reached_tombstone(projection.store, run_id)
     if tombstone is not None:
         return RunExpired(run_id, expired_text(tombstone))
     rejected = rejected_create(projection, run_id)
