@@ -19,12 +19,7 @@ from typing import Any, TypeVar, overload
 
 from pydantic import TypeAdapter
 
-from runstream.engine.errors import (
-    CapabilityRefused,
-    NonDeterminism,
-    StepFailed,
-    journal_text,
-)
+from runstream.engine.errors import CapabilityRefused, NonDeterminism, StepFailed, journal_text
 from runstream.engine.flow.attribute_calls import AttributeCalls
 from runstream.engine.flow.bounded import attempt_of
 from runstream.engine.flow.branch_cancel import BranchCancel
@@ -154,10 +149,10 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
         ignored). Inside `fn`, `runstream.idempotency_key()` is the same for every attempt
         of this step: pass it to the external system."""
         position = self._next_position(name, "step", (args, kwargs))
-        if requires is not None:
-            self._check_capability(name, requires)
-        adapter = result_adapter(fn)
         entry = self._entries.get(position)
+        if requires is not None:
+            self._check_capability(name, requires, entry is None)
+        adapter = result_adapter(fn)
         if entry is not None and entry.status == "completed":
             return replayed_result(adapter, name, entry.result_json, entry.attempts)
         if entry is not None and entry.status == "failed":
@@ -298,8 +293,9 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
         except Exception:  # metrics never change what a step did
             log.warning("recording step %r of run %s failed", name, self.run_id, exc_info=True)
 
-    def _check_capability(self, name: str, capability: str) -> None:
-        if not isinstance(capability, str):  # (a set was refused as "{'pay'}" outside "pay")
+    def _check_capability(self, name: str, capability: str, first: bool = True) -> None:
+        """`first`: the step's first call (a replay keeps what it was given then)."""
+        if first and not isinstance(capability, str):  # (a set: "{'pay'}" outside "(pay)")
             raise TypeError(f"requires= names one capability, a str, not {capability!r} "
                             f"(step {name!r})")
         if self._ceiling is not None and capability not in self._ceiling:
