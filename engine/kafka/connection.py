@@ -354,32 +354,66 @@ async def start_client(client: Any, bootstrap: str, security: KafkaSecurity | No
 
 
 async def watched_start(start: Awaitable[None], bootstrap: str, security: KafkaSecurity | None
-                   ) -> None:
-    """Await `start`; past SILENT_AFTER_S, probe the bootstrap meanwhile (probe_first), and
-    when its first address answers no request within DIAGNOSIS_TIMEOUT_S while `start`
-    still waits, give up with that diagnosis (about 15 s in all, not 50). Any other probe
-    result lets `start` go on: a broker that answers the probe is only slow, and a closed
-    or refused connection fails aiokafka's own bootstrap at once."""
+                        ) -> None:
+    """Await `start`; past SILENT_AFTER_S, probe every address of the bootstrap meanwhile,
+    and when none answers a request within DIAGNOSIS_TIMEOUT_S (one silent at least, the
+    others refusing) while `start` still waits, give up with the first silent one's
+    diagnosis: about 15 s in all, not 50 (aiokafka waits its request timeout, 40 s, at each
+    silent address it tries, in an order of its own). An address that answers lets `start`
+    go on (a slow broker, or one aiokafka reaches next), and so does any other failure (a
+    closed or refused connection fails aiokafka's own bootstrap at once)."""
     starting = asyncio.ensure_future(start)
-    probing: asyncio.Future[Any] | None = None
+    probing: asyncio.Future[tuple[str, TimeoutError] | None] | None = None
     try:
         done, _ = await asyncio.wait({starting}, timeout=SILENT_AFTER_S)
         if not done:
             settings = resolve_security(security)
-            probing = asyncio.ensure_future(probe_first(bootstrap, settings,
-                                                        DIAGNOSIS_TIMEOUT_S))
-            done, _ = await asyncio.wait({starting, probing},
-                                         return_when=asyncio.FIRST_COMPLETED)
-            probed = None if starting in done else probing.result()
-            if probed is not None and isinstance(probed[1], TimeoutError):
-                address, silence = probed
+            probing = asyncio.ensure_future(_all_silent(bootstrap, settings))
+            both: set[asyncio.Future[Any]] = {starting, probing}
+            first, _ = await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
+            silent = None if starting in first else probing.result()
+            if silent is not None:
+                address, silence = silent
                 raise BrokerConnectionFailed(explain(  # (the client's own waited as long)
                     silence, address, settings, SILENT_AFTER_S + DIAGNOSIS_TIMEOUT_S))
         await starting
     finally:
-        for task in (starting, probing):
-            if task is not None and not task.done():
-                task.cancel()
+        await _ended(starting, probing)
+
+
+async def _all_silent(bootstrap: str, settings: KafkaSecurity
+                      ) -> tuple[str, TimeoutError] | None:
+    """The first silent address of `bootstrap` when no address answers (the others
+    refuse), probed together; None when one answers or fails otherwise."""
+    addresses = [a.strip() for a in bootstrap.split(",") if a.strip()]
+    try:
+        probed = await asyncio.gather(*(probe_first(address, settings, DIAGNOSIS_TIMEOUT_S)
+                                        for address in addresses))
+    except Exception:  # (a probe's own fault: the start decides alone)
+        return None
+    failures = [found[1] for found in probed if found is not None]  # (None: it answered)
+    silent = [(found[0], found[1]) for found in probed
+              if found is not None and isinstance(found[1], TimeoutError)]
+    unanswered = all(isinstance(failure, TimeoutError)
+                     or (failure is not None and is_refused(failure)) for failure in failures)
+    return silent[0] if silent and unanswered else None
+
+
+async def _ended(*tasks: asyncio.Future[Any] | None) -> None:
+    """Cancel each task still running and wait until it has ended: aiokafka's close
+    swallows a cancel, so one is not always enough (engine.worker.connect.abandon), and a
+    start left running would finish after its caller stopped the client. A cancel of the
+    caller meanwhile is raised once they have ended."""
+    cancelled = False
+    for task in tasks:
+        while task is not None and not task.done():
+            task.cancel()
+            try:
+                await asyncio.wait({task}, timeout=0.1)
+            except asyncio.CancelledError:
+                cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 async def _close(client: Any) -> None:

@@ -15,7 +15,12 @@ from aiokafka import AIOKafkaProducer
 
 from runstream.engine.errors import BrokerConnectionFailed
 from runstream.engine.kafka import connection
-from runstream.engine.kafka.connection import diagnose, is_refused, start_client
+from runstream.engine.kafka.connection import (
+    diagnose,
+    is_refused,
+    start_client,
+    watched_start,
+)
 from runstream.engine.worker.connect import diagnose_failure
 from tests.integration.support import nothing_listens
 
@@ -76,6 +81,39 @@ async def test_a_start_held_by_a_silent_listener_ends_at_its_probe_not_its_timeo
     assert str(failed.value) == (
         f"{silent} did not answer a Kafka request over PLAINTEXT within 0.5s: check "
         "--security-protocol and the address")
+
+
+async def test_a_watched_start_gives_up_only_when_no_address_answers(
+        silent: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Beside a silent address, one that refuses does not answer either: given up on. (One
+    that answers lets the start go on: tests/integration/test_silent_bootstrap.py.)"""
+    monkeypatch.setattr(connection, "SILENT_AFTER_S", 0.2)
+    monkeypatch.setattr(connection, "DIAGNOSIS_TIMEOUT_S", 0.2)
+    closed = nothing_listens()
+    with pytest.raises(BrokerConnectionFailed, match=f"^{silent} did not answer"):
+        await watched_start(asyncio.sleep(30), f"{closed},{silent}", None)
+
+
+async def test_a_watched_start_cancelled_ends_its_start_whatever_it_swallows() -> None:
+    """aiokafka's close swallows a cancel: cancelled once, the start went on and finished
+    after its caller had stopped the client (engine.worker.connect.abandon)."""
+    events: list[str] = []
+
+    async def swallowing() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            events.append("swallowed")
+        await asyncio.sleep(0.3)
+        events.append("started")
+
+    watching = asyncio.create_task(watched_start(swallowing(), "127.0.0.1:9", None))
+    await asyncio.sleep(0.05)
+    watching.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await watching
+    await asyncio.sleep(0.5)
+    assert events == ["swallowed"]
 
 
 async def test_a_diagnosis_is_the_first_address_that_does_not_refuse(silent: str) -> None:
