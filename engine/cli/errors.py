@@ -28,9 +28,11 @@ def run_cli(group: click.Group) -> None:
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     try:
         group.main(standalone_mode=False)
-    except click.exceptions.Abort:
-        # A confirmation declined (or its prompt closed): 1, as click's own; 130 is for
-        # an interrupt, which the confirmation's "no" is not.
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt):  # (click turns a Ctrl-C into Abort)
+            click.echo("interrupted", err=True)  # (a batch may have sent part of its work)
+            sys.exit(130)
+        # A confirmation declined (or its prompt closed): 1, as click's own.
         click.echo("aborted: nothing sent", err=True)
         sys.exit(1)
     except click.UsageError as exc:  # (click's own three lines: usage, a hint, the error)
