@@ -79,10 +79,14 @@ class Driving:
         start count as started: a worker launches them at once, this environment when
         driven."""
         registered = self.flows.get(flow)
-        started = sum(1 for execution in self._executions.values()
-                      if execution.task is not None and not execution.task.done())
+        live = {run_id for run_id, execution in self._executions.items()
+                if execution.task is not None and not execution.task.done()}
+        # (one of these whose flow is not registered is never launched; one whose handler
+        # still unwinds is counted once)
+        marked = sum(1 for run_id, start in self._runnable.items()
+                     if run_id not in live and start.run.flow in self.flows)
         return (registered is not None and registered.max_concurrency is None
-                and started + len(self._runnable) < self.admission.slots)
+                and len(live) + marked < self.admission.slots)
 
     def _settled(self, run_id: str) -> bool:
         return self._exact(run_id).status.is_terminal

@@ -403,7 +403,8 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks, EnvB
             elif isinstance(reaction, Start | FlowMissing):  # (FlowMissing: left pending)
                 run_id = reaction.run.run_id
                 if launch:
-                    self._launch(run_id)
+                    self._launch(run_id, activated=isinstance(reaction, Start)
+                                 and reaction.activated)
                 else:
                     self._runnable[run_id] = merged(self._runnable.get(run_id), reaction)
                     self._start_soon()

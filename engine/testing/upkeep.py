@@ -136,8 +136,9 @@ def merged(marked: Start | None, given: Start | FlowMissing) -> Start:
     (in its run.created) if either is."""
     claimed = given.claimed or (marked is not None and marked.claimed)
     woken = (isinstance(given, Start) and given.woken) or (marked is not None and marked.woken)
-    activated = ((isinstance(given, Start) and given.activated)
-                 or (marked is not None and marked.activated))
+    # (claimed: a new owner's activation, a record of its own, whatever the run.created said)
+    activated = not claimed and ((isinstance(given, Start) and given.activated)
+                                 or (marked is not None and marked.activated))
     return Start(given.run, woken=woken, claimed=claimed, activated=activated)
 
 

@@ -102,8 +102,11 @@ class Activator:
         far hold or wait for fewer than all of them, and the flow has no max_concurrency
         (its limit may hold the run back)."""
         registered = self.owner.flows.get(flow)
+        # (a handler parked in the sticky cache holds no slot, as the TestEnvironment's
+        # suspended ones hold none)
+        started = len(self.executions) - len(self.owner.sticky)
         return (registered is not None and registered.max_concurrency is None
-                and len(self.executions) < self.owner.concurrency)
+                and started < self.owner.concurrency)
 
     def left_behind(self, run_id: str) -> None:
         """The execution of `run_id` ignored its cancellation (engine.worker.claims)."""

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from runstream import Client, Flow, FlowContext, RunStatus
+from runstream import Client, Flow, FlowContext, RunStatus, Worker
 from runstream.engine.journal import events as ev
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.state import Verdict
@@ -153,3 +153,35 @@ async def test_a_batch_journals_the_same_records_in_a_worker_and_the_environment
 
 async def _suspended(client: Client, run_id: str) -> bool:
     return (await client.describe(run_id)).status is RunStatus.suspended
+
+
+async def test_a_parked_handler_holds_no_slot_in_a_worker_as_in_the_environment(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """With one slot, a run waiting for a signal (its handler parked in the worker's sticky
+    cache, holding no slot), then a new run: the worker counted the parked handler and gave
+    the new run a run.activated of its own; the environment activated it in its
+    run.created."""
+    async with TestEnvironment([signalled, steps], concurrency=1) as env:
+        await env.start(signalled, None, run_id="w")
+        await env.run_until_idle()
+        await env.start(steps, None, run_id="q")
+        await env.result("q")
+        expected = types_of(env.history("q"))
+    assert "run.activated" not in expected, expected
+    w = Worker(flows=[signalled, steps], data_dir=tmp_path / "w", bootstrap_servers=bootstrap,
+               namespace=namespace, session_timeout_ms=6000, concurrency=1)
+    await w.start()
+    try:
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                          flows=[signalled, steps], read_model_dir=tmp_path / "rm") as client:
+            await client.create_run(signalled, None, run_id="w")
+            await until(lambda: _suspended(client, "w"), "w to wait")
+            await until(lambda: len(w.sticky) == 1, "w's handler to park")
+            await client.create_run(steps, None, run_id="q")
+            await client.get_handle("q").result(timeout=60)
+    finally:
+        await w.stop()
+    projection = await fold(bootstrap, namespace)
+    made = types_of(projection.history["q"])
+    assert made == expected, (made, expected)
