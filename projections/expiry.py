@@ -25,6 +25,7 @@ runs is bounded by time, not history.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any, Protocol
 
 from runstream.engine.errors import CreateRejected, IdentityConflict, RunstreamError
@@ -41,6 +42,12 @@ from runstream.projections.values import (
     RejectedRun,
     tombstone_retention_ms,
 )
+
+
+def sweep_interval_s(retention: timedelta) -> float:
+    """How often a partition is swept: a quarter of the retention, within [1 s, 30 s] (a
+    worker's engine.worker.retention, and where the TestEnvironment's clock stops)."""
+    return min(max(retention.total_seconds() / 4, 1.0), 30.0)
 
 
 def lineage_eligible(partition: PartitionState, facts: LineageFacts | None, settled_ms: int,

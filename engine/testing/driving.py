@@ -12,6 +12,7 @@ handler holds the clock, as an activity holds Temporal's time skipping.
 from __future__ import annotations
 
 import asyncio
+import heapq
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -21,7 +22,13 @@ from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.testing.execution import TestExecution
 from runstream.engine.testing.log import MemoryLog
-from runstream.engine.testing.upkeep import expire_due, idle_message, next_expiry_ms
+from runstream.engine.testing.upkeep import (
+    expire_due,
+    expiry_instants,
+    idle_message,
+    sweep_every_ms,
+    tombstone_delays,
+)
 from runstream.engine.worker.admission import Admission
 from runstream.projections.deadlines import DEADLINE_POSITION, on_deadline
 from runstream.projections.memory import MemoryProjection
@@ -30,9 +37,6 @@ from runstream.projections.reactions import Interrupt, OwnerView, Reaction, Star
 from runstream.projections.state import RunState, RunStatus, Verdict
 from runstream.projections.values import DueTimer
 
-# Instants one jump of the clock stops at to expire what falls due then (each is later than
-# the one before: a bound on the work, not on correctness).
-MAX_EXPIRY_STOPS = 10_000
 # Records one drive may write before the environment calls it a livelock (a flow that
 # loops forever without waiting).
 MAX_RECORDS_PER_DRIVE = 1_000_000
@@ -194,12 +198,26 @@ class Driving:
         sweeper does: swept at the end of a jump alone, a run due early was expired late,
         its tombstone kept past its time (a request then told RunExpired where a worker's
         answer was RunNotFound), and one sleep(8) differed from two sleep(4)."""
-        for _ in range(MAX_EXPIRY_STOPS):
-            due = next_expiry_ms(self.projection, self.partitions, self.clock_ms)
-            if due is None or due > target_ms:
-                return
+        stops = expiry_instants(self.projection, self.partitions, self.clock_ms, target_ms)
+        delays = tombstone_delays(self.projection, self.partitions)
+        every = sweep_every_ms(self.projection, self.partitions)
+        while stops:
+            due = heapq.heappop(stops)
+            if due <= self.clock_ms:
+                continue  # (pushed twice)
             self.clock_ms = due
-            expire_due(self.log, self.projection, self.partitions, due)
+            if expire_due(self.log, self.projection, self.partitions, due):
+                for delay in delays:  # (the tombstones just made)
+                    if due + delay <= target_ms:
+                        heapq.heappush(stops, due + delay)
+            # What falls due within a sweep interval of this is swept at the next stop, as
+            # a worker's sweeper sweeps it (one stop for each of thousands of runs settled
+            # a moment apart took seconds).
+            if stops and stops[0] < due + every:
+                while stops and stops[0] < due + every:
+                    heapq.heappop(stops)
+                if due + every <= target_ms:
+                    heapq.heappush(stops, due + every)
 
     def _fire_due_schedules(self) -> None:
         raise NotImplementedError

@@ -5,6 +5,7 @@ how it says why nothing more can happen, and how it merges the starts it defers.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from datetime import timedelta
 
 from runstream.engine.config import (
     DEFAULT_RETENTION,
@@ -22,6 +23,7 @@ from runstream.projections.expiry import (
     expired_text,
     reached_tombstone,
     sweep_body,
+    sweep_interval_s,
 )
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.reactions import FlowMissing, Start
@@ -51,29 +53,43 @@ def expire_due(log: MemoryLog, projection: MemoryProjection, partitions: int,
     return journaled
 
 
-# Entries of each retention index looked at for the next instant one falls due.
-LOOK_AHEAD = 256
-_EVER = 1 << 62
+_ALL = 1 << 30  # (entries of an index: the memory store's are all in memory anyway)
 
 
-def next_expiry_ms(projection: MemoryProjection, partitions: int, after_ms: int
-                   ) -> int | None:
-    """The first instant after `after_ms` at which a settled lineage, a tombstone, an idle
-    schedule or a rejected create falls due by the retention (eligible or not: the sweep
-    then decides), None when none will: where the virtual clock stops on its way, as a
-    worker's sweeper acts within a second of it."""
-    store, found = projection.store, []
+def expiry_instants(projection: MemoryProjection, partitions: int, after_ms: int,
+                    until_ms: int) -> list[int]:
+    """The instants in (`after_ms`, `until_ms`] at which a settled lineage, a tombstone, an
+    idle schedule or a rejected create falls due by the retention (eligible or not: the
+    sweep then decides), sorted: where the virtual clock stops on its way, as a worker's
+    sweeper acts within a second of each. (Tombstones made on the way: `tombstone_delays`.)"""
+    store, found = projection.store, set[int]()
     for number in range(partitions):
         partition = projection.partition(number)
         if partition.retention_ms <= 0:
             continue
         keep, stones = partition.retention_ms, tombstone_retention_ms(partition)
-        found += [ms + keep for ms, _ in store.settled_due(number, _EVER, LOOK_AHEAD)]
-        found += [ms + keep for ms, _ in store.idle_schedules(number, _EVER, LOOK_AHEAD)]
-        found += [ms + stones for ms, _ in store.tombstones_due(number, _EVER, LOOK_AHEAD)]
-        found += [ms + stones for ms, _ in store.rejected_due(number, _EVER, LOOK_AHEAD)]
-    later = [ms for ms in found if ms > after_ms]
-    return min(later) if later else None
+        found.update(ms + keep for ms, _ in store.settled_due(number, until_ms - keep, _ALL))
+        found.update(ms + keep for ms, _ in store.idle_schedules(number, until_ms - keep, _ALL))
+        found.update(ms + stones for ms, _ in store.tombstones_due(number, until_ms - stones,
+                                                                    _ALL))
+        found.update(ms + stones for ms, _ in store.rejected_due(number, until_ms - stones,
+                                                                  _ALL))
+    return sorted(ms for ms in found if ms > after_ms)
+
+
+def sweep_every_ms(projection: MemoryProjection, partitions: int) -> int:
+    """How often a worker's sweeper visits a partition (engine.worker.retention): what
+    falls due within that of an instant the clock stops at is swept with it."""
+    return min((int(sweep_interval_s(timedelta(milliseconds=projection.partition(n)
+                                               .retention_ms)) * 1000)
+                for n in range(partitions) if projection.partition(n).retention_ms > 0),
+               default=1000)
+
+
+def tombstone_delays(projection: MemoryProjection, partitions: int) -> set[int]:
+    """How long after an expiry its tombstones fall due, partition by partition."""
+    return {tombstone_retention_ms(projection.partition(number)) for number in range(partitions)
+            if projection.partition(number).retention_ms > 0}
 
 
 def missing(projection: MemoryProjection, run_id: str, partition: int) -> RunNotFound:

@@ -26,7 +26,7 @@ from runstream.engine.errors import WorkerFatal
 from runstream.engine.journal import events as ev
 from runstream.engine.worker.executor import decision
 from runstream.engine.worker.partition_protocols import RetentionOwner
-from runstream.projections.expiry import sweep_body
+from runstream.projections.expiry import sweep_body, sweep_interval_s
 from runstream.projections.state import PartitionState
 from runstream.projections.store import ProjectionStore
 
@@ -40,11 +40,6 @@ TRIM_ALONE = 64
 TRIM_LOOK = 4096  # entries one decision trims at most (the rest go with the next)
 # A decision not judged within this long is given up on (its ownership ended unnoticed?).
 IN_FLIGHT_TIMEOUT_S = 60.0
-
-
-def sweep_interval_s(retention: timedelta) -> float:
-    """How often a partition is swept: a quarter of the retention, within [1 s, 30 s]."""
-    return min(max(retention.total_seconds() / 4, 1.0), 30.0)
 
 
 class RetentionSweeper:

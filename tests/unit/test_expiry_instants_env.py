@@ -62,3 +62,28 @@ async def test_a_timer_s_jump_stops_where_a_run_expires_on_the_way() -> None:
         await env.start(sleeper, None, run_id="z")
         assert await env.result("z") == "woke"  # (the clock jumped to its timer, 10 s)
         assert expiries(env, began)[:2] == [(3000, ["q"], []), (6000, [], ["q"])]
+
+
+async def test_what_falls_due_within_a_sweep_interval_goes_together() -> None:
+    """Runs settled a moment apart are swept together, as a worker's sweeper (every quarter
+    of the retention, 1 to 30 s) sweeps them: one stop of the clock for each took seconds
+    on a big environment."""
+    napper: Flow[Any, Any] = Flow("expiry-napper")
+
+    @napper.handler
+    async def _napper(ctx: FlowContext, payload: Any) -> int:
+        await ctx.sleep(payload / 1000)  # (each settles at an instant of its own)
+        return int(payload)
+
+    async with TestEnvironment([napper], retention=3600) as env:
+        began = env.clock_ms
+        for n in range(200):
+            await env.start(napper, n + 1, run_id=f"n{n}")
+        await env.run_until_idle()
+        await env.sleep(1)
+        await env.sleep(3600)
+        swept = expiries(env, began)
+        assert sum(len(expired) for _, expired, _ in swept) == 200
+        # The first when it falls due, the rest at the end of the sleep (within the 30 s
+        # of a sweep interval of theirs), not one stop each.
+        assert [ms for ms, _, _ in swept] == [3600_001, 3601_000]
