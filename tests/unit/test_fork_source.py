@@ -213,12 +213,18 @@ async def test_the_owner_answers_from_the_source_history_or_refuses_with_a_reaso
         run, journal = env.describe("pay"), env.journal("pay")
 
     def asked(row: int, *, offset: int | None = None, forced: bool = False,
-              answered: int = 0) -> ForkAsk:
-        return ForkAsk(request_id="f", offset=0, target_run_id="t",
+              answered: int = 0, target: str = "t") -> ForkAsk:
+        return ForkAsk(request_id="f", offset=0, target_run_id=target,
                        source_offset=items[row - 1].offset if offset is None else offset,
                        source_record=row, forced=forced, requested_by="me",
                        answered=answered)
 
+    # A target no client may name (a plain producer's request, unchecked by any relay): a
+    # run made under it could not be reached, and a round id's parts were dead letters.
+    for target, why in (("fork ok", "not allowed (' ')"), ("f" * 201, "over the 200"),
+                        ("fork~1", "names the rounds")):
+        [(cls, bad)] = answer_fork(run, asked(4, forced=True, target=target), items, journal)
+        assert cls is ev.RunForkAnswered and why in (bad["refused"] or ""), bad
     [(cls, wrong)] = answer_fork(run, asked(4, offset=999), items, journal)
     assert cls is ev.RunForkAnswered and "record:4 at offset 999 is not in run pay" in (
         wrong["refused"] or "")
