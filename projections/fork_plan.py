@@ -235,7 +235,8 @@ def answer_fork(source: RunState, ask: ForkAsk, items: Sequence[HistoryEntry],
     try:  # (the relay checks a relayed one; one written to the journal came unchecked)
         check_run_id(ask.target_run_id, new=True)
     except InvalidInput as exc:
-        return refusal(f"invalid input: {exc}")
+        if ask.answered == 0:  # (one begun under code before the check is finished)
+            return refusal(f"invalid input: {exc}")
     row = ask.source_record
     if not 1 <= row <= len(items) or items[row - 1].offset != ask.source_offset:
         return refusal(f"record:{row} at offset {ask.source_offset} is not in run "

@@ -62,7 +62,7 @@ class Driving:
     admission: Admission
 
     # (engine.testing.queries: annotated, not stubbed, so it does not shadow that mixin's)
-    _exact: Callable[[str], RunState]
+    _exact: Callable[..., RunState]
 
     def decide(self, run: RunState, cls: type[JournalRecord], *,
                request_id: str | None = None, **body: Any) -> Verdict:
@@ -93,7 +93,7 @@ class Driving:
                 and len(live) + marked < self.admission.slots)
 
     def _settled(self, run_id: str) -> bool:
-        return self._exact(run_id).status.is_terminal
+        return self._exact(run_id, reach=False).status.is_terminal
 
     async def _drive(self, done: Callable[[], bool], *, until_ms: int | None = None,
                      passing: bool = False) -> None:
@@ -184,7 +184,6 @@ class Driving:
             return False
         self._expire_until(due)
         self.clock_ms = max(self.clock_ms, due)
-        expire_due(self.log, self.projection, self.partitions, self.clock_ms)
         for partition in range(self.partitions):
             for timer in store.due_timers(partition, self.clock_ms, 1 << 30):
                 run = store.run(timer.run_id)
@@ -194,30 +193,33 @@ class Driving:
         return True
 
     def _expire_until(self, target_ms: int) -> None:
-        """Expire what falls due up to `target_ms`, each at its own instant, as a worker's
-        sweeper does: swept at the end of a jump alone, a run due early was expired late,
-        its tombstone kept past its time (a request then told RunExpired where a worker's
-        answer was RunNotFound), and one sleep(8) differed from two sleep(4)."""
-        stops = expiry_instants(self.projection, self.partitions, self.clock_ms, target_ms)
-        delays = tombstone_delays(self.projection, self.partitions)
+        """Expire what falls due up to `target_ms` at the sweeps a worker's sweeper makes:
+        at the multiples of its interval (engine.worker.retention, counted from the epoch)
+        at which something has fallen due, and at the last one before `target_ms` (what
+        became eligible since). Swept at the end of each jump alone, a run due early was
+        expired late and its tombstone kept past its time (a request told RunExpired where
+        a worker's said RunNotFound), and how a test split its sleeps changed when."""
         every = sweep_every_ms(self.projection, self.partitions)
+
+        def sweep_at(ms: int) -> int:  # (the first sweep at or after `ms`)
+            return -(-ms // every) * every
+
+        now = self.clock_ms
+        dues = expiry_instants(self.projection, self.partitions, now - every, target_ms)
+        stops = sorted({at for due in dues if now < (at := sweep_at(due)) <= target_ms})
+        if now < (last := target_ms // every * every):
+            stops.append(last)
+        heapq.heapify(stops)
+        delays = tombstone_delays(self.projection, self.partitions)
         while stops:
-            due = heapq.heappop(stops)
-            if due <= self.clock_ms:
+            at = heapq.heappop(stops)
+            if at <= self.clock_ms:
                 continue  # (pushed twice)
-            self.clock_ms = due
-            if expire_due(self.log, self.projection, self.partitions, due):
+            self.clock_ms = at
+            if expire_due(self.log, self.projection, self.partitions, at):
                 for delay in delays:  # (the tombstones just made)
-                    if due + delay <= target_ms:
-                        heapq.heappush(stops, due + delay)
-            # What falls due within a sweep interval of this is swept at the next stop, as
-            # a worker's sweeper sweeps it (one stop for each of thousands of runs settled
-            # a moment apart took seconds).
-            if stops and stops[0] < due + every:
-                while stops and stops[0] < due + every:
-                    heapq.heappop(stops)
-                if due + every <= target_ms:
-                    heapq.heappush(stops, due + every)
+                    if (later := sweep_at(at + delay)) <= target_ms:
+                        heapq.heappush(stops, later)
 
     def _fire_due_schedules(self) -> None:
         raise NotImplementedError

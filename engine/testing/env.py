@@ -39,7 +39,6 @@ from runstream.engine.testing.queries import RunQueries
 from runstream.engine.testing.schedules import Schedules
 from runstream.engine.testing.updates import EnvUpdates
 from runstream.engine.testing.upkeep import (
-    expire_due,
     expired_rejection,
     in_status,
     merged,
@@ -181,7 +180,7 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks, EnvB
         """Drive the environment (skipping time) until the run settles; its result. A round
         that handed off gives HandedOff, or with `follow`, its lineage's last result."""
         await self._drive(lambda: self._settled(run_id))
-        run = self._exact(run_id)
+        run = self._exact(run_id, reach=False)
         outcome = settled_outcome(run, run_id, self.flows.get(run.flow))
         if follow and isinstance(outcome, HandedOff):
             return await self.result(round_to_follow(self.projection.store, outcome.run_id),
@@ -247,7 +246,6 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks, EnvB
         await self._drive(lambda: False, until_ms=until, passing=True)
         self._expire_until(until)
         self.clock_ms = max(self.clock_ms, until)
-        expire_due(self.log, self.projection, self.partitions, self.clock_ms)
 
     async def run_until_idle(self) -> None:
         """Drive until every run waits (no time passes)."""

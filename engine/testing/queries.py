@@ -30,12 +30,13 @@ class RunQueries:
     def status(self, run_id: str) -> RunStatus:
         return self.describe(run_id).status
 
-    def _exact(self, run_id: str) -> RunState:
+    def _exact(self, run_id: str, *, reach: bool = True) -> RunState:
         """The run `run_id` names itself (a lineage's id: its round 0), as the environment's
-        own requests and results address it."""
+        own requests and results address it (`reach`: upkeep.missing's, for the error)."""
         run = self.projection.store.run(round_zero(run_id))  # (`<lineage>~0`: round 0)
         if run is None:
-            raise missing(self.projection, run_id, self.partition_of(round_zero(run_id)))
+            raise missing(self.projection, run_id, self.partition_of(round_zero(run_id)),
+                          reach=reach)
         return run
 
     def _reader(self) -> query_plan.UnindexedRuns:

@@ -92,22 +92,27 @@ def tombstone_delays(projection: MemoryProjection, partitions: int) -> set[int]:
             if projection.partition(number).retention_ms > 0}
 
 
-def missing(projection: MemoryProjection, run_id: str, partition: int) -> RunNotFound:
+def missing(projection: MemoryProjection, run_id: str, partition: int, *,
+            reach: bool = True) -> RunNotFound:
     """The error for a run the projection does not hold: expired, or never there (saying
     why its create was rejected, as a Client's: engine.readmodel.lookups.missing_run). An
-    expired one says how the run its id reaches ended (a lineage's id: its final round;
-    `<lineage>~0`: round 0), as a Client's (View.expired)."""
-    tombstone = reached_tombstone(projection.store, run_id)
+    expired one names its tombstone's run and says how it ended: with `reach` (a query or
+    a request), the run the id reaches (a lineage's id: its final round; `<lineage>~0`:
+    round 0), as a Client's View.expired; without (a result), round 0 itself, as a
+    Client's handle."""
+    zero = round_zero(run_id)
+    tombstone = (reached_tombstone(projection.store, run_id) if reach
+                 else projection.store.tombstone(zero))
     if tombstone is not None:
-        return RunExpired(run_id, expired_text(tombstone))
-    rejected = rejected_create(projection, run_id)
+        return RunExpired(tombstone.run_id, expired_text(tombstone))
+    rejected = rejected_create(projection, zero)
     if rejected is not None:
         return RunNotFound(run_id, rejected=rejection_why(rejected))
     # (a create that repeated a request id: answered in the partition's history)
     items = projection.partition_history.get(partition, [])
     repeats = [i.offset for i in items if i.verdict is Verdict.duplicate
-               and i.record is not None and i.record.envelope.run_id == run_id]
-    reused = reuse_answer(run_id, repeats,
+               and i.record is not None and i.record.envelope.run_id == zero]
+    reused = reuse_answer(zero, repeats,
                           lambda offset: (i for i in items if i.offset >= offset))
     return RunNotFound(run_id) if reused is None else reused_not_found(run_id, *reused)
 

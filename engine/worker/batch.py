@@ -8,6 +8,7 @@ through the worker's own producer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -68,15 +69,17 @@ class WorkerBatchIO:
                 # close let the handler's last step go out alone before its run.completed,
                 # where it rides in the run.completed (as in the TestEnvironment's journal).
                 self._closing = asyncio.create_task(model.close())
+                self._closing.add_done_callback(_said_if_failed)
 
     async def view(self) -> View:
         async with self._lock:
             if self._closing is not None:  # (its store is the one a new model opens)
-                closing, self._closing = self._closing, None
-                try:
-                    await closing
-                except Exception as exc:  # (the batch it served has ended: this one goes on)
-                    log.warning("closing the batches' read model failed: %r", exc)
+                # Shielded: a cancel of this batch meanwhile leaves the close to finish (the
+                # next batch waits for it again), not the old model half closed beside a new
+                # one on its directory.
+                with contextlib.suppress(Exception):  # (a failure is said as it happens)
+                    await asyncio.shield(self._closing)
+                self._closing = None
             if self._model is None:
                 self._model = ReadModel(bootstrap=self.host.bootstrap, topic=self.host.topic,
                                         path=self.host.data_dir / "batch-readmodel",
@@ -92,6 +95,11 @@ class WorkerBatchIO:
 
     def now_ms(self) -> int:
         return int(time.time() * 1000)
+
+
+def _said_if_failed(closing: asyncio.Task[None]) -> None:
+    if not closing.cancelled() and (failure := closing.exception()) is not None:
+        log.warning("closing the batches' read model failed: %r", failure)
 
 
 def batch_flow(host: BatchHost) -> Flow[Any, Any]:

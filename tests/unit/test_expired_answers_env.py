@@ -40,6 +40,12 @@ async def test_an_expired_lineage_is_told_by_its_final_round() -> None:
                 ask()
         with pytest.raises(RunExpired, match="after it settled completed"):  # (its handoff)
             env.describe("L~0")
+        with pytest.raises(RunExpired) as told:
+            env.describe("L")
+        assert told.value.run_id == "L~2"  # (the run its tombstone names, as a Client's)
+        # A result is round 0's own, as a Client's handle on the lineage's id says.
+        with pytest.raises(RunExpired, match="after it settled completed"):
+            await env.result("L")
 
 
 async def test_round_zero_and_updates_of_an_expired_run_are_run_expired() -> None:

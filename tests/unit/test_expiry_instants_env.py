@@ -1,8 +1,8 @@
-"""The TestEnvironment expires what falls due at its own instant on the virtual clock, as a
-worker's sweeper does within its second: a sleep swept only at its end, so a run due early
-was expired late, its tombstone kept past its time (a signal then got RunExpired where a
-worker's got RunNotFound, a create of its id was rejected where a worker's was accepted),
-and one sleep(8) differed from two sleep(4)."""
+"""The TestEnvironment expires what falls due at the sweeps a worker's sweeper makes (every
+quarter of the retention, 1 to 30 s, counted from the epoch), on the virtual clock: a sleep
+swept only at its end, so a run due early was expired late, its tombstone kept past its time
+(a signal then got RunExpired where a worker's got RunNotFound, a create of its id was
+rejected where a worker's was accepted), and one sleep(8) differed from two sleep(4)."""
 
 from __future__ import annotations
 
@@ -30,15 +30,16 @@ def expiries(env: TestEnvironment, since_ms: int) -> list[tuple[int, list[str], 
             if isinstance(item.record, ev.PartitionRunsExpired)]
 
 
-@pytest.mark.parametrize("sleeps", [[8], [4, 4], [1] * 8])
-async def test_a_run_and_its_tombstone_go_at_their_own_instants(sleeps: list[int]) -> None:
+@pytest.mark.parametrize("sleeps", [[8], [4, 4], [1] * 8, [2.7, 5.3], [3.4, 0.1, 4.5]])
+async def test_a_run_and_its_tombstone_go_at_their_own_instants(sleeps: list[float]) -> None:
     async with TestEnvironment([quick], retention=3, tombstone_retention=3) as env:
         began = env.clock_ms
         await env.start(quick, 1, run_id="q")
         assert await env.result("q") == 1
         for seconds in sleeps:
             await env.sleep(seconds)
-        # Settled at 0: expired at 3 s, its tombstone gone at 6 s, however the 8 s passed.
+        # Settled at 0: expired at 3 s, its tombstone gone at 6 s, however the 8 s passed
+        # (a worker sweeps every second here: its sweeps fall on the whole seconds).
         assert expiries(env, began) == [(3000, ["q"], []), (6000, [], ["q"])]
         with pytest.raises(RunNotFound) as missing:
             await env.signal("q", "x")
@@ -82,8 +83,8 @@ async def test_what_falls_due_within_a_sweep_interval_goes_together() -> None:
         await env.run_until_idle()
         await env.sleep(1)
         await env.sleep(3600)
+        assert expiries(env, began) == []  # (due from 3,600.001 s: the next sweep is at 3,630)
+        await env.sleep(30)
         swept = expiries(env, began)
-        assert sum(len(expired) for _, expired, _ in swept) == 200
-        # The first when it falls due, the rest at the end of the sleep (within the 30 s
-        # of a sweep interval of theirs), not one stop each.
-        assert [ms for ms, _, _ in swept] == [3600_001, 3601_000]
+        assert [ms for ms, _, _ in swept] == [3630_000]  # one sweep, not one stop each
+        assert len(swept[0][1]) == 200

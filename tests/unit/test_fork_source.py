@@ -225,6 +225,10 @@ async def test_the_owner_answers_from_the_source_history_or_refuses_with_a_reaso
                         ("fork~1", "names the rounds")):
         [(cls, bad)] = answer_fork(run, asked(4, forced=True, target=target), items, journal)
         assert cls is ev.RunForkAnswered and why in (bad["refused"] or ""), bad
+    # One an owner before the check began answering is finished, not left half copied.
+    begun = answer_fork(run, asked(4, forced=True, target="fork ok", answered=1), items,
+                        journal, max_part_bytes=400)
+    assert begun and all(body.get("refused") is None for _, body in begun)
     [(cls, wrong)] = answer_fork(run, asked(4, offset=999), items, journal)
     assert cls is ev.RunForkAnswered and "record:4 at offset 999 is not in run pay" in (
         wrong["refused"] or "")
