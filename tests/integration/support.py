@@ -253,6 +253,26 @@ async def status_when(client: Any, run_id: str, *wanted: RunStatus,
         await asyncio.sleep(0.05)
 
 
+@asynccontextmanager
+async def silent_listener() -> AsyncIterator[str]:
+    """An address that accepts every connection, reads what comes, and answers nothing."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+        while await reader.read(4096):
+            pass
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    try:
+        yield f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        for writer in held:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+
+
 def nothing_listens() -> str:
     """An address where nothing listens (a port just freed)."""
     with socket.socket() as sock:

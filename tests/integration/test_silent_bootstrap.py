@@ -13,25 +13,13 @@ import pytest
 
 from runstream.engine.kafka import connection
 from runstream.engine.kafka.connection import watched_start
+from tests.integration.support import silent_listener
 
 
 @pytest.fixture
 async def silent_address() -> AsyncIterator[str]:
-    held: list[asyncio.StreamWriter] = []
-
-    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        held.append(writer)
-        while await reader.read(4096):
-            pass
-
-    server = await asyncio.start_server(hold, "127.0.0.1", 0)
-    try:
-        yield f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    finally:
-        for writer in held:
-            writer.close()
-        server.close()
-        await server.wait_closed()
+    async with silent_listener() as address:
+        yield address
 
 
 async def test_a_start_goes_on_while_another_address_answers(

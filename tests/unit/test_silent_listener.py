@@ -22,27 +22,14 @@ from runstream.engine.kafka.connection import (
     watched_start,
 )
 from runstream.engine.worker.connect import diagnose_failure
-from tests.integration.support import nothing_listens
+from tests.integration.support import nothing_listens, silent_listener
 
 
 @pytest.fixture
 async def silent() -> AsyncIterator[str]:
     """Accepts every connection, reads what comes, answers nothing."""
-    held: list[asyncio.StreamWriter] = []
-
-    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        held.append(writer)
-        while await reader.read(4096):
-            pass
-
-    server = await asyncio.start_server(hold, "127.0.0.1", 0)
-    try:
-        yield f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    finally:
-        for writer in held:
-            writer.close()
-        server.close()
-        await server.wait_closed()
+    async with silent_listener() as address:
+        yield address
 
 
 async def test_a_diagnosis_of_a_silent_listener_names_both_waits(silent: str) -> None:
