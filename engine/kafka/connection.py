@@ -376,7 +376,11 @@ async def watched_start(start: Awaitable[None], bootstrap: str, security: KafkaS
                 address, silence = silent
                 raise BrokerConnectionFailed(explain(  # (the client's own waited as long)
                     silence, address, settings, SILENT_AFTER_S + DIAGNOSIS_TIMEOUT_S))
-        await starting
+        # Waited on, not awaited: a cancel of ours would be passed into the start, and one
+        # the start swallows (aiokafka's close does) and then returns from was lost: a
+        # worker's stop waited for ever on a snapshot task that went on.
+        await asyncio.wait({starting})
+        starting.result()
     finally:
         await _ended(starting, probing)
 
@@ -412,6 +416,8 @@ async def _ended(*tasks: asyncio.Future[Any] | None) -> None:
                 await asyncio.wait({task}, timeout=0.1)
             except asyncio.CancelledError:
                 cancelled = True
+        if task is not None and not task.cancelled():
+            task.exception()  # (retrieved: one a cancel cut short is not reported unseen)
     if cancelled:
         raise asyncio.CancelledError
 

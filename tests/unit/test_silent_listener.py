@@ -103,6 +103,27 @@ async def test_a_watched_start_cancelled_ends_its_start_whatever_it_swallows() -
     assert events == ["swallowed"]
 
 
+async def test_a_watched_start_cancelled_while_its_start_swallows_it_is_cancelled(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the probe, a cancel was passed into the start; one that swallows it and returns
+    (aiokafka's close swallows a cancel) lost it: the caller went on as if started (a
+    worker's stop waited for ever on its snapshot task, which looped on)."""
+    monkeypatch.setattr(connection, "SILENT_AFTER_S", 0.01)
+    monkeypatch.setattr(connection, "DIAGNOSIS_TIMEOUT_S", 0.2)
+
+    async def swallowing() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            pass  # (and returns: "started")
+
+    watching = asyncio.create_task(watched_start(swallowing(), nothing_listens(), None))
+    await asyncio.sleep(0.3)  # (the probe found nothing listening: the start goes on)
+    watching.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await watching
+
+
 async def test_a_diagnosis_is_the_first_address_that_does_not_refuse(silent: str) -> None:
     # (it probed every address and reported the first's reason: the silent ones after it
     # were each waited for in vain; then it stopped at the first, refused or not, and a
