@@ -217,9 +217,8 @@ async def probe_first(bootstrap: str, settings: KafkaSecurity, timeout: float, *
     client bootstraps from any one), not a later one's fault. A refusal costs nothing to
     pass: a broker down first in the list hid wrong settings at the next, and a worker
     retried for ever where it stops on wrong settings."""
-    addresses = [a.strip() for a in bootstrap.split(",") if a.strip()]
     refused: tuple[str, OSError | KafkaError | ValueError] | None = None
-    for address in addresses:
+    for address in _addresses(bootstrap):
         try:
             await asyncio.wait_for(probe(*host_port(address), settings, timeout=timeout,
                                          client_id=client_id), timeout)
@@ -230,6 +229,11 @@ async def probe_first(bootstrap: str, settings: KafkaSecurity, timeout: float, *
             continue
         return address, None
     return refused
+
+
+def _addresses(bootstrap: str) -> list[str]:
+    """The addresses a bootstrap list names, in its order."""
+    return [a.strip() for a in bootstrap.split(",") if a.strip()]
 
 
 def is_refused(error: BaseException) -> bool:
@@ -330,7 +334,7 @@ async def start_client(client: Any, bootstrap: str, security: KafkaSecurity | No
                        ) -> None:
     """`await client.start()` for an aiokafka producer, consumer or admin client; a failed
     bootstrap becomes BrokerConnectionFailed saying why (after releasing the client), and
-    so does one whose first address stays silent (`watched_start`)."""
+    so does one that no address of the bootstrap answers (`watched_start`)."""
     started = time.monotonic()
     try:
         await watched_start(client.start(), bootstrap, security)
@@ -389,10 +393,9 @@ async def _all_silent(bootstrap: str, settings: KafkaSecurity
                       ) -> tuple[str, TimeoutError] | None:
     """The first silent address of `bootstrap` when no address answers (the others
     refuse), probed together; None when one answers or fails otherwise."""
-    addresses = [a.strip() for a in bootstrap.split(",") if a.strip()]
     try:
         probed = await asyncio.gather(*(probe_first(address, settings, DIAGNOSIS_TIMEOUT_S)
-                                        for address in addresses))
+                                        for address in _addresses(bootstrap)))
     except Exception:  # (a probe's own fault: the start decides alone)
         return None
     failures = [found[1] for found in probed if found is not None]  # (None: it answered)

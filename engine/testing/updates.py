@@ -62,9 +62,8 @@ class EnvUpdates:
             record = ev.RunSignalSent(envelope=envelope(ev.RunSignalSent, run_id, None, 0),
                                       name=name)
             raise SignalRefused(run_id, name, describe_refusal(run, record))
-        lineage = self.describe(run_id).lineage_id
         if outcome is Verdict.duplicate and self._round_asked(
-                lineage, request_id or "", ev.RunSignalSent) is None:
+                self.describe(run_id).lineage_id, request_id or "", ev.RunSignalSent) is None:
             # (its id was another request's on the partition: no run took this signal)
             raise SignalRefused(run_id, name, reused_request_text(request_id or "", "signal"))
 
