@@ -91,7 +91,7 @@ def decide_create(
     forgot it): that answer is the existing run.
     """
     flow = request.flow or ""
-    payload = request.payload_json or "null"
+    payload = "null" if request.payload_json is None else request.payload_json
     if request.unsendable is not None:  # (a stand-in: what it stands in for never came)
         return Reject(UNSENDABLE, "request", "", request.unsendable)
     if run is not None and run.admitted and run.request_id == request.request_id:
@@ -110,6 +110,8 @@ def decide_create(
         return Reject("payload-invalid", "payload", "", error)
     if request.attributes_error is not None:
         return Reject("attributes-invalid", "attributes", "", request.attributes_error)
+    if request.signal_error is not None:
+        return Reject("signal-invalid", "signal", "", request.signal_error)
     if run is not None and run.request_id != request.request_id:
         # The run's own fields (its first request's) refuse every create of it: a repeat
         # answered as a duplicate of a run never admitted hung (run_maker).
@@ -145,7 +147,8 @@ def run_maker(run: RunState) -> InboxItem | None:
 
 def _refused_alone(request: InboxItem) -> bool:
     """A create refused for what it alone carries, whatever the run (decide_create)."""
-    return request.attributes_error is not None or request.unsendable is not None
+    return (request.attributes_error is not None or request.unsendable is not None
+            or request.signal_error is not None)
 
 
 def invalid_create(run: RunState) -> Reject | None:

@@ -7,14 +7,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from runstream.engine.errors import PayloadInvalid
+from runstream.engine.journal.input_limits import PayloadTooLarge, check_payload
 from runstream.projections.decide import json_form
 from runstream.projections.reactions import RegisteredFlow
+from runstream.projections.signal_start import is_json
 
 
 def payload_refusal(flows: Mapping[str, RegisteredFlow], flow_name: str,
                   payload_json: str) -> str | None:
-    """Why the registered flow refuses the payload (None: it takes it, or the flow is not
-    registered here: an owner that registers it validates it, at activation)."""
+    """Why the payload is refused (None: it is taken): it is not JSON (empty, NaN), it is
+    over the payload limit, or the registered flow refuses it (a flow not registered here:
+    an owner that registers it validates it, at activation). Every client door checks the
+    first two; a plain producer's create reached the run unchecked, which then failed."""
+    if not is_json(payload_json):
+        return f"the payload of flow {flow_name[:128]!r} is not JSON: {_shown(payload_json)}"
+    try:
+        check_payload(f"the payload of flow {flow_name[:128]!r}", payload_json)
+    except PayloadTooLarge as exc:
+        return str(exc)
     flow = flows.get(flow_name)
     if flow is None:
         return None
@@ -37,3 +47,7 @@ def payload_form(flows: Mapping[str, RegisteredFlow], flow_name: str,
         except PayloadInvalid:
             pass
     return json_form(flow_name, payload_json)
+
+
+def _shown(text: str, limit: int = 40) -> str:
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} chars)"

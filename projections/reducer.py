@@ -50,7 +50,7 @@ from runstream.projections.schedules import (
     settled_as,
     settled_notice,
 )
-from runstream.projections.signal_start import as_create, as_signal, first_signal, is_json
+from runstream.projections.signal_start import as_create, as_signal, first_parts
 from runstream.projections.snapshot import snapshot_anchored as anchor
 from runstream.projections.state import (
     MAX_DEPTH,
@@ -250,13 +250,10 @@ def _signal_with_start(partition: PartitionState, run: RunState | None,
     """projections.signal_start: a new run holding the signal, or the signal alone."""
     request_id, when = request_id_of(record, offset), record.envelope.timestamp_ms
     if run is None:
-        if not is_json(record.signal_payload_json):  # (refused, as its signal alone is)
-            return Applied(partition, None, Verdict.refused)
         fresh = _new_run(partition.partition, create := as_create(record), request_id, offset)
-        return Applied(partition, replace(
-            fresh, inbox=(inbox_item(create, request_id, offset),),
-            signals=(first_signal(record, request_id, offset),), updated_at_ms=when),
-            Verdict.applied)
+        item, signals = first_parts(record, inbox_item(create, request_id, offset), offset)
+        return Applied(partition, replace(fresh, inbox=(item,), signals=signals,
+                                          updated_at_ms=when), Verdict.applied)
     change = apply_run_request(run, as_signal(record), request_id, offset, None)
     assert change is not None
     updated = change.run if change.run is run else replace(change.run, updated_at_ms=when)

@@ -31,7 +31,7 @@ from runstream.projections import updates
 from runstream.projections.attributes import attribute_error
 from runstream.projections.expiry import expired_text
 from runstream.projections.outbox_requests import SPAWN_REFUSED, cancels, refused_spawn
-from runstream.projections.signal_start import is_json
+from runstream.projections.signal_start import is_json, signal_name_refusal
 from runstream.projections.state import (
     MAX_INBOX,
     MAX_SIGNALS,
@@ -111,8 +111,7 @@ def apply_run_request(
 def _signal(run: RunState, record: ev.RunSignalSent, request_id: str,
             offset: int) -> RequestChange:
     if (run.status in TERMINAL_STATUSES or updates.buffered(run) >= MAX_SIGNALS
-            or len(record.name) > MAX_NAME_CHARS  # (no wait is named so: kept for nothing)
-            or record.name.startswith(updates.UPDATE_SIGNAL_PREFIX)
+            or signal_name_refusal(record.name) is not None  # (no wait is named so)
             or not is_json(record.payload_json)):
         return RequestChange(run, Verdict.refused)
     signal = Signal(request_id=request_id, name=record.name, payload_json=record.payload_json,
@@ -223,6 +222,15 @@ def _without_refused(children: tuple[ChildLink, ...], child_run_id: str,
     return children
 
 
+def _request_payload(record: ev.JournalRecord) -> str:
+    """A signal's or update's payload ("null" for other requests)."""
+    if isinstance(record, ev.RunSignalSent | ev.RunUpdateRequested):
+        return record.payload_json
+    if isinstance(record, ev.RunSignalWithStartRequested):
+        return record.signal_payload_json
+    return "null"
+
+
 def describe_refusal(run: RunState | None, record: ev.JournalRecord,
                      tombstone: Tombstone | None = None) -> str:
     """Why a request was refused, for the client's error (`tombstone`: what is left of the
@@ -232,8 +240,7 @@ def describe_refusal(run: RunState | None, record: ev.JournalRecord,
     refusal = authority_refusal(run, record)
     if refusal is not None:
         return refusal
-    if isinstance(record, ev.RunSignalSent | ev.RunUpdateRequested) and not is_json(
-            record.payload_json):
+    if not is_json(_request_payload(record)):
         return "its payload is not JSON"
     if (isinstance(record, ev.RunForkRequested | ev.RunUpdateRequested)
             and not run.status.is_terminal and len(run.inbox) >= MAX_INBOX):
@@ -246,12 +253,11 @@ def describe_refusal(run: RunState | None, record: ev.JournalRecord,
         return updates.refusal_text(run)
     if run.status in TERMINAL_STATUSES:
         return f"the run has ended ({run.status.value})"
-    if isinstance(record, ev.RunSignalSent) and record.name.startswith(
-            updates.UPDATE_SIGNAL_PREFIX):
-        return f"signal names starting {updates.UPDATE_SIGNAL_PREFIX!r} are updates' own"
     if isinstance(record, ev.RunSignalSent | ev.RunSignalWithStartRequested):
-        return (f"the run held as many signals no wait had taken as it keeps ({MAX_SIGNALS}): "
-                f"send again once it takes some")
+        name = record.name if isinstance(record, ev.RunSignalSent) else record.signal_name
+        return signal_name_refusal(name) or (
+            f"the run held as many signals no wait had taken as it keeps ({MAX_SIGNALS}): "
+            f"send again once it takes some")
     if isinstance(record, ev.RunResumeRequested):
         wait = run.wait
         if wait is None or run.status is not RunStatus.suspended:

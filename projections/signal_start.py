@@ -3,8 +3,9 @@
 
 The reducer (projections.reducer) applies it to the run its envelope names:
 - no such run: the run is created as a `run.create-requested` would create it (`as_create`),
-  with the signal buffered first (`first_signal`); the owner admits or rejects that create
-  (its inbox item carries this request's id), so the signal is never lost in between;
+  with the signal buffered first (`first_parts`); the owner admits or rejects that create
+  (its inbox item carries this request's id), so the signal is never lost in between; a
+  signal no wait can take (`start_refusal`) has the create rejected;
 - a run that has not settled: the signal part alone, as a `run.signal-sent` (`as_signal`),
   judged like one (its authority, the signal buffer's bound); the start part is ignored;
 - a settled run: refused, as a signal is; an expired one: refused (its tombstone answers).
@@ -15,7 +16,9 @@ from __future__ import annotations
 import json
 
 from runstream.engine.journal import events as ev
-from runstream.projections.state import Signal
+from runstream.engine.journal.input_limits import NameInvalid, check_name
+from runstream.projections.state import InboxItem, Signal, replace
+from runstream.projections.updates import UPDATE_SIGNAL_PREFIX
 
 
 def as_create(record: ev.RunSignalWithStartRequested) -> ev.RunCreateRequested:
@@ -35,18 +38,53 @@ def as_signal(record: ev.RunSignalWithStartRequested) -> ev.RunSignalSent:
         authority_capabilities=list(record.authority_capabilities))
 
 
-def first_signal(record: ev.RunSignalWithStartRequested, request_id: str,
-                 offset: int) -> Signal:
-    """The signal a run this request creates holds from the start."""
-    return Signal(request_id=request_id, name=record.signal_name,
-                  payload_json=record.signal_payload_json, offset=offset)
+def first_parts(record: ev.RunSignalWithStartRequested, create: InboxItem, offset: int
+                ) -> tuple[InboxItem, tuple[Signal, ...]]:
+    """What a run this request creates holds from the start: its create, and the signal.
+    A signal no wait can take is not held, and its create carries why, so that the owner
+    rejects it and the sender is answered (refused alone, it was answered by nothing)."""
+    refusal = start_refusal(record)
+    if refusal is not None:
+        return replace(create, signal_error=refusal), ()
+    return create, (Signal(request_id=create.request_id, name=record.signal_name,
+                           payload_json=record.signal_payload_json, offset=offset),)
 
 
 def is_json(text: str) -> bool:
-    """Whether a signal's payload is JSON the waiting handler can read: a request whose
-    payload is not is refused, where applied it failed the run that took it."""
+    """Whether a payload is JSON the handler can read: a request whose payload is not is
+    refused (a create's is rejected), where taken it failed the run that took it. NaN and
+    the infinities are not JSON, though Python's parser takes them: a run holding one
+    failed when it wrote the value out again."""
     try:
-        json.loads(text)
+        json.loads(text, parse_constant=_not_json)
     except (ValueError, RecursionError):
         return False
     return True
+
+
+def _not_json(constant: str) -> object:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def signal_name_refusal(name: str) -> str | None:
+    """Why no wait can take a signal of this name (None: one can). Every client door checks
+    the name (input_limits.check_name); a plain producer's reaches the run unchecked, where
+    it was kept, for nothing, until the run settled."""
+    if name.startswith(UPDATE_SIGNAL_PREFIX):
+        return f"signal names starting {UPDATE_SIGNAL_PREFIX!r} are updates' own"
+    try:
+        check_name("signal", name)
+    except NameInvalid as exc:
+        return str(exc)
+    return None
+
+
+def start_refusal(record: ev.RunSignalWithStartRequested) -> str | None:
+    """Why the run a signal-with-start would create is rejected for its signal part (None:
+    it is not): the signal could never be taken, so neither can the request."""
+    name = signal_name_refusal(record.signal_name)
+    if name is not None:
+        return name
+    if not is_json(record.signal_payload_json):
+        return f"the payload of signal {record.signal_name[:128]!r} is not JSON"
+    return None

@@ -119,6 +119,9 @@ class InboxItem(_Frozen, frozen=True, array_like=True):
     name: str | None = None  # an update's (projections.updates)
     # A create standing in for one its sender gave up (projections.outbox_fallback): why.
     unsendable: str | None = None
+    # A signal-with-start's create whose signal no wait can take (projections.signal_start):
+    # why (the owner rejects it, so its sender is answered).
+    signal_error: str | None = None
 
 
 class ForkOrigin(_Frozen, frozen=True, array_like=True):
