@@ -33,7 +33,7 @@ async def _waiter(ctx: FlowContext, payload: Any) -> Any:
 
 
 async def _write(bootstrap: str, journal: str, client: Client, record_type: str,
-                 run_id: str, **fields: Any) -> RunHandle:
+                 run_id: str, key: str | None = None, **fields: Any) -> RunHandle:
     """The request as a plain producer writes it; a handle on it, as on a Client's own."""
     request_id = uuid.uuid4().hex
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
@@ -41,7 +41,7 @@ async def _write(bootstrap: str, journal: str, client: Client, record_type: str,
     try:
         sent = await producer.send_and_wait(
             journal, plain_request(record_type, run_id, request_id=request_id, **fields),
-            key=run_id.encode(), headers=[("rs-type", record_type.encode())])
+            key=(key or run_id).encode(), headers=[("rs-type", record_type.encode())])
     finally:
         await producer.stop()
     return RunHandle(client, run_id=run_id, flow=None, partition=sent.partition,
@@ -71,6 +71,10 @@ async def test_a_plain_producers_invalid_inputs_are_answered(
             "payload-invalid", f"the payload of flow {waiter.name!r} is not JSON: ''")
         nan = await create("nan", "registered-nowhere", '{"amount": NaN}')
         assert nan.reason == "payload-invalid" and "is not JSON" in nan.detail
+        rnd = await _rejected(await _write(bootstrap, journal, client, "run.create-requested",
+                                           "lin~3", key="lin", lineage_id="lin",
+                                           flow=waiter.name, payload_json="null"))
+        assert rnd.reason == "run-id-invalid"  # (a later round is made by a handoff alone)
         big = await create("big", "registered-nowhere", '"' + "b" * 600_000 + '"')
         assert big.reason == "payload-invalid" and "over the 524288-byte limit" in big.detail
 
