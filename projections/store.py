@@ -77,7 +77,6 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from rocksdict import (
-    AccessType,
     Checkpoint,
     Options,
     Rdict,
@@ -106,6 +105,7 @@ from runstream.projections.store_batch import Pending as _Pending
 from runstream.projections.store_migrate import upgrade
 from runstream.projections.store_restore import PartitionRestore
 from runstream.projections.store_runs import PartitionCountChanged, RunKeys
+from runstream.projections.store_secondary import SecondaryDb
 from runstream.projections.values import RecordWrite
 from runstream.projections.writes import (
     EMPTY_HASH,
@@ -138,6 +138,7 @@ class ProjectionStore(RunKeys, PartitionRestore, IndexReads):
         self.path = Path(path)
         self.keep_records = keep_records
         options = Options(raw_mode=True)
+        self._secondary: SecondaryDb | None = None
         if access == "primary":
             self.path.mkdir(parents=True, exist_ok=True)
             options.create_if_missing(True)
@@ -167,9 +168,8 @@ class ProjectionStore(RunKeys, PartitionRestore, IndexReads):
                 self._db.set_write_options(unlogged)
         else:
             assert secondary_path is not None, "a secondary needs its own directory"
-            options.set_max_open_files(-1)
-            self._db = Rdict(str(self.path), options,
-                             access_type=AccessType.secondary(str(secondary_path)))
+            self._secondary = secondary = SecondaryDb(self.path, Path(secondary_path))
+            self._db = secondary.db
         self.access = access
         self.placement: Placement | None = None  # None: no count yet, so nothing placed
         self._read_partition_count()
@@ -239,7 +239,9 @@ class ProjectionStore(RunKeys, PartitionRestore, IndexReads):
         return value
 
     def catch_up_with_primary(self) -> None:
-        self._db.try_catch_up_with_primary()
+        assert self._secondary is not None, "a primary follows nothing"
+        self._secondary.catch_up()
+        self._db = self._secondary.db  # (opened again after a flush: store_secondary)
         self._hashes.clear()  # the primary moved them on
         if self.placement is None:
             self._read_partition_count()

@@ -245,10 +245,13 @@ class ReadModel:
                                               keep_records=True, partitions=self.partitions)
                 return
             except Exception as exc:  # rocksdict raises a bare Exception
-                if (self.path / "CURRENT").exists() or time.monotonic() > deadline:
+                # The primary is creating the store right now: its CURRENT file was missing
+                # when this open looked (it may be there by now, so the error says it).
+                creating = "CURRENT" in str(exc) or not (self.path / "CURRENT").exists()
+                if not creating or time.monotonic() > deadline:
                     raise RunstreamError(f"cannot open the read model in {self.path} next to "
                                          f"the process that writes it: {exc}") from None
-                await asyncio.sleep(0.05)  # the primary is creating the store right now
+                await asyncio.sleep(0.05)
 
     def _try_promote(self) -> None:
         """A secondary whose primary has gone takes the lock and becomes the primary; its

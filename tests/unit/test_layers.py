@@ -139,7 +139,7 @@ def test_engine_holds_at_most_8_modules_directly() -> None:
 
 # They open or fill a RocksDB store.
 STORAGE_MODULES = {"store", "store_batch", "store_migrate", "store_restore", "store_runs",
-                   "checkpoints", "fold"}
+                   "store_secondary", "checkpoints", "fold"}
 
 
 def test_every_projections_module_is_pure_or_named_storage() -> None:
