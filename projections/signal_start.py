@@ -56,7 +56,7 @@ def is_json(text: str) -> bool:
     the infinities are not JSON, though Python's parser takes them: a run holding one
     failed when it wrote the value out again."""
     try:
-        json.loads(text, parse_constant=_not_json)
+        _STRICT.decode(text)
     except (ValueError, RecursionError):
         return False
     return True
@@ -64,6 +64,11 @@ def is_json(text: str) -> bool:
 
 def _not_json(constant: str) -> object:
     raise ValueError(f"{constant} is not JSON")
+
+
+# One decoder: json.loads with a parse_constant builds a decoder a call (3.1 us against 1.8
+# for a 70-byte payload here).
+_STRICT = json.JSONDecoder(parse_constant=_not_json)
 
 
 def signal_name_refusal(name: str) -> str | None:
