@@ -84,6 +84,12 @@ class ScheduleState(_Frozen, frozen=True, array_like=True):
     # fires however its due time under the new spec stands to the catch-up window.
     kept_ms: int | None = None
     kept_at_ms: int | None = None  # when the update that kept it was made (its log time)
+    # The ranges of nominal instants backfills fired (MAX_RANGES at most, the oldest two
+    # merged past it, as `handled`'s): a backfill fires none of them again. Each backfill
+    # request's fires make one range (between two of its instants lie only instants fired
+    # already); `backfill_open`: the last range is the current request's.
+    backfilled: tuple[tuple[int, int], ...] = ()
+    backfill_open: bool = False
 
     @property
     def due_ms(self) -> int | None:

@@ -101,7 +101,8 @@ def _request(schedule: ScheduleState | None, record: ev.JournalRecord, offset: i
     change = Change(request_id=request_id_of(record, offset), action=record.action,
                     offset=offset,
                     body_json=change_body(record) if kept < MAX_CHANGES else OVERFLOWED)
-    return replace(schedule, changes=(*schedule.changes, change), updated_ms=when)
+    return replace(schedule, changes=(*schedule.changes, change), updated_ms=when,
+                   backfill_open=False)  # (a backfill's fires follow its request)
 
 
 def change_body(record: ev.ScheduleChangeRequested) -> str:
@@ -155,7 +156,7 @@ def _decision(schedule: ScheduleState, record: ev.JournalRecord
                        kept_at_ms=None if kept is None else when)
         if isinstance(record, ev.ScheduleCreated):  # (a life of its own: no runs of one)
             made = replace(made, created_ms=when, handled=(), buffered_ms=None, running=(),
-                           recent=(), fires=0, skipped=0)
+                           recent=(), fires=0, skipped=0, backfilled=())
         if record.paused:
             made = replace(made, range_open=False)
         return made, ()
@@ -175,6 +176,9 @@ def _decision(schedule: ScheduleState, record: ev.JournalRecord
                        next_fire_ms=record.next_fire_ms, buffered_ms=buffered,
                        updated_ms=when), ()
     return answered, ()  # schedule.change-rejected: the change is answered
+
+
+BACKFILL = "backfill"  # a schedule.fired's reason: a backfill request's instant
 
 
 def extend(ranges: tuple[tuple[int, int], ...], open_: bool, nominal_ms: int
@@ -227,6 +231,9 @@ def _fired(schedule: ScheduleState, record: ev.ScheduleFired
     if schedule.spec is None:
         return schedule, ()
     own = record.reason in _ON_TIME
+    if record.reason == BACKFILL:
+        schedule = replace(schedule, backfill_open=True, backfilled=extend(
+            schedule.backfilled, schedule.backfill_open, record.nominal_ms))
     if any(f.run_id == record.run_id for f in schedule.recent):
         return _fired_again(schedule, record, own), ()
     fired = Fired(run_id=record.run_id, nominal_ms=record.nominal_ms, reason=record.reason)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from runstream import Flow
+from runstream import Flow, ScheduleRejected
 from runstream.projections.cron import fired_run_id
 from runstream.testing import TestEnvironment
 
@@ -66,9 +66,12 @@ async def test_a_backfill_asked_twice_leaves_the_schedule_firing() -> None:
     async with TestEnvironment([tick], start=START) as env:
         await env.sleep(3600)
         await env.create_schedule("s", tick, every=60)
-        for _ in range(2):  # (a retried command)
+        await env.backfill_schedule("s", START, START + timedelta(minutes=15))
+        await env.run_until_idle()
+        # (a retried command: its instants were fired, by the first)
+        with pytest.raises(ScheduleRejected, match="or a backfill fired it"):
             await env.backfill_schedule("s", START, START + timedelta(minutes=15))
-            await env.run_until_idle()
+        await env.run_until_idle()
         await env.sleep(600)
         schedule = env.describe_schedule("s")
         assert schedule.skipped == 0 and schedule.running == (), schedule

@@ -471,7 +471,61 @@ async def test_a_backfill_after_many_pauses_fires_no_instant_the_schedule_fired(
             await env.unpause_schedule("many")
         handled = env.describe_schedule("many").handled
         assert len(handled) == MAX_RANGES and handled[0][0] == ms(START) + 60_000, handled[:3]
-        with pytest.raises(ScheduleRejected, match="handled all of them"):
+        with pytest.raises(ScheduleRejected, match="fired or skipped each one itself"):
             await env.backfill_schedule("many", START, START.replace(minute=1))
         # (an instant inside a pause the merge covered is not fired either: the price)
         assert not [f for f in env.describe_schedule("many").recent if f.reason == "backfill"]
+
+
+async def test_a_backfill_sent_again_fires_none_of_its_instants_again() -> None:
+    """Each backfill's fires make a range of their own beside the schedule's watermark. A
+    backfill of a range a backfill fired counted its instants again (`fired 60` for 30
+    runs), and once their runs and tombstones had expired, ran each instant again."""
+    async with TestEnvironment([tick], start=START, retention=timedelta(seconds=5),
+                               tombstone_retention=timedelta(seconds=5)) as env:
+        await env.sleep(3600)
+        await env.create_schedule("again", tick, {}, every=60, paused=True)
+        now = env.clock_ms
+        start, end = now - 30 * 60_000, now - 15 * 60_000  # 15 past instants
+        await env.backfill_schedule("again", start, end)
+        await env.run_until_idle()
+        assert env.describe_schedule("again").backfilled == ((start + 60_000, end),)
+        for _ in range(2):  # at once, and after the runs and their tombstones expired
+            with pytest.raises(ScheduleRejected, match="or a backfill fired it"):
+                await env.backfill_schedule("again", start, end)
+            await env.sleep(120)
+        # A wider range fires what lies outside the first: the 5 instants before it.
+        await env.backfill_schedule("again", start - 5 * 60_000, end)
+        await env.run_until_idle()
+        schedule = env.describe_schedule("again")
+        assert schedule.fires == 20
+        assert schedule.backfilled == ((start + 60_000, end), (start - 4 * 60_000, start))
+        runs = [r for r in env.projection.runs.values() if r.run_id.startswith("again@")]
+        assert len(runs) == 5  # (the first 15 expired)
+
+
+def test_a_backfill_steps_over_a_long_handled_range_whole() -> None:
+    """A minutely schedule that ran 80 days, then paused 20: a backfill of the 100 days
+    scanned the 115,200 instants it had handled one by one, stopped at MAX_SCAN, and was
+    rejected as having nothing to fire (after 1.3 s of the owner's loop)."""
+    day = 86_400_000
+    now = ms(START) + 100 * day
+    start, paused_at = ms(START), ms(START) + 80 * day
+    schedule = ScheduleState(schedule_id="minutely", partition=0, exists=True, paused=True,
+                             spec=ScheduleSpec(flow="report", cron="* * * * *"),
+                             handled=((start, paused_at),))
+    assert 80 * 1440 > MAX_SCAN
+    fired = schedule_owner._backfill(schedule, {"start_ms": start, "end_ms": now}, now)
+    nominal = [body["nominal_ms"] for _, body in fired]
+    assert len(nominal) == schedule_owner.MAX_BACKFILL
+    assert nominal[:2] == [paused_at + 60_000, paused_at + 120_000]
+
+
+def test_unfired_chooses_the_earliest_instants_outside_every_range() -> None:
+    def every_ten(at: int) -> int:
+        return (at // 10 + 1) * 10
+    ranges = ((20, 40), (30, 60), (80, 80))
+    assert schedule_owner.unfired(every_ten, 0, 100, ranges, 100) == [10, 70, 90, 100]
+    assert schedule_owner.unfired(every_ten, 0, 100, ranges, 2) == [10, 70]
+    assert schedule_owner.unfired(every_ten, 15, 60, ranges, 100) == []
+    assert schedule_owner.unfired(every_ten, 0, 100, (), 3) == [10, 20, 30]
