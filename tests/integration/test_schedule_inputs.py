@@ -63,6 +63,13 @@ async def test_a_burst_bad_specs_the_cli_s_times_notes_and_counts(
                         cache=cache)
         assert out.code == 0, out.err
         assert (await client.describe_schedule("hourly")).fires == 3
+        # The same backfill again fires none of them again (it counted them twice, and ran
+        # them again once their runs had expired).
+        again = await cli("schedule", "backfill", "hourly", "--start",
+                          iso(now_ms - 3 * 3_600_000), "--end", iso(now_ms),
+                          bootstrap=bootstrap, namespace=namespace, cache=cache)
+        assert again.code == 2 and "or a backfill fired it" in again.err, again.err
+        assert (await client.describe_schedule("hourly")).fires == 3
         # A start before 1970 is refused by the CLI; sent anyway, by its owner, which went
         # on (its fire's run id overflowed before year 1: the worker stopped, and again at
         # each start, its claim's sweep asking the same).
