@@ -178,8 +178,17 @@ def _some_day_possible(spec: CronSpec) -> bool:
     return any(spec.days[0] <= _MAX_MONTH_DAYS[month - 1] for month in spec.months)
 
 
+# Names the zone database holds that are no place's zone: `localtime` is each host's own
+# (/etc/localtime), so two owners of one schedule would compute different instants;
+# `posixrules` is a rule file, `Factory` a placeholder.
+HOST_ZONES = frozenset({"localtime", "posixrules", "Factory"})
+
+
 def check_timezone(name: str) -> str:
-    """`name` if it is an IANA zone this process knows, else CronInvalid."""
+    """`name` if it is an IANA zone this process knows, and a place's, else CronInvalid."""
+    if name in HOST_ZONES:
+        raise CronInvalid(f"time zone {name!r} is not a place's zone (it differs by host, or "
+                          f"names none): give an IANA name, such as 'Europe/Paris' or 'UTC'")
     _zone(name)
     return name
 

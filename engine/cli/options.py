@@ -13,12 +13,14 @@ from typing import Any, TypeVar
 import click
 
 from runstream.engine.config import (
+    DurationInvalid,
     parse_duration,
     resolve_bootstrap,
     resolve_namespace,
     wait_seconds,
 )
 from runstream.engine.errors import InvalidInput
+from runstream.engine.flow.definition import timeout_ms
 from runstream.engine.kafka.connection import ENVIRONMENT, MECHANISMS, PROTOCOLS, KafkaSecurity
 from runstream.engine.readmodel.model import read_model_dir
 
@@ -53,6 +55,20 @@ def duration(ctx: click.Context, param: click.Parameter, value: str | None
         return None if value is None else parse_duration(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
+
+
+def positive_duration(ctx: click.Context, param: click.Parameter, value: str | None
+                      ) -> timedelta | None:
+    """A --run-timeout: a DURATION more than 0 and at most 100 years, checked before
+    connecting."""
+    given = duration(ctx, param, value)
+    if given is not None and given <= timedelta(0):
+        raise click.BadParameter(f"must be more than 0, not {value!r}")
+    try:
+        timeout_ms(given, "it")
+    except DurationInvalid as exc:
+        raise click.BadParameter(str(exc).removeprefix("it ")) from None
+    return given
 
 
 def seconds_or_zero(ctx: click.Context, param: click.Parameter, value: float) -> float:

@@ -23,14 +23,14 @@ from runstream.engine.cli.options import (
     duration,
     log_level,
     namespace_option,
+    positive_duration,
     positive_seconds,
     query_dir,
     seconds_or_zero,
 )
 from runstream.engine.cli.options import print_json as _print_json
-from runstream.engine.config import DurationInvalid
 from runstream.engine.errors import InvalidAttributes
-from runstream.engine.flow.definition import HandedOff, dump_json, timeout_ms
+from runstream.engine.flow.definition import HandedOff, dump_json
 from runstream.engine.journal.input_limits import (
     AUTHORITY_NAME_ENV,
     check_name,
@@ -68,18 +68,6 @@ def run() -> None:
     """Create, inspect and control one run."""
 
 
-def _positive_duration(ctx: click.Context, param: click.Parameter, value: str | None
-                       ) -> timedelta | None:
-    given = duration(ctx, param, value)
-    if given is not None and given <= timedelta(0):
-        raise click.BadParameter(f"must be more than 0, not {value!r}")
-    try:  # (a run's timeout: at most 100 years, checked before connecting)
-        timeout_ms(given, "it")
-    except DurationInvalid as exc:
-        raise click.BadParameter(str(exc).removeprefix("it ")) from None
-    return given
-
-
 @run.command("create")
 @click.argument("flow")
 @click.option("--payload", default="null", help="The run's payload as JSON.")
@@ -87,7 +75,7 @@ def _positive_duration(ctx: click.Context, param: click.Parameter, value: str | 
 @click.option("--wait", is_flag=True, help="Wait for the result and print it.")
 @click.option("--timeout", type=float, callback=positive_seconds, default=60.0,
               show_default=True, help="Seconds to wait with --wait.")
-@click.option("--run-timeout", callback=_positive_duration, default=None, metavar="DURATION",
+@click.option("--run-timeout", callback=positive_duration, default=None, metavar="DURATION",
               help="How long the run may take (5s, 10m, 2h; the flow's own timeout wins when "
               "smaller): past it the run fails with RunTimedOut.")
 @click.option("--attributes", default=None, metavar="JSON",

@@ -15,6 +15,7 @@ from runstream.engine.cli.options import (
     bootstrap_option,
     duration,
     namespace_option,
+    positive_duration,
     print_json,
 )
 from runstream.engine.client.client import Client
@@ -126,7 +127,7 @@ _WHEN = [
                                                  "cancel_other"]), default=None),
     click.option("--catchup-window", callback=duration, default=None, metavar="DURATION"),
     click.option("--jitter", callback=duration, default=None, metavar="DURATION"),
-    click.option("--run-timeout", callback=duration, default=None, metavar="DURATION"),
+    click.option("--run-timeout", callback=positive_duration, default=None, metavar="DURATION"),
 ]
 
 

@@ -4,6 +4,7 @@ removed), paused with its note, and how many fires it skipped."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +37,8 @@ def schedule_view(schedule: ScheduleState,
     assert spec is not None
     when = (f"cron {spec.cron!r} in {spec.timezone}" if spec.cron is not None
             else f"every {(spec.every_ms or 0) / 1000:g} s")
+    if spec.offset_ms:
+        when += f", offset {spec.offset_ms / 1000:g} s"
     runs = []
     for fired in reversed(schedule.recent):
         status = fired.status or "running"
@@ -45,7 +48,10 @@ def schedule_view(schedule: ScheduleState,
                      "reason": fired.reason, "status": status})
     return {
         "schedule_id": schedule.schedule_id, "flow": spec.flow, "when": when,
-        "cron": spec.cron, "every_ms": spec.every_ms, "timezone": spec.timezone,
+        "cron": spec.cron, "every_ms": spec.every_ms, "offset_ms": spec.offset_ms,
+        "timezone": spec.timezone, "payload": _payload(spec.payload_json),
+        "run_timeout_ms": spec.run_timeout_ms,
+        "ceiling": None if spec.ceiling is None else list(spec.ceiling),
         "overlap": spec.overlap, "catchup_window_ms": spec.catchup_window_ms,
         "jitter_ms": spec.jitter_ms, "paused": schedule.paused, "note": schedule.note,
         "next_fires": [iso_time(ms) for ms in next_fires(schedule)],
@@ -61,6 +67,8 @@ def schedule_lines(view: dict[str, Any]) -> list[str]:
     paused = f"  PAUSED: {view['note'] or 'no note'}" if view["paused"] else ""
     lines = [f"{view['schedule_id']}  flow {view['flow']}  {view['when']}  overlap "
              f"{view['overlap']}{paused}",
+             f"  payload {_shown(json.dumps(view['payload'], ensure_ascii=False))}"
+             + _limits(view),
              f"  fired {view['fires']}, skipped {view['skipped']}"
              + (f", buffered {view['buffered']}" if view["buffered"] else "")]
     if view["next_fires"]:
@@ -69,3 +77,22 @@ def schedule_lines(view: dict[str, Any]) -> list[str]:
         lines.append(f"  {run['nominal']}  {run['run_id']}  {run['status']}"
                      + ("" if run["reason"] == "schedule" else f" ({run['reason']})"))
     return lines
+
+
+def _payload(payload_json: str) -> Any:
+    """The runs' payload as JSON (its text when it is none: an owner refuses such a spec,
+    but a store may hold one)."""
+    try:
+        return json.loads(payload_json)
+    except ValueError:
+        return payload_json
+
+
+def _limits(view: dict[str, Any]) -> str:
+    timeout, ceiling = view.get("run_timeout_ms"), view.get("ceiling")
+    return ((f"  run timeout {timeout / 1000:g} s" if timeout is not None else "")
+            + (f"  ceiling {', '.join(ceiling) or 'none'}" if ceiling is not None else ""))
+
+
+def _shown(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"

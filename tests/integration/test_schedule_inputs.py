@@ -88,7 +88,8 @@ async def test_a_burst_bad_specs_the_cli_s_times_notes_and_counts(
             assert done.code == 0, done.err
         described = await cli("schedule", "describe", "hourly", "--json", bootstrap=bootstrap,
                               namespace=namespace, cache=cache)
-        assert json.loads(described.out)["note"] == "db migration"
+        shown = json.loads(described.out)
+        assert shown["note"] == "db migration" and shown["payload"] == {"n": 2}
         await client.delete_schedule("hourly")
         await client.create_schedule("hourly", beat, {"n": 1}, every=3600)
         again = await client.describe_schedule("hourly")

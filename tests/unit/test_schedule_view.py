@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runstream.engine.readmodel.schedule_view import schedule_view
+from runstream.engine.readmodel.schedule_view import schedule_lines, schedule_view
 from runstream.projections.schedule_state import Fired, ScheduleSpec, ScheduleState
 
 
@@ -15,3 +15,24 @@ def test_a_fire_whose_create_was_rejected_is_rejected_not_expired() -> None:
     runs = schedule_view(schedule, held.get)["recent_runs"]
     assert [(r["run_id"], r["status"]) for r in runs] == [
         ("s@3", "running"), ("s@2", "expired"), ("s@1", "rejected")]
+
+
+def test_describe_shows_what_the_next_run_gets() -> None:
+    """The payload, run timeout, offset and ceiling a fired run is created with: none was
+    shown, so after `schedule update --payload` nothing but the history told what the next
+    run would get."""
+    spec = ScheduleSpec("f", payload_json='{"secret": "x", "n": 1}', every_ms=3_600_000,
+                        offset_ms=900_000, run_timeout_ms=300_000, ceiling=("net",))
+    view = schedule_view(ScheduleState("vw", 0, exists=True, spec=spec))
+    assert view["payload"] == {"secret": "x", "n": 1}
+    assert (view["offset_ms"], view["run_timeout_ms"], view["ceiling"]) == (
+        900_000, 300_000, ["net"])
+    lines = schedule_lines(view)
+    assert "every 3600 s, offset 900 s" in lines[0]
+    assert lines[1] == '  payload {"secret": "x", "n": 1}  run timeout 300 s  ceiling net'
+    plain = schedule_lines(schedule_view(ScheduleState(
+        "p", 0, exists=True, spec=ScheduleSpec("f", every_ms=60_000))))
+    assert plain[1] == "  payload null" and "offset" not in plain[0]
+    big = ScheduleSpec("f", payload_json='"' + "y" * 500 + '"', every_ms=60_000)
+    assert schedule_lines(schedule_view(ScheduleState("b", 0, exists=True, spec=big)))[1] \
+        .endswith("... (502 chars)")
