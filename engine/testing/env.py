@@ -27,7 +27,7 @@ from runstream.engine.flow.definition import Flow, HandedOff, dump_json, settled
 from runstream.engine.flow.validation import judge
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
-from runstream.engine.journal.input_limits import check_payload
+from runstream.engine.journal.input_limits import check_payload, max_payload_bytes
 from runstream.engine.journal.timetext import epoch_ms
 from runstream.engine.testing.batches import EnvBatches, EnvBatchIO
 from runstream.engine.testing.driving import Driving, EnvironmentIdle
@@ -108,6 +108,7 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks, EnvB
         `concurrency`: execution slots, as a worker's (each flow's max_concurrency holds)."""
         self.retention_ms, self.tombstone_retention_ms, self.durable_backoff_after_ms = \
             virtual_settings(retention, tombstone_retention, durable_backoff_after)
+        max_payload_bytes()  # (the owner judges creates by it: as a worker, said at start)
         self.partitions = partitions
         self.clock_ms = epoch_ms(start)
         self.log = MemoryLog(partitions, lambda: self.clock_ms, self._folded)

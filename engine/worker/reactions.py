@@ -19,6 +19,7 @@ from runstream.engine.flow.context import RunReleased
 from runstream.engine.flow.validation import judge_on_loop
 from runstream.engine.journal import EncodeError
 from runstream.engine.journal import events as ev
+from runstream.engine.journal.input_limits import max_payload_bytes
 from runstream.engine.worker.committer import BLAME_AT_BYTES
 from runstream.engine.worker.executor import now_ms
 from runstream.engine.worker.forks import ForkAnswers
@@ -49,6 +50,10 @@ log = logging.getLogger("runstream.worker")
 
 class Reactions:
     def __init__(self, owner: ReactionsOwner) -> None:
+        # The owner judges each create's payload by RUNSTREAM_MAX_PAYLOAD_BYTES
+        # (projections.payload_checks): a bad value ends the worker's start, not its first
+        # create, which stayed unanswered for the next start to stop at again.
+        max_payload_bytes()
         self.owner = owner
         self.forks = ForkAnswers(owner)  # fork requests naming our runs as their source
         # Update validators running (projections.updates): one per pending update of the

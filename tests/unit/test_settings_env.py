@@ -80,13 +80,26 @@ def test_bounds_and_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     assert env_count("RUNSTREAM_PROBE", 5, unit="things", maximum=11) == 11
 
 
-def test_the_worker_command_ends_with_one_line(tmp_path: object) -> None:
+@pytest.mark.parametrize(("name", "said"), [
+    ("RUNSTREAM_STICKY_CACHE", "is not a whole number of runs (0: off)"),
+    # (read at each create the owner answers: the worker stopped at its first one, which
+    # stayed unanswered for the next start to stop at again)
+    ("RUNSTREAM_MAX_PAYLOAD_BYTES", "is not a whole number of bytes"),
+])
+def test_the_worker_command_ends_with_one_line(tmp_path: object, name: str, said: str
+                                               ) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "runstream.engine.cli", "worker", "--app",
          "runstream.engine.demo.flows:flows", "--data-dir", str(tmp_path),
          "--bootstrap", "127.0.0.1:1"],
-        env={"PATH": "", "RUNSTREAM_STICKY_CACHE": "big"}, capture_output=True, text=True,
-        timeout=60)
+        env={"PATH": "", name: "big"}, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
-    assert done.stderr.strip() == ("error: RUNSTREAM_STICKY_CACHE='big' is not a whole number "
-                                   "of runs (0: off)")
+    assert done.stderr.strip() == f"error: {name}='big' {said}"
+
+
+def test_the_test_environment_says_a_bad_payload_limit_at_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from runstream.testing import TestEnvironment
+    monkeypatch.setenv("RUNSTREAM_MAX_PAYLOAD_BYTES", "1MB")
+    with pytest.raises(SettingInvalid, match="RUNSTREAM_MAX_PAYLOAD_BYTES='1MB'"):
+        TestEnvironment([])
