@@ -247,7 +247,9 @@ class ReadModel:
             except Exception as exc:  # rocksdict raises a bare Exception
                 # The primary is creating the store right now: its CURRENT file was missing
                 # when this open looked (it may be there by now, so the error says it).
-                creating = "CURRENT" in str(exc) or not (self.path / "CURRENT").exists()
+                said = str(exc)
+                creating = ("CURRENT: No such file" in said
+                            or not (self.path / "CURRENT").exists())
                 if not creating or time.monotonic() > deadline:
                     raise RunstreamError(f"cannot open the read model in {self.path} next to "
                                          f"the process that writes it: {exc}") from None

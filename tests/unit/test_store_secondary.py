@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from rocksdict import Options, Rdict
+from rocksdict import BottommostLevelCompaction, CompactOptions, Options, Rdict
 
 from runstream.engine.journal import events as ev
 from runstream.projections.store import ProjectionStore
@@ -45,6 +45,42 @@ def test_a_secondary_reads_what_the_primary_flushed_after_it_replayed_the_log(
     assert secondary.opened == 2  # (nothing new: a catch-up alone)
     if ends == "flush":
         primary.close()
+
+
+def test_a_flush_a_compaction_moved_on_is_followed_too(tmp_path: Path) -> None:
+    """The flushed file compacted into another level before the catch-up: no new level-0
+    file is left to see, but the log the secondary replayed is gone."""
+    primary = Rdict(str(tmp_path / "db"), Options(raw_mode=True))
+    primary[b"z"] = b"kept"
+    primary.flush(True)
+    primary[b"a"] = b"1"
+    secondary = SecondaryDb(tmp_path / "db", tmp_path / "secondary")
+    assert secondary.db.get(b"a") == b"1"
+    del primary[b"a"]
+    primary.flush(True)
+    compact = CompactOptions()
+    compact.set_bottommost_level_compaction(BottommostLevelCompaction.force())
+    primary.compact_range(b"a", b"b", compact)
+    secondary.catch_up()
+    assert secondary.db.get(b"a") is None and secondary.opened == 2
+    assert [p.name for p in (tmp_path / "secondary").iterdir()] == ["instance-2"]
+    primary.close()
+
+
+def test_a_compaction_alone_opens_nothing_again(tmp_path: Path) -> None:
+    """An opening costs about a millisecond a table file: a compaction (new files on
+    another level, no log retired) is followed by a catch-up alone."""
+    primary = Rdict(str(tmp_path / "db"), Options(raw_mode=True))
+    for n in range(3):  # (overlapping files: the compaction writes a new one)
+        primary[b"a"], primary[b"k%d" % n] = b"%d" % n, b"v"
+        primary.flush(True)
+    secondary = SecondaryDb(tmp_path / "db", tmp_path / "secondary")
+    before = {entry["name"] for entry in primary.live_files()}
+    primary.compact_range(None, None)
+    assert {entry["name"] for entry in primary.live_files()} - before  # (a new file)
+    secondary.catch_up()
+    assert secondary.opened == 1 and secondary.db.get(b"a") == b"2"
+    primary.close()
 
 
 def test_a_read_models_secondary_store_folds_on_from_where_the_primary_stood(
