@@ -19,6 +19,7 @@ from runstream.engine.cli.options import (
     query_dir,
 )
 from runstream.engine.cli.options import print_json as _print_json
+from runstream.engine.flow.batch_run import asked, ready
 from runstream.projections.batch import BatchProgress
 from runstream.projections.state import RunStatus
 
@@ -129,6 +130,9 @@ def resume_where(**batch: Any) -> None:
 
 def _batch(operation: str, *, where: str, dry_run: bool, yes: bool, batch_id: str | None,
            as_json: bool, bootstrap: str | None, namespace: str | None, **fields: Any) -> None:
+    # Its inputs checked before a confirmation is asked: asked to confirm a blank query,
+    # the operator was asked about every run of the namespace, and then told it was refused.
+    ready(asked(operation, where, batch_id=batch_id, dry_run=dry_run, **fields))
     if not dry_run and not yes and batch_id is None:
         count = run_async(batch_operations.count_matches(
             bootstrap=bootstrap, namespace=namespace, where=where))

@@ -109,24 +109,36 @@ class BatchOperations(Generic[H]):
         a batch (a run of `runstream.batch`): returns its handle once made. The same
         `batch_id` again attaches to that batch (nothing is matched again). `dry_run`:
         match only (the report's `matched` and `first`)."""
-        check_text("a cancel's reason", reason)
-        return await self._batch(BatchSpec(given_batch_id(batch_id), "cancel", where,
-                                           reason=reason, dry_run=dry_run))
+        return await self._batch(asked("cancel", where, reason=reason, batch_id=batch_id,
+                                       dry_run=dry_run))
 
     async def signal_where(self, where: str, name: str, payload: Any = None, *,
                            batch_id: str | None = None, dry_run: bool = False) -> H:
         """Send signal `name` to every run matching `where`, as cancel_where does."""
-        check_name("signal", name)
-        payload_json = check_payload(f"the payload of signal {name!r}", dump_json(payload))
-        return await self._batch(BatchSpec(given_batch_id(batch_id), "signal", where,
-                                           signal=name, signal_payload_json=payload_json,
-                                           dry_run=dry_run))
+        return await self._batch(asked("signal", where, signal=name, payload=payload,
+                                       batch_id=batch_id, dry_run=dry_run))
 
     async def resume_where(self, where: str, *, batch_id: str | None = None,
                            dry_run: bool = False) -> H:
         """Wake every waiting run matching `where` (an operator resume), as cancel_where."""
-        return await self._batch(BatchSpec(given_batch_id(batch_id), "resume", where,
-                                           dry_run=dry_run))
+        return await self._batch(asked("resume", where, batch_id=batch_id, dry_run=dry_run))
+
+
+def asked(operation: str, where: str, *, reason: str = "", signal: str | None = None,
+          payload: Any = None, batch_id: str | None = None, dry_run: bool = False
+          ) -> BatchSpec:
+    """The spec a client asks for, its inputs checked (InvalidInput: nothing is sent); the
+    CLI checks it so before it asks for a confirmation. (ready() checks the rest.)"""
+    if operation == "cancel":
+        check_text("a cancel's reason", reason)
+        return BatchSpec(given_batch_id(batch_id), "cancel", where, reason=reason,
+                         dry_run=dry_run)
+    if operation == "signal":
+        name = check_name("signal", signal or "")
+        payload_json = check_payload(f"the payload of signal {name!r}", dump_json(payload))
+        return BatchSpec(given_batch_id(batch_id), "signal", where, signal=name,
+                         signal_payload_json=payload_json, dry_run=dry_run)
+    return BatchSpec(given_batch_id(batch_id), operation, where, dry_run=dry_run)
 
 
 def given_batch_id(batch_id: str | None) -> str:

@@ -366,3 +366,21 @@ def test_a_dry_run_refuses_the_options_of_a_fork_it_does_not_make(
     """They were ignored: `--at garbage` exited 0 with a report on the whole run."""
     line = one_line_error(runstream("run", "fork", "x", "--dry-run", *extra))
     assert f"{extra[0]} does not go with it" in line
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["runs", "cancel", "--where", "   "], "a batch needs a query (--where)"),
+    (["runs", "cancel", "--where", ""], "a batch needs a query (--where)"),
+    (["runs", "signal", "bad/name", "--where", "grp = 'qa1'"], "signal name 'bad/name'"),
+    (["runs", "signal", "go", "--payload", "NaN", "--where", "grp = 'qa1'"], "NaN"),
+    (["runs", "cancel", "--reason", "r" * 5000, "--where", "grp = 'qa1'"],
+     "a cancel's reason is 5000 characters"),
+    (["runs", "resume", "--where", "grp = "], "expected a value"),
+])
+def test_a_batch_is_checked_before_a_confirmation_is_asked(runstream: Any, args: list[str],
+                                                          said: str) -> None:
+    """Asked to confirm first, the operator was asked about every run of the namespace (a
+    blank query) or about a batch refused once confirmed. Refused before connecting now:
+    the bootstrap here answers nothing, and no confirmation is read."""
+    line = one_line_error(runstream(*args))
+    assert said in line, line
