@@ -23,7 +23,6 @@ from runstream.engine.errors import journal_text
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import (
     MAX_ADDRESSED_RUN_ID_CHARS,
-    MAX_NAME_CHARS,
     MAX_TEXT_CHARS,
 )
 from runstream.engine.journal.records import lineage_of
@@ -103,7 +102,7 @@ def apply_run_request(
         return _wake(run, record, previous)
     if isinstance(record, ev.RunUpdateRequested) and (
             updates.refuses(run) or not is_json(record.payload_json)
-            or len(record.name) > MAX_NAME_CHARS):  # (its verdicts carry the name)
+            or signal_name_refusal(record.name, "update") is not None):
         return RequestChange(run, Verdict.refused)  # (not JSON: the handler would fail on it)
     return None  # (a create, or an update the run takes: into its inbox)
 
@@ -250,7 +249,7 @@ def describe_refusal(run: RunState | None, record: ev.JournalRecord,
         return ("a fork request names its source run (the run it is sent to), a point in its "
                 "history and a new run id, and carries no journal entries")
     if isinstance(record, ev.RunUpdateRequested):
-        return updates.refusal_text(run)
+        return signal_name_refusal(record.name, "update") or updates.refusal_text(run)
     if run.status in TERMINAL_STATUSES:
         return f"the run has ended ({run.status.value})"
     if isinstance(record, ev.RunSignalSent | ev.RunSignalWithStartRequested):

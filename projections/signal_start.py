@@ -71,14 +71,15 @@ def _not_json(constant: str) -> object:
 _STRICT = json.JSONDecoder(parse_constant=_not_json)
 
 
-def signal_name_refusal(name: str) -> str | None:
-    """Why no wait can take a signal of this name (None: one can). Every client door checks
-    the name (input_limits.check_name); a plain producer's reaches the run unchecked, where
-    it was kept, for nothing, until the run settled."""
-    if name.startswith(UPDATE_SIGNAL_PREFIX):
+def signal_name_refusal(name: str, kind: str = "signal") -> str | None:
+    """Why no wait can take a signal (or an update: `kind`) of this name (None: one can).
+    Every client door checks the name (input_limits.check_name); a plain producer's reached
+    the run unchecked, where it was kept, for nothing, until the run settled (an update's
+    was accepted, and its caller never answered)."""
+    if kind == "signal" and name.startswith(UPDATE_SIGNAL_PREFIX):
         return f"signal names starting {UPDATE_SIGNAL_PREFIX!r} are updates' own"
     try:
-        check_name("signal", name)
+        check_name(kind, name)
     except NameInvalid as exc:
         return str(exc)
     return None

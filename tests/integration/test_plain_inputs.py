@@ -6,7 +6,7 @@ CreateRejected), where before the run was admitted and then failed, or nothing a
   (payload-invalid), for a flow the worker registers and for one it does not;
 - a signal-with-start whose signal no wait can take (its payload not JSON, its name not a
   name): rejected (signal-invalid);
-- a signal whose name no wait can take: refused, and the run goes on.
+- a signal or an update whose name no wait can take: refused, and the run goes on.
 The same in the TestEnvironment: tests/unit/test_plain_inputs_env.py."""
 
 from __future__ import annotations
@@ -95,8 +95,13 @@ async def test_a_plain_producers_invalid_inputs_are_answered(
         await status_when(client, "empty", RunStatus.suspended, timeout=30)
         await _write(bootstrap, journal, client, "run.signal-sent", "empty", name="two words",
                      payload_json="1")
+        await _write(bootstrap, journal, client, "run.update-requested", "empty",
+                     name="bad name!", payload_json="1")
         await client.signal("empty", "go", 8)
         assert await made.result(timeout=30) == {"payload": 7, "signal": 8}
         [named] = [h for h in (await fold(bootstrap, namespace)).history["empty"]
                    if isinstance(h.record, ev.RunSignalSent) and h.record.name == "two words"]
         assert named.verdict.value == "refused"  # (no wait is named so)
+        [update] = [h for h in (await fold(bootstrap, namespace)).history["empty"]
+                    if isinstance(h.record, ev.RunUpdateRequested)]
+        assert update.verdict.value == "refused"  # (accepted, its caller was never answered)

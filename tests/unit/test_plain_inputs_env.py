@@ -124,3 +124,24 @@ async def test_a_signal_with_start_whose_signal_no_wait_can_take_is_rejected(
         rejected = _rejection(env, "s")
         assert (rejected.reason, rejected.field) == ("signal-invalid", "signal")
         assert "signal" in rejected.requested_value
+
+
+@pytest.mark.parametrize(("name", "why"), [
+    ("bad name!", "has characters that are not allowed"),
+    ("update/x", "has characters that are not allowed ('/')"),
+    ("", "must be a non-empty string"),
+])
+async def test_an_update_whose_name_no_client_sends_is_refused_saying_why(
+        name: str, why: str) -> None:
+    """Accepted, it became a signal no wait takes (`update/bad name!`): its caller was never
+    answered while the run lived, and it held one of the run's buffer slots."""
+    async with TestEnvironment([waits]) as env:
+        await env.start(waits, None, run_id="u")
+        await env.run_until_idle()
+        envelope = request_envelope(ev.RunUpdateRequested.TYPE, "u", request_id="upd-1",
+                                    now_ms=env.clock_ms)
+        record = ev.RunUpdateRequested(envelope=envelope, name=name, payload_json="1")
+        assert env.log.append(0, record) is Verdict.refused
+        assert why in describe_refusal(env.describe("u"), record)
+        await env.run_until_idle()
+        assert env.projection.runs["u"].signals == ()
