@@ -29,6 +29,7 @@ from runstream.projections.memory import MemoryProjection
 from runstream.projections.reactions import FlowMissing, Start
 from runstream.projections.request_reuse import reuse_answer, reused_not_found
 from runstream.projections.state import RunState, RunStatus, Verdict, round_zero
+from runstream.projections.updates import UPDATE_SIGNAL_PREFIX
 from runstream.projections.values import tombstone_retention_ms
 
 # Expiry decisions one sweep of a partition journals at most (each names a batch): the
@@ -143,12 +144,20 @@ def idle_message(projection: MemoryProjection, flows: Collection[str]) -> str:
                            f"does not register")
         elif run.status is RunStatus.suspended and run.wait is not None:
             wait = run.wait
-            what = {"event": f"signal {wait.event_name!r}",
+            what = {"event": _event(wait.event_name or ""),
                     "child": f"child run {wait.child_run_id}",
                     "quarantine": "an operator (quarantined)"}.get(wait.kind, wait.kind)
             waiting.append(f"{run.run_id} waits for {what}")
     return ("nothing more can happen: " + ("; ".join(waiting[:5]) or "no run is waiting")
-            + " (send a signal, resume or cancel)")
+            + " (send a signal or an update, resume or cancel)")
+
+
+def _event(name: str) -> str:
+    """The signal a wait takes, or the update (its signal's name is updates' own: no client
+    can send it, as `run status` says)."""
+    if name.startswith(UPDATE_SIGNAL_PREFIX):
+        return f"update {name.removeprefix(UPDATE_SIGNAL_PREFIX)!r}"
+    return f"signal {name!r}"
 
 
 def merged(marked: Start | None, given: Start | FlowMissing) -> Start:

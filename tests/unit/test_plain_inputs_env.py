@@ -145,3 +145,21 @@ async def test_an_update_whose_name_no_client_sends_is_refused_saying_why(
         assert why in describe_refusal(env.describe("u"), record)
         await env.run_until_idle()
         assert env.projection.runs["u"].signals == ()
+
+
+async def test_an_idle_environment_names_the_update_a_run_waits_for() -> None:
+    """It named the update's signal (`update/discount`), which no client can send."""
+    from runstream.engine.testing import EnvironmentIdle
+    takes: Flow[Any, Any] = Flow("plain-inputs-takes")
+
+    @takes.handler
+    async def _takes(ctx: FlowContext, payload: Any) -> Any:
+        update = await ctx.wait_for_update("discount")
+        await update.reply(1)
+        return None
+
+    async with TestEnvironment([takes]) as env:
+        await env.start(takes, None, run_id="q")
+        with pytest.raises(EnvironmentIdle, match=r"q waits for update 'discount' \(send a "
+                                                  r"signal or an update, resume or cancel\)"):
+            await env.result("q")
