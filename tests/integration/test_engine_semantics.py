@@ -412,34 +412,47 @@ async def test_a_worker_stops_when_the_journal_gains_a_partition(
 
 
 async def test_oversized_payloads_are_refused_and_the_worker_lives_on(
-    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import time
 
     from runstream.engine.journal import Envelope, encode
     from runstream.engine.journal import events as ev
+    from runstream.engine.journal.input_limits import PAYLOAD_ENV
 
     huge = {"order_id": "x" * 899_900, "amount": 1}
-    async with worker(bootstrap, namespace, tmp_path / "w", [checkout]), \
-            client(bootstrap, namespace, [checkout]) as c:
-        with pytest.raises(PayloadInvalid, match="over the"):
-            await c.create_run("checkout", huge, run_id="big")
-        # Someone else's producer skips that check: the owner refuses, and goes on.
+
+    async def plain(c: Client, run_id: str) -> RunHandle:
         request = ev.RunCreateRequested(
-            envelope=Envelope(type=ev.RunCreateRequested.TYPE, run_id="big", lineage_id="big",
-                              request_id="req-big", timestamp_ms=int(time.time() * 1000)),
+            envelope=Envelope(type=ev.RunCreateRequested.TYPE, run_id=run_id,
+                              lineage_id=run_id, request_id=f"req-{run_id}",
+                              timestamp_ms=int(time.time() * 1000)),
             flow="checkout", payload_json=json.dumps(huge))
         value, headers = encode(request)
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
         await producer.start()
         try:
-            meta = await producer.send_and_wait(journal, value=value, key=b"big",
+            meta = await producer.send_and_wait(journal, value=value, key=run_id.encode(),
                                                 headers=headers)
         finally:
             await producer.stop()
-        handle = RunHandle(c, run_id="big", flow="checkout", partition=meta.partition,
-                           request_offset=meta.offset, request_id="req-big")
+        return RunHandle(c, run_id=run_id, flow="checkout", partition=meta.partition,
+                         request_offset=meta.offset, request_id=f"req-{run_id}")
+
+    async with worker(bootstrap, namespace, tmp_path / "w", [checkout]), \
+            client(bootstrap, namespace, [checkout]) as c:
+        with pytest.raises(PayloadInvalid, match="over the"):
+            await c.create_run("checkout", huge, run_id="big")
+        # Someone else's producer skips that check: the owner rejects it by its own limit,
+        # and goes on.
+        with pytest.raises(CreateRejected, match=r"payload-invalid: .* over the 524288-byte"):
+            await (await plain(c, "big")).admitted(timeout=30)
+        # With the limit raised on the worker, its run.created (which carries the payload)
+        # is too large for the broker: refused there, the create is rejected, and the worker
+        # goes on.
+        monkeypatch.setenv(PAYLOAD_ENV, "990000")
         with pytest.raises(CreateRejected, match="too-large"):
-            await handle.admitted(timeout=30)
+            await (await plain(c, "bigger")).admitted(timeout=30)
         small = await c.create_run(checkout, {"order_id": "after", "amount": 1}, run_id="after")
         assert (await small.result(timeout=30)).order_id == "after"
