@@ -260,8 +260,8 @@ def _backfill(schedule: ScheduleState, given: dict[str, Any], now_ms: int) -> li
     if start < 0:  # (before year 1 a fire's run id overflowed, and the worker stopped)
         raise SpecInvalid(f"a backfill starts at {cron.BACKFILL_EPOCH} or later")
     end = min(end, now_ms)
-    chosen = unfired(next_fire(schedule.spec), start, end,
-                     (*schedule.handled, *schedule.backfilled), MAX_BACKFILL)
+    chosen = cron.fires_between(next_fire(schedule.spec), start, end, MAX_BACKFILL,
+                                skip=(*schedule.handled, *schedule.backfilled))
     if not chosen:
         raise SpecInvalid("no instant to backfill: the schedule fired or skipped each one "
                           "itself, or a backfill fired it")
@@ -269,30 +269,6 @@ def _backfill(schedule: ScheduleState, given: dict[str, Any], now_ms: int) -> li
     return [(ev.ScheduleFired, {"schedule_id": sid, "nominal_ms": t, "reason": BACKFILL,
                                 "run_id": cron.fired_run_id(sid, t), "next_fire_ms": None})
             for t in chosen]
-
-
-def unfired(next_fire: Callable[[int], int], start: int, end: int,
-            ranges: tuple[tuple[int, int], ...], limit: int) -> list[int]:
-    """The earliest `limit` instants in (start, end] outside `ranges`, each range stepped
-    over whole: a step either chooses an instant or leaves a range behind, so the cost is
-    the instants chosen plus the ranges. (Scanned instant by instant, at most MAX_SCAN, a
-    long range the schedule had handled used the whole scan, 1.3 s of the owner's loop, and
-    the instants after it were said to be handled.) ValueError if next_fire does not move."""
-    chosen: list[int] = []
-    at = start
-    while len(chosen) < limit:
-        fire = next_fire(at)
-        if fire <= at:
-            raise ValueError(f"next_fire({at}) returned {fire}, not a later instant")
-        if fire > end:
-            break
-        covering = [last for first, last in ranges if first <= fire <= last]
-        if covering:
-            at = max(covering)
-        else:
-            chosen.append(fire)
-            at = fire
-    return chosen
 
 
 # -- fires --------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from runstream import Flow, ScheduleNotFound, ScheduleRejected
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import decision_envelope, request_envelope
 from runstream.projections import schedule_owner, schedules
-from runstream.projections.cron import fired_run_id
+from runstream.projections.cron import fired_run_id, fires_between
 from runstream.projections.reactions import DecidedKeys, OwnerView, Write
 from runstream.projections.schedule_owner import MAX_SCAN
 from runstream.projections.schedule_state import ScheduleSpec, ScheduleState
@@ -521,11 +521,11 @@ def test_a_backfill_steps_over_a_long_handled_range_whole() -> None:
     assert nominal[:2] == [paused_at + 60_000, paused_at + 120_000]
 
 
-def test_unfired_chooses_the_earliest_instants_outside_every_range() -> None:
+def test_a_backfill_chooses_the_earliest_instants_outside_every_range() -> None:
     def every_ten(at: int) -> int:
         return (at // 10 + 1) * 10
     ranges = ((20, 40), (30, 60), (80, 80))
-    assert schedule_owner.unfired(every_ten, 0, 100, ranges, 100) == [10, 70, 90, 100]
-    assert schedule_owner.unfired(every_ten, 0, 100, ranges, 2) == [10, 70]
-    assert schedule_owner.unfired(every_ten, 15, 60, ranges, 100) == []
-    assert schedule_owner.unfired(every_ten, 0, 100, (), 3) == [10, 20, 30]
+    assert fires_between(every_ten, 0, 100, 100, skip=ranges) == [10, 70, 90, 100]
+    assert fires_between(every_ten, 0, 100, 2, skip=ranges) == [10, 70]
+    assert fires_between(every_ten, 15, 60, 100, skip=ranges) == []
+    assert fires_between(every_ten, 0, 100, 3) == [10, 20, 30]
