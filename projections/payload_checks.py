@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from runstream.engine.errors import PayloadInvalid
-from runstream.engine.journal.input_limits import PayloadTooLarge, check_payload
+from runstream.engine.journal.input_limits import PayloadTooLarge, check_payload, shown
 from runstream.projections.decide import json_form
 from runstream.projections.reactions import RegisteredFlow
 from runstream.projections.signal_start import is_json
@@ -20,7 +20,8 @@ def payload_refusal(flows: Mapping[str, RegisteredFlow], flow_name: str,
     an owner that registers it validates it, at activation). Every client door checks the
     first two; a plain producer's create reached the run unchecked, which then failed."""
     if not is_json(payload_json):
-        return f"the payload of flow {flow_name[:128]!r} is not JSON: {_shown(payload_json)}"
+        return (f"the payload of flow {flow_name[:128]!r} is not JSON: "
+                f"{shown(payload_json, 40)}")
     try:
         check_payload(f"the payload of flow {flow_name[:128]!r}", payload_json)
     except PayloadTooLarge as exc:
@@ -47,7 +48,3 @@ def payload_form(flows: Mapping[str, RegisteredFlow], flow_name: str,
         except PayloadInvalid:
             pass
     return json_form(flow_name, payload_json)
-
-
-def _shown(text: str, limit: int = 40) -> str:
-    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} chars)"

@@ -79,13 +79,13 @@ def check_run_id(run_id: str, *, new: bool = False) -> str:
     if not isinstance(run_id, str) or not run_id:
         raise RunIdInvalid("a run id must be a non-empty string")
     if len(run_id) > limit:
-        raise RunIdInvalid(f"run id {_shown(run_id)} is {len(run_id)} characters, over the "
+        raise RunIdInvalid(f"run id {shown(run_id)} is {len(run_id)} characters, over the "
                            f"{limit} allowed")
     if not _RUN_ID.fullmatch(run_id):
-        raise RunIdInvalid(f"run id {_shown(run_id)} has {_bad_chars(run_id, _RUN_ID)}: "
+        raise RunIdInvalid(f"run id {shown(run_id)} has {_bad_chars(run_id, _RUN_ID)}: "
                            f"use only letters, digits and . _ : ~ @ / + = -")
     if new and "~" in run_id:
-        raise RunIdInvalid(f"run id {_shown(run_id)} contains '~', which names the rounds "
+        raise RunIdInvalid(f"run id {shown(run_id)} contains '~', which names the rounds "
                            f"of a lineage (`<lineage>~<n>`)")
     return run_id
 
@@ -95,10 +95,10 @@ def check_name(kind: str, name: str) -> str:
     if not isinstance(name, str) or not name:
         raise NameInvalid(f"a {kind} name must be a non-empty string")
     if len(name) > MAX_NAME_CHARS:
-        raise NameInvalid(f"{kind} name {_shown(name)} is {len(name)} characters, over the "
+        raise NameInvalid(f"{kind} name {shown(name)} is {len(name)} characters, over the "
                           f"{MAX_NAME_CHARS} allowed")
     if not _NAME.fullmatch(name):
-        raise NameInvalid(f"{kind} name {_shown(name)} has {_bad_chars(name, _NAME)}: use "
+        raise NameInvalid(f"{kind} name {shown(name)} has {_bad_chars(name, _NAME)}: use "
                           f"only letters, digits and . _ : -")
     return name
 
@@ -106,7 +106,7 @@ def check_name(kind: str, name: str) -> str:
 def check_authority_name(name: str) -> str:
     """An authority's name: it names the topic `<namespace>.requests.<authority>`."""
     if not isinstance(name, str) or not _AUTHORITY_NAME.fullmatch(name):
-        raise NameInvalid(f"authority name {_shown(str(name))} must be 1..100 letters, "
+        raise NameInvalid(f"authority name {shown(str(name))} must be 1..100 letters, "
                           f"digits, _ or - (it names the topic <namespace>.requests.<name>)")
     return name
 
@@ -139,7 +139,7 @@ def check_text(what: str, text: str, limit: int = MAX_TEXT_CHARS) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise InvalidInput(f"{what} {_shown(text)} holds {text[exc.start]!r} at character "
+        raise InvalidInput(f"{what} {shown(text)} holds {text[exc.start]!r} at character "
                            f"{exc.start}, a lone surrogate UTF-8 cannot encode") from None
     return text
 
@@ -153,13 +153,13 @@ def encode_request(record: JournalRecord, key: bytes,
     headers = [*headers, *(extra_headers or [])]
     size = len(value) + len(key) + sum(len(k) + len(v) for k, v in headers)
     if size > MAX_RECORD_BYTES:
-        raise RecordTooLarge(f"{record.TYPE} for run {_shown(record.envelope.run_id)} is "
+        raise RecordTooLarge(f"{record.TYPE} for run {shown(record.envelope.run_id)} is "
                              f"{size} bytes encoded, over the {MAX_RECORD_BYTES}-byte limit "
                              f"of one journal record")
     return value, headers
 
 
-def _shown(text: str, limit: int = 60) -> str:
+def shown(text: str, limit: int = 60) -> str:
     """A possibly huge or hostile value, quoted and cut for an error line."""
     return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text)} chars)"
 
