@@ -46,6 +46,7 @@ from tests.integration.lifetime_flows import (
 )
 from tests.integration.support import (
     all_ready,
+    child_id,
     fold,
     running_worker,
     status_or_none,
@@ -221,13 +222,16 @@ async def test_a_cancel_reaches_the_linked_children_when_it_reaches_the_handler(
         await create("flow")(careful, where, f"careful-{where}")
         await status_when(c, f"careful-{where}", RunStatus.suspended, RunStatus.running)
         # (its child spawned, waiting or sleeping in steps: half a second was not always
-        # enough on a loaded machine, and the cancel then came before the spawn)
-        await until(lambda: status_or_none(c, f"careful-{where}@1.0"), "the child spawned")
+        # enough on a loaded machine, and the cancel then came before the spawn). The
+        # child's id carries the parent's incarnation, its create request's offset: 1 when
+        # the worker's first record came before it, 0 when the create did (a slow claim).
+        spawned = await child_id(c, f"careful-{where}", 0)
+        await until(lambda: status_or_none(c, spawned), "the child spawned")
         await asyncio.sleep(0.5)
         await c.cancel(f"careful-{where}", reason="user abort")
         with pytest.raises(RunCancelled):
             await c.get_handle(f"careful-{where}").result(timeout=60)
-        child = await c.describe(f"careful-{where}@1.0")
+        child = await c.describe(spawned)
         assert child.status is RunStatus.cancelled
     assert EFFECTS[f"careful-{where}"] == ["ChildCancelled"]
 
