@@ -54,7 +54,6 @@ from runstream.projections.reactions import (
     Reaction,
     Resume,
     Start,
-    Validate,
     Write,
 )
 from runstream.projections.request_reuse import (
@@ -73,8 +72,7 @@ from runstream.projections.state import (
     Verdict,
     incarnation_id,
 )
-from runstream.projections.updates import pending as pending_updates
-from runstream.projections.updates import verdict_body
+from runstream.projections.update_owner import judge_updates, readdressed
 from runstream.projections.wakes import (
     CancelNow,
     Resolve,
@@ -110,6 +108,9 @@ def on_record(view: OwnerView, run: RunState | None, record: ev.JournalRecord,
         return []
     if verdict is Verdict.refused and isinstance(record, ev.RunCreateRequested):
         return answer_refused(view, run) if run is not None else []
+    if verdict is Verdict.ignored and run is not None and run.handed_off_to is not None:
+        # (an update's verdict that reached a round that ended since: to the next holder)
+        return readdressed(view, run, record)
     if verdict is not Verdict.applied:
         return react(view, run) if drained and run is not None else []  # e.g. a stale wake
     # (a request without an id is known by its offset: a create's inbox item holds that)
@@ -188,25 +189,6 @@ def answer_requests(view: OwnerView, run: RunState) -> list[Reaction]:
                  for reaction in _answer_create(view, run, item)]
     return (reactions + answer_refused(view, run) + fork_answers(view, run)
             + judge_updates(view, run))
-
-
-def judge_updates(view: OwnerView, run: RunState) -> list[Reaction]:
-    """The run's pending updates (projections.updates), each once per ownership: accepted
-    at once when the flow has no validator for it, else validated (Validate); none while
-    the run's flow is not registered here (an owner that registers it judges them)."""
-    flow = view.flows.get(run.flow)
-    if flow is None or run.status.is_terminal:
-        return []
-    reactions: list[Reaction] = []
-    for item in pending_updates(run):
-        key = f"update/{run.run_id}/{item.request_id}"  # (a handoff carries it: judged again)
-        if key in view.decided:
-            continue
-        if flow.validator_for(item.name or "") is None:
-            reactions.append(Write(run, (verdict_body(item, None),), key))
-        else:
-            reactions.append(Validate(run, item, key))
-    return reactions
 
 
 def react(view: OwnerView, run: RunState, *, claiming: bool = False,

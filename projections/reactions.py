@@ -55,6 +55,10 @@ def _no_slot(flow: str) -> bool:
     return False
 
 
+def _no_run(run_id: str) -> RunState | None:
+    return None
+
+
 def _not_writing(subject: str) -> bool:
     return False
 
@@ -147,6 +151,9 @@ class OwnerView:
     slot_free: Callable[[str], bool] = _no_slot
     # subject (subject_of) -> a write of ours about it is in flight (DecidedKeys.holds)
     writing: Callable[[str], bool] = _not_writing
+    # run id -> the run as the owner's projection holds it now (an update's verdict follows
+    # its lineage's handoffs to the round holding it: projections.update_owner)
+    run: Callable[[str], RunState | None] = _no_run
 
 
 @dataclass(frozen=True, slots=True)

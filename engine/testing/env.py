@@ -78,7 +78,8 @@ from runstream.projections.state import (
     Verdict,
     round_zero,
 )
-from runstream.projections.updates import reused_request_text, verdict_body
+from runstream.projections.update_owner import verdict_write
+from runstream.projections.updates import reused_request_text
 from runstream.projections.values import HistoryEntry
 
 __all__ = ["EnvironmentIdle", "TestEnvironment"]
@@ -381,7 +382,8 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks, EnvB
         return OwnerView(flows=self.flows, owner=OWNER_NAME, entry=self.projection.store.entry,
                          decided=self._decided, in_flight=self.log.in_flight,
                          writing=self._decided.holds,
-                         executing=self._executing, slot_free=self._slot_free)
+                         executing=self._executing, slot_free=self._slot_free,
+                         run=self.projection.store.run)
 
     def _executing(self, run_id: str) -> bool:
         execution = self._executions.get(run_id)
@@ -423,8 +425,9 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks, EnvB
                 self._interrupt(reaction)
             elif isinstance(reaction, Validate):  # (the worker's code, but in this thread)
                 reason = judge(self.flows[reaction.run.flow], reaction.item)
-                self._act([Write(reaction.run, (verdict_body(reaction.item, reason),),
-                                 reaction.key)], launch=launch)
+                self._act(verdict_write(self._view(), reaction, reason,
+                                        self.projection.store.run(reaction.run.run_id)),
+                          launch=launch)
 
     def _write(self, write: Write) -> bool:
         """The write's records, as a worker's: False when one was over the send limit (it is

@@ -43,7 +43,7 @@ from runstream.projections.reactions import (
 from runstream.projections.schedule_state import ScheduleState
 from runstream.projections.sending import carry_out
 from runstream.projections.state import JournalEntry, RunState, Verdict
-from runstream.projections.updates import verdict_body
+from runstream.projections.update_owner import verdict_write
 
 log = logging.getLogger("runstream.worker")
 
@@ -67,7 +67,8 @@ class Reactions:
                          writing=own.decided.holds,
                          in_flight=w.confirmations.in_flight,
                          executing=lambda run_id: run_id in w.executions,
-                         refusal=self._refusal, slot_free=w.activator.slot_free)
+                         refusal=self._refusal, slot_free=w.activator.slot_free,
+                         run=self._run)
 
     def on_record(self, own: Ownership, outcome: Outcome, *, drained: bool) -> None:
         """A record of a partition this worker executes, judged (projections.owner.on_record
@@ -174,9 +175,10 @@ class Reactions:
         reason = await judge_on_loop(flow, validate.item)
         if self.owner.owned.get(own.partition) is not own:
             return  # (its next owner judges it again, at its claim)
+        # (to the round holding the update now: its lineage may have handed off meanwhile)
+        view = self.view(own)
         try:
-            self.act(own, [Write(validate.run, (verdict_body(validate.item, reason),),
-                                 validate.key)])
+            self.act(own, verdict_write(view, validate, reason, view.run(validate.run.run_id)))
         except WorkerFatal:  # the source failed: its renewal claims again and re-judges
             pass
 
@@ -227,6 +229,10 @@ class Reactions:
     def _entry(self, run_id: str, position: int) -> JournalEntry | None:
         assert self.owner.store is not None
         return self.owner.store.entry(run_id, position)
+
+    def _run(self, run_id: str) -> RunState | None:
+        assert self.owner.store is not None
+        return self.owner.store.run(run_id)
 
     def _refusal(self, run_id: str) -> Refusal | None:
         """The broker's refusal of a record of the run, if any (worker.refused)."""

@@ -25,9 +25,11 @@ from tests.integration.support import WorkerProcess, fold, running_worker, statu
 from tests.integration.test_cli import cli
 from tests.integration.test_lifetime import SCHEMAS, produce_plain
 from tests.integration.update_flows import (
+    VALIDATED,
     approval,
     busy,
     counter,
+    entity,
     far,
     flows,
     hops,
@@ -224,6 +226,30 @@ async def test_an_update_answered_by_a_round_that_handed_off_since_is_returned(
                                    timeout=30) == first
         assert await client.update("counting", "add", 1, request_id="add-2",
                                    timeout=30) == {"was": 1}
+
+
+async def test_an_update_validated_for_longer_than_a_round_lives_is_answered(
+        bootstrap: str, namespace: str, journal: str, tmp_path: Path) -> None:
+    """The lineage hands off every tenth of a second, its validator takes half a second:
+    the verdict goes to the round holding the update when it is ready (or again to the next
+    one, when it reached a round that ended meanwhile), and the validator runs once. Before,
+    each round ran the validator again, each verdict reached a round that had ended, and the
+    update was never judged: the caller waited until the lineage ran out of rounds."""
+    VALIDATED.clear()
+    async with running_worker(bootstrap, namespace, tmp_path / "w", flows), \
+            Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows,
+                   read_model_dir=tmp_path / "rm") as client:
+        await client.create_run(entity, {"round": 0, "last": 300}, run_id="entity")
+        await until(lambda: _past_round(client, "entity", 2), "the lineage handing off")
+        reply = await client.update("entity", "bump", {"n": 1}, request_id="bump-1",
+                                    timeout=30)
+        result = await client.get_handle("entity").result(timeout=30, follow=True)
+        assert result["got"] == {"n": 1} and reply == {"round": result["round"]}
+        assert VALIDATED == [{"n": 1}]
+
+
+async def _past_round(client: Client, lineage: str, number: int) -> bool:
+    return (await client.describe(lineage)).round >= number
 
 
 async def _round_of(client: Client, lineage: str, number: int) -> bool:

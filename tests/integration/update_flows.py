@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from runstream import Flow, FlowContext, Handoff
+from runstream import Flow, FlowContext, Handoff, WaitTimeout
 
 approval = Flow("u-approval")
 
@@ -180,4 +180,28 @@ async def _typed(ctx: FlowContext, payload: Any) -> Any:
             return "stopped"
 
 
-flows = [approval, rounds, counter, far, hops, busy, ordered, typed]
+# An entity whose rounds hand off sooner than its validator answers (issue 21's updates to a
+# lineage): each round waits a tenth of a second for an update, then hands off.
+entity = Flow("u-entity", max_rounds=400)
+VALIDATED: list[Any] = []  # each call of entity's validator, in this process
+
+
+@entity.validator("bump")
+def _slow_check(payload: Any) -> None:
+    VALIDATED.append(payload)
+    time.sleep(0.5)
+
+
+@entity.handler
+async def _entity(ctx: FlowContext, payload: Any) -> Any:
+    try:
+        update = await ctx.wait_for_update("bump", timeout=0.1)
+    except WaitTimeout:
+        if payload["round"] >= payload["last"]:
+            return {"got": None}
+        return Handoff(payload={**payload, "round": payload["round"] + 1})
+    await update.reply({"round": payload["round"]})
+    return {"got": update.payload, "round": payload["round"]}
+
+
+flows = [approval, rounds, counter, far, hops, busy, ordered, typed, entity]
