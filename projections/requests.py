@@ -252,6 +252,8 @@ def describe_refusal(run: RunState | None, record: ev.JournalRecord,
         return signal_name_refusal(record.name, "update") or updates.refusal_text(run)
     if run.status in TERMINAL_STATUSES:
         return f"the run has ended ({run.status.value})"
+    if isinstance(record, ev.RunCancelRequested) and run.cancel_requested is not None:
+        return f"a cancel is pending already (its reason stands: {run.cancel_requested!r})"
     if isinstance(record, ev.RunSignalSent | ev.RunSignalWithStartRequested):
         name = record.name if isinstance(record, ev.RunSignalSent) else record.signal_name
         return signal_name_refusal(name) or (

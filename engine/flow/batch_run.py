@@ -268,7 +268,7 @@ async def _send(io: BatchIO, spec: BatchSpec, ceiling: tuple[str, ...] | None,
                 refused.append((run_id, describe_refusal(None, record,
                                                          view.expired(run_id))))
                 continue
-            if item.verdict is Verdict.applied:
+            if item.verdict is Verdict.applied or _pending_cancel(item, record):
                 done += 1
             elif item.verdict is Verdict.duplicate:
                 # (its lineage took it in another round, matched in an earlier chunk before
@@ -283,6 +283,13 @@ async def _send(io: BatchIO, spec: BatchSpec, ceiling: tuple[str, ...] | None,
                    for run_id in waiting)
     return {"sent": len(records) - again, "done": done, "again": again,
             "refused": refused[:MAX_REFUSALS_SHOWN * 10], "at_ms": io.now_ms()}
+
+
+def _pending_cancel(item: HistoryEntry, sent: JournalRecord) -> bool:
+    """A cancel that met a cancel pending already (its first reason stands): the run is
+    being cancelled, what the batch asks, as `run cancel` and Client.cancel say. Counted as
+    refused, "refused", it was a run a parent's cascade or an earlier cancel reached first."""
+    return item.verdict is Verdict.ignored and isinstance(sent, ev.RunCancelRequested)
 
 
 def _refusal(view: BatchView, run_id: str, item: HistoryEntry, sent: JournalRecord) -> str:

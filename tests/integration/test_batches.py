@@ -50,7 +50,21 @@ async def _relaying(ctx: FlowContext, payload: int) -> Any:
     return await ctx.wait_for("go")
 
 
-flows: list[Flow[Any, Any]] = [parked, handing, relaying]
+stepping: Flow[Any, Any] = Flow("batch-stepping")
+
+
+async def _nap() -> str:
+    await asyncio.sleep(3)
+    return "napped"
+
+
+@stepping.handler
+async def _stepping(ctx: FlowContext, payload: Any) -> Any:
+    await ctx.step("long", _nap)  # (a cancel waits for its end: the next durable call)
+    return "done"
+
+
+flows: list[Flow[Any, Any]] = [parked, handing, relaying, stepping]
 
 
 async def _create(client: Client, count: int, prefix: str, **attributes: Any) -> list[str]:
@@ -162,6 +176,30 @@ async def test_a_batch_reports_refusals_and_skips_runs_created_after_it_began(
                             bootstrap=bootstrap, namespace=namespace, cache=tmp_path / "c")
             assert bad.code != 0 and "position" in bad.err
             assert late
+
+
+async def test_a_run_with_a_cancel_pending_already_is_counted_done(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """Its handler in a long step, the run holds a cancel already: the batch's cancel meets
+    it, and the run is being cancelled, as the batch asks. Before, the report counted it
+    refused, with the reason "refused"."""
+    async with running_worker(bootstrap, namespace, tmp_path / "w", flows):
+        async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows,
+                          read_model_dir=tmp_path / "rm") as client:
+            for n in range(2):
+                await client.create_run(stepping, None, run_id=f"step-{n}",
+                                        attributes={"grp": "s"})
+            await status_when(client, "step-1", RunStatus.running)
+            await client.cancel("step-0", reason="first")
+            result = await cli("runs", "cancel", "--where", "grp = 's'", "--yes", "--json",
+                               bootstrap=bootstrap, namespace=namespace, cache=tmp_path / "c")
+            assert result.code == 0, result.err
+            report = json.loads(result.out)
+            assert (report["matched"], report["done"], report["refused"]) == (2, 2, 0), report
+            for n in range(2):
+                await status_when(client, f"step-{n}", RunStatus.cancelled)
+            assert (await client.describe("step-0")).error_message == "first"
 
 
 async def test_a_batch_acts_on_the_rounds_it_matched_not_on_their_lineage(

@@ -7,6 +7,7 @@ the same batch id attaching, a dry run acting on nothing, and a batch created by
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -44,7 +45,21 @@ async def _handing(ctx: FlowContext, payload: int) -> Any:
     return await ctx.wait_for("go")
 
 
-FLOWS = [parked, sleeper, handing]
+stepping: Flow[Any, Any] = Flow("env-batch-stepping")
+
+
+async def _nap() -> str:
+    await asyncio.sleep(2)
+    return "napped"
+
+
+@stepping.handler
+async def _stepping(ctx: FlowContext, payload: Any) -> Any:
+    await ctx.step("long", _nap)  # (a cancel waits for its end: the next durable call)
+    return "done"
+
+
+FLOWS = [parked, sleeper, handing, stepping]
 
 
 async def _parked_runs(env: TestEnvironment, prefix: str, count: int, **attrs: Any
@@ -80,6 +95,23 @@ async def test_cancel_where_cancels_the_matches_and_leaves_the_rest() -> None:
                    if i.record is not None and i.record.TYPE == "run.cancel-requested"]
         assert [c.record.envelope.request_id for c in cancels  # type: ignore[union-attr]
                 ] == ["batch/bad-deploy/bad-3"]
+
+
+async def test_a_run_with_a_cancel_pending_already_is_done_not_refused() -> None:
+    """The batch's cancel meets one the run has pending (its handler in a long step): the
+    run is being cancelled, as the batch asks. Before, it was counted refused, "refused"."""
+    async with TestEnvironment(FLOWS, partitions=2) as env:
+        for n in range(2):
+            await env.start(stepping, None, run_id=f"step-{n}", attributes={"grp": "s"})
+        await env.sleep(0.5)
+        await env.cancel("step-0", reason="first")
+        assert env.describe("step-0").status is RunStatus.running  # (pending, in its step)
+        batch = await env.cancel_where("grp = 's'", reason="batch")
+        report = await batch.result()
+        assert (report["matched"], report["done"], report["refused"]) == (2, 2, 0), report
+        await env.run_until_idle()
+        assert env.describe("step-0").error_message == "first"  # (its first reason stands)
+        assert all(env.status(f"step-{n}") is RunStatus.cancelled for n in range(2))
 
 
 async def test_signal_where_reports_refusals_and_skips_runs_made_after_it_began() -> None:
