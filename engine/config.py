@@ -206,11 +206,23 @@ def as_duration(value: Duration) -> timedelta:
     return _seconds(value, value)
 
 
+def kept_for(value: Duration, what: str, zero: str = "forever") -> timedelta:
+    """A retention given to the API (`what` names it; `zero`: what 0 means): a duration of
+    0 or more.
+    The CLI and the variables never take a sign (parse_duration); a negative one given as
+    a number or a timedelta meant forever for runs, and for tombstones a request id
+    forgotten at once (a signal sent twice with one request id was delivered twice)."""
+    kept = as_duration(value)
+    if kept < timedelta(0):
+        raise DurationInvalid(f"{what} {value!r} must be 0 ({zero}) or more")
+    return kept
+
+
 def resolve_retention(explicit: Duration | None = None) -> timedelta:
     """How long settled runs stay in projections: keyword > RUNSTREAM_RETENTION > 7 days
     (zero: forever)."""
     if explicit is not None:
-        return as_duration(explicit)
+        return kept_for(explicit, "retention")
     return env_duration("RUNSTREAM_RETENTION", DEFAULT_RETENTION)
 
 
@@ -218,7 +230,7 @@ def resolve_tombstone_retention(explicit: Duration | None, retention: timedelta)
     """How long a tombstone is kept: keyword > RUNSTREAM_TOMBSTONE_RETENTION > the retention
     (request ids are remembered as long: projections.values.request_prune)."""
     if explicit is not None:
-        return as_duration(explicit)
+        return kept_for(explicit, "tombstone_retention")
     return env_duration("RUNSTREAM_TOMBSTONE_RETENTION", retention)
 
 
@@ -237,7 +249,7 @@ def durable_backoff_ms(explicit: Duration | None = None, *, from_env: bool = Tru
     suspends, its slot is free, the wait outlives the worker) rather than slept in memory:
     keyword > RUNSTREAM_DURABLE_BACKOFF_AFTER (unless not `from_env`) > 2 s."""
     if explicit is not None:
-        return millis(as_duration(explicit))
+        return millis(kept_for(explicit, "durable_backoff_after", "every backoff durable"))
     if not from_env:
         return millis(DEFAULT_DURABLE_BACKOFF_AFTER)
     return millis(env_duration("RUNSTREAM_DURABLE_BACKOFF_AFTER", DEFAULT_DURABLE_BACKOFF_AFTER))

@@ -46,8 +46,9 @@ def resolve_every(explicit: int | None = None) -> int:
     RUNSTREAM_SNAPSHOT_EVERY, else 100,000; 0: never load one."""
     if explicit is None:
         return env_count(EVERY_ENV, DEFAULT_EVERY, unit="records", zero="off")
-    if explicit < 0:
-        raise RunstreamError(f"snapshot interval {explicit} must be 0 (off) or more records")
+    if isinstance(explicit, bool) or not isinstance(explicit, int) or explicit < 0:
+        raise RunstreamError(f"snapshot interval {explicit!r} must be a whole number of "
+                             f"records, 0 (off) or more")
     return explicit
 
 

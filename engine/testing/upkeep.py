@@ -10,8 +10,8 @@ from datetime import timedelta
 from runstream.engine.config import (
     DEFAULT_RETENTION,
     Duration,
-    as_duration,
     durable_backoff_ms,
+    kept_for,
     millis,
 )
 from runstream.engine.errors import CreateRejected, RunExpired, RunNotFound
@@ -180,7 +180,8 @@ def virtual_settings(retention: Duration | None, tombstone_retention: Duration |
                      durable_backoff_after: Duration | None) -> tuple[int, int, int]:
     """A TestEnvironment's (retention, tombstone retention, durable backoff) in ms: a
     worker's defaults, whatever the shell's RUNSTREAM_* say (they never change a test)."""
-    kept = as_duration(retention) if retention is not None else DEFAULT_RETENTION
-    stones = as_duration(tombstone_retention) if tombstone_retention is not None else kept
+    kept = kept_for(retention, "retention") if retention is not None else DEFAULT_RETENTION
+    stones = (kept if tombstone_retention is None
+              else kept_for(tombstone_retention, "tombstone_retention"))
     return millis(kept), millis(stones), durable_backoff_ms(durable_backoff_after,
                                                             from_env=False)

@@ -74,8 +74,10 @@ def resolve_every(explicit: int | None = None) -> int:
     if explicit is None:
         return env_count(EVERY_ENV, DEFAULT_EVERY, unit="records", zero="off")
     value = explicit
-    if value < 0:
-        raise WorkerFatal(f"snapshot interval {value} must be 0 (off) or more records")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        # (a text compared to 0 raised a bare TypeError; 1.5 was taken)
+        raise WorkerFatal(f"snapshot interval {value!r} must be a whole number of records, "
+                          f"0 (off) or more")
     return value
 
 

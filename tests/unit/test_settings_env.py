@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import pytest
 
-from runstream import InvalidInput
+from runstream import InvalidInput, RunstreamError
 from runstream.engine import config
 from runstream.engine.journal.input_limits import max_payload_bytes
 from runstream.engine.journal.settings import SettingInvalid, env_count
@@ -103,3 +103,39 @@ def test_the_test_environment_says_a_bad_payload_limit_at_once(
     monkeypatch.setenv("RUNSTREAM_MAX_PAYLOAD_BYTES", "1MB")
     with pytest.raises(SettingInvalid, match="RUNSTREAM_MAX_PAYLOAD_BYTES='1MB'"):
         TestEnvironment([])
+
+
+@pytest.mark.parametrize(("option", "value"), [
+    ("retention", -5), ("retention", timedelta(seconds=-5)),
+    ("tombstone_retention", timedelta(days=-1)), ("tombstone_retention", "-1h"),
+    ("durable_backoff_after", -2.0)])
+def test_a_negative_retention_given_to_the_api_is_one_clear_error(
+        tmp_path: object, option: str, value: object) -> None:
+    """As the CLI's flags and the variables, which take no sign: a negative retention meant
+    forever, and a negative tombstone retention forgot each request id at once (a signal
+    sent twice with one request id was delivered twice)."""
+    from pathlib import Path
+
+    from runstream import DurationInvalid, Worker
+    from runstream.testing import TestEnvironment
+    with pytest.raises(DurationInvalid):
+        Worker(flows=[], data_dir=Path(str(tmp_path)) / "w", bootstrap_servers="127.0.0.1:1",
+               **{option: value})
+    with pytest.raises(DurationInvalid):
+        TestEnvironment([], **{option: value})
+    zero = {"retention": "forever", "tombstone_retention": "forever"}.get(
+        option, "every backoff durable")
+    said = ("is not a duration" if isinstance(value, str)  # (as the CLI says it)
+            else rf"^{option} .* must be 0 \({zero}\) or more$")
+    with pytest.raises(DurationInvalid, match=said):
+        TestEnvironment([], **{option: value})
+
+
+@pytest.mark.parametrize("value", ["100", 1.5, True, -1])
+def test_a_snapshot_interval_that_is_not_a_whole_count_is_one_clear_error(
+        value: object) -> None:
+    """A text gave a bare TypeError ('<' not supported), 1.5 was taken."""
+    with pytest.raises(snapshots.WorkerFatal, match="must be a whole number of records"):
+        snapshots.resolve_every(value)  # type: ignore[arg-type]
+    with pytest.raises(RunstreamError, match="must be a whole number of records"):
+        bootstrap.resolve_every(value)  # type: ignore[arg-type]
