@@ -202,6 +202,13 @@ def addressed(held: RoundReads, run_id: str) -> str:
     return held.latest_round(run_id) or run_id
 
 
+def status_now(held: RoundReads, run_id: str) -> str | None:
+    """The status of the run a query naming `run_id` reaches (`addressed`: a lineage's
+    latest round); None: no such run."""
+    run = held.run(addressed(held, run_id))
+    return None if run is None else run.status.value
+
+
 class TombstoneReads(Protocol):
     """What finding an expired run's tombstone reads (a store, a read model's view)."""
 

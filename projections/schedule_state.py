@@ -7,8 +7,10 @@ state is kept under its own keys (projections.keys.schedule_key, the fire index)
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from runstream.projections.cron import jitter_ms
-from runstream.projections.state import _Frozen
+from runstream.projections.state import _Frozen, replace
 
 MAX_RUNNING = 64  # runs of one schedule not settled yet that it keeps track of (allow_all)
 MAX_RECENT = 10  # the latest fired runs `describe` shows
@@ -42,7 +44,8 @@ class ScheduleSpec(_Frozen, frozen=True, array_like=True):
 
 class Fired(_Frozen, frozen=True, array_like=True):
     """A run the schedule fired: its id, nominal instant, why, and how it ended (None: not
-    settled yet)."""
+    settled yet), as its settlement came back; readers show its run's status now
+    (`with_run_statuses`)."""
 
     run_id: str
     nominal_ms: int
@@ -109,3 +112,21 @@ class ScheduleState(_Frozen, frozen=True, array_like=True):
         """Since when it is only a leftover (deleted, or never created, with no change
         waiting for an answer): retention drops it that long after (projections.expiry)."""
         return None if self.exists or self.changes else self.updated_ms
+
+
+def with_run_statuses(schedule: ScheduleState,
+                      status_of: Callable[[str], str | None]) -> ScheduleState:
+    """The schedule as a reader shows it: each recent run's status as its run stands now
+    (`status_of`: its lineage's latest round's status; None: no such run). A run gone after
+    its settlement came back is `expired` (retention removed it); one gone before is
+    `pending` (its create still on its way through the owner's outbox); a rejected one
+    never had a state. The Client, the TestEnvironment, the CLI and the UI all show it so:
+    the Client and the environment said `completed` for a run the CLI said `expired`."""
+    def now(fired: Fired) -> Fired:
+        if fired.status == "rejected":
+            return fired
+        status = status_of(fired.run_id)
+        if status is None:
+            status = "pending" if fired.status is None else "expired"
+        return fired if status == fired.status else replace(fired, status=status)
+    return replace(schedule, recent=tuple(now(fired) for fired in schedule.recent))

@@ -34,15 +34,7 @@ async def _with_client(bootstrap: str | None, namespace: str | None, action: Any
 
 
 async def _described(client: Client, schedule_id: str) -> dict[str, Any]:
-    schedule = await client.describe_schedule(schedule_id)
-    model = await client.read_model()
-    view = await model.catch_up()
-
-    def status_of(run_id: str) -> str | None:
-        run = view.run(run_id)
-        return None if run is None else run.status.value
-
-    return schedule_view(schedule, status_of)
+    return schedule_view(await client.describe_schedule(schedule_id))
 
 
 def describe_schedule(bootstrap: str | None, namespace: str | None,

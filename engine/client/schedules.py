@@ -30,7 +30,8 @@ from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import request_envelope
 from runstream.engine.journal.timetext import epoch_ms
 from runstream.engine.readmodel.model import ReadModel
-from runstream.projections.schedule_state import ScheduleState
+from runstream.projections.expiry import status_now
+from runstream.projections.schedule_state import ScheduleState, with_run_statuses
 
 ANSWER_TIMEOUT_S = 30.0  # how long a change waits for its owner's answer
 
@@ -102,20 +103,23 @@ class ScheduleCalls:
         await self._change("backfill", schedule_id, backfill_fields(start, end))
 
     async def describe_schedule(self, schedule_id: str) -> ScheduleState:
+        """The schedule; its recent runs' statuses as their runs stand now (`expired` once
+        retention removed them: schedule_state.with_run_statuses)."""
         model = await self.read_model()
-        view = await model.catch_up([await self.partition_of(schedule_id)])
+        view = await model.catch_up()  # (its runs live on every partition)
         schedule = view.schedule(schedule_id)
         if schedule is None or not schedule.exists:
             raise ScheduleNotFound(schedule_id)
-        return schedule
+        return with_run_statuses(schedule, lambda run_id: status_now(view, run_id))
 
     async def list_schedules(self) -> list[ScheduleState]:
         model = await self.read_model()
         view = await model.catch_up()
         found = [view.schedule(sid) for p in range(model.partitions)
                  for sid in view.schedule_ids(p)]
-        return sorted((s for s in found if s is not None and s.exists),
-                      key=lambda s: s.schedule_id)
+        return [with_run_statuses(s, lambda run_id: status_now(view, run_id))
+                for s in sorted((s for s in found if s is not None and s.exists),
+                                key=lambda s: s.schedule_id)]
 
     async def _change(self, action: str, schedule_id: str, fields: dict[str, Any]
                       ) -> JournalRecord:

@@ -5,7 +5,6 @@ removed), paused with its note, and how many fires it skipped."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 from runstream.engine.journal.timetext import iso_time
@@ -28,11 +27,10 @@ def next_fires(schedule: ScheduleState, count: int = NEXT_SHOWN) -> list[int]:
     return found
 
 
-def schedule_view(schedule: ScheduleState,
-                  status_of: Callable[[str], str | None] | None = None) -> dict[str, Any]:
-    """The schedule as JSON. `status_of(run_id)`: a fired run's status as the read model
-    holds it (None: retention removed it: `expired`; a run whose create was rejected never
-    had any); without it, the status its settlement brought back."""
+def schedule_view(schedule: ScheduleState) -> dict[str, Any]:
+    """The schedule as JSON; its recent runs' statuses as its reader gave them (the Client,
+    the environment and the UI give them as their runs stand now:
+    schedule_state.with_run_statuses)."""
     spec = schedule.spec
     assert spec is not None
     when = (f"cron {spec.cron!r} in {spec.timezone}" if spec.cron is not None
@@ -41,9 +39,7 @@ def schedule_view(schedule: ScheduleState,
         when += f", offset {spec.offset_ms / 1000:g} s"
     runs = []
     for fired in reversed(schedule.recent):
-        status = fired.status or "running"
-        if status_of is not None and status != "rejected":  # (a rejected run has no state)
-            status = status_of(fired.run_id) or "expired"
+        status = fired.status or "pending"
         runs.append({"run_id": fired.run_id, "nominal": iso_time(fired.nominal_ms),
                      "reason": fired.reason, "status": status})
     return {

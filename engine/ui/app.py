@@ -43,6 +43,8 @@ from runstream.engine.ui.queries import (
     status_counts,
 )
 from runstream.engine.ui.schedules_page import schedules_page
+from runstream.projections.expiry import status_now
+from runstream.projections.schedule_state import with_run_statuses
 from runstream.projections.state import RunStatus, round_zero
 
 STATIC_DIR = Path(__file__).parent / "static"
@@ -188,15 +190,11 @@ async def dry_run_handler(request: web.Request) -> web.Response:
 async def _schedule_views(request: web.Request) -> list[dict[str, Any]]:
     model = request.app[MODEL]
     view = await model.catch_up()
-
-    def status_of(run_id: str) -> str | None:
-        run = view.run(run_id)
-        return None if run is None else run.status.value
-
     found = [view.schedule(sid) for p in range(model.partitions)
              for sid in view.schedule_ids(p)]
-    return [schedule_view(s, status_of) for s in sorted(
-        (s for s in found if s is not None and s.exists), key=lambda s: s.schedule_id)]
+    return [schedule_view(with_run_statuses(s, lambda run_id: status_now(view, run_id)))
+            for s in sorted((s for s in found if s is not None and s.exists),
+                            key=lambda s: s.schedule_id)]
 
 
 async def schedules_handler(request: web.Request) -> web.Response:

@@ -5,14 +5,16 @@ rebuild, and the id, created again, fires afresh; a live schedule is kept."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from runstream import Client, ScheduleNotFound
+from runstream import Client, RunExpired, ScheduleNotFound
 from runstream.engine.journal import events as ev
 from runstream.engine.ops import verify as integrity
 from tests.integration.support import WorkerProcess, fold
+from tests.integration.test_cli import cli
 from tests.integration.test_retention import is_expired, until
 from tests.integration.test_schedules import APP, _fired, beat
 
@@ -46,7 +48,19 @@ async def test_a_deleted_schedule_expires_and_its_id_starts_afresh(
                         "the deleted schedule's expiry", timeout=90)
             await until(lambda: is_expired(client, fired[0].run_id),
                         "its fired run's expiry", timeout=60)
-            assert (await client.describe_schedule("lasting")).fires >= 2
+            lasting = await client.describe_schedule("lasting")
+            assert lasting.fires >= 2
+            # Its runs retention removed are `expired` to the Client as to the CLI (the
+            # Client said `completed`, and the run's status raised RunExpired).
+            expired = [f.run_id for f in lasting.recent if f.status == "expired"]
+            assert expired, lasting.recent
+            with pytest.raises(RunExpired):
+                await client.status(expired[0])
+            shown = await cli("schedule", "describe", "lasting", "--json", bootstrap=bootstrap,
+                              namespace=namespace, cache=tmp_path / "c")
+            assert shown.code == 0, shown.err
+            said = {r["run_id"]: r["status"] for r in json.loads(shown.out)["recent_runs"]}
+            assert all(said.get(run_id, "expired") == "expired" for run_id in expired), said
             await client.create_schedule("doomed", beat, {"n": 3}, every=1)
             again = await _fired(client, "doomed", 1)
             fresh = await client.describe_schedule("doomed")

@@ -3,18 +3,28 @@
 from __future__ import annotations
 
 from runstream.engine.readmodel.schedule_view import schedule_lines, schedule_view
-from runstream.projections.schedule_state import Fired, ScheduleSpec, ScheduleState
+from runstream.projections.schedule_state import (
+    Fired,
+    ScheduleSpec,
+    ScheduleState,
+    with_run_statuses,
+)
 
 
 def test_a_fire_whose_create_was_rejected_is_rejected_not_expired() -> None:
     schedule = ScheduleState("s", 0, exists=True, spec=ScheduleSpec("f", every_ms=60_000),
                              recent=(Fired("s@1", 60_000, status="rejected"),
                                      Fired("s@2", 120_000, status="completed"),
-                                     Fired("s@3", 180_000)))
-    held = {"s@3": "running"}  # (s@2's state retention removed; s@1 never had one)
-    runs = schedule_view(schedule, held.get)["recent_runs"]
+                                     Fired("s@3", 180_000), Fired("s@4", 240_000),
+                                     Fired("s@5", 300_000, status="failed")))
+    # (s@2's state retention removed; s@1 never had one; s@4's create is on its way)
+    held = {"s@3": "running", "s@5": "failed"}
+    now = with_run_statuses(schedule, held.get)
+    runs = schedule_view(now)["recent_runs"]
     assert [(r["run_id"], r["status"]) for r in runs] == [
-        ("s@3", "running"), ("s@2", "expired"), ("s@1", "rejected")]
+        ("s@5", "failed"), ("s@4", "pending"), ("s@3", "running"), ("s@2", "expired"),
+        ("s@1", "rejected")]
+    assert now.recent[4] is schedule.recent[4]  # (unchanged: not copied)
 
 
 def test_describe_shows_what_the_next_run_gets() -> None:

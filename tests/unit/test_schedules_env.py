@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from runstream import Flow, ScheduleNotFound, ScheduleRejected
+from runstream import Flow, RunExpired, ScheduleNotFound, ScheduleRejected
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import decision_envelope, request_envelope
 from runstream.projections import schedule_owner, schedules
@@ -64,6 +64,26 @@ async def test_every_fires_at_epoch_aligned_instants_and_runs_carry_the_schedule
                 RunStatus.completed, "beat", '{"n":1}')
             assert fired.status == "completed"  # its settlement came back
         assert env.describe_schedule("beat").running == ()
+
+
+async def test_describe_says_expired_for_a_fired_run_retention_removed() -> None:
+    """As `schedule describe` and the UI say: the environment (and the Client) said
+    `completed` for a run whose status then raised RunExpired. A lineage's fired run shows
+    its latest round's status."""
+    async with TestEnvironment([tick, hourly_long], start=START.replace(second=25),
+                               retention=timedelta(seconds=150)) as env:
+        await env.create_schedule("beat", tick, {"n": 1}, every=60)
+        await env.create_schedule("long", hourly_long, None, every=86_400)
+        await env.trigger_schedule("long")  # (its run sleeps 3,500 s)
+        await env.sleep(210)  # (fires at :01, :02, :03; the first expired at about :03:30)
+        [first, second, third] = [(f.run_id, f.status) for f in
+                                  env.describe_schedule("beat").recent]
+        assert (first[1], second[1], third[1]) == ("expired", "completed", "completed")
+        with pytest.raises(RunExpired):
+            env.status(first[0])
+        [beat, running] = env.list_schedules()
+        assert [f.status for f in beat.recent] == ["expired", "completed", "completed"]
+        assert [f.status for f in running.recent] == ["suspended"]
 
 
 async def test_a_cron_in_new_york_fires_once_across_both_dst_changes() -> None:
