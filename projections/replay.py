@@ -142,10 +142,13 @@ def record_of(item: HistoryEntry) -> JournalRecord:
     if item.record is not None:
         return item.record
     if item.raw is None:
+        # (an owner's fork answer reads the bytes from the journal itself: only a query of
+        # a read model, which keeps its own copy, is mended by folding it again)
         raise RunstreamError(f"no record bytes for offset {item.offset} of partition "
                              f"{item.partition}: the journal's retention deleted the record "
-                             f"(its log starts past it), or the read model lost them (then "
-                             f"delete its directory and query again)")
+                             f"(its log starts past it); a read model's query with the "
+                             f"journal intact: it lost them (delete its directory and query "
+                             f"again)")
     return decode(item.raw)
 
 

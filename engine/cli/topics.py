@@ -95,9 +95,13 @@ def create(
         print_json(_report_json(report, made))
     if not report.ok:
         have = report.journal.configs.get("retention.ms", str(retention_ms))
+        # (a --journal-retention given that the journal does not have: only alter changes it)
+        given = (click.get_current_context().get_parameter_source("retention")
+                 is not click.core.ParameterSource.DEFAULT)
+        how = ("change it with `runstream topics alter`" if given else
+               "name it with --journal-retention, or change it with `runstream topics alter`")
         hint = ("" if have == str(retention_ms) else f" (the journal's retention is "
-                f"{duration_text(int(have))}: name it with --journal-retention, or change "
-                "it with `runstream topics alter`)")
+                f"{duration_text(int(have))}: {how})")
         raise UserError(" | ".join(report.mismatches()) + hint)
     if not as_json:
         for topic in made:

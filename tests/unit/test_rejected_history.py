@@ -94,3 +94,23 @@ def test_a_request_naming_no_run_is_refused_and_makes_no_run(journal: Journal) -
     assert [i.verdict for i in journal.store.partition_history(0)][-2:] == [
         Verdict.refused, Verdict.refused]
     journal.agree()
+
+
+def test_a_record_without_bytes_says_which_fix_is_whose() -> None:
+    """An owner's fork answer reads its bytes from the journal: told to delete the read
+    model, its refusal named a fix that changes nothing (found by a probe)."""
+    import pytest
+
+    from runstream import RunstreamError
+    from runstream.projections.replay import record_of
+    from runstream.projections.state import Verdict
+    from runstream.projections.values import HistoryEntry
+
+    item = HistoryEntry(partition=2, offset=740, verdict=Verdict.applied, type="run.created",
+                        timestamp_ms=0)
+    with pytest.raises(RunstreamError) as refused:
+        record_of(item)
+    assert str(refused.value) == (
+        "no record bytes for offset 740 of partition 2: the journal's retention deleted the "
+        "record (its log starts past it); a read model's query with the journal intact: it "
+        "lost them (delete its directory and query again)")
