@@ -65,9 +65,14 @@ async def expired_history(bootstrap: str, topic: str, stone: Tombstone, *,
     missing = lowest if lowest is not None and lowest > first else None
     if lowest is None and span > 0:
         missing = last + 1
+    from_journal = len(rows)
     if view is not None:
         rows += history_rows(item for item in view.history(stone.run_id) if item.offset > last)
-    say(f"read {read} records: {len(rows)} of run {stone.run_id}"
+    # (the requests after the expiry come from the index, not from the range read)
+    later = len(rows) - from_journal
+    say(f"read {read} records: {from_journal} of run {stone.run_id}"
+        + (f", and {later} request{'s' if later != 1 else ''} to it since it expired"
+           if later else "")
         + (f"; the journal no longer holds offsets {first}..{missing - 1} (its own "
            f"retention dropped them)" if missing is not None else ""))
     return ExpiredHistory(stone, rows, read, missing)

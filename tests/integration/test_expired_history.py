@@ -169,6 +169,9 @@ async def test_an_expired_run_answers_expired_and_its_history_comes_from_the_jou
     assert [(o, v) for o, _, v in offsets[4:7]] == [(8, "refused"), (9, "ignored"),
                                                     (10, "refused")]
     assert "offsets 2..6" in history.err and "read 5 records" in history.err
+    # (of the range read, 4 are its own; the rest came from the index: it said "7 of run")
+    assert (f"read 5 records: 4 of run {run_id}, and {len(rows) - 4} requests to it since "
+            f"it expired") in history.err, history.err
     assert "expired at" in one_line_error(at) and f"run history {run_id}" in at.err
     # Its records deleted by the journal's retention too: said so, where it printed `[]`.
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
