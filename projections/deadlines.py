@@ -195,6 +195,16 @@ def deadline_due(run: RunState) -> int | None:
     return max(run.deadline_ms, run.timed_out_at_ms) + grace_ms(run)
 
 
+def overdue(run: RunState, now_ms: int) -> bool:
+    """Whether the run's deadline passed and its timeout is not journaled yet (a cancel
+    asked before it wins, within the grace). A wait that ended after the deadline (both
+    passed while no worker ran: at the next claim, its timer, a buffered signal) must not
+    wake the handler: the deadline comes first, and no step runs after it."""
+    return (run.deadline_ms is not None and run.deadline_ms <= now_ms
+            and run.timed_out_at_ms is None and run.cancel_requested is None
+            and run.status not in TERMINAL_STATUSES)
+
+
 def grace_ms(run: RunState) -> int:
     return DEFAULT_GRACE_MS if run.timeout_grace_ms is None else run.timeout_grace_ms
 

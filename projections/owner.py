@@ -28,7 +28,7 @@ from typing import Any
 
 from runstream.engine.errors import journal_text
 from runstream.engine.journal import events as ev
-from runstream.projections.deadlines import after_timed_out
+from runstream.projections.deadlines import after_timed_out, on_deadline, overdue
 from runstream.projections.decide import (
     FLOW_NOT_REGISTERED,
     Create,
@@ -203,6 +203,10 @@ def react(view: OwnerView, run: RunState, *, claiming: bool = False,
         return _copy_fork(view, run)
     if run.timed_out_at_ms is not None:
         return after_timed_out(view, run)
+    if run.deadline_ms is not None and overdue(run, view.now()):
+        # (a wait that ended after the deadline, both passed while no worker ran: the
+        # timeout first, so that no step of the handler runs after it)
+        return on_deadline(view, run)
     if run.status is RunStatus.suspended:
         return _end_wait(view, run)
     if run.status is RunStatus.pending:

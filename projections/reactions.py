@@ -59,6 +59,10 @@ def _no_run(run_id: str) -> RunState | None:
     return None
 
 
+def _no_clock() -> int:
+    return 0  # (no deadline is ever past: tests that decide without a clock)
+
+
 def _not_writing(subject: str) -> bool:
     return False
 
@@ -154,6 +158,10 @@ class OwnerView:
     # run id -> the run as the owner's projection holds it now (an update's verdict follows
     # its lineage's handoffs to the round holding it: projections.update_owner)
     run: Callable[[str], RunState | None] = _no_run
+    # the owner's clock (ms): a deadline that passed while no worker ran comes before the
+    # wait that ended since (projections.deadlines.overdue). Time comes in, as to every
+    # decision: a worker's wall clock, the environment's virtual one.
+    now: Callable[[], int] = _no_clock
 
 
 @dataclass(frozen=True, slots=True)

@@ -383,7 +383,7 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks, EnvB
                          decided=self._decided, in_flight=self.log.in_flight,
                          writing=self._decided.holds,
                          executing=self._executing, slot_free=self._slot_free,
-                         run=self.projection.store.run)
+                         run=self.projection.store.run, now=lambda: self.clock_ms)
 
     def _executing(self, run_id: str) -> bool:
         execution = self._executions.get(run_id)

@@ -68,7 +68,7 @@ class Reactions:
                          in_flight=w.confirmations.in_flight,
                          executing=lambda run_id: run_id in w.executions,
                          refusal=self._refusal, slot_free=w.activator.slot_free,
-                         run=self._run)
+                         run=self._run, now=now_ms)
 
     def on_record(self, own: Ownership, outcome: Outcome, *, drained: bool) -> None:
         """A record of a partition this worker executes, judged (projections.owner.on_record

@@ -24,7 +24,7 @@ from runstream.engine.worker.executor import now_ms
 from runstream.engine.worker.ownership import Ownership
 from runstream.engine.worker.partition_protocols import TimerOwner
 from runstream.projections.cron import CronInvalid
-from runstream.projections.deadlines import DEADLINE_POSITION, SETTLING
+from runstream.projections.deadlines import DEADLINE_POSITION, SETTLING, overdue
 from runstream.projections.reactions import SCHEDULE_SUBJECT
 from runstream.projections.schedules import SCHEDULE_DECISIONS, schedule_id_of
 
@@ -133,18 +133,23 @@ class TimerSweeper:
                 run = store.run(timer.run_id)
                 if run is None:
                     continue
+                position = timer.position
                 try:
-                    if timer.position == DEADLINE_POSITION:
+                    # (a timer due after the run's deadline, both passed while no worker
+                    # ran: the deadline first, else the timer woke the run and a step ran
+                    # after it)
+                    if position == DEADLINE_POSITION or overdue(run, now):
                         # (the owner's reactions send it: no future to wait for)
                         if not owner.reactions.on_deadline(own, run):
                             continue
+                        position = DEADLINE_POSITION
                     else:
                         sent.append(owner.enqueue(own, run, ev.TimerFired,
-                                                  position=timer.position, due_ms=timer.due_ms))
+                                                  position=position, due_ms=timer.due_ms))
                 except WorkerFatal:  # the source failed: its renewal claims, then resets us
                     self.fired += len(sent)
                     return sent, None
-                self._in_flight[timer.run_id] = (own.partition, timer.position)
+                self._in_flight[timer.run_id] = (own.partition, position)
             self._fire_schedules(own, now)
             for due in (store.next_due_ms(own.partition), store.next_schedule_ms(own.partition)):
                 if due is not None and due > now and (next_due is None or due < next_due):

@@ -1,0 +1,73 @@
+"""A run's deadline that passed while no worker ran, with a wait that ended meanwhile too
+(its timer fell due, or its signal came), against a real broker: the next owner journals
+the timeout first and fails the run; the handler never goes on. Before, the timer, due
+earlier than the deadline, fired first (the sweep takes timers in due order), or the
+claim delivered the buffered signal, and the next step ran after the deadline: its effect
+happened on a run then reported timed out."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runstream import Client, Flow, FlowContext, RunStatus, RunTimedOut
+from runstream.engine.journal import events as ev
+from tests.integration.support import all_ready, fold, running_worker, status_when, until
+
+CHARGED: list[str] = []
+
+
+def _charge(tag: str) -> str:
+    CHARGED.append(tag)
+    return tag
+
+
+sleeper: Flow[Any, Any] = Flow("outage-sleeper", timeout=3)
+waiter: Flow[Any, Any] = Flow("outage-waiter", timeout=3)
+
+
+@sleeper.handler
+async def _sleeper(ctx: FlowContext, payload: Any) -> Any:
+    await ctx.sleep(1.5)
+    return await ctx.step("charge", _charge, "slept", irreversible=True)
+
+
+@waiter.handler
+async def _waiter(ctx: FlowContext, payload: Any) -> Any:
+    tag = await ctx.wait_for("go")
+    return await ctx.step("charge", _charge, tag, irreversible=True)
+
+
+FLOWS = [sleeper, waiter]
+
+
+async def test_a_deadline_passed_in_an_outage_comes_before_the_wait_that_ended_in_it(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    CHARGED.clear()
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                      flows=FLOWS) as client:
+        async with running_worker(bootstrap, namespace, tmp_path / "a", FLOWS) as first:
+            await until(lambda: all_ready(first), "the worker claimed every partition")
+            await client.create_run(sleeper, None, run_id="slept")
+            await client.create_run(waiter, None, run_id="signalled")
+            await status_when(client, "slept", RunStatus.suspended)
+            await status_when(client, "signalled", RunStatus.suspended)
+        # No worker runs: the sleep falls due, the signal comes, then the deadline passes.
+        await client.signal("signalled", "go", "late")
+        deadline_ms = max([(await client.describe(r)).deadline_ms or 0
+                           for r in ("slept", "signalled")])
+        await asyncio.sleep(max(0.0, deadline_ms / 1000 - time.time() + 0.5))
+        async with running_worker(bootstrap, namespace, tmp_path / "b", FLOWS):
+            for run_id in ("slept", "signalled"):
+                with pytest.raises(RunTimedOut):
+                    await client.get_handle(run_id).result(timeout=60)
+    assert CHARGED == []  # (no step ran after the deadline)
+    view = await fold(bootstrap, namespace)
+    for run_id in ("slept", "signalled"):
+        types = [i.record.TYPE for i in view.history[run_id] if i.record is not None]
+        assert ev.RunActivated.TYPE not in types[types.index(ev.RunSuspended.TYPE):], types
