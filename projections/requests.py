@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from runstream.engine.errors import journal_text
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import (
     MAX_ADDRESSED_RUN_ID_CHARS,
     MAX_TEXT_CHARS,
+    shown,
 )
 from runstream.engine.journal.records import lineage_of
 from runstream.projections import updates
@@ -159,7 +161,10 @@ def _resume(run: RunState, record: ev.RunResumeRequested) -> RequestChange:
     if run.status is not RunStatus.suspended or wait is None:
         return RequestChange(run, Verdict.refused)
     if wait.kind == "quarantine":
-        if not resolves(run, record):
+        # (a second resolution before the first is carried out is refused: accepted, it
+        # replaced the first without a worker, or was dropped with one, and its operator
+        # was told it applied either way)
+        if run.resolution is not None or not resolves(run, record):
             return RequestChange(run, Verdict.refused)
         return RequestChange(replace(run, resolution=record.resolution,
                                      resolution_result_json=record.result_json),
@@ -266,6 +271,11 @@ def describe_refusal(run: RunState | None, record: ev.JournalRecord,
         if wait.kind == "child":
             return (f"the run waits for child run {wait.child_run_id}: a child wait ends when "
                     f"the child settles (cancel the child to end it)")
+        if wait.kind == "quarantine" and run.resolution is not None:
+            given = ("" if run.resolution_result_json is None
+                     else f", result {shown(run.resolution_result_json)}")
+            return (f"a resolution of this quarantine is pending already ({run.resolution}"
+                    f"{given}): the first one stands")
         if wait.kind == "quarantine":
             if not isinstance(record, ev.RunResumeRequested) or record.resolution is None:
                 return (f"the run is quarantined at position {wait.position}: resume it with "
@@ -286,12 +296,28 @@ def describe_refusal(run: RunState | None, record: ev.JournalRecord,
     return "refused"
 
 
+class _NoResult:
+    def __repr__(self) -> str:
+        return "NO_RESULT"
+
+
+# A resume's `result` not given (None is a result: JSON null). A skip without one recorded
+# null, and the run then failed reading its step's result; a retry ignored one given.
+NO_RESULT: Any = _NoResult()
+
+
 def resume_refusal(resolution: str | None, position: int | None,
-                   digest: str | None) -> str | None:
+                   digest: str | None, result: Any = NO_RESULT) -> str | None:
     """Why a client refuses a resume before sending it (None: it sends it): the Client and
-    the TestEnvironment alike."""
+    the TestEnvironment alike (`result`: NO_RESULT when not given), as the CLI."""
     if resolution not in (None, "retry", "skip"):
         return f"resolution must be retry or skip, not {resolution!r}"
+    if resolution == "skip" and result is NO_RESULT:
+        return ("a skip needs a result: the step's outcome to record (result=None records "
+                "null)")
+    if resolution != "skip" and result is not NO_RESULT:
+        return ("only a skip records a result (a retry runs the step again; a wake takes "
+                "none)")
     if resolution is None and (position is not None or digest is not None):
         # (without one it was an operator wake: it ended a signal wait with WaitTimeout)
         return "a position and a digest name a quarantined step: give them with a resolution"

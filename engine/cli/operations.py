@@ -134,9 +134,9 @@ async def resume_run(*, bootstrap: str | None, namespace: str | None, run_id: st
         if resolution is None:
             await client.resume(run_id)
             return {"run_id": run_id, "resume_requested": True}
+        given = {"result": resolution.result} if resolution.resolution == "skip" else {}
         await client.resume(run_id, resolution=resolution.resolution,
-                            position=resolution.position, digest=resolution.digest,
-                            result=resolution.result)
+                            position=resolution.position, digest=resolution.digest, **given)
     out: dict[str, Any] = {"run_id": run_id, "resume_requested": True,
                            "resolution": resolution.resolution,
                            "position": resolution.position, "digest": resolution.digest}

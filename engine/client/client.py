@@ -57,7 +57,7 @@ from runstream.engine.readmodel.lookups import expired_error, missing_run
 from runstream.engine.readmodel.model import ReadModel, default_read_model_dir
 from runstream.engine.readmodel.view import View
 from runstream.projections.partitioning import run_partition
-from runstream.projections.requests import describe_refusal, resume_refusal
+from runstream.projections.requests import NO_RESULT, describe_refusal, resume_refusal
 from runstream.projections.state import (
     JournalEntry,
     RunState,
@@ -255,12 +255,13 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
 
     async def resume(self, run_id: str, *, resolution: str | None = None,
                      position: int | None = None, digest: str | None = None,
-                     result: Any = None) -> None:
+                     result: Any = NO_RESULT) -> None:
         """Wake a waiting run now: end its timer or signal wait (an operator wake), or, with
         `resolution`, resolve its quarantine: "retry" runs the step again, "skip" records
-        `result` as the step's outcome. `position` and `digest` name the quarantined step
-        (`run status` shows them). Raises ResumeRefused or RunNotFound (or RunExpired)."""
-        if (refusal := resume_refusal(resolution, position, digest)) is not None:
+        `result` (required: None records null) as the step's outcome. `position` and `digest`
+        name the quarantined step (`run status` shows them). Raises ResumeRefused (also to a
+        second resolution while the first is pending), RunNotFound or RunExpired."""
+        if (refusal := resume_refusal(resolution, position, digest, result)) is not None:
             raise ResumeRefused(run_id, refusal)
         check_run_id(run_id)
         result_json = (check_payload("the skipped step's result", dump_json(result))

@@ -68,7 +68,7 @@ from runstream.projections.reactions import (
     Write,
     subject_of,
 )
-from runstream.projections.requests import describe_refusal, resume_refusal
+from runstream.projections.requests import NO_RESULT, describe_refusal, resume_refusal
 from runstream.projections.sending import carry_out
 from runstream.projections.state import (
     JournalEntry,
@@ -226,10 +226,10 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks, EnvB
 
     async def resume(self, run_id: str, *, resolution: str | None = None,
                      position: int | None = None, digest: str | None = None,
-                     result: Any = None) -> None:
+                     result: Any = NO_RESULT) -> None:
         """An operator wake (ends a sleep early, or a wait_for with WaitTimeout), or with
         `resolution` (retry | skip, naming the step's position and digest) a quarantine's."""
-        if (refusal := resume_refusal(resolution, position, digest)) is not None:
+        if (refusal := resume_refusal(resolution, position, digest, result)) is not None:
             raise ResumeRefused(run_id, refusal)
         run = self.describe(run_id)  # (a lineage id: its latest round)
         fields: dict[str, Any] = {

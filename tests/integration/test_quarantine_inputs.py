@@ -71,3 +71,35 @@ async def test_resolutions_checked_through_every_door(
     [plain] = [h for h in projection.history["q-flow"]
                if isinstance(h.record, ev.RunResumeRequested) and h.record.operator == "plain"]
     assert plain.verdict is Verdict.refused
+
+
+async def test_a_second_resolution_is_refused_while_the_first_is_pending(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """Two operators resolve one quarantine (here with no worker running, so both meet it
+    pending): the first stands and the second is refused, saying so. Before, both were told
+    it applied: without a worker the second replaced the first, with one it was dropped. A
+    skip given no result is refused before it is sent (it recorded null, and the run failed
+    on it), as the CLI refuses it; a retry given one too (its result was ignored)."""
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=FLOWS) as one, \
+            Client(bootstrap_servers=bootstrap, namespace=namespace) as other:
+        async with running_worker(bootstrap, namespace, tmp_path / "a", FLOWS):
+            await one.create_run(counted, None, run_id="q-twice")
+            await status_when(one, "q-twice", RunStatus.suspended)
+        wait = (await one.describe("q-twice")).wait
+        assert wait is not None and wait.kind == "quarantine"
+        at = {"position": wait.position, "digest": wait.digest}
+        with pytest.raises(ResumeRefused, match="a skip needs a result"):
+            await one.resume("q-twice", resolution="skip", **at)
+        with pytest.raises(ResumeRefused, match="only a skip records a result"):
+            await one.resume("q-twice", resolution="retry", result=5, **at)
+        await one.resume("q-twice", resolution="skip", result=111, **at)
+        with pytest.raises(ResumeRefused, match=r"pending already \(skip, result '111'\): "
+                                                "the first one stands"):
+            await other.resume("q-twice", resolution="skip", result=222, **at)
+        out = await cli("run", "resume", "q-twice", "--resolution", "retry", "--position",
+                        str(wait.position), "--digest", str(wait.digest), bootstrap=bootstrap,
+                        namespace=namespace, cache=tmp_path / "c")
+        assert out.code != 0 and "pending already (skip" in out.err, out
+        async with running_worker(bootstrap, namespace, tmp_path / "b", FLOWS):
+            assert await one.get_handle("q-twice").result(timeout=60) == 112

@@ -70,3 +70,49 @@ async def test_a_result_its_type_refuses_reads_the_same_first_and_on_replay() ->
     a worker with its sticky cache returned the one, without it the other."""
     async with TestEnvironment([mistyped]) as env:
         assert await env.run(mistyped, None) == "StepFailed"
+
+
+def test_a_second_resolution_is_refused_while_the_first_is_pending() -> None:
+    """Accepted, it replaced the first (no worker ran) or was dropped (one did), and its
+    operator was told it applied either way."""
+    from runstream.projections.requests import apply_run_request
+    from runstream.projections.state import RunState, Wait
+
+    run = RunState(run_id="q", lineage_id="q", partition=0, flow="f", payload_json="null",
+                   request_id="c", request_offset=0, created_at_ms=0, updated_at_ms=0,
+                   status=RunStatus.suspended, admitted=True,
+                   wait=Wait(kind="quarantine", position=0, digest="d"))
+    first = plain_resume("q", resolution="skip", position=0, digest="d", result_json="111")
+    change = apply_run_request(run, first, "r1", 1, None)
+    assert change is not None and change.verdict is Verdict.applied
+    pending = change.run
+    for second in (plain_resume("q", resolution="skip", position=0, digest="d",
+                                result_json="222"),
+                   plain_resume("q", resolution="retry", position=0, digest="d")):
+        again = apply_run_request(pending, second, "r2", 2, None)
+        assert again is not None and again.verdict is Verdict.refused
+        assert again.run.resolution_result_json == "111"
+        assert describe_refusal(pending, second) == (
+            "a resolution of this quarantine is pending already (skip, result '111'): the "
+            "first one stands")
+
+
+async def test_a_skip_needs_a_result_and_a_retry_takes_none() -> None:
+    """A skip given no result recorded null (the run failed reading it), as the CLI refuses
+    it; a retry ignored one given. None is a result: JSON null."""
+    async with TestEnvironment([counted]) as env:
+        run_id = await env.start(counted, None, run_id="q")
+        await env.run_until_idle()
+        wait = env.describe(run_id).wait
+        assert wait is not None
+        at = {"position": wait.position, "digest": wait.digest}
+        with pytest.raises(ResumeRefused, match="a skip needs a result"):
+            await env.resume(run_id, resolution="skip", **at)
+        with pytest.raises(ResumeRefused, match="only a skip records a result"):
+            await env.resume(run_id, resolution="retry", result=1, **at)
+        with pytest.raises(ResumeRefused, match="only a skip records a result"):
+            await env.resume(run_id, result=1)
+        assert env.describe(run_id).status is RunStatus.suspended
+        await env.resume(run_id, resolution="skip", result=None, **at)
+        with pytest.raises(RunFailed, match="its journaled result null"):
+            await env.result(run_id)
