@@ -269,7 +269,10 @@ def positive_ms(value: Duration | None, what: str) -> int | None:
     except DurationInvalid as exc:
         raise DurationInvalid(f"{what}: {exc}") from None
     if ms <= 0:
-        raise DurationInvalid(f"{what} must be more than 0, not {value!r}")
+        # (a timedelta as text: the CLI's 0.5ms read "not datetime.timedelta(microseconds=500)")
+        said = (f"{value.total_seconds():g} s" if isinstance(value, timedelta)
+                else repr(value))
+        raise DurationInvalid(f"{what} must be more than 0 (1 ms at least), not {said}")
     return ms
 
 

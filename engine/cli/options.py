@@ -62,8 +62,8 @@ def positive_duration(ctx: click.Context, param: click.Parameter, value: str | N
     """A --run-timeout: a DURATION more than 0 and at most 100 years, checked before
     connecting."""
     given = duration(ctx, param, value)
-    if given is not None and given <= timedelta(0):
-        raise click.BadParameter(f"must be more than 0, not {value!r}")
+    if given is not None and given < timedelta(milliseconds=1):  # (the journal's unit)
+        raise click.BadParameter(f"must be more than 0 (1ms at least), not {value!r}")
     try:
         timeout_ms(given, "it")
     except DurationInvalid as exc:

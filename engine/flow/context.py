@@ -14,11 +14,12 @@ import time
 import uuid as uuid_mod
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, TypeVar, overload
 
 from pydantic import TypeAdapter
 
+from runstream.engine.config import Duration, positive_ms
 from runstream.engine.errors import CapabilityRefused, NonDeterminism, StepFailed, journal_text
 from runstream.engine.flow.attribute_calls import AttributeCalls
 from runstream.engine.flow.bounded import attempt_of
@@ -115,7 +116,7 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
     async def step(
         self, name: str, fn: Callable[..., Awaitable[T]], *args: Any,
         retry: RetryPolicy | None = None, irreversible: bool = False,
-        requires: str | None = None, timeout: float | timedelta | None = None,
+        requires: str | None = None, timeout: Duration | None = None,
         **kwargs: Any,
     ) -> T: ...
 
@@ -123,7 +124,7 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
     async def step(
         self, name: str, fn: Callable[..., T], *args: Any,
         retry: RetryPolicy | None = None, irreversible: bool = False,
-        requires: str | None = None, timeout: float | timedelta | None = None,
+        requires: str | None = None, timeout: Duration | None = None,
         **kwargs: Any,
     ) -> T: ...
 
@@ -135,7 +136,7 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
         retry: RetryPolicy | None = None,
         irreversible: bool = False,
         requires: str | None = None,
-        timeout: float | timedelta | None = None,
+        timeout: Duration | None = None,
         **kwargs: Any,
     ) -> Any:
         """Run `fn(*args, **kwargs)` once, durably; on replay return its journaled result.
@@ -434,13 +435,11 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
             self.observer(position, kind, name, arguments)
 
 
-def _seconds(timeout: float | timedelta | None) -> float | None:
-    if timeout is None:
-        return None
-    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
-    if not seconds > 0:
-        raise ValueError(f"a step's timeout must be more than 0 seconds, not {timeout!r}")
-    return seconds
+def _seconds(timeout: Duration | None) -> float | None:
+    """A step's timeout as every other timeout reads it (seconds, a timedelta, text like
+    5s): text failed the run with float()'s ValueError, and True was taken as 1 s."""
+    ms = positive_ms(timeout, "a step's timeout")
+    return None if ms is None else ms / 1000
 
 
 def cancelled_here() -> bool:

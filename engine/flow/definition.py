@@ -187,7 +187,10 @@ def _deprecated(old: str, new: str, stacklevel: int = 3) -> None:
 
 def _types(name: str, given: type[BaseException] | Iterable[type[BaseException]]
            ) -> ExceptionTypes:
-    types = (given,) if isinstance(given, type) else tuple(given)
+    # (a text or an exception object: taken apart, or "object is not iterable")
+    types: tuple[Any, ...] = (
+        tuple(given) if isinstance(given, Iterable) and not isinstance(given, str | bytes | type)
+        else (given,))
     wrong = [t for t in types if not (isinstance(t, type) and issubclass(t, BaseException))]
     if wrong:
         raise TypeError(f"RetryPolicy({name}=...) takes exception classes, not {wrong!r}")
@@ -195,14 +198,15 @@ def _types(name: str, given: type[BaseException] | Iterable[type[BaseException]]
 
 
 def _non_retryable(exc: BaseException) -> bool:
-    """Raised as a NonRetryable, or caused by one (its __cause__ or __context__ chain)."""
+    """Raised as a NonRetryable, or caused by one (its __cause__ or __context__ chain; an
+    error raised `from None` says it was not caused by what it was raised while handling)."""
     seen: BaseException | None = exc
     for _ in range(CAUSE_DEPTH):
         if seen is None:
             return False
         if isinstance(seen, NonRetryable):
             return True
-        seen = seen.__cause__ or seen.__context__
+        seen = seen.__cause__ or (None if seen.__suppress_context__ else seen.__context__)
     return False
 
 

@@ -353,6 +353,15 @@ def test_a_run_timeout_over_a_century_is_a_usage_error(runstream: Any) -> None:
     assert "at most 100 years, not 3,000,000 days" in last and "timedelta" not in last
 
 
+@pytest.mark.parametrize("given", ["0.5ms", "0s"])
+def test_a_run_timeout_below_one_ms_is_a_usage_error_in_the_words_given(
+        runstream: Any, given: str) -> None:
+    """It said "not datetime.timedelta(microseconds=500)" (found by a probe)."""
+    last = click_error(runstream("run", "create", "f", "--run-timeout", given),
+                       "--run-timeout")
+    assert f"must be more than 0 (1ms at least), not {given!r}" in last, last
+
+
 def test_a_session_timeout_below_one_ms_is_a_usage_error(
         runstream: Any, tmp_path: Path) -> None:
     result = runstream("worker", "--app", APP, "--data-dir", str(tmp_path / "w"),

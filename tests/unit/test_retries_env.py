@@ -5,6 +5,7 @@ flows on a real broker."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -105,6 +106,11 @@ def test_the_policy_s_new_names_old_names_and_checks() -> None:
     with pytest.raises(TypeError, match="exception classes"):
         RetryPolicy(non_retryable=("ValueError",))  # type: ignore[arg-type]
     assert RetryPolicy(non_retryable=KeyError).non_retryable == (KeyError,)
+    # A text was taken apart ("not ['V', 'a', ...]"), an error object not iterable.
+    with pytest.raises(TypeError, match=r"exception classes, not \['ValueError'\]$"):
+        RetryPolicy(retryable="ValueError")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"exception classes, not \[ValueError\('x'\)\]$"):
+        RetryPolicy(non_retryable=ValueError("x"))  # type: ignore[arg-type]
 
 
 def test_which_errors_a_policy_retries() -> None:
@@ -118,6 +124,20 @@ def test_which_errors_a_policy_retries() -> None:
             raise RuntimeError("outer") from inner
     except RuntimeError as outer:
         assert not default.retries(outer)
+    try:  # (raised `from None`: not caused by the NonRetryable it was raised while handling)
+        try:
+            raise NonRetryable(KeyError("k"))
+        except NonRetryable:
+            raise ConnectionError("the bank hung up") from None
+    except ConnectionError as unrelated:
+        assert default.retries(unrelated)
+    try:  # (raised while handling it, with no `from`: its context, so caused by it)
+        try:
+            raise NonRetryable(KeyError("k"))
+        except NonRetryable:
+            raise ConnectionError("the bank hung up")  # noqa: B904
+    except ConnectionError as during:
+        assert not default.retries(during)
     assert str(NonRetryable(KeyError("k"))) == "KeyError: 'k'"
     both = RetryPolicy(non_retryable=(ConnectionRefusedError,), retryable=(OSError,))
     assert both.retries(ConnectionResetError()) and not both.retries(ValueError())
@@ -167,3 +187,31 @@ async def test_a_short_backoff_is_slept_and_a_cancel_ends_a_durable_one() -> Non
             await env.result(waiting)
         [entry] = env.journal(waiting)  # the cancel met the handler at the retrying step
         assert (entry.status, entry.error_type) == ("failed", "Cancelled")
+
+
+async def test_a_step_timeout_reads_as_every_timeout_does() -> None:
+    """Text like "50ms" (it failed the run with float()'s ValueError) bounds an attempt as a
+    number of seconds does; True (taken as 1 s), 0 and text that is no duration fail the run
+    in one line."""
+    from runstream import Flow, FlowContext, RunFailed, StepFailed
+
+    timed: Flow[Any, Any] = Flow("step-timeout-text")
+
+    async def _forever() -> None:
+        await asyncio.sleep(3600)
+
+    @timed.handler
+    async def _timed(ctx: FlowContext, timeout: Any) -> Any:
+        try:
+            await ctx.step("wait", _forever, timeout=timeout)
+        except StepFailed as exc:
+            return str(exc)
+        return None
+
+    async with TestEnvironment([timed]) as env:
+        said = await env.result(await env.start(timed, "50ms"))
+        assert said.endswith("timed out after 0.05 s"), said
+        for bad, why in ((True, "True is not a duration"), (0, "must be more than 0"),
+                         ("soon", "'soon' is not a duration")):
+            with pytest.raises(RunFailed, match=f"a step's timeout.*{why}"):
+                await env.result(await env.start(timed, bad))
