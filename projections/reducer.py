@@ -113,7 +113,7 @@ def apply(
                 *expired_spawn(tombstone, record, offset),
                 *fire_answered(fired_by(record), tombstone.lineage_id,
                                tombstone.status.value, offset)))
-        return _apply_request(moved, run, record, offset, request_seen, entry)
+        return _apply_request(moved, run, record, offset, request_seen, entry, timestamp_ms)
     return apply_decision(partition, run, record, offset, timestamp_ms, entry,
                            tombstone is not None, expiry)
 
@@ -204,6 +204,7 @@ def _apply_request(
     offset: int,
     request_seen: bool,
     entry: JournalEntry | None,
+    timestamp_ms: int,  # (its log time: a signal's notes when it came)
 ) -> Applied:
     if request_seen:  # (a fire repeated: its schedule hears of a run settled already)
         return Applied(replace(partition, duplicates=partition.duplicates + 1), run,
@@ -221,12 +222,13 @@ def _apply_request(
             updated = replace(updated, updated_at_ms=record.envelope.timestamp_ms)
         return Applied(partition, updated, verdict)
     if isinstance(record, ev.RunSignalWithStartRequested):
-        return _signal_with_start(partition, run, record, offset)
+        return _signal_with_start(partition, run, record, offset, timestamp_ms)
+    request_id = request_id_of(record, offset)
     if run is None:
         if not isinstance(record, ev.RunCreateRequested):
             return Applied(partition, None, Verdict.ignored)
-        run = _new_run(partition.partition, record, request_id_of(record, offset), offset)
-    change = apply_run_request(run, record, request_id_of(record, offset), offset, entry)
+        run = _new_run(partition.partition, record, request_id, offset)
+    change = apply_run_request(run, record, request_id, offset, entry, timestamp_ms)
     if change is not None:
         updated = change.run
         if updated is not run:
@@ -238,23 +240,24 @@ def _apply_request(
             return Applied(partition, run, Verdict.refused)
         # Never dropped silently: a create is refused and kept (bounded) until the owner
         # answers it (its client raises CreateRejected), whoever owns the partition then.
-        return Applied(partition, _refused_create(run, request_id_of(record, offset)),
-                       Verdict.refused)
-    item = inbox_item(record, request_id_of(record, offset), offset)
+        return Applied(partition, _refused_create(run, request_id), Verdict.refused)
+    item = inbox_item(record, request_id, offset)
     updated = replace(run, inbox=(*run.inbox, item), updated_at_ms=record.envelope.timestamp_ms)
     return Applied(partition, updated, Verdict.applied)
 
 
 def _signal_with_start(partition: PartitionState, run: RunState | None,
-                       record: ev.RunSignalWithStartRequested, offset: int) -> Applied:
+                       record: ev.RunSignalWithStartRequested, offset: int,
+                       timestamp_ms: int) -> Applied:
     """projections.signal_start: a new run holding the signal, or the signal alone."""
     request_id, when = request_id_of(record, offset), record.envelope.timestamp_ms
     if run is None:
         fresh = _new_run(partition.partition, create := as_create(record), request_id, offset)
-        item, signals = first_parts(record, inbox_item(create, request_id, offset), offset)
+        item, signals = first_parts(record, inbox_item(create, request_id, offset), offset,
+                                    timestamp_ms)
         return Applied(partition, replace(fresh, inbox=(item,), signals=signals,
                                           updated_at_ms=when), Verdict.applied)
-    change = apply_run_request(run, as_signal(record), request_id, offset, None)
+    change = apply_run_request(run, as_signal(record), request_id, offset, None, timestamp_ms)
     assert change is not None
     updated = change.run if change.run is run else replace(change.run, updated_at_ms=when)
     return Applied(partition, updated, change.verdict)

@@ -87,7 +87,7 @@ def authority_refusal(run: RunState, record: ev.JournalRecord) -> str | None:
 
 def apply_run_request(
     run: RunState, record: ev.JournalRecord, request_id: str, offset: int,
-    previous: JournalEntry | None,
+    previous: JournalEntry | None, at_ms: int | None = None,
 ) -> RequestChange | None:
     """The change a signal, cancel, resume or wake request makes, or None for a request
     type handled elsewhere (creates). A request from an authority that does not cover the
@@ -95,7 +95,7 @@ def apply_run_request(
     if not covers(record, run):
         return RequestChange(run, Verdict.refused)
     if isinstance(record, ev.RunSignalSent):
-        return _signal(run, record, request_id, offset)
+        return _signal(run, record, request_id, offset, at_ms)
     if isinstance(record, ev.RunCancelRequested):
         return _cancel(run, record)
     if isinstance(record, ev.RunResumeRequested):
@@ -110,13 +110,13 @@ def apply_run_request(
 
 
 def _signal(run: RunState, record: ev.RunSignalSent, request_id: str,
-            offset: int) -> RequestChange:
+            offset: int, at_ms: int | None) -> RequestChange:
     if (run.status in TERMINAL_STATUSES or updates.buffered(run) >= MAX_SIGNALS
             or signal_name_refusal(record.name) is not None  # (no wait is named so)
             or not is_json(record.payload_json)):
         return RequestChange(run, Verdict.refused)
     signal = Signal(request_id=request_id, name=record.name, payload_json=record.payload_json,
-                    offset=offset)
+                    offset=offset, at_ms=at_ms)
     return RequestChange(replace(run, signals=(*run.signals, signal)), Verdict.applied)
 
 

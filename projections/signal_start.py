@@ -38,8 +38,8 @@ def as_signal(record: ev.RunSignalWithStartRequested) -> ev.RunSignalSent:
         authority_capabilities=list(record.authority_capabilities))
 
 
-def first_parts(record: ev.RunSignalWithStartRequested, create: InboxItem, offset: int
-                ) -> tuple[InboxItem, tuple[Signal, ...]]:
+def first_parts(record: ev.RunSignalWithStartRequested, create: InboxItem, offset: int,
+                at_ms: int | None = None) -> tuple[InboxItem, tuple[Signal, ...]]:
     """What a run this request creates holds from the start: its create, and the signal.
     A signal no wait can take is not held, and its create carries why, so that the owner
     rejects it and the sender is answered (refused alone, it was answered by nothing)."""
@@ -47,7 +47,8 @@ def first_parts(record: ev.RunSignalWithStartRequested, create: InboxItem, offse
     if refusal is not None:
         return replace(create, signal_error=refusal), ()
     return create, (Signal(request_id=create.request_id, name=record.signal_name,
-                           payload_json=record.signal_payload_json, offset=offset),)
+                           payload_json=record.signal_payload_json, offset=offset,
+                           at_ms=at_ms),)
 
 
 def is_json(text: str) -> bool:

@@ -181,6 +181,17 @@ class Signal(_Frozen, frozen=True, array_like=True):
     name: str
     payload_json: str
     offset: int
+    # Its record's log time: a wait with a timeout takes it only if it came by then (None:
+    # kept before this was noted, or an accepted update's, taken whenever it came).
+    at_ms: int | None = None
+
+
+def came_by(signal: Signal, due_ms: int | None) -> bool:
+    """Whether a wait timing out at `due_ms` takes `signal`: it came by then (by its log
+    time), or either time is unknown. A wait ends with whichever came first, also when no
+    owner ran then: one sent after the timeout, while none did, ended it (its record came
+    before the timer's in the log, which no owner could write)."""
+    return due_ms is None or signal.at_ms is None or signal.at_ms <= due_ms
 
 
 class ChildLink(_Frozen, frozen=True, array_like=True):

@@ -26,6 +26,7 @@ from runstream.projections.state import (
     RunState,
     RunStatus,
     Wait,
+    came_by,
     incarnation_id,
     replace,
 )
@@ -166,9 +167,10 @@ def _timer_fired(run: RunState, record: Any, epoch: int, previous: Any) -> Chang
     if wait.kind == "child" and all(link.run_id != wait.child_run_id for link in run.children):
         return None  # its wake came first in the log: the owner delivers its outcome
     changes: Changes = {}
-    signal = next((s for s in run.signals if s.name == previous.name), None)
+    signal = next((s for s in run.signals
+                   if s.name == previous.name and came_by(s, previous.due_ms)), None)
     if previous.kind == "wait" and signal is not None:
-        # The signal came before the timer in the log; the owner had not delivered it yet.
+        # It came by the wait's due time; the owner had not delivered it yet (came_by).
         entry = JournalEntry(position=previous.position, name=previous.name, kind="wait",
                              status="completed", attempts=1, result_json=signal.payload_json,
                              due_ms=previous.due_ms)

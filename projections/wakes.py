@@ -16,7 +16,7 @@ from typing import Any
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import lineage_of
 from runstream.projections.sending import Record
-from runstream.projections.state import ChildLink, JournalEntry, RunState, RunStatus
+from runstream.projections.state import ChildLink, JournalEntry, RunState, RunStatus, came_by
 from runstream.projections.transitions import (
     CANCEL_DELIVERED,
     RETRY_WAIT,
@@ -79,7 +79,10 @@ def decide_waiting(run: RunState, spawn: JournalEntry | None
         return Wake("operator", wait.position, wait.event_name, error_type=WAIT_TIMEOUT,
                     error_message="an operator ended the wait")
     if wait.kind == "event":
-        signal = next((s for s in run.signals if s.name == wait.event_name), None)
+        # (one that came after the wait's timeout, while no owner ran, is left for the
+        # next wait: its timer ends this one, as it would have first with an owner)
+        signal = next((s for s in run.signals
+                       if s.name == wait.event_name and came_by(s, wait.due_ms)), None)
         if signal is not None:
             return Wake("event", wait.position, signal.name, signal.request_id,
                         signal.payload_json)

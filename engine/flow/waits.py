@@ -52,6 +52,7 @@ from runstream.projections.state import (
     RunState,
     Signal,
     Wait,
+    came_by,
 )
 from runstream.projections.step_entries import timed_out_message
 from runstream.projections.transitions import CANCEL_DELIVERED, WAIT_TIMEOUT, wait_entry_name
@@ -116,10 +117,9 @@ class WaitingCalls:
         await self._wait(Wait(kind="timer", position=position, due_ms=due))
 
     async def wait_for(self, name: str, *, timeout: Duration | None = None) -> Any:
-        """The payload of the next signal `name` sent to this run (one signal per wait, in
-        the order they arrived). Raises WaitTimeout when `timeout` passes first, or when an
-        operator ends the wait (`client.resume`). NameInvalid for a name no client can
-        send (it waited for ever)."""
+        """The payload of the next signal `name` sent to this run (one per wait, in the order
+        they arrived). Raises WaitTimeout when `timeout` passes first (or an operator ends
+        the wait: `client.resume`); NameInvalid for a name no client can send."""
         if not name.startswith(UPDATE_SIGNAL_PREFIX):  # (an update's own wait: its name)
             check_name("signal", name)
         _checked(timeout)
@@ -128,7 +128,7 @@ class WaitingCalls:
         if entry is not None and entry.status in ("completed", "failed"):
             return self._outcome(entry)
         self._check_cancel(position, name)
-        signal = self._take_signal(name)
+        signal = self._take_signal(name, None if entry is None else entry.due_ms)
         if signal is not None:
             self._resumed_inline(position, "event", name, signal_request_id=signal.request_id,
                                  result_json=signal.payload_json)
@@ -137,9 +137,10 @@ class WaitingCalls:
         return await self._wait(Wait(kind="event", position=position, due_ms=due,
                                      event_name=name))
 
-    def _take_signal(self, name: str) -> Signal | None:
-        for signal in self._port.run_state().signals:
-            if signal.name == name and signal.request_id not in self._taken:
+    def _take_signal(self, name: str, due_ms: int | None = None) -> Signal | None:
+        for signal in self._port.run_state().signals:  # (by the wait's due time: came_by)
+            if (signal.name == name and signal.request_id not in self._taken
+                    and came_by(signal, due_ms)):
                 self._taken.add(signal.request_id)
                 return signal
         return None
@@ -193,8 +194,7 @@ class WaitingCalls:
             check_payload(f"the payload of child {child_id!r}", payload_json)
         except PayloadTooLarge as exc:
             raise SpawnRefused(f"run {self.run_id} cannot spawn {child_id}: {exc}") from exc
-        # A child spawned once a cancel is under way is linked whatever it asked: it is
-        # cancelled with its parent.
+        # (spawned once a cancel is under way: linked whatever it asked, cancelled with it)
         linked = not detach or self.cancel_delivered or (
             self._port.run_state().cancel_requested is not None)
         self._port.ensure_active()

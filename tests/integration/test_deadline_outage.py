@@ -14,11 +14,13 @@ from typing import Any
 
 import pytest
 
-from runstream import Client, Flow, FlowContext, RunStatus, RunTimedOut
+from runstream import Client, Flow, FlowContext, RunStatus, RunTimedOut, WaitTimeout
 from runstream.engine.journal import events as ev
+from runstream.projections.state import Wait
 from tests.integration.support import all_ready, fold, running_worker, status_when, until
 
 CHARGED: list[str] = []
+_NO_WAIT = Wait(kind="none")
 
 
 def _charge(tag: str) -> str:
@@ -42,7 +44,18 @@ async def _waiter(ctx: FlowContext, payload: Any) -> Any:
     return await ctx.step("charge", _charge, tag, irreversible=True)
 
 
-FLOWS = [sleeper, waiter]
+approver: Flow[Any, Any] = Flow("outage-approver")
+
+
+@approver.handler
+async def _approver(ctx: FlowContext, payload: Any) -> Any:
+    try:
+        return {"approved": await ctx.wait_for("go", timeout=2)}
+    except WaitTimeout:
+        return {"timeout": True}
+
+
+FLOWS = [sleeper, waiter, approver]
 
 
 async def test_a_deadline_passed_in_an_outage_comes_before_the_wait_that_ended_in_it(
@@ -71,3 +84,29 @@ async def test_a_deadline_passed_in_an_outage_comes_before_the_wait_that_ended_i
     for run_id in ("slept", "signalled"):
         types = [i.record.TYPE for i in view.history[run_id] if i.record is not None]
         assert ev.RunActivated.TYPE not in types[types.index(ev.RunSuspended.TYPE):], types
+
+
+async def test_a_signal_that_came_after_its_wait_s_timeout_in_an_outage_does_not_end_it(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """`wait_for(..., timeout=)` ends with whichever came first, also when no worker ran
+    then: an approval sent after the timeout is not taken by the next owner (it was, where
+    an owner that ran would have ended the wait at its timeout and refused the signal); one
+    sent before it, while no worker ran, still is."""
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                      flows=FLOWS) as client:
+        async with running_worker(bootstrap, namespace, tmp_path / "a", FLOWS) as first:
+            await until(lambda: all_ready(first), "the worker claimed every partition")
+            await client.create_run(approver, None, run_id="late")
+            await client.create_run(approver, None, run_id="early")
+            await status_when(client, "late", RunStatus.suspended)
+            await status_when(client, "early", RunStatus.suspended)
+        await client.signal("early", "go", "in time")
+        due_ms = max([((await client.describe(r)).wait or _NO_WAIT).due_ms or 0
+                      for r in ("late", "early")])
+        await asyncio.sleep(max(0.0, due_ms / 1000 - time.time() + 0.5))
+        await client.signal("late", "go", "too late")
+        async with running_worker(bootstrap, namespace, tmp_path / "b", FLOWS):
+            assert await client.get_handle("late").result(timeout=60) == {"timeout": True}
+            assert await client.get_handle("early").result(timeout=60) == {
+                "approved": "in time"}
