@@ -72,14 +72,19 @@ def timeout_limits(run: RunState, flow: Any) -> dict[str, Any]:
             "lineage_timeout": getattr(flow, "timeout_scope", "round") == "lineage"}
 
 
-def handoff_timeout(run: RunState, flow: Any) -> dict[str, Any]:
+def handoff_timeout(run: RunState, flow: Any, name: str | None = None) -> dict[str, Any]:
     """The run.handed-off fields of the next round's timeout: the lineage's (scope lineage:
-    the reducer carries the deadline this round has); else, counted from the handoff, this
-    round's timeout for a round of the same flow (its creator's smaller one included), the
-    next flow's own for a round of another flow."""
+    the reducer carries the deadline this round has, whatever the next round's flow); else,
+    counted from the handoff, this round's timeout for a round of the same flow (its
+    creator's smaller one included), the next flow's own for a round of another flow.
+    `flow`: the next round's as registered here (None: not), `name` its name. Another flow
+    not registered here gets none until the first owner that registers it fixes the round's
+    limits (its own then: a rolling deploy gave it this round's timeout and scope)."""
     if run.lineage_timeout:
         return {"run_timeout_ms": run.run_timeout_ms, "lineage_timeout": True,
                 "timeout_grace_ms": run.timeout_grace_ms}
+    if flow is None and name is not None and name != run.flow:
+        return {"run_timeout_ms": None, "lineage_timeout": False, "timeout_grace_ms": None}
     if flow is None or getattr(flow, "name", None) == run.flow:
         # (its creator's smaller timeout too; a flow not registered here: the timeout goes
         # on until the first owner that registers it fixes the round's limits)

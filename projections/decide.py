@@ -362,10 +362,10 @@ def limits_to_fix(run: RunState, flow: Any) -> dict[str, Any] | None:
             or (run.round > 0 and not run.limits_pending)):
         return None
     limits = creation_limits(run, flow)
-    if run.round > 0:
+    if run.round > 0:  # (its flow's scope too: a lineage's deadline from its handoff)
         timeout = ({"run_timeout_ms": run.run_timeout_ms, "lineage_timeout": True,
                     "timeout_grace_ms": run.timeout_grace_ms} if run.lineage_timeout
-                   else {**timeout_limits(run, flow), "lineage_timeout": False})
+                   else timeout_limits(run, flow))
         return {"flow": run.flow, "ceiling": limits["ceiling"], "max_rounds": run.max_rounds,
                 **timeout}
     return {"flow": run.flow, "ceiling": limits["ceiling"], "max_rounds": limits["max_rounds"],

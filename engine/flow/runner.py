@@ -409,7 +409,7 @@ class HandlerRunner(ABC):
                       max_rounds=decided.max_rounds,
                       ceiling=None if decided.ceiling is None else list(decided.ceiling),
                       trace_context=dict(run.trace_context), limits_pending=target is None,
-                      **handoff_timeout(run, target))
+                      **handoff_timeout(run, target, name))
             await self.barrier()
 
     def _evidence(self, kind: str, message: str, attributes: dict[str, str]) -> None:

@@ -88,7 +88,24 @@ async def _swallower(ctx: FlowContext, payload: Any) -> Any:
     return "signalled"
 
 
-flows = [capped, looper, hopper, hopper_parent, tidy, swallower, mover, waiting_kid, careful]
+# A round of 20 s hands off to a flow of 60 s whose deadline spans its lineage (a rolling
+# deploy: the owner of the handoff may lack the second).
+short_round = Flow("h-short-round", timeout=20)
+long_lineage = Flow("h-long-lineage", timeout=60, timeout_scope="lineage", timeout_grace=5)
+
+
+@short_round.handler
+async def _short_round(ctx: FlowContext, payload: Any) -> Any:
+    return Handoff(long_lineage.name, payload=None)
+
+
+@long_lineage.handler
+async def _long_lineage(ctx: FlowContext, payload: Any) -> Any:
+    return await ctx.wait_for("end")
+
+
+flows = [capped, looper, hopper, hopper_parent, tidy, swallower, mover, waiting_kid, careful,
+         short_round, long_lineage]
 
 
 @waiting_kid.handler

@@ -41,6 +41,7 @@ from tests.integration.lifetime_flows import (
     hopper_parent,
     looper,
     mover,
+    short_round,
     swallower,
     tidy,
 )
@@ -234,6 +235,26 @@ async def test_a_cancel_reaches_the_linked_children_when_it_reaches_the_handler(
         child = await c.describe(spawned)
         assert child.status is RunStatus.cancelled
     assert EFFECTS[f"careful-{where}"] == ["ChildCancelled"]
+
+
+async def test_a_round_handed_off_to_a_flow_its_owner_lacks_gets_that_flows_timeout(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """As its ceiling (above): its timeout, grace and scope are the next flow's, from the
+    handoff, fixed by the first owner that registers it. Before, the round kept the round
+    before's (20 s, scope round) and timed out at 20 s where its own flow allows 60."""
+    async with doors(bootstrap, namespace, journal, tmp_path) as (c, create):
+        async with worker(bootstrap, namespace, tmp_path / "without", these=[short_round]):
+            await create("flow")(short_round, None, "deploying")
+            await until(lambda: status_or_none(c, "deploying~1"), "round 1")
+            pending = await c.describe("deploying~1")
+            assert pending.limits_pending and pending.run_timeout_ms is None
+        async with worker(bootstrap, namespace, tmp_path / "with"):
+            await status_when(c, "deploying~1", RunStatus.suspended)
+            fixed = await c.describe("deploying~1")
+            assert (fixed.run_timeout_ms, fixed.lineage_timeout, fixed.timeout_grace_ms) == (
+                60_000, True, 5_000)
+            assert fixed.deadline_ms == fixed.admitted_at_ms + 60_000  # (from the handoff)
 
 
 async def test_limits_are_fixed_by_the_first_owner_that_registers_the_flow(
