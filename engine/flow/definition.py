@@ -241,8 +241,9 @@ class Flow(Generic[P, R]):
             raise ValueError(f"timeout_scope must be 'round' or 'lineage', not {timeout_scope!r}")
         self.timeout_ms = timeout_ms(timeout, "timeout")
         self.timeout_grace_ms = millis(as_duration(timeout_grace))
-        if self.timeout_grace_ms < 0:
-            raise ValueError(f"timeout_grace must be 0 or more, not {timeout_grace!r}")
+        if not 0 <= self.timeout_grace_ms <= MAX_TIMEOUT_MS:  # (a deadline plus it is a time)
+            raise ValueError(f"timeout_grace must be 0 or more, at most 100 years, not "
+                             f"{timeout_grace!r}")
         self.timeout_scope = timeout_scope
         if max_concurrency is not None and (isinstance(max_concurrency, bool) or not isinstance(
                 max_concurrency, int) or max_concurrency < 1):

@@ -21,7 +21,10 @@ _DETAIL_FIELDS = ("name", "position", "attempt", "mode", "evidence", "cause", "r
                   "signal_name", "signal_payload_json", "attributes_json", "rejected",
                   # the last step riding in a run.completed (engine.flow.held)
                   "final_step_position", "final_step_name", "final_step_result_json",
-                  "activated")  # a run.created that also activated the run
+                  "activated",  # a run.created that also activated the run
+                  # a run's timeout: its run.created's, and the run.timed-out's (no field
+                  # of it showed)
+                  "run_timeout_ms", "deadline_ms", "grace_ms")
 
 
 @dataclass(frozen=True, slots=True)

@@ -114,3 +114,18 @@ def test_a_record_without_bytes_says_which_fix_is_whose() -> None:
         "no record bytes for offset 740 of partition 2: the journal's retention deleted the "
         "record (its log starts past it); a read model's query with the journal intact: it "
         "lost them (delete its directory and query again)")
+
+
+def test_a_timeout_s_history_row_says_its_deadline_timeout_and_grace() -> None:
+    """`run history` showed a run.timed-out with no field at all (found by a probe)."""
+    from runstream.engine.journal import events as ev
+    from runstream.engine.readmodel.rows import history_rows
+    from runstream.projections.state import Verdict
+    from runstream.projections.values import HistoryEntry
+    from tests.builders import Writer
+
+    record = Writer("w").decide(ev.RunTimedOut, run_id="r", deadline_ms=5_000,
+                                run_timeout_ms=3_000, grace_ms=30_000)
+    [row] = history_rows([HistoryEntry(0, 7, Verdict.applied, record.TYPE, 6_000,
+                                       record=record)])
+    assert row.detail == {"deadline_ms": 5_000, "run_timeout_ms": 3_000, "grace_ms": 30_000}

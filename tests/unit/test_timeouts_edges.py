@@ -6,6 +6,7 @@ wins; a round handed to a flow this owner does not register keeps its run's time
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -99,11 +100,23 @@ def test_a_timeout_failure_that_meets_a_cancel_first_is_the_cancel() -> None:
 
 
 def test_a_round_handed_to_a_flow_not_registered_here_keeps_its_timeout() -> None:
+    """Its own flow's: this round's timeout when it is the same flow; none when another
+    flow, until an owner that registers it fixes the round's limits (it kept this round's,
+    and a rolling deploy timed it out by another flow's timeout)."""
     run = _run(run_timeout_ms=5000, timeout_grace_ms=1000)
     assert handoff_timeout(run, None) == {"run_timeout_ms": 5000, "lineage_timeout": False,
                                           "timeout_grace_ms": 1000}
+    assert handoff_timeout(run, None, run.flow) == handoff_timeout(run, None)
+    assert handoff_timeout(run, None, "unknown-here") == {
+        "run_timeout_ms": None, "lineage_timeout": False, "timeout_grace_ms": None}
     other = Flow("other", timeout=9)
     assert handoff_timeout(run, other)["run_timeout_ms"] == 9000
+
+
+@pytest.mark.parametrize("grace", [-1, timedelta(days=365 * 101)])
+def test_a_grace_outside_0_to_100_years_is_refused(grace: Any) -> None:
+    with pytest.raises(ValueError, match="timeout_grace must be 0 or more, at most 100 years"):
+        Flow("graceless", timeout=1, timeout_grace=grace)
 
 
 def test_a_timeout_failure_meeting_a_cancel_is_a_cancel_for_a_run_without_a_deadline() -> None:
