@@ -17,15 +17,20 @@ import json
 
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import NameInvalid, check_name
+from runstream.projections.capabilities import narrow
 from runstream.projections.state import InboxItem, Signal, replace
 from runstream.projections.updates import UPDATE_SIGNAL_PREFIX
 
 
 def as_create(record: ev.RunSignalWithStartRequested) -> ev.RunCreateRequested:
-    """The start part: the create request it stands for (same envelope, same request id)."""
+    """The start part: the create request it stands for (same envelope, same request id).
+    An authority's narrows its ceiling, as the relay narrows it (a producer that wrote one
+    to the journal made a run its signal part could not have signalled)."""
+    ceiling = (record.ceiling if record.authority is None
+               else narrow(record.authority_capabilities, record.ceiling))
     return ev.RunCreateRequested(
         envelope=record.envelope, flow=record.flow, payload_json=record.payload_json,
-        ceiling=record.ceiling, max_rounds=record.max_rounds,
+        ceiling=None if ceiling is None else list(ceiling), max_rounds=record.max_rounds,
         trace_context=dict(record.trace_context), run_timeout_ms=record.run_timeout_ms,
         attributes_json=record.attributes_json)
 

@@ -102,3 +102,29 @@ def test_the_environment_takes_the_call_the_client_takes() -> None:
                 for p in inspect.signature(method).parameters.values()]
 
     assert parameters(TestEnvironment.signal_with_start) == parameters(Client.signal_with_start)
+
+
+def test_an_authority_s_create_part_is_narrowed_as_the_relay_narrows_it() -> None:
+    """Written to the journal with an authority (as the relay writes a restricted one's),
+    the run it makes has a ceiling that authority covers: its signal part, sent to the run
+    once it exists, would be refused otherwise (found by a probe)."""
+    from runstream.engine.journal.records import request_envelope
+    from runstream.projections.requests import covers
+    from runstream.projections.signal_start import as_create, as_signal
+
+    def asked(**fields: Any) -> ev.RunSignalWithStartRequested:
+        return ev.RunSignalWithStartRequested(
+            envelope=request_envelope(ev.RunSignalWithStartRequested.TYPE, "r",
+                                      request_id="s", now_ms=0),
+            flow="f", payload_json="null", signal_name="go", **fields)
+
+    shop = asked(ceiling=["a", "x"], authority="shop", authority_capabilities=["x"])
+    assert as_create(shop).ceiling == ["x"]
+    assert as_create(asked(authority="shop", authority_capabilities=[])).ceiling == []
+    assert as_create(asked(ceiling=["a"])).ceiling == ["a"]  # (no authority: as asked)
+    assert as_create(asked()).ceiling is None
+    from runstream.projections.state import RunState
+    made = RunState(run_id="r", lineage_id="r", partition=0, flow="f", payload_json="null",
+                    request_id="s", request_offset=0, created_at_ms=0, updated_at_ms=0,
+                    ceiling=tuple(as_create(shop).ceiling or ()))
+    assert covers(as_signal(shop), made)
