@@ -230,7 +230,7 @@ def resolve_tombstone_retention(explicit: Duration | None, retention: timedelta)
     """How long a tombstone is kept: keyword > RUNSTREAM_TOMBSTONE_RETENTION > the retention
     (request ids are remembered as long: projections.values.request_prune)."""
     if explicit is not None:
-        return kept_for(explicit, "tombstone_retention")
+        return kept_for(explicit, "tombstone_retention", "the retention")
     return env_duration("RUNSTREAM_TOMBSTONE_RETENTION", retention)
 
 

@@ -136,6 +136,9 @@ def on_record(view: OwnerView, run: RunState | None, record: ev.JournalRecord,
     if isinstance(record, ev.RunTimedOut):
         return reactions + after_timed_out(view, run)
     if isinstance(record, ev.TimerFired | ev.RunResumed) and run.status is RunStatus.pending:
+        if run.deadline_ms is not None and overdue(run, view.now()):
+            # (its deadline first: a handler parked here, woken, ran its next step after it)
+            return reactions + on_deadline(view, run)
         otherwise = tuple(react(view, run, woken=True))
         return [*reactions, Resume(run, getattr(record, "position", None), otherwise)]
     return reactions + react(view, run)

@@ -94,6 +94,9 @@ class DecidedKeys:
     def __init__(self) -> None:
         self._keys: set[str] = set()
         self._by_subject: dict[str, set[str]] = {}  # subject -> its writes' keys in flight
+        # key -> the subject its write in flight is about (one: an update's verdict
+        # readdressed to a later round moves its key there, projections.update_owner)
+        self._subject_of: dict[str, str] = {}
 
     def __contains__(self, key: object) -> bool:
         return key in self._keys
@@ -105,7 +108,11 @@ class DecidedKeys:
         """`key` answered; with `subject` (`subject_of`), by a write about it sent now."""
         self._keys.add(key)
         if subject:
+            before = self._subject_of.get(key)
+            if before is not None and before != subject:
+                self._let_go(key, before)
             self._by_subject.setdefault(subject, set()).add(key)
+            self._subject_of[key] = subject
 
     def discard(self, key: str) -> None:
         self._keys.discard(key)
@@ -114,6 +121,12 @@ class DecidedKeys:
         """The write of `key` about `subject` sent nothing (a record over the limit with no
         answer): it stays answered, and in flight no more (nothing of it will apply, and a
         schedule's later changes waited for it for the ownership's life)."""
+        self._let_go(key, subject)
+
+    def _let_go(self, key: str, subject: str) -> None:
+        """`key` no longer in flight about `subject`."""
+        if self._subject_of.get(key) == subject:
+            del self._subject_of[key]
         keys = self._by_subject.get(subject)
         if keys is not None:
             keys.discard(key)
@@ -134,6 +147,7 @@ class DecidedKeys:
             for key in self._by_subject.pop(subject_of(envelope.run_id, envelope.lineage_id),
                                             ()):
                 self._keys.discard(key)
+                self._subject_of.pop(key, None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -301,8 +301,9 @@ class _NoResult:
         return "NO_RESULT"
 
 
-# A resume's `result` not given (None is a result: JSON null). A skip without one recorded
-# null, and the run then failed reading its step's result; a retry ignored one given.
+# A resume's `result` not given (a skip's None is a result: JSON null). A skip without one
+# recorded null, and the run then failed reading its step's result; a retry ignored one
+# given (None, a wrapper's default, is none).
 NO_RESULT: Any = _NoResult()
 
 
@@ -315,7 +316,7 @@ def resume_refusal(resolution: str | None, position: int | None,
     if resolution == "skip" and result is NO_RESULT:
         return ("a skip needs a result: the step's outcome to record (result=None records "
                 "null)")
-    if resolution != "skip" and result is not NO_RESULT:
+    if resolution != "skip" and result is not NO_RESULT and result is not None:
         return ("only a skip records a result (a retry runs the step again; a wake takes "
                 "none)")
     if resolution is None and (position is not None or digest is not None):

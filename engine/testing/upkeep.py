@@ -182,6 +182,6 @@ def virtual_settings(retention: Duration | None, tombstone_retention: Duration |
     worker's defaults, whatever the shell's RUNSTREAM_* say (they never change a test)."""
     kept = kept_for(retention, "retention") if retention is not None else DEFAULT_RETENTION
     stones = (kept if tombstone_retention is None
-              else kept_for(tombstone_retention, "tombstone_retention"))
+              else kept_for(tombstone_retention, "tombstone_retention", "the retention"))
     return millis(kept), millis(stones), durable_backoff_ms(durable_backoff_after,
                                                             from_env=False)

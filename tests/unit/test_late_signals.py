@@ -58,3 +58,36 @@ def test_a_signal_before_the_timeout_is_taken_whoever_writes_first() -> None:
     entry = log.projection.store.entry("r", 0)
     assert entry is not None and (entry.status, entry.result_json) == ("completed", '"in time"')
     assert log.run("r").signals == ()
+
+
+def test_a_wake_applied_after_the_deadline_times_the_run_out_and_wakes_nothing() -> None:
+    """The timer fired before the deadline, its record applied after it: the owner woke
+    the handler parked in its sticky cache (Resume), which ran its next step after the
+    deadline; now the timeout comes first (found by a review)."""
+    from runstream.projections import owner
+    from runstream.projections.reactions import DecidedKeys, OwnerView, Resume, Write
+    from runstream.projections.state import Verdict
+
+    log = PartitionLog()
+    log.add(create("r", "c1"))
+    made = created(log.owner, "r", "c1", request_offset=1)
+    log.add(_with(made, run_timeout_ms=2_000))
+    deadline = log.run("r").deadline_ms
+    assert deadline is not None
+    log.add(log.owner.decide(ev.RunActivated, run_id="r", mode="new", activation=1))
+    log.add(log.owner.decide(ev.RunSuspended, run_id="r", reason="timer", position=0,
+                             wake_at_ms=deadline - 5))
+    fired = log.owner.decide(ev.TimerFired, run_id="r", position=0, due_ms=deadline - 5)
+    outcome = log.add(fired)
+    assert outcome.run is not None and outcome.run.status is RunStatus.pending
+
+    def view(now: int) -> OwnerView:
+        return OwnerView(flows={}, owner="w", entry=log.projection.store.entry,
+                         decided=DecidedKeys(), in_flight=lambda run_id: False,
+                         executing=lambda run_id: False, now=lambda: now)
+
+    [resume] = owner.on_record(view(deadline - 1), outcome.run, fired, Verdict.applied)
+    assert isinstance(resume, Resume)  # (in time: the parked handler goes on)
+    [timed_out] = owner.on_record(view(deadline + 10), outcome.run, fired, Verdict.applied)
+    assert isinstance(timed_out, Write)
+    assert [cls for cls, _ in timed_out.records] == [ev.RunTimedOut]

@@ -123,7 +123,7 @@ def test_a_negative_retention_given_to_the_api_is_one_clear_error(
                **{option: value})
     with pytest.raises(DurationInvalid):
         TestEnvironment([], **{option: value})
-    zero = {"retention": "forever", "tombstone_retention": "forever"}.get(
+    zero = {"retention": "forever", "tombstone_retention": "the retention"}.get(
         option, "every backoff durable")
     said = ("is not a duration" if isinstance(value, str)  # (as the CLI says it)
             else rf"^{option} .* must be 0 \({zero}\) or more$")

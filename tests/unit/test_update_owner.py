@@ -109,3 +109,19 @@ def test_no_round_holds_an_update_judged_or_a_lineage_that_ended() -> None:
     log.add(_decide(log, ev.RunActivated, "L~1", mode="new", activation=1))
     log.add(_decide(log, ev.RunCompleted, "L~1", result_json="1"))
     assert holder(log.run("L"), "u2", log.projection.store.run) is None
+
+
+def test_a_readdressed_verdict_s_key_is_in_flight_about_its_new_round_only() -> None:
+    """Left under the ended round too, it went when that round drained, while the verdict
+    to the next round was still in flight, and a new request there ran the validator
+    again (found by a review)."""
+    keys = DecidedKeys()
+    keys.add("update/L/u1", "L")  # (the verdict to round 0, which had handed off)
+    keys.add("update/L/u1", "L~1")  # (readdressed)
+    assert keys.holds("L~1") and not keys.holds("L")
+    keys.applied(_decide(PartitionLog(), ev.RunActivated, "L", mode="new",
+                         activation=1).envelope, drained=True)
+    assert "update/L/u1" in keys  # (round 0 drained: still in flight about round 1)
+    keys.applied(_decide(PartitionLog(), ev.UpdateAccepted, "L~1", request_id="u1",
+                         name="bump").envelope, drained=True)
+    assert "update/L/u1" not in keys and not keys.holds("L~1")
