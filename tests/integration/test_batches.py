@@ -53,14 +53,16 @@ async def _relaying(ctx: FlowContext, payload: int) -> Any:
 stepping: Flow[Any, Any] = Flow("batch-stepping")
 
 
-async def _nap() -> str:
-    await asyncio.sleep(3)
+async def _nap(seconds: float) -> str:
+    await asyncio.sleep(seconds)
     return "napped"
 
 
 @stepping.handler
 async def _stepping(ctx: FlowContext, payload: Any) -> Any:
-    await ctx.step("long", _nap)  # (a cancel waits for its end: the next durable call)
+    """A step of `payload` seconds (3 when None): a cancel waits for its end, the run's
+    next durable call (tests/unit/test_batches_env.py too)."""
+    await ctx.step("long", _nap, payload or 3)
     return "done"
 
 

@@ -58,18 +58,25 @@ async def _approver(ctx: FlowContext, payload: Any) -> Any:
 FLOWS = [sleeper, waiter, approver]
 
 
+async def _suspended_then_no_worker(client: Client, bootstrap: str, namespace: str,
+                                    data_dir: Path, runs: dict[str, Flow[Any, Any]]) -> None:
+    """`runs` (run id -> flow) created and suspended under a worker, which then stops."""
+    async with running_worker(bootstrap, namespace, data_dir, FLOWS) as first:
+        await until(lambda: all_ready(first), "the worker claimed every partition")
+        for run_id, flow in runs.items():
+            await client.create_run(flow, None, run_id=run_id)
+        for run_id in runs:
+            await status_when(client, run_id, RunStatus.suspended)
+
+
 async def test_a_deadline_passed_in_an_outage_comes_before_the_wait_that_ended_in_it(
     bootstrap: str, namespace: str, journal: str, tmp_path: Path
 ) -> None:
     CHARGED.clear()
     async with Client(bootstrap_servers=bootstrap, namespace=namespace,
                       flows=FLOWS) as client:
-        async with running_worker(bootstrap, namespace, tmp_path / "a", FLOWS) as first:
-            await until(lambda: all_ready(first), "the worker claimed every partition")
-            await client.create_run(sleeper, None, run_id="slept")
-            await client.create_run(waiter, None, run_id="signalled")
-            await status_when(client, "slept", RunStatus.suspended)
-            await status_when(client, "signalled", RunStatus.suspended)
+        await _suspended_then_no_worker(client, bootstrap, namespace, tmp_path / "a",
+                                        {"slept": sleeper, "signalled": waiter})
         # No worker runs: the sleep falls due, the signal comes, then the deadline passes.
         await client.signal("signalled", "go", "late")
         deadline_ms = max([(await client.describe(r)).deadline_ms or 0
@@ -95,12 +102,8 @@ async def test_a_signal_that_came_after_its_wait_s_timeout_in_an_outage_does_not
     sent before it, while no worker ran, still is."""
     async with Client(bootstrap_servers=bootstrap, namespace=namespace,
                       flows=FLOWS) as client:
-        async with running_worker(bootstrap, namespace, tmp_path / "a", FLOWS) as first:
-            await until(lambda: all_ready(first), "the worker claimed every partition")
-            await client.create_run(approver, None, run_id="late")
-            await client.create_run(approver, None, run_id="early")
-            await status_when(client, "late", RunStatus.suspended)
-            await status_when(client, "early", RunStatus.suspended)
+        await _suspended_then_no_worker(client, bootstrap, namespace, tmp_path / "a",
+                                        {"late": approver, "early": approver})
         await client.signal("early", "go", "in time")
         due_ms = max([((await client.describe(r)).wait or _NO_WAIT).due_ms or 0
                       for r in ("late", "early")])

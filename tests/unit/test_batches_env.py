@@ -7,7 +7,6 @@ the same batch id attaching, a dry run acting on nothing, and a batch created by
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -17,6 +16,7 @@ from runstream import BatchInvalid, Flow, FlowContext, Handoff, QueryInvalid
 from runstream.projections.batch import BATCH_FLOW, BatchSpec, batch_run_id
 from runstream.projections.state import RunStatus
 from runstream.testing import TestEnvironment
+from tests.integration.test_batches import stepping
 
 parked: Flow[Any, Any] = Flow("env-batch-parked")
 
@@ -43,20 +43,6 @@ async def _handing(ctx: FlowContext, payload: int) -> Any:
     if payload == 0:
         return Handoff(payload=1)
     return await ctx.wait_for("go")
-
-
-stepping: Flow[Any, Any] = Flow("env-batch-stepping")
-
-
-async def _nap() -> str:
-    await asyncio.sleep(2)
-    return "napped"
-
-
-@stepping.handler
-async def _stepping(ctx: FlowContext, payload: Any) -> Any:
-    await ctx.step("long", _nap)  # (a cancel waits for its end: the next durable call)
-    return "done"
 
 
 FLOWS = [parked, sleeper, handing, stepping]
@@ -102,7 +88,7 @@ async def test_a_run_with_a_cancel_pending_already_is_done_not_refused() -> None
     run is being cancelled, as the batch asks. Before, it was counted refused, "refused"."""
     async with TestEnvironment(FLOWS, partitions=2) as env:
         for n in range(2):
-            await env.start(stepping, None, run_id=f"step-{n}", attributes={"grp": "s"})
+            await env.start(stepping, 1.5, run_id=f"step-{n}", attributes={"grp": "s"})
         await env.sleep(0.5)
         await env.cancel("step-0", reason="first")
         assert env.describe("step-0").status is RunStatus.running  # (pending, in its step)
