@@ -399,20 +399,6 @@ def jitter_ms(schedule_id: str, nominal_ms: int, jitter_ms: int) -> int:
     return int.from_bytes(digest, "big") % jitter_ms
 
 
-# The ids of the runs a schedule starts: `<schedule>@<instant>`, `<schedule>@trigger/<id>`.
-_FIRE_ID = re.compile(r"[^@]+@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z|trigger/.+)")
-
-
-def fire_id_refusal(run_id: str, authority: str | None) -> str | None:
-    """Why a restricted `authority` may not create `run_id` (None: it may, or no authority
-    restricts it): the shape of a schedule's fired run, predictable, which taken first cost
-    the schedule that instant's run. The relay refuses it; the client says so at once."""
-    if authority is None or _FIRE_ID.fullmatch(run_id) is None:
-        return None
-    return (f"run id {run_id!r} has the shape of a schedule's fired run "
-            f"(`<schedule>@<instant>`): authority {authority!r} may not create it")
-
-
 def fired_run_id(schedule_id: str, nominal_ms: int) -> str:
     """The id of the run a fire starts: `{schedule_id}@YYYY-MM-DDTHH:MM:SS.mmmZ` (UTC)."""
     moment = _EPOCH + timedelta(milliseconds=nominal_ms)

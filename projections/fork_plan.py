@@ -48,7 +48,8 @@ from runstream.projections.values import HistoryEntry
 MAX_PART_BYTES = 800_000
 MAX_LATER_ROUNDS = 1000  # a source's later rounds a fork's residue reads, at most
 MAX_LATER_WARNINGS = 10  # of what those rounds did, said one by one (the rest counted)
-LaterRound = tuple[str, tuple[JournalEntry, ...]]  # a later round's id and journal now
+# A later round's id and journal now (None: it expired, what it did is not known)
+LaterRound = tuple[str, tuple[JournalEntry, ...] | None]
 # Per entry in a part, beyond its JSON text: Avro's string length and block counts.
 _ENTRY_OVERHEAD = 12
 
@@ -154,9 +155,16 @@ def residue(prefix_end: int, cut: RunState, current: Iterable[JournalEntry]) -> 
 def later_rounds(run: RunState | None, run_of: Callable[[str], RunState | None],
                  entries_of: Callable[[str], Iterable[JournalEntry]]) -> tuple[LaterRound, ...]:
     """The rounds `run` (the source, as it stands now) handed off to since, each with its
-    journal: a fork of it runs its own later rounds, and what those did again."""
-    return tuple((held.run_id, tuple(entries_of(held.run_id)))
-                 for held in itertools.islice(rounds_after(run, run_of), MAX_LATER_ROUNDS))
+    journal: a fork of it runs its own later rounds, and what those did again. A round that
+    expired ends them, with no journal: what it (and any after it) did is not known (taken
+    for no later round, a fork charged twice what it had charged, without --force)."""
+    held = tuple((later.run_id, tuple(entries_of(later.run_id)))
+                 for later in itertools.islice(rounds_after(run, run_of), MAX_LATER_ROUNDS))
+    last = run if not held else run_of(held[-1][0])
+    gone = None if last is None else last.handed_off_to
+    if gone is not None and run_of(gone) is None and len(held) < MAX_LATER_ROUNDS:
+        return (*held, (gone, None))
+    return held
 
 
 def later_residue(later: Sequence[LaterRound]) -> list[str]:
@@ -165,6 +173,11 @@ def later_residue(later: Sequence[LaterRound]) -> list[str]:
     neither into account, and charged the lineage twice without --force.)"""
     said: list[str] = []
     for round_id, entries in later:
+        if entries is None:
+            said.append(f"the source's later round {round_id} expired: what it and any round "
+                        f"after it did (irreversible steps, children) is not known, and the "
+                        f"fork's own later rounds may do it again")
+            continue
         for entry in sorted(entries, key=lambda e: e.position):
             if entry.irreversible:
                 said.append(f"irreversible step {entry.name!r} at position {entry.position} "

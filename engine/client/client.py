@@ -31,6 +31,7 @@ from runstream.engine.errors import (
     CancelRefused,
     CapabilityRefused,
     ClientClosed,
+    InvalidInput,
     ReadModelClosed,
     ResumeRefused,
     RunNotFound,
@@ -58,6 +59,7 @@ from runstream.engine.readmodel.model import ReadModel, default_read_model_dir
 from runstream.engine.readmodel.view import View
 from runstream.projections.partitioning import run_partition
 from runstream.projections.requests import NO_RESULT, describe_refusal, resume_refusal
+from runstream.projections.reserved_ids import relay_refusal
 from runstream.projections.state import (
     JournalEntry,
     RunState,
@@ -95,12 +97,11 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
         relay_timeout: float = RELAY_TIMEOUT,
     ) -> None:
         """`authority`: the capabilities this client may create and act on runs with (None:
-        any), a guard against mistakes. `authority_name`: when the namespace relays
-        requests (`<ns>.requests` exists), send them to `<ns>.requests.<authority_name>`,
-        whose relay narrows new runs to that authority's configured capabilities: what
-        the broker's ACLs let this principal write decides its authority, not the client
-        (None: RUNSTREAM_AUTHORITY_NAME, else the unrestricted `<ns>.requests`).
-        `security`: SASL/TLS settings (None: from RUNSTREAM_* variables)."""
+        any), a guard against mistakes. `authority_name`: when the namespace relays requests
+        (`<ns>.requests` exists), send them to `<ns>.requests.<authority_name>`, whose relay
+        narrows new runs to that authority's capabilities (the broker's ACLs on this
+        principal decide it; None: RUNSTREAM_AUTHORITY_NAME, else `<ns>.requests`). `security`:
+        SASL/TLS settings (None: RUNSTREAM_*)."""
         self.bootstrap = resolve_bootstrap(bootstrap_servers)
         self.namespace = resolve_namespace(namespace)
         self.topic = journal_topic(self.namespace)
@@ -297,9 +298,8 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
         return answer
 
     async def send_requests(self, records: list[JournalRecord]) -> list[tuple[int, int]]:
-        """Produce requests in order, each keyed by its run's lineage (so one run's requests
-        reach its partition in this order); their journal (partition, offset) once
-        acknowledged, and, when relayed, once the relay has put them in the journal."""
+        """Produce requests in order, each keyed by its run's lineage (one run's reach its
+        partition in this order); their journal (partition, offset), once relayed if so."""
         sent = [await self._place(record) for record in records]
         return [(p.partition, await self._journal_offset(p, record))
                 for p, record in zip(sent, records, strict=True)]
@@ -316,6 +316,8 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
         if not route.relayed:
             return Placed(partition, await self._requests.send(partition, key, value, headers),
                           relayed=False)
+        if (refused := relay_refusal(record, self._requests.authority_name)) is not None:
+            raise InvalidInput(refused)  # (as the relay: it waited, then "is a worker up?")
         # The relay can only append after this: a result read from here cannot miss it.
         start = await self._tail.read_from(partition)
         if record.envelope.request_id:
@@ -324,8 +326,7 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
         return Placed(partition, start, relayed=True)
 
     async def relayed_offset(self, partition: int, start: int, record: JournalRecord) -> int:
-        """Where the relay put `record`, sent when the partition's end was `start`
-        (RequestNotRelayed after `relay_timeout`)."""
+        """Where the relay put `record`, sent at the partition's end `start` (as below)."""
         return await self._journal_offset(Placed(partition, start, relayed=True), record)
 
     async def _journal_offset(self, placed: Placed, record: JournalRecord) -> int:
@@ -439,8 +440,7 @@ def _envelope(record_type: str, run_id: str, request_id: str | None = None) -> E
                             now_ms=int(time.time() * 1000))
 
 
-def _history_at(history: list[HistoryEntry], partition: int,
-                offset: int) -> HistoryEntry | None:
+def _history_at(history: list[HistoryEntry], partition: int, offset: int) -> HistoryEntry | None:
     """The entry at (partition, offset); history is in log order, the request near its end."""
     for entry in reversed(history):
         if entry.partition == partition and entry.offset == offset:

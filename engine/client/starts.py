@@ -30,9 +30,9 @@ from runstream.engine.readmodel.lookups import rejection_in
 from runstream.engine.readmodel.model import ReadModel
 from runstream.projections.attributes import create_json
 from runstream.projections.capabilities import narrow
-from runstream.projections.cron import fire_id_refusal
 from runstream.projections.expiry import create_rejection
 from runstream.projections.requests import describe_refusal
+from runstream.projections.reserved_ids import fire_id_refusal
 from runstream.projections.state import Verdict
 from runstream.projections.updates import reused_request_text
 

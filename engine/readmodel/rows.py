@@ -24,7 +24,10 @@ _DETAIL_FIELDS = ("name", "position", "attempt", "mode", "evidence", "cause", "r
                   "activated",  # a run.created that also activated the run
                   # a run's timeout: its run.created's, and the run.timed-out's (no field
                   # of it showed)
-                  "run_timeout_ms", "deadline_ms", "grace_ms")
+                  "run_timeout_ms", "deadline_ms", "grace_ms",
+                  # a fork's request and answer: whose, at which row, and why refused (a
+                  # refusal a plain producer or an operator read nowhere)
+                  "source_run_id", "source_record", "target_run_id", "refused")
 
 
 @dataclass(frozen=True, slots=True)

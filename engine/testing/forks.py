@@ -15,7 +15,7 @@ from runstream.projections.fork_plan import (
     plan_fork,
 )
 from runstream.projections.memory import MemoryProjection
-from runstream.projections.state import JournalEntry, RunState
+from runstream.projections.state import JournalEntry, RunState, round_zero
 
 
 class EnvForks:
@@ -39,6 +39,7 @@ class EnvForks:
                    force: bool = False) -> str:
         """Fork `run_id` at row `at_record` of its history (engine.timetravel.fork); returns the new
         run's id (it starts when the environment is driven). Raises ForkNeedsForce."""
+        run_id = round_zero(run_id)  # (`X~0` names round 0, as a Client's fork reads it)
         items = self.log.raw_history(run_id)
         plan = plan_fork(run_id, items, at_record, self.journal(run_id),
                          later=self.later_rounds(self.projection.store.run(run_id)))

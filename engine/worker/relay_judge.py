@@ -20,9 +20,9 @@ from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import check_authority_name, check_run_id
 from runstream.engine.journal.records import is_round, lineage_of
 from runstream.projections.capabilities import narrow
-from runstream.projections.cron import fire_id_refusal
 from runstream.projections.partitioning import run_partition
 from runstream.projections.poison import newer_record
+from runstream.projections.reserved_ids import relay_refusal
 
 AUTHORITIES_ENV = "RUNSTREAM_AUTHORITIES"
 AUTHORITY_HEADER = "runstream-authority"
@@ -51,8 +51,6 @@ RESTRICTED_REQUESTS = (ev.RunCreateRequested, ev.RunSignalSent, ev.RunCancelRequ
 AUTHORITY_REQUESTS = (ev.RunSignalSent, ev.RunCancelRequested, ev.RunResumeRequested,
                       ev.RunForkRequested, ev.ScheduleChangeRequested,
                       ev.RunSignalWithStartRequested, ev.RunUpdateRequested)
-# The requests that may create a run under their run id.
-STARTS = (ev.RunCreateRequested, ev.RunSignalWithStartRequested)
 
 Authorities = Mapping[str, frozenset[str]]
 Headers = list[tuple[str, bytes]]
@@ -189,7 +187,7 @@ def _not_relayable(record: JournalRecord, authority: str | None, incoming: Incom
     if isinstance(record, ev.RunCreateRequested) and is_round(env.run_id):
         return (f"invalid input: run id {env.run_id!r} names a round of lineage "
                 f"{lineage_of(env.run_id)!r} (`<lineage>~<n>`): a create makes a round 0")
-    taken = fire_id_refusal(env.run_id, authority) if isinstance(record, STARTS) else None
+    taken = relay_refusal(record, authority)
     if taken is not None:
         return f"not allowed: {taken}"
     lineage = lineage_of(env.run_id)

@@ -270,6 +270,30 @@ def test_a_restricted_authority_may_not_take_a_schedule_s_fire_ids() -> None:
         assert isinstance(verdict, Forward), (run_id, verdict)
 
 
+def test_a_restricted_authority_may_not_take_a_child_s_id_a_fork_s_or_an_owner_s_request_id(
+) -> None:
+    """Each reached a run the authority does not cover (found by a probe): a child id taken
+    first failed its parent's spawn; a fork's new run under a fire id cost the schedule that
+    instant; a request id an owner gives its own (fire/, spawn/, ...) spent first on the
+    partition made the owner's a duplicate, and the fire, spawn or wake never happened."""
+    caps, topic = {"team": frozenset({"email"})}, f"{NS}.requests.team"
+    child = "order-7@12.1"
+    assert "shape of a child run's" in _reason(
+        _incoming(create(child, "q1"), topic=topic, key=child.encode()), caps)
+    fork = request(ev.RunForkRequested, run_id="mine", request_id="f1", source_run_id="mine",
+                   source_offset=3, source_record=2, target_run_id="nightly@trigger/r-9",
+                   parts=1)
+    assert "shape of a schedule's fired run" in _reason(
+        _incoming(fork, topic=topic, key=b"mine"), caps)
+    for spent in ("fire/nightly@2026-12-06T12:14:00.000Z", "spawn/par@4/1", "wake/x@1"):
+        signal = request(ev.RunSignalSent, run_id="mine", request_id=spent, name="go",
+                         payload_json="null")
+        assert "starts as the ids the engine gives its own requests" in _reason(
+            _incoming(signal, topic=topic, key=b"mine"), caps)
+        # (an operator's, on the unrestricted topic, is its own affair)
+        assert isinstance(_judge(_incoming(signal, key=b"mine")), Forward)
+
+
 def test_authorities_come_from_json(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RUNSTREAM_AUTHORITIES", '{"team": ["email", "sms"], "none": []}')
     assert load_authorities() == {"team": frozenset({"email", "sms"}), "none": frozenset()}
