@@ -50,6 +50,10 @@ def relay_refusal(record: ev.JournalRecord, authority: str | None) -> str | None
     run's), or a request id an owner gives its requests. The relay refuses it; a Client of
     that authority says so before it sends it (it waited for the relay, and said "is a
     worker up?")."""
+    if (authority is not None and isinstance(record, ev.RunResumeRequested)
+            and record.resolution is not None):
+        return (f"not allowed: resolving a quarantine ({record.resolution}) says whether an "
+                f"irreversible effect happened, an operator's request, not {authority!r}'s")
     target = (record.target_run_id if isinstance(record, ev.RunForkRequested)
               else record.envelope.run_id
               if isinstance(record, ev.RunCreateRequested | ev.RunSignalWithStartRequested)

@@ -167,10 +167,6 @@ def _not_relayable(record: JournalRecord, authority: str | None, incoming: Incom
         return f"not a client request: this {record.TYPE} is sent only by a partition's owner"
     if authority is not None and not isinstance(record, RESTRICTED_REQUESTS):
         return f"not allowed: {record.TYPE} is an operator's request, not {authority!r}'s"
-    if authority is not None and isinstance(record, ev.RunResumeRequested) and (
-            record.resolution is not None):
-        return (f"not allowed: resolving a quarantine ({record.resolution}) says whether an "
-                f"irreversible effect happened, an operator's request, not {authority!r}'s")
     env = record.envelope
     if not env.request_id:
         return "not a request: no request_id (a re-forward could apply it twice)"
@@ -267,8 +263,12 @@ def _restricted(record: JournalRecord, authority: str, capabilities: frozenset[s
     elif isinstance(record, ev.ScheduleChangeRequested | ev.RunSignalWithStartRequested):
         # (its runs' ceiling narrowed as a create's; the owner checks the authority covers
         # an existing schedule before it changes, fires or deletes it; the reducer, that it
-        # covers an existing run before the signal is taken)
-        ceiling = narrow(capabilities, record.ceiling)
+        # covers an existing run before the signal is taken). A schedule's change other than
+        # its create that names no ceiling keeps the schedule's: narrowed to this
+        # authority's, a note widened it, and locked out the authority that made it.
+        keeps = (isinstance(record, ev.ScheduleChangeRequested) and record.action != "create"
+                 and record.ceiling is None)
+        ceiling = None if keeps else narrow(capabilities, record.ceiling)
         record = dataclasses.replace(record, ceiling=None if ceiling is None else list(ceiling),
                                      authority=authority,
                                      authority_capabilities=sorted(capabilities))

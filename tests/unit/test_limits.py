@@ -294,6 +294,32 @@ def test_a_restricted_authority_may_not_take_a_child_s_id_a_fork_s_or_an_owner_s
         assert isinstance(_judge(_incoming(signal, key=b"mine")), Forward)
 
 
+def test_a_restricted_schedule_change_naming_no_ceiling_keeps_the_schedule_s() -> None:
+    """Narrowed to the sending authority's capabilities, another authority's note widened
+    the schedule's ceiling and locked out the one that made it (found by a probe); a
+    create, or a change that names a ceiling, is narrowed as before."""
+    from runstream.engine.journal.records import request_envelope
+
+    caps = {"team": frozenset({"email"}), "other": frozenset({"email", "payments"})}
+
+    def change(action: str, ceiling: list[str] | None) -> Forward:
+        asked = ev.ScheduleChangeRequested(
+            envelope=request_envelope(ev.ScheduleChangeRequested.TYPE, "", request_id="c1",
+                                      now_ms=0, lineage_id="s1"),
+            schedule_id="s1", action=action, flow="f", every_ms=60_000, note="a note",
+            ceiling=ceiling)
+        verdict = _judge(_incoming(asked, topic=f"{NS}.requests.other", key=b"s1"), caps)
+        assert isinstance(verdict, Forward), verdict
+        return verdict
+
+    for action, asked, carried in (("update", None, None), ("pause", None, None),
+                                   ("create", None, ["email", "payments"]),
+                                   ("update", ["email", "sms"], ["email"])):
+        record = decode(change(action, asked).value)
+        assert isinstance(record, ev.ScheduleChangeRequested)
+        assert (record.ceiling, record.authority) == (carried, "other"), action
+
+
 def test_authorities_come_from_json(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RUNSTREAM_AUTHORITIES", '{"team": ["email", "sms"], "none": []}')
     assert load_authorities() == {"team": frozenset({"email", "sms"}), "none": frozenset()}
