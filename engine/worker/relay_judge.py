@@ -251,7 +251,7 @@ def _unrestricted(record: JournalRecord, incoming: Incoming) -> Forward:
 
 
 def _restricted(record: JournalRecord, authority: str, capabilities: frozenset[str],
-                headers: Sequence[tuple[str, bytes]]) -> Forward:
+                headers: Sequence[tuple[str, bytes]]) -> Forward | Refuse:
     """A restricted authority's request: a new run's ceiling narrowed to the authority's
     capabilities, whatever the request declared; a request to an existing run carrying the
     authority, which the reducer checks against that run's ceiling; tagged."""
@@ -276,6 +276,10 @@ def _restricted(record: JournalRecord, authority: str, capabilities: frozenset[s
         record = dataclasses.replace(record, authority=authority,
                                      authority_capabilities=sorted(capabilities))
     value, _ = encode(_said_by(record, authority))
+    if len(value) > MAX_RECORD_BYTES:  # (it grew by the authority's fields: refused here
+        # with its reason, where the journal dead-lettered it as oversize)
+        return Refuse(f"too large: {len(value)} bytes once it carries authority "
+                      f"{authority!r}, over the journal's {MAX_RECORD_BYTES}")
     return Forward(value, tagged)
 
 

@@ -320,6 +320,22 @@ def test_a_restricted_schedule_change_naming_no_ceiling_keeps_the_schedule_s() -
         assert (record.ceiling, record.authority) == (carried, "other"), action
 
 
+def test_a_restricted_request_the_authority_s_fields_take_past_the_limit_is_refused() -> None:
+    """A signal at the size limit grew by the authority's fields past it: forwarded, the
+    journal dead-lettered it as oversize, and the relay counted it forwarded (found by a
+    probe). It is refused with its reason; sent by an operator it is forwarded as is."""
+    from runstream.engine.journal import MAX_RECORD_BYTES
+
+    caps = {"team": frozenset({f"capability-{n}" for n in range(40)})}
+    base = request(ev.RunSignalSent, run_id="r1", request_id="s1", name="go",
+                   payload_json='""')
+    room = MAX_RECORD_BYTES - len(encode(base)[0]) - 2
+    signal = dataclasses.replace(base, payload_json=f'"{"x" * room}"')
+    assert len(encode(signal)[0]) <= MAX_RECORD_BYTES
+    assert "too large" in _reason(_incoming(signal, topic=f"{NS}.requests.team"), caps)
+    assert isinstance(_judge(_incoming(signal)), Forward)
+
+
 def test_authorities_come_from_json(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RUNSTREAM_AUTHORITIES", '{"team": ["email", "sms"], "none": []}')
     assert load_authorities() == {"team": frozenset({"email", "sms"}), "none": frozenset()}
