@@ -116,8 +116,20 @@ def plan_fork(run_id: str, items: Sequence[HistoryEntry], at_record: int,
         # Where a cancel reached the source's handler: the fork has no such cancel, so its
         # prefix ends before it (the entries from there on were the cancel's cleanup).
         prefix = prefix[:run.cancel_delivered_at]
-    warnings = residue(len(prefix), run, current) + later_residue(later)
+    warnings = residue(len(prefix), run, current) + held_at_cut(run) + later_residue(later)
     return ForkPlan(run, at_record, items[at_record - 1].offset, prefix, tuple(warnings))
+
+
+def held_at_cut(cut: RunState) -> list[str]:
+    """The signals (and accepted updates) the source held at the cut, no wait had taken: a
+    fork carries settled entries only, so they are not the fork's, and a wait of the fork
+    for them waits anew (the source went on with them: its fork timed out waiting)."""
+    if not cut.signals:
+        return []
+    names = sorted({signal.name for signal in cut.signals})
+    shown = ", ".join(repr(name) for name in names[:5]) + (", ..." if len(names) > 5 else "")
+    return [f"{len(cut.signals)} signal(s) the source held at the cut ({shown}) are not "
+            f"carried: the fork's waits for them wait for new ones"]
 
 
 def settled_prefix(entries: Iterable[JournalEntry]) -> tuple[JournalEntry, ...]:

@@ -1,4 +1,6 @@
-"""A fork of a round whose later rounds expired alone (projections.fork_plan.later_rounds):
+"""What a fork needs --force for, that it missed: a round whose later rounds expired alone
+(projections.fork_plan.later_rounds), and signals the source held at the cut (held_at_cut).
+Later rounds that expired:
 what those did is not known, so the fork needs --force, saying so. Before, the chain of
 later rounds ended at the first one gone, a fork of round 0 took the lineage for one
 with no later rounds, and its own later rounds charged again what round 1 (expired) and
@@ -54,3 +56,30 @@ async def test_a_fork_behind_an_expired_later_round_needs_force(retention: int |
             assert "the source's later round m~1 expired: what it and any round after it " \
                    "did" in said, said
         assert CALLS == {"r0": 1, "charge1": 1, "r2": 1, "charge3": 1}
+
+
+napper = Flow("fork-held-signal")
+
+
+@napper.handler
+async def _napper(ctx: FlowContext, payload: Any) -> Any:
+    await ctx.sleep(60)  # (the signal comes meanwhile: held, no wait has taken it)
+    return await ctx.wait_for("go")
+
+
+async def test_a_fork_at_a_point_the_source_held_a_signal_needs_force_saying_so() -> None:
+    """A fork carries settled entries only: the signal the source held at the cut is not
+    the fork's, whose wait for it then waits anew (it timed out where the source went on
+    with it; found by a probe)."""
+    async with TestEnvironment([napper]) as env:
+        await env.start(napper, None, run_id="w")
+        await env.sleep(10)
+        await env.signal("w", "go", "now")
+        assert await env.result("w") == "now"
+        rows = len(env.history("w"))
+        held_at = next(n for n in range(1, rows + 1)
+                       if env.history("w")[n - 1].type == "run.signal-sent")
+        with pytest.raises(ForkNeedsForce, match=r"1 signal\(s\) the source held at the cut "
+                                                 r"\('go'\) are not carried"):
+            await env.fork("w", at_record=held_at, new_run_id="w-fork")
+        await env.fork("w", at_record=held_at - 1, new_run_id="w-before")  # (none held)
