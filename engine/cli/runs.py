@@ -174,6 +174,8 @@ def status(run_id: str, as_json: bool, why: bool, bootstrap: str | None,
                    f"(`runstream schedule describe {view['schedule_id']}`)")
     if "parent" in view:
         click.echo(f"  child of {view['parent']}")
+    if "forked_from" in view:  # (only --json said it)
+        click.echo(f"  {view['forked_from']['summary']}")
     _echo_quarantine(view)
     if why:
         click.echo("why:")

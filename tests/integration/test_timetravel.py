@@ -211,3 +211,5 @@ async def test_cli_fork_needs_force_past_a_spawn_and_then_completes(
         assert [e.name for e in journal_of_fork][:3] == ["first", "sleep", "go"]
         status = await cli("run", "status", "tt-fork~0", "--json", **common)
         assert json.loads(status.out)["forked_from"]["run_id"] == "tt"
+        text = await cli("run", "status", "tt-fork~0", **common)  # (only --json said it)
+        assert "  forked from tt at record " in text.out, text.out
