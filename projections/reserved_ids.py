@@ -23,8 +23,8 @@ _CHILD_ID = re.compile(r".+@\d+\.\d+")
 # The request ids an owner gives the requests it sends (projections.outbox_requests, a fire,
 # a handoff, a fork's parts): one a client spent first on its partition made the owner's a
 # duplicate, rejected (`request-id-reused`), and the spawn, fire or wake it was never happened.
-OWNER_REQUEST_PREFIXES = ("cancel/", "fire/", "fork/", "handoff/", "settled/", "spawn/",
-                          "wake/")
+# (A client's fork request is `fork/<new run>/<random>`: its own, and no one can guess it.)
+OWNER_REQUEST_PREFIXES = ("cancel/", "fire/", "handoff/", "settled/", "spawn/", "wake/")
 
 
 def fire_id_refusal(run_id: str, authority: str | None) -> str | None:

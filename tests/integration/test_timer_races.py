@@ -6,15 +6,18 @@ races it fired nothing more, for any run, until a rebalance.
 
 The races are made deterministic by holding what the worker applies (its own _apply_poll,
 wrapped; the broker and the worker's producer are untouched): each racer suspends on
-`wait_for("go", timeout=1 ms)`, its `run.suspended` is held until the signal is in the log
-behind it, and then both are applied in one poll. The worker decides the wake while applying
-that poll; its sweeper, which runs after the poll, finds the timer long due and fires it:
-the `timer.fired` lands after the `run.resumed` and is ignored.
+`wait_for("go", timeout=4 s)`, its `run.suspended` is held until the signal is in the log
+behind it and the timeout has passed, and then both are applied in one poll. The signal came
+before the timeout (projections.state.came_by: a wait takes only a signal that came by its
+due time), so the worker decides the wake while applying that poll; its sweeper, which runs
+after the poll, finds the timer due and fires it: the `timer.fired` lands after the
+`run.resumed` and is ignored.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +35,7 @@ nap: Flow[Any, Any] = Flow("nap")
 @racer.handler
 async def _racer(ctx: FlowContext, payload: Any) -> Any:
     try:
-        return await ctx.wait_for("go", timeout=0.001)
+        return await ctx.wait_for("go", timeout=RACE_S)
     except WaitTimeout:
         return "timed out"
 
@@ -44,6 +47,7 @@ async def _nap(ctx: FlowContext, payload: Any) -> str:
 
 
 FLOWS = [racer, nap]
+RACE_S = 4.0  # a racer's timeout: its signal is sent well within it, applied after it
 ROUND = 150  # racers per round; each round loses at least BATCH races
 MAX_ROUNDS = 8  # rounds until more than MAX_IN_FLIGHT races were lost
 
@@ -103,6 +107,9 @@ async def lose_races(w: Worker, c: Client, gate: ApplyGate, prefix: str) -> int:
     await until(lambda: gate.kept_of(ev.RunSignalSent) == ROUND,
                 lambda: f"{gate.kept_of(ev.RunSignalSent)} signals polled")
     assert w.timers.fired == fired  # no timer could fire yet: no racer is suspended here
+    due_ms = max(item.examined.wake_at_ms or 0 for item in gate.kept
+                 if isinstance(item.examined, ev.RunSuspended))
+    await asyncio.sleep(max(0.0, due_ms / 1000 - time.time() + 0.1))  # (every timer due)
     gate.mode = "pass"
     # The signals win every race: each racer returns its signal's payload, not a timeout.
     assert [await h.result(timeout=60) for h in handles] == ids
