@@ -170,9 +170,9 @@ def later_rounds(run: RunState | None, run_of: Callable[[str], RunState | None],
     journal: a fork of it runs its own later rounds, and what those did again. A round that
     expired ends them, with no journal: what it (and any after it) did is not known (taken
     for no later round, a fork charged twice what it had charged, without --force)."""
-    held = tuple((later.run_id, tuple(entries_of(later.run_id)))
-                 for later in itertools.islice(rounds_after(run, run_of), MAX_LATER_ROUNDS))
-    last = run if not held else run_of(held[-1][0])
+    rounds = tuple(itertools.islice(rounds_after(run, run_of), MAX_LATER_ROUNDS))
+    held = tuple((later.run_id, tuple(entries_of(later.run_id))) for later in rounds)
+    last = rounds[-1] if rounds else run
     gone = None if last is None else last.handed_off_to
     if gone is not None and run_of(gone) is None and len(held) < MAX_LATER_ROUNDS:
         return (*held, (gone, None))

@@ -65,10 +65,10 @@ def holder(run: RunState, request_id: str, run_of: Callable[[str], RunState | No
     return None
 
 
-def verdict_write(view: OwnerView, validate: Validate, reason: str | None,
-                  latest: RunState | None) -> list[Reaction]:
+def verdict_write(view: OwnerView, validate: Validate, reason: str | None) -> list[Reaction]:
     """The validator's verdict (`reason`, None: accepted), to the round that holds the
-    update now (`latest`: the validated round as it stands now; None: it is gone)."""
+    update now (nothing when the validated round is gone)."""
+    latest = view.run(validate.run.run_id)  # (as it stands now)
     if latest is None:
         return []
     held = holder(latest, validate.item.request_id, view.run)

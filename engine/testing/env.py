@@ -425,9 +425,7 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks, EnvB
                 self._interrupt(reaction)
             elif isinstance(reaction, Validate):  # (the worker's code, but in this thread)
                 reason = judge(self.flows[reaction.run.flow], reaction.item)
-                self._act(verdict_write(self._view(), reaction, reason,
-                                        self.projection.store.run(reaction.run.run_id)),
-                          launch=launch)
+                self._act(verdict_write(self._view(), reaction, reason), launch=launch)
 
     def _write(self, write: Write) -> bool:
         """The write's records, as a worker's: False when one was over the send limit (it is

@@ -176,9 +176,8 @@ class Reactions:
         if self.owner.owned.get(own.partition) is not own:
             return  # (its next owner judges it again, at its claim)
         # (to the round holding the update now: its lineage may have handed off meanwhile)
-        view = self.view(own)
         try:
-            self.act(own, verdict_write(view, validate, reason, view.run(validate.run.run_id)))
+            self.act(own, verdict_write(self.view(own), validate, reason))
         except WorkerFatal:  # the source failed: its renewal claims again and re-judges
             pass
 

@@ -87,10 +87,11 @@ def test_a_validation_ready_after_two_handoffs_is_written_to_the_round_holding_i
     log = _handed_off_with_an_update(rounds=2)
     item = next(i for i in log.run("L~2").inbox if i.request_id == "u1")
     validate = Validate(log.run("L"), item, "update/L/u1")  # (asked while L ran)
-    [write] = verdict_write(_view(log), validate, None, log.run("L"))
+    [write] = verdict_write(_view(log), validate, None)
     assert isinstance(write, Write) and write.run.run_id == "L~2"
     assert write.records == ((ev.UpdateAccepted, {"request_id": "u1", "name": "bump"}),)
-    assert verdict_write(_view(log), validate, None, None) == []  # (the round is gone)
+    gone = dataclasses.replace(_view(log), run=lambda run_id: None)
+    assert verdict_write(gone, validate, None) == []  # (the round is gone)
 
 
 def test_an_update_is_judged_once_a_lineage_whatever_its_rounds() -> None:
