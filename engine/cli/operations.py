@@ -67,20 +67,21 @@ async def create_run(
     async with Client(bootstrap_servers=bootstrap, namespace=namespace) as client:
         handle = await client.create_run(flow, payload, run_id=run_id, run_timeout=run_timeout,
                                          attributes=attributes)
-        out: dict[str, Any] = {"run_id": handle.run_id, "partition": handle.partition,
-                               "offset": handle.request_offset}
+        out: dict[str, Any] = {}
         if wait:  # (a round that handed off: HandedOff, which the command prints)
             out["result"] = await handle.result(timeout=timeout)
             out["status"] = ("handed-off" if isinstance(out["result"], HandedOff)
                              else "completed")
-            return out
-        try:  # (CreateRejected, IdentityConflict: the command's error)
-            await handle.admitted(timeout=min(timeout, ADMISSION_WAIT_S))
-            out["admitted"] = True
-        except ResultTimeout as exc:
-            out["admitted"] = False
-            out["note"] = f"{exc}; the create is in the journal until its owner admits it"
-        return out
+        else:
+            try:  # (CreateRejected, IdentityConflict, RequestNotRelayed: the command's error)
+                await handle.admitted(timeout=min(timeout, ADMISSION_WAIT_S))
+                out["admitted"] = True
+            except ResultTimeout as exc:
+                out["admitted"] = False
+                out["note"] = f"{exc}; the create is in the journal until its owner admits it"
+        # (relayed: None until a wait found where the relay put it)
+        return {"run_id": handle.run_id, "partition": handle.partition,
+                "offset": handle.journal_offset, **out}
 
 
 async def signal_run(

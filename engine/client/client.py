@@ -22,6 +22,7 @@ from runstream.engine.client.placed import (
     round_live_at,
 )
 from runstream.engine.client.queries import QueryCalls
+from runstream.engine.client.relay_wait import relayed
 from runstream.engine.client.schedules import ScheduleCalls
 from runstream.engine.client.starts import StartCalls
 from runstream.engine.client.tail import JournalTail
@@ -336,15 +337,13 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
         env = record.envelope
         assert env.request_id is not None
         try:
-            return await asyncio.wait_for(self._tail.placed(
-                placed.partition, placed.offset, env.request_id, env.run_id),
-                self.relay_timeout)
-        except TimeoutError:
+            return await relayed(
+                self._tail.placed(placed.partition, placed.offset, env.request_id, env.run_id),
+                record, topic=(await self.route()).topic, timeout=self.relay_timeout,
+                bootstrap=self.bootstrap, namespace=self.namespace, security=self.security)
+        except RequestNotRelayed:  # (not in time, or refused)
             self._tail.unexpect(env.request_id)
-            raise RequestNotRelayed(
-                f"{record.TYPE} for run {env.run_id} was sent to "
-                f"{(await self.route()).topic} but did not reach the journal within "
-                f"{self.relay_timeout:g}s: is a worker (which runs the relay) up?") from None
+            raise
 
     async def answer(self, record: JournalRecord, partition: int, offset: int
                      ) -> RequestAnswer:

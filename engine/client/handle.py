@@ -61,6 +61,12 @@ class RunHandle:
     _relayed: JournalRecord | None = None
     _existed: bool = False  # the record at _from_offset made the run (an answer said so)
 
+    @property
+    def journal_offset(self) -> int | None:
+        """The create's offset in the journal; None while a relayed create's is not known
+        (the relay has not forwarded it yet: a wait finds it)."""
+        return self.request_offset if self._relayed is None else None
+
     async def admitted(self, timeout: float | None = None) -> None:
         """Wait until the owner admitted the run; raises IdentityConflict or CreateRejected.
         `timeout`: seconds (None: no limit); InvalidInput unless finite and more than 0."""

@@ -19,6 +19,7 @@ from runstream.engine.journal import MAX_RECORD_BYTES, DecodeError, JournalRecor
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import check_authority_name, check_run_id
 from runstream.engine.journal.records import is_round, lineage_of
+from runstream.engine.kafka import relay_refusals
 from runstream.projections.capabilities import narrow
 from runstream.projections.partitioning import run_partition
 from runstream.projections.poison import newer_record
@@ -26,8 +27,8 @@ from runstream.projections.reserved_ids import relay_refusal
 
 AUTHORITIES_ENV = "RUNSTREAM_AUTHORITIES"
 AUTHORITY_HEADER = "runstream-authority"
-REASON_HEADER = "runstream-dead-letter-reason"
-SOURCE_HEADER = "runstream-dead-letter-source"  # <topic>:<partition>:<offset>
+# (why and whence, on a refused request's copy: a client waiting for its request reads them)
+REASON_HEADER, SOURCE_HEADER = relay_refusals.REASON_HEADER, relay_refusals.SOURCE_HEADER
 # The refused record's value size, on a copy that had to leave the value out.
 SIZE_HEADER = "runstream-dead-letter-size"
 # A request's own headers, at most: a forward (value up to MAX_RECORD_BYTES, plus these)

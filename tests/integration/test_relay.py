@@ -37,6 +37,7 @@ from runstream.engine.worker.relay_judge import REASON_HEADER
 from runstream.projections.partitioning import run_partition
 from tests.conftest import TEST_JOURNAL_PARTITIONS
 from tests.integration.support import until
+from tests.integration.test_cli import cli, one_line_error
 
 AUTHORITIES = {"team": frozenset({"email"})}
 three = Flow("relay-three")
@@ -334,6 +335,33 @@ async def test_a_create_the_relay_refuses_ends_its_handle_s_waits(
         done = await client.create_run(three, {}, run_id="r-done")
         assert await done.result(timeout=30) == ["s0", "s1", "s2"]
         assert not client._tail._expected and not rogue._tail._expected
+
+
+async def test_a_request_the_relay_refuses_is_refused_at_once_in_the_relay_s_words(
+        bootstrap: str, relayed: str, tmp_path: Path) -> None:
+    # (a client waited its whole relay timeout, a minute by default, for a request the relay
+    # had refused in milliseconds, then asked "is a worker up?"; `run create` printed the
+    # tail's end as the create's offset)
+    namespace = relayed
+    async with engine(bootstrap, namespace, tmp_path / "w"), \
+            Client(bootstrap_servers=bootstrap, namespace=namespace, flows=FLOWS,
+                   authority_name="rogue") as rogue:
+        started = time.monotonic()
+        refused = await rogue.create_run(three, {}, run_id="r-at-once")
+        with pytest.raises(RequestNotRelayed, match="refused it: authority 'rogue' is not "
+                                                    "configured"):
+            await refused.result(timeout=60)
+        assert refused.journal_offset is None
+        with pytest.raises(RequestNotRelayed, match="not configured"):
+            await rogue.signal("r-at-once", "item", 1)
+        assert time.monotonic() - started < 20
+        assert not rogue._tail._expected
+        started = time.monotonic()
+        result = await cli("run", "create", three.name, "--authority-name", "rogue",
+                           "--json", bootstrap=bootstrap, namespace=namespace)
+        assert time.monotonic() - started < 30
+    assert result.code != 0 and not result.out
+    assert "the relay refused it: authority 'rogue' is not configured" in one_line_error(result)
 
 
 async def test_a_relayed_create_whose_first_wait_was_cut_short_is_answered_later(
