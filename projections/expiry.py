@@ -32,7 +32,7 @@ from runstream.engine.errors import CreateRejected, IdentityConflict, RunstreamE
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import lineage_of
 from runstream.engine.journal.timetext import iso_time
-from runstream.projections.schedule_state import ScheduleState
+from runstream.projections.schedule_state import ScheduleState, with_run_statuses
 from runstream.projections.state import PartitionState, RunState, Tombstone, replace, round_zero
 from runstream.projections.values import (
     ExpiredLineage,
@@ -207,6 +207,12 @@ def status_now(held: RoundReads, run_id: str) -> str | None:
     latest round); None: no such run."""
     run = held.run(addressed(held, run_id))
     return None if run is None else run.status.value
+
+
+def schedule_now(held: RoundReads, schedule: ScheduleState) -> ScheduleState:
+    """`schedule` with its runs' statuses as they stand in `held` (schedule_state's
+    with_run_statuses: `expired` for a run retention removed)."""
+    return with_run_statuses(schedule, lambda run_id: status_now(held, run_id))
 
 
 class TombstoneReads(Protocol):

@@ -30,8 +30,8 @@ from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import request_envelope
 from runstream.engine.journal.timetext import epoch_ms
 from runstream.engine.readmodel.model import ReadModel
-from runstream.projections.expiry import status_now
-from runstream.projections.schedule_state import ScheduleState, with_run_statuses
+from runstream.projections.expiry import schedule_now
+from runstream.projections.schedule_state import ScheduleState
 
 ANSWER_TIMEOUT_S = 30.0  # how long a change waits for its owner's answer
 
@@ -110,14 +110,14 @@ class ScheduleCalls:
         schedule = view.schedule(schedule_id)
         if schedule is None or not schedule.exists:
             raise ScheduleNotFound(schedule_id)
-        return with_run_statuses(schedule, lambda run_id: status_now(view, run_id))
+        return schedule_now(view, schedule)
 
     async def list_schedules(self) -> list[ScheduleState]:
         model = await self.read_model()
         view = await model.catch_up()
         found = [view.schedule(sid) for p in range(model.partitions)
                  for sid in view.schedule_ids(p)]
-        return [with_run_statuses(s, lambda run_id: status_now(view, run_id))
+        return [schedule_now(view, s)
                 for s in sorted((s for s in found if s is not None and s.exists),
                                 key=lambda s: s.schedule_id)]
 

@@ -23,11 +23,11 @@ from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import request_envelope
 from runstream.engine.testing.log import MemoryLog
 from runstream.projections import schedule_owner
-from runstream.projections.expiry import status_now
+from runstream.projections.expiry import schedule_now
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.partitioning import run_partition
 from runstream.projections.reactions import OwnerView, Reaction
-from runstream.projections.schedule_state import ScheduleState, with_run_statuses
+from runstream.projections.schedule_state import ScheduleState
 
 
 class Schedules:
@@ -87,13 +87,13 @@ class Schedules:
         if schedule is None or not schedule.exists:
             raise ScheduleNotFound(schedule_id)
         store = self.projection.store
-        return with_run_statuses(schedule, lambda run_id: status_now(store, run_id))
+        return schedule_now(store, schedule)
 
     def list_schedules(self) -> list[ScheduleState]:
         store = self.projection.store
         found = [store.schedule(sid) for p in range(self.partitions)
                  for sid in store.schedule_ids(p)]
-        return [with_run_statuses(s, lambda run_id: status_now(store, run_id))
+        return [schedule_now(store, s)
                 for s in sorted((s for s in found if s is not None and s.exists),
                                 key=lambda s: s.schedule_id)]  # (as a Client's)
 

@@ -43,8 +43,7 @@ from runstream.engine.ui.queries import (
     status_counts,
 )
 from runstream.engine.ui.schedules_page import schedules_page
-from runstream.projections.expiry import status_now
-from runstream.projections.schedule_state import with_run_statuses
+from runstream.projections.expiry import schedule_now
 from runstream.projections.state import RunStatus, round_zero
 
 STATIC_DIR = Path(__file__).parent / "static"
@@ -192,7 +191,7 @@ async def _schedule_views(request: web.Request) -> list[dict[str, Any]]:
     view = await model.catch_up()
     found = [view.schedule(sid) for p in range(model.partitions)
              for sid in view.schedule_ids(p)]
-    return [schedule_view(with_run_statuses(s, lambda run_id: status_now(view, run_id)))
+    return [schedule_view(schedule_now(view, s))
             for s in sorted((s for s in found if s is not None and s.exists),
                             key=lambda s: s.schedule_id)]
 
