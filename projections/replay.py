@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from runstream.engine.errors import RunNotFound, RunstreamError
 from runstream.engine.journal import JournalRecord, decode
@@ -44,6 +44,21 @@ class PastRun:
 
     run: RunState
     entries: tuple[JournalEntry, ...]
+    # The run's history rows at or before the point (its state is after the last of them),
+    # and of all it has: fewer when the point lies before the run's last record.
+    rows: int = 0
+    of_rows: int = 0
+    last: HistoryEntry | None = None  # the last row at or before the point
+
+    def as_of(self) -> dict[str, Any]:
+        """The record the state is after: its row, offset and log time, and whether it is
+        the run's last (a point past it shows the state now, which later records may
+        change)."""
+        if self.last is None:
+            return {}
+        return {"record": self.rows, "offset": self.last.offset,
+                "log_time": iso(self.last.timestamp_ms), "records": self.of_rows,
+                "latest": self.rows == self.of_rows}
 
 
 class RunAbsentAt(RunNotFound):

@@ -351,6 +351,7 @@ async def run_state_at(
         past = run_at(view, run_id, point)
     out = run_view(past.run, past=True)
     out["at"] = point.describe()
+    out["as_of"] = past.as_of()
     out["journal"] = [to_builtins(entry) for entry in past.entries]
     return out
 

@@ -100,11 +100,19 @@ def at(run_id: str, record: int | None, offset: int | None, at_time: str | None,
         _print_json(view)
         return
     click.echo(f"{view['run_id']}  {view['flow']}  {view['status']}  (at {view['at']})")
+    click.echo(as_of_line(view["as_of"]))
     echo_outcome(view)
     for entry in view["journal"]:
         outcome = entry["result_json"] if entry["status"] == "completed" else entry["error_type"]
         click.echo(f"  step {entry['position']} {entry['name']}: {entry['status']}"
                    f"{f' {outcome}' if outcome else ''}")
+
+
+def as_of_line(as_of: dict[str, Any]) -> str:
+    """Which record the state shown is after; past the run's last, that it is the state now."""
+    where = (f"after record {as_of['record']} of {as_of['records']} (offset "
+             f"{as_of['offset']}, {as_of['log_time']})")
+    return f"  {where}" + ("; the run's last record: its state now" if as_of["latest"] else "")
 
 
 @run.command("diff")

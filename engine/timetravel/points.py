@@ -103,7 +103,8 @@ def run_at(view: View, run_id: str, point: Point) -> PastRun:
     run, entries = replay_run(items[:count], view=view)
     if run is None:
         raise RunAbsentAt(run_id, point.describe(), items[0], items[-1])
-    return PastRun(run, tuple(entries[p] for p in sorted(entries)))
+    return PastRun(run, tuple(entries[p] for p in sorted(entries)), rows=count,
+                   of_rows=len(items), last=items[count - 1])
 
 
 def _items(view: View, run_id: str) -> list[HistoryEntry]:

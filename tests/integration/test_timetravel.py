@@ -20,6 +20,7 @@ from runstream.engine.kafka.reader import partition_count, reader_consumer
 from runstream.engine.readmodel.model import ReadModel
 from runstream.engine.timetravel.points import Point, run_at, run_diff, run_tree
 from runstream.projections.memory import MemoryProjection
+from runstream.projections.replay import iso
 from runstream.projections.state import JournalEntry, RunState
 from tests.integration.test_cli import cli, one_line_error
 from tests.integration.timetravel_flows import flows, traveller
@@ -160,6 +161,15 @@ async def test_cli_history_tree_at_record_and_diff(
     state = json.loads(at.out)
     assert [e["name"] for e in state["journal"]] == ["first"]
     assert state["at"] == f"record:{step_row['record']}"
+    assert state["as_of"] == {"record": step_row["record"], "offset": step_row["offset"],
+                              "log_time": iso(step_row["timestamp_ms"]), "records": len(rows),
+                              "latest": False}
+    # A point past the run's last record shows its state now, and says so (it showed that
+    # state as if it were the point's).
+    beyond = await cli("run", "at", "tt", "--offset", "99999999", **common)
+    assert beyond.code == 0, beyond.err
+    assert (f"after record {len(rows)} of {len(rows)} (offset {rows[-1]['offset']}"
+            in beyond.out and "the run's last record: its state now" in beyond.out), beyond.out
     first = json.loads((await cli("run", "at", "tt", "--record", "1", "--json", **common)).out)
     assert rows[0]["type"] == "run.create-requested" and first["status"] == "pending"
     # (it said "no worker has claimed partition N; start a worker" of a point in the past)
