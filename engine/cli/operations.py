@@ -167,7 +167,8 @@ async def run_status(
         out = run_view(run, namespace=resolve_namespace(namespace), owner=partition.owner_name)
         out["retention"] = retention_view(run, partition)
         # (the run's journal is read only for a run waiting to retry)
-        retry = retry_view(run, view.entries(run.run_id)) if waits_to_retry(run) else None
+        retry = (retry_view(run, view.entries(run.run_id), namespace=resolve_namespace(namespace))
+                 if waits_to_retry(run) else None)
         if retry is not None:
             out["retry"] = retry
         if why:

@@ -163,13 +163,20 @@ def quarantine_view(run: RunState, *, namespace: str | None = None) -> dict[str,
 SKIP_RESULT_PLACEHOLDER = "<result-json>"  # the skip command's --result: the step's outcome
 
 
+def _resume_words(run_id: str, namespace: str | None) -> list[str]:
+    """`runstream run resume <run>`, naming the namespace unless it is the default (copied
+    without it, a command acted on the default namespace's run of that id)."""
+    words = ["runstream", "run", "resume", run_id]
+    if namespace is not None and namespace != DEFAULT_NAMESPACE:
+        words += ["--namespace", namespace]
+    return words
+
+
 def resolve_commands(run_id: str, position: int | None, digest: str | None, *,
                      namespace: str | None = None) -> tuple[str, str]:
     """The `runstream run resume` commands that resolve a quarantine: retry, then skip (whose
     --result is a placeholder for the step's outcome)."""
-    words = ["runstream", "run", "resume", run_id]
-    if namespace is not None and namespace != DEFAULT_NAMESPACE:
-        words += ["--namespace", namespace]
+    words = _resume_words(run_id, namespace)
     common = ["--position", str(position), "--digest", str(digest)]
     retry = shlex.join([*words, "--resolution", "retry", *common])
     skip = shlex.join([*words, "--resolution", "skip", *common,
@@ -238,10 +245,11 @@ def waits_to_retry(run: RunState) -> bool:
             and wait.kind == RETRY_WAIT and wait.due_ms is not None)
 
 
-def retry_view(run: RunState, entries: Iterable[JournalEntry]) -> dict[str, Any] | None:
+def retry_view(run: RunState, entries: Iterable[JournalEntry], *,
+               namespace: str | None = None) -> dict[str, Any] | None:
     """A run waiting out a durable retry backoff (`entries`: its journal): which step, which
-    attempt comes next and when, the last error, and how to run it now; None for any other
-    run."""
+    attempt comes next and when, the last error, and how to run it now (`namespace`: the
+    one the command names, as resolve_commands); None for any other run."""
     wait = run.wait
     if not waits_to_retry(run) or wait is None or wait.due_ms is None:
         return None
@@ -250,7 +258,7 @@ def retry_view(run: RunState, entries: Iterable[JournalEntry]) -> dict[str, Any]
         return None
     attempt = entry.attempts + 1
     error = f"{entry.error_type}: {entry.error_message}"
-    command = shlex.join(["runstream", "run", "resume", run.run_id])
+    command = shlex.join(_resume_words(run.run_id, namespace))
     return {"step": entry.name, "position": entry.position, "next_attempt": attempt,
             "due_ms": wait.due_ms, "last_error": {"type": entry.error_type,
                                                    "message": entry.error_message},

@@ -32,8 +32,9 @@ from runstream.engine.readmodel.view import View
 from runstream.engine.timetravel.cut import SystemState, parse_instant, state_of_model
 from runstream.engine.ui import pages, run_page
 from runstream.engine.ui.dryrun_page import DryRunner, dry_run_fragment
-from runstream.engine.ui.html import error_page, esc
+from runstream.engine.ui.html import error_page, esc, input_time
 from runstream.engine.ui.queries import (
+    MAX_PAGE_SIZE,
     RunDetail,
     StateAt,
     list_runs,
@@ -124,7 +125,8 @@ async def runs_handler(request: web.Request) -> web.Response:
 
 async def runs_api(request: web.Request) -> web.Response:
     page = list_runs(await _view(request), parse_filter(dict(request.query)))
-    body: dict[str, Any] = {"runs": [run_view(run) for run in page.runs],
+    namespace = request.app[SETTINGS].namespace
+    body: dict[str, Any] = {"runs": [run_view(run, namespace=namespace) for run in page.runs],
                             "next_after": page.next_after, "scanned": page.scanned}
     if page.matched is not None:
         body["count"] = page.matched
@@ -154,16 +156,15 @@ def _record(request: web.Request, default: int | None = None) -> int:
 
 async def run_handler(request: web.Request) -> web.Response:
     run_id, model = _run_id(request), request.app[MODEL]
-    view = await _run_view(request)
+    view, settings = await _run_view(request), request.app[SETTINGS]
 
     def page_data() -> tuple[RunDetail, StateAt]:  # (one hold of the read model, not two)
-        detail = run_detail(view, run_id)
+        detail = run_detail(view, run_id, namespace=settings.namespace)
         return detail, state_at_record(view, run_id, _record(request, default=len(detail.rows)))
 
     detail, state = await model.in_thread(page_data)
-    settings = request.app[SETTINGS]
     return _html(run_page.run_page(detail, state, context=settings.context,
-                                   dry_run_app=settings.app))
+                                   dry_run_app=settings.app, namespace=settings.namespace))
 
 
 async def state_fragment_handler(request: web.Request) -> web.Response:
@@ -186,23 +187,49 @@ async def dry_run_handler(request: web.Request) -> web.Response:
     return _html(dry_run_fragment(report))
 
 
-async def _schedule_views(request: web.Request) -> list[dict[str, Any]]:
+# Schedules on one page of the schedules page (and of /api/schedules), unless ?limit= says.
+SCHEDULES_PAGE = 100
+
+
+async def _schedule_views(request: web.Request) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of the schedules, by id (`?after=<id>&limit=N`), and the id the next page
+    starts after (None: the last page). Every schedule was one row of one page."""
+    after, limit = request.query.get("after", ""), _limit(request, SCHEDULES_PAGE)
     model = request.app[MODEL]
     view = await model.catch_up()
-    found = [view.schedule(sid) for p in range(model.partitions)
-             for sid in view.schedule_ids(p)]
-    return [schedule_view(schedule_now(view, s))
-            for s in sorted((s for s in found if s is not None and s.exists),
-                            key=lambda s: s.schedule_id)]
+    ids = sorted(sid for p in range(model.partitions) for sid in view.schedule_ids(p)
+                 if sid > after)
+    page: list[dict[str, Any]] = []
+    for sid in ids:
+        schedule = view.schedule(sid)
+        if schedule is None or not schedule.exists:
+            continue
+        if len(page) == limit:
+            return page, page[-1]["schedule_id"]
+        page.append(schedule_view(schedule_now(view, schedule)))
+    return page, None
+
+
+def _limit(request: web.Request, default: int) -> int:
+    text = request.query.get("limit", "")
+    try:
+        limit = int(text) if text else default
+    except ValueError:
+        raise InvalidInput(f"limit must be a whole number, not {text!r}") from None
+    if not 1 <= limit <= MAX_PAGE_SIZE:
+        raise InvalidInput(f"limit must be 1..{MAX_PAGE_SIZE}, not {limit}")
+    return limit
 
 
 async def schedules_handler(request: web.Request) -> web.Response:
-    return _html(schedules_page(await _schedule_views(request),
+    page, next_after = await _schedule_views(request)
+    return _html(schedules_page(page, next_after, limit=request.query.get("limit"),
                                 context=request.app[SETTINGS].context))
 
 
 async def schedules_api(request: web.Request) -> web.Response:
-    return web.json_response({"schedules": await _schedule_views(request)})
+    page, next_after = await _schedule_views(request)
+    return web.json_response({"schedules": page, "next_after": next_after})
 
 
 async def _system_report(request: web.Request) -> tuple[str, SystemState | None]:
@@ -210,7 +237,9 @@ async def _system_report(request: web.Request) -> tuple[str, SystemState | None]
     if not at_text:
         return "", None
     at_ms = parse_instant(at_text)
-    return at_text, await state_of_model(request.app[MODEL], at_ms, limit=CHANGED_LIMIT)
+    # (the form's field shows it as a datetime-local value: "...Z" or an offset it drops)
+    return (input_time(at_ms),
+            await state_of_model(request.app[MODEL], at_ms, limit=CHANGED_LIMIT))
 
 
 async def system_handler(request: web.Request) -> web.Response:

@@ -51,10 +51,12 @@ def time_tag(ms: int | None) -> str:
 
 
 def input_time(ms: int | None) -> str:
-    """The value a `datetime-local` input shows for `ms` (UTC, to the second)."""
+    """The value a `datetime-local` input (step 0.001) shows for `ms`: UTC, to the
+    millisecond when it has any (cut to the second, a filter's next page listed runs
+    outside it)."""
     if ms is None:
         return ""
-    return iso_time(ms, precision="s", zone="")
+    return iso_time(ms, precision="auto", zone="")
 
 
 def short_json(value: Any, limit: int = 120) -> str:

@@ -59,9 +59,9 @@ def _filter_form(chosen: RunFilter) -> str:
   <label>Status <select name="status" id="filter-status">{"".join(options)}</select></label>
   <label>Flow <input type="text" name="flow" id="filter-flow" value="{esc(chosen.flow or "")}"
          placeholder="any flow" autocomplete="off"></label>
-  <label>Created from (UTC) <input type="datetime-local" step="1" name="from" id="filter-from"
+  <label>Created from (UTC) <input type="datetime-local" step="0.001" name="from" id="filter-from"
          value="{esc(input_time(chosen.created_from_ms))}"></label>
-  <label>to <input type="datetime-local" step="1" name="to" id="filter-to"
+  <label>to <input type="datetime-local" step="0.001" name="to" id="filter-to"
          value="{esc(input_time(chosen.created_to_ms))}"></label>
   <label class="where">Query <input type="text" name="where" id="filter-where"
          value="{esc(chosen.where or "")}" placeholder="{esc(QUERY_EXAMPLE)}"

@@ -189,8 +189,9 @@ def _refuse_expired(view: View, run_id: str, run: RunState | None) -> None:
         raise expired_error(stone)
 
 
-def run_detail(view: View, run_id: str) -> RunDetail:
-    """The run now, its history, its lineage's rounds and its children."""
+def run_detail(view: View, run_id: str, *, namespace: str | None = None) -> RunDetail:
+    """The run now, its history, its lineage's rounds and its children (`namespace`: the
+    one the commands it shows name)."""
     run = view.run(run_id)
     _refuse_expired(view, run_id, run)
     items = view.history(run_id)
@@ -199,7 +200,7 @@ def run_detail(view: View, run_id: str) -> RunDetail:
     rounds, total_rounds = _rounds(view, run)
     entries = view.entries(run_id)
     children, total_children = _children(view, entries)
-    retry = retry_view(run, entries) if waits_to_retry(run) else None
+    retry = retry_view(run, entries, namespace=namespace) if waits_to_retry(run) else None
     return RunDetail(run, history_rows(items), rounds, total_rounds, children, total_children,
                      retry, entries, update_records(items))
 
@@ -229,8 +230,16 @@ def _children(view: View, entries: tuple[JournalEntry, ...]) -> tuple[list[Relat
     """The children the run spawned (its spawn entries name them), the first MAX_CHILDREN."""
     spawned = [(entry.position, str(json.loads(entry.result_json))) for entry in entries
                if entry.kind == "spawn" and entry.result_json]
-    return ([_related(view, child_id, 0, position)
+    return ([_child(view, child_id, position)
              for position, child_id in spawned[:MAX_CHILDREN]], len(spawned))
+
+
+def _child(view: View, child_id: str, position: int) -> Related:
+    """A child as its lineage stands: its latest round (a child that handed off showed
+    round 0's `completed` while its lineage waited, failed or was cancelled)."""
+    latest = view.latest_round(child_id) or child_id
+    run = view.run(latest)
+    return _related(view, latest, 0 if run is None else run.round, position)
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,14 +24,19 @@ from runstream.engine.ui.html import (
 )
 from runstream.engine.ui.queries import MAX_TIMELINE_ROWS, Related, RunDetail, StateAt
 from runstream.engine.ui.updates_view import event_words, row_words, updates_section
+from runstream.projections.batch import BATCH_FLOW
 from runstream.projections.state import Attribute
 
+# The journal entries the time-travel panel lists, at most (the last ones: where the run is).
+MAX_JOURNAL_ROWS = 500
 
-def run_page(detail: RunDetail, state: StateAt, *, context: str, dry_run_app: str | None
-             ) -> str:
-    """The whole run page, the slider at `state.record`."""
+
+def run_page(detail: RunDetail, state: StateAt, *, context: str, dry_run_app: str | None,
+             namespace: str | None = None) -> str:
+    """The whole run page, the slider at `state.record` (`namespace`: the one the commands
+    it shows name)."""
     run = detail.run
-    view = run_view(run)
+    view = run_view(run, namespace=namespace)
     parts = [
         _header(view, run.parent_run_id),
         _summary(view),
@@ -43,7 +48,8 @@ def run_page(detail: RunDetail, state: StateAt, *, context: str, dry_run_app: st
         _related_section("Children", "children", detail.children, detail.total_children,
                          run.run_id),
         _time_travel(run.run_id, state),
-        _dry_run_section(run.run_id, dry_run_app),
+        # (a batch's handler is the engine's, in no app: its dry run is always refused)
+        _dry_run_section(run.run_id, None if run.flow == BATCH_FLOW else dry_run_app),
         _timeline(detail, state.record),
     ]
     return layout(f"Run {run.run_id}", "\n".join(p for p in parts if p), context=context,
@@ -52,8 +58,11 @@ def run_page(detail: RunDetail, state: StateAt, *, context: str, dry_run_app: st
 
 def _header(view: dict[str, Any], parent: str | None) -> str:
     up = f' · child of {run_link(parent)}' if parent else ""
+    # (a round that handed off is `completed`: its lineage went on in the next round)
+    handed = (f' <span class="handed-off">handed off to {run_link(view["handed_off_to"])}'
+              f'</span>' if view.get("handed_off_to") else "")
     return (f'<section class="run-head"><h1><span class="run-id">{esc(view["run_id"])}</span> '
-            f'{status_badge(view["status"])}</h1>'
+            f'{status_badge(view["status"])}{handed}</h1>'
             f'<p class="muted">flow <b class="flow">{esc(view["flow"])}</b> · round '
             f'{view["round"]} of lineage {run_link(view["lineage"])} · partition '
             f'{view["partition"]}{up}</p></section>')
@@ -213,10 +222,12 @@ def _wait_text(wait: dict[str, Any]) -> str:
 
 
 def _journal(entries: list[dict[str, Any]]) -> str:
+    """The journal at the slider's point: its last MAX_JOURNAL_ROWS entries (a 10,000-step
+    run's page was 3 MB, and each move of the slider 2 MB), and how many it has."""
     if not entries:
         return '<p class="muted journal-empty">No journal entries yet.</p>'
     rows = []
-    for entry in entries:
+    for entry in entries[-MAX_JOURNAL_ROWS:]:
         outcome = (short_json(entry["result_json"], 80) if entry["result_json"] is not None
                    else esc(f'{entry["error_type"]}: {entry["error_message"]}')
                    if entry["error_type"] else "")
@@ -225,7 +236,10 @@ def _journal(entries: list[dict[str, Any]]) -> str:
                     f'<td>{esc(entry["kind"])}</td><td class="entry-status">'
                     f'{esc(entry["status"])}</td><td class="num">{entry["attempts"]}</td>'
                     f'<td>{outcome}</td></tr>')
-    return ('<table class="journal"><thead><tr><th>#</th><th>step</th><th>kind</th>'
+    shown = (f'<p class="muted journal-count">the last {MAX_JOURNAL_ROWS:,} of '
+             f'{len(entries):,} entries (all of them: <code>runstream run at</code>, or this '
+             f'point\'s JSON)</p>' if len(entries) > MAX_JOURNAL_ROWS else "")
+    return (f'{shown}<table class="journal"><thead><tr><th>#</th><th>step</th><th>kind</th>'
             '<th>status</th><th>attempts</th><th>outcome</th></tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table>')
 

@@ -1,21 +1,32 @@
-"""The schedules page: every schedule of the namespace (engine.readmodel.schedule_view), its
-spec, next fires, pause and skips, and its latest runs linked to their run pages."""
+"""The schedules page: the namespace's schedules by id, a page at a time
+(engine.readmodel.schedule_view): spec, next fires, pause and skips, and the latest runs
+linked to their run pages."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from runstream.engine.ui.html import esc, layout, run_link, status_badge
+from runstream.engine.ui.html import esc, layout, run_link, status_badge, url
 
 
-def schedules_page(views: list[dict[str, Any]], *, context: str) -> str:
+def schedules_page(views: list[dict[str, Any]], next_after: str | None, *, context: str,
+                   limit: str | None = None) -> str:
+    """One page of schedules (by id); a link to the next when there are more."""
     rows = "".join(_row(view) for view in views) or (
         '<tr><td colspan="6" class="muted">no schedule: create one with '
         '<code>runstream schedule create</code></td></tr>')
     body = (f'<section><h1>Schedules</h1><table class="schedules"><thead><tr><th>schedule</th>'
             f'<th>flow</th><th>when</th><th>state</th><th>next fires</th>'
-            f'<th>latest runs</th></tr></thead><tbody>{rows}</tbody></table></section>')
+            f'<th>latest runs</th></tr></thead><tbody>{rows}</tbody></table>'
+            f'{_pager(next_after, limit)}</section>')
     return layout("Schedules", body, context=context, active="schedules")
+
+
+def _pager(next_after: str | None, limit: str | None) -> str:
+    if next_after is None:
+        return ""
+    href = url("/schedules", after=next_after, limit=limit)
+    return f'<p class="pager"><a id="next-page" href="{href}">Next page →</a></p>'
 
 
 def _row(view: dict[str, Any]) -> str:

@@ -269,7 +269,8 @@ async def test_the_run_page_shows_a_durable_retry_wait(scene: Scene, tab: Tab) -
     assert run is not None and run.wait is not None and run.wait.due_ms is not None
     assert "book-carrier" in shown and "(position 0)" in shown
     assert "ConnectionError: the carrier's API is down" in shown
-    assert "runstream run resume flaky-1" in shown
+    # (copied without it, the command acted on the default namespace's run of that id)
+    assert f"runstream run resume flaky-1 --namespace {scene.namespace}" in shown
     due = await tab.page.locator("section.retry-wait time").get_attribute("datetime")
     assert due is not None and due.startswith(iso_time(run.wait.due_ms)[:19])
     assert "2 at" in shown  # the next attempt
