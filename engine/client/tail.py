@@ -36,6 +36,7 @@ from runstream.engine.client.passed import AnswerCache, PassedRuns
 from runstream.engine.errors import ClientClosed
 from runstream.engine.journal import JournalRecord, Skimmed, decode
 from runstream.engine.journal import events as ev
+from runstream.engine.kafka.closing import stop_soon
 from runstream.engine.kafka.connection import KafkaSecurity, start_client
 from runstream.engine.kafka.reader import partition_count, reader_consumer
 from runstream.engine.kafka.unreadable import getmany_readable
@@ -132,7 +133,7 @@ class JournalTail:
             try:
                 self.partitions = await partition_count(consumer, self.topic, self.bootstrap)
             except BaseException:
-                await consumer.stop()
+                await stop_soon(consumer)
                 raise
             tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
             consumer.assign(tps)
@@ -150,9 +151,8 @@ class JournalTail:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         if self._consumer is not None:
-            await self._consumer.stop()
-        self._consumer = None
-        self._task = None
+            await stop_soon(self._consumer)
+        self._consumer, self._task = None, None
 
     async def admission(self, partition: int, from_offset: int, request_id: str,
                         run_id: str) -> JournalRecord:

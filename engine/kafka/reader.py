@@ -15,6 +15,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import TopicAuthorizationFailedError
 
 from runstream.engine.errors import AccessDenied, RunstreamError
+from runstream.engine.kafka.closing import stop_soon
 from runstream.engine.kafka.connection import (
     KafkaSecurity,
     kafka_options,
@@ -122,7 +123,7 @@ async def log_starts(bootstrap: str, topic: str, partitions: list[int], *,
         starts = await consumer.beginning_offsets(tps)
         return {tp.partition: starts[tp] for tp in tps}
     finally:
-        await consumer.stop()
+        await stop_soon(consumer)
 
 
 async def log_bounds(bootstrap: str, topic: str, *,
@@ -138,7 +139,7 @@ async def log_bounds(bootstrap: str, topic: str, *,
         ends = await consumer.end_offsets(tps)
         return {tp.partition: (starts[tp], ends[tp]) for tp in tps}
     finally:
-        await consumer.stop()
+        await stop_soon(consumer)
 
 
 async def read_partitions(
@@ -196,7 +197,7 @@ async def read_batches(
         async for batch in _drain(consumer, limits, topic, until_timestamp_ms, timeout):
             yield batch
     finally:
-        await consumer.stop()
+        await stop_soon(consumer)
 
 
 async def _drain(

@@ -24,6 +24,7 @@ from aiokafka.errors import KafkaError
 from runstream.engine.config import dead_letter_topic
 from runstream.engine.errors import RunstreamError
 from runstream.engine.journal import DecodeError, decode
+from runstream.engine.kafka.closing import stop_soon
 from runstream.engine.kafka.connection import KafkaSecurity, start_client
 from runstream.engine.kafka.reader import partition_count, reader_consumer
 from runstream.engine.kafka.unreadable import getmany_readable
@@ -63,7 +64,7 @@ async def refusal_of(bootstrap: str, namespace: str, security: KafkaSecurity | N
             log.debug("cannot read %s for the relay's refusals: %s", letters, exc)
             return None
     finally:
-        await consumer.stop()
+        await stop_soon(consumer)
 
 
 async def _first_copy(consumer: AIOKafkaConsumer, tps: list[TopicPartition], topic: str,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from runstream.engine.kafka.closing import stop_soon
 from runstream.engine.kafka.connection import KafkaSecurity, kafka_options, start_client
 from runstream.engine.kafka.reader import reader_consumer
 from runstream.projections.snapshot import (
@@ -137,7 +138,7 @@ async def list_manifests(bootstrap: str, topic: str, partition: int, *,
                 return found
             window *= 4
     finally:
-        await consumer.stop()
+        await stop_soon(consumer)
 
 
 async def _scan_manifests(consumer: AIOKafkaConsumer, tp: TopicPartition,
@@ -204,5 +205,5 @@ async def read_chunks(bootstrap: str, topic: str, manifest: Manifest, *,
                         manifest.snapshot_id, index).encode():
                     chunks[index] = message.value
     finally:
-        await consumer.stop()
+        await stop_soon(consumer)
     return chunks

@@ -20,6 +20,7 @@ from aiokafka.errors import OffsetOutOfRangeError
 from aiokafka.structs import ConsumerRecord
 
 from runstream.engine.errors import RunstreamError
+from runstream.engine.kafka.closing import stop_soon
 from runstream.engine.kafka.connection import KafkaSecurity, start_client
 from runstream.engine.kafka.reader import RawRecord, partition_count, reader_consumer
 from runstream.engine.kafka.restore import RecordsDeleted, deleted_line
@@ -55,14 +56,14 @@ class JournalSource:
             await start_client(consumer, self.bootstrap, self.security)
             self.partitions = await partition_count(consumer, self.topic, self.bootstrap)
         except BaseException:
-            await consumer.stop()  # release its sockets
+            await stop_soon(consumer)  # release its sockets
             raise
         self._consumer = consumer
         return self.partitions
 
     async def close(self) -> None:
         if self._consumer is not None:
-            await self._consumer.stop()
+            await stop_soon(self._consumer)
             self._consumer = None
 
     def _started(self) -> AIOKafkaConsumer:

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import TopicAuthorizationFailedError
+from aiokafka.protocol.admin import DeleteAclsRequest
 
 from runstream import Client, Flow
 from runstream.engine.broker import BrokerCluster, BrokerError, find_java
@@ -43,6 +44,7 @@ from runstream.engine.journal import Envelope, decode, encode
 from runstream.engine.journal import events as ev
 from runstream.engine.kafka.acl import grant_role, role_bindings
 from runstream.engine.kafka.admin import ensure_requests_topics, ensure_topics
+from runstream.engine.kafka.admin_client import admin_client
 from runstream.engine.kafka.connection import (
     ENVIRONMENT,
     KafkaSecurity,
@@ -178,6 +180,84 @@ async def test_a_worker_with_the_right_credentials_runs_a_flow_end_to_end(
     assert "Traceback" not in (tmp_path / "worker.log").read_text(errors="replace")
 
 
+async def test_a_worker_whose_write_grant_is_taken_away_stops_with_one_line(
+        secure: BrokerCluster, tmp_path: Path) -> None:
+    # (each failed produce renewed its source and claimed again at once, the new source
+    # failing the same way: four cycles a second, two log lines each, for as long as it
+    # lasted; a worker started without the grant ends with one line)
+    namespace = await _namespace(secure)
+    proc = _start_worker(secure.bootstrap, namespace, security_of(secure, "worker"), tmp_path)
+    try:
+        async with Client(bootstrap_servers=secure.bootstrap, namespace=namespace,
+                          flows=[checkout], security=security_of(secure, "admin"),
+                          read_model_dir=tmp_path / "model") as client:
+            first = await client.create_run(checkout, CheckoutIn(order_id="o-g", amount=5))
+            assert (await first.result(timeout=60)).order_id == "o-g"
+            await _take_away(secure, namespace, "User:worker", WRITE)
+            await client.create_run(checkout, CheckoutIn(order_id="o-h", amount=5))
+            code = await asyncio.to_thread(proc.wait, 60)
+    finally:
+        stop_process(proc, 20)
+    log = (tmp_path / "worker.log").read_text(errors="replace")
+    assert code != 0 and "Traceback" not in log, log
+    assert log.count("renewing and claiming") == 0, log
+    assert f"error: not authorized: the broker's ACLs do not allow User:worker this topic " \
+           f"({journal_topic(namespace)})" in log, log
+
+
+# Ten reads of a topic on uvloop (the loop workers and the CLI run on), each timed: the
+# reader's stop waited for the broker's TLS close_notify, up to uvloop's 30 s, now and then
+# (a fork, read by its source's owner this way, was answered 30 s late).
+READS_ON_UVLOOP = """
+import asyncio, sys, time
+import uvloop
+from runstream.engine.kafka.connection import KafkaSecurity
+from runstream.engine.kafka.reader import read_partitions
+async def main() -> None:
+    bootstrap, topic, user, password, ca = sys.argv[1:6]
+    security = KafkaSecurity(security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512",
+                             sasl_username=user, sasl_password=password, ssl_cafile=ca)
+    for _ in range(10):
+        began = time.monotonic()
+        async for _record in read_partitions(bootstrap, topic, security=security):
+            pass
+        print(round(time.monotonic() - began, 2), flush=True)
+uvloop.run(main())
+"""
+
+
+async def test_a_reader_over_tls_stops_at_once_on_uvloop(
+        secure: BrokerCluster, tmp_path: Path) -> None:
+    namespace = await _namespace(secure)
+    async with Client(bootstrap_servers=secure.bootstrap, namespace=namespace,
+                      flows=[checkout], security=security_of(secure, "admin"),
+                      read_model_dir=tmp_path / "model") as client:
+        for n in range(3):  # (no worker: the creates are all the journal holds)
+            await client.create_run(checkout, CheckoutIn(order_id=f"o-{n}", amount=5))
+    env = secure.client_env("admin")
+    done = await asyncio.to_thread(subprocess.run, [
+        sys.executable, "-c", READS_ON_UVLOOP, secure.bootstrap, journal_topic(namespace),
+        "admin", env["RUNSTREAM_SASL_PASSWORD"], env["RUNSTREAM_SSL_CAFILE"]],
+        capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stderr
+    took = [float(line) for line in done.stdout.split()]
+    assert len(took) == 10 and max(took) < 5, took
+
+
+WRITE = 4  # (Kafka's AclOperation)
+
+
+async def _take_away(secure: BrokerCluster, namespace: str, principal: str,
+                     operation: int) -> None:
+    """Deletes `principal`'s prefixed grants of `operation` on the namespace's topics."""
+    async with admin_client(secure.bootstrap, 30.0, security_of(secure, "admin")) as admin:
+        # (resource TOPIC, pattern PREFIXED, any host, permission ALLOW)
+        answer = await admin._send_request(DeleteAclsRequest(
+            2, f"{namespace}.", 4, principal, "*", operation, 3))
+    [deleted] = answer.to_object()["filter_responses"]
+    assert deleted["error_code"] == 0 and deleted["matching_acls"], deleted
+
+
 @pytest.mark.parametrize("case", ["wrong password", "plaintext", "unknown CA"])
 def test_refused_connections_end_with_one_clear_line(
         secure: BrokerCluster, tmp_path: Path, case: str) -> None:
@@ -276,6 +356,13 @@ async def test_under_acls_clients_reach_the_journal_only_through_the_relay_with_
             with pytest.raises(RunstreamError):
                 await declared_any.result(timeout=90)
             state = await shop.describe("refund-1")
+        # Without its authority's name, shop's requests went to the journal it may not write:
+        # aiokafka's own error came out of the Client, naming a grant no one should give.
+        async with Client(bootstrap_servers=secure.bootstrap, namespace=namespace,
+                          flows=[refund], security=security_of(secure, "shop"),
+                          read_model_dir=tmp_path / "unnamed") as unnamed:
+            with pytest.raises(AccessDenied, match="if it sends as an authority, name it"):
+                await unnamed.create_run(refund, {"amount": 1}, run_id="refund-2")
         # It declared payments.refund; the relay kept only what authority shop allows.
         assert state.ceiling == () and state.status.value == "failed"
         assert "payments.refund" in (state.error_message or "")
