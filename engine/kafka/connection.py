@@ -182,6 +182,13 @@ def access_denied(error: KafkaError, security: KafkaSecurity | None = None
     return None
 
 
+def denied_by_acls(error: BaseException | None, security: KafkaSecurity | None = None
+                   ) -> AccessDenied | None:
+    """access_denied for any failure (None: not the broker's authorization error): a
+    worker whose grant was taken away while it ran stops with it (engine.worker.claims)."""
+    return access_denied(error, security) if isinstance(error, KafkaError) else None
+
+
 async def diagnose(bootstrap: str, security: KafkaSecurity | None = None,
                    timeout: float | None = None, *, waited: float | None = None,
                    ) -> BrokerConnectionFailed:

@@ -15,10 +15,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import KafkaError
 
 from runstream.engine.config import journal_topic, relay_group, requests_topic
-from runstream.engine.errors import RunstreamError
-from runstream.engine.kafka.connection import KafkaSecurity, kafka_options, start_client
+from runstream.engine.errors import AccessDenied, RunstreamError
+from runstream.engine.kafka.connection import (
+    KafkaSecurity,
+    access_denied,
+    kafka_options,
+    start_client,
+)
 from runstream.engine.kafka.reader import TopicMissing, check_describable
 
 _TOPIC_ALREADY_EXISTS = 36
@@ -107,9 +113,28 @@ class RequestProducer:
         """Produce to the route's topic, partition `partition`; the offset there once
         acknowledged (in the journal when direct, in the requests topic when relayed)."""
         assert self._producer is not None and self.route is not None
-        meta = await self._producer.send_and_wait(
-            self.route.topic, value=value, key=key, headers=headers, partition=partition)
+        try:
+            meta = await self._producer.send_and_wait(
+                self.route.topic, value=value, key=key, headers=headers, partition=partition)
+        except KafkaError as exc:  # (the ACLs refuse: AccessDenied, as every other call)
+            denied = access_denied(exc, self.security)
+            if denied is None:
+                raise
+            raise self._denied(denied) from None
         return int(meta.offset)
+
+    def _denied(self, denied: AccessDenied) -> AccessDenied:
+        """A refused write to the journal, which a client role never writes, says how to
+        send through the namespace's relay instead (no grant would fix it)."""
+        assert self.route is not None
+        if self.route.relayed:
+            return denied
+        refused = str(denied).split("; an administrator", 1)[0]
+        return AccessDenied(
+            f"{refused}; a client principal writes requests only, to `{self.namespace}"
+            f".requests` or `{self.namespace}.requests.<authority>`, and this one sees neither: "
+            f"if it sends as an authority, name it (--authority-name NAME, "
+            f"RUNSTREAM_AUTHORITY_NAME or Client(authority_name=...))")
 
     async def stop(self) -> None:
         if self._producer is not None:

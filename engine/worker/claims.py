@@ -21,6 +21,7 @@ from aiokafka.errors import KafkaError
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.flow.context import RunReleased
 from runstream.engine.journal import events as ev
+from runstream.engine.kafka.connection import denied_by_acls
 from runstream.engine.worker.executor import decision
 from runstream.engine.worker.helper_protocols import Execution
 from runstream.engine.worker.kafka_driver import (
@@ -228,9 +229,11 @@ class Claims:
         same generation, which the reducer accepts from the assigned member). While the
         broker is down the new producer cannot start: that waits (engine.worker.connect)."""
         w = self.owner
+        failed = w.committer
+        if (denied := denied_by_acls(failed.failure, w.security)) is not None:
+            raise denied  # (a new source would fail at once, 4 times a second: stop, as at start)
         log.warning("worker %s: source %s ended; renewing and claiming %s again", w.name,
                     w.source_id[:8], sorted(w.owned))
-        failed = w.committer
         if failed.refused_run is not None:
             w.refused[failed.refused_run] = f"{type(failed.failure).__name__}: {failed.failure}"
             while len(w.refused) > MAX_REFUSED:

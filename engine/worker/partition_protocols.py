@@ -303,6 +303,10 @@ class ClaimsOwner(Protocol):
         """This worker's name: the owner its claims name, and log lines."""
 
     @property
+    def security(self) -> KafkaSecurity | None:
+        """SASL/TLS: a source refused by the ACLs is named in their terms."""
+
+    @property
     def topic(self) -> str:
         """The journal topic: the claimed partitions are sought in it."""
 
