@@ -10,19 +10,25 @@ from __future__ import annotations
 import click
 
 from runstream.engine.cli.errors import run_cli
-from runstream.engine.cli.options import apply_security, security_options
+from runstream.engine.cli.options import apply_security, security_options, use_authority
 
 
 @click.group()
 @click.version_option(package_name="runstream")
 @security_options
-def cli(**security: str | None) -> None:
+@click.option("--authority-name", default=None, metavar="NAME",
+              help="When the namespace relays requests: every command sends its requests to "
+              "<namespace>.requests.NAME (the topic a principal granted `acl grant --role "
+              "client --authority NAME` writes). [env RUNSTREAM_AUTHORITY_NAME]")
+def cli(authority_name: str | None, **security: str | None) -> None:
     """runstream: durable execution on a Kafka journal.
 
     The SASL/TLS options apply to every command's connections to the brokers (and to the
-    workers it starts); each defaults to its RUNSTREAM_* environment variable.
+    workers it starts); each defaults to its RUNSTREAM_* environment variable. So does
+    --authority-name, to every command that sends requests.
     """
     apply_security(**security)
+    use_authority(authority_name)
 
 
 def _register() -> None:

@@ -21,6 +21,7 @@ from runstream.engine.config import (
 )
 from runstream.engine.errors import InvalidInput
 from runstream.engine.flow.definition import timeout_ms
+from runstream.engine.journal.input_limits import AUTHORITY_NAME_ENV, resolve_authority_name
 from runstream.engine.kafka.connection import ENVIRONMENT, MECHANISMS, PROTOCOLS, KafkaSecurity
 from runstream.engine.readmodel.model import read_model_dir
 
@@ -123,6 +124,13 @@ def security_options(command: _Command) -> _Command:
         command = click.option(flag, field, default=None, metavar="TEXT",
                                help=f"{_SECURITY_HELP[field]} [env {variable}]")(command)
     return command
+
+
+def use_authority(name: str | None) -> None:
+    """Validate --authority-name and export it, where every client reads it."""
+    resolved = resolve_authority_name(name)
+    if resolved is not None:
+        os.environ[AUTHORITY_NAME_ENV] = resolved
 
 
 def apply_security(**given: str | None) -> KafkaSecurity:

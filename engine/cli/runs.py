@@ -27,6 +27,7 @@ from runstream.engine.cli.options import (
     positive_seconds,
     query_dir,
     seconds_or_zero,
+    use_authority,
 )
 from runstream.engine.cli.options import print_json as _print_json
 from runstream.engine.errors import InvalidAttributes
@@ -37,7 +38,6 @@ from runstream.engine.journal.input_limits import (
     check_payload,
     check_run_id,
     check_text,
-    resolve_authority_name,
 )
 from runstream.engine.readmodel import describe as views
 from runstream.engine.worker.admission import DEFAULT_CONCURRENCY
@@ -48,13 +48,6 @@ authority_name_option = click.option(
     "--authority-name", default=None, metavar="NAME",
     help="When the namespace relays requests: send them to <namespace>.requests.NAME, whose "
     f"runs are limited to authority NAME's capabilities [env {AUTHORITY_NAME_ENV}].")
-
-
-def _use_authority(name: str | None) -> None:
-    """Validate --authority-name and export it, where the client reads it."""
-    resolved = resolve_authority_name(name)
-    if resolved is not None:
-        os.environ[AUTHORITY_NAME_ENV] = resolved
 
 
 def _checked(*checks: Callable[[], object]) -> None:
@@ -95,7 +88,7 @@ def create(flow: str, payload: str, run_id: str | None, wait: bool, timeout: flo
     _checked(lambda: check_name("flow", flow),
              lambda: run_id is None or check_run_id(run_id, new=True),
              lambda: check_payload(f"the payload of flow {flow!r}", dump_json(parsed)))
-    _use_authority(authority_name)
+    use_authority(authority_name)
     out = run_async(operations.create_run(
         bootstrap=bootstrap, namespace=namespace, flow=flow, payload=parsed, run_id=run_id,
         wait=wait, timeout=timeout, run_timeout=run_timeout, attributes=values))
@@ -256,7 +249,7 @@ def signal(run_id: str, name: str, payload: str, request_id: str | None,
     parsed = _parse_payload(payload)
     _checked(lambda: check_run_id(run_id), lambda: check_name("signal", name),
              lambda: check_payload(f"the payload of signal {name!r}", dump_json(parsed)))
-    _use_authority(authority_name)
+    use_authority(authority_name)
     started = None if start_flow is None else (
         start_flow, _parse_payload(start_payload, "--start-payload"))
     out = run_async(operations.signal_run(
@@ -291,7 +284,7 @@ def update(run_id: str, name: str, payload: str, request_id: str | None, timeout
     parsed = _parse_payload(payload)
     _checked(lambda: check_run_id(run_id), lambda: check_name("update", name),
              lambda: check_payload(f"the payload of update {name!r}", dump_json(parsed)))
-    _use_authority(authority_name)
+    use_authority(authority_name)
     out = run_async(operations.update_run(
         bootstrap=bootstrap, namespace=namespace, run_id=run_id, name=name, payload=parsed,
         request_id=request_id, timeout=timeout,
@@ -317,7 +310,7 @@ def cancel(run_id: str, reason: str, as_json: bool, authority_name: str | None,
     The run is interrupted there; its finally blocks run. Fails if the run has ended.
     """
     _checked(lambda: check_run_id(run_id), lambda: check_text("--reason", reason))
-    _use_authority(authority_name)
+    use_authority(authority_name)
     out = run_async(operations.cancel_run(
         bootstrap=bootstrap, namespace=namespace, run_id=run_id, reason=reason,
         read_model_dir=query_dir(cache_dir, bootstrap, namespace)))

@@ -108,9 +108,13 @@ async def check_describable(client: Any, topic: str) -> None:
         return
     found = await named_topic(lambda request: client.send(node, request), topic)
     if found["error_code"] == TopicAuthorizationFailedError.errno:
+        # (the dead letters hold every authority's refused requests: no client role reads
+        # them, and "grant it" sent the operator looking for a grant that does not exist)
+        grant = ("only the worker role (`runstream acl grant --role worker`) and the "
+                 "administrator read it" if topic.endswith(".dead-letter") else
+                 "an administrator can grant it with `runstream acl grant`")
         raise AccessDenied(f"not authorized: the broker's ACLs do not allow this principal "
-                           f"to describe {topic!r}; an administrator can grant it with "
-                           f"`runstream acl grant`")
+                           f"to describe {topic!r}; {grant}")
 
 
 async def log_starts(bootstrap: str, topic: str, partitions: list[int], *,

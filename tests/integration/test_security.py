@@ -363,6 +363,18 @@ async def test_under_acls_clients_reach_the_journal_only_through_the_relay_with_
                           read_model_dir=tmp_path / "unnamed") as unnamed:
             with pytest.raises(AccessDenied, match="if it sends as an authority, name it"):
                 await unnamed.create_run(refund, {"amount": 1}, run_id="refund-2")
+        # Every command takes the authority's name before its own (a schedule's, a
+        # signal's, a fork's had only the variable).
+        named = await asyncio.to_thread(_cli, [
+            "--authority-name", "shop", "schedule", "create", "refunds", "refund", "--every",
+            "1h", "--payload", '{"amount": 1}', "--bootstrap", secure.bootstrap,
+            "--namespace", namespace],
+            secure.client_env("shop"))
+        assert named.returncode == 0, named.stderr
+        # (the dead letters hold every authority's refused requests: no client role reads them)
+        with pytest.raises(AccessDenied, match="only the worker role"):
+            await list_dead_letters(bootstrap=secure.bootstrap, namespace=namespace,
+                                    security=security_of(secure, "client"))
         # It declared payments.refund; the relay kept only what authority shop allows.
         assert state.ceiling == () and state.status.value == "failed"
         assert "payments.refund" in (state.error_message or "")
