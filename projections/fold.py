@@ -184,8 +184,12 @@ async def _fold(store: ProjectionStore, batches: AsyncIterable[Sequence[FoldRow]
                       {p.partition: store.running_hash(p.partition) for p in states})
 
 
+# Differences a comparison stops at: more may follow (a report says "N+").
+DIFFERENCES_KEPT = 20
+
+
 def compare_items(live: Iterable[tuple[bytes, bytes]], rebuilt: Iterable[tuple[bytes, bytes]],
-                  limit: int = 20) -> tuple[int, list[Difference]]:
+                  limit: int = DIFFERENCES_KEPT) -> tuple[int, list[Difference]]:
     """Two byte-ordered streams of (key, value) merged in one pass: (keys of `live`, the
     first `limit` differences). Memory: the differences only."""
     differences: list[Difference] = []

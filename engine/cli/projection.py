@@ -19,7 +19,7 @@ from runstream.engine.cli.options import (
 )
 from runstream.engine.ops import verify as integrity
 from runstream.engine.ops import verify_snapshots as snapshot_checks
-from runstream.projections.fold import RebuildReport
+from runstream.projections.fold import DIFFERENCES_KEPT, RebuildReport
 
 # Seconds between two progress lines when stderr is not a terminal (a log, CI).
 QUIET_EVERY = 10.0
@@ -84,10 +84,18 @@ def rebuild(data_dir: Path, verify_only: bool, as_json: bool, bootstrap: str | N
     progress.finish()
     if as_json:
         print_json(_rebuild_json(report, replaced=not verify_only))
-        return
+    else:
+        _print_rebuild(report)
+    if verify_only and report.differences:
+        sys.exit(1)  # (as `projection verify`: a script learns it from the exit status)
+
+
+def _print_rebuild(report: RebuildReport) -> None:
     click.echo(f"replayed {report.records} records of partitions {sorted(report.partitions)}")
     if report.differences:
-        click.echo(f"differs from the live projection in {len(report.differences)}+ keys:")
+        more = "+" if len(report.differences) >= DIFFERENCES_KEPT else ""
+        click.echo(f"differs from the live projection in {len(report.differences)}{more} "
+                   f"keys:")
         for diff in report.differences[:5]:
             click.echo(f"  {diff.key!r}")
     else:
@@ -100,6 +108,8 @@ def _rebuild_json(report: RebuildReport, *, replaced: bool) -> dict[str, Any]:
             "partitions": {str(p): o for p, o in sorted(report.partitions.items())},
             "compared_keys": report.compared_keys, "identical": not report.differences,
             "differences": len(report.differences),
+            # (a comparison stops at DIFFERENCES_KEPT: more may differ)
+            "differences_capped": len(report.differences) >= DIFFERENCES_KEPT,
             "differing_keys": [d.key.hex() for d in report.differences[:100]]}
 
 

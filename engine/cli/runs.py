@@ -325,7 +325,7 @@ def cancel(run_id: str, reason: str, as_json: bool, authority_name: str | None,
 @click.option("--resolution", metavar="retry|skip", default=None,
               help="Resolve a quarantine: retry runs the step again, skip records --result "
               "as its outcome.")
-@click.option("--position", type=int, default=None,
+@click.option("--position", type=click.IntRange(0, 2**31 - 1), default=None,
               help="The quarantined step's position (`run status` shows it).")
 @click.option("--digest", default=None,
               help="The quarantined step's digest (`run status` shows it).")

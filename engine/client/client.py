@@ -43,9 +43,9 @@ from runstream.engine.flow.definition import Flow, dump_json
 from runstream.engine.journal import Envelope, JournalRecord, decode
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import (
-    MAX_NAME_CHARS,
     check_name,
     check_payload,
+    check_request_id,
     check_run_id,
     check_text,
     encode_request,
@@ -223,7 +223,7 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
         check_run_id(run_id)
         check_name("signal", name)
         if request_id is not None:
-            check_text("a request id", request_id, MAX_NAME_CHARS)
+            check_request_id(request_id)
         payload_json = check_payload(f"the payload of signal {name!r}", dump_json(payload))
         answer = await self._request(ev.RunSignalSent(
             envelope=_envelope(ev.RunSignalSent.TYPE, run_id, request_id), name=name,

@@ -17,11 +17,10 @@ from runstream.engine.flow.definition import Flow, dump_json, timeout_ms
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import (
-    MAX_NAME_CHARS,
     check_name,
     check_payload,
+    check_request_id,
     check_run_id,
-    check_text,
 )
 from runstream.engine.journal.records import is_round, request_envelope
 from runstream.engine.kafka.requests_topic import RequestProducer
@@ -132,7 +131,7 @@ class StartCalls:
         self._new_run_id(run_id)
         check_name("signal", signal)
         if request_id is not None:
-            check_text("a request id", request_id, MAX_NAME_CHARS)
+            check_request_id(request_id)
         start = self._create_fields(flow, payload, run_timeout, attributes)
         signal_json = check_payload(f"the payload of signal {signal!r}", dump_json(signal_payload))
         request_id = request_id or uuid.uuid4().hex

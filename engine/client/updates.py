@@ -18,11 +18,10 @@ from runstream.engine.flow.definition import dump_json
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import (
-    MAX_NAME_CHARS,
     check_name,
     check_payload,
+    check_request_id,
     check_run_id,
-    check_text,
 )
 from runstream.engine.journal.records import request_envelope
 from runstream.engine.readmodel.lookups import expired_error
@@ -64,7 +63,7 @@ class UpdateRequests:
         check_run_id(run_id)
         check_name("update", name)
         if request_id is not None:
-            check_text("a request id", request_id, MAX_NAME_CHARS)
+            check_request_id(request_id)
         payload_json = check_payload(f"the payload of update {name!r}", dump_json(payload))
         repeat, request_id = request_id is not None, request_id or uuid.uuid4().hex
         answer = await self._request(ev.RunUpdateRequested(

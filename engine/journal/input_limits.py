@@ -144,6 +144,16 @@ def check_text(what: str, text: str, limit: int = MAX_TEXT_CHARS) -> str:
     return text
 
 
+def check_request_id(request_id: str) -> str:
+    """A request id a caller chose: check_text's, and not empty (an empty one stood for no
+    id at all: each send got a random one, and a retry the caller meant to dedupe applied
+    twice)."""
+    check_text("a request id", request_id, MAX_NAME_CHARS)
+    if not request_id.strip():
+        raise InvalidInput("a request id must not be empty (leave it out for a new one)")
+    return request_id
+
+
 def encode_request(record: JournalRecord, key: bytes,
                    extra_headers: list[tuple[str, bytes]] | None = None,
                    ) -> tuple[bytes, list[tuple[str, bytes]]]:

@@ -10,11 +10,10 @@ from typing import Any
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import (
-    MAX_NAME_CHARS,
     check_name,
     check_payload,
+    check_request_id,
     check_run_id,
-    check_text,
 )
 
 # A request's fields that name something (their kind, for the message) and carry a payload.
@@ -29,7 +28,7 @@ def check_request(cls: type[JournalRecord], run_id: str, body: dict[str, Any],
     limit), as the Client raises them."""
     check_run_id(run_id, new=cls in _NEW_RUNS)
     if request_id is not None:
-        check_text("a request id", request_id, MAX_NAME_CHARS)
+        check_request_id(request_id)
     for field, kind in _NAMES.items():
         value = body.get(field)
         if value is not None:

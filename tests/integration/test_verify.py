@@ -157,6 +157,16 @@ async def test_verify_a_workers_data_dir_while_it_runs_and_after(
                                "--namespace", namespace)
     assert code == 0 and "identical to the live projection" in out, err
     assert err.strip().splitlines()[-1].startswith("rebuild") and "records/s" in err
+    # A projection changed by hand: --verify-only says so, and exits 1 as verify does (it
+    # exited 0, a script learned nothing).
+    alter(data_dir / "projection", "o3", result_json='{"edited": true}')
+    code, out, err = await cli("projection", "rebuild", "--data-dir", str(data_dir),
+                               "--verify-only", "--json", "--bootstrap", bootstrap,
+                               "--namespace", namespace)
+    assert code == 1, err
+    report = json.loads(out)
+    assert (report["identical"], report["differences"], report["differences_capped"]) \
+        == (False, 1, False)
 
 
 async def test_the_fencing_index_answers_through_a_secondarys_overlay(

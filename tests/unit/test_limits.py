@@ -373,3 +373,33 @@ async def test_a_restricted_client_is_told_at_once_it_may_not_take_a_fire_id() -
             await client.signal_with_start("f", None, run_id=fire_id, signal="go")
     finally:
         await client.close()
+
+
+async def test_an_empty_request_id_is_refused_by_the_client_and_the_env() -> None:
+    # (an empty id stood for none: each send got a random one, and a retry the caller meant
+    # to be deduplicated was applied twice)
+    from runstream import Client
+    from runstream.testing import TestEnvironment
+
+    client = Client(bootstrap_servers="127.0.0.1:1", namespace="ns")
+    try:  # (refused before anything connects: nothing listens there)
+        with pytest.raises(InvalidInput, match="request id must not be empty"):
+            await client.signal("r1", "go", 1, request_id="")
+        with pytest.raises(InvalidInput, match="request id must not be empty"):
+            await client.update("r1", "u", 1, request_id=" ")
+        with pytest.raises(InvalidInput, match="request id must not be empty"):
+            await client.signal_with_start("f", None, run_id="r1", signal="go", request_id="")
+    finally:
+        await client.close()
+    from runstream import Flow, FlowContext
+
+    waiter: Flow[None, object] = Flow("empty-id-waiter")
+
+    @waiter.handler
+    async def _wait(ctx: FlowContext, payload: None) -> object:
+        return await ctx.wait_for("go")
+
+    async with TestEnvironment([waiter]) as env:
+        await env.start(waiter, None, run_id="r1")
+        with pytest.raises(InvalidInput, match="request id must not be empty"):
+            await env.signal("r1", "go", 1, request_id="")
