@@ -183,6 +183,7 @@ def _spec(given: dict[str, Any], base: ScheduleSpec | None) -> ScheduleSpec:
         raise SpecInvalid("give a schedule cron or every, not both")
     if "cron" in given and given["cron"] is not None:
         fields["every_ms"] = None
+        fields["offset_ms"] = 0  # (an every's offset does not carry over to a cron)
     elif "every_ms" in given and given["every_ms"] is not None:
         fields["cron"] = None
     if fields.get("ceiling") is not None:
@@ -192,6 +193,10 @@ def _spec(given: dict[str, Any], base: ScheduleSpec | None) -> ScheduleSpec:
     spec = ScheduleSpec(**fields)
     if (spec.cron is None) == (spec.every_ms is None):
         raise SpecInvalid("a schedule needs exactly one of cron and every")
+    if spec.cron is not None and given.get("offset_ms"):
+        # (an offset shifts an interval's instants; a cron's showed it and fired without it)
+        raise SpecInvalid("an offset goes with every, not with cron (a cron names its own "
+                          "instants: write them into it)")
     if spec.every_ms is not None and spec.every_ms <= 0:
         raise SpecInvalid(f"every must be more than 0, not {spec.every_ms} ms")
     if spec.cron is not None:

@@ -58,6 +58,9 @@ def spec_fields(flow: Flow[Any, Any] | str | None = None, payload: Any = NOT_GIV
     NOT_GIVEN: an update keeps the payload, whatever else it changes)."""
     if cron is not None and every is not None:
         raise InvalidInput("give a schedule cron or every, not both")
+    if cron is not None and offset is not None and _ms(offset, "offset"):
+        raise InvalidInput("an offset goes with every, not with cron (a cron names its own "
+                           "instants: write them into it)")
     if overlap is not None and overlap not in OVERLAPS:
         raise InvalidInput(f"overlap must be one of {', '.join(OVERLAPS)}, not {overlap!r}")
     fields: dict[str, Any] = {

@@ -35,7 +35,7 @@ def schedule_view(schedule: ScheduleState) -> dict[str, Any]:
     assert spec is not None
     when = (f"cron {spec.cron!r} in {spec.timezone}" if spec.cron is not None
             else f"every {(spec.every_ms or 0) / 1000:g} s")
-    if spec.offset_ms:
+    if spec.offset_ms and spec.every_ms is not None:  # (a cron fires without one)
         when += f", offset {spec.offset_ms / 1000:g} s"
     runs = []
     for fired in reversed(schedule.recent):

@@ -183,3 +183,18 @@ async def test_the_owner_refuses_a_payload_its_flow_refuses() -> None:
             await env.update_schedule("t", payload={"order_id": 5})
         await env.update_schedule("t", every=60)  # (its payload is not judged again)
         assert json.loads(env.describe_schedule("t").spec.payload_json) == {"order_id": "a"}
+
+
+async def test_an_offset_goes_with_every_and_not_with_cron() -> None:
+    # (a cron schedule took --offset, showed it, and fired without it)
+    async with TestEnvironment([tock], start=START) as env:
+        with pytest.raises(InvalidInput, match="an offset goes with every, not with cron"):
+            await env.create_schedule("c", tock, cron="0 * * * *", offset=600)
+        await env.create_schedule("c", tock, cron="0 * * * *")
+        with pytest.raises(ScheduleRejected, match="an offset goes with every, not with cron"):
+            await env.update_schedule("c", offset=300)  # (the owner's: the client sees no cron)
+        await env.create_schedule("e", tock, every=3600, offset=600)
+        await env.update_schedule("e", cron="0 * * * *")  # (the every's offset goes with it)
+        switched = env.describe_schedule("e")
+        assert switched.spec is not None and switched.spec.offset_ms == 0
+        assert switched.next_fire_ms is not None and switched.next_fire_ms % 3_600_000 == 0
