@@ -10,12 +10,20 @@ from typing import Any
 
 from runstream.engine.client.batches import BatchHandle
 from runstream.engine.client.client import Client
+from runstream.engine.errors import ResultTimeout, RunstreamError
 from runstream.projections.batch import BatchProgress
 
 POLL_S = 0.5
+# A batch's run not admitted within this has no worker to carry it out: said in one line,
+# where the command printed "matched 0+" twice a second for an hour.
+START_WAIT_S = 30.0
 COUNT_PAGE = 1000  # runs read a page while counting a confirmation's matches
 
 Progress = Callable[[BatchProgress], None]
+
+
+class BatchNotStarted(RunstreamError):
+    """No worker admitted the batch's run in time (it stays in the journal)."""
 
 
 async def count_matches(*, bootstrap: str | None, namespace: str | None, where: str) -> int:
@@ -56,6 +64,14 @@ async def batch_runs(*, bootstrap: str | None, namespace: str | None, operation:
 
 async def _followed(handle: BatchHandle, timeout: float, on_progress: Progress | None
                     ) -> dict[str, Any]:
+    waited = min(timeout, START_WAIT_S)
+    try:
+        await handle.run.admitted(timeout=waited)
+    except ResultTimeout:
+        raise BatchNotStarted(
+            f"batch {handle.batch_id} was not started within {waited:g}s: it is in the "
+            f"journal (run {handle.run_id}) and is carried out when a worker runs (is one "
+            f"up?); --batch-id {handle.batch_id} follows it again, sending nothing") from None
     result = asyncio.ensure_future(handle.result(timeout=timeout))
     deadline = time.monotonic() + timeout
     try:

@@ -16,6 +16,7 @@ from runstream.engine.cli.options import (
     bootstrap_option,
     cache_dir_option,
     namespace_option,
+    positive_seconds,
     query_dir,
 )
 from runstream.engine.cli.options import print_json as _print_json
@@ -94,6 +95,9 @@ def _batch_options(command: Any) -> Any:
         click.option("--batch-id", default=None, metavar="ID",
                      help="Name the batch; the same id again attaches to it (nothing is "
                      "matched or sent again)."),
+        click.option("--timeout", type=float, callback=positive_seconds, default=3600.0,
+                     show_default=True, help="Seconds to follow the batch to its report (a "
+                     "batch no worker starts within 30 s ends the command at once)."),
         click.option("--json", "as_json", is_flag=True),
         bootstrap_option, namespace_option)):
         command = option(command)
@@ -129,7 +133,8 @@ def resume_where(**batch: Any) -> None:
 
 
 def _batch(operation: str, *, where: str, dry_run: bool, yes: bool, batch_id: str | None,
-           as_json: bool, bootstrap: str | None, namespace: str | None, **fields: Any) -> None:
+           timeout: float, as_json: bool, bootstrap: str | None, namespace: str | None,
+           **fields: Any) -> None:
     # Its inputs checked before a confirmation is asked: asked to confirm a blank query,
     # the operator was asked about every run of the namespace, and then told it was refused.
     ready(asked(operation, where, batch_id=batch_id, dry_run=dry_run, **fields))
@@ -148,7 +153,8 @@ def _batch(operation: str, *, where: str, dry_run: bool, yes: bool, batch_id: st
                       err=True)
     report = run_async(batch_operations.batch_runs(
         bootstrap=bootstrap, namespace=namespace, operation=operation, where=where,
-        batch_id=batch_id, dry_run=dry_run, on_progress=None if as_json else _show, **fields))
+        batch_id=batch_id, dry_run=dry_run, timeout=timeout,
+        on_progress=None if as_json else _show, **fields))
     if as_json:
         _print_json(report)
         return

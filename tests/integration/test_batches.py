@@ -19,7 +19,7 @@ from runstream.engine.journal import events as ev
 from runstream.engine.worker.batch import WorkerBatchIO
 from runstream.projections.batch import BatchSpec, batch_run_id
 from tests.integration.support import fold, running_worker, status_when, until
-from tests.integration.test_cli import cli
+from tests.integration.test_cli import cli, one_line_error
 from tests.integration.test_lifetime import plain_request, produce_plain
 
 parked: Flow[Any, Any] = Flow("batch-parked")
@@ -301,3 +301,23 @@ async def test_a_chunks_request_to_a_run_gone_since_its_match_is_answered_at_onc
         assert (sent["done"], sent["refused"]) == (1, [("gone-since-its-match",
                                                         "no such run")]), sent
         await status_when(client, live, RunStatus.cancelled)
+
+
+async def test_a_batch_no_worker_starts_ends_the_command_in_one_line(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    # (no worker up: it printed "matched 0+" twice a second for an hour, and with --json
+    # nothing at all)
+    began = time.monotonic()
+    alone = await cli("runs", "cancel", "--where", "team = 't1'", "--yes", "--batch-id",
+                      "nw1", "--timeout", "3", "--json", bootstrap=bootstrap,
+                      namespace=namespace, cache=tmp_path / "c")
+    assert time.monotonic() - began < 60
+    line = one_line_error(alone)
+    assert "batch nw1 was not started within 3s" in line and "is one up?" in line, line
+    async with running_worker(bootstrap, namespace, tmp_path / "w", flows):
+        again = await cli("runs", "cancel", "--where", "team = 't1'", "--batch-id", "nw1",
+                          "--json", bootstrap=bootstrap, namespace=namespace,
+                          cache=tmp_path / "c")
+    assert again.code == 0, again.err
+    assert json.loads(again.out)["matched"] == 0
