@@ -86,12 +86,16 @@ class RunExpired(RunNotFound):
 
 class ResultTimeout(RunstreamError, TimeoutError):
     """An answer a client waited for did not come in time: a run's settlement, by default
-    (`waited_for`: what else did not happen; `subject`: what it is about, if not the run)."""
+    (`waited_for`: what else did not happen; `subject`: what it is about, if not the run;
+    `note`: what the caller should know, e.g. that the request stands)."""
 
     def __init__(self, run_id: str, timeout: float, status: str = "", *,
-                 waited_for: str = "did not settle", subject: str | None = None) -> None:
+                 waited_for: str = "did not settle", subject: str | None = None,
+                 note: str = "") -> None:
         seen = f" (last seen: {status})" if status else ""
-        super().__init__(f"{subject or f'run {run_id}'} {waited_for} within {timeout:g}s{seen}")
+        more = f"; {note}" if note else ""
+        super().__init__(
+            f"{subject or f'run {run_id}'} {waited_for} within {timeout:g}s{seen}{more}")
         self.run_id = run_id
 
 

@@ -138,9 +138,12 @@ class ScheduleCalls:
                 self._tail.admission(placed.partition, offset, request_id, ""),
                 ANSWER_TIMEOUT_S)
         except TimeoutError:
+            # (the change stands: a caller who sent it again, told only of an error, had
+            # it applied twice once a worker came, a trigger firing twice)
             raise ResultTimeout(schedule_id, ANSWER_TIMEOUT_S, subject=f"schedule {schedule_id}",
-                                waited_for=f"had no answer to its {action} (is a worker up?)"
-                                ) from None
+                                waited_for=f"had no answer to its {action} (is a worker up?)",
+                                note=f"the {action} is in the journal and applies when a "
+                                "worker runs: do not send it again") from None
         if isinstance(answer, ev.ScheduleChangeRejected):
             raise ScheduleRejected(schedule_id, action, answer.reason)
         return answer

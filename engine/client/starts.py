@@ -12,7 +12,7 @@ from typing import Any
 
 from runstream.engine.client.handle import RunHandle
 from runstream.engine.config import Duration
-from runstream.engine.errors import CapabilityRefused, InvalidInput, SignalRefused
+from runstream.engine.errors import CapabilityRefused, InvalidInput, ResultTimeout, SignalRefused
 from runstream.engine.flow.definition import Flow, dump_json, timeout_ms
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
@@ -162,15 +162,15 @@ class StartCalls:
                                flow=flow_name if run is None else run.flow,
                                partition=partition, request_offset=first,
                                request_id=request_id)
-            await handle.admitted(timeout=ADMISSION_TIMEOUT_S)  # (CreateRejected)
+            await _admitted(handle, request_id)  # (CreateRejected)
             return handle
         assert run is not None
         if not run.admitted and run.fork is None and run.request_id is not None:
             # The run holding the signal waits for its own create's answer: wait for it too
             # (rejected, the run and the signal are gone: CreateRejected, never silence).
-            await RunHandle(client, run_id=run.run_id, flow=run.flow, partition=partition,
-                            request_offset=run.request_offset,
-                            request_id=run.request_id).admitted(timeout=ADMISSION_TIMEOUT_S)
+            await _admitted(RunHandle(client, run_id=run.run_id, flow=run.flow,
+                                      partition=partition, request_offset=run.request_offset,
+                                      request_id=run.request_id), request_id)
         # An admitted run (round 0, not a fork): its creation is known, so its handle waits
         # for the settlement alone, and a run that leaves nothing behind meanwhile says so
         # (engine.client.answers.raise_if_forgotten) where waiting for its creation from
@@ -179,3 +179,16 @@ class StartCalls:
         return RunHandle(client, run_id=run.run_id, flow=run.flow, partition=partition,
                          request_offset=offset, request_id=None,
                          _from_offset=run.request_offset if known else None, _existed=known)
+
+
+async def _admitted(handle: RunHandle, request_id: str) -> None:
+    """The run holding a signal-with-start's signal admitted; not in time, ResultTimeout
+    saying the request stands (told only of an error, a caller sent it again, and its
+    signal was delivered twice once a worker came)."""
+    try:
+        await handle.admitted(timeout=ADMISSION_TIMEOUT_S)
+    except ResultTimeout:
+        raise ResultTimeout(
+            handle.run_id, ADMISSION_TIMEOUT_S, waited_for="was not admitted (is a worker up?)",
+            note="the signal-with-start is in the journal and applies when a worker runs: "
+                 f"send it again only under its request id {request_id!r}") from None
