@@ -126,6 +126,18 @@ def security_options(command: _Command) -> _Command:
     return command
 
 
+def json_option(text: str, option: str = "--payload") -> Any:
+    """An option's JSON text parsed, or one line saying what is wrong with it (a document
+    nested too deeply said RecursionError and Python's words, for some options)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"{option} is not valid JSON ({exc.msg} at column {exc.colno})"
+                           ) from None
+    except RecursionError:
+        raise InvalidInput(f"{option} is nested too deeply") from None
+
+
 def use_authority(name: str | None) -> None:
     """Validate --authority-name and export it, where every client reads it."""
     resolved = resolve_authority_name(name)

@@ -10,11 +10,11 @@ from typing import Any
 import click
 
 from runstream.engine.cli import batch_operations, operations
-from runstream.engine.cli.errors import UserError
 from runstream.engine.cli.eventloop import run_async
 from runstream.engine.cli.options import (
     bootstrap_option,
     cache_dir_option,
+    json_option,
     namespace_option,
     positive_seconds,
     query_dir,
@@ -118,11 +118,7 @@ def cancel_where(reason: str, **batch: Any) -> None:
 @_batch_options
 def signal_where(name: str, payload: str, **batch: Any) -> None:
     """Send signal NAME to every run a query matches, as a batch."""
-    try:
-        parsed = json.loads(payload)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"--payload is not valid JSON ({exc.msg})") from None
-    _batch("signal", signal=name, payload=parsed, **batch)
+    _batch("signal", signal=name, payload=json_option(payload), **batch)
 
 
 @runs.command("resume")

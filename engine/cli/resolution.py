@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
+from runstream.engine.cli.options import json_option
 from runstream.engine.errors import InvalidInput
 
 
@@ -46,9 +46,4 @@ def parse_resolution(resolution: str | None, position: int | None, digest: str |
     if result_json is None:
         raise InvalidInput("--resolution skip needs --result: the step's outcome as JSON, "
                            "recorded as if the step had returned it")
-    try:
-        result = json.loads(result_json)
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(f"--result is not valid JSON ({exc.msg} at column {exc.colno})"
-                           ) from None
-    return Resolution("skip", position, digest, result)
+    return Resolution("skip", position, digest, json_option(result_json, "--result"))

@@ -21,6 +21,7 @@ from runstream.engine.cli.options import (
     bootstrap_option,
     cache_dir_option,
     duration,
+    json_option,
     log_level,
     namespace_option,
     positive_duration,
@@ -83,7 +84,7 @@ def create(flow: str, payload: str, run_id: str | None, wait: bool, timeout: flo
            authority_name: str | None, bootstrap: str | None, namespace: str | None) -> None:
     """Create a run of FLOW; print its id, partition and offset (with --wait, its result)
     as JSON."""
-    parsed = _parse_payload(payload)
+    parsed = json_option(payload)
     values = _parse_attributes(attributes)
     _checked(lambda: check_name("flow", flow),
              lambda: run_id is None or check_run_id(run_id, new=True),
@@ -115,15 +116,6 @@ def _parse_attributes(text: str | None) -> dict[str, Any] | None:
     except InvalidAttributes as exc:
         raise UserError(f"--attributes: {exc}") from None
     return values
-
-
-def _parse_payload(payload: str, option: str = "--payload") -> Any:
-    try:
-        return json.loads(payload)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{option} is not valid JSON ({exc.msg} at column {exc.colno})") from None
-    except RecursionError:
-        raise UserError(f"{option} is nested too deeply") from None
 
 
 @run.command("status")
@@ -246,12 +238,12 @@ def signal(run_id: str, name: str, payload: str, request_id: str | None,
 
     Fails, delivering nothing, if the run has ended or holds the most signals it keeps.
     """
-    parsed = _parse_payload(payload)
+    parsed = json_option(payload)
     _checked(lambda: check_run_id(run_id), lambda: check_name("signal", name),
              lambda: check_payload(f"the payload of signal {name!r}", dump_json(parsed)))
     use_authority(authority_name)
     started = None if start_flow is None else (
-        start_flow, _parse_payload(start_payload, "--start-payload"))
+        start_flow, json_option(start_payload, "--start-payload"))
     out = run_async(operations.signal_run(
         bootstrap=bootstrap, namespace=namespace, run_id=run_id, name=name, payload=parsed,
         request_id=request_id, read_model_dir=query_dir(cache_dir, bootstrap, namespace),
@@ -281,7 +273,7 @@ def update(run_id: str, name: str, payload: str, request_id: str | None, timeout
            namespace: str | None, cache_dir: Path | None) -> None:
     """Ask a run for update NAME and print the handler's reply (an error when it is
     rejected or refused)."""
-    parsed = _parse_payload(payload)
+    parsed = json_option(payload)
     _checked(lambda: check_run_id(run_id), lambda: check_name("update", name),
              lambda: check_payload(f"the payload of update {name!r}", dump_json(parsed)))
     use_authority(authority_name)

@@ -4,7 +4,6 @@ and backfill a schedule, and read its history. Each command is one application f
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
@@ -14,6 +13,7 @@ from runstream.engine.cli.eventloop import run_async
 from runstream.engine.cli.options import (
     bootstrap_option,
     duration,
+    json_option,
     namespace_option,
     positive_duration,
     print_json,
@@ -82,11 +82,7 @@ def history_of_schedule(bootstrap: str | None, namespace: str | None, schedule_i
 
 
 def _payload(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"--payload is not valid JSON ({exc.msg} at column {exc.colno})"
-                        ) from None
+    return json_option(text)
 
 
 def _echo(out: Any, as_json: bool) -> None:
@@ -224,7 +220,11 @@ def describe(schedule_id: str, as_json: bool, bootstrap: str | None,
 @_common
 def list_(as_json: bool, bootstrap: str | None, namespace: str | None) -> None:
     """Every schedule of the namespace."""
-    _echo(list_schedules(bootstrap, namespace), as_json)
+    found = list_schedules(bootstrap, namespace)
+    if not found and not as_json:  # (it printed nothing at all)
+        click.echo("no schedule: create one with `runstream schedule create`")
+        return
+    _echo(found, as_json)
 
 
 @schedule.command("history")

@@ -92,13 +92,14 @@ def check_run_id(run_id: str, *, new: bool = False) -> str:
 
 def check_name(kind: str, name: str) -> str:
     """A flow or signal name (`kind` says which, for the message), or NameInvalid."""
+    label = kind if kind.endswith(" id") else f"{kind} name"  # ("schedule id name" read odd)
     if not isinstance(name, str) or not name:
-        raise NameInvalid(f"a {kind} name must be a non-empty string")
+        raise NameInvalid(f"a {label} must be a non-empty string")
     if len(name) > MAX_NAME_CHARS:
-        raise NameInvalid(f"{kind} name {shown(name)} is {len(name)} characters, over the "
+        raise NameInvalid(f"{label} {shown(name)} is {len(name)} characters, over the "
                           f"{MAX_NAME_CHARS} allowed")
     if not _NAME.fullmatch(name):
-        raise NameInvalid(f"{kind} name {shown(name)} has {_bad_chars(name, _NAME)}: use "
+        raise NameInvalid(f"{label} {shown(name)} has {_bad_chars(name, _NAME)}: use "
                           f"only letters, digits and . _ : -")
     return name
 

@@ -164,12 +164,9 @@ SKIP_RESULT_PLACEHOLDER = "<result-json>"  # the skip command's --result: the st
 
 
 def _resume_words(run_id: str, namespace: str | None) -> list[str]:
-    """`runstream run resume <run>`, naming the namespace unless it is the default (copied
-    without it, a command acted on the default namespace's run of that id)."""
-    words = ["runstream", "run", "resume", run_id]
-    if namespace is not None and namespace != DEFAULT_NAMESPACE:
-        words += ["--namespace", namespace]
-    return words
+    """`runstream run resume <run>`, naming the namespace unless it is the default."""
+    named = [] if namespace in (None, DEFAULT_NAMESPACE) else ["--namespace", str(namespace)]
+    return ["runstream", "run", "resume", run_id, *named]
 
 
 def resolve_commands(run_id: str, position: int | None, digest: str | None, *,
@@ -248,13 +245,11 @@ def waits_to_retry(run: RunState) -> bool:
 def retry_view(run: RunState, entries: Iterable[JournalEntry], *,
                namespace: str | None = None) -> dict[str, Any] | None:
     """A run waiting out a durable retry backoff (`entries`: its journal): which step, which
-    attempt comes next and when, the last error, and how to run it now (`namespace`: the
-    one the command names, as resolve_commands); None for any other run."""
+    attempt comes next and when, the last error, and how to run it now; None otherwise."""
     wait = run.wait
     if not waits_to_retry(run) or wait is None or wait.due_ms is None:
         return None
-    entry = next((e for e in entries if e.position == wait.position), None)
-    if entry is None:
+    if (entry := next((e for e in entries if e.position == wait.position), None)) is None:
         return None
     attempt = entry.attempts + 1
     error = f"{entry.error_type}: {entry.error_message}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -32,8 +33,12 @@ async def serve_ui(*, bootstrap: str | None, namespace: str | None, host: str, p
         try:
             await site.start()
         except OSError as exc:
-            raise PortInUse(f"cannot listen on {host}:{port} ({exc.strerror}); pick another "
-                            f"--port") from None
+            # (a host that does not resolve, or is not this machine's, was told to pick
+            # another port)
+            which = ("pick another --port" if exc.errno == errno.EADDRINUSE else
+                     "check --host: an address of this machine, e.g. 127.0.0.1 or 0.0.0.0")
+            raise PortInUse(f"cannot listen on {host}:{port} ({exc.strerror or exc}); "
+                            f"{which}") from None
         if on_ready is not None:
             bound = runner.addresses[0][1] if runner.addresses else port  # port 0: chosen
             on_ready(f"http://{host}:{bound}/")
