@@ -232,7 +232,8 @@ def within_limits(cut: RunState, now: RunState) -> RunState:
     """The source at the cut, with limits no wider than the source has now: a cut taken
     before its limits were fixed (run.created, run.limits-fixed) must not start a fork
     with the request's (none), and the asker's authority was checked against the source
-    as it is now. The ceiling is the intersection, the round budget the smaller one."""
+    as it is now. The ceiling is the intersection, the round budget and the run timeout
+    the smaller ones."""
     if cut.ceiling is None:
         ceiling = now.ceiling
     elif now.ceiling is None:
@@ -240,7 +241,9 @@ def within_limits(cut: RunState, now: RunState) -> RunState:
     else:
         ceiling = tuple(sorted(set(cut.ceiling) & set(now.ceiling)))
     budgets = [b for b in (cut.max_rounds, now.max_rounds) if b > 0]
-    return replace(cut, ceiling=ceiling, max_rounds=min(budgets) if budgets else 0)
+    timeouts = [t for t in (cut.run_timeout_ms, now.run_timeout_ms) if t is not None]
+    return replace(cut, ceiling=ceiling, max_rounds=min(budgets) if budgets else 0,
+                   run_timeout_ms=min(timeouts) if timeouts else None)
 
 
 def answer_fork(source: RunState, ask: ForkAsk, items: Sequence[HistoryEntry],
@@ -301,7 +304,10 @@ def part_bodies(plan: ForkPlan, target_run_id: str, *, forced: bool, requested_b
                 "max_rounds": source.max_rounds or None, "entry_count": len(texts),
                 "part": number, "parts": parts, "entries_json": entries, "forced": forced,
                 "requested_by": requested_by,
-                "attributes_json": start_attributes if number == 0 else ""}
+                "attributes_json": start_attributes if number == 0 else "",
+                # (its creator's timeout too: a fork of a run asked to end within 10 s had
+                # only its flow's, or none)
+                "run_timeout_ms": source.run_timeout_ms if number == 0 else None}
 
     groups = _pack(texts, _size(source, body(0, 1, [])), _size(source, body(1, 2, [])),
                    max_part_bytes)

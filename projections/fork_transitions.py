@@ -192,7 +192,9 @@ def _new_forked_run(record: ForkPartRecord, item: InboxItem, request_id: str,
         created_at_ms=env.timestamp_ms, updated_at_ms=env.timestamp_ms,
         ceiling=None if record.ceiling is None else tuple(sorted(record.ceiling)),
         max_rounds=record.max_rounds or 0, inbox=(item,), fork=origin,
-        attributes=_start_attributes(record, offset))
+        attributes=_start_attributes(record, offset),
+        # (the source's timeout, until its limits are fixed: decide.limits_to_fix)
+        run_timeout_ms=record.run_timeout_ms if isinstance(record, ev.RunForkPart) else None)
 
 
 def _start_attributes(record: ForkPartRecord, offset: int) -> tuple[Attribute, ...]:
@@ -276,7 +278,7 @@ def apply_fork_answered(run: RunState, record: ev.RunForkAnswered
             "max_rounds": record.max_rounds, "entry_count": record.entry_count,
             "part": record.part, "parts": record.parts, "entries_json": record.entries_json,
             "forced": record.forced, "requested_by": record.requested_by,
-            "attributes_json": record.attributes_json}
+            "attributes_json": record.attributes_json, "run_timeout_ms": record.run_timeout_ms}
     sent = OutboxItem(request_id=f"{request_id}/{record.part}", type=FORK_PART,
                       run_id=record.target_run_id, lineage_id=record.target_run_id,
                       body_json=json.dumps(body))

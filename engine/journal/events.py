@@ -1041,92 +1041,6 @@ class RunHandedOff:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunForkPart:
-    """One part of a fork's prefix, sent by the source run's owner (an owner-to-owner request,
-    through its outbox) to the new run's partition (the envelope names the new run): the source's
-    first journal entries as the source's owner read them from its own journal. Only owners write
-    it: the relay refuses it from any requests topic. Part 0 makes the new run; its owner copies
-    every entry as journal.entry-copied.
-    """
-
-    TYPE: ClassVar[str] = "run.fork-part"
-    KIND: ClassVar[str] = "request"
-    SCHEMA_ID: ClassVar[int] = 191
-
-    envelope: Envelope
-    source_run_id: str
-    # Offset (in the source's partition) of the last source record the copy reflects.
-    source_offset: int
-    # That record's row in the source's history, from 1.
-    source_record: int
-    flow: str
-    payload_json: str
-    # The source run's capability ceiling (null: none).
-    ceiling: list[str] | None = None
-    # The source lineage's round budget.
-    max_rounds: int | None = None
-    # How many journal entries the copy holds, over all parts.
-    entry_count: int
-    part: int = 0
-    parts: int = 1
-    # This part's entries, in position order: each a JSON object with JournalEntry's fields.
-    entries_json: list[str] = _field(default_factory=list)
-    # The operator acknowledged the residue warnings (--force).
-    forced: bool = False
-    requested_by: str = ""
-    # Part 0: the attributes the source's round began with (its create request's, or those the round
-    # that handed off to it had), a JSON object as run.create-requested's attributes_json; the new
-    # run starts with them, and the copied attributes entries change them as the source's handler
-    # did. "": none (every other part, and journals written before this field).
-    attributes_json: str = ""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunForkAnswered:
-    """The source run's owner answered a fork request (the envelope names the source run and carries
-    the request's id): one part of the prefix it read from its own journal, which enters its
-    outbox as a run.fork-part request to the new run's partition (the last part answers the
-    request), or a refusal.
-    """
-
-    TYPE: ClassVar[str] = "run.fork-answered"
-    KIND: ClassVar[str] = "decision"
-    SCHEMA_ID: ClassVar[int] = 192
-
-    envelope: Envelope
-    # The new run's id.
-    target_run_id: str
-    # Why the owner does not fork (the point is not in the run's history, the fork needs --force,
-    # ...): the fork request leaves the inbox and nothing is sent. Null: this record carries one
-    # part.
-    refused: str | None = None
-    # Offset (in the source's partition) of the last source record the copy reflects.
-    source_offset: int
-    # That record's row in the source's history, from 1.
-    source_record: int
-    flow: str = ""
-    payload_json: str = ""
-    # The source run's capability ceiling (null: none).
-    ceiling: list[str] | None = None
-    # The source lineage's round budget.
-    max_rounds: int | None = None
-    # How many journal entries the copy holds, over all parts.
-    entry_count: int = 0
-    part: int = 0
-    parts: int = 1
-    # This part's entries, in position order: each a JSON object with JournalEntry's fields.
-    entries_json: list[str] = _field(default_factory=list)
-    # The operator acknowledged the residue warnings (--force).
-    forced: bool = False
-    requested_by: str = ""
-    # Part 0: the attributes the source's round began with (its create request's, or those the round
-    # that handed off to it had), a JSON object as run.create-requested's attributes_json; the new
-    # run starts with them, and the copied attributes entries change them as the source's handler
-    # did. "": none (every other part, and journals written before this field).
-    attributes_json: str = ""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionRunsExpired:
     """The owner's retention sweep: settled lineages that leave the projection (each round replaced
     by a tombstone), tombstones that go, deleted schedules whose state goes, and partition
@@ -1290,6 +1204,100 @@ class RunCreateRequested:
     unsendable: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunForkPart:
+    """One part of a fork's prefix, sent by the source run's owner (an owner-to-owner request,
+    through its outbox) to the new run's partition (the envelope names the new run): the source's
+    first journal entries as the source's owner read them from its own journal. Only owners write
+    it: the relay refuses it from any requests topic. Part 0 makes the new run; its owner copies
+    every entry as journal.entry-copied.
+    """
+
+    TYPE: ClassVar[str] = "run.fork-part"
+    KIND: ClassVar[str] = "request"
+    SCHEMA_ID: ClassVar[int] = 199
+
+    envelope: Envelope
+    source_run_id: str
+    # Offset (in the source's partition) of the last source record the copy reflects.
+    source_offset: int
+    # That record's row in the source's history, from 1.
+    source_record: int
+    flow: str
+    payload_json: str
+    # The source run's capability ceiling (null: none).
+    ceiling: list[str] | None = None
+    # The source lineage's round budget.
+    max_rounds: int | None = None
+    # How many journal entries the copy holds, over all parts.
+    entry_count: int
+    part: int = 0
+    parts: int = 1
+    # This part's entries, in position order: each a JSON object with JournalEntry's fields.
+    entries_json: list[str] = _field(default_factory=list)
+    # The operator acknowledged the residue warnings (--force).
+    forced: bool = False
+    requested_by: str = ""
+    # Part 0: the attributes the source's round began with (its create request's, or those the round
+    # that handed off to it had), a JSON object as run.create-requested's attributes_json; the new
+    # run starts with them, and the copied attributes entries change them as the source's handler
+    # did. "": none (every other part, and journals written before this field).
+    attributes_json: str = ""
+    # Part 0: the source round's run timeout (ms; its flow's and its creator's, the smaller), which
+    # the fork keeps; its own flow's, once fixed, may shorten it. Null: none, or a record written
+    # before it was carried.
+    run_timeout_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunForkAnswered:
+    """The source run's owner answered a fork request (the envelope names the source run and carries
+    the request's id): one part of the prefix it read from its own journal, which enters its
+    outbox as a run.fork-part request to the new run's partition (the last part answers the
+    request), or a refusal.
+    """
+
+    TYPE: ClassVar[str] = "run.fork-answered"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 200
+
+    envelope: Envelope
+    # The new run's id.
+    target_run_id: str
+    # Why the owner does not fork (the point is not in the run's history, the fork needs --force,
+    # ...): the fork request leaves the inbox and nothing is sent. Null: this record carries one
+    # part.
+    refused: str | None = None
+    # Offset (in the source's partition) of the last source record the copy reflects.
+    source_offset: int
+    # That record's row in the source's history, from 1.
+    source_record: int
+    flow: str = ""
+    payload_json: str = ""
+    # The source run's capability ceiling (null: none).
+    ceiling: list[str] | None = None
+    # The source lineage's round budget.
+    max_rounds: int | None = None
+    # How many journal entries the copy holds, over all parts.
+    entry_count: int = 0
+    part: int = 0
+    parts: int = 1
+    # This part's entries, in position order: each a JSON object with JournalEntry's fields.
+    entries_json: list[str] = _field(default_factory=list)
+    # The operator acknowledged the residue warnings (--force).
+    forced: bool = False
+    requested_by: str = ""
+    # Part 0: the attributes the source's round began with (its create request's, or those the round
+    # that handed off to it had), a JSON object as run.create-requested's attributes_json; the new
+    # run starts with them, and the copied attributes entries change them as the source's handler
+    # did. "": none (every other part, and journals written before this field).
+    attributes_json: str = ""
+    # Part 0: the source round's run timeout (ms; its flow's and its creator's, the smaller), which
+    # the fork keeps; its own flow's, once fixed, may shorten it. Null: none, or a record written
+    # before it was carried.
+    run_timeout_ms: int | None = None
+
+
 # Any journal record; narrow with isinstance() or match on the class.
 JournalRecord: TypeAlias = (
     RunCreateRejected
@@ -1334,13 +1342,13 @@ JournalRecord: TypeAlias = (
     | RunCompleted
     | RunCreated
     | RunHandedOff
-    | RunForkPart
-    | RunForkAnswered
     | PartitionRunsExpired
     | RunWakeRequested
     | JournalEntryCopied
     | RunForked
     | RunCreateRequested
+    | RunForkPart
+    | RunForkAnswered
 )
 
 # Record type string (the rs-type header and envelope.type) → class.
@@ -1387,13 +1395,13 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "run.completed": RunCompleted,
     "run.created": RunCreated,
     "run.handed-off": RunHandedOff,
-    "run.fork-part": RunForkPart,
-    "run.fork-answered": RunForkAnswered,
     "partition.runs-expired": PartitionRunsExpired,
     "run.wake-requested": RunWakeRequested,
     "journal.entry-copied": JournalEntryCopied,
     "run.forked": RunForked,
     "run.create-requested": RunCreateRequested,
+    "run.fork-part": RunForkPart,
+    "run.fork-answered": RunForkAnswered,
 }
 
 REQUEST_TYPES: frozenset[str] = frozenset(
@@ -1406,9 +1414,9 @@ REQUEST_TYPES: frozenset[str] = frozenset(
         "schedule.run-settled",
         "run.signal-with-start-requested",
         "run.update-requested",
-        "run.fork-part",
         "run.wake-requested",
         "run.create-requested",
+        "run.fork-part",
     }
 )
 DECISION_TYPES: frozenset[str] = frozenset(
@@ -1447,9 +1455,9 @@ DECISION_TYPES: frozenset[str] = frozenset(
         "run.completed",
         "run.created",
         "run.handed-off",
-        "run.fork-answered",
         "partition.runs-expired",
         "journal.entry-copied",
         "run.forked",
+        "run.fork-answered",
     }
 )

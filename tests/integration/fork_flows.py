@@ -80,6 +80,15 @@ async def _tagged(ctx: FlowContext, payload: dict[str, Any]) -> str:
     return "ok"
 
 
+waiting = Flow("fork-waiting")  # (no timeout of its own: its creator's is the only one)
+
+
+@waiting.handler
+async def _waiting(ctx: FlowContext, payload: dict[str, Any]) -> Any:
+    await ctx.step("a", _count, payload["tag"], "a")
+    return await ctx.wait_for("go")
+
+
 relayed = Flow("fork-relayed", max_rounds=3)
 
 
@@ -93,4 +102,4 @@ async def _relayed(ctx: FlowContext, payload: dict[str, Any]) -> Any:
     return await ctx.step("charge", _count, tag, "charge", irreversible=True)
 
 
-flows = [counted, risky, family, child, bulky, tagged, relayed]
+flows = [counted, risky, family, child, bulky, tagged, relayed, waiting]

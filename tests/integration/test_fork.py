@@ -46,8 +46,9 @@ from tests.integration.fork_flows import (
     relayed,
     risky,
     tagged,
+    waiting,
 )
-from tests.integration.support import fold, status_or_none
+from tests.integration.support import fold, status_or_none, status_when
 
 TIMEOUT_S = 60.0
 
@@ -161,6 +162,25 @@ async def test_a_fork_starts_with_its_source_s_create_attributes(
         assert sorted(run.run_id for run in listed) == sorted([source.run_id, result.run_id])
     state = (await fold(bootstrap, namespace)).runs[result.run_id]
     assert {a.name: a.value for a in state.attributes} == {"customer": "c1", "stage": "two"}
+
+
+async def test_a_fork_keeps_the_run_timeout_its_source_s_creator_asked_for(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """The timeout travels in part 0 (run.fork-part's run_timeout_ms): a fork of a run asked
+    to end within 6 s had none (its flow has none), and waited for ever."""
+    tag = uuid.uuid4().hex
+    async with worker(bootstrap, namespace, tmp_path / "w"), \
+            client(bootstrap, namespace, tmp_path) as c:
+        source = await c.create_run(waiting, {"tag": tag}, run_id=f"src-{tag}", run_timeout=6)
+        await status_when(c, source.run_id, RunStatus.suspended)
+        at = await record_of(bootstrap, namespace, tmp_path, source.run_id, completed("a"))
+        result = await fork(bootstrap, namespace, tmp_path, source.run_id, at,
+                            new_run_id=f"fork-{tag}")
+        forked = await settled(c, result.run_id)
+    assert (forked.status, forked.error_type, forked.run_timeout_ms) == (
+        RunStatus.failed, "RunTimedOut", 6000)
+    assert calls(tag) == {"a": 1}  # (copied, not run again)
 
 
 async def test_a_fork_before_an_irreversible_step_or_a_spawn_needs_force(
