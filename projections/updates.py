@@ -49,6 +49,14 @@ def signal_name(name: str) -> str:
     return UPDATE_SIGNAL_PREFIX + name
 
 
+def event_words(event_name: str) -> str:
+    """What an event wait waits for, in words: `update 'approve'` or `signal 'go'` (an
+    update's wait is on the signal `update/<name>`, which no client can send)."""
+    if event_name.startswith(UPDATE_SIGNAL_PREFIX):
+        return f"update {event_name[len(UPDATE_SIGNAL_PREFIX):]!r}"
+    return f"signal {event_name!r}"
+
+
 def pending(run: RunState) -> list[InboxItem]:
     """The updates of `run` no verdict has answered yet, in arrival order."""
     return [item for item in run.inbox if item.type == ev.RunUpdateRequested.TYPE]

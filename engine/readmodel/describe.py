@@ -23,7 +23,7 @@ from runstream.projections.state import (
     to_builtins,
 )
 from runstream.projections.transitions import RETRY_WAIT
-from runstream.projections.updates import UPDATE_SIGNAL_PREFIX
+from runstream.projections.updates import event_words
 
 
 def attributes_view(items: tuple[Attribute, ...]) -> dict[str, Any]:
@@ -222,10 +222,7 @@ def wait_note(run: RunState) -> str:
     if wait.kind == "event":
         timeout = (f"times out at {iso_time(wait.due_ms)}" if wait.due_ms is not None
                    else "no timeout")
-        name = wait.event_name or ""
-        if name.startswith(UPDATE_SIGNAL_PREFIX):  # (projections.updates: an update wait)
-            return f"waiting for update {name[len(UPDATE_SIGNAL_PREFIX):]!r} ({timeout})"
-        return f"waiting for signal {name!r} ({timeout})"
+        return f"waiting for {event_words(wait.event_name or '')} ({timeout})"
     if wait.kind == "child":
         due = f" (times out at {iso_time(wait.due_ms)})" if wait.due_ms is not None else ""
         return f"waiting for child run {wait.child_run_id}{due}"

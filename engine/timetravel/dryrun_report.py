@@ -13,6 +13,7 @@ from runstream.engine.journal import events as ev
 from runstream.engine.journal.timetext import iso_time
 from runstream.projections.state import JournalEntry, RunState, RunStatus, Wait
 from runstream.projections.transitions import RETRY_WAIT
+from runstream.projections.updates import event_words
 
 PREVIEW = 80  # characters of arguments, results and payloads shown to people
 
@@ -115,7 +116,7 @@ def call_decision(kind: str, name: str, position: int, digest: str | None,
         text = f"step {name!r}({args}) {at}"
         return Decision(kind, text, f"run {text}", name, position, digest, arguments=preview)
     text = {
-        "sleep": f"sleep {at}", "wait": f"wait for signal {name!r} {at}",
+        "sleep": f"sleep {at}", "wait": f"wait for {event_words(name)} {at}",
         "spawn": f"spawn of flow {name!r} {at}", "child": f"wait for child {name!r} {at}",
         "now": f"journaled time {at}", "uuid": f"journaled uuid {at}",
         "patch": f"patch marker {name!r} {at}",
@@ -135,7 +136,7 @@ def sent_intent(call: Decision | None, cls: type[JournalRecord],
     elif cls is ev.RunResumed:
         what = ("take the buffered signal" if body.get("signal_request_id") is not None
                 else "take the outcome of child" if body.get("reason") == "child"
-                else "time out waiting for signal") + f" {name!r}"
+                else "time out waiting for") + f" {event_words(name)}"
     else:
         what = {"sleep": "go past the sleep (its time has come)",
                 "patch": f"write patch marker {name!r} (the new branch)",
@@ -153,7 +154,7 @@ def wait_intent(call: Decision | None, wait: Wait) -> Decision:
         action = f"sleep until {due} {at}"
     elif wait.kind == "event":
         timeout = f" (timeout {due})" if due else ""
-        action = f"wait for signal {wait.event_name!r}{timeout} {at}"
+        action = f"wait for {event_words(wait.event_name or '')}{timeout} {at}"
     elif wait.kind == RETRY_WAIT:  # (its step's durable backoff: "child None" before)
         action = f"wait out a retry backoff until {due} {at}"
     else:

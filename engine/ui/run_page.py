@@ -23,9 +23,10 @@ from runstream.engine.ui.html import (
     url,
 )
 from runstream.engine.ui.queries import MAX_TIMELINE_ROWS, Related, RunDetail, StateAt
-from runstream.engine.ui.updates_view import event_words, row_words, updates_section
+from runstream.engine.ui.updates_view import row_words, updates_section
 from runstream.projections.batch import BATCH_FLOW
 from runstream.projections.state import Attribute
+from runstream.projections.updates import event_words
 
 # The journal entries the time-travel panel lists, at most (the last ones: where the run is).
 MAX_JOURNAL_ROWS = 500

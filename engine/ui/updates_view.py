@@ -172,12 +172,6 @@ def waited_update(event_name: str | None) -> str | None:
     return event_name[len(updates.UPDATE_SIGNAL_PREFIX):]
 
 
-def event_words(event_name: str) -> str:
-    """What an event wait waits for: `update 'approve'` or `signal 'go'`."""
-    name = waited_update(event_name)
-    return f"signal {event_name!r}" if name is None else f"update {name!r}"
-
-
 def updates_section(run: RunState, records: Sequence[UpdateRecord]) -> str:
     """The run's updates as a table (None of them: no section): name, payload, request id,
     state, and an answered one's outcome linked to its record."""
