@@ -134,9 +134,10 @@ def sent_intent(call: Decision | None, cls: type[JournalRecord],
         what = (f"spawn child {body['child_run_id']!r} of flow {body['flow']!r} with "
                 f"payload {_short(body['payload_json'])}")
     elif cls is ev.RunResumed:
-        what = ("take the buffered signal" if body.get("signal_request_id") is not None
-                else "take the outcome of child" if body.get("reason") == "child"
-                else "time out waiting for") + f" {event_words(name)}"
+        what = (f"take the buffered {event_words(name)}"
+                if body.get("signal_request_id") is not None
+                else f"take the outcome of child {name!r}" if body.get("reason") == "child"
+                else f"time out waiting for {event_words(name)}")
     else:
         what = {"sleep": "go past the sleep (its time has come)",
                 "patch": f"write patch marker {name!r} (the new branch)",

@@ -20,7 +20,6 @@ from runstream.engine.ui.queries import RunDetail, StateAt
 from runstream.engine.ui.run_page import run_page
 from runstream.engine.ui.updates_view import (
     UpdateRecord,
-    event_words,
     row_words,
     update_lines,
     updates_section,
@@ -35,6 +34,7 @@ from runstream.projections.state import (
     Verdict,
     Wait,
 )
+from runstream.projections.updates import event_words
 from runstream.projections.values import HistoryEntry
 from tests.builders import Writer, request
 
