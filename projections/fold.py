@@ -215,7 +215,7 @@ def compare_items(live: Iterable[tuple[bytes, bytes]], rebuilt: Iterable[tuple[b
 
 
 def compare(
-    live: ProjectionStore, rebuilt: ProjectionStore, limit: int = 20
+    live: ProjectionStore, rebuilt: ProjectionStore, limit: int = DIFFERENCES_KEPT
 ) -> tuple[int, list[Difference]]:
     """Every key and value of both stores, compared in byte order."""
     return compare_items(live.items(), rebuilt.items(), limit)

@@ -181,9 +181,10 @@ def _spec(given: dict[str, Any], base: ScheduleSpec | None) -> ScheduleSpec:
     fields.update({k: v for k, v in given.items() if k in ScheduleSpec.__struct_fields__})
     if given.get("cron") is not None and given.get("every_ms") is not None:
         raise SpecInvalid("give a schedule cron or every, not both")
+    if base is not None and base.cron is not None and given.get("offset_ms") is None:
+        fields["offset_ms"] = 0  # (a cron fires with none: none carries over to an every)
     if "cron" in given and given["cron"] is not None:
         fields["every_ms"] = None
-        fields["offset_ms"] = 0  # (an every's offset does not carry over to a cron)
     elif "every_ms" in given and given["every_ms"] is not None:
         fields["cron"] = None
     if fields.get("ceiling") is not None:
@@ -197,6 +198,8 @@ def _spec(given: dict[str, Any], base: ScheduleSpec | None) -> ScheduleSpec:
         # (an offset shifts an interval's instants; a cron's showed it and fired without it)
         raise SpecInvalid("an offset goes with every, not with cron (a cron names its own "
                           "instants: write them into it)")
+    if spec.cron is not None and spec.offset_ms:  # (an every's, or a cron's made before)
+        spec = ScheduleSpec(**{**fields, "offset_ms": 0})
     if spec.every_ms is not None and spec.every_ms <= 0:
         raise SpecInvalid(f"every must be more than 0, not {spec.every_ms} ms")
     if spec.cron is not None:

@@ -64,6 +64,7 @@ async def batch_runs(*, bootstrap: str | None, namespace: str | None, operation:
 
 async def _followed(handle: BatchHandle, timeout: float, on_progress: Progress | None
                     ) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout  # (the whole wait: the start's included)
     waited = min(timeout, START_WAIT_S)
     try:
         await handle.run.admitted(timeout=waited)
@@ -72,8 +73,8 @@ async def _followed(handle: BatchHandle, timeout: float, on_progress: Progress |
             f"batch {handle.batch_id} was not started within {waited:g}s: it is in the "
             f"journal (run {handle.run_id}) and is carried out when a worker runs (is one "
             f"up?); --batch-id {handle.batch_id} follows it again, sending nothing") from None
-    result = asyncio.ensure_future(handle.result(timeout=timeout))
-    deadline = time.monotonic() + timeout
+    result = asyncio.ensure_future(
+        handle.result(timeout=max(deadline - time.monotonic(), 0.001)))
     try:
         while not result.done() and time.monotonic() < deadline:
             await asyncio.wait({result}, timeout=POLL_S)

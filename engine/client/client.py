@@ -15,12 +15,7 @@ from pydantic import BaseModel
 
 from runstream.engine.client.batches import BatchCalls
 from runstream.engine.client.handle import RunHandle
-from runstream.engine.client.placed import (
-    Placed,
-    RequestAnswer,
-    RequestNotRelayed,
-    round_live_at,
-)
+from runstream.engine.client.placed import Placed, RequestAnswer, RequestNotRelayed, round_live_at
 from runstream.engine.client.queries import QueryCalls
 from runstream.engine.client.relay_wait import relayed
 from runstream.engine.client.schedules import ScheduleCalls
@@ -53,6 +48,7 @@ from runstream.engine.journal.input_limits import (
 )
 from runstream.engine.journal.records import request_envelope
 from runstream.engine.kafka.connection import KafkaSecurity
+from runstream.engine.kafka.relay_refusals import RefusalWatch
 from runstream.engine.kafka.requests_topic import RequestProducer, Route
 from runstream.engine.observability.tracing import carrier, create_span
 from runstream.engine.readmodel.lookups import expired_error, missing_run
@@ -61,13 +57,7 @@ from runstream.engine.readmodel.view import View
 from runstream.projections.partitioning import run_partition
 from runstream.projections.requests import NO_RESULT, describe_refusal, resume_refusal
 from runstream.projections.reserved_ids import relay_refusal
-from runstream.projections.state import (
-    JournalEntry,
-    RunState,
-    RunStatus,
-    Verdict,
-    round_zero,
-)
+from runstream.projections.state import JournalEntry, RunState, RunStatus, Verdict, round_zero
 from runstream.projections.updates import reused_request_text
 from runstream.projections.values import HistoryEntry
 
@@ -116,6 +106,7 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
                                          resolve_authority_name(authority_name))
         self._read_model: ReadModel | None = None
         self._tail = JournalTail(self.bootstrap, self.topic, self.read_model, security)
+        self._refusals = RefusalWatch(self.bootstrap, self.namespace, security)
         self._lock = asyncio.Lock()
         self._closed = False
 
@@ -144,6 +135,7 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
         """Close for good: waits in progress and later calls raise ClientClosed."""
         self._closed = True
         await self._tail.close(final=True)
+        await self._refusals.close()
         await self._requests.stop()
         if self._read_model is not None:
             await self._read_model.close()
@@ -198,7 +190,7 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
                                                 for k, v in record.trace_context.items()])
         return RunHandle(self, run_id=run_id, flow=flow_name, partition=placed.partition,
                          request_offset=placed.offset, request_id=request_id,
-                         _relayed=record if placed.relayed else None)
+                         _relayed=(record, placed) if placed.relayed else None)
 
     def check_authority(self, run: RunState) -> None:
         """Refuse to act on a run whose ceiling this client's authority does not cover."""
@@ -323,12 +315,12 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
         start = await self._tail.read_from(partition)
         if record.envelope.request_id:
             self._tail.expect(record.envelope.request_id)
-        await self._requests.send(partition, key, value, headers)
-        return Placed(partition, start, relayed=True)
+        sent = await self._requests.send(partition, key, value, headers)
+        return Placed(partition, start, relayed=True, source=f"{route.topic}:{partition}:{sent}")
 
-    async def relayed_offset(self, partition: int, start: int, record: JournalRecord) -> int:
-        """Where the relay put `record`, sent at the partition's end `start` (as below)."""
-        return await self._journal_offset(Placed(partition, start, relayed=True), record)
+    async def relayed_offset(self, placed: Placed, record: JournalRecord) -> int:
+        """Where the relay put `record`, sent at the partition's end `placed.offset`."""
+        return await self._journal_offset(placed, record)
 
     async def _journal_offset(self, placed: Placed, record: JournalRecord) -> int:
         """The request's offset in the journal (waiting for the relay when relayed)."""
@@ -339,8 +331,8 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
         try:
             return await relayed(
                 self._tail.placed(placed.partition, placed.offset, env.request_id, env.run_id),
-                record, topic=(await self.route()).topic, timeout=self.relay_timeout,
-                bootstrap=self.bootstrap, namespace=self.namespace, security=self.security)
+                record, topic=(await self.route()).topic, source=placed.source,
+                timeout=self.relay_timeout, watch=self._refusals)
         except RequestNotRelayed:  # (not in time, or refused)
             self._tail.unexpect(env.request_id)
             raise

@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from runstream.engine.client.answers import AnswerTrimmed, forgotten
+from runstream.engine.client.placed import Placed
 from runstream.engine.config import wait_seconds
 from runstream.engine.errors import (
     ResultTimeout,
@@ -56,9 +57,9 @@ class RunHandle:
     request_offset: int
     request_id: str | None
     _from_offset: int | None = None
-    # A create sent to a requests topic: where the relay put it is looked up first (its
-    # admission waited for ever when the relay refused it).
-    _relayed: JournalRecord | None = None
+    # A create sent to a requests topic, and where it went: where the relay put it is looked
+    # up first (its admission waited for ever when the relay refused it).
+    _relayed: tuple[JournalRecord, Placed] | None = None
     _existed: bool = False  # the record at _from_offset made the run (an answer said so)
 
     @property
@@ -106,8 +107,9 @@ class RunHandle:
             # Until the relay's offset is found, request_offset is where the tail stood when
             # the request was sent: a wait cut short (a timeout) looks it up again, where
             # the next waited from there for ever when the relay had refused the request.
+            record, placed = self._relayed
             self.request_offset = await self.client.relayed_offset(
-                partition, self.request_offset, self._relayed)
+                replace(placed, offset=self.request_offset), record)
             self._relayed = None  # (request_offset is the request's own from here)
         try:
             answer = await self._admission_answer(partition)

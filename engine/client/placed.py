@@ -23,6 +23,7 @@ class Placed:
     partition: int
     offset: int
     relayed: bool
+    source: str | None = None  # relayed: "<topic>:<partition>:<offset>" on its requests topic
 
 
 @dataclass(frozen=True, slots=True)

@@ -150,7 +150,7 @@ def check_request_id(request_id: str) -> str:
     id at all: each send got a random one, and a retry the caller meant to dedupe applied
     twice)."""
     check_text("a request id", request_id, MAX_NAME_CHARS)
-    if not request_id.strip():
+    if not request_id:
         raise InvalidInput("a request id must not be empty (leave it out for a new one)")
     return request_id
 

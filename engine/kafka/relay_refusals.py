@@ -5,27 +5,29 @@ journal, or refuses it and copies it to `<ns>.dead-letter` with two headers of i
 (REASON_HEADER, a sentence) and whence (SOURCE_HEADER, "<topic>:<partition>:<offset>").
 A client that waits for its request to reach the journal reads that copy to say why it
 never will, at once, where it waited for its relay timeout (a minute by default) and then
-asked whether a worker was up.
+asked whether a worker was up. A copy is the request's when its source is exactly where
+the request went (a refusal of an earlier send under the same request id is not this
+one's: the relay may forward this one).
 
-The thin aiokafka driver: one consumer without a group, on the dead-letter topic from a
-little before the request was made (by the writers' clocks: a copy's timestamp is the
-relay's, the request's the client's), for as long as its caller waits.
+The thin aiokafka driver: one consumer without a group per client (`RefusalWatch`), on the
+dead-letter topic from a little before the first request it looks for was made (by the
+writers' clocks: a copy's timestamp is the relay's, the request's the client's), running
+while some request waits. A principal that may not read the dead letters (the client role
+may not: they hold every authority's refused requests) is remembered, and not asked again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from runstream.engine.config import dead_letter_topic
-from runstream.engine.errors import RunstreamError
-from runstream.engine.journal import DecodeError, decode
+from runstream.engine.errors import AccessDenied, RunstreamError
 from runstream.engine.kafka.closing import stop_soon
-from runstream.engine.kafka.connection import KafkaSecurity, start_client
+from runstream.engine.kafka.connection import KafkaSecurity, access_denied, start_client
 from runstream.engine.kafka.reader import partition_count, reader_consumer
 from runstream.engine.kafka.unreadable import getmany_readable
 
@@ -40,58 +42,82 @@ CLOCK_SKEW_MS = 5 * 60 * 1000
 POLL_MS = 500
 
 
-async def refusal_of(bootstrap: str, namespace: str, security: KafkaSecurity | None, *,
-                     topic: str, request_id: str, made_ms: int) -> str | None:
-    """The relay's reason for refusing the request `request_id` sent to `topic`, once its
-    copy is in the dead letters (waits for it: the caller cancels). None at once when this
-    principal cannot read the dead letters (no grant, no topic): then only a timeout says."""
-    consumer = reader_consumer(bootstrap, security=security, client_id="runstream-refusals")
-    try:
-        letters = dead_letter_topic(namespace)
-        try:
-            await start_client(consumer, bootstrap, security)
-            tps = [TopicPartition(letters, p)
-                   for p in range(await partition_count(consumer, letters, bootstrap))]
-            consumer.assign(tps)
-            since = await consumer.offsets_for_times(
-                {tp: max(0, made_ms - CLOCK_SKEW_MS) for tp in tps})
-            ends = await consumer.end_offsets(tps)
-            for tp in tps:
-                found = since.get(tp)
-                consumer.seek(tp, found.offset if found is not None else ends[tp])
-            return await _first_copy(consumer, tps, topic, request_id)
-        except (RunstreamError, KafkaError) as exc:  # (AccessDenied, TopicMissing, ...)
-            log.debug("cannot read %s for the relay's refusals: %s", letters, exc)
+class RefusalWatch:
+    """The relay's refusals of one client's requests (see the module docstring)."""
+
+    def __init__(self, bootstrap: str, namespace: str, security: KafkaSecurity | None) -> None:
+        self.bootstrap = bootstrap
+        self.topic = dead_letter_topic(namespace)
+        self.security = security
+        self.denied = False  # this principal may not read the dead letters: never looked again
+        # source -> its waiter. Bound: the client's relayed requests waiting for the relay.
+        self._waiting: dict[str, asyncio.Future[str | None]] = {}
+        self._live: object | None = None  # the running look's token (None: none runs)
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def refusal(self, source: str, made_ms: int) -> str | None:
+        """The relay's reason for refusing the request it read at `source`, once its copy is
+        in the dead letters (waits: the caller cancels); None when they cannot be read."""
+        if self.denied:
             return None
-    finally:
-        await stop_soon(consumer)
+        waiter: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        self._waiting[source] = waiter
+        if self._live is None:
+            token = self._live = object()
+            task = asyncio.create_task(self._look(token, made_ms - CLOCK_SKEW_MS),
+                                       name="runstream-relay-refusals")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        try:
+            return await waiter
+        finally:
+            if self._waiting.get(source) is waiter:
+                del self._waiting[source]
 
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
-async def _first_copy(consumer: AIOKafkaConsumer, tps: list[TopicPartition], topic: str,
-                      request_id: str) -> str:
-    """Polls until a relay's copy of `request_id` from `topic` comes; its reason."""
-    while True:
-        batches = await getmany_readable(consumer, *tps, timeout_ms=POLL_MS)
-        for records in batches.values():
-            for record in records:
-                reason = _reason_if_ours(record.value, tuple(record.headers or ()), topic,
-                                         request_id)
-                if reason is not None:
-                    return reason
-        await asyncio.sleep(0)  # (a cancel lands here too, between two polls)
+    async def _look(self, token: object, since_ms: int) -> None:
+        consumer = reader_consumer(self.bootstrap, security=self.security,
+                                   client_id="runstream-refusals")
+        try:
+            tps = await self._from(consumer, since_ms)
+            while self._waiting and self._live is token:
+                batches = await getmany_readable(consumer, *tps, timeout_ms=POLL_MS)
+                for records in batches.values():
+                    for record in records:
+                        self._answer(dict(record.headers or ()))
+        except (RunstreamError, KafkaError) as exc:  # (AccessDenied, TopicMissing, ...)
+            self.denied = isinstance(exc, AccessDenied) or (
+                isinstance(exc, KafkaError) and access_denied(exc) is not None)
+            log.debug("cannot read %s for the relay's refusals: %s", self.topic, exc)
+            for waiter in self._waiting.values():
+                if not waiter.done():
+                    waiter.set_result(None)  # (only the caller's timeout says, then)
+        finally:
+            if self._live is token:  # (no await since the loop's test: a new waiter starts
+                self._live = None  # a new look)
+            await stop_soon(consumer)
 
+    async def _from(self, consumer: AIOKafkaConsumer, since_ms: int) -> list[TopicPartition]:
+        """Start `consumer` on every dead-letter partition at `since_ms` (the end where no
+        record is that late: read before the times, so a copy made meanwhile is read)."""
+        await start_client(consumer, self.bootstrap, self.security)
+        tps = [TopicPartition(self.topic, p)
+               for p in range(await partition_count(consumer, self.topic, self.bootstrap))]
+        consumer.assign(tps)
+        ends = await consumer.end_offsets(tps)
+        found = await consumer.offsets_for_times({tp: max(0, since_ms) for tp in tps})
+        for tp in tps:
+            at = found.get(tp)
+            consumer.seek(tp, at.offset if at is not None else ends[tp])
+        return tps
 
-def _reason_if_ours(value: bytes | None, headers: Sequence[tuple[str, bytes]], topic: str,
-                    request_id: str) -> str | None:
-    """The copy's reason when it is the relay's copy of `request_id` from `topic`."""
-    named = dict(headers)  # (later headers win: the relay's come after the request's own)
-    source = (named.get(SOURCE_HEADER) or b"").decode(errors="replace")
-    if not source.startswith(topic + ":") or source.count(":") != 2 or value is None:
-        return None
-    try:
-        record = decode(value, headers)
-    except DecodeError:
-        return None  # (not a record this client could have sent)
-    if record.envelope.request_id != request_id:
-        return None
-    return (named.get(REASON_HEADER) or b"(no reason given)").decode(errors="replace")
+    def _answer(self, headers: dict[str, bytes]) -> None:
+        source = (headers.get(SOURCE_HEADER) or b"").decode(errors="replace")
+        waiter = self._waiting.get(source)
+        if waiter is not None and not waiter.done():
+            waiter.set_result((headers.get(REASON_HEADER) or b"(no reason given)")
+                              .decode(errors="replace"))

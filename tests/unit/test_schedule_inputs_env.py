@@ -198,3 +198,18 @@ async def test_an_offset_goes_with_every_and_not_with_cron() -> None:
         switched = env.describe_schedule("e")
         assert switched.spec is not None and switched.spec.offset_ms == 0
         assert switched.next_fire_ms is not None and switched.next_fire_ms % 3_600_000 == 0
+
+
+def test_a_cron_schedule_s_offset_made_before_the_rule_carries_over_nowhere() -> None:
+    # (a cron spec stored with an offset kept it, unseen, through every update, and a
+    # switch to every applied it)
+    from runstream.projections.schedule_owner import _spec
+    from runstream.projections.schedule_state import ScheduleSpec
+
+    legacy = ScheduleSpec(flow="f", cron="0 * * * *", offset_ms=600_000)
+    assert _spec({"every_ms": 3_600_000}, legacy).offset_ms == 0
+    assert _spec({"every_ms": 3_600_000, "offset_ms": 5_000}, legacy).offset_ms == 5_000
+    assert _spec({"payload_json": "1"}, legacy).offset_ms == 0  # (an update goes through)
+    every = ScheduleSpec(flow="f", every_ms=3_600_000, offset_ms=600_000)
+    assert _spec({"payload_json": "1"}, every).offset_ms == 600_000
+    assert _spec({"cron": "0 * * * *"}, every).offset_ms == 0
