@@ -37,6 +37,7 @@ from runstream.engine.journal.input_limits import (
     AUTHORITY_NAME_ENV,
     check_name,
     check_payload,
+    check_request_id,
     check_run_id,
     check_text,
 )
@@ -240,7 +241,8 @@ def signal(run_id: str, name: str, payload: str, request_id: str | None,
     """
     parsed = json_option(payload)
     _checked(lambda: check_run_id(run_id), lambda: check_name("signal", name),
-             lambda: check_payload(f"the payload of signal {name!r}", dump_json(parsed)))
+             lambda: check_payload(f"the payload of signal {name!r}", dump_json(parsed)),
+             lambda: request_id is None or check_request_id(request_id))
     use_authority(authority_name)
     started = None if start_flow is None else (
         start_flow, json_option(start_payload, "--start-payload"))
@@ -275,7 +277,8 @@ def update(run_id: str, name: str, payload: str, request_id: str | None, timeout
     rejected or refused)."""
     parsed = json_option(payload)
     _checked(lambda: check_run_id(run_id), lambda: check_name("update", name),
-             lambda: check_payload(f"the payload of update {name!r}", dump_json(parsed)))
+             lambda: check_payload(f"the payload of update {name!r}", dump_json(parsed)),
+             lambda: request_id is None or check_request_id(request_id))
     use_authority(authority_name)
     out = run_async(operations.update_run(
         bootstrap=bootstrap, namespace=namespace, run_id=run_id, name=name, payload=parsed,

@@ -341,10 +341,29 @@ DEEP = "[" * 5000 + "]" * 5000
      "--attributes: the attributes are nested too deeply"),
     (["run", "create", "f", "--attributes", '{"d": {"$time": "0001-01-01T00:00:00+14:00"}}'],
      "outside the years 1 to 9999 UTC"),
+    # (these said RecursionError and Python's words)
+    (["schedule", "create", "s", "f", "--every", "1h", "--payload", DEEP],
+     "--payload is nested too deeply"),
+    (["runs", "signal", "go", "--where", "a = 1", "--yes", "--payload", DEEP],
+     "--payload is nested too deeply"),
+    (["run", "resume", "r1", "--resolution", "skip", "--position", "0", "--digest", "d",
+      "--result", DEEP], "--result is nested too deeply"),
+    # (an empty id stood for none: a retry meant to be deduplicated applied twice)
+    (["run", "signal", "r1", "go", "--request-id", ""], "request id must not be empty"),
 ])
 def test_json_and_values_no_run_may_have_are_one_line_naming_their_option(
         runstream: Any, args: list[str], message: str) -> None:
     assert message in one_line_error(runstream(*args))
+
+
+@pytest.mark.parametrize("position", ["-3", "99999999999999999999999"])
+def test_a_resolution_s_position_is_a_32_bit_whole_number_at_the_cli(
+        runstream: Any, position: str) -> None:
+    """A negative one was sent (and refused as "a stale resolution?"), a huge one got the
+    encoder's words."""
+    last = click_error(runstream("run", "resume", "r1", "--resolution", "skip", "--position",
+                                 position, "--digest", "d", "--result", "1"), "--position")
+    assert "0<=x<=2147483647" in last, last
 
 
 def test_a_run_timeout_over_a_century_is_a_usage_error(runstream: Any) -> None:
