@@ -81,10 +81,6 @@ def history_of_schedule(bootstrap: str | None, namespace: str | None, schedule_i
 # -- the commands -------------------------------------------------------------------------------
 
 
-def _payload(text: str) -> Any:
-    return json_option(text)
-
-
 def _echo(out: Any, as_json: bool) -> None:
     if as_json:
         print_json(out)
@@ -149,7 +145,7 @@ def create(schedule_id: str, flow: str, payload: str, paused: bool, as_json: boo
     if (when["cron"] is None) == (when["every"] is None):
         raise UserError("give exactly one of --cron and --every")
     out = change_schedule(bootstrap, namespace, "create", schedule_id, flow=flow,
-                          payload=_payload(payload), paused=paused, **_given(**when))
+                          payload=json_option(payload), paused=paused, **_given(**when))
     _echo(out, as_json)
 
 
@@ -164,7 +160,7 @@ def update(schedule_id: str, flow: str | None, payload: str | None, as_json: boo
     """Change what is given of SCHEDULE_ID; its next fire is computed again."""
     given = _given(flow=flow, **when)
     if payload is not None:
-        given["payload"] = _payload(payload)
+        given["payload"] = json_option(payload)
     _echo(change_schedule(bootstrap, namespace, "update", schedule_id, **given), as_json)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from runstream.engine.client.answers import AnswerTrimmed, forgotten
@@ -107,9 +107,8 @@ class RunHandle:
             # Until the relay's offset is found, request_offset is where the tail stood when
             # the request was sent: a wait cut short (a timeout) looks it up again, where
             # the next waited from there for ever when the relay had refused the request.
-            record, placed = self._relayed
-            self.request_offset = await self.client.relayed_offset(
-                replace(placed, offset=self.request_offset), record)
+            record, placed = self._relayed  # (placed.offset is request_offset until found)
+            self.request_offset = await self.client.relayed_offset(placed, record)
             self._relayed = None  # (request_offset is the request's own from here)
         try:
             answer = await self._admission_answer(partition)

@@ -169,23 +169,23 @@ def principal(security: KafkaSecurity | None = None) -> str:
     return f"User:{settings.sasl_username}" if settings.uses_sasl else "User:ANONYMOUS"
 
 
-def access_denied(error: KafkaError, security: KafkaSecurity | None = None
+def access_denied(error: KafkaError, security: KafkaSecurity | None = None, *,
+                  remedy: str = "an administrator can grant it with `runstream acl grant`"
                   ) -> AccessDenied | None:
-    """An authorization error from the broker as one line, or None for any other error."""
+    """An authorization error from the broker as one line ending in `remedy`; else None."""
     for kind, what in _DENIED.items():
         if isinstance(error, kind):
             detail = str(error).split(": ", 1)[-1] if ": " in str(error) else ""
             target = f" ({detail})" if detail and detail != kind.__name__ else ""
             return AccessDenied(
                 f"not authorized: the broker's ACLs do not allow {principal(security)} this "
-                f"{what}{target}; an administrator can grant it with `runstream acl grant`")
+                f"{what}{target}; {remedy}")
     return None
 
 
 def denied_by_acls(error: BaseException | None, security: KafkaSecurity | None = None
                    ) -> AccessDenied | None:
-    """access_denied for any failure (None: not the broker's authorization error): a
-    worker whose grant was taken away while it ran stops with it (engine.worker.claims)."""
+    """access_denied for any failure (None: not the broker's authorization error)."""
     return access_denied(error, security) if isinstance(error, KafkaError) else None
 
 

@@ -27,7 +27,7 @@ from aiokafka.errors import KafkaError
 from runstream.engine.config import dead_letter_topic
 from runstream.engine.errors import AccessDenied, RunstreamError
 from runstream.engine.kafka.closing import stop_soon
-from runstream.engine.kafka.connection import KafkaSecurity, access_denied, start_client
+from runstream.engine.kafka.connection import KafkaSecurity, denied_by_acls, start_client
 from runstream.engine.kafka.reader import partition_count, reader_consumer
 from runstream.engine.kafka.unreadable import getmany_readable
 
@@ -90,8 +90,7 @@ class RefusalWatch:
                     for record in records:
                         self._answer(dict(record.headers or ()))
         except (RunstreamError, KafkaError) as exc:  # (AccessDenied, TopicMissing, ...)
-            self.denied = isinstance(exc, AccessDenied) or (
-                isinstance(exc, KafkaError) and access_denied(exc) is not None)
+            self.denied = isinstance(exc, AccessDenied) or denied_by_acls(exc) is not None
             log.debug("cannot read %s for the relay's refusals: %s", self.topic, exc)
             for waiter in self._waiting.values():
                 if not waiter.done():

@@ -18,7 +18,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from runstream.engine.config import journal_topic, relay_group, requests_topic
-from runstream.engine.errors import AccessDenied, RunstreamError
+from runstream.engine.errors import RunstreamError
 from runstream.engine.kafka.connection import (
     KafkaSecurity,
     access_denied,
@@ -117,24 +117,20 @@ class RequestProducer:
             meta = await self._producer.send_and_wait(
                 self.route.topic, value=value, key=key, headers=headers, partition=partition)
         except KafkaError as exc:  # (the ACLs refuse: AccessDenied, as every other call)
-            denied = access_denied(exc, self.security)
+            # (a refused write to the journal, which a client role never writes, says how to
+            # send through the namespace's relay instead: no grant would fix it)
+            denied = (access_denied(exc, self.security) if self.route.relayed else
+                      access_denied(exc, self.security, remedy=self._unrelayed_remedy()))
             if denied is None:
                 raise
-            raise self._denied(denied) from None
+            raise denied from None
         return int(meta.offset)
 
-    def _denied(self, denied: AccessDenied) -> AccessDenied:
-        """A refused write to the journal, which a client role never writes, says how to
-        send through the namespace's relay instead (no grant would fix it)."""
-        assert self.route is not None
-        if self.route.relayed:
-            return denied
-        refused = str(denied).split("; an administrator", 1)[0]
-        return AccessDenied(
-            f"{refused}; a client principal writes requests only, to `{self.namespace}"
-            f".requests` or `{self.namespace}.requests.<authority>`, and this one sees neither: "
-            f"if it sends as an authority, name it (--authority-name NAME, "
-            f"RUNSTREAM_AUTHORITY_NAME or Client(authority_name=...))")
+    def _unrelayed_remedy(self) -> str:
+        return (f"a client principal writes requests only, to `{self.namespace}.requests` or "
+                f"`{self.namespace}.requests.<authority>`, and this one sees neither: if it "
+                f"sends as an authority, name it (--authority-name NAME, "
+                f"RUNSTREAM_AUTHORITY_NAME or Client(authority_name=...))")
 
     async def stop(self) -> None:
         if self._producer is not None:

@@ -34,10 +34,10 @@ from runstream.engine.ui import pages, run_page
 from runstream.engine.ui.dryrun_page import DryRunner, dry_run_fragment
 from runstream.engine.ui.html import error_page, esc, input_time
 from runstream.engine.ui.queries import (
-    MAX_PAGE_SIZE,
     RunDetail,
     StateAt,
     list_runs,
+    page_size,
     parse_filter,
     run_detail,
     state_at_record,
@@ -194,7 +194,8 @@ SCHEDULES_PAGE = 100
 async def _schedule_views(request: web.Request) -> tuple[list[dict[str, Any]], str | None]:
     """One page of the schedules, by id (`?after=<id>&limit=N`), and the id the next page
     starts after (None: the last page). Every schedule was one row of one page."""
-    after, limit = request.query.get("after", ""), _limit(request, SCHEDULES_PAGE)
+    after = request.query.get("after", "")
+    limit = page_size(request.query.get("limit") or None, SCHEDULES_PAGE)
     model = request.app[MODEL]
     view = await model.catch_up()
     ids = sorted(sid for p in range(model.partitions) for sid in view.schedule_ids(p)
@@ -208,17 +209,6 @@ async def _schedule_views(request: web.Request) -> tuple[list[dict[str, Any]], s
             return page, page[-1]["schedule_id"]
         page.append(schedule_view(schedule_now(view, schedule)))
     return page, None
-
-
-def _limit(request: web.Request, default: int) -> int:
-    text = request.query.get("limit", "")
-    try:
-        limit = int(text) if text else default
-    except ValueError:
-        raise InvalidInput(f"limit must be a whole number, not {text!r}") from None
-    if not 1 <= limit <= MAX_PAGE_SIZE:
-        raise InvalidInput(f"limit must be 1..{MAX_PAGE_SIZE}, not {limit}")
-    return limit
 
 
 async def schedules_handler(request: web.Request) -> web.Response:

@@ -89,13 +89,14 @@ def parse_filter(query: dict[str, str]) -> RunFilter:
                      created_from_ms=parse_time(start) if start else None,
                      created_to_ms=parse_time(end) if end else None,
                      after=query.get("after") or None,
-                     page_size=_page_size(query.get("limit") or None),
+                     page_size=page_size(query.get("limit") or None),
                      where=(query.get("where") or "").strip() or None)
 
 
-def _page_size(text: str | None) -> int:
+def page_size(text: str | None, default: int = PAGE_SIZE) -> int:
+    """A page's size asked for in `?limit=` (None: `default`), 1..MAX_PAGE_SIZE."""
     if text is None:
-        return PAGE_SIZE
+        return default
     try:
         size = int(text)
     except ValueError:

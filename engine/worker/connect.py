@@ -34,7 +34,7 @@ from aiokafka.errors import (
 from runstream.engine.errors import AccessDenied, BrokerConnectionFailed
 from runstream.engine.kafka.connection import (
     KafkaSecurity,
-    access_denied,
+    denied_by_acls,
     explain,
     probe_first,
     resolve_security,
@@ -77,7 +77,7 @@ async def diagnose_failure(error: BaseException, bootstrap: str,
     settings = resolve_security(security)
     if isinstance(error, AccessDenied):
         return Diagnosis(str(error), permanent=True)
-    if isinstance(error, KafkaError) and (denied := access_denied(error, settings)):
+    if (denied := denied_by_acls(error, settings)) is not None:
         return Diagnosis(str(denied), permanent=True)
     if isinstance(error, TopicMissing):
         return Diagnosis(f"{error} (waiting for it to be created)")
