@@ -21,7 +21,7 @@ from runstream.engine.journal.input_limits import RecordTooLarge
 from runstream.engine.journal.timetext import iso_time as iso
 from runstream.projections.schedule_state import MAX_CHANGES
 from tests.integration.support import fold, running_worker, until
-from tests.integration.test_cli import cli
+from tests.integration.test_cli import cli, one_line_error
 from tests.integration.test_lifetime import produce_plain
 from tests.integration.test_schedules import _change_bytes, beat, flows
 
@@ -48,7 +48,9 @@ async def test_a_burst_bad_specs_the_cli_s_times_notes_and_counts(
                             ("both", {"cron": "0 * * * *", "every_ms": 60_000}),
                             ("notjson", {"every_ms": 60_000, "payload_json": "{not json"}),
                             ("untimed", {"every_ms": 60_000, "run_timeout_ms": -1}),
-                            ("huge", {"every_ms": 2**63 - 1, "offset_ms": 1000})):
+                            ("huge", {"every_ms": 2**63 - 1, "offset_ms": 1000}),
+                            # (shown with its offset, fired without it)
+                            ("cronoffset", {"cron": "0 * * * *", "offset_ms": 600_000})):
             await produce_plain(bootstrap, journal, sid, _change_bytes(
                 sid, **{"action": "create", "flow": beat.name, **fields}),
                 record_type="schedule.change-requested")
@@ -56,6 +58,10 @@ async def test_a_burst_bad_specs_the_cli_s_times_notes_and_counts(
             await client.create_schedule("big", beat, "x" * 600_000, every=60)
 
         cache = tmp_path / "cache"
+        offset = await cli("schedule", "create", "cronoffset2", beat.name, "--cron",
+                           "0 * * * *", "--offset", "10m", bootstrap=bootstrap,
+                           namespace=namespace, cache=cache)
+        assert "an offset goes with every, not with cron" in one_line_error(offset)
         now_ms = int(time.time() * 1000)
         await client.create_schedule("hourly", "sched-beat", {"n": 1}, every=3600)
         out = await cli("schedule", "backfill", "hourly", "--start", iso(now_ms - 3 * 3_600_000),
@@ -103,6 +109,7 @@ async def test_a_burst_bad_specs_the_cli_s_times_notes_and_counts(
     assert "cron or every, not both" in reasons["both"]
     assert "Expecting property name" in reasons["notjson"]
     assert "a run timeout is more than 0 ms" in reasons["untimed"]
+    assert "an offset goes with every, not with cron" in reasons["cronoffset"]
     assert reasons["hourly"] == "a backfill starts at 1970-01-01T00:00:00Z or later"
     # (its next fire overflowed the answer's 64 bits: unsent, and the schedule's every
     # later change unanswered behind it)
