@@ -50,8 +50,9 @@ class RefusalWatch:
         self.topic = dead_letter_topic(namespace)
         self.security = security
         self.denied = False  # this principal may not read the dead letters: never looked again
-        # source -> its waiter. Bound: the client's relayed requests waiting for the relay.
-        self._waiting: dict[str, asyncio.Future[str | None]] = {}
+        # source -> its waiters (two handles may wait on one request). Bound: the client's
+        # waits on relayed requests, each removed when it ends.
+        self._waiting: dict[str, list[asyncio.Future[str | None]]] = {}
         self._live: object | None = None  # the running look's token (None: none runs)
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -61,7 +62,7 @@ class RefusalWatch:
         if self.denied:
             return None
         waiter: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
-        self._waiting[source] = waiter
+        self._waiting.setdefault(source, []).append(waiter)
         if self._live is None:
             token = self._live = object()
             task = asyncio.create_task(self._look(token, made_ms - CLOCK_SKEW_MS),
@@ -71,8 +72,11 @@ class RefusalWatch:
         try:
             return await waiter
         finally:
-            if self._waiting.get(source) is waiter:
-                del self._waiting[source]
+            waiters = self._waiting.get(source, [])
+            if waiter in waiters:
+                waiters.remove(waiter)
+            if not waiters:
+                self._waiting.pop(source, None)
 
     async def close(self) -> None:
         for task in list(self._tasks):
@@ -92,9 +96,10 @@ class RefusalWatch:
         except (RunstreamError, KafkaError) as exc:  # (AccessDenied, TopicMissing, ...)
             self.denied = isinstance(exc, AccessDenied) or denied_by_acls(exc) is not None
             log.debug("cannot read %s for the relay's refusals: %s", self.topic, exc)
-            for waiter in self._waiting.values():
-                if not waiter.done():
-                    waiter.set_result(None)  # (only the caller's timeout says, then)
+            for waiters in self._waiting.values():
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)  # (only the caller's timeout says, then)
         finally:
             if self._live is token:  # (no await since the loop's test: a new waiter starts
                 self._live = None  # a new look)
@@ -116,7 +121,7 @@ class RefusalWatch:
 
     def _answer(self, headers: dict[str, bytes]) -> None:
         source = (headers.get(SOURCE_HEADER) or b"").decode(errors="replace")
-        waiter = self._waiting.get(source)
-        if waiter is not None and not waiter.done():
-            waiter.set_result((headers.get(REASON_HEADER) or b"(no reason given)")
-                              .decode(errors="replace"))
+        reason = (headers.get(REASON_HEADER) or b"(no reason given)").decode(errors="replace")
+        for waiter in self._waiting.get(source, ()):
+            if not waiter.done():
+                waiter.set_result(reason)

@@ -348,6 +348,12 @@ async def test_a_request_the_relay_refuses_is_refused_at_once_in_the_relay_s_wor
                    authority_name="rogue") as rogue:
         started = time.monotonic()
         refused = await rogue.create_run(three, {}, run_id="r-at-once")
+        # two waits on the one request: both told (the second's look took the first's place,
+        # which then waited its whole timeout)
+        both = await asyncio.gather(refused.admitted(timeout=60), refused.result(timeout=60),
+                                    return_exceptions=True)
+        assert all(isinstance(answer, RequestNotRelayed) for answer in both), both
+        assert time.monotonic() - started < 20
         with pytest.raises(RequestNotRelayed, match="refused it: authority 'rogue' is not "
                                                     "configured"):
             await refused.result(timeout=60)
