@@ -36,6 +36,25 @@ class Quarantined(BaseException):
         self.cause = cause
 
 
+# The kinds of activation that take a run over from an earlier owner
+# (projections.decide.plan_activation).
+TAKEOVER_MODES = frozenset({"claimed", "stolen"})
+
+
+def quarantine_message(quarantine: Quarantined, takeover: str | None = None) -> str:
+    """The quarantine's evidence. A step found started with no outcome by a takeover
+    (`takeover`: that activation's evidence) says how its earlier owner left it: a release
+    cuts a step still running when the worker's drain ends, and a rebalance (a peer's death,
+    a join) revokes a healthy worker's partitions too, before it may get them back."""
+    left = ""
+    if quarantine.cause is None and takeover is not None:
+        left = (f" It was running when its owner changed ({takeover}); a release cuts a step "
+                f"still running when the worker's drain ends (runstream worker "
+                f"--drain-timeout, 10 s by default).")
+    return (f"{quarantine}; it may or may not have taken effect.{left} Check the effect, "
+            f"then resume the run with the step's outcome")
+
+
 class Suspend(BaseException):
     """The handler waits: the executor journals `run.suspended` and drops the handler."""
 

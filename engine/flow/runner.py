@@ -31,7 +31,7 @@ from runstream.engine.flow.context import (
 )
 from runstream.engine.flow.definition import Flow, Handoff, dump_json
 from runstream.engine.flow.held import HeldStep, may_hold
-from runstream.engine.flow.port import Slots
+from runstream.engine.flow.port import Slots, quarantine_message
 from runstream.engine.flow.waits import open_children
 from runstream.engine.journal import EncodeError, JournalRecord
 from runstream.engine.journal import events as ev
@@ -71,6 +71,7 @@ class HandlerRunner(ABC):
     _ctx: FlowContext | None
     _interrupted: bool = False  # the deadline passed: the handler's task was cancelled
     abandoned: bool = False  # its grace passed too: nothing more of it is journaled
+    takeover: str | None = None  # this activation took the run over: its evidence
 
     # A reversible step's outcome held back (engine.flow.held): it goes out before the
     # next decision of this run, or rides in the run's completion if the handler returns
@@ -435,10 +436,7 @@ class HandlerRunner(ABC):
         })
 
     async def _quarantine(self, quarantine: Quarantined) -> None:
-        message = (
-            f"{quarantine}; it may or may not have taken effect. Check the effect, then "
-            f"resume the run with the step's outcome"
-        )
+        message = quarantine_message(quarantine, self.takeover)
         self.settled = True
         attributes = {"step": quarantine.entry.name, "position": str(quarantine.entry.position)}
         if quarantine.cause is not None:
