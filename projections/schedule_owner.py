@@ -50,6 +50,14 @@ MAX_BACKFILL = 1000  # instants one backfill request fires at most
 # The catch-up window is never shorter: an owner always fires a little after the instant
 # (its sweep, its poll), and a fire that late is not a missed one (Temporal's minimum too).
 MIN_CATCHUP_MS = 10_000
+# An interval is never shorter (each instant makes a run: a typo's `1ms` made a thousand
+# runs a second). A spec stored before this rule keeps its interval until it is changed.
+MIN_EVERY_MS = 1_000
+
+
+def every_too_short(every_ms: int) -> str:
+    return (f"every must be at least {MIN_EVERY_MS / 1000:g} s, not {every_ms} ms (each "
+            f"instant makes a run)")
 
 
 class SpecInvalid(ValueError):
@@ -202,6 +210,9 @@ def _spec(given: dict[str, Any], base: ScheduleSpec | None) -> ScheduleSpec:
         spec = ScheduleSpec(**{**fields, "offset_ms": 0})
     if spec.every_ms is not None and spec.every_ms <= 0:
         raise SpecInvalid(f"every must be more than 0, not {spec.every_ms} ms")
+    if given.get("every_ms") is not None and spec.every_ms is not None \
+            and spec.every_ms < MIN_EVERY_MS:
+        raise SpecInvalid(every_too_short(spec.every_ms))
     if spec.cron is not None:
         cron.parse_cron(spec.cron)
     cron.check_timezone(spec.timezone)

@@ -17,6 +17,7 @@ from runstream.engine.flow.definition import Flow, dump_json, timeout_ms
 from runstream.engine.journal.input_limits import check_name, check_payload
 from runstream.engine.journal.timetext import epoch_ms
 from runstream.projections.cron import BACKFILL_EPOCH
+from runstream.projections.schedule_owner import MIN_EVERY_MS, every_too_short
 
 OVERLAPS = ("skip", "buffer_one", "allow_all", "cancel_other")
 # An update's payload when none is given (None is a payload: JSON null).
@@ -36,6 +37,13 @@ def _ms(value: Duration | None, what: str, *, positive: bool = False) -> int | N
     if ms < (1 if positive else 0):
         raise InvalidInput(f"{what} must be more than 0, not {ms} ms" if positive
                            else f"{what} must be 0 or more, not {ms} ms")
+    return ms
+
+
+def _every_ms(every: Duration | None) -> int | None:
+    ms = _ms(every, "every", positive=True)
+    if ms is not None and ms < MIN_EVERY_MS:
+        raise InvalidInput(every_too_short(ms))
     return ms
 
 
@@ -64,7 +72,7 @@ def spec_fields(flow: Flow[Any, Any] | str | None = None, payload: Any = NOT_GIV
     if overlap is not None and overlap not in OVERLAPS:
         raise InvalidInput(f"overlap must be one of {', '.join(OVERLAPS)}, not {overlap!r}")
     fields: dict[str, Any] = {
-        "cron": cron, "every_ms": _ms(every, "every", positive=True),
+        "cron": cron, "every_ms": _every_ms(every),
         "offset_ms": _ms(offset, "offset"), "timezone": timezone, "overlap": overlap,
         "catchup_window_ms": _ms(catchup_window, "catchup_window"),
         "jitter_ms": _ms(jitter, "jitter"),

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from runstream.engine.journal.timetext import iso_time
-from runstream.projections.schedule_owner import next_fire
+from runstream.projections.schedule_owner import MIN_CATCHUP_MS, next_fire
 from runstream.projections.schedule_state import ScheduleState
 
 NEXT_SHOWN = 5  # next fire instants shown
@@ -48,7 +48,9 @@ def schedule_view(schedule: ScheduleState) -> dict[str, Any]:
         "timezone": spec.timezone, "payload": _payload(spec.payload_json),
         "run_timeout_ms": spec.run_timeout_ms,
         "ceiling": None if spec.ceiling is None else list(spec.ceiling),
-        "overlap": spec.overlap, "catchup_window_ms": spec.catchup_window_ms,
+        # (the window the owner keeps: a shorter one is that; `0s` showed 0)
+        "overlap": spec.overlap,
+        "catchup_window_ms": max(spec.catchup_window_ms, MIN_CATCHUP_MS),
         "jitter_ms": spec.jitter_ms, "paused": schedule.paused, "note": schedule.note,
         "next_fires": [iso_time(ms) for ms in next_fires(schedule)],
         "fires": schedule.fires, "skipped": schedule.skipped,
@@ -61,8 +63,10 @@ def schedule_view(schedule: ScheduleState) -> dict[str, Any]:
 def schedule_lines(view: dict[str, Any]) -> list[str]:
     """The JSON view as lines of text."""
     paused = f"  PAUSED: {view['note'] or 'no note'}" if view["paused"] else ""
+    jitter = f", jitter {view['jitter_ms'] / 1000:g} s" if view["jitter_ms"] else ""
     lines = [f"{view['schedule_id']}  flow {view['flow']}  {view['when']}  overlap "
-             f"{view['overlap']}{paused}",
+             f"{view['overlap']}, catch-up window {view['catchup_window_ms'] / 1000:g} s"
+             f"{jitter}{paused}",
              f"  payload {_shown(json.dumps(view['payload'], ensure_ascii=False))}"
              + _limits(view),
              f"  fired {view['fires']}, skipped {view['skipped']}"

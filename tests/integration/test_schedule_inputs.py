@@ -50,10 +50,14 @@ async def test_a_burst_bad_specs_the_cli_s_times_notes_and_counts(
                             ("untimed", {"every_ms": 60_000, "run_timeout_ms": -1}),
                             ("huge", {"every_ms": 2**63 - 1, "offset_ms": 1000}),
                             # (shown with its offset, fired without it)
-                            ("cronoffset", {"cron": "0 * * * *", "offset_ms": 600_000})):
+                            ("cronoffset", {"cron": "0 * * * *", "offset_ms": 600_000}),
+                            # (a thousand runs a second)
+                            ("flood", {"every_ms": 1})):
             await produce_plain(bootstrap, journal, sid, _change_bytes(
                 sid, **{"action": "create", "flow": beat.name, **fields}),
                 record_type="schedule.change-requested")
+        with pytest.raises(InvalidInput, match="every must be at least 1 s, not 500 ms"):
+            await client.create_schedule("fast", beat, None, every=0.5)
         with pytest.raises(InvalidInput, match="over the 524288-byte limit"):
             await client.create_schedule("big", beat, "x" * 600_000, every=60)
 
@@ -62,6 +66,16 @@ async def test_a_burst_bad_specs_the_cli_s_times_notes_and_counts(
                            "0 * * * *", "--offset", "10m", bootstrap=bootstrap,
                            namespace=namespace, cache=cache)
         assert "an offset goes with every, not with cron" in one_line_error(offset)
+        flood = await cli("schedule", "create", "flood2", beat.name, "--every", "1ms",
+                          bootstrap=bootstrap, namespace=namespace, cache=cache)
+        assert "every must be at least 1 s, not 1 ms" in one_line_error(flood)
+        made = await cli("schedule", "create", "window", beat.name, "--every", "1h",
+                         "--catchup-window", "0s", bootstrap=bootstrap, namespace=namespace,
+                         cache=cache)
+        assert made.code == 0, made.err
+        window = await cli("schedule", "describe", "window", "--json", bootstrap=bootstrap,
+                           namespace=namespace, cache=cache)
+        assert json.loads(window.out)["catchup_window_ms"] == 10_000, window.err
         now_ms = int(time.time() * 1000)
         await client.create_schedule("hourly", "sched-beat", {"n": 1}, every=3600)
         out = await cli("schedule", "backfill", "hourly", "--start", iso(now_ms - 3 * 3_600_000),
@@ -110,6 +124,7 @@ async def test_a_burst_bad_specs_the_cli_s_times_notes_and_counts(
     assert "Expecting property name" in reasons["notjson"]
     assert "a run timeout is more than 0 ms" in reasons["untimed"]
     assert "an offset goes with every, not with cron" in reasons["cronoffset"]
+    assert "every must be at least 1 s, not 1 ms" in reasons["flood"]
     assert reasons["hourly"] == "a backfill starts at 1970-01-01T00:00:00Z or later"
     # (its next fire overflowed the answer's 64 bits: unsent, and the schedule's every
     # later change unanswered behind it)

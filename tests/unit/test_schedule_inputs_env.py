@@ -57,6 +57,7 @@ BAD_SPECS = [
     ({"every_ms": 60_000, "offset_ms": -5}, "must be 0 or more"),
     ({"every_ms": 60_000, "flow": "no such flow!"}, "flow name"),
     ({"every_ms": 60_000, "payload_json": json.dumps("x" * 600_000)}, "over the"),
+    ({"every_ms": 1}, "every must be at least 1 s, not 1 ms"),
 ]
 
 
@@ -213,3 +214,24 @@ def test_a_cron_schedule_s_offset_made_before_the_rule_carries_over_nowhere() ->
     every = ScheduleSpec(flow="f", every_ms=3_600_000, offset_ms=600_000)
     assert _spec({"payload_json": "1"}, every).offset_ms == 600_000
     assert _spec({"cron": "0 * * * *"}, every).offset_ms == 0
+
+
+async def test_an_interval_is_a_second_or_more_and_the_catch_up_window_shown_is_kept() -> None:
+    # (`--every 1ms` made a thousand runs a second; `--catchup-window 0s` showed 0 where
+    # the owner keeps 10 s)
+    from runstream.engine.readmodel.schedule_view import schedule_lines, schedule_view
+    from runstream.projections.schedule_owner import _spec
+    from runstream.projections.schedule_state import ScheduleSpec
+
+    async with TestEnvironment([tock], start=START) as env:
+        with pytest.raises(InvalidInput, match=r"every must be at least 1 s, not 999 ms"):
+            await env.create_schedule("fast", tock, every=0.999)
+        await env.create_schedule("s", tock, every=1, catchup_window=0, jitter=0.5)
+        with pytest.raises(InvalidInput, match="at least 1 s"):
+            await env.update_schedule("s", every=0.01)
+        view = schedule_view(env.describe_schedule("s"))
+        assert view["catchup_window_ms"] == 10_000
+        assert "overlap skip, catch-up window 10 s, jitter 0.5 s" in schedule_lines(view)[0]
+    # A spec stored before the rule keeps its interval through a change that names none.
+    legacy = ScheduleSpec(flow="f", every_ms=10)
+    assert _spec({"payload_json": "1"}, legacy).every_ms == 10
