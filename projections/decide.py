@@ -97,9 +97,14 @@ def decide_create(
     if run is not None and run.admitted and run.request_id == request.request_id:
         return Duplicate(run.request_offset)
     if run is not None and run.request_id != request.request_id:
-        conflict = identity_conflict(run, request, flow, payload, payload_form)
-        if conflict is not None:
-            return conflict
+        if request.signal_start:
+            # (a signal-with-start's start part: ignored, the run exists; it is answered as
+            # the run stands, whatever its flow, and makes it as it stands if it is the maker)
+            flow, payload = run.flow, run.payload_json
+        else:
+            conflict = identity_conflict(run, request, flow, payload, payload_form)
+            if conflict is not None:
+                return conflict
         if run.admitted:
             return Duplicate(run.request_offset)
         # Same identity as a first request not yet admitted: it gets the first one's answer,

@@ -25,7 +25,7 @@ import msgspec
 from msgspec.structs import replace  # state.replace without its frame: 2 a record
 
 from runstream.engine.journal import events as ev
-from runstream.projections.attributes import request_attributes, settled_or_set
+from runstream.projections.attributes import settled_or_set
 from runstream.projections.deadlines import DEADLINE_CLASSES, admitted_fields, transition_in_time
 from runstream.projections.expiry import expire
 from runstream.projections.fencing import accept
@@ -36,6 +36,7 @@ from runstream.projections.fork_transitions import (
     apply_fork_request,
     apply_forked,
 )
+from runstream.projections.new_runs import new_run
 from runstream.projections.outbox_requests import spawn_answer
 from runstream.projections.requests import (
     apply_run_request,
@@ -53,7 +54,6 @@ from runstream.projections.schedules import (
 from runstream.projections.signal_start import as_create, as_signal, first_parts
 from runstream.projections.snapshot import snapshot_anchored as anchor
 from runstream.projections.state import (
-    MAX_DEPTH,
     MAX_EVIDENCE,
     MAX_INBOX,
     TERMINAL_STATUSES,
@@ -227,7 +227,7 @@ def _apply_request(
     if run is None:
         if not isinstance(record, ev.RunCreateRequested):
             return Applied(partition, None, Verdict.ignored)
-        run = _new_run(partition.partition, record, request_id, offset)
+        run = new_run(partition.partition, record, request_id, offset)
     change = apply_run_request(run, record, request_id, offset, entry, timestamp_ms)
     if change is not None:
         updated = change.run
@@ -252,14 +252,26 @@ def _signal_with_start(partition: PartitionState, run: RunState | None,
     """projections.signal_start: a new run holding the signal, or the signal alone."""
     request_id, when = request_id_of(record, offset), record.envelope.timestamp_ms
     if run is None:
-        fresh = _new_run(partition.partition, create := as_create(record), request_id, offset)
+        fresh = new_run(partition.partition, create := as_create(record), request_id, offset)
         item, signals = first_parts(record, inbox_item(create, request_id, offset), offset,
                                     timestamp_ms)
         return Applied(partition, replace(fresh, inbox=(item,), signals=signals,
                                           updated_at_ms=when), Verdict.applied)
+    pending = not run.admitted and run.fork is None and not run.status.is_terminal
+    if pending and len(run.inbox) >= MAX_INBOX:
+        # (its start part could not be held: its caller is told, as an update's is)
+        return Applied(partition, run, Verdict.refused)
     change = apply_run_request(run, as_signal(record), request_id, offset, None, timestamp_ms)
     assert change is not None
     updated = change.run if change.run is run else replace(change.run, updated_at_ms=when)
+    if pending and change.verdict is Verdict.applied:
+        # A run made and not admitted yet: its first create may be rejected, and the run
+        # (with this signal) then went; the start part is held too, so that its owner
+        # answers this request itself, and behind a first create refused for what it alone
+        # carries it makes the run (decide.run_maker), as it would have alone.
+        start = replace(inbox_item(as_create(record), request_id, offset),
+                        attributes_error=None, signal_start=True)
+        updated = replace(updated, inbox=(*updated.inbox, start))
     return Applied(partition, updated, change.verdict)
 
 
@@ -268,46 +280,6 @@ def _refused_create(run: RunState, request_id: str) -> RunState:
     if request_id in refused or len(refused) >= MAX_INBOX:
         return run
     return replace(run, refused_creates=(*refused, request_id))
-
-
-def _new_run(
-    partition: int, record: ev.RunCreateRequested | ev.RunCreated, request_id: str,
-    offset: int,
-) -> RunState:
-    """A run as its first create request (or, with no request before it, its run.created)
-    makes it."""
-    env = record.envelope
-    return RunState(
-        run_id=env.run_id,
-        lineage_id=env.lineage_id,
-        partition=partition,
-        flow=record.flow,
-        payload_json=record.payload_json,
-        request_id=request_id,
-        request_offset=offset,
-        created_at_ms=env.timestamp_ms,
-        updated_at_ms=env.timestamp_ms,
-        parent_run_id=record.parent_run_id,
-        round=record.round,
-        **(_lineage_fields(record, offset) if isinstance(record, ev.RunCreateRequested)
-           else {}),
-    )
-
-
-def _lineage_fields(record: ev.RunCreateRequested, offset: int) -> dict[str, Any]:
-    """Where a run stands in its tree, and what its creator asked for, from its request."""
-    return {
-        "parent_lineage_id": record.parent_lineage_id,
-        "parent_position": record.parent_position,
-        "detached": record.parent_exit_policy == "detach",
-        "ancestors": tuple(record.ancestors[-MAX_DEPTH:]),
-        "ceiling": None if record.ceiling is None else tuple(sorted(record.ceiling)),
-        "max_rounds": record.max_rounds,
-        "trace_context": tuple(sorted(record.trace_context.items())),
-        "run_timeout_ms": record.run_timeout_ms,  # (asked: run.created says what it is)
-        "schedule_id": record.schedule_id,
-        "attributes": request_attributes(record.attributes_json, offset),
-    }
 
 
 def _answered(run: RunState, request_id: str | None) -> tuple[InboxItem, ...]:
@@ -413,7 +385,7 @@ def _created(run: RunState | None, record: ev.RunCreated, offset: int,
     if run is None:
         # A run.created with no request before it (a trimmed log, or another writer's
         # tooling): the run lives in this partition all the same.
-        run = _new_run(partition.partition, record, env.request_id or f"offset-{offset}",
+        run = new_run(partition.partition, record, env.request_id or f"offset-{offset}",
                        record.request_offset)
     inbox = _answered(run, env.request_id)
     if record.duplicate or run.admitted:
@@ -441,6 +413,11 @@ def _created(run: RunState | None, record: ev.RunCreated, offset: int,
 def _rejected(run: RunState, record: ev.RunCreateRejected) -> RunState | None:
     """A rejected request leaves the run as it was; a run never admitted disappears."""
     inbox = _answered(run, record.envelope.request_id)
+    if any(signal.request_id == record.envelope.request_id for signal in run.signals):
+        # A rejected signal-with-start's signal: its caller is told the request was
+        # rejected, so no other create that makes the run delivers it.
+        run = replace(run, signals=tuple(signal for signal in run.signals
+                                         if signal.request_id != record.envelope.request_id))
     if record.envelope.request_id in run.refused_creates:
         run = replace(run, refused_creates=tuple(
             r for r in run.refused_creates if r != record.envelope.request_id))

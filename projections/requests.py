@@ -246,7 +246,8 @@ def describe_refusal(run: RunState | None, record: ev.JournalRecord,
         return refusal
     if not is_json(_request_payload(record)):
         return "its payload is not JSON"
-    if (isinstance(record, ev.RunForkRequested | ev.RunUpdateRequested)
+    if ((isinstance(record, ev.RunForkRequested | ev.RunUpdateRequested)
+         or (isinstance(record, ev.RunSignalWithStartRequested) and not run.admitted))
             and not run.status.is_terminal and len(run.inbox) >= MAX_INBOX):
         return (f"run {run.run_id} holds {len(run.inbox)} requests its owner has not answered "
                 f"yet, the most it keeps: ask again once its owner is running")

@@ -7,7 +7,11 @@ The reducer (projections.reducer) applies it to the run its envelope names:
   (its inbox item carries this request's id), so the signal is never lost in between; a
   signal no wait can take (`start_refusal`) has the create rejected;
 - a run that has not settled: the signal part alone, as a `run.signal-sent` (`as_signal`),
-  judged like one (its authority, the signal buffer's bound); the start part is ignored;
+  judged like one (its authority, the signal buffer's bound); the start part is ignored,
+  unless the run is not admitted yet: then it is held too (an inbox item, `signal_start`),
+  so that its owner answers this request itself and, behind a first create refused for
+  what it alone carries, it makes the run (decide.run_maker); a rejected request's signal
+  is dropped (its sender is told it was rejected: no create behind it delivers it);
 - a settled run: refused, as a signal is; an expired one: refused (its tombstone answers).
 """
 
@@ -51,6 +55,10 @@ def first_parts(record: ev.RunSignalWithStartRequested, create: InboxItem, offse
     refusal = start_refusal(record)
     if refusal is not None:
         return replace(create, signal_error=refusal), ()
+    if create.attributes_error is not None:
+        # (its create is rejected whatever the run: held, the signal was delivered by the
+        # create that made the run behind it, its own caller told it was rejected)
+        return create, ()
     return create, (Signal(request_id=create.request_id, name=record.signal_name,
                            payload_json=record.signal_payload_json, offset=offset,
                            at_ms=at_ms),)

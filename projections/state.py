@@ -122,6 +122,9 @@ class InboxItem(_Frozen, frozen=True, array_like=True):
     # A signal-with-start's create whose signal no wait can take (projections.signal_start):
     # why (the owner rejects it, so its sender is answered).
     signal_error: str | None = None
+    # A signal-with-start's start part that found the run made and not admitted yet: its
+    # signal is held already; its owner answers it as the run stands (decide.decide_create).
+    signal_start: bool = False
 
 
 class ForkOrigin(_Frozen, frozen=True, array_like=True):

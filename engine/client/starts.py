@@ -125,9 +125,10 @@ class StartCalls:
         run: it is created with the signal buffered before anything else, and this returns
         once its owner admitted it (CreateRejected rejects the whole request; the handle's
         request_id is then this request's, else None). A run that exists but was not
-        admitted yet holds the signal: this returns once it is (CreateRejected if it is
-        not: the run and the signal are gone). Raises SignalRefused when the run has settled
-        or expired, or its signal buffer is full."""
+        admitted yet holds the signal and this request's start part: this returns once its
+        owner answered that (the run admitted, or made by it behind a first create refused
+        for what that alone carries; CreateRejected when no run is made). Raises
+        SignalRefused when the run has settled or expired, or its signal buffer is full."""
         self._new_run_id(run_id)
         check_name("signal", signal)
         if request_id is not None:
@@ -166,11 +167,14 @@ class StartCalls:
             return handle
         assert run is not None
         if not run.admitted and run.fork is None and run.request_id is not None:
-            # The run holding the signal waits for its own create's answer: wait for it too
-            # (rejected, the run and the signal are gone: CreateRejected, never silence).
+            # The run holding the signal is not admitted yet: its owner answers this
+            # request's start part itself (the run admitted, or made by it: run.created;
+            # the run and the signal gone: CreateRejected, never silence). (The run's first
+            # create's answer said nothing of this one's: its rejection was told here while
+            # this request made the run, or while another create made it with the signal.)
             await _admitted(RunHandle(client, run_id=run.run_id, flow=run.flow,
-                                      partition=partition, request_offset=run.request_offset,
-                                      request_id=run.request_id), request_id)
+                                      partition=partition, request_offset=offset,
+                                      request_id=request_id), request_id)
         # An admitted run (round 0, not a fork): its creation is known, so its handle waits
         # for the settlement alone, and a run that leaves nothing behind meanwhile says so
         # (engine.client.answers.raise_if_forgotten) where waiting for its creation from

@@ -119,3 +119,36 @@ async def test_the_journal_shows_one_run_per_race(
         assert len(lives - {None}) == 1  # (a repeated create's answer names none)
         starts = [i for i in items if isinstance(i.record, ev.RunSignalWithStartRequested)]
         assert [i.verdict.value for i in starts] == ["applied"]
+
+
+async def test_a_signal_with_start_behind_a_rejected_one_makes_the_run_with_its_signal(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """A plain producer's signal-with-start the owner rejects (its attributes are not JSON)
+    and, behind it before any owner answered, a valid one through the Client and one through
+    the CLI, each for its run id. The valid ones found the run the first had made, not yet
+    admitted: their start part was dropped, and their signal went with the first's
+    rejection. The Client's caller was told CreateRejected (attributes it never sent), the
+    CLI's too, and the run was never made."""
+    for run_id in ("by-client", "by-cli"):
+        await produce_plain(bootstrap, journal, run_id, plain_request(
+            "run.signal-with-start-requested", run_id, flow=waiter.name,
+            payload_json='"plain"', signal_name="go", signal_payload_json='"plain"',
+            attributes_json="{bad"), record_type="run.signal-with-start-requested")
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace,
+                      flows=[waiter]) as client:
+        by_client = asyncio.ensure_future(client.signal_with_start(
+            waiter, "mine", run_id="by-client", signal="go", signal_payload="client"))
+        by_cli = asyncio.ensure_future(cli(
+            "run", "signal", "by-cli", "go", "--payload", '"cli"', "--start", waiter.name,
+            "--start-payload", '"mine"', bootstrap=bootstrap, namespace=namespace))
+        await asyncio.sleep(3)  # (both in the journal before any owner runs)
+        assert not by_client.done() and not by_cli.done()
+        async with running_worker(bootstrap, namespace, tmp_path / "w", [waiter]):
+            handle = await asyncio.wait_for(by_client, 90)
+            said = await asyncio.wait_for(by_cli, 90)
+            assert said.code == 0, said.err
+            # (the run keeps the first request's payload, as a run made behind a refused
+            # first create does: decide.run_maker)
+            assert await handle.result(timeout=60) == {"payload": "plain", "signal": "client"}
+            assert (await client.get_handle("by-cli").result(timeout=60))["signal"] == "cli"

@@ -658,6 +658,26 @@ def test_signal_with_start_fixture_creates_or_signals_and_rocksdb_agrees(
         assert len({i.record.incarnation for i in items
                     if isinstance(i.record, ev.RunCreated)} - {None}) == 1
         assert json.loads(runs[f"raced-{n}"].result_json or "")["signal"] == n
+    # A signal-with-start behind a rejected one: its start part held, answered under its own
+    # request id, and it made the run with its own signal (the rejected one's dropped).
+    behind = memory.history["behind"]
+    answers = {i.record.envelope.request_id: type(i.record).__name__ for i in behind
+               if isinstance(i.record, ev.RunCreated | ev.RunCreateRejected)}
+    assert answers.pop("sws-rejected") == "RunCreateRejected"
+    assert list(answers.values()) == ["RunCreated"]
+    assert json.loads(runs["behind"].result_json or "")["signal"] == "behind"
+    assert all(not run.inbox for run in runs.values())  # (every start part answered)
+
+
+def test_a_journal_from_before_signal_start_parts_replays(tmp_path: Path) -> None:
+    """signal-with-start-before (the fixture as recorded before a signal-with-start's start
+    part was held): a request that found its run made, not admitted, left no start part;
+    replayed now, it holds one, unanswered (the owner that claims the partition answers it,
+    a duplicate of the run). Memory and both stores agree."""
+    with folded_twice(tmp_path, "signal-with-start-before") as (memory, _, _verdicts):
+        left = {run_id: [i.request_id for i in run.inbox if i.signal_start]
+                for run_id, run in memory.runs.items() if run.inbox}
+    assert sorted(left) == ["raced-0", "raced-1", "raced-2"]
 
 
 def test_attributes_fixture_sets_them_and_a_read_model_indexes_them(tmp_path: Path) -> None:
