@@ -51,9 +51,15 @@ def sweep_interval_s(retention: timedelta) -> float:
 
 
 def lineage_eligible(partition: PartitionState, facts: LineageFacts | None, settled_ms: int,
-                     now_ms: int) -> bool:
-    """Whether the lineage may expire at log time `now_ms` (see the module docstring)."""
+                     now_ms: int, gone: frozenset[str] | set[str] = frozenset()) -> bool:
+    """Whether the lineage may expire at log time `now_ms` (see the module docstring).
+    `gone`: the rounds the same decision expires before it."""
     if facts is None or not facts.rounds or partition.retention_ms <= 0:
+        return False
+    if facts.held_below is not None and facts.held_below not in gone:
+        # Rounds expire in order: a round left behind a gap (an unanswered request kept it)
+        # outlived its lineage's expiry and round 0's tombstone, and a new lineage under
+        # the freed id took its run id over (its journal, history and settle key with it).
         return False
     final = facts.rounds[-1]
     if final.handed_off_to is not None and (final.round == 0 or len(facts.rounds) != 1):
@@ -94,13 +100,16 @@ def expire(partition: PartitionState, record: ev.PartitionRunsExpired, offset: i
     """Apply an accepted expiry decision: the eligible lineages, the tombstones that may go,
     the bookkeeping trim. Ineligible ids are skipped (the record stays in history)."""
     expired: list[ExpiredLineage] = []
+    gone: set[str] = set()
     for run_id, settled_ms in zip(record.expired, record.settled_ms, strict=False):
         held = facts.lineages.get(run_id)
-        if held is None or not lineage_eligible(partition, held, settled_ms, timestamp_ms):
+        if held is None or not lineage_eligible(partition, held, settled_ms, timestamp_ms,
+                                                gone):
             continue
         stones = tuple(_tombstone(run, held, index, settled_ms, offset, timestamp_ms)
                        for index, run in enumerate(held.rounds))
         expired.append(ExpiredLineage(held.rounds, stones, settled_ms))
+        gone.update(run.run_id for run in held.rounds)
     dropped = tuple(stone for run_id in dict.fromkeys(record.dropped)
                     if (stone := facts.tombstones.get(run_id)) is not None
                     and tombstone_may_go(partition, stone, timestamp_ms))
@@ -309,15 +318,17 @@ def sweep_body(store: RetentionReads, partition: PartitionState, now_ms: int,
     expired: list[str] = []
     settled: list[int] = []
     rounds = 0
+    gone: set[str] = set()
     for settled_ms, run_id in _settled_due(store, number, now_ms - partition.retention_ms):
         facts = lineage(number, run_id, settled_ms)
-        if not lineage_eligible(partition, facts, settled_ms, now_ms) or facts is None:
+        if not lineage_eligible(partition, facts, settled_ms, now_ms, gone) or facts is None:
             continue
         if expired and rounds + len(facts.rounds) > batch:
             break
         expired.append(run_id)
         settled.append(settled_ms)
         rounds += len(facts.rounds)
+        gone.update(run.run_id for run in facts.rounds)
     dropped = [run_id for _, run_id in store.tombstones_due(
         number, now_ms - tombstone_retention_ms(partition), SWEEP_LOOK)
         if tombstone_may_go(partition, store.tombstone(run_id), now_ms)

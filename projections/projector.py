@@ -49,6 +49,7 @@ from runstream.projections.state import (
     Tombstone,
     Verdict,
     replace,
+    round_run_id,
     rounds_held_below,
 )
 from runstream.projections.transitions import POSITIONED_CLASSES
@@ -347,13 +348,16 @@ class Projector:
         if final is None or final.partition != partition:
             return None
         held = (final,) if final.handed_off_to is not None else self._held_rounds(final)
+        lowest = next((run.round for run in held if run.round > 0), 0)
+        below = round_run_id(final.lineage_id, lowest - 1) if lowest > 1 else None
         return LineageFacts(
             rounds=held,
             settle_indexed=self.store.settle_indexed(partition, settled_ms, run_id),
             caused_unsent=any(self.store.caused_requests(partition, run.run_id)
                               for run in held),
             last_offsets=tuple(self.store.last_offset(run.run_id) or run.request_offset
-                               for run in held))
+                               for run in held),
+            held_below=below if below is not None and self.run(below) is not None else None)
 
     def _held_rounds(self, final: RunState) -> tuple[RunState, ...]:
         """The rounds of `final`'s lineage an expiry of it takes: round 0 and the rounds

@@ -98,6 +98,9 @@ class LineageFacts:
     settle_indexed: bool  # the settle index holds the final round at the named time
     caused_unsent: bool  # an outbox entry one of its rounds caused is unacknowledged
     last_offsets: tuple[int, ...]  # each round's last record's offset, in round order
+    # The round just below the lowest one named after round 0, if the store holds it (it
+    # expires first: projections.expiry.lineage_eligible); None: none, or round 0.
+    held_below: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

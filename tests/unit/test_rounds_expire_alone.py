@@ -257,24 +257,25 @@ def test_a_round_replays_from_the_state_its_handoff_made(journal: Journal) -> No
         replay_run(unseeded.history("loop~3"), view=unseeded)
 
 
-def test_a_lineage_expiry_looks_back_to_the_first_gap_alone(journal: Journal) -> None:
-    """Its cost is its recent rounds'; a round held before the gap (an unanswered create
-    kept it) stays and expires alone once answered."""
+def test_rounds_expire_in_order_so_none_outlives_its_lineage(journal: Journal) -> None:
+    """A round held by an unanswered request keeps the rounds after it (and its lineage):
+    left behind a gap, it outlived round 0's tombstone, and a new lineage under the freed
+    id took its run id over, reading its journal and expired by its settle key. Once
+    answered, it and the rounds after it expire in one decision."""
     a_lineage_with_a_child(journal)
     offset = len(journal.records)
     journal.add(request(ev.RunCreateRequested, run_id="loop~1", request_id="req-again",
                         flow="checkout", payload_json="{}"))
     journal.expire("loop~1", "loop~2", after_ms=RETENTION_MS + 1)
-    assert journal.store.run("loop~1") is not None and journal.store.run("loop~2") is None
+    assert journal.store.run("loop~1") is not None and journal.store.run("loop~2") is not None
     journal.decide(ev.RunCompleted, "loop~3", result_json='"done"')
     journal.expire("loop~3", after_ms=RETENTION_MS + 1)
-    assert journal.store.tombstone("loop") is not None
-    assert journal.store.tombstone("loop~3") is not None
-    assert journal.store.run("loop~1") is not None  # held, in the settle index
+    assert journal.store.run("loop") is not None and journal.store.tombstone("loop") is None
     journal.decide(ev.RunCreated, "loop~1", request_id="req-again", flow="checkout",
                    payload_json="{}", request_offset=offset, duplicate=True)
-    journal.expire("loop~1", after_ms=RETENTION_MS + 1)
-    assert journal.store.run("loop~1") is None and journal.store.tombstone("loop~1") is not None
+    journal.expire("loop~1", "loop~2", "loop~3", after_ms=RETENTION_MS + 1)
+    assert all(journal.store.run(r) is None and journal.store.tombstone(r) is not None
+               for r in ("loop", "loop~1", "loop~2", "loop~3"))
     assert journal.store.count_settled(0) == 0
     journal.agree()
 
