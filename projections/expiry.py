@@ -33,7 +33,14 @@ from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import lineage_of
 from runstream.engine.journal.timetext import iso_time
 from runstream.projections.schedule_state import ScheduleState, with_run_statuses
-from runstream.projections.state import PartitionState, RunState, Tombstone, replace, round_zero
+from runstream.projections.state import (
+    PartitionState,
+    RunState,
+    Tombstone,
+    replace,
+    round_run_id,
+    round_zero,
+)
 from runstream.projections.values import (
     ExpiredLineage,
     ExpiryChange,
@@ -281,6 +288,8 @@ class RetentionReads(Protocol):
 
     def tombstone(self, run_id: str) -> Tombstone | None: ...
 
+    def latest_round(self, lineage_id: str) -> str | None: ...
+
     def idle_schedules(self, partition: int, until_ms: int, limit: int
                        ) -> list[tuple[int, str]]: ...
 
@@ -306,6 +315,38 @@ def _settled_due(store: RetentionReads, partition: int, until_ms: int
         after = page[-1]
 
 
+def _with_later_rounds(store: RetentionReads, partition: PartitionState, now_ms: int,
+                       due: list[str]) -> list[str]:
+    """`due` (tombstones that may go, oldest first) with round 0's taking the tombstones
+    kept of its lineage's later rounds (expired with it, they sort after it) along: round
+    0's going frees the id and drops the lineage key, and a later round's left for the next
+    sweep was a tombstone under the run id a new lineage of the freed id hands off into (its
+    going took the new round's history). Round 0's waits while one of them may not go."""
+    dropped: dict[str, None] = {}
+    for run_id in due:
+        stone = store.tombstone(run_id)
+        later = [] if stone is None or stone.round != 0 else _later_rounds(store, stone)
+        if all(tombstone_may_go(partition, other, now_ms) for other in later):
+            dropped.update(dict.fromkeys([run_id, *(other.run_id for other in later)]))
+    return list(dropped)
+
+
+def _later_rounds(store: RetentionReads, first: Tombstone) -> list[Tombstone]:
+    """The tombstones kept of the rounds after round 0 (`first`) of its lineage: from its
+    final round (the lineage key, kept while round 0's tombstone is) down to the first
+    round without one (the rounds before it expired alone earlier: their tombstones fall
+    due before round 0's)."""
+    lineage = first.lineage_id
+    latest = store.latest_round(lineage)
+    final = None if latest is None or latest == lineage else store.tombstone(latest)
+    later: list[Tombstone] = []
+    number = 0 if final is None else final.round
+    while number > 0 and (stone := store.tombstone(round_run_id(lineage, number))) is not None:
+        later.append(stone)
+        number -= 1
+    return later
+
+
 def sweep_body(store: RetentionReads, partition: PartitionState, now_ms: int,
                lineage: LineageLookup, *, batch: int = SWEEP_BATCH) -> dict[str, Any] | None:
     """The body of the owner's next `partition.runs-expired` for `partition` at `now_ms`
@@ -329,10 +370,10 @@ def sweep_body(store: RetentionReads, partition: PartitionState, now_ms: int,
         settled.append(settled_ms)
         rounds += len(facts.rounds)
         gone.update(run.run_id for run in facts.rounds)
-    dropped = [run_id for _, run_id in store.tombstones_due(
-        number, now_ms - tombstone_retention_ms(partition), SWEEP_LOOK)
-        if tombstone_may_go(partition, store.tombstone(run_id), now_ms)
-    ][:batch]
+    dropped = _with_later_rounds(store, partition, now_ms, [
+        run_id for _, run_id in store.tombstones_due(
+            number, now_ms - tombstone_retention_ms(partition), SWEEP_LOOK)
+        if tombstone_may_go(partition, store.tombstone(run_id), now_ms)][:batch])
     schedules = [schedule_id for _, schedule_id in store.idle_schedules(
         number, now_ms - partition.retention_ms, batch)
         if schedule_may_go(partition, store.schedule(schedule_id), now_ms)]
