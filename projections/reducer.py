@@ -41,8 +41,10 @@ from runstream.projections.outbox_requests import spawn_answer
 from runstream.projections.requests import (
     apply_run_request,
     expired_spawn,
+    full_spawn,
     inbox_item,
     request_id_of,
+    reused_spawn,
 )
 from runstream.projections.schedules import (
     fire_answered,
@@ -206,11 +208,12 @@ def _apply_request(
     entry: JournalEntry | None,
     timestamp_ms: int,  # (its log time: a signal's notes when it came)
 ) -> Applied:
-    if request_seen:  # (a fire repeated: its schedule hears of a run settled already)
+    if request_seen:  # (a fire repeated: its schedule hears of a run settled already;
+        # a spawn repeated: its parent, of a run that is not its child)
         return Applied(replace(partition, duplicates=partition.duplicates + 1), run,
                        Verdict.duplicate,
-                       outbox=fire_answered(fired_by(record), *settled_as(run, record),
-                                            offset))
+                       outbox=(*fire_answered(fired_by(record), *settled_as(run, record),
+                                              offset), *reused_spawn(run, record, offset)))
     if isinstance(record, ev.RunForkRequested | ev.RunForkPart):
         request_id = request_id_of(record, offset)
         if isinstance(record, ev.RunForkRequested) and record.target_run_id is not None:
@@ -240,7 +243,8 @@ def _apply_request(
             return Applied(partition, run, Verdict.refused)
         # Never dropped silently: a create is refused and kept (bounded) until the owner
         # answers it (its client raises CreateRejected), whoever owns the partition then.
-        return Applied(partition, _refused_create(run, request_id), Verdict.refused)
+        return Applied(partition, _refused_create(run, request_id), Verdict.refused,
+                       outbox=full_spawn(run, record, offset))
     item = inbox_item(record, request_id, offset)
     updated = replace(run, inbox=(*run.inbox, item), updated_at_ms=record.envelope.timestamp_ms)
     return Applied(partition, updated, Verdict.applied)

@@ -15,7 +15,8 @@ partition: no inbox holds it for the next owner's sweep) its readers judge from 
 repeat's own verdict, as the owner would have (`reuse_answer`).
 
 Not answered: a create reusing an id for a run that does exist (the run is there to
-query)."""
+query). A parent's spawn is failed either way, at the repeat, unless the run is that
+parent's child (projections.requests.reused_spawn): no answer here reaches its parent."""
 
 from __future__ import annotations
 

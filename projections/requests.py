@@ -17,6 +17,7 @@ cancel, resume or fork from an authority that does not cover its run is refused.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -360,4 +361,40 @@ def expired_spawn(tombstone: Tombstone, record: ev.JournalRecord,
     why = (f"run {tombstone.run_id} expired (it settled {tombstone.status.value}); a "
            f"child's run id must be new")
     wake = refused_spawn(tombstone.run_id, item, why)
+    return () if wake is None else (wake,)
+
+
+def reused_spawn(run: RunState | None, record: ev.JournalRecord,
+                 offset: int) -> tuple[OutboxItem, ...]:
+    """A parent's spawn whose create repeats a request id its partition applied before (a
+    duplicate: it makes no run, projections.request_reuse) fails that parent's spawn, unless
+    the run it names is that parent's child from that spawn (the parent's own create sent
+    again: the child's settlement wakes it, as the refusal of a first send did). The owner
+    answers it request-id-reused, or not at all when the run exists: neither reached the
+    parent, which waited for ever for a child that never settled for it."""
+    if (run is not None and isinstance(record, ev.RunCreateRequested)
+            and run.parent_run_id == record.parent_run_id
+            and run.parent_position in (None, record.parent_position)):
+        return ()
+    return _spawn_failed(record, offset, lambda request_id: (
+        f"request id {request_id!r} was applied before on its partition, to another "
+        f"request: no run {record.envelope.run_id} was made for this spawn"))
+
+
+def full_spawn(run: RunState, record: ev.JournalRecord, offset: int) -> tuple[OutboxItem, ...]:
+    """A parent's spawn refused because the run it names holds MAX_INBOX requests (its owner
+    rejects it inbox-full, an answer to a create the run keeps only by its request id, which
+    spawn_answer cannot trace to the parent)."""
+    return _spawn_failed(record, offset, lambda _: (
+        f"run {run.run_id} exists and holds {len(run.inbox)} requests no owner has answered "
+        f"yet; a child's run id must be new"))
+
+
+def _spawn_failed(record: ev.JournalRecord, offset: int,
+                  why: Callable[[str], str]) -> tuple[OutboxItem, ...]:
+    if not isinstance(record, ev.RunCreateRequested) or record.parent_run_id is None:
+        return ()
+    request_id = request_id_of(record, offset)
+    wake = refused_spawn(record.envelope.run_id, inbox_item(record, request_id, offset),
+                         why(request_id))
     return () if wake is None else (wake,)
