@@ -96,6 +96,8 @@ def decide_create(
         return Reject(UNSENDABLE, "request", "", request.unsendable)
     if run is not None and run.admitted and run.request_id == request.request_id:
         return Duplicate(run.request_offset)
+    if request.signal_start and request.attributes_error is not None:  # (held, no signal)
+        return Reject("attributes-invalid", "attributes", "", request.attributes_error)
     if run is not None and run.request_id != request.request_id:
         if request.signal_start:
             # (a signal-with-start's start part: ignored, the run exists; it is answered as
@@ -123,7 +125,7 @@ def decide_create(
         invalid = invalid_create(run)
         if invalid is not None:
             return invalid
-        maker = run_maker(run)
+        maker = run_maker(run, payload_form)
         if maker is None:
             return Duplicate(run.request_offset)
         if maker.request_id != request.request_id:
@@ -131,7 +133,7 @@ def decide_create(
     return Create() if run is None else (invalid_create(run) or Create())
 
 
-def run_maker(run: RunState) -> InboxItem | None:
+def run_maker(run: RunState, payload_form: PayloadForm = json_form) -> InboxItem | None:
     """The create that makes `run`, not admitted, when its first one makes none (None: the
     first one does, or the run is a fork being copied, its fork request's). The first makes
     none once answered without admitting the run (rejected, a repeat still in the inbox, so
@@ -146,8 +148,13 @@ def run_maker(run: RunState) -> InboxItem | None:
     first = next((item for item in run.inbox if item.request_id == run.request_id), None)
     if first is not None and not _refused_alone(first):
         return None
+    # (not one its identity conflict rejects: the creates behind it were its duplicates,
+    # and the run was never made; a start part's identity is ignored)
     return next((item for item in run.inbox if item.type == ev.RunCreateRequested.TYPE
-                 and item.request_id != run.request_id and not _refused_alone(item)), None)
+                 and item.request_id != run.request_id and not _refused_alone(item)
+                 and (item.signal_start or identity_conflict(
+                     run, item, item.flow or "", item.payload_json or "null",
+                     payload_form) is None)), None)
 
 
 def _refused_alone(request: InboxItem) -> bool:

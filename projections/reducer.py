@@ -265,6 +265,11 @@ def _signal_with_start(partition: PartitionState, run: RunState | None,
     if pending and len(run.inbox) >= MAX_INBOX:
         # (its start part could not be held: its caller is told, as an update's is)
         return Applied(partition, run, Verdict.refused)
+    start = replace(inbox_item(as_create(record), request_id, offset), signal_start=True)
+    if pending and start.attributes_error is not None:
+        # (rejected whatever the run, as alone: its signal is not held, first_parts)
+        return Applied(partition, replace(run, inbox=(*run.inbox, start), updated_at_ms=when),
+                       Verdict.applied)
     change = apply_run_request(run, as_signal(record), request_id, offset, None, timestamp_ms)
     assert change is not None
     updated = change.run if change.run is run else replace(change.run, updated_at_ms=when)
@@ -273,8 +278,6 @@ def _signal_with_start(partition: PartitionState, run: RunState | None,
         # (with this signal) then went; the start part is held too, so that its owner
         # answers this request itself, and behind a first create refused for what it alone
         # carries it makes the run (decide.run_maker), as it would have alone.
-        start = replace(inbox_item(as_create(record), request_id, offset),
-                        attributes_error=None, signal_start=True)
         updated = replace(updated, inbox=(*updated.inbox, start))
     return Applied(partition, updated, change.verdict)
 

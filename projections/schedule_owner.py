@@ -55,6 +55,11 @@ MIN_CATCHUP_MS = 10_000
 MIN_EVERY_MS = 1_000
 
 
+def catchup_window_ms(spec: ScheduleSpec) -> int:
+    """The catch-up window the owner keeps: the spec's, never under MIN_CATCHUP_MS."""
+    return max(spec.catchup_window_ms, MIN_CATCHUP_MS)
+
+
 def every_too_short(every_ms: int) -> str:
     return (f"every must be at least {MIN_EVERY_MS / 1000:g} s, not {every_ms} ms (each "
             f"instant makes a run)")
@@ -306,7 +311,7 @@ def on_due(view: OwnerView, schedule: ScheduleState, now_ms: int) -> list[Reacti
     # An instant is late by how long after its own due time (nominal plus its jitter) the
     # owner acts: the jitter is a delay the schedule asked for, not a missed fire.
     due = schedule.due_of
-    window_start = now_ms - max(spec.catchup_window_ms, MIN_CATCHUP_MS)
+    window_start = now_ms - catchup_window_ms(spec)
     running = list(schedule.running)
     buffered = schedule.buffered_ms
     if nominal == schedule.kept_ms and (schedule.kept_at_ms or 0) >= window_start:

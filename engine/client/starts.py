@@ -128,7 +128,8 @@ class StartCalls:
         admitted yet holds the signal and this request's start part: this returns once its
         owner answered that (the run admitted, or made by it behind a first create refused
         for what that alone carries; CreateRejected when no run is made). Raises
-        SignalRefused when the run has settled or expired, or its signal buffer is full."""
+        SignalRefused when the run has settled or expired, its signal buffer is full, or,
+        not admitted yet, it holds as many unanswered requests as it keeps."""
         self._new_run_id(run_id)
         check_name("signal", signal)
         if request_id is not None:

@@ -41,16 +41,20 @@ class Quarantined(BaseException):
 TAKEOVER_MODES = frozenset({"claimed", "stolen"})
 
 
-def quarantine_message(quarantine: Quarantined, takeover: str | None = None) -> str:
+def quarantine_message(quarantine: Quarantined,
+                       takeover: tuple[str, str] | None = None) -> str:
     """The quarantine's evidence. A step found started with no outcome by a takeover
-    (`takeover`: that activation's evidence) says how its earlier owner left it: a release
-    cuts a step still running when the worker's drain ends, and a rebalance (a peer's death,
-    a join) revokes a healthy worker's partitions too, before it may get them back."""
+    (`takeover`: that activation's mode and evidence) says how its earlier owner left it: a
+    release ("claimed") cuts a step still running when the worker's drain ends, and a
+    rebalance (a peer's death, a join) revokes a healthy worker's partitions too; a run
+    "stolen" was never released (its owner died or lost its session): no drain cut it."""
     left = ""
     if quarantine.cause is None and takeover is not None:
-        left = (f" It was running when its owner changed ({takeover}); a release cuts a step "
-                f"still running when the worker's drain ends (runstream worker "
-                f"--drain-timeout, 10 s by default).")
+        mode, evidence = takeover
+        left = f" It was running when its owner changed ({evidence})"
+        left += ("; a release cuts a step still running when the worker's drain ends "
+                 "(runstream worker --drain-timeout, 10 s by default)." if mode == "claimed"
+                 else ".")
     return (f"{quarantine}; it may or may not have taken effect.{left} Check the effect, "
             f"then resume the run with the step's outcome")
 

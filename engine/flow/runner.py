@@ -71,7 +71,8 @@ class HandlerRunner(ABC):
     _ctx: FlowContext | None
     _interrupted: bool = False  # the deadline passed: the handler's task was cancelled
     abandoned: bool = False  # its grace passed too: nothing more of it is journaled
-    takeover: str | None = None  # this activation took the run over: its evidence
+    # this activation took the run over: its mode and evidence (port.quarantine_message)
+    takeover: tuple[str, str] | None = None
 
     # A reversible step's outcome held back (engine.flow.held): it goes out before the
     # next decision of this run, or rides in the run's completion if the handler returns

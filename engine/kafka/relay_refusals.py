@@ -40,6 +40,7 @@ SOURCE_HEADER = "runstream-dead-letter-source"  # <topic>:<partition>:<offset>
 # client's may differ by this much (and dead letters are rare: the few read are cheap).
 CLOCK_SKEW_MS = 5 * 60 * 1000
 POLL_MS = 500
+READ_KEPT = 1_000  # refusals read kept for a wait that starts after its copy was read
 
 
 class RefusalWatch:
@@ -53,6 +54,10 @@ class RefusalWatch:
         # source -> its waiters (two handles may wait on one request). Bound: the client's
         # waits on relayed requests, each removed when it ends.
         self._waiting: dict[str, list[asyncio.Future[str | None]]] = {}
+        # source -> reason, of copies read while no wait named them yet (or no longer):
+        # a wait that starts after its copy was read (a second wait on one request while
+        # another request keeps the look alive) is told at once. Bound: READ_KEPT.
+        self._read: dict[str, str] = {}
         self._live: object | None = None  # the running look's token (None: none runs)
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -61,6 +66,8 @@ class RefusalWatch:
         in the dead letters (waits: the caller cancels); None when they cannot be read."""
         if self.denied:
             return None
+        if source in self._read:
+            return self._read[source]
         waiter: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(source, []).append(waiter)
         if self._live is None:
@@ -122,6 +129,9 @@ class RefusalWatch:
     def _answer(self, headers: dict[str, bytes]) -> None:
         source = (headers.get(SOURCE_HEADER) or b"").decode(errors="replace")
         reason = (headers.get(REASON_HEADER) or b"(no reason given)").decode(errors="replace")
+        self._read[source] = reason
+        while len(self._read) > READ_KEPT:
+            del self._read[next(iter(self._read))]
         for waiter in self._waiting.get(source, ()):
             if not waiter.done():
                 waiter.set_result(reason)

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from runstream.engine.journal.timetext import iso_time
-from runstream.projections.schedule_owner import MIN_CATCHUP_MS, next_fire
+from runstream.projections.schedule_owner import catchup_window_ms, next_fire
 from runstream.projections.schedule_state import ScheduleState
 
 NEXT_SHOWN = 5  # next fire instants shown
@@ -50,7 +50,7 @@ def schedule_view(schedule: ScheduleState) -> dict[str, Any]:
         "ceiling": None if spec.ceiling is None else list(spec.ceiling),
         # (the window the owner keeps: a shorter one is that; `0s` showed 0)
         "overlap": spec.overlap,
-        "catchup_window_ms": max(spec.catchup_window_ms, MIN_CATCHUP_MS),
+        "catchup_window_ms": catchup_window_ms(spec),
         "jitter_ms": spec.jitter_ms, "paused": schedule.paused, "note": schedule.note,
         "next_fires": [iso_time(ms) for ms in next_fires(schedule)],
         "fires": schedule.fires, "skipped": schedule.skipped,

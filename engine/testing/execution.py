@@ -102,7 +102,8 @@ class TestExecution(HandlerRunner):
     async def _activated(self, flow: Flow[Any, Any]) -> None:
         run = self.run_state()
         plan = plan_activation(run, lambda source: f"source {source[:8]}")
-        self.takeover = plan.evidence if plan.mode in TAKEOVER_MODES else None
+        self.takeover = ((plan.mode, plan.evidence) if plan.mode in TAKEOVER_MODES
+                        else None)
         try:
             if not self.activated:
                 self.send(ev.RunActivated, mode=plan.mode, activation=run.activations + 1,

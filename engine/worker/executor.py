@@ -267,7 +267,8 @@ class RunExecution(HandlerRunner):
         self.ensure_active()
         self.activated = True  # before anything is sent: it may land even if we stop
         current = self.run_state()
-        self.takeover = plan.evidence if plan.mode in TAKEOVER_MODES else None
+        self.takeover = ((plan.mode, plan.evidence) if plan.mode in TAKEOVER_MODES
+                        else None)
         self._enqueue(ev.RunActivated, {
             "mode": plan.mode, "activation": current.activations + 1,
             "evidence": plan.evidence, "previous_owner": plan.previous_owner,

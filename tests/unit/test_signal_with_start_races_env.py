@@ -113,3 +113,40 @@ async def test_a_rejected_request_s_signal_is_not_delivered_by_a_create_behind_i
         assert answers(env, "sws-1") == ["RunCreateRejected"]
         assert answers(env, "c-2") == ["RunCreated"]
         assert env.projection.runs["r"].signals == () and seen == []
+
+
+def conflicting(env: TestEnvironment, request_id: str, payload: str,
+                **over: Any) -> ev.RunCreateRequested:
+    return ev.RunCreateRequested(
+        envelope=request_envelope(ev.RunCreateRequested.TYPE, "r", request_id=request_id,
+                                  now_ms=env.clock_ms),
+        flow=waiter.name, payload_json=payload, **over)
+
+
+@pytest.mark.parametrize("third", ["signal-with-start", "create"])
+async def test_a_create_the_run_s_identity_rejects_makes_no_run_for_those_behind(
+        third: str) -> None:
+    # (behind a first create refused alone, the earliest create was the maker even when its
+    # identity conflicted: it was rejected, and the one behind it told run.created for a
+    # run never made, which then waited for ever)
+    seen.clear()
+    async with TestEnvironment([waiter], partitions=1) as env:
+        with env.log.held():
+            env.log.append(0, conflicting(env, "c-1", '{"amount": 1}', attributes_json="{bad"))
+            env.log.append(0, conflicting(env, "c-2", '{"amount": 2}'))  # (another payload)
+            env.log.append(0, sws(env, "x-3") if third == "signal-with-start"
+                           else conflicting(env, "x-3", '{"amount": 1}'))
+        await env.run_until_idle()
+        assert answers(env, "c-2") == ["RunCreateRejected"]
+        assert answers(env, "x-3") == ["RunCreated"]
+        assert env.projection.runs["r"].admitted
+
+
+async def test_a_start_part_with_invalid_attributes_is_rejected_as_it_is_alone() -> None:
+    seen.clear()
+    async with TestEnvironment([waiter], partitions=1) as env:
+        with env.log.held():
+            env.log.append(0, sws(env, "sws-1", signal_name="update/set"))
+            env.log.append(0, sws(env, "sws-2", attributes_json="{bad"))
+        await env.run_until_idle()
+        assert answers(env, "sws-2") == ["RunCreateRejected"] and seen == []
