@@ -108,6 +108,13 @@ class MemoryStore:
             return True
         return self.base.request_seen(partition, request_id) if self.base else False
 
+    def request_offset(self, partition: int, request_id: str) -> int | None:
+        """Where the request with this id was applied (ProjectionStore.request_offset)."""
+        if (partition, request_id) in self._requests:
+            return next(offset for offset, held, _ in reversed(self._request_log[partition])
+                        if held == request_id)
+        return self.base.request_offset(partition, request_id) if self.base else None
+
     def tombstone(self, run_id: str) -> Tombstone | None:
         if run_id in self.tombstones:
             return self.tombstones[run_id]

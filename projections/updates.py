@@ -35,8 +35,10 @@ from runstream.projections.state import (
     JournalEntry,
     RunState,
     Signal,
+    Tombstone,
     UpdateOutcome,
     replace,
+    round_run_id,
     rounds_held_below,
 )
 
@@ -219,6 +221,43 @@ def lineage_rounds(run_of: Callable[[str], RunState | None], lineage_id: str,
     if latest is not None and latest.round > last.round:
         yield from reversed(rounds_held_below(run_of, lineage_id, latest.round, last.round))
         yield latest
+
+
+def expired_round_asked(run_of: Callable[[str], RunState | None],
+                        tombstone_of: Callable[[str], Tombstone | None], lineage_id: str,
+                        latest_id: str | None, applied_at: int | None) -> Tombstone | None:
+    """The tombstone of the round of the lineage that took the request its partition
+    applied at offset `applied_at` (the request index's: what a repeat of its id is a
+    duplicate of), a round that expired alone since, the lineage living on
+    (projections.expiry): walking down from the latest round, `latest_id`, the first round
+    begun at or before it, if that one expired and its records reach it. None when a held
+    round was live then (lineage_rounds found that none took it: the id was another
+    request's), or no tombstone is kept there."""
+    latest = None if latest_id is None or applied_at is None else run_of(latest_id)
+    if latest is None or applied_at is None:
+        return None
+    for number in range(latest.round, 0, -1):
+        run_id = round_run_id(lineage_id, number)
+        held = run_of(run_id)
+        if held is not None:
+            if held.request_offset <= applied_at:  # (begun by then: its handoff's offset)
+                return None
+            continue
+        stone = tombstone_of(run_id)
+        if stone is None:
+            return None
+        if stone.first_offset <= applied_at:
+            return stone if applied_at <= stone.last_offset else None
+    return None
+
+
+def carried_past(run_of: Callable[[str], RunState | None], stone: Tombstone,
+                 request_id: str, latest_id: str | None) -> RunState | None:
+    """The first held round after the expired round `stone` that the update it took went on
+    into (`followed`: a handoff carried it, unanswered); None when none did (the expired
+    round answered it, or ended without: either way its outcome went with it)."""
+    return next((held for held in lineage_rounds(run_of, stone.lineage_id, latest_id)
+                 if held.round > stone.round and followed(held, request_id)), None)
 
 
 def reused_request_text(request_id: str, kind: str = "update") -> str:

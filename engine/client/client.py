@@ -223,11 +223,13 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
         if answer.verdict is Verdict.refused:
             raise SignalRefused(run_id, name, describe_refusal(answer.run, answer.record))
         asked = answer.record.envelope.request_id or ""
+        lineage = answer.run.lineage_id if answer.run is not None else run_id
         if answer.verdict is Verdict.duplicate and await self._round_asked(
-                answer.run.lineage_id if answer.run is not None else run_id,
-                answer.partition, asked, ev.RunSignalSent.TYPE) is None:
+                lineage, answer.partition, asked, ev.RunSignalSent.TYPE) is None and (
+                    await self._expired_asked(lineage, answer.partition, asked))[1] is None:
             # (its id was another request's, another run's on the partition: nothing took
-            # this signal, and it returned as if the run had)
+            # this signal, and it returned as if the run had; a round that expired since
+            # took it, its history gone with it: the signal it sent)
             raise SignalRefused(run_id, name, reused_request_text(asked, "signal"))
         return answer.offset
 

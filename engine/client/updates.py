@@ -29,10 +29,12 @@ from runstream.engine.readmodel.model import ReadModel
 from runstream.engine.readmodel.view import View
 from runstream.projections.replay import update_outcome
 from runstream.projections.requests import describe_refusal
-from runstream.projections.state import RunState, Verdict
+from runstream.projections.state import RunState, Tombstone, Verdict
 from runstream.projections.updates import (
     answer_of,
+    carried_past,
     carrying_round,
+    expired_round_asked,
     lineage_rounds,
     outcome_offset,
     refusal_text,
@@ -75,6 +77,8 @@ class UpdateRequests:
             # round of the lineage took is that update, wherever it was sent (as the
             # lineage's id or another round's gets it)
             taken = (await self._round_asked(answer.run.lineage_id, answer.partition, request_id)
+                     or await self._taken_past_expiry(answer.run.lineage_id, answer.partition,
+                                                      request_id)
                      if repeat and answer.offset < 0 and answer.run is not None else None)
             if taken is None:
                 raise UpdateRefused(run_id, name, describe_refusal(answer.run, answer.record))
@@ -83,6 +87,8 @@ class UpdateRequests:
         # The round that took the update (the read model's latest round may be a later one,
         # which never answers it: a handoff after the reply).
         asked = await self._round_asked(lineage, answer.partition, request_id)
+        if answer.verdict is Verdict.duplicate and asked is None:
+            asked = await self._taken_past_expiry(lineage, answer.partition, request_id)
         if answer.verdict is Verdict.duplicate and asked is None:
             raise UpdateRefused(run_id, name, reused_request_text(request_id))
         target = asked or (answer.run.run_id if answer.run is not None else run_id)
@@ -99,6 +105,29 @@ class UpdateRequests:
                     and item.type == record_type):
                 return run.run_id
         return None
+
+    async def _expired_asked(self, lineage_id: str, partition: int, request_id: str
+                             ) -> tuple[View, Tombstone | None]:
+        """The tombstone of the round of the lineage that took request `request_id`, when
+        it expired alone since (projections.updates.expired_round_asked: its history went
+        with it, so _round_asked finds no round), and the view it was read from."""
+        view = await (await self.read_model()).catch_up([partition])
+        return view, expired_round_asked(view.run, view.tombstone, lineage_id,
+                                         view.latest_round(lineage_id),
+                                         view.request_applied_at(partition, request_id))
+
+    async def _taken_past_expiry(self, lineage_id: str, partition: int, request_id: str
+                                 ) -> str | None:
+        """The round an update taken by a round that expired since is answered in (its
+        handoff carried it there); RunExpired when its outcome went with that round; None
+        when no round of the lineage took it."""
+        view, stone = await self._expired_asked(lineage_id, partition, request_id)
+        if stone is None:
+            return None
+        held = carried_past(view.run, stone, request_id, view.latest_round(lineage_id))
+        if held is None:
+            raise expired_error(stone)
+        return held.run_id
 
     async def _outcome(self, run_id: str, partition: int, request_id: str, name: str,
                        timeout: float | None) -> Any:

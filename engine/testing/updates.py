@@ -8,20 +8,23 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from runstream.engine.errors import SignalRefused, UpdateRefused
+from runstream.engine.errors import RunExpired, SignalRefused, UpdateRefused
 from runstream.engine.flow.definition import dump_json
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import check_run_id
 from runstream.engine.testing.inputs import check_request
 from runstream.engine.testing.log import envelope
+from runstream.projections.expiry import expired_text
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.replay import update_outcome
 from runstream.projections.requests import describe_refusal
-from runstream.projections.state import RunState, Verdict, round_zero
+from runstream.projections.state import RunState, Tombstone, Verdict, round_zero
 from runstream.projections.updates import (
     answer_of,
+    carried_past,
     carrying_round,
+    expired_round_asked,
     lineage_rounds,
     outcome_offset,
     refusal_text,
@@ -63,8 +66,10 @@ class EnvUpdates:
                                       name=name)
             raise SignalRefused(run_id, name, describe_refusal(run, record))
         if outcome is Verdict.duplicate and self._round_asked(
-                self.describe(run_id).lineage_id, request_id or "", ev.RunSignalSent) is None:
-            # (its id was another request's on the partition: no run took this signal)
+                self.describe(run_id).lineage_id, request_id or "", ev.RunSignalSent) is None \
+                and self._expired_asked(self.describe(run_id), request_id or "") is None:
+            # (its id was another request's on the partition: no run took this signal; a
+            # round that expired since took it: the signal it sent, as a Client's)
             raise SignalRefused(run_id, name, reused_request_text(request_id or "", "signal"))
 
     async def update(self, run_id: str, name: str, payload: Any = None, *,
@@ -74,9 +79,12 @@ class EnvUpdates:
         repeat, request_id = request_id is not None, request_id or uuid.uuid4().hex
         body = {"name": name, "payload_json": dump_json(payload)}
         verdict = self._request(ev.RunUpdateRequested, run_id, request_id=request_id, **body)
-        zero, run_id = run_id != round_zero(run_id), round_zero(run_id)  # (`~0`: round 0)
+        # (`~0`: round 0; a refusal names the id the caller gave, as a Client's)
+        named, zero, run_id = run_id, run_id != round_zero(run_id), round_zero(run_id)
         run = self.projection.runs.get(self._addressed(run_id))
         taken_by = None if run is None else self._round_asked(run.lineage_id, request_id)
+        if run is not None and taken_by is None and repeat and verdict is not Verdict.applied:
+            taken_by = self._taken_past_expiry(run, request_id)  # (RunExpired: its answer went)
         if zero and verdict is Verdict.refused:  # (round 0 had handed off: not sent)
             if repeat and taken_by is not None:
                 verdict = Verdict.duplicate  # (a round took it: that update, as a Client's)
@@ -87,18 +95,20 @@ class EnvUpdates:
                 self._exact(run_id)  # (RunExpired or RunNotFound, as a Client's request)
             asked = ev.RunUpdateRequested(
                 envelope=envelope(ev.RunUpdateRequested, run_id, request_id, 0), name=name)
-            raise UpdateRefused(run_id, name, describe_refusal(
+            raise UpdateRefused(named, name, describe_refusal(
                 run, asked, self.projection.store.tombstone(run_id)))
         if verdict is Verdict.duplicate and taken_by is None:
-            raise UpdateRefused(run_id, name, reused_request_text(request_id))
+            raise UpdateRefused(named, name, reused_request_text(request_id))
         # (the round that took it: it may have handed off since, the request following it)
         holder = [taken_by or run.run_id]
         await self._drive(lambda: self._answered(holder, request_id))
+        # (an outcome names the round that gave it, or ended without: as a Client's
+        # engine.client.updates._outcome; the lineage may live on past it)
         run = self.projection.runs[holder[0]]
         outcome = self._outcome(run, request_id)
         if outcome is None:
-            raise UpdateRefused(run_id, name, refusal_text(run))
-        return answer_of(run_id, name, outcome)
+            raise UpdateRefused(run.run_id, name, refusal_text(run))
+        return answer_of(run.run_id, name, outcome)
 
     def _addressed(self, run_id: str) -> str:
         """The round a request naming `run_id` reaches: a lineage's id names its latest."""
@@ -119,6 +129,24 @@ class EnvUpdates:
                         and item.record.envelope.request_id == request_id):
                     return run.run_id
         return None
+
+    def _expired_asked(self, latest: RunState, request_id: str) -> Tombstone | None:
+        """The tombstone of the round of `latest`'s lineage that took request `request_id`,
+        when it expired since, as a Client finds it (engine.client.updates._expired_asked)."""
+        store = self.projection.store
+        return expired_round_asked(store.run, store.tombstone, latest.lineage_id,
+                                   latest.run_id,
+                                   store.request_offset(latest.partition, request_id))
+
+    def _taken_past_expiry(self, latest: RunState, request_id: str) -> str | None:
+        """As a Client's (engine.client.updates._taken_past_expiry)."""
+        stone = self._expired_asked(latest, request_id)
+        if stone is None:
+            return None
+        held = carried_past(self.projection.store.run, stone, request_id, latest.run_id)
+        if held is None:
+            raise RunExpired(stone.run_id, expired_text(stone))  # (as expired_error)
+        return held.run_id
 
     def _answered(self, holder: list[str], request_id: str) -> bool:
         """Whether the update has its outcome, or its run settled without one (following it
