@@ -32,7 +32,6 @@ from runstream.engine.errors import CreateRejected, IdentityConflict, RunstreamE
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import lineage_of
 from runstream.engine.journal.timetext import iso_time
-from runstream.projections.rules import applies
 from runstream.projections.schedule_state import ScheduleState, with_run_statuses
 from runstream.projections.state import (
     PartitionState,
@@ -64,8 +63,7 @@ def lineage_eligible(partition: PartitionState, facts: LineageFacts | None, sett
     `gone`: the rounds the same decision expires before it."""
     if facts is None or not facts.rounds or partition.retention_ms <= 0:
         return False
-    if (facts.held_below is not None and facts.held_below not in gone
-            and applies(partition, 1)):  # (rules 0: a journal written before folds so)
+    if facts.held_below is not None and facts.held_below not in gone:
         # Rounds expire in order: a round left behind a gap (an unanswered request kept it)
         # outlived its lineage's expiry and round 0's tombstone, and a new lineage under
         # the freed id took its run id over (its journal, history and settle key with it).

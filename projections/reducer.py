@@ -46,7 +46,6 @@ from runstream.projections.requests import (
     request_id_of,
     reused_spawn,
 )
-from runstream.projections.rules import applies
 from runstream.projections.schedules import (
     fire_answered,
     fire_taken,
@@ -195,7 +194,6 @@ def _claim(
         lease_ms=record.lease_ms or 0,
         retention_ms=record.retention_ms or 0,
         tombstone_retention_ms=record.tombstone_retention_ms or 0,
-        rules=record.rules or 0,
         owner_last_write_ms=timestamp_ms,
         last_seq=last_seq,
     )
@@ -215,9 +213,7 @@ def _apply_request(
         return Applied(replace(partition, duplicates=partition.duplicates + 1), run,
                        Verdict.duplicate,
                        outbox=(*fire_answered(fired_by(record), *settled_as(run, record),
-                                              offset),
-                               *(reused_spawn(run, record, offset)
-                                 if applies(partition, 1) else ())))
+                                              offset), *reused_spawn(run, record, offset)))
     if isinstance(record, ev.RunForkRequested | ev.RunForkPart):
         request_id = request_id_of(record, offset)
         if isinstance(record, ev.RunForkRequested) and record.target_run_id is not None:
@@ -248,8 +244,7 @@ def _apply_request(
         # Never dropped silently: a create is refused and kept (bounded) until the owner
         # answers it (its client raises CreateRejected), whoever owns the partition then.
         return Applied(partition, _refused_create(run, request_id), Verdict.refused,
-                       outbox=full_spawn(run, record, offset) if applies(partition, 1)
-                       else ())
+                       outbox=full_spawn(run, record, offset))
     item = inbox_item(record, request_id, offset)
     updated = replace(run, inbox=(*run.inbox, item), updated_at_ms=record.envelope.timestamp_ms)
     return Applied(partition, updated, Verdict.applied)
@@ -263,11 +258,10 @@ def _signal_with_start(partition: PartitionState, run: RunState | None,
     if run is None:
         fresh = new_run(partition.partition, create := as_create(record), request_id, offset)
         item, signals = first_parts(record, inbox_item(create, request_id, offset), offset,
-                                    timestamp_ms, held_valid=applies(partition, 1))
+                                    timestamp_ms)
         return Applied(partition, replace(fresh, inbox=(item,), signals=signals,
                                           updated_at_ms=when), Verdict.applied)
-    pending = (applies(partition, 1) and not run.admitted and run.fork is None
-               and not run.status.is_terminal)  # (rules 0: the start part was dropped)
+    pending = not run.admitted and run.fork is None and not run.status.is_terminal
     if pending and len(run.inbox) >= MAX_INBOX:
         # (its start part could not be held: its caller is told, as an update's is)
         return Applied(partition, run, Verdict.refused)
@@ -325,7 +319,7 @@ def _decide_run(
                                                *fire_taken(run, record, offset)))
         assert run is not None
         if isinstance(record, ev.RunCreateRejected):  # answers a request in any status
-            left = _rejected(run, record, drops_signal=applies(partition, 1))
+            left = _rejected(run, record)
             rejected = fire_taken(run, record, offset, gone=left is None)
             return _RunChange(left, outbox=(*spawn_answer(run, record), *rejected))
         if isinstance(record, ev.EvidenceRecorded):
@@ -423,14 +417,12 @@ def _created(run: RunState | None, record: ev.RunCreated, offset: int,
     )
 
 
-def _rejected(run: RunState, record: ev.RunCreateRejected, *,
-              drops_signal: bool) -> RunState | None:
+def _rejected(run: RunState, record: ev.RunCreateRejected) -> RunState | None:
     """A rejected request leaves the run as it was; a run never admitted disappears."""
     inbox = _answered(run, record.envelope.request_id)
-    if drops_signal and any(signal.request_id == record.envelope.request_id
-                            for signal in run.signals):
+    if any(signal.request_id == record.envelope.request_id for signal in run.signals):
         # A rejected signal-with-start's signal: its caller is told the request was
-        # rejected, so no other create that makes the run delivers it (rules level 1).
+        # rejected, so no other create that makes the run delivers it.
         run = replace(run, signals=tuple(signal for signal in run.signals
                                          if signal.request_id != record.envelope.request_id))
     if record.envelope.request_id in run.refused_creates:

@@ -48,17 +48,14 @@ def as_signal(record: ev.RunSignalWithStartRequested) -> ev.RunSignalSent:
 
 
 def first_parts(record: ev.RunSignalWithStartRequested, create: InboxItem, offset: int,
-                at_ms: int | None = None, *, held_valid: bool = True
-                ) -> tuple[InboxItem, tuple[Signal, ...]]:
+                at_ms: int | None = None) -> tuple[InboxItem, tuple[Signal, ...]]:
     """What a run this request creates holds from the start: its create, and the signal.
     A signal no wait can take is not held, and its create carries why, so that the owner
-    rejects it and the sender is answered (refused alone, it was answered by nothing).
-    `held_valid` (projections.rules level 1): nor is one whose create is rejected whatever
-    the run (its attributes)."""
+    rejects it and the sender is answered (refused alone, it was answered by nothing)."""
     refusal = start_refusal(record)
     if refusal is not None:
         return replace(create, signal_error=refusal), ()
-    if held_valid and create.attributes_error is not None:
+    if create.attributes_error is not None:
         # (its create is rejected whatever the run: held, the signal was delivered by the
         # create that made the run behind it, its own caller told it was rejected)
         return create, ()

@@ -88,7 +88,6 @@ class PartitionState(_Frozen, frozen=True, array_like=True):
     snapshot_id: str | None = None
     snapshot_offset: int = 0
     snapshot_ms: int = 0
-    rules: int = 0  # the reducer's rules the current claim applies (projections.rules)
 
 
 class InboxItem(_Frozen, frozen=True, array_like=True):

@@ -10,7 +10,6 @@ from runstream.engine.journal import Envelope, JournalRecord, default_codec, enc
 from runstream.engine.journal import events as ev
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.projector import Outcome
-from runstream.projections.rules import RULES
 from runstream.projections.state import RunState
 
 _clock = itertools.count(1_700_000_000_000, 1000)
@@ -28,8 +27,7 @@ class Writer:
               lease_ms: int | None = None, at_ms: int | None = None) -> ev.PartitionEpochClaimed:
         record: ev.PartitionEpochClaimed = self.decide(
             ev.PartitionEpochClaimed, run_id="", partition=partition, epoch=self.epoch,
-            owner=owner or self.source_id, generation=generation, lease_ms=lease_ms,
-            rules=RULES)
+            owner=owner or self.source_id, generation=generation, lease_ms=lease_ms)
         if at_ms is not None:
             record = dataclasses.replace(
                 record, envelope=dataclasses.replace(record.envelope, timestamp_ms=at_ms))

@@ -486,6 +486,39 @@ class RunResumeRequested:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionEpochClaimed:
+    """A worker took ownership of a partition for one consumer-group assignment. The reducer applies
+    it (epoch = previous + 1) only if its generation is at least the current owner's, or the
+    owner has been silent for longer than its lease; otherwise it is rejected and changes
+    nothing.
+    """
+
+    TYPE: ClassVar[str] = "partition.epoch-claimed"
+    KIND: ClassVar[str] = "decision"
+    SCHEMA_ID: ClassVar[int] = 161
+
+    envelope: Envelope
+    partition: int
+    # Proposed epoch; the reducer assigns previous epoch + 1.
+    epoch: int
+    # Human-readable owner: host, pid, member id.
+    owner: str
+    query_endpoint: str | None = None
+    # Consumer-group generation of the assignment; null in claims written before generations
+    # (applied unconditionally, the old rule).
+    generation: int | None = None
+    # The claimant's lease window: an older-generation claim is honoured once the owner has written
+    # nothing for this long (record timestamps). Owners heartbeat idle partitions well within it.
+    lease_ms: int | None = None
+    # How long the claimant keeps a settled lineage in the projection before it expires it into a
+    # tombstone (0: forever); null in claims written before retention (kept forever).
+    retention_ms: int | None = None
+    # How long a tombstone is kept after its run expired (it goes only once the request-dedupe
+    # window has also passed it); null: as retention_ms.
+    tombstone_retention_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionSnapshotTaken:
     """The owner wrote a snapshot of the partition's projection at `offset` to <ns>.snapshots: the
     anchor a loader must find applied before it trusts that snapshot (a zombie's or a client's
@@ -1265,43 +1298,6 @@ class RunForkAnswered:
     run_timeout_ms: int | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PartitionEpochClaimed:
-    """A worker took ownership of a partition for one consumer-group assignment. The reducer applies
-    it (epoch = previous + 1) only if its generation is at least the current owner's, or the
-    owner has been silent for longer than its lease; otherwise it is rejected and changes
-    nothing.
-    """
-
-    TYPE: ClassVar[str] = "partition.epoch-claimed"
-    KIND: ClassVar[str] = "decision"
-    SCHEMA_ID: ClassVar[int] = 201
-
-    envelope: Envelope
-    partition: int
-    # Proposed epoch; the reducer assigns previous epoch + 1.
-    epoch: int
-    # Human-readable owner: host, pid, member id.
-    owner: str
-    query_endpoint: str | None = None
-    # Consumer-group generation of the assignment; null in claims written before generations
-    # (applied unconditionally, the old rule).
-    generation: int | None = None
-    # The claimant's lease window: an older-generation claim is honoured once the owner has written
-    # nothing for this long (record timestamps). Owners heartbeat idle partitions well within it.
-    lease_ms: int | None = None
-    # How long the claimant keeps a settled lineage in the projection before it expires it into a
-    # tombstone (0: forever); null in claims written before retention (kept forever).
-    retention_ms: int | None = None
-    # How long a tombstone is kept after its run expired (it goes only once the request-dedupe
-    # window has also passed it); null: as retention_ms.
-    tombstone_retention_ms: int | None = None
-    # The reducer's rules the claimant's release applies to the partition's records from this claim
-    # on (projections.rules: each level a change of how records apply, so a journal folds as its
-    # writers folded it); null in claims written before levels: 0.
-    rules: int | None = None
-
-
 # Any journal record; narrow with isinstance() or match on the class.
 JournalRecord: TypeAlias = (
     RunCreateRejected
@@ -1325,6 +1321,7 @@ JournalRecord: TypeAlias = (
     | RunCancelRequested
     | RunForkRequested
     | RunResumeRequested
+    | PartitionEpochClaimed
     | PartitionSnapshotTaken
     | StepFailed
     | RunLimitsFixed
@@ -1352,7 +1349,6 @@ JournalRecord: TypeAlias = (
     | RunCreateRequested
     | RunForkPart
     | RunForkAnswered
-    | PartitionEpochClaimed
 )
 
 # Record type string (the rs-type header and envelope.type) → class.
@@ -1378,6 +1374,7 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "run.cancel-requested": RunCancelRequested,
     "run.fork-requested": RunForkRequested,
     "run.resume-requested": RunResumeRequested,
+    "partition.epoch-claimed": PartitionEpochClaimed,
     "partition.snapshot-taken": PartitionSnapshotTaken,
     "step.failed": StepFailed,
     "run.limits-fixed": RunLimitsFixed,
@@ -1405,7 +1402,6 @@ RECORD_CLASSES: dict[str, type[JournalRecord]] = {
     "run.create-requested": RunCreateRequested,
     "run.fork-part": RunForkPart,
     "run.fork-answered": RunForkAnswered,
-    "partition.epoch-claimed": PartitionEpochClaimed,
 }
 
 REQUEST_TYPES: frozenset[str] = frozenset(
@@ -1442,6 +1438,7 @@ DECISION_TYPES: frozenset[str] = frozenset(
         "partition.outbox-sent",
         "child.spawned",
         "step.completed",
+        "partition.epoch-claimed",
         "partition.snapshot-taken",
         "step.failed",
         "run.limits-fixed",
@@ -1462,6 +1459,5 @@ DECISION_TYPES: frozenset[str] = frozenset(
         "journal.entry-copied",
         "run.forked",
         "run.fork-answered",
-        "partition.epoch-claimed",
     }
 )

@@ -69,7 +69,6 @@ from runstream.projections.reactions import (
     subject_of,
 )
 from runstream.projections.requests import NO_RESULT, describe_refusal, resume_refusal
-from runstream.projections.rules import RULES
 from runstream.projections.sending import carry_out
 from runstream.projections.state import (
     JournalEntry,
@@ -357,8 +356,7 @@ class TestEnvironment(Schedules, Driving, RunQueries, EnvUpdates, EnvForks, EnvB
             self.log.partition_decision(partition, ev.PartitionEpochClaimed,
                                         epoch=self.log.epoch(partition) + 1, owner=OWNER_NAME,
                                         retention_ms=self.retention_ms,
-                                        tombstone_retention_ms=self.tombstone_retention_ms,
-                                        rules=RULES)
+                                        tombstone_retention_ms=self.tombstone_retention_ms)
         self._sweep(lambda run: bool(run.inbox), swept_requests)
         for status in (RunStatus.pending, RunStatus.running, RunStatus.suspended):
             self._sweep(in_status(status), swept)

@@ -2,7 +2,8 @@
 releasing revoked partitions, and losing one to a newer claim.
 
 The consume loop (engine.worker.worker) calls in here when the group assigns or revokes
-partitions and when a claim is applied: everything that moves an Ownership between states.
+partitions and when a claim is applied; everything that moves an Ownership between states
+lives here.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from runstream.engine.worker.ownership import Ownership, OwnershipState
 from runstream.engine.worker.partition_protocols import ClaimsOwner
 from runstream.engine.worker.same_log import folded_elsewhere
 from runstream.projections.projector import Outcome
-from runstream.projections.rules import RULES
 from runstream.projections.state import Verdict
 
 log = logging.getLogger("runstream.worker")
@@ -180,7 +180,7 @@ class Claims:
             body={"partition": own.partition, "epoch": epoch + 1, "owner": w.name,
                   "query_endpoint": None, "generation": own.generation,
                   "lease_ms": w.lease_ms, "retention_ms": w.retention_ms,
-                  "tombstone_retention_ms": w.tombstone_retention_ms, "rules": RULES},
+                  "tombstone_retention_ms": w.tombstone_retention_ms},
         )
         try:
             w.committer.enqueue(own.partition, record)

@@ -13,7 +13,6 @@ from runstream.engine.journal import events as ev
 from runstream.projections import keys, values
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.projector import Projector
-from runstream.projections.rules import RULES
 from runstream.projections.state import RunStatus, Verdict, incarnation_id
 from runstream.projections.store import ProjectionStore
 from tests.builders import Writer, request
@@ -39,7 +38,7 @@ class Journal:
         self.owner = Writer("owner")
         self.now = T0
         claim = self.owner.decide(ev.PartitionEpochClaimed, run_id="", partition=0, epoch=1,
-                                  owner="owner", retention_ms=RETENTION_MS, rules=RULES)
+                                  owner="owner", retention_ms=RETENTION_MS)
         self.add(claim)
 
     def add(self, record: Any, *, after_ms: int = 10) -> Verdict:
