@@ -270,6 +270,18 @@ def reused_request_text(request_id: str, kind: str = "update") -> str:
             f"its own")
 
 
+def expired_reuse_text(request_id: str, stone: Tombstone) -> str:
+    """Why a signal whose request id is a duplicate is not sent again, when the request
+    the partition applied under that id came while round `stone` of the lineage, expired
+    since, was live: it may have been this signal, taken then, or another run's request
+    (the round's history went with it: which one cannot be told). Said, never returned as
+    if taken: an id another run used would have been taken by no run, silently."""
+    return (f"its request id {request_id!r} was applied before on its partition while round "
+            f"{stone.run_id}, expired since, was live: if that was this signal, the round "
+            f"took it then; if another run's request, none took this one (give each signal "
+            f"its own id). Nothing is sent again")
+
+
 def verdict_body(item: InboxItem, reason: str | None) -> tuple[type[ev.JournalRecord],
                                                                dict[str, object]]:
     """The owner's verdict on a pending update: accepted (`reason` None) or rejected."""

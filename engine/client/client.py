@@ -58,7 +58,7 @@ from runstream.projections.partitioning import run_partition
 from runstream.projections.requests import NO_RESULT, describe_refusal, resume_refusal
 from runstream.projections.reserved_ids import relay_refusal
 from runstream.projections.state import JournalEntry, RunState, RunStatus, Verdict, round_zero
-from runstream.projections.updates import reused_request_text
+from runstream.projections.updates import expired_reuse_text, reused_request_text
 from runstream.projections.values import HistoryEntry
 
 # How long a relayed request may take to reach the journal (the relay runs in the workers).
@@ -225,12 +225,13 @@ class Client(ScheduleCalls, StartCalls, QueryCalls, BatchCalls, UpdateRequests):
         asked = answer.record.envelope.request_id or ""
         lineage = answer.run.lineage_id if answer.run is not None else run_id
         if answer.verdict is Verdict.duplicate and await self._round_asked(
-                lineage, answer.partition, asked, ev.RunSignalSent.TYPE) is None and (
-                    await self._expired_asked(lineage, answer.partition, asked))[1] is None:
+                lineage, answer.partition, asked, ev.RunSignalSent.TYPE) is None:
             # (its id was another request's, another run's on the partition: nothing took
-            # this signal, and it returned as if the run had; a round that expired since
-            # took it, its history gone with it: the signal it sent)
-            raise SignalRefused(run_id, name, reused_request_text(asked, "signal"))
+            # this signal, and it returned as if the run had; or a round that expired since
+            # took it, its history gone with it: which, cannot be told)
+            _, stone = await self._expired_asked(lineage, answer.partition, asked)
+            raise SignalRefused(run_id, name, reused_request_text(asked, "signal")
+                                if stone is None else expired_reuse_text(asked, stone))
         return answer.offset
 
     async def cancel(self, run_id: str, *, reason: str = "", unsafe: bool = False) -> None:

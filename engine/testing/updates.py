@@ -24,6 +24,7 @@ from runstream.projections.updates import (
     answer_of,
     carried_past,
     carrying_round,
+    expired_reuse_text,
     expired_round_asked,
     lineage_rounds,
     outcome_offset,
@@ -66,11 +67,12 @@ class EnvUpdates:
                                       name=name)
             raise SignalRefused(run_id, name, describe_refusal(run, record))
         if outcome is Verdict.duplicate and self._round_asked(
-                self.describe(run_id).lineage_id, request_id or "", ev.RunSignalSent) is None \
-                and self._expired_asked(self.describe(run_id), request_id or "") is None:
-            # (its id was another request's on the partition: no run took this signal; a
-            # round that expired since took it: the signal it sent, as a Client's)
-            raise SignalRefused(run_id, name, reused_request_text(request_id or "", "signal"))
+                self.describe(run_id).lineage_id, request_id or "", ev.RunSignalSent) is None:
+            # (its id was another request's on the partition: no run took this signal; or a
+            # round that expired since took it: which, cannot be told, as a Client's)
+            stone = self._expired_asked(self.describe(run_id), request_id or "")
+            raise SignalRefused(run_id, name, reused_request_text(request_id or "", "signal")
+                                if stone is None else expired_reuse_text(request_id or "", stone))
 
     async def update(self, run_id: str, name: str, payload: Any = None, *,
                      request_id: str | None = None) -> Any:

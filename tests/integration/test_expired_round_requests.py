@@ -1,7 +1,8 @@
 """Against a real broker: a signal or update re-sent with its request id after the round
-that took it expired alone is the signal it sent (taken already), the update's outcome gone
-with its round (RunExpired), or, carried on by a handoff, the later round's answer; it was
-refused as a reused id (tests/unit/test_expired_round_requests_env.py)."""
+that took it expired alone: a signal is refused saying the expired round may have taken it,
+the update's outcome went with its round (RunExpired), or, carried on by a handoff, the
+later round answers it; both were refused as a reused id (tests/unit/
+test_expired_round_requests_env.py)."""
 
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ async def test_repeats_to_a_round_that_expired_are_taken_or_expired(
         await c.signal("M", "go", request_id="m-1")  # (another run's, same partition)
         for run_id in ("L~1", "C~1"):
             await until(lambda run_id=run_id: _expired(c, run_id), f"{run_id} expired")
-        await c.signal("L", "go", request_id="sig-1")  # taken already: no error
+        with pytest.raises(SignalRefused, match="while round L~1, expired since, was live"):
+            await c.signal("L", "go", request_id="sig-1")
         assert (await c.describe("L")).signals == ()  # (not delivered again)
         with pytest.raises(RunExpired) as told:
             await c.update("L", "ask", request_id="upd-1", timeout=TIMEOUT_S)

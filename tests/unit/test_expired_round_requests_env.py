@@ -2,10 +2,11 @@
 (projections.expiry: a round after the first expires once its handoff is older than the
 retention, its history with it): the partition's request index still holds the id, so the
 repeat is a duplicate, and no held round of the lineage took it. It was refused as a
-reused id ("used before for another request"); it is the signal it sent (taken already),
-and the update's outcome went with its round (RunExpired), unless a handoff carried the
-update on to a round still held, which answers it (projections.updates.
-expired_round_asked). An id another run's request used is refused as reused still."""
+reused id ("used before for another request"); a signal is refused saying the expired
+round may have taken it (the round's history gone, an id another run used while it was live
+cannot be told from it), and the update's outcome went with its round (RunExpired), unless
+a handoff carried the update on to a round still held, which answers it (projections.
+updates.expired_round_asked). An id another run's request used is refused as reused still."""
 
 from __future__ import annotations
 
@@ -58,8 +59,11 @@ async def test_repeats_to_a_round_that_expired_are_taken_or_expired() -> None:
         with pytest.raises(RunExpired):
             env.describe("L~1")
         assert env.describe("L").run_id == "L~2"
-        await env.signal("L", "go", request_id="sig-1")  # taken already: no error
-        assert [s.name for s in env.describe("L").signals] == []  # (not delivered again)
+        # (taken then, or an id another run used: which cannot be told once the round's
+        # history went; said, never returned as if taken, and not delivered again)
+        with pytest.raises(SignalRefused, match="while round L~1, expired since, was live"):
+            await env.signal("L", "go", request_id="sig-1")
+        assert [s.name for s in env.describe("L").signals] == []
         with pytest.raises(RunExpired) as told:
             await env.update("L", "ask", request_id="upd-1")
         assert told.value.run_id == "L~1"
