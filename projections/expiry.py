@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any, Protocol
 
-from runstream.engine.errors import CreateRejected, IdentityConflict, RunstreamError
+from runstream.engine.errors import CreateRejected, IdentityConflict, RunExpired, RunstreamError
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.records import lineage_of
 from runstream.engine.journal.timetext import iso_time
@@ -170,6 +170,12 @@ def expired_text(tombstone: Tombstone) -> str:
     """When and after what the run expired, for answers and errors."""
     return (f"expired at {iso_time(tombstone.expired_ms)}, after it settled "
             f"{tombstone.status.value} at {iso_time(tombstone.settled_ms)}")
+
+
+def expired_error(stone: Tombstone) -> RunExpired:
+    """What answers a query about an expired run (the id its tombstone names): a Client's
+    and the TestEnvironment's alike."""
+    return RunExpired(stone.run_id, expired_text(stone))
 
 
 def expired_create_detail(run_id: str, expired: str) -> str:

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from runstream.engine.errors import RunExpired
 from runstream.engine.journal import DecodeError, JournalRecord, Skimmed, decode
 from runstream.engine.journal import events as ev
-from runstream.engine.readmodel.lookups import expired_error
 from runstream.engine.readmodel.view import View
+from runstream.projections.expiry import expired_error
 from runstream.projections.follow import NOT_ACCEPTED
 from runstream.projections.request_reuse import is_reuse_answer
 from runstream.projections.state import Verdict

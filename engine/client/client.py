@@ -51,9 +51,10 @@ from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.kafka.relay_refusals import RefusalWatch
 from runstream.engine.kafka.requests_topic import RequestProducer, Route
 from runstream.engine.observability.tracing import carrier, create_span
-from runstream.engine.readmodel.lookups import expired_error, missing_run
+from runstream.engine.readmodel.lookups import missing_run
 from runstream.engine.readmodel.model import ReadModel, default_read_model_dir
 from runstream.engine.readmodel.view import View
+from runstream.projections.expiry import expired_error
 from runstream.projections.partitioning import run_partition
 from runstream.projections.requests import NO_RESULT, describe_refusal, resume_refusal
 from runstream.projections.reserved_ids import relay_refusal

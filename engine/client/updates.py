@@ -24,9 +24,9 @@ from runstream.engine.journal.input_limits import (
     check_run_id,
 )
 from runstream.engine.journal.records import request_envelope
-from runstream.engine.readmodel.lookups import expired_error
 from runstream.engine.readmodel.model import ReadModel
 from runstream.engine.readmodel.view import View
+from runstream.projections.expiry import expired_error
 from runstream.projections.replay import update_outcome
 from runstream.projections.requests import describe_refusal
 from runstream.projections.state import RunState, Tombstone, Verdict

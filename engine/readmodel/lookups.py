@@ -13,7 +13,7 @@ from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.readmodel.model import ReadModel
 from runstream.engine.readmodel.view import View
 from runstream.projections.decide import rejection_why
-from runstream.projections.expiry import expired_text
+from runstream.projections.expiry import expired_error
 from runstream.projections.partitioning import run_partition
 from runstream.projections.request_reuse import reused_not_found
 from runstream.projections.state import RunState, Tombstone, round_zero
@@ -31,11 +31,6 @@ def read_model_of(bootstrap: str | None, namespace: str | None,
 
 def _known(view: View, run_id: str) -> bool:
     return view.run(run_id) is not None or bool(view.history(run_id))
-
-
-def expired_error(stone: Tombstone) -> RunExpired:
-    """What answers a query about an expired run (the id its tombstone names)."""
-    return RunExpired(stone.run_id, expired_text(stone))
 
 
 async def view_of(model: ReadModel, run_id: str, *, records: bool = False) -> View:

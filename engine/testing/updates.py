@@ -8,14 +8,14 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from runstream.engine.errors import RunExpired, SignalRefused, UpdateRefused
+from runstream.engine.errors import SignalRefused, UpdateRefused
 from runstream.engine.flow.definition import dump_json
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
 from runstream.engine.journal.input_limits import check_run_id
 from runstream.engine.testing.inputs import check_request
 from runstream.engine.testing.log import envelope
-from runstream.projections.expiry import expired_text
+from runstream.projections.expiry import expired_error
 from runstream.projections.memory import MemoryProjection
 from runstream.projections.replay import update_outcome
 from runstream.projections.requests import describe_refusal
@@ -147,7 +147,7 @@ class EnvUpdates:
             return None
         held = carried_past(self.projection.store.run, stone, request_id, latest.run_id)
         if held is None:
-            raise RunExpired(stone.run_id, expired_text(stone))  # (as expired_error)
+            raise expired_error(stone)
         return held.run_id
 
     def _answered(self, holder: list[str], request_id: str) -> bool:

@@ -14,13 +14,13 @@ from runstream.engine.config import (
     kept_for,
     millis,
 )
-from runstream.engine.errors import CreateRejected, RunExpired, RunNotFound
+from runstream.engine.errors import CreateRejected, RunNotFound
 from runstream.engine.journal import events as ev
 from runstream.engine.testing.log import MemoryLog
 from runstream.projections.decide import rejection_why
 from runstream.projections.expiry import (
     expired_create,
-    expired_text,
+    expired_error,
     reached_tombstone,
     sweep_body,
     sweep_interval_s,
@@ -105,7 +105,7 @@ def missing(projection: MemoryProjection, run_id: str, partition: int, *,
     tombstone = (reached_tombstone(projection.store, run_id) if reach
                  else projection.store.tombstone(zero))
     if tombstone is not None:
-        return RunExpired(tombstone.run_id, expired_text(tombstone))
+        return expired_error(tombstone)
     rejected = rejected_create(projection, zero)
     if rejected is not None:
         return RunNotFound(run_id, rejected=rejection_why(rejected))

@@ -9,10 +9,10 @@ from typing import Any
 from runstream.engine.errors import RunNotFound
 from runstream.engine.flow.apps import load_flows
 from runstream.engine.flow.definition import Flow
-from runstream.engine.readmodel.lookups import expired_error
 from runstream.engine.readmodel.view import View
 from runstream.engine.timetravel.dryrun import DryRunReport, FlowNotInApp, replay_against
 from runstream.engine.ui.html import esc
+from runstream.projections.expiry import expired_error
 
 
 class DryRunner:

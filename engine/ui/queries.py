@@ -16,12 +16,12 @@ from typing import Any
 
 from runstream.engine.errors import InvalidInput, RunNotFound
 from runstream.engine.readmodel.describe import retry_view, run_view, waits_to_retry
-from runstream.engine.readmodel.lookups import expired_error
 from runstream.engine.readmodel.rows import HistoryRow, history_rows
 from runstream.engine.readmodel.view import View
 from runstream.engine.timetravel.points import Point, parse_time, run_at, run_diff
 from runstream.engine.ui.updates_view import UpdateRecord, update_records
 from runstream.projections import query_plan
+from runstream.projections.expiry import expired_error
 from runstream.projections.query import And, Compare, Literal, Query
 from runstream.projections.replay import RunAbsentAt
 from runstream.projections.state import (
