@@ -322,18 +322,18 @@ def _settled_due(store: RetentionReads, partition: int, until_ms: int
 
 
 def _with_later_rounds(store: RetentionReads, partition: PartitionState, now_ms: int,
-                       due: list[str]) -> list[str]:
-    """`due` (tombstones that may go, oldest first) with round 0's taking the tombstones
-    kept of its lineage's later rounds (expired with it, they sort after it) along: round
-    0's going frees the id and drops the lineage key, and a later round's left for the next
-    sweep was a tombstone under the run id a new lineage of the freed id hands off into (its
-    going took the new round's history). Round 0's waits while one of them may not go."""
+                       due: list[Tombstone]) -> list[str]:
+    """The ids of `due` (tombstones that may go, oldest first) with round 0's taking the
+    tombstones kept of its lineage's later rounds (expired with it, they sort after it)
+    along: round 0's going frees the id and drops the lineage key, and a later round's left
+    for the next sweep was a tombstone under the run id a new lineage of the freed id hands
+    off into (its going took the new round's history). Round 0's waits while one of them
+    may not go."""
     dropped: dict[str, None] = {}
-    for run_id in due:
-        stone = store.tombstone(run_id)
-        later = [] if stone is None or stone.round != 0 else _later_rounds(store, stone)
+    for stone in due:
+        later = [] if stone.round != 0 else _later_rounds(store, stone)
         if all(tombstone_may_go(partition, other, now_ms) for other in later):
-            dropped.update(dict.fromkeys([run_id, *(other.run_id for other in later)]))
+            dropped.update(dict.fromkeys([stone.run_id, *(other.run_id for other in later)]))
     return list(dropped)
 
 
@@ -377,9 +377,10 @@ def sweep_body(store: RetentionReads, partition: PartitionState, now_ms: int,
         rounds += len(facts.rounds)
         gone.update(run.run_id for run in facts.rounds)
     dropped = _with_later_rounds(store, partition, now_ms, [
-        run_id for _, run_id in store.tombstones_due(
+        stone for _, run_id in store.tombstones_due(
             number, now_ms - tombstone_retention_ms(partition), SWEEP_LOOK)
-        if tombstone_may_go(partition, store.tombstone(run_id), now_ms)][:batch])
+        if (stone := store.tombstone(run_id)) is not None
+        and tombstone_may_go(partition, stone, now_ms)][:batch])
     schedules = [schedule_id for _, schedule_id in store.idle_schedules(
         number, now_ms - partition.retention_ms, batch)
         if schedule_may_go(partition, store.schedule(schedule_id), now_ms)]

@@ -355,13 +355,9 @@ def inbox_item(record: ev.JournalRecord, request_id: str, offset: int) -> InboxI
 def expired_spawn(tombstone: Tombstone, record: ev.JournalRecord,
                    offset: int) -> tuple[OutboxItem, ...]:
     """A parent's spawn of a run id that expired fails that parent's spawn."""
-    if not isinstance(record, ev.RunCreateRequested) or record.parent_run_id is None:
-        return ()
-    item = inbox_item(record, request_id_of(record, offset), offset)
-    why = (f"run {tombstone.run_id} expired (it settled {tombstone.status.value}); a "
-           f"child's run id must be new")
-    wake = refused_spawn(tombstone.run_id, item, why)
-    return () if wake is None else (wake,)
+    return _spawn_failed(record, offset, lambda _: (
+        f"run {tombstone.run_id} expired (it settled {tombstone.status.value}); a child's "
+        f"run id must be new"))
 
 
 def reused_spawn(run: RunState | None, record: ev.JournalRecord,

@@ -41,6 +41,11 @@ class Quarantined(BaseException):
 TAKEOVER_MODES = frozenset({"claimed", "stolen"})
 
 
+def takeover_of(mode: str, evidence: str) -> tuple[str, str] | None:
+    """An activation's (mode, evidence) when it takes the run over (quarantine_message)."""
+    return (mode, evidence) if mode in TAKEOVER_MODES else None
+
+
 def quarantine_message(quarantine: Quarantined,
                        takeover: tuple[str, str] | None = None) -> str:
     """The quarantine's evidence. A step found started with no outcome by a takeover

@@ -48,9 +48,8 @@ def schedule_view(schedule: ScheduleState) -> dict[str, Any]:
         "timezone": spec.timezone, "payload": _payload(spec.payload_json),
         "run_timeout_ms": spec.run_timeout_ms,
         "ceiling": None if spec.ceiling is None else list(spec.ceiling),
-        # (the window the owner keeps: a shorter one is that; `0s` showed 0)
         "overlap": spec.overlap,
-        "catchup_window_ms": catchup_window_ms(spec),
+        "catchup_window_ms": catchup_window_ms(spec),  # (kept: `0s` showed 0, kept 10 s)
         "jitter_ms": spec.jitter_ms, "paused": schedule.paused, "note": schedule.note,
         "next_fires": [iso_time(ms) for ms in next_fires(schedule)],
         "fires": schedule.fires, "skipped": schedule.skipped,

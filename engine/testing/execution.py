@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from runstream.engine.flow.context import FlowContext, RunReleased, Suspend
 from runstream.engine.flow.definition import Flow
-from runstream.engine.flow.port import TAKEOVER_MODES, Slots, suspension
+from runstream.engine.flow.port import Slots, suspension, takeover_of
 from runstream.engine.flow.runner import Dropped, HandlerRunner
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
@@ -102,8 +102,7 @@ class TestExecution(HandlerRunner):
     async def _activated(self, flow: Flow[Any, Any]) -> None:
         run = self.run_state()
         plan = plan_activation(run, lambda source: f"source {source[:8]}")
-        self.takeover = ((plan.mode, plan.evidence) if plan.mode in TAKEOVER_MODES
-                        else None)
+        self.takeover = takeover_of(plan.mode, plan.evidence)
         try:
             if not self.activated:
                 self.send(ev.RunActivated, mode=plan.mode, activation=run.activations + 1,

@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 from runstream.engine.errors import WorkerFatal
 from runstream.engine.flow.context import FlowContext, RunReleased, Suspend
 from runstream.engine.flow.definition import Flow
-from runstream.engine.flow.port import NOT_CALLED, TAKEOVER_MODES, Slots, suspension
+from runstream.engine.flow.port import NOT_CALLED, Slots, suspension, takeover_of
 from runstream.engine.flow.runner import Dropped, HandlerRunner
 from runstream.engine.journal import JournalRecord
 from runstream.engine.journal import events as ev
@@ -267,8 +267,7 @@ class RunExecution(HandlerRunner):
         self.ensure_active()
         self.activated = True  # before anything is sent: it may land even if we stop
         current = self.run_state()
-        self.takeover = ((plan.mode, plan.evidence) if plan.mode in TAKEOVER_MODES
-                        else None)
+        self.takeover = takeover_of(plan.mode, plan.evidence)
         self._enqueue(ev.RunActivated, {
             "mode": plan.mode, "activation": current.activations + 1,
             "evidence": plan.evidence, "previous_owner": plan.previous_owner,
