@@ -7,31 +7,13 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
 
-from runstream import ChildFailed, Client, Flow, FlowContext
+from runstream import Client
 from runstream.projections.partitioning import run_partition
 from tests.conftest import TEST_JOURNAL_PARTITIONS
 from tests.integration.support import all_ready, until
 from tests.integration.test_lifetime import plain_request, produce_plain, worker
-
-child: Flow[Any, Any] = Flow("reused-spawn-child")
-parent: Flow[Any, Any] = Flow("reused-spawn-parent")
-
-
-@child.handler
-async def _child(ctx: FlowContext, payload: Any) -> Any:
-    return "child-done"
-
-
-@parent.handler
-async def _parent(ctx: FlowContext, payload: Any) -> Any:
-    await ctx.wait_for("go")  # position 0
-    spawned = await ctx.spawn(child, 1, run_id=payload)  # position 1: spawn/<p@inc>/1
-    try:
-        return await spawned.result()
-    except ChildFailed as exc:
-        return exc.error_type
+from tests.unit.test_reused_spawn import child, parent  # (the env test's flows)
 
 
 async def test_a_spawn_whose_request_id_was_spent_fails_its_parent_s_spawn(
@@ -49,6 +31,6 @@ async def test_a_spawn_whose_request_id_was_spent_fails_its_parent_s_spawn(
         await produce_plain(bootstrap, journal, other, plain_request(
             "run.create-requested", other, request_id=spawn_id, flow=child.name,
             payload_json=json.dumps(1)))
-        assert await client.get_handle(other).result(timeout=30) == "child-done"
+        assert await client.get_handle(other).result(timeout=30) == "child"
         await client.signal("p", "go", 1)
         assert await asyncio.wait_for(handle.result(timeout=60), 70) == "SpawnRefused"
