@@ -40,7 +40,7 @@ async def attempt_of(name: str, attempt: int, limit: float | None, fn: Callable[
     # under asyncio.timeout in the caller's task, an async function that caught the cancel
     # and went on (finishing its request) ran as long as it liked and its attempt succeeded.
     # Past the limit it is told to stop and abandoned, as a plain function's thread is.
-    called = asyncio.ensure_future(_contained(_called(name, fn, args, kwargs, in_turn=False)))
+    called = asyncio.ensure_future(contained(_called(name, fn, args, kwargs, in_turn=False)))
     try:
         done, _ = await asyncio.wait((called,), timeout=limit)
     except asyncio.CancelledError:  # (the run's deadline, a release: passed on to it)
@@ -55,7 +55,7 @@ async def attempt_of(name: str, attempt: int, limit: float | None, fn: Callable[
     raise StepTimedOut(name, attempt, limit)
 
 
-async def _contained(attempt: Awaitable[Any]) -> tuple[Any, BaseException | None]:
+async def contained(attempt: Awaitable[Any]) -> tuple[Any, BaseException | None]:
     """The attempt's value, or the SystemExit or KeyboardInterrupt it raised, handed to the
     caller's task: asyncio raises those out of a task it runs, through the event loop (a
     function's sys.exit ended the worker, and every next owner's as the step ran again)."""

@@ -24,8 +24,9 @@ from runstream.engine.errors import CapabilityRefused, NonDeterminism, StepFaile
 from runstream.engine.flow.attribute_calls import AttributeCalls
 from runstream.engine.flow.bounded import attempt_of
 from runstream.engine.flow.branch_cancel import BranchCancel
+from runstream.engine.flow.carried import Call, carried_through, resume_started, start_call
 from runstream.engine.flow.definition import NO_RETRY, RetryPolicy, dump_json
-from runstream.engine.flow.port import NOT_CALLED, JournalPort, Quarantined, RunReleased, Suspend
+from runstream.engine.flow.port import JournalPort, Quarantined, RunReleased, Suspend
 from runstream.engine.flow.result_types import RESULT_NOT_JSON, result_adapter
 from runstream.engine.flow.step_calls import StepCall, args_digest, replayed_result
 from runstream.engine.flow.update_calls import Update, UpdateCalls
@@ -159,8 +160,9 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
         if entry is not None and entry.status == "failed":
             raise StepFailed(name, entry.error_type or "Error", entry.error_message or "",
                              entry.attempts)
+        carried = None  # (this attempt's call, kept by this worker through a release)
         if entry is not None and entry.status == "started" and entry.irreversible:
-            entry = await self._not_called_or_quarantine(position, name, entry)
+            entry, carried = await resume_started(self._port, position, name, entry)
         attempt = entry.attempts + 1 if entry is not None else 1
         policy = retry or NO_RETRY
         limit = _seconds(timeout)
@@ -176,27 +178,37 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
         self._steps_running += 1
         try:
             return await self._attempts(StepCall(position, name, fn, args, kwargs, adapter,
-                                                  policy, limit, digest, irreversible), attempt)
+                                                  policy, limit, digest, irreversible), attempt,
+                                        carried)
         finally:
             self._step_ended()
 
-    async def _attempts(self, call: StepCall, attempt: int) -> Any:
+    async def _attempts(self, call: StepCall, attempt: int,
+                        carried: Call | None = None) -> Any:
         """The step's attempts from `attempt` on, until one succeeds, or its failure is for
-        good (raised), or a cancel or the run's deadline cuts it short."""
+        good (raised), or a cancel or the run's deadline cuts it short. `carried`: attempt
+        `attempt`'s call, journaled started and still this worker's (engine.flow.carried)."""
         (position, name, fn, args, kwargs, adapter, policy, limit, digest,
          irreversible) = call
         while True:
-            await self._port.barrier()
-            self._check_cancel(position, name)  # (a retry too: a cancel ends its attempts)
-            self._port.ensure_active()
-            if irreversible:
+            if carried is None:
+                await self._port.barrier()
+                self._check_cancel(position, name)  # (a retry too: a cancel ends its attempts)
+                self._port.ensure_active()
+            if irreversible and carried is None:
                 # Acknowledged is not enough: a paused, superseded owner's write is acked too,
                 # and fenced. Only an applied StepStarted proves we still own the run.
                 await self._port.send_confirmed(ev.StepStarted, position=position, name=name,
                                                 attempt=attempt, irreversible=True)
             interrupted = self._port.timed_out  # (before it: a cleanup's step runs whole)
             try:
-                value = await self._call(name, position, fn, args, kwargs, attempt, limit)
+                if irreversible:  # (in a task of its own, which a release may carry)
+                    called = carried or start_call(
+                        self._call(name, position, fn, args, kwargs, attempt, limit))
+                    carried = None
+                    value = await carried_through(self._port, position, attempt, called)
+                else:
+                    value = await self._call(name, position, fn, args, kwargs, attempt, limit)
                 if self._port.timed_out and not interrupted and cancelled_here():
                     # The deadline interrupted it and its function swallowed the cancel (an
                     # HTTP library finishing its request): the attempt fails as an interrupted
@@ -253,22 +265,6 @@ class FlowContext(WaitingCalls, AttributeCalls, UpdateCalls):
                         error_type=RUN_TIMED_OUT, will_retry=False, retry_delay_ms=0,
                         error_message="interrupted: the run passed its deadline",
                         args_digest=digest)
-
-    async def _not_called_or_quarantine(self, position: int, name: str,
-                                  entry: JournalEntry) -> JournalEntry:
-        """A started irreversible step with no outcome is quarantined (its effect may have
-        happened), unless this worker knows its function was never called: then that
-        attempt is journaled not called and the step runs again."""
-        attempt = entry.attempts + 1
-        if not self._port.never_called(position, attempt):
-            raise await self._port.quarantine(Quarantined(entry))
-        self._port.ensure_active()
-        self._port.send(ev.StepFailed, position=position, name=name, attempt=attempt,
-                        error_type=NOT_CALLED, will_retry=True, retry_delay_ms=0,
-                        error_message=f"not called: attempt {attempt}'s step.started was "
-                                      f"never confirmed, and its function never ran")
-        return JournalEntry(position=position, name=name, status="retrying",
-                            attempts=attempt, irreversible=True)
 
     async def _call(self, name: str, position: int, fn: Callable[..., Any],
                     args: tuple[Any, ...], kwargs: dict[str, Any], attempt: int,

@@ -3,6 +3,7 @@ execution, the test environment), and the control-flow exceptions that cross it.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -50,15 +51,17 @@ def quarantine_message(quarantine: Quarantined,
                        takeover: tuple[str, str] | None = None) -> str:
     """The quarantine's evidence. A step found started with no outcome by a takeover
     (`takeover`: that activation's mode and evidence) says how its earlier owner left it: a
-    release ("claimed") cuts a step still running when the worker's drain ends, and a
-    rebalance (a peer's death, a join) revokes a healthy worker's partitions too; a run
+    release ("claimed") cuts a step still running when the worker's drain ends (kept only
+    by a worker the partition comes back to: engine.flow.carried), and a rebalance (a
+    peer's death, a join) revokes a healthy worker's partitions too; a run
     "stolen" was never released (its owner died or lost its session): no drain cut it."""
     left = ""
     if quarantine.cause is None and takeover is not None:
         mode, evidence = takeover
         left = f" It was running when its owner changed ({evidence})"
         left += ("; a release cuts a step still running when the worker's drain ends "
-                 "(runstream worker --drain-timeout, 10 s by default)." if mode == "claimed"
+                 "(runstream worker --drain-timeout, 10 s by default), unless the partition "
+                 "comes back to that worker, which keeps the call." if mode == "claimed"
                  else ".")
     return (f"{quarantine}; it may or may not have taken effect.{left} Check the effect, "
             f"then resume the run with the step's outcome")
@@ -105,6 +108,15 @@ class JournalPort(Protocol):
         `position`, journaled started, never had its function called (its step.started was
         never confirmed, and the source that could have said so failed): a retry, not a
         quarantine."""
+
+    def carried_call(self, position: int, attempt: int) -> asyncio.Future[Any] | None:
+        """Attempt `attempt`'s call of the irreversible step at `position`, journaled started,
+        when this worker kept it running through a release of the run's partition
+        (engine.flow.carried): its outcome is journaled instead of quarantining the run."""
+
+    def carry(self, position: int, attempt: int, call: asyncio.Future[Any]) -> bool:
+        """The handler is being cancelled while that call runs: whether the worker keeps the
+        call (a release it may get the partition back from) rather than have it cancelled."""
 
     def now_ms(self) -> int:
         """The current time (the wall clock, or a test environment's virtual clock)."""

@@ -59,8 +59,8 @@ RESULT_TOO_LARGE = "ResultTooLarge"
 
 
 class Dropped(BaseException):
-    """The handler is dropped without settling (evicted from a cache, a crash injected in a
-    test): it unwinds without journaling anything, and the run continues by replay."""
+    """Dropped without settling (evicted from a cache, a test's crash): it unwinds without
+    journaling anything, and the run continues by replay."""
 
 
 class HandlerRunner(ABC):
@@ -138,8 +138,7 @@ class HandlerRunner(ABC):
     _holds_slot: bool = False
 
     def _slots(self) -> tuple[Slots, str]:
-        """The slots this run's execution takes one of, and where they are (evidence); a
-        runner that takes none (the dry run's sandbox) never asks."""
+        """Its slots and where they are (evidence); the dry run's sandbox takes none."""
         raise NotImplementedError
 
     async def take_slot(self) -> None:
@@ -228,11 +227,17 @@ class HandlerRunner(ABC):
         """The run's journal entries as projected when the activation starts."""
 
     def on_step(self, name: str, seconds: float, ok: bool) -> None:
-        """One attempt of a step's function ended (the worker counts it in its metrics)."""
-        return None
+        return None  # (the worker counts it in its metrics)
 
     def never_called(self, position: int, attempt: int) -> bool:
-        """Only a worker that saw the attempt go unconfirmed knows (engine.worker)."""
+        """Only a worker knows an attempt it never called, or keeps a call through a release
+        (engine.worker.executor; so carried_call and carry too)."""
+        return False
+
+    def carried_call(self, position: int, attempt: int) -> asyncio.Future[Any] | None:
+        return None
+
+    def carry(self, position: int, attempt: int, call: asyncio.Future[Any]) -> bool:
         return False
 
     @abstractmethod
@@ -343,8 +348,7 @@ class HandlerRunner(ABC):
         await self.barrier()
 
     def _past_deadline(self) -> bool:
-        """Its timeout applied; or interrupted for it, unless a cancel came first (the
-        reducer then ignores the timeout: the cancel wins)."""
+        """Its timeout applied, or interrupted for it unless a cancel came first (it wins)."""
         run = self.run_state()
         return run.timed_out_at_ms is not None or (
             self._interrupted and run.cancel_requested is None)
@@ -415,16 +419,14 @@ class HandlerRunner(ABC):
             await self.barrier()
 
     def _evidence(self, kind: str, message: str, attributes: dict[str, str]) -> None:
-        """Journal evidence for an operator; evidence that cannot be written (an encoding
-        problem, a record over the size limit) never changes what happens to the run."""
+        """Evidence that cannot be journaled (over the size limit) changes nothing else."""
         try:
             self.send(ev.EvidenceRecorded, kind=kind, message=journal_text(message),
                       attributes=attributes)
         except EncodeError as exc:
             log.warning("run %s: evidence %s not journaled: %s", self.run.run_id, kind, exc)
 
-    def _open_children(self) -> list[ChildLink]:
-        """Children spawned and not settled (engine.flow.waits.open_children)."""
+    def _open_children(self) -> list[ChildLink]:  # (spawned, not settled)
         return open_children(self.run_state().children,
                              self._ctx.spawned if self._ctx is not None else (), self.entry)
 

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Iterable
 from typing import cast
 
-from aiokafka import ConsumerRebalanceListener, TopicPartition
+from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
 from runstream.engine.errors import WorkerFatal
@@ -274,6 +274,8 @@ class Claims:
     async def _release_now(self, partitions: list[int], *, cause: str) -> None:
         w = self.owner
         deadline = time.monotonic() + w.drain_timeout
+        if w.stopping:  # (nothing here would take a call kept through this release)
+            w.carried.keep_only((), why="the worker stops")
         owns = [w.owned.pop(p) for p in partitions if p in w.owned]
         if not owns:
             return
@@ -292,7 +294,11 @@ class Claims:
                 log.warning("partitions %s: %d run(s) still executing after the drain timeout "
                             "(%.1fs), cancelled: %s", sorted(released), len(pending),
                             w.drain_timeout, ", ".join(stuck[:MAX_LOGGED_RUNS]))
-            await self._stop_executions([e for e in executions if e.task in pending])
+            cut = [e for e in executions if e.task in pending]
+            for execution in cut:  # (a rebalance may give the partition back here)
+                execution.carrying = (cause == "rebalance" and not w.stopping
+                                      and execution.ownership.state is OwnershipState.draining)
+            await self._stop_executions(cut)
         for execution in executions:
             own = execution.ownership
             unsettled = execution.activated and not execution.settled
@@ -417,22 +423,6 @@ class Claims:
             await asyncio.sleep(delay)
             delay = min(delay * 2, GROUP_ASK_MAX_S)
         return False
-
-
-class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
-    """The group's assignment changes, handed to the worker's claims."""
-
-    def __init__(self, claims: Claims) -> None:
-        self.claims = claims
-
-    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        self.claims.rebalances += 1
-        await self.claims.release([tp.partition for tp in revoked], cause="rebalance")
-
-    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        self.claims.rebalances += 1
-        if not self.claims.owner.stopping:
-            await self.claims.claim([tp.partition for tp in assigned])
 
 
 def partition_count_changed(topic: str, placed_by: int, now: set[int] | None,

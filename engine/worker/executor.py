@@ -69,6 +69,9 @@ class RunExecution(HandlerRunner):
     dropped: str | None = None
     suspending: bool = False  # its run.suspended is sent and its handler is being dropped
     restart: bool = False  # a wake found it suspending: start the run again once it ends
+    # A release cancels its handler: an irreversible call it runs is kept, not cancelled
+    # (engine.worker.carried), should the partition come back here.
+    carrying: bool = False
     task: asyncio.Task[None] | None = field(default=None, repr=False)
     # The latest step outcome sent: acknowledged before the next step starts.
     _last_outcome: asyncio.Future[None] | None = field(default=None, repr=False)
@@ -157,6 +160,30 @@ class RunExecution(HandlerRunner):
 
     def never_called(self, position: int, attempt: int) -> bool:
         return self.owner.not_called.known(self.run.run_id, position, attempt)
+
+    def carry(self, position: int, attempt: int, call: asyncio.Future[Any]) -> bool:
+        if not self.carrying:
+            return False
+        self.owner.carried.hold(self.ownership.partition, self.run.run_id, position, attempt,
+                                call)
+        log.info("run %s: the call of irreversible step %d (attempt %d) is kept running "
+                 "through the release of partition %d", self.run.run_id, position, attempt,
+                 self.ownership.partition)
+        return True
+
+    def carried_call(self, position: int, attempt: int) -> asyncio.Future[Any] | None:
+        """The call kept through a release, taken by this activation, which says so."""
+        call = self.owner.carried.take(self.run.run_id, position, attempt)
+        if call is not None:
+            entry = self.entry(position)
+            name = entry.name if entry is not None else str(position)
+            self._evidence("carried-over", (
+                f"irreversible step {name!r} (attempt {attempt}) was still running when "
+                f"partition {self.ownership.partition} was released by {self.owner.name}; the "
+                f"partition came back to {self.owner.name}, which kept the call running: its "
+                f"outcome is journaled when it ends, and the run is not quarantined"),
+                {"step": name, "position": str(position), "attempt": str(attempt)})
+        return call
 
     def _ensure_active(self) -> None:
         self._unpark_beside()

@@ -89,6 +89,9 @@ class Execution(Protocol):
     def settled(self) -> bool:
         """Nothing to release: settled, suspended, or never activated."""
 
+    # Set by a release before it cancels the handler: an irreversible call is kept running.
+    carrying: bool
+
 
 class Launcher(Protocol):
     """The worker's activator, as its reactions use it."""

@@ -12,6 +12,8 @@ from enum import StrEnum
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
+from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from aiokafka.errors import (
     GroupCoordinatorNotAvailableError,
     GroupLoadInProgressError,
@@ -45,6 +47,7 @@ METADATA_MAX_AGE_MS = 30_000
 def make_consumer(
     bootstrap: str, *, group_id: str, name: str, session_timeout_ms: int, drain_timeout: float,
     security: KafkaSecurity | None = None,
+    assignors: tuple[type[AbstractPartitionAssignor], ...] = (RoundRobinPartitionAssignor,),
 ) -> AIOKafkaConsumer:
     return AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
@@ -64,6 +67,7 @@ def make_consumer(
         # A partition added to the journal shows within this (a rebalance follows), and
         # every worker stops at its claims (engine.worker.claims.partition_count_changed).
         metadata_max_age_ms=METADATA_MAX_AGE_MS,
+        partition_assignment_strategy=assignors,  # (engine.worker.rebalance)
         **kafka_options(security),
     )
 

@@ -31,6 +31,7 @@ from runstream.engine.flow.definition import Flow
 from runstream.engine.journal import JournalRecord
 from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.observability.metrics import WorkerMetrics
+from runstream.engine.worker.carried import CarriedCalls
 from runstream.engine.worker.committer import Committer
 from runstream.engine.worker.confirmations import Confirmations
 from runstream.engine.worker.deadletters import DeadLetterCopier
@@ -382,6 +383,10 @@ class ClaimsOwner(Protocol):
     @property
     def executions(self) -> Mapping[str, Execution]:
         """The runs executing here: drained, cancelled or released with their partition."""
+
+    @property
+    def carried(self) -> CarriedCalls:
+        """Irreversible calls a release keeps running; cut when their partition goes."""
 
     @property
     def refused(self) -> OrderedDict[str, str]:

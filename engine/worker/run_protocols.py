@@ -24,6 +24,7 @@ from runstream.engine.journal import JournalRecord
 from runstream.engine.kafka.connection import KafkaSecurity
 from runstream.engine.observability.metrics import WorkerMetrics
 from runstream.engine.worker.admission import Admission
+from runstream.engine.worker.carried import CarriedCalls
 from runstream.engine.worker.committer import Committer
 from runstream.engine.worker.confirmations import Confirmations, NotCalled
 from runstream.engine.worker.helper_protocols import (
@@ -84,6 +85,10 @@ class ExecutionOwner(Protocol):
     @property
     def not_called(self) -> NotCalled:
         """Irreversible attempts this worker knows it never called."""
+
+    @property
+    def carried(self) -> CarriedCalls:
+        """Irreversible calls a release kept running, until their run takes them again."""
 
     @property
     def sticky(self) -> StickyCache:

@@ -44,7 +44,8 @@ from runstream.engine.observability.metrics import WorkerMetrics
 from runstream.engine.worker.activation import Activator
 from runstream.engine.worker.admission import DEFAULT_CONCURRENCY, Admission
 from runstream.engine.worker.batch import batch_flow
-from runstream.engine.worker.claims import Claims, Rebalance
+from runstream.engine.worker.carried import CarriedCalls
+from runstream.engine.worker.claims import Claims
 from runstream.engine.worker.committer import Committer
 from runstream.engine.worker.confirmations import Confirmations, NotCalled
 from runstream.engine.worker.connect import Reconnector, abandon
@@ -63,6 +64,7 @@ from runstream.engine.worker.outbox import OutboxSender
 from runstream.engine.worker.ownership import Ownership
 from runstream.engine.worker.reactions import Reactions
 from runstream.engine.worker.readback import READ_BACK_DEFER_S, read_back_waits
+from runstream.engine.worker.rebalance import Rebalance
 from runstream.engine.worker.relay import Relay
 from runstream.engine.worker.retention import RetentionSweeper
 from runstream.engine.worker.sent import SentRecords
@@ -84,9 +86,8 @@ from runstream.projections.store import ProjectionStore
 log = logging.getLogger("runstream.worker")
 
 # The lease an owner claims with: an older-generation claim (a recreated consumer group)
-# takes the partition only after the owner has written nothing for this long (it matters
-# only then, so it is long); owners heartbeat a partition they have not written to for a
-# quarter of it (20 minutes: at most 288 heartbeats a day per partition).
+# takes the partition only after the owner wrote nothing for this long (so it is long);
+# owners heartbeat a partition idle for a quarter of it (at most 288 heartbeats a day).
 DEFAULT_LEASE_MS = 20 * 60 * 1000
 # A loop stall past this fraction of the session timeout makes each partition confirm its
 STALL_FRACTION = 1 / 3  # ownership before its runs' next step (engine.worker.watchdog)
@@ -149,9 +150,9 @@ class Worker:
         # Runs whose record the broker refused (too large, corrupt): failed (or their create
         # rejected) when next decided, not re-executed; the latest claims.MAX_REFUSED.
         self.refused: OrderedDict[str, str] = OrderedDict()
-        # Irreversible step attempts whose step.started went unconfirmed and could not be journaled
-        # not called (the source failed): retried, not quarantined, if executed here again.
-        self.not_called = NotCalled()
+        # Irreversible attempts never called (unconfirmed, the source failed), or calls kept
+        # running through a release: retried or taken, not quarantined, if executed here again.
+        self.not_called, self.carried = NotCalled(), CarriedCalls()
         self.activator = Activator(self)
         self.upkeep = Upkeep(self)
         self.reactions = Reactions(self)
@@ -180,6 +181,7 @@ class Worker:
         self.slicer = PollSlicer()  # a big poll lets the loop run (engine.worker.slices)
         self._committer: Committer | None = None
         self.claims = Claims(self)
+        self.rebalance = Rebalance(self.claims)  # (and the group's assignors: sticky first)
         self.watchdog = LoopWatchdog(session_timeout_ms / 1000 * STALL_FRACTION)
         self.reconnector = Reconnector(self.bootstrap, security, self.name,
                                        lambda: self._stopping or self._abandoned)
@@ -202,7 +204,7 @@ class Worker:
             self.metrics_port = self.metrics.serve(self.metrics_port)
             log.info("worker %s: metrics on http://127.0.0.1:%d/metrics", self.name,
                      self.metrics_port)
-        self._consumer.subscribe([self.topic], listener=Rebalance(self.claims))
+        self._consumer.subscribe([self.topic], listener=self.rebalance)
         consume = asyncio.create_task(self._consume(), name="runstream-consume")
         consume.add_done_callback(self._on_loop_done)
         self._tasks = [consume, *(self._background(task, body) for task, body in (
@@ -232,7 +234,7 @@ class Worker:
         consumer = make_consumer(
             self.bootstrap, group_id=self.group_id, name=self.name,
             session_timeout_ms=self.session_timeout_ms, drain_timeout=self.drain_timeout,
-            security=self.security)
+            security=self.security, assignors=self.rebalance.assignors)
         try:
             await watched_start(consumer.start(), self.bootstrap, self.security)
             self.partitions = await partition_count(consumer, self.topic, self.bootstrap)
@@ -286,8 +288,7 @@ class Worker:
     def _on_loop_done(self, task: asyncio.Task[None]) -> None:
         if task.cancelled() or task.exception() is None or self._stopping:
             return
-        # Without its consume loop the worker can neither notice a lost partition nor
-        # decide anything: leave the group now rather than hold partitions for minutes.
+        # Without its consume loop it notices and decides nothing: leave the group now.
         log.error("worker %s cannot go on and stops: %r", self.name, task.exception())
         self._stopping = True
         self._failure_stop = asyncio.get_running_loop().create_task(self._close())
@@ -331,8 +332,7 @@ class Worker:
             await self._bounded(self._consumer.stop(), "leaving the group", left())
         await asyncio.gather(*self._retiring, return_exceptions=True)
         await self._bounded(self.snapshots.close(), "closing the snapshot producer", left())
-        await self._bounded(self.dead_letters.close(), "closing the dead-letter producer",
-                            left())
+        await self._bounded(self.dead_letters.close(), "closing the dead letters' producer", left())
         if self._committer is not None:
             await self._bounded(self._committer.close(), "closing the producer", left())
             log.info("worker %s: %s", self.name, self._committer.summary())

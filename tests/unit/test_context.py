@@ -7,6 +7,7 @@ second context built from the folded journal replays exactly what the first one 
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import uuid
 from collections.abc import Awaitable, Callable
@@ -47,6 +48,9 @@ class MemoryPort:
         self.clock_ms = 1_000_000
         self.steps_timed: list[tuple[str, bool]] = []
         self.not_called: set[tuple[int, int]] = set()  # (position, attempt) never called
+        # Calls kept through a release, by (position, attempt), and whether a cancel keeps one.
+        self.kept: dict[tuple[int, int], asyncio.Future[Any]] = {}
+        self.carrying = False
         self.durable_backoff_after_ms = 2_000
         self.timed_out = False  # (the run's deadline never passes here)
         self._offset = 0
@@ -90,6 +94,14 @@ class MemoryPort:
 
     def never_called(self, position: int, attempt: int) -> bool:
         return (position, attempt) in self.not_called
+
+    def carried_call(self, position: int, attempt: int) -> asyncio.Future[Any] | None:
+        return self.kept.pop((position, attempt), None)
+
+    def carry(self, position: int, attempt: int, call: asyncio.Future[Any]) -> bool:
+        if self.carrying:
+            self.kept[(position, attempt)] = call
+        return self.carrying
 
     def run_state(self) -> RunState:
         return self.projection.runs[RUN]

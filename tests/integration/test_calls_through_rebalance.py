@@ -1,0 +1,174 @@
+"""Irreversible step calls through a rebalance, against a real broker with in-process workers.
+
+aiokafka rebalances eagerly: when a member joins or leaves, every member's partitions are
+revoked, and each release drains its runs for `--drain-timeout`, then cancels them. An
+irreversible step still running was cut, and the run quarantined by whoever got the
+partition, even when that was the same worker (every survivor gets its own back when a peer
+leaves): a rolling deploy quarantined a healthy worker's long payments. Now a release keeps
+the call running, and when the partition comes back the run's next activation journals its
+outcome (engine.worker.carried). The group's sticky assignor gives members back what they
+held (engine.worker.rebalance). A partition that goes to another member still has its call
+cut and its run quarantined, saying why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runstream import Client, Flow, FlowContext, RunStatus, Worker
+from runstream.projections.partitioning import run_partition
+from runstream.projections.state import RunState
+from tests.conftest import TEST_JOURNAL_PARTITIONS
+from tests.integration.support import all_ready, until
+
+pytestmark = pytest.mark.integration
+
+PAY_S = 4.0  # a step longer than the workers' drain (1 s): a rebalance cuts it
+charges: Counter[str] = Counter()
+paying: Flow[Any, str] = Flow("slow-pay")
+
+
+async def charge(order: str) -> str:
+    charges[order] += 1
+    await asyncio.sleep(PAY_S)
+    return f"charged {order}"
+
+
+@paying.handler
+async def _paying(ctx: FlowContext, order: Any) -> str:
+    return await ctx.step("charge", charge, str(order), irreversible=True)
+
+
+def new_worker(bootstrap: str, namespace: str, path: Path, name: str) -> Worker:
+    return Worker(flows=[paying], data_dir=path / name, bootstrap_servers=bootstrap,
+                  namespace=namespace, name=name, session_timeout_ms=6000, drain_timeout=1.0)
+
+
+def run_ids_on(partitions: Iterable[int], prefix: str) -> dict[int, str]:
+    """One run id for each of `partitions`."""
+    wanted, found = set(partitions), {}
+    index = 0
+    while wanted - found.keys():
+        run_id = f"{prefix}-{index}"
+        found.setdefault(run_partition(run_id, TEST_JOURNAL_PARTITIONS), run_id)
+        index += 1
+    return {p: found[p] for p in wanted}
+
+
+async def settled(client: Client, run_id: str, timeout: float = 90.0) -> RunState:
+    """The run once it ended or sits in quarantine."""
+    deadline = time.monotonic() + timeout
+    while True:
+        run = await client.describe(run_id)
+        if run.status.is_terminal or (run.wait is not None and run.wait.kind == "quarantine"):
+            return run
+        assert time.monotonic() < deadline, f"{run_id} neither ended nor quarantined: {run}"
+        await asyncio.sleep(0.25)
+
+
+def carried_over(run: RunState) -> bool:
+    return run.status is RunStatus.completed and any(
+        item.kind == "carried-over" for item in run.evidence)
+
+
+async def test_a_peer_leaving_keeps_the_survivor_s_irreversible_calls(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """b stops (a rolling deploy): a's partitions are revoked and come back to it. Its
+    payment, cut by the drain before, completes charged once; b's, cut by b's own stop, is
+    quarantined by a, as it must be (b's process is gone)."""
+    charges.clear()
+    a = new_worker(bootstrap, namespace, tmp_path, "a")
+    b = new_worker(bootstrap, namespace, tmp_path, "b")
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=[paying]) as c:
+        await a.start()
+        await b.start()
+        try:
+            await until(lambda: len(a.owned) + len(b.owned) == TEST_JOURNAL_PARTITIONS
+                        and a.owned and b.owned, "a and b sharing the partitions")
+            kept = run_ids_on(a.owned, "kept")
+            gone = run_ids_on(b.owned, "gone")
+            for run_id in kept.values():  # (a Flow object and a flow name: both doors)
+                await c.create_run(paying, run_id, run_id=run_id)
+            for run_id in gone.values():
+                await c.create_run("slow-pay", run_id, run_id=run_id)
+            await until(lambda: len(charges) == len(kept) + len(gone), "every payment begun")
+            await b.stop()
+            runs = {run_id: await settled(c, run_id) for run_id in [*kept.values(),
+                                                                     *gone.values()]}
+        finally:
+            await asyncio.gather(a.stop(), b.stop())
+    assert set(charges.values()) == {1}, charges
+    for run_id in kept.values():
+        assert carried_over(runs[run_id]), (runs[run_id].status, runs[run_id].evidence)
+        assert runs[run_id].result_json == f'"charged {run_id}"'
+    for run_id in gone.values():
+        run = runs[run_id]
+        assert run.wait is not None and run.wait.kind == "quarantine", (run.status, run.wait)
+
+
+async def test_a_peer_joining_moves_only_its_share_and_the_rest_keep_their_calls(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """a executes one payment on every partition when b joins. The partitions a keeps
+    complete their payments; the ones b takes are quarantined by b, whose evidence says the
+    run changed owner, how, and what cuts a step."""
+    charges.clear()
+    a = new_worker(bootstrap, namespace, tmp_path, "a")
+    b = new_worker(bootstrap, namespace, tmp_path, "b")
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=[paying]) as c:
+        await a.start()
+        try:
+            await until(lambda: all_ready(a), "a owning every partition")
+            run_ids = run_ids_on(range(TEST_JOURNAL_PARTITIONS), "pay")
+            for run_id in run_ids.values():
+                await c.create_run(paying, run_id, run_id=run_id)
+            await until(lambda: len(charges) == len(run_ids), "every payment begun")
+            await b.start()  # joins: the group revokes a's partitions mid-step
+            await until(lambda: a.owned and b.owned and all(
+                o.executing for o in [*a.owned.values(), *b.owned.values()]),
+                "a and b each executing their share")
+            on_b = set(b.owned)
+            runs = {p: await settled(c, run_id) for p, run_id in run_ids.items()}
+        finally:
+            await asyncio.gather(a.stop(), b.stop())
+    assert set(charges.values()) == {1}, charges
+    assert on_b and set(runs) - on_b
+    for partition, run in runs.items():
+        if partition not in on_b:
+            assert carried_over(run), (partition, run.status, run.wait, run.evidence)
+            continue
+        assert run.wait is not None and run.wait.kind == "quarantine", (run.status, run.wait)
+        message = [item.message for item in run.evidence if item.kind == "quarantine"][-1]
+        assert "with no recorded outcome" in message
+        assert "released the run on revocation (a rebalance)" in message, message
+        assert "--drain-timeout" in message, message
+
+
+async def test_the_group_gives_members_back_what_they_held(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """a and b share the partitions when c joins: each keeps a subset of its own, and c
+    takes only its share from them. (Round robin dealt them out afresh: a got one of b's.)"""
+    workers = [new_worker(bootstrap, namespace, tmp_path, name) for name in "abc"]
+    a, b, c = workers
+    try:
+        await a.start()
+        await b.start()
+        await until(lambda: len(a.owned) + len(b.owned) == TEST_JOURNAL_PARTITIONS
+                    and a.owned and b.owned, "a and b sharing the partitions")
+        before = {w.name: set(w.owned) for w in (a, b)}
+        await c.start()
+        await until(lambda: c.owned and sum(len(w.owned) for w in workers)
+                    == TEST_JOURNAL_PARTITIONS, "c taking its share")
+        after = {w.name: set(w.owned) for w in (a, b)}
+    finally:
+        await asyncio.gather(*(w.stop() for w in workers))
+    assert after["a"] <= before["a"] and after["b"] <= before["b"], (before, after)
