@@ -9,7 +9,10 @@ The sticky assignor (KIP-54) keeps each member's partitions where the balance al
 peer that leaves moves only its own, one that joins takes only its share, and a release of
 a partition that comes back keeps its irreversible calls (engine.worker.carried). It is
 listed before round robin, so a group whose members do not all list it (a rolling upgrade
-from a release before it) agrees on round robin, as before.
+from a release before it) agrees on round robin, as before; listed alone, a new member's
+join is refused there (InconsistentGroupProtocolError) and the worker stops. aiokafka 0.14
+sends one JoinGroup per assignor listed (the first naming sticky alone; aiokafka pull request
+1168, open), so each join takes one generation more; the second follows the first at once.
 """
 
 from __future__ import annotations

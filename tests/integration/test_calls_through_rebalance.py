@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
 from runstream import Client, Flow, FlowContext, RunStatus, Worker
 from runstream.projections.partitioning import run_partition
@@ -172,3 +173,22 @@ async def test_the_group_gives_members_back_what_they_held(
     finally:
         await asyncio.gather(*(w.stop() for w in workers))
     assert after["a"] <= before["a"] and after["b"] <= before["b"], (before, after)
+
+
+async def test_a_member_of_an_earlier_release_and_a_new_one_agree_on_round_robin(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """A rolling upgrade: a member that lists only round robin (an earlier release) and one
+    that lists sticky first share the partitions (the group agrees on round robin)."""
+    old = new_worker(bootstrap, namespace, tmp_path, "old")
+    old.rebalance.assignors = (RoundRobinPartitionAssignor,)  # (an earlier release's)
+    new = new_worker(bootstrap, namespace, tmp_path, "new")
+    try:
+        await old.start()
+        await until(lambda: all_ready(old), "old owning every partition")
+        await new.start()
+        await until(lambda: old.owned and new.owned and len(old.owned) + len(new.owned)
+                    == TEST_JOURNAL_PARTITIONS and all(o.executing for o in [
+                        *old.owned.values(), *new.owned.values()]), "both sharing them")
+    finally:
+        await asyncio.gather(old.stop(), new.stop())
