@@ -21,7 +21,6 @@ cancels the call, and the next owner still quarantines the run.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable
 from typing import Any
 
@@ -42,15 +41,20 @@ def start_call(attempt: Awaitable[Any]) -> Call:
 async def carried_through(port: JournalPort, position: int, attempt: int, call: Call) -> Any:
     """The call's value. Cancelled meanwhile (the handler's task is), the call is handed to
     the worker when a release carries it, and otherwise cancelled and awaited until it has
-    unwound, as a call made in the handler's own task was."""
+    unwound, as a call made in the handler's own task was: its outcome then is the one a
+    call in that task had."""
     try:
         value, exiting = await asyncio.shield(call)
     except asyncio.CancelledError:
-        if not port.carry(position, attempt, call):
-            call.cancel()
-            with contextlib.suppress(BaseException):
-                await call
-        raise
+        # (never a timed-out run's: its attempt is journaled interrupted, and its handler ends)
+        if not port.timed_out and port.carry(position, attempt, call):
+            raise
+        call.cancel()
+        # A function that swallows the cancel and returns (an HTTP client finishing its
+        # request), or raises an error of its own, has that outcome, as it had in the
+        # handler's own task (FlowContext._attempts still fails an attempt the run's deadline
+        # interrupted).
+        value, exiting = await call
     if exiting is not None:
         raise exiting
     return value

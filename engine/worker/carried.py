@@ -7,14 +7,14 @@ step's call still running is not cancelled with its handler: it is kept here, by
 position, attempt). When the group gives the partition back to this worker, the run's next
 activation replays to that step and awaits the call, so its outcome is journaled instead of
 the run quarantined. When the partition goes to another member, the call is cut (cancelled)
-as the drain used to, and that member quarantines the run: its effect may have happened.
+as the drain used to, and that member quarantines the run: its effect may have happened. A
+call whose run settles meanwhile, or that is not taken within KEPT_S, is cut too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -26,73 +26,93 @@ log = logging.getLogger("runstream.carried")
 # concurrency per release); past the bound the oldest is cut.
 MAX_CARRIED = 1_024
 # A call kept this long and not taken is cut (still running) or dropped (ended): its run was
-# not executed here again (settled meanwhile, its deadline passed, or the claim never came).
+# not executed here again (the claim never came, or the run settled without its handler
+# some other way than `settled` hears of).
 KEPT_S = 600.0
 MAX_LOGGED = 10
+
+Key = tuple[str, int, int]  # (run incarnation id, position, attempt)
 
 
 @dataclass(frozen=True)
 class Kept:
     partition: int
     call: asyncio.Future[Any]
-    since: float  # time.monotonic() when kept
+    lapse: asyncio.TimerHandle  # cuts it KEPT_S after it was kept
 
 
 class CarriedCalls:
-    """The calls kept, and the ones cut whose function has not returned yet (referenced
-    until it does: the event loop holds a task weakly)."""
+    """The calls kept, each by its run's incarnation id (a run id used again after retention
+    is another run), position and attempt; and the calls cut whose function has not returned
+    yet (referenced until it does: the event loop holds a task weakly)."""
 
-    def __init__(self) -> None:
-        self._kept: OrderedDict[tuple[str, int, int], Kept] = OrderedDict()
+    def __init__(self, *, kept_s: float = KEPT_S) -> None:
+        self._kept: OrderedDict[Key, Kept] = OrderedDict()
         self._cut: set[asyncio.Future[Any]] = set()
+        self._kept_s = kept_s
 
     def __len__(self) -> int:
         return len(self._kept)
 
-    def hold(self, partition: int, run_id: str, position: int, attempt: int,
-             call: asyncio.Future[Any], *, now: float | None = None) -> None:
-        now = time.monotonic() if now is None else now
-        self._expire(now)
-        self._kept[(run_id, position, attempt)] = Kept(partition, call, now)
+    def hold(self, partition: int, incarnation: str, position: int, attempt: int,
+             call: asyncio.Future[Any]) -> None:
+        key = (incarnation, position, attempt)
+        self._drop(key)
+        lapse = asyncio.get_running_loop().call_later(self._kept_s, self._lapsed, key, call)
+        self._kept[key] = Kept(partition, call, lapse)
         while len(self._kept) > MAX_CARRIED:
-            (old_run, _, _), oldest = self._kept.popitem(last=False)
-            self._cut_call(oldest.call)
+            old = next(iter(self._kept))
+            self._drop(old)
             log.warning("run %s: an irreversible step's call kept through a release was cut: "
-                        "more than %d calls kept", old_run, MAX_CARRIED)
+                        "more than %d calls kept", old[0], MAX_CARRIED)
 
-    def take(self, run_id: str, position: int, attempt: int) -> asyncio.Future[Any] | None:
-        kept = self._kept.pop((run_id, position, attempt), None)
-        return None if kept is None else kept.call
+    def take(self, incarnation: str, position: int, attempt: int) -> asyncio.Future[Any] | None:
+        kept = self._kept.pop((incarnation, position, attempt), None)
+        if kept is None:
+            return None
+        kept.lapse.cancel()
+        return kept.call
+
+    def settled(self, incarnation: str) -> None:
+        """The run settled (its deadline failed it without a handler, say): nothing takes its
+        calls any more."""
+        for key in [key for key in self._kept if key[0] == incarnation]:
+            self._drop(key)
+            log.warning("run %s settled: the irreversible call kept through a release (step "
+                        "%d, attempt %d) is cut", *key)
 
     def keep_only(self, partitions: Iterable[int], *, why: str) -> list[str]:
         """Cut the calls of every partition not in `partitions` (the group gave them to
-        another member; or none: the worker stops). Returns their run ids."""
+        another member; or none: the worker stops). Returns their runs' incarnation ids."""
         staying = set(partitions)
         gone = [key for key, kept in self._kept.items() if kept.partition not in staying]
         for key in gone:
-            self._cut_call(self._kept.pop(key).call)
-        run_ids = [run_id for run_id, _, _ in gone]
-        if run_ids:
+            self._drop(key)
+        runs = [incarnation for incarnation, _, _ in gone]
+        if runs:
             log.warning("%d irreversible step call(s) kept through a release were cut (%s); "
-                        "their runs' next owner quarantines them: %s", len(run_ids), why,
-                        ", ".join(run_ids[:MAX_LOGGED]))
-        return run_ids
+                        "their runs' next owner quarantines them: %s", len(runs), why,
+                        ", ".join(runs[:MAX_LOGGED]))
+        return runs
 
-    def _expire(self, now: float) -> None:
-        while self._kept:
-            key, kept = next(iter(self._kept.items()))
-            if now - kept.since < KEPT_S:
-                return
-            del self._kept[key]
-            self._cut_call(kept.call)
+    def _lapsed(self, key: Key, call: asyncio.Future[Any]) -> None:
+        kept = self._kept.get(key)
+        if kept is not None and kept.call is call:
+            self._drop(key)
+            log.warning("run %s: the irreversible call kept through a release (step %d, "
+                        "attempt %d) was not taken within %.0f s: cut", *key, self._kept_s)
 
-    def _cut_call(self, call: asyncio.Future[Any]) -> None:
-        if call.done():
-            _retrieved(call)
+    def _drop(self, key: Key) -> None:
+        kept = self._kept.pop(key, None)
+        if kept is None:
             return
-        call.cancel()
-        self._cut.add(call)
-        call.add_done_callback(self._ended)
+        kept.lapse.cancel()
+        if kept.call.done():
+            _retrieved(kept.call)
+            return
+        kept.call.cancel()
+        self._cut.add(kept.call)
+        kept.call.add_done_callback(self._ended)
 
     def _ended(self, call: asyncio.Future[Any]) -> None:
         self._cut.discard(call)

@@ -20,7 +20,7 @@ from runstream.engine.journal.records import decision_envelope
 from runstream.engine.worker.ownership import Ownership, OwnershipState
 from runstream.engine.worker.run_protocols import ExecutionOwner
 from runstream.projections.decide import Activation, plan_activation
-from runstream.projections.state import JournalEntry, RunState, Verdict, Wait
+from runstream.projections.state import JournalEntry, RunState, Verdict, Wait, incarnation_id
 
 log = logging.getLogger("runstream.executor")
 
@@ -162,10 +162,11 @@ class RunExecution(HandlerRunner):
         return self.owner.not_called.known(self.run.run_id, position, attempt)
 
     def carry(self, position: int, attempt: int, call: asyncio.Future[Any]) -> bool:
-        if not self.carrying:
-            return False
-        self.owner.carried.hold(self.ownership.partition, self.run.run_id, position, attempt,
-                                call)
+        deadline = self.run_state().deadline_ms
+        if not self.carrying or (deadline is not None and deadline <= now_ms()):
+            return False  # (past its deadline, the next owner fails the run without a handler)
+        self.owner.carried.hold(self.ownership.partition, incarnation_id(self.run), position,
+                                attempt, call)
         log.info("run %s: the call of irreversible step %d (attempt %d) is kept running "
                  "through the release of partition %d", self.run.run_id, position, attempt,
                  self.ownership.partition)
@@ -173,7 +174,7 @@ class RunExecution(HandlerRunner):
 
     def carried_call(self, position: int, attempt: int) -> asyncio.Future[Any] | None:
         """The call kept through a release, taken by this activation, which says so."""
-        call = self.owner.carried.take(self.run.run_id, position, attempt)
+        call = self.owner.carried.take(incarnation_id(self.run), position, attempt)
         if call is not None:
             entry = self.entry(position)
             name = entry.name if entry is not None else str(position)

@@ -42,7 +42,7 @@ from runstream.projections.reactions import (
 )
 from runstream.projections.schedule_state import ScheduleState
 from runstream.projections.sending import carry_out
-from runstream.projections.state import JournalEntry, RunState, Verdict
+from runstream.projections.state import JournalEntry, RunState, Verdict, incarnation_id
 from runstream.projections.update_owner import verdict_write
 
 log = logging.getLogger("runstream.worker")
@@ -100,7 +100,11 @@ class Reactions:
             own.state = OwnershipState.lost
 
     def _applied(self, own: Ownership, record: ev.JournalRecord, outcome: Outcome) -> None:
-        """The timers learn of an applied record."""
+        """The timers learn of an applied record; a run that settles, of a call kept for it."""
+        run, before = outcome.run, outcome.before
+        if (len(self.owner.carried) and run is not None and run.status.is_terminal
+                and (before is None or not before.status.is_terminal)):
+            self.owner.carried.settled(incarnation_id(run))
         if isinstance(record, ev.TimerFired | ev.RunSuspended):
             self.owner.timers.applied(record.envelope.run_id)
             if isinstance(record, ev.RunSuspended) and record.wake_at_ms is not None:

@@ -73,10 +73,12 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         self.claims.rebalances += 1
         owner, partitions = self.claims.owner, [tp.partition for tp in assigned]
+        # What this member holds, and the generation it holds it in, sent with its next join:
+        # where two members name the same partition (one back from a stall), the newer
+        # generation's keeps it. aiokafka never tells the assignor the generation, nor its
+        # assignment when the group agreed on round robin (a rolling upgrade).
+        self.sticky.member_assignment = list(assigned)
         if owner.consumer is not None:
-            # The generation this assignment belongs to, sent with the member's next join:
-            # where two members name the same partition (one came back from a stall), the
-            # newer generation's keeps it. aiokafka never tells the assignor.
             self.sticky.on_generation_assignment(group_generation(owner.consumer))
         owner.carried.keep_only(partitions, why="the group gave their partitions to "
                                                 "another member")

@@ -172,6 +172,10 @@ class ReactionsOwner(ForkOwner, Protocol):
         of re-executed, and forgotten once answered."""
 
     @property
+    def carried(self) -> CarriedCalls:
+        """Calls kept through a release: cut when their run settles."""
+
+    @property
     def sticky(self) -> StickyCache:
         """Parked handlers, continued when their wait's wake applies."""
 

@@ -192,3 +192,62 @@ async def test_a_member_of_an_earlier_release_and_a_new_one_agree_on_round_robin
                         *old.owned.values(), *new.owned.values()]), "both sharing them")
     finally:
         await asyncio.gather(old.stop(), new.stop())
+
+
+LATE_PAY_S = 8.0
+late_ended: dict[str, float] = {}  # when each payment's function returned (monotonic)
+late: Flow[Any, str] = Flow("slow-pay-with-timeout")
+
+
+async def late_charge(order: str) -> str:
+    charges[order] += 1
+    await asyncio.sleep(LATE_PAY_S)
+    late_ended[order] = time.monotonic()
+    return f"charged {order}"
+
+
+@late.handler
+async def _late(ctx: FlowContext, order: Any) -> str:
+    return await ctx.step("charge", late_charge, str(order), irreversible=True)
+
+
+async def test_a_run_whose_deadline_passes_meanwhile_has_its_call_cut(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path
+) -> None:
+    """Payments whose runs time out around the rebalance (2 to 5.5 s, b stopping at about 1
+    s): a run failed for its deadline (on reclaim, without its handler) has its kept call
+    cut, not left running to charge after the run failed, nor kept for ever."""
+    charges.clear()
+    late_ended.clear()
+    flows = [paying, late]
+    a = Worker(flows=flows, data_dir=tmp_path / "a", bootstrap_servers=bootstrap,
+               namespace=namespace, name="a", session_timeout_ms=6000, drain_timeout=1.0)
+    b = Worker(flows=flows, data_dir=tmp_path / "b", bootstrap_servers=bootstrap,
+               namespace=namespace, name="b", session_timeout_ms=6000, drain_timeout=1.0)
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows) as c:
+        await a.start()
+        await b.start()
+        try:
+            await until(lambda: len(a.owned) + len(b.owned) == TEST_JOURNAL_PARTITIONS
+                        and a.owned and b.owned, "a and b sharing the partitions")
+            timeouts = [2.0 + 0.25 * i for i in range(15)]
+            ids = [f"late-{i}" for i in range(400)
+                   if run_partition(f"late-{i}", TEST_JOURNAL_PARTITIONS) in a.owned]
+            runs = dict(zip(ids, timeouts, strict=False))
+            await asyncio.gather(*(c.create_run(late, run_id, run_id=run_id, run_timeout=t)
+                                   for run_id, t in runs.items()))
+            await until(lambda: len(charges) == len(runs), "every payment begun")
+            await b.stop()
+            settled_at = {}
+            for run_id in runs:
+                run = await settled(c, run_id)
+                settled_at[run_id] = (time.monotonic(), run)
+            await asyncio.sleep(LATE_PAY_S + 1)
+            kept = len(a.carried)
+        finally:
+            await asyncio.gather(a.stop(), b.stop())
+    assert kept == 0
+    for run_id, (at, run) in settled_at.items():
+        ended = late_ended.get(run_id)
+        assert ended is None or run.status is RunStatus.completed or ended <= at, (
+            f"{run_id} ({run.status.value}) was charged {ended - at:.1f} s after it settled")

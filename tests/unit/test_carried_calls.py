@@ -12,7 +12,7 @@ import pytest
 
 from runstream.engine.flow.context import Quarantined
 from runstream.engine.journal import events as ev
-from runstream.engine.worker.carried import KEPT_S, MAX_CARRIED, CarriedCalls
+from runstream.engine.worker.carried import MAX_CARRIED, CarriedCalls
 from tests.unit.test_context import MemoryPort
 
 
@@ -116,6 +116,44 @@ async def test_a_step_function_s_sys_exit_in_its_task_is_its_failure_not_the_loo
     await asyncio.sleep(0)  # (the loop runs on)
 
 
+async def test_a_call_that_swallows_the_cancel_has_its_outcome_as_in_the_handler_s_task() -> None:
+    """Not kept (a stop, a lost partition): the call is cancelled, and one that finishes its
+    request anyway returns its value, journaled, as it did in the handler's own task."""
+    port = MemoryPort()
+    pay = Payment()
+
+    async def finishes(order: str) -> str:
+        try:
+            await pay(order)
+        except asyncio.CancelledError:
+            return f"paid {order} regardless"
+        return "never"
+
+    handler = asyncio.create_task(port.context().step("pay", finishes, "o-1",
+                                                      irreversible=True))
+    await asyncio.wait_for(pay.started.wait(), 5)
+    handler.cancel()
+    assert await handler == "paid o-1 regardless"
+    assert port.types() == ["StepStarted", "StepCompleted"]
+
+
+async def test_a_timed_out_run_s_call_is_never_kept() -> None:
+    """Past its deadline the run's handler is interrupted: its attempt is journaled
+    interrupted (RunTimedOut) and its call cut, release or not."""
+    port = MemoryPort()
+    port.carrying = True
+    pay = Payment()
+    handler = asyncio.create_task(port.context().step("pay", pay, "o-1", irreversible=True))
+    await asyncio.wait_for(pay.started.wait(), 5)
+    port.timed_out = True
+    handler.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await handler
+    assert pay.cancelled and port.kept == {}
+    failed = port.emitted[-1]
+    assert isinstance(failed, ev.StepFailed) and failed.error_type == "RunTimedOut"
+
+
 def done_call(value: Any = "v") -> asyncio.Future[Any]:
     call: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
     call.set_result((value, None))
@@ -125,26 +163,36 @@ def done_call(value: Any = "v") -> asyncio.Future[Any]:
 async def test_the_registry_gives_each_call_once_and_cuts_the_partitions_that_went() -> None:
     calls = CarriedCalls()
     running: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-    calls.hold(3, "r1", 0, 1, running)
-    calls.hold(4, "r2", 2, 1, done_call())
-    assert calls.take("r1", 0, 2) is None  # (another attempt: not this call)
-    assert calls.keep_only([4], why="test") == ["r1"]
+    calls.hold(3, "r1@1", 0, 1, running)
+    calls.hold(4, "r2@1", 2, 1, done_call())
+    assert calls.take("r1@1", 0, 2) is None  # (another attempt: not this call)
+    assert calls.take("r1@2", 0, 1) is None  # (another run of the same id)
+    assert calls.keep_only([4], why="test") == ["r1@1"]
     assert running.cancelled()
-    assert calls.take("r1", 0, 1) is None
-    taken = calls.take("r2", 2, 1)
+    assert calls.take("r1@1", 0, 1) is None
+    taken = calls.take("r2@1", 2, 1)
     assert taken is not None and taken.result() == ("v", None)
-    assert calls.take("r2", 2, 1) is None and len(calls) == 0
+    assert calls.take("r2@1", 2, 1) is None and len(calls) == 0
+
+
+async def test_a_run_that_settles_has_its_calls_cut() -> None:
+    calls = CarriedCalls()
+    running: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    calls.hold(0, "r1@1", 0, 1, running)
+    calls.hold(0, "r2@1", 0, 1, done_call())
+    calls.settled("r1@1")
+    assert running.cancelled() and len(calls) == 1
 
 
 async def test_the_registry_is_bounded_by_count_and_by_age() -> None:
-    calls = CarriedCalls()
+    calls = CarriedCalls(kept_s=0.05)
     first: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-    calls.hold(0, "old", 0, 1, first, now=0.0)
-    calls.hold(0, "young", 0, 1, done_call(), now=KEPT_S - 1)
-    calls.hold(0, "new", 0, 1, done_call(), now=KEPT_S)  # the oldest is past its age
-    assert first.cancelled() and calls.take("old", 0, 1) is None
-    assert len(calls) == 2
-    for index in range(MAX_CARRIED):
-        calls.hold(1, f"r{index}", 0, 1, done_call(), now=KEPT_S)
+    calls.hold(0, "old", 0, 1, first)
+    await asyncio.sleep(0.1)
+    assert first.cancelled() and calls.take("old", 0, 1) is None and len(calls) == 0
+    calls = CarriedCalls()
+    for index in range(MAX_CARRIED + 1):
+        calls.hold(1, f"r{index}", 0, 1, done_call())
     assert len(calls) == MAX_CARRIED
-    assert calls.take("young", 0, 1) is None  # (the oldest went first)
+    assert calls.take("r0", 0, 1) is None  # (the oldest went first)
+    assert calls.take("r1", 0, 1) is not None
