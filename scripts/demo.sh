@@ -4,8 +4,8 @@
 # history and its state at an earlier offset, then waits, children, rounds, a quarantine,
 # a run's whole life (limits by flow name, cancels with cleanup), retries, timeouts, a
 # schedule, signal-with-start, per-flow concurrency, attributes and queries, an update, a
-# batch cancel by query, debugging and poison records. Extra
-# args go to `runstream demo`.
+# batch cancel by query, debugging and poison records, and a rolling restart that a long
+# irreversible step outlives. Extra args go to `runstream demo`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/bootstrap.sh

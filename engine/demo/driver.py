@@ -1,7 +1,8 @@
 """The demo: a fresh namespace, two worker processes, a few hundred checkout runs with a
 progress bar, then one run's history and its state at an earlier point (time travel),
 waits, children, rounds, a quarantine, a run's whole life under limits and cancels,
-debugging, poison records, and a fresh worker taking over from snapshots."""
+debugging, poison records, a rolling restart that keeps a long irreversible step, and a
+fresh worker taking over from snapshots."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from runstream.engine.client.client import Client
 from runstream.engine.demo.debugging import show_debugging
 from runstream.engine.demo.flows import checkout, order, packing, refund, subscription
 from runstream.engine.demo.lifetime import show_lifetime
+from runstream.engine.demo.rebalancing import show_rolling_restart
 from runstream.engine.demo.reliability import show_reliability
 from runstream.engine.demo.retries import show_retries
 from runstream.engine.demo.takeover import show_takeover
@@ -69,6 +71,10 @@ async def run_demo(*, bootstrap: str, runs: int, workers: int, state_dir: Path,
             await show_debugging(client, view, bootstrap=bootstrap, namespace=namespace,
                                  echo=echo)
             await show_reliability(client, bootstrap=bootstrap, namespace=namespace, echo=echo)
+            await show_rolling_restart(client, procs, lambda name: _start_worker(
+                bootstrap, namespace, state_dir / namespace, name), state_dir / namespace,
+                echo=echo)
+            await _wait_for_owners(client, {f"worker-{i + 1}" for i in range(workers)}, procs)
             await show_takeover(client, procs, lambda name: _start_worker(
                 bootstrap, namespace, state_dir / namespace, name), state_dir / namespace,
                 echo=echo)

@@ -353,5 +353,26 @@ async def run_quote(ctx: FlowContext, p: dict[str, Any]) -> float:
     return price
 
 
+# A long irreversible step (the demo's rolling restart: engine.demo.rebalancing).
+wire: Flow[Any, str] = Flow("wire-transfer")
+
+
+async def send_wire(transfer_id: str, confirmation: str, seconds: float) -> str:
+    """Sent, then waits for the bank's confirmation (a file the demo writes), `seconds` at
+    most."""
+    _effect("wire", transfer_id)
+    for _ in range(int(seconds * 10)):
+        if await asyncio.to_thread(os.path.exists, confirmation):
+            break
+        await asyncio.sleep(0.1)
+    return f"wired {transfer_id}"
+
+
+@wire.handler
+async def run_wire(ctx: FlowContext, p: dict[str, Any]) -> str:
+    return str(await ctx.step("wire", send_wire, p["id"], p["confirmation"], p["seconds"],
+                              irreversible=True))
+
+
 flows = [checkout, order, packing, subscription, refund, statement, hold, stubborn, batch,
-         settle, shipment, pickup, heartbeat, approval, export, quote]
+         settle, shipment, pickup, heartbeat, approval, export, quote, wire]
