@@ -90,8 +90,7 @@ class WaitingCalls:
         return self._ceiling
 
     async def sleep(self, duration: Duration) -> None:
-        """Wait durably for `duration` (seconds or a timedelta): the run is suspended and a
-        timer wakes it, on whichever worker owns its partition then."""
+        """Wait durably for `duration` (seconds, a timedelta): a timer wakes the run."""
         millis = _millis(duration)
         await self._timer(lambda now: now + millis)
 
@@ -285,22 +284,23 @@ class WaitingCalls:
     async def _suspended_until(self, wait: Wait, name: str,
                                ended: Callable[[JournalEntry], bool]) -> JournalEntry:
         """Suspend (the handler is dropped and replayed when woken, unless a sticky cache
-        keeps it) until the entry at the wait's position says it `ended`; that entry.
-        Steps running in other branches of the handler end first, their outcomes journaled:
-        dropped with the handler, they ran again on replay."""
+        keeps it) until the entry at the wait's position says it `ended`; that entry. Steps
+        running in other branches end first (one begun during the barrier too), their
+        outcomes journaled: dropped with the handler, they ran again on replay."""
         while True:
             while self._steps_running:
                 self._steps_ended.clear()
                 await self._steps_ended.wait()
             self._branch_cancel.before_suspending()  # (a branch the cancel did not reach)
             await self._port.barrier()
+            if self._steps_running:
+                continue
             outcome = await self._port.suspend(wait)
             if outcome is not None and outcome.error_type == CANCEL_DELIVERED:
                 self._replay_cancel(outcome)  # the owner ended the wait for a cancel
             if outcome is not None and ended(outcome):
                 return outcome
-            # Woken for a cancel (a wake written before cancels were delivered at a
-            # position); anything else: wait again.
+            # (woken for a cancel by an older wake, raised; anything else: wait again)
             self._check_cancel(wait.position, name)
 
     def _outcome(self, entry: JournalEntry) -> Any:

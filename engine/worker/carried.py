@@ -66,6 +66,9 @@ class CarriedCalls:
             log.warning("run %s: an irreversible step's call kept through a release was cut: "
                         "more than %d calls kept", old[0], MAX_CARRIED)
 
+    def holds(self, incarnation: str, position: int, attempt: int) -> bool:
+        return (incarnation, position, attempt) in self._kept
+
     def take(self, incarnation: str, position: int, attempt: int) -> asyncio.Future[Any] | None:
         kept = self._kept.pop((incarnation, position, attempt), None)
         if kept is None:

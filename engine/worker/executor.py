@@ -173,18 +173,20 @@ class RunExecution(HandlerRunner):
         return True
 
     def carried_call(self, position: int, attempt: int) -> asyncio.Future[Any] | None:
-        """The call kept through a release, taken by this activation, which says so."""
-        call = self.owner.carried.take(incarnation_id(self.run), position, attempt)
-        if call is not None:
-            entry = self.entry(position)
-            name = entry.name if entry is not None else str(position)
-            self._evidence("carried-over", (
-                f"irreversible step {name!r} (attempt {attempt}) was still running when "
-                f"partition {self.ownership.partition} was released by {self.owner.name}; the "
-                f"partition came back to {self.owner.name}, which kept the call running: its "
-                f"outcome is journaled when it ends, and the run is not quarantined"),
-                {"step": name, "position": str(position), "attempt": str(attempt)})
-        return call
+        """The call kept through a release, taken by this activation, which says so (first:
+        an activation that cannot journal, dropped or its source failed, leaves it kept)."""
+        incarnation = incarnation_id(self.run)
+        if not self.owner.carried.holds(incarnation, position, attempt):
+            return None
+        entry = self.entry(position)
+        name = entry.name if entry is not None else str(position)
+        self._evidence("carried-over", (
+            f"irreversible step {name!r} (attempt {attempt}) was still running when "
+            f"partition {self.ownership.partition} was released by {self.owner.name}; the "
+            f"partition came back to {self.owner.name}, which kept the call running: its "
+            f"outcome is journaled when it ends, and the run is not quarantined"),
+            {"step": name, "position": str(position), "attempt": str(attempt)})
+        return self.owner.carried.take(incarnation, position, attempt)
 
     def _ensure_active(self) -> None:
         self._unpark_beside()
@@ -215,12 +217,12 @@ class RunExecution(HandlerRunner):
         return self.owner.store.entry(self.run.run_id, position)
 
     async def _suspend(self, wait: Wait) -> JournalEntry | None:
-        self.ensure_active()  # (a handler parked already unwinds there: _unpark_beside)
         if self.suspending:
             self._unwind_beside(wait)
+        self.ensure_active()  # (a handler parked already unwinds there: _unpark_beside)
         self.settled = True  # before anything is sent: it may land even if we stop
-        self.suspending = True
         self.send(ev.RunSuspended, **suspension(wait))
+        self.suspending = True  # (after its own send: _unpark_beside)
         await self.barrier()
         # A wake applied while the suspension was on its way found nothing parked (it set
         # `restart`): parked now, the handler would wait for a wake already gone. It unwinds
@@ -247,7 +249,12 @@ class RunExecution(HandlerRunner):
         parked (its run suspended): without a cache the handler had unwound at the
         suspension, and that call raised. So it does here: the handler unwinds without side
         effects, and the run continues by replay when its wait ends. (Let through, a step
-        ran and a failure settled a run whose wait was still open.)"""
+        ran and a failure settled a run whose wait was still open.) So too while another
+        branch's run.suspended is on its way: a step started then ran with the run
+        suspended, and its outcome was dropped (a kept or irreversible call: quarantined)."""
+        if self.suspending:
+            self.dropped = self.dropped or "suspended in another branch: the handler unwinds"
+            raise RunReleased(self.dropped)
         if self.parked is not None:
             self.owner.sticky.drop(self.run.run_id)  # (its parked branch gets Dropped)
             raise RunReleased(self.dropped or "parked: the handler unwinds")

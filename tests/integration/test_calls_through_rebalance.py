@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
-from runstream import Client, Flow, FlowContext, RunStatus, Worker
+from runstream import Client, Flow, FlowContext, RetryPolicy, RunStatus, Worker
 from runstream.projections.partitioning import run_partition
 from runstream.projections.state import RunState
 from tests.conftest import TEST_JOURNAL_PARTITIONS
@@ -251,3 +251,71 @@ async def test_a_run_whose_deadline_passes_meanwhile_has_its_call_cut(
         ended = late_ended.get(run_id)
         assert ended is None or run.status is RunStatus.completed or ended <= at, (
             f"{run_id} ({run.status.value}) was charged {ended - at:.1f} s after it settled")
+
+
+lookups: Counter[str] = Counter()
+LOOKUP_DELAY_S: dict[str, float] = {}
+gathered: Flow[Any, list[str]] = Flow("pay-and-look-up")
+
+
+async def look_up(order: str) -> str:
+    lookups[order] += 1
+    if LOOKUP_DELAY_S.get(order):  # (none: it fails before the payment's branch begins)
+        await asyncio.sleep(LOOKUP_DELAY_S[order])
+    if lookups[order] == 1:
+        raise ValueError("flaky")
+    return f"found {order}"
+
+
+async def short_charge(order: str) -> str:
+    charges[order] += 1
+    await asyncio.sleep(3.0)
+    return f"charged {order}"
+
+
+@gathered.handler
+async def _gathered(ctx: FlowContext, order: Any) -> list[str]:
+    # A durable retry (4 s: past the workers' 2 s durable backoff) beside a payment.
+    found, paid = await asyncio.gather(
+        ctx.step("look-up", look_up, str(order), retry=RetryPolicy(initial_interval=4)),
+        ctx.step("charge", short_charge, str(order), irreversible=True))
+    return [found, paid]
+
+
+@pytest.mark.parametrize("rebalance", [False, True])
+async def test_a_branch_suspending_beside_a_payment_loses_no_outcome(
+    bootstrap: str, namespace: str, journal: str, tmp_path: Path, rebalance: bool
+) -> None:
+    """asyncio.gather of a step that fails into a durable backoff and an irreversible step.
+    A step that began in one branch while another's run.suspended was on its way ran with
+    the run suspended and its outcome was dropped: the payment, charged, was quarantined on
+    the next replay. Through a rebalance, the replay's retry branch suspended while the
+    payment branch had taken its kept call, which said "carried-over" and was quarantined
+    all the same. Now nothing starts beside a suspension on its way (the handler unwinds and
+    the run continues by replay), and the payment ends before its sibling suspends."""
+    charges.clear()
+    lookups.clear()
+    flows = [gathered]
+    a = Worker(flows=flows, data_dir=tmp_path / "a", bootstrap_servers=bootstrap,
+               namespace=namespace, name="a", session_timeout_ms=6000, drain_timeout=1.0)
+    b = Worker(flows=flows, data_dir=tmp_path / "b", bootstrap_servers=bootstrap,
+               namespace=namespace, name="b", session_timeout_ms=6000, drain_timeout=1.0)
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows) as c:
+        await a.start()
+        await b.start()
+        try:
+            await until(lambda: len(a.owned) + len(b.owned) == TEST_JOURNAL_PARTITIONS
+                        and a.owned and b.owned, "a and b sharing the partitions")
+            run_id = next(iter(run_ids_on(list(a.owned)[:1], "gather").values()))
+            LOOKUP_DELAY_S[run_id] = 0.5 if rebalance else 0.0
+            await c.create_run(gathered, run_id, run_id=run_id)
+            await until(lambda: charges[run_id] == 1 and lookups[run_id] == 1, "both begun")
+            if rebalance:
+                await asyncio.sleep(0.5)
+                await b.stop()  # a's partitions revoked, drained (1 s), the call kept
+            run = await settled(c, run_id)
+        finally:
+            await asyncio.gather(a.stop(), b.stop())
+    assert run.status is RunStatus.completed, (run.status, run.wait, run.evidence)
+    assert charges[run_id] == 1
+    assert run.result_json == f'["found {run_id}","charged {run_id}"]'
