@@ -247,9 +247,8 @@ class Worker:
         self._consumer = consumer
 
     async def serve_until(self, stop: asyncio.Event) -> None:
-        """Start, work until `stop` is set (a signal) or the worker fails, then stop
-        gracefully; a `stop` while still connecting ends the wait and the worker, without
-        the error of the attempt it cut short (chaos: a SIGTERM in a broker restart)."""
+        """Start, work until `stop` is set (a signal) or the worker fails, then stop; a
+        `stop` while connecting ends it without the cut attempt's error (chaos: a SIGTERM)."""
         running = asyncio.create_task(self.run())
         stopped = asyncio.create_task(stop.wait())
         try:
@@ -323,6 +322,7 @@ class Worker:
         if self.relay is not None:
             await self._bounded(self.relay.stop(), "stopping the relay", left())
         self.sticky.evict_partitions(None)
+        self.carried.keep_only((), why="the worker stops")  # (a failure skips the release)
         await self.reactions.forks.stop()
         await self.claims.cancel_executions(list(self.executions.values()))
         for task in self._tasks:
