@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +48,31 @@ async def _paying(ctx: FlowContext, order: Any) -> str:
     return await ctx.step("charge", charge, str(order), irreversible=True)
 
 
-def new_worker(bootstrap: str, namespace: str, path: Path, name: str) -> Worker:
-    return Worker(flows=[paying], data_dir=path / name, bootstrap_servers=bootstrap,
+def new_worker(bootstrap: str, namespace: str, path: Path, name: str,
+               flows: list[Flow[Any, Any]] | None = None) -> Worker:
+    return Worker(flows=flows or [paying], data_dir=path / name, bootstrap_servers=bootstrap,
                   namespace=namespace, name=name, session_timeout_ms=6000, drain_timeout=1.0)
+
+
+async def sharing(a: Worker, b: Worker) -> None:
+    await until(lambda: len(a.owned) + len(b.owned) == TEST_JOURNAL_PARTITIONS
+                and a.owned and b.owned, "a and b sharing the partitions")
+
+
+@asynccontextmanager
+async def two_workers(bootstrap: str, namespace: str, path: Path,
+                      flows: list[Flow[Any, Any]]) -> AsyncIterator[tuple[Worker, Worker, Client]]:
+    """Workers a and b sharing the partitions, and a client; both stopped after."""
+    a = new_worker(bootstrap, namespace, path, "a", flows)
+    b = new_worker(bootstrap, namespace, path, "b", flows)
+    async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows) as c:
+        await a.start()
+        await b.start()
+        try:
+            await sharing(a, b)
+            yield a, b, c
+        finally:
+            await asyncio.gather(a.stop(), b.stop())
 
 
 def run_ids_on(partitions: Iterable[int], prefix: str) -> dict[int, str]:
@@ -86,26 +109,17 @@ async def test_a_peer_leaving_keeps_the_survivor_s_irreversible_calls(
     payment, cut by the drain before, completes charged once; b's, cut by b's own stop, is
     quarantined by a, as it must be (b's process is gone)."""
     charges.clear()
-    a = new_worker(bootstrap, namespace, tmp_path, "a")
-    b = new_worker(bootstrap, namespace, tmp_path, "b")
-    async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=[paying]) as c:
-        await a.start()
-        await b.start()
-        try:
-            await until(lambda: len(a.owned) + len(b.owned) == TEST_JOURNAL_PARTITIONS
-                        and a.owned and b.owned, "a and b sharing the partitions")
-            kept = run_ids_on(a.owned, "kept")
-            gone = run_ids_on(b.owned, "gone")
-            for run_id in kept.values():  # (a Flow object and a flow name: both doors)
-                await c.create_run(paying, run_id, run_id=run_id)
-            for run_id in gone.values():
-                await c.create_run("slow-pay", run_id, run_id=run_id)
-            await until(lambda: len(charges) == len(kept) + len(gone), "every payment begun")
-            await b.stop()
-            runs = {run_id: await settled(c, run_id) for run_id in [*kept.values(),
-                                                                     *gone.values()]}
-        finally:
-            await asyncio.gather(a.stop(), b.stop())
+    async with two_workers(bootstrap, namespace, tmp_path, [paying]) as (a, b, c):
+        kept = run_ids_on(a.owned, "kept")
+        gone = run_ids_on(b.owned, "gone")
+        for run_id in kept.values():  # (a Flow object and a flow name: both doors)
+            await c.create_run(paying, run_id, run_id=run_id)
+        for run_id in gone.values():
+            await c.create_run("slow-pay", run_id, run_id=run_id)
+        await until(lambda: len(charges) == len(kept) + len(gone), "every payment begun")
+        await b.stop()
+        runs = {run_id: await settled(c, run_id)
+                for run_id in [*kept.values(), *gone.values()]}
     assert set(charges.values()) == {1}, charges
     for run_id in kept.values():
         assert carried_over(runs[run_id]), (runs[run_id].status, runs[run_id].evidence)
@@ -163,8 +177,7 @@ async def test_the_group_gives_members_back_what_they_held(
     try:
         await a.start()
         await b.start()
-        await until(lambda: len(a.owned) + len(b.owned) == TEST_JOURNAL_PARTITIONS
-                    and a.owned and b.owned, "a and b sharing the partitions")
+        await sharing(a, b)
         before = {w.name: set(w.owned) for w in (a, b)}
         await c.start()
         await until(lambda: c.owned and sum(len(w.owned) for w in workers)
@@ -220,32 +233,21 @@ async def test_a_run_whose_deadline_passes_meanwhile_has_its_call_cut(
     charges.clear()
     late_ended.clear()
     flows = [paying, late]
-    a = Worker(flows=flows, data_dir=tmp_path / "a", bootstrap_servers=bootstrap,
-               namespace=namespace, name="a", session_timeout_ms=6000, drain_timeout=1.0)
-    b = Worker(flows=flows, data_dir=tmp_path / "b", bootstrap_servers=bootstrap,
-               namespace=namespace, name="b", session_timeout_ms=6000, drain_timeout=1.0)
-    async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows) as c:
-        await a.start()
-        await b.start()
-        try:
-            await until(lambda: len(a.owned) + len(b.owned) == TEST_JOURNAL_PARTITIONS
-                        and a.owned and b.owned, "a and b sharing the partitions")
-            timeouts = [2.0 + 0.25 * i for i in range(15)]
-            ids = [f"late-{i}" for i in range(400)
-                   if run_partition(f"late-{i}", TEST_JOURNAL_PARTITIONS) in a.owned]
-            runs = dict(zip(ids, timeouts, strict=False))
-            await asyncio.gather(*(c.create_run(late, run_id, run_id=run_id, run_timeout=t)
-                                   for run_id, t in runs.items()))
-            await until(lambda: len(charges) == len(runs), "every payment begun")
-            await b.stop()
-            settled_at = {}
-            for run_id in runs:
-                run = await settled(c, run_id)
-                settled_at[run_id] = (time.monotonic(), run)
-            await asyncio.sleep(LATE_PAY_S + 1)
-            kept = len(a.carried)
-        finally:
-            await asyncio.gather(a.stop(), b.stop())
+    async with two_workers(bootstrap, namespace, tmp_path, flows) as (a, b, c):
+        timeouts = [2.0 + 0.25 * i for i in range(15)]
+        ids = [f"late-{i}" for i in range(400)
+               if run_partition(f"late-{i}", TEST_JOURNAL_PARTITIONS) in a.owned]
+        runs = dict(zip(ids, timeouts, strict=False))
+        await asyncio.gather(*(c.create_run(late, run_id, run_id=run_id, run_timeout=t)
+                               for run_id, t in runs.items()))
+        await until(lambda: len(charges) == len(runs), "every payment begun")
+        await b.stop()
+        settled_at = {}
+        for run_id in runs:
+            run = await settled(c, run_id)
+            settled_at[run_id] = (time.monotonic(), run)
+        await asyncio.sleep(LATE_PAY_S + 1)
+        kept = len(a.carried)
     assert kept == 0
     for run_id, (at, run) in settled_at.items():
         ended = late_ended.get(run_id)
@@ -295,27 +297,16 @@ async def test_a_branch_suspending_beside_a_payment_loses_no_outcome(
     the run continues by replay), and the payment ends before its sibling suspends."""
     charges.clear()
     lookups.clear()
-    flows = [gathered]
-    a = Worker(flows=flows, data_dir=tmp_path / "a", bootstrap_servers=bootstrap,
-               namespace=namespace, name="a", session_timeout_ms=6000, drain_timeout=1.0)
-    b = Worker(flows=flows, data_dir=tmp_path / "b", bootstrap_servers=bootstrap,
-               namespace=namespace, name="b", session_timeout_ms=6000, drain_timeout=1.0)
-    async with Client(bootstrap_servers=bootstrap, namespace=namespace, flows=flows) as c:
-        await a.start()
-        await b.start()
-        try:
-            await until(lambda: len(a.owned) + len(b.owned) == TEST_JOURNAL_PARTITIONS
-                        and a.owned and b.owned, "a and b sharing the partitions")
-            run_id = next(iter(run_ids_on(list(a.owned)[:1], "gather").values()))
-            LOOKUP_DELAY_S[run_id] = 0.5 if rebalance else 0.0
-            await c.create_run(gathered, run_id, run_id=run_id)
-            await until(lambda: charges[run_id] == 1 and lookups[run_id] == 1, "both begun")
-            if rebalance:
-                await asyncio.sleep(0.5)
-                await b.stop()  # a's partitions revoked, drained (1 s), the call kept
-            run = await settled(c, run_id)
-        finally:
-            await asyncio.gather(a.stop(), b.stop())
+    flows: list[Flow[Any, Any]] = [gathered]
+    async with two_workers(bootstrap, namespace, tmp_path, flows) as (a, b, c):
+        run_id = next(iter(run_ids_on(list(a.owned)[:1], "gather").values()))
+        LOOKUP_DELAY_S[run_id] = 0.5 if rebalance else 0.0
+        await c.create_run(gathered, run_id, run_id=run_id)
+        await until(lambda: charges[run_id] == 1 and lookups[run_id] == 1, "both begun")
+        if rebalance:
+            await asyncio.sleep(0.5)
+            await b.stop()  # a's partitions revoked, drained (1 s), the call kept
+        run = await settled(c, run_id)
     assert run.status is RunStatus.completed, (run.status, run.wait, run.evidence)
     assert charges[run_id] == 1
     assert run.result_json == f'["found {run_id}","charged {run_id}"]'
