@@ -246,6 +246,7 @@ async def serve_worker(
     drain_timeout: float = 10.0, metrics_port: int | None = None,
     retention: timedelta | None = None, tombstone_retention: timedelta | None = None,
     snapshot_every: int | None = None, durable_backoff_after: timedelta | None = None,
+    instance_id: str | None = None,
 ) -> None:
     """Run a worker until SIGINT/SIGTERM, then shut it down gracefully."""
     _usable_dir(data_dir, "--data-dir")
@@ -254,7 +255,7 @@ async def serve_worker(
                     session_timeout_ms=session_timeout_ms, drain_timeout=drain_timeout,
                     metrics_port=metrics_port, retention=retention,
                     tombstone_retention=tombstone_retention, snapshot_every=snapshot_every,
-                    durable_backoff_after=durable_backoff_after)
+                    durable_backoff_after=durable_backoff_after, instance_id=instance_id)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

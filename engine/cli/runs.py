@@ -393,6 +393,11 @@ def resume(run_id: str, resolution: str | None, position: int | None, digest: st
               help="A step's retry backoff longer than this suspends its run on a durable "
               "timer (no slot held; it outlives the worker) instead of sleeping in memory "
               "[env RUNSTREAM_DURABLE_BACKOFF_AFTER; default 2s].")
+@click.option("--instance-id", envvar="RUNSTREAM_INSTANCE_ID", default=None, metavar="ID",
+              help="Static group membership (Kafka's group.instance.id): an id unique to "
+              "this worker, kept across its restarts. Back within the session timeout, it "
+              "gets its partitions again with no rebalance; stopped for good, its partitions "
+              "wait that long [env RUNSTREAM_INSTANCE_ID].")
 @bootstrap_option
 @namespace_option
 def worker(app: str, data_dir: Path, concurrency: int, name: str | None,
@@ -400,7 +405,7 @@ def worker(app: str, data_dir: Path, concurrency: int, name: str | None,
            metrics_port: int | None, authorities: Path | None,
            retention: timedelta | None, tombstone_retention: timedelta | None,
            snapshot_every: int | None, durable_backoff_after: timedelta | None,
-           bootstrap: str | None, namespace: str | None) -> None:
+           instance_id: str | None, bootstrap: str | None, namespace: str | None) -> None:
     """Run a worker of the namespace's consumer group (and its requests relay)."""
     if authorities is not None:
         # Validated here, exported where the worker's relay reads it (engine.worker.relay).
@@ -413,7 +418,7 @@ def worker(app: str, data_dir: Path, concurrency: int, name: str | None,
         concurrency=concurrency, name=name, session_timeout_ms=session_timeout_ms,
         drain_timeout=drain_timeout, metrics_port=metrics_port, retention=retention,
         tombstone_retention=tombstone_retention, snapshot_every=snapshot_every,
-        durable_backoff_after=durable_backoff_after))
+        durable_backoff_after=durable_backoff_after, instance_id=instance_id))
 
 
 @click.command("demo")

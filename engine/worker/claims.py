@@ -12,6 +12,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections import deque
 from collections.abc import Iterable
 from typing import cast
 
@@ -32,7 +33,7 @@ from runstream.engine.worker.kafka_driver import (
 )
 from runstream.engine.worker.ownership import Ownership, OwnershipState
 from runstream.engine.worker.partition_protocols import ClaimsOwner
-from runstream.engine.worker.same_log import folded_elsewhere
+from runstream.engine.worker.same_log import folded_elsewhere, partition_count_changed
 from runstream.projections.projector import Outcome
 from runstream.projections.state import Verdict
 
@@ -41,6 +42,7 @@ log = logging.getLogger("runstream.worker")
 MAX_REFUSED = 1024
 END_OFFSETS_RETRY_S = 1.0
 MAX_LOGGED_RUNS = 10  # run ids named in one log line
+MAX_OWN_SOURCES = 64
 CANCEL_WAIT_S = 5.0  # how long a stop or a release waits for cancelled handlers to unwind
 # Asking the group's coordinator again while it does not answer (a broker restart).
 GROUP_ASK_FIRST_S = 0.2
@@ -54,6 +56,8 @@ class Claims:
         # The group's listener turns begun: a poll taken before one is not applied on past
         # it (engine.worker.slices), since each claim seeks its partition again.
         self.rebalances = 0
+        # The sources this worker claimed under (one more at each renewal; the latest 64).
+        self.sources: deque[str] = deque(maxlen=MAX_OWN_SOURCES)
 
     def no_rebalance_since(self, turn: int) -> bool:
         """No listener turn began since `rebalances` was `turn`."""
@@ -84,10 +88,14 @@ class Claims:
             elif outcome.verdict is Verdict.rejected:
                 self.reject(own, outcome)
         elif own.state is OwnershipState.ready and outcome.verdict is Verdict.applied:
-            if record.owner == w.name and record.generation == own.generation:
-                self._claim_again(own, outcome.partition.epoch)
+            epoch, source = outcome.partition.epoch, record.envelope.source_id or ""
+            ours = source in self.sources or (w.instance_id is None and record.owner == w.name)
+            if record.generation == own.generation and ours:
+                self._claim_again(own, epoch)
+            elif record.generation == own.generation and w.instance_id is not None:
+                self._membership_taken(own, record, epoch)
             else:
-                self.lose(own, f"{record.owner} claimed it at epoch {outcome.partition.epoch}")
+                self.lose(own, f"{record.owner} claimed it at epoch {epoch}")
 
     def _claim_again(self, own: Ownership, epoch: int) -> None:
         """A claim of this member's own generation that is not this source's: one an
@@ -98,6 +106,20 @@ class Claims:
         self.lose(own, f"a claim an earlier source of ours sent landed late, at epoch {epoch}; "
                        f"claiming it again")
         self._claim_anew(own, epoch)
+
+    def _membership_taken(self, own: Ownership, record: ev.PartitionEpochClaimed,
+                          epoch: int) -> None:
+        """Another process claimed at our own generation: the group gave it this member's
+        assignment, which it does only to a worker joining with our --instance-id (a static
+        member replaced: aiokafka does not hear of it, and would join again, taking the
+        partitions back, and so on for ever). This one stops; the newer executes."""
+        w = self.owner
+        why = (f"{record.owner} claimed partition {own.partition} at epoch {epoch} in this "
+               f"member's generation {own.generation}: another worker joined the group as "
+               f"instance id {w.instance_id!r}; this one stops (an instance id belongs to "
+               f"one worker at a time)")
+        self.lose(own, why)
+        w.fail_next_turn(WorkerFatal(why))
 
     def source_failed(self) -> None:
         """The producer failed: from now on nothing is decided or executed under this source
@@ -174,6 +196,8 @@ class Claims:
             log.warning("partition %d: its previous owner kept settled runs for %.0f s, this "
                         "worker for %.0f s: all workers of a namespace should agree "
                         "(--retention)", own.partition, before / 1000, w.retention_ms / 1000)
+        if not self.sources or self.sources[-1] != w.source_id:
+            self.sources.append(w.source_id)
         record = decision(
             ev.PartitionEpochClaimed, run_id="", lineage_id=f"partition/{own.partition}",
             epoch=epoch, source_id=w.source_id, request_id=own.claim_id,
@@ -423,18 +447,3 @@ class Claims:
             await asyncio.sleep(delay)
             delay = min(delay * 2, GROUP_ASK_MAX_S)
         return False
-
-
-def partition_count_changed(topic: str, placed_by: int, now: set[int] | None,
-                            assigned: list[int]) -> str | None:
-    """Why a worker must stop when the journal's partition count is no longer the one it
-    places runs by (None: it is): every run's partition is its lineage's hash over the
-    count, so runs created since land where no reader of the old count looks (dead
-    letters, `misplaced`) and creates routed to a new partition are never taken up."""
-    count = max(len(now or ()), max(assigned, default=-1) + 1)
-    if count <= placed_by:  # (Kafka never takes partitions away; metadata may lag)
-        return None
-    return (f"{topic} has {count} partitions now, not the {placed_by} this worker places runs "
-            f"by: a journal's partition count cannot change (each run's partition is its "
-            f"id's hash over it); keep the journal at {placed_by} partitions, or move to a "
-            f"new namespace")

@@ -25,6 +25,7 @@ from aiokafka.errors import (
 )
 from aiokafka.protocol.group import HeartbeatRequest
 
+from runstream.engine.errors import InvalidInput
 from runstream.engine.journal import MAX_RECORD_BYTES
 from runstream.engine.kafka.admin import DEAD_LETTER_MAX_MESSAGE_BYTES
 from runstream.engine.kafka.connection import KafkaSecurity, kafka_options, watched_start
@@ -48,6 +49,7 @@ def make_consumer(
     bootstrap: str, *, group_id: str, name: str, session_timeout_ms: int, drain_timeout: float,
     security: KafkaSecurity | None = None,
     assignors: tuple[type[AbstractPartitionAssignor], ...] = (RoundRobinPartitionAssignor,),
+    instance_id: str | None = None,
 ) -> AIOKafkaConsumer:
     return AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
@@ -65,11 +67,34 @@ def make_consumer(
         max_poll_interval_ms=300_000,
         fetch_max_wait_ms=100,
         # A partition added to the journal shows within this (a rebalance follows), and
-        # every worker stops at its claims (engine.worker.claims.partition_count_changed).
+        # every worker stops at its claims (engine.worker.same_log.partition_count_changed).
         metadata_max_age_ms=METADATA_MAX_AGE_MS,
         partition_assignment_strategy=assignors,  # (engine.worker.rebalance)
+        group_instance_id=instance_id,  # (static_member)
         **kafka_options(security),
     )
+
+
+# Kafka's rule for a group.instance.id (as for a topic's name: the broker refuses others).
+_INSTANCE_ID = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+def static_member(instance_id: str | None) -> str | None:
+    """A worker's group.instance.id (KIP-345), checked; None: a dynamic member.
+
+    A static member that stops sends no LeaveGroup: the group keeps its partitions for it
+    until its session times out, and the same instance id back within that (a restart, a
+    rolling deploy) gets them again with no rebalance, so no other worker drains anything.
+    Its partitions wait for the session timeout when it does not come back, as a crashed
+    dynamic member's do. A second live worker under the same id takes the membership over;
+    the first sees its claims and stops (engine.worker.claims: aiokafka's heartbeats do
+    not carry the instance id, so the group's FENCED_INSTANCE_ID never reaches it)."""
+    if instance_id is None:
+        return None
+    if not isinstance(instance_id, str) or not _INSTANCE_ID.fullmatch(instance_id):
+        raise InvalidInput(f"an instance id is 1 to 249 of the characters A-Z a-z 0-9 . _ -, "
+                           f"not {instance_id!r}")
+    return instance_id
 
 
 async def make_producer(bootstrap: str, *, name: str, security: KafkaSecurity | None = None,

@@ -304,6 +304,10 @@ class ClaimsOwner(Protocol):
         """This worker's name: the owner its claims name, and log lines."""
 
     @property
+    def instance_id(self) -> str | None:
+        """Its static group membership (--instance-id), named when another worker took it."""
+
+    @property
     def security(self) -> KafkaSecurity | None:
         """SASL/TLS: a source refused by the ACLs is named in their terms."""
 

@@ -1,4 +1,5 @@
-"""Whether a worker's store was folded from the journal it reads now.
+"""Whether a worker's store was folded from the journal it reads now, and whether that
+journal still has the partition count the worker places runs by (partition_count_changed).
 
 A journal deleted and created again under the same name starts its offsets at 0. A data dir
 kept across it was refused only while the new journal was shorter than the old
@@ -88,3 +89,18 @@ class SameLog:
                 continue
             kept[partition] = newest
         return kept
+
+
+def partition_count_changed(topic: str, placed_by: int, now: set[int] | None,
+                            assigned: list[int]) -> str | None:
+    """Why a worker must stop when the journal's partition count is no longer the one it
+    places runs by (None: it is): every run's partition is its lineage's hash over the
+    count, so runs created since land where no reader of the old count looks (dead
+    letters, `misplaced`) and creates routed to a new partition are never taken up."""
+    count = max(len(now or ()), max(assigned, default=-1) + 1)
+    if count <= placed_by:  # (Kafka never takes partitions away; metadata may lag)
+        return None
+    return (f"{topic} has {count} partitions now, not the {placed_by} this worker places runs "
+            f"by: a journal's partition count cannot change (each run's partition is its "
+            f"id's hash over it); keep the journal at {placed_by} partitions, or move to a "
+            f"new namespace")

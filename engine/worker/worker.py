@@ -58,6 +58,7 @@ from runstream.engine.worker.kafka_driver import (
     make_consumer,
     make_producer,
     read_back_held,
+    static_member,
 )
 from runstream.engine.worker.observe import WorkerObserver
 from runstream.engine.worker.outbox import OutboxSender
@@ -118,6 +119,7 @@ class Worker:
         snapshot_every: int | None = None,
         snapshot_keep: int = DEFAULT_KEEP,
         durable_backoff_after: Duration | None = None,
+        instance_id: str | None = None,
     ) -> None:
         self.flows = {BATCH_FLOW: batch_flow(self), **flows_by_name(flows)}
         self.bootstrap = resolve_bootstrap(bootstrap_servers)
@@ -128,16 +130,14 @@ class Worker:
         self.data_dir = Path(data_dir)
         self.security = security  # None: from RUNSTREAM_* (engine.kafka.connection)
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
-        self.source_id = ""
-        self.concurrency = concurrency
+        self.source_id, self.concurrency = "", concurrency
         self.admission = Admission.for_flows(concurrency, self.flows.values())  # (round-robin)
         self.sticky = StickyCache(sticky_size(sticky_cache),  # suspended runs' handlers kept
                                   forget=lambda run_id: self.executions.pop(run_id, None))
         self.partitions = 0  # of the journal topic, for requests to other partitions
         self.session_timeout_ms, self.drain_timeout = session_timeout_ms, drain_timeout
-        self.lease_ms = lease_ms
-        # Settled lineages leave the projection after `retention` (RUNSTREAM_RETENTION; 0:
-        # never), journaled in each claim; tombstones after `tombstone_retention`.
+        self.lease_ms, self.instance_id = lease_ms, static_member(instance_id)
+        # Settled lineages expire after `retention` (0: never), tombstones after theirs.
         self.retention_ms, self.tombstone_retention_ms = retention_settings(
             retention, tombstone_retention)
         self.durable_backoff_after_ms = durable_backoff_ms(durable_backoff_after)
@@ -234,7 +234,8 @@ class Worker:
         consumer = make_consumer(
             self.bootstrap, group_id=self.group_id, name=self.name,
             session_timeout_ms=self.session_timeout_ms, drain_timeout=self.drain_timeout,
-            security=self.security, assignors=self.rebalance.assignors)
+            security=self.security, assignors=self.rebalance.assignors,
+            instance_id=self.instance_id)
         try:
             await watched_start(consumer.start(), self.bootstrap, self.security)
             self.partitions = await partition_count(consumer, self.topic, self.bootstrap)
@@ -262,8 +263,7 @@ class Worker:
             raise running.exception()  # type: ignore[misc]
 
     async def _abandon_start(self, running: asyncio.Task[None]) -> None:
-        """Still connecting: end the wait for the brokers (engine.worker.connect.abandon)."""
-        self._abandoned = True
+        self._abandoned = True  # still connecting: end the wait (engine.worker.connect)
         await abandon(running, lambda: bool(self._tasks))
 
     async def _new_source(self) -> None:

@@ -221,6 +221,14 @@ def test_a_data_dir_that_cannot_be_a_directory_is_one_line(
     assert "--data-dir" in line and "cannot be a directory" in line
 
 
+def test_an_instance_id_kafka_would_refuse_is_one_line(runstream: Any, tmp_path: Path) -> None:
+    for args, env in ((["--instance-id", "two words"], None),
+                      ([], {"RUNSTREAM_INSTANCE_ID": "a/b"})):
+        line = one_line_error(runstream("worker", "--app", APP, "--data-dir",
+                                        str(tmp_path / "w"), *args, env=env))
+        assert "an instance id is 1 to 249 of the characters" in line, line
+
+
 @pytest.mark.parametrize("app", ["os:O_RDONLY", "json:dumps"])
 def test_an_app_that_names_no_flows_is_one_line(
         runstream: Any, tmp_path: Path, app: str) -> None:

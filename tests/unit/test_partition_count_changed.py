@@ -3,7 +3,7 @@ metadata that lags or is not there yet."""
 
 from __future__ import annotations
 
-from runstream.engine.worker.claims import partition_count_changed
+from runstream.engine.worker.same_log import partition_count_changed
 
 
 def test_only_a_journal_grown_past_the_count_stops_a_worker() -> None:
