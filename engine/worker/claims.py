@@ -112,7 +112,7 @@ class Claims:
         """Another process claimed at our own generation: the group gave it this member's
         assignment, which it does only to a worker joining with our --instance-id (a static
         member replaced: aiokafka does not hear of it, and would join again, taking the
-        partitions back, and so on for ever). This one stops; the newer executes."""
+        partitions back, and so on for ever). This one stops; the later claimant executes."""
         w = self.owner
         why = (f"{record.owner} claimed partition {own.partition} at epoch {epoch} in this "
                f"member's generation {own.generation}: another worker joined the group as "

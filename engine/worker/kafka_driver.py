@@ -86,9 +86,10 @@ def static_member(instance_id: str | None) -> str | None:
     until its session times out, and the same instance id back within that (a restart, a
     rolling deploy) gets them again with no rebalance, so no other worker drains anything.
     Its partitions wait for the session timeout when it does not come back, as a crashed
-    dynamic member's do. A second live worker under the same id takes the membership over;
-    the first sees its claims and stops (engine.worker.claims: aiokafka's heartbeats do
-    not carry the instance id, so the group's FENCED_INSTANCE_ID never reaches it)."""
+    dynamic member's do. Of two live workers under one id, the one executing when the
+    other's claim lands stops: the later claim wins, not always the newer process's
+    (engine.worker.claims: aiokafka's heartbeats carry no instance id, so the group's
+    FENCED_INSTANCE_ID never reaches it). Never give one id to two workers."""
     if instance_id is None:
         return None
     if not isinstance(instance_id, str) or not _INSTANCE_ID.fullmatch(instance_id):

@@ -1,8 +1,9 @@
 """Static group members (Kafka's group.instance.id, `runstream worker --instance-id`),
 against a real broker: a worker restarted with its instance id within the session timeout
-gets its partitions back with no rebalance, so its peers drain nothing; a second live worker
-under the same instance id takes the membership over, and the first stops instead of taking
-it back (aiokafka never hears the group's FENCED_INSTANCE_ID: they took it in turns)."""
+gets its partitions back with no rebalance, so its peers drain nothing; of two live workers
+under one instance id, the one whose claim is overtaken stops instead of taking the
+membership back (aiokafka never hears the group's FENCED_INSTANCE_ID: they took it in
+turns)."""
 
 from __future__ import annotations
 
