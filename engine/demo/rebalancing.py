@@ -1,6 +1,6 @@
 """The demo's rolling restart: a peer of a worker stops and starts again while the worker
 runs a long irreversible step. The rebalance revokes every worker's partitions, the drain
-ends with the step still running, and the group's sticky assignor gives the partitions
+ends with the step still running, and the group gives the survivor its partitions
 back: the worker kept the call, so the run completes instead of waiting in quarantine."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ async def show_rolling_restart(client: Client, procs: list[subprocess.Popen[byte
     if len(procs) < 2:
         return  # (one worker: no peer to restart)
     echo("\na rolling restart keeps a healthy worker's long irreversible step (a rebalance "
-         "revokes every worker's partitions; the sticky assignor gives them back):")
+         "revokes every worker's partitions; a survivor gets its own back):")
     run_id, partition = await _run_on(client, "worker-1")
     confirmation = state_dir / f"{run_id}.confirmed"
     epochs = await _epochs(client)

@@ -5,9 +5,8 @@ whenever one joins or leaves the group. The release lets what runs there finish 
 `--drain-timeout`, then cancels the handlers. An irreversible step still running then was
 cut, and whoever executed the run next quarantined it: its effect may have happened. That
 was so even when the partition came straight back to the same worker, as it does to every
-survivor when a peer leaves (and, with the sticky assignor, to a member that keeps its
-partitions when one joins). So a healthy worker's long payments were quarantined by a
-rolling deploy of its peers.
+survivor when a peer leaves (and to a member that keeps a partition when one joins). So a
+healthy worker's long payments were quarantined by a rolling deploy of its peers.
 
 Now an irreversible step's call runs in a task of its own. A release hands that task to its
 worker instead of cancelling it (`JournalPort.carry`); when the run is executed here again

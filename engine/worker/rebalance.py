@@ -1,18 +1,16 @@
-"""The group's assignment changes, handed to the worker's claims; and the assignor that gives
-each member back the partitions it held.
+"""The group's assignment changes, handed to the worker's claims.
 
 aiokafka rebalances eagerly: whenever a member joins or leaves, every member's partitions
-are revoked and a new assignment is made. Its default assignor (round robin) deals them out
-afresh, so a survivor's partitions move when a peer joins, leaves or restarts, and every run
-moved is taken over by another worker (its long irreversible steps cut and quarantined).
-The sticky assignor (KIP-54) keeps each member's partitions where the balance allows: a
-peer that leaves moves only its own, one that joins takes only its share, and a release of
-a partition that comes back keeps its irreversible calls (engine.worker.carried). It is
-listed before round robin, so a group whose members do not all list it (a rolling upgrade
-from a release before it) agrees on round robin, as before; listed alone, a new member's
-join is refused there (InconsistentGroupProtocolError) and the worker stops. aiokafka 0.14
-sends one JoinGroup per assignor listed (the first naming sticky alone; aiokafka pull request
-1168, open), so each join takes one generation more; the second follows the first at once.
+are revoked and a new assignment is made, round robin. A survivor gets all of its own back
+when a peer leaves (and its peer's); a partition that comes back keeps the irreversible calls
+its release kept (engine.worker.carried), and the calls of a partition given to another
+member are cut here. A worker restarted with --instance-id causes no rebalance at all.
+
+Not the sticky assignor (KIP-54), which would keep partitions in place when a peer joins:
+aiokafka 0.14 sends one JoinGroup per assignor listed (its pull request 1168, open), and a
+group listing sticky with round robin beside it (which a rolling upgrade needs) rebalanced
+without end (generation 562 in a minute, no partition claimed, on the three-node test
+cluster).
 """
 
 from __future__ import annotations
@@ -22,23 +20,8 @@ from typing import Protocol
 from aiokafka import ConsumerRebalanceListener, TopicPartition
 from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
 from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
-from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 
-from runstream.engine.worker.kafka_driver import group_generation
 from runstream.engine.worker.partition_protocols import ClaimsOwner
-
-
-def sticky_assignor() -> tuple[type[StickyPartitionAssignor], type[AbstractPartitionAssignor]]:
-    """A worker's assignors, sticky first. aiokafka's sticky assignor keeps the member's
-    assignment and generation in class attributes: each worker gets a subclass of its own,
-    or two workers in one process would tell the group each other's partitions."""
-    own: type[StickyPartitionAssignor] = type("StickyPartitionAssignor", (
-        StickyPartitionAssignor,), {
-            "member_assignment": None,
-            "generation": StickyPartitionAssignor.DEFAULT_GENERATION_ID,
-            "_latest_partition_movements": None,
-    })
-    return own, RoundRobinPartitionAssignor
 
 
 class ListenedClaims(Protocol):
@@ -48,7 +31,7 @@ class ListenedClaims(Protocol):
 
     @property
     def owner(self) -> ClaimsOwner:
-        """The worker: its consumer, its kept calls, whether it stops."""
+        """The worker: its kept calls, whether it stops."""
 
     async def release(self, partitions: list[int], *, cause: str) -> None:
         """Drain and release revoked partitions."""
@@ -62,9 +45,9 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
 
     def __init__(self, claims: ListenedClaims) -> None:
         self.claims = claims
-        self.sticky, fallback = sticky_assignor()
-        # The worker's consumer takes them (every consumer it makes, for its whole life).
-        self.assignors: tuple[type[AbstractPartitionAssignor], ...] = (self.sticky, fallback)
+        # The worker's consumer takes them (every consumer it makes).
+        self.assignors: tuple[type[AbstractPartitionAssignor], ...] = (
+            RoundRobinPartitionAssignor,)
 
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
         self.claims.rebalances += 1
@@ -73,13 +56,6 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         self.claims.rebalances += 1
         owner, partitions = self.claims.owner, [tp.partition for tp in assigned]
-        # What this member holds, and the generation it holds it in, sent with its next join:
-        # where two members name the same partition (one back from a stall), the newer
-        # generation's keeps it. aiokafka never tells the assignor the generation, nor its
-        # assignment when the group agreed on round robin (a rolling upgrade).
-        self.sticky.member_assignment = list(assigned)
-        if owner.consumer is not None:
-            self.sticky.on_generation_assignment(group_generation(owner.consumer))
         owner.carried.keep_only(partitions, why="the group gave their partitions to "
                                                 "another member")
         if not owner.stopping:

@@ -181,7 +181,7 @@ class Worker:
         self.slicer = PollSlicer()  # a big poll lets the loop run (engine.worker.slices)
         self._committer: Committer | None = None
         self.claims = Claims(self)
-        self.rebalance = Rebalance(self.claims)  # (and the group's assignors: sticky first)
+        self.rebalance = Rebalance(self.claims)  # (and the group's assignor)
         self.watchdog = LoopWatchdog(session_timeout_ms / 1000 * STALL_FRACTION)
         self.reconnector = Reconnector(self.bootstrap, security, self.name,
                                        lambda: self._stopping or self._abandoned)

@@ -6,8 +6,7 @@ irreversible step still running was cut, and the run quarantined by whoever got 
 partition, even when that was the same worker (every survivor gets its own back when a peer
 leaves): a rolling deploy quarantined a healthy worker's long payments. Now a release keeps
 the call running, and when the partition comes back the run's next activation journals its
-outcome (engine.worker.carried). The group's sticky assignor gives members back what they
-held (engine.worker.rebalance). A partition that goes to another member still has its call
+outcome (engine.worker.carried). A partition that goes to another member still has its call
 cut and its run quarantined, saying why.
 """
 
@@ -22,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
 from runstream import Client, Flow, FlowContext, RetryPolicy, RunStatus, Worker
 from runstream.projections.partitioning import run_partition
@@ -165,46 +163,6 @@ async def test_a_peer_joining_moves_only_its_share_and_the_rest_keep_their_calls
         assert "with no recorded outcome" in message
         assert "released the run on revocation (a rebalance)" in message, message
         assert "--drain-timeout" in message, message
-
-
-async def test_the_group_gives_members_back_what_they_held(
-    bootstrap: str, namespace: str, journal: str, tmp_path: Path
-) -> None:
-    """a and b share the partitions when c joins: each keeps a subset of its own, and c
-    takes only its share from them. (Round robin dealt them out afresh: a got one of b's.)"""
-    workers = [new_worker(bootstrap, namespace, tmp_path, name) for name in "abc"]
-    a, b, c = workers
-    try:
-        await a.start()
-        await b.start()
-        await sharing(a, b)
-        before = {w.name: set(w.owned) for w in (a, b)}
-        await c.start()
-        await until(lambda: c.owned and sum(len(w.owned) for w in workers)
-                    == TEST_JOURNAL_PARTITIONS, "c taking its share")
-        after = {w.name: set(w.owned) for w in (a, b)}
-    finally:
-        await asyncio.gather(*(w.stop() for w in workers))
-    assert after["a"] <= before["a"] and after["b"] <= before["b"], (before, after)
-
-
-async def test_a_member_of_an_earlier_release_and_a_new_one_agree_on_round_robin(
-    bootstrap: str, namespace: str, journal: str, tmp_path: Path
-) -> None:
-    """A rolling upgrade: a member that lists only round robin (an earlier release) and one
-    that lists sticky first share the partitions (the group agrees on round robin)."""
-    old = new_worker(bootstrap, namespace, tmp_path, "old")
-    old.rebalance.assignors = (RoundRobinPartitionAssignor,)  # (an earlier release's)
-    new = new_worker(bootstrap, namespace, tmp_path, "new")
-    try:
-        await old.start()
-        await until(lambda: all_ready(old), "old owning every partition")
-        await new.start()
-        await until(lambda: old.owned and new.owned and len(old.owned) + len(new.owned)
-                    == TEST_JOURNAL_PARTITIONS and all(o.executing for o in [
-                        *old.owned.values(), *new.owned.values()]), "both sharing them")
-    finally:
-        await asyncio.gather(old.stop(), new.stop())
 
 
 LATE_PAY_S = 8.0

@@ -162,7 +162,6 @@ async def test_a_recreated_group_takes_the_partitions_once_the_lease_has_passed(
             Client(bootstrap_servers=bootstrap, namespace=namespace, flows=[checkout]) as c:
         await until(lambda: ready(b), "b's claims")
         generations = {o.generation for o in b.owned.values()}
-        # (2, not 1: aiokafka sends a JoinGroup per assignor listed, engine.worker.rebalance)
         assert len(generations) == 1 and max(generations) < old_generation, generations
         handle = await c.create_run(checkout, {"order_id": "d", "amount": 4}, run_id="d")
         assert (await handle.result(timeout=60)).order_id == "d"
