@@ -12,8 +12,6 @@ from enum import StrEnum
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
-from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
-from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from aiokafka.errors import (
     GroupCoordinatorNotAvailableError,
     GroupLoadInProgressError,
@@ -48,7 +46,6 @@ METADATA_MAX_AGE_MS = 30_000
 def make_consumer(
     bootstrap: str, *, group_id: str, name: str, session_timeout_ms: int, drain_timeout: float,
     security: KafkaSecurity | None = None,
-    assignors: tuple[type[AbstractPartitionAssignor], ...] = (RoundRobinPartitionAssignor,),
     instance_id: str | None = None,
 ) -> AIOKafkaConsumer:
     return AIOKafkaConsumer(
@@ -69,7 +66,6 @@ def make_consumer(
         # A partition added to the journal shows within this (a rebalance follows), and
         # every worker stops at its claims (engine.worker.same_log.partition_count_changed).
         metadata_max_age_ms=METADATA_MAX_AGE_MS,
-        partition_assignment_strategy=assignors,  # (engine.worker.rebalance)
         group_instance_id=instance_id,  # (static_member)
         **kafka_options(security),
     )

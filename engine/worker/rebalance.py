@@ -18,8 +18,6 @@ from __future__ import annotations
 from typing import Protocol
 
 from aiokafka import ConsumerRebalanceListener, TopicPartition
-from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
-from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
 from runstream.engine.worker.partition_protocols import ClaimsOwner
 
@@ -45,9 +43,6 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
 
     def __init__(self, claims: ListenedClaims) -> None:
         self.claims = claims
-        # The worker's consumer takes them (every consumer it makes).
-        self.assignors: tuple[type[AbstractPartitionAssignor], ...] = (
-            RoundRobinPartitionAssignor,)
 
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
         self.claims.rebalances += 1

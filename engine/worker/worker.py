@@ -181,7 +181,7 @@ class Worker:
         self.slicer = PollSlicer()  # a big poll lets the loop run (engine.worker.slices)
         self._committer: Committer | None = None
         self.claims = Claims(self)
-        self.rebalance = Rebalance(self.claims)  # (and the group's assignor)
+        self.rebalance = Rebalance(self.claims)
         self.watchdog = LoopWatchdog(session_timeout_ms / 1000 * STALL_FRACTION)
         self.reconnector = Reconnector(self.bootstrap, security, self.name,
                                        lambda: self._stopping or self._abandoned)
@@ -234,8 +234,7 @@ class Worker:
         consumer = make_consumer(
             self.bootstrap, group_id=self.group_id, name=self.name,
             session_timeout_ms=self.session_timeout_ms, drain_timeout=self.drain_timeout,
-            security=self.security, assignors=self.rebalance.assignors,
-            instance_id=self.instance_id)
+            security=self.security, instance_id=self.instance_id)
         try:
             await watched_start(consumer.start(), self.bootstrap, self.security)
             self.partitions = await partition_count(consumer, self.topic, self.bootstrap)
